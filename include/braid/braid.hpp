@@ -1,0 +1,148 @@
+// braid — C++ API: communicators and symmetric memory for GPUs that share a host over NVLink.
+//
+//   braid::Communicator comm = braid::Communicator::init(braid::Rendezvous::from_env());
+//   braid::SymmetricMemory mem = comm.alloc(1 << 20, {.contiguous_view = true});
+//   // mem.local(), mem.peer(r), mem.device_peers() (for kernels), mem.view() ([world × view_stride()])
+//
+// Every call that fails throws braid::Error (braid/error.hpp).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/error.hpp"
+
+namespace braid {
+
+namespace detail {
+struct CommState;
+struct SymmetricAllocation;
+}  // namespace detail
+
+class StoreServer;
+
+// Where and how the ranks of a job meet.
+struct Rendezvous {
+  int rank = -1;
+  int size = 0;
+  int local_rank = -1;  // rank among this host's ranks; -1: same as rank (one host)
+  int local_size = 0;   // ranks on this host; 0: same as size
+  std::string store_host = "127.0.0.1";
+  int store_port = 0;
+  bool serve_store = false;  // this rank serves the store at store_host:store_port (binds all interfaces
+                             // unless store_host is a loopback address)
+  std::string job_id;        // names host-local sockets; empty: derived when the communicator is made
+  std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
+                                    // slurm, explicit
+
+  // From the environment, in this order: braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/
+  // LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_*.
+  // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the
+  // missing or malformed variable.
+  static Rendezvous from_env();
+
+  // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when
+  // rank0_serves_store (then the port must be free), otherwise someone else does (see StoreHost).
+  static Rendezvous at_store(const std::string& store_address, int rank, int size, bool rank0_serves_store);
+};
+
+// A store served by this process until destroyed: for ranks that are threads of one process, or for a
+// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false).
+class StoreHost {
+ public:
+  explicit StoreHost(const std::string& bind_host = "127.0.0.1", int port = 0);
+  ~StoreHost();
+  StoreHost(const StoreHost&) = delete;
+  StoreHost& operator=(const StoreHost&) = delete;
+  std::string address() const;  // "host:port"
+
+ private:
+  std::string host_;
+  std::unique_ptr<StoreServer> server_;
+};
+
+struct CommOptions {
+  int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
+  double timeout_s = 0.0;  // bound on every wait for a peer; 0: BRAID_TIMEOUT_S
+};
+
+// What a rank knows of a peer.
+struct PeerInfo {
+  int rank = -1;
+  std::string host;        // host name the peer reported
+  bool same_host = false;
+  int device = -1;         // the peer's CUDA ordinal in this process's numbering (-1: not visible here)
+  std::string pci_bus_id;  // the peer's GPU
+  bool p2p = false;        // this rank's GPU can map the peer's memory (cudaDeviceCanAccessPeer)
+  bool native_atomics = false;  // P2P atomics are native (NVLink); false for PCIe peers
+  int performance_rank = -1;    // cudaDevP2PAttrPerformanceRank (lower is faster); -1 when not P2P
+};
+
+struct AllocOptions {
+  bool contiguous_view = false;  // also map every rank's memory into one [world × view_stride()] range
+};
+
+class SymmetricMemory;
+
+// A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
+// stays valid after it is destroyed (teardown in any order).
+class Communicator {
+ public:
+  // Collective over the ranks of `rendezvous`. Refuses (kPeerUnreachable) ranks that are not all on one
+  // host with every pair P2P-reachable, and two ranks on one GPU (kInvalidArgument).
+  static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+  int device() const;
+  double timeout_s() const;
+  const PeerInfo& peer(int rank) const;
+  const std::vector<PeerInfo>& peers() const;
+  // A line per peer: host, GPU, P2P, native atomics.
+  std::string describe() const;
+
+  // Collective: every rank asks for the same number of bytes, in the same order (kMismatch otherwise).
+  // bytes > 0. The memory is zeroed.
+  SymmetricMemory alloc(size_t bytes, const AllocOptions& options = {});
+
+  // Host-side barrier over the store (setup and tests; collectives never use it).
+  void barrier();
+
+ private:
+  explicit Communicator(std::shared_ptr<detail::CommState> state);
+  std::shared_ptr<detail::CommState> state_;
+};
+
+// One symmetric allocation: the same size on every rank, every rank's copy mapped here.
+class SymmetricMemory {
+ public:
+  SymmetricMemory() = default;  // empty
+  explicit operator bool() const { return impl_ != nullptr; }
+
+  size_t bytes() const;
+  int world_size() const;
+  int rank() const;
+  void* local() const;
+  void* peer(int rank) const;           // this process's mapping of rank's copy (local() for own rank)
+  void* const* peers() const;           // host array [world]
+  void* const* device_peers() const;    // device array [world], for kernels
+  void* view() const;                   // contiguous view, or nullptr when not asked for
+  size_t view_stride() const;           // bytes between consecutive ranks in view()
+
+  // Unmaps and releases this rank's mappings (local; peers keep theirs). Also done by the destructor
+  // of the last copy. Safe after the communicator is destroyed.
+  void reset();
+
+ private:
+  friend class Communicator;
+  explicit SymmetricMemory(std::shared_ptr<detail::SymmetricAllocation> impl);
+  std::shared_ptr<detail::SymmetricAllocation> impl_;
+};
+
+}  // namespace braid

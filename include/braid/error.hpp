@@ -1,0 +1,40 @@
+// braid/error.hpp — the one error type of braid's C++ API.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace braid {
+
+// Error codes, shared by the C++ API (braid::Error::code()) and the C API (braidResult_t).
+// Keep in step with braidResult_t in braid.h; src/core/error.cpp maps each to its name.
+enum class ErrorCode : int {
+  kSuccess = 0,
+  kInvalidArgument = 1,  // a caller's argument is wrong; the message names it
+  kNoDevice = 2,         // no CUDA driver or device on this machine
+  kCudaError = 3,        // a CUDA runtime call failed (message: call, code name, rank)
+  kDriverError = 4,      // a CUDA driver call failed (message: call, code name, rank)
+  kSystemError = 5,      // an OS call failed (sockets, fds, processes)
+  kTimeout = 6,          // a bounded wait expired (message: what was awaited and which peers are missing)
+  kPeerUnreachable = 7,  // ranks cannot reach each other's memory (no P2P/NVLink)
+  kMismatch = 8,         // ranks disagree on a collective call (sizes, order)
+  kUnsupported = 9,      // a valid request this build or device cannot serve
+  kRemoteError = 10,     // a peer failed or went away
+  kInternal = 11,        // a bug in braid
+};
+
+// Name of a code, e.g. "invalid argument".
+const char* error_code_name(ErrorCode code) noexcept;
+
+// Thrown by every braid C++ call that fails. what() is a complete sentence naming the argument,
+// the CUDA call or the peer at fault.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace braid

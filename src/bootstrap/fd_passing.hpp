@@ -1,0 +1,47 @@
+// Passing file descriptors between the processes (or threads) of one host over Unix domain sockets
+// (SCM_RIGHTS). Each rank listens on an abstract-namespace socket whose name carries the job and
+// communicator identity, so two jobs on one host never collide.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace braid {
+
+class FdExchanger {
+ public:
+  // Listens on "\0braid-fd-<scope>-<rank>". `scope` must be unique per communicator on the host
+  // (the communicator's unique id). Throws Error(kSystemError) naming the socket if it is taken.
+  FdExchanger(std::string scope, int rank, int size, double timeout_s);
+  ~FdExchanger();
+  FdExchanger(const FdExchanger&) = delete;
+  FdExchanger& operator=(const FdExchanger&) = delete;
+
+  // Sends a duplicate of `fd` to `peer`, tagged with `tag` (the caller still owns `fd`).
+  void send(int peer, int fd, uint64_t tag);
+  // Returns the fd `peer` sent with `tag` (the caller owns it), waiting at most timeout_s.
+  // Messages that arrive for other (peer, tag) pairs are kept for later calls.
+  // Throws Error(kTimeout) naming the peer and the tag.
+  int receive(int peer, uint64_t tag);
+  // Sends `fd` to every other rank and receives every other rank's fd with the same tag.
+  // Result[r] is rank r's fd (caller owns them); result[rank] is -1.
+  std::vector<int> all_exchange(int fd, uint64_t tag);
+
+  // Name of a rank's socket (without the leading NUL), for messages and tests.
+  std::string socket_name(int rank) const;
+
+ private:
+  std::string scope_;
+  int rank_;
+  int size_;
+  double timeout_s_;
+  int listen_fd_ = -1;
+  std::mutex mutex_;
+  std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
+};
+
+}  // namespace braid

@@ -1,0 +1,29 @@
+// Small blocking-socket helpers shared by the store and fd passing. Deadlines are absolute
+// (steady clock); every call that can block is bounded by one.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace braid::net {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+Deadline deadline_after(double seconds);
+// Milliseconds left until `deadline` (0 when passed), for poll().
+int milliseconds_left(Deadline deadline);
+
+// TCP: listen on host:port (port 0 picks one; *bound_port gets it); connect with retries until the deadline.
+int tcp_listen(const std::string& host, int port, int* bound_port);
+int tcp_connect(const std::string& host, int port, Deadline deadline);  // -1 when the deadline passes
+
+// Reads or writes exactly `bytes`, or returns false (peer closed, error, or deadline passed).
+bool write_all(int fd, const void* data, size_t bytes, Deadline deadline);
+bool read_all(int fd, void* data, size_t bytes, Deadline deadline);
+
+// "host:port" -> (host, port); throws Error(kInvalidArgument) naming `what` on bad text.
+std::pair<std::string, int> parse_host_port(const std::string& text, const char* what);
+
+}  // namespace braid::net

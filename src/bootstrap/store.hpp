@@ -1,0 +1,61 @@
+// A TCP key-value store: the rendezvous point of a job. Rank 0 (or braid-run) serves it; every rank
+// is a client. Values are byte strings. Every wait is bounded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+// Serves the store from a background thread until destroyed.
+class StoreServer {
+ public:
+  // Listens on bind_host:port; port 0 picks a free port (see port()).
+  // Throws Error(kSystemError) naming the address when it cannot listen.
+  explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// A connection to a store. Thread-safe: calls from several threads are serialised.
+class StoreClient {
+ public:
+  // Connects to host:port, retrying until timeout_s passes (the server may start after the client).
+  // Throws Error(kTimeout) naming the address when no server answers in time.
+  StoreClient(const std::string& host, int port, double timeout_s);
+  ~StoreClient();
+  StoreClient(const StoreClient&) = delete;
+  StoreClient& operator=(const StoreClient&) = delete;
+
+  void set(const std::string& key, const std::string& value);
+  // Waits until `key` exists, then returns its value. Throws Error(kTimeout) naming the key.
+  std::string get(const std::string& key, double timeout_s);
+  // Returns the value if `key` exists now.
+  std::optional<std::string> try_get(const std::string& key);
+  // Waits until every key exists or timeout_s passes; returns the keys still missing (empty: all there).
+  std::vector<std::string> wait(const std::vector<std::string>& keys, double timeout_s);
+  // Adds delta to the integer at `key` (absent counts as 0) and returns the new value, atomically.
+  int64_t add(const std::string& key, int64_t delta);
+  // Deletes `key`; returns whether it existed.
+  bool remove(const std::string& key);
+
+  const std::string& address() const { return address_; }  // "host:port", for messages
+
+ private:
+  std::string address_;
+  int fd_ = -1;
+  std::mutex mutex_;
+};
+
+}  // namespace braid

@@ -1,0 +1,169 @@
+#include "core/config.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+extern char** environ;
+
+namespace braid {
+namespace {
+
+// THE table. Add a variable here and a row to docs/config.md (test_config checks both agree).
+constexpr ConfigVar kTable[] = {
+    {"BRAID_LOG_LEVEL", ConfigType::kEnum, "warn", "error|warn|info|debug|trace",
+     "Least severe log level printed to stderr; each line is prefixed with host and rank."},
+    {"BRAID_TIMEOUT_S", ConfigType::kDouble, "300", nullptr,
+     "Bound, in seconds, on every wait for a peer (store, bootstrap, fd passing, device spins)."},
+    {"BRAID_RANK", ConfigType::kInt, nullptr, nullptr,
+     "Rank of this process in the job (set by braid-run)."},
+    {"BRAID_WORLD_SIZE", ConfigType::kInt, nullptr, nullptr,
+     "Number of ranks in the job (set by braid-run)."},
+    {"BRAID_LOCAL_RANK", ConfigType::kInt, nullptr, nullptr,
+     "Rank among the ranks of this host; selects the GPU (set by braid-run)."},
+    {"BRAID_LOCAL_SIZE", ConfigType::kInt, nullptr, nullptr,
+     "Number of ranks on this host (set by braid-run)."},
+    {"BRAID_STORE_ADDR", ConfigType::kString, nullptr, nullptr,
+     "host:port of the bootstrap store; overrides every launcher convention. Set by braid-run, which serves it."},
+    {"BRAID_STORE_PORT_OFFSET", ConfigType::kInt, "1", nullptr,
+     "Under torchrun (and other MASTER_ADDR/MASTER_PORT launchers), rank 0 serves braid's store on "
+     "MASTER_PORT plus this offset, since the launcher's own store holds MASTER_PORT."},
+    {"BRAID_JOB_ID", ConfigType::kString, nullptr, nullptr,
+     "Identifier of the job, used to name host-local sockets (set by braid-run; derived when unset)."},
+    {"BRAID_DEVICE", ConfigType::kInt, nullptr, nullptr,
+     "CUDA device ordinal for this rank; default: local rank."},
+};
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::map<std::string, std::string> process_environment() {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string text(*entry);
+    size_t eq = text.find('=');
+    if (eq != std::string::npos) env.emplace(text.substr(0, eq), text.substr(eq + 1));
+  }
+  return env;
+}
+
+}  // namespace
+
+std::span<const ConfigVar> config_table() { return kTable; }
+
+std::vector<std::string> close_config_names(const std::string& unknown) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const ConfigVar& var : kTable) {
+    size_t distance = edit_distance(unknown, var.name);
+    if (distance <= 3) scored.emplace_back(distance, var.name);
+  }
+  std::sort(scored.begin(), scored.end());
+  std::vector<std::string> names;
+  for (auto& [distance, name] : scored) names.push_back(name);
+  return names;
+}
+
+Config Config::parse(const std::map<std::string, std::string>& env, std::vector<std::string>* warnings) {
+  Config config;
+  for (const auto& [name, value] : env) {
+    if (name.rfind("BRAID_", 0) != 0) continue;
+    bool known = std::any_of(std::begin(kTable), std::end(kTable),
+                             [&](const ConfigVar& var) { return name == var.name; });
+    if (known) {
+      config.values_[name] = value;
+    } else if (warnings != nullptr) {
+      std::vector<std::string> close = close_config_names(name);
+      std::string message = fmt::format("unknown environment variable {} is ignored", name);
+      if (!close.empty()) message += fmt::format("; did you mean {}?", fmt::join(close, " or "));
+      warnings->push_back(message);
+    }
+  }
+  return config;
+}
+
+const Config& Config::get() {
+  static std::vector<std::string> warnings;
+  static const Config config = parse(process_environment(), &warnings);
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+    for (const std::string& warning : warnings) BRAID_WARN("{}", warning);
+  });
+  return config;
+}
+
+const ConfigVar& Config::lookup(const char* name) const {
+  for (const ConfigVar& var : kTable) {
+    if (std::string_view(name) == var.name) return var;
+  }
+  raise(ErrorCode::kInternal, "configuration variable {} is not in braid's table", name);
+}
+
+bool Config::is_set(const char* name) const {
+  lookup(name);
+  return values_.count(name) != 0;
+}
+
+std::optional<std::string> Config::string(const char* name) const {
+  const ConfigVar& var = lookup(name);
+  auto it = values_.find(name);
+  if (it != values_.end()) {
+    if (var.type == ConfigType::kEnum) {
+      std::string choices = std::string("|") + var.choices + "|";
+      if (it->second.empty() || choices.find("|" + it->second + "|") == std::string::npos) {
+        raise(ErrorCode::kInvalidArgument, "environment variable {}='{}' is not one of {}", name, it->second,
+              var.choices);
+      }
+    }
+    return it->second;
+  }
+  if (var.default_value != nullptr) return std::string(var.default_value);
+  return std::nullopt;
+}
+
+std::optional<int64_t> Config::integer(const char* name) const {
+  std::optional<std::string> text = string(name);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  long long value = std::strtoll(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || errno == ERANGE) {
+    raise(ErrorCode::kInvalidArgument, "environment variable {}='{}' is not an integer", name, *text);
+  }
+  return value;
+}
+
+std::optional<double> Config::real(const char* name) const {
+  std::optional<std::string> text = string(name);
+  if (!text) return std::nullopt;
+  char* end = nullptr;
+  double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0') {
+    raise(ErrorCode::kInvalidArgument, "environment variable {}='{}' is not a number", name, *text);
+  }
+  return value;
+}
+
+double timeout_seconds() {
+  double seconds = *Config::get().real("BRAID_TIMEOUT_S");
+  if (!(seconds > 0)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_TIMEOUT_S={} must be positive", seconds);
+  }
+  return seconds;
+}
+
+}  // namespace braid

@@ -1,0 +1,55 @@
+// The one table of BRAID_* environment variables, parsed in one place.
+// docs/config.md documents the same table; a cpu test keeps the two in step.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace braid {
+
+enum class ConfigType { kString, kInt, kDouble, kEnum };
+
+struct ConfigVar {
+  const char* name;           // BRAID_...
+  ConfigType type;
+  const char* default_value;  // nullptr: unset by default
+  const char* choices;        // kEnum: "a|b|c"; otherwise nullptr
+  const char* meaning;        // one line for docs/config.md
+};
+
+// Every BRAID_* variable braid reads.
+std::span<const ConfigVar> config_table();
+
+// Values of the table's variables, from one environment snapshot.
+class Config {
+ public:
+  // The process environment, parsed once on first use. Unknown BRAID_* names are warned about
+  // (with close matches) the first time this is called.
+  static const Config& get();
+
+  // Parses an explicit environment (tests). Unknown BRAID_* names go to *warnings.
+  static Config parse(const std::map<std::string, std::string>& env, std::vector<std::string>* warnings);
+
+  // Typed getters. Throw kInvalidArgument naming the variable when its value does not parse,
+  // and kInternal when `name` is not in the table.
+  bool is_set(const char* name) const;
+  std::optional<std::string> string(const char* name) const;
+  std::optional<int64_t> integer(const char* name) const;
+  std::optional<double> real(const char* name) const;
+
+ private:
+  const ConfigVar& lookup(const char* name) const;
+  std::map<std::string, std::string> values_;  // explicitly set table variables only
+};
+
+// Close matches among the table's names for an unknown name (edit distance), best first.
+std::vector<std::string> close_config_names(const std::string& unknown);
+
+// Timeout for every bounded wait, in seconds (BRAID_TIMEOUT_S).
+double timeout_seconds();
+
+}  // namespace braid

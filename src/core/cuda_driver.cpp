@@ -1,0 +1,72 @@
+#include "core/cuda_driver.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "core/error.hpp"
+
+namespace braid {
+namespace {
+
+// ABI version of the entry points we ask for: the CUDA 12.0 signatures of these calls.
+constexpr unsigned kEntryPointVersion = 12000;
+
+std::atomic<const DriverApi*> g_fake{nullptr};
+
+template <typename Fn>
+void fetch(const char* symbol, Fn& slot) {
+  void* function = nullptr;
+  cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t result = cudaGetDriverEntryPointByVersion(symbol, &function, kEntryPointVersion, cudaEnableDefault, &status);
+  if (result == cudaErrorInsufficientDriver || result == cudaErrorNoDevice || result == cudaErrorInitializationError) {
+    raise(ErrorCode::kNoDevice, "no usable CUDA driver on this machine ({} while looking up {})",
+          cudaGetErrorName(result), symbol);
+  }
+  if (result != cudaSuccess || status != cudaDriverEntryPointSuccess || function == nullptr) {
+    raise(ErrorCode::kNoDevice, "CUDA driver entry point {} is unavailable ({}, query status {}); driver too old?",
+          symbol, cudaGetErrorName(result), static_cast<int>(status));
+  }
+  slot = reinterpret_cast<Fn>(function);
+}
+
+DriverApi load() {
+  DriverApi api{};
+#define BRAID_FETCH(name) fetch(#name, api.name)
+  BRAID_FETCH(cuGetErrorName);
+  BRAID_FETCH(cuDeviceGet);
+  BRAID_FETCH(cuDeviceGetAttribute);
+  BRAID_FETCH(cuMemGetAllocationGranularity);
+  BRAID_FETCH(cuMemCreate);
+  BRAID_FETCH(cuMemRelease);
+  BRAID_FETCH(cuMemExportToShareableHandle);
+  BRAID_FETCH(cuMemImportFromShareableHandle);
+  BRAID_FETCH(cuMemAddressReserve);
+  BRAID_FETCH(cuMemAddressFree);
+  BRAID_FETCH(cuMemMap);
+  BRAID_FETCH(cuMemUnmap);
+  BRAID_FETCH(cuMemSetAccess);
+#undef BRAID_FETCH
+  return api;
+}
+
+}  // namespace
+
+const DriverApi& driver() {
+  if (const DriverApi* fake = g_fake.load(std::memory_order_acquire)) return *fake;
+  // Not a function-local static: a failed load (no driver) must be retried and re-raised on every call.
+  static std::mutex mutex;
+  static DriverApi api;
+  static bool loaded = false;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!loaded) {
+    api = load();
+    loaded = true;
+  }
+  return api;
+}
+
+void set_driver_for_testing(const DriverApi* fake) { g_fake.store(fake, std::memory_order_release); }
+
+}  // namespace braid

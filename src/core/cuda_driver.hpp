@@ -1,0 +1,32 @@
+// CUDA driver entry points, fetched through the runtime (cudaGetDriverEntryPointByVersion), so that
+// libbraid.so never links against libcuda (DESIGN.md rule 1) and loads on machines without a driver.
+#pragma once
+
+#include <cuda.h>
+
+namespace braid {
+
+// Every driver call braid makes goes through this table.
+struct DriverApi {
+  decltype(&::cuGetErrorName) cuGetErrorName;
+  decltype(&::cuDeviceGet) cuDeviceGet;
+  decltype(&::cuDeviceGetAttribute) cuDeviceGetAttribute;
+  decltype(&::cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;
+  decltype(&::cuMemCreate) cuMemCreate;
+  decltype(&::cuMemRelease) cuMemRelease;
+  decltype(&::cuMemExportToShareableHandle) cuMemExportToShareableHandle;
+  decltype(&::cuMemImportFromShareableHandle) cuMemImportFromShareableHandle;
+  decltype(&::cuMemAddressReserve) cuMemAddressReserve;
+  decltype(&::cuMemAddressFree) cuMemAddressFree;
+  decltype(&::cuMemMap) cuMemMap;
+  decltype(&::cuMemUnmap) cuMemUnmap;
+  decltype(&::cuMemSetAccess) cuMemSetAccess;
+};
+
+// The table, fetched on first use. Throws Error(kNoDevice) when there is no driver.
+const DriverApi& driver();
+
+// Tests replace the table with a fake (nullptr restores the real one).
+void set_driver_for_testing(const DriverApi* fake);
+
+}  // namespace braid
