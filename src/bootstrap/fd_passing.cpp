@@ -1,1 +1,362 @@
-// placeholder: being written
+// File descriptor passing over abstract-namespace Unix sockets (SCM_RIGHTS).
+//
+// Every message is one short-lived connection: the sender connects to the receiver's listener,
+// sends a 16-byte header with the fd attached, and closes. The kernel keeps the connection (and the
+// fd in flight) in the listener's backlog until the receiver accepts it, so a send never waits for
+// the receiver to be in receive(): only for its listener to exist. Every wait is bounded by timeout_s.
+#include "bootstrap/fd_passing.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <thread>
+
+#include "bootstrap/socket.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid {
+namespace {
+
+constexpr uint32_t kMagic = 0x62726664;  // "brfd"
+constexpr int kListenBacklog = 256;      // every rank may send to one rank before it accepts any
+constexpr int kPollSliceMs = 20;         // receive re-checks fds stashed by other threads this often
+constexpr double kMinMessageReadS = 1.0;  // a message's bytes follow its connect at once; allow this much
+
+struct Header {
+  uint32_t magic;
+  int32_t sender;
+  uint64_t tag;
+};
+static_assert(sizeof(Header) == 16);
+
+void close_quietly(int fd) {
+  if (fd >= 0) ::close(fd);
+}
+
+// Abstract address for `name` (the leading NUL marks the abstract namespace; no file is created,
+// and the name disappears with the last socket bound to it).
+socklen_t abstract_address(const std::string& name, sockaddr_un* address) {
+  std::memset(address, 0, sizeof(*address));
+  address->sun_family = AF_UNIX;
+  std::memcpy(address->sun_path + 1, name.data(), name.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+}
+
+// Longest name abstract_address can hold.
+constexpr size_t kMaxNameLength = sizeof(sockaddr_un::sun_path) - 1;
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+// Waits until `fd` reports `events` or `timeout_ms` passes; false on timeout. EINTR just retries
+// the caller's loop (the deadline is absolute).
+bool wait_for(int fd, short events, int timeout_ms) {
+  pollfd entry{fd, events, 0};
+  int ready = ::poll(&entry, 1, timeout_ms);
+  if (ready < 0 && errno != EINTR) raise_system("poll", errno, "fd passing");
+  return ready > 0;
+}
+
+// Connects a non-blocking socket to `name`. Returns the socket, or -1 when the peer is not there
+// yet (not bound: ECONNREFUSED; backlog full: EAGAIN), so the caller retries. A blocking connect
+// would wait on a full backlog without bound.
+int try_connect(const std::string& name) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
+  sockaddr_un address;
+  socklen_t length = abstract_address(name, &address);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), length) == 0) return fd;
+  int err = errno;
+  ::close(fd);
+  if (err == ECONNREFUSED || err == EAGAIN || err == ENOENT || err == EINTR) return -1;
+  raise_system("connect", err, fmt::format("fd passing to socket @{}", name));
+}
+
+// Sends the header with `fd` attached (SCM_RIGHTS on the first byte), then any remainder.
+// False when the deadline passes first.
+bool send_header_with_fd(int socket_fd, const Header& header, int fd, net::Deadline deadline) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  const char* bytes = reinterpret_cast<const char*>(&header);
+  size_t sent = 0;
+  while (sent < sizeof(header)) {
+    iovec io{const_cast<char*>(bytes + sent), sizeof(header) - sent};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    if (sent == 0) {  // the fd rides with the first byte only
+      message.msg_control = control;
+      message.msg_controllen = sizeof(control);
+      cmsghdr* cmsg = CMSG_FIRSTHDR(&message);
+      cmsg->cmsg_level = SOL_SOCKET;
+      cmsg->cmsg_type = SCM_RIGHTS;
+      cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+    }
+    ssize_t n = ::sendmsg(socket_fd, &message, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (net::milliseconds_left(deadline) == 0) return false;
+      wait_for(socket_fd, POLLOUT, net::milliseconds_left(deadline));
+    } else {
+      raise_system("sendmsg", errno, "fd passing");
+    }
+  }
+  return true;
+}
+
+// One message read from an accepted connection.
+struct Message {
+  Header header{};
+  int fd = -1;
+};
+
+// Takes the fds out of a received control buffer: the first becomes *fd, any extra are closed
+// (a well-formed message carries exactly one).
+void take_fds(msghdr* message, int* fd) {
+  for (cmsghdr* cmsg = CMSG_FIRSTHDR(message); cmsg != nullptr; cmsg = CMSG_NXTHDR(message, cmsg)) {
+    if (cmsg->cmsg_level != SOL_SOCKET || cmsg->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(cmsg) + i * sizeof(int), sizeof(int));
+      if (*fd < 0) {
+        *fd = received;
+      } else {
+        ::close(received);
+      }
+    }
+  }
+}
+
+// Reads a header and its fd from `connection`. Returns false (closing any fd received) when the
+// peer closes early, sends garbage, or the deadline passes.
+bool read_message(int connection, net::Deadline deadline, Message* out) {
+  char* bytes = reinterpret_cast<char*>(&out->header);
+  size_t received = 0;
+  while (received < sizeof(Header)) {
+    // Room for a few fds, so a sender that attaches more cannot make the kernel truncate (and drop) ours.
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+    iovec io{bytes + received, sizeof(Header) - received};
+    msghdr message{};
+    message.msg_iov = &io;
+    message.msg_iovlen = 1;
+    message.msg_control = control;
+    message.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(connection, &message, MSG_CMSG_CLOEXEC);
+    if (n > 0) {
+      take_fds(&message, &out->fd);
+      received += static_cast<size_t>(n);
+    } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (net::milliseconds_left(deadline) == 0) break;
+      wait_for(connection, POLLIN, net::milliseconds_left(deadline));
+    } else {
+      break;  // closed early or failed
+    }
+  }
+  if (received == sizeof(Header) && out->header.magic == kMagic && out->fd >= 0) return true;
+  close_quietly(out->fd);
+  out->fd = -1;
+  return false;
+}
+
+// Connects to `name`, retrying until the deadline; -1 when it passes.
+int connect_until(const std::string& name, net::Deadline deadline) {
+  // The peer may not have bound its listener yet: retry with a short, growing pause.
+  int pause_ms = 1;
+  while (true) {
+    int connection = try_connect(name);
+    if (connection >= 0) return connection;
+    int left_ms = net::milliseconds_left(deadline);
+    if (left_ms == 0) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(pause_ms, left_ms)));
+    pause_ms = std::min(pause_ms * 2, 50);
+  }
+}
+
+// Whether the connected peer runs as our user. Abstract sockets have no file permissions, so
+// without this any local user could hand us fds posing as a rank.
+bool peer_is_same_user(int connection) {
+  ucred credentials{};
+  socklen_t length = sizeof(credentials);
+  if (::getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return false;
+  return credentials.uid == ::getuid();
+}
+
+}  // namespace
+
+FdExchanger::FdExchanger(std::string scope, int rank, int size, double timeout_s)
+    : scope_(std::move(scope)), rank_(rank), size_(size), timeout_s_(timeout_s) {
+  if (size_ < 1) raise_invalid_argument("FdExchanger", "size", "must be at least 1, got {}", size_);
+  if (rank_ < 0 || rank_ >= size_) {
+    raise_invalid_argument("FdExchanger", "rank", "must be in [0, {}) (size), got {}", size_, rank_);
+  }
+  if (!(timeout_s_ > 0)) raise_invalid_argument("FdExchanger", "timeout_s", "must be positive, got {}", timeout_s_);
+
+  const std::string name = socket_name(rank_);
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (listen_fd_ < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
+  sockaddr_un address;
+  socklen_t length = abstract_address(name, &address);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+    int err = errno;
+    close_quietly(listen_fd_);
+    if (err == EADDRINUSE) {
+      raise(ErrorCode::kSystemError,
+            "fd passing: socket @{} is already in use: another exchanger with scope '{}' and rank {} exists on "
+            "this host (scopes must be unique per communicator)",
+            name, scope_, rank_);
+    }
+    raise_system("bind", err, fmt::format("fd passing on socket @{}", name));
+  }
+  if (::listen(listen_fd_, kListenBacklog) != 0) {
+    int err = errno;
+    close_quietly(listen_fd_);
+    raise_system("listen", err, fmt::format("fd passing on socket @{}", name));
+  }
+}
+
+FdExchanger::~FdExchanger() {
+  // Connections still in the backlog are dropped with the listener; the kernel releases their fds.
+  close_quietly(listen_fd_);
+  for (auto& [key, fd] : pending_) close_quietly(fd);
+}
+
+std::string FdExchanger::socket_name(int rank) const {
+  std::string suffix = "-" + std::to_string(rank);
+  std::string name = "braid-fd-" + scope_ + suffix;
+  if (name.size() <= kMaxNameLength) return name;
+  // Too long for sun_path: keep a readable prefix of the scope and make it unique with a hash.
+  std::string hash = fmt::format("~{:016x}", fnv1a(scope_));
+  size_t keep = kMaxNameLength - std::string("braid-fd-").size() - hash.size() - suffix.size();
+  return "braid-fd-" + scope_.substr(0, keep) + hash + suffix;
+}
+
+void FdExchanger::send(int peer, int fd, uint64_t tag) {
+  if (peer < 0 || peer >= size_) {
+    raise_invalid_argument("FdExchanger::send", "peer", "must be in [0, {}), got {}", size_, peer);
+  }
+  if (fd < 0) raise_invalid_argument("FdExchanger::send", "fd", "must be an open file descriptor, got {}", fd);
+
+  const std::string name = socket_name(peer);
+  const net::Deadline deadline = net::deadline_after(timeout_s_);
+  int connection = connect_until(name, deadline);
+  if (connection < 0) {
+    raise(ErrorCode::kTimeout,
+          "fd passing: rank {} is not listening on socket @{} after {} s (rank {} sending fd for tag {})", peer,
+          name, timeout_s_, rank_, tag);
+  }
+  Header header{kMagic, rank_, tag};
+  bool sent = false;
+  try {
+    sent = send_header_with_fd(connection, header, fd, deadline);
+  } catch (...) {
+    ::close(connection);
+    throw;
+  }
+  ::close(connection);  // the message stays queued for the peer's accept
+  if (!sent) {
+    raise(ErrorCode::kTimeout, "fd passing: could not send fd for tag {} to rank {} on socket @{} within {} s", tag,
+          peer, name, timeout_s_);
+  }
+}
+
+int FdExchanger::receive(int peer, uint64_t tag) {
+  if (peer < 0 || peer >= size_) {
+    raise_invalid_argument("FdExchanger::receive", "peer", "must be in [0, {}), got {}", size_, peer);
+  }
+  const net::Deadline deadline = net::deadline_after(timeout_s_);
+  const std::pair<int, uint64_t> key{peer, tag};
+  while (true) {
+    {
+      // Holding the lock only while draining the backlog (which never waits for a new connection)
+      // lets several threads receive on one exchanger: each sees what the others stashed.
+      std::lock_guard<std::mutex> lock(mutex_);
+      accept_pending_connections(deadline);
+      auto it = pending_.find(key);
+      if (it != pending_.end()) {
+        int fd = it->second;
+        pending_.erase(it);
+        return fd;
+      }
+    }
+    int left_ms = net::milliseconds_left(deadline);
+    if (left_ms == 0) {
+      raise(ErrorCode::kTimeout,
+            "fd passing: rank {} did not send fd for tag {} within {} s (rank {} listening on socket @{})", peer,
+            tag, timeout_s_, rank_, socket_name(rank_));
+    }
+    wait_for(listen_fd_, POLLIN, std::min(left_ms, kPollSliceMs));
+  }
+}
+
+void FdExchanger::accept_pending_connections(net::Deadline deadline) {
+  while (true) {
+    int connection = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (connection < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      raise_system("accept", errno, fmt::format("fd passing on socket @{}", socket_name(rank_)));
+    }
+    stash_message(connection, std::max(deadline, net::deadline_after(kMinMessageReadS)));
+    ::close(connection);
+  }
+}
+
+void FdExchanger::stash_message(int connection, net::Deadline deadline) {
+  Message message;
+  if (!peer_is_same_user(connection)) {
+    BRAID_WARN("fd passing: rank {} ignored a connection from another user on socket @{}", rank_, socket_name(rank_));
+    return;
+  }
+  if (!read_message(connection, deadline, &message)) {
+    BRAID_WARN("fd passing: rank {} dropped a malformed message on socket @{}", rank_, socket_name(rank_));
+    return;
+  }
+  const int sender = message.header.sender;
+  if (sender < 0 || sender >= size_) {
+    BRAID_WARN("fd passing: rank {} dropped a message from unknown rank {}", rank_, sender);
+    ::close(message.fd);
+    return;
+  }
+  auto [it, inserted] = pending_.emplace(std::make_pair(sender, message.header.tag), message.fd);
+  if (!inserted) {
+    // Two fds for one (peer, tag): which is meant is ambiguous; keep the first.
+    BRAID_WARN("fd passing: rank {} got a second fd from rank {} for tag {}; dropped it", rank_, sender,
+               message.header.tag);
+    ::close(message.fd);
+  }
+}
+
+std::vector<int> FdExchanger::all_exchange(int fd, uint64_t tag) {
+  // Sends first: a send completes once the message is queued at the peer's listener, so no rank
+  // waits on another's receive (the backlog holds every rank's message while size <= backlog).
+  for (int offset = 1; offset < size_; ++offset) send((rank_ + offset) % size_, fd, tag);
+  std::vector<int> fds(size_, -1);
+  try {
+    for (int offset = 1; offset < size_; ++offset) {
+      int peer = (rank_ + size_ - offset) % size_;
+      fds[peer] = receive(peer, tag);
+    }
+  } catch (...) {
+    for (int received : fds) close_quietly(received);
+    throw;
+  }
+  return fds;
+}
+
+}  // namespace braid

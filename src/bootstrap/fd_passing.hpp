@@ -3,6 +3,7 @@
 // communicator identity, so two jobs on one host never collide.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -35,6 +36,13 @@ class FdExchanger {
   std::string socket_name(int rank) const;
 
  private:
+  using Deadline = std::chrono::steady_clock::time_point;
+  // Accepts every connection already queued on the listener (never waits for a new one) and
+  // stashes its fd in pending_. Caller holds mutex_.
+  void accept_pending_connections(Deadline deadline);
+  // Reads one message from an accepted connection into pending_; drops malformed ones.
+  void stash_message(int connection, Deadline deadline);
+
   std::string scope_;
   int rank_;
   int size_;

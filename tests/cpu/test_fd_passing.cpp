@@ -1,0 +1,249 @@
+// FdExchanger: ranks are threads of this process, each with its own exchanger on a fresh scope.
+// Identity of a received fd is checked through its content (memfd) or by writing through it (pipe).
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/fd_passing.hpp"
+#include "braid/error.hpp"
+
+namespace braid {
+namespace {
+
+constexpr double kTimeoutS = 20.0;  // generous: the ranks are threads on a small, busy machine
+
+// A scope no other test or process on this host uses.
+std::string fresh_scope() {
+  static std::atomic<int> counter{0};
+  std::random_device random;
+  return "test-" + std::to_string(::getpid()) + "-" + std::to_string(random()) + "-" + std::to_string(counter++);
+}
+
+// Runs fn(rank) on `size` threads and fails the test with the first exception any of them threw.
+void run_ranks(int size, const std::function<void(int)>& fn) {
+  std::vector<std::exception_ptr> errors(size);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < size; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        fn(rank);
+      } catch (...) {
+        errors[rank] = std::current_exception();
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (int rank = 0; rank < size; ++rank) {
+    if (!errors[rank]) continue;
+    try {
+      std::rethrow_exception(errors[rank]);
+    } catch (const std::exception& error) {
+      ADD_FAILURE() << "rank " << rank << ": " << error.what();
+    }
+  }
+}
+
+std::string rank_content(int rank) { return "content of rank " + std::to_string(rank); }
+
+// A memfd holding `content`.
+int memfd_with(const std::string& content) {
+  int fd = ::memfd_create("braid-test", MFD_CLOEXEC);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(::pwrite(fd, content.data(), content.size(), 0), static_cast<ssize_t>(content.size()));
+  return fd;
+}
+
+std::string read_content(int fd) {
+  char buffer[128] = {};
+  ssize_t n = ::pread(fd, buffer, sizeof(buffer), 0);
+  return n > 0 ? std::string(buffer, n) : std::string();
+}
+
+int open_fd_count() {
+  int count = 0;
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  while (dirent* entry = ::readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  ::closedir(dir);
+  return count;
+}
+
+template <typename Body>
+Error expect_error(Body body) {
+  try {
+    body();
+  } catch (const Error& error) {
+    return error;
+  }
+  ADD_FAILURE() << "expected braid::Error";
+  return Error(ErrorCode::kSuccess, "");
+}
+
+bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+// Every rank shares a memfd with rank-specific content; every rank reads every other's.
+void exchange_memfds(int size) {
+  const std::string scope = fresh_scope();
+  run_ranks(size, [&](int rank) {
+    FdExchanger exchanger(scope, rank, size, kTimeoutS);
+    int mine = memfd_with(rank_content(rank));
+    std::vector<int> fds = exchanger.all_exchange(mine, 7);
+    ASSERT_EQ(fds.size(), static_cast<size_t>(size));
+    EXPECT_EQ(fds[rank], -1);
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      EXPECT_EQ(read_content(fds[peer]), rank_content(peer)) << "rank " << rank << " from " << peer;
+      EXPECT_NE(::fcntl(fds[peer], F_GETFD) & FD_CLOEXEC, 0) << "received fd is not close-on-exec";
+      ::close(fds[peer]);
+    }
+    ::close(mine);
+  });
+}
+
+TEST(FdPassing, AllExchangeTwoRanks) { exchange_memfds(2); }
+TEST(FdPassing, AllExchangeFourRanks) { exchange_memfds(4); }
+TEST(FdPassing, AllExchangeEightRanks) { exchange_memfds(8); }
+
+TEST(FdPassing, PipeWriteEnds) {
+  // Each rank hands out its pipe's write end; every peer writes its rank byte through it.
+  const int size = 4;
+  const std::string scope = fresh_scope();
+  run_ranks(size, [&](int rank) {
+    FdExchanger exchanger(scope, rank, size, kTimeoutS);
+    int pipe_fds[2];
+    ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+    std::vector<int> write_ends = exchanger.all_exchange(pipe_fds[1], 1);
+    ::close(pipe_fds[1]);
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) continue;
+      char byte = static_cast<char>('0' + rank);
+      EXPECT_EQ(::write(write_ends[peer], &byte, 1), 1);
+      ::close(write_ends[peer]);
+    }
+    // Every write end is closed once all peers are done, so reading to EOF collects all bytes.
+    std::string got;
+    char buffer[16];
+    ssize_t n;
+    while ((n = ::read(pipe_fds[0], buffer, sizeof(buffer))) > 0) got.append(buffer, n);
+    ::close(pipe_fds[0]);
+    std::sort(got.begin(), got.end());
+    std::string expected;
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer != rank) expected += static_cast<char>('0' + peer);
+    }
+    EXPECT_EQ(got, expected) << "rank " << rank;
+  });
+}
+
+TEST(FdPassing, TagsOutOfOrder) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, kTimeoutS);
+  FdExchanger rank1(scope, 1, 2, kTimeoutS);
+  int two = memfd_with("tag two");
+  int one = memfd_with("tag one");
+  rank0.send(1, two, 2);  // queued at rank 1's listener; send does not wait for receive
+  rank0.send(1, one, 1);
+  int got_one = rank1.receive(0, 1);
+  int got_two = rank1.receive(0, 2);
+  EXPECT_EQ(read_content(got_one), "tag one");
+  EXPECT_EQ(read_content(got_two), "tag two");
+  for (int fd : {one, two, got_one, got_two}) ::close(fd);
+}
+
+TEST(FdPassing, SilentPeerTimesOut) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 0.5);
+  FdExchanger rank1(scope, 1, 2, 0.5);  // exists, never sends
+  auto start = std::chrono::steady_clock::now();
+  Error error = expect_error([&] { rank0.receive(1, 42); });
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+  EXPECT_TRUE(contains(error.what(), "rank 1")) << error.what();
+  EXPECT_TRUE(contains(error.what(), "tag 42")) << error.what();
+  EXPECT_GE(elapsed, 0.45);
+  EXPECT_LT(elapsed, 5.0);
+}
+
+TEST(FdPassing, AbsentPeerSendTimesOut) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 0.5);  // rank 1 never binds
+  int fd = memfd_with("x");
+  Error error = expect_error([&] { rank0.send(1, fd, 3); });
+  EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+  EXPECT_TRUE(contains(error.what(), rank0.socket_name(1))) << error.what();
+  ::close(fd);
+}
+
+TEST(FdPassing, ScopesDoNotCollide) {
+  const std::string scope_a = fresh_scope();
+  const std::string scope_b = fresh_scope();
+  FdExchanger a(scope_a, 0, 2, kTimeoutS);
+  FdExchanger b(scope_b, 0, 2, kTimeoutS);  // same rank, other scope: fine
+  EXPECT_NE(a.socket_name(0), b.socket_name(0));
+
+  Error error = expect_error([&] { FdExchanger again(scope_a, 0, 2, kTimeoutS); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), a.socket_name(0))) << error.what();
+  EXPECT_TRUE(contains(error.what(), "already in use")) << error.what();
+}
+
+TEST(FdPassing, LongScopeIsShortenedUniquely) {
+  const std::string base = fresh_scope() + std::string(200, 'x');
+  FdExchanger a(base + "a", 0, 1, kTimeoutS);
+  FdExchanger b(base + "b", 0, 1, kTimeoutS);  // differs only past the truncation point
+  EXPECT_NE(a.socket_name(0), b.socket_name(0));
+  EXPECT_LE(a.socket_name(0).size(), 107u);
+}
+
+TEST(FdPassing, RejectsBadArguments) {
+  EXPECT_EQ(expect_error([] { FdExchanger bad(fresh_scope(), 2, 2, 1.0); }).code(), ErrorCode::kInvalidArgument);
+  FdExchanger rank0(fresh_scope(), 0, 2, 1.0);
+  EXPECT_EQ(expect_error([&] { rank0.receive(5, 0); }).code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(expect_error([&] { rank0.send(-1, 0, 0); }).code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(FdPassing, NoFdLeak) {
+  const int before_exchangers = open_fd_count();
+  {
+    const std::string scope = fresh_scope();
+    FdExchanger rank0(scope, 0, 2, kTimeoutS);
+    FdExchanger rank1(scope, 1, 2, kTimeoutS);
+    int fd0 = memfd_with(rank_content(0));
+    int fd1 = memfd_with(rank_content(1));
+    const int before = open_fd_count();
+    for (uint64_t tag = 0; tag < 200; ++tag) {
+      std::thread peer([&] {
+        std::vector<int> fds = rank1.all_exchange(fd1, tag);
+        EXPECT_EQ(read_content(fds[0]), rank_content(0));
+        ::close(fds[0]);
+      });
+      std::vector<int> fds = rank0.all_exchange(fd0, tag);
+      EXPECT_EQ(read_content(fds[1]), rank_content(1));
+      ::close(fds[1]);
+      peer.join();
+    }
+    EXPECT_EQ(open_fd_count(), before);
+    // An fd that was sent but never received is released with its exchanger.
+    rank0.send(1, fd0, 9999);
+    ::close(fd0);
+    ::close(fd1);
+  }
+  EXPECT_EQ(open_fd_count(), before_exchangers);
+}
+
+}  // namespace
+}  // namespace braid
