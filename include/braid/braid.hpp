@@ -4,7 +4,8 @@
 //   braid::SymmetricMemory mem = comm.alloc(1 << 20, {.contiguous_view = true});
 //   // mem.local(), mem.peer(r), mem.device_peers() (for kernels), mem.view() ([world × view_stride()])
 //
-// Every call that fails throws braid::Error (braid/error.hpp).
+// Every call that fails throws braid::Error (braid/error.hpp). Calls leave the caller's current CUDA device as
+// they found it: make comm.device() current before launching work for the communicator.
 #pragma once
 
 #include <cstddef>

@@ -1,1 +1,188 @@
-// placeholder: being written
+// Communicator init: rendezvous at the store, a namespace of its own, identities of every rank, the
+// topology check, and the fd-passing socket that symmetric allocations use.
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <random>
+
+#include "comm/comm_state.hpp"
+#include "comm/topology.hpp"
+#include "core/config.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "memory/symmetric_memory.hpp"
+
+namespace braid {
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+// The store served by this process for `host:port`, shared by every communicator that names it (a second
+// communicator made from the same rendezvous must not try to bind the port again).
+std::shared_ptr<StoreServer> serve_store(const std::string& host, int port) {
+  static std::mutex mutex;
+  static std::map<std::string, std::weak_ptr<StoreServer>> servers;
+  const std::string bind_host = is_loopback(host) ? "127.0.0.1" : "0.0.0.0";
+  const std::string key = fmt::format("{}:{}", bind_host, port);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto server = servers[key].lock()) return server;
+  auto server = std::make_shared<StoreServer>(bind_host, port);
+  servers[key] = server;
+  return server;
+}
+
+int choose_device(const Rendezvous& rendezvous, const CommOptions& options, int device_count) {
+  int device = options.device;
+  const char* source = "options.device";
+  if (device < 0) {
+    if (std::optional<int64_t> configured = Config::get().integer("BRAID_DEVICE")) {
+      device = static_cast<int>(*configured);
+      source = "BRAID_DEVICE";
+    } else {
+      device = rendezvous.local_rank >= 0 ? rendezvous.local_rank : rendezvous.rank;
+      source = "the local rank";
+    }
+  }
+  if (device < 0 || device >= device_count) {
+    raise_invalid_argument("Communicator::init", "device", "is {} (from {}), but this process sees {} CUDA device(s)",
+                           device, source, device_count);
+  }
+  return device;
+}
+
+std::string random_hex() {
+  std::random_device entropy;
+  std::mt19937_64 generator((static_cast<uint64_t>(entropy()) << 32) ^ entropy());
+  return fmt::format("{:016x}", generator());
+}
+
+void validate(const Rendezvous& rendezvous) {
+  if (rendezvous.size < 1) raise_invalid_argument("Communicator::init", "rendezvous.size", "is {}; must be ≥ 1", rendezvous.size);
+  if (rendezvous.rank < 0 || rendezvous.rank >= rendezvous.size) {
+    raise_invalid_argument("Communicator::init", "rendezvous.rank", "is {}; must be in [0, {})", rendezvous.rank,
+                           rendezvous.size);
+  }
+  if (rendezvous.store_port <= 0 || rendezvous.store_port > 65535) {
+    raise_invalid_argument("Communicator::init", "rendezvous.store_port", "is {}; must be in [1, 65535]",
+                           rendezvous.store_port);
+  }
+}
+
+// Every rank must be able to use the VMM path with POSIX-fd handles.
+void require_vmm_support(int device) {
+  CUdevice cu_device = 0;
+  BRAID_CU(cuDeviceGet, &cu_device, device);
+  int vmm = 0, posix_fd = 0;
+  BRAID_CU(cuDeviceGetAttribute, &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_device);
+  BRAID_CU(cuDeviceGetAttribute, &posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, cu_device);
+  if (!vmm || !posix_fd) {
+    raise(ErrorCode::kUnsupported,
+          "GPU {} lacks virtual memory management ({}) or POSIX-fd memory handles ({}), which symmetric memory needs",
+          device, vmm, posix_fd);
+  }
+}
+
+// Agree on the topology: every rank computes its reachability row, all rows are gathered, and every rank
+// applies the same check, so all refuse together (none is left waiting for a peer that gave up).
+std::vector<PeerInfo> agree_on_topology(detail::CommState& state) {
+  std::vector<std::string> encoded = state.bootstrap->allgather(local_identity(state.device).encode(), "identity");
+  std::vector<RankIdentity> ranks;
+  for (int r = 0; r < state.size; ++r) ranks.push_back(RankIdentity::decode(encoded[r], r));
+  std::vector<PeerInfo> peers = probe_peers(ranks, state.rank, state.device);
+  std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(peers), "reachability");
+  std::string problem = cuda_backend_topology_problem(ranks, rows);
+  if (!problem.empty()) {
+    bool shared_gpu = problem.find("both use GPU") != std::string::npos;
+    raise(shared_gpu ? ErrorCode::kInvalidArgument : ErrorCode::kPeerUnreachable, "Communicator::init: {}", problem);
+  }
+  return peers;
+}
+
+}  // namespace
+
+Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions& options) {
+  validate(rendezvous);
+  set_log_rank(rendezvous.rank);
+  const int device_count = require_cuda_devices("Communicator::init");
+  auto state = std::make_shared<detail::CommState>();
+  state->rank = rendezvous.rank;
+  state->size = rendezvous.size;
+  state->device = choose_device(rendezvous, options, device_count);
+  state->timeout_s = options.timeout_s > 0 ? options.timeout_s : timeout_seconds();
+  DeviceGuard guard(state->device);
+  BRAID_CUDA(cudaFree(nullptr));  // creates the primary context that driver calls below use
+  require_vmm_support(state->device);
+
+  if (rendezvous.serve_store) state->store_server = serve_store(rendezvous.store_host, rendezvous.store_port);
+  state->store = std::make_shared<StoreClient>(rendezvous.store_host, rendezvous.store_port, state->timeout_s);
+
+  // A namespace of its own: the k-th communicator this rank makes with this job id. Creation is collective
+  // and ordered, so rank r's k-th communicator is every rank's k-th.
+  const std::string job = rendezvous.job_id.empty() ? "job" : rendezvous.job_id;
+  const int64_t index = state->store->add(fmt::format("braid/{}/comm-count/{}", job, state->rank), 1);
+  state->bootstrap = std::make_unique<Bootstrap>(state->store, fmt::format("braid/{}/comm{}", job, index), state->rank,
+                                                 state->size, state->timeout_s);
+  state->uid = state->bootstrap->broadcast(state->rank == 0 ? random_hex() : std::string(), 0, "communicator id");
+  state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
+  state->peers = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
+  BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
+  return Communicator(std::move(state));
+}
+
+Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+namespace {
+const detail::CommState& checked(const std::shared_ptr<detail::CommState>& state) {
+  if (!state) raise(ErrorCode::kInvalidArgument, "Communicator: use of a moved-from communicator");
+  return *state;
+}
+}  // namespace
+
+int Communicator::rank() const { return checked(state_).rank; }
+int Communicator::size() const { return checked(state_).size; }
+int Communicator::device() const { return checked(state_).device; }
+double Communicator::timeout_s() const { return checked(state_).timeout_s; }
+const std::vector<PeerInfo>& Communicator::peers() const { return checked(state_).peers; }
+
+const PeerInfo& Communicator::peer(int rank) const {
+  const detail::CommState& state = checked(state_);
+  if (rank < 0 || rank >= state.size) {
+    raise_invalid_argument("Communicator::peer", "rank", "is {}; must be in [0, {})", rank, state.size);
+  }
+  return state.peers[rank];
+}
+
+std::string Communicator::describe() const {
+  const detail::CommState& state = checked(state_);
+  std::string text = fmt::format("rank {} of {}, GPU {} ({})\n", state.rank, state.size, state.device,
+                                 state.peers[state.rank].pci_bus_id);
+  for (const PeerInfo& peer : state.peers) {
+    if (peer.rank == state.rank) continue;
+    text += fmt::format("  peer {}: host {}, GPU {} ({}), p2p {}, native atomics {}, performance rank {}\n", peer.rank,
+                        peer.host, peer.device, peer.pci_bus_id, peer.p2p ? "yes" : "no",
+                        peer.native_atomics ? "yes" : "no", peer.performance_rank);
+  }
+  return text;
+}
+
+void Communicator::barrier() {
+  detail::CommState& state = const_cast<detail::CommState&>(checked(state_));
+  std::lock_guard<std::mutex> lock(state.setup_mutex);
+  set_log_rank(state.rank);
+  state.bootstrap->barrier("Communicator::barrier");
+}
+
+SymmetricMemory Communicator::alloc(size_t bytes, const AllocOptions& options) {
+  checked(state_);
+  set_log_rank(state_->rank);
+  return SymmetricMemory(allocate_symmetric(state_, bytes, options));
+}
+
+}  // namespace braid

@@ -1,1 +1,131 @@
-// placeholder: being written
+#include "comm/topology.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+
+namespace braid {
+namespace {
+
+std::string read_boot_id() {
+  std::ifstream file("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(file, id);
+  return id.empty() ? "unknown-boot-id" : id;
+}
+
+std::string host_name() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown-host";
+  return buffer;
+}
+
+}  // namespace
+
+std::string RankIdentity::encode() const {
+  return fmt::format("{}\n{}\n{}\n{}\n{}", host, boot_id, pci_bus_id, device, pid);
+}
+
+RankIdentity RankIdentity::decode(const std::string& text, int rank) {
+  std::istringstream in(text);
+  RankIdentity identity;
+  std::string device, pid;
+  if (!std::getline(in, identity.host) || !std::getline(in, identity.boot_id) ||
+      !std::getline(in, identity.pci_bus_id) || !std::getline(in, device) || !std::getline(in, pid)) {
+    raise(ErrorCode::kInternal, "malformed identity from rank {}", rank);
+  }
+  identity.device = std::stoi(device);
+  identity.pid = std::stoi(pid);
+  return identity;
+}
+
+RankIdentity local_identity(int device) {
+  RankIdentity identity;
+  identity.host = host_name();
+  identity.boot_id = read_boot_id();
+  char bus_id[64] = {};
+  BRAID_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
+  identity.pci_bus_id = bus_id;
+  identity.device = device;
+  identity.pid = static_cast<int>(getpid());
+  return identity;
+}
+
+std::vector<PeerInfo> probe_peers(const std::vector<RankIdentity>& ranks, int my_rank, int my_device) {
+  std::vector<PeerInfo> peers(ranks.size());
+  const RankIdentity& me = ranks[my_rank];
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    PeerInfo& peer = peers[r];
+    peer.rank = static_cast<int>(r);
+    peer.host = ranks[r].host;
+    peer.pci_bus_id = ranks[r].pci_bus_id;
+    peer.same_host = ranks[r].boot_id == me.boot_id && ranks[r].host == me.host;
+    if (!peer.same_host) continue;
+    int device = -1;
+    if (cudaDeviceGetByPCIBusId(&device, ranks[r].pci_bus_id.c_str()) != cudaSuccess) {
+      cudaGetLastError();  // the peer's GPU is hidden from this process (CUDA_VISIBLE_DEVICES)
+      continue;
+    }
+    peer.device = device;
+    if (device == my_device) {
+      peer.p2p = true;  // our own GPU (another rank on it is refused by the topology check)
+      peer.native_atomics = true;
+      peer.performance_rank = 0;
+      continue;
+    }
+    int can_access = 0;
+    BRAID_CUDA(cudaDeviceCanAccessPeer(&can_access, my_device, device));
+    peer.p2p = can_access != 0;
+    if (peer.p2p) {
+      int atomics = 0;
+      BRAID_CUDA(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, my_device, device));
+      peer.native_atomics = atomics != 0;
+      BRAID_CUDA(cudaDeviceGetP2PAttribute(&peer.performance_rank, cudaDevP2PAttrPerformanceRank, my_device, device));
+    }
+  }
+  return peers;
+}
+
+std::string reachability_row(const std::vector<PeerInfo>& peers) {
+  std::string row;
+  for (const PeerInfo& peer : peers) row += peer.p2p ? '1' : '0';
+  return row;
+}
+
+std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks,
+                                          const std::vector<std::string>& rows) {
+  const size_t size = ranks.size();
+  for (size_t r = 1; r < size; ++r) {
+    if (ranks[r].boot_id != ranks[0].boot_id || ranks[r].host != ranks[0].host) {
+      return fmt::format("rank {} is on host '{}' and rank 0 on host '{}': the CUDA backend needs every rank on one host",
+                         r, ranks[r].host, ranks[0].host);
+    }
+  }
+  for (size_t a = 0; a < size; ++a) {
+    for (size_t b = a + 1; b < size; ++b) {
+      if (ranks[a].pci_bus_id == ranks[b].pci_bus_id) {
+        return fmt::format("ranks {} and {} both use GPU {}: each rank needs a GPU of its own", a, b,
+                           ranks[a].pci_bus_id);
+      }
+    }
+  }
+  for (size_t a = 0; a < size; ++a) {
+    for (size_t b = 0; b < size; ++b) {
+      if (a != b && (rows[a].size() != size || rows[a][b] != '1')) {
+        return fmt::format("rank {} (GPU {}) cannot reach rank {} (GPU {}) over P2P: the CUDA backend needs every "
+                           "pair of GPUs P2P-reachable (NVLink), and both GPUs visible to every rank",
+                           a, ranks[a].pci_bus_id, b, ranks[b].pci_bus_id);
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace braid

@@ -35,6 +35,8 @@ DriverApi load() {
   DriverApi api{};
 #define BRAID_FETCH(name) fetch(#name, api.name)
   BRAID_FETCH(cuGetErrorName);
+  BRAID_FETCH(cuCtxGetCurrent);
+  BRAID_FETCH(cuCtxSetCurrent);
   BRAID_FETCH(cuDeviceGet);
   BRAID_FETCH(cuDeviceGetAttribute);
   BRAID_FETCH(cuMemGetAllocationGranularity);

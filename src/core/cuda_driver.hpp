@@ -9,6 +9,8 @@ namespace braid {
 // Every driver call braid makes goes through this table.
 struct DriverApi {
   decltype(&::cuGetErrorName) cuGetErrorName;
+  decltype(&::cuCtxGetCurrent) cuCtxGetCurrent;
+  decltype(&::cuCtxSetCurrent) cuCtxSetCurrent;
   decltype(&::cuDeviceGet) cuDeviceGet;
   decltype(&::cuDeviceGetAttribute) cuDeviceGetAttribute;
   decltype(&::cuMemGetAllocationGranularity) cuMemGetAllocationGranularity;

@@ -1,1 +1,196 @@
-// placeholder: being written
+#include "memory/symmetric_memory.hpp"
+
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid {
+namespace detail {
+
+namespace {
+// Destructors must not throw: report driver failures instead.
+void release_quietly(CUresult result, const char* call) {
+  if (result != CUDA_SUCCESS) BRAID_WARN("{} failed with CUresult {} while freeing symmetric memory", call, static_cast<int>(result));
+}
+}  // namespace
+
+SymmetricAllocation::~SymmetricAllocation() {
+  DeviceGuard guard(device);
+  // cudaFree synchronises the device, so no kernel of ours still reads the mappings we remove next.
+  if (device_peer_pointers != nullptr) cudaFree(device_peer_pointers);
+  const DriverApi& api = driver();
+  if (view != 0) {
+    for (int r = 0; r < world; ++r) {
+      if (handles[r] != 0) release_quietly(api.cuMemUnmap(view + r * mapped_bytes, mapped_bytes), "cuMemUnmap(view)");
+    }
+    release_quietly(api.cuMemAddressFree(view, mapped_bytes * world), "cuMemAddressFree(view)");
+  }
+  for (int r = 0; r < world; ++r) {
+    if (mappings[r] != 0) {
+      release_quietly(api.cuMemUnmap(mappings[r], mapped_bytes), "cuMemUnmap");
+      release_quietly(api.cuMemAddressFree(mappings[r], mapped_bytes), "cuMemAddressFree");
+    }
+    if (handles[r] != 0) release_quietly(api.cuMemRelease(handles[r]), "cuMemRelease");
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// Owns a file descriptor until released.
+struct FdOwner {
+  int fd = -1;
+  ~FdOwner() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+CUmemAllocationProp allocation_properties(int device) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  return prop;
+}
+
+size_t granularity(const CUmemAllocationProp& prop) {
+  size_t value = 0;
+  BRAID_CU(cuMemGetAllocationGranularity, &value, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+  return value;
+}
+
+// Maps `handle` at `address` read/write for the local device.
+void map_for_device(CUdeviceptr address, size_t bytes, CUmemGenericAllocationHandle handle, int device) {
+  BRAID_CU(cuMemMap, address, bytes, 0, handle, 0);
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = device;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  BRAID_CU(cuMemSetAccess, address, bytes, &access, 1);
+}
+
+CUdeviceptr reserve_and_map(size_t bytes, size_t alignment, CUmemGenericAllocationHandle handle, int device) {
+  CUdeviceptr address = 0;
+  BRAID_CU(cuMemAddressReserve, &address, bytes, alignment, 0, 0);
+  try {
+    map_for_device(address, bytes, handle, device);
+  } catch (...) {
+    driver().cuMemUnmap(address, bytes);  // harmless when the map itself failed
+    driver().cuMemAddressFree(address, bytes);
+    throw;
+  }
+  return address;
+}
+
+// Every rank must ask for the same size; name the ranks that differ.
+void check_same_size(detail::CommState& comm, size_t bytes) {
+  std::vector<std::string> sizes = comm.bootstrap->allgather(std::to_string(bytes), "symmetric alloc size");
+  std::string differing;
+  for (int r = 0; r < comm.size; ++r) {
+    if (sizes[r] != sizes[0]) differing += fmt::format("{}rank {} asked for {} bytes", differing.empty() ? "" : ", ", r, sizes[r]);
+  }
+  if (!differing.empty()) {
+    raise(ErrorCode::kMismatch, "Communicator::alloc: ranks asked for different sizes: rank 0 asked for {} bytes, {}",
+          sizes[0], differing);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::CommState>& comm,
+                                                               size_t bytes, const AllocOptions& options) {
+  if (bytes == 0) raise_invalid_argument("Communicator::alloc", "bytes", "is 0; a symmetric allocation needs ≥ 1 byte");
+  std::lock_guard<std::mutex> lock(comm->setup_mutex);
+  DeviceGuard guard(comm->device);
+  check_same_size(*comm, bytes);
+  const uint64_t tag = comm->alloc_sequence++;
+
+  auto allocation = std::make_shared<detail::SymmetricAllocation>();
+  detail::SymmetricAllocation& a = *allocation;
+  a.comm = comm;
+  a.rank = comm->rank;
+  a.world = comm->size;
+  a.device = comm->device;
+  a.bytes = bytes;
+  a.handles.assign(a.world, 0);
+  a.mappings.assign(a.world, 0);
+
+  const CUmemAllocationProp prop = allocation_properties(a.device);
+  const size_t align = granularity(prop);
+  if (bytes > SIZE_MAX - align) raise_invalid_argument("Communicator::alloc", "bytes", "is {}: too large", bytes);
+  a.mapped_bytes = (bytes + align - 1) / align * align;
+  if (options.contiguous_view && a.mapped_bytes > SIZE_MAX / a.world) {
+    raise_invalid_argument("Communicator::alloc", "bytes", "is {}: the contiguous view of {} ranks overflows", bytes, a.world);
+  }
+
+  // Own memory: create, map, zero (before any peer can see it), export.
+  BRAID_CU(cuMemCreate, &a.handles[a.rank], a.mapped_bytes, &prop, 0);
+  a.mappings[a.rank] = reserve_and_map(a.mapped_bytes, align, a.handles[a.rank], a.device);
+  BRAID_CUDA(cudaMemset(reinterpret_cast<void*>(a.mappings[a.rank]), 0, a.mapped_bytes));
+  BRAID_CUDA(cudaDeviceSynchronize());
+  FdOwner exported;
+  BRAID_CU(cuMemExportToShareableHandle, &exported.fd, a.handles[a.rank], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+
+  // Exchange, import, map every peer's memory.
+  std::vector<int> received = comm->fds->all_exchange(exported.fd, tag);
+  std::vector<FdOwner> peer_fds(a.world);
+  for (int r = 0; r < a.world; ++r) peer_fds[r].fd = received[r];
+  for (int r = 0; r < a.world; ++r) {
+    if (r == a.rank) continue;
+    BRAID_CU(cuMemImportFromShareableHandle, &a.handles[r], reinterpret_cast<void*>(static_cast<uintptr_t>(peer_fds[r].fd)),
+             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    a.mappings[r] = reserve_and_map(a.mapped_bytes, align, a.handles[r], a.device);
+  }
+
+  if (options.contiguous_view) {
+    BRAID_CU(cuMemAddressReserve, &a.view, a.mapped_bytes * a.world, align, 0, 0);
+    for (int r = 0; r < a.world; ++r) map_for_device(a.view + r * a.mapped_bytes, a.mapped_bytes, a.handles[r], a.device);
+  }
+
+  a.peer_pointers.resize(a.world);
+  for (int r = 0; r < a.world; ++r) a.peer_pointers[r] = reinterpret_cast<void*>(a.mappings[r]);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&a.device_peer_pointers), sizeof(void*) * a.world));
+  BRAID_CUDA(cudaMemcpy(a.device_peer_pointers, a.peer_pointers.data(), sizeof(void*) * a.world, cudaMemcpyHostToDevice));
+  BRAID_DEBUG("symmetric alloc #{}: {} bytes ({} mapped) on {} ranks{}", tag, bytes, a.mapped_bytes, a.world,
+              options.contiguous_view ? " with contiguous view" : "");
+  return allocation;
+}
+
+// ---- SymmetricMemory: the public handle ----
+
+SymmetricMemory::SymmetricMemory(std::shared_ptr<detail::SymmetricAllocation> impl) : impl_(std::move(impl)) {}
+
+namespace {
+const detail::SymmetricAllocation& checked(const std::shared_ptr<detail::SymmetricAllocation>& impl, const char* call) {
+  if (!impl) raise(ErrorCode::kInvalidArgument, "SymmetricMemory::{}: the handle is empty (freed or never allocated)", call);
+  return *impl;
+}
+}  // namespace
+
+size_t SymmetricMemory::bytes() const { return checked(impl_, "bytes").bytes; }
+int SymmetricMemory::world_size() const { return checked(impl_, "world_size").world; }
+int SymmetricMemory::rank() const { return checked(impl_, "rank").rank; }
+void* SymmetricMemory::local() const {
+  const auto& a = checked(impl_, "local");
+  return a.peer_pointers[a.rank];
+}
+void* SymmetricMemory::peer(int rank) const {
+  const auto& a = checked(impl_, "peer");
+  if (rank < 0 || rank >= a.world) raise_invalid_argument("SymmetricMemory::peer", "rank", "is {}; must be in [0, {})", rank, a.world);
+  return a.peer_pointers[rank];
+}
+void* const* SymmetricMemory::peers() const { return checked(impl_, "peers").peer_pointers.data(); }
+void* const* SymmetricMemory::device_peers() const { return checked(impl_, "device_peers").device_peer_pointers; }
+void* SymmetricMemory::view() const { return reinterpret_cast<void*>(checked(impl_, "view").view); }
+size_t SymmetricMemory::view_stride() const { return checked(impl_, "view_stride").mapped_bytes; }
+void SymmetricMemory::reset() { impl_.reset(); }
+
+}  // namespace braid

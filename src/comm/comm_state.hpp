@@ -1,0 +1,33 @@
+// What a communicator holds on each rank. Shared (std::shared_ptr) by the Communicator handle and by every
+// symmetric allocation made from it, so teardown works in any order.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.hpp"
+#include "bootstrap/fd_passing.hpp"
+#include "bootstrap/store.hpp"
+#include "braid/braid.hpp"
+
+namespace braid::detail {
+
+struct CommState {
+  int rank = -1;
+  int size = 0;
+  int device = -1;
+  double timeout_s = 0;
+  std::string uid;                            // unique per communicator; names host-local sockets
+  std::shared_ptr<StoreServer> store_server;  // held by the rank that serves the store
+  std::shared_ptr<StoreClient> store;
+  std::unique_ptr<Bootstrap> bootstrap;
+  std::unique_ptr<FdExchanger> fds;
+  std::vector<PeerInfo> peers;
+
+  std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier)
+  uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank
+};
+
+}  // namespace braid::detail

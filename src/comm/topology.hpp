@@ -1,0 +1,37 @@
+// Who is where: each rank's host and GPU, and which peers it can reach over P2P (NVLink).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+
+namespace braid {
+
+// What a rank tells its peers about itself at communicator init.
+struct RankIdentity {
+  std::string host;        // gethostname()
+  std::string boot_id;     // /proc/sys/kernel/random/boot_id: same value <=> same host (containers too)
+  std::string pci_bus_id;  // of the rank's GPU
+  int device = -1;         // the rank's CUDA ordinal in its own process
+  int pid = 0;
+
+  std::string encode() const;
+  static RankIdentity decode(const std::string& text, int rank);  // kInternal on malformed text
+};
+
+RankIdentity local_identity(int device);
+
+// This rank's view of every peer: same host, the peer's GPU in this process's numbering, P2P access,
+// native atomics and performance rank as CUDA reports them from `my_device`.
+std::vector<PeerInfo> probe_peers(const std::vector<RankIdentity>& ranks, int my_rank, int my_device);
+
+// A row of reachability as exchanged between ranks: character r is '1' when rank r is reachable.
+std::string reachability_row(const std::vector<PeerInfo>& peers);
+
+// Why ranks cannot form a CUDA-backend communicator, or "" when they can: ranks on different hosts, two
+// ranks on one GPU, or a pair (in either direction) that is not P2P-reachable. Pure, for cpu tests.
+std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks,
+                                          const std::vector<std::string>& reachability_rows);
+
+}  // namespace braid

@@ -1,0 +1,44 @@
+// Symmetric allocations: the same size on every rank, made with cuMemCreate (POSIX-fd handles), exported,
+// passed to every peer over Unix sockets, imported and mapped read/write for the local GPU.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <vector>
+
+#include "braid/braid.hpp"
+
+namespace braid {
+namespace detail {
+
+struct CommState;
+
+// One rank's side of a symmetric allocation. Keeps the communicator state alive (teardown in any order).
+// The destructor unmaps and releases everything this rank holds; the physical memory of a rank lives on
+// until every peer has released its import, so a rank freeing early never pulls memory from under a peer's
+// mapping (the driver reference-counts it).
+struct SymmetricAllocation {
+  std::shared_ptr<CommState> comm;
+  int rank = -1;
+  int world = 0;
+  int device = -1;
+  size_t bytes = 0;         // as asked
+  size_t mapped_bytes = 0;  // rounded up to the allocation granularity; the stride of the view
+  std::vector<CUmemGenericAllocationHandle> handles;  // [world]: own and imported
+  std::vector<CUdeviceptr> mappings;                  // [world]: where each rank's copy is mapped here
+  CUdeviceptr view = 0;                               // contiguous view, or 0
+  std::vector<void*> peer_pointers;                   // host copy of the table below
+  void** device_peer_pointers = nullptr;              // device array [world]
+
+  ~SymmetricAllocation();
+};
+
+}  // namespace detail
+
+// Collective over the ranks of `comm`: validates `bytes` (> 0, equal on every rank), allocates, exchanges
+// and maps. Every rank's memory is zeroed before any peer can see it.
+std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::CommState>& comm,
+                                                               size_t bytes, const AllocOptions& options);
+
+}  // namespace braid

@@ -1,0 +1,60 @@
+// The CUDA-backend topology rule, on made-up identities (no GPU needed).
+#include <gtest/gtest.h>
+
+#include "comm/topology.hpp"
+
+namespace braid {
+namespace {
+
+std::vector<RankIdentity> ranks_on_one_host(int count) {
+  std::vector<RankIdentity> ranks;
+  for (int r = 0; r < count; ++r) {
+    ranks.push_back({"node1", "boot-a", "0000:0" + std::to_string(r) + ":00.0", r, 100 + r});
+  }
+  return ranks;
+}
+
+TEST(Topology, FullyConnectedRanksOnOneHostAreAccepted) {
+  EXPECT_EQ(cuda_backend_topology_problem(ranks_on_one_host(4), {"1111", "1111", "1111", "1111"}), "");
+  EXPECT_EQ(cuda_backend_topology_problem(ranks_on_one_host(1), {"1"}), "");
+}
+
+TEST(Topology, AMissingP2PPairIsNamedInEitherDirection) {
+  std::string problem = cuda_backend_topology_problem(ranks_on_one_host(4), {"1111", "1111", "1110", "1111"});
+  EXPECT_NE(problem.find("rank 2 (GPU 0000:02:00.0) cannot reach rank 3 (GPU 0000:03:00.0)"), std::string::npos) << problem;
+}
+
+TEST(Topology, RanksOnTwoHostsAreRefused) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(2);
+  ranks[1].host = "node2";
+  ranks[1].boot_id = "boot-b";
+  std::string problem = cuda_backend_topology_problem(ranks, {"11", "11"});
+  EXPECT_NE(problem.find("rank 1 is on host 'node2' and rank 0 on host 'node1'"), std::string::npos) << problem;
+}
+
+TEST(Topology, SameHostNameWithDifferentBootIdsIsTwoHosts) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(2);
+  ranks[1].boot_id = "boot-b";  // two containers named alike on different machines
+  EXPECT_NE(cuda_backend_topology_problem(ranks, {"11", "11"}), "");
+}
+
+TEST(Topology, TwoRanksOnOneGpuAreRefused) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(3);
+  ranks[2].pci_bus_id = ranks[0].pci_bus_id;
+  std::string problem = cuda_backend_topology_problem(ranks, {"111", "111", "111"});
+  EXPECT_NE(problem.find("ranks 0 and 2 both use GPU 0000:00:00.0"), std::string::npos) << problem;
+}
+
+TEST(Topology, IdentityRoundTripsThroughItsEncoding) {
+  RankIdentity identity{"host-x", "boot", "0000:1b:00.0", 3, 4242};
+  RankIdentity back = RankIdentity::decode(identity.encode(), 0);
+  EXPECT_EQ(back.host, identity.host);
+  EXPECT_EQ(back.boot_id, identity.boot_id);
+  EXPECT_EQ(back.pci_bus_id, identity.pci_bus_id);
+  EXPECT_EQ(back.device, 3);
+  EXPECT_EQ(back.pid, 4242);
+  EXPECT_THROW(RankIdentity::decode("only\ntwo", 1), Error);
+}
+
+}  // namespace
+}  // namespace braid
