@@ -1,0 +1,79 @@
+// Main of braid_gpu_tests. Exit code 77 means "skipped" to CTest (SKIP_RETURN_CODE): no GPU here, or fewer
+// GPUs than ranks asked for. Flags before GoogleTest's:
+//   --world=N         ranks as threads (default: every visible GPU)
+//   --print-gpu-count print the number of visible GPUs (exit 77 when none) and exit
+//   --crash-rank=R    launcher test: rank R aborts after init while the others wait in a barrier
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "world.hpp"
+
+namespace {
+
+constexpr int kSkipped = 77;
+
+int visible_gpus() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
+// Under braid-run: rank R aborts; the others must be stopped by the launcher, not wait out their timeout.
+int crash_rank_mode(int crash_rank) {
+  braid::Communicator comm = braid::Communicator::init(braid::Rendezvous::from_env(), braid::testing::test_options(120));
+  std::printf("rank %d initialised\n", comm.rank());
+  std::fflush(stdout);
+  if (comm.rank() == crash_rank) std::abort();
+  comm.barrier();  // never completes: the crashed rank does not arrive
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int world = -1;
+  int crash_rank = -1;
+  bool print_count = false;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--world=", 8) == 0) world = std::atoi(argv[i] + 8);
+    else if (std::strncmp(argv[i], "--crash-rank=", 13) == 0) crash_rank = std::atoi(argv[i] + 13);
+    else if (std::strcmp(argv[i], "--print-gpu-count") == 0) print_count = true;
+    else argv[kept++] = argv[i];
+  }
+  argc = kept;
+
+  const int gpus = visible_gpus();
+  if (print_count) {
+    std::printf("%d\n", gpus);
+    return gpus > 0 ? 0 : kSkipped;
+  }
+  if (gpus == 0) {
+    std::printf("SKIPPED: no CUDA device on this machine; GPU tests did not run\n");
+    return kSkipped;
+  }
+  if (crash_rank >= 0) return crash_rank_mode(crash_rank);
+
+  if (braid::testing::in_process_mode()) {
+    if (braid::testing::world_size() > gpus) {
+      std::printf("SKIPPED: %d ranks but only %d GPUs\n", braid::testing::world_size(), gpus);
+      return kSkipped;
+    }
+  } else {
+    if (world < 0) world = gpus;
+    if (world > gpus) {
+      std::printf("SKIPPED: --world=%d but only %d GPUs\n", world, gpus);
+      return kSkipped;
+    }
+    braid::testing::set_thread_world(world);
+  }
+  std::printf("braid GPU tests: %d rank(s) as %s, %d GPU(s) visible\n", braid::testing::world_size(),
+              braid::testing::in_process_mode() ? "processes (braid-run)" : "threads", gpus);
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,34 @@
+// Runs a test body on every rank: as threads of this process (one per GPU), or, under braid-run, as this
+// process's one rank. The same test source covers both, as the issue asks.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "braid/braid.hpp"
+
+namespace braid::testing {
+
+struct RankContext {
+  int rank;
+  int world;
+  Rendezvous rendezvous;  // ready for Communicator::init; namespaced per test
+};
+
+// Ranks in this run: the BRAID_WORLD_SIZE of braid-run, or the thread count chosen in main().
+int world_size();
+bool in_process_mode();
+void set_thread_world(int world);
+
+// Calls body on every rank (threads joined before return). Exceptions become test failures naming the rank.
+void for_each_rank(const std::function<void(const RankContext&)>& body);
+
+// for_each_rank with a communicator made for the body (timeout 30 s).
+void with_communicator(const std::function<void(Communicator&)>& body);
+
+CommOptions test_options(double timeout_s = 30.0);
+
+// Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
+void make_current(const Communicator& comm);
+
+}  // namespace braid::testing
