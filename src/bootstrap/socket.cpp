@@ -1,1 +1,272 @@
-// placeholder: being written
+#include "bootstrap/socket.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid::net {
+namespace {
+
+// Longest deadline we represent: far enough to mean "forever", small enough not to overflow the clock.
+constexpr double kMaxSeconds = 1e8;
+
+// Pause between connection attempts: short at first (the server is usually about to appear), growing so a
+// long wait does not spin.
+constexpr auto kFirstRetryPause = std::chrono::milliseconds(10);
+constexpr auto kMaxRetryPause = std::chrono::milliseconds(200);
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* info) const { freeaddrinfo(info); }
+};
+using AddrInfoList = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+// Resolves host:port; on failure returns null and puts gai's reason in *error.
+AddrInfoList resolve(const std::string& host, int port, bool passive, std::string* error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* result = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &result);
+  if (rc != 0) {
+    *error = fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc));
+    return nullptr;
+  }
+  return AddrInfoList(result);
+}
+
+int local_port(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return -1;
+  if (address.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+  if (address.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+  return -1;
+}
+
+void set_blocking(int fd, bool blocking) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return;
+  fcntl(fd, F_SETFL, blocking ? (flags & ~O_NONBLOCK) : (flags | O_NONBLOCK));
+}
+
+// Store messages are small request/reply pairs: Nagle's delay would add tens of ms to each.
+void set_no_delay(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// A TCP connect to a port on this host with no listener can, by chance, pick the same port as its
+// source and connect to itself (simultaneous open). Such a socket would echo our requests as replies.
+bool connected_to_itself(int fd) {
+  sockaddr_storage mine{}, theirs{};
+  socklen_t mine_length = sizeof(mine), theirs_length = sizeof(theirs);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &mine_length) != 0) return false;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&theirs), &theirs_length) != 0) return false;
+  return mine_length == theirs_length && std::memcmp(&mine, &theirs, mine_length) == 0;
+}
+
+// One non-blocking connect to `address`, bounded by the deadline. Returns the connected (blocking) fd,
+// or -1 with the reason in *error.
+int connect_once(const addrinfo& address, Deadline deadline, std::string* error) {
+  const int fd = socket(address.ai_family, address.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        address.ai_protocol);
+  if (fd < 0) {
+    *error = fmt::format("socket: {}", std::strerror(errno));
+    return -1;
+  }
+  int err = 0;
+  if (connect(fd, address.ai_addr, address.ai_addrlen) != 0) {
+    err = errno;
+    if (err == EINPROGRESS) {
+      pollfd entry{fd, POLLOUT, 0};
+      int ready;
+      do {
+        ready = poll(&entry, 1, milliseconds_left(deadline));
+      } while (ready < 0 && errno == EINTR);
+      socklen_t length = sizeof(err);
+      if (ready <= 0) {
+        err = ready == 0 ? ETIMEDOUT : errno;
+      } else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &length) != 0) {
+        err = errno;
+      }
+    }
+  }
+  if (err == 0 && connected_to_itself(fd)) err = ECONNREFUSED;
+  if (err != 0) {
+    *error = fmt::format("connect: {}", std::strerror(err));
+    close(fd);
+    return -1;
+  }
+  set_blocking(fd, true);
+  set_no_delay(fd);
+  return fd;
+}
+
+// Waits until `fd` is ready for `events` or the deadline passes. False on timeout or poll error.
+bool wait_ready(int fd, short events, Deadline deadline) {
+  pollfd entry{fd, events, 0};
+  for (;;) {
+    const int ready = poll(&entry, 1, milliseconds_left(deadline));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+[[noreturn]] void raise_bad_address(const std::string& text, const char* what) {
+  raise(ErrorCode::kInvalidArgument, "{}: expected 'host:port' (port 0-65535), got '{}'", what, text);
+}
+
+}  // namespace
+
+Deadline deadline_after(double seconds) {
+  if (!(seconds > 0)) seconds = 0;  // also maps NaN to 0
+  seconds = std::min(seconds, kMaxSeconds);
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+int milliseconds_left(Deadline deadline) {
+  const auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  // Round up: rounding down would make poll() return early and its callers spin on 0 ms.
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
+  return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
+}
+
+int tcp_listen(const std::string& host, int port, int* bound_port) {
+  const std::string where = fmt::format("listening on {}:{}", host, port);
+  std::string error;
+  AddrInfoList addresses = resolve(host, port, /*passive=*/true, &error);
+  if (!addresses) raise(ErrorCode::kSystemError, "{} failed: {}", where, error);
+
+  const char* failed_call = "socket";
+  int failed_errno = EADDRNOTAVAIL;
+  for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
+    const int fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
+    if (fd < 0) {
+      failed_call = "socket";
+      failed_errno = errno;
+      continue;
+    }
+    // A restarted server must be able to take its port back while old connections sit in TIME_WAIT.
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, address->ai_addr, address->ai_addrlen) != 0) {
+      failed_call = "bind";
+      failed_errno = errno;
+      close(fd);
+      continue;
+    }
+    if (listen(fd, SOMAXCONN) != 0) {
+      failed_call = "listen";
+      failed_errno = errno;
+      close(fd);
+      continue;
+    }
+    if (bound_port != nullptr) *bound_port = local_port(fd);
+    return fd;
+  }
+  raise_system(failed_call, failed_errno, where);
+}
+
+int tcp_connect(const std::string& host, int port, Deadline deadline) {
+  return tcp_connect(host, port, deadline, nullptr);
+}
+
+int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error) {
+  std::string error;
+  auto pause = std::chrono::duration_cast<Clock::duration>(kFirstRetryPause);
+  // At least one attempt, even with a deadline already passed.
+  for (;;) {
+    if (AddrInfoList addresses = resolve(host, port, /*passive=*/false, &error)) {
+      for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
+        const int fd = connect_once(*address, deadline, &error);
+        if (fd >= 0) return fd;
+      }
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) break;
+    BRAID_TRACE("connect to {}:{} failed ({}); retrying", host, port, error);
+    std::this_thread::sleep_for(std::min(pause, deadline - now));
+    pause = std::min<Clock::duration>(pause * 2, kMaxRetryPause);
+  }
+  if (last_error != nullptr) *last_error = error;
+  return -1;
+}
+
+bool write_all(int fd, const void* data, size_t bytes, Deadline deadline) {
+  const char* cursor = static_cast<const char*>(data);
+  while (bytes > 0) {
+    if (!wait_ready(fd, POLLOUT, deadline)) return false;
+    // MSG_NOSIGNAL: a peer that went away must give EPIPE here, not kill the process with SIGPIPE.
+    const ssize_t sent = send(fd, cursor, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return false;
+    }
+    cursor += sent;
+    bytes -= static_cast<size_t>(sent);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t bytes, Deadline deadline) {
+  char* cursor = static_cast<char*>(data);
+  while (bytes > 0) {
+    if (!wait_ready(fd, POLLIN, deadline)) return false;
+    const ssize_t received = recv(fd, cursor, bytes, MSG_DONTWAIT);
+    if (received == 0) return false;  // peer closed
+    if (received < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return false;
+    }
+    cursor += received;
+    bytes -= static_cast<size_t>(received);
+  }
+  return true;
+}
+
+std::pair<std::string, int> parse_host_port(const std::string& text, const char* what) {
+  auto fail = [&]() { raise_bad_address(text, what); };
+  std::string host;
+  std::string port_text;
+  if (!text.empty() && text.front() == '[') {  // "[v6 address]:port"
+    const size_t close = text.find(']');
+    if (close == std::string::npos || close + 1 >= text.size() || text[close + 1] != ':') fail();
+    host = text.substr(1, close - 1);
+    port_text = text.substr(close + 2);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string::npos) fail();
+    host = text.substr(0, colon);
+    port_text = text.substr(colon + 1);
+  }
+  int port = -1;
+  const char* end = port_text.data() + port_text.size();
+  const auto [stop, ec] = std::from_chars(port_text.data(), end, port);
+  if (host.empty() || port_text.empty() || ec != std::errc() || stop != end || port < 0 || port > 65535) {
+    fail();
+  }
+  return {host, port};
+}
+
+}  // namespace braid::net

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <utility>
 
 namespace braid::net {
 
@@ -18,6 +19,8 @@ int milliseconds_left(Deadline deadline);
 // TCP: listen on host:port (port 0 picks one; *bound_port gets it); connect with retries until the deadline.
 int tcp_listen(const std::string& host, int port, int* bound_port);
 int tcp_connect(const std::string& host, int port, Deadline deadline);  // -1 when the deadline passes
+// As above; on failure *last_error (if given) says why the last attempt failed, for error messages.
+int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error);
 
 // Reads or writes exactly `bytes`, or returns false (peer closed, error, or deadline passed).
 bool write_all(int fd, const void* data, size_t bytes, Deadline deadline);

@@ -1,1 +1,656 @@
-// placeholder: being written
+// The store's server and client, and braid::StoreHost.
+//
+// Wire protocol (TCP, one request then one reply at a time per connection):
+//   frame   := u32 body_length, body                     (integers little-endian)
+//   string  := u32 length, bytes                          (binary-safe)
+//   request := u8 op, fields
+//     SET     key:string value:string              -> OK
+//     GET     key:string timeout_ms:i64            -> OK value:string | TIMEOUT
+//     TRY_GET key:string                           -> OK value:string | NOT_FOUND
+//     WAIT    count:u32 key:string* timeout_ms:i64 -> OK count:u32 missing_key:string*
+//     ADD     key:string delta:i64                 -> OK new_value:i64 | ERROR message:string
+//     DELETE  key:string                           -> OK | NOT_FOUND
+//   reply   := u8 status, fields
+// GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
+// never polls. ADD keeps the counter as decimal text, so GET returns it as such.
+#include "bootstrap/store.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "bootstrap/socket.hpp"
+#include "braid/braid.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid {
+namespace {
+
+enum class Op : uint8_t { kSet = 1, kGet = 2, kTryGet = 3, kWait = 4, kAdd = 5, kDelete = 6 };
+enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3 };
+
+// Largest frame either side accepts: a bound on what a confused or hostile peer can make us allocate.
+constexpr uint32_t kMaxFrameBytes = 1u << 30;
+// A blocking GET/WAIT's reply is due when the server-side timeout passes; the client waits this much
+// longer before it calls the server unresponsive.
+constexpr double kWaitReplyMarginS = 2.0;
+// Requests that never wait server-side still get at least this long (a busy server is not a dead one).
+constexpr double kMinRequestTimeoutS = 1.0;
+// Bytes read from one client per poll round, so one large sender cannot starve the others.
+constexpr size_t kMaxReadPerRound = 4u << 20;
+
+// Builds one frame: reserve the length prefix, append fields, patch the length in finish().
+class Encoder {
+ public:
+  Encoder() : frame_(4, '\0') {}
+  Encoder& u8(uint8_t value) {
+    frame_.push_back(static_cast<char>(value));
+    return *this;
+  }
+  Encoder& u32(uint32_t value) { return little_endian(value, 4); }
+  Encoder& i64(int64_t value) { return little_endian(static_cast<uint64_t>(value), 8); }
+  Encoder& bytes(std::string_view value) {
+    if (value.size() > kMaxFrameBytes) raise_too_large(value.size());
+    u32(static_cast<uint32_t>(value.size()));
+    frame_.append(value);
+    return *this;
+  }
+  // The frame, length prefix patched in; the encoder is spent afterwards.
+  std::string finish() {
+    const size_t body = frame_.size() - 4;
+    if (body > kMaxFrameBytes) raise_too_large(body);
+    for (int i = 0; i < 4; ++i) frame_[i] = static_cast<char>((body >> (8 * i)) & 0xff);
+    return std::move(frame_);
+  }
+
+ private:
+  Encoder& little_endian(uint64_t value, int width) {
+    for (int i = 0; i < width; ++i) frame_.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+    return *this;
+  }
+  [[noreturn]] static void raise_too_large(size_t bytes) {
+    raise(ErrorCode::kInvalidArgument, "store message of {} bytes exceeds the limit of {} bytes", bytes,
+          kMaxFrameBytes);
+  }
+  std::string frame_;
+};
+
+uint64_t read_little_endian(const char* data, int width) {
+  uint64_t value = 0;
+  for (int i = 0; i < width; ++i) value |= uint64_t(static_cast<unsigned char>(data[i])) << (8 * i);
+  return value;
+}
+
+// Reads the fields of one frame body; a truncated or over-long body throws kRemoteError naming `context`.
+class Decoder {
+ public:
+  Decoder(std::string_view body, std::string_view context) : body_(body), context_(context) {}
+  uint8_t u8() { return static_cast<uint8_t>(take(1)[0]); }
+  uint32_t u32() { return static_cast<uint32_t>(read_little_endian(take(4), 4)); }
+  int64_t i64() { return static_cast<int64_t>(read_little_endian(take(8), 8)); }
+  std::string bytes() {
+    const uint32_t length = u32();
+    return std::string(take(length), length);
+  }
+  void expect_end() const {
+    if (position_ != body_.size()) malformed("trailing bytes");
+  }
+
+ private:
+  const char* take(size_t count) {
+    if (body_.size() - position_ < count) malformed("truncated field");
+    const char* data = body_.data() + position_;
+    position_ += count;
+    return data;
+  }
+  [[noreturn]] void malformed(const char* problem) const {
+    raise(ErrorCode::kRemoteError, "{}: malformed store message ({})", context_, problem);
+  }
+  std::string_view body_;
+  std::string_view context_;
+  size_t position_ = 0;
+};
+
+int64_t timeout_to_ms(double seconds) {
+  if (!(seconds > 0)) return 0;
+  return static_cast<int64_t>(std::ceil(std::min(seconds, 1e9) * 1000.0));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Server side
+
+// A GET or WAIT waiting for keys. While a connection has one, its further requests stay buffered, so
+// replies keep the order of requests.
+struct Parked {
+  Op op;
+  std::vector<std::string> keys;
+  net::Deadline deadline;
+};
+
+struct Connection {
+  int fd = -1;
+  std::string input;       // bytes received, not yet handled
+  std::string output;      // replies not yet sent
+  size_t output_sent = 0;  // prefix of `output` already sent
+  std::optional<Parked> parked;
+  bool dead = false;  // closed by the peer, failed, or sent garbage: dropped at the end of the round
+};
+
+}  // namespace
+
+struct StoreServer::Impl {
+  Impl(const std::string& host, int requested_port);
+  ~Impl();
+
+  void run();
+  void serve();
+  int next_wakeup_ms() const;
+  void accept_clients();
+  void receive(Connection& connection);
+  void handle_pending_work();
+  bool handle_buffered_requests(Connection& connection);
+  std::optional<std::string> next_frame(Connection& connection);
+  void handle_request(Connection& connection, std::string_view body);
+  void reply(Connection& connection, Encoder& encoder);
+  bool release_parked();
+  bool try_answer(Connection& connection, net::Clock::time_point now);
+  void add(Connection& connection, const std::string& key, int64_t delta);
+  void flush(Connection& connection);
+  void drop_dead_connections();
+
+  std::string address;  // "host:port", for logs
+  int listen_fd = -1;
+  int wake_fd = -1;  // eventfd: the destructor writes it to stop the thread
+  int port = 0;
+  std::unordered_map<std::string, std::string> data;
+  std::vector<std::unique_ptr<Connection>> connections;
+  std::thread thread;
+};
+
+StoreServer::Impl::Impl(const std::string& host, int requested_port) {
+  listen_fd = net::tcp_listen(host, requested_port, &port);
+  address = fmt::format("{}:{}", host, port);
+  // Non-blocking, so accept_clients() can drain the backlog and stop at EAGAIN.
+  fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL, 0) | O_NONBLOCK);
+  wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    const int err = errno;
+    close(listen_fd);
+    raise_system("eventfd", err, "starting the store server at " + address);
+  }
+  thread = std::thread([this] { run(); });
+  BRAID_DEBUG("store server listening on {}", address);
+}
+
+StoreServer::Impl::~Impl() {
+  const uint64_t one = 1;
+  if (write(wake_fd, &one, sizeof(one)) != static_cast<ssize_t>(sizeof(one))) {
+    BRAID_ERROR("store server {}: cannot signal its thread to stop: {}", address, std::strerror(errno));
+  }
+  thread.join();
+  for (auto& connection : connections) close(connection->fd);
+  close(listen_fd);
+  close(wake_fd);
+  BRAID_DEBUG("store server {} stopped", address);
+}
+
+// The thread's body: serve until told to stop. An unexpected failure stops serving (clients then see
+// their connections close) rather than terminating the process.
+void StoreServer::Impl::run() {
+  try {
+    serve();
+  } catch (const std::exception& error) {
+    BRAID_ERROR("store server {} stopped serving: {}", address, error.what());
+  }
+  for (auto& connection : connections) connection->dead = true;
+  drop_dead_connections();
+}
+
+void StoreServer::Impl::serve() {
+  std::vector<pollfd> fds;
+  for (;;) {
+    fds.clear();
+    fds.push_back({wake_fd, POLLIN, 0});
+    fds.push_back({listen_fd, POLLIN, 0});
+    for (const auto& connection : connections) {
+      const bool has_output = connection->output_sent < connection->output.size();
+      fds.push_back({connection->fd, static_cast<short>(POLLIN | (has_output ? POLLOUT : 0)), 0});
+    }
+    const int ready = poll(fds.data(), fds.size(), next_wakeup_ms());
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      raise_system("poll", errno, "serving the store at " + address);
+    }
+    if (fds[0].revents != 0) return;  // shutdown
+    // Connections accepted below are appended after the ones polled, so indices stay aligned.
+    const size_t polled = fds.size() - 2;
+    if (fds[1].revents & POLLIN) accept_clients();
+    for (size_t i = 0; i < polled; ++i) {
+      const short events = fds[i + 2].revents;
+      if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i]);
+      if (events & POLLOUT) flush(*connections[i]);
+    }
+    handle_pending_work();
+    drop_dead_connections();
+  }
+}
+
+// poll() timeout: until the earliest parked deadline, or forever when nothing is parked.
+int StoreServer::Impl::next_wakeup_ms() const {
+  int timeout = -1;
+  for (const auto& connection : connections) {
+    if (!connection->parked || connection->dead) continue;
+    const int left = net::milliseconds_left(connection->parked->deadline);
+    timeout = timeout < 0 ? left : std::min(timeout, left);
+  }
+  return timeout;
+}
+
+void StoreServer::Impl::accept_clients() {
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        BRAID_WARN("store server {}: accept failed: {}", address, std::strerror(errno));
+      }
+      return;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    auto connection = std::make_unique<Connection>();
+    connection->fd = fd;
+    connections.push_back(std::move(connection));
+  }
+}
+
+void StoreServer::Impl::receive(Connection& connection) {
+  char buffer[64 * 1024];
+  size_t total = 0;
+  while (!connection.dead && total < kMaxReadPerRound) {
+    const ssize_t received = recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (received > 0) {
+      connection.input.append(buffer, static_cast<size_t>(received));
+      total += static_cast<size_t>(received);
+    } else if (received == 0) {
+      connection.dead = true;  // the client went away (possibly mid-wait: its parked request goes too)
+    } else if (errno == EINTR) {
+      continue;
+    } else {
+      if (errno != EAGAIN && errno != EWOULDBLOCK) connection.dead = true;
+      return;
+    }
+  }
+}
+
+// Handles every complete request and every parked request that can now be answered. Handling one
+// connection's SET can release another's GET, whose connection may then have more requests buffered,
+// so repeat until nothing moves.
+void StoreServer::Impl::handle_pending_work() {
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (auto& connection : connections) progress |= handle_buffered_requests(*connection);
+    progress |= release_parked();
+  }
+  for (auto& connection : connections) flush(*connection);
+}
+
+bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
+  bool handled = false;
+  while (!connection.dead && !connection.parked) {
+    std::optional<std::string> body = next_frame(connection);
+    if (!body) break;
+    try {
+      handle_request(connection, *body);
+    } catch (const Error& error) {  // malformed request: this client is confused; drop it
+      BRAID_WARN("store server {}: dropping a client: {}", address, error.what());
+      connection.dead = true;
+    }
+    handled = true;
+  }
+  return handled;
+}
+
+std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection) {
+  if (connection.input.size() < 4) return std::nullopt;
+  const uint64_t length = read_little_endian(connection.input.data(), 4);
+  if (length > kMaxFrameBytes) {
+    BRAID_WARN("store server {}: dropping a client that sent a {}-byte frame", address, length);
+    connection.dead = true;
+    return std::nullopt;
+  }
+  if (connection.input.size() < 4 + length) return std::nullopt;
+  std::string body = connection.input.substr(4, length);
+  connection.input.erase(0, 4 + length);
+  return body;
+}
+
+void StoreServer::Impl::handle_request(Connection& connection, std::string_view body) {
+  Decoder in(body, "request from a store client");
+  const auto op = static_cast<Op>(in.u8());
+  switch (op) {
+    case Op::kSet: {
+      std::string key = in.bytes();
+      std::string value = in.bytes();
+      in.expect_end();
+      data[std::move(key)] = std::move(value);
+      reply(connection, Encoder().u8(uint8_t(Status::kOk)));
+      return;
+    }
+    case Op::kGet: {
+      std::string key = in.bytes();
+      const int64_t timeout_ms = in.i64();
+      in.expect_end();
+      // Parked even when present: release_parked() answers it in this same round.
+      connection.parked = Parked{op, {std::move(key)}, net::deadline_after(timeout_ms / 1000.0)};
+      return;
+    }
+    case Op::kTryGet: {
+      const std::string key = in.bytes();
+      in.expect_end();
+      const auto found = data.find(key);
+      if (found == data.end()) {
+        reply(connection, Encoder().u8(uint8_t(Status::kNotFound)));
+      } else {
+        reply(connection, Encoder().u8(uint8_t(Status::kOk)).bytes(found->second));
+      }
+      return;
+    }
+    case Op::kWait: {
+      const uint32_t count = in.u32();
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < count; ++i) keys.push_back(in.bytes());  // truncation throws, no huge reserve
+      const int64_t timeout_ms = in.i64();
+      in.expect_end();
+      connection.parked = Parked{op, std::move(keys), net::deadline_after(timeout_ms / 1000.0)};
+      return;
+    }
+    case Op::kAdd: {
+      const std::string key = in.bytes();
+      const int64_t delta = in.i64();
+      in.expect_end();
+      add(connection, key, delta);
+      return;
+    }
+    case Op::kDelete: {
+      const std::string key = in.bytes();
+      in.expect_end();
+      const bool existed = data.erase(key) > 0;
+      reply(connection, Encoder().u8(uint8_t(existed ? Status::kOk : Status::kNotFound)));
+      return;
+    }
+  }
+  raise(ErrorCode::kRemoteError, "unknown store operation {}", static_cast<int>(op));
+}
+
+void StoreServer::Impl::add(Connection& connection, const std::string& key, int64_t delta) {
+  int64_t value = 0;
+  auto found = data.find(key);
+  if (found != data.end()) {
+    const std::string& text = found->second;
+    const char* end = text.data() + text.size();
+    const auto [stop, ec] = std::from_chars(text.data(), end, value);
+    if (ec != std::errc() || stop != end) {
+      const std::string message = fmt::format("key '{}' holds a value that is not an integer", key);
+      reply(connection, Encoder().u8(uint8_t(Status::kError)).bytes(message));
+      return;
+    }
+  }
+  if (__builtin_add_overflow(value, delta, &value)) {
+    const std::string message = fmt::format("adding {} to key '{}' overflows int64", delta, key);
+    reply(connection, Encoder().u8(uint8_t(Status::kError)).bytes(message));
+    return;
+  }
+  data[key] = std::to_string(value);
+  reply(connection, Encoder().u8(uint8_t(Status::kOk)).i64(value));
+}
+
+void StoreServer::Impl::reply(Connection& connection, Encoder& encoder) {
+  connection.output += encoder.finish();
+}
+
+// Answers every parked request whose keys now exist or whose deadline has passed.
+bool StoreServer::Impl::release_parked() {
+  const auto now = net::Clock::now();
+  bool released = false;
+  for (auto& connection : connections) {
+    if (connection->parked && !connection->dead && try_answer(*connection, now)) released = true;
+  }
+  return released;
+}
+
+bool StoreServer::Impl::try_answer(Connection& connection, net::Clock::time_point now) {
+  const Parked& parked = *connection.parked;
+  const bool expired = now >= parked.deadline;
+  if (parked.op == Op::kGet) {
+    const auto found = data.find(parked.keys.front());
+    if (found != data.end()) {
+      reply(connection, Encoder().u8(uint8_t(Status::kOk)).bytes(found->second));
+    } else if (expired) {
+      reply(connection, Encoder().u8(uint8_t(Status::kTimeout)));
+    } else {
+      return false;
+    }
+  } else {  // kWait
+    std::vector<const std::string*> missing;
+    for (const std::string& key : parked.keys) {
+      if (!data.contains(key)) missing.push_back(&key);
+    }
+    if (!missing.empty() && !expired) return false;
+    Encoder encoder;
+    encoder.u8(uint8_t(Status::kOk)).u32(static_cast<uint32_t>(missing.size()));
+    for (const std::string* key : missing) encoder.bytes(*key);
+    reply(connection, encoder);
+  }
+  connection.parked.reset();
+  return true;
+}
+
+void StoreServer::Impl::flush(Connection& connection) {
+  while (!connection.dead && connection.output_sent < connection.output.size()) {
+    const ssize_t sent = send(connection.fd, connection.output.data() + connection.output_sent,
+                              connection.output.size() - connection.output_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent >= 0) {
+      connection.output_sent += static_cast<size_t>(sent);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      return;  // poll() tells us when the client reads
+    } else if (errno != EINTR) {
+      connection.dead = true;
+    }
+  }
+  connection.output.clear();
+  connection.output_sent = 0;
+}
+
+void StoreServer::Impl::drop_dead_connections() {
+  std::erase_if(connections, [](const std::unique_ptr<Connection>& connection) {
+    if (!connection->dead) return false;
+    close(connection->fd);
+    return true;
+  });
+}
+
+StoreServer::StoreServer(const std::string& bind_host, int port)
+    : impl_(std::make_unique<Impl>(bind_host, port)) {}
+
+StoreServer::~StoreServer() = default;
+
+int StoreServer::port() const { return impl_->port; }
+
+// ---------------------------------------------------------------------------------------------------
+// Client side
+
+namespace {
+
+// A request failed halfway: the byte stream is in an unknown state, so the connection is given up.
+[[noreturn]] void raise_exchange_failure(const std::string& address, const std::string& what,
+                                         net::Deadline deadline, double timeout_s) {
+  if (net::Clock::now() >= deadline) {
+    raise(ErrorCode::kTimeout, "store {}: no reply to {} within {} s (server hung or overloaded?)", address,
+          what, timeout_s);
+  }
+  raise(ErrorCode::kRemoteError, "store {}: connection lost during {} (did the server exit?)", address, what);
+}
+
+[[noreturn]] void raise_unexpected(const std::string& address, const std::string& what, Status status) {
+  raise(ErrorCode::kRemoteError, "store {}: unexpected reply status {} to {}", address,
+        static_cast<int>(status), what);
+}
+
+std::string quoted(const char* op, const std::string& key) { return fmt::format("{} '{}'", op, key); }
+
+}  // namespace
+
+StoreClient::StoreClient(const std::string& host, int port, double timeout_s)
+    : address_(fmt::format("{}:{}", host, port)), request_timeout_s_(std::max(timeout_s, kMinRequestTimeoutS)) {
+  std::string last_error;
+  fd_ = net::tcp_connect(host, port, net::deadline_after(timeout_s), &last_error);
+  if (fd_ < 0) {
+    raise(ErrorCode::kTimeout, "store client: no store server answered at {} within {} s (last attempt: {})",
+          address_, timeout_s, last_error);
+  }
+  BRAID_DEBUG("connected to store {}", address_);
+}
+
+StoreClient::~StoreClient() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::string StoreClient::exchange(const std::string& request, double reply_timeout_s, const std::string& what) {
+  std::lock_guard lock(mutex_);
+  if (fd_ < 0) {
+    raise(ErrorCode::kRemoteError, "store {}: cannot send {}: the connection was lost by an earlier request",
+          address_, what);
+  }
+  const net::Deadline deadline = net::deadline_after(reply_timeout_s);
+  char header[4];
+  bool ok = net::write_all(fd_, request.data(), request.size(), deadline) &&
+            net::read_all(fd_, header, sizeof(header), deadline);
+  std::string body;
+  if (ok) {
+    const uint64_t length = read_little_endian(header, 4);
+    ok = length <= kMaxFrameBytes;
+    if (ok) {
+      body.resize(length);
+      ok = net::read_all(fd_, body.data(), body.size(), deadline);
+    }
+  }
+  if (!ok) {
+    close(fd_);
+    fd_ = -1;
+    raise_exchange_failure(address_, what, deadline, reply_timeout_s);
+  }
+  return body;
+}
+
+void StoreClient::set(const std::string& key, const std::string& value) {
+  const std::string what = quoted("SET", key);
+  const std::string body =
+      exchange(Encoder().u8(uint8_t(Op::kSet)).bytes(key).bytes(value).finish(), request_timeout_s_, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+}
+
+std::string StoreClient::get(const std::string& key, double timeout_s) {
+  const std::string what = quoted("GET", key);
+  const std::string request = Encoder().u8(uint8_t(Op::kGet)).bytes(key).i64(timeout_to_ms(timeout_s)).finish();
+  const std::string body = exchange(request, std::max(timeout_s, 0.0) + kWaitReplyMarginS, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status == Status::kTimeout) {
+    raise(ErrorCode::kTimeout, "store {}: key '{}' did not appear within {} s", address_, key, timeout_s);
+  }
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+  return in.bytes();
+}
+
+std::optional<std::string> StoreClient::try_get(const std::string& key) {
+  const std::string what = quoted("TRY_GET", key);
+  const std::string body =
+      exchange(Encoder().u8(uint8_t(Op::kTryGet)).bytes(key).finish(), request_timeout_s_, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status == Status::kNotFound) return std::nullopt;
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+  return in.bytes();
+}
+
+std::vector<std::string> StoreClient::wait(const std::vector<std::string>& keys, double timeout_s) {
+  const std::string what = fmt::format("WAIT for {} key(s)", keys.size());
+  Encoder encoder;
+  encoder.u8(uint8_t(Op::kWait)).u32(static_cast<uint32_t>(keys.size()));
+  for (const std::string& key : keys) encoder.bytes(key);
+  encoder.i64(timeout_to_ms(timeout_s));
+  const std::string body =
+      exchange(encoder.finish(), std::max(timeout_s, 0.0) + kWaitReplyMarginS, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+  const uint32_t count = in.u32();
+  std::vector<std::string> missing;
+  for (uint32_t i = 0; i < count; ++i) missing.push_back(in.bytes());
+  return missing;
+}
+
+int64_t StoreClient::add(const std::string& key, int64_t delta) {
+  const std::string what = quoted("ADD", key);
+  const std::string body =
+      exchange(Encoder().u8(uint8_t(Op::kAdd)).bytes(key).i64(delta).finish(), request_timeout_s_, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status == Status::kError) {
+    raise(ErrorCode::kInvalidArgument, "store {}: {} refused: {}", address_, what, in.bytes());
+  }
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+  return in.i64();
+}
+
+bool StoreClient::remove(const std::string& key) {
+  const std::string what = quoted("DELETE", key);
+  const std::string body =
+      exchange(Encoder().u8(uint8_t(Op::kDelete)).bytes(key).finish(), request_timeout_s_, what);
+  Decoder in(body, address_);
+  const auto status = static_cast<Status>(in.u8());
+  if (status == Status::kNotFound) return false;
+  if (status != Status::kOk) raise_unexpected(address_, what, status);
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// StoreHost
+
+namespace {
+
+// The host that clients on this machine should dial for a server bound to `bind_host`: a wildcard
+// address is not dialable, so use loopback; IPv6 literals need brackets in "host:port".
+std::string dialable_host(const std::string& bind_host) {
+  if (bind_host.empty() || bind_host == "0.0.0.0") return "127.0.0.1";
+  if (bind_host == "::") return "[::1]";
+  if (bind_host.find(':') != std::string::npos) return "[" + bind_host + "]";
+  return bind_host;
+}
+
+}  // namespace
+
+StoreHost::StoreHost(const std::string& bind_host, int port)
+    : host_(dialable_host(bind_host)), server_(std::make_unique<StoreServer>(bind_host, port)) {}
+
+StoreHost::~StoreHost() = default;
+
+std::string StoreHost::address() const { return fmt::format("{}:{}", host_, server_->port()); }
+
+}  // namespace braid

@@ -53,8 +53,13 @@ class StoreClient {
   const std::string& address() const { return address_; }  // "host:port", for messages
 
  private:
+  // Sends one request frame and returns the reply's body; `reply_timeout_s` bounds the whole exchange.
+  // Throws kRemoteError (server gone) or kTimeout (no reply in time), naming the store and `what`.
+  std::string exchange(const std::string& request, double reply_timeout_s, const std::string& what);
+
   std::string address_;
-  int fd_ = -1;
+  int fd_ = -1;  // -1 once a failed exchange left the stream in an unknown state
+  double request_timeout_s_ = 0;  // bound on requests that never wait server-side
   std::mutex mutex_;
 };
 

@@ -1,0 +1,389 @@
+// The TCP store: server, client, socket helpers and braid::StoreHost.
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/socket.hpp"
+#include "bootstrap/store.hpp"
+#include "braid/braid.hpp"
+#include "braid/error.hpp"
+
+namespace braid {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::unique_ptr<StoreClient> connect_to(const StoreServer& server, double timeout_s = 2.0) {
+  return std::make_unique<StoreClient>("127.0.0.1", server.port(), timeout_s);
+}
+
+// Runs `call`, expects it to throw braid::Error with `code`; returns the message.
+std::string expect_error(const std::function<void()>& call, ErrorCode code) {
+  try {
+    call();
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), code) << error.what();
+    return error.what();
+  }
+  ADD_FAILURE() << "expected braid::Error(" << error_code_name(code) << ")";
+  return "";
+}
+
+// A port nobody listens on: bind one, then let it go.
+int free_port() {
+  StoreServer probe("127.0.0.1", 0);
+  return probe.port();
+}
+
+int open_fd_count() {
+  int count = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  while (dirent* entry = readdir(dir)) count += entry->d_name[0] != '.';
+  closedir(dir);
+  return count - 1;  // the DIR's own fd
+}
+
+// A hand-made GET request in the store's wire format (see store.cpp), for clients that misbehave.
+std::string raw_get_frame(const std::string& key, int64_t timeout_ms) {
+  std::string body;
+  body.push_back(2);  // GET
+  const uint32_t length = static_cast<uint32_t>(key.size());
+  body.append(reinterpret_cast<const char*>(&length), 4);  // little-endian host assumed (x86/arm)
+  body += key;
+  body.append(reinterpret_cast<const char*>(&timeout_ms), 8);
+  const uint32_t body_length = static_cast<uint32_t>(body.size());
+  return std::string(reinterpret_cast<const char*>(&body_length), 4) + body;
+}
+
+int raw_connect(const StoreServer& server) {
+  const int fd = net::tcp_connect("127.0.0.1", server.port(), net::deadline_after(2.0));
+  EXPECT_GE(fd, 0);
+  return fd;
+}
+
+TEST(StoreTest, SetGetTryGetAddRemove) {
+  StoreServer server;
+  auto client = connect_to(server);
+  EXPECT_EQ(client->address(), "127.0.0.1:" + std::to_string(server.port()));
+
+  client->set("a", "alpha");
+  EXPECT_EQ(client->get("a", 1.0), "alpha");
+  EXPECT_EQ(client->try_get("a"), std::optional<std::string>("alpha"));
+  EXPECT_EQ(client->try_get("b"), std::nullopt);
+  client->set("a", "again");  // overwrite
+  EXPECT_EQ(client->get("a", 1.0), "again");
+  client->set("empty", "");
+  EXPECT_EQ(client->try_get("empty"), std::optional<std::string>(""));
+
+  EXPECT_EQ(client->add("n", 5), 5);  // absent counts as 0
+  EXPECT_EQ(client->add("n", -7), -2);
+  EXPECT_EQ(client->get("n", 1.0), "-2");  // kept as decimal text
+  client->set("n10", "10");
+  EXPECT_EQ(client->add("n10", 1), 11);
+  const std::string message = expect_error([&] { client->add("a", 1); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("'a'"), std::string::npos) << message;
+
+  EXPECT_TRUE(client->remove("a"));
+  EXPECT_FALSE(client->remove("a"));
+  EXPECT_EQ(client->try_get("a"), std::nullopt);
+  EXPECT_EQ(client->try_get("n"), std::optional<std::string>("-2"));  // others untouched
+}
+
+TEST(StoreTest, GetBlocksUntilAnotherThreadSets) {
+  StoreServer server;
+  auto reader = connect_to(server);
+  auto writer = connect_to(server);
+  const auto start = Clock::now();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    writer->set("late", "here");
+  });
+  EXPECT_EQ(reader->get("late", 5.0), "here");
+  const double elapsed = seconds_since(start);
+  setter.join();
+  EXPECT_GE(elapsed, 0.25);
+  EXPECT_LT(elapsed, 2.0);
+}
+
+TEST(StoreTest, GetTimesOutNamingTheKey) {
+  StoreServer server;
+  auto client = connect_to(server);
+  const auto start = Clock::now();
+  const std::string message = expect_error([&] { client->get("absent-key", 0.5); }, ErrorCode::kTimeout);
+  const double elapsed = seconds_since(start);
+  EXPECT_NE(message.find("'absent-key'"), std::string::npos) << message;
+  EXPECT_NE(message.find(client->address()), std::string::npos) << message;
+  EXPECT_GE(elapsed, 0.45);
+  EXPECT_LT(elapsed, 2.0);
+  client->set("after", "ok");  // the connection survives a timed-out GET
+  EXPECT_EQ(client->get("after", 1.0), "ok");
+}
+
+TEST(StoreTest, WaitReturnsMissingKeys) {
+  StoreServer server;
+  auto client = connect_to(server);
+  client->set("a", "1");
+  client->set("b", "2");
+  const std::vector<std::string> keys = {"a", "b", "c", "d"};
+
+  auto start = Clock::now();
+  EXPECT_EQ(client->wait(keys, 0.3), (std::vector<std::string>{"c", "d"}));
+  EXPECT_GE(seconds_since(start), 0.25);
+  EXPECT_TRUE(client->wait({"a", "b"}, 0.3).empty());
+  EXPECT_TRUE(client->wait({}, 0.3).empty());
+
+  auto writer = connect_to(server);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    writer->set("c", "3");
+    writer->set("d", "4");
+  });
+  start = Clock::now();
+  EXPECT_TRUE(client->wait(keys, 5.0).empty());
+  EXPECT_LT(seconds_since(start), 2.0);
+  setter.join();
+}
+
+TEST(StoreTest, AddIsAtomicAcrossClients) {
+  StoreServer server;
+  constexpr int kThreads = 8, kAdds = 1000;
+  std::vector<std::vector<int64_t>> seen(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto client = connect_to(server);
+      for (int i = 0; i < kAdds; ++i) seen[t].push_back(client->add("counter", 1));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  // Every intermediate value was handed out exactly once.
+  std::set<int64_t> all;
+  for (const auto& values : seen) all.insert(values.begin(), values.end());
+  EXPECT_EQ(all.size(), size_t(kThreads * kAdds));
+  EXPECT_EQ(*all.begin(), 1);
+  EXPECT_EQ(*all.rbegin(), kThreads * kAdds);
+  EXPECT_EQ(connect_to(server)->get("counter", 1.0), std::to_string(kThreads * kAdds));
+}
+
+TEST(StoreTest, OneClientSharedByThreads) {
+  StoreServer server;
+  auto client = connect_to(server);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 250; ++i) {
+        client->add("shared", 1);
+        const std::string key = "t" + std::to_string(t) + "/" + std::to_string(i);
+        client->set(key, key);
+        EXPECT_EQ(client->get(key, 1.0), key);  // replies never cross between threads
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(client->get("shared", 1.0), "1000");
+}
+
+TEST(StoreTest, BinaryAndLargeValues) {
+  StoreServer server;
+  auto client = connect_to(server);
+  std::string every_byte;
+  for (int c = 0; c < 256; ++c) every_byte.push_back(static_cast<char>(c));
+  const std::string nul_key("k\0ey", 4);
+  client->set(nul_key, every_byte);
+  EXPECT_EQ(client->get(nul_key, 1.0), every_byte);
+  EXPECT_EQ(client->try_get(std::string("k", 1)), std::nullopt);  // the key is not cut at the NUL
+
+  std::string big(1 << 20, '\0');
+  std::mt19937 random(42);
+  for (char& c : big) c = static_cast<char>(random());
+  client->set("big", big);
+  EXPECT_EQ(client->get("big", 2.0), big);
+  EXPECT_EQ(connect_to(server)->try_get("big"), std::optional<std::string>(big));
+}
+
+TEST(StoreTest, ClientConnectsBeforeServerStarts) {
+  const int port = free_port();
+  std::unique_ptr<StoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    server = std::make_unique<StoreServer>("127.0.0.1", port);
+  });
+  const auto start = Clock::now();
+  StoreClient client("127.0.0.1", port, 5.0);
+  EXPECT_GE(seconds_since(start), 0.25);
+  starter.join();
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k", 1.0), "v");
+}
+
+TEST(StoreTest, ClosedPortTimesOutWithClearError) {
+  const int port = free_port();
+  const auto start = Clock::now();
+  const std::string message =
+      expect_error([&] { StoreClient client("127.0.0.1", port, 1.0); }, ErrorCode::kTimeout);
+  const double elapsed = seconds_since(start);
+  EXPECT_NE(message.find("127.0.0.1:" + std::to_string(port)), std::string::npos) << message;
+  EXPECT_NE(message.find("within 1 s"), std::string::npos) << message;
+  EXPECT_GE(elapsed, 0.9);
+  EXPECT_LT(elapsed, 2.5);
+}
+
+TEST(StoreTest, ServerDestroyedWhileClientWaits) {
+  auto server = std::make_unique<StoreServer>();
+  auto client = connect_to(*server);
+  const std::string address = client->address();
+  ErrorCode code = ErrorCode::kSuccess;
+  std::string message;
+  std::thread waiter([&] {
+    try {
+      client->get("never", 10.0);
+    } catch (const Error& error) {
+      code = error.code();
+      message = error.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto start = Clock::now();
+  server.reset();
+  waiter.join();
+  EXPECT_LT(seconds_since(start), 2.0);  // not the 10 s the GET asked for
+  EXPECT_TRUE(code == ErrorCode::kRemoteError || code == ErrorCode::kTimeout) << message;
+  EXPECT_NE(message.find(address), std::string::npos) << message;
+  // Later calls fail at once, naming the store.
+  message = expect_error([&] { client->set("k", "v"); }, ErrorCode::kRemoteError);
+  EXPECT_NE(message.find(address), std::string::npos) << message;
+}
+
+TEST(StoreTest, ClientVanishingMidWaitLeavesServerHealthy) {
+  auto server = std::make_unique<StoreServer>();
+  const int fd = raw_connect(*server);
+  const std::string frame = raw_get_frame("awaited", 10'000);
+  ASSERT_TRUE(net::write_all(fd, frame.data(), frame.size(), net::deadline_after(1.0)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // let the server park it
+  close(fd);
+
+  auto client = connect_to(*server);
+  client->set("awaited", "now");  // would be delivered to the vanished client
+  EXPECT_EQ(client->get("awaited", 1.0), "now");
+  EXPECT_EQ(client->add("x", 2), 2);
+
+  const auto start = Clock::now();
+  server.reset();
+  EXPECT_LT(seconds_since(start), 1.0);
+}
+
+TEST(StoreTest, GarbageFromOneClientDropsOnlyThatClient) {
+  StoreServer server;
+  auto good = connect_to(server);
+  const int fd = raw_connect(server);
+  const uint32_t huge = 0xffffffffu;  // a frame length beyond the limit
+  ASSERT_TRUE(net::write_all(fd, &huge, sizeof(huge), net::deadline_after(1.0)));
+  char byte;
+  EXPECT_FALSE(net::read_all(fd, &byte, 1, net::deadline_after(2.0)));  // closed by the server
+  close(fd);
+  good->set("k", "v");
+  EXPECT_EQ(good->get("k", 1.0), "v");
+}
+
+TEST(StoreTest, SixtyFourConcurrentClients) {
+  StoreServer server;
+  constexpr int kClients = 64;
+  std::vector<std::string> keys;
+  for (int i = 0; i < kClients; ++i) keys.push_back("client/" + std::to_string(i));
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        auto client = connect_to(server, 5.0);
+        client->set(keys[i], std::to_string(i));
+        if (!client->wait(keys, 5.0).empty()) ++failures;
+        const int next = (i + 1) % kClients;
+        if (client->get(keys[next], 1.0) != std::to_string(next)) ++failures;
+        client->add("arrived", 1);
+      } catch (const Error& error) {
+        ADD_FAILURE() << error.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(connect_to(server)->get("arrived", 1.0), std::to_string(kClients));
+}
+
+TEST(StoreTest, NoFileDescriptorLeaks) {
+  const int before = open_fd_count();
+  {
+    StoreServer server;
+    std::vector<std::unique_ptr<StoreClient>> clients;
+    for (int i = 0; i < 4; ++i) clients.push_back(connect_to(server));
+    clients[0]->set("k", "v");
+    EXPECT_EQ(clients[1]->get("k", 1.0), "v");
+    expect_error([&] { clients[2]->get("absent", 0.1); }, ErrorCode::kTimeout);
+    clients.pop_back();  // one client leaves before the server does
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(open_fd_count(), before);
+}
+
+TEST(StoreTest, PortInUseNamesTheAddress) {
+  StoreServer first;
+  const std::string address = "127.0.0.1:" + std::to_string(first.port());
+  const std::string message =
+      expect_error([&] { StoreServer second("127.0.0.1", first.port()); }, ErrorCode::kSystemError);
+  EXPECT_NE(message.find(address), std::string::npos) << message;
+}
+
+TEST(StoreHostTest, AddressReachesTheServer) {
+  StoreHost host;
+  const auto [name, port] = net::parse_host_port(host.address(), "address");
+  EXPECT_EQ(name, "127.0.0.1");
+  EXPECT_GT(port, 0);
+  StoreClient client(name, port, 2.0);
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k", 1.0), "v");
+
+  StoreHost any("0.0.0.0");  // bound to every interface: dial it by loopback
+  EXPECT_EQ(any.address().rfind("127.0.0.1:", 0), 0u) << any.address();
+  const auto [any_name, any_port] = net::parse_host_port(any.address(), "address");
+  EXPECT_EQ(StoreClient(any_name, any_port, 2.0).add("n", 3), 3);
+}
+
+TEST(StoreSocketTest, ParseHostPort) {
+  EXPECT_EQ(net::parse_host_port("127.0.0.1:29500", "x"), std::make_pair(std::string("127.0.0.1"), 29500));
+  EXPECT_EQ(net::parse_host_port("node-1:0", "x"), std::make_pair(std::string("node-1"), 0));
+  EXPECT_EQ(net::parse_host_port("[::1]:80", "x"), std::make_pair(std::string("::1"), 80));
+  for (const char* bad : {"nohost", "h:", ":80", "h:99999", "h:-1", "h:12x", "[::1]80", ""}) {
+    const std::string message =
+        expect_error([&] { net::parse_host_port(bad, "BRAID_STORE_ADDR"); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find("BRAID_STORE_ADDR"), std::string::npos) << message;
+  }
+}
+
+TEST(StoreSocketTest, DeadlineHelpers) {
+  EXPECT_EQ(net::milliseconds_left(net::deadline_after(0)), 0);
+  EXPECT_EQ(net::milliseconds_left(net::deadline_after(-5)), 0);
+  const int left = net::milliseconds_left(net::deadline_after(2.0));
+  EXPECT_GT(left, 1900);
+  EXPECT_LE(left, 2000);
+  EXPECT_GT(net::milliseconds_left(net::deadline_after(1e30)), 1'000'000);  // huge: no overflow
+}
+
+}  // namespace
+}  // namespace braid
