@@ -1,1 +1,638 @@
+#include "launcher.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string_view>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "bootstrap/store.hpp"
+
+extern char** environ;
+
+#ifndef BRAID_VERSION
+#define BRAID_VERSION "unknown"
+#endif
+
+namespace braid::run {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ------------------------------------------------------------------------------------------------
+// Command line. Parsed by hand rather than with a generic parser: options end at the program name, so
+// the program's own options ("prog -n 3") pass through untouched, while an unknown option before the
+// program must still be an error.
+
+constexpr std::string_view kUsage = R"(usage: braid-run -n N [options] [--] program [args...]
+
+Starts N ranks of `program` on this host, one GPU each, and serves their bootstrap store.
+Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE, BRAID_STORE_ADDR and
+BRAID_JOB_ID; CUDA_VISIBLE_DEVICES is left as it is (a rank picks its GPU by BRAID_LOCAL_RANK).
+Ranks read stdin from /dev/null; each line they print is prefixed with "[rank] ".
+When a rank fails, the others are stopped and braid-run exits with that rank's code (128 + signal if it
+was killed by one). SIGINT, SIGTERM and SIGHUP are forwarded to every rank.
+
+options:
+  -n, --nprocs N    number of ranks to start (required, >= 1)
+  --timeout-s S     when stopping ranks, SIGKILL them S seconds after SIGTERM (default 5)
+  --no-prefix       do not prefix output lines with the rank
+  -h, --help        print this help and exit
+  --version         print the version and exit
+)";
+
+ParsedArgs usage_error(const std::string& message) {
+  fmt::print(stderr, "braid-run: {}\nRun 'braid-run --help' for usage.\n", message);
+  return {std::nullopt, kExitUsage};
+}
+
+template <typename T>
+std::optional<T> parse_number(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+ParsedArgs parse_args(int argc, char** argv) {
+  LaunchOptions options;
+  bool have_nprocs = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;  // the program ("-" alone is a name too)
+    if (arg == "-h" || arg == "--help") {
+      fmt::print("{}", kUsage);
+      return {std::nullopt, 0};
+    }
+    if (arg == "--version") {
+      fmt::print("braid-run {}\n", BRAID_VERSION);
+      return {std::nullopt, 0};
+    }
+    if (arg == "--no-prefix") {
+      options.prefix = false;
+      continue;
+    }
+    // Options with a value: "-n 4", "-n4", "--nprocs 4", "--nprocs=4".
+    std::string name = arg;
+    std::optional<std::string> value;
+    if (arg.starts_with("--")) {
+      if (size_t eq = arg.find('='); eq != std::string::npos) {
+        name = arg.substr(0, eq);
+        value = arg.substr(eq + 1);
+      }
+    } else if (arg.size() > 2) {
+      name = arg.substr(0, 2);
+      value = arg.substr(2);
+    }
+    if (name != "-n" && name != "--nprocs" && name != "--timeout-s") {
+      return usage_error(fmt::format("unknown option '{}'", arg));
+    }
+    if (!value) {
+      if (i + 1 >= argc) return usage_error(fmt::format("option '{}' needs a value", name));
+      value = argv[++i];
+    }
+    if (name == "--timeout-s") {
+      auto seconds = parse_number<double>(*value);
+      if (!seconds || !std::isfinite(*seconds) || *seconds < 0) {
+        return usage_error(fmt::format("--timeout-s must be a number of seconds >= 0, got '{}'", *value));
+      }
+      options.timeout_s = *seconds;
+    } else {
+      auto n = parse_number<int>(*value);
+      if (!n || *n < 1) return usage_error(fmt::format("{} must be an integer >= 1, got '{}'", name, *value));
+      options.nprocs = *n;
+      have_nprocs = true;
+    }
+  }
+  if (!have_nprocs) return usage_error("missing -n/--nprocs (the number of ranks)");
+  if (i >= argc) return usage_error("missing the program to run");
+  options.command.assign(argv + i, argv + argc);
+  return {std::move(options), 0};
+}
+
+namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Small system helpers.
+
+[[noreturn]] void throw_errno(const std::string& what) {
+  throw std::system_error(errno, std::generic_category(), what);
+}
+
+// Owns one file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) {
+      reset();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Pipe whose ends are close-on-exec, so no child inherits another rank's pipes (or its own read end).
+void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw_errno("pipe2");
+  read_end = UniqueFd(fds[0]);
+  write_end = UniqueFd(fds[1]);
+}
+
+// Writes all of `text`. braid-run's stdout may be a slow or non-blocking pipe; an error such as EPIPE
+// (the reader went away) drops the output rather than stopping the job.
+void write_all(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t n = ::write(fd, text.data(), text.size());
+    if (n > 0) {
+      text.remove_prefix(static_cast<size_t>(n));
+    } else if (n < 0 && errno == EAGAIN) {
+      pollfd writable{fd, POLLOUT, 0};
+      ::poll(&writable, 1, -1);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      return;
+    }
+  }
+}
+
+// A message from braid-run itself, on stderr, as one write so it does not split a rank's line.
+void say(const std::string& message) { write_all(STDERR_FILENO, "braid-run: " + message + "\n"); }
+
+std::string signal_name(int signo) {
+  const char* abbrev = ::sigabbrev_np(signo);
+  return abbrev ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", signo);
+}
+
+// braid-run's exit code for a rank's wait status: its exit code, or 128 + signal (as a shell reports it).
+int exit_code_of(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+std::string describe_exit(int status) {
+  return WIFSIGNALED(status) ? fmt::format("was killed by signal {}", signal_name(WTERMSIG(status)))
+                             : fmt::format("exited with code {}", WEXITSTATUS(status));
+}
+
+// ------------------------------------------------------------------------------------------------
+// Signals. Handlers only set a flag and write a byte to a self-pipe that the poll loop watches, so a
+// signal arriving at any moment (even just before poll()) wakes the loop; all real work happens there.
+
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+
+volatile sig_atomic_t g_pending[NSIG];
+int g_wake_fd = -1;
+
+extern "C" void on_signal(int signo) {
+  int saved_errno = errno;
+  g_pending[signo] = 1;
+  char byte = 0;
+  [[maybe_unused]] ssize_t ignored = ::write(g_wake_fd, &byte, 1);  // full pipe: a wake-up is pending
+  errno = saved_errno;
+}
+
+class SignalPipe {
+ public:
+  SignalPipe() {
+    make_pipe(read_end_, write_end_);
+    for (const UniqueFd* end : {&read_end_, &write_end_}) {
+      ::fcntl(end->get(), F_SETFL, ::fcntl(end->get(), F_GETFL) | O_NONBLOCK);
+    }
+    g_wake_fd = write_end_.get();
+    for (int signo : kHandledSignals) install(signo);
+  }
+
+  ~SignalPipe() {
+    for (int signo : kHandledSignals) ::sigaction(signo, &saved_[signo], nullptr);
+    g_wake_fd = -1;
+  }
+
+  SignalPipe(const SignalPipe&) = delete;
+  SignalPipe& operator=(const SignalPipe&) = delete;
+
+  int fd() const { return read_end_.get(); }
+
+  void drain() {
+    char buffer[256];
+    while (::read(read_end_.get(), buffer, sizeof buffer) > 0) {
+    }
+  }
+
+  // Whether `signo` arrived since the last call.
+  bool take(int signo) {
+    if (!g_pending[signo]) return false;
+    g_pending[signo] = 0;
+    return true;
+  }
+
+  // In a forked child before exec: the dispositions braid-run started with (async-signal-safe).
+  void restore_in_child() const {
+    for (int signo : kHandledSignals) ::sigaction(signo, &saved_[signo], nullptr);
+  }
+
+ private:
+  void install(int signo) {
+    ::sigaction(signo, nullptr, &saved_[signo]);
+    // A forwarded signal ignored when braid-run started (nohup, a background job) stays ignored, as in
+    // a shell. SIGCHLD is always caught: ignoring it would make the kernel reap the ranks for us.
+    bool forwarded = std::find(std::begin(kForwardedSignals), std::end(kForwardedSignals), signo) !=
+                     std::end(kForwardedSignals);
+    if (forwarded && saved_[signo].sa_handler == SIG_IGN) return;
+    struct sigaction action {};
+    // SIGPIPE: a reader of braid-run's output going away must not kill it while ranks run.
+    action.sa_handler = signo == SIGPIPE ? SIG_IGN : on_signal;
+    ::sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART | (signo == SIGCHLD ? SA_NOCLDSTOP : 0);
+    ::sigaction(signo, &action, nullptr);
+  }
+
+  UniqueFd read_end_, write_end_;
+  struct sigaction saved_[NSIG] {};
+};
+
+// ------------------------------------------------------------------------------------------------
+// Output. One LineForwarder per rank and stream reads the rank's pipe and writes whole lines, prefixed,
+// to braid-run's own stdout or stderr. Only braid-run writes there, one write() per batch of whole
+// lines, so lines of different ranks never interleave mid-line.
+
+class LineForwarder {
+ public:
+  // A line longer than this without a newline is cut, so one rank cannot make braid-run buffer without bound.
+  static constexpr size_t kMaxLine = 64 * 1024;
+
+  LineForwarder(UniqueFd pipe, int target_fd, std::string prefix)
+      : pipe_(std::move(pipe)), target_fd_(target_fd), prefix_(std::move(prefix)) {
+    ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
+  }
+
+  int fd() const { return pipe_.get(); }
+  bool open() const { return static_cast<bool>(pipe_); }
+
+  // Reads once (or, with until_empty, until the pipe has nothing more now) and forwards whole lines.
+  // At end of file, forwards a partial last line and closes the pipe.
+  void read_available(bool until_empty) {
+    char buffer[64 * 1024];
+    while (open()) {
+      ssize_t n = ::read(pipe_.get(), buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) close_and_flush();
+        return;
+      }
+      pending_.append(buffer, static_cast<size_t>(n));
+      forward_lines();
+      if (!until_empty) return;
+    }
+  }
+
+  void close_and_flush() {
+    if (!pending_.empty()) {
+      pending_ += '\n';
+      forward_lines();
+    }
+    pipe_.reset();
+  }
+
+ private:
+  void forward_lines() {
+    size_t end = pending_.rfind('\n');
+    if (end == std::string::npos) {
+      if (pending_.size() < kMaxLine) return;
+      pending_ += '\n';
+      end = pending_.size() - 1;
+    }
+    std::string out;
+    out.reserve(end + 1 + prefix_.size() * 16);
+    for (size_t start = 0; start <= end;) {
+      size_t newline = pending_.find('\n', start);
+      out += prefix_;
+      out.append(pending_, start, newline + 1 - start);
+      start = newline + 1;
+    }
+    pending_.erase(0, end + 1);
+    write_all(target_fd_, out);
+  }
+
+  UniqueFd pipe_;
+  int target_fd_;
+  std::string prefix_;
+  std::string pending_;  // bytes after the last newline seen
+};
+
+// ------------------------------------------------------------------------------------------------
+// Ranks.
+
+// Everything a rank's exec needs, prepared before fork: the child may only make async-signal-safe calls
+// (the store's thread may hold locks, e.g. malloc's, at the moment of fork).
+struct ExecPlan {
+  std::vector<std::string> argv_storage, env_storage;
+  std::vector<char*> argv, envp;
+  std::string cannot_run;  // "braid-run: cannot run 'prog': "
+
+  static std::vector<char*> pointers(std::vector<std::string>& strings) {
+    std::vector<char*> result;
+    for (std::string& s : strings) result.push_back(s.data());
+    result.push_back(nullptr);
+    return result;
+  }
+};
+
+struct JobInfo {
+  int size;
+  std::string store_address;
+  std::string job_id;
+};
+
+// The process environment with this rank's rendezvous variables set (replacing any inherited ones).
+std::vector<std::string> rank_environment(int rank, const JobInfo& job) {
+  const std::vector<std::pair<std::string, std::string>> ours = {
+      {"BRAID_RANK", std::to_string(rank)},
+      {"BRAID_WORLD_SIZE", std::to_string(job.size)},
+      {"BRAID_LOCAL_RANK", std::to_string(rank)},  // one host: local rank = rank, which selects the GPU
+      {"BRAID_LOCAL_SIZE", std::to_string(job.size)},
+      {"BRAID_STORE_ADDR", job.store_address},
+      {"BRAID_JOB_ID", job.job_id},
+  };
+  std::vector<std::string> env;
+  for (char** entry = environ; entry && *entry; ++entry) {
+    std::string_view text(*entry);
+    bool replaced = std::any_of(ours.begin(), ours.end(), [&](const auto& var) {
+      return text.size() > var.first.size() && text.starts_with(var.first) && text[var.first.size()] == '=';
+    });
+    if (!replaced) env.emplace_back(text);
+  }
+  for (const auto& [name, value] : ours) env.push_back(name + "=" + value);
+  return env;
+}
+
+ExecPlan make_exec_plan(int rank, const JobInfo& job, const std::vector<std::string>& command) {
+  ExecPlan plan;
+  plan.argv_storage = command;
+  plan.env_storage = rank_environment(rank, job);
+  plan.argv = ExecPlan::pointers(plan.argv_storage);
+  plan.envp = ExecPlan::pointers(plan.env_storage);
+  plan.cannot_run = fmt::format("braid-run: cannot run '{}': ", command[0]);
+  return plan;
+}
+
+// The forked child: own process group (so a signal to the group reaches the rank's whole process tree),
+// stdio onto the pipes, braid-run's original signal state, then exec. Only async-signal-safe calls.
+[[noreturn]] void exec_child(const ExecPlan& plan, int stdin_fd, int stdout_fd, int stderr_fd,
+                             const SignalPipe& signals, const sigset_t& original_mask) {
+  ::setpgid(0, 0);
+  signals.restore_in_child();
+  ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+  ::dup2(stdin_fd, STDIN_FILENO);  // dup2 clears close-on-exec on the new descriptors
+  ::dup2(stdout_fd, STDOUT_FILENO);
+  ::dup2(stderr_fd, STDERR_FILENO);
+  ::execvpe(plan.argv[0], plan.argv.data(), plan.envp.data());
+  const char* reason = ::strerrordesc_np(errno);
+  write_all(STDERR_FILENO, plan.cannot_run);
+  write_all(STDERR_FILENO, reason ? reason : "unknown error");
+  write_all(STDERR_FILENO, "\n");
+  ::_exit(127);
+}
+
+struct Rank {
+  Rank(int index, pid_t pid, UniqueFd out, UniqueFd err, bool prefix)
+      : index(index),
+        pid(pid),
+        out(std::move(out), STDOUT_FILENO, prefix ? fmt::format("[{}] ", index) : ""),
+        err(std::move(err), STDERR_FILENO, prefix ? fmt::format("[{}] ", index) : "") {}
+
+  int index;
+  pid_t pid;  // also the id of its process group
+  bool running = true;
+  LineForwarder out, err;
+};
+
+// ------------------------------------------------------------------------------------------------
+// The job: starts the ranks, then one poll loop forwards output, reaps ranks and reacts to signals.
+
+class Job {
+ public:
+  Job(const LaunchOptions& options, JobInfo info) : options_(options), info_(std::move(info)) {}
+
+  ~Job() {
+    // Only reached with ranks still running when braid-run itself fails: take them down with it.
+    if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
+      signal_all(SIGKILL);
+      for (Rank& rank : ranks_) {
+        if (rank.running) ::waitpid(rank.pid, nullptr, 0);
+      }
+    }
+  }
+
+  void start() {
+    UniqueFd devnull(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!devnull) throw_errno("open /dev/null");
+    ranks_.reserve(static_cast<size_t>(options_.nprocs));
+    for (int rank = 0; rank < options_.nprocs; ++rank) start_rank(rank, devnull.get());
+  }
+
+  int wait() {
+    while (!finished()) {
+      poll_once(poll_timeout_ms());
+      handle_signals();
+      reap();
+      enforce_deadline();
+    }
+    for (Rank& rank : ranks_) {
+      rank.out.read_available(true);
+      rank.err.read_available(true);
+      rank.out.close_and_flush();
+      rank.err.close_and_flush();
+    }
+    return exit_code_.value_or(0);
+  }
+
+ private:
+  void start_rank(int index, int stdin_fd) {
+    ExecPlan plan = make_exec_plan(index, info_, options_.command);
+    UniqueFd out_read, out_write, err_read, err_write;
+    make_pipe(out_read, out_write);
+    make_pipe(err_read, err_write);
+    // Block signals across fork so no handler runs in the child before it restores the original state
+    // (a handler there would write into braid-run's self-pipe).
+    sigset_t all, original;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &original);
+    pid_t pid = ::fork();
+    if (pid == 0) exec_child(plan, stdin_fd, out_write.get(), err_write.get(), signals_, original);
+    int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
+    if (pid < 0) {
+      errno = fork_errno;
+      throw_errno(fmt::format("fork for rank {}", index));
+    }
+    // Also set the group here, so a signal sent right away reaches it even if the child has not run yet.
+    ::setpgid(pid, pid);
+    ranks_.emplace_back(index, pid, std::move(out_read), std::move(err_read), options_.prefix);
+  }
+
+  bool stopping() const { return kill_deadline_.has_value(); }
+
+  // Done when every rank is reaped and, if the job is being stopped, nothing of it is left: leftover
+  // members of a rank's group get the rest of the grace period (a shell that forwarded SIGTERM and
+  // exited while its child still cleans up), then SIGKILL.
+  bool finished() const {
+    bool all_reaped = std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+    if (!all_reaped || !stopping() || killed_) return all_reaped;
+    return std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
+      return ::kill(-r.pid, 0) == 0 || errno == EPERM;
+    });
+  }
+
+  int poll_timeout_ms() const {
+    // SIGCHLD and signals wake the loop through the self-pipe; after SIGKILL only reaping is left.
+    if (!stopping() || killed_) return -1;
+    // While stopping, wake at the SIGKILL deadline, and every 100 ms to see whether the groups are empty
+    // (members that are not our children send no SIGCHLD).
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
+    return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 100));
+  }
+
+  void poll_once(int timeout_ms) {
+    std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+    std::vector<LineForwarder*> forwarders;
+    for (Rank& rank : ranks_) {
+      for (LineForwarder* forwarder : {&rank.out, &rank.err}) {
+        if (!forwarder->open()) continue;
+        fds.push_back({forwarder->fd(), POLLIN, 0});
+        forwarders.push_back(forwarder);
+      }
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) return;
+      throw_errno("poll");
+    }
+    if (fds[0].revents != 0) signals_.drain();
+    for (size_t i = 0; i < forwarders.size(); ++i) {
+      if (fds[i + 1].revents != 0) forwarders[i]->read_available(false);
+    }
+  }
+
+  void handle_signals() {
+    for (int signo : kForwardedSignals) {
+      if (!signals_.take(signo)) continue;
+      if (!exit_code_) {
+        exit_code_ = 128 + signo;
+        say(fmt::format("got {}; stopping the ranks", signal_name(signo)));
+      }
+      begin_stop(signo);  // forwards it as it is (SIGINT stays SIGINT)
+    }
+  }
+
+  // Reaps every exited child: the ranks and, since braid-run is a subreaper, orphans from their trees.
+  void reap() {
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      auto rank = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid; });
+      if (rank != ranks_.end()) on_rank_exit(*rank, status);
+    }
+  }
+
+  void on_rank_exit(Rank& rank, int status) {
+    rank.running = false;
+    // Its last output first, so the failure message follows it.
+    rank.out.read_available(true);
+    rank.err.read_available(true);
+    bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    if (!failed || exit_code_) return;  // only the first failure (or signal) decides the exit code
+    exit_code_ = exit_code_of(status);
+    say(fmt::format("rank {} {}", rank.index, describe_exit(status)));
+    begin_stop(SIGTERM);
+  }
+
+  void begin_stop(int signo) {
+    if (!kill_deadline_) {
+      kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(options_.timeout_s));
+    }
+    signal_all(signo);
+  }
+
+  void enforce_deadline() {
+    if (!stopping() || killed_ || Clock::now() < *kill_deadline_) return;
+    say(fmt::format("ranks still running {} s after being stopped; sending SIGKILL", options_.timeout_s));
+    signal_all(SIGKILL);
+    killed_ = true;
+  }
+
+  // Signals every rank's process group, including groups whose leader has exited, whose leftover members
+  // are part of the job too. (A group id is not reused while the group has members, and the stop takes
+  // seconds, so an emptied id is not handed to an unrelated group in between.)
+  void signal_all(int signo) {
+    for (const Rank& rank : ranks_) ::kill(-rank.pid, signo);
+  }
+
+  const LaunchOptions& options_;
+  JobInfo info_;
+  SignalPipe signals_;
+  std::vector<Rank> ranks_;
+  std::optional<int> exit_code_;                    // set by the first failing rank or received signal
+  std::optional<Clock::time_point> kill_deadline_;  // set once the job is being stopped
+  bool killed_ = false;                             // SIGKILL has been sent
+};
+
+std::string new_job_id() {
+  std::random_device random;
+  return fmt::format("run-{}-{:08x}", ::getpid(), static_cast<uint32_t>(random()));
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& options) {
+  try {
+    // Orphans of the ranks' process trees become braid-run's children, so it reaps them (no zombies
+    // under an init that does not reap) and can tell when a stopped rank's group is really empty.
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    StoreServer store("127.0.0.1", 0);
+    Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id()});
+    job.start();
+    return job.wait();
+  } catch (const std::exception& error) {
+    say(error.what());
+    return kExitLauncherError;
+  }
+}
+
+}  // namespace braid::run

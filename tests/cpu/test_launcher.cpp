@@ -1,0 +1,380 @@
+// braid-run, end to end: each test runs the built launcher on small /bin/sh scripts and checks its output,
+// exit code and timing, and that no rank outlives it.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A running braid-run whose stdout and stderr the test reads.
+struct Launch {
+  pid_t pid = -1;
+  int out_fd = -1;
+  int err_fd = -1;
+};
+
+struct Outcome {
+  int exit_code = -1;  // braid-run's exit code; -signal if it was killed by one
+  std::string out, err;
+};
+
+Launch start_braid_run(const std::vector<std::string>& args) {
+  std::vector<std::string> storage = {BRAID_RUN_PATH};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+
+  int out[2], err[2];
+  if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execv(argv[0], argv.data());
+    _exit(126);
+  }
+  close(out[1]);
+  close(err[1]);
+  return {pid, out[0], err[0]};
+}
+
+// Reads both streams to their end, then reaps braid-run.
+Outcome finish(const Launch& launch) {
+  Outcome outcome;
+  pollfd fds[2] = {{launch.out_fd, POLLIN, 0}, {launch.err_fd, POLLIN, 0}};
+  std::string* sinks[2] = {&outcome.out, &outcome.err};
+  int open_streams = 2;
+  while (open_streams > 0) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_streams;
+      }
+    }
+  }
+  int status = 0;
+  waitpid(launch.pid, &status, 0);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  return outcome;
+}
+
+Outcome run_braid_run(const std::vector<std::string>& args) { return finish(start_braid_run(args)); }
+
+// braid-run with `nprocs` ranks, each running `script` under /bin/sh.
+Outcome run_script(int nprocs, const std::string& script, std::vector<std::string> extra_options = {}) {
+  std::vector<std::string> args = {"-n", std::to_string(nprocs)};
+  args.insert(args.end(), extra_options.begin(), extra_options.end());
+  args.insert(args.end(), {"--", "/bin/sh", "-c", script});
+  return run_braid_run(args);
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream stream(text);
+  for (std::string line; std::getline(stream, line);) lines.push_back(line);
+  return lines;
+}
+
+// Whether `pid` is a live process (a zombie counts as gone).
+bool process_alive(pid_t pid) {
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  if (text.empty()) return false;
+  size_t close_paren = text.rfind(')');
+  return close_paren == std::string::npos || text.substr(close_paren + 2, 1) != "Z";
+}
+
+bool wait_for_files(const std::vector<fs::path>& paths, double timeout_s) {
+  auto start = Clock::now();
+  while (seconds_since(start) < timeout_s) {
+    if (std::all_of(paths.begin(), paths.end(), [](const fs::path& p) { return fs::exists(p); })) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A scratch directory per test for marker files.
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "braid-launcher-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(LauncherTest, PrefixesEveryLineOfEveryRankOnce) {
+  constexpr int kRanks = 4, kLines = 200;
+  // Each line goes out in two writes, so braid-run sees partial lines and must hold them back.
+  Outcome outcome = run_script(kRanks, fmt::format(R"(
+    i=0
+    while [ $i -lt {} ]; do
+      printf 'out %s %s ' $BRAID_RANK $i; printf 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\n'
+      printf 'err %s %s\n' $BRAID_RANK $i >&2
+      i=$((i + 1))
+    done)", kLines));
+  ASSERT_EQ(outcome.exit_code, 0) << outcome.err;
+
+  for (auto [text, kind] : {std::pair{&outcome.out, "out"}, std::pair{&outcome.err, "err"}}) {
+    std::set<std::pair<int, int>> seen;
+    std::string tail = std::string(kind) == "out" ? " x{48}" : "";
+    std::regex line_format(fmt::format(R"(\[(\d+)\] {} (\d+) (\d+){})", kind, tail));
+    for (const std::string& line : lines_of(*text)) {
+      std::smatch match;
+      ASSERT_TRUE(std::regex_match(line, match, line_format)) << "malformed " << kind << " line: " << line;
+      int prefix = std::stoi(match[1]), rank = std::stoi(match[2]), index = std::stoi(match[3]);
+      EXPECT_EQ(prefix, rank) << line;
+      EXPECT_TRUE(seen.emplace(rank, index).second) << "line seen twice: " << line;
+    }
+    EXPECT_EQ(seen.size(), size_t{kRanks * kLines}) << kind;
+  }
+}
+
+TEST_F(LauncherTest, FlushesPartialLastLineAndHonoursNoPrefix) {
+  Outcome prefixed = run_script(1, "printf 'no newline'");
+  EXPECT_EQ(prefixed.exit_code, 0);
+  EXPECT_EQ(prefixed.out, "[0] no newline\n");
+
+  Outcome bare = run_script(2, "echo plain", {"--no-prefix"});
+  EXPECT_EQ(bare.exit_code, 0);
+  EXPECT_EQ(bare.out, "plain\nplain\n");
+}
+
+// Per-rank variables, by rank, from one launch.
+std::map<int, std::map<std::string, std::string>> rendezvous_variables(int nprocs) {
+  Outcome outcome = run_script(nprocs, R"(
+    for v in BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_SIZE BRAID_STORE_ADDR BRAID_JOB_ID; do
+      eval "echo $v=\$$v"
+    done)");
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  std::map<int, std::map<std::string, std::string>> variables;
+  std::regex line_format(R"(\[(\d+)\] (\w+)=(.*))");
+  for (const std::string& line : lines_of(outcome.out)) {
+    std::smatch match;
+    if (std::regex_match(line, match, line_format)) variables[std::stoi(match[1])][match[2]] = match[3];
+  }
+  return variables;
+}
+
+TEST_F(LauncherTest, SetsRendezvousVariablesPerRank) {
+  constexpr int kRanks = 3;
+  auto first = rendezvous_variables(kRanks);
+  ASSERT_EQ(first.size(), size_t{kRanks});
+  for (auto& [rank, vars] : first) {
+    EXPECT_EQ(vars["BRAID_RANK"], std::to_string(rank));
+    EXPECT_EQ(vars["BRAID_LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(vars["BRAID_WORLD_SIZE"], std::to_string(kRanks));
+    EXPECT_EQ(vars["BRAID_LOCAL_SIZE"], std::to_string(kRanks));
+    EXPECT_TRUE(std::regex_match(vars["BRAID_STORE_ADDR"], std::regex(R"(127\.0\.0\.1:[1-9]\d*)")))
+        << vars["BRAID_STORE_ADDR"];
+    EXPECT_EQ(vars["BRAID_STORE_ADDR"], first[0]["BRAID_STORE_ADDR"]);
+    EXPECT_FALSE(vars["BRAID_JOB_ID"].empty());
+    EXPECT_EQ(vars["BRAID_JOB_ID"], first[0]["BRAID_JOB_ID"]);
+  }
+  auto second = rendezvous_variables(kRanks);
+  ASSERT_EQ(second.size(), size_t{kRanks});
+  EXPECT_NE(second[0]["BRAID_JOB_ID"], first[0]["BRAID_JOB_ID"]);
+}
+
+TEST_F(LauncherTest, OverridesInheritedRendezvousVariables) {
+  setenv("BRAID_RANK", "99", 1);
+  Outcome outcome = run_script(2, "echo rank=$BRAID_RANK");
+  unsetenv("BRAID_RANK");
+  EXPECT_EQ(outcome.exit_code, 0);
+  std::vector<std::string> lines = lines_of(outcome.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[0] rank=0", "[1] rank=1"}));
+}
+
+// Whether this host's bash can open TCP connections through /dev/tcp (a build option of bash).
+bool bash_dev_tcp_works() {
+  if (access("/bin/bash", X_OK) != 0) return false;
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  bool ok = bind(listener, reinterpret_cast<sockaddr*>(&address), length) == 0 && listen(listener, 1) == 0 &&
+            getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  if (ok) {
+    std::string command =
+        fmt::format("/bin/bash -c 'exec 3<>/dev/tcp/127.0.0.1/{}' 2>/dev/null", ntohs(address.sin_port));
+    ok = std::system(command.c_str()) == 0;
+  }
+  close(listener);
+  return ok;
+}
+
+TEST_F(LauncherTest, RanksCanReachTheStore) {
+  if (!bash_dev_tcp_works()) GTEST_SKIP() << "/bin/bash with /dev/tcp support is needed to probe the store port";
+  Outcome outcome = run_braid_run(
+      {"-n", "2", "/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/${BRAID_STORE_ADDR##*:} && echo connected"});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  std::vector<std::string> lines = lines_of(outcome.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[0] connected", "[1] connected"}));
+}
+
+TEST_F(LauncherTest, ExitsZeroWhenAllRanksSucceed) {
+  Outcome outcome = run_script(4, "exit 0");
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_EQ(outcome.err, "");
+}
+
+TEST_F(LauncherTest, FailingRankStopsTheOthersAndSetsTheExitCode) {
+  // Sleepers record their pid, and would leave a marker if they outlived their sleep.
+  auto start = Clock::now();
+  Outcome outcome = run_script(4, fmt::format(R"(
+    if [ $BRAID_RANK = 2 ]; then exit 3; fi
+    echo $$ > {dir}/pid$BRAID_RANK
+    (sleep 2; touch {dir}/marker$BRAID_RANK)  # a subprocess: stopping must reach the rank's whole tree
+  )", fmt::arg("dir", dir_.string())));
+  double elapsed = seconds_since(start);
+  EXPECT_EQ(outcome.exit_code, 3);
+  EXPECT_LT(elapsed, 1.5);
+  EXPECT_NE(outcome.err.find("braid-run: rank 2 exited with code 3"), std::string::npos) << outcome.err;
+
+  for (int rank : {0, 1, 3}) {
+    std::ifstream pid_file(path(fmt::format("pid{}", rank)));
+    pid_t pid = 0;
+    if (pid_file >> pid) EXPECT_FALSE(process_alive(pid)) << "rank " << rank << " survived";
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(2.5 - elapsed));
+  for (int rank : {0, 1, 3}) EXPECT_FALSE(fs::exists(path(fmt::format("marker{}", rank)))) << rank;
+}
+
+TEST_F(LauncherTest, RankKilledBySignalGives128PlusSignal) {
+  auto start = Clock::now();
+  Outcome outcome = run_script(3, "if [ $BRAID_RANK = 1 ]; then kill -KILL $$; fi; sleep 30");
+  EXPECT_EQ(outcome.exit_code, 128 + SIGKILL);
+  EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_NE(outcome.err.find("braid-run: rank 1 was killed by signal SIGKILL"), std::string::npos) << outcome.err;
+}
+
+TEST_F(LauncherTest, SigtermToLauncherStopsRanks) {
+  // Each rank's sleeper is a child process that records its pid.
+  Launch launch = start_braid_run(
+      {"-n", "3", "--", "/bin/sh", "-c",
+       fmt::format("sh -c 'echo $$ > {}/pid$BRAID_RANK.tmp; exec sleep 30' && echo done", dir_.string())});
+  ASSERT_TRUE(wait_for_files({path("pid0.tmp"), path("pid1.tmp"), path("pid2.tmp")}, 10.0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the pid writes finish
+  auto start = Clock::now();
+  kill(launch.pid, SIGTERM);
+  Outcome outcome = finish(launch);
+  EXPECT_EQ(outcome.exit_code, 128 + SIGTERM) << outcome.err;
+  EXPECT_LT(seconds_since(start), 2.0);
+  EXPECT_NE(outcome.err.find("SIGTERM"), std::string::npos) << outcome.err;
+  EXPECT_EQ(outcome.out, "");
+  for (int rank = 0; rank < 3; ++rank) {
+    std::ifstream pid_file(path(fmt::format("pid{}.tmp", rank)));
+    pid_t pid = 0;
+    ASSERT_TRUE(pid_file >> pid) << rank;
+    EXPECT_FALSE(process_alive(pid)) << "rank " << rank << "'s sleeper survived";
+  }
+}
+
+TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterTimeout) {
+  // Rank 1 ignores SIGTERM (as does its sleep, which inherits that); rank 0 fails once rank 1 is set up.
+  auto start = Clock::now();
+  Outcome outcome = run_script(2, fmt::format(R"(
+    if [ $BRAID_RANK = 1 ]; then trap '' TERM; touch {0}/ready1; sleep 30; touch {0}/marker1; fi
+    while [ ! -e {0}/ready1 ]; do sleep 0.02; done
+    exit 5)", dir_.string()), {"--timeout-s", "1"});
+  double elapsed = seconds_since(start);
+  EXPECT_EQ(outcome.exit_code, 5) << outcome.err;
+  EXPECT_GE(elapsed, 1.0);
+  EXPECT_LT(elapsed, 4.0);
+  EXPECT_NE(outcome.err.find("SIGKILL"), std::string::npos) << outcome.err;
+  EXPECT_FALSE(fs::exists(path("marker1")));
+}
+
+TEST_F(LauncherTest, MissingProgramExits127) {
+  Outcome outcome = run_braid_run({"-n", "2", "/nonexistent/braid-test-program"});
+  EXPECT_EQ(outcome.exit_code, 127);
+  EXPECT_NE(outcome.err.find("braid-run: cannot run '/nonexistent/braid-test-program': No such file or directory"),
+            std::string::npos)
+      << outcome.err;
+}
+
+TEST_F(LauncherTest, RejectsBadArgumentsWithExitCode2) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},                                  // nothing
+      {"true"},                            // no -n
+      {"-n", "2"},                         // no program
+      {"-n"},                              // -n without value
+      {"-n", "0", "true"},                 // n < 1
+      {"-n", "-3", "true"},                // n < 1
+      {"-n", "two", "true"},               // not a number
+      {"-n", "2x", "true"},                // trailing junk
+      {"--bogus", "-n", "2", "true"},      // unknown option
+      {"-n", "2", "--timeout-s", "-1", "true"},  // negative grace
+  };
+  for (const auto& args : bad) {
+    Outcome outcome = run_braid_run(args);
+    std::string shown = fmt::format("{}", fmt::join(args, " "));
+    EXPECT_EQ(outcome.exit_code, 2) << shown;
+    EXPECT_NE(outcome.err.find("braid-run: "), std::string::npos) << shown;
+    EXPECT_EQ(outcome.out, "") << shown;
+  }
+}
+
+TEST_F(LauncherTest, AcceptsOptionSpellingsAndPassesProgramOptionsThrough) {
+  // "-n" after the program name belongs to the program.
+  Outcome outcome = run_braid_run({"--nprocs=2", "--timeout-s=0.5", "/bin/echo", "-n", "x"});
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_EQ(lines_of(outcome.out).size(), 2u);
+  EXPECT_EQ(run_braid_run({"-n1", "true"}).exit_code, 0);
+}
+
+TEST_F(LauncherTest, HelpAndVersion) {
+  Outcome help = run_braid_run({"--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("usage: braid-run -n N"), std::string::npos);
+  Outcome version = run_braid_run({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_TRUE(version.out.starts_with("braid-run ")) << version.out;
+}
+
+}  // namespace
