@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (device tool), from the repository root of the copied tree, with the build folder
+# carried as .carry/build (built here; see bench/stage_build.sh). Runs the gpu-labelled tests and the
+# braid-bench smoke run as threads and as braid-run processes; logs go to $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
+repo=$PWD
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+[ -e build ] || ln -s .carry/build build
+# CTest files name absolute paths of the machine that built them (/work/main).
+if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
+cd /work/main
+kind=${1:-unknown}
+{
+  echo "# braid GPU run: commit $(cat .carry/COMMIT 2>/dev/null || echo unknown), kind $kind, $(date -u +%Y-%m-%dT%H:%MZ)"
+  nvidia-smi -L
+  nvidia-smi topo -m | head -8
+} 2>&1 | tee "$out/header.txt"
+gpus=$(nvidia-smi -L | wc -l)
+(ctest --test-dir build -L gpu -V --timeout 600 2>&1) > "$out/gpu-tests.log"
+tail -25 "$out/gpu-tests.log"
+{
+  echo "## braid-bench (ranks as threads)"
+  build/tools/braid-bench/braid-bench
+  echo "exit code $?"
+  echo "## braid-run -n $gpus braid-bench (ranks as processes)"
+  build/tools/braid-run/braid-run -n "$gpus" build/tools/braid-bench/braid-bench
+  echo "exit code $?"
+} 2>&1 | tee "$out/smoke.txt"
