@@ -20,6 +20,7 @@
 
 #include "bootstrap/socket.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 
 namespace braid {
@@ -53,14 +54,6 @@ socklen_t abstract_address(const std::string& name, sockaddr_un* address) {
 // Longest name abstract_address can hold.
 constexpr size_t kMaxNameLength = sizeof(sockaddr_un::sun_path) - 1;
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 // Waits until `fd` reports `events` or `timeout_ms` passes; false on timeout. EINTR just retries
 // the caller's loop (the deadline is absolute).
@@ -241,7 +234,7 @@ std::string FdExchanger::socket_name(int rank) const {
   std::string name = "braid-fd-" + scope_ + suffix;
   if (name.size() <= kMaxNameLength) return name;
   // Too long for sun_path: keep a readable prefix of the scope and make it unique with a hash.
-  std::string hash = fmt::format("~{:016x}", fnv1a(scope_));
+  std::string hash = fmt::format("~{:016x}", stable_hash(scope_));
   size_t keep = kMaxNameLength - std::string("braid-fd-").size() - hash.size() - suffix.size();
   return "braid-fd-" + scope_.substr(0, keep) + hash + suffix;
 }

@@ -15,6 +15,7 @@
 
 #include "bootstrap/socket.hpp"
 #include "core/config.hpp"
+#include "core/hash.hpp"
 #include "core/error.hpp"
 
 extern char** environ;
@@ -152,15 +153,6 @@ std::optional<std::string> first_set(const EnvReader& reader, std::initializer_l
   return std::nullopt;
 }
 
-// FNV-1a: stable across processes, hosts and builds (std::hash is not guaranteed to be).
-uint64_t stable_hash(const std::string& text) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return hash;
-}
 
 int derived_port(const std::string& job_key) {
   return kDerivedPortBase + static_cast<int>(stable_hash(job_key) % kDerivedPortSpan);
@@ -198,10 +190,8 @@ std::optional<std::pair<std::string, int>> store_override(const EnvReader& reade
   return parse_store_address(*address, "BRAID_STORE_ADDR");
 }
 
-// Store and job id for a launcher that does not serve a store itself (torchrun, MPI, Slurm):
-// rank 0 serves it, at BRAID_STORE_ADDR, else MASTER_ADDR:MASTER_PORT+offset, else (one host only)
-// at a loopback port derived from the launcher's job identifier.
-Rendezvous finish_served_by_rank0(const EnvReader& reader, const LaunchInfo& info) {
+// The ranks of `info`, with rank 0 serving the store (every launcher but braid-run).
+Rendezvous served_by_rank0(const LaunchInfo& info) {
   Rendezvous result;
   result.rank = info.rank;
   result.size = info.size;
@@ -209,6 +199,14 @@ Rendezvous finish_served_by_rank0(const EnvReader& reader, const LaunchInfo& inf
   result.local_size = info.local_size;
   result.source = info.source;
   result.serve_store = info.rank == 0;
+  return result;
+}
+
+// Store and job id for a launcher that does not serve a store itself (torchrun, MPI, Slurm):
+// rank 0 serves it, at BRAID_STORE_ADDR, else MASTER_ADDR:MASTER_PORT+offset, else (one host only)
+// at a loopback port derived from the launcher's job identifier.
+Rendezvous finish_served_by_rank0(const EnvReader& reader, const LaunchInfo& info) {
+  Rendezvous result = served_by_rank0(info);
 
   if (auto address = store_override(reader)) {
     std::tie(result.store_host, result.store_port) = *address;
@@ -273,13 +271,7 @@ std::optional<Rendezvous> from_torchrun(const EnvReader& reader) {
   LaunchInfo info = read_ranks(reader, "torchrun", names);
   check_ranks(info, names);
 
-  Rendezvous result;
-  result.rank = info.rank;
-  result.size = info.size;
-  result.local_rank = info.local_rank;
-  result.local_size = info.local_size;
-  result.source = info.source;
-  result.serve_store = info.rank == 0;
+  Rendezvous result = served_by_rank0(info);
 
   std::string master_addr = reader.text("MASTER_ADDR").value_or("127.0.0.1");
   int master_port = reader.required_integer("MASTER_PORT", "torchrun");
