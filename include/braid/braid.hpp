@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "braid/error.hpp"
+#include "braid/types.hpp"
 
 namespace braid {
 
@@ -114,6 +115,23 @@ class Communicator {
 
   // Host-side barrier over the store (setup and tests; collectives never use it).
   void barrier();
+  // Host-side allgather of small byte strings over the store (e.g. to share an NCCL unique id); collective.
+  std::vector<std::string> host_allgather(const std::string& mine);
+
+  // ---- Collectives (stream-ordered, CUDA-graph capturable; NCCL's argument order) ----
+  // Every rank calls them in the same order with the same count, datatype, op and root. Any device buffer
+  // works; in-place where NCCL allows it (recv == send, or send at recv's own rank slot for all_gather and
+  // reduce_scatter). Errors of arguments are raised before anything is enqueued. A device-side failure (a
+  // peer that never arrives) is recorded and raised by the next call or by check().
+  void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
+  void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
+  void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);
+  void all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream);
+  void broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream);
+
+  // Raises (braid::Error, kTimeout or kRemoteError) a failure that a collective's kernel recorded: which
+  // collective, which wait and which peer. Does not synchronise: it sees what has completed so far.
+  void check();
 
  private:
   explicit Communicator(std::shared_ptr<detail::CommState> state);

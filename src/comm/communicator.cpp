@@ -179,6 +179,13 @@ void Communicator::barrier() {
   state.bootstrap->barrier("Communicator::barrier");
 }
 
+std::vector<std::string> Communicator::host_allgather(const std::string& mine) {
+  detail::CommState& state = const_cast<detail::CommState&>(checked(state_));
+  std::lock_guard<std::mutex> lock(state.setup_mutex);
+  set_log_rank(state.rank);
+  return state.bootstrap->allgather(mine, "Communicator::host_allgather");
+}
+
 SymmetricMemory Communicator::alloc(size_t bytes, const AllocOptions& options) {
   checked(state_);
   set_log_rank(state_->rank);

@@ -1,0 +1,35 @@
+// Datatypes and reduction operators of braid's collectives (the NCCL set).
+#pragma once
+
+#include <cstddef>
+
+// cudaStream_t without including CUDA headers: the runtime defines it as exactly this.
+struct CUstream_st;
+
+namespace braid {
+
+using Stream = CUstream_st*;  // a cudaStream_t; nullptr is the legacy default stream
+
+enum class DataType : int {
+  kInt8 = 0,
+  kUint8 = 1,
+  kInt32 = 2,
+  kUint32 = 3,
+  kInt64 = 4,
+  kUint64 = 5,
+  kFloat16 = 6,
+  kFloat32 = 7,
+  kFloat64 = 8,
+  kBFloat16 = 9,
+};
+constexpr int kDataTypeCount = 10;
+
+enum class ReduceOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
+constexpr int kReduceOpCount = 5;
+
+size_t datatype_size(DataType type);      // bytes of one element; 0 for a value outside the enum
+const char* datatype_name(DataType type);  // "float32", "bfloat16", ...
+const char* reduce_op_name(ReduceOp op);   // "sum", ...
+bool is_floating(DataType type);
+
+}  // namespace braid
