@@ -11,6 +11,7 @@
 #include "bootstrap/fd_passing.hpp"
 #include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
+#include "sync/device_sync.hpp"
 
 namespace braid::detail {
 
@@ -25,6 +26,12 @@ struct CommState {
   std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<FdExchanger> fds;
   std::vector<PeerInfo> peers;
+
+  // Made at init (collectives never allocate): the signal pad, and the staging buffer that carries
+  // collectives on buffers peers cannot map.
+  std::unique_ptr<DeviceSync> sync;
+  SymmetricMemory staging;
+  std::string algorithm_override;  // BRAID_ALGO, read once
 
   std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier)
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank

@@ -129,8 +129,16 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->uid = state->bootstrap->broadcast(state->rank == 0 ? random_hex() : std::string(), 0, "communicator id");
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
   state->peers = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
+  Communicator comm(state);
+  state->sync = std::make_unique<DeviceSync>(comm, state->timeout_s);
+  const int64_t staging_bytes = *Config::get().integer("BRAID_STAGING_BYTES");
+  if (staging_bytes < (int64_t(1) << 20)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_STAGING_BYTES={} must be at least 1 MiB", staging_bytes);
+  }
+  state->staging = comm.alloc(static_cast<size_t>(staging_bytes));
+  state->algorithm_override = Config::get().string("BRAID_ALGO").value_or("");
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
-  return Communicator(std::move(state));
+  return comm;
 }
 
 Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}

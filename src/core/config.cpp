@@ -35,6 +35,10 @@ constexpr ConfigVar kTable[] = {
      "Identifier of the job, used to name host-local sockets (set by braid-run; derived when unset)."},
     {"BRAID_DEVICE", ConfigType::kInt, nullptr, nullptr,
      "CUDA device ordinal for this rank; default: local rank."},
+    {"BRAID_STAGING_BYTES", ConfigType::kInt, "33554432", nullptr,
+     "Bytes of each rank's symmetric staging buffer, made at communicator init; larger collectives run in chunks."},
+    {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
+     "Algorithm overrides, e.g. allreduce=twoshot,allgather=staged; default: the selection table."},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

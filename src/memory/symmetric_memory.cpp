@@ -115,7 +115,6 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
 
   auto allocation = std::make_shared<detail::SymmetricAllocation>();
   detail::SymmetricAllocation& a = *allocation;
-  a.comm = comm;
   a.rank = comm->rank;
   a.world = comm->size;
   a.device = comm->device;

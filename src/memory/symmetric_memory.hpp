@@ -14,12 +14,11 @@ namespace detail {
 
 struct CommState;
 
-// One rank's side of a symmetric allocation. Keeps the communicator state alive (teardown in any order).
-// The destructor unmaps and releases everything this rank holds; the physical memory of a rank lives on
+// One rank's side of a symmetric allocation. It needs nothing of the communicator after allocation, so it
+// outlives it freely (teardown in any order) and the communicator may own allocations of its own. The destructor unmaps and releases everything this rank holds; the physical memory of a rank lives on
 // until every peer has released its import, so a rank freeing early never pulls memory from under a peer's
 // mapping (the driver reference-counts it).
 struct SymmetricAllocation {
-  std::shared_ptr<CommState> comm;
   int rank = -1;
   int world = 0;
   int device = -1;

@@ -1,0 +1,117 @@
+// Device-side synchronisation between the ranks of a communicator: signal, wait and barrier over the
+// communicator's signal pad, bounded by a timeout. Usable from braid's collectives and from users' kernels
+// (DESIGN.md "Synchronisation"):
+//   - signal(peer): system-scope release add on the peer's slot for (channel, me);
+//   - wait(peer): acquire spin until my slot for (channel, peer) reaches the count this channel expects next.
+// Counters only grow and expected counts live in device memory, so back-to-back calls and CUDA-graph replays
+// stay in step. A channel is one thread block's private set of slots; one thread per (channel, peer) waits.
+#pragma once
+
+#include <cstdint>
+
+namespace braid::device {
+
+// Written by a kernel whose wait timed out; read by the host (host-mapped memory). The first failure wins.
+struct ErrorWord {
+  unsigned int code;        // 0: none; kErrorTimeout
+  unsigned int collective;  // what the kernel was doing (braid's collective id, or a user's tag)
+  unsigned int site;        // which wait inside it
+  int rank;                 // who waited
+  int peer;                 // for whom
+  int channel;
+  unsigned long long waited_ns;
+};
+constexpr unsigned int kErrorTimeout = 1;
+
+// The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
+struct SignalPad {
+  uint64_t* local;               // [channels][world]: local[c * world + p] counts signals received from p
+  uint64_t* const* peers;        // device array [world]: every rank's pad (same layout), mapped here
+  uint64_t* expected;            // [channels][world], device memory private to this rank
+  ErrorWord* error;              // host-mapped
+  int rank;
+  int world;
+  int channels;
+  unsigned long long timeout_ns;
+};
+
+#if defined(__CUDACC__)
+
+__device__ __forceinline__ unsigned long long global_time_ns() {
+  unsigned long long now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
+__device__ __forceinline__ uint64_t load_acquire_system(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void add_release_system(uint64_t* address, uint64_t value) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+}
+
+// Records the first failure of this communicator for the host; later ones are dropped.
+__device__ inline void record_error(const SignalPad& pad, unsigned int code, unsigned int collective, unsigned int site,
+                                    int peer, int channel, unsigned long long waited_ns) {
+  if (atomicCAS(&pad.error->code, 0u, code) == 0u) {
+    pad.error->collective = collective;
+    pad.error->site = site;
+    pad.error->rank = pad.rank;
+    pad.error->peer = peer;
+    pad.error->channel = channel;
+    pad.error->waited_ns = waited_ns;
+    __threadfence_system();
+  }
+}
+
+// Tells `peer` that this rank passed a point on `channel`. Call after the writes the peer must see
+// (they are ordered before it by the release).
+__device__ __forceinline__ void signal(const SignalPad& pad, int channel, int peer) {
+  add_release_system(pad.peers[peer] + channel * pad.world + pad.rank, 1);
+}
+
+// Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
+// Returns false when the timeout passed (or another wait of this rank already failed) after recording it.
+__device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site) {
+  uint64_t* expected = pad.expected + channel * pad.world + peer;
+  const uint64_t target = *expected + 1;
+  *expected = target;
+  const uint64_t* slot = pad.local + channel * pad.world + peer;
+  if (load_acquire_system(slot) >= target) return true;
+  const unsigned long long start = global_time_ns();
+  for (unsigned int spins = 1;; ++spins) {
+    if (load_acquire_system(slot) >= target) return true;
+    if ((spins & 1023u) == 0) {
+      unsigned long long waited = global_time_ns() - start;
+      if (waited > pad.timeout_ns) {
+        record_error(pad, kErrorTimeout, collective, site, peer, channel, waited);
+        return false;
+      }
+      if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) return false;  // another wait failed
+    }
+  }
+}
+
+// Barrier of this block's channel with the same channel of every peer. Every thread of the block calls it;
+// the block's writes before it are visible to peers after it. Returns false (for every thread) on failure;
+// the kernel should then return.
+__device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int collective, unsigned int site) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const int peer = threadIdx.x;
+  if (peer < pad.world && peer != pad.rank) {
+    __threadfence_system();  // cumulative: the whole block's writes (ordered by the __syncthreads above)
+    signal(pad, channel, peer);
+    if (!wait(pad, channel, peer, collective, site)) failed = 1;
+  }
+  __syncthreads();
+  return failed == 0;
+}
+
+#endif  // __CUDACC__
+
+}  // namespace braid::device

@@ -1,0 +1,225 @@
+// The collectives' host side: check arguments at the boundary, raise what an earlier kernel recorded, pick the
+// algorithm from the selection table, and enqueue one launch per chunk that fits a staging half.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "braid/braid.hpp"
+#include "collectives/kernels.hpp"
+#include "collectives/selection.hpp"
+#include "collectives/staged_launch.hpp"
+#include "comm/comm_state.hpp"
+#include "core/config.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid {
+namespace {
+
+struct Call {
+  const char* function;
+  Collective collective;
+  const void* send;
+  void* recv;
+  size_t count;  // elements, as the caller passed it
+  DataType type;
+  ReduceOp op;
+  int root;
+  bool reduces;
+  bool rooted;
+};
+
+size_t checked_bytes(const Call& call, size_t elements, const char* argument) {
+  const size_t size = datatype_size(call.type);
+  if (elements > SIZE_MAX / size) raise_invalid_argument(call.function, argument, "is {}: its size in bytes overflows", elements);
+  return elements * size;
+}
+
+// A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
+// memory, peer mappings). Host memory and other GPUs' cudaMalloc memory are refused by name.
+void check_device_pointer(const Call& call, const void* pointer, const char* argument, int device) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();
+    raise_invalid_argument(call.function, argument, "({}) is not memory CUDA knows", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
+    raise_invalid_argument(call.function, argument, "({}) is host memory; collectives need device memory", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
+    raise_invalid_argument(call.function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
+                           attributes.device, device);
+  }
+}
+
+void validate(const Call& call, const detail::CommState& state, size_t send_elements, size_t recv_elements) {
+  if (datatype_size(call.type) == 0) {
+    raise_invalid_argument(call.function, "type", "is {}, not a braid::DataType", static_cast<int>(call.type));
+  }
+  if (call.reduces) {
+    if (static_cast<int>(call.op) < 0 || static_cast<int>(call.op) >= kReduceOpCount) {
+      raise_invalid_argument(call.function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
+    }
+    if (call.op == ReduceOp::kAvg && !is_floating(call.type)) {
+      raise_invalid_argument(call.function, "op", "is avg, which needs a floating datatype, not {}", datatype_name(call.type));
+    }
+  }
+  if (call.rooted && (call.root < 0 || call.root >= state.size)) {
+    raise_invalid_argument(call.function, "root", "is {}; must be in [0, {})", call.root, state.size);
+  }
+  checked_bytes(call, send_elements, "count");
+  checked_bytes(call, recv_elements, "count");
+  if (call.count == 0) return;
+  // Only the root's input of a broadcast, and only the root's output of a reduce, are used.
+  const bool send_used = call.collective != Collective::kBroadcast || state.rank == call.root;
+  const bool recv_used = call.collective != Collective::kReduce || state.rank == call.root;
+  if (send_used && call.send == nullptr) raise_invalid_argument(call.function, "send", "is null with count {}", call.count);
+  if (recv_used && call.recv == nullptr) raise_invalid_argument(call.function, "recv", "is null with count {}", call.count);
+  if (send_used) check_device_pointer(call, call.send, "send", state.device);
+  if (recv_used) check_device_pointer(call, call.recv, "recv", state.device);
+}
+
+kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& call) {
+  kernels::StagedLaunch launch{};
+  launch.root = call.root;
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.staging = reinterpret_cast<char* const*>(state.staging.device_peers());
+  launch.half_bytes = state.staging.bytes() / 2 / 256 * 256;
+  launch.pad = state.sync->pad();
+  launch.epoch = state.sync->epoch();
+  launch.blocks_done = state.sync->blocks_done();
+  return launch;
+}
+
+// Splits `elements` into chunks of at most `chunk` and calls launch_chunk(offset, elements) for each.
+template <typename F>
+void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
+  if (chunk == 0) raise(ErrorCode::kInternal, "staging too small for one element");
+  for (size_t offset = 0; offset < elements; offset += chunk) launch_chunk(offset, std::min(chunk, elements - offset));
+}
+
+void check_launch(const char* function) {
+  cudaError_t result = cudaGetLastError();
+  if (result != cudaSuccess) raise_cuda(result, function, __FILE__, __LINE__);
+}
+
+detail::CommState& usable(const std::shared_ptr<detail::CommState>& state, const char* function) {
+  if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
+  return *state;
+}
+
+// Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
+bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
+  set_log_rank(state.rank);
+  state.sync->raise_recorded_error(collective_name);
+  validate(call, state, send_elements, recv_elements);
+  return call.count != 0;
+}
+
+const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
+char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
+
+}  // namespace
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
+  detail::CommState& state = usable(state_, "Communicator::all_reduce");
+  const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
+  if (!prepare(state, call, count, count)) return;
+  const size_t size = datatype_size(type);
+  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
+  kernels::StagedLaunch launch = base_launch(state, call);
+  // One shot needs the chunk in staging once; two shot twice (input copy and gathered result).
+  const size_t chunk = choice.algorithm == Algorithm::kOneShot ? launch.half_bytes / size : (launch.half_bytes - 256) / 2 / size;
+  DeviceGuard guard(state.device);
+  for_each_chunk(count, chunk, [&](size_t offset, size_t elements) {
+    launch.send = at(send, offset * size);
+    launch.recv = at(recv, offset * size);
+    launch.count = elements;
+    if (choice.algorithm == Algorithm::kOneShot) kernels::launch_all_reduce_one_shot(type, op, launch, choice.blocks, stream);
+    else kernels::launch_all_reduce_two_shot(type, op, launch, choice.blocks, stream);
+    check_launch("all_reduce kernel launch");
+  });
+}
+
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream) {
+  detail::CommState& state = usable(state_, "Communicator::reduce");
+  const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
+  if (!prepare(state, call, count, count)) return;
+  const size_t size = datatype_size(type);
+  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
+  kernels::StagedLaunch launch = base_launch(state, call);
+  DeviceGuard guard(state.device);
+  for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
+    launch.send = at(send, offset * size);
+    launch.recv = recv == nullptr ? nullptr : at(recv, offset * size);
+    launch.count = elements;
+    kernels::launch_reduce(type, op, launch, choice.blocks, stream);
+    check_launch("reduce kernel launch");
+  });
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream) {
+  detail::CommState& state = usable(state_, "Communicator::reduce_scatter");
+  const Call call{"Communicator::reduce_scatter", Collective::kReduceScatter, send, recv, recv_count, type, op, 0, true, false};
+  if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
+  if (!prepare(state, call, recv_count * state.size, recv_count)) return;
+  const size_t size = datatype_size(type);
+  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
+  kernels::StagedLaunch launch = base_launch(state, call);
+  launch.rank_stride = recv_count;
+  // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
+  const size_t chunk = (launch.half_bytes / state.size - 256) / size;
+  DeviceGuard guard(state.device);
+  for_each_chunk(recv_count, chunk, [&](size_t offset, size_t elements) {
+    launch.send = at(send, offset * size);
+    launch.recv = at(recv, offset * size);
+    launch.count = elements;
+    kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
+    check_launch("reduce_scatter kernel launch");
+  });
+}
+
+void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
+  detail::CommState& state = usable(state_, "Communicator::all_gather");
+  const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
+  if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
+  if (!prepare(state, call, send_count, send_count * state.size)) return;
+  const size_t size = datatype_size(type), bytes = send_count * size;
+  const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
+  kernels::StagedLaunch launch = base_launch(state, call);
+  launch.rank_stride = bytes;
+  DeviceGuard guard(state.device);
+  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
+    launch.send = at(send, offset);
+    launch.recv = at(recv, offset);
+    launch.count = chunk_bytes;
+    kernels::launch_all_gather(size, launch, choice.blocks, stream);
+    check_launch("all_gather kernel launch");
+  });
+}
+
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
+  detail::CommState& state = usable(state_, "Communicator::broadcast");
+  const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
+  if (!prepare(state, call, count, count)) return;
+  const size_t size = datatype_size(type), bytes = count * size;
+  const Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override);
+  kernels::StagedLaunch launch = base_launch(state, call);
+  DeviceGuard guard(state.device);
+  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
+    launch.send = send == nullptr ? nullptr : at(send, offset);
+    launch.recv = at(recv, offset);
+    launch.count = chunk_bytes;
+    kernels::launch_broadcast(size, launch, choice.blocks, stream);
+    check_launch("broadcast kernel launch");
+  });
+}
+
+void Communicator::check() {
+  detail::CommState& state = usable(state_, "Communicator::check");
+  state.sync->raise_recorded_error(collective_name);
+}
+
+}  // namespace braid

@@ -1,0 +1,152 @@
+// Device primitives shared by every collective kernel: element types and their accumulators, the reduction
+// operators, 16-byte vector access, byte copies that tolerate any alignment, and how a launch splits a range
+// of elements between its blocks (channels).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/types.hpp"
+
+namespace braid::kernels {
+
+constexpr int kVectorBytes = 16;
+
+// ---- Accumulation: half and bf16 accumulate in float32; everything else in its own type (integers wrap).
+template <typename T> struct Accumulator { using type = T; };
+template <> struct Accumulator<__half> { using type = float; };
+template <> struct Accumulator<__nv_bfloat16> { using type = float; };
+template <typename T> using acc_t = typename Accumulator<T>::type;
+
+template <typename T> __device__ __forceinline__ acc_t<T> to_acc(T value) { return static_cast<acc_t<T>>(value); }
+template <> __device__ __forceinline__ float to_acc<__half>(__half value) { return __half2float(value); }
+template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> value) { return static_cast<T>(value); }
+template <> __device__ __forceinline__ __half from_acc<__half>(float value) { return __float2half_rn(value); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+
+template <ReduceOp Op, typename A>
+__device__ __forceinline__ A combine(A a, A b) {
+  if constexpr (Op == ReduceOp::kSum || Op == ReduceOp::kAvg) return static_cast<A>(a + b);
+  else if constexpr (Op == ReduceOp::kProd) return static_cast<A>(a * b);
+  else if constexpr (Op == ReduceOp::kMax) return a > b ? a : b;
+  else return a < b ? a : b;
+}
+
+// avg divides the sum once, at the end (floating types only; the host refuses avg for integers).
+template <ReduceOp Op, typename A>
+__device__ __forceinline__ A finish(A value, int world) {
+  if constexpr (Op == ReduceOp::kAvg) return static_cast<A>(value / static_cast<A>(world));
+  else return value;
+}
+
+// ---- 16-byte vectors of T.
+template <typename T>
+struct alignas(kVectorBytes) Vector {
+  static constexpr int kCount = kVectorBytes / sizeof(T);
+  T value[kCount];
+};
+
+template <typename T>
+__device__ __forceinline__ Vector<T> load_vector(const void* address) {
+  uint4 raw = *static_cast<const uint4*>(address);
+  return *reinterpret_cast<Vector<T>*>(&raw);
+}
+
+// Stores a vector at an address that may not be 16-byte aligned (a user buffer offset by an element).
+template <typename T>
+__device__ __forceinline__ void store_vector(void* address, const Vector<T>& vector) {
+  if ((reinterpret_cast<uintptr_t>(address) & (kVectorBytes - 1)) == 0) {
+    *static_cast<uint4*>(address) = *reinterpret_cast<const uint4*>(&vector);
+  } else {
+    T* out = static_cast<T*>(address);
+#pragma unroll
+    for (int i = 0; i < Vector<T>::kCount; ++i) out[i] = vector.value[i];
+  }
+}
+
+// Reduces, in rank order, the vector at byte `offset` of every source, then finishes the op.
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, int count, size_t offset, int world) {
+  Vector<T> first = load_vector<T>(sources[0] + offset);
+  acc_t<T> acc[Vector<T>::kCount];
+#pragma unroll
+  for (int i = 0; i < Vector<T>::kCount; ++i) acc[i] = to_acc(first.value[i]);
+  for (int s = 1; s < count; ++s) {
+    Vector<T> next = load_vector<T>(sources[s] + offset);
+#pragma unroll
+    for (int i = 0; i < Vector<T>::kCount; ++i) acc[i] = combine<Op>(acc[i], to_acc(next.value[i]));
+  }
+  Vector<T> out;
+#pragma unroll
+  for (int i = 0; i < Vector<T>::kCount; ++i) out.value[i] = from_acc<T>(finish<Op>(acc[i], world));
+  return out;
+}
+
+// ---- Byte copies by one block, any alignment (16-byte vectors when both sides allow).
+__device__ inline void block_copy(char* destination, const char* source, size_t bytes) {
+  if (bytes == 0 || destination == source) return;
+  const uintptr_t misaligned = reinterpret_cast<uintptr_t>(destination) | reinterpret_cast<uintptr_t>(source);
+  size_t done = 0;
+  if ((misaligned & 15) == 0) {
+    const size_t vectors = bytes / 16;
+    for (size_t i = threadIdx.x; i < vectors; i += blockDim.x) {
+      reinterpret_cast<uint4*>(destination)[i] = reinterpret_cast<const uint4*>(source)[i];
+    }
+    done = vectors * 16;
+  } else if ((misaligned & 3) == 0) {
+    const size_t words = bytes / 4;
+    for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
+      reinterpret_cast<uint32_t*>(destination)[i] = reinterpret_cast<const uint32_t*>(source)[i];
+    }
+    done = words * 4;
+  }
+  for (size_t i = done + threadIdx.x; i < bytes; i += blockDim.x) destination[i] = source[i];
+}
+
+// ---- Splitting `count` elements between `blocks` blocks in whole 16-byte vectors; the last block also takes
+// the tail that does not fill a vector. Every rank computes the same split from the same arguments, so block b
+// of one rank and block b of its peers always cover the same elements.
+struct Slice {
+  size_t begin;  // elements
+  size_t end;
+  size_t vector_end;  // [begin, vector_end) is whole vectors; [vector_end, end) the scalar tail
+};
+
+template <typename T>
+__device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks) {
+  constexpr size_t kPer = Vector<T>::kCount;
+  const size_t vectors = count / kPer;
+  const size_t base = vectors / blocks, extra = vectors % blocks;
+  const size_t first = block * base + (block < static_cast<int>(extra) ? block : extra);
+  const size_t mine = base + (block < static_cast<int>(extra) ? 1 : 0);
+  Slice slice;
+  slice.begin = first * kPer;
+  slice.vector_end = slice.begin + mine * kPer;
+  slice.end = block == blocks - 1 ? count : slice.vector_end;
+  return slice;
+}
+
+// Reduces elements [slice) of `sources` (rank order) into every destination (one, or every peer's copy).
+template <typename T, ReduceOp Op>
+__device__ inline void block_reduce(const char* const* sources, int source_count, char* const* destinations,
+                                    int destination_count, const Slice& slice, size_t source_offset_bytes,
+                                    size_t destination_offset_bytes, int world) {
+  for (size_t e = slice.begin + threadIdx.x * Vector<T>::kCount; e < slice.vector_end; e += blockDim.x * Vector<T>::kCount) {
+    Vector<T> value = reduce_vector<T, Op>(sources, source_count, source_offset_bytes + e * sizeof(T), world);
+    for (int d = 0; d < destination_count; ++d) store_vector(destinations[d] + destination_offset_bytes + e * sizeof(T), value);
+  }
+  for (size_t e = slice.vector_end + threadIdx.x; e < slice.end; e += blockDim.x) {
+    acc_t<T> acc = to_acc(*reinterpret_cast<const T*>(sources[0] + source_offset_bytes + e * sizeof(T)));
+    for (int s = 1; s < source_count; ++s) {
+      acc = combine<Op>(acc, to_acc(*reinterpret_cast<const T*>(sources[s] + source_offset_bytes + e * sizeof(T))));
+    }
+    const T value = from_acc<T>(finish<Op>(acc, world));
+    for (int d = 0; d < destination_count; ++d) *reinterpret_cast<T*>(destinations[d] + destination_offset_bytes + e * sizeof(T)) = value;
+  }
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,34 @@
+// Reduce to a root: every rank copies its input into staging; after one barrier the root reads every peer's
+// staging and reduces into its output. The other ranks' outputs are not touched.
+#include "collectives/dispatch.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/staged.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) reduce_to_root(StagedLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
+  const StagingView staging = staging_view(launch);
+  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
+  block_copy(staging.of(launch, rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
+             (slice.end - slice.begin) * sizeof(T));
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (rank == launch.root) {
+    const char* sources[kMaxWorld];
+    for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r);
+    char* destination = launch.recv;
+    block_reduce<T, Op>(sources, world, &destination, 1, slice, 0, 0, world);
+  }
+  finish_launch(launch);
+}
+
+}  // namespace
+
+void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(reduce_to_root, type, op, blocks, stream, launch);
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,27 @@
+// The one selection table: which algorithm and how many blocks (channels) serve a collective of a given size,
+// world size and datatype. BRAID_ALGO overrides the algorithm per collective ("allreduce=twoshot,...").
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "braid/types.hpp"
+
+namespace braid {
+
+enum class Collective : unsigned int { kAllReduce = 1, kReduce = 2, kReduceScatter = 3, kAllGather = 4, kBroadcast = 5 };
+const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
+
+enum class Algorithm { kOneShot, kTwoShot, kStaged };
+const char* algorithm_name(Algorithm algorithm);
+
+struct Choice {
+  Algorithm algorithm;
+  int blocks;  // channels of one launch
+};
+
+// `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
+// reduce-scatter: the input). `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
+Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text);
+
+}  // namespace braid

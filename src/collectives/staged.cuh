@@ -1,0 +1,40 @@
+// What every staged collective kernel receives, and the steps they share: the staging half of this call
+// (epoch parity), the peers' staging pointers, and advancing the epoch once the whole launch is done.
+//
+// Why parity halves: a rank copies its input into its own staging before the entry barrier, while a slow peer
+// may still be reading that staging from the previous call. Calls alternate halves, and a rank reaches call
+// k+2 only after its call k+1 passed an entry barrier with every peer, which every peer entered only after its
+// call k had finished (kernels of one stream run in order). So no half is rewritten while a peer reads it.
+#pragma once
+
+#include "collectives/elementwise.cuh"
+#include "collectives/staged_launch.hpp"
+
+namespace braid::kernels {
+
+// The staging half this launch uses, of `rank`. Read once per block at kernel start.
+struct StagingView {
+  size_t offset;  // of this call's half within every rank's staging
+  __device__ char* of(const StagedLaunch& launch, int rank) const { return launch.staging[rank] + offset; }
+};
+
+__device__ inline StagingView staging_view(const StagedLaunch& launch) {
+  __shared__ uint64_t epoch;
+  if (threadIdx.x == 0) epoch = *launch.epoch;
+  __syncthreads();
+  return StagingView{(epoch & 1) * launch.half_bytes};
+}
+
+// Called by every block at its end: the last block to finish advances the epoch for the next launch.
+__device__ inline void finish_launch(const StagedLaunch& launch) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(launch.blocks_done, 1u) == gridDim.x - 1) {
+      *launch.blocks_done = 0;
+      *launch.epoch += 1;
+    }
+  }
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,66 @@
+#include "sync/device_sync.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid {
+
+const char* wait_site_name(unsigned int site) {
+  switch (site) {
+    case kSiteEntryBarrier: return "entry barrier";
+    case kSiteMiddleBarrier: return "middle barrier";
+    case kSiteExitBarrier: return "exit barrier";
+  }
+  return "wait";
+}
+
+DeviceSync::DeviceSync(Communicator& comm, double timeout_s) : device_(comm.device()) {
+  const int world = comm.size();
+  const size_t slots = static_cast<size_t>(kMaxChannels) * world;
+  pad_memory_ = comm.alloc(slots * sizeof(uint64_t));  // zeroed, every peer's copy mapped
+  DeviceGuard guard(device_);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
+  BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&epoch_), sizeof(uint64_t) + sizeof(unsigned int)));
+  BRAID_CUDA(cudaMemset(epoch_, 0, sizeof(uint64_t) + sizeof(unsigned int)));
+  blocks_done_ = reinterpret_cast<unsigned int*>(epoch_ + 1);
+  BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(device::ErrorWord), cudaHostAllocMapped));
+  *error_host_ = device::ErrorWord{};
+  device::ErrorWord* error_device = nullptr;
+  BRAID_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device), error_host_, 0));
+  BRAID_CUDA(cudaDeviceSynchronize());
+
+  pad_.local = static_cast<uint64_t*>(pad_memory_.local());
+  pad_.peers = reinterpret_cast<uint64_t* const*>(pad_memory_.device_peers());
+  pad_.expected = expected_;
+  pad_.error = error_device;
+  pad_.rank = comm.rank();
+  pad_.world = world;
+  pad_.channels = kMaxChannels;
+  pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
+}
+
+DeviceSync::~DeviceSync() {
+  DeviceGuard guard(device_);
+  cudaFree(expected_);
+  cudaFree(epoch_);
+  cudaFreeHost(error_host_);
+}
+
+void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned int)) const {
+  const volatile device::ErrorWord* error = error_host_;
+  if (error->code == 0) return;
+  raise(ErrorCode::kTimeout,
+        "{}: rank {} waited {:.1f} s for rank {} at the {} (channel {}) and gave up: rank {} did not arrive within "
+        "the timeout. The communicator is unusable; destroy it.",
+        collective_name(error->collective), error->rank, error->waited_ns * 1e-9, error->peer,
+        wait_site_name(error->site), error->channel, error->peer);
+}
+
+}  // namespace braid

@@ -1,0 +1,61 @@
+// The selection table and BRAID_ALGO overrides (no GPU needed).
+#include <gtest/gtest.h>
+
+#include "braid/types.hpp"
+#include "collectives/selection.hpp"
+#include "core/error.hpp"
+
+namespace braid {
+namespace {
+
+TEST(Selection, AllReduceIsOneShotWhenSmallAndTwoShotWhenLarge) {
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kTwoShot);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+}
+
+TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
+  int small = select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "").blocks;
+  int large = select_algorithm(Collective::kAllReduce, size_t(512) << 20, 4, DataType::kFloat32, "").blocks;
+  EXPECT_GE(small, 1);
+  EXPECT_GT(large, small);
+  EXPECT_LE(large, 64);
+}
+
+TEST(Selection, OverrideChangesOnlyTheNamedCollective) {
+  const std::string text = "allreduce=twoshot,allgather=staged";
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kTwoShot);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kStaged);
+}
+
+void expect_rejected(const std::string& text, const std::string& fragment) {
+  try {
+    select_algorithm(Collective::kAllReduce, 1024, 2, DataType::kFloat32, text);
+    ADD_FAILURE() << "accepted " << text;
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(error.what()).find("BRAID_ALGO"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find(fragment), std::string::npos) << error.what();
+  }
+}
+
+TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
+  expect_rejected("allreduce", "is not collective=algorithm");
+  expect_rejected("alltoall=oneshot", "unknown collective 'alltoall'");
+  expect_rejected("allreduce=ring", "unknown algorithm 'ring'");
+  expect_rejected("allreduce=staged", "allreduce cannot run as staged");
+  expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");
+}
+
+TEST(Selection, DatatypeTable) {
+  EXPECT_EQ(datatype_size(DataType::kBFloat16), 2u);
+  EXPECT_EQ(datatype_size(DataType::kFloat64), 8u);
+  EXPECT_EQ(datatype_size(static_cast<DataType>(99)), 0u);
+  EXPECT_STREQ(datatype_name(DataType::kUint8), "uint8");
+  EXPECT_TRUE(is_floating(DataType::kFloat16));
+  EXPECT_FALSE(is_floating(DataType::kInt64));
+  EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kReduceScatter)), "reduce_scatter");
+}
+
+}  // namespace
+}  // namespace braid
