@@ -1,0 +1,25 @@
+#include "spin_kernel.hpp"
+
+namespace braid::testing {
+namespace {
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
+__global__ void spin_kernel(uint32_t nanoseconds) {
+  const uint64_t start = global_timer_ns();
+  while (global_timer_ns() - start < nanoseconds) {
+  }
+}
+
+}  // namespace
+
+cudaError_t spin_on_stream(cudaStream_t stream, uint32_t nanoseconds) {
+  spin_kernel<<<1, 1, 0, stream>>>(nanoseconds);
+  return cudaGetLastError();
+}
+
+}  // namespace braid::testing

@@ -1,0 +1,515 @@
+// Collectives against a host reference, on every rank (threads or braid-run processes):
+//   - a matrix per collective: every datatype × every valid op × sizes {0, 1, 7, 4097, 1 MiB + 3 bytes, and
+//     for float32 and int8 one larger than the default staging buffer} × in place and out of place × aligned
+//     and unaligned × roots {0, n-1} (every root at 7 elements), from cudaMalloc'd buffers;
+//   - all_reduce and all_gather from symmetric memory (comm.alloc(): the zero-copy path);
+//   - argument errors raised before anything is enqueued; integer avg refused; count 0 a no-op;
+//   - a captured CUDA graph of mixed collectives replayed 1000 times, bit-identical to the eager run.
+// Every case gets fresh random inputs (a seed from rank 0's std::random_device, shared), poisoned outputs
+// (0xA5) and guard bytes around every buffer; afterwards the outputs must match the reference and every
+// other byte (inputs, guards, a non-root's recv, other ranks' blocks) must be as it was. See
+// collective_reference.hpp for the inputs and tolerances.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "collective_reference.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+constexpr size_t kMaxReportedCases = 8;              // detailed failure lines per rank and test
+constexpr size_t kOneMiBPlus3 = (size_t(1) << 20) + 3;  // bytes
+constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
+
+// ---- The matrix ----
+
+// Element counts for type: empty, one, odd, just over a 4 KiB page of floats, 1 MiB + 3 bytes' worth.
+std::vector<size_t> matrix_sizes(DataType type) {
+  const size_t element = datatype_size(type);
+  return {0, 1, 7, 4097, (kOneMiBPlus3 + element - 1) / element};
+}
+
+// float32 and int8 (only, to keep time down) also run one size past the staging buffer, odd.
+bool has_larger_than_staging(DataType type) { return type == DataType::kFloat32 || type == DataType::kInt8; }
+size_t larger_than_staging_count(DataType type) { return kLargerThanStaging / datatype_size(type) + 1; }
+
+struct Variant {
+  bool in_place;
+  bool aligned;
+};
+constexpr Variant kAllVariants[] = {{false, true}, {false, false}, {true, true}, {true, false}};
+constexpr Variant kLargeVariants[] = {{false, true}, {true, false}};  // the large size: two of the four
+
+// Roots for a case of `count` elements: none (0) for rootless collectives; 0 and n-1; every root at 7.
+std::vector<int> roots_for(Collective collective, size_t count, int world) {
+  if (!has_root(collective)) return {0};
+  std::vector<int> roots;
+  if (count == 7) {
+    for (int root = 0; root < world; ++root) roots.push_back(root);
+  } else {
+    roots.push_back(0);
+    if (world > 1) roots.push_back(world - 1);
+  }
+  return roots;
+}
+
+std::vector<Case> matrix(Collective collective, int world) {
+  std::vector<Case> cases;
+  auto add = [&](DataType type, ReduceOp op, size_t count, const Variant& variant) {
+    for (int root : roots_for(collective, count, world)) {
+      cases.push_back(Case{collective, type, op, count, root, variant.in_place, variant.aligned, 0});
+    }
+  };
+  for (DataType type : kAllDataTypes) {
+    const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
+    for (ReduceOp op : ops) {
+      for (size_t count : matrix_sizes(type)) {
+        for (const Variant& variant : kAllVariants) add(type, op, count, variant);
+      }
+      if (has_larger_than_staging(type) && op == ReduceOp::kSum) {
+        for (const Variant& variant : kLargeVariants) add(type, op, larger_than_staging_count(type), variant);
+      }
+    }
+  }
+  return cases;
+}
+
+// Gives every case its own seed, derived from the test's shared one.
+void seed_cases(std::vector<Case>& cases, uint64_t seed) {
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].seed = mix64(seed + i);
+}
+
+// Arena capacities that hold any one of the cases.
+void capacities(const std::vector<Case>& cases, int world, size_t& send_capacity, size_t& recv_capacity) {
+  send_capacity = recv_capacity = 0;
+  for (const Case& c : cases) {
+    size_t send_bytes = 0, recv_bytes = 0;
+    Batch::need(c, world, send_bytes, recv_bytes);
+    send_capacity = std::max(send_capacity, send_bytes);
+    recv_capacity = std::max(recv_capacity, recv_bytes);
+  }
+  send_capacity = std::max<size_t>(send_capacity, 256);
+  recv_capacity = std::max<size_t>(recv_capacity, 256);
+}
+
+// ---- Running cases one at a time ----
+
+// Runs cases on one rank, one at a time: poison and inputs uploaded, the call, cudaStreamSynchronize,
+// comm.check(), everything read back and checked. Reports failures with the rank (at most
+// kMaxReportedCases in detail) and a count at the end.
+class CaseRunner {
+ public:
+  CaseRunner(Communicator& comm, const Arenas& arenas, cudaStream_t stream)
+      : comm_(comm), arenas_(arenas), stream_(stream) {}
+  ~CaseRunner() {
+    if (failed_ > 0) {
+      ADD_FAILURE() << "rank " << comm_.rank() << ": " << failed_ << " of " << ran_ << " case(s) failed"
+                    << (failed_ > kMaxReportedCases ? " (the first ones are reported above)" : "");
+    }
+  }
+  CaseRunner(const CaseRunner&) = delete;
+  CaseRunner& operator=(const CaseRunner&) = delete;
+
+  // False when the call raised a device-side failure (kTimeout, kRemoteError): the communicator is then
+  // unusable and the caller should stop.
+  bool run(const Case& c) {
+    Batch batch(comm_.rank(), comm_.size());
+    if (!batch.add(c, arenas_.send_capacity, arenas_.recv_capacity)) {
+      throw std::logic_error("case does not fit the arenas: " + describe(c));
+    }
+    batch.initial_images(initial_send_, initial_recv_);
+    upload(arenas_, initial_send_, initial_recv_, stream_);
+    ++ran_;
+    try {
+      launch(comm_, c, batch.send_pointer(0, arenas_.send, arenas_.recv), batch.recv_pointer(0, arenas_.send, arenas_.recv),
+             stream_);
+      cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after the collective");
+      comm_.check();
+    } catch (const Error& error) {
+      fail("rank " + std::to_string(comm_.rank()) + ": " + describe(c) + " threw (" + error_code_name(error.code()) +
+           "): " + error.what());
+      return error.code() != ErrorCode::kTimeout && error.code() != ErrorCode::kRemoteError;
+    }
+    send_.resize(initial_send_.size());
+    recv_.resize(initial_recv_.size());
+    download(arenas_, send_, recv_, stream_);
+    size_t failed = 0;
+    std::vector<std::string> lines = batch.check(initial_send_, initial_recv_, send_.data(), recv_.data(), 1, &failed);
+    if (failed > 0) fail(lines.at(0));
+    return true;
+  }
+
+  size_t ran() const { return ran_; }
+
+ private:
+  void fail(const std::string& line) {
+    if (failed_++ < kMaxReportedCases) ADD_FAILURE() << line;
+  }
+
+  Communicator& comm_;
+  Arenas arenas_;
+  cudaStream_t stream_;
+  size_t ran_ = 0;
+  size_t failed_ = 0;
+  std::vector<unsigned char> initial_send_, initial_recv_, send_, recv_;
+};
+
+// Runs `cases` (seeded here) from cudaMalloc'd buffers on every rank.
+void run_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
+  seed_cases(cases, shared_seed(comm));
+  size_t send_capacity = 0, recv_capacity = 0;
+  capacities(cases, comm.size(), send_capacity, recv_capacity);
+  DeviceBuffer send(send_capacity), recv(recv_capacity);
+  StreamHandle stream;
+  CaseRunner runner(comm, Arenas{send.get(), recv.get(), send_capacity, recv_capacity}, stream.get());
+  for (const Case& c : cases) {
+    if (!runner.run(c)) break;
+  }
+  if (comm.rank() == 0) std::printf("[collectives] %s: %zu case(s) on %d rank(s)\n", label, runner.ran(), comm.size());
+}
+
+void run_matrix(Collective collective) {
+  with_communicator([&](Communicator& comm) { run_cases(comm, matrix(collective, comm.size()), collective_name(collective)); });
+}
+
+// ---- The reference itself (host only) ----
+
+TEST(CollectiveReference, EncodingsWrapAroundAndInputRangesAreRight) {
+  EXPECT_EQ(encode_exact(DataType::kFloat16, 1.0), 0x3C00u);
+  EXPECT_EQ(encode_exact(DataType::kFloat16, -2.0), 0xC000u);
+  EXPECT_EQ(encode_exact(DataType::kFloat16, 1.5), 0x3E00u);
+  EXPECT_EQ(encode_exact(DataType::kFloat16, std::ldexp(1.0, -10)), 0x1400u);
+  EXPECT_EQ(encode_exact(DataType::kFloat16, 0.0), 0x0000u);
+  EXPECT_EQ(encode_exact(DataType::kBFloat16, 1.0), 0x3F80u);
+  EXPECT_EQ(encode_exact(DataType::kBFloat16, -0.5), 0xBF00u);
+  EXPECT_EQ(encode_exact(DataType::kFloat32, 0.75), 0x3F400000u);
+  EXPECT_THROW(encode_exact(DataType::kFloat16, 1.0 + 1.0 / 4096), std::logic_error);
+  EXPECT_THROW(encode_exact(DataType::kBFloat16, 1.0 + 1.0 / 1024), std::logic_error);
+  EXPECT_EQ(decode_float(DataType::kFloat16, 0x3C00), 1.0);
+  EXPECT_EQ(decode_float(DataType::kFloat16, 0x0001), std::ldexp(1.0, -24));
+  EXPECT_EQ(decode_float(DataType::kFloat16, 0x7BFF), 65504.0);
+  EXPECT_EQ(decode_float(DataType::kFloat16, 0xA5A5), -1445.0 / 65536.0);  // the poison
+  EXPECT_TRUE(std::isinf(decode_float(DataType::kFloat16, 0x7C00)));
+  EXPECT_TRUE(std::isnan(decode_float(DataType::kFloat16, 0x7E00)));
+  EXPECT_EQ(decode_float(DataType::kBFloat16, 0x3F80), 1.0);
+
+  EXPECT_EQ(reduce_integer(DataType::kInt8, ReduceOp::kSum, {100, 100}), 0xC8u);  // -56
+  EXPECT_EQ(reduce_integer(DataType::kUint8, ReduceOp::kSum, {200, 100}), 44u);
+  EXPECT_EQ(reduce_integer(DataType::kInt8, ReduceOp::kMax, {0x80, 0x01}), 0x01u);   // -128 < 1
+  EXPECT_EQ(reduce_integer(DataType::kUint8, ReduceOp::kMax, {0x80, 0x01}), 0x80u);  // 128 > 1
+  EXPECT_EQ(reduce_integer(DataType::kInt8, ReduceOp::kMin, {0x80, 0x01}), 0x80u);
+  EXPECT_EQ(reduce_integer(DataType::kInt32, ReduceOp::kProd, {0x10001, 0x10001}), 0x20001u);
+  EXPECT_EQ(reduce_integer(DataType::kInt64, ReduceOp::kMin, {UINT64_MAX, 5}), UINT64_MAX);  // -1 < 5
+  EXPECT_EQ(reduce_integer(DataType::kUint64, ReduceOp::kMin, {UINT64_MAX, 5}), 5u);
+  EXPECT_EQ(reduce_integer(DataType::kUint64, ReduceOp::kSum, {UINT64_MAX, 2}), 1u);
+  const unsigned char minus_56 = 0xC8;
+  EXPECT_NE(format_element(DataType::kInt8, &minus_56).find("-56"), std::string::npos);
+
+  // Every floating input is exactly representable (fill_input throws otherwise) and in range.
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd}) {
+      Case c{Collective::kAllReduce, type, op, 0, 0, false, true, 12345};
+      const size_t n = 100000, element = datatype_size(type);
+      std::vector<unsigned char> bytes(n * element);
+      fill_input(c, 3, 0, n, bytes.data());
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, bytes.data() + i * element, element);
+        const double magnitude = std::fabs(decode_float(type, bits));
+        const bool in_range = op == ReduceOp::kProd ? magnitude >= 0.5 && magnitude <= 1.5 : magnitude <= 1.0;
+        ASSERT_TRUE(in_range) << datatype_name(type) << " " << reduce_op_name(op) << " input " << i << " is " << magnitude;
+      }
+    }
+  }
+}
+
+// ---- The matrix, per collective ----
+
+TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }
+TEST(Collectives, ReduceMatrix) { run_matrix(Collective::kReduce); }
+TEST(Collectives, ReduceScatterMatrix) { run_matrix(Collective::kReduceScatter); }
+TEST(Collectives, AllGatherMatrix) { run_matrix(Collective::kAllGather); }
+TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
+
+// all_reduce and all_gather with send and recv in symmetric memory (comm.alloc()), at the same offsets on
+// every rank: the zero-copy path.
+TEST(Collectives, SymmetricMemoryBuffers) {
+  with_communicator([](Communicator& comm) {
+    std::vector<Case> cases;
+    for (Collective collective : {Collective::kAllReduce, Collective::kAllGather}) {
+      for (DataType type : kAllDataTypes) {
+        const size_t element = datatype_size(type);
+        const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
+        for (ReduceOp op : ops) {
+          for (size_t count : {size_t(1), size_t(4097), (kOneMiBPlus3 + element - 1) / element}) {
+            for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
+          }
+        }
+      }
+    }
+    seed_cases(cases, shared_seed(comm));
+    size_t send_capacity = 0, recv_capacity = 0;
+    capacities(cases, comm.size(), send_capacity, recv_capacity);
+    SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
+    SymmetricMemory recv = comm.alloc(recv_capacity);
+    StreamHandle stream;
+    {
+      CaseRunner runner(comm, Arenas{send.local(), recv.local(), send_capacity, recv_capacity}, stream.get());
+      for (const Case& c : cases) {
+        if (!runner.run(c)) break;
+      }
+    }
+    comm.barrier();  // no rank frees its symmetric memory while a peer may still run a case
+  });
+}
+
+// ---- Argument errors ----
+
+// `call` must throw braid::Error kInvalidArgument whose message contains `argument` (e.g. "'send'").
+void expect_invalid_argument(int rank, const std::string& what, const char* argument, const std::function<void()>& call) {
+  try {
+    call();
+    ADD_FAILURE() << "rank " << rank << ": " << what << " was accepted; expected kInvalidArgument naming " << argument;
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << "rank " << rank << ": " << what << ": " << error.what();
+    EXPECT_NE(std::string(error.what()).find(argument), std::string::npos)
+        << "rank " << rank << ": " << what << ": the message does not name " << argument << ": " << error.what();
+  }
+}
+
+// After refused calls: nothing was enqueued (recv, poisoned before, is still poisoned) and the communicator
+// still works (a valid all_reduce is right).
+void expect_nothing_enqueued_and_still_usable(Communicator& comm, const DeviceBuffer& recv, cudaStream_t stream) {
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::vector<unsigned char> bytes(recv.bytes());
+  cuda_check(cudaMemcpy(bytes.data(), recv.get(), bytes.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  const size_t written = bytes.size() - std::count(bytes.begin(), bytes.end(), kPoison);
+  EXPECT_EQ(written, 0u) << "rank " << comm.rank() << ": a refused call wrote " << written << " byte(s) of recv";
+  comm.check();
+  run_cases(comm, {Case{Collective::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 4097, 0, false, true, 0}},
+            "after refused calls");
+}
+
+TEST(Collectives, ArgumentErrorsRaiseBeforeEnqueue) {
+  with_communicator([](Communicator& comm) {
+    const int rank = comm.rank(), world = comm.size();
+    constexpr size_t n = 1024;
+    StreamHandle stream;
+    const cudaStream_t st = stream.get();
+    DeviceBuffer send_buffer(n * 8 * world), recv_buffer(n * 8 * world);  // any type, any collective
+    cuda_check(cudaMemset(recv_buffer.get(), kPoison, recv_buffer.bytes()), "cudaMemset");
+    cuda_check(cudaMemset(send_buffer.get(), 0, send_buffer.bytes()), "cudaMemset");
+    const void* s = send_buffer.get();
+    void* r = recv_buffer.get();
+    const DataType f32 = DataType::kFloat32;
+    const ReduceOp sum = ReduceOp::kSum;
+
+    // Null buffers with count > 0. reduce's recv and broadcast's send matter on the root: root = this rank.
+    expect_invalid_argument(rank, "all_reduce(send = null)", "'send'", [&] { comm.all_reduce(nullptr, r, n, f32, sum, st); });
+    expect_invalid_argument(rank, "all_reduce(recv = null)", "'recv'", [&] { comm.all_reduce(s, nullptr, n, f32, sum, st); });
+    expect_invalid_argument(rank, "reduce(send = null)", "'send'", [&] { comm.reduce(nullptr, r, n, f32, sum, rank, st); });
+    expect_invalid_argument(rank, "reduce(recv = null) on the root", "'recv'", [&] { comm.reduce(s, nullptr, n, f32, sum, rank, st); });
+    expect_invalid_argument(rank, "reduce_scatter(send = null)", "'send'", [&] { comm.reduce_scatter(nullptr, r, n, f32, sum, st); });
+    expect_invalid_argument(rank, "reduce_scatter(recv = null)", "'recv'", [&] { comm.reduce_scatter(s, nullptr, n, f32, sum, st); });
+    expect_invalid_argument(rank, "all_gather(send = null)", "'send'", [&] { comm.all_gather(nullptr, r, n, f32, st); });
+    expect_invalid_argument(rank, "all_gather(recv = null)", "'recv'", [&] { comm.all_gather(s, nullptr, n, f32, st); });
+    expect_invalid_argument(rank, "broadcast(send = null) on the root", "'send'", [&] { comm.broadcast(nullptr, r, n, f32, rank, st); });
+    expect_invalid_argument(rank, "broadcast(recv = null)", "'recv'", [&] { comm.broadcast(s, nullptr, n, f32, 0, st); });
+
+    // Roots out of range.
+    for (int root : {-1, world, world + 7}) {
+      const std::string at = "(root = " + std::to_string(root) + ")";
+      expect_invalid_argument(rank, "reduce" + at, "'root'", [&] { comm.reduce(s, r, n, f32, sum, root, st); });
+      expect_invalid_argument(rank, "broadcast" + at, "'root'", [&] { comm.broadcast(s, r, n, f32, root, st); });
+    }
+
+    // Datatypes and ops outside their enums.
+    for (int value : {-1, kDataTypeCount, 1000}) {
+      const DataType bad = static_cast<DataType>(value);
+      const std::string at = "(type = " + std::to_string(value) + ")";
+      expect_invalid_argument(rank, "all_reduce" + at, "'type'", [&] { comm.all_reduce(s, r, n, bad, sum, st); });
+      expect_invalid_argument(rank, "reduce" + at, "'type'", [&] { comm.reduce(s, r, n, bad, sum, 0, st); });
+      expect_invalid_argument(rank, "reduce_scatter" + at, "'type'", [&] { comm.reduce_scatter(s, r, n, bad, sum, st); });
+      expect_invalid_argument(rank, "all_gather" + at, "'type'", [&] { comm.all_gather(s, r, n, bad, st); });
+      expect_invalid_argument(rank, "broadcast" + at, "'type'", [&] { comm.broadcast(s, r, n, bad, 0, st); });
+    }
+    for (int value : {-1, kReduceOpCount}) {
+      const ReduceOp bad = static_cast<ReduceOp>(value);
+      const std::string at = "(op = " + std::to_string(value) + ")";
+      expect_invalid_argument(rank, "all_reduce" + at, "'op'", [&] { comm.all_reduce(s, r, n, f32, bad, st); });
+      expect_invalid_argument(rank, "reduce" + at, "'op'", [&] { comm.reduce(s, r, n, f32, bad, 0, st); });
+      expect_invalid_argument(rank, "reduce_scatter" + at, "'op'", [&] { comm.reduce_scatter(s, r, n, f32, bad, st); });
+    }
+
+    // Counts whose byte size overflows size_t (the message names 'count', 'recv_count' or 'send_count').
+    const size_t overflowing = SIZE_MAX / 4 + 1;                         // × 4 bytes overflows
+    const size_t overflowing_times_world = SIZE_MAX / (4 * size_t(world)) + 1;  // × world × 4 bytes overflows
+    for (size_t count : {overflowing, SIZE_MAX}) {
+      const std::string at = "(count = " + std::to_string(count) + ", float32)";
+      expect_invalid_argument(rank, "all_reduce" + at, "count'", [&] { comm.all_reduce(s, r, count, f32, sum, st); });
+      expect_invalid_argument(rank, "reduce" + at, "count'", [&] { comm.reduce(s, r, count, f32, sum, 0, st); });
+      expect_invalid_argument(rank, "broadcast" + at, "count'", [&] { comm.broadcast(s, r, count, f32, 0, st); });
+      expect_invalid_argument(rank, "reduce_scatter" + at, "count'", [&] { comm.reduce_scatter(s, r, count, f32, sum, st); });
+      expect_invalid_argument(rank, "all_gather" + at, "count'", [&] { comm.all_gather(s, r, count, f32, st); });
+    }
+    const std::string at = "(count = " + std::to_string(overflowing_times_world) + ": world × count × 4 bytes overflows)";
+    expect_invalid_argument(rank, "reduce_scatter" + at, "count'",
+                            [&] { comm.reduce_scatter(s, r, overflowing_times_world, f32, sum, st); });
+    expect_invalid_argument(rank, "all_gather" + at, "count'", [&] { comm.all_gather(s, r, overflowing_times_world, f32, st); });
+
+    expect_nothing_enqueued_and_still_usable(comm, recv_buffer, st);
+  });
+}
+
+TEST(Collectives, IntegerAverageIsRefusedNamingOp) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    constexpr size_t n = 1024;
+    StreamHandle stream;
+    DeviceBuffer send(n * 8 * world), recv(n * 8 * world);
+    cuda_check(cudaMemset(recv.get(), kPoison, recv.bytes()), "cudaMemset");
+    cuda_check(cudaMemset(send.get(), 0, send.bytes()), "cudaMemset");
+    for (DataType type : kAllDataTypes) {
+      if (is_floating(type)) continue;
+      for (Collective collective : {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter}) {
+        const Case c{collective, type, ReduceOp::kAvg, n, 0, false, true, 0};
+        expect_invalid_argument(comm.rank(), describe(c), "'op'", [&] { launch(comm, c, send.get(), recv.get(), stream.get()); });
+      }
+    }
+    expect_nothing_enqueued_and_still_usable(comm, recv, stream.get());
+  });
+}
+
+TEST(Collectives, ZeroCountIsANoOp) {
+  with_communicator([](Communicator& comm) {
+    StreamHandle stream;
+    // With null buffers: valid, nothing to read or write.
+    for (Collective collective : kAllCollectives) {
+      for (DataType type : {DataType::kFloat32, DataType::kInt8}) {
+        const Case c{collective, type, ReduceOp::kSum, 0, comm.size() - 1, false, true, 0};
+        try {
+          launch(comm, c, nullptr, nullptr, stream.get());
+        } catch (const Error& error) {
+          ADD_FAILURE() << "rank " << comm.rank() << ": " << describe(c) << " with null buffers threw: " << error.what();
+        }
+      }
+    }
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    comm.check();
+    // With real buffers (guards and poison must survive), in and out of place, then a real call: still in step.
+    std::vector<Case> cases;
+    for (Collective collective : kAllCollectives) {
+      for (const Variant& v : kAllVariants) {
+        cases.push_back(Case{collective, DataType::kFloat32, ReduceOp::kSum, 0, 0, v.in_place, v.aligned, 0});
+      }
+    }
+    cases.push_back(Case{Collective::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 4097, 0, false, true, 0});
+    run_cases(comm, cases, "count 0");
+  });
+}
+
+// ---- CUDA graphs ----
+
+struct GraphHandles {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~GraphHandles() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+// Where two images first differ, in words (the batch names the case and buffer); "" when equal.
+std::string first_difference(const Batch& batch, bool in_send_arena, const std::vector<unsigned char>& a,
+                             const std::vector<unsigned char>& b) {
+  const auto [at_a, at_b] = std::mismatch(a.begin(), a.end(), b.begin());
+  if (at_a == a.end()) return "";
+  const size_t offset = static_cast<size_t>(at_a - a.begin());
+  const size_t differing = std::inner_product(a.begin(), a.end(), b.begin(), size_t(0), std::plus<>(),
+                                              [](unsigned char x, unsigned char y) { return size_t(x != y); });
+  return std::to_string(differing) + " byte(s) differ, first at " + batch.locate(in_send_arena, offset);
+}
+
+TEST(Collectives, GraphCaptureReplaysMatchEager) {
+  with_communicator([](Communicator& comm) {
+    const int rank = comm.rank(), world = comm.size();
+    const int bcast_root = 1 % world;
+    using C = Collective;
+    using D = DataType;
+    using O = ReduceOp;
+    // Mixed collectives, 1 KiB .. 4 MiB per rank, out of place (inputs stay as they are across replays).
+    std::vector<Case> sequence = {
+        {C::kAllReduce, D::kFloat32, O::kSum, (4u << 20) / 4, 0, false, true, 0},
+        {C::kAllGather, D::kBFloat16, O::kSum, (1u << 10) / 2, 0, false, true, 0},
+        {C::kReduceScatter, D::kInt32, O::kMax, (256u << 10) / 4, 0, false, true, 0},
+        {C::kBroadcast, D::kFloat32, O::kSum, (64u << 10) / 4, bcast_root, false, true, 0},
+        {C::kReduce, D::kFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+        {C::kAllReduce, D::kFloat32, O::kSum, (1u << 10) / 4, 0, false, false, 0},
+        {C::kAllGather, D::kBFloat16, O::kSum, (4u << 20) / 2, 0, false, true, 0},
+        {C::kReduceScatter, D::kInt32, O::kMax, (1u << 10) / 4, 0, false, true, 0},
+        {C::kBroadcast, D::kInt8, O::kSum, 4u << 20, bcast_root, false, true, 0},
+        {C::kReduce, D::kFloat16, O::kSum, (4u << 10) / 2, 0, false, true, 0},
+    };
+    seed_cases(sequence, shared_seed(comm));
+    Batch batch(rank, world);
+    for (const Case& c : sequence) batch.add(c, SIZE_MAX, SIZE_MAX);
+    DeviceBuffer send(batch.send_span()), recv(batch.recv_span());
+    const Arenas arenas{send.get(), recv.get(), batch.send_span(), batch.recv_span()};
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    auto enqueue_sequence = [&] {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        launch(comm, batch.at(i), batch.send_pointer(i, send.get(), recv.get()), batch.recv_pointer(i, send.get(), recv.get()), stream);
+      }
+    };
+
+    // Eager: the results, checked against the reference and kept.
+    std::vector<unsigned char> initial_send, initial_recv;
+    batch.initial_images(initial_send, initial_recv);
+    upload(arenas, initial_send, initial_recv, stream);
+    enqueue_sequence();
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (eager)");
+    comm.check();
+    std::vector<unsigned char> eager_send(initial_send.size()), eager_recv(initial_recv.size());
+    download(arenas, eager_send, eager_recv, stream);
+    for (const std::string& line : batch.check(initial_send, initial_recv, eager_send.data(), eager_recv.data(), 10)) {
+      ADD_FAILURE() << "eager run: " << line;
+    }
+
+    // Captured once, replayed 1000 times after the outputs are poisoned once.
+    GraphHandles graph;
+    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    enqueue_sequence();
+    cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
+    cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+    upload(arenas, initial_send, initial_recv, stream);  // inputs as they were, outputs poisoned
+    constexpr int kReplays = 1000;
+    for (int i = 0; i < kReplays; ++i) cuda_check(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (replays)");
+    comm.check();
+    std::vector<unsigned char> replay_send(initial_send.size()), replay_recv(initial_recv.size());
+    download(arenas, replay_send, replay_recv, stream);
+
+    // Same algorithm, same order, same inputs: bit-identical to the eager run.
+    const std::string send_difference = first_difference(batch, true, eager_send, replay_send);
+    const std::string recv_difference = first_difference(batch, false, eager_recv, replay_recv);
+    EXPECT_TRUE(send_difference.empty()) << "rank " << rank << ": after " << kReplays << " replays, send: " << send_difference;
+    EXPECT_TRUE(recv_difference.empty()) << "rank " << rank << ": after " << kReplays << " replays, recv: " << recv_difference;
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing

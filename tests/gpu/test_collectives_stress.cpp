@@ -1,0 +1,203 @@
+// Collectives under stress, on every rank (threads or braid-run processes):
+//   - 10000 mixed collectives back to back (every collective, datatype, valid op, root, in/out of place,
+//     aligned or not; mostly up to 256 KiB, some 4 MiB, some empty), the same sequence on every rank, enqueued
+//     in batches of up to 32 without host synchronisation in between, with random per-rank delays between the
+//     calls: host sleeps (0-200 us) and device spin kernels (0-20 us) on the stream. Every call's output is
+//     checked against the host reference, and every byte it must not write against what was there.
+//   - a rank that skips an all_reduce: the others get braid::Error kTimeout naming it, within the
+//     communicator's timeout (2 s) and a margin, and nobody hangs.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <optional>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "collective_reference.hpp"
+#include "spin_kernel.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+constexpr size_t kCalls = 10000;
+constexpr size_t kMaxBatch = 32;                      // calls enqueued between two host synchronisations
+constexpr size_t kArenaBytes = size_t(160) << 20;     // per arena; a batch also ends when the next call won't fit
+constexpr size_t kMaxReportedCalls = 10;              // detailed failure lines per rank
+constexpr uint32_t kMaxHostSleepUs = 200;
+constexpr uint32_t kMaxDeviceSpinNs = 20000;
+
+// A small deterministic random source: the i-th value of stream `key`.
+uint64_t random_value(uint64_t key, uint64_t i) { return mix64(key + (i + 1) * 0x9E3779B97F4A7C15ull); }
+
+// Element count of a stress call: 2% empty, 1% 4 MiB (+1 element), the rest 1 B .. 256 KiB, log-uniform.
+size_t stress_count(DataType type, uint64_t r1, uint64_t r2) {
+  const size_t element = datatype_size(type);
+  const uint64_t size_class = r1 % 100;
+  if (size_class < 2) return 0;
+  if (size_class < 3) return (size_t(4) << 20) / element + 1;
+  const unsigned octave = static_cast<unsigned>(r2 % 18);  // bytes in [2^octave, 2^(octave+1)), below 256 KiB
+  const size_t bytes = (size_t(1) << octave) + (r2 >> 8) % (size_t(1) << octave);
+  return std::max<size_t>(1, bytes / element);
+}
+
+// The sequence every rank runs: a function of the shared seed and the world size only.
+std::vector<Case> stress_sequence(uint64_t seed, int world) {
+  std::vector<Case> calls(kCalls);
+  uint64_t draw = 0;
+  auto next = [&] { return random_value(seed, draw++); };
+  for (size_t i = 0; i < kCalls; ++i) {
+    Case& c = calls[i];
+    c.collective = kAllCollectives[next() % std::size(kAllCollectives)];
+    c.type = kAllDataTypes[next() % std::size(kAllDataTypes)];
+    const std::vector<ReduceOp> ops = supported_ops(c.type);
+    c.op = is_reducing(c.collective) ? ops[next() % ops.size()] : ReduceOp::kSum;
+    c.root = static_cast<int>(next() % static_cast<uint64_t>(world));
+    c.in_place = next() % 4 == 0;
+    c.aligned = next() % 3 != 0;
+    const uint64_t r1 = next(), r2 = next();
+    c.count = stress_count(c.type, r1, r2);
+    c.seed = mix64(seed ^ (i + 1));
+  }
+  return calls;
+}
+
+// This rank's delay before call `call` (its own random stream): 1/4 host sleep, 1/4 device spin, 1/2 none.
+void delay_before(uint64_t delay_key, size_t call, cudaStream_t stream) {
+  const uint64_t r = random_value(delay_key, call);
+  switch (r % 4) {
+    case 0: std::this_thread::sleep_for(std::chrono::microseconds((r >> 8) % (kMaxHostSleepUs + 1))); break;
+    case 1: cuda_check(spin_on_stream(stream, static_cast<uint32_t>((r >> 8) % (kMaxDeviceSpinNs + 1))), "spin kernel launch"); break;
+    default: break;
+  }
+}
+
+TEST(CollectivesStress, BackToBackMixedWithRandomDelays) {
+  with_communicator([](Communicator& comm) {
+    const int rank = comm.rank(), world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    const std::vector<Case> calls = stress_sequence(seed, world);
+    const uint64_t delay_key = mix64(seed ^ mix64(0xDE1A7ull + static_cast<uint64_t>(rank)));
+    DeviceBuffer send(kArenaBytes), recv(kArenaBytes);
+    const Arenas arenas{send.get(), recv.get(), kArenaBytes, kArenaBytes};
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
+    size_t next = 0, batches = 0, failed = 0;
+    const auto start = std::chrono::steady_clock::now();
+    while (next < calls.size()) {
+      // The next batch: the same on every rank (it depends on the sequence and world size only).
+      Batch batch(rank, world);
+      while (next < calls.size() && batch.size() < kMaxBatch && batch.add(calls[next], kArenaBytes, kArenaBytes)) ++next;
+      if (batch.size() == 0) throw std::logic_error("a stress call does not fit the arenas: " + describe(calls[next]));
+      const size_t first = next - batch.size();
+      ++batches;
+      batch.initial_images(initial_send, initial_recv);
+      upload(arenas, initial_send, initial_recv, stream);
+      try {
+        for (size_t i = 0; i < batch.size(); ++i) {
+          delay_before(delay_key, first + i, stream);
+          launch(comm, batch.at(i), batch.send_pointer(i, send.get(), recv.get()), batch.recv_pointer(i, send.get(), recv.get()),
+                 stream);
+        }
+        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        comm.check();
+      } catch (const Error& error) {
+        ADD_FAILURE() << "rank " << rank << ": calls " << first << ".." << next - 1 << " (seed 0x" << std::hex << seed
+                      << std::dec << ") threw: " << error.what();
+        return;  // the communicator's state is unknown: stop
+      }
+      got_send.resize(initial_send.size());
+      got_recv.resize(initial_recv.size());
+      download(arenas, got_send, got_recv, stream);
+      size_t batch_failed = 0;
+      const size_t lines_left = failed < kMaxReportedCalls ? kMaxReportedCalls - failed : 0;
+      for (const std::string& line : batch.check(initial_send, initial_recv, got_send.data(), got_recv.data(), lines_left,
+                                                 &batch_failed)) {
+        ADD_FAILURE() << line << " [case i of this batch is call " << first << " + i]";
+      }
+      failed += batch_failed;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
+                          << std::hex << seed << std::dec << ")";
+    if (rank == 0) {
+      std::printf("[stress] %zu calls in %zu batches on %d rank(s): %.2f s\n", calls.size(), batches, world, seconds);
+    }
+  });
+}
+
+// A rank that never makes a call: the others' kernels give up after the communicator's timeout and record
+// which collective, which wait and which peer; the host raises it as kTimeout. A communicator is unusable
+// after a timeout: this one is made for the test and destroyed, and no rank uses any communicator
+// collectively afterwards (no barrier: the skipping rank may be gone).
+TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    // Line the ranks up first, on a communicator with the usual timeout, so that the 2 s one is not at risk
+    // while it is being made (ranks may reach this test seconds apart as processes).
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    keeper.barrier();
+    constexpr double kTimeoutS = 2.0;
+    constexpr double kMarginS = 8.0;
+    Communicator comm = Communicator::init(context.rendezvous, test_options(kTimeoutS));
+    const int rank = comm.rank(), world = comm.size();
+    const int skipper = world - 1;
+    constexpr size_t n = 1 << 18;  // float32 elements
+    DeviceBuffer send(n * 4), recv(n * 4);
+    cuda_check(cudaMemset(send.get(), 0, n * 4), "cudaMemset");
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    auto all_reduce = [&] { comm.all_reduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum, stream); };
+
+    // Everyone makes the first call: the communicator works.
+    all_reduce();
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (first all_reduce)");
+    comm.check();
+
+    if (rank == skipper) return;  // skips the second call, and leaves
+
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<Error> error;
+    try {
+      all_reduce();
+      // The kernel gives up after the timeout, so this returns.
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the all_reduce rank " + std::to_string(skipper) +
+                                                    " skipped)");
+      comm.check();
+      // Not raised by check(): the next call must raise it.
+      all_reduce();
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the call after)");
+      comm.check();
+    } catch (const Error& caught) {
+      error = caught;
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(error.has_value()) << "rank " << rank << ": no error " << seconds << " s after rank " << skipper
+                                   << " skipped an all_reduce";
+    const std::string message = error->what();
+    EXPECT_EQ(error->code(), ErrorCode::kTimeout) << "rank " << rank << ": " << message;
+    const std::regex names_skipper("\\b(rank|peer) " + std::to_string(skipper) + "\\b", std::regex::icase);
+    EXPECT_TRUE(std::regex_search(message, names_skipper))
+        << "rank " << rank << ": the message does not name rank " << skipper << ": " << message;
+    const std::regex names_collective("all_?reduce", std::regex::icase);
+    EXPECT_TRUE(std::regex_search(message, names_collective))
+        << "rank " << rank << ": the message does not name the all_reduce: " << message;
+    EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << rank << ": gave up before the timeout: " << message;
+    EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << rank << ": took " << seconds << " s to report: " << message;
+    // comm is unusable now; it is destroyed here without any further collective call.
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing
