@@ -86,16 +86,27 @@ __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, i
   return out;
 }
 
+// Independent 16-byte accesses each thread keeps in flight: NVLink and HBM need many outstanding requests.
+constexpr int kUnroll = 4;
+
 // ---- Byte copies by one block, any alignment (16-byte vectors when both sides allow).
 __device__ inline void block_copy(char* destination, const char* source, size_t bytes) {
   if (bytes == 0 || destination == source) return;
   const uintptr_t misaligned = reinterpret_cast<uintptr_t>(destination) | reinterpret_cast<uintptr_t>(source);
   size_t done = 0;
   if ((misaligned & 15) == 0) {
-    const size_t vectors = bytes / 16;
-    for (size_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-      reinterpret_cast<uint4*>(destination)[i] = reinterpret_cast<const uint4*>(source)[i];
+    const size_t vectors = bytes / 16, stride = blockDim.x;
+    const uint4* from = reinterpret_cast<const uint4*>(source);
+    uint4* to = reinterpret_cast<uint4*>(destination);
+    size_t i = threadIdx.x;
+    for (; i + (kUnroll - 1) * stride < vectors; i += kUnroll * stride) {
+      uint4 value[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) value[u] = from[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) to[i + u * stride] = value[u];
     }
+    for (; i < vectors; i += stride) to[i] = from[i];
     done = vectors * 16;
   } else if ((misaligned & 3) == 0) {
     const size_t words = bytes / 4;
@@ -130,22 +141,65 @@ __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks
   return slice;
 }
 
+// Reduces kUnroll vectors, `stride` elements apart, starting at element `e` (all inside the slice): the loads
+// of one source for every vector are issued together.
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ void reduce_unrolled(const char* const* sources, int source_count, char* const* destinations,
+                                                int destination_count, size_t e, size_t stride,
+                                                size_t source_offset_bytes, size_t destination_offset_bytes, int world) {
+  constexpr int kPer = Vector<T>::kCount;
+  acc_t<T> acc[kUnroll][kPer];
+  Vector<T> in[kUnroll];
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) in[u] = load_vector<T>(sources[0] + source_offset_bytes + (e + u * stride) * sizeof(T));
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) acc[u][i] = to_acc(in[u].value[i]);
+  }
+  for (int s = 1; s < source_count; ++s) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) in[u] = load_vector<T>(sources[s] + source_offset_bytes + (e + u * stride) * sizeof(T));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) acc[u][i] = combine<Op>(acc[u][i], to_acc(in[u].value[i]));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) in[u].value[i] = from_acc<T>(finish<Op>(acc[u][i], world));
+  }
+  for (int d = 0; d < destination_count; ++d) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) store_vector(destinations[d] + destination_offset_bytes + (e + u * stride) * sizeof(T), in[u]);
+  }
+}
+
 // Reduces elements [slice) of `sources` (rank order) into every destination (one, or every peer's copy).
 template <typename T, ReduceOp Op>
 __device__ inline void block_reduce(const char* const* sources, int source_count, char* const* destinations,
                                     int destination_count, const Slice& slice, size_t source_offset_bytes,
                                     size_t destination_offset_bytes, int world) {
-  for (size_t e = slice.begin + threadIdx.x * Vector<T>::kCount; e < slice.vector_end; e += blockDim.x * Vector<T>::kCount) {
+  constexpr size_t kPer = Vector<T>::kCount;
+  const size_t stride = blockDim.x * kPer;  // elements between a thread's consecutive vectors
+  size_t e = slice.begin + threadIdx.x * kPer;
+  for (; e + (kUnroll - 1) * stride < slice.vector_end; e += kUnroll * stride) {
+    reduce_unrolled<T, Op>(sources, source_count, destinations, destination_count, e, stride, source_offset_bytes,
+                           destination_offset_bytes, world);
+  }
+  for (; e < slice.vector_end; e += stride) {
     Vector<T> value = reduce_vector<T, Op>(sources, source_count, source_offset_bytes + e * sizeof(T), world);
     for (int d = 0; d < destination_count; ++d) store_vector(destinations[d] + destination_offset_bytes + e * sizeof(T), value);
   }
-  for (size_t e = slice.vector_end + threadIdx.x; e < slice.end; e += blockDim.x) {
-    acc_t<T> acc = to_acc(*reinterpret_cast<const T*>(sources[0] + source_offset_bytes + e * sizeof(T)));
+  for (size_t t = slice.vector_end + threadIdx.x; t < slice.end; t += blockDim.x) {
+    acc_t<T> acc = to_acc(*reinterpret_cast<const T*>(sources[0] + source_offset_bytes + t * sizeof(T)));
     for (int s = 1; s < source_count; ++s) {
-      acc = combine<Op>(acc, to_acc(*reinterpret_cast<const T*>(sources[s] + source_offset_bytes + e * sizeof(T))));
+      acc = combine<Op>(acc, to_acc(*reinterpret_cast<const T*>(sources[s] + source_offset_bytes + t * sizeof(T))));
     }
     const T value = from_acc<T>(finish<Op>(acc, world));
-    for (int d = 0; d < destination_count; ++d) *reinterpret_cast<T*>(destinations[d] + destination_offset_bytes + e * sizeof(T)) = value;
+    for (int d = 0; d < destination_count; ++d) *reinterpret_cast<T*>(destinations[d] + destination_offset_bytes + t * sizeof(T)) = value;
   }
 }
 

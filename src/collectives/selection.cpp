@@ -31,7 +31,7 @@ constexpr Row kTable[] = {
 int blocks_for(size_t bytes) {
   constexpr size_t kBytesPerBlock = size_t(64) << 10;
   size_t blocks = (bytes + kBytesPerBlock - 1) / kBytesPerBlock;
-  return static_cast<int>(std::clamp<size_t>(blocks, 1, 32));
+  return static_cast<int>(std::clamp<size_t>(blocks, 1, 64));
 }
 
 const char* short_name(Collective collective) {
