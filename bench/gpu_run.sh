@@ -22,9 +22,9 @@ gpus=$(nvidia-smi -L | wc -l)
 tail -25 "$out/gpu-tests.log"
 {
   echo "## braid-bench (ranks as threads)"
-  build/tools/braid-bench/braid-bench
+  build/tools/braid-bench/braid-bench --smoke
   echo "exit code $?"
   echo "## braid-run -n $gpus braid-bench (ranks as processes)"
-  build/tools/braid-run/braid-run -n "$gpus" build/tools/braid-bench/braid-bench
+  build/tools/braid-run/braid-run -n "$gpus" build/tools/braid-bench/braid-bench --smoke
   echo "exit code $?"
 } 2>&1 | tee "$out/smoke.txt"

@@ -1,97 +1,64 @@
-// braid-bench. Until braid's collectives exist, it runs the symmetric-memory smoke run across all local
-// GPUs: every rank writes a fresh random pattern into each peer's buffer through peer pointers and through
-// the contiguous view, every rank checks what it received, and rank 0 prints one row per check.
-//   braid-bench [-t N] [-b MIN] [-e MAX] [-f FACTOR]    ranks as threads (default: every visible GPU)
-//   braid-run -n N braid-bench [...]                    ranks as processes
-#include <CLI/CLI.hpp>
+// braid-bench: braid's collectives timed and checked against a host reference, nccl-tests style, optionally
+// beside NCCL on the same GPUs (--compare nccl); --smoke runs the symmetric-memory smoke run instead.
+//   braid-bench [-c allreduce|...|all] [-b 8] [-e 128M] [-f 2] [-d float32] [-o sum] [...]   ranks as threads
+//   braid-run -n N braid-bench [...]                                                         ranks as processes
+// This file starts the ranks and turns failures into messages and exit codes; options.cpp has the flags,
+// bench.cpp the loop, reference.cpp the check, nccl.cpp NCCL, report.cpp the output, smoke.cpp the smoke run.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "bench.hpp"
 #include "braid/braid.hpp"
-#include "peer_check.hpp"
+#include "nccl.hpp"
+#include "options.hpp"
+#include "smoke.hpp"
 
 namespace {
 
-struct Options {
-  int threads = 0;
-  size_t min_bytes = 1;
-  size_t max_bytes = size_t(64) << 20;
-  size_t factor = 64;
-  double timeout_s = 60;
-};
+using braid::bench::Options;
 
-// Runs every check on one rank; returns the number of wrong bytes seen by all ranks together.
-uint64_t smoke_run(braid::Communicator& comm, const Options& options) {
-  using braid::check::Route;
-  if (comm.rank() == 0) {
-    std::printf("# braid-bench symmetric-memory smoke run: %d ranks\n%s", comm.size(), comm.describe().c_str());
-    std::printf("# every rank writes a fresh random pattern into its region of every peer's buffer; every rank checks\n");
-    std::printf("# the regions it received (poisoned first). wrong = bytes wrong summed over all ranks.\n");
-    std::printf("%14s  %-16s  %6s  %10s  %s\n", "region_bytes", "route", "ranks", "wrong", "result");
-  }
-  uint64_t wrong_total = 0;
-  for (size_t region = options.min_bytes; region <= options.max_bytes; region *= options.factor) {
-    for (Route route : {Route::kPeerPointer, Route::kContiguousView}) {
-      for (size_t bytes : {region, region + 3}) {  // aligned and odd sizes
-        braid::check::PeerWriteReport report = braid::check::peers_write_owners_check(comm, bytes, route);
-        std::fputs(report.describe_failures(comm.rank()).c_str(), stderr);
-        std::vector<uint64_t> wrong = braid::check::exchange_through_peers(comm, report.wrong_bytes());
-        uint64_t sum = 0;
-        for (uint64_t w : wrong) sum += w;
-        wrong_total += sum;
-        if (comm.rank() == 0) {
-          std::printf("%14zu  %-16s  %6d  %10llu  %s\n", bytes, braid::check::route_name(route), comm.size(),
-                      static_cast<unsigned long long>(sum), sum == 0 ? "ok" : "WRONG");
-          std::fflush(stdout);
-        }
-      }
-    }
-    if (options.factor < 2) break;
-  }
-  if (comm.rank() == 0) {
-    std::printf("# %s\n", wrong_total == 0 ? "smoke run passed: every byte arrived at every owner"
-                                           : "smoke run FAILED: some bytes did not arrive");
-  }
-  return wrong_total;
-}
-
-int run_rank(const braid::Rendezvous& rendezvous, const Options& options) {
+// One rank, start to end. Every failure (braid::Error, NCCL, CUDA) becomes "braid-bench: rank R: ..." and 1;
+// on_failure (threads mode) hears of it at once.
+int run_rank(const braid::Rendezvous& rendezvous, const Options& options,
+             const std::shared_ptr<braid::bench::NcclLibrary>& nccl, const std::function<void()>& on_failure = {}) {
+  std::unique_ptr<braid::Communicator> comm;
   try {
     braid::CommOptions comm_options;
     comm_options.timeout_s = options.timeout_s;
-    braid::Communicator comm = braid::Communicator::init(rendezvous, comm_options);
-    return smoke_run(comm, options) == 0 ? 0 : 1;
+    comm = std::make_unique<braid::Communicator>(braid::Communicator::init(rendezvous, comm_options));
+    if (options.smoke) {
+      return braid::bench::smoke_run(*comm, options.min_bytes, options.max_bytes, options.step_factor) == 0 ? 0 : 1;
+    }
+    const uint64_t wrong = braid::bench::bench_run(*comm, options, nccl);
+    if (wrong > 0 && comm->rank() == 0) {
+      std::fprintf(stderr, "braid-bench: %llu elements wrong in all (see the #wrong columns and the lines above)\n",
+                   static_cast<unsigned long long>(wrong));
+    }
+    return wrong == 0 ? 0 : 1;
   } catch (const std::exception& error) {
     std::fprintf(stderr, "braid-bench: rank %d: %s\n", rendezvous.rank, error.what());
+    std::fflush(stderr);
+    // Left undestroyed: its teardown frees device memory, which waits for kernels that may spin on a failed
+    // peer until the timeout. The process exits next.
+    (void)comm.release();
+    if (on_failure) on_failure();
     return 1;
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options options;
-  CLI::App app{"braid-bench: symmetric-memory smoke run across all local GPUs (collective benchmarks come next)"};
-  app.add_option("-t,--threads", options.threads, "ranks as threads of this process (default: every visible GPU)");
-  app.add_option("-b,--minbytes", options.min_bytes, "smallest region per peer, bytes")->check(CLI::PositiveNumber);
-  app.add_option("-e,--maxbytes", options.max_bytes, "largest region per peer, bytes")->check(CLI::PositiveNumber);
-  app.add_option("-f,--stepfactor", options.factor, "multiply the region by this between rows")->check(CLI::PositiveNumber);
-  app.add_option("--timeout-s", options.timeout_s, "bound on every wait for a peer")->check(CLI::PositiveNumber);
-  CLI11_PARSE(app, argc, argv);
-
-  if (std::getenv("BRAID_RANK") != nullptr) {  // under braid-run: this process is one rank
-    try {
-      return run_rank(braid::Rendezvous::from_env(), options);
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "braid-bench: %s\n", error.what());
-      return 1;
-    }
-  }
+// Ranks as threads of this process. Once one rank fails the others cannot finish (every call needs all
+// ranks), and a peer blocked inside NCCL would wait forever: they get a short grace to report their own
+// errors, then the process exits.
+int run_threads(const Options& options, const std::shared_ptr<braid::bench::NcclLibrary>& nccl) {
   int gpus = 0;
   cudaError_t result = cudaGetDeviceCount(&gpus);
   if (result != cudaSuccess || gpus == 0) {
@@ -101,14 +68,73 @@ int main(int argc, char** argv) {
   }
   const int world = options.threads > 0 ? options.threads : gpus;
   braid::StoreHost store;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int finished = 0, failed = 0;
   std::vector<int> codes(world, 0);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
-    ranks.emplace_back([&, rank] { codes[rank] = run_rank(braid::Rendezvous::at_store(store.address(), rank, world, false), options); });
+    ranks.emplace_back([&, rank] {
+      auto on_failure = [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++failed;
+        changed.notify_all();
+      };
+      const int code =
+          run_rank(braid::Rendezvous::at_store(store.address(), rank, world, false), options, nccl, on_failure);
+      std::lock_guard<std::mutex> lock(mutex);
+      codes[rank] = code;
+      ++finished;
+      changed.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return finished == world || failed > 0; });
+    if (finished < world &&
+        !changed.wait_for(lock, std::chrono::seconds(10), [&] { return finished == world; })) {
+      std::fprintf(stderr, "braid-bench: a rank failed and %d rank(s) did not finish within 10 s; exiting\n",
+                   world - finished);
+      std::fflush(stderr);
+      std::_Exit(1);  // the stuck threads cannot be joined
+    }
   }
   for (std::thread& rank : ranks) rank.join();
   for (int code : codes) {
     if (code != 0) return code;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (std::optional<int> exit_code = braid::bench::parse_options(argc, argv, options)) return *exit_code;
+
+  std::shared_ptr<braid::bench::NcclLibrary> nccl;
+  if (options.compare_nccl && !options.smoke) {
+    // NVLink multicast (NVLS) stays off unless the user asks for it: braid does not use it by default, and a
+    // multicast program can take a shared host's GPUs out of service. Set before any thread starts.
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+    // Connect NCCL's peers at init, not lazily at its first collective: a lazy connect needs every rank's host
+    // thread, and a rank whose GPU is busy in a braid kernel waiting for that very peer would deadlock with it.
+    setenv("NCCL_RUNTIME_CONNECT", "0", /*overwrite=*/0);
+    try {
+      nccl = braid::bench::NcclLibrary::load(options.nccl_lib);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "braid-bench: %s\n", error.what());
+      return 1;
+    }
+  }
+
+  if (std::getenv("BRAID_RANK") != nullptr) {  // under braid-run: this process is one rank
+    try {
+      return run_rank(braid::Rendezvous::from_env(), options, nccl);
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "braid-bench: %s\n", error.what());
+      return 1;
+    }
+  }
+  return run_threads(options, nccl);
 }

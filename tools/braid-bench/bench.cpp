@@ -1,0 +1,422 @@
+#include "bench.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "collective.hpp"
+#include "reference.hpp"
+#include "report.hpp"
+
+namespace braid::bench {
+namespace {
+
+void cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + " (" +
+                             cudaGetErrorString(result) + ")");
+  }
+}
+
+using Call = std::function<void(cudaStream_t)>;
+
+// The host side of the check moves data in chunks of this size, so its memory stays bounded at any -e.
+constexpr size_t kHostChunkBytes = size_t(64) << 20;
+
+// A device buffer: cudaMalloc'd (a plain user buffer, which braid must serve through staging) or symmetric
+// (comm.alloc, braid's zero-copy path; collective).
+class Buffer {
+ public:
+  Buffer(Communicator& comm, size_t bytes, bool symmetric) {
+    if (symmetric) {
+      memory_ = comm.alloc(bytes);
+      data_ = memory_.local();
+    } else {
+      cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
+      owned_ = true;
+    }
+  }
+  ~Buffer() {
+    // Unwinding from a failure: cudaFree would wait for a kernel that may still spin on a dead peer, and hold
+    // back the error message; the process is about to exit anyway.
+    if (owned_ && std::uncaught_exceptions() == 0) cudaFree(data_);
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  char* data() const { return static_cast<char*>(data_); }
+
+ private:
+  SymmetricMemory memory_;
+  void* data_ = nullptr;
+  bool owned_ = false;
+};
+
+class StreamHandle {
+ public:
+  StreamHandle() { cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~StreamHandle() {
+    if (std::uncaught_exceptions() == 0) cudaStreamSynchronize(stream_);  // not on failure: see ~Buffer
+    cudaStreamDestroy(stream_);
+  }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Events {
+ public:
+  explicit Events(int count) : events_(count, nullptr) {
+    for (cudaEvent_t& event : events_) cuda(cudaEventCreate(&event), "cudaEventCreate");
+  }
+  ~Events() {
+    for (cudaEvent_t event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](int i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+// A captured and instantiated graph of back-to-back calls.
+class Graph {
+ public:
+  Graph(cudaStream_t stream, const Call& call, int calls) {
+    // Thread-local capture: ranks that are threads capture at once, and a peer thread's unrelated CUDA calls
+    // must not invalidate this capture.
+    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      for (int i = 0; i < calls; ++i) call(stream);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);  // leave the stream usable
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    cuda(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
+    cuda(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+  }
+  ~Graph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch(cudaStream_t stream) const { cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+// One (placement, implementation) of a row on this rank, as shared with every rank at the end of the row.
+struct Slot {
+  double time_us = 0;
+  uint64_t wrong = 0;
+  int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
+};
+constexpr int kSlots = 4;  // [out-of-place braid, out-of-place NCCL, in-place braid, in-place NCCL]
+
+class RankBench {
+ public:
+  RankBench(Communicator& comm, const Options& options, const std::shared_ptr<NcclLibrary>& nccl)
+      : comm_(comm), options_(options), rank_(comm.rank()), ranks_(comm.size()), library_(nccl) {}
+
+  uint64_t run() {
+    for (Collective coll : options_.collectives) {
+      if (has_root(coll) && options_.root >= ranks_) {
+        throw std::invalid_argument("-r/--root " + std::to_string(options_.root) + " is not a rank (there are " +
+                                    std::to_string(ranks_) + ")");
+      }
+    }
+    cuda(cudaSetDevice(comm_.device()), "cudaSetDevice");
+    stream_ = std::make_unique<StreamHandle>();
+    share_seed();
+    if (library_) nccl_ = std::make_unique<NcclComm>(library_, comm_);
+    start_report();
+
+    const size_t bytes = std::max(options_.max_bytes, element_size(options_.type));
+    send_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
+    recv_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
+    // With -z 0 nothing else writes the inputs: start from harmless finite values (0x3C bytes are about 1.06
+    // in float16, 0.0115 in float32 and bfloat16), never from whatever the allocator left.
+    cuda(cudaMemsetAsync(send_->data(), 0x3C, bytes, stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(recv_->data(), 0x3C, bytes, stream()), "cudaMemsetAsync");
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    host_.resize(kHostChunkBytes);
+
+    for (Collective coll : options_.collectives) run_collective(coll);
+
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();  // nobody frees buffers (symmetric ones are mapped by peers) while a peer still works
+    if (report_ && !options_.json_path.empty()) report_->write_json(options_.json_path);
+    return wrong_total_;
+  }
+
+ private:
+  cudaStream_t stream() const { return stream_->get(); }
+
+  // Rank 0's random seed, for every rank's inputs: fresh per run, never copied as data.
+  void share_seed() {
+    uint64_t mine = 0;
+    if (rank_ == 0) {
+      std::random_device entropy;
+      mine = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+    }
+    std::vector<std::string> seeds = comm_.host_allgather(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+    std::memcpy(&seed_, seeds[0].data(), sizeof(seed_));
+  }
+
+  void start_report() {
+    cudaDeviceProp properties{};
+    cuda(cudaGetDeviceProperties(&properties, comm_.device()), "cudaGetDeviceProperties");
+    const std::string gpu = "GPU " + std::to_string(comm_.device()) + " " + properties.name + " (" +
+                            comm_.peer(rank_).pci_bus_id + ")";
+    std::vector<std::string> gpus = comm_.host_allgather(gpu);
+    if (rank_ != 0) return;
+    RunInfo info;
+    info.ranks = ranks_;
+    info.gpus = std::move(gpus);
+    if (library_) {
+      info.nccl_version = library_->version();
+      info.nccl_path = library_->path();
+    }
+    if (const char* commit = std::getenv("BRAID_COMMIT")) info.commit = commit;
+    report_ = std::make_unique<Report>(options_, std::move(info));
+    report_->header();
+  }
+
+  void note(const std::string& text) {
+    if (report_) report_->note(text);
+  }
+
+  void run_collective(Collective coll) {
+    if (has_op(coll) && !op_supported(options_.type, options_.op)) {
+      note(std::string(collective_name(coll)) + " skipped: " + op_name(options_.op) + " is not defined for " +
+           type_name(options_.type) + " (braid refuses avg on integer types)");
+      return;
+    }
+    if (report_) report_->begin(coll);
+    int skipped = 0;
+    for (size_t bytes : options_.sizes()) {
+      const Shape shape = shape_of(coll, bytes, options_.type, ranks_, rank_);
+      if (shape.empty()) {
+        ++skipped;
+        continue;
+      }
+      run_size(coll, shape);
+    }
+    if (skipped > 0) {
+      note(std::to_string(skipped) + " size(s) skipped: fewer elements than " + collective_name(coll) + " needs");
+    }
+  }
+
+  void run_size(Collective coll, const Shape& shape) {
+    const size_t element = element_size(options_.type);
+    const int root = has_root(coll) ? options_.root : -1;
+    CheckSpec spec;
+    spec.coll = coll;
+    spec.data = DataSpec{seed_, options_.type, options_.op};
+    spec.ranks = ranks_;
+    spec.rank = rank_;
+    spec.root = std::max(root, 0);
+    spec.shape = shape;
+
+    Slot slots[kSlots];
+    for (int placement = 0; placement < 2; ++placement) {
+      const bool in_place = placement == 1;
+      if (in_place ? !options_.in_place_too() : !options_.out_of_place()) continue;
+      char* send = in_place ? recv_->data() + shape.in_place_send_offset * element : send_->data();
+      char* recv = recv_->data() + (in_place ? shape.in_place_recv_offset * element : 0);
+      for (int impl = 0; impl < (nccl_ ? 2 : 1); ++impl) {
+        Call call;
+        if (impl == 0) {
+          call = [&, send, recv](cudaStream_t s) {
+            call_braid(comm_, coll, send, recv, shape, options_.type, options_.op, spec.root, s);
+          };
+        } else {
+          call = [&, send, recv](cudaStream_t s) {
+            nccl_->call(coll, send, recv, shape, options_.type, options_.op, spec.root, s);
+          };
+        }
+        const std::string label = std::string(collective_name(coll)) + " " + std::to_string(shape.bytes) + " B " +
+                                  type_name(options_.type) + (has_op(coll) ? std::string(" ") + op_name(options_.op) : "") +
+                                  (in_place ? " in-place" : " out-of-place") + (impl == 0 ? " braid" : " nccl");
+        Slot& slot = slots[placement * 2 + impl];
+        const std::optional<uint64_t> wrong = check(spec, call, send, recv, in_place, label);
+        slot.time_us = time_calls(call);
+        slot.wrong = wrong.value_or(0);
+        slot.state = wrong ? 2 : 1;
+      }
+    }
+    finish_row(coll, shape, root, slots);
+  }
+
+  // Max time and summed #wrong over ranks; rank 0 prints the row.
+  void finish_row(Collective coll, const Shape& shape, int root, const Slot (&slots)[kSlots]) {
+    std::vector<std::string> all =
+        comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
+    Slot total[kSlots];
+    for (const std::string& text : all) {
+      Slot theirs[kSlots];
+      if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
+      std::memcpy(theirs, text.data(), sizeof(theirs));
+      for (int i = 0; i < kSlots; ++i) {
+        total[i].time_us = std::max(total[i].time_us, theirs[i].time_us);
+        total[i].wrong += theirs[i].wrong;
+        total[i].state = theirs[i].state;
+      }
+    }
+    for (const Slot& slot : total) wrong_total_ += slot.wrong;
+    if (!report_) return;
+    auto timing = [&](const Slot& slot) {
+      if (slot.state == 0) return Timing{};
+      return make_timing(coll, shape.bytes, ranks_, slot.time_us,
+                         slot.state == 2 ? std::optional<uint64_t>(slot.wrong) : std::nullopt);
+    };
+    Row row;
+    row.coll = coll;
+    row.bytes = shape.bytes;
+    row.count = shape.count;
+    row.type = options_.type;
+    row.op = options_.op;
+    row.root = root;
+    row.out_of_place = Placement{timing(total[0]), timing(total[1])};
+    row.in_place = Placement{timing(total[2]), timing(total[3])};
+    report_->row(row);
+  }
+
+  // Fresh inputs, poisoned outputs, one call, and this rank's output against the host reference.
+  std::optional<uint64_t> check(const CheckSpec& spec, const Call& call, char* send, char* recv, bool in_place,
+                                const std::string& label) {
+    if (!options_.check) return std::nullopt;
+    const size_t element = element_size(spec.data.type);
+    // Every rank's earlier calls (peers' reads of our buffers among them) are over before inputs change.
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    // Poison the whole output first; the input then overwrites the part of it that in place is input.
+    cuda(cudaMemsetAsync(recv, poison_byte(spec.data.type), spec.shape.recv_count * element, stream()),
+         "cudaMemsetAsync");
+    // In place, a non-root broadcast rank's buffer is output only: it stays poisoned.
+    const bool input_unused = spec.coll == Collective::kBroadcast && in_place && rank_ != spec.root;
+    if (!input_unused) upload_input(spec.data, send, spec.shape.send_count);
+    // No barrier here: the collective itself must wait for peers whose inputs are not written yet.
+    call(stream());
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.check();
+    if (!output_defined(spec)) return 0;
+    Mismatch mismatch;
+    const size_t chunk = kHostChunkBytes / element;
+    for (size_t first = 0; first < spec.shape.recv_count; first += chunk) {
+      const size_t count = std::min(chunk, spec.shape.recv_count - first);
+      cuda(cudaMemcpyAsync(host_.data(), recv + first * element, count * element, cudaMemcpyDeviceToHost, stream()),
+           "cudaMemcpyAsync");
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      compare_output(spec, first, count, host_.data(), mismatch);
+    }
+    if (mismatch.wrong > 0) {
+      std::fprintf(stderr, "braid-bench: rank %d: %s: %llu of %zu elements wrong; first at element %zu: expected %s, got %s\n",
+                   rank_, label.c_str(), static_cast<unsigned long long>(mismatch.wrong), spec.shape.recv_count,
+                   mismatch.first_index, mismatch.expected.c_str(), mismatch.got.c_str());
+    }
+    return mismatch.wrong;
+  }
+
+  void upload_input(const DataSpec& data, char* destination, size_t count) {
+    const size_t element = element_size(data.type);
+    const size_t chunk = kHostChunkBytes / element;
+    for (size_t first = 0; first < count; first += chunk) {
+      const size_t n = std::min(chunk, count - first);
+      generate_input(data, rank_, first, n, host_.data());
+      cuda(cudaMemcpyAsync(destination + first * element, host_.data(), n * element, cudaMemcpyHostToDevice, stream()),
+           "cudaMemcpyAsync");
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");  // host_ is refilled next
+    }
+  }
+
+  // Per-call time of this rank, in microseconds: the median over repetitions.
+  double time_calls(const Call& call) {
+    // A rank still checking its last output (a reduce root folding every rank's input) keeps the others
+    // here, not spinning on the GPU in their warm-up calls.
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    for (int i = 0; i < options_.warmup_iters; ++i) call(stream());
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    std::unique_ptr<Graph> graph;
+    int launches = options_.iters, calls = options_.iters;
+    if (options_.graph_calls > 0) {
+      graph = std::make_unique<Graph>(stream(), call, options_.graph_calls);
+      graph->launch(stream());  // the first launch uploads the graph: untimed
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      launches = (options_.iters + options_.graph_calls - 1) / options_.graph_calls;
+      calls = launches * options_.graph_calls;
+    }
+    Events starts(options_.repeats), stops(options_.repeats);
+    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      comm_.barrier();
+      call(stream());  // untimed: it waits for the last rank out of the barrier, so the timed calls start together
+      cuda(cudaEventRecord(starts[repeat], stream()), "cudaEventRecord");
+      for (int i = 0; i < launches; ++i) {
+        if (graph) {
+          graph->launch(stream());
+        } else {
+          call(stream());
+        }
+      }
+      cuda(cudaEventRecord(stops[repeat], stream()), "cudaEventRecord");
+    }
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.check();
+    std::vector<double> per_call;
+    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
+      float ms = 0;
+      cuda(cudaEventElapsedTime(&ms, starts[repeat], stops[repeat]), "cudaEventElapsedTime");
+      per_call.push_back(static_cast<double>(ms) * 1000.0 / calls);
+    }
+    return median(per_call);
+  }
+
+  Communicator& comm_;
+  const Options& options_;
+  const int rank_, ranks_;
+  std::shared_ptr<NcclLibrary> library_;
+  uint64_t seed_ = 0;
+  // Destroyed in reverse: buffers and NCCL's communicator before the stream.
+  std::unique_ptr<StreamHandle> stream_;
+  std::unique_ptr<NcclComm> nccl_;
+  std::unique_ptr<Buffer> send_, recv_;
+  std::unique_ptr<Report> report_;
+  std::vector<char> host_;
+  uint64_t wrong_total_ = 0;
+};
+
+}  // namespace
+
+uint64_t bench_run(Communicator& comm, const Options& options, const std::shared_ptr<NcclLibrary>& nccl) {
+  return RankBench(comm, options, nccl).run();
+}
+
+}  // namespace braid::bench

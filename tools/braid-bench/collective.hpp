@@ -1,0 +1,54 @@
+// The five collectives as braid-bench sees them: names, nccl-tests' sizing rules (what the "size" and
+// "count" columns mean, where an in-place call's send or receive buffer sits), bus-bandwidth factors, and
+// one call into braid. Shared by the benchmark loop, the reference check and the NCCL comparison, so the
+// three agree on every buffer offset.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "braid/braid.hpp"
+
+namespace braid::bench {
+
+enum class Collective { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast };
+constexpr Collective kAllCollectives[] = {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter,
+                                          Collective::kAllGather, Collective::kBroadcast};
+
+const char* collective_name(Collective coll);  // "allreduce", ... (the --coll spelling)
+bool has_op(Collective coll);                   // reduces (takes a ReduceOp)
+bool has_root(Collective coll);                 // reduce, broadcast
+
+// Element types, named here rather than through braid::datatype_name so the tool's spelling (nccl-tests'
+// "float32", "bfloat16", ...) does not depend on the library's.
+size_t element_size(DataType type);
+const char* type_name(DataType type);
+bool is_float(DataType type);
+bool is_signed_int(DataType type);
+const char* op_name(ReduceOp op);
+
+// One row's buffers, in elements, as nccl-tests defines them for a size in bytes (count = bytes / element
+// size): allreduce, reduce, broadcast move `count` elements; allgather's size is the total received
+// (send_count = count / ranks per rank); reducescatter's size is the total sent (recv_count = count / ranks).
+struct Shape {
+  size_t count = 0;       // the "count" column: the count argument of the call
+  size_t send_count = 0;  // elements of each rank's input
+  size_t recv_count = 0;  // elements of each rank's output
+  size_t bytes = 0;       // the "size" column: max(send, recv) bytes actually moved per rank
+  // In place, one buffer of max(send, recv) elements serves both: send and receive pointers sit at these
+  // element offsets in it (allgather: the input is the rank's own slot of the output; reducescatter: the
+  // output is the rank's own slot of the input; the others: the same pointer).
+  size_t in_place_send_offset = 0;
+  size_t in_place_recv_offset = 0;
+  bool empty() const { return send_count == 0 || recv_count == 0; }
+};
+Shape shape_of(Collective coll, size_t bytes, DataType type, int ranks, int rank);
+
+// nccl-tests' bus-bandwidth factor: busbw = algbw * factor, algbw = size / time.
+double bus_factor(Collective coll, int ranks);
+
+// Enqueues one call of `coll` on braid with this shape (the count argument each API takes differs).
+void call_braid(Communicator& comm, Collective coll, const void* send, void* recv, const Shape& shape, DataType type,
+                ReduceOp op, int root, Stream stream);
+
+}  // namespace braid::bench

@@ -1,0 +1,144 @@
+#include "options.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cctype>
+#include <limits>
+#include <map>
+
+namespace braid::bench {
+
+std::optional<size_t> parse_bytes(const std::string& text) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  size_t end = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &end);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  unsigned shift = 0;
+  if (end < text.size()) {
+    if (end + 1 != text.size()) return std::nullopt;
+    switch (std::toupper(static_cast<unsigned char>(text[end]))) {
+      case 'K': shift = 10; break;
+      case 'M': shift = 20; break;
+      case 'G': shift = 30; break;
+      default: return std::nullopt;
+    }
+  }
+  if (value > (std::numeric_limits<unsigned long long>::max() >> shift)) return std::nullopt;
+  return static_cast<size_t>(value << shift);
+}
+
+std::vector<size_t> Options::sizes() const {
+  std::vector<size_t> sizes;
+  for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= step_factor) {
+    sizes.push_back(bytes);
+    if (step_factor < 2 || bytes > max_bytes / step_factor) break;
+  }
+  return sizes;
+}
+
+namespace {
+
+template <typename T>
+std::vector<std::string> names(const std::map<std::string, T>& table) {
+  std::vector<std::string> keys;
+  for (const auto& entry : table) keys.push_back(entry.first);
+  return keys;
+}
+
+}  // namespace
+
+std::optional<int> parse_options(int argc, char** argv, Options& options) {
+  CLI::App app{
+      "braid-bench: braid's collectives timed and checked, nccl-tests style, on every local GPU (ranks as threads),\n"
+      "or one rank per process under braid-run (braid-run -n N braid-bench ...). --smoke runs the symmetric-memory\n"
+      "smoke run instead."};
+  const std::map<std::string, Collective> collectives{
+      {"allreduce", Collective::kAllReduce},       {"reduce", Collective::kReduce},
+      {"reducescatter", Collective::kReduceScatter}, {"allgather", Collective::kAllGather},
+      {"broadcast", Collective::kBroadcast}};
+  const std::map<std::string, DataType> types{
+      {"int8", DataType::kInt8},       {"uint8", DataType::kUint8},         {"int32", DataType::kInt32},
+      {"uint32", DataType::kUint32},   {"int64", DataType::kInt64},         {"uint64", DataType::kUint64},
+      {"half", DataType::kFloat16},    {"float16", DataType::kFloat16},     {"bfloat16", DataType::kBFloat16},
+      {"float", DataType::kFloat32},   {"float32", DataType::kFloat32},     {"double", DataType::kFloat64},
+      {"float64", DataType::kFloat64}};
+  const std::map<std::string, ReduceOp> ops{{"sum", ReduceOp::kSum}, {"prod", ReduceOp::kProd}, {"max", ReduceOp::kMax},
+                                            {"min", ReduceOp::kMin}, {"avg", ReduceOp::kAvg}};
+  const CLI::Validator bytes_validator(
+      [](std::string& text) -> std::string {
+        return parse_bytes(text) ? "" : "expected a byte count such as 8, 8K, 128M or 1G, got '" + text + "'";
+      },
+      "BYTES");
+
+  std::string min_bytes, max_bytes, compare, type = "float32", op = "sum";
+  int check = 1, symmetric = 0;
+  app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
+  app.add_option("-c,--coll", options.coll, "collective: allreduce, reduce, reducescatter, allgather, broadcast, all")
+      ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "all"}))
+      ->capture_default_str();
+  app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes) [8; smoke: 1]")
+      ->check(bytes_validator);
+  app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes [128M; smoke: 64M]")->check(bytes_validator);
+  app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this between rows [2; smoke: 64]")
+      ->check(CLI::PositiveNumber);
+  app.add_option("-d,--datatype", type, "element type (half = float16, float = float32, double = float64)")
+      ->check(CLI::IsMember(names(types)))->capture_default_str();
+  app.add_option("-o,--op", op, "reduction")->check(CLI::IsMember(names(ops)))->capture_default_str();
+  app.add_option("-r,--root", options.root, "root rank of reduce and broadcast")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("-n,--iters", options.iters, "calls per timed repetition")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("-w,--warmup_iters", options.warmup_iters, "untimed calls first")->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--repeats", options.repeats, "timed repetitions of -n calls; the median is reported")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("-G,--cudagraph", options.graph_calls,
+                 "capture N back-to-back calls in a CUDA graph and time its replays (ceil(iters/N) per repetition); "
+                 "0: plain launches")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("-z,--check", check, "check every result against a host reference (0|1)")->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  app.add_option("--json", options.json_path, "also write the configuration and every row to this JSON file");
+  app.add_option("-t,--threads", options.threads, "ranks as threads of this process [every visible GPU]")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--compare", compare, "run NCCL on the same GPUs, buffers and stream beside braid")
+      ->check(CLI::IsMember({"nccl"}));
+  app.add_option("--nccl-lib", options.nccl_lib, "NCCL library to dlopen")->capture_default_str();
+  app.add_option("--inplace", options.in_place, "0: out-of-place only, 1: in-place only, 2: both")
+      ->check(CLI::Range(0, 2))->capture_default_str();
+  app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
+      ->check(CLI::Range(0, 1))->capture_default_str();
+  app.add_option("--timeout-s", options.timeout_s, "bound on every wait for a peer [BRAID_TIMEOUT_S]")
+      ->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  }
+
+  options.type = types.at(type);
+  options.op = ops.at(op);
+  options.check = check != 0;
+  options.symmetric = symmetric != 0;
+  options.compare_nccl = compare == "nccl";
+  if (options.coll == "all") {
+    options.collectives.assign(std::begin(kAllCollectives), std::end(kAllCollectives));
+  } else {
+    options.collectives = {collectives.at(options.coll)};
+  }
+  // The smoke run keeps its own defaults (sizes per peer region, a factor of 64).
+  options.min_bytes = !min_bytes.empty() ? *parse_bytes(min_bytes) : options.smoke ? 1 : options.min_bytes;
+  options.max_bytes = !max_bytes.empty() ? *parse_bytes(max_bytes) : options.smoke ? size_t(64) << 20 : options.max_bytes;
+  if (options.smoke && app.count("--stepfactor") == 0) options.step_factor = 64;
+  if (options.min_bytes == 0 || options.min_bytes > options.max_bytes) {
+    std::fprintf(stderr, "braid-bench: -b/--minbytes must be positive and at most -e/--maxbytes\n");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace braid::bench

@@ -1,0 +1,50 @@
+// braid-bench's command line (nccl-tests' flags where they exist) and the values it resolves to.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/types.hpp"
+#include "collective.hpp"
+
+namespace braid::bench {
+
+struct Options {
+  bool smoke = false;  // --smoke: the symmetric-memory smoke run instead of the collectives
+
+  std::vector<Collective> collectives{Collective::kAllReduce};
+  std::string coll = "allreduce";  // as given: one name or "all"
+  size_t min_bytes = 8;
+  size_t max_bytes = size_t(128) << 20;
+  size_t step_factor = 2;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  int iters = 20;        // calls per timed repetition
+  int warmup_iters = 5;  // untimed calls before the first repetition
+  int repeats = 5;       // timed repetitions; the reported time is their median
+  int graph_calls = 0;   // -G N: N calls per CUDA graph, replayed; 0: eager launches
+  bool check = true;
+  std::string json_path;
+  int threads = 0;  // ranks as threads; 0: every visible GPU (ignored under braid-run)
+  bool compare_nccl = false;
+  std::string nccl_lib = "libnccl.so.2";
+  int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both
+  bool symmetric = false;  // buffers from comm.alloc (zero-copy) instead of cudaMalloc (staged)
+  double timeout_s = 0;    // 0: braid's default (BRAID_TIMEOUT_S)
+
+  bool out_of_place() const { return in_place != 1; }
+  bool in_place_too() const { return in_place != 0; }
+  std::vector<size_t> sizes() const;  // min, min*f, ... up to max
+};
+
+// Parses argv into `options`. Returns an exit code when the program should stop now (--help: 0, a bad
+// argument: CLI11's nonzero code after printing why), nothing when it should run.
+std::optional<int> parse_options(int argc, char** argv, Options& options);
+
+// "8", "8K", "128M", "1G" (powers of 1024, as nccl-tests reads them); nothing for anything else.
+std::optional<size_t> parse_bytes(const std::string& text);
+
+}  // namespace braid::bench
