@@ -157,7 +157,7 @@ class RankBench {
     if (library_) nccl_ = std::make_unique<NcclComm>(library_, comm_);
     start_report();
 
-    const size_t bytes = std::max(options_.max_bytes, element_size(options_.type));
+    const size_t bytes = std::max(options_.max_bytes, datatype_size(options_.type));
     send_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
     recv_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
     // With -z 0 nothing else writes the inputs: start from harmless finite values (0x3C bytes are about 1.06
@@ -214,8 +214,8 @@ class RankBench {
 
   void run_collective(Collective coll) {
     if (has_op(coll) && !op_supported(options_.type, options_.op)) {
-      note(std::string(collective_name(coll)) + " skipped: " + op_name(options_.op) + " is not defined for " +
-           type_name(options_.type) + " (braid refuses avg on integer types)");
+      note(std::string(collective_name(coll)) + " skipped: " + reduce_op_name(options_.op) + " is not defined for " +
+           datatype_name(options_.type) + " (braid refuses avg on integer types)");
       return;
     }
     if (report_) report_->begin(coll);
@@ -234,7 +234,7 @@ class RankBench {
   }
 
   void run_size(Collective coll, const Shape& shape) {
-    const size_t element = element_size(options_.type);
+    const size_t element = datatype_size(options_.type);
     const int root = has_root(coll) ? options_.root : -1;
     CheckSpec spec;
     spec.coll = coll;
@@ -262,7 +262,7 @@ class RankBench {
           };
         }
         const std::string label = std::string(collective_name(coll)) + " " + std::to_string(shape.bytes) + " B " +
-                                  type_name(options_.type) + (has_op(coll) ? std::string(" ") + op_name(options_.op) : "") +
+                                  datatype_name(options_.type) + (has_op(coll) ? std::string(" ") + reduce_op_name(options_.op) : "") +
                                   (in_place ? " in-place" : " out-of-place") + (impl == 0 ? " braid" : " nccl");
         Slot& slot = slots[placement * 2 + impl];
         const std::optional<uint64_t> wrong = check(spec, call, send, recv, in_place, label);
@@ -312,7 +312,7 @@ class RankBench {
   std::optional<uint64_t> check(const CheckSpec& spec, const Call& call, char* send, char* recv, bool in_place,
                                 const std::string& label) {
     if (!options_.check) return std::nullopt;
-    const size_t element = element_size(spec.data.type);
+    const size_t element = datatype_size(spec.data.type);
     // Every rank's earlier calls (peers' reads of our buffers among them) are over before inputs change.
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     comm_.barrier();
@@ -345,7 +345,7 @@ class RankBench {
   }
 
   void upload_input(const DataSpec& data, char* destination, size_t count) {
-    const size_t element = element_size(data.type);
+    const size_t element = datatype_size(data.type);
     const size_t chunk = kHostChunkBytes / element;
     for (size_t first = 0; first < count; first += chunk) {
       const size_t n = std::min(chunk, count - first);

@@ -21,60 +21,16 @@ bool has_op(Collective coll) {
 
 bool has_root(Collective coll) { return coll == Collective::kReduce || coll == Collective::kBroadcast; }
 
-size_t element_size(DataType type) {
-  switch (type) {
-    case DataType::kInt8:
-    case DataType::kUint8: return 1;
-    case DataType::kFloat16:
-    case DataType::kBFloat16: return 2;
-    case DataType::kInt32:
-    case DataType::kUint32:
-    case DataType::kFloat32: return 4;
-    case DataType::kInt64:
-    case DataType::kUint64:
-    case DataType::kFloat64: return 8;
-  }
-  return 0;
-}
 
-const char* type_name(DataType type) {
-  switch (type) {
-    case DataType::kInt8: return "int8";
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt32: return "int32";
-    case DataType::kUint32: return "uint32";
-    case DataType::kInt64: return "int64";
-    case DataType::kUint64: return "uint64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBFloat16: return "bfloat16";
-  }
-  return "?";
-}
 
-bool is_float(DataType type) {
-  return type == DataType::kFloat16 || type == DataType::kBFloat16 || type == DataType::kFloat32 ||
-         type == DataType::kFloat64;
-}
 
 bool is_signed_int(DataType type) {
   return type == DataType::kInt8 || type == DataType::kInt32 || type == DataType::kInt64;
 }
 
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kProd: return "prod";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kAvg: return "avg";
-  }
-  return "?";
-}
 
 Shape shape_of(Collective coll, size_t bytes, DataType type, int ranks, int rank) {
-  const size_t size = element_size(type);
+  const size_t size = datatype_size(type);
   const size_t count = bytes / size;
   const size_t world = static_cast<size_t>(ranks), me = static_cast<size_t>(rank);
   Shape shape;

@@ -19,13 +19,9 @@ const char* collective_name(Collective coll);  // "allreduce", ... (the --coll s
 bool has_op(Collective coll);                   // reduces (takes a ReduceOp)
 bool has_root(Collective coll);                 // reduce, broadcast
 
-// Element types, named here rather than through braid::datatype_name so the tool's spelling (nccl-tests'
-// "float32", "bfloat16", ...) does not depend on the library's.
-size_t element_size(DataType type);
-const char* type_name(DataType type);
-bool is_float(DataType type);
+// Element sizes, names and kinds come from braid/types.hpp (datatype_size, datatype_name, is_floating,
+// reduce_op_name).
 bool is_signed_int(DataType type);
-const char* op_name(ReduceOp op);
 
 // One row's buffers, in elements, as nccl-tests defines them for a size in bytes (count = bytes / element
 // size): allreduce, reduce, broadcast move `count` elements; allgather's size is the total received

@@ -304,7 +304,7 @@ double tolerance(DataType type, int ranks) {
   }
 }
 
-bool op_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_float(type); }
+bool op_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
 
 bool output_defined(const CheckSpec& check) {
   return check.coll != Collective::kReduce || check.rank == check.root;
@@ -312,8 +312,8 @@ bool output_defined(const CheckSpec& check) {
 
 void compare_output(const CheckSpec& check, size_t first, size_t count, const void* got, Mismatch& result) {
   if (has_op(check.coll) && !op_supported(check.data.type, check.data.op)) {
-    throw std::invalid_argument(std::string("reference: ") + op_name(check.data.op) + " is not defined for " +
-                                type_name(check.data.type));
+    throw std::invalid_argument(std::string("reference: ") + reduce_op_name(check.data.op) + " is not defined for " +
+                                datatype_name(check.data.type));
   }
   with_type(check.data.type, [&](auto zero) {
     using T = decltype(zero);

@@ -55,8 +55,8 @@ T step(T a, T b, ReduceOp op) {
 int failures = 0;
 
 void fail(const char* what, Collective coll, DataType type, ReduceOp op, int ranks, size_t bytes, uint64_t wrong) {
-  std::printf("FAIL %s: %s %s %s ranks=%d bytes=%zu wrong=%llu\n", what, collective_name(coll), type_name(type),
-              op_name(op), ranks, bytes, static_cast<unsigned long long>(wrong));
+  std::printf("FAIL %s: %s %s %s ranks=%d bytes=%zu wrong=%llu\n", what, collective_name(coll), datatype_name(type),
+              reduce_op_name(op), ranks, bytes, static_cast<unsigned long long>(wrong));
   ++failures;
 }
 

@@ -55,9 +55,9 @@ Timing make_timing(Collective coll, size_t bytes, int ranks, double time_us, std
 Report::Report(const Options& options, RunInfo info) : options_(options), info_(std::move(info)) {}
 
 void Report::header() const {
-  std::string ops = options_.coll == "all" || has_op(options_.collectives[0]) ? op_name(options_.op) : "none";
+  std::string ops = options_.coll == "all" || has_op(options_.collectives[0]) ? reduce_op_name(options_.op) : "none";
   std::printf("# braid-bench: %s %s %s ranks=%d graph=%d buffers=%s nccl=%s\n", options_.coll.c_str(),
-              type_name(options_.type), ops.c_str(), info_.ranks, options_.graph_calls,
+              datatype_name(options_.type), ops.c_str(), info_.ranks, options_.graph_calls,
               options_.symmetric ? "symmetric" : "cudaMalloc",
               info_.nccl_version.empty() ? "off" : info_.nccl_version.c_str());
   if (!info_.commit.empty()) std::printf("# commit %s\n", info_.commit.c_str());
@@ -123,8 +123,8 @@ void Report::note(const std::string& text) const {
 
 void Report::row(const Row& row) {
   const bool nccl = !info_.nccl_version.empty();
-  std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, type_name(row.type),
-              has_op(row.coll) ? op_name(row.op) : "none", row.root);
+  std::printf("%12zu  %12zu  %8s  %6s  %6d", row.bytes, row.count, datatype_name(row.type),
+              has_op(row.coll) ? reduce_op_name(row.op) : "none", row.root);
   for (int placement = 0; placement < 2; ++placement) {
     if ((placement == 0 && !options_.out_of_place()) || (placement == 1 && !options_.in_place_too())) continue;
     const Placement& p = placement == 0 ? row.out_of_place : row.in_place;
@@ -144,8 +144,8 @@ void Report::row(const Row& row) {
 void Report::write_json(const std::string& path) const {
   nlohmann::json config{
       {"coll", options_.coll},
-      {"type", type_name(options_.type)},
-      {"op", op_name(options_.op)},
+      {"type", datatype_name(options_.type)},
+      {"op", reduce_op_name(options_.op)},
       {"root", options_.root},
       {"ranks", info_.ranks},
       {"graph", options_.graph_calls},
@@ -168,8 +168,8 @@ void Report::write_json(const std::string& path) const {
     rows.push_back({{"coll", collective_name(row.coll)},
                     {"size", row.bytes},
                     {"count", row.count},
-                    {"type", type_name(row.type)},
-                    {"redop", has_op(row.coll) ? op_name(row.op) : "none"},
+                    {"type", datatype_name(row.type)},
+                    {"redop", has_op(row.coll) ? reduce_op_name(row.op) : "none"},
                     {"root", row.root},
                     {"out_of_place", placement_json(row.out_of_place)},
                     {"in_place", placement_json(row.in_place)}});
