@@ -105,11 +105,6 @@ void check_launch(const char* function) {
   if (result != cudaSuccess) raise_cuda(result, function, __FILE__, __LINE__);
 }
 
-detail::CommState& usable(const std::shared_ptr<detail::CommState>& state, const char* function) {
-  if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
-  return *state;
-}
-
 // Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
 bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
   set_log_rank(state.rank);
@@ -124,7 +119,7 @@ char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
 }  // namespace
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
-  detail::CommState& state = usable(state_, "Communicator::all_reduce");
+  detail::CommState& state = detail::usable(state_, "Communicator::all_reduce");
   const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
   if (!prepare(state, call, count, count)) return;
   const size_t size = datatype_size(type);
@@ -144,7 +139,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream) {
-  detail::CommState& state = usable(state_, "Communicator::reduce");
+  detail::CommState& state = detail::usable(state_, "Communicator::reduce");
   const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
   if (!prepare(state, call, count, count)) return;
   const size_t size = datatype_size(type);
@@ -161,7 +156,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream) {
-  detail::CommState& state = usable(state_, "Communicator::reduce_scatter");
+  detail::CommState& state = detail::usable(state_, "Communicator::reduce_scatter");
   const Call call{"Communicator::reduce_scatter", Collective::kReduceScatter, send, recv, recv_count, type, op, 0, true, false};
   if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
@@ -182,7 +177,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
-  detail::CommState& state = usable(state_, "Communicator::all_gather");
+  detail::CommState& state = detail::usable(state_, "Communicator::all_gather");
   const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
   if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
   if (!prepare(state, call, send_count, send_count * state.size)) return;
@@ -201,7 +196,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
-  detail::CommState& state = usable(state_, "Communicator::broadcast");
+  detail::CommState& state = detail::usable(state_, "Communicator::broadcast");
   const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
   if (!prepare(state, call, count, count)) return;
   const size_t size = datatype_size(type), bytes = count * size;
@@ -218,7 +213,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 }
 
 void Communicator::check() {
-  detail::CommState& state = usable(state_, "Communicator::check");
+  detail::CommState& state = detail::usable(state_, "Communicator::check");
   state.sync->raise_recorded_error(collective_name);
 }
 

@@ -37,4 +37,7 @@ struct CommState {
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank
 };
 
+// The state behind a Communicator handle; a moved-from handle is refused naming the call.
+CommState& usable(const std::shared_ptr<CommState>& state, const char* function);
+
 }  // namespace braid::detail

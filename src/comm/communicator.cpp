@@ -146,21 +146,19 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
-namespace {
-const detail::CommState& checked(const std::shared_ptr<detail::CommState>& state) {
-  if (!state) raise(ErrorCode::kInvalidArgument, "Communicator: use of a moved-from communicator");
+detail::CommState& detail::usable(const std::shared_ptr<CommState>& state, const char* function) {
+  if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
   return *state;
 }
-}  // namespace
 
-int Communicator::rank() const { return checked(state_).rank; }
-int Communicator::size() const { return checked(state_).size; }
-int Communicator::device() const { return checked(state_).device; }
-double Communicator::timeout_s() const { return checked(state_).timeout_s; }
-const std::vector<PeerInfo>& Communicator::peers() const { return checked(state_).peers; }
+int Communicator::rank() const { return detail::usable(state_, "Communicator::rank").rank; }
+int Communicator::size() const { return detail::usable(state_, "Communicator::size").size; }
+int Communicator::device() const { return detail::usable(state_, "Communicator::device").device; }
+double Communicator::timeout_s() const { return detail::usable(state_, "Communicator::timeout_s").timeout_s; }
+const std::vector<PeerInfo>& Communicator::peers() const { return detail::usable(state_, "Communicator::peers").peers; }
 
 const PeerInfo& Communicator::peer(int rank) const {
-  const detail::CommState& state = checked(state_);
+  const detail::CommState& state = detail::usable(state_, "Communicator::peer");
   if (rank < 0 || rank >= state.size) {
     raise_invalid_argument("Communicator::peer", "rank", "is {}; must be in [0, {})", rank, state.size);
   }
@@ -168,7 +166,7 @@ const PeerInfo& Communicator::peer(int rank) const {
 }
 
 std::string Communicator::describe() const {
-  const detail::CommState& state = checked(state_);
+  const detail::CommState& state = detail::usable(state_, "Communicator::describe");
   std::string text = fmt::format("rank {} of {}, GPU {} ({})\n", state.rank, state.size, state.device,
                                  state.peers[state.rank].pci_bus_id);
   for (const PeerInfo& peer : state.peers) {
@@ -181,21 +179,21 @@ std::string Communicator::describe() const {
 }
 
 void Communicator::barrier() {
-  detail::CommState& state = const_cast<detail::CommState&>(checked(state_));
+  detail::CommState& state = detail::usable(state_, "Communicator::barrier");
   std::lock_guard<std::mutex> lock(state.setup_mutex);
   set_log_rank(state.rank);
   state.bootstrap->barrier("Communicator::barrier");
 }
 
 std::vector<std::string> Communicator::host_allgather(const std::string& mine) {
-  detail::CommState& state = const_cast<detail::CommState&>(checked(state_));
+  detail::CommState& state = detail::usable(state_, "Communicator::host_allgather");
   std::lock_guard<std::mutex> lock(state.setup_mutex);
   set_log_rank(state.rank);
   return state.bootstrap->allgather(mine, "Communicator::host_allgather");
 }
 
 SymmetricMemory Communicator::alloc(size_t bytes, const AllocOptions& options) {
-  checked(state_);
+  detail::usable(state_, "Communicator::alloc");
   set_log_rank(state_->rank);
   return SymmetricMemory(allocate_symmetric(state_, bytes, options));
 }
