@@ -68,6 +68,7 @@ class StoreHost {
 struct CommOptions {
   int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
   double timeout_s = 0.0;  // bound on every wait for a peer; 0: BRAID_TIMEOUT_S
+  std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
 };
 
 // What a rank knows of a peer.

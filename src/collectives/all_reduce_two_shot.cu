@@ -1,74 +1,71 @@
-// All-reduce, two shot: a reduce-scatter then an all-gather by stores. Rank r reduces shard r from every
-// peer's staging (reads (world-1)/world of the data over NVLink) and stores the result into every peer's
-// staging (writes the same amount), then everyone copies the gathered result out. Moves each byte over NVLink
-// about half as often as one shot: the algorithm for large messages.
+// All-reduce, two shot, pipelined: a reduce-scatter then an all-gather, both by pushes through FIFOs
+// (pipeline.cuh), so any user buffer of any size runs in one launch with no barrier.
 //
-// Staging half layout: [0, count) the input copy ("A"), then [a_bytes, a_bytes + count) the gathered result ("B").
-// Block b works on sub-slice b of every shard, so per-channel barriers order everything it touches.
+// Each round, block b owns world pieces of the buffer, piece q belonging to shard q. Per round:
+//   1. scatter: piece q of this rank's input is stored into rank q's phase-1 FIFO (NVLink), its own piece into
+//      its own slot;
+//   2. reduce: once every peer's piece of this rank's shard arrived, the rank reduces them (rank order, so every
+//      rank computes bit-identical results) into its output and stores the result into every peer's phase-2 FIFO;
+//   3. gather: the reduced pieces of the other shards arrive and are copied into the output.
+// The next round's scatter is issued before waiting for this round's gather, so NVLink carries both at once.
+// Every byte crosses NVLink (world-1)/world times each way per phase: the algorithm for large messages.
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
-#include "collectives/staged.cuh"
-#include "sync/device_sync.hpp"
+#include "collectives/pipeline.cuh"
 
 namespace braid::kernels {
 namespace {
 
-// Elements per shard: count split in `world` parts, rounded up to whole vectors so shards stay aligned.
-template <typename T>
-__device__ __forceinline__ size_t shard_elements(size_t count, int world) {
-  constexpr size_t kPer = Vector<T>::kCount;
-  return ((count + world - 1) / world + kPer - 1) / kPer * kPer;
-}
-
-// This block's slice of shard `shard`, clipped to count; offsets in elements from the buffer's start.
-template <typename T>
-__device__ __forceinline__ Slice shard_slice(size_t count, size_t shard_size, int shard) {
-  Slice local = block_slice<T>(shard_size, blockIdx.x, gridDim.x);
-  const size_t base = shard * shard_size;
-  Slice slice;
-  slice.begin = min(base + local.begin, count);
-  slice.vector_end = min(base + local.vector_end, count);
-  slice.end = min(base + local.end, count);
-  // A shard clipped by count may end inside a vector: that part becomes the scalar tail.
-  constexpr size_t kPer = Vector<T>::kCount;
-  slice.vector_end = slice.begin + (slice.vector_end - slice.begin) / kPer * kPer;
-  return slice;
-}
-
 template <typename T, ReduceOp Op>
-__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(StagedLaunch launch) {
-  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
-  const size_t shard_size = shard_elements<T>(launch.count, world);
-  const size_t gathered_offset = (launch.count * sizeof(T) + 255) / 256 * 256;  // "B" after "A", aligned
+__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(PipelineLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
+  const PieceGrid<T> grid = piece_grid<T>(launch, world);
+  const size_t rounds = grid.rounds();
 
-  for (int shard = 0; shard < world; ++shard) {
-    Slice slice = shard_slice<T>(launch.count, shard_size, shard);
-    block_copy(staging.of(launch, rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
-               (slice.end - slice.begin) * sizeof(T));
-  }
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  auto scatter = [&](size_t round) {
+    if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
+    for (int q = 0; q < world; ++q) {
+      const Slice piece = grid.slice(round, q);
+      char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
+      block_copy(to, launch.send + piece.begin * sizeof(T), (piece.end - piece.begin) * sizeof(T));
+    }
+    post_peers(launch, kData1);
+    return true;
+  };
 
-  const char* sources[kMaxWorld];
-  char* destinations[kMaxWorld];
-  for (int r = 0; r < world; ++r) {
-    sources[r] = staging.of(launch, r);
-    destinations[r] = staging.of(launch, r) + gathered_offset;
-  }
-  block_reduce<T, Op>(sources, world, destinations, world, shard_slice<T>(launch.count, shard_size, rank), 0, 0, world);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteMiddleBarrier)) return;
+  if (rounds > 0 && !scatter(0)) return;
+  for (size_t round = 0; round < rounds; ++round) {
+    if (!wait_peers(launch, kData1, kSiteFifoData, pull_slot)) return;
+    if (!wait_peers(launch, kFree2, kSiteFifoCredit, push_slot)) return;
+    const Slice mine = grid.slice(round, rank);
+    const char* sources[kMaxWorld];
+    char* destinations[kMaxWorld];
+    int destination_count = 0;
+    destinations[destination_count++] = launch.recv + mine.begin * sizeof(T);
+    for (int r = 0; r < world; ++r) {
+      sources[r] = r == rank ? own_piece(launch, 0, round) : fifo_piece(launch, rank, 0, r, pull_slot[r]);
+      if (r != rank) destinations[destination_count++] = fifo_piece(launch, r, 1, rank, push_slot[r]);
+    }
+    block_reduce<T, Op>(sources, world, destinations, destination_count, slot_slice<T>(mine.end - mine.begin), 0, 0, world);
+    post_peers(launch, kData2);
+    post_peers(launch, kFree1);
+    if (round + 1 < rounds && !scatter(round + 1)) return;
 
-  for (int shard = 0; shard < world; ++shard) {
-    Slice slice = shard_slice<T>(launch.count, shard_size, shard);
-    block_copy(launch.recv + slice.begin * sizeof(T), staging.of(launch, rank) + gathered_offset + slice.begin * sizeof(T),
-               (slice.end - slice.begin) * sizeof(T));
+    if (!wait_peers(launch, kData2, kSiteFifoData, pull_slot)) return;
+    for (int q = 0; q < world; ++q) {
+      if (q == rank) continue;
+      const Slice piece = grid.slice(round, q);
+      block_copy(launch.recv + piece.begin * sizeof(T), fifo_piece(launch, rank, 1, q, pull_slot[q]),
+                 (piece.end - piece.begin) * sizeof(T));
+    }
+    post_peers(launch, kFree2);
   }
-  finish_launch(launch);
 }
 
 }  // namespace
 
-void launch_all_reduce_two_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
   BRAID_LAUNCH_TYPED(all_reduce_two_shot, type, op, blocks, stream, launch);
 }
 

@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launc
 
 }  // namespace
 
-void launch_broadcast(size_t, const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream) {
   broadcast<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
 }
 

@@ -6,6 +6,8 @@
 
 #include "braid/braid.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/ll_launch.hpp"
+#include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "comm/comm_state.hpp"
@@ -93,6 +95,28 @@ kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& ca
   return launch;
 }
 
+static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
+
+kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call) {
+  kernels::PipelineLaunch launch{};
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
+  launch.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
+  launch.pad = state.sync->pad();
+  return launch;
+}
+
+kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
+  kernels::LLLaunch launch{};
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
+  launch.slot_bytes = state.ll.bytes() / 2 / state.size;
+  launch.pad = state.sync->pad();
+  launch.epoch = state.sync->ll_epoch();
+  launch.blocks_done = state.sync->blocks_done();
+  return launch;
+}
+
 // Splits `elements` into chunks of at most `chunk` and calls launch_chunk(offset, elements) for each.
 template <typename F>
 void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
@@ -124,16 +148,34 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   if (!prepare(state, call, count, count)) return;
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
-  kernels::StagedLaunch launch = base_launch(state, call);
-  // One shot needs the chunk in staging once; two shot twice (input copy and gathered result).
-  const size_t chunk = choice.algorithm == Algorithm::kOneShot ? launch.half_bytes / size : (launch.half_bytes - 256) / 2 / size;
+  BRAID_TRACE("all_reduce: {} elements, {} with {} blocks", count, algorithm_name(choice.algorithm), choice.blocks);
   DeviceGuard guard(state.device);
-  for_each_chunk(count, chunk, [&](size_t offset, size_t elements) {
+  if (choice.algorithm == Algorithm::kTwoShot) {
+    kernels::PipelineLaunch launch = pipeline_launch(state, call);
+    launch.send = static_cast<const char*>(send);
+    launch.recv = static_cast<char*>(recv);
+    launch.count = count;
+    kernels::launch_all_reduce_two_shot(type, op, launch, choice.blocks, stream);
+    check_launch("all_reduce kernel launch");
+    return;
+  }
+  if (choice.algorithm == Algorithm::kLL) {
+    kernels::LLLaunch launch = ll_launch(state, call);
+    for_each_chunk(count, launch.slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes / size, [&](size_t offset, size_t elements) {
+      launch.send = at(send, offset * size);
+      launch.recv = at(recv, offset * size);
+      launch.count = elements;
+      kernels::launch_all_reduce_ll(type, op, launch, choice.blocks, stream);
+      check_launch("all_reduce kernel launch");
+    });
+    return;
+  }
+  kernels::StagedLaunch launch = base_launch(state, call);
+  for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
     launch.send = at(send, offset * size);
     launch.recv = at(recv, offset * size);
     launch.count = elements;
-    if (choice.algorithm == Algorithm::kOneShot) kernels::launch_all_reduce_one_shot(type, op, launch, choice.blocks, stream);
-    else kernels::launch_all_reduce_two_shot(type, op, launch, choice.blocks, stream);
+    kernels::launch_all_reduce_one_shot(type, op, launch, choice.blocks, stream);
     check_launch("all_reduce kernel launch");
   });
 }
@@ -162,18 +204,14 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.rank_stride = recv_count;
-  // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
-  const size_t chunk = (launch.half_bytes / state.size - 256) / size;
+  kernels::PipelineLaunch launch = pipeline_launch(state, call);
+  launch.send = static_cast<const char*>(send);
+  launch.recv = static_cast<char*>(recv);
+  launch.count = recv_count;
+  launch.rank_stride = recv_count * size;
   DeviceGuard guard(state.device);
-  for_each_chunk(recv_count, chunk, [&](size_t offset, size_t elements) {
-    launch.send = at(send, offset * size);
-    launch.recv = at(recv, offset * size);
-    launch.count = elements;
-    kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
-    check_launch("reduce_scatter kernel launch");
-  });
+  kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
+  check_launch("reduce_scatter kernel launch");
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
@@ -181,18 +219,16 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
   if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
   if (!prepare(state, call, send_count, send_count * state.size)) return;
-  const size_t size = datatype_size(type), bytes = send_count * size;
+  const size_t bytes = send_count * datatype_size(type);
   const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
-  kernels::StagedLaunch launch = base_launch(state, call);
+  kernels::PipelineLaunch launch = pipeline_launch(state, call);
+  launch.send = static_cast<const char*>(send);
+  launch.recv = static_cast<char*>(recv);
+  launch.count = bytes;
   launch.rank_stride = bytes;
   DeviceGuard guard(state.device);
-  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
-    launch.send = at(send, offset);
-    launch.recv = at(recv, offset);
-    launch.count = chunk_bytes;
-    kernels::launch_all_gather(size, launch, choice.blocks, stream);
-    check_launch("all_gather kernel launch");
-  });
+  kernels::launch_all_gather(launch, choice.blocks, stream);
+  check_launch("all_gather kernel launch");
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
@@ -207,7 +243,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     launch.send = send == nullptr ? nullptr : at(send, offset);
     launch.recv = at(recv, offset);
     launch.count = chunk_bytes;
-    kernels::launch_broadcast(size, launch, choice.blocks, stream);
+    kernels::launch_broadcast(launch, choice.blocks, stream);
     check_launch("broadcast kernel launch");
   });
 }

@@ -89,33 +89,48 @@ __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, i
 // Independent 16-byte accesses each thread keeps in flight: NVLink and HBM need many outstanding requests.
 constexpr int kUnroll = 4;
 
-// ---- Byte copies by one block, any alignment (16-byte vectors when both sides allow).
-__device__ inline void block_copy(char* destination, const char* source, size_t bytes) {
-  if (bytes == 0 || destination == source) return;
-  const uintptr_t misaligned = reinterpret_cast<uintptr_t>(destination) | reinterpret_cast<uintptr_t>(source);
+// ---- Byte copies by one block, any alignment (16-byte vectors when every side allows): one source to
+// `destination_count` destinations, so a source pushed to several peers is read once.
+__device__ inline void block_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes) {
+  if (bytes == 0) return;
+  uintptr_t misaligned = reinterpret_cast<uintptr_t>(source);
+  for (int d = 0; d < destination_count; ++d) misaligned |= reinterpret_cast<uintptr_t>(destinations[d]);
   size_t done = 0;
   if ((misaligned & 15) == 0) {
     const size_t vectors = bytes / 16, stride = blockDim.x;
     const uint4* from = reinterpret_cast<const uint4*>(source);
-    uint4* to = reinterpret_cast<uint4*>(destination);
     size_t i = threadIdx.x;
     for (; i + (kUnroll - 1) * stride < vectors; i += kUnroll * stride) {
       uint4 value[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) value[u] = from[i + u * stride];
+      for (int d = 0; d < destination_count; ++d) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) to[i + u * stride] = value[u];
+        for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(destinations[d])[i + u * stride] = value[u];
+      }
     }
-    for (; i < vectors; i += stride) to[i] = from[i];
+    for (; i < vectors; i += stride) {
+      const uint4 value = from[i];
+      for (int d = 0; d < destination_count; ++d) reinterpret_cast<uint4*>(destinations[d])[i] = value;
+    }
     done = vectors * 16;
   } else if ((misaligned & 3) == 0) {
     const size_t words = bytes / 4;
     for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
-      reinterpret_cast<uint32_t*>(destination)[i] = reinterpret_cast<const uint32_t*>(source)[i];
+      const uint32_t value = reinterpret_cast<const uint32_t*>(source)[i];
+      for (int d = 0; d < destination_count; ++d) reinterpret_cast<uint32_t*>(destinations[d])[i] = value;
     }
     done = words * 4;
   }
-  for (size_t i = done + threadIdx.x; i < bytes; i += blockDim.x) destination[i] = source[i];
+  for (size_t i = done + threadIdx.x; i < bytes; i += blockDim.x) {
+    const char value = source[i];
+    for (int d = 0; d < destination_count; ++d) destinations[d][i] = value;
+  }
+}
+
+__device__ inline void block_copy(char* destination, const char* source, size_t bytes) {
+  if (destination == source) return;
+  block_copy_to(&destination, 1, source, bytes);
 }
 
 // ---- Splitting `count` elements between `blocks` blocks in whole 16-byte vectors; the last block also takes

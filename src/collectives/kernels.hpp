@@ -1,5 +1,6 @@
-// Launchers of the collective kernels (one .cu file per algorithm). Each enqueues one launch on `stream`
-// for one chunk that fits the staging half; collectives.cpp splits user calls into chunks.
+// Launchers of the collective kernels (one .cu file per algorithm). Each enqueues one launch on `stream`.
+// Staged and LL launches carry one chunk that fits their buffer (collectives.cpp splits user calls); pipelined
+// launches carry the whole call.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -9,13 +10,16 @@
 namespace braid::kernels {
 
 struct StagedLaunch;
+struct PipelineLaunch;
+struct LLLaunch;
 
+void launch_all_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
-void launch_all_reduce_two_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
-void launch_reduce_scatter(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
-void launch_all_gather(size_t element_bytes, const StagedLaunch& launch, int blocks, cudaStream_t stream);
-void launch_broadcast(size_t element_bytes, const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 
 constexpr int kThreadsPerBlock = 512;
 

@@ -1,37 +1,50 @@
-// Reduce-scatter: every rank copies its world blocks into staging; after one barrier rank r reduces block r
-// from every peer's staging (reads (world-1)/world of the data over NVLink) into its output.
+// Reduce-scatter, pipelined: each round, block b takes one piece of the rank block; piece q of the input (rank
+// block q) is stored into rank q's FIFO (NVLink), its own into its own slot, and once every peer's piece of
+// this rank's block arrived the rank reduces them (rank order) into its output. The next round's pieces are
+// sent before this round's are awaited. (world-1)/world of the input crosses NVLink, once.
 //
-// launch.send points at the chunk's start inside rank block 0 of the user's input; block q of the chunk is
-// launch.rank_stride elements further per q. Staging half: block q of the chunk at q × block_bytes.
+// launch.count: elements of one rank block (the output); launch.rank_stride: bytes between input rank blocks.
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
-#include "collectives/staged.cuh"
-#include "sync/device_sync.hpp"
+#include "collectives/pipeline.cuh"
 
 namespace braid::kernels {
 namespace {
 
 template <typename T, ReduceOp Op>
-__global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(StagedLaunch launch) {
-  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
-  const size_t block_bytes = (launch.count * sizeof(T) + 255) / 256 * 256;
-  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
-  for (int q = 0; q < world; ++q) {
-    block_copy(staging.of(launch, rank) + q * block_bytes + slice.begin * sizeof(T),
-               launch.send + (q * launch.rank_stride + slice.begin) * sizeof(T), (slice.end - slice.begin) * sizeof(T));
+__global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
+  const PieceGrid<T> grid = piece_grid<T>(launch, 1);
+  const size_t rounds = grid.rounds();
+
+  auto scatter = [&](size_t round) {
+    if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
+    const Slice piece = grid.slice(round, 0);
+    for (int q = 0; q < world; ++q) {
+      char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
+      block_copy(to, launch.send + q * launch.rank_stride + piece.begin * sizeof(T), (piece.end - piece.begin) * sizeof(T));
+    }
+    post_peers(launch, kData1);
+    return true;
+  };
+
+  if (rounds > 0 && !scatter(0)) return;
+  for (size_t round = 0; round < rounds; ++round) {
+    if (round + 1 < rounds && !scatter(round + 1)) return;
+    if (!wait_peers(launch, kData1, kSiteFifoData, pull_slot)) return;
+    const Slice piece = grid.slice(round, 0);
+    const char* sources[kMaxWorld];
+    for (int r = 0; r < world; ++r) sources[r] = r == rank ? own_piece(launch, 0, round) : fifo_piece(launch, rank, 0, r, pull_slot[r]);
+    char* destination = launch.recv + piece.begin * sizeof(T);
+    block_reduce<T, Op>(sources, world, &destination, 1, slot_slice<T>(piece.end - piece.begin), 0, 0, world);
+    post_peers(launch, kFree1);
   }
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + rank * block_bytes;
-  char* destination = launch.recv;
-  block_reduce<T, Op>(sources, world, &destination, 1, slice, 0, 0, world);
-  finish_launch(launch);
 }
 
 }  // namespace
 
-void launch_reduce_scatter(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
   BRAID_LAUNCH_TYPED(reduce_scatter, type, op, blocks, stream, launch);
 }
 

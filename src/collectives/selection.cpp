@@ -4,7 +4,6 @@
 #include <sstream>
 
 #include "core/error.hpp"
-#include "sync/device_sync.hpp"
 
 namespace braid {
 namespace {
@@ -15,23 +14,49 @@ struct Row {
   Algorithm algorithm;
 };
 
-// THE table. One shot reads every peer's whole buffer: fewest barriers, best below a few hundred KB.
-// Two shot moves each byte over NVLink about half as often: best for large all-reduces.
+// THE table. LL needs no barrier but sends every byte twice its size to every peer: best for small messages.
+// One shot reads every peer's whole buffer after one barrier. Two shot moves each byte over NVLink about half
+// as often as one shot, pipelined through FIFOs: best for large all-reduces.
 constexpr Row kTable[] = {
+    {Collective::kAllReduce, size_t(64) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kAllGather, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
 };
 
-// Enough blocks to keep NVLink busy for large messages, few for small ones (each block is a channel of
-// barriers with every peer).
-int blocks_for(size_t bytes) {
-  constexpr size_t kBytesPerBlock = size_t(64) << 10;
-  size_t blocks = (bytes + kBytesPerBlock - 1) / kBytesPerBlock;
-  return static_cast<int>(std::clamp<size_t>(blocks, 1, 64));
+// Which algorithms each collective can run (what BRAID_ALGO may ask for).
+struct Serves {
+  Collective collective;
+  Algorithm algorithm;
+};
+constexpr Serves kServes[] = {
+    {Collective::kAllReduce, Algorithm::kLL},         {Collective::kAllReduce, Algorithm::kOneShot},
+    {Collective::kAllReduce, Algorithm::kTwoShot},    {Collective::kReduce, Algorithm::kStaged},
+    {Collective::kReduceScatter, Algorithm::kPipelined}, {Collective::kAllGather, Algorithm::kPipelined},
+    {Collective::kBroadcast, Algorithm::kStaged},
+};
+
+constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter,
+                                       Collective::kAllGather, Collective::kBroadcast};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
+                                     Algorithm::kStaged};
+
+bool serves(Collective collective, Algorithm algorithm) {
+  for (const Serves& entry : kServes) {
+    if (entry.collective == collective && entry.algorithm == algorithm) return true;
+  }
+  return false;
+}
+
+// Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
+// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, the others 64 KB.
+int blocks_for(Algorithm algorithm, size_t bytes) {
+  const size_t per_block = algorithm == Algorithm::kLL ? size_t(8) << 10 : size_t(64) << 10;
+  const size_t blocks = (bytes + per_block - 1) / per_block;
+  return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }
 
 const char* short_name(Collective collective) {
@@ -57,20 +82,23 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': entry '{}' is not collective=algorithm", text, entry);
     }
     std::string name = entry.substr(0, eq), value = entry.substr(eq + 1);
-    if (name != "allreduce" && name != "reduce" && name != "reducescatter" && name != "allgather" && name != "broadcast") {
+    const Collective* named = nullptr;
+    for (const Collective& candidate : kCollectives) {
+      if (name == short_name(candidate)) named = &candidate;
+    }
+    if (named == nullptr) {
       raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast)", text, name);
     }
-    Algorithm parsed;
-    if (value == "oneshot") parsed = Algorithm::kOneShot;
-    else if (value == "twoshot") parsed = Algorithm::kTwoShot;
-    else if (value == "staged") parsed = Algorithm::kStaged;
-    else raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (oneshot, twoshot, staged)", text, value);
-    const bool allreduce = name == "allreduce";
-    if (allreduce == (parsed == Algorithm::kStaged)) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
+    const Algorithm* parsed = nullptr;
+    for (const Algorithm& candidate : kAlgorithms) {
+      if (value == algorithm_name(candidate)) parsed = &candidate;
     }
-    if (name == short_name(collective)) {
-      *algorithm = parsed;
+    if (parsed == nullptr) {
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged)", text, value);
+    }
+    if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
+    if (*named == collective) {
+      *algorithm = *parsed;
       found = true;
     }
   }
@@ -92,8 +120,10 @@ const char* collective_name(unsigned int collective) {
 
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
+    case Algorithm::kLL: return "ll";
     case Algorithm::kOneShot: return "oneshot";
     case Algorithm::kTwoShot: return "twoshot";
+    case Algorithm::kPipelined: return "pipelined";
     case Algorithm::kStaged: return "staged";
   }
   return "?";
@@ -101,15 +131,15 @@ const char* algorithm_name(Algorithm algorithm) {
 
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text) {
   (void)world;  // every row serves every world size today; the column is here for the tuning to come
-  Choice choice{Algorithm::kStaged, std::min(blocks_for(bytes), DeviceSync::kMaxChannels)};
+  Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
     if (row.collective == collective && bytes <= row.max_bytes) {
-      choice.algorithm = row.algorithm;
+      algorithm = row.algorithm;
       break;
     }
   }
-  if (!override_text.empty()) override_for(collective, override_text, &choice.algorithm);
-  return choice;
+  if (!override_text.empty()) override_for(collective, override_text, &algorithm);
+  return Choice{algorithm, blocks_for(algorithm, bytes)};
 }
 
 }  // namespace braid

@@ -12,8 +12,13 @@ namespace braid {
 enum class Collective : unsigned int { kAllReduce = 1, kReduce = 2, kReduceScatter = 3, kAllGather = 4, kBroadcast = 5 };
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 
-enum class Algorithm { kOneShot, kTwoShot, kStaged };
+// kLL: flag-in-data pushes, no barrier (all-reduce, small); kOneShot: every rank reads every peer's staged copy;
+// kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
+// all-gather); kStaged: copy into staging halves, barrier, read (reduce, broadcast).
+enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged };
 const char* algorithm_name(Algorithm algorithm);
+
+constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
 
 struct Choice {
   Algorithm algorithm;

@@ -25,16 +25,19 @@ __device__ inline StagingView staging_view(const StagedLaunch& launch) {
   return StagingView{(epoch & 1) * launch.half_bytes};
 }
 
-// Called by every block at its end: the last block to finish advances the epoch for the next launch.
-__device__ inline void finish_launch(const StagedLaunch& launch) {
+// Called by every block at its end: the last block of the launch to finish advances `counter` (a per-launch
+// sequence in device memory, so graph replays advance it too) and re-arms `blocks_done`.
+__device__ inline void advance_after_last_block(uint64_t* counter, unsigned int* blocks_done) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    if (atomicAdd(launch.blocks_done, 1u) == gridDim.x - 1) {
-      *launch.blocks_done = 0;
-      *launch.epoch += 1;
+    if (atomicAdd(blocks_done, 1u) == gridDim.x - 1) {
+      *blocks_done = 0;
+      *counter += 1;
     }
   }
 }
+
+__device__ inline void finish_launch(const StagedLaunch& launch) { advance_after_last_block(launch.epoch, launch.blocks_done); }
 
 }  // namespace braid::kernels

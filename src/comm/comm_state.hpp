@@ -27,11 +27,15 @@ struct CommState {
   std::unique_ptr<FdExchanger> fds;
   std::vector<PeerInfo> peers;
 
-  // Made at init (collectives never allocate): the signal pad, and the staging buffer that carries
-  // collectives on buffers peers cannot map.
+  // Made at init (collectives never allocate): the signal pad, and the symmetric buffers that carry
+  // collectives on buffers peers cannot map: staging halves (staged kernels), the pipeline FIFOs (pipelined
+  // kernels) and the LL area (flag-in-data lines). Each protocol keeps its own buffer, so one protocol's reuse
+  // rule never has to reason about another's.
   std::unique_ptr<DeviceSync> sync;
   SymmetricMemory staging;
-  std::string algorithm_override;  // BRAID_ALGO, read once
+  SymmetricMemory pipeline;
+  SymmetricMemory ll;
+  std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
 
   std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier)
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank

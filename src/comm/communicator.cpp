@@ -5,6 +5,8 @@
 #include <map>
 #include <random>
 
+#include "collectives/ll_launch.hpp"
+#include "collectives/pipeline_launch.hpp"
 #include "comm/comm_state.hpp"
 #include "comm/topology.hpp"
 #include "core/config.hpp"
@@ -130,13 +132,23 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
   state->peers = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   Communicator comm(state);
-  state->sync = std::make_unique<DeviceSync>(comm, state->timeout_s);
+  state->sync = std::make_unique<DeviceSync>(comm, state->timeout_s, kernels::kPadChannels);
+  // Pipeline senders may fill every FIFO slot before the first credit comes back.
+  state->sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
+  state->sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
   const int64_t staging_bytes = *Config::get().integer("BRAID_STAGING_BYTES");
   if (staging_bytes < (int64_t(1) << 20)) {
     raise(ErrorCode::kInvalidArgument, "environment variable BRAID_STAGING_BYTES={} must be at least 1 MiB", staging_bytes);
   }
   state->staging = comm.alloc(static_cast<size_t>(staging_bytes));
-  state->algorithm_override = Config::get().string("BRAID_ALGO").value_or("");
+  const int64_t pipeline_bytes = *Config::get().integer("BRAID_PIPELINE_BYTES");
+  if (pipeline_bytes < 0 || kernels::pipeline_piece_bytes(static_cast<size_t>(pipeline_bytes), state->size) == 0) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_PIPELINE_BYTES={} is too small for {} ranks (at least {} bytes)",
+          pipeline_bytes, state->size, size_t(256) * kernels::kPipelinePhases * kernels::kPipelineChannels * state->size * kernels::kFifoDepth);
+  }
+  state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
+  state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
+  state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
   return comm;
 }

@@ -37,8 +37,10 @@ constexpr ConfigVar kTable[] = {
      "CUDA device ordinal for this rank; default: local rank."},
     {"BRAID_STAGING_BYTES", ConfigType::kInt, "33554432", nullptr,
      "Bytes of each rank's symmetric staging buffer, made at communicator init; larger collectives run in chunks."},
+    {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "67108864", nullptr,
+     "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
-     "Algorithm overrides, e.g. allreduce=twoshot,allgather=staged; default: the selection table."},
+     "Algorithm overrides, e.g. allreduce=twoshot,reducescatter=pipelined; default: the selection table."},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -16,20 +17,22 @@ const char* wait_site_name(unsigned int site) {
     case kSiteEntryBarrier: return "entry barrier";
     case kSiteMiddleBarrier: return "middle barrier";
     case kSiteExitBarrier: return "exit barrier";
+    case kSiteFifoData: return "wait for a pipeline piece";
+    case kSiteFifoCredit: return "wait for a free pipeline slot";
+    case kSiteLLData: return "LL line poll";
   }
   return "wait";
 }
 
-DeviceSync::DeviceSync(Communicator& comm, double timeout_s) : device_(comm.device()) {
+DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : device_(comm.device()) {
   const int world = comm.size();
-  const size_t slots = static_cast<size_t>(kMaxChannels) * world;
+  const size_t slots = static_cast<size_t>(channels) * world;
   pad_memory_ = comm.alloc(slots * sizeof(uint64_t));  // zeroed, every peer's copy mapped
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
   BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
-  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&epoch_), sizeof(uint64_t) + sizeof(unsigned int)));
-  BRAID_CUDA(cudaMemset(epoch_, 0, sizeof(uint64_t) + sizeof(unsigned int)));
-  blocks_done_ = reinterpret_cast<unsigned int*>(epoch_ + 1);
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(Counters)));
+  BRAID_CUDA(cudaMemset(counters_, 0, sizeof(Counters)));
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(device::ErrorWord), cudaHostAllocMapped));
   *error_host_ = device::ErrorWord{};
   device::ErrorWord* error_device = nullptr;
@@ -42,15 +45,25 @@ DeviceSync::DeviceSync(Communicator& comm, double timeout_s) : device_(comm.devi
   pad_.error = error_device;
   pad_.rank = comm.rank();
   pad_.world = world;
-  pad_.channels = kMaxChannels;
+  pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
 }
 
 DeviceSync::~DeviceSync() {
   DeviceGuard guard(device_);
   cudaFree(expected_);
-  cudaFree(epoch_);
+  cudaFree(counters_);
   cudaFreeHost(error_host_);
+}
+
+void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
+  if (first < 0 || count < 0 || first + count > pad_.channels) {
+    raise(ErrorCode::kInternal, "credit channels [{}, {}) outside the pad's {}", first, first + count, pad_.channels);
+  }
+  const std::vector<uint64_t> below_zero(static_cast<size_t>(count) * pad_.world, uint64_t(0) - credits);
+  DeviceGuard guard(device_);
+  BRAID_CUDA(cudaMemcpy(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
+                        below_zero.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
 }
 
 void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned int)) const {

@@ -12,21 +12,32 @@
 namespace braid {
 
 // Wait sites and collective ids as the device reports them; names for messages live in one table.
-enum WaitSite : unsigned int { kSiteEntryBarrier = 1, kSiteMiddleBarrier = 2, kSiteExitBarrier = 3 };
+enum WaitSite : unsigned int {
+  kSiteEntryBarrier = 1,
+  kSiteMiddleBarrier = 2,
+  kSiteExitBarrier = 3,
+  kSiteFifoData = 4,    // a pipelined collective waiting for a peer's piece
+  kSiteFifoCredit = 5,  // ... for a peer to hand back a FIFO slot
+  kSiteLLData = 6,      // the LL all-reduce polling a peer's line
+};
 const char* wait_site_name(unsigned int site);
 
 class DeviceSync {
  public:
-  static constexpr int kMaxChannels = 64;
-
-  DeviceSync(Communicator& comm, double timeout_s);
+  // `channels`: slots per peer on the signal pad (each a counter that kernels signal and wait on).
+  DeviceSync(Communicator& comm, double timeout_s, int channels);
   ~DeviceSync();
   DeviceSync(const DeviceSync&) = delete;
   DeviceSync& operator=(const DeviceSync&) = delete;
 
   device::SignalPad pad() const { return pad_; }
-  uint64_t* epoch() const { return epoch_; }               // staging parity counter, advanced by kernels
-  unsigned int* blocks_done() const { return blocks_done_; }  // the last block of a launch advances epoch
+  uint64_t* epoch() const { return &counters_->staging_epoch; }  // staging parity counter, advanced by kernels
+  uint64_t* ll_epoch() const { return &counters_->ll_epoch; }     // LL calls so far, advanced by kernels
+  unsigned int* blocks_done() const { return &counters_->blocks_done; }  // the last block of a launch advances a counter
+
+  // Lets the first `credits` waits on channels [first, first + count) pass before any signal: their expected
+  // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad.
+  void grant_credits(int first, int count, uint64_t credits);
 
   // Throws the failure a kernel recorded, if any (kTimeout naming collective, wait site and peer).
   // `collective_name` maps the recorded collective id to a name.
@@ -36,8 +47,12 @@ class DeviceSync {
   SymmetricMemory pad_memory_;
   device::SignalPad pad_{};
   device::ErrorWord* error_host_ = nullptr;  // same memory as pad_.error, host view
-  uint64_t* epoch_ = nullptr;
-  unsigned int* blocks_done_ = nullptr;
+  struct Counters {
+    uint64_t staging_epoch;
+    uint64_t ll_epoch;
+    unsigned int blocks_done;
+  };
+  Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;
   int device_ = -1;
 };

@@ -8,10 +8,12 @@
 namespace braid {
 namespace {
 
-TEST(Selection, AllReduceIsOneShotWhenSmallAndTwoShotWhenLarge) {
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kOneShot);
+TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
 }
 
 TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
@@ -23,7 +25,7 @@ TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
 }
 
 TEST(Selection, OverrideChangesOnlyTheNamedCollective) {
-  const std::string text = "allreduce=twoshot,allgather=staged";
+  const std::string text = "allreduce=twoshot,allgather=pipelined";
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kTwoShot);
   EXPECT_EQ(select_algorithm(Collective::kReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kStaged);
 }
@@ -45,6 +47,8 @@ TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
   expect_rejected("allreduce=ring", "unknown algorithm 'ring'");
   expect_rejected("allreduce=staged", "allreduce cannot run as staged");
   expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");
+  expect_rejected("allgather=staged", "allgather cannot run as staged");
+  expect_rejected("reduce=ll", "reduce cannot run as ll");
 }
 
 TEST(Selection, DatatypeTable) {

@@ -239,6 +239,27 @@ TEST(CollectiveReference, EncodingsWrapAroundAndInputRangesAreRight) {
 // ---- The matrix, per collective ----
 
 TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }
+
+// The selection table picks one all-reduce algorithm per size; each must be right at every size, so the
+// matrix runs again with each one forced (datatypes of every width, to keep time down).
+TEST(Collectives, AllReduceMatrixEveryAlgorithm) {
+  for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
+    CommOptions options = test_options();
+    options.algorithms = std::string("allreduce=") + algorithm;
+    with_communicator(
+        [&](Communicator& comm) {
+          std::vector<Case> cases;
+          for (const Case& c : matrix(Collective::kAllReduce, comm.size())) {
+            if (c.type == DataType::kInt8 || c.type == DataType::kBFloat16 || c.type == DataType::kFloat16 ||
+                c.type == DataType::kFloat32 || c.type == DataType::kUint64 || c.type == DataType::kFloat64) {
+              cases.push_back(c);
+            }
+          }
+          run_cases(comm, cases, options.algorithms.c_str());
+        },
+        options);
+  }
+}
 TEST(Collectives, ReduceMatrix) { run_matrix(Collective::kReduce); }
 TEST(Collectives, ReduceScatterMatrix) { run_matrix(Collective::kReduceScatter); }
 TEST(Collectives, AllGatherMatrix) { run_matrix(Collective::kAllGather); }

@@ -138,8 +138,8 @@ TEST(CollectivesStress, BackToBackMixedWithRandomDelays) {
 
 // A rank that never makes a call: the others' kernels give up after the communicator's timeout and record
 // which collective, which wait and which peer; the host raises it as kTimeout. A communicator is unusable
-// after a timeout: this one is made for the test and destroyed, and no rank uses any communicator
-// collectively afterwards (no barrier: the skipping rank may be gone).
+// after a timeout: one is made per algorithm and destroyed, and only the keeper communicator's host barrier
+// lines the ranks up between them.
 TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for_each_rank([](const RankContext& context) {
@@ -147,55 +147,60 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
     // while it is being made (ranks may reach this test seconds apart as processes).
     Communicator keeper = Communicator::init(context.rendezvous, test_options());
     make_current(keeper);
-    keeper.barrier();
-    constexpr double kTimeoutS = 2.0;
-    constexpr double kMarginS = 8.0;
-    Communicator comm = Communicator::init(context.rendezvous, test_options(kTimeoutS));
-    const int rank = comm.rank(), world = comm.size();
-    const int skipper = world - 1;
-    constexpr size_t n = 1 << 18;  // float32 elements
-    DeviceBuffer send(n * 4), recv(n * 4);
-    cuda_check(cudaMemset(send.get(), 0, n * 4), "cudaMemset");
-    StreamHandle stream_handle;
-    const cudaStream_t stream = stream_handle.get();
-    auto all_reduce = [&] { comm.all_reduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum, stream); };
+    // Every all-reduce algorithm waits in its own way (barriers, FIFO pieces, LL lines): each must give up.
+    for (const char* algorithm : {"allreduce=ll", "allreduce=oneshot", "allreduce=twoshot"}) {
+      keeper.barrier();  // the skipping rank is back in step: it skipped the previous call and came here
+      constexpr double kTimeoutS = 2.0;
+      constexpr double kMarginS = 8.0;
+      CommOptions options = test_options(kTimeoutS);
+      options.algorithms = algorithm;
+      Communicator comm = Communicator::init(context.rendezvous, options);
+      const int rank = comm.rank(), world = comm.size();
+      const int skipper = world - 1;
+      constexpr size_t n = 1 << 18;  // float32 elements
+      DeviceBuffer send(n * 4), recv(n * 4);
+      cuda_check(cudaMemset(send.get(), 0, n * 4), "cudaMemset");
+      StreamHandle stream_handle;
+      const cudaStream_t stream = stream_handle.get();
+      auto all_reduce = [&] { comm.all_reduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum, stream); };
 
-    // Everyone makes the first call: the communicator works.
-    all_reduce();
-    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (first all_reduce)");
-    comm.check();
-
-    if (rank == skipper) return;  // skips the second call, and leaves
-
-    const auto start = std::chrono::steady_clock::now();
-    std::optional<Error> error;
-    try {
+      // Everyone makes the first call: the communicator works.
       all_reduce();
-      // The kernel gives up after the timeout, so this returns.
-      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the all_reduce rank " + std::to_string(skipper) +
-                                                    " skipped)");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (first all_reduce)");
       comm.check();
-      // Not raised by check(): the next call must raise it.
-      all_reduce();
-      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the call after)");
-      comm.check();
-    } catch (const Error& caught) {
-      error = caught;
+
+      if (rank == skipper) continue;  // skips the second call
+
+      const auto start = std::chrono::steady_clock::now();
+      std::optional<Error> error;
+      try {
+        all_reduce();
+        // The kernel gives up after the timeout, so this returns.
+        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the all_reduce rank " + std::to_string(skipper) +
+                                                      " skipped)");
+        comm.check();
+        // Not raised by check(): the next call must raise it.
+        all_reduce();
+        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (the call after)");
+        comm.check();
+      } catch (const Error& caught) {
+        error = caught;
+      }
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      ASSERT_TRUE(error.has_value()) << "rank " << rank << ": no error " << seconds << " s after rank " << skipper
+                                     << " skipped an all_reduce (" << algorithm << ")";
+      const std::string message = error->what();
+      EXPECT_EQ(error->code(), ErrorCode::kTimeout) << "rank " << rank << " (" << algorithm << "): " << message;
+      const std::regex names_skipper("\\b(rank|peer) " + std::to_string(skipper) + "\\b", std::regex::icase);
+      EXPECT_TRUE(std::regex_search(message, names_skipper))
+          << "rank " << rank << ": the message does not name rank " << skipper << ": " << message;
+      const std::regex names_collective("all_?reduce", std::regex::icase);
+      EXPECT_TRUE(std::regex_search(message, names_collective))
+          << "rank " << rank << ": the message does not name the all_reduce: " << message;
+      EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << rank << ": gave up before the timeout: " << message;
+      EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << rank << ": took " << seconds << " s to report: " << message;
+      // comm is unusable now; it is destroyed here without any further collective call.
     }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    ASSERT_TRUE(error.has_value()) << "rank " << rank << ": no error " << seconds << " s after rank " << skipper
-                                   << " skipped an all_reduce";
-    const std::string message = error->what();
-    EXPECT_EQ(error->code(), ErrorCode::kTimeout) << "rank " << rank << ": " << message;
-    const std::regex names_skipper("\\b(rank|peer) " + std::to_string(skipper) + "\\b", std::regex::icase);
-    EXPECT_TRUE(std::regex_search(message, names_skipper))
-        << "rank " << rank << ": the message does not name rank " << skipper << ": " << message;
-    const std::regex names_collective("all_?reduce", std::regex::icase);
-    EXPECT_TRUE(std::regex_search(message, names_collective))
-        << "rank " << rank << ": the message does not name the all_reduce: " << message;
-    EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << rank << ": gave up before the timeout: " << message;
-    EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << rank << ": took " << seconds << " s to report: " << message;
-    // comm is unusable now; it is destroyed here without any further collective call.
   });
 }
 

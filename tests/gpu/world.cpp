@@ -63,9 +63,9 @@ void for_each_rank(const std::function<void(const RankContext&)>& body) {
   for (std::thread& thread : threads) thread.join();
 }
 
-void with_communicator(const std::function<void(Communicator&)>& body) {
+void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options) {
   for_each_rank([&](const RankContext& context) {
-    Communicator comm = Communicator::init(context.rendezvous, test_options());
+    Communicator comm = Communicator::init(context.rendezvous, options);
     make_current(comm);
     body(comm);
   });

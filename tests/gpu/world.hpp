@@ -23,10 +23,10 @@ void set_thread_world(int world);
 // Calls body on every rank (threads joined before return). Exceptions become test failures naming the rank.
 void for_each_rank(const std::function<void(const RankContext&)>& body);
 
-// for_each_rank with a communicator made for the body (timeout 30 s).
-void with_communicator(const std::function<void(Communicator&)>& body);
-
 CommOptions test_options(double timeout_s = 30.0);
+
+// for_each_rank with a communicator made for the body (by default: timeout 30 s, the selection table).
+void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options = test_options());
 
 // Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
 void make_current(const Communicator& comm);

@@ -73,17 +73,21 @@ __device__ __forceinline__ void signal(const SignalPad& pad, int channel, int pe
   add_release_system(pad.peers[peer] + channel * pad.world + pad.rank, 1);
 }
 
-// Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
-// Returns false when the timeout passed (or another wait of this rank already failed) after recording it.
-__device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site) {
-  uint64_t* expected = pad.expected + channel * pad.world + peer;
-  const uint64_t target = *expected + 1;
-  *expected = target;
-  const uint64_t* slot = pad.local + channel * pad.world + peer;
-  if (load_acquire_system(slot) >= target) return true;
+// Counters are compared by their difference, so an expected count may start below zero (credits granted in
+// advance, as the pipeline FIFOs do) and a wrap-around never stalls a wait.
+__device__ __forceinline__ bool reached(uint64_t value, uint64_t target) {
+  return static_cast<int64_t>(value - target) >= 0;
+}
+
+// Bounded spin of one thread until `ready()` holds. On timeout it records (collective, site, peer, channel) and
+// returns false; it also gives up when another wait of this rank already failed. Every device wait spins here.
+template <typename Ready>
+__device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
+                                  int peer, int channel) {
+  if (ready()) return true;
   const unsigned long long start = global_time_ns();
   for (unsigned int spins = 1;; ++spins) {
-    if (load_acquire_system(slot) >= target) return true;
+    if (ready()) return true;
     if ((spins & 1023u) == 0) {
       unsigned long long waited = global_time_ns() - start;
       if (waited > pad.timeout_ns) {
@@ -93,6 +97,19 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
       if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) return false;  // another wait failed
     }
   }
+}
+
+// Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
+// Returns false when the timeout passed (or another wait of this rank already failed) after recording it.
+// `count_out`, when given, receives the count this wait reached (FIFOs derive their slot from it).
+__device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site,
+                            uint64_t* count_out = nullptr) {
+  uint64_t* expected = pad.expected + channel * pad.world + peer;
+  const uint64_t target = *expected + 1;
+  *expected = target;
+  if (count_out != nullptr) *count_out = target;
+  const uint64_t* slot = pad.local + channel * pad.world + peer;
+  return spin_until(pad, [&] { return reached(load_acquire_system(slot), target); }, collective, site, peer, channel);
 }
 
 // Barrier of this block's channel with the same channel of every peer. Every thread of the block calls it;

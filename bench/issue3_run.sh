@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue 3 on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
+#   tests    the gpu-labelled CTest suite (threads and braid-run processes, all GPUs and 2)
+#   probe    NCCL init under braid-run with NCCL_DEBUG=INFO (does --compare nccl work here?)
+#   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
+#   compare  braid-bench --compare nccl for the sizes the issue names
+# Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
+repo=$PWD
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+[ -e build ] || ln -s .carry/build build
+# CTest files name absolute paths of the machine that built them (/work/main).
+if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
+cd /work/main
+kind=$1; shift
+gpus=$(nvidia-smi -L | wc -l)
+export BRAID_COMMIT=$(head -1 .carry/COMMIT)
+nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
+# Ranks as threads of one braid-bench: its own stdout (line-buffered by stdbuf) goes straight to the log, so
+# a run cut off by its time limit still leaves every row it printed. (Under braid-run, cut-off runs left
+# empty logs on 2026-11-22: braid-run's buffered output died with it.)
+run_bench="build/tools/braid-bench/braid-bench -t $gpus"
+echo "# braid issue-3 run: commit $(cat .carry/COMMIT | tr '\n' ' '), kind $kind, $gpus GPUs, $(date -u +%Y-%m-%dT%H:%MZ)" | tee "$out/header.txt"
+nvidia-smi -L >> "$out/header.txt"
+
+bench() {  # seconds, name, then braid-bench arguments
+  local seconds=$1 name=$2; shift 2
+  { echo "## braid-bench -t $gpus $*"; } > "$out/$name.txt"
+  timeout "$seconds" stdbuf -oL $run_bench "$@" --json "$out/$name.json" >> "$out/$name.txt" 2>&1
+  echo "## exit code $?" >> "$out/$name.txt"
+  grep -v '^\[[1-9]' "$out/$name.txt" | tail -n 40
+}
+
+for phase in "$@"; do
+  case "$phase" in
+    tests)
+      (ctest --test-dir build -L gpu -V --timeout 400 2>&1) > "$out/gpu-tests.log"
+      grep -E "^[0-9]+: \[  FAILED|Failure|tests passed|Test #|SKIPPED|^[0-9]+: .*(error|Error)" "$out/gpu-tests.log" | head -40
+      ;;
+    probe)
+      timeout 60 env NCCL_DEBUG=INFO $run_bench --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" -c allreduce -b 1M -e 1M \
+        > "$out/nccl-probe.txt" 2>&1
+      echo "nccl probe exit $?" | tee -a "$out/nccl-probe.txt"
+      grep -v "NCCL INFO" "$out/nccl-probe.txt" | grep -v '^\[[1-9]' | tail -12
+      ;;
+    algos)
+      for algo in ll oneshot twoshot; do
+        BRAID_ALGO=allreduce=$algo bench 90 "algo-$algo" -c allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
+      done
+      ;;
+    compare)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
+      bench 130 compare-allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
+      bench 60 compare-allreduce-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 $cmp
+      bench 40 compare-allgather-f32 -c allgather -d float32 -b 512M -e 512M -z 0 $cmp
+      bench 40 compare-reducescatter-f32 -c reducescatter -d float32 -b 512M -e 512M -z 0 $cmp
+      ;;
+    collective-tests)
+      timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives*' > "$out/collective-tests.log" 2>&1
+      echo "collective tests (threads, $gpus ranks) exit $?" | tee -a "$out/collective-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/collective-tests.log" | head -30
+      ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done

@@ -1,0 +1,109 @@
+// All-reduce, low latency (LL): no barrier and no signal at all. Every rank stores its whole input into every
+// peer's LL area, each 8 payload bytes travelling as one 16-byte store {data, flag, data, flag} whose 8-byte
+// halves arrive whole, and the flag is this call's sequence number. Each rank then polls its own area until
+// every peer's line carries the flag, and reduces the lines in rank order (bit-identical results on every
+// rank). One NVLink crossing of latency; the algorithm for small messages.
+//
+// Why two parities suffice: a rank writes parity p again only in LL call k+2, after its call k+1 received
+// every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
+// order), i.e. after it read its parity-p lines of call k. Flags only grow, so stale lines never match.
+#include "collectives/dispatch.cuh"
+#include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/ll_launch.hpp"
+#include "collectives/staged.cuh"
+#include "collectives/staged_launch.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+// 8 payload bytes of a user buffer at `source`, `left` bytes to its end (the last line is zero-padded).
+__device__ __forceinline__ uint2 load_line(const char* source, size_t left) {
+  if (left >= kLLLineBytes && (reinterpret_cast<uintptr_t>(source) & 7) == 0) return *reinterpret_cast<const uint2*>(source);
+  alignas(8) unsigned char bytes[kLLLineBytes] = {};
+  for (size_t i = 0; i < kLLLineBytes && i < left; ++i) bytes[i] = source[i];
+  return *reinterpret_cast<const uint2*>(bytes);
+}
+
+__device__ __forceinline__ void store_line(char* destination, uint2 line, size_t left) {
+  if (left >= kLLLineBytes && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
+    *reinterpret_cast<uint2*>(destination) = line;
+    return;
+  }
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&line);
+  for (size_t i = 0; i < kLLLineBytes && i < left; ++i) destination[i] = bytes[i];
+}
+
+__device__ __forceinline__ void store_wire(char* address, uint2 line, uint32_t flag) {
+  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(line.x), "r"(flag), "r"(line.y),
+               "r"(flag)
+               : "memory");
+}
+
+// True once both halves of the wire line carry `flag`; then *line holds the payload.
+__device__ __forceinline__ bool load_wire(const char* address, uint32_t flag, uint2* line) {
+  uint32_t low, low_flag, high, high_flag;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(low), "=r"(low_flag), "=r"(high), "=r"(high_flag)
+               : "l"(address)
+               : "memory");
+  if (low_flag != flag || high_flag != flag) return false;
+  *line = make_uint2(low, high);
+  return true;
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launch) {
+  static_assert(kLLLineBytes % sizeof(T) == 0, "a line holds whole elements");
+  constexpr int kPerLine = kLLLineBytes / sizeof(T);
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  __shared__ uint64_t sequence;
+  if (threadIdx.x == 0) sequence = *launch.epoch + 1;
+  __syncthreads();
+  const uint32_t flag = static_cast<uint32_t>(sequence);
+  const size_t parity = sequence & 1;
+  auto slot = [&](int receiver, int sender) { return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes; };
+
+  const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
+  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = first; i < lines; i += stride) {
+    const uint2 line = load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+    for (int p = 1; p < world; ++p) {
+      const int peer = (rank + p) % world;
+      store_wire(slot(peer, rank) + i * kLLWireBytes, line, flag);
+    }
+  }
+  bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
+  for (size_t i = first; arrived && i < lines; i += stride) {
+    acc_t<T> acc[kPerLine];
+    for (int r = 0; arrived && r < world; ++r) {
+      uint2 line;
+      if (r == rank) {
+        line = load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+      } else {
+        const char* wire = slot(rank, r) + i * kLLWireBytes;
+        arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
+                                     kSiteLLData, r, blockIdx.x);
+        if (!arrived) break;
+      }
+      const T* values = reinterpret_cast<const T*>(&line);
+#pragma unroll
+      for (int e = 0; e < kPerLine; ++e) acc[e] = r == 0 ? to_acc(values[e]) : combine<Op>(acc[e], to_acc(values[e]));
+    }
+    if (!arrived) break;
+    alignas(8) T out[kPerLine];
+#pragma unroll
+    for (int e = 0; e < kPerLine; ++e) out[e] = from_acc<T>(finish<Op>(acc[e], world));
+    store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
+  }
+  advance_after_last_block(launch.epoch, launch.blocks_done);
+}
+
+}  // namespace
+
+void launch_all_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(all_reduce_ll, type, op, blocks, stream, launch);
+}
+
+}  // namespace braid::kernels

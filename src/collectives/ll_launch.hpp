@@ -1,0 +1,32 @@
+// The arguments of the low-latency (LL) all-reduce kernel (plain data, passed by value), and the layout of the
+// LL area: every rank's symmetric LL buffer holds [parity 2][sender world] slots of slot_bytes, each line of 8
+// payload bytes travelling as 16 bytes {data, flag, data, flag}.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/device/sync_device.hpp"
+
+namespace braid::kernels {
+
+constexpr size_t kLLLineBytes = 8;    // payload of one line
+constexpr size_t kLLWireBytes = 16;   // one line as stored: two 8-byte {4 data bytes, 4 flag bytes} halves
+constexpr size_t kLLMaxPayloadBytes = size_t(512) << 10;  // per launch; larger calls run in chunks
+
+// Bytes of each rank's LL area for `world` ranks.
+constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPayloadBytes / kLLLineBytes * kLLWireBytes; }
+
+struct LLLaunch {
+  const char* send;
+  char* recv;
+  size_t count;  // elements
+  unsigned int collective;
+  char* const* area;   // device array [world]: every rank's LL area
+  size_t slot_bytes;   // bytes of one (parity, sender) slot
+  device::SignalPad pad;
+  uint64_t* epoch;     // LL calls so far (device memory); this call's flag is epoch + 1, its parity the flag's
+  unsigned int* blocks_done;
+};
+
+}  // namespace braid::kernels

@@ -1,0 +1,108 @@
+// Device side of the pipelined collectives: FIFOs of pieces between the same block (channel) of every pair of
+// ranks, and how a launch splits a buffer into rounds of pieces.
+//
+// A FIFO is kFifoDepth slots in the receiver's pipeline area, one FIFO per (phase, channel, sender). Two
+// counters on the signal pad drive it: "data" (the sender posts one per piece written) and "free" (the receiver
+// posts one per piece consumed). A sender waits for a free count before it writes a slot; the expected free
+// counts start kFifoDepth below zero (DeviceSync::grant_credits), so the first kFifoDepth pieces need no credit.
+// The n-th piece (counted from 1 by either side's wait) lives in slot (n - 1) mod kFifoDepth. Counters only grow
+// and live across launches, so back-to-back calls and graph replays stay in step, and no slot is ever rewritten
+// while its receiver may still read it (DESIGN.md rule 3).
+#pragma once
+
+#include "collectives/elementwise.cuh"
+#include "collectives/pipeline_launch.hpp"
+#include "collectives/staged_launch.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+
+__device__ __forceinline__ int pad_channel(PadChannelSet set) { return set * kPipelineChannels + blockIdx.x; }
+
+__device__ __forceinline__ int fifo_slot(uint64_t count) { return static_cast<int>((count - 1) & (kFifoDepth - 1)); }
+
+// Slot `slot` of the FIFO that `sender` fills on `receiver`, for this block's channel and `phase`.
+__device__ __forceinline__ char* fifo_piece(const PipelineLaunch& launch, int receiver, int phase, int sender, int slot) {
+  const size_t index = ((size_t(phase) * kPipelineChannels + blockIdx.x) * launch.pad.world + sender) * kFifoDepth + slot;
+  return launch.area[receiver] + index * launch.piece_bytes;
+}
+
+// Every thread of the block calls it; thread p (< world, != rank) runs step(p). Returns false, for every
+// thread, when a step failed (a wait timed out): the kernel should then return.
+template <typename Step>
+__device__ inline bool for_each_peer(const device::SignalPad& pad, Step&& step) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const int peer = threadIdx.x;
+  if (peer < pad.world && peer != pad.rank && !step(peer)) failed = 1;
+  __syncthreads();
+  return failed == 0;
+}
+
+// Waits for the next count of `set` from every peer; slots[p] is the FIFO slot that count names.
+__device__ inline bool wait_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int site, int* slots) {
+  return for_each_peer(launch.pad, [&](int peer) {
+    uint64_t count = 0;
+    const bool arrived = device::wait(launch.pad, pad_channel(set), peer, launch.collective, site, &count);
+    slots[peer] = fifo_slot(count);
+    return arrived;
+  });
+}
+
+// Posts one count of `set` to every peer, after everything the block wrote (or read) before it.
+__device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet set) {
+  __syncthreads();
+  const int peer = threadIdx.x;
+  if (peer < launch.pad.world && peer != launch.pad.rank) {
+    __threadfence_system();  // the whole block's accesses, ordered before by the __syncthreads
+    device::signal(launch.pad, pad_channel(set), peer);
+  }
+}
+
+// How a launch splits `count` elements into pieces: rounds of gridDim.x × per_block pieces, piece k of a
+// round for block k / per_block. Full rounds use pieces of the FIFO slot's size; the last round spreads what is
+// left evenly in whole vectors. Every rank computes the same split, so a block's pieces match its peers'.
+template <typename T>
+struct PieceGrid {
+  size_t count;
+  size_t piece;  // elements of a full piece
+  int per_block;
+
+  __device__ size_t units() const { return size_t(gridDim.x) * per_block; }
+  __device__ size_t rounds() const { return (count + units() * piece - 1) / (units() * piece); }
+
+  // Piece `index` (of this block's per_block) of `round`, in elements from the buffer's start; may be empty.
+  __device__ Slice slice(size_t round, int index) const {
+    constexpr size_t kPer = Vector<T>::kCount;
+    const size_t full = units() * piece, base = round * full;
+    const size_t left = min(full, count - base);
+    const size_t size = left == full ? piece : ((left + units() - 1) / units() + kPer - 1) / kPer * kPer;
+    const size_t k = size_t(blockIdx.x) * per_block + index;
+    Slice slice;
+    slice.begin = min(base + k * size, base + left);
+    slice.end = min(base + (k + 1) * size, base + left);
+    slice.vector_end = slice.begin + (slice.end - slice.begin) / kPer * kPer;
+    return slice;
+  }
+};
+
+template <typename T>
+__device__ __forceinline__ PieceGrid<T> piece_grid(const PipelineLaunch& launch, int per_block) {
+  return PieceGrid<T>{launch.count, launch.piece_bytes / sizeof(T), per_block};
+}
+
+// A slice of `elements` starting at 0 (a FIFO slot's content).
+template <typename T>
+__device__ __forceinline__ Slice slot_slice(size_t elements) {
+  constexpr size_t kPer = Vector<T>::kCount;
+  return Slice{0, elements, elements / kPer * kPer};
+}
+
+// The slot this rank keeps its own piece of `round` in (never posted: its own FIFO from itself). Pieces of
+// at most two consecutive rounds are alive at once, so kFifoDepth slots keep them apart.
+__device__ __forceinline__ char* own_piece(const PipelineLaunch& launch, int phase, size_t round) {
+  return fifo_piece(launch, launch.pad.rank, phase, launch.pad.rank, static_cast<int>(round & (kFifoDepth - 1)));
+}
+
+}  // namespace braid::kernels
