@@ -204,14 +204,28 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
-  kernels::PipelineLaunch launch = pipeline_launch(state, call);
-  launch.send = static_cast<const char*>(send);
-  launch.recv = static_cast<char*>(recv);
-  launch.count = recv_count;
-  launch.rank_stride = recv_count * size;
   DeviceGuard guard(state.device);
-  kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
-  check_launch("reduce_scatter kernel launch");
+  if (choice.algorithm == Algorithm::kPipelined) {
+    kernels::PipelineLaunch launch = pipeline_launch(state, call);
+    launch.send = static_cast<const char*>(send);
+    launch.recv = static_cast<char*>(recv);
+    launch.count = recv_count;
+    launch.rank_stride = recv_count * size;
+    kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
+    check_launch("reduce_scatter kernel launch");
+    return;
+  }
+  kernels::StagedLaunch launch = base_launch(state, call);
+  launch.rank_stride = recv_count;
+  // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
+  const size_t chunk = (launch.half_bytes / state.size - 256) / size;
+  for_each_chunk(recv_count, chunk, [&](size_t offset, size_t elements) {
+    launch.send = at(send, offset * size);
+    launch.recv = at(recv, offset * size);
+    launch.count = elements;
+    kernels::launch_reduce_scatter_staged(type, op, launch, choice.blocks, stream);
+    check_launch("reduce_scatter kernel launch");
+  });
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
@@ -221,14 +235,26 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (!prepare(state, call, send_count, send_count * state.size)) return;
   const size_t bytes = send_count * datatype_size(type);
   const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
-  kernels::PipelineLaunch launch = pipeline_launch(state, call);
-  launch.send = static_cast<const char*>(send);
-  launch.recv = static_cast<char*>(recv);
-  launch.count = bytes;
-  launch.rank_stride = bytes;
   DeviceGuard guard(state.device);
-  kernels::launch_all_gather(launch, choice.blocks, stream);
-  check_launch("all_gather kernel launch");
+  if (choice.algorithm == Algorithm::kPipelined) {
+    kernels::PipelineLaunch launch = pipeline_launch(state, call);
+    launch.send = static_cast<const char*>(send);
+    launch.recv = static_cast<char*>(recv);
+    launch.count = bytes;
+    launch.rank_stride = bytes;
+    kernels::launch_all_gather(launch, choice.blocks, stream);
+    check_launch("all_gather kernel launch");
+    return;
+  }
+  kernels::StagedLaunch launch = base_launch(state, call);
+  launch.rank_stride = bytes;
+  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
+    launch.send = at(send, offset);
+    launch.recv = at(recv, offset);
+    launch.count = chunk_bytes;
+    kernels::launch_all_gather_staged(launch, choice.blocks, stream);
+    check_launch("all_gather kernel launch");
+  });
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {

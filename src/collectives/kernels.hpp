@@ -18,7 +18,9 @@ void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& 
 void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 
 constexpr int kThreadsPerBlock = 512;

@@ -16,14 +16,15 @@ struct Row {
 
 // THE table. LL needs no barrier but sends every byte twice its size to every peer: best for small messages.
 // One shot reads every peer's whole buffer after one barrier. Two shot moves each byte over NVLink about half
-// as often as one shot, pipelined through FIFOs: best for large all-reduces.
+// as often as one shot, pipelined through FIFOs: best for large all-reduces. Reduce-scatter and all-gather
+// stay staged by default until their pipelined kernels have passed the GPU suite (BRAID_ALGO selects them).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(64) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
-    {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kAllGather, SIZE_MAX, Algorithm::kStaged},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
 };
 
@@ -36,6 +37,7 @@ constexpr Serves kServes[] = {
     {Collective::kAllReduce, Algorithm::kLL},         {Collective::kAllReduce, Algorithm::kOneShot},
     {Collective::kAllReduce, Algorithm::kTwoShot},    {Collective::kReduce, Algorithm::kStaged},
     {Collective::kReduceScatter, Algorithm::kPipelined}, {Collective::kAllGather, Algorithm::kPipelined},
+    {Collective::kReduceScatter, Algorithm::kStaged},    {Collective::kAllGather, Algorithm::kStaged},
     {Collective::kBroadcast, Algorithm::kStaged},
 };
 

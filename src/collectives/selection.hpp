@@ -14,7 +14,7 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 
 // kLL: flag-in-data pushes, no barrier (all-reduce, small); kOneShot: every rank reads every peer's staged copy;
 // kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
-// all-gather); kStaged: copy into staging halves, barrier, read (reduce, broadcast).
+// all-gather); kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast).
 enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged };
 const char* algorithm_name(Algorithm algorithm);
 

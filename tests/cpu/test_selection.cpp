@@ -11,8 +11,10 @@ namespace {
 TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined").algorithm,
+            Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
 }
 
@@ -47,7 +49,7 @@ TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
   expect_rejected("allreduce=ring", "unknown algorithm 'ring'");
   expect_rejected("allreduce=staged", "allreduce cannot run as staged");
   expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");
-  expect_rejected("allgather=staged", "allgather cannot run as staged");
+  expect_rejected("allgather=oneshot", "allgather cannot run as oneshot");
   expect_rejected("reduce=ll", "reduce cannot run as ll");
 }
 

@@ -263,6 +263,19 @@ TEST(Collectives, AllReduceMatrixEveryAlgorithm) {
 TEST(Collectives, ReduceMatrix) { run_matrix(Collective::kReduce); }
 TEST(Collectives, ReduceScatterMatrix) { run_matrix(Collective::kReduceScatter); }
 TEST(Collectives, AllGatherMatrix) { run_matrix(Collective::kAllGather); }
+
+// Reduce-scatter and all-gather pushed through the pipeline FIFOs (not the table's choice yet): the same
+// matrices with the algorithm forced.
+TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
+  CommOptions options = test_options();
+  options.algorithms = "reducescatter=pipelined,allgather=pipelined";
+  with_communicator(
+      [](Communicator& comm) {
+        run_cases(comm, matrix(Collective::kReduceScatter, comm.size()), "pipelined reduce_scatter");
+        run_cases(comm, matrix(Collective::kAllGather, comm.size()), "pipelined all_gather");
+      },
+      options);
+}
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
 // all_reduce and all_gather with send and recv in symmetric memory (comm.alloc()), at the same offsets on

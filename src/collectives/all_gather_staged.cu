@@ -1,0 +1,33 @@
+// All-gather, staged: every rank copies its input into staging; after one barrier every rank copies every peer's
+// staging into its slot of the output (loads over NVLink). Datatype-blind: moves bytes.
+//
+// launch.send/recv point at the chunk's start (recv inside rank block 0); rank q's block is
+// launch.rank_stride bytes further per q. launch.count is in bytes.
+#include "collectives/kernels.hpp"
+#include "collectives/staged.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+__global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
+  const StagingView staging = staging_view(launch);
+  const Slice slice = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);
+  const size_t bytes = slice.end - slice.begin;
+  block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, bytes);
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  for (int step = 0; step < world; ++step) {
+    const int q = (rank + step) % world;  // start with a different peer on every rank: spread the links' load
+    block_copy(launch.recv + q * launch.rank_stride + slice.begin, staging.of(launch, q) + slice.begin, bytes);
+  }
+  finish_launch(launch);
+}
+
+}  // namespace
+
+void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+  all_gather_staged<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+}
+
+}  // namespace braid::kernels

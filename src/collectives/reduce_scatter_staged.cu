@@ -1,0 +1,38 @@
+// Reduce-scatter, staged: every rank copies its world blocks into staging; after one barrier rank r reduces block r
+// from every peer's staging (reads (world-1)/world of the data over NVLink) into its output.
+//
+// launch.send points at the chunk's start inside rank block 0 of the user's input; block q of the chunk is
+// launch.rank_stride elements further per q. Staging half: block q of the chunk at q × block_bytes.
+#include "collectives/dispatch.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/staged.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_staged(StagedLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
+  const StagingView staging = staging_view(launch);
+  const size_t block_bytes = (launch.count * sizeof(T) + 255) / 256 * 256;
+  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
+  for (int q = 0; q < world; ++q) {
+    block_copy(staging.of(launch, rank) + q * block_bytes + slice.begin * sizeof(T),
+               launch.send + (q * launch.rank_stride + slice.begin) * sizeof(T), (slice.end - slice.begin) * sizeof(T));
+  }
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  const char* sources[kMaxWorld];
+  for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + rank * block_bytes;
+  char* destination = launch.recv;
+  block_reduce<T, Op>(sources, world, &destination, 1, slice, 0, 0, world);
+  finish_launch(launch);
+}
+
+}  // namespace
+
+void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(reduce_scatter_staged, type, op, blocks, stream, launch);
+}
+
+}  // namespace braid::kernels
