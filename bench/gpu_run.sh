@@ -3,14 +3,7 @@
 # carried as .carry/build (built here; see bench/stage_build.sh). Runs the gpu-labelled tests and the
 # braid-bench smoke run as threads and as braid-run processes; logs go to $OUT.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
-repo=$PWD
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-[ -e build ] || ln -s .carry/build build
-# CTest files name absolute paths of the machine that built them (/work/main).
-if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
-cd /work/main
+source "$(dirname "$0")/device_env.sh"
 kind=${1:-unknown}
 {
   echo "# braid GPU run: commit $(cat .carry/COMMIT 2>/dev/null || echo unknown), kind $kind, $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -4,23 +4,16 @@
 #   probe    NCCL init under braid-run with NCCL_DEBUG=INFO (does --compare nccl work here?)
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
 #   compare  braid-bench --compare nccl for the sizes the issue names
+#   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
-repo=$PWD
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-[ -e build ] || ln -s .carry/build build
-# CTest files name absolute paths of the machine that built them (/work/main).
-if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
-cd /work/main
+source "$(dirname "$0")/device_env.sh"
 kind=$1; shift
 gpus=$(nvidia-smi -L | wc -l)
 export BRAID_COMMIT=$(head -1 .carry/COMMIT)
 nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
 # Ranks as threads of one braid-bench: its own stdout (line-buffered by stdbuf) goes straight to the log, so
-# a run cut off by its time limit still leaves every row it printed. (Under braid-run, cut-off runs left
-# empty logs on 2026-11-22: braid-run's buffered output died with it.)
+# a run cut off by its time limit still leaves every row it printed.
 run_bench="build/tools/braid-bench/braid-bench -t $gpus"
 echo "# braid issue-3 run: commit $(cat .carry/COMMIT | tr '\n' ' '), kind $kind, $gpus GPUs, $(date -u +%Y-%m-%dT%H:%MZ)" | tee "$out/header.txt"
 nvidia-smi -L >> "$out/header.txt"

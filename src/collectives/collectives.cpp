@@ -97,8 +97,14 @@ kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& ca
 
 static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
 
-kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call) {
+// A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
+// between rank blocks of the user's buffer where the collective has them.
+kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call, size_t count, size_t rank_stride) {
   kernels::PipelineLaunch launch{};
+  launch.send = static_cast<const char*>(call.send);
+  launch.recv = static_cast<char*>(call.recv);
+  launch.count = count;
+  launch.rank_stride = rank_stride;
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
@@ -151,11 +157,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   BRAID_TRACE("all_reduce: {} elements, {} with {} blocks", count, algorithm_name(choice.algorithm), choice.blocks);
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kTwoShot) {
-    kernels::PipelineLaunch launch = pipeline_launch(state, call);
-    launch.send = static_cast<const char*>(send);
-    launch.recv = static_cast<char*>(recv);
-    launch.count = count;
-    kernels::launch_all_reduce_two_shot(type, op, launch, choice.blocks, stream);
+    kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0), choice.blocks, stream);
     check_launch("all_reduce kernel launch");
     return;
   }
@@ -206,12 +208,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::PipelineLaunch launch = pipeline_launch(state, call);
-    launch.send = static_cast<const char*>(send);
-    launch.recv = static_cast<char*>(recv);
-    launch.count = recv_count;
-    launch.rank_stride = recv_count * size;
-    kernels::launch_reduce_scatter(type, op, launch, choice.blocks, stream);
+    kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size), choice.blocks, stream);
     check_launch("reduce_scatter kernel launch");
     return;
   }
@@ -237,12 +234,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::PipelineLaunch launch = pipeline_launch(state, call);
-    launch.send = static_cast<const char*>(send);
-    launch.recv = static_cast<char*>(recv);
-    launch.count = bytes;
-    launch.rank_stride = bytes;
-    kernels::launch_all_gather(launch, choice.blocks, stream);
+    kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes), choice.blocks, stream);
     check_launch("all_gather kernel launch");
     return;
   }
