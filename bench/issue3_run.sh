@@ -40,7 +40,7 @@ for phase in "$@"; do
       ;;
     algos)
       for algo in ll oneshot twoshot; do
-        BRAID_ALGO=allreduce=$algo bench 90 "algo-$algo" -c allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
+        BRAID_ALGO=allreduce=$algo bench 60 "algo-$algo" -c allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
       done
       ;;
     compare)

@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
 
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 extern char** environ;
 
@@ -37,6 +35,8 @@ constexpr ConfigVar kTable[] = {
      "CUDA device ordinal for this rank; default: local rank."},
     {"BRAID_STAGING_BYTES", ConfigType::kInt, "33554432", nullptr,
      "Bytes of each rank's symmetric staging buffer, made at communicator init; larger collectives run in chunks."},
+    {"BRAID_COMMIT", ConfigType::kString, nullptr, nullptr,
+     "Read by braid-bench only: the source commit it writes into its output's header (set by bench/ scripts)."},
     {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "67108864", nullptr,
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
@@ -102,15 +102,24 @@ Config Config::parse(const std::map<std::string, std::string>& env, std::vector<
   return config;
 }
 
-const Config& Config::get() {
-  static std::vector<std::string> warnings;
-  static const Config config = parse(process_environment(), &warnings);
-  static std::once_flag warned;
-  std::call_once(warned, [] {
-    for (const std::string& warning : warnings) BRAID_WARN("{}", warning);
-  });
-  return config;
+namespace {
+struct EnvironmentSnapshot {
+  std::vector<std::string> warnings;
+  Config config;
+};
+const EnvironmentSnapshot& environment_snapshot() {
+  static const EnvironmentSnapshot snapshot = [] {
+    EnvironmentSnapshot parsed;
+    parsed.config = Config::parse(process_environment(), &parsed.warnings);
+    return parsed;
+  }();
+  return snapshot;
 }
+}  // namespace
+
+const Config& Config::get() { return environment_snapshot().config; }
+
+const std::vector<std::string>& Config::environment_warnings() { return environment_snapshot().warnings; }
 
 const ConfigVar& Config::lookup(const char* name) const {
   for (const ConfigVar& var : kTable) {

@@ -27,9 +27,13 @@ std::span<const ConfigVar> config_table();
 // Values of the table's variables, from one environment snapshot.
 class Config {
  public:
-  // The process environment, parsed once on first use. Unknown BRAID_* names are warned about
-  // (with close matches) the first time this is called.
+  // The process environment, parsed once on first use. Logs nothing: the log module reads its level from
+  // here, so a line logged from inside this first parse would re-enter the log level's initialisation.
   static const Config& get();
+
+  // What the first parse said about unknown BRAID_* names (with close matches); the log module prints them
+  // once it knows its level.
+  static const std::vector<std::string>& environment_warnings();
 
   // Parses an explicit environment (tests). Unknown BRAID_* names go to *warnings.
   static Config parse(const std::map<std::string, std::string>& env, std::vector<std::string>* warnings);

@@ -1,11 +1,16 @@
 // The BRAID_* table: parsing, typed values, unknown names with close matches, and docs/config.md in step.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace braid {
 namespace {
@@ -67,6 +72,23 @@ TEST(Config, UnknownBraidNamesWarnWithCloseMatches) {
   EXPECT_NE(all.find("BRAID_TIMEOUT is ignored; did you mean BRAID_TIMEOUT_S?"), std::string::npos) << all;
   EXPECT_NE(all.find("BRAID_LOG_LEVLE is ignored; did you mean BRAID_LOG_LEVEL?"), std::string::npos) << all;
   EXPECT_NE(all.find("unknown environment variable BRAID_ZZZZZZZZZZZZZZZ is ignored\n"), std::string::npos) << all;
+}
+
+// Regression: the first log call of a process with an unknown BRAID_* variable set used to warn from inside
+// the log level's own static initialisation and wait on itself for ever. The death test's child is a fresh
+// process (threadsafe style re-executes the binary), so its first log call is really the first; an alarm turns
+// a hang into a failure.
+TEST(ConfigDeathTest, FirstLogCallWithAnUnknownVariableWarnsAndReturns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("BRAID_NOT_A_REAL_VARIABLE", "1", 1);
+        alarm(20);
+        BRAID_WARN("first line of this process");
+        std::fflush(stderr);
+        std::_Exit(log_enabled(LogLevel::kWarn) ? 0 : 3);
+      },
+      testing::ExitedWithCode(0), "unknown environment variable BRAID_NOT_A_REAL_VARIABLE is ignored");
 }
 
 TEST(Config, CloseNamesAreRankedByDistance) {
