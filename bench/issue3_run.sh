@@ -5,6 +5,8 @@
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
 #   compare  braid-bench --compare nccl for the sizes the issue names
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
+#   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
+#            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
 source "$(dirname "$0")/device_env.sh"
@@ -55,6 +57,21 @@ for phase in "$@"; do
       echo "collective tests (threads, $gpus ranks) exit $?" | tee -a "$out/collective-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/collective-tests.log" | head -30
       ;;
+    explore)
+      for area in 64M:67108864 256M:268435456; do
+        export BRAID_PIPELINE_BYTES=${area#*:}
+        bench 40 "explore-twoshot-f32-area${area%:*}" -c allreduce -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+        for coll in reducescatter allgather; do
+          BRAID_ALGO=$coll=pipelined bench 30 "explore-$coll-pipelined-area${area%:*}" -c $coll -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+        done
+        unset BRAID_PIPELINE_BYTES
+      done
+      for coll in reducescatter allgather; do
+        BRAID_ALGO=$coll=staged bench 30 "explore-$coll-staged" -c $coll -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+      done
+      ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
+# Every log in one archive: the device tool brings back only a few files per command.
+(cd "$out" && tar czf issue3-logs.tgz --remove-files $(ls | grep -v -x issue3-logs.tgz))
