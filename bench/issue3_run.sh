@@ -5,6 +5,7 @@
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
 #   compare  braid-bench --compare nccl for the sizes the issue names
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
+#   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -52,13 +53,28 @@ for phase in "$@"; do
       bench 40 compare-allgather-f32 -c allgather -d float32 -b 512M -e 512M -z 0 $cmp
       bench 40 compare-reducescatter-f32 -c reducescatter -d float32 -b 512M -e 512M -z 0 $cmp
       ;;
+    compare-symmetric)  # the same on buffers from comm.alloc (braid zero copy; NCCL runs on them as plain memory)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1"
+      bench 130 compare-symmetric-allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
+      bench 60 compare-symmetric-allreduce-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 $cmp
+      ;;
     collective-tests)
       timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives*' > "$out/collective-tests.log" 2>&1
       echo "collective tests (threads, $gpus ranks) exit $?" | tee -a "$out/collective-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/collective-tests.log" | head -30
       ;;
+    symmetric)
+      timeout 150 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives.Symmetric*:SymmetricMemory.*' \
+        > "$out/symmetric-tests.log" 2>&1
+      echo "symmetric tests (threads, $gpus ranks) exit $?" | tee -a "$out/symmetric-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/symmetric-tests.log" | head -30
+      for algo in ll oneshot twoshot; do
+        BRAID_ALGO=allreduce=$algo bench 40 "symmetric-algo-$algo" -c allreduce -d bfloat16 -b 8K -e 64M -f 2 -G 20 --inplace 0 --symmetric 1
+      done
+      bench 40 symmetric-twoshot-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 -n 10 --inplace 0 --symmetric 1
+      ;;
     explore)
-      for area in 64M:67108864 256M:268435456; do
+      for area in 256M:268435456 512M:536870912; do
         export BRAID_PIPELINE_BYTES=${area#*:}
         bench 40 "explore-twoshot-f32-area${area%:*}" -c allreduce -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
         for coll in reducescatter allgather; do

@@ -10,12 +10,14 @@
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
+#include "collectives/zero_copy_launch.hpp"
 #include "comm/comm_state.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/symmetric_memory.hpp"
 
 namespace braid {
 namespace {
@@ -146,6 +148,37 @@ bool prepare(detail::CommState& state, const Call& call, size_t send_elements, s
 const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
 char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
 
+
+// The zero-copy view of an all-reduce's buffers: both must lie in symmetric allocations of this communicator
+// at 16-byte aligned offsets (the kernels load whole vectors from the peers' copies). Every rank is expected to
+// pass its own copies at the same offsets, as with NCCL's symmetric windows.
+struct ZeroCopyBuffers {
+  std::optional<SymmetricRange> send, recv;
+  bool usable() const { return send && recv && send->offset % 16 == 0 && recv->offset % 16 == 0; }
+};
+
+ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes) {
+  return ZeroCopyBuffers{find_symmetric_range(state, call.send, bytes), find_symmetric_range(state, call.recv, bytes)};
+}
+
+kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const Call& call, const ZeroCopyBuffers& buffers) {
+  kernels::ZeroCopyLaunch launch{};
+  launch.send_peers = buffers.send->device_peers;
+  launch.send_offset = buffers.send->offset;
+  launch.recv_peers = buffers.recv->device_peers;
+  launch.recv_offset = buffers.recv->offset;
+  launch.recv = static_cast<char*>(call.recv);
+  launch.count = call.count;
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.pad = state.sync->pad();
+  return launch;
+}
+
+bool overlap(const void* a, const void* b, size_t bytes) {
+  const char *x = static_cast<const char*>(a), *y = static_cast<const char*>(b);
+  return x < y + bytes && y < x + bytes;
+}
+
 }  // namespace
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
@@ -153,9 +186,25 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
   if (!prepare(state, call, count, count)) return;
   const size_t size = datatype_size(type);
-  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
-  BRAID_TRACE("all_reduce: {} elements, {} with {} blocks", count, algorithm_name(choice.algorithm), choice.blocks);
+  const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size);
+  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
+                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny);
+  // One shot writes this rank's output while peers still read its input: in place it stays staged.
+  const bool in_place_ok = choice.algorithm != Algorithm::kOneShot || !overlap(send, recv, count * size);
+  const bool direct = zero_copy.usable() && in_place_ok && choice.algorithm != Algorithm::kLL;
+  BRAID_TRACE("all_reduce: {} elements, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
+              direct ? " (zero copy)" : "", choice.blocks);
   DeviceGuard guard(state.device);
+  if (direct) {
+    const kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
+    if (choice.algorithm == Algorithm::kOneShot) {
+      kernels::launch_all_reduce_one_shot_zero_copy(type, op, launch, choice.blocks, stream);
+    } else {
+      kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, choice.blocks, stream);
+    }
+    check_launch("all_reduce kernel launch");
+    return;
+  }
   if (choice.algorithm == Algorithm::kTwoShot) {
     kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0), choice.blocks, stream);
     check_launch("all_reduce kernel launch");

@@ -12,10 +12,15 @@ namespace braid::kernels {
 struct StagedLaunch;
 struct PipelineLaunch;
 struct LLLaunch;
+struct ZeroCopyLaunch;
 
 void launch_all_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_reduce_one_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
+                                          cudaStream_t stream);
+void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
+                                          cudaStream_t stream);
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);

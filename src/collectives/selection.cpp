@@ -12,15 +12,22 @@ struct Row {
   Collective collective;
   size_t max_bytes;  // the row serves sizes up to this
   Algorithm algorithm;
+  Buffers buffers = Buffers::kAny;  // kSymmetric: only for symmetric buffers (zero copy); kAny: for every buffer
 };
 
-// THE table. LL needs no barrier but sends every byte twice its size to every peer: best for small messages.
-// One shot reads every peer's whole buffer after one barrier. Two shot moves each byte over NVLink about half
-// as often as one shot, pipelined through FIFOs: best for large all-reduces. Reduce-scatter and all-gather
-// stay staged by default until their pipelined kernels have passed the GPU suite (BRAID_ALGO selects them).
+// THE table, first matching row wins. LL needs no barrier but sends every byte twice its size to every peer:
+// best for small messages. One shot reads every peer's whole buffer (staged copy, or the buffer itself when it
+// is symmetric) after one barrier. Two shot moves each byte over NVLink about half as often as one shot:
+// pipelined through FIFOs for any buffer, straight between symmetric buffers. The cut-offs for any buffer are
+// the crossings of the per-algorithm sweeps of 2026-11-22 (bf16, CUDA graphs, 4×H200; bench/results/):
+// LL beats one shot through 512 KiB, one shot beats two shot through 1 MiB. Reduce-scatter and all-gather stay
+// staged by default: the pipelined kernels win only with larger FIFO slots than the default area gives.
 constexpr Row kTable[] = {
-    {Collective::kAllReduce, size_t(64) << 10, Algorithm::kLL},
-    {Collective::kAllReduce, size_t(256) << 10, Algorithm::kOneShot},
+    {Collective::kAllReduce, size_t(16) << 10, Algorithm::kLL, Buffers::kSymmetric},
+    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kOneShot, Buffers::kSymmetric},
+    {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
+    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kStaged},
@@ -131,11 +138,12 @@ const char* algorithm_name(Algorithm algorithm) {
   return "?";
 }
 
-Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text) {
+Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text,
+                        Buffers buffers) {
   (void)world;  // every row serves every world size today; the column is here for the tuning to come
   Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
-    if (row.collective == collective && bytes <= row.max_bytes) {
+    if (row.collective == collective && bytes <= row.max_bytes && (row.buffers == Buffers::kAny || row.buffers == buffers)) {
       algorithm = row.algorithm;
       break;
     }

@@ -20,6 +20,11 @@ const char* algorithm_name(Algorithm algorithm);
 
 constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
 
+// Where the user's buffers live: anywhere (peers cannot map them: staging, FIFOs or LL lines carry the data), or
+// in a symmetric allocation of the communicator on every rank at the same offset (peers read and write them in
+// place: zero copy).
+enum class Buffers { kAny, kSymmetric };
+
 struct Choice {
   Algorithm algorithm;
   int blocks;  // channels of one launch
@@ -27,6 +32,7 @@ struct Choice {
 
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
 // reduce-scatter: the input). `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
-Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text);
+Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
+                        Buffers buffers = Buffers::kAny);
 
 }  // namespace braid

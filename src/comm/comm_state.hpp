@@ -15,6 +15,8 @@
 
 namespace braid::detail {
 
+struct SymmetricAllocation;
+
 struct CommState {
   int rank = -1;
   int size = 0;
@@ -36,6 +38,12 @@ struct CommState {
   SymmetricMemory pipeline;
   SymmetricMemory ll;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
+
+  // Every symmetric allocation made from this communicator (its own buffers and users'), so a collective can
+  // tell a buffer peers have mapped (zero copy) from one they have not (staging). Weak: an allocation lives
+  // as long as its handles, not as long as the communicator. See find_symmetric_range.
+  std::mutex symmetric_mutex;
+  std::vector<std::weak_ptr<SymmetricAllocation>> symmetric_allocations;
 
   std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier)
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank

@@ -160,7 +160,32 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   BRAID_CUDA(cudaMemcpy(a.device_peer_pointers, a.peer_pointers.data(), sizeof(void*) * a.world, cudaMemcpyHostToDevice));
   BRAID_DEBUG("symmetric alloc #{}: {} bytes ({} mapped) on {} ranks{}", tag, bytes, a.mapped_bytes, a.world,
               options.contiguous_view ? " with contiguous view" : "");
+  {
+    std::lock_guard<std::mutex> registry(comm->symmetric_mutex);
+    comm->symmetric_allocations.push_back(allocation);
+  }
   return allocation;
+}
+
+std::optional<SymmetricRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes) {
+  if (pointer == nullptr || bytes == 0) return std::nullopt;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(pointer);
+  std::lock_guard<std::mutex> lock(state.symmetric_mutex);
+  auto& allocations = state.symmetric_allocations;
+  std::optional<SymmetricRange> found;
+  for (auto it = allocations.begin(); it != allocations.end();) {
+    std::shared_ptr<detail::SymmetricAllocation> allocation = it->lock();
+    if (!allocation) {
+      it = allocations.erase(it);  // freed since: forget it
+      continue;
+    }
+    const uintptr_t base = allocation->mappings[allocation->rank];
+    if (begin >= base && begin - base < allocation->bytes && bytes <= allocation->bytes - (begin - base)) {
+      found = SymmetricRange{reinterpret_cast<char* const*>(allocation->device_peer_pointers), begin - base};
+    }
+    ++it;
+  }
+  return found;
 }
 
 // ---- SymmetricMemory: the public handle ----

@@ -18,6 +18,23 @@ TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
 }
 
+TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
+  const auto pick = [](size_t bytes, Buffers buffers) {
+    return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
+  };
+  // Zero copy makes one shot cheaper than LL at sizes where staged one shot is not.
+  EXPECT_EQ(pick(256 << 10, Buffers::kAny), Algorithm::kLL);
+  EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kOneShot);
+  EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
+  // Rows without a buffers column serve both.
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).algorithm,
+            Algorithm::kStaged);
+  // BRAID_ALGO still wins.
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "allreduce=twoshot", Buffers::kSymmetric)
+                .algorithm,
+            Algorithm::kTwoShot);
+}
+
 TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
   int small = select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "").blocks;
   int large = select_algorithm(Collective::kAllReduce, size_t(512) << 20, 4, DataType::kFloat32, "").blocks;

@@ -280,34 +280,59 @@ TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
 // all_reduce and all_gather with send and recv in symmetric memory (comm.alloc()), at the same offsets on
 // every rank: the zero-copy path.
-TEST(Collectives, SymmetricMemoryBuffers) {
-  with_communicator([](Communicator& comm) {
-    std::vector<Case> cases;
-    for (Collective collective : {Collective::kAllReduce, Collective::kAllGather}) {
-      for (DataType type : kAllDataTypes) {
-        const size_t element = datatype_size(type);
-        const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
-        for (ReduceOp op : ops) {
-          for (size_t count : {size_t(1), size_t(4097), (kOneMiBPlus3 + element - 1) / element}) {
-            for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
-          }
+// Cases on buffers in symmetric memory (comm.alloc), at the same offsets on every rank: aligned all-reduces
+// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path.
+void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& collectives, const std::vector<size_t>& sizes,
+                         const char* label) {
+  std::vector<Case> cases;
+  for (Collective collective : collectives) {
+    for (DataType type : kAllDataTypes) {
+      const size_t element = datatype_size(type);
+      const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
+      for (ReduceOp op : ops) {
+        for (size_t bytes : sizes) {
+          const size_t count = std::max<size_t>(1, (bytes + element - 1) / element);
+          for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
         }
       }
     }
-    seed_cases(cases, shared_seed(comm));
-    size_t send_capacity = 0, recv_capacity = 0;
-    capacities(cases, comm.size(), send_capacity, recv_capacity);
-    SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
-    SymmetricMemory recv = comm.alloc(recv_capacity);
-    StreamHandle stream;
-    {
-      CaseRunner runner(comm, Arenas{send.local(), recv.local(), send_capacity, recv_capacity}, stream.get());
-      for (const Case& c : cases) {
-        if (!runner.run(c)) break;
+  }
+  seed_cases(cases, shared_seed(comm));
+  size_t send_capacity = 0, recv_capacity = 0;
+  capacities(cases, comm.size(), send_capacity, recv_capacity);
+  SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
+  SymmetricMemory recv = comm.alloc(recv_capacity);
+  StreamHandle stream;
+  {
+    CaseRunner runner(comm, Arenas{send.local(), recv.local(), send_capacity, recv_capacity}, stream.get());
+    for (const Case& c : cases) {
+      if (!runner.run(c)) {
+        ADD_FAILURE() << label << ": stopped at the first failing case";
+        break;
       }
     }
-    comm.barrier();  // no rank frees its symmetric memory while a peer may still run a case
+  }
+  comm.barrier();  // no rank frees its symmetric memory while a peer may still run a case
+}
+
+TEST(Collectives, SymmetricMemoryBuffers) {
+  with_communicator([](Communicator& comm) {
+    run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather}, {1, 4097, kOneMiBPlus3}, "table");
   });
+}
+
+// Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails.
+TEST(Collectives, SymmetricMemoryAllReduceEveryAlgorithm) {
+  for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
+    CommOptions options = test_options();
+    options.algorithms = std::string("allreduce=") + algorithm;
+    with_communicator(
+        [&](Communicator& comm) {
+          run_symmetric_cases(comm, {Collective::kAllReduce}, {1, 33, 4097, kOneMiBPlus3, (size_t(9) << 20) + 5},
+                              options.algorithms.c_str());
+        },
+        options);
+  }
 }
 
 // ---- Argument errors ----

@@ -56,6 +56,9 @@ TEST(SymmetricMemory, DevicePeerTableMatchesHostTableAndViewIsRankOrdered) {
       comm.barrier();
       if (comm.rank() == 0) {
         cuda(cudaMemcpy(bytes_at(memory.view(), memory.view_stride() * r + 100), &value, 1, cudaMemcpyDefault));
+        // A copy from pageable host memory may return before its DMA lands (CUDA's API sync rules): the
+        // byte must be in rank r's memory before the barrier lets rank r read it.
+        cuda(cudaDeviceSynchronize());
       }
       comm.barrier();
       unsigned char seen = 0;

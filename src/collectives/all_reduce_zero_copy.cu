@@ -1,0 +1,69 @@
+// All-reduce on buffers in symmetric memory (zero copy): the kernels read, and the two-shot also writes, the
+// peers' own buffers over NVLink, so no byte goes through staging. Two barriers per call, both on the block's
+// own channel with the same block of every peer:
+//   - entry: every peer's input is written (its stream reached this call) before anyone reads it;
+//   - exit: every peer has finished reading this rank's input (and, two shot, writing its output) before this
+//     rank's stream goes on and may overwrite either. A kernel ends only after all its blocks passed their exit
+//     barriers, so the whole buffer is covered.
+// One shot: every rank reads all of every peer's input and reduces into its own output (which must not
+// overlap its input: peers still read it). Two shot: rank r reduces shard r from every peer's input and
+// stores the result into every peer's output. Shard r of any rank is touched by rank r alone, and each thread
+// loads its elements before it stores them, so in place is safe. Reduction is in rank order everywhere, so
+// every rank gets bit-identical results.
+#include "collectives/dispatch.cuh"
+#include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/staged_launch.hpp"
+#include "collectives/zero_copy_launch.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+// Every rank's copy of a buffer at `offset` in the allocation `peers` points at.
+__device__ __forceinline__ void peer_buffers(char* const* peers, size_t offset, int world, const char** out) {
+  for (int r = 0; r < world; ++r) out[r] = peers[r] + offset;
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_copy(ZeroCopyLaunch launch) {
+  const int world = launch.pad.world, channel = blockIdx.x;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  const char* sources[kMaxWorld];
+  peer_buffers(launch.send_peers, launch.send_offset, world, sources);
+  char* destination = launch.recv;
+  block_reduce<T, Op>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x), 0, 0, world);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_copy(ZeroCopyLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  const char* sources[kMaxWorld];
+  char* destinations[kMaxWorld];
+  peer_buffers(launch.send_peers, launch.send_offset, world, sources);
+  for (int r = 0; r < world; ++r) destinations[r] = launch.recv_peers[r] + launch.recv_offset;
+  // This rank's shard (whole vectors, the scalar tail with the last shard), then this block's part of it.
+  const Slice shard = block_slice<T>(launch.count, rank, world);
+  Slice part = block_slice<T>(shard.end - shard.begin, blockIdx.x, gridDim.x);
+  part.begin += shard.begin;
+  part.vector_end += shard.begin;
+  part.end += shard.begin;
+  block_reduce<T, Op>(sources, world, destinations, world, part, 0, 0, world);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+}
+
+}  // namespace
+
+void launch_all_reduce_one_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
+                                          cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(all_reduce_one_shot_zero_copy, type, op, blocks, stream, launch);
+}
+
+void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
+                                          cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(all_reduce_two_shot_zero_copy, type, op, blocks, stream, launch);
+}
+
+}  // namespace braid::kernels
