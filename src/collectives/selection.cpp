@@ -15,23 +15,26 @@ struct Row {
   Buffers buffers = Buffers::kAny;  // kSymmetric: only for symmetric buffers (zero copy); kAny: for every buffer
 };
 
-// THE table, first matching row wins. LL needs no barrier but sends every byte twice its size to every peer:
-// best for small messages. One shot reads every peer's whole buffer (staged copy, or the buffer itself when it
-// is symmetric) after one barrier. Two shot moves each byte over NVLink about half as often as one shot:
-// pipelined through FIFOs for any buffer, straight between symmetric buffers. The cut-offs for any buffer are
-// the crossings of the per-algorithm sweeps of 2026-11-22 (bf16, CUDA graphs, 4×H200; bench/results/):
-// LL beats one shot through 512 KiB, one shot beats two shot through 1 MiB. Reduce-scatter and all-gather stay
-// staged by default: the pipelined kernels win only with larger FIFO slots than the default area gives.
+// THE table, first matching row wins. Cut-offs are the crossings of the per-algorithm sweeps of 2026-11-22
+// (4×H200, bf16 with CUDA graphs for all-reduce, float32 for the rest; bench/results/*-allreduce-algos.txt and
+// *-tuning.txt):
+//   - LL needs no barrier but sends every byte twice its size to every peer: it wins through 512 KiB on any
+//     buffer (staged one shot and zero-copy one shot never beat it there).
+//   - Any buffer: staged one shot wins at 1 MiB, the pipelined two shot (FIFO pushes) beyond.
+//   - Symmetric buffers: the zero-copy two shot wins from 1 MiB up (16 µs at 1 MiB against 24 µs for
+//     zero-copy one shot, and 318 GB/s busbw at 512 MiB against 301 for the pipelined one).
+//   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
+//   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
 constexpr Row kTable[] = {
-    {Collective::kAllReduce, size_t(16) << 10, Algorithm::kLL, Buffers::kSymmetric},
-    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kOneShot, Buffers::kSymmetric},
-    {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kAllGather, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
+    {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
 };
 
@@ -61,9 +64,12 @@ bool serves(Collective collective, Algorithm algorithm) {
 }
 
 // Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
-// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, the others 64 KB.
-int blocks_for(Algorithm algorithm, size_t bytes) {
-  const size_t per_block = algorithm == Algorithm::kLL ? size_t(8) << 10 : size_t(64) << 10;
+// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, zero-copy blocks 16 KB
+// (their loads come straight from peers' memory: more blocks keep more of them in flight), the others 64 KB.
+int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
+  const size_t per_block = algorithm == Algorithm::kLL       ? size_t(8) << 10
+                           : buffers == Buffers::kSymmetric ? size_t(16) << 10
+                                                            : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }
@@ -149,7 +155,7 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
     }
   }
   if (!override_text.empty()) override_for(collective, override_text, &algorithm);
-  return Choice{algorithm, blocks_for(algorithm, bytes)};
+  return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
 }
 
 }  // namespace braid

@@ -37,7 +37,7 @@ constexpr ConfigVar kTable[] = {
      "Bytes of each rank's symmetric staging buffer, made at communicator init; larger collectives run in chunks."},
     {"BRAID_COMMIT", ConfigType::kString, nullptr, nullptr,
      "Read by braid-bench only: the source commit it writes into its output's header (set by bench/ scripts)."},
-    {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "67108864", nullptr,
+    {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "268435456", nullptr,
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
      "Algorithm overrides, e.g. allreduce=twoshot,reducescatter=pipelined; default: the selection table."},

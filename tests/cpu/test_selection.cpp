@@ -11,8 +11,10 @@ namespace {
 TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 64 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 64 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined").algorithm,
             Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
@@ -22,13 +24,17 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   const auto pick = [](size_t bytes, Buffers buffers) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
   };
-  // Zero copy makes one shot cheaper than LL at sizes where staged one shot is not.
-  EXPECT_EQ(pick(256 << 10, Buffers::kAny), Algorithm::kLL);
-  EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kOneShot);
+  // At 1 MiB staged one shot beats the pipelined two shot, but the zero-copy two shot beats both.
+  EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL);
+  EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
+  EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   // Rows without a buffers column serve both.
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).algorithm,
             Algorithm::kStaged);
+  // Zero-copy launches spread a size over more blocks.
+  EXPECT_GT(select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).blocks,
+            select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kAny).blocks);
   // BRAID_ALGO still wins.
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "allreduce=twoshot", Buffers::kSymmetric)
                 .algorithm,
