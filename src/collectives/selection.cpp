@@ -18,16 +18,17 @@ struct Row {
 // THE table, first matching row wins. Cut-offs are the crossings of the per-algorithm sweeps of 2026-11-22
 // (4×H200, bf16 with CUDA graphs for all-reduce, float32 for the rest; bench/results/*-allreduce-algos.txt and
 // *-tuning.txt):
-//   - LL needs no barrier but sends every byte twice its size to every peer: it wins through 512 KiB on any
-//     buffer (staged one shot and zero-copy one shot never beat it there).
+//   - LL needs no barrier but sends every byte twice its size to every peer: it wins through 256 KiB on any
+//     buffer, through 512 KiB on buffers peers cannot map (one shot, staged or zero copy, never beats it).
 //   - Any buffer: staged one shot wins at 1 MiB, the pipelined two shot (FIFO pushes) beyond.
-//   - Symmetric buffers: the zero-copy two shot wins from 1 MiB up (16 µs at 1 MiB against 24 µs for
-//     zero-copy one shot, and 318 GB/s busbw at 512 MiB against 301 for the pipelined one).
+//   - Symmetric buffers: the zero-copy two shot wins from 512 KiB up (12.5 µs against LL's 14.7 at 512 KiB,
+//     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
 constexpr Row kTable[] = {
-    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
+    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},

@@ -26,6 +26,8 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   };
   // At 1 MiB staged one shot beats the pipelined two shot, but the zero-copy two shot beats both.
   EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL);
+  EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kTwoShot);
+  EXPECT_EQ(pick(512 << 10, Buffers::kAny), Algorithm::kLL);
   EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
