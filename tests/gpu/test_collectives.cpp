@@ -242,23 +242,27 @@ TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }
 
 // The selection table picks one all-reduce algorithm per size; each must be right at every size, so the
 // matrix runs again with each one forced (datatypes of every width, to keep time down).
-TEST(Collectives, AllReduceMatrixEveryAlgorithm) {
+// Runs body(comm, label) on a fresh communicator once per all-reduce algorithm, forced through
+// CommOptions::algorithms; label names the forcing.
+void with_each_all_reduce_algorithm(const std::function<void(Communicator&, const char*)>& body) {
   for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
     CommOptions options = test_options();
     options.algorithms = std::string("allreduce=") + algorithm;
-    with_communicator(
-        [&](Communicator& comm) {
-          std::vector<Case> cases;
-          for (const Case& c : matrix(Collective::kAllReduce, comm.size())) {
-            if (c.type == DataType::kInt8 || c.type == DataType::kBFloat16 || c.type == DataType::kFloat16 ||
-                c.type == DataType::kFloat32 || c.type == DataType::kUint64 || c.type == DataType::kFloat64) {
-              cases.push_back(c);
-            }
-          }
-          run_cases(comm, cases, options.algorithms.c_str());
-        },
-        options);
+    with_communicator([&](Communicator& comm) { body(comm, options.algorithms.c_str()); }, options);
   }
+}
+
+TEST(Collectives, AllReduceMatrixEveryAlgorithm) {
+  with_each_all_reduce_algorithm([](Communicator& comm, const char* label) {
+    std::vector<Case> cases;
+    for (const Case& c : matrix(Collective::kAllReduce, comm.size())) {
+      if (c.type == DataType::kInt8 || c.type == DataType::kBFloat16 || c.type == DataType::kFloat16 ||
+          c.type == DataType::kFloat32 || c.type == DataType::kUint64 || c.type == DataType::kFloat64) {
+        cases.push_back(c);
+      }
+    }
+    run_cases(comm, cases, label);
+  });
 }
 TEST(Collectives, ReduceMatrix) { run_matrix(Collective::kReduce); }
 TEST(Collectives, ReduceScatterMatrix) { run_matrix(Collective::kReduceScatter); }
@@ -323,16 +327,9 @@ TEST(Collectives, SymmetricMemoryBuffers) {
 
 // Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails.
 TEST(Collectives, SymmetricMemoryAllReduceEveryAlgorithm) {
-  for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
-    CommOptions options = test_options();
-    options.algorithms = std::string("allreduce=") + algorithm;
-    with_communicator(
-        [&](Communicator& comm) {
-          run_symmetric_cases(comm, {Collective::kAllReduce}, {1, 33, 4097, kOneMiBPlus3, (size_t(9) << 20) + 5},
-                              options.algorithms.c_str());
-        },
-        options);
-  }
+  with_each_all_reduce_algorithm([](Communicator& comm, const char* label) {
+    run_symmetric_cases(comm, {Collective::kAllReduce}, {1, 33, 4097, kOneMiBPlus3, (size_t(9) << 20) + 5}, label);
+  });
 }
 
 // ---- Argument errors ----
