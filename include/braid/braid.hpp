@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,8 +131,31 @@ class Communicator {
   void all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream);
   void broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream);
 
-  // Raises (braid::Error, kTimeout or kRemoteError) a failure that a collective's kernel recorded: which
-  // collective, which wait and which peer. Does not synchronise: it sees what has completed so far.
+  // ---- All-to-all (stream-ordered, CUDA-graph capturable) ----
+  // send holds size() blocks of `count` elements: block q goes to rank q, which receives it as its block
+  // rank(). send and recv must not overlap (NCCL's ncclAlltoAll rule).
+  void all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream);
+  // MPI_Alltoallv's shape, counts and displacements in elements, host arrays of size() entries: this rank sends
+  // send_counts[q] elements at send + send_displs[q] to rank q and receives recv_counts[q] elements from rank q at
+  // recv + recv_displs[q]. Null displacements: packed in rank order. recv_counts[q] must equal rank q's
+  // send_counts[rank()]; where it does not, nothing from q is written and the next call (or check()) raises
+  // kMismatch naming both counts. send and recv must not overlap.
+  void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                   const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
+  // The same with the send counts in device memory (int64 elements, size() entries; routing decided on the GPU,
+  // no host round trip, capturable). send_displs: device array, or null for packed. What arrives is packed in
+  // rank order into recv, which holds recv_capacity elements; the counts received are written to the device
+  // array recv_counts[size()] and their offsets to recv_displs[size()] (device, may be null). A total above
+  // recv_capacity writes nothing into recv (the counts are still written), and a negative send count sends
+  // nothing to that rank: the next call (or check()) raises kInvalidArgument with the figures.
+  void all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
+                          size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs, DataType type,
+                          Stream stream);
+
+  // Raises (braid::Error) a failure that a collective's kernel recorded: a wait that timed out (kTimeout, naming
+  // the collective, the wait and the peer; the communicator is then unusable), or bad data a kernel refused
+  // (kMismatch, kInvalidArgument: raised once, the communicator stays usable). Does not synchronise: it sees
+  // what has completed so far.
   void check();
 
  private:

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "braid/braid.hpp"
+#include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
@@ -21,6 +22,11 @@
 
 namespace braid {
 namespace {
+
+using collectives::at;
+using collectives::check_device_pointer;
+using collectives::check_launch;
+using collectives::overlap;
 
 struct Call {
   const char* function;
@@ -39,23 +45,6 @@ size_t checked_bytes(const Call& call, size_t elements, const char* argument) {
   const size_t size = datatype_size(call.type);
   if (elements > SIZE_MAX / size) raise_invalid_argument(call.function, argument, "is {}: its size in bytes overflows", elements);
   return elements * size;
-}
-
-// A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
-// memory, peer mappings). Host memory and other GPUs' cudaMalloc memory are refused by name.
-void check_device_pointer(const Call& call, const void* pointer, const char* argument, int device) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-    cudaGetLastError();
-    raise_invalid_argument(call.function, argument, "({}) is not memory CUDA knows", pointer);
-  }
-  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
-    raise_invalid_argument(call.function, argument, "({}) is host memory; collectives need device memory", pointer);
-  }
-  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
-    raise_invalid_argument(call.function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
-                           attributes.device, device);
-  }
 }
 
 void validate(const Call& call, const detail::CommState& state, size_t send_elements, size_t recv_elements) {
@@ -81,8 +70,8 @@ void validate(const Call& call, const detail::CommState& state, size_t send_elem
   const bool recv_used = call.collective != Collective::kReduce || state.rank == call.root;
   if (send_used && call.send == nullptr) raise_invalid_argument(call.function, "send", "is null with count {}", call.count);
   if (recv_used && call.recv == nullptr) raise_invalid_argument(call.function, "recv", "is null with count {}", call.count);
-  if (send_used) check_device_pointer(call, call.send, "send", state.device);
-  if (recv_used) check_device_pointer(call, call.recv, "recv", state.device);
+  if (send_used) check_device_pointer(call.function, call.send, "send", state.device);
+  if (recv_used) check_device_pointer(call.function, call.recv, "recv", state.device);
 }
 
 kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& call) {
@@ -132,11 +121,6 @@ void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
   for (size_t offset = 0; offset < elements; offset += chunk) launch_chunk(offset, std::min(chunk, elements - offset));
 }
 
-void check_launch(const char* function) {
-  cudaError_t result = cudaGetLastError();
-  if (result != cudaSuccess) raise_cuda(result, function, __FILE__, __LINE__);
-}
-
 // Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
 bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
   set_log_rank(state.rank);
@@ -144,9 +128,6 @@ bool prepare(detail::CommState& state, const Call& call, size_t send_elements, s
   validate(call, state, send_elements, recv_elements);
   return call.count != 0;
 }
-
-const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
-char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
 
 
 // The zero-copy view of an all-reduce's buffers: both must lie in symmetric allocations of this communicator
@@ -174,11 +155,6 @@ kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const C
   return launch;
 }
 
-bool overlap(const void* a, const void* b, size_t bytes) {
-  const char *x = static_cast<const char*>(a), *y = static_cast<const char*>(b);
-  return x < y + bytes && y < x + bytes;
-}
-
 }  // namespace
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
@@ -190,7 +166,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
                                          zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny);
   // One shot writes this rank's output while peers still read its input: in place it stays staged.
-  const bool in_place_ok = choice.algorithm != Algorithm::kOneShot || !overlap(send, recv, count * size);
+  const bool in_place_ok = choice.algorithm != Algorithm::kOneShot || !overlap(send, count * size, recv, count * size);
   const bool direct = zero_copy.usable() && in_place_ok && choice.algorithm != Algorithm::kLL;
   BRAID_TRACE("all_reduce: {} elements, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
               direct ? " (zero copy)" : "", choice.blocks);

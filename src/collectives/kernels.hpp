@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "braid/device/sync_device.hpp"
 #include "braid/types.hpp"
 
 namespace braid::kernels {
@@ -13,6 +14,8 @@ struct StagedLaunch;
 struct PipelineLaunch;
 struct LLLaunch;
 struct ZeroCopyLaunch;
+struct AllToAllLaunch;
+struct AllToAllDirectLaunch;
 
 void launch_all_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
@@ -27,6 +30,10 @@ void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
+// One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).
+void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream);
 
 constexpr int kThreadsPerBlock = 512;
 

@@ -27,34 +27,39 @@ __device__ __forceinline__ char* fifo_piece(const PipelineLaunch& launch, int re
   return launch.area[receiver] + index * launch.piece_bytes;
 }
 
-// Every thread of the block calls it; thread p (< world, != rank) runs step(p). Returns false, for every
-// thread, when a step failed (a wait timed out): the kernel should then return.
+// Peers as a bit mask (bit p: rank p); kEveryPeer selects all of them (this rank is always skipped).
+constexpr unsigned int kEveryPeer = ~0u;
+static_assert(kMaxWorld <= 32, "peer masks are 32 bits");
+
+// Every thread of the block calls it; thread p (< world, != rank, in `peers`) runs step(p). Returns false, for
+// every thread, when a step failed (a wait timed out): the kernel should then return.
 template <typename Step>
-__device__ inline bool for_each_peer(const device::SignalPad& pad, Step&& step) {
+__device__ inline bool for_each_peer(const device::SignalPad& pad, Step&& step, unsigned int peers = kEveryPeer) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const int peer = threadIdx.x;
-  if (peer < pad.world && peer != pad.rank && !step(peer)) failed = 1;
+  if (peer < pad.world && peer != pad.rank && ((peers >> peer) & 1u) && !step(peer)) failed = 1;
   __syncthreads();
   return failed == 0;
 }
 
-// Waits for the next count of `set` from every peer; slots[p] is the FIFO slot that count names.
-__device__ inline bool wait_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int site, int* slots) {
+// Waits for the next count of `set` from every peer in `peers`; slots[p] is the FIFO slot that count names.
+__device__ inline bool wait_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int site, int* slots,
+                                  unsigned int peers = kEveryPeer) {
   return for_each_peer(launch.pad, [&](int peer) {
     uint64_t count = 0;
     const bool arrived = device::wait(launch.pad, pad_channel(set), peer, launch.collective, site, &count);
     slots[peer] = fifo_slot(count);
     return arrived;
-  });
+  }, peers);
 }
 
-// Posts one count of `set` to every peer, after everything the block wrote (or read) before it.
-__device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet set) {
+// Posts one count of `set` to every peer in `peers`, after everything the block wrote (or read) before it.
+__device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int peers = kEveryPeer) {
   __syncthreads();
   const int peer = threadIdx.x;
-  if (peer < launch.pad.world && peer != launch.pad.rank) {
+  if (peer < launch.pad.world && peer != launch.pad.rank && ((peers >> peer) & 1u)) {
     __threadfence_system();  // the whole block's accesses, ordered before by the __syncthreads
     device::signal(launch.pad, pad_channel(set), peer);
   }

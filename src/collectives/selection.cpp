@@ -25,6 +25,11 @@ struct Row {
 //     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
+//   - All-to-all: FIFO pushes on any buffer; on symmetric buffers direct stores into the peers' outputs while a
+//     call is small (the copy engines' launches and barrier kernels cost more than they save), copy engines
+//     pulling from the peers' inputs beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers
+//     ~344). The 4 MiB cut-off is a first guess, not yet measured.
+//   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
@@ -37,6 +42,10 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kAllToAll, size_t(4) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
+    {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
+    {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
 };
 
 // Which algorithms each collective can run (what BRAID_ALGO may ask for).
@@ -49,13 +58,19 @@ constexpr Serves kServes[] = {
     {Collective::kAllReduce, Algorithm::kTwoShot},    {Collective::kReduce, Algorithm::kStaged},
     {Collective::kReduceScatter, Algorithm::kPipelined}, {Collective::kAllGather, Algorithm::kPipelined},
     {Collective::kReduceScatter, Algorithm::kStaged},    {Collective::kAllGather, Algorithm::kStaged},
-    {Collective::kBroadcast, Algorithm::kStaged},
+    {Collective::kBroadcast, Algorithm::kStaged},        {Collective::kAllToAll, Algorithm::kPipelined},
+    {Collective::kAllToAll, Algorithm::kCopyEngine},     {Collective::kAllToAllv, Algorithm::kPipelined},
 };
 
-constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter,
-                                       Collective::kAllGather, Collective::kBroadcast};
-constexpr Algorithm kAlgorithms[] = {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
-                                     Algorithm::kStaged};
+constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
+                                       Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
+                                       Collective::kAllToAllv};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,     Algorithm::kOneShot, Algorithm::kTwoShot,
+                                     Algorithm::kPipelined, Algorithm::kStaged,  Algorithm::kCopyEngine};
+
+// All-to-all-v launches this many blocks whatever its size: a block is a channel paired with the same block of
+// every peer, and ranks that send different amounts must still launch the same number.
+constexpr int kAllToAllvBlocks = 32;
 
 bool serves(Collective collective, Algorithm algorithm) {
   for (const Serves& entry : kServes) {
@@ -82,6 +97,8 @@ const char* short_name(Collective collective) {
     case Collective::kReduceScatter: return "reducescatter";
     case Collective::kAllGather: return "allgather";
     case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllToAll: return "alltoall";
+    case Collective::kAllToAllv: return "alltoallv";
   }
   return "?";
 }
@@ -103,14 +120,14 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (name == short_name(candidate)) named = &candidate;
     }
     if (named == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast)", text, name);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast, alltoall, alltoallv)", text, name);
     }
     const Algorithm* parsed = nullptr;
     for (const Algorithm& candidate : kAlgorithms) {
       if (value == algorithm_name(candidate)) parsed = &candidate;
     }
     if (parsed == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged)", text, value);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine)", text, value);
     }
     if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
     if (*named == collective) {
@@ -130,6 +147,8 @@ const char* collective_name(unsigned int collective) {
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kAllGather: return "all_gather";
     case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kAllToAllv: return "all_to_allv";
   }
   return "collective";
 }
@@ -141,6 +160,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kTwoShot: return "twoshot";
     case Algorithm::kPipelined: return "pipelined";
     case Algorithm::kStaged: return "staged";
+    case Algorithm::kCopyEngine: return "copyengine";
   }
   return "?";
 }
@@ -156,6 +176,7 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
     }
   }
   if (!override_text.empty()) override_for(collective, override_text, &algorithm);
+  if (collective == Collective::kAllToAllv) return Choice{algorithm, kAllToAllvBlocks};
   return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
 }
 

@@ -9,13 +9,24 @@
 
 namespace braid {
 
-enum class Collective : unsigned int { kAllReduce = 1, kReduce = 2, kReduceScatter = 3, kAllGather = 4, kBroadcast = 5 };
+enum class Collective : unsigned int {
+  kAllReduce = 1,
+  kReduce = 2,
+  kReduceScatter = 3,
+  kAllGather = 4,
+  kBroadcast = 5,
+  kAllToAll = 6,   // uniform blocks
+  kAllToAllv = 7,  // per-peer counts (host or device arrays)
+};
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 
 // kLL: flag-in-data pushes, no barrier (all-reduce, small); kOneShot: every rank reads every peer's staged copy;
 // kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
-// all-gather); kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast).
-enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged };
+// all-gather, all-to-all; on symmetric buffers all-to-all stores straight into the peers' outputs);
+// kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
+// kCopyEngine: copy engines pull from the peers' buffers between two barrier kernels (all-to-all on symmetric
+// buffers).
+enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine };
 const char* algorithm_name(Algorithm algorithm);
 
 constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
@@ -31,7 +42,8 @@ struct Choice {
 };
 
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
-// reduce-scatter: the input). `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
+// reduce-scatter and all-to-all: the input). All-to-all-v ignores it: its sizes differ between ranks, and the
+// launch width must be the same on all of them. `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers = Buffers::kAny);
 

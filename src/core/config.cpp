@@ -40,7 +40,7 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "268435456", nullptr,
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
-     "Algorithm overrides, e.g. allreduce=twoshot,reducescatter=pipelined; default: the selection table."},
+     "Algorithm overrides, e.g. allreduce=twoshot,alltoall=copyengine; default: the selection table."},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

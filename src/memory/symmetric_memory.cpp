@@ -181,7 +181,8 @@ std::optional<SymmetricRange> find_symmetric_range(detail::CommState& state, con
     }
     const uintptr_t base = allocation->mappings[allocation->rank];
     if (begin >= base && begin - base < allocation->bytes && bytes <= allocation->bytes - (begin - base)) {
-      found = SymmetricRange{reinterpret_cast<char* const*>(allocation->device_peer_pointers), begin - base};
+      found = SymmetricRange{reinterpret_cast<char* const*>(allocation->device_peer_pointers),
+                               reinterpret_cast<char* const*>(allocation->peer_pointers.data()), begin - base};
     }
     ++it;
   }

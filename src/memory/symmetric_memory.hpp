@@ -46,6 +46,7 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
 // that offset directly (zero copy): every rank is expected to pass its own copy at the same offset.
 struct SymmetricRange {
   char* const* device_peers;  // device array [world]: each rank's copy of the allocation, mapped here
+  char* const* host_peers;    // the same table in host memory (copy-engine launches)
   size_t offset;              // bytes from the allocation's start to the buffer
 };
 

@@ -33,8 +33,10 @@ DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : dev
   BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(Counters)));
   BRAID_CUDA(cudaMemset(counters_, 0, sizeof(Counters)));
-  BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), sizeof(device::ErrorWord), cudaHostAllocMapped));
-  *error_host_ = device::ErrorWord{};
+  // Two words: [0] fatal failures, [1] refused data.
+  BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), 2 * sizeof(device::ErrorWord), cudaHostAllocMapped));
+  error_host_[0] = device::ErrorWord{};
+  error_host_[1] = device::ErrorWord{};
   device::ErrorWord* error_device = nullptr;
   BRAID_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device), error_host_, 0));
   BRAID_CUDA(cudaDeviceSynchronize());
@@ -43,6 +45,7 @@ DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : dev
   pad_.peers = reinterpret_cast<uint64_t* const*>(pad_memory_.device_peers());
   pad_.expected = expected_;
   pad_.error = error_device;
+  pad_.data_error = error_device + 1;
   pad_.rank = comm.rank();
   pad_.world = world;
   pad_.channels = channels;
@@ -68,12 +71,35 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
 
 void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned int)) const {
   const volatile device::ErrorWord* error = error_host_;
-  if (error->code == 0) return;
-  raise(ErrorCode::kTimeout,
-        "{}: rank {} waited {:.1f} s for rank {} at the {} (channel {}) and gave up: rank {} did not arrive within "
-        "the timeout. The communicator is unusable; destroy it.",
-        collective_name(error->collective), error->rank, error->waited_ns * 1e-9, error->peer,
-        wait_site_name(error->site), error->channel, error->peer);
+  if (error->code != 0) {
+    raise(ErrorCode::kTimeout,
+          "{}: rank {} waited {:.1f} s for rank {} at the {} (channel {}) and gave up: rank {} did not arrive within "
+          "the timeout. The communicator is unusable; destroy it.",
+          collective_name(error->collective), error->rank, error->waited_ns * 1e-9, error->peer,
+          wait_site_name(error->site), error->channel, error->peer);
+  }
+  volatile device::ErrorWord* data = error_host_ + 1;
+  const unsigned int code = data->code;
+  if (code == 0) return;
+  const device::ErrorWord seen{code, data->collective, data->site, data->rank, data->peer, data->channel,
+                               data->waited_ns, data->value, data->limit};
+  data->code = 0;  // raised once: the kernel kept its counters in step, so the communicator goes on
+  const char* name = collective_name(seen.collective);
+  switch (seen.code) {
+    case device::kErrorOverflow:
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was sent {} elements in total but its receive capacity is {}; nothing was written to its "
+            "receive buffer (the received counts were)",
+            name, seen.rank, seen.value, seen.limit);
+    case device::kErrorCountMismatch:
+      raise(ErrorCode::kMismatch,
+            "{}: rank {} expected {} elements from rank {}, which sent {}; nothing from rank {} was written", name,
+            seen.rank, seen.limit, seen.peer, seen.value, seen.peer);
+    case device::kErrorNegativeCount:
+      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
+            seen.rank, seen.value, seen.peer);
+  }
+  raise(ErrorCode::kInternal, "{}: rank {} recorded unknown device error code {}", name, seen.rank, seen.code);
 }
 
 }  // namespace braid

@@ -43,6 +43,21 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
             Algorithm::kTwoShot);
 }
 
+TEST(Selection, AllToAllUsesCopyEnginesOnlyOnLargeSymmetricBuffers) {
+  const auto pick = [](Collective collective, size_t bytes, Buffers buffers, const std::string& text = "") {
+    return select_algorithm(collective, bytes, 4, DataType::kFloat32, text, buffers);
+  };
+  EXPECT_EQ(pick(Collective::kAllToAll, size_t(512) << 20, Buffers::kAny).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllToAll, size_t(512) << 20, Buffers::kSymmetric).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kAllToAll, 8 << 10, Buffers::kSymmetric).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllToAll, 8 << 10, Buffers::kSymmetric, "alltoall=copyengine").algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kAllToAllv, 8 << 10, Buffers::kAny).algorithm, Algorithm::kPipelined);
+  // Ranks of an all-to-all-v move different amounts but must launch alike: the width does not follow the size.
+  EXPECT_EQ(pick(Collective::kAllToAllv, 8 << 10, Buffers::kAny).blocks,
+            pick(Collective::kAllToAllv, size_t(1) << 30, Buffers::kAny).blocks);
+}
+
 TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
   int small = select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "").blocks;
   int large = select_algorithm(Collective::kAllReduce, size_t(512) << 20, 4, DataType::kFloat32, "").blocks;
@@ -70,7 +85,9 @@ void expect_rejected(const std::string& text, const std::string& fragment) {
 
 TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
   expect_rejected("allreduce", "is not collective=algorithm");
-  expect_rejected("alltoall=oneshot", "unknown collective 'alltoall'");
+  expect_rejected("gather=staged", "unknown collective 'gather'");
+  expect_rejected("alltoall=oneshot", "alltoall cannot run as oneshot");
+  expect_rejected("alltoallv=copyengine", "alltoallv cannot run as copyengine");
   expect_rejected("allreduce=ring", "unknown algorithm 'ring'");
   expect_rejected("allreduce=staged", "allreduce cannot run as staged");
   expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");

@@ -11,24 +11,33 @@
 
 namespace braid::device {
 
-// Written by a kernel whose wait timed out; read by the host (host-mapped memory). The first failure wins.
+// Written by a kernel that failed; read by the host (host-mapped memory). The first failure wins.
 struct ErrorWord {
-  unsigned int code;        // 0: none; kErrorTimeout
+  unsigned int code;        // 0: none; one of the kError* codes below
   unsigned int collective;  // what the kernel was doing (braid's collective id, or a user's tag)
-  unsigned int site;        // which wait inside it
-  int rank;                 // who waited
-  int peer;                 // for whom
+  unsigned int site;        // which wait inside it (timeouts)
+  int rank;                 // who noticed
+  int peer;                 // for whom (timeouts), or whose data (data errors)
   int channel;
   unsigned long long waited_ns;
+  long long value;          // data errors: what arrived (elements)
+  long long limit;          // data errors: what was allowed or expected (elements)
 };
+// Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
+// Data errors: a kernel refused data it was given and wrote none of it, but kept every counter in step, so the
+// communicator stays usable. The host raises them once and clears the word.
+constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
+constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
+constexpr unsigned int kErrorNegativeCount = 4;  // a device-side count below zero
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {
   uint64_t* local;               // [channels][world]: local[c * world + p] counts signals received from p
   uint64_t* const* peers;        // device array [world]: every rank's pad (same layout), mapped here
   uint64_t* expected;            // [channels][world], device memory private to this rank
-  ErrorWord* error;              // host-mapped
+  ErrorWord* error;              // host-mapped: fatal failures (timeouts)
+  ErrorWord* data_error;         // host-mapped: refused data (kErrorOverflow, ...), which does not stop waits
   int rank;
   int world;
   int channels;
@@ -127,6 +136,19 @@ __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int c
   }
   __syncthreads();
   return failed == 0;
+}
+
+// Records the first refused-data failure of this communicator for the host (see kErrorOverflow). Waits go on.
+__device__ inline void record_data_error(const SignalPad& pad, unsigned int code, unsigned int collective, int peer,
+                                         long long value, long long limit) {
+  if (atomicCAS(&pad.data_error->code, 0u, code) == 0u) {
+    pad.data_error->collective = collective;
+    pad.data_error->rank = pad.rank;
+    pad.data_error->peer = peer;
+    pad.data_error->value = value;
+    pad.data_error->limit = limit;
+    __threadfence_system();
+  }
 }
 
 #endif  // __CUDACC__

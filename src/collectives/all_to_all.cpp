@@ -1,0 +1,215 @@
+// All-to-all(v), host side: check arguments at the boundary, raise what an earlier kernel recorded, choose the
+// path, enqueue. Three paths:
+//   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
+//   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
+//   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric
+//     buffers, large sizes.
+// All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
+// displacements), and its FIFO headers carry the counts a receiver needs.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "braid/braid.hpp"
+#include "collectives/all_to_all_launch.hpp"
+#include "collectives/call_checks.hpp"
+#include "collectives/kernels.hpp"
+#include "collectives/selection.hpp"
+#include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "memory/symmetric_memory.hpp"
+
+namespace braid {
+namespace {
+
+using collectives::check_device_pointer;
+using collectives::check_launch;
+using collectives::overlap;
+
+size_t element_size(const char* function, DataType type) {
+  const size_t size = datatype_size(type);
+  if (size == 0) raise_invalid_argument(function, "type", "is {}, not a braid::DataType", static_cast<int>(type));
+  return size;
+}
+
+// a * b, refusing a product that overflows, naming the argument.
+size_t checked_product(const char* function, const char* argument, size_t a, size_t b) {
+  if (b != 0 && a > SIZE_MAX / b) raise_invalid_argument(function, argument, "is {}: its size in bytes overflows", a);
+  return a * b;
+}
+
+// Raises what an earlier kernel recorded (timeouts, refused data) before anything of this call is enqueued.
+detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
+  detail::CommState& state = detail::usable(state_ptr, function);
+  set_log_rank(state.rank);
+  state.sync->raise_recorded_error(collective_name);
+  return state;
+}
+
+void check_buffer(const char* function, const void* pointer, const char* argument, size_t bytes, int device) {
+  if (bytes == 0) return;
+  if (pointer == nullptr) raise_invalid_argument(function, argument, "is null but {} bytes go through it", bytes);
+  check_device_pointer(function, pointer, argument, device);
+}
+
+kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collective collective, const void* send,
+                                         void* recv, size_t element_bytes) {
+  kernels::AllToAllLaunch launch{};
+  launch.fifo.send = static_cast<const char*>(send);
+  launch.fifo.recv = static_cast<char*>(recv);
+  launch.fifo.collective = static_cast<unsigned int>(collective);
+  launch.fifo.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
+  launch.fifo.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
+  launch.fifo.pad = state.sync->pad();
+  launch.element_bytes = static_cast<uint32_t>(element_bytes);
+  return launch;
+}
+
+// Uniform blocks on symmetric buffers: copy engines pull block `rank` of every peer's input into this rank's
+// output, in a different peer order on every rank (at each step every rank reads a different peer), between
+// two barrier kernels.
+void all_to_all_copy_engine(detail::CommState& state, const SymmetricRange& send, void* recv, size_t block_bytes,
+                            Stream stream) {
+  const unsigned int collective = static_cast<unsigned int>(Collective::kAllToAll);
+  const device::SignalPad pad = state.sync->pad();
+  kernels::launch_barrier(pad, collective, kSiteEntryBarrier, stream);
+  check_launch("all_to_all barrier launch");
+  for (int step = 0; step < state.size; ++step) {
+    const int q = (state.rank + step) % state.size;
+    const char* source = send.host_peers[q] + send.offset + state.rank * block_bytes;
+    BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(recv) + q * block_bytes, source, block_bytes,
+                               cudaMemcpyDeviceToDevice, stream));
+  }
+  kernels::launch_barrier(pad, collective, kSiteExitBarrier, stream);
+  check_launch("all_to_all barrier launch");
+}
+
+}  // namespace
+
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+  const char* function = "Communicator::all_to_all";
+  detail::CommState& state = enter(state_, function);
+  const size_t size = element_size(function, type);
+  const size_t block_bytes = checked_product(function, "count", count, size);
+  const size_t bytes = checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
+  if (count == 0) return;
+  check_buffer(function, send, "send", bytes, state.device);
+  check_buffer(function, recv, "recv", bytes, state.device);
+  if (overlap(send, bytes, recv, bytes)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  const std::optional<SymmetricRange> send_range = find_symmetric_range(state, send, bytes);
+  const std::optional<SymmetricRange> recv_range = find_symmetric_range(state, recv, bytes);
+  const bool symmetric = send_range && recv_range;
+  const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
+                                         symmetric ? Buffers::kSymmetric : Buffers::kAny);
+  BRAID_TRACE("all_to_all: {} elements a block, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
+              symmetric ? " (symmetric buffers)" : "", choice.blocks);
+  DeviceGuard guard(state.device);
+  if (symmetric && choice.algorithm == Algorithm::kCopyEngine) {
+    all_to_all_copy_engine(state, *send_range, recv, block_bytes, stream);
+    return;
+  }
+  if (symmetric) {
+    kernels::AllToAllDirectLaunch launch{};
+    launch.send = static_cast<const char*>(send);
+    launch.recv_peers = recv_range->device_peers;
+    launch.recv_offset = recv_range->offset;
+    launch.block_bytes = block_bytes;
+    launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
+    launch.pad = state.sync->pad();
+    kernels::launch_all_to_all_stores(launch, choice.blocks, stream);
+    check_launch("all_to_all kernel launch");
+    return;
+  }
+  // Any buffer (and copyengine asked for on buffers peers cannot map): FIFO pushes with every pair's size known.
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, size);
+  for (int q = 0; q < state.size; ++q) {
+    launch.send_bytes[q] = launch.recv_bytes[q] = block_bytes;
+    launch.send_offset[q] = launch.recv_offset[q] = q * block_bytes;
+  }
+  kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+  check_launch("all_to_all kernel launch");
+}
+
+void Communicator::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                               const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
+  const char* function = "Communicator::all_to_allv";
+  detail::CommState& state = enter(state_, function);
+  const size_t size = element_size(function, type);
+  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", state.size);
+  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", state.size);
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, send, recv, size);
+  // Each side's extent: the end of its furthest block, in bytes; packed blocks when no displacements are given.
+  auto lay_out = [&](const size_t* counts, const size_t* displs, const char* counts_name, const char* displs_name,
+                     uint64_t* bytes, uint64_t* offsets) {
+    size_t packed = 0, extent = 0;
+    for (int q = 0; q < state.size; ++q) {
+      bytes[q] = checked_product(function, counts_name, counts[q], size);
+      const size_t displ = displs != nullptr ? displs[q] : packed;
+      offsets[q] = checked_product(function, displs_name, displ, size);
+      if (offsets[q] > SIZE_MAX - bytes[q]) raise_invalid_argument(function, displs_name, "[{}] = {} overflows with its count", q, displ);
+      packed = (offsets[q] + bytes[q]) / size;
+      if (bytes[q] != 0) extent = std::max<size_t>(extent, offsets[q] + bytes[q]);
+    }
+    return extent;
+  };
+  const size_t send_extent = lay_out(send_counts, send_displs, "send_counts", "send_displs", launch.send_bytes, launch.send_offset);
+  const size_t recv_extent = lay_out(recv_counts, recv_displs, "recv_counts", "recv_displs", launch.recv_bytes, launch.recv_offset);
+  if (send_counts[state.rank] != recv_counts[state.rank]) {
+    raise_invalid_argument(function, "recv_counts", "[{}] = {} (this rank) differs from send_counts[{}] = {}", state.rank,
+                           recv_counts[state.rank], state.rank, send_counts[state.rank]);
+  }
+  check_buffer(function, send, "send", send_extent, state.device);
+  check_buffer(function, recv, "recv", recv_extent, state.device);
+  if (overlap(send, send_extent, recv, recv_extent)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
+  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
+  BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", send_extent, recv_extent,
+              algorithm_name(choice.algorithm), choice.blocks);
+  DeviceGuard guard(state.device);
+  kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+  check_launch("all_to_allv kernel launch");
+}
+
+void Communicator::all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs,
+                                      void* recv, size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs,
+                                      DataType type, Stream stream) {
+  const char* function = "Communicator::all_to_allv_device";
+  detail::CommState& state = enter(state_, function);
+  const size_t size = element_size(function, type);
+  const size_t capacity_bytes = checked_product(function, "recv_capacity", recv_capacity, size);
+  // The counts are only known on the device: send must be a device buffer whatever they turn out to be.
+  if (send == nullptr) raise_invalid_argument(function, "send", "is null");
+  check_device_pointer(function, send, "send", state.device);
+  check_buffer(function, recv, "recv", capacity_bytes, state.device);
+  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", state.size);
+  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", state.size);
+  check_device_pointer(function, send_counts, "send_counts", state.device);
+  check_device_pointer(function, recv_counts, "recv_counts", state.device);
+  if (send_displs != nullptr) check_device_pointer(function, send_displs, "send_displs", state.device);
+  if (recv_displs != nullptr) check_device_pointer(function, recv_displs, "recv_displs", state.device);
+  if (overlap(send, 1, recv, capacity_bytes)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, send, recv, size);
+  launch.device_send_counts = send_counts;
+  launch.device_send_displs = send_displs;
+  launch.device_recv_counts = recv_counts;
+  launch.device_recv_displs = recv_displs;
+  launch.recv_capacity = capacity_bytes;
+  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
+  BRAID_TRACE("all_to_allv_device: capacity {} elements, {} with {} blocks", recv_capacity,
+              algorithm_name(choice.algorithm), choice.blocks);
+  DeviceGuard guard(state.device);
+  kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+  check_launch("all_to_allv_device kernel launch");
+}
+
+}  // namespace braid

@@ -1,0 +1,44 @@
+// All-to-all on symmetric buffers (zero copy), two ways, each between an entry and an exit barrier:
+//   - stores: every block stores its slice of each of this rank's blocks straight into the receiver's output
+//     (recv_peers), so no byte goes through staging;
+//   - copy engines: the host side (all_to_all.cpp) enqueues cudaMemcpyAsync pulls from the peers' inputs
+//     between two one-block barrier kernels (launch_barrier), so no kernel is on the data path.
+// The entry barrier: every peer reached this call (its input is written, its output is no longer in use).
+// The exit barrier: every peer finished writing into (stores) or reading from (copies) this rank's buffers
+// before this rank's stream goes on and may reuse them.
+#include "collectives/all_to_all_launch.hpp"
+#include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_stores(AllToAllDirectLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  const Slice part = block_slice<uint8_t>(launch.block_bytes, blockIdx.x, gridDim.x);
+  for (int step = 0; step < world; ++step) {
+    const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
+    char* destination = launch.recv_peers[q] + launch.recv_offset + rank * launch.block_bytes + part.begin;
+    block_copy(destination, launch.send + q * launch.block_bytes + part.begin, part.end - part.begin);
+  }
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+}
+
+// One block: a barrier of signal channel 0 with every peer.
+__global__ void barrier_kernel(device::SignalPad pad, unsigned int collective, unsigned int site) {
+  device::barrier(pad, 0, collective, site);
+}
+
+}  // namespace
+
+void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream) {
+  all_to_all_stores<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+}
+
+void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream) {
+  barrier_kernel<<<1, 32, 0, stream>>>(pad, collective, site);
+}
+
+}  // namespace braid::kernels

@@ -1,0 +1,207 @@
+// All-to-all(v), pipelined: every pair of ranks runs its own FIFO stream of pieces through the pipeline area
+// (pipeline.cuh), so any user buffer works and per-pair sizes may differ. Each round, block b stores its piece of
+// every block this rank sends into the receivers' FIFOs (NVLink stores), then copies the pieces it received out
+// of its own FIFOs into the output. The next round's pieces are sent before this round's are awaited.
+//
+// Every pair exchanges at least one piece per block (round 0), and every piece starts with an AllToAllHeader
+// holding the pair's total. So a receiver learns what arrives without being told: with device counts it lays
+// the output out packed in rank order from the headers (refusing, but still draining, a total above the
+// capacity); with host counts it checks the total against what it expected (refusing, but still draining, a
+// peer that disagrees). Either way both sides count the same pieces, so the FIFO counters stay in step and the
+// communicator stays usable after a refused call.
+//
+// A pair of B bytes takes max(1, ceil(B / (blocks * payload))) rounds, computed alike by sender (from its
+// count) and receiver (from the header); the last round spreads what is left over the blocks (PieceGrid).
+#include "collectives/all_to_all_launch.hpp"
+#include "collectives/kernels.hpp"
+#include "collectives/pipeline.cuh"
+
+namespace braid::kernels {
+namespace {
+
+__device__ __forceinline__ bool has_bit(unsigned int mask, int bit) { return (mask >> bit) & 1u; }
+
+struct PairGrid {
+  size_t payload;  // bytes of a piece after its header
+  __device__ PieceGrid<uint8_t> of(uint64_t bytes) const { return PieceGrid<uint8_t>{bytes, payload, 1}; }
+  __device__ uint64_t rounds(uint64_t bytes) const {
+    const uint64_t rounds = of(bytes).rounds();
+    return rounds > 0 ? rounds : 1;  // an empty pair still sends its header
+  }
+};
+
+// What this block knows of the call's sizes, in shared memory.
+struct Sizes {
+  uint64_t send_bytes[kMaxWorld], send_offset[kMaxWorld];
+  uint64_t recv_bytes[kMaxWorld], recv_offset[kMaxWorld];
+  uint64_t send_rounds, recv_rounds;  // most rounds of any pair this rank sends / receives
+  unsigned int accepted;              // peers (and self) whose data this rank writes into its output
+};
+
+// Reads the send sizes (host arrays, or device counts checked for sign) and, with host counts, the receive sizes.
+__device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes) {
+  const int world = launch.fifo.pad.world, q = threadIdx.x;
+  const bool device_counts = launch.device_send_counts != nullptr;
+  if (q < world) {
+    if (device_counts) {
+      int64_t count = launch.device_send_counts[q];
+      if (count < 0) {
+        if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeCount, launch.fifo.collective, q, count, 0);
+        count = 0;
+      }
+      sizes.send_bytes[q] = uint64_t(count) * launch.element_bytes;
+      if (launch.device_send_displs != nullptr) {
+        const int64_t displ = launch.device_send_displs[q];
+        sizes.send_offset[q] = displ < 0 ? 0 : uint64_t(displ) * launch.element_bytes;
+        if (displ < 0) {
+          if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeCount, launch.fifo.collective, q, displ, 0);
+          sizes.send_bytes[q] = 0;
+        }
+      }
+    } else {
+      sizes.send_bytes[q] = launch.send_bytes[q];
+      sizes.send_offset[q] = launch.send_offset[q];
+      sizes.recv_bytes[q] = launch.recv_bytes[q];
+      sizes.recv_offset[q] = launch.recv_offset[q];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (device_counts && launch.device_send_displs == nullptr) {
+      uint64_t offset = 0;
+      for (int p = 0; p < world; ++p) {
+        sizes.send_offset[p] = offset;
+        offset += sizes.send_bytes[p];
+      }
+    }
+    uint64_t rounds = 0;
+    for (int p = 0; p < world; ++p) {
+      if (p != launch.fifo.pad.rank) rounds = max(rounds, grid.rounds(sizes.send_bytes[p]));
+    }
+    sizes.send_rounds = rounds;
+    sizes.recv_rounds = 1;  // until round 0's headers tell
+    sizes.accepted = ~0u;
+  }
+  __syncthreads();
+}
+
+// After round 0's headers: what each peer sends, the output layout (device counts) or the check against what
+// was expected (host counts), and the rounds to receive.
+__device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes, const int* slots) {
+  const PipelineLaunch& fifo = launch.fifo;
+  const int world = fifo.pad.world, rank = fifo.pad.rank, q = threadIdx.x;
+  const bool device_counts = launch.device_send_counts != nullptr;
+  if (q < world && q != rank) {
+    const uint64_t sent = reinterpret_cast<const AllToAllHeader*>(fifo_piece(fifo, rank, 0, q, slots[q]))->pair_bytes;
+    if (!device_counts && sent != sizes.recv_bytes[q]) {
+      atomicAnd(&sizes.accepted, ~(1u << q));
+      if (blockIdx.x == 0) {
+        device::record_data_error(fifo.pad, device::kErrorCountMismatch, fifo.collective, q,
+                                  static_cast<long long>(sent / launch.element_bytes),
+                                  static_cast<long long>(sizes.recv_bytes[q] / launch.element_bytes));
+      }
+    }
+    sizes.recv_bytes[q] = sent;  // what the pair's rounds follow, accepted or not
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (device_counts) {
+      sizes.recv_bytes[rank] = sizes.send_bytes[rank];
+      uint64_t offset = 0;
+      for (int p = 0; p < world; ++p) {
+        sizes.recv_offset[p] = offset;
+        offset += sizes.recv_bytes[p];
+      }
+      if (offset > launch.recv_capacity) {
+        sizes.accepted = 0;
+        if (blockIdx.x == 0) {
+          device::record_data_error(fifo.pad, device::kErrorOverflow, fifo.collective, -1,
+                                    static_cast<long long>(offset / launch.element_bytes),
+                                    static_cast<long long>(launch.recv_capacity / launch.element_bytes));
+        }
+      }
+    }
+    uint64_t rounds = 1;
+    for (int p = 0; p < world; ++p) {
+      if (p != rank) rounds = max(rounds, grid.rounds(sizes.recv_bytes[p]));
+    }
+    sizes.recv_rounds = rounds;
+  }
+  __syncthreads();
+  if (device_counts && blockIdx.x == 0 && q < world) {
+    launch.device_recv_counts[q] = static_cast<int64_t>(sizes.recv_bytes[q] / launch.element_bytes);
+    if (launch.device_recv_displs != nullptr) {
+      launch.device_recv_displs[q] = static_cast<int64_t>(sizes.recv_offset[q] / launch.element_bytes);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAllLaunch launch) {
+  const PipelineLaunch& fifo = launch.fifo;
+  const int world = fifo.pad.world, rank = fifo.pad.rank;
+  __shared__ Sizes sizes;
+  __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
+  const PairGrid grid{fifo.piece_bytes - kAllToAllHeaderBytes};
+  read_send_sizes(launch, grid, sizes);
+
+  // Peers with a piece in `round` (every peer has one in round 0).
+  auto active = [&](const uint64_t* bytes, uint64_t round) {
+    unsigned int peers = 0;
+    for (int p = 0; p < world; ++p) {
+      if (p != rank && (round == 0 || round < grid.rounds(bytes[p]))) peers |= 1u << p;
+    }
+    return peers;
+  };
+
+  auto push = [&](uint64_t round) {
+    const unsigned int peers = active(sizes.send_bytes, round);
+    if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers)) return false;
+    for (int step = 1; step < world; ++step) {
+      const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
+      if (!has_bit(peers, q)) continue;
+      char* piece = fifo_piece(fifo, q, 0, rank, push_slot[q]);
+      if (threadIdx.x == 0) *reinterpret_cast<AllToAllHeader*>(piece) = AllToAllHeader{sizes.send_bytes[q], 0};
+      const Slice part = grid.of(sizes.send_bytes[q]).slice(round, 0);
+      block_copy(piece + kAllToAllHeaderBytes, fifo.send + sizes.send_offset[q] + part.begin, part.end - part.begin);
+    }
+    post_peers(fifo, kData1, peers);
+    return true;
+  };
+
+  auto pull = [&](uint64_t round) {
+    const unsigned int peers = active(sizes.recv_bytes, round);  // round 0: every peer, whatever recv_bytes says
+    if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers)) return false;
+    if (round == 0) {
+      read_headers(launch, grid, sizes, pull_slot);
+      if (has_bit(sizes.accepted, rank)) {  // this rank's own block, spread over the blocks
+        const Slice part = block_slice<uint8_t>(sizes.send_bytes[rank], blockIdx.x, gridDim.x);
+        block_copy(fifo.recv + sizes.recv_offset[rank] + part.begin, fifo.send + sizes.send_offset[rank] + part.begin,
+                   part.end - part.begin);
+      }
+    }
+    for (int step = 1; step < world; ++step) {
+      const int q = (rank - step + world) % world;
+      if (!has_bit(peers, q) || !has_bit(sizes.accepted, q)) continue;
+      const Slice part = grid.of(sizes.recv_bytes[q]).slice(round, 0);
+      block_copy(fifo.recv + sizes.recv_offset[q] + part.begin,
+                 fifo_piece(fifo, rank, 0, q, pull_slot[q]) + kAllToAllHeaderBytes, part.end - part.begin);
+    }
+    post_peers(fifo, kFree1, peers);
+    return true;
+  };
+
+  if (!push(0)) return;
+  for (uint64_t round = 0;; ++round) {
+    if (round + 1 < sizes.send_rounds && !push(round + 1)) return;
+    if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
+    if (round + 1 >= sizes.send_rounds && round + 1 >= sizes.recv_rounds) break;
+  }
+}
+
+}  // namespace
+
+void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream) {
+  all_to_all_pipelined<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+}
+
+}  // namespace braid::kernels

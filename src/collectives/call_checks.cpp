@@ -1,0 +1,30 @@
+#include "collectives/call_checks.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+
+namespace braid::collectives {
+
+void check_device_pointer(const char* function, const void* pointer, const char* argument, int device) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();
+    raise_invalid_argument(function, argument, "({}) is not memory CUDA knows", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
+    raise_invalid_argument(function, argument, "({}) is host memory; collectives need device memory", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
+    raise_invalid_argument(function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
+                           attributes.device, device);
+  }
+}
+
+void check_launch(const char* what) {
+  cudaError_t result = cudaGetLastError();
+  if (result != cudaSuccess) raise_cuda(result, what, __FILE__, __LINE__);
+}
+
+}  // namespace braid::collectives

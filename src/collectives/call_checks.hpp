@@ -1,0 +1,26 @@
+// Host-side checks and small helpers shared by every collective entry point (collectives.cpp, all_to_all.cpp):
+// device-pointer validation that names the argument, launch checking, byte arithmetic on user pointers.
+#pragma once
+
+#include <cstddef>
+
+namespace braid::collectives {
+
+// A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
+// memory, peer mappings). Host memory, unknown pointers and other GPUs' cudaMalloc memory are refused
+// (kInvalidArgument) naming `function` and `argument`.
+void check_device_pointer(const char* function, const void* pointer, const char* argument, int device);
+
+// Raises the launch error CUDA recorded for the kernel just enqueued (bad configuration, no kernel image).
+void check_launch(const char* what);
+
+inline const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
+inline char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
+
+// Whether [a, a + a_bytes) and [b, b + b_bytes) share a byte.
+inline bool overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const char *x = static_cast<const char*>(a), *y = static_cast<const char*>(b);
+  return a_bytes != 0 && b_bytes != 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+}  // namespace braid::collectives
