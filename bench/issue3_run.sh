@@ -10,25 +10,8 @@
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
-source "$(dirname "$0")/device_env.sh"
-kind=$1; shift
-gpus=$(nvidia-smi -L | wc -l)
-export BRAID_COMMIT=$(head -1 .carry/COMMIT)
-nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
-# Ranks as threads of one braid-bench: its own stdout (line-buffered by stdbuf) goes straight to the log, so
-# a run cut off by its time limit still leaves every row it printed.
-run_bench="build/tools/braid-bench/braid-bench -t $gpus"
-echo "# braid issue-3 run: commit $(cat .carry/COMMIT | tr '\n' ' '), kind $kind, $gpus GPUs, $(date -u +%Y-%m-%dT%H:%MZ)" | tee "$out/header.txt"
-nvidia-smi -L >> "$out/header.txt"
-
-bench() {  # seconds, name, then braid-bench arguments
-  local seconds=$1 name=$2; shift 2
-  { echo "## braid-bench -t $gpus $*"; } > "$out/$name.txt"
-  timeout "$seconds" stdbuf -oL $run_bench "$@" --json "$out/$name.json" >> "$out/$name.txt" 2>&1
-  echo "## exit code $?" >> "$out/$name.txt"
-  grep -v '^\[[1-9]' "$out/$name.txt" | tail -n 40
-}
-
+RUN_TITLE=issue-3 source "$(dirname "$0")/run_common.sh"
+shift
 for phase in "$@"; do
   case "$phase" in
     tests)
@@ -89,5 +72,4 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" ;;
   esac
 done
-# Every log in one archive: the device tool brings back only a few files per command.
-(cd "$out" && tar czf issue3-logs.tgz --remove-files $(ls | grep -v -x issue3-logs.tgz))
+archive_logs issue3-logs.tgz

@@ -218,6 +218,20 @@ class RankBench {
            datatype_name(options_.type) + " (braid refuses avg on integer types)");
       return;
     }
+    if (!has_in_place(coll) && !options_.out_of_place()) {
+      note(std::string(collective_name(coll)) +
+           " skipped: --inplace 1 asks for in-place calls only, and it has no in-place form (send and recv must not "
+           "overlap)");
+      return;
+    }
+    if (coll == Collective::kAllToAll && library_) {
+      const std::string method = library_->all_to_all_method();
+      if (method.empty()) {
+        throw std::runtime_error("--compare nccl: " + library_->path() +
+                                 " exports neither ncclAlltoAll nor ncclSend/ncclRecv: no NCCL alltoall to compare with");
+      }
+      note("nccl alltoall: " + method + (method == "ncclAlltoAll" ? "" : " (one per peer, in a group)"));
+    }
     if (report_) report_->begin(coll);
     int skipped = 0;
     for (size_t bytes : options_.sizes()) {
@@ -248,6 +262,8 @@ class RankBench {
     for (int placement = 0; placement < 2; ++placement) {
       const bool in_place = placement == 1;
       if (in_place ? !options_.in_place_too() : !options_.out_of_place()) continue;
+      // No in-place alltoall: braid refuses overlapping buffers. The slots stay "not run": the row prints n/a.
+      if (in_place && !has_in_place(coll)) continue;
       char* send = in_place ? recv_->data() + shape.in_place_send_offset * element : send_->data();
       char* recv = recv_->data() + (in_place ? shape.in_place_recv_offset * element : 0);
       for (int impl = 0; impl < (nccl_ ? 2 : 1); ++impl) {

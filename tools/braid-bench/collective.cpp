@@ -11,6 +11,7 @@ const char* collective_name(Collective coll) {
     case Collective::kReduceScatter: return "reducescatter";
     case Collective::kAllGather: return "allgather";
     case Collective::kBroadcast: return "broadcast";
+    case Collective::kAllToAll: return "alltoall";
   }
   return "?";
 }
@@ -21,8 +22,7 @@ bool has_op(Collective coll) {
 
 bool has_root(Collective coll) { return coll == Collective::kReduce || coll == Collective::kBroadcast; }
 
-
-
+bool has_in_place(Collective coll) { return coll != Collective::kAllToAll; }
 
 bool is_signed_int(DataType type) {
   return type == DataType::kInt8 || type == DataType::kInt32 || type == DataType::kInt64;
@@ -50,6 +50,11 @@ Shape shape_of(Collective coll, size_t bytes, DataType type, int ranks, int rank
       shape.send_count = shape.recv_count * world;
       shape.in_place_recv_offset = me * shape.recv_count;
       break;
+    case Collective::kAllToAll:
+      // nccl-tests' alltoall: the count argument is per peer; every rank sends and receives ranks blocks of it.
+      shape.count = count / world;
+      shape.send_count = shape.recv_count = shape.count * world;
+      break;
   }
   shape.bytes = std::max(shape.send_count, shape.recv_count) * size;
   return shape;
@@ -60,7 +65,8 @@ double bus_factor(Collective coll, int ranks) {
   switch (coll) {
     case Collective::kAllReduce: return 2.0 * (n - 1) / n;
     case Collective::kReduceScatter:
-    case Collective::kAllGather: return (n - 1) / n;
+    case Collective::kAllGather:
+    case Collective::kAllToAll: return (n - 1) / n;
     case Collective::kReduce:
     case Collective::kBroadcast: return 1.0;
   }
@@ -75,6 +81,7 @@ void call_braid(Communicator& comm, Collective coll, const void* send, void* rec
     case Collective::kReduceScatter: comm.reduce_scatter(send, recv, shape.recv_count, type, op, stream); return;
     case Collective::kAllGather: comm.all_gather(send, recv, shape.send_count, type, stream); return;
     case Collective::kBroadcast: comm.broadcast(send, recv, shape.count, type, root, stream); return;
+    case Collective::kAllToAll: comm.all_to_all(send, recv, shape.count, type, stream); return;
   }
 }
 

@@ -1,4 +1,4 @@
-// The five collectives as braid-bench sees them: names, nccl-tests' sizing rules (what the "size" and
+// The six collectives as braid-bench sees them: names, nccl-tests' sizing rules (what the "size" and
 // "count" columns mean, where an in-place call's send or receive buffer sits), bus-bandwidth factors, and
 // one call into braid. Shared by the benchmark loop, the reference check and the NCCL comparison, so the
 // three agree on every buffer offset.
@@ -11,13 +11,16 @@
 
 namespace braid::bench {
 
-enum class Collective { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast };
-constexpr Collective kAllCollectives[] = {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter,
-                                          Collective::kAllGather, Collective::kBroadcast};
+enum class Collective { kAllReduce, kReduce, kReduceScatter, kAllGather, kBroadcast, kAllToAll };
+constexpr Collective kAllCollectives[] = {Collective::kAllReduce, Collective::kReduce,    Collective::kReduceScatter,
+                                          Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll};
 
 const char* collective_name(Collective coll);  // "allreduce", ... (the --coll spelling)
 bool has_op(Collective coll);                   // reduces (takes a ReduceOp)
 bool has_root(Collective coll);                 // reduce, broadcast
+// Has an in-place form. alltoall has none: braid (like ncclAlltoAll) refuses overlapping send and receive
+// buffers, so the bench runs no in-place alltoall and prints its in-place columns as n/a.
+bool has_in_place(Collective coll);
 
 // Element sizes, names and kinds come from braid/types.hpp (datatype_size, datatype_name, is_floating,
 // reduce_op_name).
@@ -25,7 +28,9 @@ bool is_signed_int(DataType type);
 
 // One row's buffers, in elements, as nccl-tests defines them for a size in bytes (count = bytes / element
 // size): allreduce, reduce, broadcast move `count` elements; allgather's size is the total received
-// (send_count = count / ranks per rank); reducescatter's size is the total sent (recv_count = count / ranks).
+// (send_count = count / ranks per rank); reducescatter's size is the total sent (recv_count = count / ranks);
+// alltoall's size is what each rank sends in total, and its count is per peer (count / ranks elements to each
+// rank: send_count = recv_count = (count / ranks) * ranks).
 struct Shape {
   size_t count = 0;       // the "count" column: the count argument of the call
   size_t send_count = 0;  // elements of each rank's input

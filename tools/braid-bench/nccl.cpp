@@ -23,6 +23,15 @@ struct NcclApi {
   decltype(&::ncclBroadcast) broadcast = nullptr;
   decltype(&::ncclGroupStart) group_start = nullptr;
   decltype(&::ncclGroupEnd) group_end = nullptr;
+  // Optional (null when the library lacks them), typed here rather than with decltype so that an older nccl.h
+  // without ncclAlltoAll still compiles: alltoall runs ncclAlltoAll where the library exports it (NCCL 2.28+),
+  // else one ncclSend and one ncclRecv per peer inside a group (what nccl-tests' alltoall does).
+  using AllToAll = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  using Send = ncclResult_t (*)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  using Recv = ncclResult_t (*)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  AllToAll all_to_all = nullptr;
+  Send send = nullptr;
+  Recv recv = nullptr;
 };
 
 namespace {
@@ -33,6 +42,14 @@ void resolve(void* handle, const std::string& path, const char* name, F& functio
   void* symbol = dlsym(handle, name);
   if (symbol == nullptr) throw std::runtime_error("--compare nccl: " + path + " has no symbol " + name);
   function = reinterpret_cast<F>(symbol);
+}
+
+// The same for an entry point the library may lack: left null.
+template <typename F>
+void resolve_optional(void* handle, const char* name, F& function) {
+  dlerror();
+  function = reinterpret_cast<F>(dlsym(handle, name));
+  dlerror();
 }
 
 void check(const NcclApi& api, ncclResult_t result, const char* what) {
@@ -106,6 +123,9 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   resolve(handle, where, "ncclBroadcast", api.broadcast);
   resolve(handle, where, "ncclGroupStart", api.group_start);
   resolve(handle, where, "ncclGroupEnd", api.group_end);
+  resolve_optional(handle, "ncclAlltoAll", api.all_to_all);
+  resolve_optional(handle, "ncclSend", api.send);
+  resolve_optional(handle, "ncclRecv", api.recv);
   return library;
 }
 
@@ -127,6 +147,12 @@ std::string NcclLibrary::version() const {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
 }
 
+std::string NcclLibrary::all_to_all_method() const {
+  if (api_->all_to_all != nullptr) return "ncclAlltoAll";
+  if (api_->send != nullptr && api_->recv != nullptr) return "ncclSend/ncclRecv";
+  return "";
+}
+
 NcclComm::NcclComm(std::shared_ptr<NcclLibrary> library, Communicator& comm) : library_(std::move(library)) {
   const NcclApi& api = library_->api();
   ncclUniqueId id;
@@ -140,6 +166,7 @@ NcclComm::NcclComm(std::shared_ptr<NcclLibrary> library, Communicator& comm) : l
   ncclComm_t handle = nullptr;
   check(api, api.comm_init_rank(&handle, comm.size(), id, comm.rank()), "ncclCommInitRank");
   comm_ = handle;
+  ranks_ = comm.size();
 }
 
 NcclComm::~NcclComm() {
@@ -168,7 +195,41 @@ void NcclComm::call(Collective coll, const void* send, void* recv, const Shape& 
     case Collective::kBroadcast:
       check(api, api.broadcast(send, recv, shape.count, t, root, comm_, s), "ncclBroadcast");
       return;
+    case Collective::kAllToAll:
+      call_all_to_all(send, recv, shape.count, type, s);
+      return;
   }
+}
+
+void NcclComm::call_all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+  const NcclApi& api = library_->api();
+  const ncclDataType_t t = to_nccl(type);
+  cudaStream_t s = stream;
+  if (api.all_to_all != nullptr) {
+    check(api, api.all_to_all(send, recv, count, t, comm_, s), "ncclAlltoAll");
+    return;
+  }
+  if (api.send == nullptr || api.recv == nullptr) {
+    throw std::runtime_error("--compare nccl: " + library_->path() +
+                             " has neither ncclAlltoAll nor ncclSend/ncclRecv: no NCCL alltoall to compare with");
+  }
+  // nccl-tests' alltoall before ncclAlltoAll existed: every pair's send and receive in one group.
+  const size_t block = count * datatype_size(type);
+  check(api, api.group_start(), "ncclGroupStart");
+  ncclResult_t result = ncclSuccess;
+  const char* failed = nullptr;
+  for (int peer = 0; peer < ranks_ && result == ncclSuccess; ++peer) {
+    const size_t offset = static_cast<size_t>(peer) * block;
+    result = api.send(static_cast<const char*>(send) + offset, count, t, peer, comm_, s);
+    failed = "ncclSend";
+    if (result != ncclSuccess) break;
+    result = api.recv(static_cast<char*>(recv) + offset, count, t, peer, comm_, s);
+    failed = "ncclRecv";
+  }
+  // The group is closed whatever happened inside it (NCCL reports the first error again at ncclGroupEnd).
+  const ncclResult_t ended = api.group_end();
+  check(api, result, failed);
+  check(api, ended, "ncclGroupEnd");
 }
 
 }  // namespace braid::bench

@@ -24,6 +24,8 @@ class NcclLibrary {
   int version_code() const;     // ncclGetVersion
   std::string version() const;  // "2.28.3"
   const std::string& path() const { return path_; }
+  // How alltoall is called: "ncclAlltoAll", "ncclSend/ncclRecv" (per peer, in a group), or "" (neither exported).
+  std::string all_to_all_method() const;
   const NcclApi& api() const { return *api_; }
 
  private:
@@ -48,8 +50,12 @@ class NcclComm {
             Stream stream);
 
  private:
+  // ncclAlltoAll where the library has it, else ncclSend/ncclRecv per peer in a group (count: per peer).
+  void call_all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream);
+
   std::shared_ptr<NcclLibrary> library_;
   ncclComm* comm_ = nullptr;
+  int ranks_ = 0;
 };
 
 }  // namespace braid::bench

@@ -59,7 +59,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   const std::map<std::string, Collective> collectives{
       {"allreduce", Collective::kAllReduce},       {"reduce", Collective::kReduce},
       {"reducescatter", Collective::kReduceScatter}, {"allgather", Collective::kAllGather},
-      {"broadcast", Collective::kBroadcast}};
+      {"broadcast", Collective::kBroadcast},         {"alltoall", Collective::kAllToAll}};
   const std::map<std::string, DataType> types{
       {"int8", DataType::kInt8},       {"uint8", DataType::kUint8},         {"int32", DataType::kInt32},
       {"uint32", DataType::kUint32},   {"int64", DataType::kInt64},         {"uint64", DataType::kUint64},
@@ -77,8 +77,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   std::string min_bytes, max_bytes, compare, type = "float32", op = "sum";
   int check = 1, symmetric = 0;
   app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
-  app.add_option("-c,--coll", options.coll, "collective: allreduce, reduce, reducescatter, allgather, broadcast, all")
-      ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "all"}))
+  app.add_option("-c,--coll", options.coll,
+                 "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, all")
+      ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "all"}))
       ->capture_default_str();
   app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes) [8; smoke: 1]")
       ->check(bytes_validator);
@@ -108,7 +109,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   app.add_option("--compare", compare, "run NCCL on the same GPUs, buffers and stream beside braid")
       ->check(CLI::IsMember({"nccl"}));
   app.add_option("--nccl-lib", options.nccl_lib, "NCCL library to dlopen")->capture_default_str();
-  app.add_option("--inplace", options.in_place, "0: out-of-place only, 1: in-place only, 2: both")
+  app.add_option("--inplace", options.in_place,
+                 "0: out-of-place only, 1: in-place only, 2: both (alltoall has no in-place form: n/a)")
       ->check(CLI::Range(0, 2))->capture_default_str();
   app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
       ->check(CLI::Range(0, 1))->capture_default_str();

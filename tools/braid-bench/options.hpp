@@ -31,7 +31,7 @@ struct Options {
   int threads = 0;  // ranks as threads; 0: every visible GPU (ignored under braid-run)
   bool compare_nccl = false;
   std::string nccl_lib = "libnccl.so.2";
-  int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both
+  int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both (never in place: alltoall)
   bool symmetric = false;  // buffers from comm.alloc (zero-copy) instead of cudaMalloc (staged)
   double timeout_s = 0;    // 0: braid's default (BRAID_TIMEOUT_S)
 

@@ -135,7 +135,8 @@ class Reference {
   void compare(size_t first, size_t count, const T* got, Mismatch& result) {
     for (size_t done = 0; done < count; done += kBlock) {
       const size_t n = std::min(kBlock, count - done);
-      if (check_.coll == Collective::kAllGather || check_.coll == Collective::kBroadcast) {
+      if (check_.coll == Collective::kAllGather || check_.coll == Collective::kBroadcast ||
+          check_.coll == Collective::kAllToAll) {
         compare_copies(first + done, n, got + done, result);
       } else {
         compare_reduction(first + done, n, got + done, result);
@@ -157,19 +158,29 @@ class Reference {
     }
   }
 
-  // allgather: output element i is rank i / send_count's input element i % send_count; broadcast: the root's i.
+  // allgather: output element i is rank i / send_count's input element i % send_count; broadcast: the root's i;
+  // alltoall (per-peer count c = shape.count): output element i is block q = i / c, which rank q sent from its
+  // block for this rank: rank q's input element rank * c + i % c.
   void compare_copies(size_t first, size_t n, const T* got, Mismatch& result) {
     const ReduceOp op = check_.data.op;
     int rank = check_.root;
     size_t index = first;
+    size_t block = 0;  // elements after which the source rank changes (0: never)
+    size_t base = 0;   // input element of the source's first element in this rank's block
     if (check_.coll == Collective::kAllGather) {
-      rank = static_cast<int>(first / check_.shape.send_count);
-      index = first % check_.shape.send_count;
+      block = check_.shape.send_count;
+      rank = static_cast<int>(first / block);
+      index = first % block;
+    } else if (check_.coll == Collective::kAllToAll) {
+      block = check_.shape.count;
+      base = static_cast<size_t>(check_.rank) * block;
+      rank = static_cast<int>(first / block);
+      index = first % block;
     }
     for (size_t k = 0; k < n; ++k) {
-      const T expected = make_value<T>(element_bits(keys_[rank], index), op);
+      const T expected = make_value<T>(element_bits(keys_[rank], base + index), op);
       if (std::memcmp(&expected, &got[k], sizeof(T)) != 0) record(first + k, expected, got[k], result);
-      if (++index == check_.shape.send_count && check_.coll == Collective::kAllGather) {
+      if (++index == block) {
         index = 0;
         ++rank;
       }

@@ -1,7 +1,8 @@
 // CPU self-test of braid-bench's reference (ctest braid_bench_reference, label cpu): for every collective,
 // type, op and a few world sizes and odd sizes, a host model of each collective (reducing in the type's own
 // arithmetic, in rank order, rounding each step as a GPU may) must get #wrong = 0; an all-poison output must
-// be all wrong; a chunked comparison must agree with a whole one; and inputs must never be zero.
+// be all wrong; a chunked comparison must agree with a whole one; and inputs must never be zero. For alltoall,
+// an output routed wrongly (each peer's block for itself, not for this rank) must not pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -80,6 +81,9 @@ void run(DataType type, ReduceOp op, Collective coll, int ranks) {
       for (size_t i = 0; i < shape.recv_count; ++i) {
         if (coll == Collective::kAllGather) {
           output[i] = input[i / shape.send_count][i % shape.send_count];
+        } else if (coll == Collective::kAllToAll) {
+          // Block q of rank r's output is block r of rank q's input (shape.count elements per peer).
+          output[i] = input[i / shape.count][rank * shape.count + i % shape.count];
         } else if (coll == Collective::kBroadcast) {
           output[i] = input[root][i];
         } else {
@@ -114,6 +118,20 @@ void run(DataType type, ReduceOp op, Collective coll, int ranks) {
       Mismatch poison;
       compare_output(check, 0, shape.recv_count, poisoned.data(), poison);
       if (poison.wrong != shape.recv_count) fail("poison not caught", coll, type, op, ranks, bytes, poison.wrong);
+      if (coll == Collective::kAllToAll && ranks > 1 && op == ReduceOp::kSum) {
+        // Misrouted: block q holds rank q's block q (what q keeps for itself), not its block for this rank.
+        std::vector<T> misrouted(shape.recv_count);
+        for (size_t i = 0; i < shape.recv_count; ++i) {
+          const size_t q = i / shape.count;
+          misrouted[i] = input[q][q * shape.count + i % shape.count];
+        }
+        Mismatch wrong_route;
+        compare_output(check, 0, shape.recv_count, misrouted.data(), wrong_route);
+        // Only block `rank` (its own) is right; others repeat a value by chance (sum's integers: 1 in 16), so ask
+        // for a quarter of them wrong (the seeds are fixed: this either always passes or always fails).
+        const size_t others = shape.recv_count - shape.count;
+        if (wrong_route.wrong * 4 < others) fail("misrouted alltoall not caught", coll, type, op, ranks, bytes, wrong_route.wrong);
+      }
     }
   }
 }

@@ -110,6 +110,10 @@ void Report::begin(Collective coll) const {
     units += unit;
   }
   std::printf("#\n# %s\n", collective_name(coll));
+  if (options_.in_place_too() && !has_in_place(coll)) {
+    std::printf("# in-place: n/a (%s has no in-place form: braid and NCCL refuse overlapping send and recv)\n",
+                collective_name(coll));
+  }
   std::printf("# %50s%s\n", "", placements.c_str());
   std::printf("# %10s  %12s  %8s  %6s  %6s%s\n", "size", "count", "type", "redop", "root", titles.c_str());
   std::printf("# %10s  %12s  %8s  %6s  %6s%s\n", "(B)", "(elements)", "", "", "", units.c_str());
@@ -128,6 +132,11 @@ void Report::row(const Row& row) {
   for (int placement = 0; placement < 2; ++placement) {
     if ((placement == 0 && !options_.out_of_place()) || (placement == 1 && !options_.in_place_too())) continue;
     const Placement& p = placement == 0 ? row.out_of_place : row.in_place;
+    if (!p.braid.ran && !p.nccl.ran) {  // a placement the collective does not have (in-place alltoall)
+      std::printf("%s", columns(kImplColumns, "n/a", "n/a", "n/a", "n/a").c_str());
+      if (nccl) std::printf("%s", columns(kNcclColumns, "n/a", "n/a", "n/a", "n/a", "n/a").c_str());
+      continue;
+    }
     std::printf("  %7s  %6.2f  %6.2f  %6s", format_time(p.braid.time_us).c_str(), p.braid.algbw, p.braid.busbw,
                 format_wrong(p.braid.wrong).c_str());
     if (nccl) {
