@@ -133,21 +133,30 @@ class Communicator {
 
   // ---- All-to-all (stream-ordered, CUDA-graph capturable) ----
   // send holds size() blocks of `count` elements: block q goes to rank q, which receives it as its block
-  // rank(). send and recv must not overlap (NCCL's ncclAlltoAll rule).
+  // rank(). send and recv must not overlap (NCCL's ncclAlltoAll rule). Buffers from comm.alloc() take the zero-copy
+  // paths; every rank must then pass its buffers at the same offsets in the same allocations.
+  //
+  // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
+  // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it
+  // (a rank throwing at a call's entry would leave its peers waiting in that call). The receiver reports
+  // overflow and count mismatches, the sender negative counts.
   void all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream);
   // MPI_Alltoallv's shape, counts and displacements in elements, host arrays of size() entries: this rank sends
   // send_counts[q] elements at send + send_displs[q] to rank q and receives recv_counts[q] elements from rank q at
-  // recv + recv_displs[q]. Null displacements: packed in rank order. recv_counts[q] must equal rank q's
-  // send_counts[rank()]; where it does not, nothing from q is written and the next call (or check()) raises
-  // kMismatch naming both counts. send and recv must not overlap.
+  // recv + recv_displs[q]. Null displacements: packed in rank order. recv_counts[rank()] must equal
+  // send_counts[rank()] (kInvalidArgument at the call). recv_counts[q] must equal rank q's send_counts[rank()];
+  // where it does not, nothing from q is written and check() raises kMismatch naming both counts. send and recv
+  // must not overlap.
   void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                    const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
   // The same with the send counts in device memory (int64 elements, size() entries; routing decided on the GPU,
-  // no host round trip, capturable). send_displs: device array, or null for packed. What arrives is packed in
-  // rank order into recv, which holds recv_capacity elements; the counts received are written to the device
-  // array recv_counts[size()] and their offsets to recv_displs[size()] (device, may be null). A total above
-  // recv_capacity writes nothing into recv (the counts are still written), and a negative send count sends
-  // nothing to that rank: the next call (or check()) raises kInvalidArgument with the figures.
+  // no host round trip, capturable). send_displs: device array, or null for packed. send must be a device
+  // buffer even if every count turns out zero (the host cannot see them), and only its start is checked against
+  // recv. What arrives is packed in rank order into recv, which holds recv_capacity elements; the counts received
+  // are written to the device array recv_counts[size()] and their offsets to recv_displs[size()] (device, may be
+  // null). A total above recv_capacity writes nothing into recv (counts and offsets are still written); a
+  // negative send count or displacement sends nothing to that rank (which receives a count of 0): check()
+  // raises kInvalidArgument with the figures.
   void all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
                           size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs, DataType type,
                           Stream stream);

@@ -42,7 +42,7 @@ size_t checked_product(const char* function, const char* argument, size_t a, siz
   return a * b;
 }
 
-// Raises what an earlier kernel recorded (timeouts, refused data) before anything of this call is enqueued.
+// Raises a fatal failure an earlier kernel recorded (a timeout) before anything of this call is enqueued.
 detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
   detail::CommState& state = detail::usable(state_ptr, function);
   set_log_rank(state.rank);

@@ -54,7 +54,7 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
         const int64_t displ = launch.device_send_displs[q];
         sizes.send_offset[q] = displ < 0 ? 0 : uint64_t(displ) * launch.element_bytes;
         if (displ < 0) {
-          if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeCount, launch.fifo.collective, q, displ, 0);
+          if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeDisplacement, launch.fifo.collective, q, displ, 0);
           sizes.send_bytes[q] = 0;
         }
       }

@@ -294,6 +294,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 void Communicator::check() {
   detail::CommState& state = detail::usable(state_, "Communicator::check");
   state.sync->raise_recorded_error(collective_name);
+  state.sync->raise_refused_data(collective_name);
 }
 
 }  // namespace braid

@@ -78,6 +78,9 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
           collective_name(error->collective), error->rank, error->waited_ns * 1e-9, error->peer,
           wait_site_name(error->site), error->channel, error->peer);
   }
+}
+
+void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)) const {
   volatile device::ErrorWord* data = error_host_ + 1;
   const unsigned int code = data->code;
   if (code == 0) return;
@@ -98,6 +101,10 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
     case device::kErrorNegativeCount:
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
             seen.rank, seen.value, seen.peer);
+    case device::kErrorNegativeDisplacement:
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was given send displacement {} for rank {}; nothing was sent there", name, seen.rank,
+            seen.value, seen.peer);
   }
   raise(ErrorCode::kInternal, "{}: rank {} recorded unknown device error code {}", name, seen.rank, seen.code);
 }

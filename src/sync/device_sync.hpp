@@ -39,9 +39,13 @@ class DeviceSync {
   // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad.
   void grant_credits(int first, int count, uint64_t credits);
 
-  // Throws the failure a kernel recorded, if any (kTimeout naming collective, wait site and peer).
-  // `collective_name` maps the recorded collective id to a name.
+  // Throws the fatal failure a kernel recorded, if any (kTimeout naming collective, wait site and peer).
+  // `collective_name` maps the recorded collective id to a name. Every collective calls it at entry.
   void raise_recorded_error(const char* (*collective_name)(unsigned int)) const;
+  // Throws, once, the data a kernel refused (overflow, count mismatch, negative counts), and clears it.
+  // Only Communicator::check() calls it: the communicator is still in step, and a collective that threw at its
+  // entry on one rank would leave its peers waiting in the call.
+  void raise_refused_data(const char* (*collective_name)(unsigned int)) const;
 
  private:
   SymmetricMemory pad_memory_;

@@ -26,10 +26,12 @@ struct ErrorWord {
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
 // Data errors: a kernel refused data it was given and wrote none of it, but kept every counter in step, so the
-// communicator stays usable. The host raises them once and clears the word.
+// communicator stays usable. Communicator::check() raises them once and clears the word (collectives do not:
+// a rank that threw at a call's entry would leave its peers waiting in that call).
 constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
 constexpr unsigned int kErrorNegativeCount = 4;  // a device-side count below zero
+constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displacement below zero
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {
