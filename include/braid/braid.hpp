@@ -89,6 +89,7 @@ struct AllocOptions {
 };
 
 class SymmetricMemory;
+class MoeBuffer;
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
@@ -168,6 +169,7 @@ class Communicator {
   void check();
 
  private:
+  friend class MoeBuffer;  // builds on the communicator's state (signal pad, error words)
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   std::shared_ptr<detail::CommState> state_;
 };

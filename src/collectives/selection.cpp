@@ -99,6 +99,8 @@ const char* short_name(Collective collective) {
     case Collective::kBroadcast: return "broadcast";
     case Collective::kAllToAll: return "alltoall";
     case Collective::kAllToAllv: return "alltoallv";
+    case Collective::kMoeDispatch: return "moedispatch";
+    case Collective::kMoeCombine: return "moecombine";
   }
   return "?";
 }
@@ -149,6 +151,8 @@ const char* collective_name(unsigned int collective) {
     case Collective::kBroadcast: return "broadcast";
     case Collective::kAllToAll: return "all_to_all";
     case Collective::kAllToAllv: return "all_to_allv";
+    case Collective::kMoeDispatch: return "moe_dispatch";
+    case Collective::kMoeCombine: return "moe_combine";
   }
   return "collective";
 }

@@ -17,6 +17,8 @@ enum class Collective : unsigned int {
   kBroadcast = 5,
   kAllToAll = 6,   // uniform blocks
   kAllToAllv = 7,  // per-peer counts (host or device arrays)
+  kMoeDispatch = 8,  // not in the table (src/moe has its own kernels); ids for error reports
+  kMoeCombine = 9,
 };
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 

@@ -7,6 +7,7 @@
 
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
+#include "collectives/staged_launch.hpp"
 #include "comm/comm_state.hpp"
 #include "comm/topology.hpp"
 #include "core/config.hpp"
@@ -64,6 +65,11 @@ std::string random_hex() {
 
 void validate(const Rendezvous& rendezvous) {
   if (rendezvous.size < 1) raise_invalid_argument("Communicator::init", "rendezvous.size", "is {}; must be ≥ 1", rendezvous.size);
+  // The device kernels keep per-peer state in fixed arrays (kernels::kMaxWorld): one host has at most 16 GPUs.
+  if (rendezvous.size > kernels::kMaxWorld) {
+    raise(ErrorCode::kUnsupported, "Communicator::init: rendezvous.size is {}; braid serves at most {} GPUs of one host",
+          rendezvous.size, kernels::kMaxWorld);
+  }
   if (rendezvous.rank < 0 || rendezvous.rank >= rendezvous.size) {
     raise_invalid_argument("Communicator::init", "rendezvous.rank", "is {}; must be in [0, {})", rendezvous.rank,
                            rendezvous.size);

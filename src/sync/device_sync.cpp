@@ -91,8 +91,8 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
   switch (seen.code) {
     case device::kErrorOverflow:
       raise(ErrorCode::kInvalidArgument,
-            "{}: rank {} was sent {} elements in total but its receive capacity is {}; nothing was written to its "
-            "receive buffer (the received counts were)",
+            "{}: rank {} was sent {} elements (rows) in total but its receive capacity is {}; nothing was written "
+            "to its receive buffer (the received counts were)",
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorCountMismatch:
       raise(ErrorCode::kMismatch,
@@ -101,6 +101,12 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
     case device::kErrorNegativeCount:
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
             seen.rank, seen.value, seen.peer);
+    case device::kErrorBadExpert:
+      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given expert id {}; ids must be in [-1, {}) (the pair was skipped)",
+            name, seen.rank, seen.value, seen.limit);
+    case device::kErrorTooManyTokens:
+      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given {} tokens; the buffer holds at most {} (nothing was sent)",
+            name, seen.rank, seen.value, seen.limit);
     case device::kErrorNegativeDisplacement:
       raise(ErrorCode::kInvalidArgument,
             "{}: rank {} was given send displacement {} for rank {}; nothing was sent there", name, seen.rank,

@@ -32,6 +32,8 @@ constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receiv
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
 constexpr unsigned int kErrorNegativeCount = 4;  // a device-side count below zero
 constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displacement below zero
+constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
+constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {

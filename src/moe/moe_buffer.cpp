@@ -1,0 +1,285 @@
+// MoeBuffer, host side: validate the shape, size and carve the symmetric and local memory once, and enqueue the
+// dispatch and combine launches (moe_dispatch.cu, moe_combine.cu) with no host synchronisation.
+//
+// Each MoeBuffer has a signal pad of its own, so two buffers used on two streams at once never count each
+// other's signals; its kernels record failures in the communicator's error words, so comm.check() reports them.
+#include "braid/moe.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "collectives/call_checks.hpp"
+#include "collectives/selection.hpp"
+#include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "moe/moe_kernels.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid {
+namespace detail {
+
+struct MoeState {
+  std::shared_ptr<CommState> comm;
+  MoeShape shape;
+  size_t capacity = 0;
+  std::unique_ptr<DeviceSync> sync;
+  SymmetricMemory memory;
+  void* local = nullptr;  // one cudaMalloc, carved (moe::MoeLaunch's local pointers)
+  moe::MoeLaunch base{};  // everything but the inputs of a call
+  size_t last_host_tokens = 0;
+  bool last_tokens_on_device = false;
+
+  ~MoeState() {
+    if (local != nullptr) {
+      DeviceGuard guard(comm->device);
+      cudaFree(local);
+    }
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+constexpr size_t kPieceAlignment = 256;
+
+size_t round_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// Carves consecutive pieces, each 256-byte aligned.
+struct Carver {
+  size_t used = 0;
+  size_t take(size_t bytes) {
+    const size_t offset = used;
+    used = round_up(used + bytes, kPieceAlignment);
+    return offset;
+  }
+};
+
+size_t capacity_of(const MoeShape& shape, int world) {
+  return shape.capacity_rows != 0 ? shape.capacity_rows : MoeBuffer::worst_case_rows(shape, world);
+}
+
+moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
+  const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
+  const size_t row_bytes = shape.hidden * datatype_size(shape.type);
+  Carver carve;
+  moe::SymmetricLayout layout{};
+  layout.rows = carve.take(capacity * row_bytes);
+  layout.row_weight = carve.take(capacity * sizeof(float));
+  layout.row_expert = carve.take(capacity * sizeof(int32_t));
+  layout.row_rank = carve.take(capacity * sizeof(int32_t));
+  layout.row_token = carve.take(capacity * sizeof(int32_t));
+  layout.row_primary = carve.take(capacity * sizeof(int32_t));
+  layout.table_rows = carve.take(W * T * K * sizeof(int32_t));
+  layout.table_token = carve.take(W * T * sizeof(int32_t));
+  layout.counts = carve.take(2 * W * (shape.experts + W) * sizeof(int64_t));
+  layout.combine = carve.take(W * T * row_bytes);
+  layout.bytes = carve.used;
+  return layout;
+}
+
+void validate_shape(const MoeShape& shape, int world) {
+  const char* function = "MoeBuffer::create";
+  if (shape.hidden == 0) raise_invalid_argument(function, "shape.hidden", "is 0");
+  if (shape.type != DataType::kBFloat16 && shape.type != DataType::kFloat16 && shape.type != DataType::kFloat32) {
+    raise_invalid_argument(function, "shape.type", "is {}; MoE rows are bfloat16, float16 or float32",
+                           datatype_name(shape.type));
+  }
+  if (shape.index_type != DataType::kInt32 && shape.index_type != DataType::kInt64) {
+    raise_invalid_argument(function, "shape.index_type", "is {}; expert ids are int32 or int64", datatype_name(shape.index_type));
+  }
+  if (shape.max_tokens == 0 || shape.max_tokens > INT32_MAX) {
+    raise_invalid_argument(function, "shape.max_tokens", "is {}; must be in [1, {}]", shape.max_tokens, INT32_MAX);
+  }
+  if (shape.top_k < 1 || shape.top_k > kMaxTopK) {
+    raise_invalid_argument(function, "shape.top_k", "is {}; must be in [1, {}]", shape.top_k, kMaxTopK);
+  }
+  if (shape.experts < 1 || shape.experts % world != 0 || shape.experts > moe::kMaxExperts) {
+    raise_invalid_argument(function, "shape.experts", "is {}; must be a multiple of the world size {}, at most {}",
+                           shape.experts, world, moe::kMaxExperts);
+  }
+  if (shape.expert_alignment < 1) raise_invalid_argument(function, "shape.expert_alignment", "is {}; must be >= 1", shape.expert_alignment);
+  const size_t capacity = capacity_of(shape, world);
+  if (capacity > INT32_MAX) raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
+  const size_t row_bytes = shape.hidden * datatype_size(shape.type);
+  if (row_bytes / datatype_size(shape.type) != shape.hidden || capacity > SIZE_MAX / 2 / row_bytes ||
+      shape.max_tokens * size_t(world) > SIZE_MAX / 2 / row_bytes) {
+    raise_invalid_argument(function, "shape.hidden", "is {}: the buffer's size in bytes overflows", shape.hidden);
+  }
+}
+
+std::string describe(const MoeShape& shape) {
+  return fmt::format("hidden {} type {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {}", shape.hidden,
+                     datatype_name(shape.type), datatype_name(shape.index_type), shape.max_tokens, shape.top_k,
+                     shape.experts, shape.expert_alignment, shape.capacity_rows);
+}
+
+detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function) {
+  if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
+  detail::usable(state->comm, function);
+  set_log_rank(state->comm->rank);
+  state->comm->sync->raise_recorded_error(collective_name);  // a timeout: the communicator is unusable
+  return *state;
+}
+
+}  // namespace
+
+size_t MoeBuffer::worst_case_rows(const MoeShape& shape, int world) {
+  const size_t local = world > 0 && shape.experts > 0 ? static_cast<size_t>(shape.experts / world) : 0;
+  const size_t per_token = std::min<size_t>(static_cast<size_t>(std::max(shape.top_k, 0)), local);
+  return size_t(world) * shape.max_tokens * per_token + local * static_cast<size_t>(std::max(shape.expert_alignment - 1, 0));
+}
+
+size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
+  validate_shape(shape, world);
+  return symmetric_layout(shape, world).bytes;
+}
+
+MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
+  const char* function = "MoeBuffer::create";
+  detail::CommState& comm_state = detail::usable(comm.state_, function);
+  const int world = comm_state.size;
+  validate_shape(shape, world);
+  const std::vector<std::string> shapes = comm.host_allgather(describe(shape));
+  for (int r = 0; r < world; ++r) {
+    if (shapes[r] != shapes[comm_state.rank]) {
+      raise(ErrorCode::kMismatch, "{}: rank {} asked for ({}) but rank {} for ({})", function, comm_state.rank,
+            shapes[comm_state.rank], r, shapes[r]);
+    }
+  }
+  auto state = std::make_unique<detail::MoeState>();
+  state->comm = comm.state_;
+  state->shape = shape;
+  state->capacity = capacity_of(shape, world);
+  state->sync = std::make_unique<DeviceSync>(comm, comm_state.timeout_s, moe::kScatterBlocks);
+  const moe::SymmetricLayout layout = symmetric_layout(shape, world);
+  state->memory = comm.alloc(layout.bytes);  // zeroed
+
+  const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
+  Carver carve;
+  const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), token_slot = carve.take(T * W * sizeof(int32_t));
+  const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
+  const size_t my_counts = carve.take((E + W) * sizeof(int64_t)), tokens = carve.take(sizeof(int64_t));
+  const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
+  const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
+  const size_t blocks_done = carve.take(sizeof(unsigned int));
+  {
+    DeviceGuard guard(comm_state.device);
+    BRAID_CUDA(cudaMalloc(&state->local, carve.used));
+    BRAID_CUDA(cudaMemset(state->local, 0, carve.used));
+    BRAID_CUDA(cudaDeviceSynchronize());
+  }
+  char* local = static_cast<char*>(state->local);
+  moe::MoeLaunch& b = state->base;
+  b.world = world;
+  b.rank = comm_state.rank;
+  b.experts = shape.experts;
+  b.local_experts = static_cast<int>(L);
+  b.top_k = shape.top_k;
+  b.alignment = shape.expert_alignment;
+  b.hidden = shape.hidden;
+  b.element_bytes = datatype_size(shape.type);
+  b.max_tokens = shape.max_tokens;
+  b.capacity = state->capacity;
+  b.peers = reinterpret_cast<char* const*>(state->memory.device_peers());
+  b.layout = layout;
+  b.pair_slot = reinterpret_cast<int32_t*>(local + pair_slot);
+  b.token_slot = reinterpret_cast<int32_t*>(local + token_slot);
+  b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
+  b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
+  b.my_counts = reinterpret_cast<int64_t*>(local + my_counts);
+  b.tokens = reinterpret_cast<int64_t*>(local + tokens);
+  b.received_tokens = reinterpret_cast<int64_t*>(local + received);
+  b.expert_counts = reinterpret_cast<int64_t*>(local + expert_counts);
+  b.expert_offsets = reinterpret_cast<int64_t*>(local + expert_offsets);
+  b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
+  b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
+  b.pad = state->sync->pad();
+  b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
+  b.pad.data_error = comm_state.sync->pad().data_error;
+  b.dispatch_id = static_cast<unsigned int>(Collective::kMoeDispatch);
+  b.combine_id = static_cast<unsigned int>(Collective::kMoeCombine);
+  BRAID_DEBUG("MoeBuffer: {}; {} receive rows, {} bytes of symmetric memory", describe(shape), state->capacity, layout.bytes);
+  return MoeBuffer(std::move(state));
+}
+
+MoeBuffer::MoeBuffer(std::unique_ptr<detail::MoeState> state) : state_(std::move(state)) {}
+MoeBuffer::MoeBuffer(MoeBuffer&&) noexcept = default;
+MoeBuffer& MoeBuffer::operator=(MoeBuffer&&) noexcept = default;
+MoeBuffer::~MoeBuffer() = default;
+
+const MoeShape& MoeBuffer::shape() const { return checked(state_, "MoeBuffer::shape").shape; }
+size_t MoeBuffer::capacity_rows() const { return checked(state_, "MoeBuffer::capacity_rows").capacity; }
+
+MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
+                                      const int64_t* num_tokens_device, Stream stream) {
+  const char* function = "MoeBuffer::dispatch";
+  detail::MoeState& state = checked(state_, function);
+  const int device = state.comm->device;
+  if (num_tokens_device == nullptr && num_tokens > state.shape.max_tokens) {
+    raise_invalid_argument(function, "num_tokens", "is {}; the buffer holds at most {} (shape.max_tokens)", num_tokens,
+                           state.shape.max_tokens);
+  }
+  if (num_tokens_device != nullptr) collectives::check_device_pointer(function, num_tokens_device, "num_tokens_device", device);
+  // With T on the device any T up to max_tokens may come: the inputs must be there.
+  if (num_tokens_device != nullptr || num_tokens > 0) {
+    if (x == nullptr) raise_invalid_argument(function, "x", "is null");
+    if (topk_idx == nullptr) raise_invalid_argument(function, "topk_idx", "is null");
+    if (topk_weights == nullptr) raise_invalid_argument(function, "topk_weights", "is null");
+    collectives::check_device_pointer(function, x, "x", device);
+    collectives::check_device_pointer(function, topk_idx, "topk_idx", device);
+    collectives::check_device_pointer(function, topk_weights, "topk_weights", device);
+  }
+  moe::MoeLaunch launch = state.base;
+  launch.x = static_cast<const char*>(x);
+  launch.topk_idx = topk_idx;
+  launch.topk_weights = topk_weights;
+  launch.num_tokens = num_tokens;
+  launch.num_tokens_device = num_tokens_device;
+  {
+    DeviceGuard guard(device);
+    moe::launch_dispatch(launch, state.shape.index_type, stream);
+    collectives::check_launch("MoE dispatch launch");
+  }
+  state.last_host_tokens = num_tokens;
+  state.last_tokens_on_device = num_tokens_device != nullptr;
+
+  char* base = static_cast<char*>(state.memory.local());
+  MoeDispatchOutput output;
+  output.x = base + launch.layout.rows;
+  output.expert_counts = launch.expert_counts;
+  output.expert_offsets = launch.expert_offsets;
+  output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
+  output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
+  output.source_rank = moe::at_offset<int32_t>(base, launch.layout.row_rank);
+  output.source_token = moe::at_offset<int32_t>(base, launch.layout.row_token);
+  output.capacity_rows = state.capacity;
+  output.local_experts = launch.local_experts;
+  return output;
+}
+
+void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) {
+  const char* function = "MoeBuffer::combine";
+  detail::MoeState& state = checked(state_, function);
+  const int device = state.comm->device;
+  if (y == nullptr) raise_invalid_argument(function, "y", "is null");
+  collectives::check_device_pointer(function, y, "y", device);
+  const bool tokens_possible = state.last_tokens_on_device || state.last_host_tokens > 0;
+  if (tokens_possible || out != nullptr) {
+    if (out == nullptr) raise_invalid_argument(function, "out", "is null");
+    collectives::check_device_pointer(function, out, "out", device);
+  }
+  moe::MoeLaunch launch = state.base;
+  launch.y = static_cast<const char*>(y);
+  launch.out = static_cast<char*>(out);
+  launch.weighted = weighted;
+  DeviceGuard guard(device);
+  moe::launch_combine(launch, state.shape.type, stream);
+  collectives::check_launch("MoE combine launch");
+}
+
+}  // namespace braid

@@ -1,0 +1,147 @@
+// MoE combine, two launches:
+//   1. send (kScatterBlocks blocks): after an entry barrier (every peer has entered this combine, so its combine
+//      area is free again), a block per token received in the last dispatch sums that token's rows here
+//      (weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's
+//      slot of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier
+//      per block: every peer's partials for this rank are here.
+//   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
+//      a token with no expert).
+#include "collectives/elementwise.cuh"
+#include "moe/moe_kernels.hpp"
+#include "moe/moe_layout.cuh"
+#include "collectives/dispatch.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::moe {
+namespace {
+
+using kernels::acc_t;
+using kernels::from_acc;
+using kernels::to_acc;
+
+// Element h of a row: whole 16-byte vectors when every row starts 16-byte aligned, else one element at a time.
+template <typename T, int N>
+struct Lanes {
+  acc_t<T> value[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load_lanes(const T* source, Lanes<T, N>& lanes) {
+  if constexpr (N == 1) {
+    lanes.value[0] = to_acc(*source);
+  } else {
+    const kernels::Vector<T> vector = kernels::load_vector<T>(source);
+#pragma unroll
+    for (int i = 0; i < N; ++i) lanes.value[i] = to_acc(vector.value[i]);
+  }
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store_lanes(T* destination, const Lanes<T, N>& lanes) {
+  if constexpr (N == 1) {
+    *destination = from_acc<T>(lanes.value[0]);
+  } else {
+    kernels::Vector<T> vector;
+#pragma unroll
+    for (int i = 0; i < N; ++i) vector.value[i] = from_acc<T>(lanes.value[i]);
+    kernels::store_vector<T>(destination, vector);
+  }
+}
+
+template <typename T, int N>
+__device__ void send_partials(const MoeLaunch& launch) {
+  __shared__ int64_t first_of[kMaxWorld + 1];  // flat index of each source's first received token
+  if (threadIdx.x == 0) {
+    first_of[0] = 0;
+    for (int s = 0; s < launch.world; ++s) first_of[s + 1] = first_of[s] + launch.received_tokens[s];
+  }
+  __syncthreads();
+  const int K = launch.top_k, me = launch.rank;
+  const size_t H = launch.hidden;
+  char* base = launch.peers[me];
+  const int32_t* table_rows = at_offset<int32_t>(base, launch.layout.table_rows);
+  const int32_t* table_token = at_offset<int32_t>(base, launch.layout.table_token);
+  const float* row_weight = at_offset<float>(base, launch.layout.row_weight);
+  const T* y = reinterpret_cast<const T*>(launch.y);
+  for (int64_t flat = blockIdx.x; flat < first_of[launch.world]; flat += gridDim.x) {
+    int s = 0;
+    while (flat >= first_of[s + 1]) ++s;
+    const int64_t entry = s * static_cast<int64_t>(launch.max_tokens) + (flat - first_of[s]);
+    const int32_t* rows = table_rows + entry * K;
+    const int64_t t = table_token[entry];
+    T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
+    for (size_t h = threadIdx.x * N; h < H; h += blockDim.x * N) {
+      Lanes<T, N> sum{};
+      for (int k = 0; k < K; ++k) {
+        const int32_t row = rows[k];
+        if (row < 0) continue;
+        const acc_t<T> w = launch.weighted ? static_cast<acc_t<T>>(row_weight[row]) : acc_t<T>(1);
+        Lanes<T, N> term;
+        load_lanes<T, N>(y + row * H + h, term);
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum.value[i] += w * term.value[i];
+      }
+      store_lanes<T, N>(partial + h, sum);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMoeThreads) moe_combine_send(MoeLaunch launch) {
+  if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+  constexpr int kVector = kernels::Vector<T>::kCount;
+  if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0) {
+    send_partials<T, kVector>(launch);
+  } else {
+    send_partials<T, 1>(launch);
+  }
+  device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteExitBarrier);
+}
+
+template <typename T, int N>
+__device__ void reduce_partials(const MoeLaunch& launch) {
+  const size_t H = launch.hidden, tokens = static_cast<size_t>(*launch.tokens);
+  const uint32_t delivered = *launch.delivered_ranks;
+  const T* partials = at_offset<T>(launch.peers[launch.rank], launch.layout.combine);
+  T* out = reinterpret_cast<T*>(launch.out);
+  for (size_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const uint32_t ranks = launch.token_ranks[t] & delivered;
+    for (size_t h = threadIdx.x * N; h < H; h += blockDim.x * N) {
+      Lanes<T, N> sum{};
+      for (int r = 0; r < launch.world; ++r) {
+        if (!((ranks >> r) & 1u)) continue;
+        Lanes<T, N> term;
+        load_lanes<T, N>(partials + (r * launch.max_tokens + t) * H + h, term);
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum.value[i] += term.value[i];
+      }
+      store_lanes<T, N>(out + t * H + h, sum);
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMoeThreads) moe_combine_reduce(MoeLaunch launch) {
+  constexpr int kVector = kernels::Vector<T>::kCount;
+  if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0) {
+    reduce_partials<T, kVector>(launch);  // store_lanes tolerates an unaligned out
+  } else {
+    reduce_partials<T, 1>(launch);
+  }
+}
+
+}  // namespace
+
+void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream) {
+  kernels::dispatch_type(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
+      moe_combine_send<T><<<kScatterBlocks, kMoeThreads, 0, stream>>>(launch);
+      moe_combine_reduce<T><<<kReduceBlocks, kMoeThreads, 0, stream>>>(launch);
+    } else {
+      raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));
+    }
+  });
+}
+
+}  // namespace braid::moe

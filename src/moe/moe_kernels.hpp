@@ -1,0 +1,17 @@
+// Launchers of the MoE kernels (moe_dispatch.cu, moe_combine.cu); each enqueues its launches on `stream`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "braid/types.hpp"
+#include "moe/moe_launch.hpp"
+
+namespace braid::moe {
+
+constexpr int kExpandBlocks = 132;  // local work: one wave of an H100/H200
+constexpr int kReduceBlocks = 132;
+
+void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
+void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
+
+}  // namespace braid::moe

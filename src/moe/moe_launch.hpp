@@ -1,0 +1,73 @@
+// The arguments of the MoE kernels (plain data, passed by value) and the layout of a MoeBuffer's memory.
+//
+// Symmetric (every peer writes into it): the receive rows and their metadata, the token table (per source rank
+// and received token: its rows here), the count matrix (every rank's routing counts, two parities) and the
+// combine area (per expert rank: its partial sums of every token of this rank). Local: what this rank's
+// routing computed, and the outputs dispatch hands back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/device/sync_device.hpp"
+
+namespace braid::moe {
+
+constexpr int kMaxWorld = 16;
+constexpr int kMaxExperts = 1024;  // the layout of every rank's experts is computed in shared memory
+constexpr int kMoeThreads = 512;
+constexpr int kScatterBlocks = 64;  // dispatch and combine launch this many blocks on every rank (one channel each)
+
+// One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base.
+struct SymmetricLayout {
+  size_t rows;           // [capacity][hidden] elements
+  size_t row_weight;     // float[capacity]
+  size_t row_expert;     // int32[capacity]: local expert, -1 padding
+  size_t row_rank;       // int32[capacity]: source rank, -1 padding
+  size_t row_token;      // int32[capacity]: source token, -1 padding
+  size_t row_primary;    // int32[capacity]: the row that holds this row's data as sent (a token crosses once)
+  size_t table_rows;     // int32[world][max_tokens][top_k]: per (source, received token) its rows here, -1 none
+  size_t table_token;    // int32[world][max_tokens]: the token's index on its source
+  size_t counts;         // int64[2][world][experts + world]: each source's expert counts and token-per-rank counts
+  size_t combine;        // [world][max_tokens][hidden] elements: each expert rank's partial sum of each token
+  size_t bytes;          // all of it
+};
+
+struct MoeLaunch {
+  // Shape.
+  int world, rank, experts, local_experts, top_k, alignment;
+  size_t hidden, element_bytes, max_tokens, capacity;
+  // Inputs of this call.
+  const char* x;
+  const void* topk_idx;
+  const float* topk_weights;
+  size_t num_tokens;                 // used when num_tokens_device is null
+  const int64_t* num_tokens_device;  // else read here
+  const char* y;                     // combine
+  char* out;                         // combine
+  bool weighted;
+  // Symmetric memory: every rank's base (device array [world]), and where things are in it.
+  char* const* peers;
+  SymmetricLayout layout;
+  // Local memory.
+  int32_t* pair_slot;        // [max_tokens][top_k]: index of the pair among this rank's pairs of its expert
+  int32_t* token_slot;       // [max_tokens][world]: index of the token among this rank's tokens sent to that rank
+  uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
+  uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
+  int64_t* my_counts;        // [experts + world]
+  int64_t* tokens;           // [1]: T of the last dispatch (after checks)
+  int64_t* received_tokens;  // [world]: tokens received from each source in the last dispatch
+  int64_t* expert_counts;    // [local_experts] output
+  int64_t* expert_offsets;   // [local_experts + 1] output
+  uint64_t* epoch;           // dispatches so far (parity of the count matrix)
+  unsigned int* blocks_done;
+  device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
+  unsigned int dispatch_id, combine_id;  // collective ids for error reports
+};
+
+template <typename T>
+__host__ __device__ inline T* at_offset(char* base, size_t offset) {
+  return reinterpret_cast<T*>(base + offset);
+}
+
+}  // namespace braid::moe

@@ -1,0 +1,83 @@
+// MoE shape classes without a GPU: the worst-case receive rows, what a shape costs in symmetric memory, and
+// bad shapes refused naming the field.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "braid/moe.hpp"
+
+namespace braid {
+namespace {
+
+MoeShape deepseek_like() {
+  MoeShape shape;
+  shape.hidden = 7168;
+  shape.type = DataType::kBFloat16;
+  shape.max_tokens = 4096;
+  shape.top_k = 8;
+  shape.experts = 64;
+  return shape;
+}
+
+TEST(MoeShape, WorstCaseRowsIsEveryTokenOfEveryRankOnOneRankPlusPadding) {
+  MoeShape shape = deepseek_like();
+  // 4 ranks, 16 experts each: a token brings at most min(K, 16) = 8 rows to one rank.
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 4), size_t(4) * 4096 * 8);
+  shape.expert_alignment = 128;
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 4), size_t(4) * 4096 * 8 + 16 * 127);
+  // 16 ranks, 4 experts each: at most 4 rows a token, however large K is.
+  shape.expert_alignment = 1;
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 16), size_t(16) * 4096 * 4);
+}
+
+TEST(MoeShape, SymmetricBytesAreDominatedByTheRowsAndTheCombineArea) {
+  MoeShape shape = deepseek_like();
+  const size_t row_bytes = 7168 * 2;
+  const size_t rows = MoeBuffer::worst_case_rows(shape, 4);
+  const size_t bytes = MoeBuffer::symmetric_bytes(shape, 4);
+  const size_t dominant = rows * row_bytes + size_t(4) * 4096 * row_bytes;
+  EXPECT_GE(bytes, dominant);
+  EXPECT_LE(bytes, dominant + dominant / 50);  // metadata is a few percent at most
+  // A smaller capacity shrinks it.
+  shape.capacity_rows = rows / 4;
+  EXPECT_LT(MoeBuffer::symmetric_bytes(shape, 4), bytes);
+}
+
+void expect_refused(MoeShape shape, const std::string& field) {
+  try {
+    MoeBuffer::symmetric_bytes(shape, 4);
+    ADD_FAILURE() << "accepted a bad " << field;
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(error.what()).find("'shape." + field + "'"), std::string::npos) << error.what();
+  }
+}
+
+TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
+  MoeShape shape = deepseek_like();
+  shape.hidden = 0;
+  expect_refused(shape, "hidden");
+  shape = deepseek_like();
+  shape.type = DataType::kInt32;
+  expect_refused(shape, "type");
+  shape = deepseek_like();
+  shape.index_type = DataType::kFloat32;
+  expect_refused(shape, "index_type");
+  shape = deepseek_like();
+  shape.max_tokens = 0;
+  expect_refused(shape, "max_tokens");
+  shape = deepseek_like();
+  shape.top_k = 0;
+  expect_refused(shape, "top_k");
+  shape.top_k = kMaxTopK + 1;
+  expect_refused(shape, "top_k");
+  shape = deepseek_like();
+  shape.experts = 62;  // not a multiple of 4
+  expect_refused(shape, "experts");
+  shape = deepseek_like();
+  shape.expert_alignment = 0;
+  expect_refused(shape, "expert_alignment");
+}
+
+}  // namespace
+}  // namespace braid
