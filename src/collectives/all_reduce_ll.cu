@@ -10,7 +10,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
-#include "collectives/ll_launch.hpp"
+#include "collectives/ll.cuh"
 #include "collectives/staged.cuh"
 #include "collectives/staged_launch.hpp"
 #include "sync/device_sync.hpp"
@@ -18,52 +18,14 @@
 namespace braid::kernels {
 namespace {
 
-// 8 payload bytes of a user buffer at `source`, `left` bytes to its end (the last line is zero-padded).
-__device__ __forceinline__ uint2 load_line(const char* source, size_t left) {
-  if (left >= kLLLineBytes && (reinterpret_cast<uintptr_t>(source) & 7) == 0) return *reinterpret_cast<const uint2*>(source);
-  alignas(8) unsigned char bytes[kLLLineBytes] = {};
-  for (size_t i = 0; i < kLLLineBytes && i < left; ++i) bytes[i] = source[i];
-  return *reinterpret_cast<const uint2*>(bytes);
-}
-
-__device__ __forceinline__ void store_line(char* destination, uint2 line, size_t left) {
-  if (left >= kLLLineBytes && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
-    *reinterpret_cast<uint2*>(destination) = line;
-    return;
-  }
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&line);
-  for (size_t i = 0; i < kLLLineBytes && i < left; ++i) destination[i] = bytes[i];
-}
-
-__device__ __forceinline__ void store_wire(char* address, uint2 line, uint32_t flag) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(address), "r"(line.x), "r"(flag), "r"(line.y),
-               "r"(flag)
-               : "memory");
-}
-
-// True once both halves of the wire line carry `flag`; then *line holds the payload.
-__device__ __forceinline__ bool load_wire(const char* address, uint32_t flag, uint2* line) {
-  uint32_t low, low_flag, high, high_flag;
-  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(low), "=r"(low_flag), "=r"(high), "=r"(high_flag)
-               : "l"(address)
-               : "memory");
-  if (low_flag != flag || high_flag != flag) return false;
-  *line = make_uint2(low, high);
-  return true;
-}
-
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launch) {
   static_assert(kLLLineBytes % sizeof(T) == 0, "a line holds whole elements");
   constexpr int kPerLine = kLLLineBytes / sizeof(T);
   const int world = launch.pad.world, rank = launch.pad.rank;
-  __shared__ uint64_t sequence;
-  if (threadIdx.x == 0) sequence = *launch.epoch + 1;
-  __syncthreads();
-  const uint32_t flag = static_cast<uint32_t>(sequence);
-  const size_t parity = sequence & 1;
-  auto slot = [&](int receiver, int sender) { return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes; };
+  const LLCall call = ll_call(launch);
+  const uint32_t flag = call.flag;
+  auto slot = [&](int receiver, int sender) { return ll_slot(launch, call, receiver, sender); };
 
   const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;

@@ -1,5 +1,6 @@
 // All-to-all(v), host side: check arguments at the boundary, raise what an earlier kernel recorded, choose the
-// path, enqueue. Three paths:
+// path, enqueue. Four paths:
+//   - LL lines (all_to_all_ll.cu): uniform blocks that fit an LL slot, any buffer;
 //   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
 //   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
 //   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric
@@ -15,6 +16,7 @@
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/ll_launch.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
@@ -110,11 +112,27 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   BRAID_TRACE("all_to_all: {} elements a block, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
               symmetric ? " (symmetric buffers)" : "", choice.blocks);
   DeviceGuard guard(state.device);
+  const size_t ll_slot_bytes = state.ll.bytes() / 2 / state.size;
+  if (choice.algorithm == Algorithm::kLL && block_bytes <= ll_slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes) {
+    kernels::LLLaunch launch{};
+    launch.send = static_cast<const char*>(send);
+    launch.recv = static_cast<char*>(recv);
+    launch.count = block_bytes;
+    launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
+    launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
+    launch.slot_bytes = ll_slot_bytes;
+    launch.pad = state.sync->pad();
+    launch.epoch = state.sync->ll_epoch();
+    launch.blocks_done = state.sync->blocks_done();
+    kernels::launch_all_to_all_ll(launch, choice.blocks, stream);
+    check_launch("all_to_all kernel launch");
+    return;
+  }
   if (symmetric && choice.algorithm == Algorithm::kCopyEngine) {
     all_to_all_copy_engine(state, *send_range, recv, block_bytes, stream);
     return;
   }
-  if (symmetric) {
+  if (symmetric && choice.algorithm != Algorithm::kLL) {  // an LL block too large for its slot: stores
     kernels::AllToAllDirectLaunch launch{};
     launch.send = static_cast<const char*>(send);
     launch.recv_peers = recv_range->device_peers;

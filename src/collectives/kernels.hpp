@@ -30,6 +30,7 @@ void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_to_all_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
 // One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).

@@ -25,10 +25,12 @@ struct Row {
 //     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
-//   - All-to-all: FIFO pushes on any buffer; on symmetric buffers direct stores into the peers' outputs while a
-//     call is small (the copy engines' launches and barrier kernels cost more than they save), copy engines
-//     pulling from the peers' inputs beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers
-//     ~344). The 4 MiB cut-off is a first guess, not yet measured.
+//   - All-to-all: LL lines through 512 KiB (no barrier, no signal); beyond, FIFO pushes on any buffer, and on
+//     symmetric buffers direct stores into the peers' outputs while a call is small (the copy engines'
+//     launches and barrier kernels cost more than they save), copy engines pulling from the peers' inputs
+//     beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers ~344). On 2×H200 (2026-11-22)
+//     FIFO pushes took 9.3 µs at 8 KiB (NCCL 6.7) and stores 6.9; the 512 KiB and 4 MiB cut-offs are first
+//     guesses, to be read off a sweep.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -42,6 +44,7 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(4) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
@@ -60,6 +63,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduceScatter, Algorithm::kStaged},    {Collective::kAllGather, Algorithm::kStaged},
     {Collective::kBroadcast, Algorithm::kStaged},        {Collective::kAllToAll, Algorithm::kPipelined},
     {Collective::kAllToAll, Algorithm::kCopyEngine},     {Collective::kAllToAllv, Algorithm::kPipelined},
+    {Collective::kAllToAll, Algorithm::kLL},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
