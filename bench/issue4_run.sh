@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 4 (all-to-all, MoE) on the GPU machine (device tool), after bench/stage_build.sh staged the build:
-#   tests     the AllToAll* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
+#   tests     the AllToAll* and Moe* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
 #   compare   braid-bench -c alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
-#   algos     braid only, symmetric buffers, each all-to-all algorithm forced (BRAID_ALGO), to set the cut-off
+#   moe       braid-bench --moe --compare nccl: T=128 and T=4096, H=7168, K=8, E=64, bf16, CUDA graphs
+#   algos     braid only, each all-to-all algorithm forced (BRAID_ALGO), symmetric and cudaMalloc buffers, to set
+#             the cut-offs (LL falls back to stores or pipelined where a block exceeds its LL slot)
 # Usage: bench/issue4_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
 RUN_TITLE=issue-4 source "$(dirname "$0")/run_common.sh"
@@ -11,11 +13,11 @@ shift
 for phase in "$@"; do
   case "$phase" in
     tests)
-      filter='--gtest_filter=AllToAll*'
+      filter='--gtest_filter=AllToAll*:Moe*'
       for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
         timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/alltoall-tests-threads-$world.log" 2>&1
         echo "all-to-all tests (threads, $world ranks) exit $?" | tee -a "$out/alltoall-tests-threads-$world.log"
-        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED" "$out/alltoall-tests-threads-$world.log" | head -30
+        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED" "$out/alltoall-tests-threads-$world.log" | head -40
       done
       timeout 200 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests "$filter" \
         > "$out/alltoall-tests-processes-$gpus.log" 2>&1
@@ -30,9 +32,16 @@ for phase in "$@"; do
       bench 90 compare-symmetric-alltoall -c alltoall -d float32 -b 16M -e 512M -f 4 --symmetric 1 $cmp
       ;;
     algos)
-      for algo in pipelined copyengine; do
-        BRAID_ALGO=alltoall=$algo bench 60 "symmetric-alltoall-$algo" -c alltoall -d float32 -b 64K -e 512M -f 4 -z 0 -n 10 --inplace 0 --symmetric 1
+      for algo in ll pipelined copyengine; do
+        BRAID_ALGO=alltoall=$algo bench 60 "symmetric-alltoall-$algo" -c alltoall -d float32 -b 8K -e 64M -f 4 -G 20 -z 0 --inplace 0 --symmetric 1
       done
+      for algo in ll pipelined; do
+        BRAID_ALGO=alltoall=$algo bench 60 "alltoall-$algo" -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 -z 0 --inplace 0
+      done
+      ;;
+    moe)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      bench 150 moe-compare-nccl --moe --tokens 128,4096 --hidden 7168 --top-k 8 --experts 64 -d bfloat16 -G 20 $cmp
       ;;
     *) echo "unknown phase $phase" ;;
   esac

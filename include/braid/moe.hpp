@@ -41,11 +41,13 @@ constexpr int kMaxTopK = 16;
 
 // What dispatch returns: views of the MoeBuffer's memory on this rank, valid until its next dispatch. Everything
 // is device memory, written by the device: read counts and offsets on the device (or after synchronising).
+// The caller may overwrite x in place (an expert writing its output there) between dispatch and combine; the
+// metadata arrays are read by combine and must be left as they are.
 struct MoeDispatchOutput {
   void* x = nullptr;                        // [capacity_rows, hidden]: the rows for this rank's experts,
                                             // expert-major, each expert's block contiguous and ordered by
-                                            // source rank, then token index (the same routing gives the same
-                                            // layout every time); padding rows' contents are unspecified
+                                            // source rank, then token index, then k (the same routing gives the
+                                            // same layout every time); padding rows' contents are unspecified
   const int64_t* expert_counts = nullptr;   // [local_experts]: rows of each local expert
   const int64_t* expert_offsets = nullptr;  // [local_experts + 1]: first row of each expert's block (a multiple of
                                             // expert_alignment); the last entry is the rows in use, padding included
@@ -59,6 +61,7 @@ struct MoeDispatchOutput {
 
 // Symmetric buffers for one shape class on one communicator, made once and reused by every dispatch/combine
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
+// Limits: at most 16 ranks, experts <= 1024 (moe::kMaxExperts), capacity_rows and max_tokens < 2^31.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
@@ -68,6 +71,7 @@ class MoeBuffer {
   // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert.
   static size_t worst_case_rows(const MoeShape& shape, int world);
   // Symmetric memory one MoeBuffer of this shape holds on each rank (see docs/moe.md for the breakdown).
+  // Validates the shape as create does (kInvalidArgument naming the field).
   static size_t symmetric_bytes(const MoeShape& shape, int world);
 
   MoeBuffer(MoeBuffer&&) noexcept;
@@ -81,15 +85,19 @@ class MoeBuffer {
   // (index_type; -1: no expert), once per rank however many of its experts that rank holds, and lays the rows
   // out there expert-major. topk_weights [T, K] float32. T = num_tokens, or, when num_tokens_device is not null,
   // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size.
-  // Expert ids outside [-1, E) and T above max_tokens are refused (the pair, or the call, is skipped) and
-  // reported by comm.check(). Every rank must call it, even with T = 0.
+  // A host num_tokens above max_tokens throws at the call. Expert ids outside [-1, E) and a device T above
+  // max_tokens are refused on the device (the pair, or the rank's whole call, is skipped; combine then sums the
+  // valid pairs only) and reported by comm.check(). A rank whose rows would exceed capacity_rows receives none:
+  // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
+  // that rank's partials out, and comm.check() on that rank reports it. Every rank must call it, even with T = 0.
   MoeDispatchOutput dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
                              const int64_t* num_tokens_device, Stream stream);
 
   // For the tokens of the last dispatch: out[t] = sum over k of w[t, k] * y[row of (t, k)] with float32
   // accumulation (weighted), or the plain sum (the caller applied the weights). y is [capacity_rows, hidden] in
   // the layout dispatch returned (the experts' outputs, shape().type); out is [T, hidden] on the dispatching
-  // rank; a token with no expert gets zeros. Every rank must call it.
+  // rank; a token with no expert gets zeros. Every rank must call it; it may be called again for the same
+  // dispatch (with other y).
   void combine(const void* y, void* out, bool weighted, Stream stream);
 
  private:

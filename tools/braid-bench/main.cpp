@@ -1,5 +1,6 @@
 // braid-bench: braid's collectives timed and checked against a host reference, nccl-tests style, optionally
-// beside NCCL on the same GPUs (--compare nccl); --smoke runs the symmetric-memory smoke run instead.
+// beside NCCL on the same GPUs (--compare nccl); --smoke runs the symmetric-memory smoke run instead, --moe the MoE
+// dispatch/combine benchmark (moe.cpp).
 //   braid-bench [-c allreduce|...|all] [-b 8] [-e 128M] [-f 2] [-d float32] [-o sum] [...]   ranks as threads
 //   braid-run -n N braid-bench [...]                                                         ranks as processes
 // This file starts the ranks and turns failures into messages and exit codes; options.cpp has the flags,
@@ -18,6 +19,7 @@
 
 #include "bench.hpp"
 #include "braid/braid.hpp"
+#include "moe.hpp"
 #include "nccl.hpp"
 #include "options.hpp"
 #include "smoke.hpp"
@@ -38,7 +40,8 @@ int run_rank(const braid::Rendezvous& rendezvous, const Options& options,
     if (options.smoke) {
       return braid::bench::smoke_run(*comm, options.min_bytes, options.max_bytes, options.step_factor) == 0 ? 0 : 1;
     }
-    const uint64_t wrong = braid::bench::bench_run(*comm, options, nccl);
+    const uint64_t wrong = options.moe ? braid::bench::moe_run(*comm, options, nccl)
+                                       : braid::bench::bench_run(*comm, options, nccl);
     if (wrong > 0 && comm->rank() == 0) {
       std::fprintf(stderr, "braid-bench: %llu elements wrong in all (see the #wrong columns and the lines above)\n",
                    static_cast<unsigned long long>(wrong));

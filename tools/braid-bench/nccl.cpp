@@ -153,6 +153,8 @@ std::string NcclLibrary::all_to_all_method() const {
   return "";
 }
 
+bool NcclLibrary::has_send_recv() const { return api_->send != nullptr && api_->recv != nullptr; }
+
 NcclComm::NcclComm(std::shared_ptr<NcclLibrary> library, Communicator& comm) : library_(std::move(library)) {
   const NcclApi& api = library_->api();
   ncclUniqueId id;
@@ -229,6 +231,34 @@ void NcclComm::call_all_to_all(const void* send, void* recv, size_t count, DataT
   // The group is closed whatever happened inside it (NCCL reports the first error again at ncclGroupEnd).
   const ncclResult_t ended = api.group_end();
   check(api, result, failed);
+  check(api, ended, "ncclGroupEnd");
+}
+
+void NcclComm::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                           const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
+  const NcclApi& api = library_->api();
+  if (api.send == nullptr || api.recv == nullptr) {
+    throw std::runtime_error("--compare nccl: " + library_->path() + " has no ncclSend/ncclRecv: no NCCL alltoallv");
+  }
+  const ncclDataType_t t = to_nccl(type);
+  const size_t element = datatype_size(type);
+  cudaStream_t s = stream;
+  check(api, api.group_start(), "ncclGroupStart");
+  ncclResult_t result = ncclSuccess;
+  const char* failed = nullptr;
+  for (int peer = 0; peer < ranks_ && result == ncclSuccess; ++peer) {
+    if (send_counts[peer] > 0) {
+      result = api.send(static_cast<const char*>(send) + send_displs[peer] * element, send_counts[peer], t, peer, comm_, s);
+      failed = "ncclSend";
+      if (result != ncclSuccess) break;
+    }
+    if (recv_counts[peer] > 0) {
+      result = api.recv(static_cast<char*>(recv) + recv_displs[peer] * element, recv_counts[peer], t, peer, comm_, s);
+      failed = "ncclRecv";
+    }
+  }
+  const ncclResult_t ended = api.group_end();
+  if (result != ncclSuccess) check(api, result, failed);
   check(api, ended, "ncclGroupEnd");
 }
 

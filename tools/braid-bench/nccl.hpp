@@ -26,6 +26,8 @@ class NcclLibrary {
   const std::string& path() const { return path_; }
   // How alltoall is called: "ncclAlltoAll", "ncclSend/ncclRecv" (per peer, in a group), or "" (neither exported).
   std::string all_to_all_method() const;
+  // Whether ncclSend and ncclRecv are exported (NCCL 2.7+): --moe's alltoallv needs them.
+  bool has_send_recv() const;
   const NcclApi& api() const { return *api_; }
 
  private:
@@ -48,6 +50,15 @@ class NcclComm {
   // Enqueues one NCCL call with the same arguments braid gets (see call_braid).
   void call(Collective coll, const void* send, void* recv, const Shape& shape, DataType type, ReduceOp op, int root,
             Stream stream);
+
+  // `count` elements to and from every rank (ncclAlltoAll, or ncclSend/ncclRecv per peer in a group).
+  void all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+    call_all_to_all(send, recv, count, type, stream);
+  }
+  // MPI_Alltoallv's shape with host arrays of size() entries, counts and displacements in elements: one ncclSend
+  // and one ncclRecv per peer with a nonzero count (itself included), in one group. Needs ncclSend/ncclRecv.
+  void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                   const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
 
  private:
   // ncclAlltoAll where the library has it, else ncclSend/ncclRecv per peer in a group (count: per peer).

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cctype>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -77,6 +78,18 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   std::string min_bytes, max_bytes, compare, type = "float32", op = "sum";
   int check = 1, symmetric = 0;
   app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
+  app.add_flag("--moe", options.moe,
+               "benchmark MoE dispatch and combine (braid::MoeBuffer) instead of the collectives; -d defaults to bfloat16");
+  app.add_option("--tokens", options.moe_tokens, "--moe: tokens per rank (T), one row per value: 128,4096")
+      ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--hidden", options.moe_hidden, "--moe: elements of one token row (H)")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--top-k", options.moe_top_k, "--moe: experts per token (K), distinct, 1..16")->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--experts", options.moe_experts, "--moe: experts in all (E), a multiple of the ranks")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--alignment", options.moe_alignment, "--moe: each local expert's block of rows starts at a multiple of this")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("-c,--coll", options.coll,
                  "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, all")
       ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "all"}))
@@ -123,6 +136,22 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   }
 
   options.type = types.at(type);
+  if (options.moe) {
+    if (options.smoke) {
+      std::fprintf(stderr, "braid-bench: --moe and --smoke are two different runs: pick one\n");
+      return 2;
+    }
+    if (app.count("--datatype") == 0) options.type = DataType::kBFloat16;
+    if (options.type != DataType::kBFloat16 && options.type != DataType::kFloat16 && options.type != DataType::kFloat32) {
+      std::fprintf(stderr, "braid-bench: --moe rows are bfloat16, float16 or float32 (-d %s)\n", type.c_str());
+      return 2;
+    }
+    if (options.moe_top_k > options.moe_experts) {
+      std::fprintf(stderr, "braid-bench: --top-k %d needs at least as many --experts (%d): experts are distinct\n",
+                   options.moe_top_k, options.moe_experts);
+      return 2;
+    }
+  }
   options.op = ops.at(op);
   options.check = check != 0;
   options.symmetric = symmetric != 0;

@@ -13,13 +13,22 @@ namespace braid::bench {
 
 struct Options {
   bool smoke = false;  // --smoke: the symmetric-memory smoke run instead of the collectives
+  bool moe = false;    // --moe: MoE dispatch and combine (MoeBuffer) instead of the collectives
+
+  // --moe's workload: tokens per rank (one row per value), hidden size, experts per token, experts in all, and
+  // the alignment of each local expert's block of rows.
+  std::vector<size_t> moe_tokens{4096};
+  size_t moe_hidden = 7168;
+  int moe_top_k = 8;
+  int moe_experts = 64;
+  int moe_alignment = 1;
 
   std::vector<Collective> collectives{Collective::kAllReduce};
   std::string coll = "allreduce";  // as given: one name or "all"
   size_t min_bytes = 8;
   size_t max_bytes = size_t(128) << 20;
   size_t step_factor = 2;
-  DataType type = DataType::kFloat32;
+  DataType type = DataType::kFloat32;  // --moe: bfloat16 unless -d says otherwise
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   int iters = 20;        // calls per timed repetition

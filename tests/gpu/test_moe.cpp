@@ -1,0 +1,1186 @@
+// MoE dispatch and combine (braid/moe.hpp) on every rank (threads or braid-run processes), against a host reference:
+//   - dispatch + combine for random routings (top-K distinct experts per token, random weights) over a matrix of
+//     shapes: bfloat16, float16, float32 rows; int32 and int64 expert ids; K = 1, 2, 4, 8; H = 7, 72, 128, 256;
+//     expert_alignment 1, 8, 64; and per shape: a different T on every rank with -1 ids, T = 0, T = 1,
+//     T = max_tokens, every token of every rank to rank 0's experts, a rank that sends nothing with a rank that
+//     receives nothing, a rank whose tokens choose no expert, a token listing an expert twice, and the expert
+//     writing its output over the dispatched rows (combine reading them there); each routing dispatched twice (the
+//     same layout both times), combined weighted after the first and unweighted after the second;
+//   - T read on the device (num_tokens_device, the host count passed as 0);
+//   - dispatch + an expert kernel + combine captured in one CUDA graph, replayed 100 times with the routing, the
+//     rows and the device T changed between replays by copies outside the graph;
+//   - two MoeBuffers of different shapes in two graphs on two streams at once (captured at their first use);
+//   - refused data: an expert id outside [-1, E), a device T above max_tokens, rows above capacity_rows: check()
+//     raises kInvalidArgument on the rank at fault after the stream synchronised, everything else is as the API
+//     says, and a correct dispatch/combine follows;
+//   - MoeBuffer::create refuses bad shapes naming the field; worst_case_rows and symmetric_bytes.
+// What every rank checks after each dispatch (all its output views poisoned before it, with every rank idle):
+// expert_counts, expert_offsets, and every row in [0, offsets[L]): the data (bit for bit the source token's row)
+// and the metadata (weight, local expert, source rank, source token; 0 / -1 for padding). After combine: every
+// element of out[0, T) within a tolerance of the host reference, and the poisoned rows of out past T untouched.
+// The expert is y[row] = s(local_expert[row]) * x[row] with s in {1, -1, 2, -2} (exact in every type; NaN in
+// padding rows and past offsets[L], which combine must never read), so the reference knows every y.
+//
+// Semantics taken from moe.hpp and the MoE brief: rank r holds experts [r * L, (r + 1) * L); a local expert's
+// block holds the rows of every (source rank s, token t, k) whose id is that expert, ordered by s, then t, then k;
+// offsets[j + 1] = align_up(offsets[j] + counts[j], alignment) (padding after every block, the last one too);
+// weights of padding rows are 0, their local_expert / source_rank / source_token -1. Combine: out[t] = sum over
+// valid k of (weighted ? w[t, k] : 1) * y[row of (t, k)], float32 accumulation; a token with no valid expert gets
+// zeros. Refused pairs (ids outside [-1, E)) contribute nothing. Tolerance: 2^-7 (bfloat16), 2^-10 (float16),
+// 2^-20 (float32) times (partials + 1) times the sum of |terms|, partials = the ranks the token's experts are on
+// (braid rounds each rank's partial sum to the row type for transport).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "braid/moe.hpp"
+#include "collective_reference.hpp"
+#include "moe_expert_kernel.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+constexpr size_t kGuardTokens = 4;     // rows of out (and of the inputs) past max_tokens: out's stay poisoned
+constexpr size_t kMaxLines = 6;        // problem lines printed per rank and round
+constexpr size_t kMaxFailedRounds = 8; // rounds whose problems are printed per rank and test
+
+uint64_t bits_at(uint64_t key, uint64_t index) { return mix64(key + (index + 1) * kGolden); }
+
+// A stream of random draws.
+struct Draws {
+  uint64_t key;
+  uint64_t index = 0;
+  uint64_t next() { return bits_at(key, index++); }
+  uint64_t below(uint64_t n) { return n == 0 ? 0 : next() % n; }
+};
+
+size_t align_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+// ---- Shapes ----
+
+struct Config {
+  DataType type;
+  DataType index_type;
+  size_t hidden;
+  int top_k;
+  int experts;  // rounded up to a multiple of the world size
+  int alignment;
+  size_t max_tokens;
+};
+
+// The matrix: every row type, both id types, K = 1, 2, 4, 8, H = 7 (rows of 14 or 28 bytes), 72, 128, 256,
+// alignment 1, 8, 64.
+constexpr Config kConfigs[] = {
+    {DataType::kBFloat16, DataType::kInt64, 128, 8, 16, 1, 96},
+    {DataType::kBFloat16, DataType::kInt32, 256, 8, 64, 64, 64},
+    {DataType::kFloat16, DataType::kInt64, 72, 1, 16, 1, 128},
+    {DataType::kFloat16, DataType::kInt32, 7, 8, 64, 1, 64},
+    {DataType::kFloat32, DataType::kInt64, 7, 1, 16, 64, 64},
+    {DataType::kFloat32, DataType::kInt32, 128, 8, 16, 64, 64},
+    {DataType::kBFloat16, DataType::kInt64, 72, 1, 64, 64, 128},
+    {DataType::kFloat32, DataType::kInt64, 256, 2, 8, 8, 80},
+    {DataType::kBFloat16, DataType::kInt32, 7, 4, 16, 1, 72},
+    {DataType::kFloat16, DataType::kInt64, 128, 4, 64, 8, 48},
+};
+
+MoeShape make_shape(const Config& c, int world) {
+  MoeShape shape;
+  shape.hidden = c.hidden;
+  shape.type = c.type;
+  shape.index_type = c.index_type;
+  shape.max_tokens = c.max_tokens;
+  shape.top_k = c.top_k;
+  shape.experts = (c.experts + world - 1) / world * world;
+  shape.expert_alignment = c.alignment;
+  return shape;
+}
+
+std::string describe(const MoeShape& s) {
+  char text[200];
+  std::snprintf(text, sizeof text, "%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
+                datatype_name(s.type), s.hidden, s.top_k, s.experts, s.expert_alignment, s.max_tokens,
+                datatype_name(s.index_type), s.capacity_rows);
+  return text;
+}
+
+// ---- Inputs: every rank's are a function of (round seed, rank), so any rank knows any rank's ----
+
+// A random sign and mantissa, exponents in [low, low + span): finite, normal, never zero, never the poison's
+// exponent (0xA5.. has exponent 9 in float16, 75 in bfloat16 and float32). Doubled, they stay finite.
+template <typename Bits, int kMantissaBits, int kExponentBits, unsigned kLow, unsigned kSpan>
+Bits float_bits(uint64_t r) {
+  const uint64_t sign = r >> 63;
+  const uint64_t exponent = kLow + ((r >> 53) & 0x3FF) % kSpan;
+  const uint64_t mantissa = r & ((uint64_t(1) << kMantissaBits) - 1);
+  return static_cast<Bits>((sign << (kMantissaBits + kExponentBits)) | (exponent << kMantissaBits) | mantissa);
+}
+
+void fill_rows(DataType type, uint64_t key, size_t count, unsigned char* out) {
+  for (size_t i = 0; i < count; ++i) {
+    const uint64_t r = bits_at(key, i);
+    switch (type) {
+      case DataType::kFloat16: {
+        const uint16_t b = float_bits<uint16_t, 10, 5, 10, 11>(r);  // 2^-5 .. 2^6
+        std::memcpy(out + 2 * i, &b, 2);
+        break;
+      }
+      case DataType::kBFloat16: {
+        const uint16_t b = float_bits<uint16_t, 7, 8, 112, 31>(r);  // 2^-15 .. 2^16
+        std::memcpy(out + 2 * i, &b, 2);
+        break;
+      }
+      case DataType::kFloat32: {
+        const uint32_t b = float_bits<uint32_t, 23, 8, 112, 31>(r);
+        std::memcpy(out + 4 * i, &b, 4);
+        break;
+      }
+      default: throw std::logic_error("moe test: rows are bfloat16, float16 or float32");
+    }
+  }
+}
+
+uint64_t load_bits(DataType type, const unsigned char* p) {
+  if (datatype_size(type) == 2) {
+    uint16_t b;
+    std::memcpy(&b, p, 2);
+    return b;
+  }
+  uint32_t b;
+  std::memcpy(&b, p, 4);
+  return b;
+}
+
+void store_bits(DataType type, uint64_t bits, unsigned char* p) {
+  if (datatype_size(type) == 2) {
+    const uint16_t b = static_cast<uint16_t>(bits);
+    std::memcpy(p, &b, 2);
+  } else {
+    const uint32_t b = static_cast<uint32_t>(bits);
+    std::memcpy(p, &b, 4);
+  }
+}
+
+enum class Route {
+  kRandom,           // K distinct experts of all E
+  kNone,             // every id -1
+  kToRank,           // K distinct experts of rank `target` (-1 for the positions past its L)
+  kAvoidLastRank,    // K distinct experts of ranks 0..W-2 (-1 past them; all -1 when W = 1)
+  kDuplicates,       // random, and in 2 tokens of 3 one expert listed twice
+  kFirstToRankZero,  // id 0 an expert of rank 0, the others distinct experts of all E
+};
+
+struct RankPlan {
+  size_t tokens = 0;
+  Route route = Route::kRandom;
+  unsigned none_one_in = 0;  // each id is -1 with probability 1 / none_one_in (0: never)
+  size_t invalid = 0;        // ids outside [-1, E) planted at random positions
+  int target = 0;            // kToRank
+};
+
+struct RankInput {
+  size_t tokens = 0;
+  std::vector<int64_t> ids;      // [tokens, K]
+  std::vector<float> weights;    // [tokens, K]
+  std::vector<unsigned char> x;  // [tokens, H] of the row type
+};
+
+// `count` distinct values of [first, first + n) in random positions; -1 in the positions past n.
+void distinct(Draws& d, int64_t first, int n, int count, int64_t* out) {
+  std::vector<int64_t> pool(static_cast<size_t>(std::max(n, 0)));
+  std::iota(pool.begin(), pool.end(), first);
+  for (int i = 0; i < count; ++i) {
+    if (i < n) {
+      std::swap(pool[i], pool[i + d.below(static_cast<uint64_t>(n - i))]);
+      out[i] = pool[i];
+    } else {
+      out[i] = -1;
+    }
+  }
+  for (int i = count - 1; i > 0; --i) std::swap(out[i], out[d.below(static_cast<uint64_t>(i) + 1)]);
+}
+
+RankInput make_input(const MoeShape& s, int world, uint64_t key, const RankPlan& p) {
+  const int K = s.top_k, E = s.experts, L = E / world;
+  RankInput in;
+  in.tokens = p.tokens;
+  in.ids.assign(p.tokens * K, -1);
+  in.weights.assign(p.tokens * K, 0.0f);
+  Draws d{mix64(key ^ 0x1D5ull)};
+  for (size_t t = 0; t < p.tokens; ++t) {
+    int64_t* ids = in.ids.data() + t * K;
+    switch (p.route) {
+      case Route::kRandom: distinct(d, 0, E, K, ids); break;
+      case Route::kNone: break;
+      case Route::kToRank: distinct(d, static_cast<int64_t>(p.target) * L, L, K, ids); break;
+      case Route::kAvoidLastRank: distinct(d, 0, E - L, K, ids); break;
+      case Route::kDuplicates:
+        distinct(d, 0, E, K, ids);
+        if (K >= 2) {
+          const uint64_t r = d.below(3);
+          if (r == 0) ids[K - 1] = ids[0];
+          if (r == 1) ids[1] = ids[0];
+        }
+        break;
+      case Route::kFirstToRankZero:
+        ids[0] = static_cast<int64_t>(d.below(static_cast<uint64_t>(L)));
+        if (K > 1) {
+          distinct(d, 0, E - 1, K - 1, ids + 1);
+          for (int k = 1; k < K; ++k) {
+            if (ids[k] >= ids[0]) ++ids[k];
+          }
+        }
+        break;
+    }
+    for (int k = 0; k < K; ++k) {
+      if (p.none_one_in != 0 && d.below(p.none_one_in) == 0) ids[k] = -1;
+      in.weights[t * K + k] = static_cast<float>(1 + d.below(1024)) / 1024.0f;  // (0, 1], exact
+    }
+  }
+  const int64_t bad[] = {E, E + 5, -2, -1000};
+  for (size_t i = 0; i < p.invalid && p.tokens > 0; ++i) in.ids[d.below(in.ids.size())] = bad[i % std::size(bad)];
+  in.x.resize(p.tokens * s.hidden * datatype_size(s.type));
+  fill_rows(s.type, mix64(key ^ 0xA11ull), p.tokens * s.hidden, in.x.data());
+  return in;
+}
+
+// One dispatch + expert + combine, as every rank makes it.
+struct Round {
+  std::string label;
+  uint64_t seed = 0;
+  std::vector<RankInput> inputs;       // every rank's
+  std::vector<int64_t> device_tokens;  // per rank, T passed on the device (may exceed max_tokens); empty: host T
+  bool weighted = true;
+  bool in_place_expert = false;  // the expert writes over the dispatched rows; combine reads them there
+};
+
+Round make_round(const MoeShape& s, int world, uint64_t seed, const std::vector<RankPlan>& plans, std::string label,
+                 bool weighted = true, bool in_place_expert = false) {
+  Round round;
+  round.label = std::move(label);
+  round.seed = seed;
+  round.weighted = weighted;
+  round.in_place_expert = in_place_expert;
+  for (int r = 0; r < world; ++r) round.inputs.push_back(make_input(s, world, mix64(seed ^ mix64(0x5EED00ull + r)), plans[r]));
+  return round;
+}
+
+// T of every rank, different on every rank where max_tokens allows, in [low, max_tokens].
+std::vector<size_t> different_tokens(uint64_t key, int world, size_t low, size_t max_tokens) {
+  std::vector<size_t> tokens;
+  std::set<size_t> taken;
+  const size_t span = max_tokens - low + 1;
+  for (int r = 0; r < world; ++r) {
+    size_t t = low + bits_at(key, static_cast<uint64_t>(r)) % span;
+    for (size_t tries = 0; taken.count(t) != 0 && tries < span; ++tries) t = t == max_tokens ? low : t + 1;
+    taken.insert(t);
+    tokens.push_back(t);
+  }
+  return tokens;
+}
+
+std::vector<RankPlan> plans_of(const std::vector<size_t>& tokens, Route route, unsigned none_one_in = 0) {
+  std::vector<RankPlan> plans;
+  for (size_t t : tokens) plans.push_back(RankPlan{t, route, none_one_in, 0, 0});
+  return plans;
+}
+
+// ---- The reference ----
+
+bool valid_id(int64_t id, int experts) { return id >= 0 && id < experts; }
+
+bool sends(const MoeShape& s, const Round& round, int rank) {
+  return round.device_tokens.empty() || round.device_tokens[rank] <= static_cast<int64_t>(s.max_tokens);
+}
+
+bool has_invalid_ids(const MoeShape& s, const RankInput& in) {
+  return std::any_of(in.ids.begin(), in.ids.end(), [&](int64_t id) { return id != -1 && !valid_id(id, s.experts); });
+}
+
+struct RowRef {
+  int source = -1;  // -1: padding
+  int64_t token = -1;
+  int k = -1;
+  int expert = -1;  // local
+};
+
+struct DispatchRef {
+  std::vector<int64_t> counts, offsets;
+  std::vector<RowRef> rows;  // [offsets[L]]
+};
+
+DispatchRef dispatch_reference(const MoeShape& s, int world, const Round& round, int me) {
+  const int L = s.experts / world, K = s.top_k;
+  DispatchRef ref;
+  ref.counts.assign(L, 0);
+  ref.offsets.assign(L + 1, 0);
+  for (int j = 0; j < L; ++j) {
+    const int64_t expert = static_cast<int64_t>(me) * L + j;
+    ref.offsets[j] = static_cast<int64_t>(ref.rows.size());
+    for (int source = 0; source < world; ++source) {
+      if (!sends(s, round, source)) continue;
+      const RankInput& in = round.inputs[source];
+      for (size_t t = 0; t < in.tokens; ++t) {
+        for (int k = 0; k < K; ++k) {
+          if (in.ids[t * K + k] == expert) ref.rows.push_back(RowRef{source, static_cast<int64_t>(t), k, j});
+        }
+      }
+    }
+    ref.counts[j] = static_cast<int64_t>(ref.rows.size()) - ref.offsets[j];
+    ref.rows.resize(align_up(ref.rows.size(), static_cast<size_t>(s.expert_alignment)));
+  }
+  ref.offsets[L] = static_cast<int64_t>(ref.rows.size());
+  return ref;
+}
+
+size_t rows_needed(const MoeShape& s, int world, const Round& round, int me) {
+  return static_cast<size_t>(dispatch_reference(s, world, round, me).offsets.back());
+}
+
+// What check() must raise on `me` after the round: refused ids it sent, a refused T, or rows above its capacity.
+bool must_raise(const MoeShape& s, int world, size_t capacity, const Round& round, int me) {
+  if (!sends(s, round, me)) return true;
+  if (has_invalid_ids(s, round.inputs[me])) return true;
+  return rows_needed(s, world, round, me) > capacity;
+}
+
+bool any_overflow(const MoeShape& s, int world, size_t capacity, const Round& round) {
+  for (int r = 0; r < world; ++r) {
+    if (rows_needed(s, world, round, r) > capacity) return true;
+  }
+  return false;
+}
+
+double tolerance_unit(DataType type) {
+  switch (type) {
+    case DataType::kBFloat16: return 0x1p-7;
+    case DataType::kFloat16: return 0x1p-10;
+    default: return 0x1p-20;
+  }
+}
+
+// ---- Problems of one round on one rank ----
+
+struct Problems {
+  std::vector<std::string> lines;
+  size_t count = 0;
+  void add(const std::string& line) {
+    if (lines.size() < kMaxLines) lines.push_back(line);
+    ++count;
+  }
+};
+
+std::string format_row_ref(const RowRef& r) {
+  if (r.source < 0) return "padding";
+  return "expert " + std::to_string(r.expert) + ", rank " + std::to_string(r.source) + " token " +
+         std::to_string(r.token) + " k " + std::to_string(r.k);
+}
+
+// ---- One MoeBuffer and the buffers around it, on one rank ----
+
+struct GraphHandles {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  GraphHandles() = default;
+  GraphHandles(const GraphHandles&) = delete;
+  GraphHandles& operator=(const GraphHandles&) = delete;
+  ~GraphHandles() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+struct Outcome {
+  std::optional<Error> error;  // raised by comm.check() after the stream synchronised
+  Problems problems;
+};
+
+class Rig {
+ public:
+  Rig(Communicator& comm, const MoeShape& shape, cudaStream_t stream)
+      : comm_(comm),
+        shape_(shape),
+        world_(comm.size()),
+        me_(comm.rank()),
+        L_(shape.experts / comm.size()),
+        element_(datatype_size(shape.type)),
+        row_bytes_(shape.hidden * datatype_size(shape.type)),
+        stream_(stream),
+        moe_(MoeBuffer::create(comm, shape)),
+        capacity_(moe_.capacity_rows()),
+        x_((shape.max_tokens + kGuardTokens) * row_bytes_),
+        ids_((shape.max_tokens + kGuardTokens) * shape.top_k * sizeof(int64_t)),
+        weights_((shape.max_tokens + kGuardTokens) * shape.top_k * sizeof(float)),
+        out_((shape.max_tokens + kGuardTokens) * row_bytes_),
+        y_(std::max<size_t>(capacity_, 1) * row_bytes_),
+        tokens_device_(sizeof(int64_t)) {}
+
+  MoeBuffer& moe() { return moe_; }
+  const MoeShape& shape() const { return shape_; }
+  size_t capacity() const { return capacity_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Every rank idle (its earlier work done, peers' too), this rank's output views and out poisoned, its inputs
+  // uploaded, and every rank past that before anyone dispatches. Collective.
+  void prepare(const Round& round) {
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    comm_.barrier();
+    for (const MoeDispatchOutput& view : views_) poison(view);
+    cuda_check(cudaMemsetAsync(out_.get(), kPoison, out_.bytes(), stream_), "cudaMemsetAsync (out)");
+    const RankInput& in = round.inputs[me_];
+    const size_t K = static_cast<size_t>(shape_.top_k);
+    if (in.tokens > shape_.max_tokens + kGuardTokens) throw std::logic_error("moe test: more tokens than the buffers");
+    host_ids_.resize(in.ids.size() * sizeof(int64_t));
+    for (size_t i = 0; i < in.ids.size(); ++i) {
+      if (shape_.index_type == DataType::kInt32) {
+        const int32_t id = static_cast<int32_t>(in.ids[i]);
+        std::memcpy(host_ids_.data() + 4 * i, &id, 4);
+      } else {
+        std::memcpy(host_ids_.data() + 8 * i, &in.ids[i], 8);
+      }
+    }
+    const size_t index_bytes = datatype_size(shape_.index_type);
+    if (in.tokens > 0) {
+      cuda_check(cudaMemcpyAsync(ids_.get(), host_ids_.data(), in.tokens * K * index_bytes, cudaMemcpyHostToDevice, stream_),
+                 "cudaMemcpyAsync (ids)");
+      cuda_check(cudaMemcpyAsync(weights_.get(), in.weights.data(), in.tokens * K * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream_),
+                 "cudaMemcpyAsync (weights)");
+      cuda_check(cudaMemcpyAsync(x_.get(), in.x.data(), in.x.size(), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (x)");
+    }
+    host_tokens_ = round.device_tokens.empty() ? 0 : round.device_tokens[me_];
+    cuda_check(cudaMemcpyAsync(tokens_device_.get(), &host_tokens_, sizeof host_tokens_, cudaMemcpyHostToDevice, stream_),
+               "cudaMemcpyAsync (device T)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (prepare)");
+    comm_.barrier();
+  }
+
+  // Enqueues dispatch, the expert and combine on `stream` (capturable: the round's inputs are in the buffers
+  // already; with device tokens the host count passed is 0).
+  MoeDispatchOutput enqueue(const Round& round, cudaStream_t stream) {
+    const bool device_tokens = !round.device_tokens.empty();
+    const size_t tokens = device_tokens ? 0 : round.inputs[me_].tokens;
+    const MoeDispatchOutput view =
+        moe_.dispatch(x_.get(), ids_.get(), static_cast<const float*>(weights_.get()), tokens,
+                      device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr, stream);
+    remember(view);
+    void* y = round.in_place_expert ? view.x : y_.get();
+    cuda_check(moe_expert_rows(shape_.type, view.x, y, view.local_expert, view.expert_offsets + L_, view.capacity_rows,
+                               shape_.hidden, L_, stream),
+               "expert kernel launch");
+    moe_.combine(y, out_.get(), round.weighted, stream);
+    return view;
+  }
+
+  // Synchronises, takes what check() raises, reads the outputs back and compares them with the reference.
+  Outcome finish(const Round& round, const MoeDispatchOutput& view) {
+    Outcome outcome;
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize after the round");
+    try {
+      comm_.check();
+    } catch (const Error& error) {
+      outcome.error = error;
+    }
+    if (outcome.error && outcome.error->code() == ErrorCode::kTimeout) return outcome;  // nothing more to learn
+    compare_dispatch(round, view, outcome.problems);
+    const bool overflowed = any_overflow(shape_, world_, capacity_, round);
+    if (sends(shape_, round, me_) && !overflowed) compare_combine(round, outcome.problems);
+    return outcome;
+  }
+
+  Outcome run(const Round& round) {
+    prepare(round);
+    const MoeDispatchOutput view = enqueue(round, stream_);
+    return finish(round, view);
+  }
+
+  // Judges an outcome: errors as the rules say, problems as failures. Returns whether the round was right.
+  bool judge(const Round& round, const Outcome& outcome, size_t& failed_rounds) {
+    Problems problems = outcome.problems;
+    const bool must = must_raise(shape_, world_, capacity_, round, me_);
+    bool any = false;
+    for (int r = 0; r < world_; ++r) any = any || must_raise(shape_, world_, capacity_, round, r);
+    if (must) {
+      if (!outcome.error) {
+        problems.add("check() raised nothing; expected kInvalidArgument (this rank sent refused ids, a T above "
+                     "max_tokens, or receives more rows than capacity_rows)");
+      } else if (outcome.error->code() != ErrorCode::kInvalidArgument) {
+        problems.add(std::string("check() raised ") + error_code_name(outcome.error->code()) +
+                     ", expected kInvalidArgument: " + outcome.error->what());
+      }
+    } else if (outcome.error) {
+      if (!any || outcome.error->code() != ErrorCode::kInvalidArgument) {
+        problems.add(std::string("check() raised: ") + outcome.error->what());
+      }
+    }
+    if (outcome.error) {
+      if (outcome.error->code() == ErrorCode::kTimeout) throw *outcome.error;  // the communicator is gone
+      try {
+        comm_.check();
+      } catch (const Error& again) {
+        problems.add(std::string("check() raised a second time: ") + again.what());
+      }
+    }
+    if (problems.count == 0) return true;
+    if (failed_rounds++ < kMaxFailedRounds) {
+      std::string text = "rank " + std::to_string(me_) + ": " + describe(shape_) + ": " + round.label + " (seed 0x";
+      char seed[24];
+      std::snprintf(seed, sizeof seed, "%016llx", static_cast<unsigned long long>(round.seed));
+      text += std::string(seed) + "): " + std::to_string(problems.count) + " problem(s)";
+      for (const std::string& line : problems.lines) text += "\n    " + line;
+      ADD_FAILURE() << text;
+    }
+    return false;
+  }
+
+  bool run_and_judge(const Round& round, size_t& failed_rounds) { return judge(round, run(round), failed_rounds); }
+
+ private:
+  void remember(const MoeDispatchOutput& view) {
+    for (const MoeDispatchOutput& known : views_) {
+      if (known.x == view.x && known.expert_counts == view.expert_counts && known.expert_offsets == view.expert_offsets &&
+          known.weights == view.weights && known.local_expert == view.local_expert &&
+          known.source_rank == view.source_rank && known.source_token == view.source_token) {
+        return;
+      }
+    }
+    views_.push_back(view);
+  }
+
+  void poison(const MoeDispatchOutput& v) {
+    const size_t rows = v.capacity_rows;
+    auto set = [&](const void* p, size_t bytes) {
+      if (p != nullptr && bytes > 0) {
+        cuda_check(cudaMemsetAsync(const_cast<void*>(p), kPoison, bytes, stream_), "cudaMemsetAsync (poison a view)");
+      }
+    };
+    set(v.x, rows * row_bytes_);
+    set(v.weights, rows * sizeof(float));
+    set(v.local_expert, rows * sizeof(int32_t));
+    set(v.source_rank, rows * sizeof(int32_t));
+    set(v.source_token, rows * sizeof(int32_t));
+    set(v.expert_counts, static_cast<size_t>(L_) * sizeof(int64_t));
+    set(v.expert_offsets, static_cast<size_t>(L_ + 1) * sizeof(int64_t));
+  }
+
+  template <typename T>
+  std::vector<T> download(const T* device, size_t count) {
+    std::vector<T> host(count);
+    if (count > 0) {
+      cuda_check(cudaMemcpyAsync(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    }
+    return host;
+  }
+
+  // The bytes the dispatched row of `r` must hold (the source's row, scaled when the expert ran in place).
+  void expected_row(const Round& round, const RowRef& r, unsigned char* out) const {
+    const unsigned char* source = round.inputs[r.source].x.data() + static_cast<size_t>(r.token) * row_bytes_;
+    if (!round.in_place_expert) {
+      std::memcpy(out, source, row_bytes_);
+      return;
+    }
+    const double scale = moe_expert_scale(r.expert);
+    for (size_t h = 0; h < shape_.hidden; ++h) {
+      const double value = decode_float(shape_.type, load_bits(shape_.type, source + h * element_)) * scale;
+      store_bits(shape_.type, encode_exact(shape_.type, value), out + h * element_);
+    }
+  }
+
+  void compare_dispatch(const Round& round, const MoeDispatchOutput& view, Problems& problems) {
+    const DispatchRef ref = dispatch_reference(shape_, world_, round, me_);
+    const size_t K = static_cast<size_t>(shape_.top_k);
+    if (view.capacity_rows != capacity_) {
+      problems.add("MoeDispatchOutput::capacity_rows " + std::to_string(view.capacity_rows) + ", MoeBuffer::capacity_rows " +
+                   std::to_string(capacity_));
+    }
+    if (view.local_experts != L_) {
+      problems.add("MoeDispatchOutput::local_experts " + std::to_string(view.local_experts) + ", expected " +
+                   std::to_string(L_));
+    }
+    const bool overflow = static_cast<size_t>(ref.offsets.back()) > capacity_;
+    const size_t rows = overflow ? capacity_ : ref.rows.size();
+    const std::vector<int64_t> counts = download(view.expert_counts, L_);
+    const std::vector<int64_t> offsets = download(view.expert_offsets, L_ + 1);
+    std::vector<unsigned char> x(rows * row_bytes_);
+    if (!x.empty()) cuda_check(cudaMemcpyAsync(x.data(), view.x, x.size(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    const std::vector<float> weights = overflow ? std::vector<float>() : download(view.weights, rows);
+    const std::vector<int32_t> local = overflow ? std::vector<int32_t>() : download(view.local_expert, rows);
+    const std::vector<int32_t> source_rank = overflow ? std::vector<int32_t>() : download(view.source_rank, rows);
+    const std::vector<int32_t> source_token = overflow ? std::vector<int32_t>() : download(view.source_token, rows);
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (download)");
+
+    for (int j = 0; j < L_; ++j) {
+      if (counts[j] != ref.counts[j]) {
+        problems.add("expert_counts[" + std::to_string(j) + "]: expected " + std::to_string(ref.counts[j]) + ", got " +
+                     std::to_string(counts[j]));
+      }
+    }
+    for (int j = 0; j <= L_; ++j) {
+      if (offsets[j] != ref.offsets[j]) {
+        problems.add("expert_offsets[" + std::to_string(j) + "]: expected " + std::to_string(ref.offsets[j]) + ", got " +
+                     std::to_string(offsets[j]));
+      }
+    }
+    if (overflow) {  // nothing may be written into the rows
+      size_t written = 0;
+      for (unsigned char b : x) written += b != kPoison ? 1 : 0;
+      if (written > 0) {
+        problems.add("needs " + std::to_string(ref.offsets.back()) + " rows, capacity " + std::to_string(capacity_) + ": " +
+                     std::to_string(written) + " byte(s) of x were written (expected none)");
+      }
+      return;
+    }
+    size_t bad_meta = 0, bad_data = 0, bad_padding = 0;
+    std::string first_meta, first_data, first_padding;
+    std::vector<unsigned char> want(row_bytes_);
+    for (size_t i = 0; i < rows; ++i) {
+      const RowRef& r = ref.rows[i];
+      const std::string where = "row " + std::to_string(i) + " (" + format_row_ref(r) + ")";
+      if (r.source < 0) {
+        if (weights[i] != 0.0f || local[i] != -1 || source_rank[i] != -1 || source_token[i] != -1) {
+          if (bad_padding++ == 0) {
+            char text[160];
+            std::snprintf(text, sizeof text, ": weight %g, local_expert %d, source_rank %d, source_token %d (expected 0, -1, -1, -1)",
+                          static_cast<double>(weights[i]), local[i], source_rank[i], source_token[i]);
+            first_padding = where + text;
+          }
+        }
+        continue;
+      }
+      const float w = round.inputs[r.source].weights[static_cast<size_t>(r.token) * K + r.k];
+      if (std::memcmp(&weights[i], &w, sizeof w) != 0 || local[i] != r.expert || source_rank[i] != r.source ||
+          source_token[i] != r.token) {
+        if (bad_meta++ == 0) {
+          char text[200];
+          std::snprintf(text, sizeof text,
+                        ": weight %.9g, local_expert %d, source_rank %d, source_token %d (expected %.9g, %d, %d, %lld)",
+                        static_cast<double>(weights[i]), local[i], source_rank[i], source_token[i], static_cast<double>(w),
+                        r.expert, r.source, static_cast<long long>(r.token));
+          first_meta = where + text;
+        }
+      }
+      expected_row(round, r, want.data());
+      const unsigned char* got = x.data() + i * row_bytes_;
+      if (std::memcmp(got, want.data(), row_bytes_) != 0) {
+        if (bad_data++ == 0) {
+          size_t wrong = 0, first = 0;
+          for (size_t h = shape_.hidden; h-- > 0;) {
+            if (std::memcmp(got + h * element_, want.data() + h * element_, element_) != 0) {
+              ++wrong;
+              first = h;
+            }
+          }
+          first_data = where + ": " + std::to_string(wrong) + " of " + std::to_string(shape_.hidden) +
+                       " elements wrong, first [" + std::to_string(first) + "]: expected " +
+                       format_element(shape_.type, want.data() + first * element_) + ", got " +
+                       format_element(shape_.type, got + first * element_);
+        }
+      }
+    }
+    if (bad_meta > 0) problems.add(std::to_string(bad_meta) + " row(s) with wrong metadata, first " + first_meta);
+    if (bad_data > 0) problems.add(std::to_string(bad_data) + " row(s) with wrong data, first " + first_data);
+    if (bad_padding > 0) problems.add(std::to_string(bad_padding) + " padding row(s) wrong, first " + first_padding);
+  }
+
+  void compare_combine(const Round& round, Problems& problems) {
+    const RankInput& in = round.inputs[me_];
+    const size_t K = static_cast<size_t>(shape_.top_k);
+    const size_t rows = shape_.max_tokens + kGuardTokens;
+    std::vector<unsigned char> out(rows * row_bytes_);
+    cuda_check(cudaMemcpyAsync(out.data(), out_.get(), out.size(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (out)");
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (out)");
+    const double unit = tolerance_unit(shape_.type);
+    size_t wrong = 0, wrong_tokens = 0;
+    std::string first;
+    std::vector<double> factor(K);
+    for (size_t t = 0; t < in.tokens; ++t) {
+      std::set<int64_t> owners;
+      for (size_t k = 0; k < K; ++k) {
+        const int64_t id = in.ids[t * K + k];
+        factor[k] = 0;
+        if (!valid_id(id, shape_.experts)) continue;
+        owners.insert(id / L_);
+        factor[k] = (round.weighted ? static_cast<double>(in.weights[t * K + k]) : 1.0) *
+                    moe_expert_scale(static_cast<int>(id % L_));
+      }
+      const double partials = static_cast<double>(owners.size());
+      size_t wrong_here = 0;
+      for (size_t h = 0; h < shape_.hidden; ++h) {
+        const double xv = decode_float(shape_.type, load_bits(shape_.type, in.x.data() + (t * shape_.hidden + h) * element_));
+        double reference = 0, magnitude = 0;
+        for (size_t k = 0; k < K; ++k) {
+          reference += factor[k] * xv;
+          magnitude += std::fabs(factor[k] * xv);
+        }
+        const unsigned char* at = out.data() + (t * shape_.hidden + h) * element_;
+        const double got = decode_float(shape_.type, load_bits(shape_.type, at));
+        const double tolerance = unit * (partials + 1) * magnitude;
+        if (std::fabs(got - reference) <= tolerance) continue;  // false for NaN; a token with no expert: exactly 0
+        ++wrong;
+        if (wrong_here++ == 0 && wrong_tokens++ == 0) {
+          char text[200];
+          std::snprintf(text, sizeof text, "out[%zu][%zu] (%zu expert(s) on %zu rank(s)): expected %.9g (tolerance %.3g), got ",
+                        t, h, static_cast<size_t>(std::count_if(factor.begin(), factor.end(), [](double f) { return f != 0; })),
+                        owners.size(), reference, tolerance);
+          first = text + format_element(shape_.type, at);
+        }
+      }
+    }
+    if (wrong > 0) {
+      problems.add(std::string(round.weighted ? "weighted" : "unweighted") + " combine: " + std::to_string(wrong) +
+                   " element(s) of " + std::to_string(wrong_tokens) + " token(s) wrong, first " + first);
+    }
+    size_t written = 0, first_row = 0;
+    for (size_t i = in.tokens * row_bytes_; i < out.size(); ++i) {
+      if (out[i] != kPoison && written++ == 0) first_row = i / row_bytes_;
+    }
+    if (written > 0) {
+      problems.add("combine wrote " + std::to_string(written) + " byte(s) of out past its " + std::to_string(in.tokens) +
+                   " token rows, first in row " + std::to_string(first_row));
+    }
+  }
+
+  Communicator& comm_;
+  MoeShape shape_;
+  int world_, me_, L_;
+  size_t element_, row_bytes_;
+  cudaStream_t stream_;
+  MoeBuffer moe_;
+  size_t capacity_;
+  DeviceBuffer x_, ids_, weights_, out_, y_, tokens_device_;
+  std::vector<MoeDispatchOutput> views_;  // every view dispatch has returned (poisoned before each round)
+  std::vector<unsigned char> host_ids_;
+  int64_t host_tokens_ = 0;
+};
+
+// ---- The rounds of the matrix ----
+
+// Every routing of the matrix for one shape, each twice: weighted, then unweighted with the same inputs (the
+// second dispatch must lay the rows out the same way).
+std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
+  const size_t M = s.max_tokens;
+  std::vector<Round> rounds;
+  uint64_t n = 0;
+  auto add = [&](const std::string& label, const std::vector<RankPlan>& plans, bool in_place = false) {
+    const uint64_t round_seed = mix64(seed + ++n);
+    for (bool weighted : {true, false}) {
+      rounds.push_back(make_round(s, world, round_seed, plans, label + (weighted ? ", weighted" : ", unweighted"), weighted,
+                                  in_place));
+    }
+  };
+  const std::vector<size_t> uneven = different_tokens(mix64(seed ^ 0x7E4ull), world, 1, M);
+  add("random routing, a different T on every rank, 1 id in 8 is -1", plans_of(uneven, Route::kRandom, 8));
+  add("T = 0 on every rank", plans_of(std::vector<size_t>(world, 0), Route::kRandom));
+  add("T = 1 on every rank", plans_of(std::vector<size_t>(world, 1), Route::kRandom));
+  add("T = max_tokens on every rank", plans_of(std::vector<size_t>(world, M), Route::kRandom));
+  {
+    std::vector<RankPlan> plans = plans_of(std::vector<size_t>(world, M), Route::kToRank);
+    add("every token of every rank to rank 0's experts, T = max_tokens", plans);
+  }
+  {
+    std::vector<size_t> tokens = different_tokens(mix64(seed ^ 0x5E4Dull), world, 1, M);
+    tokens[0] = 0;
+    add("rank 0 sends nothing (T = 0), rank " + std::to_string(world - 1) + " receives nothing",
+        plans_of(tokens, Route::kAvoidLastRank));
+  }
+  {
+    std::vector<RankPlan> plans = plans_of(different_tokens(mix64(seed ^ 0x404Eull), world, 1, M), Route::kRandom, 5);
+    plans[world - 1].route = Route::kNone;
+    add("rank " + std::to_string(world - 1) + "'s tokens choose no expert (ids all -1)", plans);
+  }
+  if (s.top_k >= 2) {
+    add("a token lists one expert twice (2 tokens in 3)", plans_of(different_tokens(mix64(seed ^ 0xD0Bull), world, 1, M),
+                                                                 Route::kDuplicates));
+  }
+  add("the expert writes over the dispatched rows, combine reads them there",
+      plans_of(different_tokens(mix64(seed ^ 0x1B1Aull), world, 1, M), Route::kRandom, 8), true);
+  return rounds;
+}
+
+TEST(Moe, DispatchAndCombineMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0, rounds = 0;
+    for (size_t c = 0; c < std::size(kConfigs); ++c) {
+      const MoeShape shape = make_shape(kConfigs[c], world);
+      Rig rig(comm, shape, stream.get());
+      for (const Round& round : matrix_rounds(shape, world, mix64(seed + c))) {
+        rig.run_and_judge(round, failed);
+        ++rounds;
+      }
+      comm.barrier();  // nobody frees a MoeBuffer a peer still uses
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+  });
+}
+
+// ---- T on the device ----
+
+std::vector<Round> device_token_rounds(const MoeShape& s, int world, uint64_t seed, int count) {
+  std::vector<Round> rounds;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t round_seed = mix64(seed + static_cast<uint64_t>(i));
+    std::vector<size_t> tokens = different_tokens(mix64(round_seed ^ 0x70Eull), world, 0, s.max_tokens);
+    if (i % 4 == 1) tokens.assign(world, 0);
+    if (i % 4 == 2) tokens.assign(world, s.max_tokens);
+    Round round = make_round(s, world, round_seed, plans_of(tokens, i % 4 == 3 ? Route::kAvoidLastRank : Route::kRandom, 7),
+                             "device T " + std::to_string(i) + (i % 2 == 0 ? ", weighted" : ", unweighted"), i % 2 == 0);
+    for (size_t t : tokens) round.device_tokens.push_back(static_cast<int64_t>(t));
+    rounds.push_back(std::move(round));
+  }
+  return rounds;
+}
+
+TEST(Moe, TokenCountOnTheDevice) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt32, 128, 4, 16, 16, 128}, world);
+    Rig rig(comm, shape, stream.get());
+    size_t failed = 0;
+    const std::vector<Round> rounds = device_token_rounds(shape, world, seed, 8);
+    for (const Round& round : rounds) rig.run_and_judge(round, failed);
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds.size() << " rounds wrong";
+    comm.barrier();
+  });
+}
+
+// ---- CUDA graphs ----
+
+// Captures rig.enqueue(round) on the rig's stream. Returns the view the captured dispatch returned.
+MoeDispatchOutput capture(Rig& rig, const Round& round, GraphHandles& graph) {
+  const cudaStream_t stream = rig.stream();
+  cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  MoeDispatchOutput view;
+  try {
+    view = rig.enqueue(round, stream);
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(stream, &broken);
+    if (broken != nullptr) cudaGraphDestroy(broken);
+    throw;
+  }
+  cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
+  cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+  return view;
+}
+
+// Replay r's routing: T per rank in [0, max_tokens], 1 id in 6 is -1; every 10th all T = 0, every 10th (another)
+// every token of every rank to one rank's experts with T = max_tokens, every 10th (another) T = max_tokens.
+Round replay_round(const MoeShape& s, int world, uint64_t seed, int r) {
+  const uint64_t round_seed = mix64(seed + static_cast<uint64_t>(r));
+  std::vector<size_t> tokens = different_tokens(mix64(round_seed ^ 0x6EAull), world, 0, s.max_tokens);
+  std::vector<RankPlan> plans = plans_of(tokens, Route::kRandom, 6);
+  std::string label = "replay " + std::to_string(r);
+  if (r % 10 == 3) {
+    plans = plans_of(std::vector<size_t>(world, 0), Route::kRandom);
+    label += " (T = 0 everywhere)";
+  } else if (r % 10 == 7) {
+    const int target = (r / 10) % world;
+    plans = plans_of(std::vector<size_t>(world, s.max_tokens), Route::kToRank);
+    for (RankPlan& p : plans) p.target = target;
+    label += " (all to rank " + std::to_string(target) + ", T = max_tokens)";
+  } else if (r % 10 == 5) {
+    plans = plans_of(std::vector<size_t>(world, s.max_tokens), Route::kRandom);
+    label += " (T = max_tokens everywhere)";
+  }
+  Round round = make_round(s, world, round_seed, plans, label, true);
+  for (const RankPlan& p : plans) round.device_tokens.push_back(static_cast<int64_t>(p.tokens));
+  return round;
+}
+
+// dispatch (T on the device) + the expert kernel + weighted combine in one graph, replayed 100 times with the
+// ids, weights, rows and device T rewritten between replays (copies on the stream, outside the graph).
+TEST(MoeGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    constexpr int kReplays = 100;
+    StreamHandle stream;
+    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 32, 128}, world);
+    Rig rig(comm, shape, stream.get());
+    size_t failed = 0;
+    // One eager round first, then the capture (the two-buffer test captures a first use).
+    const Round first = replay_round(shape, world, mix64(seed ^ 0xF1F1ull), 0);
+    rig.run_and_judge(first, failed);
+    GraphHandles graph;
+    rig.prepare(first);
+    const MoeDispatchOutput view = capture(rig, first, graph);  // nothing runs while capturing
+    for (int r = 0; r < kReplays; ++r) {
+      const Round round = replay_round(shape, world, seed, r);
+      rig.prepare(round);
+      cuda_check(cudaGraphLaunch(graph.exec, rig.stream()), "cudaGraphLaunch");
+      rig.judge(round, rig.finish(round, view), failed);
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << kReplays + 1 << " rounds wrong";
+    comm.barrier();
+  });
+}
+
+// Two MoeBuffers of different shapes, each captured at its first use in a graph on its own stream; the two graphs
+// are launched back to back without waiting, 20 times with fresh routings, and both checked every time.
+TEST(MoeGraph, TwoBuffersInTwoGraphsOnTwoStreamsAtOnce) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    constexpr int kIterations = 20;
+    StreamHandle stream_a, stream_b;
+    const MoeShape shape_a = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 1, 64}, world);
+    const MoeShape shape_b = make_shape({DataType::kFloat32, DataType::kInt32, 72, 2, 16, 16, 96}, world);
+    Rig a(comm, shape_a, stream_a.get());
+    Rig b(comm, shape_b, stream_b.get());
+    size_t failed = 0;
+    GraphHandles graph_a, graph_b;
+    MoeDispatchOutput view_a, view_b;
+    {
+      const Round ra = replay_round(shape_a, world, mix64(seed ^ 0xAAull), 0);
+      const Round rb = replay_round(shape_b, world, mix64(seed ^ 0xBBull), 0);
+      a.prepare(ra);
+      b.prepare(rb);
+      view_a = capture(a, ra, graph_a);
+      view_b = capture(b, rb, graph_b);
+    }
+    for (int i = 0; i < kIterations; ++i) {
+      const Round ra = replay_round(shape_a, world, mix64(seed ^ 0xAAull), i + 1);
+      const Round rb = replay_round(shape_b, world, mix64(seed ^ 0xBBull), i + 1);
+      a.prepare(ra);
+      b.prepare(rb);
+      cuda_check(cudaGraphLaunch(graph_a.exec, a.stream()), "cudaGraphLaunch (a)");
+      cuda_check(cudaGraphLaunch(graph_b.exec, b.stream()), "cudaGraphLaunch (b)");
+      // Both are in flight before either is waited for; finish() synchronises one stream at a time.
+      const Outcome oa = a.finish(ra, view_a);
+      const Outcome ob = b.finish(rb, view_b);
+      a.judge(ra, oa, failed);
+      b.judge(rb, ob, failed);
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << 2 * kIterations << " rounds wrong";
+    comm.barrier();
+  });
+}
+
+// ---- Refused data ----
+
+// The last rank plants 5 ids outside [-1, E) (E, E + 5, -2, -1000): its check() raises kInvalidArgument (others may
+// raise the same or nothing); every valid pair is dispatched and combined as usual. Then correct rounds.
+TEST(MoeErrors, ExpertIdOutOfRangeIsReportedAndSkipped) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    for (DataType index_type : {DataType::kInt64, DataType::kInt32}) {
+      const MoeShape shape = make_shape({DataType::kBFloat16, index_type, 72, 4, 16, 8, 64}, world);
+      Rig rig(comm, shape, stream.get());
+      const uint64_t s = mix64(seed + static_cast<uint64_t>(index_type));
+      std::vector<RankPlan> plans = plans_of(different_tokens(s, world, 8, shape.max_tokens), Route::kRandom, 9);
+      plans[world - 1].invalid = 5;
+      rig.run_and_judge(make_round(shape, world, s, plans, "rank " + std::to_string(world - 1) + " sends 5 ids outside [-1, E)"),
+                        failed);
+      for (const Round& round : device_token_rounds(shape, world, mix64(s + 1), 2)) rig.run_and_judge(round, failed);
+      comm.barrier();
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " rounds wrong";
+  });
+}
+
+// Rank 0's device T is max_tokens + 1: it sends nothing (every rank receives nothing from it) and its check()
+// raises kInvalidArgument; the other ranks' tokens are dispatched and combined as usual. Then correct rounds.
+TEST(MoeErrors, DeviceTokenCountAboveMaxTokensIsReported) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    const MoeShape shape = make_shape({DataType::kFloat16, DataType::kInt64, 128, 2, 16, 4, 64}, world);
+    Rig rig(comm, shape, stream.get());
+    std::vector<Round> rounds = device_token_rounds(shape, world, seed, 3);
+    Round& bad = rounds[0];
+    bad.label = "rank 0's device T is max_tokens + 1 = " + std::to_string(shape.max_tokens + 1);
+    bad.device_tokens[0] = static_cast<int64_t>(shape.max_tokens) + 1;
+    for (const Round& round : rounds) rig.run_and_judge(round, failed);
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " rounds wrong";
+    comm.barrier();
+  });
+}
+
+// capacity_rows below what rank 0 receives (every token's first expert on rank 0) and at least what every other
+// rank receives: rank 0's rows are not written, its counts and offsets are, its check() raises kInvalidArgument;
+// the other ranks get their rows. Then correct rounds on the same MoeBuffer.
+TEST(MoeErrors, RowsAboveCapacityAreReported) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 128, 2, 16, 4, 96}, world);
+    const std::vector<RankPlan> heavy_plans =
+        plans_of(different_tokens(mix64(seed ^ 0x4EAull), world, shape.max_tokens / 2, shape.max_tokens), Route::kFirstToRankZero);
+    Round heavy = make_round(shape, world, seed, heavy_plans, "");
+    size_t capacity = 0;
+    for (int r = 1; r < world; ++r) capacity = std::max(capacity, rows_needed(shape, world, heavy, r));
+    const size_t need0 = rows_needed(shape, world, heavy, 0);
+    if (world == 1) capacity = need0 - 1;
+    ASSERT_GT(need0, capacity) << "the routing does not load rank 0 most";
+    shape.capacity_rows = capacity;
+    heavy.label = "rank 0 receives " + std::to_string(need0) + " rows, capacity_rows " + std::to_string(capacity);
+    Rig rig(comm, shape, stream.get());
+    EXPECT_EQ(rig.capacity(), capacity);
+    // Routings that fit: T small enough that no rank can need more than the capacity. One runs first, so that
+    // the views are known and poisoned before the overflowing dispatch (the rig learns them from a dispatch).
+    size_t fitting = shape.max_tokens;
+    const size_t worst_per_token = static_cast<size_t>(world) * std::min(shape.top_k, shape.experts / world);
+    const size_t padding = static_cast<size_t>(shape.experts / world) * (shape.expert_alignment - 1);
+    while (fitting > 0 && fitting * worst_per_token + padding > capacity) --fitting;
+    rig.run_and_judge(make_round(shape, world, mix64(seed + 99), plans_of(different_tokens(mix64(seed + 99), world, 0, fitting), Route::kRandom, 6),
+                                 "before the overflow: T <= " + std::to_string(fitting)),
+                      failed);
+    rig.run_and_judge(heavy, failed);
+    for (int i = 0; i < 3; ++i) {
+      const uint64_t s = mix64(seed + 100 + static_cast<uint64_t>(i));
+      rig.run_and_judge(make_round(shape, world, s, plans_of(different_tokens(s, world, 0, fitting), Route::kRandom, 6),
+                                   "after the overflow: T <= " + std::to_string(fitting), i % 2 == 0),
+                        failed);
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " rounds wrong";
+    comm.barrier();
+  });
+}
+
+// ---- Shapes ----
+
+// Whether `message` names `field` as a word ("type" in "index_type" does not count).
+bool names_field(const std::string& message, const std::string& field) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; };
+  for (size_t at = message.find(field); at != std::string::npos; at = message.find(field, at + 1)) {
+    const bool before = at == 0 || !word(message[at - 1]);
+    const bool after = at + field.size() == message.size() || !word(message[at + field.size()]);
+    if (before && after) return true;
+  }
+  return false;
+}
+
+TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const MoeShape good = make_shape({DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 8, 32}, world);
+    struct Bad {
+      const char* field;
+      std::string what;
+      MoeShape shape;
+    };
+    std::vector<Bad> bad;
+    auto with = [&](const char* field, const std::string& what, const std::function<void(MoeShape&)>& change) {
+      MoeShape s = good;
+      change(s);
+      bad.push_back({field, what, s});
+    };
+    with("hidden", "hidden = 0", [](MoeShape& s) { s.hidden = 0; });
+    with("top_k", "top_k = 0", [](MoeShape& s) { s.top_k = 0; });
+    with("top_k", "top_k = -1", [](MoeShape& s) { s.top_k = -1; });
+    with("top_k", "top_k = kMaxTopK + 1", [](MoeShape& s) { s.top_k = kMaxTopK + 1; s.experts = 64 * s.experts; });
+    with("experts", "experts = 0", [](MoeShape& s) { s.experts = 0; });
+    with("experts", "experts = -world", [&](MoeShape& s) { s.experts = -world; });
+    if (world > 1) with("experts", "experts not a multiple of the world size", [&](MoeShape& s) { s.experts = 4 * world + 1; });
+    with("expert_alignment", "expert_alignment = 0", [](MoeShape& s) { s.expert_alignment = 0; });
+    with("expert_alignment", "expert_alignment = -8", [](MoeShape& s) { s.expert_alignment = -8; });
+    with("type", "type = int32", [](MoeShape& s) { s.type = DataType::kInt32; });
+    with("type", "type = float64", [](MoeShape& s) { s.type = DataType::kFloat64; });
+    with("type", "type = 99", [](MoeShape& s) { s.type = static_cast<DataType>(99); });
+    with("index_type", "index_type = float32", [](MoeShape& s) { s.index_type = DataType::kFloat32; });
+    with("index_type", "index_type = uint8", [](MoeShape& s) { s.index_type = DataType::kUint8; });
+    with("index_type", "index_type = -1", [](MoeShape& s) { s.index_type = static_cast<DataType>(-1); });
+    with("max_tokens", "max_tokens = 0", [](MoeShape& s) { s.max_tokens = 0; });
+    for (const Bad& b : bad) {
+      try {
+        MoeBuffer refused = MoeBuffer::create(comm, b.shape);
+        ADD_FAILURE() << "rank " << me << ": MoeBuffer::create with " << b.what << " was accepted";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << "rank " << me << ": " << b.what << ": " << error.what();
+        EXPECT_TRUE(names_field(error.what(), b.field))
+            << "rank " << me << ": " << b.what << ": the message does not name '" << b.field << "': " << error.what();
+      }
+    }
+    comm.check();
+    // The communicator still works: a good shape (and K = kMaxTopK) is made and runs.
+    MoeShape widest = good;
+    widest.top_k = kMaxTopK;
+    widest.experts = (64 + world - 1) / world * world;
+    { MoeBuffer made = MoeBuffer::create(comm, widest); }
+    StreamHandle stream;
+    Rig rig(comm, good, stream.get());
+    size_t failed = 0;
+    for (const Round& round : device_token_rounds(good, world, shared_seed(comm), 2)) rig.run_and_judge(round, failed);
+    EXPECT_EQ(failed, 0u);
+    comm.barrier();
+  });
+}
+
+size_t expected_worst_case(const MoeShape& s, int world) {
+  const size_t L = static_cast<size_t>(s.experts / world);
+  return static_cast<size_t>(world) * s.max_tokens * std::min<size_t>(static_cast<size_t>(s.top_k), L) +
+         L * static_cast<size_t>(s.expert_alignment - 1);
+}
+
+TEST(MoeShape, WorstCaseRowsAndSymmetricBytes) {
+  // Host functions: any world size.
+  for (int world : {1, 2, 4, 8}) {
+    for (const Config& c : kConfigs) {
+      MoeShape s = make_shape(c, world);
+      EXPECT_EQ(MoeBuffer::worst_case_rows(s, world), expected_worst_case(s, world)) << describe(s) << " world " << world;
+      const size_t bytes = MoeBuffer::symmetric_bytes(s, world);
+      EXPECT_GE(bytes, s.max_tokens * s.hidden * datatype_size(s.type))
+          << describe(s) << " world " << world << ": symmetric_bytes below one rank's max_tokens rows";
+      MoeShape wider = s;
+      wider.hidden *= 2;
+      EXPECT_GE(MoeBuffer::symmetric_bytes(wider, world), bytes) << describe(s) << ": doubling H shrank symmetric_bytes";
+      MoeShape longer = s;
+      longer.max_tokens *= 2;
+      EXPECT_GE(MoeBuffer::symmetric_bytes(longer, world), bytes) << describe(s) << ": doubling max_tokens shrank it";
+      MoeShape smaller = s;
+      smaller.capacity_rows = std::max<size_t>(1, expected_worst_case(s, world) / 4);
+      EXPECT_LE(MoeBuffer::symmetric_bytes(smaller, world), bytes) << describe(s) << ": a smaller capacity_rows grew it";
+    }
+    // K above L: min(K, L) rows per token and rank.
+    MoeShape s = make_shape({DataType::kBFloat16, DataType::kInt64, 64, 8, 8, 128, 10}, world);
+    EXPECT_EQ(MoeBuffer::worst_case_rows(s, world), expected_worst_case(s, world)) << describe(s) << " world " << world;
+  }
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const MoeShape s = make_shape({DataType::kFloat16, DataType::kInt32, 96, 4, 16, 16, 40}, world);
+    MoeBuffer whole = MoeBuffer::create(comm, s);
+    EXPECT_EQ(whole.capacity_rows(), expected_worst_case(s, world)) << "capacity_rows 0 must mean worst_case_rows";
+    EXPECT_EQ(whole.shape().hidden, s.hidden);
+    EXPECT_EQ(whole.shape().experts, s.experts);
+    MoeShape small = s;
+    small.capacity_rows = 100;
+    MoeBuffer part = MoeBuffer::create(comm, small);
+    EXPECT_EQ(part.capacity_rows(), 100u);
+    // Moved: the moved-to buffer works.
+    MoeBuffer moved = std::move(part);
+    EXPECT_EQ(moved.capacity_rows(), 100u);
+    comm.barrier();
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing

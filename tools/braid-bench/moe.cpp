@@ -1,0 +1,906 @@
+#include "moe.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/moe.hpp"
+#include "moe_kernels.hpp"
+
+namespace braid::bench {
+namespace {
+
+void cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) {
+    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + " (" +
+                             cudaGetErrorString(result) + ")");
+  }
+}
+
+using Call = std::function<void(cudaStream_t)>;
+
+constexpr unsigned char kRowPoison = 0xA5;   // dispatched rows and metadata before a checked dispatch
+constexpr unsigned char kOutPoison = 0xFF;   // combine outputs before a checked combine (NaN in every float type)
+constexpr size_t kSampledRows = 256;         // rows whose data is checked per rank and path
+constexpr size_t kSampledTokens = 128;       // tokens whose combined row is checked per rank and path
+
+// ---- Small owners of CUDA objects (as in bench.cpp) ----
+
+class DeviceMemory {  // cudaMalloc'd
+ public:
+  explicit DeviceMemory(size_t bytes) : bytes_(std::max<size_t>(bytes, 256)) {
+    cuda(cudaMalloc(&data_, bytes_), "cudaMalloc");
+  }
+  ~DeviceMemory() {
+    // Unwinding from a failure: cudaFree would wait for kernels that may spin on a dead peer.
+    if (std::uncaught_exceptions() == 0) cudaFree(data_);
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedMemory {
+ public:
+  explicit PinnedMemory(size_t bytes) { cuda(cudaMallocHost(&data_, std::max<size_t>(bytes, 8)), "cudaMallocHost"); }
+  ~PinnedMemory() {
+    if (std::uncaught_exceptions() == 0) cudaFreeHost(data_);
+  }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+};
+
+class StreamHandle {
+ public:
+  StreamHandle() { cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
+  ~StreamHandle() {
+    if (std::uncaught_exceptions() == 0) cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Events {
+ public:
+  explicit Events(int count) : events_(count, nullptr) {
+    for (cudaEvent_t& event : events_) cuda(cudaEventCreate(&event), "cudaEventCreate");
+  }
+  ~Events() {
+    for (cudaEvent_t event : events_) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+  }
+  Events(const Events&) = delete;
+  Events& operator=(const Events&) = delete;
+  cudaEvent_t operator[](int i) const { return events_[i]; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+class Graph {  // `calls` back-to-back calls, captured and instantiated
+ public:
+  Graph(cudaStream_t stream, const Call& call, int calls) {
+    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      for (int i = 0; i < calls; ++i) call(stream);
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken != nullptr) cudaGraphDestroy(broken);
+      throw;
+    }
+    cuda(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
+    cuda(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
+  }
+  ~Graph() {
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+    if (graph_ != nullptr) cudaGraphDestroy(graph_);
+  }
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch(cudaStream_t stream) const { cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t middle = values.size() / 2;
+  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+// ---- The workload ----
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+struct Routing {  // one rank's: [T, K]
+  std::vector<int64_t> ids;
+  std::vector<float> weights;
+};
+
+// K distinct experts per token, uniform over E; weights in (0, 1]. Every rank can make every rank's.
+Routing make_routing(uint64_t seed, int rank, size_t tokens, int top_k, int experts) {
+  Routing r;
+  r.ids.resize(tokens * top_k);
+  r.weights.resize(tokens * top_k);
+  uint64_t state = mix(seed ^ mix(0xE0E0ull + static_cast<uint64_t>(rank)));
+  auto next = [&] { return mix(state += kGolden); };
+  for (size_t t = 0; t < tokens; ++t) {
+    int64_t* ids = r.ids.data() + t * top_k;
+    for (int k = 0; k < top_k; ++k) {
+      int64_t e = 0;
+      do {
+        e = static_cast<int64_t>(next() % static_cast<uint64_t>(experts));
+      } while (std::find(ids, ids + k, e) != ids + k);
+      ids[k] = e;
+      r.weights[t * top_k + k] = static_cast<float>(1 + next() % 1024) / 1024.0f;
+    }
+  }
+  return r;
+}
+
+// The bits of value k / 128 in the row type, and a row element's value.
+uint32_t value_bits(DataType type, int k) {
+  const float value = static_cast<float>(k) / 128.0f;
+  uint32_t bits = 0;
+  switch (type) {
+    case DataType::kFloat32: std::memcpy(&bits, &value, 4); return bits;
+    case DataType::kBFloat16: std::memcpy(&bits, &value, 4); return bits >> 16;  // exact: 7 significant bits at most
+    case DataType::kFloat16: {
+      const __half h = __float2half_rn(value);
+      uint16_t b = 0;
+      std::memcpy(&b, &h, 2);
+      return b;
+    }
+    default: throw std::logic_error("--moe: rows are bfloat16, float16 or float32");
+  }
+}
+
+double decode(DataType type, const unsigned char* p) {
+  switch (type) {
+    case DataType::kFloat32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DataType::kBFloat16: {
+      uint16_t b;
+      std::memcpy(&b, p, 2);
+      const uint32_t u = static_cast<uint32_t>(b) << 16;
+      float v;
+      std::memcpy(&v, &u, 4);
+      return v;
+    }
+    case DataType::kFloat16: {
+      __half h;
+      std::memcpy(&h, p, 2);
+      return static_cast<double>(__half2float(h));
+    }
+    default: throw std::logic_error("--moe: rows are bfloat16, float16 or float32");
+  }
+}
+
+uint32_t load_bits(DataType type, const unsigned char* p) {
+  if (datatype_size(type) == 4) {
+    uint32_t b;
+    std::memcpy(&b, p, 4);
+    return b;
+  }
+  uint16_t b;
+  std::memcpy(&b, p, 2);
+  return b;
+}
+
+double tolerance_unit(DataType type) {
+  return type == DataType::kBFloat16 ? 0x1p-7 : type == DataType::kFloat16 ? 0x1p-10 : 0x1p-20;
+}
+
+// Indices of `samples` elements spread evenly over [0, n) (all of them when n <= samples), the last one included.
+std::vector<size_t> spread(size_t n, size_t samples) {
+  std::vector<size_t> picks;
+  if (n == 0) return picks;
+  if (n <= samples) {
+    for (size_t i = 0; i < n; ++i) picks.push_back(i);
+    return picks;
+  }
+  for (size_t i = 0; i < samples; ++i) picks.push_back(i * (n - 1) / (samples - 1));
+  return picks;
+}
+
+// One phase of one implementation on this rank, shared with every rank at the end of a row.
+struct Slot {
+  double time_us = 0;
+  uint64_t wrong = 0;
+  int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
+};
+enum SlotIndex { kBraidDispatch = 0, kBraidCombine = 1, kNcclDispatch = 2, kNcclCombine = 3, kSlots = 4 };
+
+// ---- The NCCL baseline on one rank ----
+
+class NcclMoe {
+ public:
+  NcclMoe(NcclComm& nccl, int world, DataType type, size_t hidden, size_t tokens, int top_k, int experts)
+      : nccl_(nccl),
+        world_(world),
+        type_(type),
+        hidden_(hidden),
+        tokens_(tokens),
+        top_k_(top_k),
+        experts_(experts),
+        row_bytes_(hidden * datatype_size(type)),
+        send_rows_(tokens * static_cast<size_t>(std::min(world, top_k))),
+        lists_(static_cast<size_t>(world) * tokens * sizeof(int32_t)),
+        slots_(tokens * world * sizeof(int32_t)),
+        weight_sums_(tokens * world * sizeof(float)),
+        counts_(2 * static_cast<size_t>(world) * sizeof(int64_t)),
+        host_counts_(2 * static_cast<size_t>(world) * sizeof(int64_t)),
+        send_(send_rows_ * row_bytes_),
+        recv_(static_cast<size_t>(world) * tokens * row_bytes_),
+        back_(send_rows_ * row_bytes_),
+        send_counts_(world), send_displs_(world), recv_counts_(world), recv_displs_(world) {}
+
+  void dispatch(const void* x, const int64_t* ids, const float* weights, cudaStream_t stream) {
+    int64_t* counts = counts_.get<int64_t>();
+    cuda(moe::route_tokens(ids, weights, tokens_, top_k_, experts_, world_, lists_.get<int32_t>(), slots_.get<int32_t>(),
+                           weight_sums_.get<float>(), counts, stream),
+         "route_tokens");
+    nccl_.all_to_all(counts, counts + world_, 1, DataType::kInt64, stream);
+    cuda(cudaMemcpyAsync(host_counts_.get<int64_t>(), counts, 2 * world_ * sizeof(int64_t), cudaMemcpyDeviceToHost, stream),
+         "cudaMemcpyAsync (counts to the host)");
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (counts)");
+    const int64_t* host = host_counts_.get<int64_t>();
+    size_t send_at = 0, recv_at = 0;
+    for (int q = 0; q < world_; ++q) {
+      send_counts_[q] = static_cast<size_t>(host[q]) * hidden_;
+      recv_counts_[q] = static_cast<size_t>(host[world_ + q]) * hidden_;
+      send_displs_[q] = send_at;
+      recv_displs_[q] = recv_at;
+      send_at += send_counts_[q];
+      recv_at += recv_counts_[q];
+    }
+    cuda(moe::gather_rows(type_, x, hidden_, tokens_, world_, lists_.get<int32_t>(), counts, send_.get(), stream),
+         "gather_rows");
+    nccl_.all_to_allv(send_.get(), send_counts_.data(), send_displs_.data(), recv_.get(), recv_counts_.data(),
+                      recv_displs_.data(), type_, stream);
+  }
+
+  // The received rows go back (the expert output stand-in: y = x), then the weighted sum per token.
+  void combine(void* out, cudaStream_t stream) {
+    nccl_.all_to_allv(recv_.get(), recv_counts_.data(), recv_displs_.data(), back_.get(), send_counts_.data(),
+                      send_displs_.data(), type_, stream);
+    cuda(moe::weighted_sum(type_, back_.get(), hidden_, tokens_, world_, slots_.get<int32_t>(), weight_sums_.get<float>(),
+                           counts_.get<int64_t>(), out, stream),
+         "weighted_sum");
+  }
+
+  // After dispatch (host-side figures of the last one): rows received from each rank.
+  int64_t received_rows(int source) const { return host_counts_.get<int64_t>()[world_ + source]; }
+  const DeviceMemory& recv() const { return recv_; }
+  const DeviceMemory& back() const { return back_; }
+
+ private:
+  NcclComm& nccl_;
+  int world_;
+  DataType type_;
+  size_t hidden_, tokens_;
+  int top_k_, experts_;
+  size_t row_bytes_, send_rows_;
+  DeviceMemory lists_, slots_, weight_sums_, counts_;
+  PinnedMemory host_counts_;
+  DeviceMemory send_, recv_, back_;
+  std::vector<size_t> send_counts_, send_displs_, recv_counts_, recv_displs_;  // elements
+};
+
+// ---- The benchmark on one rank ----
+
+struct Targets {
+  std::string dispatch, combine;  // "-" where the issue sets none for this workload
+};
+
+class MoeBench {
+ public:
+  MoeBench(Communicator& comm, const Options& options, const std::shared_ptr<NcclLibrary>& nccl)
+      : comm_(comm), options_(options), rank_(comm.rank()), ranks_(comm.size()), library_(nccl) {}
+
+  uint64_t run() {
+    validate();
+    cuda(cudaSetDevice(comm_.device()), "cudaSetDevice");
+    stream_ = std::make_unique<StreamHandle>();
+    share_seed();
+    if (library_) {
+      if (!library_->has_send_recv()) {
+        throw std::runtime_error("--compare nccl: " + library_->path() + " has no ncclSend/ncclRecv (NCCL 2.7+): the "
+                                 "MoE baseline needs them");
+      }
+      nccl_ = std::make_unique<NcclComm>(library_, comm_);
+    }
+    header();
+    for (size_t tokens : options_.moe_tokens) run_tokens(tokens);
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    if (rank_ == 0 && !options_.json_path.empty()) write_json();
+    return wrong_total_;
+  }
+
+ private:
+  cudaStream_t stream() const { return stream_->get(); }
+  int local_experts() const { return options_.moe_experts / ranks_; }
+  size_t row_bytes() const { return options_.moe_hidden * datatype_size(options_.type); }
+
+  void validate() const {
+    if (options_.moe_experts % ranks_ != 0) {
+      throw std::invalid_argument("--experts " + std::to_string(options_.moe_experts) + " is not a multiple of the " +
+                                  std::to_string(ranks_) + " ranks");
+    }
+    if (ranks_ > 64) throw std::invalid_argument("--moe runs on at most 64 ranks");
+  }
+
+  void share_seed() {
+    uint64_t mine = 0;
+    if (rank_ == 0) {
+      std::random_device entropy;
+      mine = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+    }
+    std::vector<std::string> seeds = comm_.host_allgather(std::string(reinterpret_cast<const char*>(&mine), sizeof(mine)));
+    std::memcpy(&seed_, seeds[0].data(), sizeof(seed_));
+  }
+
+  void header() {
+    cudaDeviceProp properties{};
+    cuda(cudaGetDeviceProperties(&properties, comm_.device()), "cudaGetDeviceProperties");
+    const std::string gpu = "GPU " + std::to_string(comm_.device()) + " " + properties.name + " (" +
+                            comm_.peer(rank_).pci_bus_id + ")";
+    gpus_ = comm_.host_allgather(gpu);
+    if (rank_ != 0) return;
+    std::printf("# braid-bench --moe: ranks=%d type=%s H=%zu K=%d E=%d (%d per rank) alignment=%d ids=int64 graph=%d "
+                "nccl=%s\n",
+                ranks_, datatype_name(options_.type), options_.moe_hidden, options_.moe_top_k, options_.moe_experts,
+                local_experts(), options_.moe_alignment, options_.graph_calls,
+                library_ ? library_->version().c_str() : "off");
+    if (const char* commit = std::getenv("BRAID_COMMIT")) std::printf("# commit %s\n", commit);
+    if (library_) std::printf("# nccl library %s\n", library_->path().c_str());
+    for (size_t r = 0; r < gpus_.size(); ++r) std::printf("#   rank %zu: %s\n", r, gpus_[r].c_str());
+    std::printf("# routing: K distinct experts per token, uniform, weights in (0, 1], from a shared seed; braid: "
+                "MoeBuffer::dispatch, then\n# MoeBuffer::combine(y = the dispatched rows, weighted); nccl: routing kernel, "
+                "ncclAlltoAll of the counts, counts to the host\n# (stream synchronise), gather kernel, grouped "
+                "ncclSend/ncclRecv alltoallv; combine: the reverse alltoallv, weighted-sum kernel\n");
+    std::printf("# %d warm-up calls; %d repetitions of %d calls per phase%s\n", options_.warmup_iters, options_.repeats,
+                options_.iters,
+                options_.graph_calls > 0 ? (" (braid's phases and nccl's combine as replays of a CUDA graph of " +
+                                            std::to_string(options_.graph_calls) +
+                                            " calls; nccl's dispatch syncs with the host: launched)")
+                                               .c_str()
+                                         : "");
+    std::printf("# time = per call, max over ranks of each rank's median repetition; nvlink = max over ranks of\n"
+                "# max(bytes sent to, received from other ranks) / time (a token crosses once per destination rank);\n"
+                "# logical = T*K*H*%zu B / time; #wrong = entries and sampled elements outside the reference, summed over "
+                "ranks%s\n",
+                datatype_size(options_.type), options_.check ? "" : " (N/A: -z 0)");
+    std::printf("# issue targets: T=4096 H=7168 K=8 E=64 bfloat16: >= 330 GB/s nvlink per GPU, dispatch and combine; "
+                "T=128: <= 15 us each with graphs (-G)\n");
+    std::printf("#\n# %6s  %-8s  %9s  %8s  %7s  %7s  %6s", "tokens", "phase", "nvlink_MB", "time", "nvlink", "logical",
+                "#wrong");
+    if (library_) std::printf("  %8s  %8s  %9s  %7s  %6s", "nccl_us", "n_nvlink", "n_logical", "n_wrong", "ratio");
+    std::printf("  %s\n", "target");
+    std::printf("# %6s  %-8s  %9s  %8s  %7s  %7s  %6s", "", "", "(max/rank)", "(us)", "(GB/s)", "(GB/s)", "");
+    if (library_) std::printf("  %8s  %8s  %9s  %7s  %6s", "(us)", "(GB/s)", "(GB/s)", "", "b/n");
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  // ---- One T ----
+
+  void run_tokens(size_t tokens) {
+    const int K = options_.moe_top_k, E = options_.moe_experts, L = local_experts(), W = ranks_;
+    const uint64_t seed = mix(seed_ + tokens);
+    routings_.clear();
+    for (int r = 0; r < W; ++r) routings_.push_back(make_routing(seed, r, tokens, K, E));
+    // NVLink traffic: a token crosses once to each other rank holding one of its experts (combine: the reverse).
+    std::vector<uint64_t> sent(W, 0), received(W, 0);
+    for (int s = 0; s < W; ++s) {
+      for (size_t t = 0; t < tokens; ++t) {
+        uint64_t ranks = 0;
+        for (int k = 0; k < K; ++k) ranks |= uint64_t(1) << (routings_[s].ids[t * K + k] / L);
+        for (int d = 0; d < W; ++d) {
+          if (d == s || (ranks >> d & 1) == 0) continue;
+          ++sent[s];
+          ++received[d];
+        }
+      }
+    }
+    uint64_t most_rows = 0;
+    for (int r = 0; r < W; ++r) most_rows = std::max({most_rows, sent[r], received[r]});
+    const double nvlink_bytes = static_cast<double>(most_rows) * static_cast<double>(row_bytes());
+    const double logical_bytes = static_cast<double>(tokens) * K * static_cast<double>(row_bytes());
+
+    // Inputs.
+    DeviceMemory x(tokens * row_bytes()), ids(tokens * K * sizeof(int64_t)), weights(tokens * K * sizeof(float));
+    DeviceMemory out(tokens * row_bytes()), nccl_out(tokens * row_bytes());
+    cuda(moe::fill_tokens(options_.type, x.get(), tokens, options_.moe_hidden, seed, rank_, stream()), "fill_tokens");
+    cuda(cudaMemcpyAsync(ids.get(), routings_[rank_].ids.data(), tokens * K * sizeof(int64_t), cudaMemcpyHostToDevice,
+                         stream()),
+         "cudaMemcpyAsync (ids)");
+    cuda(cudaMemcpyAsync(weights.get(), routings_[rank_].weights.data(), tokens * K * sizeof(float), cudaMemcpyHostToDevice,
+                         stream()),
+         "cudaMemcpyAsync (weights)");
+    cuda(cudaMemsetAsync(out.get(), 0, out.bytes(), stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(nccl_out.get(), 0, nccl_out.bytes(), stream()), "cudaMemsetAsync");
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (inputs)");
+
+    Slot slots[kSlots];
+    {
+      MoeShape shape;
+      shape.hidden = options_.moe_hidden;
+      shape.type = options_.type;
+      shape.index_type = DataType::kInt64;
+      shape.max_tokens = tokens;
+      shape.top_k = K;
+      shape.experts = E;
+      shape.expert_alignment = options_.moe_alignment;
+      MoeBuffer buffer = MoeBuffer::create(comm_, shape);
+      if (rank_ == 0 && tokens == options_.moe_tokens.front()) {
+        std::printf("# T=%zu: MoeBuffer capacity_rows=%zu, symmetric_bytes=%.1f MiB per rank\n", tokens,
+                    buffer.capacity_rows(), static_cast<double>(MoeBuffer::symmetric_bytes(shape, W)) / (1 << 20));
+        std::fflush(stdout);
+      }
+      MoeDispatchOutput view;
+      const Call dispatch = [&](cudaStream_t s) {
+        view = buffer.dispatch(x.get(), ids.get(), weights.get<float>(), tokens, nullptr, s);
+      };
+      dispatch(stream());  // the first call: warm, and the views to poison before the checked one
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      if (options_.check) {
+        slots[kBraidDispatch].wrong = check_braid_dispatch(dispatch, view, tokens);
+        slots[kBraidDispatch].state = 2;
+        cuda(cudaMemsetAsync(out.get(), kOutPoison, out.bytes(), stream()), "cudaMemsetAsync");
+        buffer.combine(view.x, out.get(), true, stream());
+        cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+        comm_.check();
+        slots[kBraidCombine].wrong = check_combined(out, tokens, "braid combine");
+        slots[kBraidCombine].state = 2;
+      }
+      slots[kBraidDispatch].time_us = time_calls(dispatch, true);
+      const void* y = view.x;
+      const Call combine = [&, y](cudaStream_t s) { buffer.combine(y, out.get(), true, s); };
+      slots[kBraidCombine].time_us = time_calls(combine, true);
+      for (int i : {kBraidDispatch, kBraidCombine}) slots[i].state = std::max(slots[i].state, 1);
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
+    }
+    if (nccl_) {
+      NcclMoe baseline(*nccl_, W, options_.type, options_.moe_hidden, tokens, K, E);
+      const Call dispatch = [&](cudaStream_t s) { baseline.dispatch(x.get(), ids.get<int64_t>(), weights.get<float>(), s); };
+      const Call combine = [&](cudaStream_t s) { baseline.combine(nccl_out.get(), s); };
+      if (options_.check) {
+        cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+        comm_.barrier();
+        cuda(cudaMemsetAsync(baseline.recv().get(), kRowPoison, baseline.recv().bytes(), stream()), "cudaMemsetAsync");
+        cuda(cudaMemsetAsync(baseline.back().get(), kRowPoison, baseline.back().bytes(), stream()), "cudaMemsetAsync");
+        cuda(cudaMemsetAsync(nccl_out.get(), kOutPoison, nccl_out.bytes(), stream()), "cudaMemsetAsync");
+        dispatch(stream());
+        cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+        slots[kNcclDispatch].wrong = check_nccl_dispatch(baseline, tokens);
+        slots[kNcclDispatch].state = 2;
+        combine(stream());
+        cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+        slots[kNcclCombine].wrong = check_combined(nccl_out, tokens, "nccl combine");
+        slots[kNcclCombine].state = 2;
+      } else {
+        dispatch(stream());  // combine needs the counts of a dispatch
+      }
+      slots[kNcclDispatch].time_us = time_calls(dispatch, false);
+      slots[kNcclCombine].time_us = time_calls(combine, true);
+      for (int i : {kNcclDispatch, kNcclCombine}) slots[i].state = std::max(slots[i].state, 1);
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      comm_.barrier();
+    }
+    finish_row(tokens, nvlink_bytes, logical_bytes, slots);
+  }
+
+  // ---- Timing (bench.cpp's scheme) ----
+
+  double time_calls(const Call& call, bool graphable) {
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    for (int i = 0; i < options_.warmup_iters; ++i) call(stream());
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    std::unique_ptr<Graph> graph;
+    int launches = options_.iters, calls = options_.iters;
+    if (graphable && options_.graph_calls > 0) {
+      graph = std::make_unique<Graph>(stream(), call, options_.graph_calls);
+      graph->launch(stream());  // uploads the graph: untimed
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      launches = (options_.iters + options_.graph_calls - 1) / options_.graph_calls;
+      calls = launches * options_.graph_calls;
+    }
+    Events starts(options_.repeats), stops(options_.repeats);
+    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      comm_.barrier();
+      call(stream());  // untimed: absorbs the barrier's skew between ranks
+      cuda(cudaEventRecord(starts[repeat], stream()), "cudaEventRecord");
+      for (int i = 0; i < launches; ++i) {
+        if (graph) {
+          graph->launch(stream());
+        } else {
+          call(stream());
+        }
+      }
+      cuda(cudaEventRecord(stops[repeat], stream()), "cudaEventRecord");
+    }
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.check();
+    std::vector<double> per_call;
+    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
+      float ms = 0;
+      cuda(cudaEventElapsedTime(&ms, starts[repeat], stops[repeat]), "cudaEventElapsedTime");
+      per_call.push_back(static_cast<double>(ms) * 1000.0 / calls);
+    }
+    return median(per_call);
+  }
+
+  // ---- Checks ----
+
+  void report(const std::string& what, uint64_t wrong, const std::string& first) const {
+    if (wrong == 0) return;
+    std::fprintf(stderr, "braid-bench: rank %d: %s: %llu wrong, first %s\n", rank_, what.c_str(),
+                 static_cast<unsigned long long>(wrong), first.c_str());
+  }
+
+  // Compares `hidden` elements at `got` with row `token` of rank `source`; returns the wrong ones.
+  uint64_t compare_row(const unsigned char* got, int source, size_t token, uint64_t seed, std::string& first) const {
+    const size_t H = options_.moe_hidden, element = datatype_size(options_.type);
+    uint64_t wrong = 0;
+    for (size_t h = 0; h < H; ++h) {
+      const uint32_t want = value_bits(options_.type, moe::token_value_k(seed, source, token * H + h));
+      const uint32_t have = load_bits(options_.type, got + h * element);
+      if (want == have) continue;
+      if (wrong++ == 0 && first.empty()) {
+        char text[160];
+        std::snprintf(text, sizeof text, "rank %d token %zu element %zu: expected 0x%x, got 0x%x", source, token, h, want,
+                      have);
+        first = text;
+      }
+    }
+    return wrong;
+  }
+
+  // All views poisoned with every rank idle, one dispatch, then: counts, offsets and every row's metadata in full,
+  // and the data of kSampledRows rows.
+  uint64_t check_braid_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
+    const int K = options_.moe_top_k, L = local_experts();
+    const uint64_t seed = mix(seed_ + tokens);
+    comm_.barrier();
+    const size_t capacity = view.capacity_rows;
+    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * row_bytes(), stream()), "cudaMemsetAsync");
+    for (const void* p : {static_cast<const void*>(view.weights), static_cast<const void*>(view.local_expert),
+                          static_cast<const void*>(view.source_rank), static_cast<const void*>(view.source_token)}) {
+      cuda(cudaMemsetAsync(const_cast<void*>(p), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
+    }
+    cuda(cudaMemsetAsync(const_cast<int64_t*>(view.expert_counts), kRowPoison, L * sizeof(int64_t), stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(const_cast<int64_t*>(view.expert_offsets), kRowPoison, (L + 1) * sizeof(int64_t), stream()),
+         "cudaMemsetAsync");
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    dispatch(stream());
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.check();
+
+    // The reference: rows of expert j = every (s, t, k) with id == rank * L + j, in (s, t, k) order, then padding.
+    struct Row {
+      int source;
+      int64_t token;
+      int k;
+      int expert;
+    };
+    std::vector<Row> rows;
+    std::vector<int64_t> counts(L), offsets(L + 1, 0);
+    const size_t alignment = static_cast<size_t>(options_.moe_alignment);
+    for (int j = 0; j < L; ++j) {
+      const int64_t e = static_cast<int64_t>(rank_) * L + j;
+      offsets[j] = static_cast<int64_t>(rows.size());
+      for (int s = 0; s < ranks_; ++s) {
+        for (size_t t = 0; t < tokens; ++t) {
+          for (int k = 0; k < K; ++k) {
+            if (routings_[s].ids[t * K + k] == e) rows.push_back({s, static_cast<int64_t>(t), k, j});
+          }
+        }
+      }
+      counts[j] = static_cast<int64_t>(rows.size()) - offsets[j];
+      rows.resize((rows.size() + alignment - 1) / alignment * alignment, Row{-1, -1, -1, -1});
+    }
+    offsets[L] = static_cast<int64_t>(rows.size());
+
+    uint64_t wrong = 0;
+    std::string first;
+    std::vector<int64_t> got_counts(L), got_offsets(L + 1);
+    cuda(cudaMemcpy(got_counts.data(), view.expert_counts, L * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    cuda(cudaMemcpy(got_offsets.data(), view.expert_offsets, (L + 1) * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (int j = 0; j <= L; ++j) {
+      if (j < L && got_counts[j] != counts[j]) {
+        if (wrong++ == 0) first = "expert_counts[" + std::to_string(j) + "] = " + std::to_string(got_counts[j]) + ", expected " + std::to_string(counts[j]);
+      }
+      if (got_offsets[j] != offsets[j]) {
+        if (wrong++ == 0) first = "expert_offsets[" + std::to_string(j) + "] = " + std::to_string(got_offsets[j]) + ", expected " + std::to_string(offsets[j]);
+      }
+    }
+    if (rows.size() > capacity) {
+      report("braid dispatch", wrong + 1, "needs " + std::to_string(rows.size()) + " rows, capacity " + std::to_string(capacity));
+      return wrong + 1;
+    }
+    const size_t n = rows.size();
+    std::vector<float> w(n);
+    std::vector<int32_t> local(n), source(n), token(n);
+    if (n > 0) {
+      cuda(cudaMemcpy(w.data(), view.weights, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cuda(cudaMemcpy(local.data(), view.local_expert, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cuda(cudaMemcpy(source.data(), view.source_rank, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cuda(cudaMemcpy(token.data(), view.source_token, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const Row& r = rows[i];
+      const float want_w = r.source < 0 ? 0.0f : routings_[r.source].weights[static_cast<size_t>(r.token) * K + r.k];
+      const bool right = r.source < 0 ? (w[i] == 0.0f && local[i] == -1 && source[i] == -1 && token[i] == -1)
+                                      : (w[i] == want_w && local[i] == r.expert && source[i] == r.source && token[i] == r.token);
+      if (right) continue;
+      if (wrong++ == 0) {
+        char text[200];
+        std::snprintf(text, sizeof text, "row %zu metadata (weight %g, expert %d, rank %d, token %d), expected (%g, %d, %d, %lld)",
+                      i, static_cast<double>(w[i]), local[i], source[i], token[i], static_cast<double>(want_w), r.expert,
+                      r.source, static_cast<long long>(r.token));
+        first = text;
+      }
+    }
+    std::vector<unsigned char> data(row_bytes());
+    for (size_t i : spread(n, kSampledRows)) {
+      const Row& r = rows[i];
+      if (r.source < 0) continue;  // padding rows' data is unspecified
+      cuda(cudaMemcpy(data.data(), static_cast<const unsigned char*>(view.x) + i * row_bytes(), row_bytes(),
+                      cudaMemcpyDeviceToHost),
+           "cudaMemcpy");
+      std::string at;
+      const uint64_t bad = compare_row(data.data(), r.source, static_cast<size_t>(r.token), seed, at);
+      if (bad > 0 && wrong == 0) first = "row " + std::to_string(i) + ": " + at;
+      wrong += bad;
+    }
+    report("braid dispatch", wrong, first);
+    return wrong;
+  }
+
+  // The NCCL baseline's received rows: the counts from each rank, and kSampledRows rows' data.
+  uint64_t check_nccl_dispatch(const NcclMoe& baseline, size_t tokens) {
+    const int K = options_.moe_top_k, L = local_experts();
+    const uint64_t seed = mix(seed_ + tokens);
+    struct Row {
+      int source;
+      size_t token;
+    };
+    std::vector<Row> rows;
+    uint64_t wrong = 0;
+    std::string first;
+    for (int s = 0; s < ranks_; ++s) {
+      const size_t before = rows.size();
+      for (size_t t = 0; t < tokens; ++t) {
+        for (int k = 0; k < K; ++k) {
+          if (routings_[s].ids[t * K + k] / L == rank_) {
+            rows.push_back({s, t});
+            break;
+          }
+        }
+      }
+      const int64_t want = static_cast<int64_t>(rows.size() - before);
+      if (baseline.received_rows(s) != want && wrong++ == 0) {
+        first = "rows from rank " + std::to_string(s) + ": " + std::to_string(baseline.received_rows(s)) + ", expected " +
+                std::to_string(want);
+      }
+    }
+    if (wrong == 0) {
+      std::vector<unsigned char> data(row_bytes());
+      for (size_t i : spread(rows.size(), kSampledRows)) {
+        cuda(cudaMemcpy(data.data(), baseline.recv().get<unsigned char>() + i * row_bytes(), row_bytes(),
+                        cudaMemcpyDeviceToHost),
+             "cudaMemcpy");
+        std::string at;
+        const uint64_t bad = compare_row(data.data(), rows[i].source, rows[i].token, seed, at);
+        if (bad > 0 && wrong == 0) first = "received row " + std::to_string(i) + ": " + at;
+        wrong += bad;
+      }
+    }
+    report("nccl dispatch", wrong, first);
+    return wrong;
+  }
+
+  // kSampledTokens tokens of out: x[t] * (sum of t's weights) (every expert's output is the token row itself).
+  uint64_t check_combined(const DeviceMemory& out, size_t tokens, const char* what) {
+    const int K = options_.moe_top_k, L = local_experts();
+    const size_t H = options_.moe_hidden, element = datatype_size(options_.type);
+    const uint64_t seed = mix(seed_ + tokens);
+    const Routing& mine = routings_[rank_];
+    uint64_t wrong = 0;
+    std::string first;
+    std::vector<unsigned char> data(row_bytes());
+    for (size_t t : spread(tokens, kSampledTokens)) {
+      cuda(cudaMemcpy(data.data(), out.get<unsigned char>() + t * row_bytes(), row_bytes(), cudaMemcpyDeviceToHost),
+           "cudaMemcpy");
+      double weight = 0;
+      uint64_t owners = 0;
+      for (int k = 0; k < K; ++k) {
+        weight += mine.weights[t * K + k];
+        owners |= uint64_t(1) << (mine.ids[t * K + k] / L);
+      }
+      double partials = 0;
+      for (int r = 0; r < ranks_; ++r) partials += (owners >> r & 1) != 0 ? 1 : 0;
+      for (size_t h = 0; h < H; ++h) {
+        const double x = moe::token_value_k(seed, rank_, t * H + h) / 128.0;
+        const double want = x * weight;
+        const double tolerance = tolerance_unit(options_.type) * (partials + 1) * std::fabs(want);
+        const double got = decode(options_.type, data.data() + h * element);
+        if (std::fabs(got - want) <= tolerance) continue;
+        if (wrong++ == 0) {
+          char text[160];
+          std::snprintf(text, sizeof text, "token %zu element %zu: expected %.6g (tolerance %.2g), got %.6g", t, h, want,
+                        tolerance, got);
+          first = text;
+        }
+      }
+    }
+    report(what, wrong, first);
+    return wrong;
+  }
+
+  // ---- Results ----
+
+  // The issue's figure for this row, and whether braid meets it.
+  std::string target_text(size_t tokens, double time_us, double nvlink_gbs) const {
+    const bool issue_shape = options_.moe_hidden == 7168 && options_.moe_top_k == 8 && options_.moe_experts == 64 &&
+                             options_.type == DataType::kBFloat16;
+    if (!issue_shape) return "-";
+    if (tokens == 4096) return std::string(">=330GB/s ") + (nvlink_gbs >= 330 ? "met" : "MISSED");
+    if (tokens == 128) {
+      if (options_.graph_calls == 0) return "<=15us (needs -G)";
+      return std::string("<=15us ") + (time_us <= 15 ? "met" : "MISSED");
+    }
+    return "-";
+  }
+
+  void finish_row(size_t tokens, double nvlink_bytes, double logical_bytes, const Slot (&slots)[kSlots]) {
+    std::vector<std::string> all =
+        comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
+    Slot total[kSlots];
+    for (const std::string& text : all) {
+      Slot theirs[kSlots];
+      if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
+      std::memcpy(theirs, text.data(), sizeof(theirs));
+      for (int i = 0; i < kSlots; ++i) {
+        total[i].time_us = std::max(total[i].time_us, theirs[i].time_us);
+        total[i].wrong += theirs[i].wrong;
+        total[i].state = theirs[i].state;
+      }
+    }
+    for (const Slot& slot : total) wrong_total_ += slot.wrong;
+    if (rank_ != 0) return;
+    auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
+    auto wrong_text = [](const Slot& s) { return s.state == 2 ? std::to_string(s.wrong) : std::string("N/A"); };
+    for (int phase = 0; phase < 2; ++phase) {
+      const Slot& b = total[phase == 0 ? kBraidDispatch : kBraidCombine];
+      const Slot& n = total[phase == 0 ? kNcclDispatch : kNcclCombine];
+      const char* name = phase == 0 ? "dispatch" : "combine";
+      const std::string target = target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
+      std::printf("  %6zu  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, name, nvlink_bytes / 1e6, b.time_us,
+                  gbs(nvlink_bytes, b.time_us), gbs(logical_bytes, b.time_us), wrong_text(b).c_str());
+      if (library_) {
+        std::printf("  %8.2f  %8.1f  %9.1f  %7s  %6.2f", n.time_us, gbs(nvlink_bytes, n.time_us),
+                    gbs(logical_bytes, n.time_us), wrong_text(n).c_str(), n.time_us > 0 ? b.time_us / n.time_us : 0.0);
+      }
+      std::printf("  %s\n", target.c_str());
+      nlohmann::json row{{"tokens", tokens},
+                         {"phase", name},
+                         {"nvlink_bytes_max_per_rank", nvlink_bytes},
+                         {"logical_bytes", logical_bytes},
+                         {"target", target}};
+      auto impl = [&](const Slot& s) -> nlohmann::json {
+        if (s.state == 0) return nullptr;
+        nlohmann::json value{{"time_us", s.time_us},
+                             {"nvlink_gbs", gbs(nvlink_bytes, s.time_us)},
+                             {"logical_gbs", gbs(logical_bytes, s.time_us)}};
+        value["wrong"] = s.state == 2 ? nlohmann::json(s.wrong) : nlohmann::json(nullptr);
+        return value;
+      };
+      row["braid"] = impl(b);
+      row["nccl"] = impl(n);
+      row["time_ratio_braid_over_nccl"] =
+          b.state != 0 && n.state != 0 && n.time_us > 0 ? nlohmann::json(b.time_us / n.time_us) : nlohmann::json(nullptr);
+      rows_.push_back(std::move(row));
+    }
+    std::fflush(stdout);
+  }
+
+  void write_json() const {
+    nlohmann::json config{{"mode", "moe"},
+                          {"type", datatype_name(options_.type)},
+                          {"hidden", options_.moe_hidden},
+                          {"top_k", options_.moe_top_k},
+                          {"experts", options_.moe_experts},
+                          {"alignment", options_.moe_alignment},
+                          {"tokens", options_.moe_tokens},
+                          {"index_type", "int64"},
+                          {"ranks", ranks_},
+                          {"graph", options_.graph_calls},
+                          {"iters", options_.iters},
+                          {"warmup_iters", options_.warmup_iters},
+                          {"repeats", options_.repeats},
+                          {"check", options_.check},
+                          {"gpus", gpus_},
+                          {"time", "per call: max over ranks of each rank's median repetition"},
+                          {"nvlink", "max over ranks of max(bytes sent to, received from other ranks) / time"},
+                          {"logical", "tokens * top_k * hidden * element size / time"}};
+    const char* commit = std::getenv("BRAID_COMMIT");
+    config["commit"] = commit != nullptr ? nlohmann::json(commit) : nlohmann::json(nullptr);
+    config["nccl_version"] = library_ ? nlohmann::json(library_->version()) : nlohmann::json(nullptr);
+    std::ofstream file(options_.json_path);
+    file << nlohmann::json{{"tool", "braid-bench"}, {"config", config}, {"rows", rows_}}.dump(2) << "\n";
+    if (!file) throw std::runtime_error("cannot write --json file " + options_.json_path);
+  }
+
+  Communicator& comm_;
+  const Options& options_;
+  const int rank_, ranks_;
+  std::shared_ptr<NcclLibrary> library_;
+  uint64_t seed_ = 0;
+  std::unique_ptr<StreamHandle> stream_;
+  std::unique_ptr<NcclComm> nccl_;
+  std::vector<std::string> gpus_;
+  std::vector<Routing> routings_;  // every rank's, for the current T
+  nlohmann::json rows_ = nlohmann::json::array();
+  uint64_t wrong_total_ = 0;
+};
+
+}  // namespace
+
+uint64_t moe_run(Communicator& comm, const Options& options, const std::shared_ptr<NcclLibrary>& nccl) {
+  return MoeBench(comm, options, nccl).run();
+}
+
+}  // namespace braid::bench
