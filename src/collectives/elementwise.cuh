@@ -89,17 +89,19 @@ __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, i
 // Independent 16-byte accesses each thread keeps in flight: NVLink and HBM need many outstanding requests.
 constexpr int kUnroll = 4;
 
-// ---- Byte copies by one block, any alignment (16-byte vectors when every side allows): one source to
-// `destination_count` destinations, so a source pushed to several peers is read once.
-__device__ inline void block_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes) {
+// ---- Byte copies by a group of threads (a block, or a warp), any alignment (16-byte vectors when every side
+// allows): one source to `destination_count` destinations, so a source pushed to several peers is read once.
+// `lane` is the thread's index in the group, `width` the group's size.
+__device__ inline void group_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes,
+                                     unsigned int lane, unsigned int width) {
   if (bytes == 0) return;
   uintptr_t misaligned = reinterpret_cast<uintptr_t>(source);
   for (int d = 0; d < destination_count; ++d) misaligned |= reinterpret_cast<uintptr_t>(destinations[d]);
   size_t done = 0;
   if ((misaligned & 15) == 0) {
-    const size_t vectors = bytes / 16, stride = blockDim.x;
+    const size_t vectors = bytes / 16, stride = width;
     const uint4* from = reinterpret_cast<const uint4*>(source);
-    size_t i = threadIdx.x;
+    size_t i = lane;
     for (; i + (kUnroll - 1) * stride < vectors; i += kUnroll * stride) {
       uint4 value[kUnroll];
 #pragma unroll
@@ -116,16 +118,26 @@ __device__ inline void block_copy_to(char* const* destinations, int destination_
     done = vectors * 16;
   } else if ((misaligned & 3) == 0) {
     const size_t words = bytes / 4;
-    for (size_t i = threadIdx.x; i < words; i += blockDim.x) {
+    for (size_t i = lane; i < words; i += width) {
       const uint32_t value = reinterpret_cast<const uint32_t*>(source)[i];
       for (int d = 0; d < destination_count; ++d) reinterpret_cast<uint32_t*>(destinations[d])[i] = value;
     }
     done = words * 4;
   }
-  for (size_t i = done + threadIdx.x; i < bytes; i += blockDim.x) {
+  for (size_t i = done + lane; i < bytes; i += width) {
     const char value = source[i];
     for (int d = 0; d < destination_count; ++d) destinations[d][i] = value;
   }
+}
+
+__device__ inline void block_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes) {
+  group_copy_to(destinations, destination_count, source, bytes, threadIdx.x, blockDim.x);
+}
+
+// One warp copies: many warps with a row each keep more requests in flight than one block with a row.
+__device__ inline void warp_copy(char* destination, const char* source, size_t bytes) {
+  if (destination == source) return;
+  group_copy_to(&destination, 1, source, bytes, threadIdx.x & 31u, 32u);
 }
 
 __device__ inline void block_copy(char* destination, const char* source, size_t bytes) {

@@ -28,9 +28,10 @@ struct Row {
 //   - All-to-all: LL lines through 512 KiB (no barrier, no signal); beyond, FIFO pushes on any buffer, and on
 //     symmetric buffers direct stores into the peers' outputs while a call is small (the copy engines'
 //     launches and barrier kernels cost more than they save), copy engines pulling from the peers' inputs
-//     beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers ~344). On 2×H200 (2026-11-22)
-//     FIFO pushes took 9.3 µs at 8 KiB (NCCL 6.7) and stores 6.9; the 512 KiB and 4 MiB cut-offs are first
-//     guesses, to be read off a sweep.
+//     beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers ~344). Sweeps on 2×H200
+//     (2026-11-22, float32, graphs; bench/results/*-x2-alltoall-*): LL 3.4 µs at 8 KiB and 5.0 at 512 KiB
+//     (FIFO pushes 9.3 / 11.7, stores 6.7 / 8.4); stores beat copy engines through 32 MiB (63 vs 71 µs),
+//     copy engines win at 256 MiB (447 µs, 601 GB/s algbw). Not yet swept on 4 ranks.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -45,7 +46,7 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
-    {Collective::kAllToAll, size_t(4) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
+    {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},

@@ -6,7 +6,7 @@
 //      far, so a fast rank's next dispatch never overwrites counts a slow rank still reads), then a barrier:
 //      every peer's counts are here, and every peer has entered this dispatch (its receive rows and metadata
 //      from the last one are no longer in use).
-//   3. scatter (kScatterBlocks blocks): every rank computes every rank's layout from the count matrix; a block
+//   3. scatter (kScatterBlocks blocks): every rank computes every rank's layout from the count matrix; a warp
 //      per token stores the token's row once into each destination rank (its first expert there), and the
 //      metadata of each of its rows there (weight, expert, source, the row holding the data) and its entry in
 //      the destination's token table. Ends with a barrier per block: every peer's rows for this rank are here.
@@ -25,7 +25,13 @@
 namespace braid::moe {
 namespace {
 
-using kernels::block_copy;
+using kernels::warp_copy;
+
+// Work items are spread over warps, not blocks: a row is a few KB, and many warps each with a row in flight keep
+// NVLink and HBM busy where a block per row would wait on each row's latency in turn.
+__device__ __forceinline__ size_t first_warp() { return size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; }
+__device__ __forceinline__ size_t warp_count() { return size_t(gridDim.x) * (blockDim.x / 32); }
+__device__ __forceinline__ unsigned int lane() { return threadIdx.x & 31u; }
 
 // T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
 __device__ inline size_t call_tokens(const MoeLaunch& launch) {
@@ -109,7 +115,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_scatter(MoeLaunch launch) {
   const int K = launch.top_k, L = launch.local_experts, me = launch.rank;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
   const size_t tokens = static_cast<size_t>(*launch.tokens);
-  for (size_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+  for (size_t t = first_warp(); t < tokens; t += warp_count()) {  // a warp per token
     for (int step = 0; step < launch.world; ++step) {
       const int r = (me + step) % launch.world;
       const int32_t slot = launch.token_slot[t * launch.world + r];
@@ -121,9 +127,9 @@ __global__ void __launch_bounds__(kMoeThreads) moe_scatter(MoeLaunch launch) {
         if (e >= 0 && e < launch.experts && e / L == r) primary = row_of(k, e);
       }
       char* base = launch.peers[r];
-      block_copy(base + launch.layout.rows + primary * row_bytes, launch.x + t * row_bytes, row_bytes);
-      if (threadIdx.x < K) {
-        const int k = threadIdx.x;
+      warp_copy(base + launch.layout.rows + primary * row_bytes, launch.x + t * row_bytes, row_bytes);
+      if (lane() < K) {
+        const int k = lane();
         const int64_t e = expert_of<Index>(launch, t, k);
         int32_t row = -1;
         if (e >= 0 && e < launch.experts && e / L == r) {
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_scatter(MoeLaunch launch) {
         }
         at_offset<int32_t>(base, launch.layout.table_rows)[(me * launch.max_tokens + slot) * K + k] = row;
       }
-      if (threadIdx.x == 0) at_offset<int32_t>(base, launch.layout.table_token)[me * launch.max_tokens + slot] = static_cast<int32_t>(t);
+      if (lane() == 0) at_offset<int32_t>(base, launch.layout.table_token)[me * launch.max_tokens + slot] = static_cast<int32_t>(t);
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -178,14 +184,14 @@ __global__ void __launch_bounds__(kMoeThreads) moe_expand(MoeLaunch launch) {
     char* base = launch.peers[me];
     const size_t row_bytes = launch.hidden * launch.element_bytes;
     int32_t* primary = at_offset<int32_t>(base, launch.layout.row_primary);
-    for (int64_t row = blockIdx.x; row < used; row += gridDim.x) {
+    for (int64_t row = first_warp(); row < used; row += warp_count()) {  // a warp per row
       int j = 0;  // the expert block holding the row: the last one starting at or before it
       for (int lo = 0, hi = L - 1; lo <= hi;) {
         const int mid = (lo + hi) / 2;
         if (layout.expert_start[first + mid] <= row) { j = mid; lo = mid + 1; } else { hi = mid - 1; }
       }
       if (row >= layout.expert_start[first + j] + layout.expert_rows[first + j]) {  // alignment padding
-        if (threadIdx.x == 0) {
+        if (lane() == 0) {
           at_offset<float>(base, launch.layout.row_weight)[row] = 0.0f;
           at_offset<int32_t>(base, launch.layout.row_expert)[row] = -1;
           at_offset<int32_t>(base, launch.layout.row_rank)[row] = -1;
@@ -195,7 +201,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_expand(MoeLaunch launch) {
         continue;
       }
       const int32_t source = primary[row];
-      if (source != row) block_copy(base + launch.layout.rows + row * row_bytes, base + launch.layout.rows + source * row_bytes, row_bytes);
+      if (source != row) warp_copy(base + launch.layout.rows + row * row_bytes, base + launch.layout.rows + source * row_bytes, row_bytes);
     }
   }
   kernels::advance_after_last_block(launch.epoch, launch.blocks_done);

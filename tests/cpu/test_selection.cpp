@@ -52,6 +52,7 @@ TEST(Selection, AllToAllUsesCopyEnginesOnlyOnLargeSymmetricBuffers) {
   EXPECT_EQ(pick(Collective::kAllToAll, 8 << 10, Buffers::kSymmetric).algorithm, Algorithm::kLL);
   EXPECT_EQ(pick(Collective::kAllToAll, 8 << 10, Buffers::kAny).algorithm, Algorithm::kLL);
   EXPECT_EQ(pick(Collective::kAllToAll, 2 << 20, Buffers::kSymmetric).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, Buffers::kSymmetric).algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kAllToAll, 8 << 10, Buffers::kSymmetric, "alltoall=copyengine").algorithm,
             Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kAllToAllv, 8 << 10, Buffers::kAny).algorithm, Algorithm::kPipelined);
