@@ -1,6 +1,6 @@
 // MoE combine, two launches:
 //   1. send (kScatterBlocks blocks): after an entry barrier (every peer has entered this combine, so its combine
-//      area is free again), a warp per token received in the last dispatch sums that token's rows here
+//      area is free again), a group of kCombineGroup threads per token received in the last dispatch sums that token's rows here
 //      (weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's
 //      slot of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier
 //      per block: every peer's partials for this rank are here.
@@ -63,17 +63,17 @@ __device__ void send_partials(const MoeLaunch& launch) {
   const int32_t* table_token = at_offset<int32_t>(base, launch.layout.table_token);
   const float* row_weight = at_offset<float>(base, launch.layout.row_weight);
   const T* y = reinterpret_cast<const T*>(launch.y);
-  const unsigned int lane = threadIdx.x & 31u;
-  const int64_t warps = int64_t(gridDim.x) * (blockDim.x / 32);
-  for (int64_t flat = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; flat < first_of[launch.world];
-       flat += warps) {  // a warp per received token
+  const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
+  const int64_t groups = int64_t(gridDim.x) * per_block;
+  for (int64_t flat = int64_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < first_of[launch.world];
+       flat += groups) {  // a group of threads per received token
     int s = 0;
     while (flat >= first_of[s + 1]) ++s;
     const int64_t entry = s * static_cast<int64_t>(launch.max_tokens) + (flat - first_of[s]);
     const int32_t* rows = table_rows + entry * K;
     const int64_t t = table_token[entry];
     T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
-    for (size_t h = lane * N; h < H; h += 32 * N) {
+    for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
       for (int k = 0; k < K; ++k) {
         const int32_t row = rows[k];
@@ -107,11 +107,11 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
   const uint32_t delivered = *launch.delivered_ranks;
   const T* partials = at_offset<T>(launch.peers[launch.rank], launch.layout.combine);
   T* out = reinterpret_cast<T*>(launch.out);
-  const unsigned int lane = threadIdx.x & 31u;
-  const size_t warps = size_t(gridDim.x) * (blockDim.x / 32);
-  for (size_t t = size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; t < tokens; t += warps) {  // a warp per token
+  const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
+  const size_t groups = size_t(gridDim.x) * per_block;
+  for (size_t t = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; t < tokens; t += groups) {
     const uint32_t ranks = launch.token_ranks[t] & delivered;
-    for (size_t h = lane * N; h < H; h += 32 * N) {
+    for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
       for (int r = 0; r < launch.world; ++r) {
         if (!((ranks >> r) & 1u)) continue;

@@ -16,7 +16,11 @@ namespace braid::moe {
 constexpr int kMaxWorld = 16;
 constexpr int kMaxExperts = 1024;  // the layout of every rank's experts is computed in shared memory
 constexpr int kMoeThreads = 512;
-constexpr int kScatterBlocks = 64;  // dispatch and combine launch this many blocks on every rank (one channel each)
+// Dispatch's scatter and combine's send launch this many blocks on every rank, each a signal channel of the
+// MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (64 blocks left the
+// first version latency-bound at 87 GB/s).
+constexpr int kScatterBlocks = 256;
+constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
 
 // One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base.
 struct SymmetricLayout {
