@@ -1,3 +1,4 @@
+#include "cuda_objects.hpp"
 #include "bench.hpp"
 
 #include <cuda_runtime_api.h>
@@ -21,14 +22,7 @@
 namespace braid::bench {
 namespace {
 
-void cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + " (" +
-                             cudaGetErrorString(result) + ")");
-  }
-}
 
-using Call = std::function<void(cudaStream_t)>;
 
 // The host side of the check moves data in chunks of this size, so its memory stays bounded at any -e.
 constexpr size_t kHostChunkBytes = size_t(64) << 20;
@@ -61,75 +55,9 @@ class Buffer {
   bool owned_ = false;
 };
 
-class StreamHandle {
- public:
-  StreamHandle() { cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~StreamHandle() {
-    if (std::uncaught_exceptions() == 0) cudaStreamSynchronize(stream_);  // not on failure: see ~Buffer
-    cudaStreamDestroy(stream_);
-  }
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-  cudaStream_t get() const { return stream_; }
 
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
-class Events {
- public:
-  explicit Events(int count) : events_(count, nullptr) {
-    for (cudaEvent_t& event : events_) cuda(cudaEventCreate(&event), "cudaEventCreate");
-  }
-  ~Events() {
-    for (cudaEvent_t event : events_) {
-      if (event != nullptr) cudaEventDestroy(event);
-    }
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t operator[](int i) const { return events_[i]; }
 
- private:
-  std::vector<cudaEvent_t> events_;
-};
-
-// A captured and instantiated graph of back-to-back calls.
-class Graph {
- public:
-  Graph(cudaStream_t stream, const Call& call, int calls) {
-    // Thread-local capture: ranks that are threads capture at once, and a peer thread's unrelated CUDA calls
-    // must not invalidate this capture.
-    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    try {
-      for (int i = 0; i < calls; ++i) call(stream);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream, &broken);  // leave the stream usable
-      if (broken != nullptr) cudaGraphDestroy(broken);
-      throw;
-    }
-    cuda(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
-    cuda(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
-  }
-  ~Graph() {
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) cudaGraphDestroy(graph_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  void launch(cudaStream_t stream) const { cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
 
 // One (placement, implementation) of a row on this rank, as shared with every rank at the end of the row.
 struct Slot {

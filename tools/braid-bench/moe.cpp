@@ -1,3 +1,4 @@
+#include "cuda_objects.hpp"
 #include "moe.hpp"
 
 #include <cuda_bf16.h>
@@ -24,21 +25,14 @@
 namespace braid::bench {
 namespace {
 
-void cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorName(result) + " (" +
-                             cudaGetErrorString(result) + ")");
-  }
-}
 
-using Call = std::function<void(cudaStream_t)>;
 
 constexpr unsigned char kRowPoison = 0xA5;   // dispatched rows and metadata before a checked dispatch
 constexpr unsigned char kOutPoison = 0xFF;   // combine outputs before a checked combine (NaN in every float type)
 constexpr size_t kSampledRows = 256;         // rows whose data is checked per rank and path
 constexpr size_t kSampledTokens = 128;       // tokens whose combined row is checked per rank and path
 
-// ---- Small owners of CUDA objects (as in bench.cpp) ----
+// ---- Owners of device and pinned memory (streams, events and graphs: cuda_objects.hpp) ----
 
 class DeviceMemory {  // cudaMalloc'd
  public:
@@ -79,72 +73,9 @@ class PinnedMemory {
   void* data_ = nullptr;
 };
 
-class StreamHandle {
- public:
-  StreamHandle() { cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-  ~StreamHandle() {
-    if (std::uncaught_exceptions() == 0) cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-  cudaStream_t get() const { return stream_; }
 
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
-class Events {
- public:
-  explicit Events(int count) : events_(count, nullptr) {
-    for (cudaEvent_t& event : events_) cuda(cudaEventCreate(&event), "cudaEventCreate");
-  }
-  ~Events() {
-    for (cudaEvent_t event : events_) {
-      if (event != nullptr) cudaEventDestroy(event);
-    }
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  cudaEvent_t operator[](int i) const { return events_[i]; }
 
- private:
-  std::vector<cudaEvent_t> events_;
-};
-
-class Graph {  // `calls` back-to-back calls, captured and instantiated
- public:
-  Graph(cudaStream_t stream, const Call& call, int calls) {
-    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    try {
-      for (int i = 0; i < calls; ++i) call(stream);
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream, &broken);
-      if (broken != nullptr) cudaGraphDestroy(broken);
-      throw;
-    }
-    cuda(cudaStreamEndCapture(stream, &graph_), "cudaStreamEndCapture");
-    cuda(cudaGraphInstantiate(&exec_, graph_, 0), "cudaGraphInstantiate");
-  }
-  ~Graph() {
-    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
-    if (graph_ != nullptr) cudaGraphDestroy(graph_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-  void launch(cudaStream_t stream) const { cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
-
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
-}
 
 // ---- The workload ----
 
