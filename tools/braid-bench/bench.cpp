@@ -300,47 +300,10 @@ class RankBench {
     }
   }
 
-  // Per-call time of this rank, in microseconds: the median over repetitions.
+  // Per-call time of this rank, in microseconds: the median over repetitions (cuda_objects.hpp).
   double time_calls(const Call& call) {
-    // A rank still checking its last output (a reduce root folding every rank's input) keeps the others
-    // here, not spinning on the GPU in their warm-up calls.
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.barrier();
-    for (int i = 0; i < options_.warmup_iters; ++i) call(stream());
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    std::unique_ptr<Graph> graph;
-    int launches = options_.iters, calls = options_.iters;
-    if (options_.graph_calls > 0) {
-      graph = std::make_unique<Graph>(stream(), call, options_.graph_calls);
-      graph->launch(stream());  // the first launch uploads the graph: untimed
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      launches = (options_.iters + options_.graph_calls - 1) / options_.graph_calls;
-      calls = launches * options_.graph_calls;
-    }
-    Events starts(options_.repeats), stops(options_.repeats);
-    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      comm_.barrier();
-      call(stream());  // untimed: it waits for the last rank out of the barrier, so the timed calls start together
-      cuda(cudaEventRecord(starts[repeat], stream()), "cudaEventRecord");
-      for (int i = 0; i < launches; ++i) {
-        if (graph) {
-          graph->launch(stream());
-        } else {
-          call(stream());
-        }
-      }
-      cuda(cudaEventRecord(stops[repeat], stream()), "cudaEventRecord");
-    }
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.check();
-    std::vector<double> per_call;
-    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
-      float ms = 0;
-      cuda(cudaEventElapsedTime(&ms, starts[repeat], stops[repeat]), "cudaEventElapsedTime");
-      per_call.push_back(static_cast<double>(ms) * 1000.0 / calls);
-    }
-    return median(per_call);
+    return bench::time_calls(comm_, stream(), call,
+                             TimingPlan{options_.warmup_iters, options_.iters, options_.repeats, options_.graph_calls});
   }
 
   Communicator& comm_;

@@ -1,5 +1,5 @@
 // Small owners of CUDA objects and helpers shared by braid-bench's runs (bench.cpp, moe.cpp): a checked CUDA
-// call, a stream, events, a captured graph of back-to-back calls, and the median of timings.
+// call, a stream, events, a captured graph of back-to-back calls, the median of timings, and the timing loop.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "braid/braid.hpp"
 
 namespace braid::bench {
 
@@ -91,6 +94,58 @@ inline double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
   const size_t middle = values.size() / 2;
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+
+// How a row is timed: warm-up calls, then `repeats` repetitions of `iters` calls (as replays of a graph of
+// `graph_calls` calls when graph_calls > 0), each repetition between two events.
+struct TimingPlan {
+  int warmup;
+  int iters;
+  int repeats;
+  int graph_calls;
+};
+
+// Per-call time of this rank, in microseconds: the median over repetitions. Collective (host barriers).
+inline double time_calls(Communicator& comm, cudaStream_t stream, const Call& call, const TimingPlan& plan) {
+  // A rank still checking its last output keeps the others here, not spinning on the GPU in their warm-up calls.
+  cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  comm.barrier();
+  for (int i = 0; i < plan.warmup; ++i) call(stream);
+  cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::unique_ptr<Graph> graph;
+  int launches = plan.iters, calls = plan.iters;
+  if (plan.graph_calls > 0) {
+    graph = std::make_unique<Graph>(stream, call, plan.graph_calls);
+    graph->launch(stream);  // the first launch uploads the graph: untimed
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    launches = (plan.iters + plan.graph_calls - 1) / plan.graph_calls;
+    calls = launches * plan.graph_calls;
+  }
+  Events starts(plan.repeats), stops(plan.repeats);
+  for (int repeat = 0; repeat < plan.repeats; ++repeat) {
+    cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    comm.barrier();
+    call(stream);  // untimed: it waits for the last rank out of the barrier, so the timed calls start together
+    cuda(cudaEventRecord(starts[repeat], stream), "cudaEventRecord");
+    for (int i = 0; i < launches; ++i) {
+      if (graph) {
+        graph->launch(stream);
+      } else {
+        call(stream);
+      }
+    }
+    cuda(cudaEventRecord(stops[repeat], stream), "cudaEventRecord");
+  }
+  cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  comm.check();
+  std::vector<double> per_call;
+  for (int repeat = 0; repeat < plan.repeats; ++repeat) {
+    float ms = 0;
+    cuda(cudaEventElapsedTime(&ms, starts[repeat], stops[repeat]), "cudaEventElapsedTime");
+    per_call.push_back(static_cast<double>(ms) * 1000.0 / calls);
+  }
+  return median(per_call);
 }
 
 }  // namespace braid::bench

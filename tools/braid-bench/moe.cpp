@@ -470,46 +470,12 @@ class MoeBench {
     finish_row(tokens, nvlink_bytes, logical_bytes, slots);
   }
 
-  // ---- Timing (bench.cpp's scheme) ----
+  // ---- Timing (cuda_objects.hpp, as the collective rows) ----
 
   double time_calls(const Call& call, bool graphable) {
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.barrier();
-    for (int i = 0; i < options_.warmup_iters; ++i) call(stream());
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    std::unique_ptr<Graph> graph;
-    int launches = options_.iters, calls = options_.iters;
-    if (graphable && options_.graph_calls > 0) {
-      graph = std::make_unique<Graph>(stream(), call, options_.graph_calls);
-      graph->launch(stream());  // uploads the graph: untimed
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      launches = (options_.iters + options_.graph_calls - 1) / options_.graph_calls;
-      calls = launches * options_.graph_calls;
-    }
-    Events starts(options_.repeats), stops(options_.repeats);
-    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      comm_.barrier();
-      call(stream());  // untimed: absorbs the barrier's skew between ranks
-      cuda(cudaEventRecord(starts[repeat], stream()), "cudaEventRecord");
-      for (int i = 0; i < launches; ++i) {
-        if (graph) {
-          graph->launch(stream());
-        } else {
-          call(stream());
-        }
-      }
-      cuda(cudaEventRecord(stops[repeat], stream()), "cudaEventRecord");
-    }
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.check();
-    std::vector<double> per_call;
-    for (int repeat = 0; repeat < options_.repeats; ++repeat) {
-      float ms = 0;
-      cuda(cudaEventElapsedTime(&ms, starts[repeat], stops[repeat]), "cudaEventElapsedTime");
-      per_call.push_back(static_cast<double>(ms) * 1000.0 / calls);
-    }
-    return median(per_call);
+    return bench::time_calls(comm_, stream(), call,
+                             TimingPlan{options_.warmup_iters, options_.iters, options_.repeats,
+                                        graphable ? options_.graph_calls : 0});
   }
 
   // ---- Checks ----
