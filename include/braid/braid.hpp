@@ -22,6 +22,9 @@ namespace braid {
 namespace detail {
 struct CommState;
 struct SymmetricAllocation;
+struct Registration;
+struct ExportedRange;
+class PeerMapping;
 }  // namespace detail
 
 class StoreServer;
@@ -90,6 +93,17 @@ struct AllocOptions {
 
 class SymmetricMemory;
 class MoeBuffer;
+class RegisteredBuffer;
+class ExportedHandle;
+class GlobalMemory;
+
+// Counters of a communicator's registered buffers (tests and diagnostics).
+struct RegistrationStats {
+  uint64_t buffers = 0;        // registrations alive
+  uint64_t exchanges = 0;      // host exchanges made by first uses of a registered buffer at an address
+  uint64_t cache_hits = 0;     // uses that found the peers' mappings cached (no host exchange)
+  uint64_t peer_mappings = 0;  // peers' allocations mapped here now
+};
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
@@ -162,6 +176,35 @@ class Communicator {
                           size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs, DataType type,
                           Stream stream);
 
+  // ---- User buffers (zero copy without symmetric allocation) ----
+  // Registers [pointer, pointer + bytes) of this rank's GPU: local and cheap (nothing is exchanged). The first
+  // collective that passes a registered buffer at a given address exchanges mappings with the peers (collective:
+  // every rank must pass registered buffers there, registered and deregistered in step, as with
+  // ncclCommRegister) and caches them; later calls with that address make no host exchange and move data
+  // straight between the users' buffers. A buffer inside a registered range hits it. cudaMalloc memory (legacy
+  // CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the argument: null,
+  // zero length, a range past its allocation's end, host or managed memory, another GPU's memory
+  // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.
+  RegisteredBuffer register_buffer(void* pointer, size_t bytes);
+  // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
+  // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
+  // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
+  void deregister(RegisteredBuffer& buffer);
+  RegistrationStats registration_stats();
+
+  // ---- Exported memory of every rank (one-sided) ----
+  // Collective: gathers every rank's exported range and maps the peers' here (fds travel over this host's
+  // sockets, so VMM memory needs no further permission). The result outlives the communicator.
+  GlobalMemory import_global(const ExportedHandle& mine);
+  // One-sided copies into or out of rank `peer`'s range at byte `offset` (copy engines, stream-ordered; the
+  // caller orders them against the peer's use, e.g. with barrier() or a collective).
+  void put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream);
+  void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
+  // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
+  // of each peer's range (count elements a block) into recv with copy engines, then an exit barrier. Every
+  // range must hold size() * count elements.
+  void all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream);
+
   // Raises (braid::Error) a failure that a collective's kernel recorded: a wait that timed out (kTimeout, naming
   // the collective, the wait and the peer; the communicator is then unusable), or bad data a kernel refused
   // (kMismatch, kInvalidArgument: raised once, the communicator stays usable). Does not synchronise: it sees
@@ -198,6 +241,85 @@ class SymmetricMemory {
   friend class Communicator;
   explicit SymmetricMemory(std::shared_ptr<detail::SymmetricAllocation> impl);
   std::shared_ptr<detail::SymmetricAllocation> impl_;
+};
+
+// A user buffer registered with one communicator (Communicator::register_buffer). Copies share the
+// registration; the last copy's destruction, reset() of it, or Communicator::deregister releases it.
+class RegisteredBuffer {
+ public:
+  RegisteredBuffer() = default;
+  explicit operator bool() const { return impl_ != nullptr; }
+  void* data() const;
+  size_t bytes() const;
+  void reset() { impl_.reset(); }
+
+ private:
+  friend class Communicator;
+  std::shared_ptr<detail::Registration> impl_;
+};
+
+// Device memory of this process described for other processes of this host: blob() is an opaque, versioned byte
+// string that import_handle() maps elsewhere. It stays importable while this handle (or a copy) lives: for VMM
+// memory the handle keeps the file descriptor importers take (with pidfd_getfd, which needs ptrace permission
+// over this process: same user, Yama ptrace_scope ≤ 1 with a parent/child relation, or 0).
+class ExportedHandle {
+ public:
+  ExportedHandle() = default;
+  explicit operator bool() const { return impl_ != nullptr; }
+  const std::string& blob() const;
+  void* data() const;
+  size_t bytes() const;
+  void reset() { impl_.reset(); }
+
+ private:
+  friend ExportedHandle export_handle(const void* pointer, size_t bytes, int device);
+  friend class Communicator;
+  std::shared_ptr<detail::ExportedRange> impl_;
+};
+
+// Exports [pointer, pointer + bytes) of device `device` (-1: the current device). Refused as register_buffer
+// refuses.
+ExportedHandle export_handle(const void* pointer, size_t bytes, int device = -1);
+
+// Another process's exported range, mapped here. Stays mapped while a copy lives.
+class ImportedMemory {
+ public:
+  ImportedMemory() = default;
+  explicit operator bool() const { return mapping_ != nullptr; }
+  void* data() const;                 // the range here
+  size_t bytes() const;
+  uint64_t exporter_address() const;  // where the range lies in the exporter's address space
+  int exporter_pid() const;
+  void reset() { mapping_.reset(); }
+
+ private:
+  friend ImportedMemory import_handle(const std::string& blob, int device);
+  friend class GlobalMemory;
+  std::shared_ptr<detail::PeerMapping> mapping_;
+};
+
+// Maps an export_handle() blob of another process of this host on `device` (-1: the current device). Refused
+// (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot.
+ImportedMemory import_handle(const std::string& blob, int device = -1);
+
+// Every rank's exported range, mapped here (Communicator::import_global).
+class GlobalMemory {
+ public:
+  GlobalMemory() = default;
+  explicit operator bool() const { return !peers_.empty(); }
+  int world_size() const { return static_cast<int>(peers_.size()); }
+  int rank() const { return rank_; }
+  void* peer(int rank) const;        // rank's range here (own rank: the exported buffer itself)
+  size_t bytes(int rank) const;      // rank's range length
+  void* const* peers() const { return peers_.data(); }
+
+ private:
+  friend class Communicator;
+  int rank_ = -1;
+  std::vector<void*> peers_;
+  std::vector<size_t> bytes_;
+  ExportedHandle own_;
+  std::vector<std::shared_ptr<detail::PeerMapping>> mappings_;
 };
 
 }  // namespace braid

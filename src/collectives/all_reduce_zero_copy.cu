@@ -20,17 +20,12 @@
 namespace braid::kernels {
 namespace {
 
-// Every rank's copy of a buffer at `offset` in the allocation `peers` points at.
-__device__ __forceinline__ void peer_buffers(char* const* peers, size_t offset, int world, const char** out) {
-  for (int r = 0; r < world; ++r) out[r] = peers[r] + offset;
-}
-
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_copy(ZeroCopyLaunch launch) {
   const int world = launch.pad.world, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
   const char* sources[kMaxWorld];
-  peer_buffers(launch.send_peers, launch.send_offset, world, sources);
+  for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r];
   char* destination = launch.recv;
   block_reduce<T, Op>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x), 0, 0, world);
   device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
@@ -42,8 +37,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_cop
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
   const char* sources[kMaxWorld];
   char* destinations[kMaxWorld];
-  peer_buffers(launch.send_peers, launch.send_offset, world, sources);
-  for (int r = 0; r < world; ++r) destinations[r] = launch.recv_peers[r] + launch.recv_offset;
+  for (int r = 0; r < world; ++r) {
+    sources[r] = launch.send.at[r];
+    destinations[r] = launch.recv_peers.at[r];
+  }
   // This rank's shard (whole vectors, the scalar tail with the last shard), then this block's part of it.
   const Slice shard = block_slice<T>(launch.count, rank, world);
   Slice part = block_slice<T>(shard.end - shard.begin, blockIdx.x, gridDim.x);

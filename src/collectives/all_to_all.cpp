@@ -74,7 +74,7 @@ kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collect
 // Uniform blocks on symmetric buffers: copy engines pull block `rank` of every peer's input into this rank's
 // output, in a different peer order on every rank (at each step every rank reads a different peer), between
 // two barrier kernels.
-void all_to_all_copy_engine(detail::CommState& state, const SymmetricRange& send, void* recv, size_t block_bytes,
+void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
                             Stream stream) {
   const unsigned int collective = static_cast<unsigned int>(Collective::kAllToAll);
   const device::SignalPad pad = state.sync->pad();
@@ -82,9 +82,10 @@ void all_to_all_copy_engine(detail::CommState& state, const SymmetricRange& send
   check_launch("all_to_all barrier launch");
   for (int step = 0; step < state.size; ++step) {
     const int q = (state.rank + step) % state.size;
-    const char* source = send.host_peers[q] + send.offset + state.rank * block_bytes;
-    BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(recv) + q * block_bytes, source, block_bytes,
-                               cudaMemcpyDeviceToDevice, stream));
+    const char* source = send.at[q] + state.rank * block_bytes;
+    // Default: the source may be another GPU's memory of this process (ranks as threads, registered buffers).
+    BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(recv) + q * block_bytes, source, block_bytes, cudaMemcpyDefault,
+                               stream));
   }
   kernels::launch_barrier(pad, collective, kSiteExitBarrier, stream);
   check_launch("all_to_all barrier launch");
@@ -104,8 +105,8 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   if (overlap(send, bytes, recv, bytes)) {
     raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
   }
-  const std::optional<SymmetricRange> send_range = find_symmetric_range(state, send, bytes);
-  const std::optional<SymmetricRange> recv_range = find_symmetric_range(state, recv, bytes);
+  const std::optional<PeerRange> send_range = find_peer_range(state, send, bytes);
+  const std::optional<PeerRange> recv_range = find_peer_range(state, recv, bytes);
   const bool symmetric = send_range && recv_range;
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
                                          symmetric ? Buffers::kSymmetric : Buffers::kAny);
@@ -128,15 +129,14 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     check_launch("all_to_all kernel launch");
     return;
   }
-  if (symmetric && choice.algorithm == Algorithm::kCopyEngine) {
-    all_to_all_copy_engine(state, *send_range, recv, block_bytes, stream);
+  if (symmetric && choice.algorithm == Algorithm::kCopyEngine && !send_range->same_process_peers) {
+    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes, stream);
     return;
   }
   if (symmetric && choice.algorithm != Algorithm::kLL) {  // an LL block too large for its slot: stores
     kernels::AllToAllDirectLaunch launch{};
     launch.send = static_cast<const char*>(send);
-    launch.recv_peers = recv_range->device_peers;
-    launch.recv_offset = recv_range->offset;
+    launch.recv_peers = recv_range->buffers;
     launch.block_bytes = block_bytes;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.pad = state.sync->pad();
@@ -152,6 +152,30 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   }
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
   check_launch("all_to_all kernel launch");
+}
+
+void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream) {
+  const char* function = "Communicator::all_to_all";
+  detail::CommState& state = enter(state_, function);
+  const size_t size = element_size(function, type);
+  const size_t block_bytes = checked_product(function, "count", count, size);
+  const size_t bytes = checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
+  if (!send || send.world_size() != state.size || send.rank() != state.rank) {
+    raise_invalid_argument(function, "send", "is not this communicator's global memory (import_global of {} ranks)", state.size);
+  }
+  for (int q = 0; q < state.size; ++q) {
+    if (send.bytes(q) < bytes) {
+      raise_invalid_argument(function, "send", "holds {} bytes on rank {}; {} blocks of {} bytes need {}", send.bytes(q), q,
+                             state.size, block_bytes, bytes);
+    }
+  }
+  if (count == 0) return;
+  check_buffer(function, recv, "recv", bytes, state.device);
+  PeerBuffers table{};
+  for (int q = 0; q < state.size; ++q) table.at[q] = static_cast<char*>(send.peer(q));
+  BRAID_TRACE("all_to_all (one-sided): {} elements a block, copy engines", count);
+  DeviceGuard guard(state.device);
+  all_to_all_copy_engine(state, table, recv, block_bytes, stream);
 }
 
 void Communicator::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,

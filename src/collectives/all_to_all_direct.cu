@@ -20,7 +20,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_stores(AllToAllDi
   const Slice part = block_slice<uint8_t>(launch.block_bytes, blockIdx.x, gridDim.x);
   for (int step = 0; step < world; ++step) {
     const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
-    char* destination = launch.recv_peers[q] + launch.recv_offset + rank * launch.block_bytes + part.begin;
+    char* destination = launch.recv_peers.at[q] + rank * launch.block_bytes + part.begin;
     block_copy(destination, launch.send + q * launch.block_bytes + part.begin, part.end - part.begin);
   }
   device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);

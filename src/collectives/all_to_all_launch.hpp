@@ -8,6 +8,7 @@
 #include "braid/device/sync_device.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/staged_launch.hpp"
+#include "memory/peer_range.hpp"
 
 namespace braid::kernels {
 
@@ -35,11 +36,10 @@ struct AllToAllLaunch {
   uint32_t element_bytes;
 };
 
-// Direct all-to-all on symmetric buffers (every rank's copy of send and recv mapped here, same offsets).
+// Direct all-to-all on buffers every peer has mapped (symmetric allocations, registered buffers).
 struct AllToAllDirectLaunch {
   const char* send;          // this rank's send
-  char* const* recv_peers;   // device array [world]: every rank's copy of recv's allocation
-  size_t recv_offset;        // recv's offset in it
+  PeerBuffers recv_peers;    // every rank's recv
   size_t block_bytes;        // bytes each rank sends each rank
   unsigned int collective;
   device::SignalPad pad;

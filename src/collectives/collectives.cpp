@@ -130,24 +130,22 @@ bool prepare(detail::CommState& state, const Call& call, size_t send_elements, s
 }
 
 
-// The zero-copy view of an all-reduce's buffers: both must lie in symmetric allocations of this communicator
-// at 16-byte aligned offsets (the kernels load whole vectors from the peers' copies). Every rank is expected to
-// pass its own copies at the same offsets, as with NCCL's symmetric windows.
+// The zero-copy view of an all-reduce's buffers: both must be mapped by every peer (symmetric allocations of
+// this communicator, or registered buffers) and 16-byte aligned on every rank (the kernels load whole vectors
+// from the peers' buffers).
 struct ZeroCopyBuffers {
-  std::optional<SymmetricRange> send, recv;
-  bool usable() const { return send && recv && send->offset % 16 == 0 && recv->offset % 16 == 0; }
+  std::optional<PeerRange> send, recv;
+  bool usable() const { return send && recv && send->aligned16 && recv->aligned16; }
 };
 
 ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes) {
-  return ZeroCopyBuffers{find_symmetric_range(state, call.send, bytes), find_symmetric_range(state, call.recv, bytes)};
+  return ZeroCopyBuffers{find_peer_range(state, call.send, bytes), find_peer_range(state, call.recv, bytes)};
 }
 
 kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const Call& call, const ZeroCopyBuffers& buffers) {
   kernels::ZeroCopyLaunch launch{};
-  launch.send_peers = buffers.send->device_peers;
-  launch.send_offset = buffers.send->offset;
-  launch.recv_peers = buffers.recv->device_peers;
-  launch.recv_offset = buffers.recv->offset;
+  launch.send = buffers.send->buffers;
+  launch.recv_peers = buffers.recv->buffers;
   launch.recv = static_cast<char*>(call.recv);
   launch.count = call.count;
   launch.collective = static_cast<unsigned int>(call.collective);

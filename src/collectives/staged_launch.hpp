@@ -5,10 +5,11 @@
 #include <cstdint>
 
 #include "braid/device/sync_device.hpp"
+#include "core/limits.hpp"
 
 namespace braid::kernels {
 
-constexpr int kMaxWorld = 16;
+using braid::kMaxWorld;
 
 struct StagedLaunch {
   const char* send;

@@ -1,20 +1,19 @@
-// The arguments of the zero-copy collective kernels (plain data, passed by value): user buffers that live in
-// a symmetric allocation of the communicator, so every peer's copy is mapped here and kernels read and write
-// it in place, with no staging copy. Every rank passes its own copy at the same offset.
+// The arguments of the zero-copy collective kernels (plain data, passed by value): user buffers that every
+// peer has mapped here (symmetric allocations, registered buffers), so kernels read and write them in place,
+// with no staging copy. The peers' addresses travel in the launch itself (a snapshot per launch).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "braid/device/sync_device.hpp"
+#include "memory/peer_range.hpp"
 
 namespace braid::kernels {
 
 struct ZeroCopyLaunch {
-  char* const* send_peers;  // device array [world]: every rank's copy of the send buffer's allocation
-  size_t send_offset;       // bytes from the allocation's start to the send buffer (16-byte aligned)
-  char* const* recv_peers;  // the same for recv; nullptr when only this rank's recv is written (one shot)
-  size_t recv_offset;
+  PeerBuffers send;         // every rank's send buffer (16-byte aligned)
+  PeerBuffers recv_peers;   // every rank's recv buffer (two shot writes them all)
   char* recv;               // this rank's recv
   size_t count;             // elements
   unsigned int collective;

@@ -11,6 +11,7 @@
 #include "bootstrap/fd_passing.hpp"
 #include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
+#include "memory/registration.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::detail {
@@ -44,6 +45,10 @@ struct CommState {
   // as long as its handles, not as long as the communicator. See find_symmetric_range.
   std::mutex symmetric_mutex;
   std::vector<std::weak_ptr<SymmetricAllocation>> symmetric_allocations;
+
+  // Buffers users registered (register_buffer) and the peers' mappings their first uses made. Registrations
+  // hold it weakly: deregistering after the communicator is gone is a no-op.
+  std::shared_ptr<RegistrationCache> registrations = std::make_shared<RegistrationCache>();
 
   std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier)
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank

@@ -41,6 +41,15 @@ constexpr ConfigVar kTable[] = {
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
      "Algorithm overrides, e.g. allreduce=twoshot,alltoall=copyengine; default: the selection table."},
+    {"BRAID_BACKEND", ConfigType::kEnum, "auto", "auto|cuda|nccl",
+     "Backend of a communicator's collectives. auto: the CUDA backend when every rank is on one host and every "
+     "pair is P2P-reachable, otherwise NCCL."},
+    {"BRAID_NCCL_LIBRARY", ConfigType::kString, "libnccl.so.2", nullptr,
+     "NCCL library the NCCL backend dlopens: a path, or a name looked for by the loader, in the CUDA toolkit's lib "
+     "folders and in python3's site-packages (nvidia/nccl/lib)."},
+    {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
+     "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
+     "collective. try: where it can; yes: a failure is an error; no: never."},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

@@ -49,6 +49,10 @@ DriverApi load() {
   BRAID_FETCH(cuMemMap);
   BRAID_FETCH(cuMemUnmap);
   BRAID_FETCH(cuMemSetAccess);
+  BRAID_FETCH(cuMemGetAddressRange);
+  BRAID_FETCH(cuMemRetainAllocationHandle);
+  BRAID_FETCH(cuMemGetAllocationPropertiesFromHandle);
+  BRAID_FETCH(cuPointerGetAttribute);
 #undef BRAID_FETCH
   return api;
 }

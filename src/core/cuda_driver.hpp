@@ -23,6 +23,10 @@ struct DriverApi {
   decltype(&::cuMemMap) cuMemMap;
   decltype(&::cuMemUnmap) cuMemUnmap;
   decltype(&::cuMemSetAccess) cuMemSetAccess;
+  decltype(&::cuMemGetAddressRange) cuMemGetAddressRange;
+  decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle;
+  decltype(&::cuMemGetAllocationPropertiesFromHandle) cuMemGetAllocationPropertiesFromHandle;
+  decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
 };
 
 // The table, fetched on first use. Throws Error(kNoDevice) when there is no driver.

@@ -9,16 +9,11 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/vmm.hpp"
 
 namespace braid {
 namespace detail {
 
-namespace {
-// Destructors must not throw: report driver failures instead.
-void release_quietly(CUresult result, const char* call) {
-  if (result != CUDA_SUCCESS) BRAID_WARN("{} failed with CUresult {} while freeing symmetric memory", call, static_cast<int>(result));
-}
-}  // namespace
 
 SymmetricAllocation::~SymmetricAllocation() {
   DeviceGuard guard(device);
@@ -43,52 +38,6 @@ SymmetricAllocation::~SymmetricAllocation() {
 }  // namespace detail
 
 namespace {
-
-// Owns a file descriptor until released.
-struct FdOwner {
-  int fd = -1;
-  ~FdOwner() {
-    if (fd >= 0) close(fd);
-  }
-};
-
-CUmemAllocationProp allocation_properties(int device) {
-  CUmemAllocationProp prop = {};
-  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = device;
-  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-  return prop;
-}
-
-size_t granularity(const CUmemAllocationProp& prop) {
-  size_t value = 0;
-  BRAID_CU(cuMemGetAllocationGranularity, &value, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-  return value;
-}
-
-// Maps `handle` at `address` read/write for the local device.
-void map_for_device(CUdeviceptr address, size_t bytes, CUmemGenericAllocationHandle handle, int device) {
-  BRAID_CU(cuMemMap, address, bytes, 0, handle, 0);
-  CUmemAccessDesc access = {};
-  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  access.location.id = device;
-  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  BRAID_CU(cuMemSetAccess, address, bytes, &access, 1);
-}
-
-CUdeviceptr reserve_and_map(size_t bytes, size_t alignment, CUmemGenericAllocationHandle handle, int device) {
-  CUdeviceptr address = 0;
-  BRAID_CU(cuMemAddressReserve, &address, bytes, alignment, 0, 0);
-  try {
-    map_for_device(address, bytes, handle, device);
-  } catch (...) {
-    driver().cuMemUnmap(address, bytes);  // harmless when the map itself failed
-    driver().cuMemAddressFree(address, bytes);
-    throw;
-  }
-  return address;
-}
 
 // Every rank must ask for the same size; name the ranks that differ.
 void check_same_size(detail::CommState& comm, size_t bytes) {
@@ -122,8 +71,8 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   a.handles.assign(a.world, 0);
   a.mappings.assign(a.world, 0);
 
-  const CUmemAllocationProp prop = allocation_properties(a.device);
-  const size_t align = granularity(prop);
+  const CUmemAllocationProp prop = detail::posix_fd_allocation_properties(a.device);
+  const size_t align = detail::allocation_granularity(prop);
   if (bytes > SIZE_MAX - align) raise_invalid_argument("Communicator::alloc", "bytes", "is {}: too large", bytes);
   a.mapped_bytes = (bytes + align - 1) / align * align;
   if (options.contiguous_view && a.mapped_bytes > SIZE_MAX / a.world) {
@@ -132,26 +81,26 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
 
   // Own memory: create, map, zero (before any peer can see it), export.
   BRAID_CU(cuMemCreate, &a.handles[a.rank], a.mapped_bytes, &prop, 0);
-  a.mappings[a.rank] = reserve_and_map(a.mapped_bytes, align, a.handles[a.rank], a.device);
+  a.mappings[a.rank] = detail::reserve_and_map(a.mapped_bytes, align, a.handles[a.rank], a.device);
   BRAID_CUDA(cudaMemset(reinterpret_cast<void*>(a.mappings[a.rank]), 0, a.mapped_bytes));
   BRAID_CUDA(cudaDeviceSynchronize());
-  FdOwner exported;
+  detail::FdOwner exported;
   BRAID_CU(cuMemExportToShareableHandle, &exported.fd, a.handles[a.rank], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 
   // Exchange, import, map every peer's memory.
   std::vector<int> received = comm->fds->all_exchange(exported.fd, tag);
-  std::vector<FdOwner> peer_fds(a.world);
+  std::vector<detail::FdOwner> peer_fds(a.world);
   for (int r = 0; r < a.world; ++r) peer_fds[r].fd = received[r];
   for (int r = 0; r < a.world; ++r) {
     if (r == a.rank) continue;
     BRAID_CU(cuMemImportFromShareableHandle, &a.handles[r], reinterpret_cast<void*>(static_cast<uintptr_t>(peer_fds[r].fd)),
              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    a.mappings[r] = reserve_and_map(a.mapped_bytes, align, a.handles[r], a.device);
+    a.mappings[r] = detail::reserve_and_map(a.mapped_bytes, align, a.handles[r], a.device);
   }
 
   if (options.contiguous_view) {
     BRAID_CU(cuMemAddressReserve, &a.view, a.mapped_bytes * a.world, align, 0, 0);
-    for (int r = 0; r < a.world; ++r) map_for_device(a.view + r * a.mapped_bytes, a.mapped_bytes, a.handles[r], a.device);
+    for (int r = 0; r < a.world; ++r) detail::map_for_device(a.view + r * a.mapped_bytes, a.mapped_bytes, a.handles[r], a.device);
   }
 
   a.peer_pointers.resize(a.world);
@@ -167,12 +116,12 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   return allocation;
 }
 
-std::optional<SymmetricRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes) {
+std::optional<PeerRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes) {
   if (pointer == nullptr || bytes == 0) return std::nullopt;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(pointer);
   std::lock_guard<std::mutex> lock(state.symmetric_mutex);
   auto& allocations = state.symmetric_allocations;
-  std::optional<SymmetricRange> found;
+  std::optional<PeerRange> found;
   for (auto it = allocations.begin(); it != allocations.end();) {
     std::shared_ptr<detail::SymmetricAllocation> allocation = it->lock();
     if (!allocation) {
@@ -181,8 +130,12 @@ std::optional<SymmetricRange> find_symmetric_range(detail::CommState& state, con
     }
     const uintptr_t base = allocation->mappings[allocation->rank];
     if (begin >= base && begin - base < allocation->bytes && bytes <= allocation->bytes - (begin - base)) {
-      found = SymmetricRange{reinterpret_cast<char* const*>(allocation->device_peer_pointers),
-                               reinterpret_cast<char* const*>(allocation->peer_pointers.data()), begin - base};
+      const size_t offset = begin - base;
+      PeerRange range{};
+      for (int r = 0; r < allocation->world; ++r) range.buffers.at[r] = static_cast<char*>(allocation->peer_pointers[r]) + offset;
+      range.aligned16 = offset % 16 == 0;  // every mapping starts on a granularity boundary
+      range.same_process_peers = false;    // VMM mappings made here
+      found = range;
     }
     ++it;
   }

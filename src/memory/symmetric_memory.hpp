@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "memory/peer_range.hpp"
 
 namespace braid {
 namespace detail {
@@ -41,17 +42,9 @@ struct SymmetricAllocation {
 std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::CommState>& comm,
                                                                size_t bytes, const AllocOptions& options);
 
-// Where a buffer lies in a symmetric allocation of the communicator: every rank's copy of the allocation as a
-// device array, and the buffer's byte offset in it. A collective may then read and write the peers' copies at
-// that offset directly (zero copy): every rank is expected to pass its own copy at the same offset.
-struct SymmetricRange {
-  char* const* device_peers;  // device array [world]: each rank's copy of the allocation, mapped here
-  char* const* host_peers;    // the same table in host memory (copy-engine launches)
-  size_t offset;              // bytes from the allocation's start to the buffer
-};
-
-// The allocation of `state` that holds [pointer, pointer + bytes) in this rank's copy, if any (nullopt for
-// other memory, and for bytes == 0). Thread-safe; forgets allocations freed since.
-std::optional<SymmetricRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes);
+// The symmetric allocation of `state` that holds [pointer, pointer + bytes) in this rank's copy, as every rank's
+// copy of the buffer at the same offset (nullopt for other memory, and for bytes == 0). Thread-safe; forgets
+// allocations freed since.
+std::optional<PeerRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes);
 
 }  // namespace braid

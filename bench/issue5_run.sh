@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 5 (registration, memory handles, NCCL backend) on the GPU machine (device tool), after
+# bench/stage_build.sh staged the build:
+#   tests     the Registration*, MemoryHandles* and NcclBackend* GPU tests as threads (all GPUs, then 2) and as
+#             braid-run processes (all GPUs)
+#   regress   the Collectives* and AllToAll* GPU tests as threads on 2 GPUs (the zero-copy paths they share)
+# Usage: bench/issue5_run.sh KIND PHASE...   Logs go to $OUT (issue5-logs.tgz).
+set -u
+RUN_TITLE=issue-5 source "$(dirname "$0")/run_common.sh"
+shift
+export BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
+for phase in "$@"; do
+  case "$phase" in
+    tests)
+      filter='--gtest_filter=Registration*:MemoryHandles*:NcclBackend*'
+      for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
+        timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/issue5-tests-threads-$world.log" 2>&1
+        echo "issue-5 tests (threads, $world ranks) exit $?" | tee -a "$out/issue5-tests-threads-$world.log"
+        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED|threw|Error" "$out/issue5-tests-threads-$world.log" | head -60
+      done
+      timeout 240 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests "$filter" \
+        > "$out/issue5-tests-processes-$gpus.log" 2>&1
+      echo "issue-5 tests (processes, $gpus ranks) exit $?" | tee -a "$out/issue5-tests-processes-$gpus.log"
+      grep -E "FAILED|Failure|PASSED|threw" "$out/issue5-tests-processes-$gpus.log" | head -40
+      ;;
+    regress)
+      timeout 400 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=Collectives*:AllToAll*' --world=2 \
+        > "$out/regress-threads-2.log" 2>&1
+      echo "regression tests (threads, 2 ranks) exit $?" | tee -a "$out/regress-threads-2.log"
+      grep -E "FAILED|PASSED" "$out/regress-threads-2.log" | head -20
+      ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
+archive_logs issue5-logs.tgz

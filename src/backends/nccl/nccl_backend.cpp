@@ -1,0 +1,323 @@
+#include "backends/nccl/nccl_backend.hpp"
+
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid::detail {
+
+NcclRegisterMode nccl_register_mode(const Config& config) {
+  const std::string value = config.string("BRAID_NCCL_REGISTER").value_or("try");
+  if (value == "yes") return NcclRegisterMode::kYes;
+  if (value == "no") return NcclRegisterMode::kNo;
+  return NcclRegisterMode::kTry;  // the table admits only try|yes|no
+}
+
+NcclRegisterMode nccl_register_mode() { return nccl_register_mode(Config::get()); }
+
+const char* nccl_register_mode_name(NcclRegisterMode mode) {
+  switch (mode) {
+    case NcclRegisterMode::kTry: return "try";
+    case NcclRegisterMode::kYes: return "yes";
+    case NcclRegisterMode::kNo: return "no";
+  }
+  return "?";
+}
+
+std::string NcclBackend::make_unique_id(NcclLibrary& library) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  library.check(library.api().get_unique_id(&id), "ncclGetUniqueId", nullptr, current_rank_text());
+  return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
+}
+
+NcclBackend::NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int size, int device,
+                         const std::string& unique_id, NcclRegisterMode register_mode)
+    : library_(std::move(library)),
+      rank_(rank),
+      size_(size),
+      device_(device),
+      register_mode_(register_mode),
+      rank_text_(std::to_string(rank)),
+      uncaught_at_init_(std::uncaught_exceptions()) {
+  constexpr const char* kWhere = "NcclBackend";
+  if (library_ == nullptr) raise_invalid_argument(kWhere, "library", "is null");
+  if (size < 1) raise_invalid_argument(kWhere, "size", "must be at least 1 (got {})", size);
+  if (rank < 0 || rank >= size) raise_invalid_argument(kWhere, "rank", "must be in [0, {}) (got {})", size, rank);
+  if (device < 0) raise_invalid_argument(kWhere, "device", "must be a CUDA device ordinal (got {})", device);
+  ncclUniqueId id;
+  if (unique_id.size() != sizeof(id)) {
+    raise_invalid_argument(kWhere, "unique_id", "has {} bytes; ncclGetUniqueId makes {} (NcclBackend::make_unique_id)",
+                           unique_id.size(), sizeof(id));
+  }
+  std::memcpy(&id, unique_id.data(), sizeof(id));
+
+  const NcclApi& api = library_->api();
+  ncclComm_t comm = nullptr;
+  {
+    DeviceGuard guard(device_);
+    // Ranks as threads of one process each call this at once, which NCCL allows without a group.
+    if (api.comm_init_rank != nullptr) {
+      check_call(api.comm_init_rank(&comm, size_, id, rank_), "ncclCommInitRank");
+    } else {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 1;
+      check_call(api.comm_init_rank_config(&comm, size_, id, rank_, &config), "ncclCommInitRankConfig");
+    }
+  }
+  comm_ = comm;
+  BRAID_INFO("NCCL {} ({}): rank {} of {} on GPU {}, buffer registration {}", library_->version(), library_->path(),
+             rank_, size_, device_, nccl_register_mode_name(register_mode_));
+}
+
+NcclBackend::~NcclBackend() {
+  if (comm_ == nullptr) return;
+  try {
+    std::unordered_map<uint64_t, Registration> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      left.swap(registrations_);
+    }
+    // Unwinding from a failure, peers may never join a teardown, and after an asynchronous error the
+    // communicator cannot finish one: abort, which is local and frees the registrations with the communicator.
+    const bool abort = async_error_.load() || std::uncaught_exceptions() > uncaught_at_init_;
+    DeviceGuard guard(device_);
+    const NcclApi& api = library_->api();
+    if (abort) {
+      const ncclResult_t result = api.comm_abort(comm_);
+      if (result != ncclSuccess) {
+        BRAID_WARN("{}", library_->failure_message(result, "ncclCommAbort", nullptr, rank_text_));
+      }
+    } else {
+      for (auto& [key, registration] : left) {
+        if (registration.state == Registration::State::kRegistered) deregister(registration.handle, key);
+      }
+      const ncclResult_t result = api.comm_destroy(comm_);
+      if (result != ncclSuccess) {
+        BRAID_WARN("{}", library_->failure_message(result, "ncclCommDestroy", nullptr, rank_text_));
+      }
+    }
+  } catch (...) {
+    // Never throws (a log line that cannot be written is not worth terminating for).
+  }
+  comm_ = nullptr;
+}
+
+void NcclBackend::check_call(ncclResult_t result, const char* call) const {
+  library_->check(result, call, comm_, rank_text_);
+}
+
+void NcclBackend::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
+  check_call(library_->api().all_reduce(send, recv, count, to_nccl(type), to_nccl(op), comm_, stream), "ncclAllReduce");
+}
+
+void NcclBackend::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
+                         Stream stream) {
+  check_call(library_->api().reduce(send, recv, count, to_nccl(type), to_nccl(op), root, comm_, stream), "ncclReduce");
+}
+
+void NcclBackend::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
+                                 Stream stream) {
+  check_call(library_->api().reduce_scatter(send, recv, recv_count, to_nccl(type), to_nccl(op), comm_, stream),
+             "ncclReduceScatter");
+}
+
+void NcclBackend::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
+  check_call(library_->api().all_gather(send, recv, send_count, to_nccl(type), comm_, stream), "ncclAllGather");
+}
+
+void NcclBackend::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
+  check_call(library_->api().broadcast(send, recv, count, to_nccl(type), root, comm_, stream), "ncclBroadcast");
+}
+
+void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+  if (library_->has_all_to_all()) {
+    check_call(library_->api().all_to_all(send, recv, count, to_nccl(type), comm_, stream), "ncclAlltoAll");
+    return;
+  }
+  if (!library_->has_send_recv()) {
+    raise(ErrorCode::kUnsupported, "all_to_all: NCCL {} ({}) exports neither ncclAlltoAll nor ncclSend/ncclRecv",
+          library_->version(), library_->path());
+  }
+  // What nccl-tests' alltoall did before ncclAlltoAll existed: every pair's send and receive in one group.
+  const std::vector<size_t> counts(size_, count);
+  send_recv_group(send, counts.data(), nullptr, recv, counts.data(), nullptr, type, stream);
+}
+
+void NcclBackend::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                              const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
+  if (!library_->has_send_recv()) {
+    raise(ErrorCode::kUnsupported, "all_to_allv: NCCL {} ({}) exports no ncclSend/ncclRecv (NCCL 2.7+)",
+          library_->version(), library_->path());
+  }
+  send_recv_group(send, send_counts, send_displs, recv, recv_counts, recv_displs, type, stream);
+}
+
+void NcclBackend::send_recv_group(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
+                                  const size_t* recv_counts, const size_t* recv_displs, DataType type,
+                                  Stream stream) {
+  const NcclApi& api = library_->api();
+  const ncclDataType_t nccl_type = to_nccl(type);
+  const size_t element = datatype_size(type);
+  // Null displacements: each peer's block right after the previous one's, in rank order.
+  auto offsets = [&](const size_t* counts, const size_t* displs) {
+    std::vector<size_t> result(size_);
+    size_t next = 0;
+    for (int peer = 0; peer < size_; ++peer) {
+      result[peer] = displs != nullptr ? displs[peer] : next;
+      next += counts[peer];
+    }
+    return result;
+  };
+  const std::vector<size_t> send_offsets = offsets(send_counts, send_displs);
+  const std::vector<size_t> recv_offsets = offsets(recv_counts, recv_displs);
+
+  check_call(api.group_start(), "ncclGroupStart");
+  ncclResult_t result = ncclSuccess;
+  const char* failed = nullptr;
+  for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
+    if (send_counts[peer] > 0) {
+      result = api.send(static_cast<const char*>(send) + send_offsets[peer] * element, send_counts[peer], nccl_type,
+                        peer, comm_, stream);
+      failed = "ncclSend";
+      if (result != ncclSuccess) break;
+    }
+    if (recv_counts[peer] > 0) {
+      result = api.recv(static_cast<char*>(recv) + recv_offsets[peer] * element, recv_counts[peer], nccl_type, peer,
+                        comm_, stream);
+      failed = "ncclRecv";
+    }
+  }
+  // The group is closed whatever happened inside it (NCCL reports the first error again at ncclGroupEnd).
+  const ncclResult_t ended = api.group_end();
+  if (result != ncclSuccess) check_call(result, failed);
+  check_call(ended, "ncclGroupEnd");
+}
+
+bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
+  if (register_mode_ == NcclRegisterMode::kNo) return false;
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    auto found = registrations_.find(key);
+    if (found == registrations_.end()) break;
+    if (found->second.state == Registration::State::kPending) {  // another thread is registering it
+      settled_.wait(lock);
+      continue;
+    }
+    return found->second.state == Registration::State::kRegistered;  // the cache: no NCCL call
+  }
+
+  if (!library_->has_register()) {
+    if (register_mode_ == NcclRegisterMode::kYes) {
+      raise(ErrorCode::kUnsupported,
+            "BRAID_NCCL_REGISTER=yes, but NCCL {} ({}) cannot register buffers (ncclCommRegister and "
+            "ncclCommDeregister, NCCL 2.19 or later) on rank {}",
+            library_->version(), library_->path(), rank_);
+    }
+    registrations_[key].state = Registration::State::kUnregistered;
+    if (!std::exchange(warned_, true)) {
+      BRAID_INFO("NCCL {} ({}) cannot register buffers (ncclCommRegister, NCCL 2.19+): collectives on registered "
+                 "buffers run unregistered (BRAID_NCCL_REGISTER=try)",
+                 library_->version(), library_->path());
+    }
+    return false;
+  }
+
+  // Registered outside the lock: the entry stays pending meanwhile, so other callers for this key wait for it and
+  // callers for other keys go on.
+  registrations_[key] = Registration{};
+  lock.unlock();
+  void* handle = nullptr;
+  ncclResult_t result = ncclInternalError;
+  std::string failure;
+  try {
+    DeviceGuard guard(device_);
+    result = library_->api().comm_register(comm_, base, bytes, &handle);
+    ++register_calls_;
+    if (result != ncclSuccess) failure = library_->failure_message(result, "ncclCommRegister", comm_, rank_text_);
+  } catch (const std::exception& error) {
+    failure = error.what();
+  }
+  lock.lock();
+  Registration& entry = registrations_[key];  // still there: forget_registered waits for pending entries
+  if (failure.empty()) {
+    entry.state = Registration::State::kRegistered;
+    entry.handle = handle;
+    settled_.notify_all();
+    return true;
+  }
+  if (register_mode_ == NcclRegisterMode::kYes) {
+    registrations_.erase(key);  // not remembered: the next call tries again
+    settled_.notify_all();
+    lock.unlock();
+    raise(ErrorCode::kUnsupported, "BRAID_NCCL_REGISTER=yes, but NCCL {} could not register {} bytes at {}: {}",
+          library_->version(), bytes, base, failure);
+  }
+  entry.state = Registration::State::kUnregistered;
+  settled_.notify_all();
+  const bool first = !std::exchange(warned_, true);
+  lock.unlock();
+  if (first) {
+    BRAID_WARN("{} ({} bytes at {}); this range and any other NCCL refuses run unregistered, NCCL copying through "
+               "its own buffers (BRAID_NCCL_REGISTER=try; =no skips registration, =yes makes this an error)",
+               failure, bytes, base);
+  } else {
+    BRAID_DEBUG("{} ({} bytes at {}); the range runs unregistered", failure, bytes, base);
+  }
+  return false;
+}
+
+void NcclBackend::forget_registered(uint64_t key) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto found = registrations_.find(key);
+  while (found != registrations_.end() && found->second.state == Registration::State::kPending) {
+    settled_.wait(lock);
+    found = registrations_.find(key);
+  }
+  if (found == registrations_.end()) return;
+  const Registration registration = found->second;
+  registrations_.erase(found);
+  lock.unlock();
+  if (registration.state == Registration::State::kRegistered) deregister(registration.handle, key);
+}
+
+void NcclBackend::deregister(void* handle, uint64_t key) noexcept {
+  try {
+    DeviceGuard guard(device_);
+    const ncclResult_t result = library_->api().comm_deregister(comm_, handle);
+    ++deregister_calls_;
+    if (result != ncclSuccess) {
+      BRAID_WARN("{} (registered range {})",
+                 library_->failure_message(result, "ncclCommDeregister", comm_, rank_text_), key);
+    }
+  } catch (...) {
+    // Never throws: it runs from forget_registered and the destructor.
+  }
+}
+
+size_t NcclBackend::registered_count() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t count = 0;
+  for (const auto& [key, registration] : registrations_) {
+    if (registration.state == Registration::State::kRegistered) ++count;
+  }
+  return count;
+}
+
+void NcclBackend::check() {
+  ncclResult_t async = ncclSuccess;
+  check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+  if (async == ncclSuccess || async == ncclInProgress) return;
+  async_error_ = true;  // the destructor aborts rather than destroys
+  throw Error(nccl_error_code(async),
+              library_->failure_message(async, "an operation of the NCCL communicator (ncclCommGetAsyncError)", comm_,
+                                        rank_text_));
+}
+
+}  // namespace braid::detail

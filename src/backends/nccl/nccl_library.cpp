@@ -1,0 +1,262 @@
+#include "backends/nccl/nccl_library.hpp"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid::detail {
+namespace {
+
+constexpr const char* kDefaultLibrary = "libnccl.so.2";
+
+// NCCL reads NCCL_NVLS_ENABLE at communicator init; set once, before any NCCL of this process is loaded by braid.
+void keep_nvlink_multicast_off() {
+  static std::once_flag once;
+  std::call_once(once, [] { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
+}
+
+// Folders where a bare library name may lie when the loader's search path does not have it: the CUDA toolkit's
+// lib folders, then python3's site-packages (the nvidia-nccl-cu* wheels put NCCL in nvidia/nccl/lib).
+std::vector<std::string> fallback_folders() {
+  std::vector<std::string> folders;
+  for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
+    const char* root = std::getenv(variable);
+    if (root != nullptr && *root != '\0') {
+      folders.push_back(std::string(root) + "/lib64");
+      folders.push_back(std::string(root) + "/lib");
+    }
+  }
+  for (const char* folder : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
+    if (std::find(folders.begin(), folders.end(), folder) == folders.end()) folders.push_back(folder);
+  }
+  return folders;
+}
+
+std::vector<std::string> site_packages_patterns() {
+  std::vector<std::string> prefixes;
+  for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    const char* prefix = std::getenv(variable);
+    if (prefix != nullptr && *prefix != '\0') prefixes.push_back(std::string(prefix) + "/lib");
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    prefixes.push_back(std::string(home) + "/.local/lib");
+  }
+  for (const char* prefix : {"/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64", "/opt/conda/lib"}) {
+    prefixes.push_back(prefix);
+  }
+  std::vector<std::string> patterns;
+  for (const std::string& prefix : prefixes) {
+    for (const char* packages : {"dist-packages", "site-packages"}) {
+      patterns.push_back(prefix + "/python3*/" + packages + "/nvidia/nccl/lib");
+    }
+  }
+  return patterns;
+}
+
+// Existing copies of `name` in the fallback folders, each file once (folders may be links to one another).
+std::vector<std::string> fallback_candidates(const std::string& name) {
+  std::vector<std::string> folders = fallback_folders();
+  for (const std::string& pattern : site_packages_patterns()) {
+    glob_t matches{};
+    if (glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &matches) == 0) {
+      for (size_t i = 0; i < matches.gl_pathc; ++i) folders.push_back(matches.gl_pathv[i]);
+    }
+    globfree(&matches);
+  }
+  std::vector<std::string> candidates;
+  std::set<std::string> seen;
+  for (const std::string& folder : folders) {
+    const std::string candidate = folder + "/" + name;
+    char resolved[PATH_MAX];
+    if (access(candidate.c_str(), F_OK) != 0 || realpath(candidate.c_str(), resolved) == nullptr) continue;
+    if (seen.insert(resolved).second) candidates.push_back(candidate);
+  }
+  return candidates;
+}
+
+template <typename F>
+bool resolve(void* handle, const char* name, F& function) {
+  dlerror();
+  void* symbol = dlsym(handle, name);
+  function = reinterpret_cast<F>(symbol);
+  dlerror();
+  return symbol != nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
+  keep_nvlink_multicast_off();
+  const bool from_config = path.empty();
+  const std::string name =
+      from_config ? Config::get().string("BRAID_NCCL_LIBRARY").value_or(kDefaultLibrary) : path;
+  if (name.empty()) raise(ErrorCode::kInvalidArgument, "BRAID_NCCL_LIBRARY is set but empty: name NCCL's library");
+
+  std::shared_ptr<NcclLibrary> library(new NcclLibrary());
+  std::string tried;
+  auto attempt = [&](const std::string& candidate) {
+    library->handle_ = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library->handle_ != nullptr) {
+      library->path_ = candidate;
+      return true;
+    }
+    const char* error = dlerror();
+    const std::string text = error != nullptr ? error : "not loadable";
+    tried += "\n  " + (text.find(candidate) == std::string::npos ? candidate + ": " + text : text);
+    return false;
+  };
+  bool loaded = attempt(name);
+  const bool bare = name.find('/') == std::string::npos;
+  if (!loaded && bare) {
+    for (const std::string& candidate : fallback_candidates(name)) {
+      if ((loaded = attempt(candidate))) break;
+    }
+  }
+  if (!loaded) {
+    std::string searched;
+    if (bare) {
+      searched = fmt::format("\n  (also looked for {} in {} and in {})", name, fmt::join(fallback_folders(), ", "),
+                             "python3's site-packages (nvidia/nccl/lib)");
+    }
+    raise(ErrorCode::kUnsupported, "cannot load NCCL from '{}'{}; tried:{}{}", name,
+          from_config ? " (set BRAID_NCCL_LIBRARY to its path)" : "", tried, searched);
+  }
+
+  NcclApi& api = library->api_;
+  void* handle = library->handle_;
+  auto required = [&](const char* symbol, auto& function) {
+    if (!resolve(handle, symbol, function)) {
+      raise(ErrorCode::kUnsupported, "NCCL library {} lacks the required symbol {}", library->path_, symbol);
+    }
+  };
+  required("ncclGetVersion", api.get_version);
+  required("ncclGetUniqueId", api.get_unique_id);
+  resolve(handle, "ncclCommInitRank", api.comm_init_rank);
+  resolve(handle, "ncclCommInitRankConfig", api.comm_init_rank_config);
+  if (api.comm_init_rank == nullptr && api.comm_init_rank_config == nullptr) {
+    raise(ErrorCode::kUnsupported, "NCCL library {} lacks the required symbol ncclCommInitRank (nor has it "
+          "ncclCommInitRankConfig)", library->path_);
+  }
+  required("ncclCommDestroy", api.comm_destroy);
+  required("ncclCommAbort", api.comm_abort);
+  required("ncclCommGetAsyncError", api.comm_get_async_error);
+  required("ncclGetErrorString", api.get_error_string);
+  required("ncclGroupStart", api.group_start);
+  required("ncclGroupEnd", api.group_end);
+  required("ncclAllReduce", api.all_reduce);
+  required("ncclReduce", api.reduce);
+  required("ncclReduceScatter", api.reduce_scatter);
+  required("ncclAllGather", api.all_gather);
+  required("ncclBroadcast", api.broadcast);
+  resolve(handle, "ncclSend", api.send);
+  resolve(handle, "ncclRecv", api.recv);
+  resolve(handle, "ncclAlltoAll", api.all_to_all);
+  resolve(handle, "ncclCommRegister", api.comm_register);
+  resolve(handle, "ncclCommDeregister", api.comm_deregister);
+  resolve(handle, "ncclGetLastError", api.get_last_error);
+
+  int code = 0;
+  library->check(api.get_version(&code), "ncclGetVersion", nullptr, current_rank_text());
+  library->version_code_ = code;
+  BRAID_DEBUG("loaded NCCL {} from {} (alltoall: {}, send/recv: {}, registration: {})", library->version(),
+              library->path_, library->has_all_to_all() ? "yes" : "no", library->has_send_recv() ? "yes" : "no",
+              library->has_register() ? "yes" : "no");
+  return library;
+}
+
+NcclLibrary::~NcclLibrary() = default;  // handle_ stays open for the rest of the process
+
+std::string NcclLibrary::version() const { return nccl_version_text(version_code_); }
+
+bool NcclLibrary::has_register() const {
+  return api_.comm_register != nullptr && api_.comm_deregister != nullptr && version_code_ >= NCCL_VERSION(2, 19, 0);
+}
+
+std::string NcclLibrary::failure_message(ncclResult_t result, const char* call, ncclComm_t comm,
+                                         const std::string& rank) const {
+  const char* text = api_.get_error_string != nullptr ? api_.get_error_string(result) : nullptr;
+  const char* last = api_.get_last_error != nullptr ? api_.get_last_error(comm) : nullptr;
+  std::string message = fmt::format("{} failed: {}", call, text != nullptr ? text : nccl_result_name(result));
+  if (last != nullptr && *last != '\0') message += fmt::format(" ({})", last);
+  return message + " on rank " + rank;
+}
+
+void NcclLibrary::raise_error(ncclResult_t result, const char* call, ncclComm_t comm, const std::string& rank) const {
+  throw Error(nccl_error_code(result), failure_message(result, call, comm, rank));
+}
+
+std::string nccl_version_text(int code) {
+  const bool new_scheme = code >= 10000;  // NCCL_VERSION: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z since 2.9
+  const int major = new_scheme ? code / 10000 : code / 1000;
+  const int minor = new_scheme ? (code % 10000) / 100 : (code % 1000) / 100;
+  return fmt::format("{}.{}.{}", major, minor, code % 100);
+}
+
+// braid's DataType and ReduceOp follow NCCL's numbering, but map by name so that a change on either side shows.
+ncclDataType_t to_nccl(DataType type) {
+  switch (type) {
+    case DataType::kInt8: return ncclInt8;
+    case DataType::kUint8: return ncclUint8;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kUint32: return ncclUint32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kUint64: return ncclUint64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kBFloat16: return ncclBfloat16;
+  }
+  raise_invalid_argument("NCCL backend", "type", "is not a braid DataType (value {})", static_cast<int>(type));
+}
+
+ncclRedOp_t to_nccl(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kProd: return ncclProd;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+    case ReduceOp::kAvg: return ncclAvg;
+  }
+  raise_invalid_argument("NCCL backend", "op", "is not a braid ReduceOp (value {})", static_cast<int>(op));
+}
+
+ErrorCode nccl_error_code(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return ErrorCode::kSuccess;
+    case ncclUnhandledCudaError: return ErrorCode::kCudaError;
+    case ncclSystemError: return ErrorCode::kSystemError;
+    case ncclInternalError: return ErrorCode::kInternal;
+    case ncclInvalidArgument: return ErrorCode::kInvalidArgument;
+    case ncclInvalidUsage: return ErrorCode::kInvalidArgument;
+    case ncclRemoteError: return ErrorCode::kRemoteError;
+    case ncclInProgress: return ErrorCode::kInternal;  // braid's communicators block: never expected
+    default: return ErrorCode::kInternal;
+  }
+}
+
+const char* nccl_result_name(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "ncclSuccess";
+    case ncclUnhandledCudaError: return "ncclUnhandledCudaError";
+    case ncclSystemError: return "ncclSystemError";
+    case ncclInternalError: return "ncclInternalError";
+    case ncclInvalidArgument: return "ncclInvalidArgument";
+    case ncclInvalidUsage: return "ncclInvalidUsage";
+    case ncclRemoteError: return "ncclRemoteError";
+    case ncclInProgress: return "ncclInProgress";
+    default: return "unknown ncclResult_t";
+  }
+}
+
+}  // namespace braid::detail

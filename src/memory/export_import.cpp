@@ -1,0 +1,194 @@
+// export_handle / import_handle (any two processes of one host) and Communicator::import_global (every rank
+// of a communicator), on the descriptors of memory_handle.hpp and the mappings of shareable.hpp.
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cerrno>
+
+#include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "memory/memory_handle.hpp"
+#include "memory/shareable.hpp"
+#include "memory/vmm.hpp"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+namespace braid {
+namespace detail {
+
+// What an ExportedHandle keeps alive: the blob, and for VMM memory the descriptor importers take.
+struct ExportedRange {
+  MemoryDescriptor descriptor;
+  std::string blob;
+  FdOwner fd;
+};
+
+namespace {
+
+int current_device(int device) {
+  if (device >= 0) return device;
+  require_cuda_devices("braid memory handles");
+  int current = 0;
+  BRAID_CUDA(cudaGetDevice(&current));
+  return current;
+}
+
+// A copy, in this process, of descriptor `fd` of process `pid` (Linux 5.6+; needs ptrace permission over it).
+int take_fd(uint32_t pid, int fd) {
+  if (pid == static_cast<uint32_t>(getpid())) {
+    const int copy = dup(fd);
+    if (copy < 0) raise_system("dup", errno, "copying an exported VMM handle of this process");
+    return copy;
+  }
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+  if (pidfd < 0) {
+    raise_system("pidfd_open", errno, fmt::format("reaching exporting process {} (is it still running?)", pid));
+  }
+  const int copy = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, fd, 0));
+  const int saved = errno;
+  close(pidfd);
+  if (copy < 0) {
+    raise_system("pidfd_getfd", saved,
+                 fmt::format("taking fd {} of process {} (importing VMM memory needs ptrace permission over the "
+                             "exporter, and the exporter's ExportedHandle alive)", fd, pid));
+  }
+  return copy;
+}
+
+}  // namespace
+}  // namespace detail
+
+ExportedHandle export_handle(const void* pointer, size_t bytes, int device) {
+  device = detail::current_device(device);
+  auto exported = std::make_shared<detail::ExportedRange>();
+  exported->descriptor = detail::describe_shareable("export_handle", "pointer", pointer, bytes, device);
+  if (exported->descriptor.kind == detail::MemoryKind::kPosixFd) {
+    exported->fd.fd = detail::export_allocation_fd(exported->descriptor, device);
+    exported->descriptor.fd = exported->fd.fd;
+  }
+  exported->blob = detail::pack(exported->descriptor);
+  ExportedHandle handle;
+  handle.impl_ = std::move(exported);
+  return handle;
+}
+
+namespace {
+const detail::ExportedRange& checked(const std::shared_ptr<detail::ExportedRange>& impl, const char* call) {
+  if (!impl) raise(ErrorCode::kInvalidArgument, "ExportedHandle::{}: the handle is empty", call);
+  return *impl;
+}
+const detail::PeerMapping& checked(const std::shared_ptr<detail::PeerMapping>& mapping, const char* call) {
+  if (!mapping) raise(ErrorCode::kInvalidArgument, "ImportedMemory::{}: the handle is empty", call);
+  return *mapping;
+}
+}  // namespace
+
+const std::string& ExportedHandle::blob() const { return checked(impl_, "blob").blob; }
+void* ExportedHandle::data() const { return reinterpret_cast<void*>(checked(impl_, "data").descriptor.address); }
+size_t ExportedHandle::bytes() const { return checked(impl_, "bytes").descriptor.bytes; }
+
+ImportedMemory import_handle(const std::string& blob, int device) {
+  const detail::MemoryDescriptor descriptor = detail::unpack(blob, "import_handle", "blob", detail::this_host_id());
+  device = detail::current_device(device);
+  const int fd = descriptor.kind == detail::MemoryKind::kPosixFd ? detail::take_fd(descriptor.pid, descriptor.fd) : -1;
+  ImportedMemory imported;
+  imported.mapping_ = detail::PeerMapping::open(descriptor, fd, device);
+  return imported;
+}
+
+void* ImportedMemory::data() const { return checked(mapping_, "data").address(); }
+size_t ImportedMemory::bytes() const { return checked(mapping_, "bytes").descriptor().bytes; }
+uint64_t ImportedMemory::exporter_address() const { return checked(mapping_, "exporter_address").descriptor().address; }
+int ImportedMemory::exporter_pid() const { return static_cast<int>(checked(mapping_, "exporter_pid").descriptor().pid); }
+
+void* GlobalMemory::peer(int rank) const {
+  if (rank < 0 || rank >= world_size()) raise_invalid_argument("GlobalMemory::peer", "rank", "is {}; must be in [0, {})", rank, world_size());
+  return peers_[rank];
+}
+
+size_t GlobalMemory::bytes(int rank) const {
+  if (rank < 0 || rank >= world_size()) raise_invalid_argument("GlobalMemory::bytes", "rank", "is {}; must be in [0, {})", rank, world_size());
+  return bytes_[rank];
+}
+
+GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
+  detail::CommState& state = detail::usable(state_, "Communicator::import_global");
+  if (!mine) raise_invalid_argument("Communicator::import_global", "mine", "is an empty handle");
+  const detail::ExportedRange& exported = *mine.impl_;
+  if (exported.descriptor.device != state.device || exported.descriptor.pid != static_cast<uint32_t>(getpid())) {
+    raise_invalid_argument("Communicator::import_global", "mine", "was exported from GPU {} of process {}; this rank is GPU {} of process {}",
+                           exported.descriptor.device, exported.descriptor.pid, state.device, getpid());
+  }
+  set_log_rank(state.rank);
+  std::lock_guard<std::mutex> setup(state.setup_mutex);
+  const std::vector<std::string> blobs = state.bootstrap->allgather(exported.blob, "import_global");
+  const uint64_t tag = state.alloc_sequence++;
+  std::vector<detail::MemoryDescriptor> theirs(state.size);
+  for (int q = 0; q < state.size; ++q) {
+    theirs[q] = q == state.rank ? exported.descriptor
+                                : detail::unpack(blobs[q], "Communicator::import_global", "peer handle", detail::this_host_id());
+  }
+  if (exported.descriptor.kind == detail::MemoryKind::kPosixFd) {
+    for (int q = 0; q < state.size; ++q) {
+      if (q != state.rank) state.fds->send(q, exported.fd.fd, tag);
+    }
+  }
+  GlobalMemory global;
+  global.rank_ = state.rank;
+  global.own_ = mine;
+  global.peers_.resize(state.size);
+  global.bytes_.resize(state.size);
+  for (int q = 0; q < state.size; ++q) {
+    global.bytes_[q] = theirs[q].bytes;
+    if (q == state.rank) {
+      global.peers_[q] = exported.descriptor.address == 0 ? nullptr : reinterpret_cast<void*>(exported.descriptor.address);
+      continue;
+    }
+    const int fd = theirs[q].kind == detail::MemoryKind::kPosixFd ? state.fds->receive(q, tag) : -1;
+    global.mappings_.push_back(detail::PeerMapping::open(theirs[q], fd, state.device));
+    global.peers_[q] = global.mappings_.back()->address();
+  }
+  return global;
+}
+
+namespace {
+char* range_at(const GlobalMemory& memory, const char* function, int peer, size_t offset, size_t bytes) {
+  if (!memory) raise_invalid_argument(function, "memory", "is empty");
+  if (peer < 0 || peer >= memory.world_size()) raise_invalid_argument(function, "peer", "is {}; must be in [0, {})", peer, memory.world_size());
+  if (offset > memory.bytes(peer) || bytes > memory.bytes(peer) - offset) {
+    raise_invalid_argument(function, "bytes", "is {} at offset {}: past the end of rank {}'s {} bytes", bytes, offset, peer,
+                           memory.bytes(peer));
+  }
+  return static_cast<char*>(memory.peer(peer)) + offset;
+}
+}  // namespace
+
+void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream) {
+  detail::CommState& state = detail::usable(state_, "Communicator::put");
+  char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
+  if (bytes == 0) return;
+  if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
+  DeviceGuard guard(state.device);
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
+}
+
+void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream) {
+  detail::CommState& state = detail::usable(state_, "Communicator::get");
+  const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
+  if (bytes == 0) return;
+  if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");
+  DeviceGuard guard(state.device);
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
+}
+
+}  // namespace braid

@@ -1,0 +1,205 @@
+#include "memory/registration.hpp"
+
+#include <fmt/format.h>
+
+#include "comm/comm_state.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "memory/symmetric_memory.hpp"
+#include "memory/vmm.hpp"
+
+namespace braid {
+namespace detail {
+namespace {
+
+// Registration ids are unique in the process, so a peer's (rank, id) names one registration for good.
+std::atomic<uint64_t> g_next_registration_id{1};
+
+}  // namespace
+
+void Registration::release() {
+  if (released.exchange(true)) return;
+  if (std::shared_ptr<RegistrationCache> owner = cache.lock()) owner->remove(id);
+}
+
+std::shared_ptr<Registration> RegistrationCache::add(const std::shared_ptr<RegistrationCache>& self,
+                                                     const MemoryDescriptor& descriptor) {
+  auto registration = std::make_shared<Registration>();
+  registration->id = g_next_registration_id.fetch_add(1);
+  registration->descriptor = descriptor;
+  registration->descriptor.id = registration->id;
+  registration->cache = self;
+  std::lock_guard<std::mutex> lock(mutex_);
+  records_[registration->id] = Record{registration->descriptor, {}};
+  return registration;
+}
+
+void RegistrationCache::remove(uint64_t id) {
+  Record record;  // destroyed outside the lock: dropping the last table of a peer mapping unmaps it (and waits)
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = records_.find(id);
+    if (it == records_.end()) return;
+    record = std::move(it->second);
+    records_.erase(it);
+  }
+}
+
+std::optional<std::pair<uint64_t, MemoryDescriptor>> RegistrationCache::containing(uintptr_t pointer, size_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Newest first (ids grow): of two registrations that hold the range, the later one serves it. Few
+  // registrations live at once, so a scan is enough.
+  for (auto it = records_.rbegin(); it != records_.rend(); ++it) {
+    const MemoryDescriptor& d = it->second.descriptor;
+    if (pointer >= d.address && pointer - d.address < d.bytes && bytes <= d.bytes - (pointer - d.address)) {
+      return std::make_pair(it->first, d);
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<PeerRange> RegistrationCache::cached(uint64_t id, uintptr_t pointer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto record = records_.find(id);
+  if (record == records_.end()) return std::nullopt;
+  auto table = record->second.tables.find(pointer);
+  if (table == record->second.tables.end()) return std::nullopt;
+  ++hits_;
+  return table->second.range;
+}
+
+std::shared_ptr<PeerMapping> RegistrationCache::mapping(int peer, uint64_t peer_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = mappings_.find({peer, peer_id});
+  return it == mappings_.end() ? nullptr : it->second.lock();
+}
+
+void RegistrationCache::insert(uint64_t id, uintptr_t pointer, const PeerRange& range,
+                               std::vector<std::shared_ptr<PeerMapping>> mappings, const std::vector<int>& peers,
+                               const std::vector<uint64_t>& peer_ids) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < peers.size(); ++i) mappings_[{peers[i], peer_ids[i]}] = mappings[i];
+  for (auto it = mappings_.begin(); it != mappings_.end();) it = it->second.expired() ? mappings_.erase(it) : std::next(it);
+  auto record = records_.find(id);
+  if (record == records_.end()) return;  // deregistered meanwhile: the mappings go with `mappings`
+  record->second.tables[pointer] = Table{range, std::move(mappings)};
+}
+
+RegistrationStats RegistrationCache::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  RegistrationStats stats;
+  stats.buffers = records_.size();
+  stats.exchanges = exchanges_;
+  stats.cache_hits = hits_;
+  for (const auto& [key, mapping] : mappings_) {
+    if (!mapping.expired()) ++stats.peer_mappings;
+  }
+  return stats;
+}
+
+std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes) {
+  RegistrationCache& cache = *state.registrations;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
+  const auto found = cache.containing(address, bytes);
+  if (!found) return std::nullopt;
+  const auto& [id, registered] = *found;
+  if (std::optional<PeerRange> hit = cache.cached(id, address)) return hit;
+
+  // First use at this address: every rank describes its buffer (the registration's allocation, this call's
+  // address), all gather, and each maps what it has not mapped yet. VMM peers' fds travel over the fd sockets.
+  MemoryDescriptor mine = registered;
+  mine.address = address;
+  mine.bytes = bytes;
+  std::lock_guard<std::mutex> setup(state.setup_mutex);
+  FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
+  if (mine.kind == MemoryKind::kPosixFd) mine.fd = exported.fd = export_allocation_fd(mine, state.device);
+  const std::vector<std::string> blobs = state.bootstrap->allgather(pack(mine), "registered buffer exchange");
+  const uint64_t tag = state.alloc_sequence++;
+  std::vector<MemoryDescriptor> theirs(state.size);
+  for (int q = 0; q < state.size; ++q) {
+    if (q == state.rank) continue;
+    theirs[q] = unpack(blobs[q], "registered buffer exchange", "peer descriptor", this_host_id());
+  }
+  if (exported.fd >= 0) {
+    for (int q = 0; q < state.size; ++q) {
+      if (q != state.rank) state.fds->send(q, exported.fd, tag);
+    }
+  }
+  PeerRange range{};
+  range.aligned16 = true;
+  range.same_process_peers = false;
+  std::vector<std::shared_ptr<PeerMapping>> mappings;
+  std::vector<int> peers;
+  std::vector<uint64_t> peer_ids;
+  for (int q = 0; q < state.size; ++q) {
+    const MemoryDescriptor& d = q == state.rank ? mine : theirs[q];
+    range.aligned16 = range.aligned16 && d.address % 16 == 0;
+    if (q == state.rank) {
+      range.buffers.at[q] = reinterpret_cast<char*>(address);
+      continue;
+    }
+    const int fd = d.kind == MemoryKind::kPosixFd ? state.fds->receive(q, tag) : -1;
+    std::shared_ptr<PeerMapping> mapping = cache.mapping(q, d.id);
+    if (mapping) {
+      if (fd >= 0) FdOwner unused(fd);
+    } else {
+      mapping = PeerMapping::open(d, fd, state.device);
+    }
+    range.buffers.at[q] = mapping->at(d.address);
+    range.same_process_peers = range.same_process_peers || mapping->in_place();
+    mappings.push_back(std::move(mapping));
+    peers.push_back(q);
+    peer_ids.push_back(d.id);
+  }
+  cache.count_exchange();
+  cache.insert(id, address, range, std::move(mappings), peers, peer_ids);
+  BRAID_DEBUG("registered buffer {} ({} bytes, registration {}): peers' mappings exchanged and cached", pointer, bytes, id);
+  return range;
+}
+
+}  // namespace detail
+
+std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes) {
+  if (pointer == nullptr || bytes == 0) return std::nullopt;
+  if (std::optional<PeerRange> symmetric = find_symmetric_range(state, pointer, bytes)) return symmetric;
+  return detail::find_registered_range(state, pointer, bytes);
+}
+
+// ---- Public API ----
+
+RegisteredBuffer Communicator::register_buffer(void* pointer, size_t bytes) {
+  detail::CommState& state = detail::usable(state_, "Communicator::register_buffer");
+  set_log_rank(state.rank);
+  const detail::MemoryDescriptor descriptor =
+      detail::describe_shareable("Communicator::register_buffer", "pointer", pointer, bytes, state.device);
+  RegisteredBuffer buffer;
+  buffer.impl_ = state.registrations->add(state.registrations, descriptor);
+  BRAID_DEBUG("registered {} bytes at {} ({}) as registration {}", bytes, pointer, detail::memory_kind_name(descriptor.kind),
+              buffer.impl_->id);
+  return buffer;
+}
+
+void Communicator::deregister(RegisteredBuffer& buffer) {
+  if (!buffer.impl_) raise_invalid_argument("Communicator::deregister", "buffer", "is empty (never registered or already deregistered)");
+  if (buffer.impl_->cache.lock() != detail::usable(state_, "Communicator::deregister").registrations) {
+    raise_invalid_argument("Communicator::deregister", "buffer", "was registered with another communicator");
+  }
+  buffer.impl_->release();
+  buffer.impl_.reset();
+}
+
+RegistrationStats Communicator::registration_stats() {
+  return detail::usable(state_, "Communicator::registration_stats").registrations->stats();
+}
+
+namespace {
+const detail::Registration& checked(const std::shared_ptr<detail::Registration>& impl, const char* call) {
+  if (!impl) raise(ErrorCode::kInvalidArgument, "RegisteredBuffer::{}: the handle is empty", call);
+  return *impl;
+}
+}  // namespace
+
+void* RegisteredBuffer::data() const { return reinterpret_cast<void*>(checked(impl_, "data").descriptor.address); }
+size_t RegisteredBuffer::bytes() const { return checked(impl_, "bytes").descriptor.bytes; }
+
+}  // namespace braid

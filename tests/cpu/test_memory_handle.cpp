@@ -1,0 +1,169 @@
+// The wire form of memory handles (export_handle blobs and the registration exchange): round trips, and every
+// kind of bad blob refused with kInvalidArgument naming the argument; a fuzz run of the unpacker over random
+// mutations and truncations never crashes and never accepts a blob that is not a valid one.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "braid/braid.hpp"
+#include "core/hash.hpp"
+#include "memory/memory_handle.hpp"
+
+namespace braid::detail {
+namespace {
+
+MemoryDescriptor sample(MemoryKind kind) {
+  MemoryDescriptor d;
+  d.kind = kind;
+  d.host_id = this_host_id();
+  d.pid = 4242;
+  d.device = 3;
+  d.pci_bus_id = "00000000:1B:00.0";
+  d.allocation_base = 0x7f0000000000;
+  d.allocation_bytes = 64 << 20;
+  d.address = d.allocation_base + 4096;
+  d.bytes = 1 << 20;
+  d.id = 17;
+  for (size_t i = 0; i < d.ipc_handle.size(); ++i) d.ipc_handle[i] = static_cast<uint8_t>(i * 7 + 1);
+  d.fd = kind == MemoryKind::kPosixFd ? 9 : -1;
+  return d;
+}
+
+void expect_refused(const std::string& blob, const std::string& words) {
+  try {
+    unpack(blob, "import_handle", "blob", this_host_id());
+    ADD_FAILURE() << "accepted a bad blob; expected '" << words << "'";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("argument 'blob'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+  }
+}
+
+// A blob with its checksum recomputed, so a field check (not the checksum) must catch the damage.
+std::string resealed(std::string blob) {
+  const size_t body = blob.size() - 8;
+  const uint64_t hash = stable_hash(std::string_view(blob).substr(0, body));
+  for (size_t i = 0; i < 8; ++i) blob[body + i] = static_cast<char>((hash >> (8 * i)) & 0xff);
+  return blob;
+}
+
+TEST(MemoryHandle, RoundTripsBothKinds) {
+  for (MemoryKind kind : {MemoryKind::kLegacyIpc, MemoryKind::kPosixFd}) {
+    const MemoryDescriptor d = sample(kind);
+    const MemoryDescriptor back = unpack(pack(d), "import_handle", "blob", this_host_id());
+    EXPECT_EQ(back.kind, d.kind);
+    EXPECT_EQ(back.host_id, d.host_id);
+    EXPECT_EQ(back.pid, d.pid);
+    EXPECT_EQ(back.device, d.device);
+    EXPECT_EQ(back.pci_bus_id, d.pci_bus_id);
+    EXPECT_EQ(back.address, d.address);
+    EXPECT_EQ(back.bytes, d.bytes);
+    EXPECT_EQ(back.allocation_base, d.allocation_base);
+    EXPECT_EQ(back.allocation_bytes, d.allocation_bytes);
+    EXPECT_EQ(back.id, d.id);
+    EXPECT_EQ(back.ipc_handle, d.ipc_handle);
+    EXPECT_EQ(back.fd, d.fd);
+    EXPECT_EQ(back.offset(), 4096u);
+  }
+}
+
+TEST(MemoryHandle, RefusesEmptyTruncatedAndForeignBlobs) {
+  const std::string blob = pack(sample(MemoryKind::kLegacyIpc));
+  expect_refused("", "empty");
+  for (size_t length = 1; length < blob.size(); ++length) {
+    try {
+      unpack(blob.substr(0, length), "import_handle", "blob", this_host_id());
+      ADD_FAILURE() << "accepted a blob truncated to " << length << " bytes";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
+    }
+  }
+  expect_refused("XXXX" + blob.substr(4), "magic");
+  std::string other_version = blob;
+  other_version[4] = 2;
+  expect_refused(other_version, "format version 2");
+  std::string damaged = blob;
+  damaged[40] ^= 1;
+  expect_refused(damaged, "checksum");
+  expect_refused(blob + "x", "checksum");
+}
+
+TEST(MemoryHandle, RefusesInconsistentFields) {
+  MemoryDescriptor outside = sample(MemoryKind::kLegacyIpc);
+  outside.bytes = outside.allocation_bytes;  // runs past the allocation's end
+  expect_refused(pack(outside), "outside its allocation");
+  MemoryDescriptor before = sample(MemoryKind::kLegacyIpc);
+  before.address = before.allocation_base - 1;
+  expect_refused(pack(before), "outside its allocation");
+  MemoryDescriptor empty = sample(MemoryKind::kLegacyIpc);
+  empty.bytes = 0;
+  expect_refused(pack(empty), "empty");
+  MemoryDescriptor no_fd = sample(MemoryKind::kPosixFd);
+  no_fd.fd = -1;
+  expect_refused(pack(no_fd), "file descriptor");
+  std::string unknown_kind = pack(sample(MemoryKind::kLegacyIpc));
+  unknown_kind[6] = 9;
+  expect_refused(resealed(unknown_kind), "unknown memory kind 9");
+  MemoryDescriptor elsewhere = sample(MemoryKind::kLegacyIpc);
+  elsewhere.host_id = "boot:another-host";
+  expect_refused(pack(elsewhere), "another host");
+  // The same blob is fine where no host is expected (the caller checks nothing of the kind).
+  EXPECT_NO_THROW(unpack(pack(elsewhere), "import_handle", "blob", ""));
+}
+
+TEST(MemoryHandle, FuzzedBlobsNeverCrashTheUnpacker) {
+  std::mt19937_64 random(20261122);
+  const std::string valid[] = {pack(sample(MemoryKind::kLegacyIpc)), pack(sample(MemoryKind::kPosixFd))};
+  size_t accepted = 0, refused = 0;
+  for (int trial = 0; trial < 200000; ++trial) {
+    std::string blob = valid[trial % 2];
+    const int edits = 1 + static_cast<int>(random() % 4);
+    for (int e = 0; e < edits; ++e) {
+      switch (random() % 4) {
+        case 0: blob[random() % blob.size()] = static_cast<char>(random()); break;
+        case 1: blob.resize(random() % (blob.size() + 1)); break;
+        case 2: blob.insert(random() % (blob.size() + 1), 1, static_cast<char>(random())); break;
+        case 3: if (trial % 3 == 0 && blob.size() >= 8) blob = resealed(blob); break;  // damage the checksum can't see
+      }
+      if (blob.empty()) break;
+    }
+    try {
+      const MemoryDescriptor d = unpack(blob, "import_handle", "blob", this_host_id());
+      // Whatever is accepted must be self-consistent.
+      EXPECT_GT(d.bytes, 0u);
+      EXPECT_LE(d.offset() + d.bytes, d.allocation_bytes);
+      EXPECT_EQ(pack(d), blob) << "an accepted blob must be exactly the packing of what it says";
+      ++accepted;
+    } catch (const Error& error) {
+      ASSERT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 150000u) << "resealed blobs with changed payload bytes are valid; most mutations are not";
+  RecordProperty("accepted", static_cast<int>(accepted));
+}
+
+TEST(MemoryHandle, ExportAndImportWithoutAGpuFailClearly) {
+  // import_handle checks the blob before it touches CUDA: bad blobs are refused on any machine.
+  try {
+    import_handle("not a handle");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) GTEST_SKIP() << "a GPU is present; the no-GPU path is not reachable";
+  char host[64];
+  try {
+    export_handle(host, sizeof host);
+    ADD_FAILURE() << "export_handle worked with no GPU";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kNoDevice) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace braid::detail

@@ -1,0 +1,489 @@
+// Registered user buffers and exported memory handles, on every rank (threads or braid-run processes):
+//   - all_reduce (int32 exact, float32) and all_to_all on cudaMalloc buffers registered vs not: identical results,
+//     both equal to the host reference; sizes 1, 7, 4097, 1 MiB + 3 and one above the staging buffer; a sub-range
+//     of a registered range (containment) and VMM memory made with POSIX-fd handles;
+//   - the cache: the first use at an address exchanges once, later calls count hits and no exchange;
+//   - 1,000 register/collective/deregister cycles with no growth in device memory or open fds, and cycles that
+//     destroy the communicator before deregistering;
+//   - a buffer registered with two communicators is mapped once per communicator;
+//   - first use inside a CUDA graph capture (global mode in processes, thread-local as threads), replayed 99 times;
+//   - registration and deregistration from other host threads while collectives run;
+//   - argument errors: null, zero length, past the allocation's end, host memory, another GPU's memory;
+//   - export_handle/import_handle between ranks (processes under braid-run), import_global, put/get, and the
+//     one-sided all_to_all against the two-sided one and the host reference.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <dirent.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+void cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
+}
+
+// Element i of rank r's input: never zero, distinct per (seed, rank, i).
+int32_t input_value(uint32_t seed, int rank, size_t i) {
+  return static_cast<int32_t>(((seed * 2654435761u) ^ (static_cast<uint32_t>(rank) * 40503u) ^ static_cast<uint32_t>(i * 7919u)) % 2000003u) + 1;
+}
+
+std::vector<int32_t> input(uint32_t seed, int rank, size_t count) {
+  std::vector<int32_t> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = input_value(seed, rank, i);
+  return values;
+}
+
+void upload(void* device, const std::vector<int32_t>& values) {
+  cuda(cudaMemcpy(device, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "upload");
+}
+
+std::vector<int32_t> download(const void* device, size_t count) {
+  std::vector<int32_t> values(count);
+  cuda(cudaMemcpy(values.data(), device, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "download");
+  return values;
+}
+
+void poison(void* device, size_t bytes) { cuda(cudaMemset(device, 0xA5, bytes), "poison"); }
+
+uint32_t shared_seed(Communicator& comm) {
+  const std::vector<std::string> all = comm.host_allgather(std::to_string(std::random_device{}()));
+  return static_cast<uint32_t>(std::stoul(all[0]));
+}
+
+// all_reduce sum of int32 on [send, recv) of `count` elements, checked against the reference.
+void check_all_reduce(Communicator& comm, void* send, void* recv, size_t count, uint32_t seed, const std::string& what) {
+  upload(send, input(seed, comm.rank(), count));
+  poison(recv, count * sizeof(int32_t));
+  comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, nullptr);
+  cuda(cudaDeviceSynchronize(), "sync");
+  comm.check();
+  const std::vector<int32_t> got = download(recv, count);
+  size_t wrong = 0, first = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int32_t expected = 0;
+    for (int r = 0; r < comm.size(); ++r) expected += input_value(seed, r, i);
+    if (got[i] != expected && wrong++ == 0) first = i;
+  }
+  EXPECT_EQ(wrong, 0u) << what << ": " << wrong << " of " << count << " wrong, first at " << first;
+}
+
+void check_all_to_all(Communicator& comm, void* send, void* recv, size_t count, uint32_t seed, const std::string& what) {
+  const int world = comm.size();
+  upload(send, input(seed, comm.rank(), count * world));
+  poison(recv, count * world * sizeof(int32_t));
+  comm.all_to_all(send, recv, count, DataType::kInt32, nullptr);
+  cuda(cudaDeviceSynchronize(), "sync");
+  comm.check();
+  const std::vector<int32_t> got = download(recv, count * world);
+  size_t wrong = 0;
+  for (int q = 0; q < world; ++q) {
+    for (size_t i = 0; i < count; ++i) wrong += got[q * count + i] != input_value(seed, q, comm.rank() * count + i);
+  }
+  EXPECT_EQ(wrong, 0u) << what;
+}
+
+struct DeviceBuffer {
+  void* pointer = nullptr;
+  explicit DeviceBuffer(size_t bytes) { cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(pointer); }
+  char* bytes() const { return static_cast<char*>(pointer); }
+};
+
+// VMM memory made with POSIX-fd handles, as PyTorch's expandable segments make it.
+struct VmmBuffer {
+  CUdeviceptr address = 0;
+  size_t bytes = 0;
+  CUmemGenericAllocationHandle handle = 0;
+  template <typename F>
+  static F entry(const char* name) {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult status;
+    cuda(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &status), name);
+    return reinterpret_cast<F>(function);
+  }
+  VmmBuffer(size_t wanted, int device) {
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    size_t granularity = 0;
+    entry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity")(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    bytes = (wanted + granularity - 1) / granularity * granularity;
+    if (entry<decltype(&cuMemCreate)>("cuMemCreate")(&handle, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate");
+    entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve")(&address, bytes, 0, 0, 0);
+    entry<decltype(&cuMemMap)>("cuMemMap")(address, bytes, 0, handle, 0);
+    CUmemAccessDesc access = {};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    entry<decltype(&cuMemSetAccess)>("cuMemSetAccess")(address, bytes, &access, 1);
+  }
+  ~VmmBuffer() {
+    cudaDeviceSynchronize();
+    entry<decltype(&cuMemUnmap)>("cuMemUnmap")(address, bytes);
+    entry<decltype(&cuMemAddressFree)>("cuMemAddressFree")(address, bytes);
+    entry<decltype(&cuMemRelease)>("cuMemRelease")(handle);
+  }
+  void* pointer() const { return reinterpret_cast<void*>(address); }
+};
+
+size_t open_fds() {
+  size_t count = 0;
+  if (DIR* dir = opendir("/proc/self/fd")) {
+    while (readdir(dir) != nullptr) ++count;
+    closedir(dir);
+  }
+  return count;
+}
+
+size_t free_device_bytes() {
+  size_t free = 0, total = 0;
+  cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return free;
+}
+
+const size_t kSizes[] = {1, 7, 4097, (size_t(1) << 18) + 3, size_t(40) << 20 >> 2};  // the last: 40 MiB, above staging
+
+TEST(Registration, RegisteredMatchesUnregisteredAndReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const int world = comm.size();
+    for (size_t count : kSizes) {
+      const size_t bytes = count * sizeof(int32_t) * world;
+      DeviceBuffer send(bytes), recv(bytes);
+      check_all_reduce(comm, send.pointer, recv.pointer, count, seed + 1, "unregistered all_reduce " + std::to_string(count));
+      check_all_to_all(comm, send.pointer, recv.pointer, count, seed + 2, "unregistered all_to_all " + std::to_string(count));
+      RegisteredBuffer rs = comm.register_buffer(send.pointer, bytes);
+      RegisteredBuffer rr = comm.register_buffer(recv.pointer, bytes);
+      check_all_reduce(comm, send.pointer, recv.pointer, count, seed + 1, "registered all_reduce " + std::to_string(count));
+      check_all_to_all(comm, send.pointer, recv.pointer, count, seed + 2, "registered all_to_all " + std::to_string(count));
+      // A sub-range one element in (unaligned: zero copy declines it, staging serves it, still correct) and one
+      // 16 bytes in (aligned: zero copy through the same registration).
+      if (count > 8) {
+        check_all_reduce(comm, send.bytes() + 4, recv.bytes() + 4, count - 8, seed + 3, "registered, unaligned sub-range");
+        check_all_reduce(comm, send.bytes() + 16, recv.bytes() + 16, count - 8, seed + 4, "registered, aligned sub-range");
+      }
+      comm.deregister(rs);
+      comm.deregister(rr);
+      EXPECT_FALSE(rs);
+    }
+  });
+}
+
+TEST(Registration, CacheHitMakesNoExchange) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const size_t count = 4097;
+    DeviceBuffer send(count * 4), recv(count * 4);
+    RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
+    RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
+    EXPECT_EQ(comm.registration_stats().buffers, 2u);
+    check_all_reduce(comm, send.pointer, recv.pointer, count, seed, "first use");
+    const RegistrationStats first = comm.registration_stats();
+    EXPECT_EQ(first.exchanges, 2u) << "one exchange for send, one for recv";
+    EXPECT_EQ(first.peer_mappings, 2u * (comm.size() - 1)) << "each peer's two allocations mapped once";
+    for (int i = 0; i < 10; ++i) check_all_reduce(comm, send.pointer, recv.pointer, count, seed + i, "later use");
+    const RegistrationStats later = comm.registration_stats();
+    EXPECT_EQ(later.exchanges, first.exchanges) << "a cache hit made a host exchange";
+    EXPECT_EQ(later.cache_hits, first.cache_hits + 20);
+    comm.deregister(rs);
+    comm.deregister(rr);
+    const RegistrationStats after = comm.registration_stats();
+    EXPECT_EQ(after.buffers, 0u);
+    EXPECT_EQ(after.peer_mappings, 0u) << "deregistering left peers' memory mapped";
+  });
+}
+
+TEST(Registration, VmmMemory) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const size_t count = (size_t(1) << 20) + 3;
+    VmmBuffer send(count * 4 * comm.size(), comm.device()), recv(count * 4 * comm.size(), comm.device());
+    RegisteredBuffer rs = comm.register_buffer(send.pointer(), count * 4 * comm.size());
+    RegisteredBuffer rr = comm.register_buffer(recv.pointer(), count * 4 * comm.size());
+    check_all_reduce(comm, send.pointer(), recv.pointer(), count, seed, "VMM all_reduce");
+    check_all_to_all(comm, send.pointer(), recv.pointer(), count, seed + 1, "VMM all_to_all");
+    EXPECT_EQ(comm.registration_stats().exchanges, 2u);
+  });
+}
+
+TEST(Registration, ThousandCyclesLeakNothing) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const size_t count = 1024;
+    DeviceBuffer send(count * 4), recv(count * 4);
+    auto cycle = [&](int i) {
+      RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
+      RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
+      check_all_reduce(comm, send.pointer, recv.pointer, count, seed + i, "cycle");
+      comm.deregister(rs);
+      if (i % 2) rr.reset();  // the handle's last copy going deregisters too
+      else comm.deregister(rr);
+    };
+    for (int i = 0; i < 20; ++i) cycle(i);  // warm: the driver's own pools settle
+    cuda(cudaDeviceSynchronize(), "sync");
+    const size_t fds = open_fds(), free = free_device_bytes();
+    for (int i = 0; i < 1000; ++i) cycle(i);
+    cuda(cudaDeviceSynchronize(), "sync");
+    EXPECT_LE(open_fds(), fds) << "open fds grew over 1000 cycles";
+    EXPECT_GE(free_device_bytes() + (size_t(4) << 20), free) << "device memory shrank over 1000 cycles";
+    EXPECT_EQ(comm.registration_stats().peer_mappings, 0u);
+  });
+}
+
+TEST(Registration, CommunicatorDestroyedBeforeDeregister) {
+  for_each_rank([](const RankContext& context) {
+    const size_t count = 4096;
+    size_t fds = 0;
+    for (int i = 0; i < 12; ++i) {
+      Communicator comm = Communicator::init(context.rendezvous, test_options());
+      make_current(comm);
+      DeviceBuffer send(count * 4), recv(count * 4);
+      RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
+      RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
+      check_all_reduce(comm, send.pointer, recv.pointer, count, 77 + i, "before destroy");
+      comm.barrier();
+      { Communicator gone = std::move(comm); }  // destroyed first; the handles outlive it
+      EXPECT_EQ(rs.bytes(), count * 4);
+      rs.reset();  // deregistering after the communicator is gone
+      rr.reset();
+      if (i == 1) fds = open_fds();
+    }
+    EXPECT_LE(open_fds(), fds) << "fds grew across communicators destroyed before their registrations";
+  });
+}
+
+TEST(Registration, TwoCommunicatorsMapOnceEach) {
+  for_each_rank([](const RankContext& context) {
+    Communicator a = Communicator::init(context.rendezvous, test_options());
+    Communicator b = Communicator::init(context.rendezvous, test_options());
+    make_current(a);
+    const size_t count = 8192;
+    DeviceBuffer send(count * 4), recv(count * 4);
+    RegisteredBuffer as = a.register_buffer(send.pointer, count * 4), ar = a.register_buffer(recv.pointer, count * 4);
+    RegisteredBuffer bs = b.register_buffer(send.pointer, count * 4), br = b.register_buffer(recv.pointer, count * 4);
+    for (int i = 0; i < 3; ++i) {
+      check_all_reduce(a, send.pointer, recv.pointer, count, 5 + i, "communicator a");
+      check_all_reduce(b, send.pointer, recv.pointer, count, 9 + i, "communicator b");
+    }
+    EXPECT_EQ(a.registration_stats().peer_mappings, 2u * (a.size() - 1));
+    EXPECT_EQ(b.registration_stats().peer_mappings, 2u * (b.size() - 1));
+    EXPECT_EQ(a.registration_stats().exchanges, 2u);
+    EXPECT_THROW(a.deregister(bs), Error) << "a registration of another communicator";
+  });
+}
+
+TEST(Registration, FirstUseInsideGraphCapture) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const size_t count = 65536;
+    DeviceBuffer send(count * 4), recv(count * 4);
+    RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
+    RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
+    cudaStream_t stream;
+    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    cudaGraph_t graph;
+    // Processes capture in global mode (PyTorch's default). Ranks as threads must capture thread-locally: in
+    // global mode one thread's capture forbids the other threads' graph instantiation and memory calls.
+    const cudaStreamCaptureMode mode = in_process_mode() ? cudaStreamCaptureModeGlobal : cudaStreamCaptureModeThreadLocal;
+    cuda(cudaStreamBeginCapture(stream, mode), "begin capture");
+    comm.all_reduce(send.pointer, recv.pointer, count, DataType::kInt32, ReduceOp::kSum, reinterpret_cast<Stream>(stream));
+    cuda(cudaStreamEndCapture(stream, &graph), "end capture");
+    EXPECT_EQ(comm.registration_stats().exchanges, 2u) << "the exchange happens at capture time";
+    cudaGraphExec_t exec;
+    cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    for (int replay = 0; replay < 99; replay += 33) {
+      upload(send.pointer, input(seed + replay, comm.rank(), count));
+      poison(recv.pointer, count * 4);
+      cuda(cudaDeviceSynchronize(), "sync");
+      comm.barrier();  // every rank's input is in place before any replay reads it
+      for (int i = 0; i < 33; ++i) cuda(cudaGraphLaunch(exec, stream), "replay");
+      cuda(cudaStreamSynchronize(stream), "sync");
+      comm.check();
+      const std::vector<int32_t> got = download(recv.pointer, count);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        int32_t expected = 0;
+        for (int r = 0; r < comm.size(); ++r) expected += input_value(seed + replay, r, i);
+        wrong += got[i] != expected;
+      }
+      EXPECT_EQ(wrong, 0u) << "replays from " << replay;
+      comm.barrier();
+    }
+    EXPECT_EQ(comm.registration_stats().exchanges, 2u);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  });
+}
+
+TEST(Registration, OtherThreadsRegisterWhileCollectivesRun) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const size_t count = 100000;
+    DeviceBuffer send(count * 4), recv(count * 4), spare(1 << 20);
+    RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
+    RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
+    std::atomic<bool> stop{false};
+    std::atomic<int> cycles{0};
+    const int device = comm.device();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t) {
+      threads.emplace_back([&, t] {
+        cudaSetDevice(device);
+        while (!stop.load()) {
+          RegisteredBuffer mine = comm.register_buffer(spare.bytes() + t * 4096, 4096);
+          (void)comm.registration_stats();
+          comm.deregister(mine);
+          cycles.fetch_add(1);
+        }
+      });
+    }
+    for (int i = 0; i < 50; ++i) check_all_reduce(comm, send.pointer, recv.pointer, count, seed + i, "beside registering threads");
+    stop = true;
+    for (auto& thread : threads) thread.join();
+    EXPECT_GT(cycles.load(), 0);
+    EXPECT_EQ(comm.registration_stats().buffers, 2u);
+  });
+}
+
+TEST(Registration, BadArgumentsNameTheArgument) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    DeviceBuffer buffer(1 << 20);
+    auto refused = [&](const std::function<void()>& call, ErrorCode code, const std::string& words) {
+      try {
+        call();
+        ADD_FAILURE() << "accepted; expected an error mentioning '" << words << "'";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), code) << error.what();
+        EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+      }
+    };
+    refused([&] { comm.register_buffer(nullptr, 16); }, ErrorCode::kInvalidArgument, "'pointer' is null");
+    refused([&] { comm.register_buffer(buffer.pointer, 0); }, ErrorCode::kInvalidArgument, "'bytes' is 0");
+    refused([&] { comm.register_buffer(buffer.bytes() + 16, 1 << 20); }, ErrorCode::kInvalidArgument, "past the end of its allocation");
+    refused([&] { comm.register_buffer(reinterpret_cast<void*>(~uintptr_t(0) - 8), 64); }, ErrorCode::kInvalidArgument, "overflows");
+    std::vector<char> host(4096);
+    refused([&] { comm.register_buffer(host.data(), host.size()); }, ErrorCode::kInvalidArgument, "'pointer'");
+    void* pinned = nullptr;
+    cuda(cudaMallocHost(&pinned, 4096), "cudaMallocHost");
+    refused([&] { comm.register_buffer(pinned, 4096); }, ErrorCode::kInvalidArgument, "host memory");
+    cudaFreeHost(pinned);
+    int devices = 0;
+    cudaGetDeviceCount(&devices);
+    if (devices > 1) {
+      const int other = (comm.device() + 1) % devices;
+      cuda(cudaSetDevice(other), "device");
+      DeviceBuffer foreign(4096);
+      make_current(comm);
+      refused([&] { comm.register_buffer(foreign.pointer, 4096); }, ErrorCode::kInvalidArgument, "memory of GPU");
+      cuda(cudaSetDevice(other), "device");
+    }
+    make_current(comm);
+    RegisteredBuffer empty;
+    refused([&] { comm.deregister(empty); }, ErrorCode::kInvalidArgument, "'buffer' is empty");
+    EXPECT_EQ(comm.registration_stats().buffers, 0u);
+  });
+}
+
+// ---- Exported handles ----
+
+TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const int world = comm.size();
+    const size_t count = 300001;  // elements a block
+    const size_t bytes = count * 4 * world;
+    DeviceBuffer cuda_send(bytes), recv(bytes), expected(bytes);
+    VmmBuffer vmm_send(bytes, comm.device());
+    for (void* send : {cuda_send.pointer, vmm_send.pointer()}) {
+      const std::string what = send == cuda_send.pointer ? "cudaMalloc" : "VMM";
+      ExportedHandle mine = export_handle(send, bytes);
+      // Plain import_handle of every peer's blob (another process under braid-run: CUDA IPC, or pidfd_getfd).
+      const std::vector<std::string> blobs = comm.host_allgather(mine.blob());
+      upload(send, input(seed, comm.rank(), count * world));
+      cuda(cudaDeviceSynchronize(), "sync");
+      comm.barrier();
+      for (int q = 0; q < world; ++q) {
+        ImportedMemory peer = import_handle(blobs[q], comm.device());
+        EXPECT_EQ(peer.bytes(), bytes);
+        const std::vector<int32_t> got = download(peer.data(), 64);
+        const std::vector<int32_t> want = input(seed, q, 64);
+        EXPECT_EQ(got, want) << what << ": rank " << q << "'s memory read through import_handle";
+      }
+      comm.barrier();
+      // The global handle: one-sided all_to_all against the two-sided one.
+      GlobalMemory global = comm.import_global(mine);
+      ASSERT_EQ(global.world_size(), world);
+      poison(recv.pointer, bytes);
+      // A stream of its own: with ranks as threads, a copy from another GPU's cudaMalloc memory on the legacy
+      // stream would be ordered against that GPU's legacy stream too (see PeerRange::same_process_peers).
+      cudaStream_t stream;
+      cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+      cuda(cudaDeviceSynchronize(), "sync");
+      comm.all_to_all(global, recv.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
+      comm.all_to_all(send, expected.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
+      cuda(cudaStreamSynchronize(stream), "sync");
+      cudaStreamDestroy(stream);
+      comm.check();
+      const std::vector<int32_t> one_sided = download(recv.pointer, count * world);
+      EXPECT_EQ(one_sided, download(expected.pointer, count * world)) << what << ": one-sided vs two-sided all_to_all";
+      size_t wrong = 0;
+      for (int q = 0; q < world; ++q) {
+        for (size_t i = 0; i < count; ++i) wrong += one_sided[q * count + i] != input_value(seed, q, comm.rank() * count + i);
+      }
+      EXPECT_EQ(wrong, 0u) << what << ": one-sided all_to_all vs reference";
+      // put: a marker into word rank() of the next rank's range; get: the word the previous rank received.
+      const int next = (comm.rank() + 1) % world, previous = (comm.rank() + world - 1) % world;
+      DeviceBuffer marker(4);
+      upload(marker.pointer, {1000 + comm.rank()});
+      comm.barrier();
+      comm.put(global, next, 4 * comm.rank(), marker.pointer, 4, nullptr);
+      cuda(cudaDeviceSynchronize(), "sync");
+      comm.barrier();
+      EXPECT_EQ(download(static_cast<char*>(send) + 4 * previous, 1)[0], 1000 + previous) << what << ": put";
+      const int before_previous = (previous + world - 1) % world;
+      comm.get(global, previous, 4 * before_previous, marker.pointer, 4, nullptr);
+      cuda(cudaDeviceSynchronize(), "sync");
+      EXPECT_EQ(download(marker.pointer, 1)[0], 1000 + before_previous) << what << ": get";
+      comm.barrier();
+    }
+  });
+}
+
+TEST(MemoryHandles, CorruptBlobsAreRefused) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    DeviceBuffer buffer(4096);
+    ExportedHandle mine = export_handle(buffer.pointer, 4096);
+    std::string blob = mine.blob();
+    EXPECT_THROW(import_handle(blob.substr(0, blob.size() - 1)), Error);
+    blob[blob.size() / 2] ^= 0x40;
+    EXPECT_THROW(import_handle(blob), Error);
+    EXPECT_THROW(import_handle(""), Error);
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing
