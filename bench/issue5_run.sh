@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5 (registration, memory handles, NCCL backend) on the GPU machine (device tool), after
 # bench/stage_build.sh staged the build:
-#   tests     the Registration*, MemoryHandles* and NcclBackend* GPU tests as threads (all GPUs, then 2) and as
+#   tests     the Registration*, MemoryHandles*, NcclBackend* and NcclCommunicator* GPU tests as threads (all GPUs, then 2) and as
 #             braid-run processes (all GPUs)
 #   regress   the Collectives* and AllToAll* GPU tests as threads on 2 GPUs (the zero-copy paths they share)
 # Usage: bench/issue5_run.sh KIND PHASE...   Logs go to $OUT (issue5-logs.tgz).
@@ -12,7 +12,7 @@ export BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
 for phase in "$@"; do
   case "$phase" in
     tests)
-      filter='--gtest_filter=Registration*:MemoryHandles*:NcclBackend*'
+      filter='--gtest_filter=Registration*:MemoryHandles*:NcclBackend*:NcclCommunicator*'
       for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
         timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/issue5-tests-threads-$world.log" 2>&1
         echo "issue-5 tests (threads, $world ranks) exit $?" | tee -a "$out/issue5-tests-threads-$world.log"

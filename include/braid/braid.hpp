@@ -73,6 +73,7 @@ struct CommOptions {
   int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
   double timeout_s = 0.0;  // bound on every wait for a peer; 0: BRAID_TIMEOUT_S
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
+  std::string backend;     // "auto", "cuda" or "nccl" (see BRAID_BACKEND); empty: BRAID_BACKEND
 };
 
 // What a rank knows of a peer.
@@ -103,14 +104,18 @@ struct RegistrationStats {
   uint64_t exchanges = 0;      // host exchanges made by first uses of a registered buffer at an address
   uint64_t cache_hits = 0;     // uses that found the peers' mappings cached (no host exchange)
   uint64_t peer_mappings = 0;  // peers' allocations mapped here now
+  uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now
 };
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
 class Communicator {
  public:
-  // Collective over the ranks of `rendezvous`. Refuses (kPeerUnreachable) ranks that are not all on one
-  // host with every pair P2P-reachable, and two ranks on one GPU (kInvalidArgument).
+  // Collective over the ranks of `rendezvous`. Backend: CUDA (symmetric memory) where every rank is on one host
+  // with every pair P2P-reachable; otherwise, or when asked (options.backend, BRAID_BACKEND), NCCL, loaded at run
+  // time (BRAID_NCCL_LIBRARY), which serves the collectives and all-to-all(v) (symmetric memory, MoE, device-count
+  // all-to-all and global memory need the CUDA backend: kUnsupported). Refuses two ranks on one GPU
+  // (kInvalidArgument) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable).
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
 
   Communicator(Communicator&&) noexcept;

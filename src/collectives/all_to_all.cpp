@@ -48,7 +48,7 @@ size_t checked_product(const char* function, const char* argument, size_t a, siz
 detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
   detail::CommState& state = detail::usable(state_ptr, function);
   set_log_rank(state.rank);
-  state.sync->raise_recorded_error(collective_name);
+  collectives::raise_recorded_failure(state, collective_name);
   return state;
 }
 
@@ -64,6 +64,8 @@ kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collect
   launch.fifo.send = static_cast<const char*>(send);
   launch.fifo.recv = static_cast<char*>(recv);
   launch.fifo.collective = static_cast<unsigned int>(collective);
+  launch.element_bytes = static_cast<uint32_t>(element_bytes);
+  if (state.nccl) return launch;  // only the counts and offsets are used: NCCL moves the data
   launch.fifo.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.fifo.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.fifo.pad = state.sync->pad();
@@ -104,6 +106,13 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   check_buffer(function, recv, "recv", bytes, state.device);
   if (overlap(send, bytes, recv, bytes)) {
     raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  if (state.nccl) {
+    collectives::register_with_nccl(state, send, bytes);
+    collectives::register_with_nccl(state, recv, bytes);
+    DeviceGuard guard(state.device);
+    state.nccl->all_to_all(send, recv, count, type, stream);
+    return;
   }
   const std::optional<PeerRange> send_range = find_peer_range(state, send, bytes);
   const std::optional<PeerRange> recv_range = find_peer_range(state, recv, bytes);
@@ -157,6 +166,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
 void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream) {
   const char* function = "Communicator::all_to_all";
   detail::CommState& state = enter(state_, function);
+  detail::require_cuda_backend(state, "Communicator::all_to_all on GlobalMemory");
   const size_t size = element_size(function, type);
   const size_t block_bytes = checked_product(function, "count", count, size);
   const size_t bytes = checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
@@ -211,6 +221,13 @@ void Communicator::all_to_allv(const void* send, const size_t* send_counts, cons
   if (overlap(send, send_extent, recv, recv_extent)) {
     raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
   }
+  if (state.nccl) {
+    collectives::register_with_nccl(state, send, send_extent);
+    collectives::register_with_nccl(state, recv, recv_extent);
+    DeviceGuard guard(state.device);
+    state.nccl->all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type, stream);
+    return;
+  }
   // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
   const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
   BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", send_extent, recv_extent,
@@ -225,6 +242,7 @@ void Communicator::all_to_allv_device(const void* send, const int64_t* send_coun
                                       DataType type, Stream stream) {
   const char* function = "Communicator::all_to_allv_device";
   detail::CommState& state = enter(state_, function);
+  detail::require_cuda_backend(state, function);  // NCCL needs the counts on the host
   const size_t size = element_size(function, type);
   const size_t capacity_bytes = checked_product(function, "recv_capacity", recv_capacity, size);
   // The counts are only known on the device: send must be a device buffer whatever they turn out to be.

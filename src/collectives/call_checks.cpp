@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 
@@ -19,6 +20,21 @@ void check_device_pointer(const char* function, const void* pointer, const char*
   if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
     raise_invalid_argument(function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
                            attributes.device, device);
+  }
+}
+
+void raise_recorded_failure(detail::CommState& state, const char* (*collective_name)(unsigned int)) {
+  if (state.nccl) {
+    state.nccl->check();
+  } else {
+    state.sync->raise_recorded_error(collective_name);
+  }
+}
+
+void register_with_nccl(detail::CommState& state, const void* buffer, size_t bytes) {
+  if (buffer == nullptr || bytes == 0) return;
+  if (const auto found = state.registrations->containing(reinterpret_cast<uintptr_t>(buffer), bytes)) {
+    state.nccl->ensure_registered(found->first, reinterpret_cast<void*>(found->second.address), found->second.bytes);
   }
 }
 

@@ -4,7 +4,19 @@
 
 #include <cstddef>
 
+namespace braid::detail {
+struct CommState;
+}
+
 namespace braid::collectives {
+
+// Raises a fatal failure recorded by an earlier call (a kernel's timeout, or NCCL's asynchronous error) before
+// anything of this call is enqueued. `collective_name` names recorded collective ids.
+void raise_recorded_failure(detail::CommState& state, const char* (*collective_name)(unsigned int));
+
+// NCCL backend: lets NCCL register a user buffer that lies in a range registered with the communicator (lazily:
+// the first collective that uses the range registers it, later ones hit NCCL's cache).
+void register_with_nccl(detail::CommState& state, const void* buffer, size_t bytes);
 
 // A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
 // memory, peer mappings). Host memory, unknown pointers and other GPUs' cudaMalloc memory are refused

@@ -23,6 +23,8 @@
 namespace braid {
 namespace {
 
+using collectives::raise_recorded_failure;
+using collectives::register_with_nccl;
 using collectives::at;
 using collectives::check_device_pointer;
 using collectives::check_launch;
@@ -124,7 +126,7 @@ void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
 // Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
 bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
   set_log_rank(state.rank);
-  state.sync->raise_recorded_error(collective_name);
+  raise_recorded_failure(state, collective_name);
   validate(call, state, send_elements, recv_elements);
   return call.count != 0;
 }
@@ -159,6 +161,14 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   detail::CommState& state = detail::usable(state_, "Communicator::all_reduce");
   const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
   if (!prepare(state, call, count, count)) return;
+  if (state.nccl) {
+    const size_t element = datatype_size(type);
+    register_with_nccl(state, send, count * element);
+    register_with_nccl(state, recv, count * element);
+    DeviceGuard guard(state.device);
+    state.nccl->all_reduce(send, recv, count, type, op, stream);
+    return;
+  }
   const size_t size = datatype_size(type);
   const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
@@ -209,6 +219,14 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   detail::CommState& state = detail::usable(state_, "Communicator::reduce");
   const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
   if (!prepare(state, call, count, count)) return;
+  if (state.nccl) {
+    const size_t element = datatype_size(type);
+    register_with_nccl(state, send, count * element);
+    register_with_nccl(state, recv, count * element);
+    DeviceGuard guard(state.device);
+    state.nccl->reduce(send, recv, count, type, op, root, stream);
+    return;
+  }
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
   kernels::StagedLaunch launch = base_launch(state, call);
@@ -227,6 +245,14 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   const Call call{"Communicator::reduce_scatter", Collective::kReduceScatter, send, recv, recv_count, type, op, 0, true, false};
   if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
+  if (state.nccl) {
+    const size_t element = datatype_size(type);
+    register_with_nccl(state, send, recv_count * state.size * element);
+    register_with_nccl(state, recv, recv_count * element);
+    DeviceGuard guard(state.device);
+    state.nccl->reduce_scatter(send, recv, recv_count, type, op, stream);
+    return;
+  }
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
   DeviceGuard guard(state.device);
@@ -253,6 +279,14 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
   if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
   if (!prepare(state, call, send_count, send_count * state.size)) return;
+  if (state.nccl) {
+    const size_t element = datatype_size(type);
+    register_with_nccl(state, send, send_count * element);
+    register_with_nccl(state, recv, send_count * state.size * element);
+    DeviceGuard guard(state.device);
+    state.nccl->all_gather(send, recv, send_count, type, stream);
+    return;
+  }
   const size_t bytes = send_count * datatype_size(type);
   const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
   DeviceGuard guard(state.device);
@@ -276,6 +310,14 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   detail::CommState& state = detail::usable(state_, "Communicator::broadcast");
   const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
   if (!prepare(state, call, count, count)) return;
+  if (state.nccl) {
+    const size_t element = datatype_size(type);
+    register_with_nccl(state, send, count * element);
+    register_with_nccl(state, recv, count * element);
+    DeviceGuard guard(state.device);
+    state.nccl->broadcast(send, recv, count, type, root, stream);
+    return;
+  }
   const size_t size = datatype_size(type), bytes = count * size;
   const Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override);
   kernels::StagedLaunch launch = base_launch(state, call);
@@ -291,6 +333,10 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 
 void Communicator::check() {
   detail::CommState& state = detail::usable(state_, "Communicator::check");
+  if (state.nccl) {
+    state.nccl->check();
+    return;
+  }
   state.sync->raise_recorded_error(collective_name);
   state.sync->raise_refused_data(collective_name);
 }

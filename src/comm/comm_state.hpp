@@ -10,6 +10,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "bootstrap/fd_passing.hpp"
 #include "bootstrap/store.hpp"
+#include "backends/nccl/nccl_backend.hpp"
 #include "braid/braid.hpp"
 #include "memory/registration.hpp"
 #include "sync/device_sync.hpp"
@@ -29,6 +30,11 @@ struct CommState {
   std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<FdExchanger> fds;
   std::vector<PeerInfo> peers;
+
+  // The NCCL backend (BRAID_BACKEND=nccl, or auto where the CUDA backend cannot serve the ranks): collectives
+  // run on it, and nothing below (signal pad, staging, symmetric memory) is made. Shared so that registrations'
+  // deregistration hook can hold it weakly.
+  std::shared_ptr<NcclBackend> nccl;
 
   // Made at init (collectives never allocate): the signal pad, and the symmetric buffers that carry
   // collectives on buffers peers cannot map: staging halves (staged kernels), the pipeline FIFOs (pipelined
@@ -56,5 +62,8 @@ struct CommState {
 
 // The state behind a Communicator handle; a moved-from handle is refused naming the call.
 CommState& usable(const std::shared_ptr<CommState>& state, const char* function);
+
+// Refuses (kUnsupported, naming `function`) what only the CUDA backend serves, on an NCCL-backend communicator.
+void require_cuda_backend(const CommState& state, const char* function);
 
 }  // namespace braid::detail

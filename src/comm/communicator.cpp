@@ -95,19 +95,54 @@ void require_vmm_support(int device) {
 }
 
 // Agree on the topology: every rank computes its reachability row, all rows are gathered, and every rank
-// applies the same check, so all refuse together (none is left waiting for a peer that gave up).
-std::vector<PeerInfo> agree_on_topology(detail::CommState& state) {
+// applies the same check, so all reach the same verdict. `problem` says why the CUDA backend cannot serve these
+// ranks ("" when it can).
+struct Topology {
+  std::vector<PeerInfo> peers;
+  std::string problem;
+};
+
+Topology agree_on_topology(detail::CommState& state) {
   std::vector<std::string> encoded = state.bootstrap->allgather(local_identity(state.device).encode(), "identity");
   std::vector<RankIdentity> ranks;
   for (int r = 0; r < state.size; ++r) ranks.push_back(RankIdentity::decode(encoded[r], r));
-  std::vector<PeerInfo> peers = probe_peers(ranks, state.rank, state.device);
-  std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(peers), "reachability");
-  std::string problem = cuda_backend_topology_problem(ranks, rows);
-  if (!problem.empty()) {
-    bool shared_gpu = problem.find("both use GPU") != std::string::npos;
-    raise(shared_gpu ? ErrorCode::kInvalidArgument : ErrorCode::kPeerUnreachable, "Communicator::init: {}", problem);
+  Topology topology;
+  topology.peers = probe_peers(ranks, state.rank, state.device);
+  std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
+  topology.problem = cuda_backend_topology_problem(ranks, rows);
+  return topology;
+}
+
+// BRAID_BACKEND, the same on every rank (kMismatch otherwise), applied to the agreed topology: auto takes the
+// CUDA backend where it can serve the ranks and NCCL elsewhere; cuda refuses ranks it cannot serve.
+bool use_nccl_backend(detail::CommState& state, const Topology& topology, const CommOptions& options) {
+  const std::string wanted = !options.backend.empty() ? options.backend : Config::get().string("BRAID_BACKEND").value_or("auto");
+  if (wanted != "auto" && wanted != "cuda" && wanted != "nccl") {
+    raise_invalid_argument("Communicator::init", "options.backend", "is '{}'; must be auto, cuda or nccl", wanted);
   }
-  return peers;
+  const std::vector<std::string> all = state.bootstrap->allgather(wanted, "backend");
+  for (int r = 0; r < state.size; ++r) {
+    if (all[r] != wanted) {
+      raise(ErrorCode::kMismatch, "Communicator::init: BRAID_BACKEND is {} on rank {} but {} on rank {}", wanted,
+            state.rank, all[r], r);
+    }
+  }
+  const bool shared_gpu = topology.problem.find("both use GPU") != std::string::npos;
+  if (shared_gpu) raise(ErrorCode::kInvalidArgument, "Communicator::init: {}", topology.problem);
+  if (wanted == "nccl") return true;
+  if (topology.problem.empty()) return false;
+  if (wanted == "cuda") raise(ErrorCode::kPeerUnreachable, "Communicator::init: {}", topology.problem);
+  BRAID_INFO("the CUDA backend cannot serve these ranks ({}); collectives run on NCCL", topology.problem);
+  return true;
+}
+
+// The NCCL backend: rank 0 makes the unique id, the store carries it to every rank.
+std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state) {
+  using detail::NcclBackend;
+  std::shared_ptr<detail::NcclLibrary> library = detail::NcclLibrary::load();
+  const std::string id = state.bootstrap->broadcast(state.rank == 0 ? NcclBackend::make_unique_id(*library) : std::string(), 0,
+                                                    "NCCL unique id");
+  return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode());
 }
 
 }  // namespace
@@ -123,7 +158,6 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->timeout_s = options.timeout_s > 0 ? options.timeout_s : timeout_seconds();
   DeviceGuard guard(state->device);
   BRAID_CUDA(cudaFree(nullptr));  // creates the primary context that driver calls below use
-  require_vmm_support(state->device);
 
   if (rendezvous.serve_store) state->store_server = serve_store(rendezvous.store_host, rendezvous.store_port);
   state->store = std::make_shared<StoreClient>(rendezvous.store_host, rendezvous.store_port, state->timeout_s);
@@ -136,8 +170,21 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
                                                  state->size, state->timeout_s);
   state->uid = state->bootstrap->broadcast(state->rank == 0 ? random_hex() : std::string(), 0, "communicator id");
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
-  state->peers = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
+  const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
+  state->peers = topology.peers;
+  state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   Communicator comm(state);
+  if (use_nccl_backend(*state, topology, options)) {
+    state->nccl = make_nccl_backend(*state);
+    // Deregistering a buffer releases NCCL's registration of it too (held weakly: teardown in any order).
+    state->registrations->on_remove([backend = std::weak_ptr<detail::NcclBackend>(state->nccl)](uint64_t id) {
+      if (std::shared_ptr<detail::NcclBackend> nccl = backend.lock()) nccl->forget_registered(id);
+    });
+    BRAID_INFO("communicator {} ready on NCCL {}: rank {} of {} on GPU {}", state->uid, state->nccl->library().version(),
+               state->rank, state->size, state->device);
+    return comm;
+  }
+  require_vmm_support(state->device);
   state->sync = std::make_unique<DeviceSync>(comm, state->timeout_s, kernels::kPadChannels);
   // Pipeline senders may fill every FIFO slot before the first credit comes back.
   state->sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
@@ -154,7 +201,6 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   }
   state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
-  state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
   return comm;
 }
@@ -167,6 +213,13 @@ Communicator::~Communicator() = default;
 detail::CommState& detail::usable(const std::shared_ptr<CommState>& state, const char* function) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
   return *state;
+}
+
+void detail::require_cuda_backend(const CommState& state, const char* function) {
+  if (state.nccl) {
+    raise(ErrorCode::kUnsupported, "{} needs the CUDA backend (symmetric memory between the GPUs of one host); this "
+          "communicator runs on NCCL (BRAID_BACKEND, or ranks the CUDA backend cannot serve)", function);
+  }
 }
 
 int Communicator::rank() const { return detail::usable(state_, "Communicator::rank").rank; }
@@ -211,7 +264,7 @@ std::vector<std::string> Communicator::host_allgather(const std::string& mine) {
 }
 
 SymmetricMemory Communicator::alloc(size_t bytes, const AllocOptions& options) {
-  detail::usable(state_, "Communicator::alloc");
+  detail::require_cuda_backend(detail::usable(state_, "Communicator::alloc"), "Communicator::alloc");
   set_log_rank(state_->rank);
   return SymmetricMemory(allocate_symmetric(state_, bytes, options));
 }

@@ -123,6 +123,7 @@ size_t GlobalMemory::bytes(int rank) const {
 
 GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
   detail::CommState& state = detail::usable(state_, "Communicator::import_global");
+  detail::require_cuda_backend(state, "Communicator::import_global");
   if (!mine) raise_invalid_argument("Communicator::import_global", "mine", "is an empty handle");
   const detail::ExportedRange& exported = *mine.impl_;
   if (exported.descriptor.device != state.device || exported.descriptor.pid != static_cast<uint32_t>(getpid())) {

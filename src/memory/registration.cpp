@@ -36,13 +36,21 @@ std::shared_ptr<Registration> RegistrationCache::add(const std::shared_ptr<Regis
 
 void RegistrationCache::remove(uint64_t id) {
   Record record;  // destroyed outside the lock: dropping the last table of a peer mapping unmaps it (and waits)
+  std::function<void(uint64_t)> hook;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = records_.find(id);
     if (it == records_.end()) return;
     record = std::move(it->second);
     records_.erase(it);
+    hook = on_remove_;
   }
+  if (hook) hook(id);
+}
+
+void RegistrationCache::on_remove(std::function<void(uint64_t)> hook) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  on_remove_ = std::move(hook);
 }
 
 std::optional<std::pair<uint64_t, MemoryDescriptor>> RegistrationCache::containing(uintptr_t pointer, size_t bytes) {
@@ -189,7 +197,10 @@ void Communicator::deregister(RegisteredBuffer& buffer) {
 }
 
 RegistrationStats Communicator::registration_stats() {
-  return detail::usable(state_, "Communicator::registration_stats").registrations->stats();
+  detail::CommState& state = detail::usable(state_, "Communicator::registration_stats");
+  RegistrationStats stats = state.registrations->stats();
+  if (state.nccl) stats.nccl_registered = state.nccl->registered_count();
+  return stats;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -55,6 +56,8 @@ class RegistrationCache {
               const std::vector<int>& peers, const std::vector<uint64_t>& peer_ids);
 
   RegistrationStats stats();
+  // Called (outside the cache's lock) with the id of every registration removed: the NCCL backend deregisters it.
+  void on_remove(std::function<void(uint64_t)> hook);
 
  private:
   struct Table {
@@ -66,6 +69,7 @@ class RegistrationCache {
     std::map<uintptr_t, Table> tables;  // by the address a collective passed
   };
   std::mutex mutex_;
+  std::function<void(uint64_t)> on_remove_;
   std::map<uint64_t, Record> records_;
   std::map<std::pair<int, uint64_t>, std::weak_ptr<PeerMapping>> mappings_;  // (peer, peer's registration id)
   uint64_t exchanges_ = 0;

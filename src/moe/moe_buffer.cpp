@@ -142,6 +142,7 @@ size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
 MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   const char* function = "MoeBuffer::create";
   detail::CommState& comm_state = detail::usable(comm.state_, function);
+  detail::require_cuda_backend(comm_state, function);
   const int world = comm_state.size;
   validate_shape(shape, world);
   const std::vector<std::string> shapes = comm.host_allgather(describe(shape));
