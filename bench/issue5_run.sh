@@ -4,6 +4,9 @@
 #   tests     the Registration*, MemoryHandles*, NcclBackend* and NcclCommunicator* GPU tests as threads (all GPUs, then 2) and as
 #             braid-run processes (all GPUs)
 #   regress   the Collectives* and AllToAll* GPU tests as threads on 2 GPUs (the zero-copy paths they share)
+#   bench     braid-bench --compare nccl, allreduce bf16 and alltoall float32 on cudaMalloc buffers, plain
+#             (staged) and registered (zero copy), CUDA graphs; and allreduce on a communicator with
+#             BRAID_BACKEND=nccl, checked
 # Usage: bench/issue5_run.sh KIND PHASE...   Logs go to $OUT (issue5-logs.tgz).
 set -u
 RUN_TITLE=issue-5 source "$(dirname "$0")/run_common.sh"
@@ -28,6 +31,15 @@ for phase in "$@"; do
         > "$out/regress-threads-2.log" 2>&1
       echo "regression tests (threads, 2 ranks) exit $?" | tee -a "$out/regress-threads-2.log"
       grep -E "FAILED|PASSED" "$out/regress-threads-2.log" | head -20
+      ;;
+    bench)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      for buffers in 0 1; do
+        name=$([ $buffers = 1 ] && echo registered || echo cudamalloc)
+        bench 150 allreduce-$name -c allreduce -d bfloat16 -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
+        bench 150 alltoall-$name -c alltoall -d float -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
+      done
+      BRAID_BACKEND=nccl bench 120 allreduce-nccl-backend -c allreduce -d bfloat16 -b 8K -e 64M -f 8 -z 1
       ;;
     *) echo "unknown phase $phase" ;;
   esac

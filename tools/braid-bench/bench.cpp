@@ -27,22 +27,25 @@ namespace {
 // The host side of the check moves data in chunks of this size, so its memory stays bounded at any -e.
 constexpr size_t kHostChunkBytes = size_t(64) << 20;
 
-// A device buffer: cudaMalloc'd (a plain user buffer, which braid must serve through staging) or symmetric
-// (comm.alloc, braid's zero-copy path; collective).
+// A device buffer: cudaMalloc'd (a plain user buffer, which braid must serve through staging), registered with
+// the communicator (zero copy once its first use exchanged mappings), or symmetric (comm.alloc, braid's
+// zero-copy path; collective).
 class Buffer {
  public:
-  Buffer(Communicator& comm, size_t bytes, bool symmetric) {
-    if (symmetric) {
+  Buffer(Communicator& comm, size_t bytes, const Options& options) {
+    if (options.symmetric) {
       memory_ = comm.alloc(bytes);
       data_ = memory_.local();
     } else {
       cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
       owned_ = true;
+      if (options.registered) registration_ = comm.register_buffer(data_, bytes);
     }
   }
   ~Buffer() {
     // Unwinding from a failure: cudaFree would wait for a kernel that may still spin on a dead peer, and hold
     // back the error message; the process is about to exit anyway.
+    registration_.reset();  // deregistered (peers' mappings released) before the memory goes
     if (owned_ && std::uncaught_exceptions() == 0) cudaFree(data_);
   }
   Buffer(const Buffer&) = delete;
@@ -51,6 +54,7 @@ class Buffer {
 
  private:
   SymmetricMemory memory_;
+  RegisteredBuffer registration_;
   void* data_ = nullptr;
   bool owned_ = false;
 };
@@ -86,8 +90,8 @@ class RankBench {
     start_report();
 
     const size_t bytes = std::max(options_.max_bytes, datatype_size(options_.type));
-    send_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
-    recv_ = std::make_unique<Buffer>(comm_, bytes, options_.symmetric);
+    send_ = std::make_unique<Buffer>(comm_, bytes, options_);
+    recv_ = std::make_unique<Buffer>(comm_, bytes, options_);
     // With -z 0 nothing else writes the inputs: start from harmless finite values (0x3C bytes are about 1.06
     // in float16, 0.0115 in float32 and bfloat16), never from whatever the allocator left.
     cuda(cudaMemsetAsync(send_->data(), 0x3C, bytes, stream()), "cudaMemsetAsync");

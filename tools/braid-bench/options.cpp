@@ -76,7 +76,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       "BYTES");
 
   std::string min_bytes, max_bytes, compare, type = "float32", op = "sum";
-  int check = 1, symmetric = 0;
+  int check = 1, symmetric = 0, registered = 0;
   app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
   app.add_flag("--moe", options.moe,
                "benchmark MoE dispatch and combine (braid::MoeBuffer) instead of the collectives; -d defaults to bfloat16");
@@ -127,6 +127,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(CLI::Range(0, 2))->capture_default_str();
   app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
       ->check(CLI::Range(0, 1))->capture_default_str();
+  app.add_option("--register", registered, "1: cudaMalloc buffers registered with comm.register_buffer (zero copy)")
+      ->check(CLI::Range(0, 1))->capture_default_str();
   app.add_option("--timeout-s", options.timeout_s, "bound on every wait for a peer [BRAID_TIMEOUT_S]")
       ->check(CLI::PositiveNumber);
   try {
@@ -155,6 +157,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   options.op = ops.at(op);
   options.check = check != 0;
   options.symmetric = symmetric != 0;
+  options.registered = registered != 0;
+  if (options.symmetric && options.registered) throw std::invalid_argument("--symmetric 1 and --register 1 exclude each other");
   options.compare_nccl = compare == "nccl";
   if (options.coll == "all") {
     options.collectives.assign(std::begin(kAllCollectives), std::end(kAllCollectives));

@@ -42,6 +42,7 @@ struct Options {
   std::string nccl_lib = "libnccl.so.2";
   int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both (never in place: alltoall)
   bool symmetric = false;  // buffers from comm.alloc (zero-copy) instead of cudaMalloc (staged)
+  bool registered = false;  // cudaMalloc buffers registered with the communicator (zero copy after the first use)
   double timeout_s = 0;    // 0: braid's default (BRAID_TIMEOUT_S)
 
   bool out_of_place() const { return in_place != 1; }
@@ -55,5 +56,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& options);
 
 // "8", "8K", "128M", "1G" (powers of 1024, as nccl-tests reads them); nothing for anything else.
 std::optional<size_t> parse_bytes(const std::string& text);
+
+// The kind of buffers the run uses, for the header and the JSON: "symmetric", "registered" or "cudaMalloc".
+inline const char* buffers_name(const Options& options) {
+  return options.symmetric ? "symmetric" : options.registered ? "registered" : "cudaMalloc";
+}
 
 }  // namespace braid::bench

@@ -58,7 +58,7 @@ void Report::header() const {
   std::string ops = options_.coll == "all" || has_op(options_.collectives[0]) ? reduce_op_name(options_.op) : "none";
   std::printf("# braid-bench: %s %s %s ranks=%d graph=%d buffers=%s nccl=%s\n", options_.coll.c_str(),
               datatype_name(options_.type), ops.c_str(), info_.ranks, options_.graph_calls,
-              options_.symmetric ? "symmetric" : "cudaMalloc",
+              buffers_name(options_),
               info_.nccl_version.empty() ? "off" : info_.nccl_version.c_str());
   if (!info_.commit.empty()) std::printf("# commit %s\n", info_.commit.c_str());
   if (!info_.nccl_path.empty()) std::printf("# nccl library %s\n", info_.nccl_path.c_str());
@@ -163,7 +163,7 @@ void Report::write_json(const std::string& path) const {
       {"repeats", options_.repeats},
       {"check", options_.check},
       {"in_place", options_.in_place},
-      {"buffers", options_.symmetric ? "symmetric" : "cudaMalloc"},
+      {"buffers", buffers_name(options_)},
       {"min_bytes", options_.min_bytes},
       {"max_bytes", options_.max_bytes},
       {"step_factor", options_.step_factor},
