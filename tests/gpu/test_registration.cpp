@@ -10,7 +10,8 @@
 //   - registration and deregistration from other host threads while collectives run;
 //   - argument errors: null, zero length, past the allocation's end, host memory, another GPU's memory;
 //   - export_handle/import_handle between ranks (processes under braid-run), import_global, put/get, and the
-//     one-sided all_to_all against the two-sided one and the host reference.
+//     one-sided all_to_all against the two-sided one, NCCL's alltoall (an NCCL-backend communicator) and the
+//     host reference.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
@@ -432,7 +433,11 @@ TEST(Registration, BadArgumentsNameTheArgument) {
 // ---- Exported handles ----
 
 TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
-  with_communicator([](Communicator& comm) {
+  for_each_rank([](const RankContext& context) {
+    Communicator comm = Communicator::init(context.rendezvous, test_options());
+    CommOptions on_nccl = test_options();
+    on_nccl.backend = "nccl";  // NCCL's alltoall on the same data, for comparison
+    Communicator nccl = Communicator::init(context.rendezvous, on_nccl);
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
     const int world = comm.size();
@@ -468,10 +473,15 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       comm.all_to_all(global, recv.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
       comm.all_to_all(send, expected.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
       cuda(cudaStreamSynchronize(stream), "sync");
-      cudaStreamDestroy(stream);
       comm.check();
       const std::vector<int32_t> one_sided = download(recv.pointer, count * world);
       EXPECT_EQ(one_sided, download(expected.pointer, count * world)) << what << ": one-sided vs two-sided all_to_all";
+      poison(expected.pointer, bytes);
+      nccl.all_to_all(send, expected.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
+      cuda(cudaStreamSynchronize(stream), "sync");
+      cudaStreamDestroy(stream);
+      nccl.check();
+      EXPECT_EQ(one_sided, download(expected.pointer, count * world)) << what << ": one-sided all_to_all vs NCCL's";
       size_t wrong = 0;
       for (int q = 0; q < world; ++q) {
         for (size_t i = 0; i < count; ++i) wrong += one_sided[q * count + i] != input_value(seed, q, comm.rank() * count + i);
