@@ -85,11 +85,15 @@ std::shared_ptr<PeerMapping> RegistrationCache::mapping(int peer, uint64_t peer_
 void RegistrationCache::insert(uint64_t id, uintptr_t pointer, const PeerRange& range,
                                std::vector<std::shared_ptr<PeerMapping>> mappings, const std::vector<int>& peers,
                                const std::vector<uint64_t>& peer_ids) {
+  std::vector<std::shared_ptr<PeerMapping>> unused;  // declared before the lock: released after it (unmapping waits)
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < peers.size(); ++i) mappings_[{peers[i], peer_ids[i]}] = mappings[i];
   for (auto it = mappings_.begin(); it != mappings_.end();) it = it->second.expired() ? mappings_.erase(it) : std::next(it);
   auto record = records_.find(id);
-  if (record == records_.end()) return;  // deregistered meanwhile: the mappings go with `mappings`
+  if (record == records_.end()) {  // deregistered meanwhile: nothing keeps the mappings
+    unused = std::move(mappings);
+    return;
+  }
   record->second.tables[pointer] = Table{range, std::move(mappings)};
 }
 
