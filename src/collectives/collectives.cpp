@@ -25,6 +25,7 @@ namespace {
 
 using collectives::raise_recorded_failure;
 using collectives::register_with_nccl;
+using detail::NcclBackend;
 using collectives::at;
 using collectives::check_device_pointer;
 using collectives::check_launch;
@@ -155,6 +156,17 @@ kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const C
   return launch;
 }
 
+// NCCL backend: NCCL registers the buffers that lie in registered ranges (lazily), then `launch` enqueues the
+// call with the communicator's GPU current. Elements: of the send and recv buffers.
+template <typename Launch>
+void run_on_nccl(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements, Launch&& launch) {
+  const size_t element = datatype_size(call.type);
+  register_with_nccl(state, call.send, send_elements * element);
+  register_with_nccl(state, call.recv, recv_elements * element);
+  DeviceGuard guard(state.device);
+  launch(*state.nccl);
+}
+
 }  // namespace
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
@@ -162,11 +174,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
   if (!prepare(state, call, count, count)) return;
   if (state.nccl) {
-    const size_t element = datatype_size(type);
-    register_with_nccl(state, send, count * element);
-    register_with_nccl(state, recv, count * element);
-    DeviceGuard guard(state.device);
-    state.nccl->all_reduce(send, recv, count, type, op, stream);
+    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.all_reduce(send, recv, count, type, op, stream); });
     return;
   }
   const size_t size = datatype_size(type);
@@ -220,11 +228,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
   if (!prepare(state, call, count, count)) return;
   if (state.nccl) {
-    const size_t element = datatype_size(type);
-    register_with_nccl(state, send, count * element);
-    register_with_nccl(state, recv, count * element);
-    DeviceGuard guard(state.device);
-    state.nccl->reduce(send, recv, count, type, op, root, stream);
+    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.reduce(send, recv, count, type, op, root, stream); });
     return;
   }
   const size_t size = datatype_size(type);
@@ -246,11 +250,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
   if (state.nccl) {
-    const size_t element = datatype_size(type);
-    register_with_nccl(state, send, recv_count * state.size * element);
-    register_with_nccl(state, recv, recv_count * element);
-    DeviceGuard guard(state.device);
-    state.nccl->reduce_scatter(send, recv, recv_count, type, op, stream);
+    run_on_nccl(state, call, recv_count * state.size, recv_count, [&](NcclBackend& nccl) { nccl.reduce_scatter(send, recv, recv_count, type, op, stream); });
     return;
   }
   const size_t size = datatype_size(type);
@@ -280,11 +280,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
   if (!prepare(state, call, send_count, send_count * state.size)) return;
   if (state.nccl) {
-    const size_t element = datatype_size(type);
-    register_with_nccl(state, send, send_count * element);
-    register_with_nccl(state, recv, send_count * state.size * element);
-    DeviceGuard guard(state.device);
-    state.nccl->all_gather(send, recv, send_count, type, stream);
+    run_on_nccl(state, call, send_count, send_count * state.size, [&](NcclBackend& nccl) { nccl.all_gather(send, recv, send_count, type, stream); });
     return;
   }
   const size_t bytes = send_count * datatype_size(type);
@@ -311,11 +307,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
   if (!prepare(state, call, count, count)) return;
   if (state.nccl) {
-    const size_t element = datatype_size(type);
-    register_with_nccl(state, send, count * element);
-    register_with_nccl(state, recv, count * element);
-    DeviceGuard guard(state.device);
-    state.nccl->broadcast(send, recv, count, type, root, stream);
+    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.broadcast(send, recv, count, type, root, stream); });
     return;
   }
   const size_t size = datatype_size(type), bytes = count * size;

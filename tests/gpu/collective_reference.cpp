@@ -694,4 +694,18 @@ void download(const Arenas& arenas, std::vector<unsigned char>& send, std::vecto
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void seed_cases(std::vector<Case>& cases, uint64_t seed) {
+  for (size_t i = 0; i < cases.size(); ++i) cases[i].seed = mix64(seed + i);
+}
+
+void capacities(const std::vector<Case>& cases, int world, size_t& send_capacity, size_t& recv_capacity) {
+  send_capacity = recv_capacity = 256;
+  for (const Case& c : cases) {
+    size_t send_bytes = 0, recv_bytes = 0;
+    Batch::need(c, world, send_bytes, recv_bytes);
+    send_capacity = std::max(send_capacity, send_bytes);
+    recv_capacity = std::max(recv_capacity, recv_bytes);
+  }
+}
+
 }  // namespace braid::testing

@@ -72,6 +72,11 @@ double decode_float(DataType floating_type, uint64_t bits);    // any bit patter
 uint64_t reduce_integer(DataType integer_type, ReduceOp op, const std::vector<uint64_t>& inputs);  // masked bits
 std::string format_element(DataType type, const void* element);  // "1.5 (0x3e00)", "-56 (0xc8)"
 
+// Gives every case its own seed, derived from a test's shared one.
+void seed_cases(std::vector<Case>& cases, uint64_t seed);
+// Arena capacities (at least 256 bytes each) that hold any one of the cases.
+void capacities(const std::vector<Case>& cases, int world, size_t& send_capacity, size_t& recv_capacity);
+
 // A sequence of cases placed one after another in two device arenas (send, recv), each region framed by
 // poisoned guard bytes. Knows each case's initial contents and what every byte must hold afterwards.
 // Out of place, a case has a send region (send arena) and a recv region (recv arena); in place, one region

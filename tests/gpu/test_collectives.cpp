@@ -87,24 +87,6 @@ std::vector<Case> matrix(Collective collective, int world) {
   return cases;
 }
 
-// Gives every case its own seed, derived from the test's shared one.
-void seed_cases(std::vector<Case>& cases, uint64_t seed) {
-  for (size_t i = 0; i < cases.size(); ++i) cases[i].seed = mix64(seed + i);
-}
-
-// Arena capacities that hold any one of the cases.
-void capacities(const std::vector<Case>& cases, int world, size_t& send_capacity, size_t& recv_capacity) {
-  send_capacity = recv_capacity = 0;
-  for (const Case& c : cases) {
-    size_t send_bytes = 0, recv_bytes = 0;
-    Batch::need(c, world, send_bytes, recv_bytes);
-    send_capacity = std::max(send_capacity, send_bytes);
-    recv_capacity = std::max(recv_capacity, recv_bytes);
-  }
-  send_capacity = std::max<size_t>(send_capacity, 256);
-  recv_capacity = std::max<size_t>(recv_capacity, 256);
-}
-
 // ---- Running cases one at a time ----
 
 // Runs cases on one rank, one at a time: poison and inputs uploaded, the call, cudaStreamSynchronize,

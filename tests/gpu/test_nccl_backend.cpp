@@ -111,20 +111,6 @@ std::vector<Case> nccl_matrix(int world) {
   return cases;
 }
 
-void seed_cases(std::vector<Case>& cases, uint64_t seed) {
-  for (size_t i = 0; i < cases.size(); ++i) cases[i].seed = mix64(seed + i);
-}
-
-void capacities(const std::vector<Case>& cases, int world, size_t& send_capacity, size_t& recv_capacity) {
-  send_capacity = recv_capacity = 256;
-  for (const Case& c : cases) {
-    size_t send_bytes = 0, recv_bytes = 0;
-    Batch::need(c, world, send_bytes, recv_bytes);
-    send_capacity = std::max(send_capacity, send_bytes);
-    recv_capacity = std::max(recv_capacity, recv_bytes);
-  }
-}
-
 // Runs cases one at a time on one rank: poison and inputs uploaded, the NCCL call, synchronise, check(), read
 // back and checked against the reference. Keeps what each case left in recv when asked (to compare runs).
 class NcclCaseRunner {
