@@ -137,9 +137,9 @@ bool use_nccl_backend(detail::CommState& state, const Topology& topology, const 
 }
 
 // The NCCL backend: rank 0 makes the unique id, the store carries it to every rank.
-std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state) {
+std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state, const CommOptions& options) {
   using detail::NcclBackend;
-  std::shared_ptr<detail::NcclLibrary> library = detail::NcclLibrary::load();
+  std::shared_ptr<detail::NcclLibrary> library = detail::NcclLibrary::load(options.nccl_library);
   const std::string id = state.bootstrap->broadcast(state.rank == 0 ? NcclBackend::make_unique_id(*library) : std::string(), 0,
                                                     "NCCL unique id");
   return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode());
@@ -175,7 +175,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   Communicator comm(state);
   if (use_nccl_backend(*state, topology, options)) {
-    state->nccl = make_nccl_backend(*state);
+    state->nccl = make_nccl_backend(*state, options);
     // Deregistering a buffer releases NCCL's registration of it too (held weakly: teardown in any order).
     state->registrations->on_remove([backend = std::weak_ptr<detail::NcclBackend>(state->nccl)](uint64_t id) {
       if (std::shared_ptr<detail::NcclBackend> nccl = backend.lock()) nccl->forget_registered(id);

@@ -64,9 +64,24 @@ std::vector<std::string> site_packages_patterns() {
   return patterns;
 }
 
+// LD_LIBRARY_PATH's folders, in order: searched by path when the bare name resolves to the shim itself.
+std::vector<std::string> library_path_folders() {
+  std::vector<std::string> folders;
+  const char* path = std::getenv("LD_LIBRARY_PATH");
+  if (path == nullptr) return folders;
+  std::string text(path);
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t end = std::min(text.find(':', begin), text.size());
+    if (end > begin) folders.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return folders;
+}
+
 // Existing copies of `name` in the fallback folders, each file once (folders may be links to one another).
 std::vector<std::string> fallback_candidates(const std::string& name) {
-  std::vector<std::string> folders = fallback_folders();
+  std::vector<std::string> folders = library_path_folders();
+  for (const std::string& folder : fallback_folders()) folders.push_back(folder);
   for (const std::string& pattern : site_packages_patterns()) {
     glob_t matches{};
     if (glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &matches) == 0) {
@@ -105,9 +120,18 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
 
   std::shared_ptr<NcclLibrary> library(new NcclLibrary());
   std::string tried;
+  // With the shim in this process, NCCL's own calls to its exported names must not bind to the shim's.
+  const bool shim_loaded = dlsym(RTLD_DEFAULT, kNcclShimMarkerSymbol) != nullptr;
+  const int flags = RTLD_NOW | RTLD_LOCAL | (shim_loaded ? RTLD_DEEPBIND : 0);
   auto attempt = [&](const std::string& candidate) {
-    library->handle_ = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (library->handle_ != nullptr) {
+    void* handle = dlopen(candidate.c_str(), flags);
+    if (handle != nullptr && dlsym(handle, kNcclShimMarkerSymbol) != nullptr) {
+      dlclose(handle);
+      tried += "\n  " + candidate + ": is braid's NCCL shim, not NCCL";
+      return false;
+    }
+    if (handle != nullptr) {
+      library->handle_ = handle;
       library->path_ = candidate;
       return true;
     }
@@ -126,7 +150,7 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   if (!loaded) {
     std::string searched;
     if (bare) {
-      searched = fmt::format("\n  (also looked for {} in {} and in {})", name, fmt::join(fallback_folders(), ", "),
+      searched = fmt::format("\n  (also looked for {} in LD_LIBRARY_PATH, {} and {})", name, fmt::join(fallback_folders(), ", "),
                              "python3's site-packages (nvidia/nccl/lib)");
     }
     raise(ErrorCode::kUnsupported, "cannot load NCCL from '{}'{}; tried:{}{}", name,
@@ -165,6 +189,19 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   resolve(handle, "ncclCommRegister", api.comm_register);
   resolve(handle, "ncclCommDeregister", api.comm_deregister);
   resolve(handle, "ncclGetLastError", api.get_last_error);
+  resolve(handle, "ncclCommFinalize", api.comm_finalize);
+  resolve(handle, "ncclCommSplit", api.comm_split);
+  resolve(handle, "ncclCommCount", api.comm_count);
+  resolve(handle, "ncclCommCuDevice", api.comm_cu_device);
+  resolve(handle, "ncclCommUserRank", api.comm_user_rank);
+  resolve(handle, "ncclMemAlloc", api.mem_alloc);
+  resolve(handle, "ncclMemFree", api.mem_free);
+  resolve(handle, "ncclCommWindowRegister", api.window_register);
+  resolve(handle, "ncclCommWindowDeregister", api.window_deregister);
+  resolve(handle, "ncclRedOpCreatePreMulSum", api.red_op_create_pre_mul_sum);
+  resolve(handle, "ncclRedOpDestroy", api.red_op_destroy);
+  resolve(handle, "ncclGather", api.gather);
+  resolve(handle, "ncclScatter", api.scatter);
 
   int code = 0;
   library->check(api.get_version(&code), "ncclGetVersion", nullptr, current_rank_text());

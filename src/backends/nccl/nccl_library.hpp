@@ -41,7 +41,25 @@ struct NcclApi {
   decltype(&::ncclCommRegister) comm_register = nullptr;  // NCCL 2.19+
   decltype(&::ncclCommDeregister) comm_deregister = nullptr;
   decltype(&::ncclGetLastError) get_last_error = nullptr;  // NCCL 2.13+
+  // Optional, for the NCCL shim (nccl_shim/), which forwards what braid does not serve.
+  decltype(&::ncclCommFinalize) comm_finalize = nullptr;
+  decltype(&::ncclCommSplit) comm_split = nullptr;
+  decltype(&::ncclCommCount) comm_count = nullptr;
+  decltype(&::ncclCommCuDevice) comm_cu_device = nullptr;
+  decltype(&::ncclCommUserRank) comm_user_rank = nullptr;
+  decltype(&::ncclMemAlloc) mem_alloc = nullptr;
+  decltype(&::ncclMemFree) mem_free = nullptr;
+  decltype(&::ncclCommWindowRegister) window_register = nullptr;
+  decltype(&::ncclCommWindowDeregister) window_deregister = nullptr;
+  decltype(&::ncclRedOpCreatePreMulSum) red_op_create_pre_mul_sum = nullptr;
+  decltype(&::ncclRedOpDestroy) red_op_destroy = nullptr;
+  decltype(&::ncclGather) gather = nullptr;
+  decltype(&::ncclScatter) scatter = nullptr;
 };
+
+// Exported by braid's NCCL shim (a libnccl.so.2 on top of braid): NcclLibrary::load refuses a library that has it,
+// so the shim never loads itself (or another copy of itself) as "the real NCCL".
+inline constexpr const char* kNcclShimMarkerSymbol = "braid_nccl_shim_marker";
 
 class NcclLibrary {
  public:
@@ -50,6 +68,10 @@ class NcclLibrary {
   // (nvidia/nccl/lib, where the nvidia-nccl wheels put it). Throws kUnsupported naming every path tried with its
   // dlerror(), or the missing required symbol. Also sets NCCL_NVLS_ENABLE=0 where the environment does not set
   // it: NCCL would otherwise create NVLink multicast objects, which braid never does unless asked (DESIGN.md).
+  // A bare name is first looked for as the dynamic loader would, then in every LD_LIBRARY_PATH folder, then in
+  // the folders above; a library exporting kNcclShimMarkerSymbol is passed over. Where the shim is loaded in this
+  // process, NCCL is opened with RTLD_DEEPBIND, so NCCL's calls to its own exported functions stay inside it
+  // rather than binding to the shim's.
   static std::shared_ptr<NcclLibrary> load(const std::string& path = {});
   ~NcclLibrary();  // never dlclose: NCCL's threads and atexit handlers may still point into the library
   NcclLibrary(const NcclLibrary&) = delete;
