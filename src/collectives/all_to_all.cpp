@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "braid/braid.hpp"
+#include "collectives/all_to_all.hpp"
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
@@ -26,52 +27,33 @@
 #include "memory/symmetric_memory.hpp"
 
 namespace braid {
-namespace {
 
-using collectives::check_device_pointer;
-using collectives::check_launch;
-using collectives::overlap;
-
-size_t element_size(const char* function, DataType type) {
-  const size_t size = datatype_size(type);
-  if (size == 0) raise_invalid_argument(function, "type", "is {}, not a braid::DataType", static_cast<int>(type));
-  return size;
-}
-
-// a * b, refusing a product that overflows, naming the argument.
-size_t checked_product(const char* function, const char* argument, size_t a, size_t b) {
-  if (b != 0 && a > SIZE_MAX / b) raise_invalid_argument(function, argument, "is {}: its size in bytes overflows", a);
-  return a * b;
-}
-
-// Raises a fatal failure an earlier kernel recorded (a timeout) before anything of this call is enqueued.
-detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
-  detail::CommState& state = detail::usable(state_ptr, function);
-  set_log_rank(state.rank);
-  collectives::raise_recorded_failure(state, collective_name);
-  return state;
-}
-
-void check_buffer(const char* function, const void* pointer, const char* argument, size_t bytes, int device) {
-  if (bytes == 0) return;
-  if (pointer == nullptr) raise_invalid_argument(function, argument, "is null but {} bytes go through it", bytes);
-  check_device_pointer(function, pointer, argument, device);
-}
-
-kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collective collective, const void* send,
-                                         void* recv, size_t element_bytes) {
+kernels::AllToAllLaunch collectives::pipelined_launch(const detail::CommState& state, Collective collective,
+                                                      const void* send, void* recv, size_t element_bytes) {
   kernels::AllToAllLaunch launch{};
   launch.fifo.send = static_cast<const char*>(send);
   launch.fifo.recv = static_cast<char*>(recv);
   launch.fifo.collective = static_cast<unsigned int>(collective);
   launch.element_bytes = static_cast<uint32_t>(element_bytes);
+  launch.send_peers = launch.recv_peers = kernels::kEveryPeer;
+  launch.mismatch_in_bytes = false;
   if (state.nccl) return launch;  // only the counts and offsets are used: NCCL moves the data
   launch.fifo.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.fifo.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.fifo.pad = state.sync->pad();
-  launch.element_bytes = static_cast<uint32_t>(element_bytes);
   return launch;
 }
+
+namespace {
+
+using collectives::check_buffer;
+using collectives::check_device_pointer;
+using collectives::check_launch;
+using collectives::checked_product;
+using collectives::element_size;
+using collectives::enter;
+using collectives::overlap;
+using collectives::pipelined_launch;
 
 // Uniform blocks on symmetric buffers: copy engines pull block `rank` of every peer's input into this rank's
 // output, in a different peer order on every rank (at each step every rank reads a different peer), between

@@ -34,6 +34,14 @@ struct AllToAllLaunch {
   int64_t* device_recv_displs;        // nullptr: not asked for
   uint64_t recv_capacity;             // bytes recv holds (device counts)
   uint32_t element_bytes;
+  // Peers (bit q: rank q) this launch pushes to and pulls from: every peer for all-to-all(v), the peers of a
+  // batch for send_recv. A pair exchanges pieces only where the sender's send_peers and the receiver's
+  // recv_peers agree; this rank's own block ignores both.
+  unsigned int send_peers;
+  unsigned int recv_peers;
+  // A count mismatch is reported in bytes (kErrorSizeMismatch), not elements: send_recv's ops of one launch may
+  // have different datatypes (element_bytes is then 1).
+  bool mismatch_in_bytes;
 };
 
 // Direct all-to-all on buffers every peer has mapped (symmetric allocations, registered buffers).

@@ -12,6 +12,11 @@
 //
 // A pair of B bytes takes max(1, ceil(B / (blocks * payload))) rounds, computed alike by sender (from its
 // count) and receiver (from the header); the last round spreads what is left over the blocks (PieceGrid).
+//
+// "Every pair" means every pair the launch names: a rank pushes only to its send_peers and pulls only from its
+// recv_peers (send_recv: the peers of a batch; all-to-all: all of them). Each direction of a pair is its own
+// FIFO stream, so a pair whose two sides name each other in matching launches stays in step whatever other
+// pairs do.
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
@@ -76,7 +81,7 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
     }
     uint64_t rounds = 0;
     for (int p = 0; p < world; ++p) {
-      if (p != launch.fifo.pad.rank) rounds = max(rounds, grid.rounds(sizes.send_bytes[p]));
+      if (p != launch.fifo.pad.rank && has_bit(launch.send_peers, p)) rounds = max(rounds, grid.rounds(sizes.send_bytes[p]));
     }
     sizes.send_rounds = rounds;
     sizes.recv_rounds = 1;  // until round 0's headers tell
@@ -91,13 +96,15 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
   const PipelineLaunch& fifo = launch.fifo;
   const int world = fifo.pad.world, rank = fifo.pad.rank, q = threadIdx.x;
   const bool device_counts = launch.device_send_counts != nullptr;
-  if (q < world && q != rank) {
+  if (q < world && q != rank && !has_bit(launch.recv_peers, q)) {
+    sizes.recv_bytes[q] = 0;  // nothing comes from q in this launch (and no header was waited for)
+  } else if (q < world && q != rank) {
     const uint64_t sent = reinterpret_cast<const AllToAllHeader*>(fifo_piece(fifo, rank, 0, q, slots[q]))->pair_bytes;
     if (!device_counts && sent != sizes.recv_bytes[q]) {
       atomicAnd(&sizes.accepted, ~(1u << q));
       if (blockIdx.x == 0) {
-        device::record_data_error(fifo.pad, device::kErrorCountMismatch, fifo.collective, q,
-                                  static_cast<long long>(sent / launch.element_bytes),
+        const unsigned int code = launch.mismatch_in_bytes ? device::kErrorSizeMismatch : device::kErrorCountMismatch;
+        device::record_data_error(fifo.pad, code, fifo.collective, q, static_cast<long long>(sent / launch.element_bytes),
                                   static_cast<long long>(sizes.recv_bytes[q] / launch.element_bytes));
       }
     }
@@ -144,17 +151,17 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   const PairGrid grid{fifo.piece_bytes - kAllToAllHeaderBytes};
   read_send_sizes(launch, grid, sizes);
 
-  // Peers with a piece in `round` (every peer has one in round 0).
-  auto active = [&](const uint64_t* bytes, uint64_t round) {
+  // Peers of `named` with a piece in `round` (every one of them has one in round 0).
+  auto active = [&](unsigned int named, const uint64_t* bytes, uint64_t round) {
     unsigned int peers = 0;
     for (int p = 0; p < world; ++p) {
-      if (p != rank && (round == 0 || round < grid.rounds(bytes[p]))) peers |= 1u << p;
+      if (p != rank && has_bit(named, p) && (round == 0 || round < grid.rounds(bytes[p]))) peers |= 1u << p;
     }
     return peers;
   };
 
   auto push = [&](uint64_t round) {
-    const unsigned int peers = active(sizes.send_bytes, round);
+    const unsigned int peers = active(launch.send_peers, sizes.send_bytes, round);
     if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers)) return false;
     for (int step = 1; step < world; ++step) {
       const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
@@ -169,7 +176,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   };
 
   auto pull = [&](uint64_t round) {
-    const unsigned int peers = active(sizes.recv_bytes, round);  // round 0: every peer, whatever recv_bytes says
+    // Round 0: every peer of recv_peers, whatever recv_bytes says.
+    const unsigned int peers = active(launch.recv_peers, sizes.recv_bytes, round);
     if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers)) return false;
     if (round == 0) {
       read_headers(launch, grid, sizes, pull_slot);

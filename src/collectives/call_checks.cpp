@@ -2,9 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
+#include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace braid::collectives {
 
@@ -29,6 +33,30 @@ void raise_recorded_failure(detail::CommState& state, const char* (*collective_n
   } else {
     state.sync->raise_recorded_error(collective_name);
   }
+}
+
+detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
+  detail::CommState& state = detail::usable(state_ptr, function);
+  set_log_rank(state.rank);
+  raise_recorded_failure(state, collective_name);
+  return state;
+}
+
+size_t element_size(const char* function, DataType type, const char* argument) {
+  const size_t size = datatype_size(type);
+  if (size == 0) raise_invalid_argument(function, argument, "is {}, not a braid::DataType", static_cast<int>(type));
+  return size;
+}
+
+size_t checked_product(const char* function, const char* argument, size_t a, size_t b) {
+  if (b != 0 && a > SIZE_MAX / b) raise_invalid_argument(function, argument, "is {}: its size in bytes overflows", a);
+  return a * b;
+}
+
+void check_buffer(const char* function, const void* pointer, const char* argument, size_t bytes, int device) {
+  if (bytes == 0) return;
+  if (pointer == nullptr) raise_invalid_argument(function, argument, "is null but {} bytes go through it", bytes);
+  check_device_pointer(function, pointer, argument, device);
 }
 
 void register_with_nccl(detail::CommState& state, const void* buffer, size_t bytes) {

@@ -27,8 +27,7 @@ __device__ __forceinline__ char* fifo_piece(const PipelineLaunch& launch, int re
   return launch.area[receiver] + index * launch.piece_bytes;
 }
 
-// Peers as a bit mask (bit p: rank p); kEveryPeer selects all of them (this rank is always skipped).
-constexpr unsigned int kEveryPeer = ~0u;
+// Peers as a bit mask (bit p: rank p; kEveryPeer, pipeline_launch.hpp, selects all): this rank is always skipped.
 static_assert(kMaxWorld <= 32, "peer masks are 32 bits");
 
 // Every thread of the block calls it; thread p (< world, != rank, in `peers`) runs step(p). Returns false, for

@@ -26,6 +26,9 @@ constexpr size_t pipeline_piece_bytes(size_t area_bytes, int world) {
   return area_bytes / (size_t(kPipelinePhases) * kPipelineChannels * world * kFifoDepth) / 256 * 256;
 }
 
+// Peers as a bit mask (bit p: rank p); kEveryPeer selects all of them.
+constexpr unsigned int kEveryPeer = ~0u;
+
 struct PipelineLaunch {
   const char* send;
   char* recv;

@@ -98,6 +98,10 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
       raise(ErrorCode::kMismatch,
             "{}: rank {} expected {} elements from rank {}, which sent {}; nothing from rank {} was written", name,
             seen.rank, seen.limit, seen.peer, seen.value, seen.peer);
+    case device::kErrorSizeMismatch:
+      raise(ErrorCode::kMismatch,
+            "{}: rank {} expected {} bytes from rank {}, which sent {} bytes; nothing of that pair was written", name,
+            seen.rank, seen.limit, seen.peer, seen.value);
     case device::kErrorNegativeCount:
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
             seen.rank, seen.value, seen.peer);

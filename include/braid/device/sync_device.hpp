@@ -20,8 +20,8 @@ struct ErrorWord {
   int peer;                 // for whom (timeouts), or whose data (data errors)
   int channel;
   unsigned long long waited_ns;
-  long long value;          // data errors: what arrived (elements)
-  long long limit;          // data errors: what was allowed or expected (elements)
+  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch)
+  long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch)
 };
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
@@ -34,6 +34,7 @@ constexpr unsigned int kErrorNegativeCount = 4;  // a device-side count below ze
 constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displacement below zero
 constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
 constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum
+constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {
