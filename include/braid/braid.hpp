@@ -93,6 +93,16 @@ struct AllocOptions {
   bool contiguous_view = false;  // also map every rank's memory into one [world × view_stride()] range
 };
 
+// One send or receive of a point-to-point batch (Communicator::send_recv).
+struct PointToPoint {
+  enum Kind : int { kSend = 0, kRecv = 1 };
+  Kind kind;
+  int peer;      // the other rank (may be this rank: a send to self matches a receive from self in the batch)
+  void* buffer;  // kSend: read; kRecv: written
+  size_t count;  // elements
+  DataType type;
+};
+
 class SymmetricMemory;
 class MoeBuffer;
 class RegisteredBuffer;
@@ -181,6 +191,20 @@ class Communicator {
   void all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
                           size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs, DataType type,
                           Stream stream);
+
+  // ---- Point to point (stream-ordered, CUDA-graph capturable) ----
+  // NCCL's group of ncclSend/ncclRecv: every op of the batch is in flight together (a send to q and a receive from
+  // q in one batch never deadlock). The k-th send this rank makes to q (counting across batches in call order)
+  // matches the k-th receive q makes from this rank; their byte sizes must be equal (a mismatch writes nothing of
+  // that pair and check() raises kMismatch). Only the ranks named take part (not collective over the
+  // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
+  // (kInvalidArgument at the call otherwise). Ops of count 0 still take part (the pair exchanges its sizes); a
+  // batch of none is a no-op. Errors of arguments name the op ("ops[2].peer") and are raised before anything is
+  // enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
+  // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs.
+  void send(const void* buffer, size_t count, DataType type, int peer, Stream stream);  // a batch of one
+  void recv(void* buffer, size_t count, DataType type, int peer, Stream stream);        // a batch of one
+  void send_recv(const PointToPoint* ops, size_t count, Stream stream);
 
   // ---- User buffers (zero copy without symmetric allocation) ----
   // Registers [pointer, pointer + bytes) of this rank's GPU: local and cheap (nothing is exchanged). The first

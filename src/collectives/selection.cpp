@@ -106,6 +106,7 @@ const char* short_name(Collective collective) {
     case Collective::kAllToAllv: return "alltoallv";
     case Collective::kMoeDispatch: return "moedispatch";
     case Collective::kMoeCombine: return "moecombine";
+    case Collective::kSendRecv: return "sendrecv";
   }
   return "?";
 }
@@ -158,6 +159,7 @@ const char* collective_name(unsigned int collective) {
     case Collective::kAllToAllv: return "all_to_allv";
     case Collective::kMoeDispatch: return "moe_dispatch";
     case Collective::kMoeCombine: return "moe_combine";
+    case Collective::kSendRecv: return "send_recv";
   }
   return "collective";
 }

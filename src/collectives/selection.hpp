@@ -19,6 +19,7 @@ enum class Collective : unsigned int {
   kAllToAllv = 7,  // per-peer counts (host or device arrays)
   kMoeDispatch = 8,  // not in the table (src/moe has its own kernels); ids for error reports
   kMoeCombine = 9,
+  kSendRecv = 10,  // not in the table: runs all-to-all-v's pipelined kernel (its row) on the peers of a batch
 };
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 

@@ -106,6 +106,7 @@ TEST(Selection, DatatypeTable) {
   EXPECT_TRUE(is_floating(DataType::kFloat16));
   EXPECT_FALSE(is_floating(DataType::kInt64));
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kReduceScatter)), "reduce_scatter");
+  EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kSendRecv)), "send_recv");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "braid/braid.hpp"
 #include "core/config.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
@@ -157,6 +158,31 @@ void NcclBackend::all_to_allv(const void* send, const size_t* send_counts, const
           library_->version(), library_->path());
   }
   send_recv_group(send, send_counts, send_displs, recv, recv_counts, recv_displs, type, stream);
+}
+
+void NcclBackend::send_recv(const PointToPoint* ops, size_t count, Stream stream) {
+  if (!library_->has_send_recv()) {
+    raise(ErrorCode::kUnsupported, "send_recv: NCCL {} ({}) exports no ncclSend/ncclRecv (NCCL 2.7+)",
+          library_->version(), library_->path());
+  }
+  const NcclApi& api = library_->api();
+  check_call(api.group_start(), "ncclGroupStart");
+  ncclResult_t result = ncclSuccess;
+  const char* failed = nullptr;
+  for (size_t i = 0; i < count && result == ncclSuccess; ++i) {
+    const PointToPoint& op = ops[i];
+    if (op.kind == PointToPoint::kSend) {
+      result = api.send(op.buffer, op.count, to_nccl(op.type), op.peer, comm_, stream);
+      failed = "ncclSend";
+    } else {
+      result = api.recv(op.buffer, op.count, to_nccl(op.type), op.peer, comm_, stream);
+      failed = "ncclRecv";
+    }
+  }
+  // The group is closed whatever happened inside it (NCCL reports the first error again at ncclGroupEnd).
+  const ncclResult_t ended = api.group_end();
+  if (result != ncclSuccess) check_call(result, failed);
+  check_call(ended, "ncclGroupEnd");
 }
 
 void NcclBackend::send_recv_group(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,

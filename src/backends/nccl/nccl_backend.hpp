@@ -17,6 +17,7 @@
 
 namespace braid {
 class Config;
+struct PointToPoint;
 }
 
 namespace braid::detail {
@@ -70,6 +71,10 @@ class NcclBackend {
   // rank included), in one group. kUnsupported where the library has no ncclSend/ncclRecv.
   void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                    const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
+  // A point-to-point batch (Communicator::send_recv): each op an ncclSend or ncclRecv, all in one group, in the
+  // batch's order (NCCL matches the k-th send to a peer with the peer's k-th receive, as braid does). kUnsupported
+  // where the library has no ncclSend/ncclRecv.
+  void send_recv(const PointToPoint* ops, size_t count, Stream stream);
 
   // Lazy registration of a user buffer's range [base, base + bytes), identified by key (the communicator's id for
   // a registered range). The communicator calls it before a collective for every registered range the call's
