@@ -28,6 +28,23 @@ typedef enum {
 typedef struct braidComm* braidComm_t;
 typedef struct braidSymmetricMemory* braidSymmetricMemory_t;
 
+/* Same values as braid::DataType. */
+typedef enum {
+  braidInt8 = 0,
+  braidUint8 = 1,
+  braidInt32 = 2,
+  braidUint32 = 3,
+  braidInt64 = 4,
+  braidUint64 = 5,
+  braidFloat16 = 6,
+  braidFloat32 = 7,
+  braidFloat64 = 8,
+  braidBfloat16 = 9
+} braidDataType_t;
+
+/* A cudaStream_t (the CUDA runtime defines it as exactly this), without including CUDA headers. */
+typedef struct CUstream_st* braidStream_t;
+
 const char* braidGetErrorString(braidResult_t result); /* name of a code */
 const char* braidGetLastError(void);                   /* message of this thread's last failure, or "" */
 
@@ -49,6 +66,13 @@ braidResult_t braidSymmetricLocal(braidSymmetricMemory_t memory, void** pointer)
 braidResult_t braidSymmetricPeer(braidSymmetricMemory_t memory, int rank, void** pointer);
 braidResult_t braidSymmetricDevicePeers(braidSymmetricMemory_t memory, void* const** device_array);
 braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, size_t* stride);
+
+/* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
+ * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */
+braidResult_t braidSend(braidComm_t comm, const void* buffer, size_t count, braidDataType_t datatype, int peer,
+                        braidStream_t stream);
+braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataType_t datatype, int peer,
+                        braidStream_t stream);
 
 #ifdef __cplusplus
 }

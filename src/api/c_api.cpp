@@ -6,6 +6,16 @@
 #include "braid/braid.hpp"
 #include "core/error.hpp"
 
+// braidSend/braidRecv pass a braidDataType_t on as a braid::DataType: the values must agree one for one.
+static constexpr bool same_value(braidDataType_t c, braid::DataType cpp) { return static_cast<int>(c) == static_cast<int>(cpp); }
+static_assert(same_value(braidInt8, braid::DataType::kInt8) && same_value(braidUint8, braid::DataType::kUint8) &&
+                  same_value(braidInt32, braid::DataType::kInt32) && same_value(braidUint32, braid::DataType::kUint32) &&
+                  same_value(braidInt64, braid::DataType::kInt64) && same_value(braidUint64, braid::DataType::kUint64) &&
+                  same_value(braidFloat16, braid::DataType::kFloat16) && same_value(braidFloat32, braid::DataType::kFloat32) &&
+                  same_value(braidFloat64, braid::DataType::kFloat64) &&
+                  same_value(braidBfloat16, braid::DataType::kBFloat16) && braid::kDataTypeCount == 10,
+              "braidDataType_t and braid::DataType disagree");
+
 struct braidComm {
   braid::Communicator comm;
 };
@@ -153,6 +163,22 @@ braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, siz
     require(view, "braidSymmetricView", "view");
     *view = memory->memory.view();
     if (stride != nullptr) *stride = memory->memory.view_stride();
+  });
+}
+
+braidResult_t braidSend(braidComm_t comm, const void* buffer, size_t count, braidDataType_t datatype, int peer,
+                        braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidSend", "comm");
+    comm->comm.send(buffer, count, static_cast<braid::DataType>(datatype), peer, stream);
+  });
+}
+
+braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataType_t datatype, int peer,
+                        braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidRecv", "comm");
+    comm->comm.recv(buffer, count, static_cast<braid::DataType>(datatype), peer, stream);
   });
 }
 

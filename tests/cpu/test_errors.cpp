@@ -55,6 +55,10 @@ TEST(Errors, CApiRejectsNullArgumentsByName) {
   int rank = 0;
   EXPECT_EQ(braidCommRank(nullptr, &rank), braidInvalidArgument);
   EXPECT_EQ(braidSymmetricLocal(nullptr, nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidSend(nullptr, nullptr, 0, braidFloat32, 0, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidSend: argument 'comm'"), std::string::npos) << braidGetLastError();
+  EXPECT_EQ(braidRecv(nullptr, nullptr, 0, braidInt8, 0, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidRecv: argument 'comm'"), std::string::npos) << braidGetLastError();
 }
 
 TEST(Errors, CommunicatorRejectsBadRankAndSizeBeforeTouchingTheNetwork) {
