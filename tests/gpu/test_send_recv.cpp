@@ -342,7 +342,9 @@ TEST(SendRecv, RingOnTheNcclBackend) {
 }
 
 // braidSend and braidRecv as two calls (a batch each): a small ring fits the FIFOs, so the sends finish first.
+// One rank alone would send to itself outside a batch, which is refused.
 TEST(SendRecv, CApiRing) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for_each_rank([](const RankContext& context) {
     const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
     braidComm_t comm = nullptr;
