@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -110,7 +111,7 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const detail::CommState& stat
   for (size_t i = 0; i < ops.size(); ++i) {
     if (ops[i].bytes == 0) continue;  // its buffer may be null: never read, never a base
     char*& base = (ops[i].send ? send_base : recv_base)[launch_of[i]];
-    if (base == nullptr || ops[i].buffer < base) base = ops[i].buffer;
+    if (base == nullptr || std::less<>{}(ops[i].buffer, base)) base = ops[i].buffer;  // a total order across allocations
   }
   std::vector<kernels::AllToAllLaunch> plan;
   for (size_t k = 0; k < launches; ++k) {
@@ -121,7 +122,8 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const detail::CommState& stat
   for (size_t i = 0; i < ops.size(); ++i) {
     kernels::AllToAllLaunch& launch = plan[launch_of[i]];
     const Op& op = ops[i];
-    const uint64_t offset = op.bytes == 0 ? 0 : static_cast<uint64_t>(op.buffer - (op.send ? launch.fifo.send : launch.fifo.recv));
+    const char* base = op.send ? launch.fifo.send : launch.fifo.recv;
+    const uint64_t offset = op.bytes == 0 ? 0 : reinterpret_cast<uintptr_t>(op.buffer) - reinterpret_cast<uintptr_t>(base);
     (op.send ? launch.send_bytes : launch.recv_bytes)[op.peer] = op.bytes;
     (op.send ? launch.send_offset : launch.recv_offset)[op.peer] = offset;
     // This rank's own pair needs no mask: the kernel copies send_bytes[rank] itself.
