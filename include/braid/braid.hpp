@@ -141,6 +141,10 @@ class Communicator {
   const std::vector<PeerInfo>& peers() const;
   // A line per peer: host, GPU, P2P, native atomics.
   std::string describe() const;
+  // "cuda" (symmetric memory between the GPUs of one host) or "nccl" (see init).
+  const char* backend() const;
+  // The NCCL backend's ncclComm_t (for programs that also call NCCL on the same ranks); null on the CUDA backend.
+  void* nccl_communicator() const;
 
   // Collective: every rank asks for the same number of bytes, in the same order (kMismatch otherwise).
   // bytes > 0. The memory is zeroed.

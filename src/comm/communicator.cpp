@@ -210,6 +210,15 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
+const char* Communicator::backend() const {
+  return detail::usable(state_, "Communicator::backend").nccl ? "nccl" : "cuda";
+}
+
+void* Communicator::nccl_communicator() const {
+  const detail::CommState& state = detail::usable(state_, "Communicator::nccl_communicator");
+  return state.nccl ? static_cast<void*>(state.nccl->comm()) : nullptr;
+}
+
 detail::CommState& detail::usable(const std::shared_ptr<CommState>& state, const char* function) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
   return *state;

@@ -50,6 +50,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},
+    {"BRAID_SHIM_FALLBACK", ConfigType::kString, nullptr, nullptr,
+     "NCCL shim: calls the real NCCL serves even where braid could, a comma-separated list of allreduce, reduce, "
+     "reducescatter, allgather, broadcast, alltoall, sendrecv (sends, receives, gather, scatter), or all."},
 };
 
 size_t edit_distance(const std::string& a, const std::string& b) {

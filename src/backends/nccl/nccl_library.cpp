@@ -214,6 +214,8 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
 
 NcclLibrary::~NcclLibrary() = default;  // handle_ stays open for the rest of the process
 
+void* NcclLibrary::symbol(const char* name) const { return dlsym(handle_, name); }
+
 std::string NcclLibrary::version() const { return nccl_version_text(version_code_); }
 
 bool NcclLibrary::has_register() const {
@@ -280,6 +282,44 @@ ErrorCode nccl_error_code(ncclResult_t result) {
     case ncclInProgress: return ErrorCode::kInternal;  // braid's communicators block: never expected
     default: return ErrorCode::kInternal;
   }
+}
+
+ncclResult_t to_nccl_result(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kSuccess: return ncclSuccess;
+    case ErrorCode::kInvalidArgument: return ncclInvalidArgument;
+    case ErrorCode::kMismatch:
+    case ErrorCode::kUnsupported: return ncclInvalidUsage;
+    case ErrorCode::kNoDevice:
+    case ErrorCode::kCudaError:
+    case ErrorCode::kDriverError: return ncclUnhandledCudaError;
+    case ErrorCode::kSystemError:
+    case ErrorCode::kPeerUnreachable: return ncclSystemError;
+    case ErrorCode::kTimeout:
+    case ErrorCode::kRemoteError: return ncclRemoteError;
+    case ErrorCode::kInternal: return ncclInternalError;
+  }
+  return ncclInternalError;
+}
+
+bool from_nccl(ncclDataType_t type, DataType* out) {
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    if (to_nccl(static_cast<DataType>(t)) == type) {
+      *out = static_cast<DataType>(t);
+      return true;
+    }
+  }
+  return false;
+}
+
+bool from_nccl(ncclRedOp_t op, ReduceOp* out) {
+  for (int o = 0; o < kReduceOpCount; ++o) {
+    if (to_nccl(static_cast<ReduceOp>(o)) == op) {
+      *out = static_cast<ReduceOp>(o);
+      return true;
+    }
+  }
+  return false;
 }
 
 const char* nccl_result_name(ncclResult_t result) {

@@ -81,6 +81,8 @@ class NcclLibrary {
   std::string version() const;                          // "2.28.9"
   const std::string& path() const { return path_; }     // the path dlopen took
   const NcclApi& api() const { return api_; }
+  // Any other entry point by name (dlsym); null where the library lacks it.
+  void* symbol(const char* name) const;
 
   bool has_all_to_all() const { return api_.all_to_all != nullptr; }
   bool has_send_recv() const { return api_.send != nullptr && api_.recv != nullptr; }
@@ -117,5 +119,14 @@ ncclRedOp_t to_nccl(ReduceOp op);  // kAvg -> ncclAvg
 // ncclSuccess -> kSuccess; ncclInProgress (never expected: braid's communicators block) and unknown -> kInternal.
 ErrorCode nccl_error_code(ncclResult_t result);
 const char* nccl_result_name(ncclResult_t result);  // "ncclInvalidUsage"; "unknown ncclResult_t" outside the enum
+// The other way, for the NCCL shim: braid's errors as the ncclResult_t a program written for NCCL expects.
+// kInvalidArgument -> ncclInvalidArgument; kMismatch, kUnsupported -> ncclInvalidUsage; kCudaError, kDriverError,
+// kNoDevice -> ncclUnhandledCudaError; kSystemError, kPeerUnreachable -> ncclSystemError; kTimeout, kRemoteError ->
+// ncclRemoteError (a peer did not arrive or went away); kInternal -> ncclInternalError.
+ncclResult_t to_nccl_result(ErrorCode code);
+// NCCL's datatypes and operators as braid's: false where braid has no such datatype (fp8) or operator (PreMulSum,
+// operators made by ncclRedOpCreatePreMulSum, out of range).
+bool from_nccl(ncclDataType_t type, DataType* out);
+bool from_nccl(ncclRedOp_t op, ReduceOp* out);
 
 }  // namespace braid::detail

@@ -1,0 +1,374 @@
+// NCCL's C API, part 1: versions, unique ids, communicators, groups, errors. Argument errors return the codes NCCL
+// returns for them (tests/test_shim_arguments.cpp compares the two).
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "group.hpp"
+#include "shim.hpp"
+#include "shim_exports.hpp"
+#include "unique_id.hpp"
+
+// ncclResetDebugInit is deprecated in nccl.h, yet part of the API programs may still call.
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+using braid::raise_invalid_argument;
+using namespace braid::shim;
+
+namespace {
+
+int current_device(const char* function) {
+  int device = -1;
+  const cudaError_t result = cudaGetDevice(&device);
+  if (result != cudaSuccess) {
+    braid::raise(braid::ErrorCode::kCudaError, "{}: cudaGetDevice failed: {}", function, cudaGetErrorString(result));
+  }
+  return device;
+}
+
+void check_init_arguments(const char* function, ncclComm_t* newcomm, int nranks, int rank) {
+  require_pointer(newcomm, function, "newcomm");
+  if (nranks < 1) raise_invalid_argument(function, "nranks", "is {}; it must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks) raise_invalid_argument(function, "myrank", "is {}, outside [0, {})", rank, nranks);
+}
+
+// ncclCommInitRank and friends: the communicator is made now (so *newcomm is valid at once, as NCCL's is), its
+// init runs now or at the end of the caller's group.
+ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, int rank) {
+  ncclComm_t comm = nullptr;
+  int device = -1;
+  const ncclResult_t checked = guarded(function, [&] {
+    check_init_arguments(function, newcomm, nranks, rank);
+    *newcomm = nullptr;
+    device = current_device(function);
+    comm = new ncclComm();
+    *newcomm = comm;
+  });
+  if (checked != ncclSuccess) return checked;
+  return submit_init(comm, [comm, id, nranks, rank, device] { initialise(*comm, id, nranks, rank, device); });
+}
+
+}  // namespace
+
+extern "C" {
+
+// Marks this library as braid's shim, so the NCCL loader never takes it for the real NCCL.
+SHIM_EXPORT extern const int braid_nccl_shim_marker;
+const int braid_nccl_shim_marker = 1;
+
+SHIM_EXPORT ncclResult_t ncclGetVersion(int* version) {
+  if (version == nullptr) return ncclInvalidArgument;
+  *version = NCCL_VERSION_CODE;  // the API this library implements: nccl.h's
+  return ncclSuccess;
+}
+
+SHIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  return guarded("ncclGetUniqueId", [&] {
+    require_pointer(uniqueId, "ncclGetUniqueId", "uniqueId");
+    *uniqueId = make_unique_id();
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* newcomm, int nranks, ncclUniqueId commId, int myrank) {
+  return init_rank("ncclCommInitRank", newcomm, nranks, commId, myrank);
+}
+
+// The config's tuning fields are NCCL's own: braid has no use for them. A non-blocking config is honoured by
+// finishing at once (ncclCommGetAsyncError then says ncclSuccess), which NCCL's contract allows.
+SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int myrank,
+                                                ncclConfig_t* config) {
+  (void)config;
+  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, myrank);
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                  ncclUniqueId* commIds, ncclConfig_t* config) {
+  (void)config;
+  if (nId < 1 || commIds == nullptr) {
+    set_last_error("ncclCommInitRankScalable: argument 'commIds' must hold at least one id");
+    return ncclInvalidArgument;
+  }
+  return init_rank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank);  // one store serves them all
+}
+
+SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  const char* function = "ncclCommInitAll";
+  std::vector<ncclComm_t> made;
+  const ncclResult_t result = guarded(function, [&] {
+    require_pointer(comms, function, "comms");
+    if (ndev < 1) raise_invalid_argument(function, "ndev", "is {}; it must be at least 1", ndev);
+    std::vector<int> devices(ndev);
+    for (int i = 0; i < ndev; ++i) devices[i] = devlist != nullptr ? devlist[i] : i;
+    if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
+      braid::raise(braid::ErrorCode::kMismatch, "{}: argument 'devlist' names a device twice", function);
+    }
+    const ncclUniqueId id = make_unique_id();
+    for (int i = 0; i < ndev; ++i) made.push_back(new ncclComm());
+    // Each rank's init is collective: one thread per rank.
+    std::vector<ncclResult_t> results(ndev, ncclSuccess);
+    std::vector<std::string> errors(ndev);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = guarded(function, [&] { initialise(*made[i], id, ndev, i, devices[i]); });
+        if (results[i] != ncclSuccess) errors[i] = last_error();
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int i = 0; i < ndev; ++i) {
+      if (results[i] != ncclSuccess) braid::raise(braid::ErrorCode::kInternal, "{}", errors[i]);
+    }
+    std::copy(made.begin(), made.end(), comms);
+  });
+  if (result != ncclSuccess) {
+    for (ncclComm_t comm : made) {
+      release(*comm, /*abort=*/true);
+      delete comm;
+    }
+  }
+  return result;
+}
+
+// Collective over the parent: every rank's (color, key) through braid's store, the new ranks ordered by key then
+// parent rank, the new rank 0's store in a fresh unique id; the real NCCL's communicator is split alongside.
+SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  const char* function = "ncclCommSplit";
+  return guarded(function, [&] {
+    ncclComm& parent = checked_comm(comm, function);
+    require_pointer(newcomm, function, "newcomm");
+    *newcomm = nullptr;
+    ncclComm_t child_real = nullptr;
+    if (parent.real != nullptr && parent.library->api().comm_split != nullptr) {
+      ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+      if (config != nullptr) blocking = *config;
+      blocking.blocking = 1;  // the shim finishes every init before it returns
+      check_real(parent, parent.library->api().comm_split(parent.real, color, key, &child_real, &blocking),
+                 "ncclCommSplit");
+    }
+    if (!parent.braid) {  // NCCL only: so is the child
+      if (child_real == nullptr) return;
+      auto* child = new ncclComm();
+      child->library = parent.library;
+      child->real = child_real;
+      child->owns_real = true;
+      child->device = parent.device;
+      parent.library->api().comm_count(child_real, &child->size);
+      parent.library->api().comm_user_rank(child_real, &child->rank);
+      child->ready = true;
+      *newcomm = child;
+      return;
+    }
+    const std::vector<std::string> entries = parent.braid->host_allgather(fmt::format("{} {}", color, key));
+    std::vector<std::pair<int, int>> members;  // (key, parent rank) of my color
+    for (int r = 0; r < parent.size; ++r) {
+      int their_color = 0, their_key = 0;
+      std::sscanf(entries[r].c_str(), "%d %d", &their_color, &their_key);
+      if (their_color == color && color != NCCL_SPLIT_NOCOLOR) members.emplace_back(their_key, r);
+    }
+    std::sort(members.begin(), members.end());
+    int new_rank = -1;
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (members[i].second == parent.rank) new_rank = static_cast<int>(i);
+    }
+    std::string mine;
+    if (new_rank == 0) {
+      const ncclUniqueId id = make_unique_id();
+      mine.assign(id.internal, sizeof(id.internal));
+    }
+    const std::vector<std::string> ids = parent.braid->host_allgather(mine);
+    if (new_rank < 0) {  // NCCL_SPLIT_NOCOLOR
+      if (child_real != nullptr) parent.library->api().comm_destroy(child_real);
+      return;
+    }
+    ncclUniqueId id{};
+    std::memcpy(id.internal, ids[members[0].second].data(), sizeof(id.internal));
+    auto* child = new ncclComm();
+    try {
+      initialise(*child, id, static_cast<int>(members.size()), new_rank, parent.device, child_real);
+    } catch (...) {
+      release(*child, /*abort=*/true);
+      delete child;
+      throw;
+    }
+    *newcomm = child;
+  });
+}
+
+// Collective over the ranks that stay (the excluded ones do not call): only the real NCCL can agree on that
+// without the excluded ranks, so the child is an NCCL-only communicator.
+SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                        ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  const char* function = "ncclCommShrink";
+  return guarded(function, [&] {
+    ncclComm& parent = checked_comm(comm, function);
+    require_pointer(newcomm, function, "newcomm");
+    *newcomm = nullptr;
+    const auto& library = require_real(parent, function);
+    using Shrink = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
+    auto shrink = reinterpret_cast<Shrink>(library.symbol("ncclCommShrink"));
+    if (shrink == nullptr) braid::raise(braid::ErrorCode::kUnsupported, "{}: the real NCCL has no ncclCommShrink", function);
+    ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+    if (config != nullptr) blocking = *config;
+    blocking.blocking = 1;
+    ncclComm_t child_real = nullptr;
+    check_real(parent, shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, &blocking, shrinkFlags),
+               function);
+    auto* child = new ncclComm();
+    child->library = parent.library;
+    child->real = child_real;
+    child->owns_real = true;
+    child->device = parent.device;
+    library.api().comm_count(child_real, &child->size);
+    library.api().comm_user_rank(child_real, &child->rank);
+    child->ready = true;
+    *newcomm = child;
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return guarded("ncclCommFinalize", [&] {
+    ncclComm& shim = checked_comm(comm, "ncclCommFinalize");
+    if (shim.owns_real && shim.real != nullptr && shim.library->api().comm_finalize != nullptr) {
+      check_real(shim, shim.library->api().comm_finalize(shim.real), "ncclCommFinalize");
+    }
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  return guarded("ncclCommDestroy", [&] {
+    if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommDestroy", "comm", "is not a communicator of this library");
+    release(*comm, /*abort=*/false);
+    comm->magic = 0;
+    delete comm;
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  return guarded("ncclCommAbort", [&] {
+    if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommAbort", "comm", "is not a communicator of this library");
+    release(*comm, /*abort=*/true);
+    comm->magic = 0;
+    delete comm;
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return guarded("ncclCommRevoke", [&] {
+    ncclComm& shim = checked_comm(comm, "ncclCommRevoke");
+    using Revoke = ncclResult_t (*)(ncclComm_t, int);
+    auto revoke = shim.library != nullptr ? reinterpret_cast<Revoke>(shim.library->symbol("ncclCommRevoke")) : nullptr;
+    if (shim.real != nullptr && revoke != nullptr) check_real(shim, revoke(shim.real, revokeFlags), "ncclCommRevoke");
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return guarded("ncclCommCount", [&] {
+    const ncclComm& shim = checked_comm(comm, "ncclCommCount");
+    require_pointer(count, "ncclCommCount", "count");
+    *count = shim.size;
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guarded("ncclCommCuDevice", [&] {
+    const ncclComm& shim = checked_comm(comm, "ncclCommCuDevice");
+    require_pointer(device, "ncclCommCuDevice", "device");
+    *device = shim.device;
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guarded("ncclCommUserRank", [&] {
+    const ncclComm& shim = checked_comm(comm, "ncclCommUserRank");
+    require_pointer(rank, "ncclCommUserRank", "rank");
+    *rank = shim.rank;
+  });
+}
+
+// What a kernel of braid recorded (a peer that never arrived, data refused) or the real NCCL reports. Called by
+// watchdog threads while other threads run collectives: both checks only read host-visible words.
+SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded("ncclCommGetAsyncError", [&] {
+    require_pointer(asyncError, "ncclCommGetAsyncError", "asyncError");
+    ncclComm& shim = checked_comm(comm, "ncclCommGetAsyncError");
+    *asyncError = ncclSuccess;
+    if (shim.braid) {
+      try {
+        shim.braid->check();
+      } catch (const braid::Error& error) {
+        set_last_error(error.what());
+        *asyncError = braid::detail::to_nccl_result(error.code());
+        return;
+      }
+    }
+    if (shim.owns_real && shim.real != nullptr) {
+      ncclResult_t real = ncclSuccess;
+      check_real(shim, shim.library->api().comm_get_async_error(shim.real, &real), "ncclCommGetAsyncError");
+      *asyncError = real;
+    }
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclGroupStart() { return group_start(); }
+SHIM_EXPORT ncclResult_t ncclGroupEnd() { return group_end(); }
+
+SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  if (simInfo != nullptr) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;  // braid makes no estimate
+  return group_discard();
+}
+
+SHIM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {  // NCCL's texts
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+SHIM_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  (void)comm;  // as NCCL: the calling thread's last error
+  return last_error().c_str();
+}
+
+SHIM_EXPORT void ncclResetDebugInit() {}
+
+}  // extern "C"
+
+SHIM_ALIAS(ncclGetVersion)
+SHIM_ALIAS(ncclGetUniqueId)
+SHIM_ALIAS(ncclCommInitRank)
+SHIM_ALIAS(ncclCommInitRankConfig)
+SHIM_ALIAS(ncclCommInitRankScalable)
+SHIM_ALIAS(ncclCommInitAll)
+SHIM_ALIAS(ncclCommSplit)
+SHIM_ALIAS(ncclCommShrink)
+SHIM_ALIAS(ncclCommFinalize)
+SHIM_ALIAS(ncclCommDestroy)
+SHIM_ALIAS(ncclCommAbort)
+SHIM_ALIAS(ncclCommRevoke)
+SHIM_ALIAS(ncclCommCount)
+SHIM_ALIAS(ncclCommCuDevice)
+SHIM_ALIAS(ncclCommUserRank)
+SHIM_ALIAS(ncclCommGetAsyncError)
+SHIM_ALIAS(ncclGroupStart)
+SHIM_ALIAS(ncclGroupEnd)
+SHIM_ALIAS(ncclGroupSimulateEnd)
+SHIM_ALIAS(ncclGetErrorString)
+SHIM_ALIAS(ncclGetLastError)
+SHIM_ALIAS(ncclResetDebugInit)

@@ -1,0 +1,178 @@
+// NCCL's C API, part 3: memory. ncclMemAlloc gives VMM memory with POSIX-fd handles (what braid's registration
+// maps between processes), accessible from every GPU of this process that can reach it (ranks as threads).
+// ncclCommRegister registers with the real NCCL, for what it serves: a registration is local, so braid could not
+// know that every rank passes registered buffers to the same call, which its zero-copy paths need. Windows are
+// collective (every rank registers together), so ncclCommWindowRegister also registers with braid.
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/cuda_check.hpp"
+#include "core/cuda_driver.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "memory/vmm.hpp"
+#include "shim.hpp"
+#include "shim_exports.hpp"
+
+using namespace braid::shim;
+using braid::driver;
+
+namespace {
+
+struct Allocation {
+  CUmemGenericAllocationHandle handle;
+  size_t bytes;  // reserved and mapped (rounded up to the granularity)
+};
+std::mutex allocations_mutex;
+std::map<void*, Allocation> allocations;
+
+// What ncclCommRegister returns: the real NCCL's handle (null where it did not register).
+struct Registration {
+  void* real = nullptr;
+};
+
+// What ncclCommWindowRegister returns (as an ncclWindow_t).
+struct Window {
+  braid::RegisteredBuffer braid;
+  ncclWindow_t real = nullptr;
+};
+
+void grant_peer_devices(CUdeviceptr address, size_t bytes, int device) {
+  int count = 0;
+  BRAID_CUDA(cudaGetDeviceCount(&count));
+  for (int peer = 0; peer < count; ++peer) {
+    int can = 0;
+    if (peer == device || cudaDeviceCanAccessPeer(&can, peer, device) != cudaSuccess || !can) continue;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = peer;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    BRAID_CU(cuMemSetAccess, address, bytes, &access, 1);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  return guarded("ncclMemAlloc", [&] {
+    require_pointer(ptr, "ncclMemAlloc", "ptr");
+    *ptr = nullptr;
+    if (size == 0) return;  // as NCCL: nothing allocated
+    int device = 0;
+    BRAID_CUDA(cudaGetDevice(&device));
+    const CUmemAllocationProp prop = braid::detail::posix_fd_allocation_properties(device);
+    const size_t granularity = braid::detail::allocation_granularity(prop);
+    const size_t bytes = (size + granularity - 1) / granularity * granularity;
+    CUmemGenericAllocationHandle handle = 0;
+    BRAID_CU(cuMemCreate, &handle, bytes, &prop, 0);
+    CUdeviceptr address = 0;
+    try {
+      address = braid::detail::reserve_and_map(bytes, granularity, handle, device);
+      grant_peer_devices(address, bytes, device);
+    } catch (...) {
+      if (address != 0) {
+        driver().cuMemUnmap(address, bytes);
+        driver().cuMemAddressFree(address, bytes);
+      }
+      driver().cuMemRelease(handle);
+      throw;
+    }
+    std::lock_guard<std::mutex> lock(allocations_mutex);
+    allocations[reinterpret_cast<void*>(address)] = Allocation{handle, bytes};
+    *ptr = reinterpret_cast<void*>(address);
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  if (ptr == nullptr) return ncclSuccess;
+  return guarded("ncclMemFree", [&] {
+    Allocation allocation{};
+    {
+      std::lock_guard<std::mutex> lock(allocations_mutex);
+      auto found = allocations.find(ptr);
+      if (found == allocations.end()) {
+        braid::raise_invalid_argument("ncclMemFree", "ptr", "({}) was not returned by ncclMemAlloc", ptr);
+      }
+      allocation = found->second;
+      allocations.erase(found);
+    }
+    const CUdeviceptr address = reinterpret_cast<CUdeviceptr>(ptr);
+    BRAID_CUDA(cudaDeviceSynchronize());  // as cudaFree: no work may still use it
+    braid::detail::release_quietly(driver().cuMemUnmap(address, allocation.bytes), "cuMemUnmap");
+    braid::detail::release_quietly(driver().cuMemAddressFree(address, allocation.bytes), "cuMemAddressFree");
+    braid::detail::release_quietly(driver().cuMemRelease(allocation.handle), "cuMemRelease");
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded("ncclCommRegister", [&] {
+    const ncclComm& shim = checked_comm(comm, "ncclCommRegister");
+    require_pointer(handle, "ncclCommRegister", "handle");
+    require_pointer(buff, "ncclCommRegister", "buff");
+    auto registration = std::make_unique<Registration>();
+    if (shim.real != nullptr && shim.library->has_register()) {
+      braid::DeviceGuard guard(shim.device);
+      check_real(shim, shim.library->api().comm_register(shim.real, buff, size, &registration->real),
+                 "ncclCommRegister");
+    }
+    *handle = registration.release();
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guarded("ncclCommDeregister", [&] {
+    const ncclComm& shim = checked_comm(comm, "ncclCommDeregister");
+    require_pointer(handle, "ncclCommDeregister", "handle");
+    std::unique_ptr<Registration> registration(static_cast<Registration*>(handle));
+    if (registration->real != nullptr && shim.real != nullptr) {
+      braid::DeviceGuard guard(shim.device);
+      check_real(shim, shim.library->api().comm_deregister(shim.real, registration->real), "ncclCommDeregister");
+    }
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                                int winFlags) {
+  return guarded("ncclCommWindowRegister", [&] {
+    ncclComm& shim = checked_comm(comm, "ncclCommWindowRegister");
+    require_pointer(win, "ncclCommWindowRegister", "win");
+    require_pointer(buff, "ncclCommWindowRegister", "buff");
+    *win = nullptr;
+    auto window = std::make_unique<Window>();
+    if (shim.braid_on_cuda) window->braid = shim.braid->register_buffer(buff, size);
+    if (shim.real != nullptr && shim.library->api().window_register != nullptr) {
+      braid::DeviceGuard guard(shim.device);
+      check_real(shim, shim.library->api().window_register(shim.real, buff, size, &window->real, winFlags),
+                 "ncclCommWindowRegister");
+    }
+    *win = reinterpret_cast<ncclWindow_t>(window.release());
+  });
+}
+
+SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return guarded("ncclCommWindowDeregister", [&] {
+    ncclComm& shim = checked_comm(comm, "ncclCommWindowDeregister");
+    require_pointer(win, "ncclCommWindowDeregister", "win");
+    std::unique_ptr<Window> window(reinterpret_cast<Window*>(win));
+    if (window->braid) shim.braid->deregister(window->braid);
+    if (window->real != nullptr && shim.real != nullptr) {
+      braid::DeviceGuard guard(shim.device);
+      check_real(shim, shim.library->api().window_deregister(shim.real, window->real), "ncclCommWindowDeregister");
+    }
+  });
+}
+
+}  // extern "C"
+
+SHIM_ALIAS(ncclMemAlloc)
+SHIM_ALIAS(ncclMemFree)
+SHIM_ALIAS(ncclCommRegister)
+SHIM_ALIAS(ncclCommDeregister)
+SHIM_ALIAS(ncclCommWindowRegister)
+SHIM_ALIAS(ncclCommWindowDeregister)

@@ -1,0 +1,78 @@
+// The NCCL shim's inner parts, shared by the files that export NCCL's API (api_*.cpp): what a shim communicator
+// is, how a call turns braid's exceptions into ncclResult_t, the real NCCL it falls back to, and which path
+// serves a call.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backends/nccl/nccl_library.hpp"
+#include "braid/braid.hpp"
+#include "braid/error.hpp"
+
+namespace braid {
+class StoreHost;
+}
+
+// NCCL's opaque communicator type, defined by the shim: a braid communicator (absent where only NCCL serves the
+// ranks) and the real NCCL's communicator on the same ranks (null where NCCL could not be loaded).
+struct ncclComm {
+  static constexpr uint64_t kMagic = 0x6272616964736863ull;  // "braidshc": tells a shim communicator from garbage
+  uint64_t magic = kMagic;
+  int rank = -1;
+  int size = 0;
+  int device = -1;
+  bool ready = false;  // false while an init deferred to ncclGroupEnd is pending (or failed)
+  std::optional<braid::Communicator> braid;
+  bool braid_on_cuda = false;  // braid's CUDA backend serves it (otherwise braid itself runs on NCCL, or is absent)
+  std::shared_ptr<braid::detail::NcclLibrary> library;  // the real NCCL; null where it could not be loaded
+  ncclComm_t real = nullptr;  // the real NCCL's communicator (NCCL's type, not this struct)
+  bool owns_real = false;     // false: borrowed from braid's NCCL backend
+  std::shared_ptr<braid::StoreHost> store;  // the rendezvous store, where this process made the unique id
+  std::mutex events_mutex;
+  std::vector<cudaEvent_t> events;  // joins the streams of a send/recv batch (made on first need, kept)
+};
+
+namespace braid::shim {
+
+// Runs body; braid::Error becomes its ncclResult_t (to_nccl_result), any other exception ncclInternalError or
+// ncclSystemError; the message is kept for ncclGetLastError and logged at warn level.
+template <typename Body>
+ncclResult_t guarded(const char* function, Body&& body);
+
+// The message of this thread's last failed call ("" if none).
+void set_last_error(const std::string& message);
+const std::string& last_error();
+
+// Refuses (kInvalidArgument naming argument `name` of `function`) a null or foreign communicator; one whose init
+// failed or is still pending in a group (kInvalidArgument as well: NCCL's ncclInvalidArgument for a bad comm).
+ncclComm& checked_comm(ncclComm_t comm, const char* function, const char* name = "comm");
+// A null out-pointer argument: kInvalidArgument naming it.
+void require_pointer(const void* pointer, const char* function, const char* name);
+
+// The real NCCL, loaded once per process (BRAID_NCCL_LIBRARY, else the first libnccl.so.2 that is not a shim).
+// Null where it cannot be loaded; why is logged once and returned by real_nccl_problem().
+std::shared_ptr<detail::NcclLibrary> real_nccl();
+const std::string& real_nccl_problem();
+// The real NCCL of `comm`, or kUnsupported naming what needed it and why it is absent.
+const detail::NcclLibrary& require_real(const ncclComm& comm, const char* what);
+// Raises braid::Error for a failed real NCCL call (message from NCCL).
+void check_real(const ncclComm& comm, ncclResult_t result, const char* call);
+
+// Makes a shim communicator (collective over `size` ranks): braid's communicator at the store the unique id
+// names (its rendezvous), then the real NCCL's communicator on the same ranks: `real` when given (a split of the
+// parent's), else a fresh one whose id rank 0 shares through braid. An id not made by the shim is taken as the
+// real NCCL's own: the communicator is then NCCL only. `device`: the CUDA device of this rank.
+void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real = nullptr);
+// Releases what initialise made; abort: ncclCommAbort rather than ncclCommDestroy for the real communicator.
+void release(ncclComm& comm, bool abort);
+
+}  // namespace braid::shim
+
+#include "shim_guarded.hpp"

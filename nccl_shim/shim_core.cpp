@@ -1,0 +1,159 @@
+// A shim communicator's life: braid's communicator at the unique id's store, the real NCCL's communicator beside
+// it, and their release.
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "comm/topology.hpp"
+#include "core/config.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "shim.hpp"
+#include "unique_id.hpp"
+
+namespace braid::shim {
+namespace {
+
+thread_local std::string t_last_error;
+
+}  // namespace
+
+void set_last_error(const std::string& message) { t_last_error = message; }
+const std::string& last_error() { return t_last_error; }
+
+ncclComm& checked_comm(ncclComm_t comm, const char* function, const char* name) {
+  if (comm == nullptr) raise_invalid_argument(function, name, "is NULL");
+  if (comm->magic != ncclComm::kMagic) raise_invalid_argument(function, name, "is not a communicator of this library");
+  if (!comm->ready) raise_invalid_argument(function, name, "has no completed initialisation (its init failed, or is "
+                                           "still pending in a group: call ncclGroupEnd first)");
+  return *comm;
+}
+
+void require_pointer(const void* pointer, const char* function, const char* name) {
+  if (pointer == nullptr) raise_invalid_argument(function, name, "is NULL");
+}
+
+namespace {
+
+std::once_flag real_once;
+std::shared_ptr<detail::NcclLibrary> real_library;
+std::string real_problem;
+
+}  // namespace
+
+std::shared_ptr<detail::NcclLibrary> real_nccl() {
+  std::call_once(real_once, [] {
+    try {
+      real_library = detail::NcclLibrary::load();
+      BRAID_INFO("braid shim: falls back to NCCL {} from {}", real_library->version(), real_library->path());
+    } catch (const Error& error) {
+      real_problem = error.what();
+      BRAID_WARN("braid shim: no fallback to NCCL: {}", real_problem);
+    }
+  });
+  return real_library;
+}
+
+const std::string& real_nccl_problem() {
+  real_nccl();
+  return real_problem;
+}
+
+const detail::NcclLibrary& require_real(const ncclComm& comm, const char* what) {
+  if (comm.library == nullptr || comm.real == nullptr) {
+    raise(ErrorCode::kUnsupported, "{} needs the real NCCL, which this communicator does not have: {}", what,
+          comm.library == nullptr ? real_nccl_problem() : "its NCCL communicator could not be made (see the log)");
+  }
+  return *comm.library;
+}
+
+void check_real(const ncclComm& comm, ncclResult_t result, const char* call) {
+  if (result != ncclSuccess && result != ncclInProgress) {
+    comm.library->raise_error(result, call, comm.real, std::to_string(comm.rank));
+  }
+}
+
+namespace {
+
+// The real NCCL's communicator on braid's ranks: rank 0 makes its id, braid's store carries it.
+ncclComm_t make_real_comm(ncclComm& comm, detail::NcclLibrary& library) {
+  std::string mine;
+  if (comm.rank == 0) {
+    ncclUniqueId id{};
+    check_real(comm, library.api().get_unique_id(&id), "ncclGetUniqueId");
+    mine.assign(id.internal, sizeof(id.internal));
+  }
+  const std::vector<std::string> all = comm.braid->host_allgather(mine);
+  ncclUniqueId id{};
+  std::memcpy(id.internal, all[0].data(), std::min(all[0].size(), sizeof(id.internal)));
+  ncclComm_t real = nullptr;
+  check_real(comm, library.api().comm_init_rank(&real, comm.size, id, comm.rank), "ncclCommInitRank");
+  return real;
+}
+
+}  // namespace
+
+void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real) {
+  comm.rank = rank;
+  comm.size = size;
+  comm.device = device;
+  comm.library = real_nccl();
+  DeviceGuard guard(device);
+  const std::optional<StoreAddress> store = read_unique_id(id);
+  if (!store) {  // the real NCCL's own id: NCCL only
+    const detail::NcclLibrary& library = require_real(comm, "an ncclUniqueId not made by braid's shim");
+    if (real == nullptr) check_real(comm, library.api().comm_init_rank(&real, size, id, rank), "ncclCommInitRank");
+    comm.real = real;
+    comm.owns_real = true;
+    comm.ready = true;
+    BRAID_INFO("braid shim: rank {}/{}: the unique id is not braid's; NCCL serves this communicator", rank, size);
+    return;
+  }
+  comm.store = claim_store(store->nonce);
+  Rendezvous rendezvous = Rendezvous::at_store(store->dial, rank, size, /*rank0_serves_store=*/false);
+  rendezvous.job_id = fmt::format("ncclshim-{:016x}", store->nonce);
+  CommOptions options;
+  options.device = device;
+  if (comm.library != nullptr) options.nccl_library = comm.library->path();  // never the shim itself
+  comm.braid.emplace(Communicator::init(rendezvous, options));
+  comm.braid_on_cuda = std::strcmp(comm.braid->backend(), "cuda") == 0;
+  if (!comm.braid_on_cuda) {
+    comm.real = static_cast<ncclComm_t>(comm.braid->nccl_communicator());
+    comm.owns_real = false;
+  } else if (real != nullptr) {
+    comm.real = real;
+    comm.owns_real = true;
+  } else if (comm.library != nullptr) {
+    try {
+      comm.real = make_real_comm(comm, *comm.library);
+      comm.owns_real = true;
+    } catch (const Error& error) {  // braid still serves what it can; every rank reaches the same call
+      BRAID_WARN("braid shim: rank {}: no NCCL communicator to fall back to: {}", rank, error.what());
+    }
+  }
+  comm.ready = true;
+  BRAID_INFO("braid shim: rank {}/{} on GPU {}: braid's {} backend{}", rank, size, device, comm.braid->backend(),
+             comm.real != nullptr ? ", NCCL beside it" : ", no NCCL fallback");
+}
+
+void release(ncclComm& comm, bool abort) {
+  comm.ready = false;
+  if (comm.owns_real && comm.real != nullptr && comm.library != nullptr) {
+    DeviceGuard guard(comm.device);
+    const auto& api = comm.library->api();
+    const ncclResult_t result = abort ? api.comm_abort(comm.real) : api.comm_destroy(comm.real);
+    if (result != ncclSuccess) BRAID_WARN("braid shim: releasing NCCL's communicator: {}", detail::nccl_result_name(result));
+  }
+  comm.real = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(comm.events_mutex);
+    for (cudaEvent_t event : comm.events) cudaEventDestroy(event);
+    comm.events.clear();
+  }
+  comm.braid.reset();
+  comm.store.reset();
+}
+
+}  // namespace braid::shim
