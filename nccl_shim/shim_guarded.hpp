@@ -15,7 +15,7 @@ ncclResult_t guarded(const char* function, Body&& body) {
     return ncclSuccess;
   } catch (const braid::Error& error) {
     set_last_error(error.what());
-    BRAID_WARN("{}: {}", function, error.what());
+    BRAID_WARN("{}", error.what());  // braid's messages name the call
     return detail::to_nccl_result(error.code());
   } catch (const std::bad_alloc&) {
     set_last_error(std::string(function) + ": host memory allocation failed");
