@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# selftest.sh CHECK_MOCK BENCH_MOCK MOCK_NCCL_LIB COMPARE_RUNS
+# selftest.sh CHECK_MOCK BENCH_MOCK MOCK_NCCL_LIB COMPARE_RUNS [SHIM]
 # Tests the testers, without a GPU: nccl_check and nccl_shim_bench built against mock/ (CUDA and NCCL in host
 # memory). A checker that passes everything proves nothing, so besides "a correct implementation passes" this
 # shows that each kind of mistake the checks exist for (a wrong element, a write past the output, a write into
 # the send buffer, an output never written, a graph replay that leaves work out) is reported WRONG with a
-# nonzero exit, and that compare_runs.sh accepts equal runs and rejects different ones.
+# nonzero exit, and that compare_runs.sh accepts equal runs and rejects different ones. Where python3 has torch,
+# run_torch_check.sh also runs torch_shim_check.py on CPU tensors through gloo (--cpu-gloo), with SHIM preloaded
+# in its shim run: the script's references, splits, saving and comparison, not NCCL.
 set -u
-check=$1 bench=$2 mocklib=$3 compare=$4
+check=$1 bench=$2 mocklib=$3 compare=$4 shim=${5:-}
+here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export MOCK_CUDA_DEVICES=4
@@ -18,6 +21,7 @@ fail() { echo "selftest: FAIL $*"; status=1; }
 # the small counts with 2, 3 (not a power of two: avg skipped, a rank exchanging with itself) and 4 ranks.
 for args in "-t 1" "-t 2 --max-count 4097" "-t 3 --max-count 4097" "-t 4 --max-count 4097"; do
   log=$tmp/clean${args// /_}.log
+  # shellcheck disable=SC2086  # $args is several words on purpose
   if "$check" $args >"$log" 2>&1 && grep -q '^nccl_check: [0-9]* passed, 0 failed' "$log"; then
     pass "nccl_check $args: $(grep '^nccl_check: [0-9]* passed' "$log")"
   else
@@ -25,8 +29,11 @@ for args in "-t 1" "-t 2 --max-count 4097" "-t 3 --max-count 4097" "-t 4 --max-c
     grep -E 'WRONG|FATAL|passed' "$log" | head -5
   fi
 done
-grep -q 'skipped (avg is exact only' "$tmp/clean-t_3_--max-count_4097.log" && pass "avg skipped with 3 ranks" ||
+if grep -q 'skipped (avg is exact only' "$tmp/clean-t_3_--max-count_4097.log"; then
+  pass "avg skipped with 3 ranks"
+else
   fail "avg not skipped with 3 ranks"
+fi
 
 # Two runs of a correct implementation compare equal; the hashes are deterministic.
 "$check" -t 2 --max-count 4097 >"$tmp/again.log" 2>&1
@@ -107,5 +114,14 @@ else
   cat "$tmp/bench-bad.log"
 fi
 
-[ $status -eq 0 ] && echo "selftest: PASS" || echo "selftest: FAIL"
+if [ -z "$shim" ] || ! python3 -c 'import torch' 2>/dev/null; then
+  echo "selftest: skipped the torch script's CPU run (no torch in python3, or no shim given)"
+elif TORCH_CHECK_ARGS=--cpu-gloo bash "$here/run_torch_check.sh" 2 "$tmp/torch" "$shim" >"$tmp/torch.log" 2>&1; then
+  pass "run_torch_check.sh --cpu-gloo: $(grep -m1 'tensors compared' "$tmp/torch.log")"
+else
+  fail "run_torch_check.sh --cpu-gloo:"
+  tail -n 30 "$tmp/torch.log"
+fi
+
+if [ $status -eq 0 ]; then echo "selftest: PASS"; else echo "selftest: FAIL"; fi
 exit $status

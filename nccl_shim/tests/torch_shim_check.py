@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""torch.distributed (backend "nccl") through whichever libnccl.so.2 the process got: the shim (LD_PRELOAD) or
+the real NCCL. Run by run_torch_check.sh, once per library, under torchrun (one process per GPU):
+
+    python3 -m torch.distributed.run --standalone --nproc-per-node N torch_shim_check.py --mode shim|nccl --out DIR
+
+Every input is a seeded tensor of small integers (never 0), chosen so that every result is exact in float32 and
+bfloat16 in any summation order: a correct library's outputs are then bitwise those of any other. Each output is
+checked here against a host reference (computed from the regenerated inputs of all ranks) and saved, moved to
+the CPU, into DIR/rank<r>-<mode>.pt; run_torch_check.sh compares the shim's files with the real NCCL's bitwise.
+The same sequence is then captured in a CUDA graph (after a warm-up on a side stream, as torch's docs ask) and
+replayed with the inputs rewritten between replays.
+"""
+import argparse
+import os
+import sys
+import zlib
+
+import torch
+import torch.distributed as dist
+
+SIZES = [1, 7, 1000, 4097, 65537, 262147]  # elements; odd ones on purpose (no size is a multiple of 16 bytes)
+MAX_MOVE = 65537  # larger sizes run all_reduce only: every output is saved, and the files should stay small
+DTYPES = [torch.float32, torch.bfloat16]
+GRAPH_COUNT = 65537
+GRAPH_REPLAYS = 6
+POISON = float("nan")  # written over every output before each call: an unwritten output never compares equal
+
+
+def dtype_name(dt):
+    return str(dt).replace("torch.", "")
+
+
+class Check:
+    def __init__(self, rank, world, device, lenient=False):
+        self.rank, self.world, self.device = rank, world, device
+        self.results = {}  # case name -> output tensor on the CPU (saved for the bitwise comparison)
+        self.passed = 0
+        self.wrong = []
+        self.lenient = lenient  # --cpu-gloo: a collective gloo lacks is left out instead of failing the run
+        self.left_out = set()
+
+    def run(self, what, fn, *args):
+        try:
+            fn(*args)
+        except (RuntimeError, NotImplementedError, ValueError) as e:
+            if not self.lenient:
+                raise
+            if what not in self.left_out and self.rank == 0:
+                print(f"torch_shim_check: {what} left out on this backend: {str(e).splitlines()[0][:160]}",
+                      flush=True)
+            self.left_out.add(what)
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+    # ---- inputs: rank r's tensor for a case, regenerable on every rank from (case, r) ----
+    def values(self, case, r, n, kind):
+        """int64 tensor of n nonzero small integers. 'sum': |x| <= 256 // world, so every partial sum of all ranks
+        is an integer <= 256, exact in bfloat16 (8 significant bits). 'any': |x| <= 100 (max, data movement)."""
+        g = torch.Generator().manual_seed(zlib.crc32(f"{case}|{r}".encode()))
+        limit = max(1, 256 // self.world) if kind == "sum" else 100
+        mag = torch.randint(1, limit + 1, (n,), generator=g)
+        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
+        return mag * sign
+
+    def check(self, case, out, expected, save=True):
+        out = out.detach().to("cpu")
+        expected = expected.to(out.dtype)
+        if save:
+            self.results[case] = out
+        same = out.shape == expected.shape and torch.equal(bits(out), bits(expected))
+        if same:
+            self.passed += 1
+            return
+        differ = "shape %s vs %s" % (tuple(out.shape), tuple(expected.shape))
+        if out.shape == expected.shape:
+            bad = (bits(out).view(out.numel(), -1) != bits(expected).view(out.numel(), -1)).any(dim=1)
+            first = int(bad.nonzero()[0]) if bad.any() else -1
+            differ = "%d of %d elements differ, first at %d: got %s expected %s" % (
+                int(bad.sum()), out.numel(), first, out.flatten()[first].item(), expected.flatten()[first].item())
+        self.wrong.append(case)
+        print(f"torch_shim_check: rank {self.rank} case {case} WRONG: {differ}", flush=True)
+
+    def to_dev(self, t, dt):
+        return t.to(dt).to(self.device)
+
+    def poisoned(self, n, dt):
+        return torch.full((n,), POISON, dtype=dt, device=self.device)
+
+    # ---- the collectives, eagerly ----
+    def all_reduce(self, dt, n, op_name):
+        case = f"all_reduce.{op_name}.{dtype_name(dt)}.{n}"
+        kind = "any" if op_name == "max" else "sum"
+        inputs = [self.values(case, r, n, kind) for r in range(self.world)]
+        stacked = torch.stack(inputs)
+        if op_name == "max":
+            expected, op = stacked.max(dim=0).values, dist.ReduceOp.MAX
+        elif op_name == "avg":
+            expected, op = stacked.sum(dim=0).double() / self.world, dist.ReduceOp.AVG
+        else:
+            expected, op = stacked.sum(dim=0), dist.ReduceOp.SUM
+        t = self.to_dev(inputs[self.rank], dt)  # in place: the tensor is input and output
+        dist.all_reduce(t, op=op)
+        self.check(case, t, expected)
+
+    def reduce_scatter(self, dt, n):
+        case = f"reduce_scatter_tensor.sum.{dtype_name(dt)}.{n}"
+        inputs = [self.values(case, r, self.world * n, "sum") for r in range(self.world)]
+        expected = torch.stack(inputs).sum(dim=0)[self.rank * n:(self.rank + 1) * n]
+        out = self.poisoned(n, dt)
+        dist.reduce_scatter_tensor(out, self.to_dev(inputs[self.rank], dt), op=dist.ReduceOp.SUM)
+        self.check(case, out, expected)
+
+    def all_gather(self, dt, n):
+        case = f"all_gather_into_tensor.{dtype_name(dt)}.{n}"
+        inputs = [self.values(case, r, n, "any") for r in range(self.world)]
+        out = self.poisoned(self.world * n, dt)
+        dist.all_gather_into_tensor(out, self.to_dev(inputs[self.rank], dt))
+        self.check(case, out, torch.cat(inputs))
+
+    def broadcast(self, dt, n, src):
+        case = f"broadcast.src{src}.{dtype_name(dt)}.{n}"
+        inputs = [self.values(case, r, n, "any") for r in range(self.world)]
+        t = self.to_dev(inputs[self.rank], dt)  # other ranks' own data must be overwritten
+        dist.broadcast(t, src=src)
+        self.check(case, t, inputs[src])
+
+    def split(self, a, b, n):
+        """Elements rank a sends rank b in the uneven all_to_all: 0..4 units, zero-sized splits included."""
+        unit = max(1, n // 8)
+        return ((a * 7 + b * 3 + 1) % 5) * unit
+
+    def all_to_all(self, dt, n, even):
+        case = f"all_to_all_single.{'even' if even else 'uneven'}.{dtype_name(dt)}.{n}"
+        W, r = self.world, self.rank
+        if even:
+            inputs = [self.values(case, q, W * n, "any") for q in range(W)]
+            out = self.poisoned(W * n, dt)
+            dist.all_to_all_single(out, self.to_dev(inputs[r], dt))
+            expected = torch.cat([inputs[q][r * n:(r + 1) * n] for q in range(W)])
+        else:
+            sizes = [[self.split(a, b, n) for b in range(W)] for a in range(W)]
+            inputs = [self.values(case, q, sum(sizes[q]), "any") for q in range(W)]
+            parts = []
+            for q in range(W):
+                start = sum(sizes[q][:r])
+                parts.append(inputs[q][start:start + sizes[q][r]])
+            expected = torch.cat(parts)
+            out = self.poisoned(expected.numel(), dt)
+            dist.all_to_all_single(out, self.to_dev(inputs[r], dt), output_split_sizes=[sizes[q][r] for q in range(W)],
+                                   input_split_sizes=sizes[r])
+        self.check(case, out, expected)
+
+    def ring(self, dt, n):
+        case = f"batch_isend_irecv.ring.{dtype_name(dt)}.{n}"
+        W, r = self.world, self.rank
+        inputs = [self.values(case, q, n, "any") for q in range(W)]
+        send, recv = self.to_dev(inputs[r], dt), self.poisoned(n, dt)
+        ops = [dist.P2POp(dist.isend, send, (r + 1) % W), dist.P2POp(dist.irecv, recv, (r - 1) % W)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        self.check(case, recv, inputs[(r - 1) % W])
+
+    def pairs(self, dt, n):
+        """Plain blocking dist.send/dist.recv between ranks 2k and 2k+1, both directions; even ranks send first."""
+        case = f"send_recv.pair.{dtype_name(dt)}.{n}"
+        r = self.rank
+        peer = r ^ 1
+        if peer >= self.world:
+            return  # an odd world leaves the last rank out (the same in both runs)
+        inputs = [self.values(case, q, n, "any") for q in range(self.world)]
+        send, recv = self.to_dev(inputs[r], dt), self.poisoned(n, dt)
+        if r % 2 == 0:
+            dist.send(send, peer)
+            dist.recv(recv, peer)
+        else:
+            dist.recv(recv, peer)
+            dist.send(send, peer)
+        self.check(case, recv, inputs[peer])
+
+    def eager(self):
+        W = self.world
+        avg = W & (W - 1) == 0  # NCCL averages as a sum of x * (1/W): exact only when W is a power of two
+        if self.lenient:
+            avg = False  # gloo has no AVG
+        elif not avg and self.rank == 0:
+            print(f"torch_shim_check: {W} ranks is not a power of two: all_reduce AVG left out", flush=True)
+        for dt in DTYPES:
+            for n in SIZES:
+                for op_name in ["sum", "max"] + (["avg"] if avg else []):
+                    self.run(f"all_reduce {op_name}", self.all_reduce, dt, n, op_name)
+                if n > MAX_MOVE:
+                    continue
+                self.run("reduce_scatter_tensor", self.reduce_scatter, dt, n)
+                self.run("all_gather_into_tensor", self.all_gather, dt, n)
+                for src in sorted({0, W - 1}):
+                    self.run("broadcast", self.broadcast, dt, n, src)
+                self.run("all_to_all_single", self.all_to_all, dt, n, True)
+                self.run("all_to_all_single (uneven)", self.all_to_all, dt, n, False)
+                self.run("batch_isend_irecv", self.ring, dt, n)
+                self.run("send/recv", self.pairs, dt, n)
+        self.sync()
+
+    # ---- the same sequence in a CUDA graph ----
+    def graph(self):
+        W, r, n, dt = self.world, self.rank, GRAPH_COUNT, torch.bfloat16
+        # Two input sets, alternated between replays: a replay must read the buffers as they are when it runs.
+        sets = []
+        for s in range(2):
+            v = lambda what, q, m, kind="any": self.values(f"graph.{what}.set{s}", q, m, kind)
+            ar = [v("all_reduce", q, n, "sum") for q in range(W)]
+            ag = [v("all_gather", q, n) for q in range(W)]
+            rs = [v("reduce_scatter", q, W * n, "sum") for q in range(W)]
+            bc = [v("broadcast", q, n) for q in range(W)]
+            a2a = [v("all_to_all", q, W * n) for q in range(W)]
+            ring = [v("ring", q, n) for q in range(W)]
+            sets.append({
+                "in": {"all_reduce": ar[r], "all_gather": ag[r], "reduce_scatter": rs[r], "broadcast": bc[r],
+                       "all_to_all": a2a[r], "ring": ring[r]},
+                "expected": {
+                    "all_reduce": torch.stack(ar).sum(dim=0),
+                    "all_gather": torch.cat(ag),
+                    "reduce_scatter": torch.stack(rs).sum(dim=0)[r * n:(r + 1) * n],
+                    "broadcast": bc[W - 1],
+                    "all_to_all": torch.cat([a2a[q][r * n:(r + 1) * n] for q in range(W)]),
+                    "ring": ring[(r - 1) % W],
+                },
+            })
+        dev = self.device
+        ar_buf = torch.empty(n, dtype=dt, device=dev)  # all_reduce and broadcast work in place
+        bc_buf = torch.empty(n, dtype=dt, device=dev)
+        ag_in, ag_out = torch.empty(n, dtype=dt, device=dev), torch.empty(W * n, dtype=dt, device=dev)
+        rs_in, rs_out = torch.empty(W * n, dtype=dt, device=dev), torch.empty(n, dtype=dt, device=dev)
+        a2a_in, a2a_out = torch.empty(W * n, dtype=dt, device=dev), torch.empty(W * n, dtype=dt, device=dev)
+        ring_send, ring_recv = torch.empty(n, dtype=dt, device=dev), torch.empty(n, dtype=dt, device=dev)
+        outputs = {"all_reduce": ar_buf, "all_gather": ag_out, "reduce_scatter": rs_out, "broadcast": bc_buf,
+                   "all_to_all": a2a_out, "ring": ring_recv}
+
+        def load(s):
+            inp = sets[s]["in"]
+            ar_buf.copy_(inp["all_reduce"].to(dt))
+            bc_buf.copy_(inp["broadcast"].to(dt))
+            ag_in.copy_(inp["all_gather"].to(dt))
+            rs_in.copy_(inp["reduce_scatter"].to(dt))
+            a2a_in.copy_(inp["all_to_all"].to(dt))
+            ring_send.copy_(inp["ring"].to(dt))
+            for t in (ag_out, rs_out, a2a_out, ring_recv):
+                t.fill_(POISON)
+
+        def sequence():
+            dist.all_reduce(ar_buf, op=dist.ReduceOp.SUM)
+            dist.all_gather_into_tensor(ag_out, ag_in)
+            dist.reduce_scatter_tensor(rs_out, rs_in, op=dist.ReduceOp.SUM)
+            dist.broadcast(bc_buf, src=W - 1)
+            dist.all_to_all_single(a2a_out, a2a_in)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, ring_send, (r + 1) % W),
+                                           dist.P2POp(dist.irecv, ring_recv, (r - 1) % W)])
+            for req in reqs:
+                req.wait()
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                load(0)
+                sequence()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        eager = {k: t.detach().to("cpu") for k, t in outputs.items()}  # the warm-up's last (eager) run of set 0
+        for k in outputs:
+            self.check(f"graph.{k}.eager", eager[k], sets[0]["expected"][k])
+
+        g = torch.cuda.CUDAGraph()
+        load(0)
+        with torch.cuda.graph(g):
+            sequence()
+        for k_replay in range(GRAPH_REPLAYS):
+            s = k_replay % 2
+            load(s)
+            g.replay()
+            torch.cuda.synchronize()
+            for k, t in outputs.items():
+                # Every replay is checked; the first of each input set is also saved for the bitwise comparison.
+                self.check(f"graph.{k}.replay{k_replay}", t, sets[s]["expected"][k], save=k_replay < 2)
+                if s == 0 and not torch.equal(bits(t.detach().to("cpu")), bits(eager[k])):
+                    self.wrong.append(f"graph.{k}.replay{k_replay}.vs_eager")
+                    print(f"torch_shim_check: rank {r} graph {k} replay {k_replay} differs from the eager run",
+                          flush=True)
+        del g
+
+
+def bits(t):
+    """The tensor's bytes, for bitwise comparison (NaN-safe, -0.0 distinct from 0.0)."""
+    return t.contiguous().flatten().view(torch.uint8)
+
+
+def mapped_nccl_libraries():
+    paths = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) >= 6 and "libnccl" in parts[-1]:
+                paths.add(os.path.realpath(parts[-1]))
+    return sorted(paths)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mode", choices=["shim", "nccl"], required=True, help="names the output files")
+    parser.add_argument("--out", required=True, help="folder for rank<r>-<mode>.pt")
+    parser.add_argument("--no-graph", action="store_true", help="leave the CUDA graph section out")
+    parser.add_argument("--cpu-gloo", action="store_true",
+                        help="check this script itself without GPUs: gloo on CPU tensors, no graphs, no AVG; "
+                             "collectives gloo lacks are left out. Tests nothing of NCCL")
+    args = parser.parse_args()
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if args.cpu_gloo:
+        device = torch.device("cpu")
+        dist.init_process_group(backend="gloo")
+    else:
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group(backend="nccl", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    libs = mapped_nccl_libraries()
+    if rank == 0:
+        version = "-" if args.cpu_gloo else torch.cuda.nccl.version()
+        print(f"torch_shim_check: mode {args.mode}, {world} ranks, torch {torch.__version__}, "
+              f"torch.cuda.nccl.version() {version}", flush=True)
+        print(f"torch_shim_check: mapped NCCL libraries: {libs}", flush=True)
+    preload = [os.path.realpath(p) for p in os.environ.get("LD_PRELOAD", "").replace(":", " ").split() if p]
+    shim_mapped = any(p in libs for p in preload)
+    if args.mode == "shim" and not shim_mapped:
+        print(f"torch_shim_check: rank {rank}: mode shim but LD_PRELOAD={preload} is not among the mapped "
+              f"libraries {libs}: this run would test the real NCCL", flush=True)
+        sys.exit(3)
+
+    check = Check(rank, world, device, lenient=args.cpu_gloo)
+    check.eager()
+    if not args.no_graph and not args.cpu_gloo:
+        check.graph()
+    os.makedirs(args.out, exist_ok=True)
+    torch.save(check.results, os.path.join(args.out, f"rank{rank}-{args.mode}.pt"))
+    print(f"torch_shim_check: rank {rank} mode {args.mode}: {check.passed} outputs right, "
+          f"{len(check.wrong)} wrong", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.exit(1 if check.wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
