@@ -234,6 +234,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
 }
 
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
   return guarded("ncclCommFinalize", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommFinalize");
     if (shim.owns_real && shim.real != nullptr && shim.library->api().comm_finalize != nullptr) {

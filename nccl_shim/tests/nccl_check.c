@@ -632,9 +632,14 @@ static void run_graphs(const DType* t, size_t count) {
     CUDA_CHECK(cudaStreamBeginCapture(W.gstream[l], cudaStreamCaptureModeGlobal));
   }
   ISSUE_SEQUENCE();
+  /* Every capture ends before any graph is instantiated: instantiating is not allowed while another stream of
+   * this thread still captures in global mode (one process driving several GPUs). */
   for (int l = 0; l < W.nlocal; ++l) {
     CUDA_CHECK(cudaSetDevice(W.dev[l]));
     CUDA_CHECK(cudaStreamEndCapture(W.gstream[l], &graph[l]));
+  }
+  for (int l = 0; l < W.nlocal; ++l) {
+    CUDA_CHECK(cudaSetDevice(W.dev[l]));
     CUDA_CHECK(cudaGraphInstantiate(&exec[l], graph[l], 0));
   }
   for (int k = 0; k < GRAPH_REPLAYS; ++k) {
