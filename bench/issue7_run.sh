@@ -56,7 +56,8 @@ for phase in "$@"; do
     torch)
       timeout 500 bash nccl_shim/tests/run_torch_check.sh "$gpus" "$out/torch" "$shim" > "$out/torch-check.log" 2>&1
       echo "torch check exit $?" | tee -a "$out/torch-check.log"
-      tail -n 40 "$out/torch-check.log"
+      grep -v "served by" "$out/torch-check.log" | grep -E -i "error|traceback|differ|fail|mismatch|wrong|identical|ok" | head -60
+      cp "$out"/torch/*.log "$out/" 2>/dev/null; rm -rf "$out/torch"  # the saved tensors are too large to bring back
       ;;
     bench)
       bench_bin=build/nccl_shim/tests/nccl_shim_bench
