@@ -51,12 +51,14 @@ extern "C" {
 
 SHIM_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                        ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclAllReduce, sendbuff, recvbuff, count, datatype, op, comm, stream);
   return enqueue("ncclAllReduce", Op{Op::kAllReduce, comm, sendbuff, recvbuff, count, datatype, op, 0, stream},
                  kSendBuffer | kRecvBuffer, true, false);
 }
 
 SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclReduce, sendbuff, recvbuff, count, datatype, op, root, comm, stream);
   return enqueue("ncclReduce", Op{Op::kReduce, comm, sendbuff, recvbuff, count, datatype, op, root, stream},
                  kSendBuffer | (is_root(comm, root) ? kRecvBuffer : 0u), true, true);
 }
@@ -64,54 +66,63 @@ SHIM_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t
 SHIM_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, comm, stream);
   return enqueue("ncclReduceScatter", Op{Op::kReduceScatter, comm, sendbuff, recvbuff, recvcount, datatype, op, 0, stream},
                  kSendBuffer | kRecvBuffer, true, false);
 }
 
 SHIM_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                                        ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclAllGather, sendbuff, recvbuff, sendcount, datatype, comm, stream);
   return enqueue("ncclAllGather", Op{Op::kAllGather, comm, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, stream},
                  kSendBuffer | kRecvBuffer, false, false);
 }
 
 SHIM_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                        int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclBroadcast, sendbuff, recvbuff, count, datatype, root, comm, stream);
   return enqueue("ncclBroadcast", Op{Op::kBroadcast, comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream},
                  (is_root(comm, root) ? kSendBuffer : 0u) | kRecvBuffer, false, true);
 }
 
 SHIM_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                    cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclBcast, buff, count, datatype, root, comm, stream);
   return enqueue("ncclBcast", Op{Op::kBroadcast, comm, buff, buff, count, datatype, ncclSum, root, stream},
                  kRecvBuffer, false, true);
 }
 
 SHIM_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                       ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclAlltoAll, sendbuff, recvbuff, count, datatype, comm, stream);
   return enqueue("ncclAlltoAll", Op{Op::kAllToAll, comm, sendbuff, recvbuff, count, datatype, ncclSum, 0, stream},
                  kSendBuffer | kRecvBuffer, false, false);
 }
 
 SHIM_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclGather, sendbuff, recvbuff, count, datatype, root, comm, stream);
   return enqueue("ncclGather", Op{Op::kGather, comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream},
                  kSendBuffer | (is_root(comm, root) ? kRecvBuffer : 0u), false, true);
 }
 
 SHIM_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                      int root, ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclScatter, sendbuff, recvbuff, count, datatype, root, comm, stream);
   return enqueue("ncclScatter", Op{Op::kScatter, comm, sendbuff, recvbuff, count, datatype, ncclSum, root, stream},
                  (is_root(comm, root) ? kSendBuffer : 0u) | kRecvBuffer, false, true);
 }
 
 SHIM_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclSend, sendbuff, count, datatype, peer, comm, stream);
   return enqueue("ncclSend", Op{Op::kSend, comm, sendbuff, nullptr, count, datatype, ncclSum, peer, stream},
                  kSendBuffer, false, true);
 }
 
 SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                   cudaStream_t stream) {
+  SHIM_FORWARD_FOREIGN(comm, ncclRecv, recvbuff, count, datatype, peer, comm, stream);
   return enqueue("ncclRecv", Op{Op::kRecv, comm, nullptr, recvbuff, count, datatype, ncclSum, peer, stream},
                  kRecvBuffer, false, true);
 }
@@ -119,6 +130,7 @@ SHIM_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t d
 // Operators made here live in the real NCCL (braid has no PreMulSum): calls that use them take NCCL's path.
 SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                                   ncclScalarResidence_t residence, ncclComm_t comm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclRedOpCreatePreMulSum, op, scalar, datatype, residence, comm);
   return guarded("ncclRedOpCreatePreMulSum", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclRedOpCreatePreMulSum");
     require_pointer(op, "ncclRedOpCreatePreMulSum", "op");
@@ -132,6 +144,7 @@ SHIM_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
 }
 
 SHIM_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclRedOpDestroy, op, comm);
   return guarded("ncclRedOpDestroy", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclRedOpDestroy");
     if (op < ncclNumOps || op >= ncclMaxRedOp) {

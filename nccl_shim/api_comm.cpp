@@ -71,6 +71,7 @@ SHIM_EXPORT ncclResult_t ncclGetVersion(int* version) {
 }
 
 SHIM_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  SHIM_FORWARD_FROM_REAL(ncclGetUniqueId, uniqueId);
   return guarded("ncclGetUniqueId", [&] {
     require_pointer(uniqueId, "ncclGetUniqueId", "uniqueId");
     *uniqueId = make_unique_id();
@@ -140,6 +141,7 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
 // Collective over the parent: every rank's (color, key) through braid's store, the new ranks ordered by key then
 // parent rank, the new rank 0's store in a fresh unique id; the real NCCL's communicator is split alongside.
 SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommSplit, comm, color, key, newcomm, config);
   const char* function = "ncclCommSplit";
   return guarded(function, [&] {
     ncclComm& parent = checked_comm(comm, function);
@@ -206,6 +208,7 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
 // without the excluded ranks, so the child is an NCCL-only communicator.
 SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommShrink, comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
   const char* function = "ncclCommShrink";
   return guarded(function, [&] {
     ncclComm& parent = checked_comm(comm, function);
@@ -234,6 +237,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
 }
 
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommFinalize, comm);
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   return guarded("ncclCommFinalize", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommFinalize");
@@ -244,6 +248,7 @@ SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommDestroy, comm);
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   return guarded("ncclCommDestroy", [&] {
     if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommDestroy", "comm", "is not a communicator of this library");
@@ -254,6 +259,7 @@ SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommAbort, comm);
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   return guarded("ncclCommAbort", [&] {
     if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommAbort", "comm", "is not a communicator of this library");
@@ -264,6 +270,7 @@ SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommRevoke, comm, revokeFlags);
   return guarded("ncclCommRevoke", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommRevoke");
     using Revoke = ncclResult_t (*)(ncclComm_t, int);
@@ -273,6 +280,7 @@ SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommCount, comm, count);
   return guarded("ncclCommCount", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclCommCount");
     require_pointer(count, "ncclCommCount", "count");
@@ -281,6 +289,7 @@ SHIM_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommCuDevice, comm, device);
   return guarded("ncclCommCuDevice", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclCommCuDevice");
     require_pointer(device, "ncclCommCuDevice", "device");
@@ -289,6 +298,7 @@ SHIM_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommUserRank, comm, rank);
   return guarded("ncclCommUserRank", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclCommUserRank");
     require_pointer(rank, "ncclCommUserRank", "rank");
@@ -299,6 +309,7 @@ SHIM_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 // What a kernel of braid recorded (a peer that never arrived, data refused) or the real NCCL reports. Called by
 // watchdog threads while other threads run collectives: both checks only read host-visible words.
 SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommGetAsyncError, comm, asyncError);
   return guarded("ncclCommGetAsyncError", [&] {
     require_pointer(asyncError, "ncclCommGetAsyncError", "asyncError");
     ncclComm& shim = checked_comm(comm, "ncclCommGetAsyncError");
@@ -320,8 +331,15 @@ SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
   });
 }
 
-SHIM_EXPORT ncclResult_t ncclGroupStart() { return group_start(); }
-SHIM_EXPORT ncclResult_t ncclGroupEnd() { return group_end(); }
+SHIM_EXPORT ncclResult_t ncclGroupStart() {
+  SHIM_FORWARD_FROM_REAL(ncclGroupStart);
+  return group_start();
+}
+
+SHIM_EXPORT ncclResult_t ncclGroupEnd() {
+  SHIM_FORWARD_FROM_REAL(ncclGroupEnd);
+  return group_end();
+}
 
 SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   if (simInfo != nullptr) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;  // braid makes no estimate
@@ -343,7 +361,7 @@ SHIM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
 }
 
 SHIM_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
-  (void)comm;  // as NCCL: the calling thread's last error
+  SHIM_FORWARD_FOREIGN(comm, ncclGetLastError, comm);  // as NCCL: the calling thread's last error
   return last_error().c_str();
 }
 

@@ -25,6 +25,7 @@ Function real_entry(const ncclComm& comm, const char* name) {
 extern "C" {
 
 SHIM_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* requirements, void* outDevComm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclDevCommCreate, comm, requirements, outDevComm);
   return guarded("ncclDevCommCreate", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclDevCommCreate");
     using Create = ncclResult_t (*)(ncclComm_t, const void*, void*);
@@ -34,6 +35,7 @@ SHIM_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, const void* requirem
 }
 
 SHIM_EXPORT ncclResult_t ncclDevCommDestroy(ncclComm_t comm, const void* devComm) {
+  SHIM_FORWARD_FOREIGN(comm, ncclDevCommDestroy, comm, devComm);
   return guarded("ncclDevCommDestroy", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclDevCommDestroy");
     using Destroy = ncclResult_t (*)(ncclComm_t, const void*);

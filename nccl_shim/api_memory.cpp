@@ -60,6 +60,7 @@ void grant_peer_devices(CUdeviceptr address, size_t bytes, int device) {
 extern "C" {
 
 SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  SHIM_FORWARD_FROM_REAL(ncclMemAlloc, ptr, size);
   return guarded("ncclMemAlloc", [&] {
     require_pointer(ptr, "ncclMemAlloc", "ptr");
     *ptr = nullptr;
@@ -90,6 +91,7 @@ SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
 }
 
 SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
+  SHIM_FORWARD_FROM_REAL(ncclMemFree, ptr);
   if (ptr == nullptr) return ncclSuccess;
   return guarded("ncclMemFree", [&] {
     Allocation allocation{};
@@ -111,6 +113,7 @@ SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
 }
 
 SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommRegister, comm, buff, size, handle);
   return guarded("ncclCommRegister", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclCommRegister");
     require_pointer(handle, "ncclCommRegister", "handle");
@@ -126,6 +129,7 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
 }
 
 SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommDeregister, comm, handle);
   return guarded("ncclCommDeregister", [&] {
     const ncclComm& shim = checked_comm(comm, "ncclCommDeregister");
     require_pointer(handle, "ncclCommDeregister", "handle");
@@ -139,6 +143,7 @@ SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle)
 
 SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                                 int winFlags) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommWindowRegister, comm, buff, size, win, winFlags);
   return guarded("ncclCommWindowRegister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommWindowRegister");
     require_pointer(win, "ncclCommWindowRegister", "win");
@@ -156,6 +161,7 @@ SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
 }
 
 SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  SHIM_FORWARD_FOREIGN(comm, ncclCommWindowDeregister, comm, win);
   return guarded("ncclCommWindowDeregister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommWindowDeregister");
     require_pointer(win, "ncclCommWindowDeregister", "win");

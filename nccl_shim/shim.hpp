@@ -65,6 +65,16 @@ const detail::NcclLibrary& require_real(const ncclComm& comm, const char* what);
 // Raises braid::Error for a failed real NCCL call (message from NCCL).
 void check_real(const ncclComm& comm, ncclResult_t result, const char* call);
 
+// Calls that reach the shim but belong to the real NCCL. Where the real NCCL was loaded before the shim opened it
+// (PyTorch preloads its wheel's libnccl.so.2 with RTLD_GLOBAL), NCCL's calls to its own exported names bind to the
+// shim (LD_PRELOAD comes first), with NCCL's communicators as arguments: e.g. ncclCommFinalize polling
+// ncclCommGetAsyncError. foreign_entry(comm, name) is the real NCCL's `name` when `comm` is not a shim
+// communicator (the caller forwards the call there), else null. called_by_real_nccl(address) tells whether a return
+// address lies in the real NCCL's code (for calls without a communicator, e.g. ncclGroupStart).
+void* foreign_entry(const void* comm, const char* name);
+void* real_entry(const char* name);  // the real NCCL's `name`; null where it is not loaded
+bool called_by_real_nccl(const void* return_address);
+
 // Makes a shim communicator (collective over `size` ranks): braid's communicator at the store the unique id
 // names (its rendezvous), then the real NCCL's communicator on the same ranks: `real` when given (a split of the
 // parent's), else a fresh one whose id rank 0 shares through braid. An id not made by the shim is taken as the
@@ -76,3 +86,21 @@ void release(ncclComm& comm, bool abort);
 }  // namespace braid::shim
 
 #include "shim_guarded.hpp"
+
+// First statement of an exported function taking a communicator: forwards the call to the real NCCL when `comm`
+// is one of the real NCCL's (see foreign_entry).
+#define SHIM_FORWARD_FOREIGN(comm, function, ...)                                                   \
+  do {                                                                                              \
+    if (void* real_entry_ = ::braid::shim::foreign_entry(comm, #function)) {                        \
+      return reinterpret_cast<decltype(&function)>(real_entry_)(__VA_ARGS__);                       \
+    }                                                                                               \
+  } while (0)
+// First statement of an exported function without a communicator that NCCL itself may call.
+#define SHIM_FORWARD_FROM_REAL(function, ...)                                                       \
+  do {                                                                                              \
+    if (::braid::shim::called_by_real_nccl(__builtin_return_address(0))) {                          \
+      if (void* real_entry_ = ::braid::shim::real_entry(#function)) {                               \
+        return reinterpret_cast<decltype(&function)>(real_entry_)(__VA_ARGS__);                     \
+      }                                                                                             \
+    }                                                                                               \
+  } while (0)

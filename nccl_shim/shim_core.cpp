@@ -1,6 +1,8 @@
 // A shim communicator's life: braid's communicator at the unique id's store, the real NCCL's communicator beside
 // it, and their release.
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <link.h>
 
 #include <cstring>
 #include <mutex>
@@ -54,6 +56,53 @@ std::shared_ptr<detail::NcclLibrary> real_nccl() {
     }
   });
   return real_library;
+}
+
+namespace {
+
+// The real NCCL's loaded range [begin, end), found once it is loaded: the object dladdr names for one of its entry
+// points, and the end of its last loadable segment.
+struct CodeRange {
+  uintptr_t begin = 0, end = 0;
+};
+
+CodeRange real_code_range() {
+  static const CodeRange range = [] {
+    CodeRange found;
+    const std::shared_ptr<detail::NcclLibrary> library = real_nccl();
+    Dl_info info{};
+    if (library == nullptr || dladdr(reinterpret_cast<void*>(library->api().get_version), &info) == 0) return found;
+    found.begin = reinterpret_cast<uintptr_t>(info.dli_fbase);
+    dl_iterate_phdr([](dl_phdr_info* object, size_t, void* data) {
+      auto* range = static_cast<CodeRange*>(data);
+      if (object->dlpi_addr != range->begin) return 0;
+      for (int i = 0; i < object->dlpi_phnum; ++i) {
+        const ElfW(Phdr)& segment = object->dlpi_phdr[i];
+        if (segment.p_type == PT_LOAD) range->end = std::max<uintptr_t>(range->end, object->dlpi_addr + segment.p_vaddr + segment.p_memsz);
+      }
+      return 1;
+    }, &found);
+    return found;
+  }();
+  return range;
+}
+
+}  // namespace
+
+void* real_entry(const char* name) {
+  const std::shared_ptr<detail::NcclLibrary> library = real_nccl();
+  return library != nullptr ? library->symbol(name) : nullptr;
+}
+
+void* foreign_entry(const void* comm, const char* name) {
+  if (comm == nullptr || static_cast<const ncclComm*>(comm)->magic == ncclComm::kMagic) return nullptr;
+  return real_entry(name);
+}
+
+bool called_by_real_nccl(const void* return_address) {
+  const CodeRange range = real_code_range();
+  const auto address = reinterpret_cast<uintptr_t>(return_address);
+  return address >= range.begin && address < range.end;
 }
 
 const std::string& real_nccl_problem() {
