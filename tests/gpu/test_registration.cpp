@@ -251,7 +251,8 @@ TEST(Registration, ThousandCyclesLeakNothing) {
 
 // 1,000 communicators made and destroyed, each running a collective on two cudaMalloc buffers; registered ones
 // are deregistered only after their communicator is gone. A leak grows with the cycles: open fds must not grow
-// after 20 warm cycles, and device memory must not shrink by more than 2 MiB in both halves of the run (other
+// after 20 warm cycles by more than a few per rank (ranks that are threads count the process's fds, while the other
+// threads may be mid-cycle with a socket or an exchanged fd open; one fd leaked a cycle would add ~980), and device memory must not shrink by more than 2 MiB in both halves of the run (other
 // tests' memory freed or taken back by the driver meanwhile moves it once, a leak in every half).
 void communicator_cycles(const RankContext& context, bool registered) {
   const size_t count = 4096;
@@ -279,7 +280,8 @@ void communicator_cycles(const RankContext& context, bool registered) {
     if (i == 509) free_half = free_device_bytes();
   }
   const size_t free_end = free_device_bytes();
-  EXPECT_LE(open_fds(), fds) << "fds grew over 1000 communicators";
+  const size_t in_flight = 4 * size_t(context.world);  // other ranks' fds of a cycle in progress
+  EXPECT_LE(open_fds(), fds + in_flight) << "fds grew over 1000 communicators";
   const bool shrank_first = free_half + slack < free_warm, shrank_second = free_end + slack < free_half;
   EXPECT_FALSE(shrank_first && shrank_second) << "device memory shrank in both halves: " << free_warm << " -> "
                                               << free_half << " -> " << free_end << " bytes free";
