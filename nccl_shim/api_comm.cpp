@@ -56,6 +56,17 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   return submit_init(comm, [comm, id, nranks, rank, device] { initialise(*comm, id, nranks, rank, device); });
 }
 
+// ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort releases the real NCCL's side with ncclCommAbort.
+ncclResult_t destroy(const char* function, ncclComm_t comm, bool abort) {
+  if (comm == nullptr) return ncclSuccess;
+  return guarded(function, [&] {
+    if (comm->magic != ncclComm::kMagic) raise_invalid_argument(function, "comm", "is not a communicator of this library");
+    release(*comm, abort);
+    comm->magic = 0;
+    delete comm;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -249,24 +260,12 @@ SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommDestroy, comm);
-  if (comm == nullptr) return ncclSuccess;  // as NCCL
-  return guarded("ncclCommDestroy", [&] {
-    if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommDestroy", "comm", "is not a communicator of this library");
-    release(*comm, /*abort=*/false);
-    comm->magic = 0;
-    delete comm;
-  });
+  return destroy("ncclCommDestroy", comm, /*abort=*/false);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommAbort, comm);
-  if (comm == nullptr) return ncclSuccess;  // as NCCL
-  return guarded("ncclCommAbort", [&] {
-    if (comm->magic != ncclComm::kMagic) raise_invalid_argument("ncclCommAbort", "comm", "is not a communicator of this library");
-    release(*comm, /*abort=*/true);
-    comm->magic = 0;
-    delete comm;
-  });
+  return destroy("ncclCommAbort", comm, /*abort=*/true);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {

@@ -51,6 +51,7 @@
 #include "braid/braid.hpp"
 #include "braid/moe.hpp"
 #include "collective_reference.hpp"
+#include "test_helpers.hpp"
 #include "moe_expert_kernel.hpp"
 #include "world.hpp"
 
@@ -394,18 +395,6 @@ std::string format_row_ref(const RowRef& r) {
 }
 
 // ---- One MoeBuffer and the buffers around it, on one rank ----
-
-struct GraphHandles {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  GraphHandles() = default;
-  GraphHandles(const GraphHandles&) = delete;
-  GraphHandles& operator=(const GraphHandles&) = delete;
-  ~GraphHandles() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
-};
 
 struct Outcome {
   std::optional<Error> error;  // raised by comm.check() after the stream synchronised
