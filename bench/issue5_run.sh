@@ -41,6 +41,11 @@ for phase in "$@"; do
       done
       BRAID_BACKEND=nccl bench 120 allreduce-nccl-backend -c allreduce -d bfloat16 -b 8K -e 64M -f 8 -z 1
       ;;
+    bench-allreduce)  # the allreduce half of bench alone (short device budgets)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      bench 140 allreduce-cudamalloc -c allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 0 $cmp
+      bench 140 allreduce-registered -c allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 1 $cmp
+      ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
