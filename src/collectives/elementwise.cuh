@@ -168,44 +168,83 @@ __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks
   return slice;
 }
 
+// Sources whose loads a thread may issue together before it combines any of them (block_reduce's Batch), for
+// kernels that load straight from peers: a load from a peer takes an NVLink round trip, and combining each
+// source before loading the next waits one round trip per source (bench/probes/allreduce_paths.cu, 4×H200,
+// zero-copy two shot: 307 → 310 GB/s busbw at 128 MB). The batch shrinks as the accumulators grow (registers of
+// kUnroll vectors: float32 16, bf16 32, int8 64) so 512-thread blocks do not spill: 4 sources for 4- and 8-byte
+// types, 2 for 16-bit types, 1 for 8-bit ones. Kernels that reduce from their own memory keep Batch 1: their
+// loads are short, and the registers are better left to the rest of the kernel (the pipelined two shot spills
+// with more).
+template <typename T>
+constexpr int kAccumulatorRegisters = kUnroll * Vector<T>::kCount * (sizeof(acc_t<T>) < 4 ? 4 : sizeof(acc_t<T>)) / 4;
+template <typename T>
+constexpr int kLoadBatch = kAccumulatorRegisters<T> <= 16 ? 4 : kAccumulatorRegisters<T> <= 32 ? 2 : 1;
+
 // Reduces kUnroll vectors, `stride` elements apart, starting at element `e` (all inside the slice): the loads
-// of one source for every vector are issued together.
-template <typename T, ReduceOp Op>
+// of Batch sources for every vector are in flight together; they are combined in rank order.
+template <typename T, ReduceOp Op, int Batch>
 __device__ __forceinline__ void reduce_unrolled(const char* const* sources, int source_count, char* const* destinations,
                                                 int destination_count, size_t e, size_t stride,
                                                 size_t source_offset_bytes, size_t destination_offset_bytes, int world) {
   constexpr int kPer = Vector<T>::kCount;
   acc_t<T> acc[kUnroll][kPer];
-  Vector<T> in[kUnroll];
+  Vector<T> in[Batch][kUnroll];
+  if constexpr (Batch == 1) {
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) in[u] = load_vector<T>(sources[0] + source_offset_bytes + (e + u * stride) * sizeof(T));
-#pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-    for (int i = 0; i < kPer; ++i) acc[u][i] = to_acc(in[u].value[i]);
-  }
-  for (int s = 1; s < source_count; ++s) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) in[u] = load_vector<T>(sources[s] + source_offset_bytes + (e + u * stride) * sizeof(T));
+    for (int u = 0; u < kUnroll; ++u) in[0][u] = load_vector<T>(sources[0] + source_offset_bytes + (e + u * stride) * sizeof(T));
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-      for (int i = 0; i < kPer; ++i) acc[u][i] = combine<Op>(acc[u][i], to_acc(in[u].value[i]));
+      for (int i = 0; i < kPer; ++i) acc[u][i] = to_acc(in[0][u].value[i]);
+    }
+    for (int s = 1; s < source_count; ++s) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) in[0][u] = load_vector<T>(sources[s] + source_offset_bytes + (e + u * stride) * sizeof(T));
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) acc[u][i] = combine<Op>(acc[u][i], to_acc(in[0][u].value[i]));
+      }
+    }
+  } else {
+    for (int first = 0; first < source_count; first += Batch) {
+#pragma unroll
+      for (int b = 0; b < Batch; ++b) {
+        if (first + b < source_count) {
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            in[b][u] = load_vector<T>(sources[first + b] + source_offset_bytes + (e + u * stride) * sizeof(T));
+          }
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < Batch; ++b) {
+        if (first + b >= source_count) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+          for (int i = 0; i < kPer; ++i) {
+            acc[u][i] = first + b == 0 ? to_acc(in[b][u].value[i]) : combine<Op>(acc[u][i], to_acc(in[b][u].value[i]));
+          }
+        }
+      }
     }
   }
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) in[u].value[i] = from_acc<T>(finish<Op>(acc[u][i], world));
+    for (int i = 0; i < kPer; ++i) in[0][u].value[i] = from_acc<T>(finish<Op>(acc[u][i], world));
   }
   for (int d = 0; d < destination_count; ++d) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) store_vector(destinations[d] + destination_offset_bytes + (e + u * stride) * sizeof(T), in[u]);
+    for (int u = 0; u < kUnroll; ++u) store_vector(destinations[d] + destination_offset_bytes + (e + u * stride) * sizeof(T), in[0][u]);
   }
 }
 
-// Reduces elements [slice) of `sources` (rank order) into every destination (one, or every peer's copy).
-template <typename T, ReduceOp Op>
+// Reduces elements [slice) of `sources` (rank order) into every destination (one, or every peer's copy),
+// issuing the loads of Batch sources together (kLoadBatch).
+template <typename T, ReduceOp Op, int Batch = 1>
 __device__ inline void block_reduce(const char* const* sources, int source_count, char* const* destinations,
                                     int destination_count, const Slice& slice, size_t source_offset_bytes,
                                     size_t destination_offset_bytes, int world) {
@@ -213,7 +252,7 @@ __device__ inline void block_reduce(const char* const* sources, int source_count
   const size_t stride = blockDim.x * kPer;  // elements between a thread's consecutive vectors
   size_t e = slice.begin + threadIdx.x * kPer;
   for (; e + (kUnroll - 1) * stride < slice.vector_end; e += kUnroll * stride) {
-    reduce_unrolled<T, Op>(sources, source_count, destinations, destination_count, e, stride, source_offset_bytes,
+    reduce_unrolled<T, Op, Batch>(sources, source_count, destinations, destination_count, e, stride, source_offset_bytes,
                            destination_offset_bytes, world);
   }
   for (; e < slice.vector_end; e += stride) {
