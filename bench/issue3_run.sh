@@ -4,8 +4,10 @@
 #   probe    NCCL init under braid-run with NCCL_DEBUG=INFO (does --compare nccl work here?)
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
 #   compare  braid-bench --compare nccl for the sizes the issue names
+#   compare-symmetric  the same all-reduce rows on buffers from comm.alloc (zero copy)
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
+#   zero-copy  the zero-copy tests alone (symmetric and registered buffers, threads)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -40,6 +42,13 @@ for phase in "$@"; do
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1"
       bench 130 compare-symmetric-allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
       bench 60 compare-symmetric-allreduce-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 $cmp
+      ;;
+    zero-copy)  # after a zero-copy kernel change: its tests (symmetric and registered buffers), then compare-symmetric
+      timeout 150 stdbuf -oL build/tests/gpu/braid_gpu_tests \
+        --gtest_filter='Collectives.Symmetric*:Registration.RegisteredMatchesUnregisteredAndReference' \
+        > "$out/zero-copy-tests.log" 2>&1
+      echo "zero-copy tests (threads, $gpus ranks) exit $?" | tee -a "$out/zero-copy-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/zero-copy-tests.log" | head -30
       ;;
     collective-tests)
       timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives*' > "$out/collective-tests.log" 2>&1
