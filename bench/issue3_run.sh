@@ -65,8 +65,8 @@ for phase in "$@"; do
       done
       bench 40 symmetric-twoshot-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 -n 10 --inplace 0 --symmetric 1
       ;;
-    explore)
-      for area in 256M:268435456 512M:536870912; do
+    explore)  # AREAS (label:bytes ...) picks the pipeline areas; STAGED=0 skips the staged rows
+      for area in ${AREAS:-256M:268435456 512M:536870912}; do
         export BRAID_PIPELINE_BYTES=${area#*:}
         bench 40 "explore-twoshot-f32-area${area%:*}" -c allreduce -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
         for coll in reducescatter allgather; do
@@ -74,7 +74,7 @@ for phase in "$@"; do
         done
         unset BRAID_PIPELINE_BYTES
       done
-      for coll in reducescatter allgather; do
+      [ "${STAGED:-1}" = 0 ] || for coll in reducescatter allgather; do
         BRAID_ALGO=$coll=staged bench 30 "explore-$coll-staged" -c $coll -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
       done
       ;;
