@@ -89,8 +89,7 @@ kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& ca
   return launch;
 }
 
-static_assert(kMaxBlocks <= kernels::kPipelineChannels && kMaxPipelinedBlocks <= kernels::kPipelineChannels,
-              "a pipelined launch has a FIFO per block; barriers use a channel per block");
+static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
 
 // A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
 // between rank blocks of the user's buffer where the collective has them.

@@ -11,8 +11,8 @@
 
 namespace braid::kernels {
 
-constexpr int kFifoDepth = 2;           // slots per FIFO; a power of two, at least 2 (two rounds are alive at once)
-constexpr int kPipelineChannels = 128;  // blocks a pipelined launch may use
+constexpr int kFifoDepth = 4;           // slots per FIFO; a power of two
+constexpr int kPipelineChannels = 64;   // blocks a pipelined launch may use
 constexpr int kPipelinePhases = 2;      // all-reduce: reduce-scatter pieces, then reduced pieces
 
 // Signal-pad channel sets (each kPipelineChannels wide, after the staged kernels' barrier channels): "data"

@@ -92,8 +92,7 @@ int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
                            : buffers == Buffers::kSymmetric ? size_t(16) << 10
                                                             : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
-  const bool fifo_pushes = algorithm == Algorithm::kPipelined || (algorithm == Algorithm::kTwoShot && buffers == Buffers::kAny);
-  return static_cast<int>(std::clamp<size_t>(blocks, 1, fifo_pushes ? kMaxPipelinedBlocks : kMaxBlocks));
+  return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }
 
 const char* short_name(Collective collective) {

@@ -32,10 +32,7 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine };
 const char* algorithm_name(Algorithm algorithm);
 
-constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm but the FIFO pushes
-// Channels of one launch of FIFO pushes (the pipelined two shot, reduce-scatter, all-gather, all-to-all): a block
-// spends part of each round on local copies and reductions, so more blocks keep NVLink busy meanwhile.
-constexpr int kMaxPipelinedBlocks = 128;
+constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
 
 // Where the user's buffers live: anywhere (peers cannot map them: staging, FIFOs or LL lines carry the data), or
 // in a symmetric allocation of the communicator on every rank at the same offset (peers read and write them in
