@@ -8,7 +8,7 @@
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
 #   zero-copy  the zero-copy tests alone (symmetric and registered buffers, threads)
-#   pipelined-tests  the tests of every kernel that pushes through the FIFOs (threads)
+#   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -53,7 +53,7 @@ for phase in "$@"; do
       ;;
     pipelined-tests)  # after a FIFO (pipeline) change: every test of a kernel that pushes through the FIFOs
       timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests \
-        --gtest_filter='Collectives.AllReduceMatrix*:Collectives.Pipelined*:Collectives.ReduceScatterMatrix:Collectives.AllGatherMatrix:Collectives.GraphCapture*:CollectivesStress.*:AllToAll*:SendRecv.*:Moe*' \
+        --gtest_filter='Collectives.AllReduceMatrix*:Collectives.Pipelined*:Collectives.ReduceScatterMatrix:Collectives.ReduceMatrix:Collectives.AllGatherMatrix:Collectives.GraphCapture*:CollectivesStress.*:AllToAll*:SendRecv.*:Moe*' \
         > "$out/pipelined-tests.log" 2>&1
       echo "pipelined tests (threads, $gpus ranks) exit $?" | tee -a "$out/pipelined-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/pipelined-tests.log" | head -60

@@ -9,6 +9,9 @@
 //   3. gather: the reduced pieces of the other shards arrive and are copied into the output.
 // The next round's scatter is issued before waiting for this round's gather, so NVLink carries both at once.
 // Every byte crosses NVLink (world-1)/world times each way per phase: the algorithm for large messages.
+// The scatter pushes one piece to one peer at a time, its own (a local copy) first, then rank + 1, rank + 2, ...: in rank order,
+// every rank would push to rank 0 first, then rank 1, ..., and one GPU's ingress would take three senders while
+// the others' idle.
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
@@ -25,7 +28,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(Pipeline
 
   auto scatter = [&](size_t round) {
     if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
-    for (int q = 0; q < world; ++q) {
+    for (int k = 0; k < world; ++k) {
+      const int q = (rank + k) % world;  // rotated: see the note at the top
       const Slice piece = grid.slice(round, q);
       char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
       block_copy(to, launch.send + piece.begin * sizeof(T), (piece.end - piece.begin) * sizeof(T));

@@ -173,9 +173,9 @@ __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks
 // source before loading the next waits one round trip per source (bench/probes/allreduce_paths.cu, 4×H200,
 // zero-copy two shot: 307 → 310 GB/s busbw at 128 MB). The batch shrinks as the accumulators grow (registers of
 // kUnroll vectors: float32 16, bf16 32, int8 64) so 512-thread blocks do not spill: 4 sources for 4- and 8-byte
-// types, 2 for 16-bit types, 1 for 8-bit ones. Kernels that reduce from their own memory keep Batch 1: their
-// loads are short, and the registers are better left to the rest of the kernel (the pipelined two shot spills
-// with more).
+// types, 2 for 16-bit types, 1 for 8-bit ones. The zero-copy and staged kernels (which read peers' buffers or
+// staging) use it; the pipelined ones reduce from their own memory and keep Batch 1: their loads are short,
+// and the registers are better left to the rest of the kernel (the pipelined two shot spills with more).
 template <typename T>
 constexpr int kAccumulatorRegisters = kUnroll * Vector<T>::kCount * (sizeof(acc_t<T>) < 4 ? 4 : sizeof(acc_t<T>)) / 4;
 template <typename T>

@@ -21,7 +21,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunc
   auto scatter = [&](size_t round) {
     if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
     const Slice piece = grid.slice(round, 0);
-    for (int q = 0; q < world; ++q) {
+    for (int k = 0; k < world; ++k) {
+      // Rotated, starting with the rank after this one: in rank order, every rank would push to rank 0 first
+      // and one GPU's ingress would take three senders while the others' idle.
+      const int q = (rank + k) % world;
       char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
       block_copy(to, launch.send + q * launch.rank_stride + piece.begin * sizeof(T), (piece.end - piece.begin) * sizeof(T));
     }

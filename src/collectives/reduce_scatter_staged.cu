@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_staged(Staged
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + rank * block_bytes;
   char* destination = launch.recv;
-  block_reduce<T, Op>(sources, world, &destination, 1, slice, 0, 0, world);
+  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);  // sources: peers' staging
   finish_launch(launch);
 }
 
