@@ -49,7 +49,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(Pipeline
     destinations[destination_count++] = launch.recv + mine.begin * sizeof(T);
     for (int r = 0; r < world; ++r) {
       sources[r] = r == rank ? own_piece(launch, 0, round) : fifo_piece(launch, rank, 0, r, pull_slot[r]);
-      if (r != rank) destinations[destination_count++] = fifo_piece(launch, r, 1, rank, push_slot[r]);
+    }
+    for (int k = 1; k < world; ++k) {  // rotated, as the scatter
+      const int r = (rank + k) % world;
+      destinations[destination_count++] = fifo_piece(launch, r, 1, rank, push_slot[r]);
     }
     block_reduce<T, Op>(sources, world, destinations, destination_count, slot_slice<T>(mine.end - mine.begin), 0, 0, world);
     post_peers(launch, kData2);
