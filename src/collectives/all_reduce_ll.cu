@@ -23,14 +23,18 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launc
   static_assert(kLLLineBytes % sizeof(T) == 0, "a line holds whole elements");
   constexpr int kPerLine = kLLLineBytes / sizeof(T);
   const int world = launch.pad.world, rank = launch.pad.rank;
+  const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
+  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  // The thread's first line is loaded before the call's flag is read, so the two memory round trips overlap
+  // (small calls have one line or two a thread: this is most of their loads).
+  const uint2 first_line = first < lines ? load_line(launch.send + first * kLLLineBytes, bytes - first * kLLLineBytes)
+                                         : make_uint2(0, 0);
   const LLCall call = ll_call(launch);
   const uint32_t flag = call.flag;
   auto slot = [&](int receiver, int sender) { return ll_slot(launch, call, receiver, sender); };
 
-  const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
-  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = first; i < lines; i += stride) {
-    const uint2 line = load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+    const uint2 line = i == first ? first_line : load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
     for (int p = 1; p < world; ++p) {
       const int peer = (rank + p) % world;
       store_wire(slot(peer, rank) + i * kLLWireBytes, line, flag);
@@ -42,7 +46,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launc
     for (int r = 0; arrived && r < world; ++r) {
       uint2 line;
       if (r == rank) {
-        line = load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+        line = i == first ? first_line : load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
