@@ -254,8 +254,26 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     return;
   }
   const size_t size = datatype_size(type);
-  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type, state.algorithm_override);
+  // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
+  // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
+  std::optional<PeerRange> send_range;
+  if (recv_count * size % 16 == 0) send_range = find_peer_range(state, send, recv_count * state.size * size);
+  const bool zero_copy = send_range && send_range->aligned16;
+  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
+                                         state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
+    kernels::ZeroCopyLaunch launch{};
+    launch.send = send_range->buffers;
+    launch.recv = static_cast<char*>(recv);
+    launch.count = recv_count;
+    launch.rank_stride = recv_count * size;
+    launch.collective = static_cast<unsigned int>(call.collective);
+    launch.pad = state.sync->pad();
+    kernels::launch_reduce_scatter_zero_copy(type, op, launch, choice.blocks, stream);
+    check_launch("reduce_scatter kernel launch");
+    return;
+  }
   if (choice.algorithm == Algorithm::kPipelined) {
     kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size), choice.blocks, stream);
     check_launch("reduce_scatter kernel launch");
@@ -284,8 +302,27 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
     return;
   }
   const size_t bytes = send_count * datatype_size(type);
-  const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override);
+  // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
+  // answer on every rank. The input may be any buffer (only this rank reads it).
+  std::optional<PeerRange> recv_range;
+  if (bytes % 16 == 0) recv_range = find_peer_range(state, recv, bytes * state.size);
+  const bool zero_copy = recv_range && recv_range->aligned16;
+  const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
+                                         zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
+    kernels::ZeroCopyLaunch launch{};
+    launch.recv_peers = recv_range->buffers;
+    launch.local_send = static_cast<const char*>(send);
+    launch.recv = static_cast<char*>(recv);
+    launch.count = bytes;
+    launch.rank_stride = bytes;
+    launch.collective = static_cast<unsigned int>(call.collective);
+    launch.pad = state.sync->pad();
+    kernels::launch_all_gather_zero_copy(launch, choice.blocks, stream);
+    check_launch("all_gather kernel launch");
+    return;
+  }
   if (choice.algorithm == Algorithm::kPipelined) {
     kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes), choice.blocks, stream);
     check_launch("all_gather kernel launch");

@@ -27,8 +27,11 @@ void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const Zero
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
+                                     cudaStream_t stream);
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);

@@ -25,6 +25,9 @@ struct Row {
 //     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
+//   - Reduce-scatter and all-gather on buffers peers map (the input, resp. the output): "pipelined" runs the
+//     zero-copy kernels (loads from the peers' inputs, resp. stores into their outputs; no staging, no FIFO)
+//     from 1 MiB up. The cut-off is a guess from the all-reduce's (two barriers a call), not yet swept.
 //   - All-to-all: LL lines through 512 KiB (no barrier, no signal); beyond, FIFO pushes on any buffer, and on
 //     symmetric buffers direct stores into the peers' outputs while a call is small (the copy engines'
 //     launches and barrier kernels cost more than they save), copy engines pulling from the peers' inputs
@@ -40,8 +43,12 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kReduceScatter, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kAllGather, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},

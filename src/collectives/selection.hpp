@@ -25,7 +25,8 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 
 // kLL: flag-in-data pushes, no barrier (all-reduce, small); kOneShot: every rank reads every peer's staged copy;
 // kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
-// all-gather, all-to-all; on symmetric buffers all-to-all stores straight into the peers' outputs);
+// all-gather, all-to-all; on buffers peers map, zero copy: all-to-all and all-gather store straight into the
+// peers' outputs, reduce-scatter loads straight from the peers' inputs);
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
 // kCopyEngine: copy engines pull from the peers' buffers between two barrier kernels (all-to-all on symmetric
 // buffers).

@@ -12,10 +12,12 @@
 namespace braid::kernels {
 
 struct ZeroCopyLaunch {
-  PeerBuffers send;         // every rank's send buffer (16-byte aligned)
-  PeerBuffers recv_peers;   // every rank's recv buffer (two shot writes them all)
+  PeerBuffers send;         // every rank's send buffer (16-byte aligned); all-gather: unused
+  PeerBuffers recv_peers;   // every rank's recv buffer (two shot and all-gather write them); reduce-scatter: unused
+  const char* local_send;   // this rank's send (all-gather: peers need not map it)
   char* recv;               // this rank's recv
-  size_t count;             // elements
+  size_t count;             // elements (all-gather: bytes of one rank's block)
+  size_t rank_stride;       // bytes between rank blocks (reduce-scatter's send, all-gather's recv; a multiple of 16)
   unsigned int collective;
   device::SignalPad pad;
 };

@@ -264,10 +264,10 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
 }
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
-// all_reduce and all_gather with send and recv in symmetric memory (comm.alloc()), at the same offsets on
-// every rank: the zero-copy path.
 // Cases on buffers in symmetric memory (comm.alloc), at the same offsets on every rank: aligned all-reduces
-// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path.
+// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path;
+// reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
+// picks "pipelined".
 void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& collectives, const std::vector<size_t>& sizes,
                          const char* label) {
   std::vector<Case> cases;
@@ -303,8 +303,23 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
 
 TEST(Collectives, SymmetricMemoryBuffers) {
   with_communicator([](Communicator& comm) {
-    run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather}, {1, 4097, kOneMiBPlus3}, "table");
+    run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter},
+                        {1, 4097, kOneMiBPlus3, size_t(4) << 20}, "table");
   });
+}
+
+// Reduce-scatter and all-gather forced onto their zero-copy kernels ("pipelined" on buffers peers map) at every
+// size: rank blocks of whole 16-byte vectors take them (16 B, 4 KiB + 16, 9 MiB + 16: one vector, a tail
+// after the blocks' split, more than the staging half), other sizes and the unaligned variants the FIFOs.
+TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
+  CommOptions options = test_options();
+  options.algorithms = "reducescatter=pipelined,allgather=pipelined";
+  with_communicator(
+      [](Communicator& comm) {
+        run_symmetric_cases(comm, {Collective::kReduceScatter, Collective::kAllGather},
+                            {16, 4096 + 16, kOneMiBPlus3, (size_t(9) << 20) + 16}, "zero-copy reduce_scatter/all_gather");
+      },
+      options);
 }
 
 // Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails.
