@@ -8,6 +8,7 @@
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
 #   zero-copy  the zero-copy tests alone (symmetric and registered buffers, threads)
+#   zero-copy-rs-ag  zero-copy reduce-scatter/all-gather tests, staged vs zero copy sweeps, --compare nccl at 128/512 MiB
 #   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
@@ -57,6 +58,19 @@ for phase in "$@"; do
         > "$out/pipelined-tests.log" 2>&1
       echo "pipelined tests (threads, $gpus ranks) exit $?" | tee -a "$out/pipelined-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/pipelined-tests.log" | head -60
+      ;;
+    zero-copy-rs-ag)  # zero-copy reduce-scatter / all-gather: tests, then staged vs zero copy on symmetric buffers, and NCCL
+      timeout 150 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives.SymmetricMemoryBuffers:Collectives.SymmetricMemoryZeroCopy*' \
+        > "$out/zero-copy-rs-ag-tests.log" 2>&1
+      echo "zero-copy reduce-scatter/all-gather tests (threads, $gpus ranks) exit $?" | tee -a "$out/zero-copy-rs-ag-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/zero-copy-rs-ag-tests.log" | head -30
+      for coll in reducescatter allgather; do
+        for algo in staged pipelined; do
+          BRAID_ALGO=$coll=$algo bench 40 "symmetric-$coll-$algo" -c $coll -d float32 -b 64K -e 256M -f 4 -G 20 -z 0 --inplace 0 --symmetric 1
+        done
+        bench 40 "compare-symmetric-$coll-f32" -c $coll -d float32 -b 128M -e 512M -f 4 -z 0 --inplace 0 --symmetric 1 \
+          --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2"
+      done
       ;;
     collective-tests)
       timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives*' > "$out/collective-tests.log" 2>&1
