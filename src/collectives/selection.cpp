@@ -27,7 +27,9 @@ struct Row {
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
 //   - Reduce-scatter and all-gather on buffers peers map (the input, resp. the output): "pipelined" runs the
 //     zero-copy kernels (loads from the peers' inputs, resp. stores into their outputs; no staging, no FIFO)
-//     from 1 MiB up. The cut-off is a guess from the all-reduce's (two barriers a call), not yet swept.
+//     beyond 4 MiB: staged wins below (one barrier a call against two), they tie at 4 MiB, zero copy wins
+//     beyond (2×H200, float32, graphs, bench/results/*-x2-zero-copy-rs-ag.txt: reduce-scatter 32.9 vs 46.3 µs
+//     at 16 MiB, 408 vs 682 at 256 MiB; all-gather 31.5 vs 36.8, 390 vs 576). Not yet swept on 4 ranks.
 //   - All-to-all: LL lines through 512 KiB (no barrier, no signal); beyond, FIFO pushes on any buffer, and on
 //     symmetric buffers direct stores into the peers' outputs while a call is small (the copy engines'
 //     launches and barrier kernels cost more than they save), copy engines pulling from the peers' inputs
@@ -43,11 +45,11 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
-    {Collective::kReduceScatter, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
-    {Collective::kAllGather, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kAllGather, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},

@@ -304,7 +304,7 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
 TEST(Collectives, SymmetricMemoryBuffers) {
   with_communicator([](Communicator& comm) {
     run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter},
-                        {1, 4097, kOneMiBPlus3, size_t(4) << 20}, "table");
+                        {1, 4097, kOneMiBPlus3, size_t(8) << 20}, "table");
   });
 }
 
