@@ -308,6 +308,44 @@ TEST(Collectives, SymmetricMemoryBuffers) {
   });
 }
 
+// The same zero-copy kernels on cudaMalloc buffers registered with the communicator (legacy CUDA IPC mappings
+// instead of a symmetric allocation), by the selection table: 8 MiB blocks take them, the others staging.
+TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
+  with_communicator([](Communicator& comm) {
+    std::vector<Case> cases;
+    for (Collective collective : {Collective::kReduceScatter, Collective::kAllGather}) {
+      for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}) {
+        const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
+        for (ReduceOp op : ops) {
+          for (size_t bytes : {size_t(4097), size_t(8) << 20}) {
+            const size_t count = (bytes + datatype_size(type) - 1) / datatype_size(type);
+            for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
+          }
+        }
+      }
+    }
+    seed_cases(cases, shared_seed(comm));
+    size_t send_capacity = 0, recv_capacity = 0;
+    capacities(cases, comm.size(), send_capacity, recv_capacity);
+    DeviceBuffer send(send_capacity), recv(recv_capacity);
+    RegisteredBuffer send_registration = comm.register_buffer(send.get(), send_capacity);
+    RegisteredBuffer recv_registration = comm.register_buffer(recv.get(), recv_capacity);
+    StreamHandle stream;
+    {
+      CaseRunner runner(comm, Arenas{send.get(), recv.get(), send_capacity, recv_capacity}, stream.get());
+      for (const Case& c : cases) {
+        if (!runner.run(c)) {
+          ADD_FAILURE() << "registered reduce_scatter/all_gather: stopped at the first failing case";
+          break;
+        }
+      }
+    }
+    comm.barrier();  // no rank deregisters (and frees) while a peer may still map its buffers in a case
+    comm.deregister(send_registration);
+    comm.deregister(recv_registration);
+  });
+}
+
 // Reduce-scatter and all-gather forced onto their zero-copy kernels ("pipelined" on buffers peers map) at every
 // size: rank blocks of whole 16-byte vectors take them (16 B, 4 KiB + 16, 9 MiB + 16: one vector, a tail
 // after the blocks' split, more than the staging half), other sizes and the unaligned variants the FIFOs.
