@@ -32,6 +32,9 @@ namespace {
 
 constexpr size_t kMaxReportedCases = 8;              // detailed failure lines per rank and test
 constexpr size_t kOneMiBPlus3 = (size_t(1) << 20) + 3;  // bytes
+// A rank block of whole 16-byte vectors whose reduce-scatter / all-gather exceeds the table's 4 MiB zero-copy
+// cut-off on 2 ranks and more (bytes).
+constexpr size_t kZeroCopyBlock = (size_t(2) << 20) + 16;
 constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
 
 // ---- The matrix ----
@@ -304,12 +307,12 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
 TEST(Collectives, SymmetricMemoryBuffers) {
   with_communicator([](Communicator& comm) {
     run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter},
-                        {1, 4097, kOneMiBPlus3, size_t(8) << 20}, "table");
+                        {1, 4097, kOneMiBPlus3, kZeroCopyBlock}, "table");
   });
 }
 
 // The same zero-copy kernels on cudaMalloc buffers registered with the communicator (legacy CUDA IPC mappings
-// instead of a symmetric allocation), by the selection table: 8 MiB blocks take them, the others staging.
+// instead of a symmetric allocation), by the selection table: kZeroCopyBlock takes them, 4097 bytes staging.
 TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
   with_communicator([](Communicator& comm) {
     std::vector<Case> cases;
@@ -317,7 +320,7 @@ TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
       for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}) {
         const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
         for (ReduceOp op : ops) {
-          for (size_t bytes : {size_t(4097), size_t(8) << 20}) {
+          for (size_t bytes : {size_t(4097), kZeroCopyBlock}) {
             const size_t count = (bytes + datatype_size(type) - 1) / datatype_size(type);
             for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
           }
@@ -347,15 +350,15 @@ TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
 }
 
 // Reduce-scatter and all-gather forced onto their zero-copy kernels ("pipelined" on buffers peers map) at every
-// size: rank blocks of whole 16-byte vectors take them (16 B, 4 KiB + 16, 9 MiB + 16: one vector, a tail
-// after the blocks' split, more than the staging half), other sizes and the unaligned variants the FIFOs.
+// size: rank blocks of whole 16-byte vectors take them (16 B, 4 KiB + 16, kZeroCopyBlock: one vector, a tail
+// after the blocks' split, many blocks), other sizes and the unaligned variants the FIFOs.
 TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
   CommOptions options = test_options();
   options.algorithms = "reducescatter=pipelined,allgather=pipelined";
   with_communicator(
       [](Communicator& comm) {
         run_symmetric_cases(comm, {Collective::kReduceScatter, Collective::kAllGather},
-                            {16, 4096 + 16, kOneMiBPlus3, (size_t(9) << 20) + 16}, "zero-copy reduce_scatter/all_gather");
+                            {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}, "zero-copy reduce_scatter/all_gather");
       },
       options);
 }
