@@ -34,6 +34,16 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   // Rows without a buffers column serve both.
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).algorithm,
             Algorithm::kStaged);
+  // Reduce-scatter and all-gather go zero copy ("pipelined" on buffers peers map) beyond 4 MiB, where any other
+  // buffer still stages (reduce-scatter through 16 MiB, all-gather through 64 MiB).
+  for (Collective collective : {Collective::kReduceScatter, Collective::kAllGather}) {
+    const auto choose = [&](size_t bytes, Buffers buffers) {
+      return select_algorithm(collective, bytes, 4, DataType::kFloat32, "", buffers).algorithm;
+    };
+    EXPECT_EQ(choose(size_t(4) << 20, Buffers::kSymmetric), Algorithm::kStaged);
+    EXPECT_EQ(choose((size_t(4) << 20) + 64, Buffers::kSymmetric), Algorithm::kPipelined);
+    EXPECT_EQ(choose(size_t(8) << 20, Buffers::kAny), Algorithm::kStaged);
+  }
   // Zero-copy launches spread a size over more blocks.
   EXPECT_GT(select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).blocks,
             select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kAny).blocks);
