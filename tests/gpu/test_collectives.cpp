@@ -267,15 +267,12 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
 }
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
-// Cases on buffers in symmetric memory (comm.alloc), at the same offsets on every rank: aligned all-reduces
-// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path;
-// reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
-// picks "pipelined".
-void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& collectives, const std::vector<size_t>& sizes,
-                         const char* label) {
+// Every datatype of `types` × op × size (bytes, rounded up to whole elements) × variant of `collectives`.
+std::vector<Case> cases_of(const std::vector<Collective>& collectives, const std::vector<DataType>& types,
+                           const std::vector<size_t>& sizes) {
   std::vector<Case> cases;
   for (Collective collective : collectives) {
-    for (DataType type : kAllDataTypes) {
+    for (DataType type : types) {
       const size_t element = datatype_size(type);
       const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
       for (ReduceOp op : ops) {
@@ -286,14 +283,15 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
       }
     }
   }
-  seed_cases(cases, shared_seed(comm));
-  size_t send_capacity = 0, recv_capacity = 0;
-  capacities(cases, comm.size(), send_capacity, recv_capacity);
-  SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
-  SymmetricMemory recv = comm.alloc(recv_capacity);
-  StreamHandle stream;
+  return cases;
+}
+
+// Runs seeded `cases` on arenas the caller made (symmetric or registered), then a barrier: no rank frees or
+// deregisters its buffers while a peer may still map them in a case.
+void run_cases_on(Communicator& comm, const std::vector<Case>& cases, const Arenas& arenas, const char* label) {
   {
-    CaseRunner runner(comm, Arenas{send.local(), recv.local(), send_capacity, recv_capacity}, stream.get());
+    StreamHandle stream;
+    CaseRunner runner(comm, arenas, stream.get());
     for (const Case& c : cases) {
       if (!runner.run(c)) {
         ADD_FAILURE() << label << ": stopped at the first failing case";
@@ -301,7 +299,22 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
       }
     }
   }
-  comm.barrier();  // no rank frees its symmetric memory while a peer may still run a case
+  comm.barrier();
+}
+
+// Cases on buffers in symmetric memory (comm.alloc), at the same offsets on every rank: aligned all-reduces
+// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path;
+// reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
+// picks "pipelined".
+void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& collectives, const std::vector<size_t>& sizes,
+                         const char* label) {
+  std::vector<Case> cases = cases_of(collectives, std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes)), sizes);
+  seed_cases(cases, shared_seed(comm));
+  size_t send_capacity = 0, recv_capacity = 0;
+  capacities(cases, comm.size(), send_capacity, recv_capacity);
+  SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
+  SymmetricMemory recv = comm.alloc(recv_capacity);
+  run_cases_on(comm, cases, Arenas{send.local(), recv.local(), send_capacity, recv_capacity}, label);
 }
 
 TEST(Collectives, SymmetricMemoryBuffers) {
@@ -315,35 +328,16 @@ TEST(Collectives, SymmetricMemoryBuffers) {
 // instead of a symmetric allocation), by the selection table: kZeroCopyBlock takes them, 4097 bytes staging.
 TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
   with_communicator([](Communicator& comm) {
-    std::vector<Case> cases;
-    for (Collective collective : {Collective::kReduceScatter, Collective::kAllGather}) {
-      for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}) {
-        const std::vector<ReduceOp> ops = is_reducing(collective) ? supported_ops(type) : std::vector<ReduceOp>{ReduceOp::kSum};
-        for (ReduceOp op : ops) {
-          for (size_t bytes : {size_t(4097), kZeroCopyBlock}) {
-            const size_t count = (bytes + datatype_size(type) - 1) / datatype_size(type);
-            for (const Variant& v : kAllVariants) cases.push_back(Case{collective, type, op, count, 0, v.in_place, v.aligned, 0});
-          }
-        }
-      }
-    }
+    std::vector<Case> cases = cases_of({Collective::kReduceScatter, Collective::kAllGather},
+                                       {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}, {4097, kZeroCopyBlock});
     seed_cases(cases, shared_seed(comm));
     size_t send_capacity = 0, recv_capacity = 0;
     capacities(cases, comm.size(), send_capacity, recv_capacity);
     DeviceBuffer send(send_capacity), recv(recv_capacity);
     RegisteredBuffer send_registration = comm.register_buffer(send.get(), send_capacity);
     RegisteredBuffer recv_registration = comm.register_buffer(recv.get(), recv_capacity);
-    StreamHandle stream;
-    {
-      CaseRunner runner(comm, Arenas{send.get(), recv.get(), send_capacity, recv_capacity}, stream.get());
-      for (const Case& c : cases) {
-        if (!runner.run(c)) {
-          ADD_FAILURE() << "registered reduce_scatter/all_gather: stopped at the first failing case";
-          break;
-        }
-      }
-    }
-    comm.barrier();  // no rank deregisters (and frees) while a peer may still map its buffers in a case
+    run_cases_on(comm, cases, Arenas{send.get(), recv.get(), send_capacity, recv_capacity},
+                 "registered reduce_scatter/all_gather");
     comm.deregister(send_registration);
     comm.deregister(recv_registration);
   });
