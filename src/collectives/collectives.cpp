@@ -145,14 +145,22 @@ ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_
   return ZeroCopyBuffers{find_peer_range(state, call.send, bytes), find_peer_range(state, call.recv, bytes)};
 }
 
-kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const Call& call, const ZeroCopyBuffers& buffers) {
+// What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
+// The caller adds the peers' buffers it uses (and the rank stride).
+kernels::ZeroCopyLaunch zero_copy_base(const detail::CommState& state, const Call& call) {
   kernels::ZeroCopyLaunch launch{};
-  launch.send = buffers.send->buffers;
-  launch.recv_peers = buffers.recv->buffers;
+  launch.local_send = static_cast<const char*>(call.send);
   launch.recv = static_cast<char*>(call.recv);
   launch.count = call.count;
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.pad = state.sync->pad();
+  return launch;
+}
+
+kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const Call& call, const ZeroCopyBuffers& buffers) {
+  kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
+  launch.send = buffers.send->buffers;
+  launch.recv_peers = buffers.recv->buffers;
   return launch;
 }
 
@@ -263,13 +271,9 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
                                          state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
   if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
-    kernels::ZeroCopyLaunch launch{};
+    kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;
-    launch.recv = static_cast<char*>(recv);
-    launch.count = recv_count;
     launch.rank_stride = recv_count * size;
-    launch.collective = static_cast<unsigned int>(call.collective);
-    launch.pad = state.sync->pad();
     kernels::launch_reduce_scatter_zero_copy(type, op, launch, choice.blocks, stream);
     check_launch("reduce_scatter kernel launch");
     return;
@@ -311,14 +315,10 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
                                          zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
   if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
-    kernels::ZeroCopyLaunch launch{};
+    kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
     launch.recv_peers = recv_range->buffers;
-    launch.local_send = static_cast<const char*>(send);
-    launch.recv = static_cast<char*>(recv);
-    launch.count = bytes;
+    launch.count = bytes;  // the kernel moves bytes
     launch.rank_stride = bytes;
-    launch.collective = static_cast<unsigned int>(call.collective);
-    launch.pad = state.sync->pad();
     kernels::launch_all_gather_zero_copy(launch, choice.blocks, stream);
     check_launch("all_gather kernel launch");
     return;
