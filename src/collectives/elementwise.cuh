@@ -182,7 +182,7 @@ template <typename T>
 constexpr int kLoadBatch = kAccumulatorRegisters<T> <= 16 ? 4 : kAccumulatorRegisters<T> <= 32 ? 2 : 1;
 static_assert(kLoadBatch<float> == 4 && kLoadBatch<double> == 4 && kLoadBatch<int64_t> == 4 &&
                   kLoadBatch<__nv_bfloat16> == 2 && kLoadBatch<__half> == 2 && kLoadBatch<int8_t> == 1,
-              "the batches the comment above names (ptxas -v, sm_90: two instantiations spill 12 bytes, uint64 and bf16 min)");
+              "the batches the comment above names (ptxas -v, sm_90: two instantiations spill 12 bytes, uint64 and bf16 avg)");
 
 // Reduces kUnroll vectors, `stride` elements apart, starting at element `e` (all inside the slice): the loads
 // of Batch sources for every vector are in flight together; they are combined in rank order.
