@@ -9,6 +9,7 @@
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
 #   zero-copy  the zero-copy tests alone (symmetric and registered buffers, threads)
 #   zero-copy-rs-ag  zero-copy reduce-scatter/all-gather tests, staged vs zero copy sweeps, --compare nccl at 128/512 MiB
+#   rs-ag-check  the zero-copy reduce-scatter/all-gather tests and symmetric/registered cases, threads and processes
 #   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
@@ -71,6 +72,15 @@ for phase in "$@"; do
         bench 40 "compare-symmetric-$coll-f32" -c $coll -d float32 -b 128M -e 512M -f 4 -z 0 --inplace 0 --symmetric 1 \
           --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2"
       done
+      ;;
+    rs-ag-check)  # the zero-copy reduce-scatter/all-gather and symmetric/registered cases, threads then processes
+      filter='Collectives.SymmetricMemoryBuffers:Collectives.SymmetricMemoryZeroCopy*:Collectives.Registered*:Registration.RegisteredMatches*'
+      timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter="$filter" > "$out/rs-ag-check.log" 2>&1
+      echo "threads ($gpus ranks) exit $?" | tee -a "$out/rs-ag-check.log"
+      timeout 100 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests --gtest_filter="$filter" \
+        >> "$out/rs-ag-check.log" 2>&1
+      echo "processes ($gpus ranks) exit $?" | tee -a "$out/rs-ag-check.log"
+      grep -E "OK \]|FAILED|Failure|PASSED|exit" "$out/rs-ag-check.log" | head -30
       ;;
     collective-tests)
       timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives*' > "$out/collective-tests.log" 2>&1
