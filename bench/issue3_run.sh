@@ -9,7 +9,7 @@
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
 #   zero-copy  the zero-copy tests alone (symmetric and registered buffers, threads)
 #   zero-copy-rs-ag  zero-copy reduce-scatter/all-gather tests, staged vs zero copy sweeps, --compare nccl at 128/512 MiB
-#   rs-ag-check  the zero-copy reduce-scatter/all-gather tests and symmetric/registered cases, threads and processes
+#   rs-ag-check  the symmetric-memory and registered-buffer collective cases, threads and processes
 #   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
@@ -74,7 +74,7 @@ for phase in "$@"; do
       done
       ;;
     rs-ag-check)  # the zero-copy reduce-scatter/all-gather and symmetric/registered cases, threads then processes
-      filter='Collectives.SymmetricMemoryBuffers:Collectives.SymmetricMemoryZeroCopy*:Collectives.Registered*:Registration.RegisteredMatches*'
+      filter='Collectives.SymmetricMemory*:Collectives.Registered*:Registration.RegisteredMatches*'
       timeout 100 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter="$filter" > "$out/rs-ag-check.log" 2>&1
       echo "threads ($gpus ranks) exit $?" | tee -a "$out/rs-ag-check.log"
       timeout 100 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests --gtest_filter="$filter" \

@@ -268,6 +268,8 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
 // Every datatype of `types` × op × size (bytes, rounded up to whole elements) × variant of `collectives`.
+const std::vector<DataType> kEveryType(std::begin(kAllDataTypes), std::end(kAllDataTypes));
+
 std::vector<Case> cases_of(const std::vector<Collective>& collectives, const std::vector<DataType>& types,
                            const std::vector<size_t>& sizes) {
   std::vector<Case> cases;
@@ -306,9 +308,7 @@ void run_cases_on(Communicator& comm, const std::vector<Case>& cases, const Aren
 // take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path;
 // reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
 // picks "pipelined".
-void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& collectives, const std::vector<size_t>& sizes,
-                         const char* label) {
-  std::vector<Case> cases = cases_of(collectives, std::vector<DataType>(std::begin(kAllDataTypes), std::end(kAllDataTypes)), sizes);
+void run_symmetric_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
   seed_cases(cases, shared_seed(comm));
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
@@ -319,8 +319,10 @@ void run_symmetric_cases(Communicator& comm, const std::vector<Collective>& coll
 
 TEST(Collectives, SymmetricMemoryBuffers) {
   with_communicator([](Communicator& comm) {
-    run_symmetric_cases(comm, {Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter},
-                        {1, 4097, kOneMiBPlus3, kZeroCopyBlock}, "table");
+    run_symmetric_cases(comm,
+                        cases_of({Collective::kAllReduce, Collective::kAllGather, Collective::kReduceScatter}, kEveryType,
+                                 {1, 4097, kOneMiBPlus3, kZeroCopyBlock}),
+                        "table");
   });
 }
 
@@ -351,16 +353,24 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
   options.algorithms = "reducescatter=pipelined,allgather=pipelined";
   with_communicator(
       [](Communicator& comm) {
-        run_symmetric_cases(comm, {Collective::kReduceScatter, Collective::kAllGather},
-                            {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}, "zero-copy reduce_scatter/all_gather");
+        run_symmetric_cases(comm,
+                            cases_of({Collective::kReduceScatter, Collective::kAllGather}, kEveryType,
+                                     {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}),
+                            "zero-copy reduce_scatter/all_gather");
       },
       options);
 }
 
-// Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails.
+// Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails; the
+// largest (many blocks, 9 MiB + 5) for one type of each width, where it took two thirds of the test's time.
 TEST(Collectives, SymmetricMemoryAllReduceEveryAlgorithm) {
   with_each_all_reduce_algorithm([](Communicator& comm, const char* label) {
-    run_symmetric_cases(comm, {Collective::kAllReduce}, {1, 33, 4097, kOneMiBPlus3, (size_t(9) << 20) + 5}, label);
+    std::vector<Case> cases = cases_of({Collective::kAllReduce}, kEveryType, {1, 33, 4097, kOneMiBPlus3});
+    for (const Case& c : cases_of({Collective::kAllReduce}, {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32,
+                                                             DataType::kFloat64}, {(size_t(9) << 20) + 5})) {
+      cases.push_back(c);
+    }
+    run_symmetric_cases(comm, cases, label);
   });
 }
 
