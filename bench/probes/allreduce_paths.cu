@@ -45,13 +45,22 @@ enum Part { kFused = 0, kReduceScatter = 1, kAllGather = 2 };
 
 __device__ __forceinline__ float4 add4(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
 
-// Block b takes a contiguous part of this rank's shard; thread t its vectors t, t + blockDim, ... (as braid).
-template <int W, int U, int M, int P>
-__global__ void __launch_bounds__(512) two_shot(Ptrs in, Ptrs out, int rank, size_t vectors) {
+// Block b takes a contiguous part [begin, end) of this rank's shard (in float4 vectors); thread t its vectors
+// t, t + blockDim, ... (as braid).
+struct VectorRange {
+  size_t begin, end;
+};
+template <int W>
+__device__ __forceinline__ VectorRange block_part(int rank, size_t vectors) {
   const size_t shard = vectors / W, shard_begin = rank * shard;
   const size_t per_block = (shard + gridDim.x - 1) / gridDim.x;
-  const size_t begin = shard_begin + min(shard, blockIdx.x * per_block);
-  const size_t end = shard_begin + min(shard, (blockIdx.x + 1) * per_block);
+  return {shard_begin + min(shard, blockIdx.x * per_block), shard_begin + min(shard, (blockIdx.x + 1) * per_block)};
+}
+
+template <int W, int U, int M, int P>
+__global__ void __launch_bounds__(512) two_shot(Ptrs in, Ptrs out, int rank, size_t vectors) {
+  const VectorRange part = block_part<W>(rank, vectors);
+  const size_t begin = part.begin, end = part.end;
   const float4* src[W];
   float4* dst[W];
 #pragma unroll
@@ -128,10 +137,8 @@ __device__ __forceinline__ void walk(size_t begin, size_t end, F&& f) {
 //            output (local HBM), so every GPU talks to one peer at a time, as in a ring.
 template <int W, int U, int M, int P>
 __global__ void __launch_bounds__(512) two_shot_split(Ptrs in, Ptrs out, int rank, size_t vectors) {
-  const size_t shard = vectors / W, shard_begin = rank * shard;
-  const size_t per_block = (shard + gridDim.x - 1) / gridDim.x;
-  const size_t begin = shard_begin + min(shard, blockIdx.x * per_block);
-  const size_t end = shard_begin + min(shard, (blockIdx.x + 1) * per_block);
+  const VectorRange part = block_part<W>(rank, vectors);
+  const size_t begin = part.begin, end = part.end;
   float4* mine = reinterpret_cast<float4*>(out.p[rank]);
   if constexpr (P != kAllGather) {
     if constexpr (M == kPhased) {
