@@ -3,6 +3,7 @@
 #   tests     the AllToAll* and Moe* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
 #   compare   braid-bench -c alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
+#   moe-tests the Moe* GPU tests alone, as threads (all GPUs) and as braid-run processes
 #   moe       braid-bench --moe --compare nccl: T=128 and T=4096, H=7168, K=8, E=64, bf16, CUDA graphs
 #   algos     braid only, each all-to-all algorithm forced (BRAID_ALGO), symmetric and cudaMalloc buffers, to set
 #             the cut-offs (LL falls back to stores or pipelined where a block exceeds its LL slot)
@@ -23,6 +24,15 @@ for phase in "$@"; do
         > "$out/alltoall-tests-processes-$gpus.log" 2>&1
       echo "all-to-all tests (processes, $gpus ranks) exit $?" | tee -a "$out/alltoall-tests-processes-$gpus.log"
       grep -E "FAILED|Failure|PASSED" "$out/alltoall-tests-processes-$gpus.log" | head -20
+      ;;
+    moe-tests)
+      timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=Moe*' --world=$gpus > "$out/moe-tests-threads-$gpus.log" 2>&1
+      echo "MoE tests (threads, $gpus ranks) exit $?" | tee -a "$out/moe-tests-threads-$gpus.log"
+      grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED" "$out/moe-tests-threads-$gpus.log" | head -40
+      timeout 200 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests '--gtest_filter=Moe*' \
+        > "$out/moe-tests-processes-$gpus.log" 2>&1
+      echo "MoE tests (processes, $gpus ranks) exit $?" | tee -a "$out/moe-tests-processes-$gpus.log"
+      grep -E "FAILED|Failure|PASSED" "$out/moe-tests-processes-$gpus.log" | head -20
       ;;
     compare)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 
 #include "collectives/call_checks.hpp"
 #include "collectives/selection.hpp"
@@ -73,9 +74,7 @@ moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   layout.row_expert = carve.take(capacity * sizeof(int32_t));
   layout.row_rank = carve.take(capacity * sizeof(int32_t));
   layout.row_token = carve.take(capacity * sizeof(int32_t));
-  layout.row_primary = carve.take(capacity * sizeof(int32_t));
-  layout.table_rows = carve.take(W * T * K * sizeof(int32_t));
-  layout.table_token = carve.take(W * T * sizeof(int32_t));
+  layout.records = carve.take(W * T * moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
   layout.counts = carve.take(2 * W * (shape.experts + W) * sizeof(int64_t));
   layout.combine = carve.take(W * T * row_bytes);
   layout.bytes = carve.used;
@@ -116,6 +115,17 @@ std::string describe(const MoeShape& shape) {
   return fmt::format("hidden {} type {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {}", shape.hidden,
                      datatype_name(shape.type), datatype_name(shape.index_type), shape.max_tokens, shape.top_k,
                      shape.experts, shape.expert_alignment, shape.capacity_rows);
+}
+
+// Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
+// resident at once on every rank (kMoeBlocksPerSm per multiprocessor, which their launch bounds guarantee), and
+// every rank must launch as many. The smallest GPU of the communicator decides.
+int agreed_blocks(Communicator& comm, int device) {
+  int multiprocessors = 0;
+  BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * multiprocessors);
+  for (const std::string& theirs : comm.host_allgather(std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
+  return blocks;
 }
 
 detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function) {
@@ -162,12 +172,12 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
 
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
   Carver carve;
-  const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), token_slot = carve.take(T * W * sizeof(int32_t));
+  const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
   const size_t my_counts = carve.take((E + W) * sizeof(int64_t)), tokens = carve.take(sizeof(int64_t));
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
-  const size_t blocks_done = carve.take(sizeof(unsigned int));
+  const size_t blocks_done = carve.take(sizeof(unsigned int)), routes_done = carve.take(sizeof(unsigned int));
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
@@ -189,7 +199,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.peers = reinterpret_cast<char* const*>(state->memory.device_peers());
   b.layout = layout;
   b.pair_slot = reinterpret_cast<int32_t*>(local + pair_slot);
-  b.token_slot = reinterpret_cast<int32_t*>(local + token_slot);
+  b.slot_token = reinterpret_cast<int32_t*>(local + slot_token);
   b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
   b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
   b.my_counts = reinterpret_cast<int64_t*>(local + my_counts);
@@ -199,6 +209,8 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.expert_offsets = reinterpret_cast<int64_t*>(local + expert_offsets);
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
+  b.routes_done = reinterpret_cast<unsigned int*>(local + routes_done);
+  b.blocks = agreed_blocks(comm, comm_state.device);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
   b.pad.data_error = comm_state.sync->pad().data_error;

@@ -1,9 +1,10 @@
 // MoE combine, two launches:
-//   1. send (kScatterBlocks blocks): after an entry barrier (every peer has entered this combine, so its combine
-//      area is free again), a group of kCombineGroup threads per token received in the last dispatch sums that token's rows here
-//      (weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's
-//      slot of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier
-//      per block: every peer's partials for this rank are here.
+//   1. send (launch.blocks blocks): after an entry barrier (every peer has entered this combine, so its combine
+//      area is free again), a group of kCombineGroup threads per token received in the last dispatch sums that
+//      token's rows here (its record lists them, with their weights; weighted or not, float32) into one partial
+//      and stores it into the token's source rank, in this rank's slot of its combine area: a token crosses
+//      NVLink once per rank, back as on the way out. An exit barrier per block: every peer's partials for this
+//      rank are here.
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
 #include "collectives/elementwise.cuh"
@@ -48,6 +49,30 @@ __device__ __forceinline__ void store_lanes(T* destination, const Lanes<T, N>& l
   }
 }
 
+// Rows summed with their loads in flight together: a token's rows are independent, and one load at a time would
+// leave each group waiting on HBM latency once per row.
+constexpr int kRowBatch = 4;
+
+// sum += weight(q) * source(q)[0, N) for q in [0, n).
+template <typename T, int N, typename Source, typename Weight>
+__device__ __forceinline__ void accumulate_rows(int n, Source source, Weight weight, Lanes<T, N>& sum) {
+  for (int q0 = 0; q0 < n; q0 += kRowBatch) {
+    Lanes<T, N> term[kRowBatch];
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      if (q0 + u < n) load_lanes<T, N>(source(q0 + u), term[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowBatch; ++u) {
+      if (q0 + u < n) {
+        const acc_t<T> w = weight(q0 + u);
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum.value[i] += w * term[u].value[i];
+      }
+    }
+  }
+}
+
 template <typename T, int N>
 __device__ void send_partials(const MoeLaunch& launch) {
   __shared__ int64_t first_of[kMaxWorld + 1];  // flat index of each source's first received token
@@ -58,10 +83,7 @@ __device__ void send_partials(const MoeLaunch& launch) {
   __syncthreads();
   const int K = launch.top_k, me = launch.rank;
   const size_t H = launch.hidden;
-  char* base = launch.peers[me];
-  const int32_t* table_rows = at_offset<int32_t>(base, launch.layout.table_rows);
-  const int32_t* table_token = at_offset<int32_t>(base, launch.layout.table_token);
-  const float* row_weight = at_offset<float>(base, launch.layout.row_weight);
+  const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
   const T* y = reinterpret_cast<const T*>(launch.y);
   const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
   const int64_t groups = int64_t(gridDim.x) * per_block;
@@ -69,28 +91,24 @@ __device__ void send_partials(const MoeLaunch& launch) {
        flat += groups) {  // a group of threads per received token
     int s = 0;
     while (flat >= first_of[s + 1]) ++s;
-    const int64_t entry = s * static_cast<int64_t>(launch.max_tokens) + (flat - first_of[s]);
-    const int32_t* rows = table_rows + entry * K;
-    const int64_t t = table_token[entry];
+    const int32_t* record = records + (s * static_cast<int64_t>(launch.max_tokens) + (flat - first_of[s])) * record_words(K);
+    const int64_t t = record[0];
+    const int n = min(max(record[1], 0), K);
+    const int32_t* rows = record + 2;
+    const float* weights = reinterpret_cast<const float*>(record + 2 + K);
     T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
     for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
-      for (int k = 0; k < K; ++k) {
-        const int32_t row = rows[k];
-        if (row < 0) continue;
-        const acc_t<T> w = launch.weighted ? static_cast<acc_t<T>>(row_weight[row]) : acc_t<T>(1);
-        Lanes<T, N> term;
-        load_lanes<T, N>(y + row * H + h, term);
-#pragma unroll
-        for (int i = 0; i < N; ++i) sum.value[i] += w * term.value[i];
-      }
+      accumulate_rows<T, N>(
+          n, [&](int q) { return y + size_t(rows[q]) * H + h; },
+          [&](int q) { return launch.weighted ? static_cast<acc_t<T>>(weights[q]) : acc_t<T>(1); }, sum);
       store_lanes<T, N>(partial + h, sum);
     }
   }
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kMoeThreads) moe_combine_send(MoeLaunch launch) {
+__global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
   if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
   constexpr int kVector = kernels::Vector<T>::kCount;
   if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0) {
@@ -111,15 +129,14 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
   const size_t groups = size_t(gridDim.x) * per_block;
   for (size_t t = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; t < tokens; t += groups) {
     const uint32_t ranks = launch.token_ranks[t] & delivered;
+    const T* parts[kMaxWorld];  // the partials of the ranks the token went to
+    int n = 0;
+    for (int r = 0; r < launch.world; ++r) {
+      if ((ranks >> r) & 1u) parts[n++] = partials + (r * launch.max_tokens + t) * H;
+    }
     for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
-      for (int r = 0; r < launch.world; ++r) {
-        if (!((ranks >> r) & 1u)) continue;
-        Lanes<T, N> term;
-        load_lanes<T, N>(partials + (r * launch.max_tokens + t) * H + h, term);
-#pragma unroll
-        for (int i = 0; i < N; ++i) sum.value[i] += term.value[i];
-      }
+      accumulate_rows<T, N>(n, [&](int q) { return parts[q] + h; }, [](int) { return acc_t<T>(1); }, sum);
       store_lanes<T, N>(out + t * H + h, sum);
     }
   }
@@ -141,7 +158,7 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
   kernels::dispatch_type(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
-      moe_combine_send<T><<<kScatterBlocks, kMoeThreads, 0, stream>>>(launch);
+      moe_combine_send<T><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
       moe_combine_reduce<T><<<kReduceBlocks, kMoeThreads, 0, stream>>>(launch);
     } else {
       raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));

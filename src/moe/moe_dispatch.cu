@@ -1,21 +1,25 @@
-// MoE dispatch, four launches on the caller's stream (moe_buffer.cpp enqueues them):
+// MoE dispatch, two launches on the caller's stream (moe_buffer.cpp enqueues them):
 //   1. route (experts + world blocks, local): counts this rank's pairs per expert and tokens per destination
-//      rank, and numbers them in token order (pair_slot, token_slot) with block scans, so the layout is the
-//      same for the same routing every time.
-//   2. exchange (one block): writes this rank's counts into every rank's count matrix (parity = dispatches so
-//      far, so a fast rank's next dispatch never overwrites counts a slow rank still reads), then a barrier:
-//      every peer's counts are here, and every peer has entered this dispatch (its receive rows and metadata
-//      from the last one are no longer in use).
-//   3. scatter (kScatterBlocks blocks): every rank computes every rank's layout from the count matrix; a warp
-//      per token stores the token's row once into each destination rank (its first expert there), and the
-//      metadata of each of its rows there (weight, expert, source, the row holding the data) and its entry in
-//      the destination's token table. Ends with a barrier per block: every peer's rows for this rank are here.
-//   4. expand (local): copies the rows of a token's other experts on this rank from the row that crossed
-//      NVLink, marks padding rows, writes the expert counts and offsets, and advances the dispatch count.
+//      rank, and numbers them in token order (pair_slot, slot_token) with block scans, so the layout is the
+//      same for the same routing every time. The last block to finish exchanges the counts: it writes them into
+//      every rank's count matrix (parity = dispatches so far, so a fast rank's next dispatch never overwrites
+//      counts a slow rank still reads), then a barrier: every peer's counts are here, and every peer has entered
+//      this dispatch (its receive rows and records from the last one are no longer in use).
+//   2. scatter (launch.blocks blocks): every rank computes every rank's layout from the count matrix. Rows move
+//      in rounds. In round m, block b sends the tokens [(m * blocks + b) * per_round, + per_round) of this rank's
+//      list for each destination, a warp per slice of a row: once into the destination (at the row of the
+//      token's first expert there: a token crosses NVLink once per rank however many of its experts that rank
+//      holds), with the token's record (its rows there, weights, experts); rows for this rank go straight to
+//      every row they fill. Block b then signals the same block of every peer, waits for their round m - 1
+//      (which block b of every rank sent alike, so it knows which tokens arrived) and expands it: copies the
+//      arrived slice into the token's other rows here and writes the rows' metadata. Expanding one round while
+//      the next is on the wire keeps HBM copies under NVLink time. The block ends after the last round's
+//      expansion; the last block to finish writes nothing more but advances the dispatch count.
 // A destination whose rows would exceed the capacity gets none (every sender sees the same layout) and reports
 // it; expert ids outside [-1, E) are skipped and reported; T above max_tokens makes the call send nothing.
 #include <cub/block/block_scan.cuh>
 
+#include "braid/moe.hpp"
 #include "collectives/elementwise.cuh"
 #include "collectives/staged.cuh"
 #include "moe/moe_kernels.hpp"
@@ -25,12 +29,10 @@
 namespace braid::moe {
 namespace {
 
-using kernels::warp_copy;
+using kernels::group_copy_to;
 
-// Work items are spread over warps, not blocks: a row is a few KB, and many warps each with a row in flight keep
-// NVLink and HBM busy where a block per row would wait on each row's latency in turn.
-__device__ __forceinline__ size_t first_warp() { return size_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; }
-__device__ __forceinline__ size_t warp_count() { return size_t(gridDim.x) * (blockDim.x / 32); }
+constexpr unsigned int kFullWarp = 0xffffffffu;
+
 __device__ __forceinline__ unsigned int lane() { return threadIdx.x & 31u; }
 
 // T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
@@ -44,6 +46,28 @@ __device__ inline size_t call_tokens(const MoeLaunch& launch) {
     tokens = 0;
   }
   return static_cast<size_t>(tokens);
+}
+
+// Run by the last route block to finish: this rank's counts into every rank's count matrix, then a barrier.
+__device__ void exchange_counts_after_last_route(const MoeLaunch& launch) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();  // this block's counts before its arrival
+    last = atomicAdd(launch.routes_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.x == 0) *launch.routes_done = 0;
+  __threadfence();
+  const uint64_t parity = *launch.epoch & 1;
+  const int entries = launch.experts + launch.world;
+  const volatile int64_t* counts = launch.my_counts;  // written by the other blocks
+  for (int i = threadIdx.x; i < entries * launch.world; i += blockDim.x) {
+    const int owner = i / entries, entry = i % entries;
+    count_row(launch, owner, parity, launch.rank)[entry] = counts[entry];
+  }
+  device::barrier(launch.pad, 0, launch.dispatch_id, kSiteEntryBarrier);
 }
 
 template <typename Index>
@@ -82,7 +106,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
           if (expert_of<Index>(launch, t, k) == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(running + before + n++);
         }
       } else {
-        launch.token_slot[t * launch.world + target] = mine ? static_cast<int32_t>(running + before) : -1;
+        if (mine) launch.slot_token[size_t(target) * launch.max_tokens + running + before] = static_cast<int32_t>(t);
         if (target == 0) launch.token_ranks[t] = ranks;
       }
     }
@@ -93,117 +117,213 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     launch.my_counts[blockIdx.x] = running;  // experts first, then destination ranks
     if (blockIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);
   }
+  exchange_counts_after_last_route(launch);
 }
 
-__global__ void __launch_bounds__(kMoeThreads) moe_exchange(MoeLaunch launch) {
-  const uint64_t parity = *launch.epoch & 1;
-  const int entries = launch.experts + launch.world;
-  for (int i = threadIdx.x; i < entries * launch.world; i += blockDim.x) {
-    const int owner = i / entries, entry = i % entries;
-    count_row(launch, owner, parity, launch.rank)[entry] = launch.my_counts[entry];
+// How scatter cuts its work, the same on every rank (from the count matrix and the shape).
+struct Rounds {
+  int slices;          // of a row: a power of two dividing kMoeWarps
+  int per_round;       // tokens a block sends to each rank per round: kMoeWarps / slices
+  int count;           // rounds, enough for the longest list any rank sends any rank
+  size_t slice_bytes;  // a multiple of 16
+  int64_t sent[kMaxWorld];      // this rank's tokens for each rank (0 for a rank whose rows overflow)
+  int64_t received[kMaxWorld];  // each rank's tokens for this rank (0 when this rank's rows overflow)
+};
+
+__device__ void plan_rounds(const MoeLaunch& launch, uint64_t parity, const Layout& layout, Rounds& rounds) {
+  const int64_t* counts = count_matrix(launch, parity);
+  const int stride = launch.experts + launch.world, me = launch.rank;
+  const bool i_fit = layout.rank_rows[me] <= static_cast<int64_t>(launch.capacity);
+  int64_t longest = 0;
+  for (int s = 0; s < launch.world; ++s) {
+    for (int r = 0; r < launch.world; ++r) longest = max(longest, counts[s * stride + launch.experts + r]);
   }
-  device::barrier(launch.pad, 0, launch.dispatch_id, kSiteEntryBarrier);
+  for (int r = 0; r < launch.world; ++r) {
+    const bool fits = layout.rank_rows[r] <= static_cast<int64_t>(launch.capacity);
+    rounds.sent[r] = fits ? counts[me * stride + launch.experts + r] : 0;
+    rounds.received[r] = i_fit ? counts[r * stride + launch.experts + me] : 0;
+  }
+  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  int slices = 1;
+  while (slices < kMoeWarps && row_bytes >= size_t(2 * slices) * kSliceBytes) slices *= 2;
+  rounds.slices = slices;
+  rounds.per_round = kMoeWarps / slices;
+  rounds.slice_bytes = align_up((row_bytes + slices - 1) / slices, kernels::kVectorBytes);
+  const int64_t per_round_all = int64_t(gridDim.x) * rounds.per_round;
+  rounds.count = static_cast<int>((longest + per_round_all - 1) / per_round_all);
 }
 
+// The part of a row this warp moves: [begin, begin + bytes).
+struct Slice {
+  size_t begin, bytes;
+};
+
+// One warp: slice `slice` of token slot_token[r][i] into rank r; with `record`, the token's record there too.
 template <typename Index>
-__global__ void __launch_bounds__(kMoeThreads) moe_scatter(MoeLaunch launch) {
-  __shared__ Layout layout;
-  __shared__ uint64_t parity;
-  if (threadIdx.x == 0) parity = *launch.epoch & 1;
-  __syncthreads();
-  compute_layout(launch, parity, layout);
+__device__ void send_token(const MoeLaunch& launch, const Layout& layout, int r, int64_t i, Slice slice, bool record) {
   const int K = launch.top_k, L = launch.local_experts, me = launch.rank;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  const size_t tokens = static_cast<size_t>(*launch.tokens);
-  for (size_t t = first_warp(); t < tokens; t += warp_count()) {  // a warp per token
-    for (int step = 0; step < launch.world; ++step) {
-      const int r = (me + step) % launch.world;
-      const int32_t slot = launch.token_slot[t * launch.world + r];
-      if (slot < 0 || layout.rank_rows[r] > static_cast<int64_t>(launch.capacity)) continue;
-      auto row_of = [&](int k, int64_t e) { return layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[t * K + k]; };
-      int64_t primary = -1;
-      for (int k = 0; k < K && primary < 0; ++k) {
-        const int64_t e = expert_of<Index>(launch, t, k);
-        if (e >= 0 && e < launch.experts && e / L == r) primary = row_of(k, e);
-      }
-      char* base = launch.peers[r];
-      warp_copy(base + launch.layout.rows + primary * row_bytes, launch.x + t * row_bytes, row_bytes);
-      if (lane() < K) {
-        const int k = lane();
-        const int64_t e = expert_of<Index>(launch, t, k);
-        int32_t row = -1;
-        if (e >= 0 && e < launch.experts && e / L == r) {
-          row = static_cast<int32_t>(row_of(k, e));
-          at_offset<float>(base, launch.layout.row_weight)[row] = launch.topk_weights[t * K + k];
-          at_offset<int32_t>(base, launch.layout.row_expert)[row] = static_cast<int32_t>(e - r * L);
-          at_offset<int32_t>(base, launch.layout.row_rank)[row] = me;
-          at_offset<int32_t>(base, launch.layout.row_token)[row] = static_cast<int32_t>(t);
-          at_offset<int32_t>(base, launch.layout.row_primary)[row] = static_cast<int32_t>(primary);
-        }
-        at_offset<int32_t>(base, launch.layout.table_rows)[(me * launch.max_tokens + slot) * K + k] = row;
-      }
-      if (lane() == 0) at_offset<int32_t>(base, launch.layout.table_token)[me * launch.max_tokens + slot] = static_cast<int32_t>(t);
+  const int32_t t = launch.slot_token[size_t(r) * launch.max_tokens + i];
+  int64_t e = -1, row = -1;
+  if (lane() < static_cast<unsigned>(K)) {
+    e = expert_of<Index>(launch, t, lane());
+    if (e >= 0 && e < launch.experts && e / L == r) {
+      row = layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[size_t(t) * K + lane()];
     }
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  const unsigned int valid = __ballot_sync(kFullWarp, row >= 0);  // not empty: r is in the token's list
+  const int n = __popc(valid);
+  char* base = launch.peers[r];
+  char* rows = base + launch.layout.rows + slice.begin;
+  const char* source = launch.x + size_t(t) * row_bytes + slice.begin;
+  if (r != me) {  // once, into the row of its first expert there; the receiver expands it
+    char* primary = rows + __shfl_sync(kFullWarp, row, __ffs(valid) - 1) * row_bytes;
+    group_copy_to(&primary, 1, source, slice.bytes, lane(), 32);
+  } else {  // local: straight into every row
+    char* destinations[kMaxTopK];
+    int d = 0;
+    for (int k = 0; k < K; ++k) {
+      const int64_t row_k = __shfl_sync(kFullWarp, row, k);
+      if ((valid >> k) & 1u) destinations[d++] = rows + row_k * row_bytes;
+    }
+    group_copy_to(destinations, n, source, slice.bytes, lane(), 32);
+  }
+  if (!record) return;
+  int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(me) * launch.max_tokens + i) * record_words(K);
+  if (lane() == 0) {
+    words[0] = t;
+    words[1] = n;
+  }
+  if (row >= 0) {
+    const int position = __popc(valid & ((1u << lane()) - 1u));
+    const float weight = launch.topk_weights[size_t(t) * K + lane()];
+    const int32_t expert = static_cast<int32_t>(e - r * L);
+    words[2 + position] = static_cast<int32_t>(row);
+    words[2 + K + position] = __float_as_int(weight);
+    words[2 + 2 * K + position] = expert;
+    if (r == me) {
+      at_offset<float>(base, launch.layout.row_weight)[row] = weight;
+      at_offset<int32_t>(base, launch.layout.row_expert)[row] = expert;
+      at_offset<int32_t>(base, launch.layout.row_rank)[row] = me;
+      at_offset<int32_t>(base, launch.layout.row_token)[row] = t;
+    }
+  }
+}
+
+// One warp: the slice of received token i of source s, from the row that crossed into the token's other rows
+// here; with `metadata`, the rows' weights, experts, source rank and token from its record.
+__device__ void expand_token(const MoeLaunch& launch, int s, int64_t i, Slice slice, bool metadata) {
+  const int K = launch.top_k;
+  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  char* base = launch.peers[launch.rank];
+  const int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(s) * launch.max_tokens + i) * record_words(K);
+  const int n = min(max(words[1], 0), K);
+  const int32_t row = lane() < static_cast<unsigned>(n) ? words[2 + lane()] : -1;
+  if (n > 1) {
+    char* rows = base + launch.layout.rows + slice.begin;
+    char* destinations[kMaxTopK];
+    for (int q = 1; q < n; ++q) destinations[q - 1] = rows + size_t(__shfl_sync(kFullWarp, row, q)) * row_bytes;
+    group_copy_to(destinations, n - 1, rows + size_t(__shfl_sync(kFullWarp, row, 0)) * row_bytes, slice.bytes, lane(), 32);
+  }
+  if (metadata && row >= 0) {
+    at_offset<float>(base, launch.layout.row_weight)[row] = __int_as_float(words[2 + K + lane()]);
+    at_offset<int32_t>(base, launch.layout.row_expert)[row] = words[2 + 2 * K + lane()];
+    at_offset<int32_t>(base, launch.layout.row_rank)[row] = s;
+    at_offset<int32_t>(base, launch.layout.row_token)[row] = words[0];
+  }
+}
+
+// Padding rows of this rank's expert blocks (weight 0, expert, rank and token -1), the expert counts and
+// offsets, and what combine needs to know of this dispatch.
+__device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds) {
+  const int me = launch.rank, L = launch.local_experts, first = me * L;
+  const int64_t used = layout.rank_rows[me];
+  const bool overflow = used > static_cast<int64_t>(launch.capacity);
+  if (!overflow) {
+    char* base = launch.peers[me];
+    for (int j = blockIdx.x; j < L; j += gridDim.x) {
+      const int64_t from = layout.expert_start[first + j] + layout.expert_rows[first + j];
+      const int64_t to = static_cast<int64_t>(align_up(static_cast<size_t>(from), launch.alignment));
+      for (int64_t row = from + threadIdx.x; row < to; row += blockDim.x) {
+        at_offset<float>(base, launch.layout.row_weight)[row] = 0.0f;
+        at_offset<int32_t>(base, launch.layout.row_expert)[row] = -1;
+        at_offset<int32_t>(base, launch.layout.row_rank)[row] = -1;
+        at_offset<int32_t>(base, launch.layout.row_token)[row] = -1;
+      }
+    }
+  }
+  if (blockIdx.x != 0) return;
+  for (int j = threadIdx.x; j < L; j += blockDim.x) {
+    launch.expert_counts[j] = layout.expert_rows[first + j];
+    launch.expert_offsets[j] = layout.expert_start[first + j];
+  }
+  if (threadIdx.x == 0) launch.expert_offsets[L] = used;
+  if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
+  if (overflow && threadIdx.x == 0) {
+    device::record_data_error(launch.pad, device::kErrorOverflow, launch.dispatch_id, -1, used,
+                              static_cast<long long>(launch.capacity));
+  }
+  if (threadIdx.x == 0) {
     uint32_t delivered = 0;
     for (int r = 0; r < launch.world; ++r) {
       if (layout.rank_rows[r] <= static_cast<int64_t>(launch.capacity)) delivered |= 1u << r;
     }
     *launch.delivered_ranks = delivered;
   }
-  device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteExitBarrier);
 }
 
-__global__ void __launch_bounds__(kMoeThreads) moe_expand(MoeLaunch launch) {
+template <typename Index>
+__global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeLaunch launch) {
   __shared__ Layout layout;
+  __shared__ Rounds rounds;
   __shared__ uint64_t parity;
-  if (threadIdx.x == 0) parity = *launch.epoch & 1;
+  __shared__ int failed;
+  if (threadIdx.x == 0) {
+    parity = *launch.epoch & 1;
+    failed = 0;
+  }
   __syncthreads();
   compute_layout(launch, parity, layout);
-  const int me = launch.rank, L = launch.local_experts, first = me * L;
-  const int64_t used = layout.rank_rows[me];
-  const bool overflow = used > static_cast<int64_t>(launch.capacity);
-  if (blockIdx.x == 0) {
-    const int64_t* counts = count_matrix(launch, parity);
-    for (int j = threadIdx.x; j < L; j += blockDim.x) {
-      launch.expert_counts[j] = layout.expert_rows[first + j];
-      launch.expert_offsets[j] = layout.expert_start[first + j];
+  if (threadIdx.x == 0) plan_rounds(launch, parity, layout, rounds);
+  __syncthreads();
+  const int me = launch.rank, world = launch.world;
+  const unsigned int warp = threadIdx.x / 32;
+  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  const int slice_index = static_cast<int>(warp) % rounds.slices;
+  Slice slice{size_t(slice_index) * rounds.slice_bytes, 0};
+  if (slice.begin < row_bytes) slice.bytes = min(rounds.slice_bytes, row_bytes - slice.begin);
+  const bool first_slice = slice_index == 0;
+  auto token_of = [&](int round) {
+    return (int64_t(round) * gridDim.x + blockIdx.x) * rounds.per_round + static_cast<int>(warp) / rounds.slices;
+  };
+  for (int round = 0; round <= rounds.count; ++round) {
+    if (round < rounds.count) {
+      const int64_t i = token_of(round);
+      for (int step = 1; step <= world; ++step) {  // peers first (the wire is the long part), this rank last
+        const int r = (me + step) % world;
+        if (i < rounds.sent[r]) send_token<Index>(launch, layout, r, i, slice, first_slice);
+      }
+      __syncthreads();
+      if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
+        __threadfence_system();  // cumulative: the block's rows and records (ordered by the __syncthreads)
+        device::signal(launch.pad, blockIdx.x, threadIdx.x);
+      }
     }
-    if (threadIdx.x == 0) launch.expert_offsets[L] = used;
-    if (threadIdx.x < launch.world) {
-      const int s = threadIdx.x;
-      launch.received_tokens[s] = overflow ? 0 : counts[s * (launch.experts + launch.world) + launch.experts + me];
-    }
-    if (overflow && threadIdx.x == 0) {
-      device::record_data_error(launch.pad, device::kErrorOverflow, launch.dispatch_id, -1, used,
-                                static_cast<long long>(launch.capacity));
+    if (round > 0) {  // the previous round of every peer: wait, then expand what it sent
+      if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me &&
+          !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
+        failed = 1;
+      }
+      __syncthreads();
+      if (failed) return;
+      const int64_t i = token_of(round - 1);
+      for (int step = 1; step < world; ++step) {
+        const int s = (me + step) % world;
+        if (i < rounds.received[s]) expand_token(launch, s, i, slice, first_slice);
+      }
     }
   }
-  if (!overflow) {
-    char* base = launch.peers[me];
-    const size_t row_bytes = launch.hidden * launch.element_bytes;
-    int32_t* primary = at_offset<int32_t>(base, launch.layout.row_primary);
-    for (int64_t row = first_warp(); row < used; row += warp_count()) {  // a warp per row
-      int j = 0;  // the expert block holding the row: the last one starting at or before it
-      for (int lo = 0, hi = L - 1; lo <= hi;) {
-        const int mid = (lo + hi) / 2;
-        if (layout.expert_start[first + mid] <= row) { j = mid; lo = mid + 1; } else { hi = mid - 1; }
-      }
-      if (row >= layout.expert_start[first + j] + layout.expert_rows[first + j]) {  // alignment padding
-        if (lane() == 0) {
-          at_offset<float>(base, launch.layout.row_weight)[row] = 0.0f;
-          at_offset<int32_t>(base, launch.layout.row_expert)[row] = -1;
-          at_offset<int32_t>(base, launch.layout.row_rank)[row] = -1;
-          at_offset<int32_t>(base, launch.layout.row_token)[row] = -1;
-          primary[row] = -1;
-        }
-        continue;
-      }
-      const int32_t source = primary[row];
-      if (source != row) warp_copy(base + launch.layout.rows + row * row_bytes, base + launch.layout.rows + source * row_bytes, row_bytes);
-    }
-  }
+  write_outputs(launch, layout, rounds);
   kernels::advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
@@ -214,10 +334,8 @@ void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t 
   const int route_blocks = launch.experts + launch.world;
   if (wide) moe_route<int64_t><<<route_blocks, kMoeThreads, 0, stream>>>(launch);
   else moe_route<int32_t><<<route_blocks, kMoeThreads, 0, stream>>>(launch);
-  moe_exchange<<<1, kMoeThreads, 0, stream>>>(launch);
-  if (wide) moe_scatter<int64_t><<<kScatterBlocks, kMoeThreads, 0, stream>>>(launch);
-  else moe_scatter<int32_t><<<kScatterBlocks, kMoeThreads, 0, stream>>>(launch);
-  moe_expand<<<kExpandBlocks, kMoeThreads, 0, stream>>>(launch);
+  if (wide) moe_scatter<int64_t><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
+  else moe_scatter<int32_t><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
 }
 
 }  // namespace braid::moe

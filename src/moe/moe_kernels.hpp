@@ -8,7 +8,6 @@
 
 namespace braid::moe {
 
-constexpr int kExpandBlocks = 132;  // local work: one wave of an H100/H200
 constexpr int kReduceBlocks = 264;
 
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);

@@ -1,9 +1,9 @@
 // The arguments of the MoE kernels (plain data, passed by value) and the layout of a MoeBuffer's memory.
 //
-// Symmetric (every peer writes into it): the receive rows and their metadata, the token table (per source rank
-// and received token: its rows here), the count matrix (every rank's routing counts, two parities) and the
-// combine area (per expert rank: its partial sums of every token of this rank). Local: what this rank's
-// routing computed, and the outputs dispatch hands back.
+// Symmetric (every peer writes into it): the receive rows and their metadata, the token records (per source rank
+// and received token: the token's index there and its rows here, with their weights and experts), the count
+// matrix (every rank's routing counts, two parities) and the combine area (per expert rank: its partial sums of
+// every token of this rank). Local: what this rank's routing computed, and the outputs dispatch hands back.
 #pragma once
 
 #include <cstddef>
@@ -16,11 +16,21 @@ namespace braid::moe {
 constexpr int kMaxWorld = 16;
 constexpr int kMaxExperts = 1024;  // the layout of every rank's experts is computed in shared memory
 constexpr int kMoeThreads = 512;
-// Dispatch's scatter and combine's send launch this many blocks on every rank, each a signal channel of the
-// MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (64 blocks left the
-// first version latency-bound at 87 GB/s).
+constexpr int kMoeWarps = kMoeThreads / 32;
+// Dispatch's scatter and combine's send launch up to this many blocks on every rank (two per multiprocessor at
+// most: their blocks wait for the same block of every peer, so all must be resident at once), each a signal
+// channel of the MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (64 blocks
+// left the first version latency-bound at 87 GB/s).
 constexpr int kScatterBlocks = 256;
+constexpr int kMoeBlocksPerSm = 2;
 constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
+// A row is moved in slices of about this many bytes, one warp a slice, so a few tokens keep every warp busy
+// (decode batches) and a row's loads are in flight together.
+constexpr size_t kSliceBytes = 2048;
+
+// A token's record on a rank it was sent to, in 32-bit words: [0] its index on the source, [1] n, its rows
+// here, [2, 2 + K) those rows in the order of k, then their weights (float bits), then their local experts.
+__host__ __device__ constexpr size_t record_words(int top_k) { return 2 + 3 * static_cast<size_t>(top_k); }
 
 // One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base.
 struct SymmetricLayout {
@@ -29,9 +39,7 @@ struct SymmetricLayout {
   size_t row_expert;     // int32[capacity]: local expert, -1 padding
   size_t row_rank;       // int32[capacity]: source rank, -1 padding
   size_t row_token;      // int32[capacity]: source token, -1 padding
-  size_t row_primary;    // int32[capacity]: the row that holds this row's data as sent (a token crosses once)
-  size_t table_rows;     // int32[world][max_tokens][top_k]: per (source, received token) its rows here, -1 none
-  size_t table_token;    // int32[world][max_tokens]: the token's index on its source
+  size_t records;        // int32[world][max_tokens][record_words]: per (source, received token) its record
   size_t counts;         // int64[2][world][experts + world]: each source's expert counts and token-per-rank counts
   size_t combine;        // [world][max_tokens][hidden] elements: each expert rank's partial sum of each token
   size_t bytes;          // all of it
@@ -55,7 +63,7 @@ struct MoeLaunch {
   SymmetricLayout layout;
   // Local memory.
   int32_t* pair_slot;        // [max_tokens][top_k]: index of the pair among this rank's pairs of its expert
-  int32_t* token_slot;       // [max_tokens][world]: index of the token among this rank's tokens sent to that rank
+  int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
   int64_t* my_counts;        // [experts + world]
@@ -64,7 +72,9 @@ struct MoeLaunch {
   int64_t* expert_counts;    // [local_experts] output
   int64_t* expert_offsets;   // [local_experts + 1] output
   uint64_t* epoch;           // dispatches so far (parity of the count matrix)
-  unsigned int* blocks_done;
+  unsigned int* blocks_done;  // the last block of a scatter advances epoch
+  unsigned int* routes_done;  // the last block of a route exchanges the counts
+  int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
   unsigned int dispatch_id, combine_id;  // collective ids for error reports
 };

@@ -20,6 +20,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteFifoData: return "wait for a pipeline piece";
     case kSiteFifoCredit: return "wait for a free pipeline slot";
     case kSiteLLData: return "LL line poll";
+    case kSiteMoeRows: return "MoE rows round";
   }
   return "wait";
 }

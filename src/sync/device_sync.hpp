@@ -19,6 +19,7 @@ enum WaitSite : unsigned int {
   kSiteFifoData = 4,    // a pipelined collective waiting for a peer's piece
   kSiteFifoCredit = 5,  // ... for a peer to hand back a FIFO slot
   kSiteLLData = 6,      // the LL all-reduce polling a peer's line
+  kSiteMoeRows = 7,     // MoE dispatch waiting for a peer's round of rows
 };
 const char* wait_site_name(unsigned int site);
 
