@@ -73,31 +73,42 @@ __device__ __forceinline__ void accumulate_rows(int n, Source source, Weight wei
   }
 }
 
+// Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
+// here and its stores to peers (NVLink) overlap instead of one phase following the other.
+// Elements [begin, end) of piece `piece` of `pieces` of a row of H: whole vectors of N, so aligned stays aligned.
+struct Piece {
+  size_t begin, end;
+};
+template <int N>
+__device__ __forceinline__ Piece piece_of(size_t H, int piece, int pieces) {
+  const size_t length = ((H + pieces - 1) / pieces + N - 1) / N * N;
+  const size_t begin = min(H, size_t(piece) * length);
+  return {begin, min(H, begin + length)};
+}
+
 template <typename T, int N>
-__device__ void send_partials(const MoeLaunch& launch) {
-  __shared__ int64_t first_of[kMaxWorld + 1];  // flat index of each source's first received token
-  if (threadIdx.x == 0) {
-    first_of[0] = 0;
-    for (int s = 0; s < launch.world; ++s) first_of[s + 1] = first_of[s] + launch.received_tokens[s];
-  }
-  __syncthreads();
-  const int K = launch.top_k, me = launch.rank;
+__device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
+  const int K = launch.top_k, me = launch.rank, W = launch.world;
+  int64_t longest = 0;
+  for (int s = 0; s < W; ++s) longest = max(longest, launch.received_tokens[s]);
   const size_t H = launch.hidden;
   const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
   const T* y = reinterpret_cast<const T*>(launch.y);
   const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
-  const int64_t groups = int64_t(gridDim.x) * per_block;
-  for (int64_t flat = int64_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < first_of[launch.world];
-       flat += groups) {  // a group of threads per received token
-    int s = 0;
-    while (flat >= first_of[s + 1]) ++s;
-    const int32_t* record = records + (s * static_cast<int64_t>(launch.max_tokens) + (flat - first_of[s])) * record_words(K);
+  const int64_t groups = int64_t(blocks) * per_block;
+  for (int64_t flat = int64_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < longest * W * pieces;
+       flat += groups) {  // a group of threads per piece of a received token
+    const Piece piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
+    const int s = (me + 1 + static_cast<int>(flat / pieces % W)) % W;
+    const int64_t i = flat / pieces / W;
+    if (i >= launch.received_tokens[s]) continue;
+    const int32_t* record = records + (s * static_cast<int64_t>(launch.max_tokens) + i) * record_words(K);
     const int64_t t = record[0];
     const int n = min(max(record[1], 0), K);
     const int32_t* rows = record + 2;
     const float* weights = reinterpret_cast<const float*>(record + 2 + K);
     T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
-    for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
+    for (size_t h = piece.begin + lane * N; h < piece.end; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
       accumulate_rows<T, N>(
           n, [&](int q) { return y + size_t(rows[q]) * H + h; },
@@ -109,12 +120,15 @@ __device__ void send_partials(const MoeLaunch& launch) {
 
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
+  const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
+                                                                               // to sum: no barrier either
+  if (static_cast<int>(blockIdx.x) >= blocks) return;
   if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
   constexpr int kVector = kernels::Vector<T>::kCount;
   if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0) {
-    send_partials<T, kVector>(launch);
+    send_partials<T, kVector>(launch, blocks, pieces);
   } else {
-    send_partials<T, 1>(launch);
+    send_partials<T, 1>(launch, blocks, pieces);
   }
   device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteExitBarrier);
 }
@@ -127,14 +141,18 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
   T* out = reinterpret_cast<T*>(launch.out);
   const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
   const size_t groups = size_t(gridDim.x) * per_block;
-  for (size_t t = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; t < tokens; t += groups) {
+  int pieces = 1;  // as in send: few tokens are cut into pieces
+  while (pieces < kCombineSlices && tokens * pieces * 2 <= groups) pieces *= 2;
+  for (size_t flat = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < tokens * pieces; flat += groups) {
+    const size_t t = flat / pieces;
+    const Piece piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
     const uint32_t ranks = launch.token_ranks[t] & delivered;
     const T* parts[kMaxWorld];  // the partials of the ranks the token went to
     int n = 0;
     for (int r = 0; r < launch.world; ++r) {
       if ((ranks >> r) & 1u) parts[n++] = partials + (r * launch.max_tokens + t) * H;
     }
-    for (size_t h = lane * N; h < H; h += kCombineGroup * N) {
+    for (size_t h = piece.begin + lane * N; h < piece.end; h += kCombineGroup * N) {
       Lanes<T, N> sum{};
       accumulate_rows<T, N>(n, [&](int q) { return parts[q] + h; }, [](int) { return acc_t<T>(1); }, sum);
       store_lanes<T, N>(out + t * H + h, sum);

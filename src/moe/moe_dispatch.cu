@@ -78,36 +78,44 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   const int K = launch.top_k, L = launch.local_experts;
   const bool expert_block = blockIdx.x < static_cast<unsigned>(launch.experts);
   const int target = expert_block ? blockIdx.x : blockIdx.x - launch.experts;  // expert, or destination rank
+  const bool reporter = !expert_block && target == 0;  // one block reports bad ids and writes token_ranks
+  // This block's share of token t: its pairs of expert `target`, or 1 when a pair goes to rank `target`.
+  auto share_of = [&](size_t t, bool report, uint32_t& ranks) {
+    int64_t ids[kMaxTopK];  // loaded together: one memory latency per token, not one per id
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) ids[k] = k < K ? expert_of<Index>(launch, t, k) : -1;
+    int mine = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) {
+      const int64_t e = ids[k];
+      if (e < -1 || e >= launch.experts) {
+        if (report) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
+        continue;
+      }
+      if (e == -1) continue;
+      ranks |= 1u << (e / L);
+      if (expert_block ? e == target : e / L == target) mine = expert_block ? mine + 1 : 1;
+    }
+    return mine;
+  };
+  // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
+  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
   int64_t running = 0;
   for (size_t chunk = 0; chunk < tokens; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
-    int mine = 0;
     uint32_t ranks = 0;
-    if (t < tokens) {
-      for (int k = 0; k < K; ++k) {
-        const int64_t e = expert_of<Index>(launch, t, k);
-        if (e < -1 || e >= launch.experts) {
-          if (!expert_block && target == 0) {
-            device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
-          }
-          continue;
-        }
-        if (e == -1) continue;
-        ranks |= 1u << (e / L);
-        if (expert_block ? e == target : e / L == target) mine = expert_block ? mine + 1 : 1;
-      }
-    }
+    const int mine = t < tokens ? share_of(t, reporter, ranks) : 0;
     int before = 0, total = 0;
     Scan(scan).ExclusiveSum(mine, before, total);
+    int64_t slot = running + before;  // numbered in token order, then k
     if (t < tokens) {
       if (expert_block) {
-        int n = 0;
-        for (int k = 0; k < K && n < mine; ++k) {
-          if (expert_of<Index>(launch, t, k) == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(running + before + n++);
+        for (int k = 0; k < K; ++k) {
+          if (expert_of<Index>(launch, t, k) == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(slot++);
         }
       } else {
-        if (mine) launch.slot_token[size_t(target) * launch.max_tokens + running + before] = static_cast<int32_t>(t);
-        if (target == 0) launch.token_ranks[t] = ranks;
+        if (mine) launch.slot_token[size_t(target) * launch.max_tokens + slot] = static_cast<int32_t>(t);
+        if (reporter) launch.token_ranks[t] = ranks;
       }
     }
     running += total;
@@ -125,23 +133,24 @@ struct Rounds {
   int slices;          // of a row: a power of two dividing kMoeWarps
   int per_round;       // tokens a block sends to each rank per round: kMoeWarps / slices
   int count;           // rounds, enough for the longest list any rank sends any rank
+  int active_blocks;   // blocks with tokens in some round (the others neither send nor wait)
+  int combine_blocks;  // blocks of the next combine's send with tokens to sum
+  int combine_pieces;  // pieces it cuts each token into
   size_t slice_bytes;  // a multiple of 16
   int64_t sent[kMaxWorld];      // this rank's tokens for each rank (0 for a rank whose rows overflow)
   int64_t received[kMaxWorld];  // each rank's tokens for this rank (0 when this rank's rows overflow)
 };
 
-__device__ void plan_rounds(const MoeLaunch& launch, uint64_t parity, const Layout& layout, Rounds& rounds) {
-  const int64_t* counts = count_matrix(launch, parity);
-  const int stride = launch.experts + launch.world, me = launch.rank;
+// Thread 0, from the tokens every rank sends every rank (pairs[s * world + r], in shared memory).
+__device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const Layout& layout, Rounds& rounds) {
+  const int me = launch.rank, W = launch.world;
   const bool i_fit = layout.rank_rows[me] <= static_cast<int64_t>(launch.capacity);
   int64_t longest = 0;
-  for (int s = 0; s < launch.world; ++s) {
-    for (int r = 0; r < launch.world; ++r) longest = max(longest, counts[s * stride + launch.experts + r]);
-  }
-  for (int r = 0; r < launch.world; ++r) {
+  for (int i = 0; i < W * W; ++i) longest = max(longest, pairs[i]);
+  for (int r = 0; r < W; ++r) {
     const bool fits = layout.rank_rows[r] <= static_cast<int64_t>(launch.capacity);
-    rounds.sent[r] = fits ? counts[me * stride + launch.experts + r] : 0;
-    rounds.received[r] = i_fit ? counts[r * stride + launch.experts + me] : 0;
+    rounds.sent[r] = fits ? pairs[me * W + r] : 0;
+    rounds.received[r] = i_fit ? pairs[r * W + me] : 0;
   }
   const size_t row_bytes = launch.hidden * launch.element_bytes;
   int slices = 1;
@@ -151,6 +160,23 @@ __device__ void plan_rounds(const MoeLaunch& launch, uint64_t parity, const Layo
   rounds.slice_bytes = align_up((row_bytes + slices - 1) / slices, kernels::kVectorBytes);
   const int64_t per_round_all = int64_t(gridDim.x) * rounds.per_round;
   rounds.count = static_cast<int>((longest + per_round_all - 1) / per_round_all);
+  rounds.active_blocks = static_cast<int>(min(int64_t(gridDim.x), (longest + rounds.per_round - 1) / rounds.per_round));
+  // Combine's send: a group per received token on the rank that received most; fewer blocks for small calls
+  // (each one is a barrier with every peer), the same on every rank.
+  int64_t most_received = 0;
+  for (int r = 0; r < W; ++r) {
+    if (layout.rank_rows[r] > static_cast<int64_t>(launch.capacity)) continue;
+    int64_t received = 0;
+    for (int s = 0; s < W; ++s) received += pairs[s * W + r];
+    most_received = max(most_received, received);
+  }
+  // Few tokens: each is cut into up to kCombineSlices pieces, so more groups share the work and each waits on
+  // fewer loads in turn.
+  constexpr int kGroups = kMoeThreads / kCombineGroup;
+  int pieces = 1;
+  while (pieces < kCombineSlices && most_received * pieces * 2 <= int64_t(gridDim.x) * kGroups) pieces *= 2;
+  rounds.combine_pieces = pieces;
+  rounds.combine_blocks = static_cast<int>(min(int64_t(gridDim.x), (most_received * pieces + kGroups - 1) / kGroups));
 }
 
 // The part of a row this warp moves: [begin, begin + bytes).
@@ -257,7 +283,11 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
     launch.expert_counts[j] = layout.expert_rows[first + j];
     launch.expert_offsets[j] = layout.expert_start[first + j];
   }
-  if (threadIdx.x == 0) launch.expert_offsets[L] = used;
+  if (threadIdx.x == 0) {
+    launch.expert_offsets[L] = used;
+    launch.combine_plan[0] = rounds.combine_blocks;
+    launch.combine_plan[1] = rounds.combine_pieces;
+  }
   if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
   if (overflow && threadIdx.x == 0) {
     device::record_data_error(launch.pad, device::kErrorOverflow, launch.dispatch_id, -1, used,
@@ -283,8 +313,13 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
     failed = 0;
   }
   __syncthreads();
-  compute_layout(launch, parity, layout);
-  if (threadIdx.x == 0) plan_rounds(launch, parity, layout, rounds);
+  __shared__ int64_t pairs[kMaxWorld * kMaxWorld];
+  if (threadIdx.x < static_cast<unsigned>(launch.world * launch.world)) {  // loaded together, not by thread 0 in turn
+    const int s = threadIdx.x / launch.world, r = threadIdx.x % launch.world;
+    pairs[threadIdx.x] = count_matrix(launch, parity)[s * (launch.experts + launch.world) + launch.experts + r];
+  }
+  compute_layout(launch, parity, layout);  // its __syncthreads publish pairs too
+  if (threadIdx.x == 0) plan_rounds(launch, pairs, layout, rounds);
   __syncthreads();
   const int me = launch.rank, world = launch.world;
   const unsigned int warp = threadIdx.x / 32;
@@ -296,8 +331,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   auto token_of = [&](int round) {
     return (int64_t(round) * gridDim.x + blockIdx.x) * rounds.per_round + static_cast<int>(warp) / rounds.slices;
   };
-  for (int round = 0; round <= rounds.count; ++round) {
-    if (round < rounds.count) {
+  const int round_count = static_cast<int>(blockIdx.x) < rounds.active_blocks ? rounds.count : 0;
+  for (int round = 0; round <= round_count; ++round) {
+    if (round < round_count) {
       const int64_t i = token_of(round);
       for (int step = 1; step <= world; ++step) {  // peers first (the wire is the long part), this rank last
         const int r = (me + step) % world;

@@ -24,6 +24,7 @@ constexpr int kMoeWarps = kMoeThreads / 32;
 constexpr int kScatterBlocks = 256;
 constexpr int kMoeBlocksPerSm = 2;
 constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
+constexpr int kCombineSlices = 8;   // at most, pieces of a token that groups sum apart when tokens are few
 // A row is moved in slices of about this many bytes, one warp a slice, so a few tokens keep every warp busy
 // (decode batches) and a row's loads are in flight together.
 constexpr size_t kSliceBytes = 2048;
@@ -66,6 +67,8 @@ struct MoeLaunch {
   int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
+  int32_t* combine_plan;     // [2]: blocks of combine's send with work after the last dispatch (the same on every
+                             // rank) and the pieces it cuts each token into
   int64_t* my_counts;        // [experts + world]
   int64_t* tokens;           // [1]: T of the last dispatch (after checks)
   int64_t* received_tokens;  // [world]: tokens received from each source in the last dispatch
