@@ -1,5 +1,6 @@
 // MoE combine, two launches:
-//   1. send (launch.blocks blocks): after an entry barrier (every peer has entered this combine, so its combine
+//   1. send (launch.blocks blocks; those past the count the last dispatch planned, combine_plan, return at once):
+//      after an entry barrier (every peer has entered this combine, so its combine
 //      area is free again), a group of kCombineGroup threads per token received in the last dispatch sums that
 //      token's rows here (its record lists them, with their weights; weighted or not, float32) into one partial
 //      and stores it into the token's source rank, in this rank's slot of its combine area: a token crosses
@@ -73,8 +74,6 @@ __device__ __forceinline__ void accumulate_rows(int n, Source source, Weight wei
   }
 }
 
-// Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
-// here and its stores to peers (NVLink) overlap instead of one phase following the other.
 // Elements [begin, end) of piece `piece` of `pieces` of a row of H: whole vectors of N, so aligned stays aligned.
 struct Piece {
   size_t begin, end;
@@ -86,6 +85,8 @@ __device__ __forceinline__ Piece piece_of(size_t H, int piece, int pieces) {
   return {begin, min(H, begin + length)};
 }
 
+// Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
+// here and its stores to peers (NVLink) overlap instead of one phase following the other.
 template <typename T, int N>
 __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
