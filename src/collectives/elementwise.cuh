@@ -101,19 +101,20 @@ __device__ inline void group_copy_to(char* const* destinations, int destination_
   if ((misaligned & 15) == 0) {
     const size_t vectors = bytes / 16, stride = width;
     const uint4* from = reinterpret_cast<const uint4*>(source);
-    size_t i = lane;
-    for (; i + (kUnroll - 1) * stride < vectors; i += kUnroll * stride) {
+    // kUnroll loads in flight before the first store, the last pass too (predicated): a short copy, a row slice
+    // of a few vectors per thread, otherwise waits on one load latency per vector.
+    for (size_t i = lane; i < vectors; i += kUnroll * stride) {
       uint4 value[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) value[u] = from[i + u * stride];
+      for (int u = 0; u < kUnroll; ++u) {
+        if (i + u * stride < vectors) value[u] = from[i + u * stride];
+      }
       for (int d = 0; d < destination_count; ++d) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(destinations[d])[i + u * stride] = value[u];
+        for (int u = 0; u < kUnroll; ++u) {
+          if (i + u * stride < vectors) reinterpret_cast<uint4*>(destinations[d])[i + u * stride] = value[u];
+        }
       }
-    }
-    for (; i < vectors; i += stride) {
-      const uint4 value = from[i];
-      for (int d = 0; d < destination_count; ++d) reinterpret_cast<uint4*>(destinations[d])[i] = value;
     }
     done = vectors * 16;
   } else if ((misaligned & 3) == 0) {

@@ -174,7 +174,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   Carver carve;
   const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
-  const size_t combine_plan = carve.take(2 * sizeof(int32_t));
+  const size_t combine_plan = carve.take(3 * sizeof(int32_t));
   const size_t my_counts = carve.take((E + W) * sizeof(int64_t)), tokens = carve.take(sizeof(int64_t));
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));

@@ -1,10 +1,10 @@
 // MoE combine, two launches:
 //   1. send (launch.blocks blocks; those past the count the last dispatch planned, combine_plan, return at once):
-//      after an entry barrier (every peer has entered this combine, so its combine
-//      area is free again), a group of kCombineGroup threads per token received in the last dispatch sums that
-//      token's rows here (its record lists them, with their weights; weighted or not, float32) into one partial
-//      and stores it into the token's source rank, in this rank's slot of its combine area: a token crosses
-//      NVLink once per rank, back as on the way out. An exit barrier per block: every peer's partials for this
+//      after an entry barrier (every peer has entered this combine, so its combine area is free again; implied,
+//      and skipped, when a dispatch came since the last combine), a group of kCombineGroup threads per token
+//      received in the last dispatch sums that token's rows here (its record lists them, with their weights;
+//      weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's slot
+//      of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier per block: every peer's partials for this
 //      rank are here.
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
@@ -124,7 +124,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send
   const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
                                                                                // to sum: no barrier either
   if (static_cast<int>(blockIdx.x) >= blocks) return;
-  if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+  // The entry barrier (every peer has left its last combine, so its combine area is free) is implied when a
+  // dispatch came in between: a peer enters a dispatch, whose count exchange this rank waited for, only after
+  // its last combine. Every rank makes the same calls, so every rank skips it alike.
+  const bool after_dispatch = launch.combine_plan[2] != 0;
+  if (!after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
   constexpr int kVector = kernels::Vector<T>::kCount;
   if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0) {
     send_partials<T, kVector>(launch, blocks, pieces);
@@ -164,6 +168,7 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads) moe_combine_reduce(MoeLaunch launch) {
   constexpr int kVector = kernels::Vector<T>::kCount;
+  if (blockIdx.x == 0 && threadIdx.x == 0) launch.combine_plan[2] = 0;  // every send block read it: send is over
   if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0) {
     reduce_partials<T, kVector>(launch);  // store_lanes tolerates an unaligned out
   } else {

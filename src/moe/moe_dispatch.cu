@@ -79,39 +79,47 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   const bool expert_block = blockIdx.x < static_cast<unsigned>(launch.experts);
   const int target = expert_block ? blockIdx.x : blockIdx.x - launch.experts;  // expert, or destination rank
   const bool reporter = !expert_block && target == 0;  // one block reports bad ids and writes token_ranks
-  // This block's share of token t: its pairs of expert `target`, or 1 when a pair goes to rank `target`.
-  auto share_of = [&](size_t t, bool report, uint32_t& ranks) {
-    int64_t ids[kMaxTopK];  // loaded together: one memory latency per token, not one per id
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) ids[k] = k < K ? expert_of<Index>(launch, t, k) : -1;
-    int mine = 0;
+  const int low = expert_block ? target : target * L, high = expert_block ? target + 1 : low + L;  // its experts
+  const ExpertRanks expert_ranks(L);
+  // A token's ids, loaded together (one memory latency per token, not one per id) and kept in registers for
+  // both uses; ids outside [-1, E) become -1 here, reported once.
+  auto load_ids = [&](size_t t, int32_t (&ids)[kMaxTopK]) {
 #pragma unroll
     for (int k = 0; k < kMaxTopK; ++k) {
-      const int64_t e = ids[k];
+      const int64_t e = k < K && t < tokens ? expert_of<Index>(launch, t, k) : -1;
       if (e < -1 || e >= launch.experts) {
-        if (report) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
-        continue;
+        if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
+        ids[k] = -1;
+      } else {
+        ids[k] = static_cast<int32_t>(e);
       }
-      if (e == -1) continue;
-      ranks |= 1u << (e / L);
-      if (expert_block ? e == target : e / L == target) mine = expert_block ? mine + 1 : 1;
     }
-    return mine;
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
-  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
+  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200). The next chunk's ids
+  // are loaded before this chunk's scan, so their latency hides behind it.
+  int32_t ids[kMaxTopK], next[kMaxTopK];
+  load_ids(threadIdx.x, ids);
   int64_t running = 0;
   for (size_t chunk = 0; chunk < tokens; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
+    load_ids(t + kMoeThreads, next);
     uint32_t ranks = 0;
-    const int mine = t < tokens ? share_of(t, reporter, ranks) : 0;
+    int mine = 0;  // this block's share of token t: its pairs of expert `target`, or 1 when a pair goes to rank `target`
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) {
+      mine += ids[k] >= low && ids[k] < high;
+      if (reporter && ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
+    }
+    if (!expert_block) mine = mine > 0;
     int before = 0, total = 0;
     Scan(scan).ExclusiveSum(mine, before, total);
     int64_t slot = running + before;  // numbered in token order, then k
     if (t < tokens) {
       if (expert_block) {
-        for (int k = 0; k < K; ++k) {
-          if (expert_of<Index>(launch, t, k) == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(slot++);
+#pragma unroll
+        for (int k = 0; k < kMaxTopK; ++k) {
+          if (ids[k] == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(slot++);
         }
       } else {
         if (mine) launch.slot_token[size_t(target) * launch.max_tokens + slot] = static_cast<int32_t>(t);
@@ -119,6 +127,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
     running += total;
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) ids[k] = next[k];
     __syncthreads();  // the scan's storage is reused
   }
   if (threadIdx.x == 0) {
@@ -152,15 +162,18 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     rounds.sent[r] = fits ? pairs[me * W + r] : 0;
     rounds.received[r] = i_fit ? pairs[r * W + me] : 0;
   }
+  // Powers of two and 32-bit quotients: 64-bit divisions are long software sequences, and this is on the
+  // critical path of every call (longest <= max_tokens < 2^31).
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  int slices = 1;
-  while (slices < kMoeWarps && row_bytes >= size_t(2 * slices) * kSliceBytes) slices *= 2;
-  rounds.slices = slices;
-  rounds.per_round = kMoeWarps / slices;
-  rounds.slice_bytes = align_up((row_bytes + slices - 1) / slices, kernels::kVectorBytes);
-  const int64_t per_round_all = int64_t(gridDim.x) * rounds.per_round;
-  rounds.count = static_cast<int>((longest + per_round_all - 1) / per_round_all);
-  rounds.active_blocks = static_cast<int>(min(int64_t(gridDim.x), (longest + rounds.per_round - 1) / rounds.per_round));
+  int log_slices = 0;
+  while ((1 << log_slices) < kMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
+  rounds.slices = 1 << log_slices;
+  rounds.per_round = kMoeWarps >> log_slices;
+  rounds.slice_bytes = ((row_bytes + rounds.slices - 1) >> log_slices) + kernels::kVectorBytes - 1;
+  rounds.slice_bytes -= rounds.slice_bytes % kernels::kVectorBytes;
+  const uint32_t tokens = static_cast<uint32_t>(longest), per_round_all = gridDim.x * rounds.per_round;
+  rounds.count = static_cast<int>((tokens + per_round_all - 1) / per_round_all);
+  rounds.active_blocks = static_cast<int>(min(gridDim.x, (tokens + rounds.per_round - 1) / rounds.per_round));
   // Combine's send: a group per received token on the rank that received most; fewer blocks for small calls
   // (each one is a barrier with every peer), the same on every rank.
   int64_t most_received = 0;
@@ -184,78 +197,121 @@ struct Slice {
   size_t begin, bytes;
 };
 
-// One warp: slice `slice` of token slot_token[r][i] into rank r; with `record`, the token's record there too.
+// A warp works on several ranks at once, lane q * K + k holding pair k of the q-th rank of a pass, so the loads
+// one token needs (its index, then its ids, slots, weights or record words) are in flight for every rank of the
+// pass together: one chain of dependent loads per pass, not one per rank.
+__device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
+__device__ __forceinline__ unsigned int pair_mask(int top_k) { return top_k == 32 ? kFullWarp : (1u << top_k) - 1u; }
+
+// One warp: slice `slice` of token i of this rank's list for every rank (peers first: the wire is the long part;
+// this rank last). Into a peer once, at the row of the token's first expert there (a token crosses NVLink once
+// per rank however many of its experts that rank holds), with the token's record (its rows there, weights,
+// experts) when `record`; into this rank straight to every row it fills, with the rows' metadata.
 template <typename Index>
-__device__ void send_token(const MoeLaunch& launch, const Layout& layout, int r, int64_t i, Slice slice, bool record) {
-  const int K = launch.top_k, L = launch.local_experts, me = launch.rank;
+__device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, Slice slice,
+                            bool record) {
+  const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
+  const int per_pass = ranks_per_pass(K);
+  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  const int32_t t = launch.slot_token[size_t(r) * launch.max_tokens + i];
-  int64_t e = -1, row = -1;
-  if (lane() < static_cast<unsigned>(K)) {
-    e = expert_of<Index>(launch, t, lane());
-    if (e >= 0 && e < launch.experts && e / L == r) {
-      row = layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[size_t(t) * K + lane()];
+  for (int first = 1; first <= W; first += per_pass) {
+    const int r = (me + first + group) % W;
+    int32_t t = -1;
+    int e = -1;
+    int64_t row = -1;
+    float weight = 0.0f;
+    if (group < per_pass && first + group <= W && i < rounds.sent[r]) {
+      t = launch.slot_token[size_t(r) * launch.max_tokens + i];
+      const int64_t id = expert_of<Index>(launch, t, k);
+      const int32_t slot = launch.pair_slot[size_t(t) * K + k];  // meaningful only where the expert is on r
+      if (record) weight = launch.topk_weights[size_t(t) * K + k];
+      e = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
+      if (e >= r * L && e < (r + 1) * L) row = layout.expert_start[e] + layout.mine_before[e] + slot;
     }
-  }
-  const unsigned int valid = __ballot_sync(kFullWarp, row >= 0);  // not empty: r is in the token's list
-  const int n = __popc(valid);
-  char* base = launch.peers[r];
-  char* rows = base + launch.layout.rows + slice.begin;
-  const char* source = launch.x + size_t(t) * row_bytes + slice.begin;
-  if (r != me) {  // once, into the row of its first expert there; the receiver expands it
-    char* primary = rows + __shfl_sync(kFullWarp, row, __ffs(valid) - 1) * row_bytes;
-    group_copy_to(&primary, 1, source, slice.bytes, lane(), 32);
-  } else {  // local: straight into every row
-    char* destinations[kMaxTopK];
-    int d = 0;
-    for (int k = 0; k < K; ++k) {
-      const int64_t row_k = __shfl_sync(kFullWarp, row, k);
-      if ((valid >> k) & 1u) destinations[d++] = rows + row_k * row_bytes;
-    }
-    group_copy_to(destinations, n, source, slice.bytes, lane(), 32);
-  }
-  if (!record) return;
-  int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(me) * launch.max_tokens + i) * record_words(K);
-  if (lane() == 0) {
-    words[0] = t;
-    words[1] = n;
-  }
-  if (row >= 0) {
-    const int position = __popc(valid & ((1u << lane()) - 1u));
-    const float weight = launch.topk_weights[size_t(t) * K + lane()];
-    const int32_t expert = static_cast<int32_t>(e - r * L);
-    words[2 + position] = static_cast<int32_t>(row);
-    words[2 + K + position] = __float_as_int(weight);
-    words[2 + 2 * K + position] = expert;
-    if (r == me) {
-      at_offset<float>(base, launch.layout.row_weight)[row] = weight;
-      at_offset<int32_t>(base, launch.layout.row_expert)[row] = expert;
-      at_offset<int32_t>(base, launch.layout.row_rank)[row] = me;
-      at_offset<int32_t>(base, launch.layout.row_token)[row] = t;
+    const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
+    for (int q = 0; q < per_pass && first + q <= W; ++q) {
+      const int32_t token = __shfl_sync(kFullWarp, t, q * K);
+      if (token < 0) continue;  // nothing for this rank (the same for the whole warp)
+      const int destination = (me + first + q) % W;
+      const unsigned int valid = (valid_pass >> (q * K)) & pair_mask(K);  // not empty: the rank is in the token's list
+      const int n = __popc(valid);
+      char* base = launch.peers[destination];
+      char* rows = base + launch.layout.rows + slice.begin;
+      const char* source = launch.x + size_t(token) * row_bytes + slice.begin;
+      if (destination != me) {  // the receiver expands it into the token's other rows there
+        char* primary = rows + __shfl_sync(kFullWarp, row, q * K + __ffs(valid) - 1) * row_bytes;
+        group_copy_to(&primary, 1, source, slice.bytes, lane(), 32);
+      } else {
+        char* destinations[kMaxTopK];
+        int d = 0;
+        for (int j = 0; j < K; ++j) {
+          const int64_t row_j = __shfl_sync(kFullWarp, row, q * K + j);
+          if ((valid >> j) & 1u) destinations[d++] = rows + row_j * row_bytes;
+        }
+        group_copy_to(destinations, n, source, slice.bytes, lane(), 32);
+      }
+      if (!record) continue;
+      int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(me) * launch.max_tokens + i) * record_words(K);
+      if (static_cast<int>(lane()) == q * K) {
+        words[0] = token;
+        words[1] = n;
+      }
+      if (group == q && row >= 0) {
+        const int position = __popc(valid & ((1u << k) - 1u));
+        const int32_t expert = e - destination * L;
+        words[2 + position] = static_cast<int32_t>(row);
+        words[2 + K + position] = __float_as_int(weight);
+        words[2 + 2 * K + position] = expert;
+        if (destination == me) {
+          at_offset<float>(base, launch.layout.row_weight)[row] = weight;
+          at_offset<int32_t>(base, launch.layout.row_expert)[row] = expert;
+          at_offset<int32_t>(base, launch.layout.row_rank)[row] = me;
+          at_offset<int32_t>(base, launch.layout.row_token)[row] = token;
+        }
+      }
     }
   }
 }
 
-// One warp: the slice of received token i of source s, from the row that crossed into the token's other rows
+// One warp: the slice of received token i of every peer, from the row that crossed into the token's other rows
 // here; with `metadata`, the rows' weights, experts, source rank and token from its record.
-__device__ void expand_token(const MoeLaunch& launch, int s, int64_t i, Slice slice, bool metadata) {
-  const int K = launch.top_k;
+__device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int64_t i, Slice slice, bool metadata) {
+  const int K = launch.top_k, me = launch.rank, W = launch.world;
+  const int per_pass = ranks_per_pass(K);
+  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  char* base = launch.peers[launch.rank];
-  const int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(s) * launch.max_tokens + i) * record_words(K);
-  const int n = min(max(words[1], 0), K);
-  const int32_t row = lane() < static_cast<unsigned>(n) ? words[2 + lane()] : -1;
-  if (n > 1) {
-    char* rows = base + launch.layout.rows + slice.begin;
-    char* destinations[kMaxTopK];
-    for (int q = 1; q < n; ++q) destinations[q - 1] = rows + size_t(__shfl_sync(kFullWarp, row, q)) * row_bytes;
-    group_copy_to(destinations, n - 1, rows + size_t(__shfl_sync(kFullWarp, row, 0)) * row_bytes, slice.bytes, lane(), 32);
-  }
-  if (metadata && row >= 0) {
-    at_offset<float>(base, launch.layout.row_weight)[row] = __int_as_float(words[2 + K + lane()]);
-    at_offset<int32_t>(base, launch.layout.row_expert)[row] = words[2 + 2 * K + lane()];
-    at_offset<int32_t>(base, launch.layout.row_rank)[row] = s;
-    at_offset<int32_t>(base, launch.layout.row_token)[row] = words[0];
+  char* base = launch.peers[me];
+  const int32_t* records = at_offset<int32_t>(base, launch.layout.records);
+  for (int first = 1; first < W; first += per_pass) {
+    const int source = (me + first + group) % W;
+    int32_t token = -1, n = 0, row = -1, weight_bits = 0, expert = -1;
+    if (group < per_pass && first + group < W && i < rounds.received[source]) {
+      const int32_t* words = records + (size_t(source) * launch.max_tokens + i) * record_words(K);
+      token = words[0];  // the record's words, loaded together
+      n = min(max(words[1], 0), K);
+      row = words[2 + k];
+      if (metadata) {
+        weight_bits = words[2 + K + k];
+        expert = words[2 + 2 * K + k];
+      }
+      if (k >= n) row = -1;
+    }
+    for (int q = 0; q < per_pass && first + q < W; ++q) {
+      const int count = __shfl_sync(kFullWarp, n, q * K);  // 0: nothing from this source
+      if (count > 1) {
+        char* rows = base + launch.layout.rows + slice.begin;
+        char* destinations[kMaxTopK];
+        for (int j = 1; j < count; ++j) destinations[j - 1] = rows + size_t(__shfl_sync(kFullWarp, row, q * K + j)) * row_bytes;
+        group_copy_to(destinations, count - 1, rows + size_t(__shfl_sync(kFullWarp, row, q * K)) * row_bytes, slice.bytes,
+                      lane(), 32);
+      }
+      if (metadata && group == q && row >= 0) {
+        at_offset<float>(base, launch.layout.row_weight)[row] = __int_as_float(weight_bits);
+        at_offset<int32_t>(base, launch.layout.row_expert)[row] = expert;
+        at_offset<int32_t>(base, launch.layout.row_rank)[row] = (me + first + q) % W;
+        at_offset<int32_t>(base, launch.layout.row_token)[row] = token;
+      }
+    }
   }
 }
 
@@ -269,7 +325,7 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
     char* base = launch.peers[me];
     for (int j = blockIdx.x; j < L; j += gridDim.x) {
       const int64_t from = layout.expert_start[first + j] + layout.expert_rows[first + j];
-      const int64_t to = static_cast<int64_t>(align_up(static_cast<size_t>(from), launch.alignment));
+      const int64_t to = align_rows(from, launch.alignment);
       for (int64_t row = from + threadIdx.x; row < to; row += blockDim.x) {
         at_offset<float>(base, launch.layout.row_weight)[row] = 0.0f;
         at_offset<int32_t>(base, launch.layout.row_expert)[row] = -1;
@@ -287,6 +343,7 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
     launch.expert_offsets[L] = used;
     launch.combine_plan[0] = rounds.combine_blocks;
     launch.combine_plan[1] = rounds.combine_pieces;
+    launch.combine_plan[2] = 1;
   }
   if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
   if (overflow && threadIdx.x == 0) {
@@ -320,7 +377,6 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   }
   compute_layout(launch, parity, layout);  // its __syncthreads publish pairs too
   if (threadIdx.x == 0) plan_rounds(launch, pairs, layout, rounds);
-  __syncthreads();
   const int me = launch.rank, world = launch.world;
   const unsigned int warp = threadIdx.x / 32;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
@@ -334,12 +390,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   const int round_count = static_cast<int>(blockIdx.x) < rounds.active_blocks ? rounds.count : 0;
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
-      const int64_t i = token_of(round);
-      for (int step = 1; step <= world; ++step) {  // peers first (the wire is the long part), this rank last
-        const int r = (me + step) % world;
-        if (i < rounds.sent[r]) send_token<Index>(launch, layout, r, i, slice, first_slice);
-      }
-      __syncthreads();
+      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice);
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
         __threadfence_system();  // cumulative: the block's rows and records (ordered by the __syncthreads)
         device::signal(launch.pad, blockIdx.x, threadIdx.x);
@@ -350,13 +401,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
           !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
         failed = 1;
       }
-      __syncthreads();
       if (failed) return;
-      const int64_t i = token_of(round - 1);
-      for (int step = 1; step < world; ++step) {
-        const int s = (me + step) % world;
-        if (i < rounds.received[s]) expand_token(launch, s, i, slice, first_slice);
-      }
+      expand_tokens(launch, rounds, token_of(round - 1), slice, first_slice);
     }
   }
   write_outputs(launch, layout, rounds);

@@ -67,8 +67,8 @@ struct MoeLaunch {
   int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
-  int32_t* combine_plan;     // [2]: blocks of combine's send with work after the last dispatch (the same on every
-                             // rank) and the pieces it cuts each token into
+  int32_t* combine_plan;     // [3]: blocks of combine's send with work after the last dispatch (the same on every
+                             // rank), the pieces it cuts each token into, and 1 while no combine followed it
   int64_t* my_counts;        // [experts + world]
   int64_t* tokens;           // [1]: T of the last dispatch (after checks)
   int64_t* received_tokens;  // [world]: tokens received from each source in the last dispatch

@@ -12,6 +12,13 @@ __device__ __forceinline__ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+// Rows rounded up to the expert alignment; a 64-bit division (a long software sequence on the GPU) only for an
+// alignment that is not a power of two.
+__device__ __forceinline__ int64_t align_rows(int64_t rows, int alignment) {
+  if ((alignment & (alignment - 1)) == 0) return (rows + alignment - 1) & ~static_cast<int64_t>(alignment - 1);
+  return static_cast<int64_t>(align_up(static_cast<size_t>(rows), static_cast<size_t>(alignment)));
+}
+
 // This rank's count matrix for `parity`: [world][experts + world], in its own symmetric memory.
 __device__ __forceinline__ const int64_t* count_matrix(const MoeLaunch& launch, uint64_t parity) {
   const char* base = launch.peers[launch.rank] + launch.layout.counts;
@@ -22,6 +29,16 @@ __device__ __forceinline__ int64_t* count_row(const MoeLaunch& launch, int owner
   char* base = launch.peers[owner] + launch.layout.counts;
   return reinterpret_cast<int64_t*>(base) + (parity * launch.world + source) * (launch.experts + launch.world);
 }
+
+// The rank holding expert e (0 <= e < kMaxExperts) by a multiplication: an integer division is a long instruction
+// sequence, and the routing loops need one per id. Exact: e * magic / 2^32 exceeds e / L by less than
+// e / 2^32 < 1 / L.
+struct ExpertRanks {
+  uint64_t magic;
+  __device__ explicit ExpertRanks(int local_experts)
+      : magic(((uint64_t(1) << 32) + local_experts - 1) / static_cast<uint64_t>(local_experts)) {}
+  __device__ __forceinline__ int of(int expert) const { return static_cast<int>((uint64_t(expert) * magic) >> 32); }
+};
 
 // Expert id of pair (t, k), widened; -1 for "no expert".
 template <typename Index>
@@ -42,25 +59,37 @@ __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, 
   const int64_t* counts = count_matrix(launch, parity);
   const int stride = launch.experts + launch.world;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
+    int64_t count[kMaxWorld];  // loaded together: one memory latency, not one per source
+#pragma unroll
+    for (int s = 0; s < kMaxWorld; ++s) count[s] = s < launch.world ? counts[s * stride + e] : 0;
     int64_t total = 0, before = 0;
-    for (int s = 0; s < launch.world; ++s) {
-      const int64_t c = counts[s * stride + e];
-      total += c;
-      if (s < launch.rank) before += c;
+#pragma unroll
+    for (int s = 0; s < kMaxWorld; ++s) {
+      total += count[s];
+      if (s < launch.rank) before += count[s];
     }
     layout.expert_rows[e] = total;
     layout.mine_before[e] = before;
   }
   __syncthreads();
-  if (threadIdx.x < launch.world) {
-    const int r = threadIdx.x;
+  // A warp per rank: its experts' blocks start at the exclusive scan of their aligned sizes, 32 experts a step.
+  const unsigned int lane = threadIdx.x % 32;
+  for (int r = static_cast<int>(threadIdx.x / 32); r < launch.world; r += static_cast<int>(blockDim.x / 32)) {
     int64_t offset = 0;
-    for (int j = 0; j < launch.local_experts; ++j) {
-      const int e = r * launch.local_experts + j;
-      layout.expert_start[e] = offset;
-      offset = static_cast<int64_t>(align_up(static_cast<size_t>(offset + layout.expert_rows[e]), launch.alignment));
+    for (int j0 = 0; j0 < launch.local_experts; j0 += 32) {
+      const int e = r * launch.local_experts + j0 + static_cast<int>(lane);
+      const bool mine = j0 + static_cast<int>(lane) < launch.local_experts;
+      const int64_t size = mine ? align_rows(layout.expert_rows[e], launch.alignment) : 0;
+      int64_t inclusive = size;
+#pragma unroll
+      for (int d = 1; d < 32; d *= 2) {
+        const int64_t below = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= static_cast<unsigned>(d)) inclusive += below;
+      }
+      if (mine) layout.expert_start[e] = offset + inclusive - size;
+      offset += __shfl_sync(0xffffffffu, inclusive, 31);
     }
-    layout.rank_rows[r] = offset;
+    if (lane == 0) layout.rank_rows[r] = offset;
   }
   __syncthreads();
 }

@@ -186,7 +186,8 @@ struct Slot {
   uint64_t wrong = 0;
   int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
 };
-enum SlotIndex { kBraidDispatch = 0, kBraidCombine = 1, kNcclDispatch = 2, kNcclCombine = 3, kSlots = 4 };
+// "layer" is a dispatch followed by a combine, as an MoE layer calls them (with no expert computation between).
+enum SlotIndex { kBraidDispatch, kBraidCombine, kNcclDispatch, kNcclCombine, kBraidLayer, kNcclLayer, kSlots };
 
 // ---- The NCCL baseline on one rank ----
 
@@ -336,7 +337,8 @@ class MoeBench {
     std::printf("# routing: K distinct experts per token, uniform, weights in (0, 1], from a shared seed; braid: "
                 "MoeBuffer::dispatch, then\n# MoeBuffer::combine(y = the dispatched rows, weighted); nccl: routing kernel, "
                 "ncclAlltoAll of the counts, counts to the host\n# (stream synchronise), gather kernel, grouped "
-                "ncclSend/ncclRecv alltoallv; combine: the reverse alltoallv, weighted-sum kernel\n");
+                "ncclSend/ncclRecv alltoallv; combine: the reverse alltoallv, weighted-sum kernel\n# layer: a dispatch "
+                "then a combine, as an MoE layer calls them (bytes: both ways); dispatch and combine: each alone, back to back\n");
     std::printf("# %d warm-up calls; %d repetitions of %d calls per phase%s\n", options_.warmup_iters, options_.repeats,
                 options_.iters,
                 options_.graph_calls > 0 ? (" (braid's phases and nccl's combine as replays of a CUDA graph of " +
@@ -435,7 +437,15 @@ class MoeBench {
       slots[kBraidDispatch].time_us = time_calls(dispatch, true);
       const void* y = view.x;
       const Call combine = [&, y](cudaStream_t s) { buffer.combine(y, out.get(), true, s); };
+      cuda(cudaStreamSynchronize(stream()), "sync");
       slots[kBraidCombine].time_us = time_calls(combine, true);
+      const Call layer = [&, y](cudaStream_t s) {
+        dispatch(s);
+        buffer.combine(y, out.get(), true, s);
+      };
+      slots[kBraidLayer].time_us = time_calls(layer, true);
+      slots[kBraidLayer].state = 1;
+      cuda(cudaStreamSynchronize(stream()), "sync");
       for (int i : {kBraidDispatch, kBraidCombine}) slots[i].state = std::max(slots[i].state, 1);
       cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
       comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
@@ -463,6 +473,12 @@ class MoeBench {
       }
       slots[kNcclDispatch].time_us = time_calls(dispatch, false);
       slots[kNcclCombine].time_us = time_calls(combine, true);
+      const Call layer = [&](cudaStream_t s) {
+        dispatch(s);
+        combine(s);
+      };
+      slots[kNcclLayer].time_us = time_calls(layer, false);
+      slots[kNcclLayer].state = 1;
       for (int i : {kNcclDispatch, kNcclCombine}) slots[i].state = std::max(slots[i].state, 1);
       cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
       comm_.barrier();
@@ -720,11 +736,15 @@ class MoeBench {
     if (rank_ != 0) return;
     auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
     auto wrong_text = [](const Slot& s) { return s.state == 2 ? std::to_string(s.wrong) : std::string("N/A"); };
-    for (int phase = 0; phase < 2; ++phase) {
-      const Slot& b = total[phase == 0 ? kBraidDispatch : kBraidCombine];
-      const Slot& n = total[phase == 0 ? kNcclDispatch : kNcclCombine];
-      const char* name = phase == 0 ? "dispatch" : "combine";
-      const std::string target = target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
+    for (int phase = 0; phase < 3; ++phase) {
+      const Slot& b = total[phase == 0 ? kBraidDispatch : phase == 1 ? kBraidCombine : kBraidLayer];
+      const Slot& n = total[phase == 0 ? kNcclDispatch : phase == 1 ? kNcclCombine : kNcclLayer];
+      const char* name = phase == 0 ? "dispatch" : phase == 1 ? "combine" : "layer";
+      // A layer moves the bytes twice (out and back); its rows have no target of their own.
+      const double bytes_factor = phase == 2 ? 2.0 : 1.0;
+      nvlink_bytes *= bytes_factor;
+      logical_bytes *= bytes_factor;
+      const std::string target = phase == 2 ? "-" : target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
       std::printf("  %6zu  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, name, nvlink_bytes / 1e6, b.time_us,
                   gbs(nvlink_bytes, b.time_us), gbs(logical_bytes, b.time_us), wrong_text(b).c_str());
       if (library_) {
@@ -750,6 +770,8 @@ class MoeBench {
       row["time_ratio_braid_over_nccl"] =
           b.state != 0 && n.state != 0 && n.time_us > 0 ? nlohmann::json(b.time_us / n.time_us) : nlohmann::json(nullptr);
       rows_.push_back(std::move(row));
+      nvlink_bytes /= bytes_factor;
+      logical_bytes /= bytes_factor;
     }
     std::fflush(stdout);
   }
