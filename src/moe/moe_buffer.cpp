@@ -75,7 +75,7 @@ moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   layout.row_rank = carve.take(capacity * sizeof(int32_t));
   layout.row_token = carve.take(capacity * sizeof(int32_t));
   layout.records = carve.take(W * T * moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
-  layout.counts = carve.take(2 * W * (shape.experts + W) * sizeof(int64_t));
+  layout.counts = carve.take(2 * W * (shape.experts + W) * sizeof(uint64_t));
   layout.combine = carve.take(W * T * row_bytes);
   layout.bytes = carve.used;
   return layout;
@@ -174,11 +174,11 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   Carver carve;
   const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
-  const size_t combine_plan = carve.take(3 * sizeof(int32_t));
+  const size_t combine_plan = carve.take(4 * sizeof(int32_t));
   const size_t my_counts = carve.take((E + W) * sizeof(int64_t)), tokens = carve.take(sizeof(int64_t));
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
-  const size_t blocks_done = carve.take(sizeof(unsigned int)), routes_done = carve.take(sizeof(unsigned int));
+  const size_t blocks_done = carve.take(sizeof(unsigned int));
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
@@ -211,7 +211,6 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.expert_offsets = reinterpret_cast<int64_t*>(local + expert_offsets);
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
-  b.routes_done = reinterpret_cast<unsigned int*>(local + routes_done);
   b.blocks = agreed_blocks(comm, comm_state.device);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks

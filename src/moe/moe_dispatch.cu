@@ -1,11 +1,12 @@
 // MoE dispatch, two launches on the caller's stream (moe_buffer.cpp enqueues them):
-//   1. route (experts + world blocks, local): counts this rank's pairs per expert and tokens per destination
-//      rank, and numbers them in token order (pair_slot, slot_token) with block scans, so the layout is the
-//      same for the same routing every time. The last block to finish exchanges the counts: it writes them into
-//      every rank's count matrix (parity = dispatches so far, so a fast rank's next dispatch never overwrites
-//      counts a slow rank still reads), then a barrier: every peer's counts are here, and every peer has entered
-//      this dispatch (its receive rows and records from the last one are no longer in use).
-//   2. scatter (launch.blocks blocks): every rank computes every rank's layout from the count matrix. Rows move
+//   1. route (experts + world blocks): counts this rank's pairs per expert and tokens per destination rank, and
+//      numbers them in token order (pair_slot, slot_token) with block scans, so the layout is the same for the
+//      same routing every time. Each block writes its count into every rank's count matrix (parity =
+//      dispatches so far, so a fast rank's next dispatch never overwrites counts a slow rank still reads),
+//      tagged with the dispatch number: no fence, flag or barrier.
+//   2. scatter (launch.blocks blocks): waits for every count word to carry this dispatch's tag (and, when the
+//      last call on the buffer was a dispatch too, for every peer to enter this one: until then a peer may
+//      still expand the last one in rows this one overwrites), then computes every rank's layout. Rows move
 //      in rounds. In round m, block b sends the tokens [(m * blocks + b) * per_round, + per_round) of this rank's
 //      list for each destination, a warp per slice of a row: once into the destination (at the row of the
 //      token's first expert there: a token crosses NVLink once per rank however many of its experts that rank
@@ -46,28 +47,6 @@ __device__ inline size_t call_tokens(const MoeLaunch& launch) {
     tokens = 0;
   }
   return static_cast<size_t>(tokens);
-}
-
-// Run by the last route block to finish: this rank's counts into every rank's count matrix, then a barrier.
-__device__ void exchange_counts_after_last_route(const MoeLaunch& launch) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();  // this block's counts before its arrival
-    last = atomicAdd(launch.routes_done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return;
-  if (threadIdx.x == 0) *launch.routes_done = 0;
-  __threadfence();
-  const uint64_t parity = *launch.epoch & 1;
-  const int entries = launch.experts + launch.world;
-  const volatile int64_t* counts = launch.my_counts;  // written by the other blocks
-  for (int i = threadIdx.x; i < entries * launch.world; i += blockDim.x) {
-    const int owner = i / entries, entry = i % entries;
-    count_row(launch, owner, parity, launch.rank)[entry] = counts[entry];
-  }
-  device::barrier(launch.pad, 0, launch.dispatch_id, kSiteEntryBarrier);
 }
 
 template <typename Index>
@@ -131,11 +110,20 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     for (int k = 0; k < kMaxTopK; ++k) ids[k] = next[k];
     __syncthreads();  // the scan's storage is reused
   }
+  if (threadIdx.x < static_cast<unsigned>(launch.world)) {
+    // The count straight into every rank's count matrix (parity = dispatches so far, so a fast rank's next
+    // dispatch never overwrites counts a slow rank still reads), tagged: no fence, no flag, nothing waits here.
+    const uint64_t epoch = *launch.epoch;
+    count_row(launch, threadIdx.x, epoch & 1, launch.rank)[blockIdx.x] = count_tag_of(epoch) | static_cast<uint64_t>(running);
+  }
   if (threadIdx.x == 0) {
     launch.my_counts[blockIdx.x] = running;  // experts first, then destination ranks
-    if (blockIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);
+    if (blockIdx.x == 0) {
+      *launch.tokens = static_cast<int64_t>(tokens);
+      launch.combine_plan[3] = launch.combine_plan[2];  // the last call was a dispatch: scatter's entry barrier
+      launch.combine_plan[2] = 1;                       // a dispatch with no combine after it yet
+    }
   }
-  exchange_counts_after_last_route(launch);
 }
 
 // How scatter cuts its work, the same on every rank (from the count matrix and the shape).
@@ -343,7 +331,6 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
     launch.expert_offsets[L] = used;
     launch.combine_plan[0] = rounds.combine_blocks;
     launch.combine_plan[1] = rounds.combine_pieces;
-    launch.combine_plan[2] = 1;
   }
   if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
   if (overflow && threadIdx.x == 0) {
@@ -363,20 +350,41 @@ template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeLaunch launch) {
   __shared__ Layout layout;
   __shared__ Rounds rounds;
-  __shared__ uint64_t parity;
+  __shared__ uint64_t epoch;
   __shared__ int failed;
   if (threadIdx.x == 0) {
-    parity = *launch.epoch & 1;
+    epoch = *launch.epoch;
     failed = 0;
   }
   __syncthreads();
+  // The last call on this buffer was a dispatch: a peer may still expand it in the rows and records this one
+  // overwrites. Every peer in this launch means it left that one. After a combine that is implied: peers left
+  // the last dispatch before they entered the combine this rank waited for.
+  if (launch.combine_plan[3] != 0 && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) {
+    return;
+  }
+  // Every rank's counts: each thread waits for some words of the matrix to carry this dispatch's tag.
+  const uint64_t parity = epoch & 1, tag = count_tag_of(epoch);
+  const uint64_t* counts = count_matrix(launch, parity);
+  const int entries = launch.experts + launch.world;
+  for (int w = threadIdx.x; w < launch.world * entries; w += blockDim.x) {
+    const volatile uint64_t* word = counts + w;
+    if (!device::spin_until(launch.pad, [&] { return (*word & ~kCountMask) == tag; }, launch.dispatch_id,
+                            kSiteMoeCounts, w / entries, blockIdx.x)) {
+      failed = 1;
+      break;
+    }
+  }
+  __syncthreads();
+  if (failed) return;
   __shared__ int64_t pairs[kMaxWorld * kMaxWorld];
   if (threadIdx.x < static_cast<unsigned>(launch.world * launch.world)) {  // loaded together, not by thread 0 in turn
     const int s = threadIdx.x / launch.world, r = threadIdx.x % launch.world;
-    pairs[threadIdx.x] = count_matrix(launch, parity)[s * (launch.experts + launch.world) + launch.experts + r];
+    pairs[threadIdx.x] = count_value(counts[s * entries + launch.experts + r]);
   }
   compute_layout(launch, parity, layout);  // its __syncthreads publish pairs too
   if (threadIdx.x == 0) plan_rounds(launch, pairs, layout, rounds);
+  __syncthreads();
   const int me = launch.rank, world = launch.world;
   const unsigned int warp = threadIdx.x / 32;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
@@ -391,6 +399,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
       send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice);
+      __syncthreads();
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
         __threadfence_system();  // cumulative: the block's rows and records (ordered by the __syncthreads)
         device::signal(launch.pad, blockIdx.x, threadIdx.x);
@@ -401,6 +410,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
           !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
         failed = 1;
       }
+      __syncthreads();
       if (failed) return;
       expand_tokens(launch, rounds, token_of(round - 1), slice, first_slice);
     }

@@ -41,7 +41,8 @@ struct SymmetricLayout {
   size_t row_rank;       // int32[capacity]: source rank, -1 padding
   size_t row_token;      // int32[capacity]: source token, -1 padding
   size_t records;        // int32[world][max_tokens][record_words]: per (source, received token) its record
-  size_t counts;         // int64[2][world][experts + world]: each source's expert counts and token-per-rank counts
+  size_t counts;         // uint64[2][world][experts + world]: each source's expert counts and token-per-rank
+                         // counts, tagged with its dispatch number (moe_layout.cuh)
   size_t combine;        // [world][max_tokens][hidden] elements: each expert rank's partial sum of each token
   size_t bytes;          // all of it
 };
@@ -67,8 +68,9 @@ struct MoeLaunch {
   int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
-  int32_t* combine_plan;     // [3]: blocks of combine's send with work after the last dispatch (the same on every
-                             // rank), the pieces it cuts each token into, and 1 while no combine followed it
+  int32_t* combine_plan;     // [4]: blocks of combine's send with work after the last dispatch (the same on every
+                             // rank), the pieces it cuts each token into, 1 while no combine followed the last
+                             // dispatch, and (for scatter) whether the call before this dispatch was one
   int64_t* my_counts;        // [experts + world]
   int64_t* tokens;           // [1]: T of the last dispatch (after checks)
   int64_t* received_tokens;  // [world]: tokens received from each source in the last dispatch
@@ -76,7 +78,6 @@ struct MoeLaunch {
   int64_t* expert_offsets;   // [local_experts + 1] output
   uint64_t* epoch;           // dispatches so far (parity of the count matrix)
   unsigned int* blocks_done;  // the last block of a scatter advances epoch
-  unsigned int* routes_done;  // the last block of a route exchanges the counts
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
   unsigned int dispatch_id, combine_id;  // collective ids for error reports

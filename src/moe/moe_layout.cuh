@@ -19,15 +19,22 @@ __device__ __forceinline__ int64_t align_rows(int64_t rows, int alignment) {
   return static_cast<int64_t>(align_up(static_cast<size_t>(rows), static_cast<size_t>(alignment)));
 }
 
-// This rank's count matrix for `parity`: [world][experts + world], in its own symmetric memory.
-__device__ __forceinline__ const int64_t* count_matrix(const MoeLaunch& launch, uint64_t parity) {
+// Counts travel tagged: a count in the low 48 bits, the low 16 bits of (dispatches so far + 1) in the high 16,
+// in one 8-byte store. A reader knows a word is this dispatch's when the tag matches, so a count needs no fence
+// and no flag after it (a word of the dispatch two before, same parity, has another tag).
+constexpr uint64_t kCountMask = (uint64_t(1) << 48) - 1;
+__device__ __forceinline__ uint64_t count_tag_of(uint64_t epoch) { return ((epoch + 1) & 0xffffu) << 48; }
+__device__ __forceinline__ int64_t count_value(uint64_t word) { return static_cast<int64_t>(word & kCountMask); }
+
+// This rank's count matrix for `parity`: [world][experts + world] tagged counts, in its own symmetric memory.
+__device__ __forceinline__ const uint64_t* count_matrix(const MoeLaunch& launch, uint64_t parity) {
   const char* base = launch.peers[launch.rank] + launch.layout.counts;
-  return reinterpret_cast<const int64_t*>(base) + parity * launch.world * (launch.experts + launch.world);
+  return reinterpret_cast<const uint64_t*>(base) + parity * launch.world * (launch.experts + launch.world);
 }
 
-__device__ __forceinline__ int64_t* count_row(const MoeLaunch& launch, int owner, uint64_t parity, int source) {
+__device__ __forceinline__ uint64_t* count_row(const MoeLaunch& launch, int owner, uint64_t parity, int source) {
   char* base = launch.peers[owner] + launch.layout.counts;
-  return reinterpret_cast<int64_t*>(base) + (parity * launch.world + source) * (launch.experts + launch.world);
+  return reinterpret_cast<uint64_t*>(base) + (parity * launch.world + source) * (launch.experts + launch.world);
 }
 
 // The rank holding expert e (0 <= e < kMaxExperts) by a multiplication: an integer division is a long instruction
@@ -55,13 +62,14 @@ struct Layout {
   int64_t rank_rows[kMaxWorld];       // rows rank r needs, padding included
 };
 
+// Every word of the count matrix must be this dispatch's (the caller waited for their tags).
 __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, Layout& layout) {
-  const int64_t* counts = count_matrix(launch, parity);
+  const uint64_t* counts = count_matrix(launch, parity);
   const int stride = launch.experts + launch.world;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
     int64_t count[kMaxWorld];  // loaded together: one memory latency, not one per source
 #pragma unroll
-    for (int s = 0; s < kMaxWorld; ++s) count[s] = s < launch.world ? counts[s * stride + e] : 0;
+    for (int s = 0; s < kMaxWorld; ++s) count[s] = s < launch.world ? count_value(counts[s * stride + e]) : 0;
     int64_t total = 0, before = 0;
 #pragma unroll
     for (int s = 0; s < kMaxWorld; ++s) {

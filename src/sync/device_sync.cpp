@@ -21,6 +21,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteFifoCredit: return "wait for a free pipeline slot";
     case kSiteLLData: return "LL line poll";
     case kSiteMoeRows: return "MoE rows round";
+    case kSiteMoeCounts: return "MoE routing counts";
   }
   return "wait";
 }

@@ -20,6 +20,7 @@ enum WaitSite : unsigned int {
   kSiteFifoCredit = 5,  // ... for a peer to hand back a FIFO slot
   kSiteLLData = 6,      // the LL all-reduce polling a peer's line
   kSiteMoeRows = 7,     // MoE dispatch waiting for a peer's round of rows
+  kSiteMoeCounts = 8,   // MoE dispatch waiting for a peer's routing counts
 };
 const char* wait_site_name(unsigned int site);
 
