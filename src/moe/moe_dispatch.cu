@@ -49,6 +49,12 @@ __device__ inline size_t call_tokens(const MoeLaunch& launch) {
   return static_cast<size_t>(tokens);
 }
 
+// A token's expert ids as loaded, at most kMaxTopK int64.
+constexpr int kRawVectors = kMaxTopK * sizeof(int64_t) / 16;
+struct RawIds {
+  uint4 v[kRawVectors];
+};
+
 template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   using Scan = cub::BlockScan<int, kMoeThreads>;
@@ -60,12 +66,33 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   const bool reporter = !expert_block && target == 0;  // one block reports bad ids and writes token_ranks
   const int low = expert_block ? target : target * L, high = expert_block ? target + 1 : low + L;  // its experts
   const ExpertRanks expert_ranks(L);
-  // A token's ids, loaded together (one memory latency per token, not one per id) and kept in registers for
-  // both uses; ids outside [-1, E) become -1 here, reported once.
-  auto load_ids = [&](size_t t, int32_t (&ids)[kMaxTopK]) {
+  // A token's ids, loaded together (one memory latency per token, not one per id), as 16-byte vectors where the
+  // ids of a token allow it, and kept raw until they are used: the next chunk's loads stay in flight behind
+  // this chunk's scan instead of being waited for where they are issued.
+  const bool vectors = (K * sizeof(Index)) % 16 == 0 && reinterpret_cast<uintptr_t>(launch.topk_idx) % 16 == 0;
+  const int vectors_per_token = static_cast<int>(K * sizeof(Index) / 16);
+  auto load_raw = [&](size_t t, RawIds& raw) {
+    if (t >= tokens) return;
+    if (vectors) {
+      const uint4* from = static_cast<const uint4*>(launch.topk_idx) + t * vectors_per_token;
+#pragma unroll
+      for (int v = 0; v < kRawVectors; ++v) {
+        if (v < vectors_per_token) raw.v[v] = from[v];
+      }
+    } else {
+      Index* ids = reinterpret_cast<Index*>(raw.v);
+#pragma unroll
+      for (int k = 0; k < kMaxTopK; ++k) {
+        if (k < K) ids[k] = static_cast<const Index*>(launch.topk_idx)[t * K + k];
+      }
+    }
+  };
+  // ids outside [-1, E) become -1 here, reported once; pairs past K and tokens past T are -1.
+  auto decode = [&](size_t t, const RawIds& raw, int32_t (&ids)[kMaxTopK]) {
+    const Index* loaded = reinterpret_cast<const Index*>(raw.v);
 #pragma unroll
     for (int k = 0; k < kMaxTopK; ++k) {
-      const int64_t e = k < K && t < tokens ? expert_of<Index>(launch, t, k) : -1;
+      const int64_t e = k < K && t < tokens ? static_cast<int64_t>(loaded[k]) : -1;
       if (e < -1 || e >= launch.experts) {
         if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
         ids[k] = -1;
@@ -75,14 +102,15 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     }
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
-  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200). The next chunk's ids
-  // are loaded before this chunk's scan, so their latency hides behind it.
-  int32_t ids[kMaxTopK], next[kMaxTopK];
-  load_ids(threadIdx.x, ids);
+  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
+  int32_t ids[kMaxTopK];
+  RawIds raw{};
+  load_raw(threadIdx.x, raw);
+  decode(threadIdx.x, raw, ids);
   int64_t running = 0;
   for (size_t chunk = 0; chunk < tokens; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
-    load_ids(t + kMoeThreads, next);
+    load_raw(t + kMoeThreads, raw);
     uint32_t ranks = 0;
     int mine = 0;  // this block's share of token t: its pairs of expert `target`, or 1 when a pair goes to rank `target`
 #pragma unroll
@@ -106,8 +134,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
     running += total;
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) ids[k] = next[k];
+    decode(t + kMoeThreads, raw, ids);  // the wait for the next chunk's loads, after this chunk's work
     __syncthreads();  // the scan's storage is reused
   }
   if (threadIdx.x < static_cast<unsigned>(launch.world)) {
