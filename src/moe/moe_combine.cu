@@ -4,8 +4,8 @@
 //      and skipped, when a dispatch came since the last combine), a group of kCombineGroup threads per token
 //      received in the last dispatch sums that token's rows here (its record lists them, with their weights;
 //      weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's slot
-//      of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier per block: every peer's partials for this
-//      rank are here.
+//      of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier per
+//      block: every peer's partials for this rank are here.
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
 #include "collectives/elementwise.cuh"
@@ -125,8 +125,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send
                                                                                // to sum: no barrier either
   if (static_cast<int>(blockIdx.x) >= blocks) return;
   // The entry barrier (every peer has left its last combine, so its combine area is free) is implied when a
-  // dispatch came in between: a peer enters a dispatch, whose count exchange this rank waited for, only after
-  // its last combine. Every rank makes the same calls, so every rank skips it alike.
+  // dispatch came in between: a peer enters a dispatch, whose counts this rank waited for, only after its last
+  // combine. Every rank makes the same calls, so every rank skips it alike.
   const bool after_dispatch = launch.combine_plan[2] != 0;
   if (!after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
   constexpr int kVector = kernels::Vector<T>::kCount;
