@@ -8,6 +8,7 @@
 //      block: every peer's partials for this rank are here.
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"
@@ -121,6 +122,8 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
 
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
+  kernels::wait_for_prior_grid();  // the kernel before on the stream (the dispatch, or the user's)
+  kernels::allow_dependent_grid();
   const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
                                                                                // to sum: no barrier either
   if (static_cast<int>(blockIdx.x) >= blocks) return;
@@ -168,6 +171,8 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads) moe_combine_reduce(MoeLaunch launch) {
   constexpr int kVector = kernels::Vector<T>::kCount;
+  kernels::wait_for_prior_grid();  // send
+  kernels::allow_dependent_grid();
   if (blockIdx.x == 0 && threadIdx.x == 0) launch.combine_plan[2] = 0;  // every send block read it: send is over
   if ((launch.hidden * sizeof(T)) % kernels::kVectorBytes == 0) {
     reduce_partials<T, kVector>(launch);  // store_lanes tolerates an unaligned out
@@ -182,8 +187,8 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
   kernels::dispatch_type(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
-      moe_combine_send<T><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
-      moe_combine_reduce<T><<<kReduceBlocks, kMoeThreads, 0, stream>>>(launch);
+      kernels::launch_dependent(moe_combine_send<T>, launch.blocks, kMoeThreads, stream, launch);
+      kernels::launch_dependent(moe_combine_reduce<T>, kReduceBlocks, kMoeThreads, stream, launch);
     } else {
       raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));
     }

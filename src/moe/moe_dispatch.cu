@@ -21,6 +21,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "braid/moe.hpp"
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/staged.cuh"
 #include "moe/moe_kernels.hpp"
@@ -59,6 +60,8 @@ template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   using Scan = cub::BlockScan<int, kMoeThreads>;
   __shared__ typename Scan::TempStorage scan;
+  kernels::wait_for_prior_grid();  // the last combine or dispatch on the stream (combine_plan, epoch)
+  kernels::allow_dependent_grid();  // scatter's blocks may be scheduled: they wait for this grid
   const size_t tokens = call_tokens(launch);
   const int K = launch.top_k, L = launch.local_experts;
   const bool expert_block = blockIdx.x < static_cast<unsigned>(launch.experts);
@@ -379,6 +382,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   __shared__ Rounds rounds;
   __shared__ uint64_t epoch;
   __shared__ int failed;
+  kernels::wait_for_prior_grid();  // route
+  kernels::allow_dependent_grid();
   if (threadIdx.x == 0) {
     epoch = *launch.epoch;
     failed = 0;
@@ -451,10 +456,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream) {
   const bool wide = index_type == DataType::kInt64;
   const int route_blocks = launch.experts + launch.world;
-  if (wide) moe_route<int64_t><<<route_blocks, kMoeThreads, 0, stream>>>(launch);
-  else moe_route<int32_t><<<route_blocks, kMoeThreads, 0, stream>>>(launch);
-  if (wide) moe_scatter<int64_t><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
-  else moe_scatter<int32_t><<<launch.blocks, kMoeThreads, 0, stream>>>(launch);
+  // Each launch may be scheduled while the kernel before it finishes (dependent_launch.cuh): scatter's blocks
+  // all wait on every peer, and are all resident by the time the next kernel's blocks may take a place.
+  kernels::launch_dependent(wide ? moe_route<int64_t> : moe_route<int32_t>, route_blocks, kMoeThreads, stream, launch);
+  kernels::launch_dependent(wide ? moe_scatter<int64_t> : moe_scatter<int32_t>, launch.blocks, kMoeThreads, stream, launch);
 }
 
 }  // namespace braid::moe
