@@ -33,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -46,6 +47,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "braid/braid.hpp"
@@ -401,6 +403,12 @@ struct Outcome {
   Problems problems;
 };
 
+// How often Rig calls dispatch and combine in a row for one round, and whether ranks pause between calls.
+struct Repeats {
+  int dispatches = 1, combines = 1;
+  uint64_t pause_seed = 0;  // 0: no pauses
+};
+
 class Rig {
  public:
   Rig(Communicator& comm, const MoeShape& shape, cudaStream_t stream)
@@ -462,19 +470,33 @@ class Rig {
   }
 
   // Enqueues dispatch, the expert and combine on `stream` (capturable: the round's inputs are in the buffers
-  // already; with device tokens the host count passed is 0).
-  MoeDispatchOutput enqueue(const Round& round, cudaStream_t stream) {
+  // already; with device tokens the host count passed is 0). With `repeats`, dispatch and combine are each called
+  // that many times in a row, so every call after the first follows a call of its own kind (the order in which
+  // MoE skips no entry barrier), with host pauses between calls that differ between ranks (not capturable).
+  MoeDispatchOutput enqueue(const Round& round, cudaStream_t stream, Repeats repeats = {}) {
     const bool device_tokens = !round.device_tokens.empty();
     const size_t tokens = device_tokens ? 0 : round.inputs[me_].tokens;
-    const MoeDispatchOutput view =
-        moe_.dispatch(x_.get(), ids_.get(), static_cast<const float*>(weights_.get()), tokens,
-                      device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr, stream);
+    uint64_t pause = repeats.pause_seed;
+    auto maybe_pause = [&] {
+      if (repeats.pause_seed == 0) return;
+      pause = mix64(pause + static_cast<uint64_t>(me_) + 1);
+      std::this_thread::sleep_for(std::chrono::microseconds(pause % 300));
+    };
+    MoeDispatchOutput view{};
+    for (int d = 0; d < repeats.dispatches; ++d) {
+      maybe_pause();
+      view = moe_.dispatch(x_.get(), ids_.get(), static_cast<const float*>(weights_.get()), tokens,
+                           device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr, stream);
+    }
     remember(view);
     void* y = round.in_place_expert ? view.x : y_.get();
     cuda_check(moe_expert_rows(shape_.type, view.x, y, view.local_expert, view.expert_offsets + L_, view.capacity_rows,
                                shape_.hidden, L_, stream),
                "expert kernel launch");
-    moe_.combine(y, out_.get(), round.weighted, stream);
+    for (int c = 0; c < repeats.combines; ++c) {
+      maybe_pause();
+      moe_.combine(y, out_.get(), round.weighted, stream);
+    }
     return view;
   }
 
@@ -494,9 +516,9 @@ class Rig {
     return outcome;
   }
 
-  Outcome run(const Round& round) {
+  Outcome run(const Round& round, Repeats repeats = {}) {
     prepare(round);
-    const MoeDispatchOutput view = enqueue(round, stream_);
+    const MoeDispatchOutput view = enqueue(round, stream_, repeats);
     return finish(round, view);
   }
 
@@ -539,7 +561,9 @@ class Rig {
     return false;
   }
 
-  bool run_and_judge(const Round& round, size_t& failed_rounds) { return judge(round, run(round), failed_rounds); }
+  bool run_and_judge(const Round& round, size_t& failed_rounds, Repeats repeats = {}) {
+    return judge(round, run(round, repeats), failed_rounds);
+  }
 
  private:
   void remember(const MoeDispatchOutput& view) {
@@ -814,6 +838,34 @@ TEST(Moe, DispatchAndCombineMatchTheReference) {
       Rig rig(comm, shape, stream.get());
       for (const Round& round : matrix_rounds(shape, world, mix64(seed + c))) {
         rig.run_and_judge(round, failed);
+        ++rounds;
+      }
+      comm.barrier();  // nobody frees a MoeBuffer a peer still uses
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+  });
+}
+
+// Dispatch after dispatch and combine after combine: each such call passes the entry barrier that a dispatch
+// followed by a combine makes needless (a peer may still be in the last call of the same kind). Every rank must
+// take the same decision, or a wait is never matched (a timeout here), and the last dispatch's and combine's
+// outputs must be right. Ranks pause differently between calls, so they drift apart.
+TEST(Moe, RepeatedDispatchesAndCombinesWithRankSkew) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0, rounds = 0;
+    for (size_t c : {size_t(0), size_t(5)}) {
+      const MoeShape shape = make_shape(kConfigs[c], world);
+      Rig rig(comm, shape, stream.get());
+      const std::vector<Round> all = matrix_rounds(shape, world, mix64(seed + 0xD15Cull + c));
+      for (size_t i = 0; i < all.size(); ++i) {
+        Repeats repeats;
+        repeats.dispatches = 1 + static_cast<int>(i % 3);
+        repeats.combines = 1 + static_cast<int>((i / 3) % 3);
+        repeats.pause_seed = mix64(seed ^ (0x5EEDull + i));
+        rig.run_and_judge(all[i], failed, repeats);
         ++rounds;
       }
       comm.barrier();  // nobody frees a MoeBuffer a peer still uses
