@@ -827,22 +827,32 @@ std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
   return rounds;
 }
 
+// Every matrix round of the configurations `configs` (indices into kConfigs), round i called as repeats_of(i,
+// the shared seed) says; fails the test when a round is wrong.
+void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t seed_offset,
+                const std::function<Repeats(size_t, uint64_t)>& repeats_of) {
+  const int world = comm.size();
+  const uint64_t seed = shared_seed(comm);
+  StreamHandle stream;
+  size_t failed = 0, rounds = 0;
+  for (size_t c : configs) {
+    const MoeShape shape = make_shape(kConfigs[c], world);
+    Rig rig(comm, shape, stream.get());
+    const std::vector<Round> all = matrix_rounds(shape, world, mix64(seed + seed_offset + c));
+    for (size_t i = 0; i < all.size(); ++i) {
+      rig.run_and_judge(all[i], failed, repeats_of(i, seed));
+      ++rounds;
+    }
+    comm.barrier();  // nobody frees a MoeBuffer a peer still uses
+  }
+  EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+}
+
 TEST(Moe, DispatchAndCombineMatchTheReference) {
   with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    StreamHandle stream;
-    size_t failed = 0, rounds = 0;
-    for (size_t c = 0; c < std::size(kConfigs); ++c) {
-      const MoeShape shape = make_shape(kConfigs[c], world);
-      Rig rig(comm, shape, stream.get());
-      for (const Round& round : matrix_rounds(shape, world, mix64(seed + c))) {
-        rig.run_and_judge(round, failed);
-        ++rounds;
-      }
-      comm.barrier();  // nobody frees a MoeBuffer a peer still uses
-    }
-    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+    std::vector<size_t> every(std::size(kConfigs));
+    std::iota(every.begin(), every.end(), size_t(0));
+    run_matrix(comm, every, 0, [](size_t, uint64_t) { return Repeats{}; });
   });
 }
 
@@ -852,25 +862,13 @@ TEST(Moe, DispatchAndCombineMatchTheReference) {
 // outputs must be right. Ranks pause differently between calls, so they drift apart.
 TEST(Moe, RepeatedDispatchesAndCombinesWithRankSkew) {
   with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    StreamHandle stream;
-    size_t failed = 0, rounds = 0;
-    for (size_t c : {size_t(0), size_t(5)}) {
-      const MoeShape shape = make_shape(kConfigs[c], world);
-      Rig rig(comm, shape, stream.get());
-      const std::vector<Round> all = matrix_rounds(shape, world, mix64(seed + 0xD15Cull + c));
-      for (size_t i = 0; i < all.size(); ++i) {
-        Repeats repeats;
-        repeats.dispatches = 1 + static_cast<int>(i % 3);
-        repeats.combines = 1 + static_cast<int>((i / 3) % 3);
-        repeats.pause_seed = mix64(seed ^ (0x5EEDull + i));
-        rig.run_and_judge(all[i], failed, repeats);
-        ++rounds;
-      }
-      comm.barrier();  // nobody frees a MoeBuffer a peer still uses
-    }
-    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+    run_matrix(comm, {0, 5}, 0xD15Cull, [](size_t i, uint64_t seed) {
+      Repeats repeats;
+      repeats.dispatches = 1 + static_cast<int>(i % 3);
+      repeats.combines = 1 + static_cast<int>((i / 3) % 3);
+      repeats.pause_seed = mix64(seed ^ (0x5EEDull + i));
+      return repeats;
+    });
   });
 }
 
