@@ -219,7 +219,8 @@ struct Slice {
 // one token needs (its index, then its ids, slots, weights or record words) are in flight for every rank of the
 // pass together: one chain of dependent loads per pass, not one per rank.
 __device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
-__device__ __forceinline__ unsigned int pair_mask(int top_k) { return top_k == 32 ? kFullWarp : (1u << top_k) - 1u; }
+static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes");
+__device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
 // One warp: slice `slice` of token i of this rank's list for every rank (peers first: the wire is the long part;
 // this rank last). Into a peer once, at the row of the token's first expert there (a token crosses NVLink once

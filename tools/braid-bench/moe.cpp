@@ -716,7 +716,7 @@ class MoeBench {
     return "-";
   }
 
-  void finish_row(size_t tokens, double nvlink_bytes, double logical_bytes, const Slot (&slots)[kSlots]) {
+  void finish_row(size_t tokens, double one_way_nvlink_bytes, double one_way_logical_bytes, const Slot (&slots)[kSlots]) {
     std::vector<std::string> all =
         comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
     Slot total[kSlots];
@@ -734,15 +734,23 @@ class MoeBench {
     if (rank_ != 0) return;
     auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
     auto wrong_text = [](const Slot& s) { return s.state == 2 ? std::to_string(s.wrong) : std::string("N/A"); };
-    for (int phase = 0; phase < 3; ++phase) {
-      const Slot& b = total[phase == 0 ? kBraidDispatch : phase == 1 ? kBraidCombine : kBraidLayer];
-      const Slot& n = total[phase == 0 ? kNcclDispatch : phase == 1 ? kNcclCombine : kNcclLayer];
-      const char* name = phase == 0 ? "dispatch" : phase == 1 ? "combine" : "layer";
-      // A layer moves the bytes twice (out and back); its rows have no target of their own.
-      const double bytes_factor = phase == 2 ? 2.0 : 1.0;
-      nvlink_bytes *= bytes_factor;
-      logical_bytes *= bytes_factor;
-      const std::string target = phase == 2 ? "-" : target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
+    // A layer moves the bytes twice (out and back); its rows have no target of their own.
+    struct Phase {
+      SlotIndex braid, nccl;
+      const char* name;
+      double bytes_factor;
+    };
+    constexpr Phase kPhases[] = {{kBraidDispatch, kNcclDispatch, "dispatch", 1.0},
+                                 {kBraidCombine, kNcclCombine, "combine", 1.0},
+                                 {kBraidLayer, kNcclLayer, "layer", 2.0}};
+    for (const Phase& phase : kPhases) {
+      const Slot& b = total[phase.braid];
+      const Slot& n = total[phase.nccl];
+      const char* name = phase.name;
+      const double nvlink_bytes = one_way_nvlink_bytes * phase.bytes_factor;
+      const double logical_bytes = one_way_logical_bytes * phase.bytes_factor;
+      const bool layer = phase.braid == kBraidLayer;
+      const std::string target = layer ? "-" : target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
       std::printf("  %6zu  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, name, nvlink_bytes / 1e6, b.time_us,
                   gbs(nvlink_bytes, b.time_us), gbs(logical_bytes, b.time_us), wrong_text(b).c_str());
       if (library_) {
@@ -768,8 +776,6 @@ class MoeBench {
       row["time_ratio_braid_over_nccl"] =
           b.state != 0 && n.state != 0 && n.time_us > 0 ? nlohmann::json(b.time_us / n.time_us) : nlohmann::json(nullptr);
       rows_.push_back(std::move(row));
-      nvlink_bytes /= bytes_factor;
-      logical_bytes /= bytes_factor;
     }
     std::fflush(stdout);
   }
