@@ -37,7 +37,7 @@ for phase in "$@"; do
     compare)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
       bench 90 compare-alltoall-graph -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 $cmp
-      bench 90 compare-alltoall -c alltoall -d float32 -b 16M -e 512M -f 4 $cmp
+      bench 120 compare-alltoall -c alltoall -d float32 -b 16M -e 512M -f 2 $cmp
       bench 90 compare-symmetric-alltoall-graph -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 --symmetric 1 $cmp
       bench 90 compare-symmetric-alltoall -c alltoall -d float32 -b 16M -e 512M -f 4 --symmetric 1 $cmp
       ;;

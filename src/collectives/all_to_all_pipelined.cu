@@ -1,7 +1,8 @@
 // All-to-all(v), pipelined: every pair of ranks runs its own FIFO stream of pieces through the pipeline area
-// (pipeline.cuh), so any user buffer works and per-pair sizes may differ. Each round, block b stores its piece of
-// every block this rank sends into the receivers' FIFOs (NVLink stores), then copies the pieces it received out
-// of its own FIFOs into the output. The next round's pieces are sent before this round's are awaited.
+// (pipeline.cuh), so any user buffer works and per-pair sizes may differ. Block b is two groups of warps: one
+// stores the block's piece of every pair into the receivers' FIFOs (NVLink stores), round after round as credits
+// allow; the other copies the pieces that arrived out of this rank's FIFOs into the output, and this rank's own
+// block with them.
 //
 // Every pair exchanges at least one piece per block (round 0), and every piece starts with an AllToAllHeader
 // holding the pair's total. So a receiver learns what arrives without being told: with device counts it lays
@@ -10,8 +11,8 @@
 // peer that disagrees). Either way both sides count the same pieces, so the FIFO counters stay in step and the
 // communicator stays usable after a refused call.
 //
-// A pair of B bytes takes max(1, ceil(B / (blocks * payload))) rounds, computed alike by sender (from its
-// count) and receiver (from the header); the last round spreads what is left over the blocks (PieceGrid).
+// A pair of B bytes takes max(1, ceil(B / (blocks * payload(B)))) rounds (PairGrid), computed alike by sender
+// (from its count) and receiver (from the header); the last round spreads what is left over the blocks.
 //
 // "Every pair" means every pair the launch names: a rank pushes only to its send_peers and pulls only from its
 // recv_peers (send_recv: the peers of a batch; all-to-all: all of them). Each direction of a pair is its own
@@ -26,9 +27,23 @@ namespace {
 
 __device__ __forceinline__ bool has_bit(unsigned int mask, int bit) { return (mask >> bit) & 1u; }
 
+// How a pair's bytes are cut into pieces: at least kMinRounds rounds where the slots allow (in one round a
+// sender pushes everything before its receiver copies any of it out: nothing overlaps), never more than a slot
+// holds, and never below kMinPayload (a piece's post and wait cost the same whatever its size). Sender (from its
+// count) and receiver (from round 0's header) compute the same cut from the same bytes. 2×H200, float32, CUDA
+// graphs (bench/results/*-x2-alltoall-pieces.txt): 4 rounds took 32 MiB from 91 to 81 µs, but pieces of
+// 16 KiB took 2 and 8 MiB from 15.6 and 26.4 µs to 20.4 and 39.5 (32 KiB: 16.0 and 30.8).
+constexpr uint64_t kMinRounds = 4;
+constexpr uint64_t kMinPayload = 64 << 10;
+
 struct PairGrid {
-  size_t payload;  // bytes of a piece after its header
-  __device__ PieceGrid<uint8_t> of(uint64_t bytes) const { return PieceGrid<uint8_t>{bytes, payload, 1}; }
+  size_t max_payload;  // bytes of a FIFO slot after its header
+  __device__ size_t payload(uint64_t bytes) const {
+    const uint64_t units = uint64_t(gridDim.x) * kMinRounds;
+    const uint64_t even = ((bytes + units - 1) / units + 15) / 16 * 16;  // whole vectors
+    return static_cast<size_t>(min(uint64_t(max_payload), max(even, kMinPayload)));
+  }
+  __device__ PieceGrid<uint8_t> of(uint64_t bytes) const { return PieceGrid<uint8_t>{bytes, payload(bytes), 1}; }
   __device__ uint64_t rounds(uint64_t bytes) const {
     const uint64_t rounds = of(bytes).rounds();
     return rounds > 0 ? rounds : 1;  // an empty pair still sends its header
@@ -92,9 +107,10 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
 
 // After round 0's headers: what each peer sends, the output layout (device counts) or the check against what
 // was expected (host counts), and the rounds to receive.
-__device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes, const int* slots) {
+__device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes, const int* slots,
+                             const WarpGroup& group) {
   const PipelineLaunch& fifo = launch.fifo;
-  const int world = fifo.pad.world, rank = fifo.pad.rank, q = threadIdx.x;
+  const int world = fifo.pad.world, rank = fifo.pad.rank, q = group.lane();
   const bool device_counts = launch.device_send_counts != nullptr;
   if (q < world && q != rank && !has_bit(launch.recv_peers, q)) {
     sizes.recv_bytes[q] = 0;  // nothing comes from q in this launch (and no header was waited for)
@@ -110,8 +126,8 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
     }
     sizes.recv_bytes[q] = sent;  // what the pair's rounds follow, accepted or not
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
+  group.sync();
+  if (q == 0) {
     if (device_counts) {
       sizes.recv_bytes[rank] = sizes.send_bytes[rank];
       uint64_t offset = 0;
@@ -134,7 +150,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
     }
     sizes.recv_rounds = rounds;
   }
-  __syncthreads();
+  group.sync();
   if (device_counts && blockIdx.x == 0 && q < world) {
     launch.device_recv_counts[q] = static_cast<int64_t>(sizes.recv_bytes[q] / launch.element_bytes);
     if (launch.device_recv_displs != nullptr) {
@@ -151,6 +167,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   const PairGrid grid{fifo.piece_bytes - kAllToAllHeaderBytes};
   read_send_sizes(launch, grid, sizes);
 
+  // From here on the block works as two groups of warps that meet only through the FIFO counters: the first
+  // pushes pieces into the peers' FIFOs (NVLink stores), the second copies arrived pieces and this rank's own
+  // block into the output (HBM). See kPushThreads.
+  const WarpGroup group = WarpGroup::half_of_block(kPushThreads);
+  const bool pusher = group.id == 0;
+
   // Peers of `named` with a piece in `round` (every one of them has one in round 0).
   auto active = [&](unsigned int named, const uint64_t* bytes, uint64_t round) {
     unsigned int peers = 0;
@@ -162,47 +184,58 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 
   auto push = [&](uint64_t round) {
     const unsigned int peers = active(launch.send_peers, sizes.send_bytes, round);
-    if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers)) return false;
+    if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers, group)) return false;
     for (int step = 1; step < world; ++step) {
       const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
       if (!has_bit(peers, q)) continue;
       char* piece = fifo_piece(fifo, q, 0, rank, push_slot[q]);
-      if (threadIdx.x == 0) *reinterpret_cast<AllToAllHeader*>(piece) = AllToAllHeader{sizes.send_bytes[q], 0};
+      if (group.lane() == 0) *reinterpret_cast<AllToAllHeader*>(piece) = AllToAllHeader{sizes.send_bytes[q], 0};
       const Slice part = grid.of(sizes.send_bytes[q]).slice(round, 0);
-      block_copy(piece + kAllToAllHeaderBytes, fifo.send + sizes.send_offset[q] + part.begin, part.end - part.begin);
+      group.copy(piece + kAllToAllHeaderBytes, fifo.send + sizes.send_offset[q] + part.begin, part.end - part.begin);
     }
-    post_peers(fifo, kData1, peers);
+    post_peers(fifo, kData1, peers, group);
     return true;
   };
 
   auto pull = [&](uint64_t round) {
     // Round 0: every peer of recv_peers, whatever recv_bytes says.
     const unsigned int peers = active(launch.recv_peers, sizes.recv_bytes, round);
-    if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers)) return false;
-    if (round == 0) {
-      read_headers(launch, grid, sizes, pull_slot);
-      if (has_bit(sizes.accepted, rank)) {  // this rank's own block, spread over the blocks
-        const Slice part = block_slice<uint8_t>(sizes.send_bytes[rank], blockIdx.x, gridDim.x);
-        block_copy(fifo.recv + sizes.recv_offset[rank] + part.begin, fifo.send + sizes.send_offset[rank] + part.begin,
-                   part.end - part.begin);
-      }
-    }
+    if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers, group)) return false;
+    if (round == 0) read_headers(launch, grid, sizes, pull_slot, group);
     for (int step = 1; step < world; ++step) {
       const int q = (rank - step + world) % world;
       if (!has_bit(peers, q) || !has_bit(sizes.accepted, q)) continue;
       const Slice part = grid.of(sizes.recv_bytes[q]).slice(round, 0);
-      block_copy(fifo.recv + sizes.recv_offset[q] + part.begin,
+      group.copy(fifo.recv + sizes.recv_offset[q] + part.begin,
                  fifo_piece(fifo, rank, 0, q, pull_slot[q]) + kAllToAllHeaderBytes, part.end - part.begin);
     }
-    post_peers(fifo, kFree1, peers);
+    post_peers(fifo, kFree1, peers, group);
     return true;
   };
 
-  if (!push(0)) return;
-  for (uint64_t round = 0;; ++round) {
-    if (round + 1 < sizes.send_rounds && !push(round + 1)) return;
-    if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
-    if (round + 1 >= sizes.send_rounds && round + 1 >= sizes.recv_rounds) break;
+  // This rank's own block is a local copy, spread over as many parts as the rank sends rounds (at least one)
+  // so that it shares the copying group's time with the pulls. With device counts its place in the output is
+  // known only after round 0's headers, so it follows round 0's pull.
+  const uint64_t own_rounds = sizes.send_rounds > 0 ? sizes.send_rounds : 1;
+  auto copy_own = [&](uint64_t round) {
+    if (!has_bit(sizes.accepted, rank)) return;
+    const uint64_t bytes = sizes.send_bytes[rank];
+    const uint64_t part_bytes = ((bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;  // whole vectors
+    const uint64_t begin = min(bytes, round * part_bytes), end = min(bytes, begin + part_bytes);
+    const Slice part = block_slice<uint8_t>(end - begin, blockIdx.x, gridDim.x);
+    group.copy(fifo.recv + sizes.recv_offset[rank] + begin + part.begin,
+               fifo.send + sizes.send_offset[rank] + begin + part.begin, part.end - part.begin);
+  };
+
+  if (pusher) {
+    for (uint64_t round = 0; round < max(sizes.send_rounds, uint64_t(1)); ++round) {
+      if (!push(round)) return;  // round 0 goes to every peer (its header), even with nothing to send
+    }
+  } else {
+    for (uint64_t round = 0; round < sizes.recv_rounds || round < own_rounds; ++round) {
+      if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
+      if (round < own_rounds) copy_own(round);
+    }
   }
 }
 

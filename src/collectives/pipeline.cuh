@@ -30,36 +30,74 @@ __device__ __forceinline__ char* fifo_piece(const PipelineLaunch& launch, int re
 // Peers as a bit mask (bit p: rank p; kEveryPeer, pipeline_launch.hpp, selects all): this rank is always skipped.
 static_assert(kMaxWorld <= 32, "peer masks are 32 bits");
 
-// Every thread of the block calls it; thread p (< world, != rank, in `peers`) runs step(p). Returns false, for
-// every thread, when a step failed (a wait timed out): the kernel should then return.
+// Whole warps of a block that synchronise among themselves, on a named barrier of their own, so that two
+// groups of one block can run loops of their own (all-to-all: one group pushes while the other pulls). The
+// default is the whole block on barrier 0, __syncthreads' barrier. `id` (0 or 1) picks the group's shared
+// state in the helpers below.
+struct WarpGroup {
+  int id;       // 0: the block, or the first group; 1: the second group
+  int barrier;  // hardware barrier: 0 for the whole block, 1 + id for a group
+  int first;    // the group's first thread
+  int threads;  // a multiple of 32
+
+  __device__ static WarpGroup block() { return WarpGroup{0, 0, 0, static_cast<int>(blockDim.x)}; }
+  // The block cut in two at thread `split` (a multiple of 32): group 0 below it, group 1 from it on.
+  __device__ static WarpGroup half_of_block(int split) {
+    return threadIdx.x < split ? WarpGroup{0, 1, 0, split} : WarpGroup{1, 2, split, static_cast<int>(blockDim.x) - split};
+  }
+  __device__ int lane() const { return static_cast<int>(threadIdx.x) - first; }
+  __device__ void sync() const {
+    if (barrier == 0) {
+      __syncthreads();
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(threads) : "memory");
+    }
+  }
+  __device__ void copy(char* destination, const char* source, size_t bytes) const {
+    if (destination != source) group_copy_to(&destination, 1, source, bytes, lane(), threads);
+  }
+};
+
+// Threads of a block that push into the peers' FIFOs where a pipelined kernel splits its blocks (all-to-all,
+// all-gather); the rest copy out of this rank's FIFOs. Stores to a peer are posted and forgotten while a copy
+// out waits on its HBM loads, so the copy needs more threads: on 2×H200 (all-to-all, float32, 512 MiB;
+// bench/results/*-x2-alltoall-pieces.txt) 64 pushers of 512 took 1005 µs, 128 took 906, 256 took 1007 and
+// 384 took 1363; one group doing both in turn took 1049. Not yet swept on 4 ranks (three pushes a round there).
+constexpr int kPushThreads = 128;
+static_assert(kPushThreads % 32 == 0 && kPushThreads < kThreadsPerBlock, "the push group is whole warps, the copy group too");
+
+// Every thread of the group calls it; thread p of the group (< world, != rank, in `peers`) runs step(p).
+// Returns false, for every thread, when a step failed (a wait timed out): the kernel should then return.
 template <typename Step>
-__device__ inline bool for_each_peer(const device::SignalPad& pad, Step&& step, unsigned int peers = kEveryPeer) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  const int peer = threadIdx.x;
-  if (peer < pad.world && peer != pad.rank && ((peers >> peer) & 1u) && !step(peer)) failed = 1;
-  __syncthreads();
-  return failed == 0;
+__device__ inline bool for_each_peer(const device::SignalPad& pad, Step&& step, unsigned int peers = kEveryPeer,
+                                     const WarpGroup& group = WarpGroup::block()) {
+  __shared__ int failed[2];
+  if (group.lane() == 0) failed[group.id] = 0;
+  group.sync();
+  const int peer = group.lane();
+  if (peer < pad.world && peer != pad.rank && ((peers >> peer) & 1u) && !step(peer)) failed[group.id] = 1;
+  group.sync();
+  return failed[group.id] == 0;
 }
 
 // Waits for the next count of `set` from every peer in `peers`; slots[p] is the FIFO slot that count names.
 __device__ inline bool wait_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int site, int* slots,
-                                  unsigned int peers = kEveryPeer) {
+                                  unsigned int peers = kEveryPeer, const WarpGroup& group = WarpGroup::block()) {
   return for_each_peer(launch.pad, [&](int peer) {
     uint64_t count = 0;
     const bool arrived = device::wait(launch.pad, pad_channel(set), peer, launch.collective, site, &count);
     slots[peer] = fifo_slot(count);
     return arrived;
-  }, peers);
+  }, peers, group);
 }
 
-// Posts one count of `set` to every peer in `peers`, after everything the block wrote (or read) before it.
-__device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int peers = kEveryPeer) {
-  __syncthreads();
-  const int peer = threadIdx.x;
+// Posts one count of `set` to every peer in `peers`, after everything the group wrote (or read) before it.
+__device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet set, unsigned int peers = kEveryPeer,
+                                  const WarpGroup& group = WarpGroup::block()) {
+  group.sync();
+  const int peer = group.lane();
   if (peer < launch.pad.world && peer != launch.pad.rank && ((peers >> peer) & 1u)) {
-    __threadfence_system();  // the whole block's accesses, ordered before by the __syncthreads
+    __threadfence_system();  // the whole group's accesses, ordered before by the barrier
     device::signal(launch.pad, pad_channel(set), peer);
   }
 }
