@@ -169,12 +169,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 
   // From here on the block works as two groups of warps that meet only through the FIFO counters: the first
   // pushes pieces into the peers' FIFOs (NVLink stores), the second copies arrived pieces and this rank's own
-  // block into the output (HBM). See kPushThreads. A rank that sends a single round has nothing to overlap:
-  // its whole block pushes that round, then copies out (2 MiB on 2×H200, CUDA graphs: 15.7 µs split, 14.6
-  // whole). The FIFO protocol is the same either way, so each rank chooses alone.
-  const bool split = sizes.send_rounds > 1;
-  const WarpGroup group = split ? WarpGroup::half_of_block(kPushThreads) : WarpGroup::block();
-  const bool pusher = !split || group.id == 0, copier = !split || group.id == 1;
+  // block into the output (HBM). See kPushThreads.
+  const WarpGroup group = WarpGroup::half_of_block(kPushThreads);
+  const bool pusher = group.id == 0;
 
   // Peers of `named` with a piece in `round` (every one of them has one in round 0).
   auto active = [&](unsigned int named, const uint64_t* bytes, uint64_t round) {
@@ -234,8 +231,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     for (uint64_t round = 0; round < max(sizes.send_rounds, uint64_t(1)); ++round) {
       if (!push(round)) return;  // round 0 goes to every peer (its header), even with nothing to send
     }
-  }
-  if (copier) {
+  } else {
     for (uint64_t round = 0; round < sizes.recv_rounds || round < own_rounds; ++round) {
       if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
       if (round < own_rounds) copy_own(round);
