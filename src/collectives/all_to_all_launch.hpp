@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cuda_runtime_api.h>  // __host__ __device__
+
 #include "braid/device/sync_device.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/staged_launch.hpp"
@@ -19,6 +21,24 @@ struct alignas(16) AllToAllHeader {
   uint64_t reserved;
 };
 constexpr size_t kAllToAllHeaderBytes = sizeof(AllToAllHeader);
+
+// How the pipelined all-to-all (all_to_all_pipelined.cu) cuts a pair's `bytes`, sent by `blocks` blocks through
+// FIFO slots of `max_payload` bytes after the header, into pieces: the payload of a piece, in whole 16-byte
+// vectors. At least kMinPairRounds rounds where the slots allow (in one round a sender pushes everything before
+// its receiver copies any of it out: nothing overlaps); never more than a slot holds; never below
+// kMinPiecePayload (a piece's post and wait cost the same whatever its size). Sender (from its count) and
+// receiver (from round 0's header) compute it from the same bytes. 2×H200, float32, CUDA graphs
+// (bench/results/*-x2-alltoall-pieces.txt): 4 rounds took 32 MiB from 91 to 81 µs, but pieces of 16 KiB took 2
+// and 8 MiB from 15.6 and 26.4 µs to 20.4 and 39.5 (32 KiB: 16.0 and 30.8).
+constexpr uint64_t kMinPairRounds = 4;
+constexpr uint64_t kMinPiecePayload = 64 << 10;
+
+__host__ __device__ constexpr uint64_t pair_piece_payload(uint64_t bytes, uint32_t blocks, uint64_t max_payload) {
+  const uint64_t units = uint64_t(blocks) * kMinPairRounds;
+  const uint64_t even = ((bytes + units - 1) / units + 15) / 16 * 16;
+  const uint64_t wanted = even > kMinPiecePayload ? even : kMinPiecePayload;
+  return wanted < max_payload ? wanted : max_payload / 16 * 16;
+}
 
 struct AllToAllLaunch {
   PipelineLaunch fifo;  // send, recv, area, piece_bytes, pad, collective (count and rank_stride unused)

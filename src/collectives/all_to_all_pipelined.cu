@@ -27,22 +27,10 @@ namespace {
 
 __device__ __forceinline__ bool has_bit(unsigned int mask, int bit) { return (mask >> bit) & 1u; }
 
-// How a pair's bytes are cut into pieces: at least kMinRounds rounds where the slots allow (in one round a
-// sender pushes everything before its receiver copies any of it out: nothing overlaps), never more than a slot
-// holds, and never below kMinPayload (a piece's post and wait cost the same whatever its size). Sender (from its
-// count) and receiver (from round 0's header) compute the same cut from the same bytes. 2×H200, float32, CUDA
-// graphs (bench/results/*-x2-alltoall-pieces.txt): 4 rounds took 32 MiB from 91 to 81 µs, but pieces of
-// 16 KiB took 2 and 8 MiB from 15.6 and 26.4 µs to 20.4 and 39.5 (32 KiB: 16.0 and 30.8).
-constexpr uint64_t kMinRounds = 4;
-constexpr uint64_t kMinPayload = 64 << 10;
-
+// A pair's pieces (pair_piece_payload, all_to_all_launch.hpp).
 struct PairGrid {
   size_t max_payload;  // bytes of a FIFO slot after its header
-  __device__ size_t payload(uint64_t bytes) const {
-    const uint64_t units = uint64_t(gridDim.x) * kMinRounds;
-    const uint64_t even = ((bytes + units - 1) / units + 15) / 16 * 16;  // whole vectors
-    return static_cast<size_t>(min(uint64_t(max_payload), max(even, kMinPayload)));
-  }
+  __device__ size_t payload(uint64_t bytes) const { return pair_piece_payload(bytes, gridDim.x, max_payload); }
   __device__ PieceGrid<uint8_t> of(uint64_t bytes) const { return PieceGrid<uint8_t>{bytes, payload(bytes), 1}; }
   __device__ uint64_t rounds(uint64_t bytes) const {
     const uint64_t rounds = of(bytes).rounds();
