@@ -27,23 +27,30 @@ namespace {
 
 __device__ __forceinline__ bool has_bit(unsigned int mask, int bit) { return (mask >> bit) & 1u; }
 
-// A pair's pieces (pair_piece_payload, all_to_all_launch.hpp).
+// A pair's pieces (pair_piece_payload, all_to_all_launch.hpp) and its rounds, worked out once per pair and call:
+// the 64-bit divisions behind them are long instruction sequences, and every round consults them.
 struct PairGrid {
   size_t max_payload;  // bytes of a FIFO slot after its header
-  __device__ size_t payload(uint64_t bytes) const { return pair_piece_payload(bytes, gridDim.x, max_payload); }
-  __device__ PieceGrid<uint8_t> of(uint64_t bytes) const { return PieceGrid<uint8_t>{bytes, payload(bytes), 1}; }
-  __device__ uint64_t rounds(uint64_t bytes) const {
-    const uint64_t rounds = of(bytes).rounds();
-    return rounds > 0 ? rounds : 1;  // an empty pair still sends its header
+  __device__ void cut(uint64_t bytes, uint64_t& payload, uint64_t& rounds) const {
+    payload = pair_piece_payload(bytes, gridDim.x, max_payload);
+    const uint64_t pieces = PieceGrid<uint8_t>{bytes, payload, 1}.rounds();
+    rounds = pieces > 0 ? pieces : 1;  // an empty pair still sends its header
   }
 };
 
 // What this block knows of the call's sizes, in shared memory.
 struct Sizes {
-  uint64_t send_bytes[kMaxWorld], send_offset[kMaxWorld];
-  uint64_t recv_bytes[kMaxWorld], recv_offset[kMaxWorld];
+  uint64_t send_bytes[kMaxWorld], send_offset[kMaxWorld], send_payload[kMaxWorld], send_pair_rounds[kMaxWorld];
+  uint64_t recv_bytes[kMaxWorld], recv_offset[kMaxWorld], recv_payload[kMaxWorld], recv_pair_rounds[kMaxWorld];
   uint64_t send_rounds, recv_rounds;  // most rounds of any pair this rank sends / receives
   unsigned int accepted;              // peers (and self) whose data this rank writes into its output
+
+  __device__ Slice send_slice(int q, uint64_t round) const {
+    return PieceGrid<uint8_t>{send_bytes[q], send_payload[q], 1}.slice(round, 0);
+  }
+  __device__ Slice recv_slice(int q, uint64_t round) const {
+    return PieceGrid<uint8_t>{recv_bytes[q], recv_payload[q], 1}.slice(round, 0);
+  }
 };
 
 // Reads the send sizes (host arrays, or device counts checked for sign) and, with host counts, the receive sizes.
@@ -72,6 +79,7 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
       sizes.recv_bytes[q] = launch.recv_bytes[q];
       sizes.recv_offset[q] = launch.recv_offset[q];
     }
+    grid.cut(sizes.send_bytes[q], sizes.send_payload[q], sizes.send_pair_rounds[q]);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -84,7 +92,7 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
     }
     uint64_t rounds = 0;
     for (int p = 0; p < world; ++p) {
-      if (p != launch.fifo.pad.rank && has_bit(launch.send_peers, p)) rounds = max(rounds, grid.rounds(sizes.send_bytes[p]));
+      if (p != launch.fifo.pad.rank && has_bit(launch.send_peers, p)) rounds = max(rounds, sizes.send_pair_rounds[p]);
     }
     sizes.send_rounds = rounds;
     sizes.recv_rounds = 1;  // until round 0's headers tell
@@ -114,6 +122,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
     }
     sizes.recv_bytes[q] = sent;  // what the pair's rounds follow, accepted or not
   }
+  if (q < world && q != rank) grid.cut(sizes.recv_bytes[q], sizes.recv_payload[q], sizes.recv_pair_rounds[q]);
   group.sync();
   if (q == 0) {
     if (device_counts) {
@@ -134,7 +143,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
     }
     uint64_t rounds = 1;
     for (int p = 0; p < world; ++p) {
-      if (p != rank) rounds = max(rounds, grid.rounds(sizes.recv_bytes[p]));
+      if (p != rank) rounds = max(rounds, sizes.recv_pair_rounds[p]);
     }
     sizes.recv_rounds = rounds;
   }
@@ -162,23 +171,23 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   const bool pusher = group.id == 0;
 
   // Peers of `named` with a piece in `round` (every one of them has one in round 0).
-  auto active = [&](unsigned int named, const uint64_t* bytes, uint64_t round) {
+  auto active = [&](unsigned int named, const uint64_t* pair_rounds, uint64_t round) {
     unsigned int peers = 0;
     for (int p = 0; p < world; ++p) {
-      if (p != rank && has_bit(named, p) && (round == 0 || round < grid.rounds(bytes[p]))) peers |= 1u << p;
+      if (p != rank && has_bit(named, p) && (round == 0 || round < pair_rounds[p])) peers |= 1u << p;
     }
     return peers;
   };
 
   auto push = [&](uint64_t round) {
-    const unsigned int peers = active(launch.send_peers, sizes.send_bytes, round);
+    const unsigned int peers = active(launch.send_peers, sizes.send_pair_rounds, round);
     if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers, group)) return false;
     for (int step = 1; step < world; ++step) {
       const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
       if (!has_bit(peers, q)) continue;
       char* piece = fifo_piece(fifo, q, 0, rank, push_slot[q]);
       if (group.lane() == 0) *reinterpret_cast<AllToAllHeader*>(piece) = AllToAllHeader{sizes.send_bytes[q], 0};
-      const Slice part = grid.of(sizes.send_bytes[q]).slice(round, 0);
+      const Slice part = sizes.send_slice(q, round);
       group.copy(piece + kAllToAllHeaderBytes, fifo.send + sizes.send_offset[q] + part.begin, part.end - part.begin);
     }
     post_peers(fifo, kData1, peers, group);
@@ -187,13 +196,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 
   auto pull = [&](uint64_t round) {
     // Round 0: every peer of recv_peers, whatever recv_bytes says.
-    const unsigned int peers = active(launch.recv_peers, sizes.recv_bytes, round);
+    const unsigned int peers = active(launch.recv_peers, sizes.recv_pair_rounds, round);
     if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers, group)) return false;
     if (round == 0) read_headers(launch, grid, sizes, pull_slot, group);
     for (int step = 1; step < world; ++step) {
       const int q = (rank - step + world) % world;
       if (!has_bit(peers, q) || !has_bit(sizes.accepted, q)) continue;
-      const Slice part = grid.of(sizes.recv_bytes[q]).slice(round, 0);
+      const Slice part = sizes.recv_slice(q, round);
       group.copy(fifo.recv + sizes.recv_offset[q] + part.begin,
                  fifo_piece(fifo, rank, 0, q, pull_slot[q]) + kAllToAllHeaderBytes, part.end - part.begin);
     }
