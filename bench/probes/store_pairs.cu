@@ -24,19 +24,12 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                                   \
-  do {                                                                                                \
-    cudaError_t err_ = (call);                                                                        \
-    if (err_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_));   \
-      std::exit(1);                                                                                   \
-    }                                                                                                 \
-  } while (0)
+#include "probe_check.cuh"
 
+
+// Vectors [begin, end) copied by the block, each thread keeping U loads in flight.
 template <int U>
-__global__ void __launch_bounds__(1024) copy_parts(const uint4* __restrict__ from, uint4* __restrict__ to, size_t vectors) {
-  const size_t per_block = (vectors + gridDim.x - 1) / gridDim.x;
-  const size_t begin = min(vectors, blockIdx.x * per_block), end = min(vectors, begin + per_block);
+__device__ __forceinline__ void copy_range(const uint4* __restrict__ from, uint4* __restrict__ to, size_t begin, size_t end) {
   const size_t stride = blockDim.x;
   for (size_t i = begin + threadIdx.x; i < end; i += U * stride) {
     uint4 value[U];
@@ -51,6 +44,13 @@ __global__ void __launch_bounds__(1024) copy_parts(const uint4* __restrict__ fro
   }
 }
 
+template <int U>
+__global__ void __launch_bounds__(1024) copy_parts(const uint4* __restrict__ from, uint4* __restrict__ to, size_t vectors) {
+  const size_t per_block = (vectors + gridDim.x - 1) / gridDim.x;
+  const size_t begin = min(vectors, blockIdx.x * per_block), end = min(vectors, begin + per_block);
+  copy_range<U>(from, to, begin, end);
+}
+
 // As copy_parts, in pieces of `piece` vectors: after each piece the block meets at a barrier and thread 0 runs
 // fence F (0: none, 1: __threadfence_system = fence.sc.sys, 2: fence.acq_rel.sys) and stores a flag into the
 // peer, as a FIFO sender posts a piece. Nobody waits for the flags: this measures what posting costs the sender.
@@ -59,20 +59,8 @@ __global__ void __launch_bounds__(1024) copy_pieces(const uint4* __restrict__ fr
                                                    size_t piece, unsigned long long* flags) {
   const size_t per_block = (vectors + gridDim.x - 1) / gridDim.x;
   const size_t begin = min(vectors, blockIdx.x * per_block), end = min(vectors, begin + per_block);
-  const size_t stride = blockDim.x;
   for (size_t p = begin; p < end; p += piece) {
-    const size_t p_end = min(end, p + piece);
-    for (size_t i = p + threadIdx.x; i < p_end; i += U * stride) {
-      uint4 value[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (i + u * stride < p_end) value[u] = from[i + u * stride];
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (i + u * stride < p_end) to[i + u * stride] = value[u];
-      }
-    }
+    copy_range<U>(from, to, p, min(end, p + piece));
     __syncthreads();
     if (threadIdx.x == 0) {
       if constexpr (F == 1) __threadfence_system();
