@@ -214,11 +214,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   // so that it shares the copying group's time with the pulls. With device counts its place in the output is
   // known only after round 0's headers, so it follows round 0's pull.
   const uint64_t own_rounds = sizes.send_rounds > 0 ? sizes.send_rounds : 1;
+  const uint64_t own_bytes = sizes.send_bytes[rank];
+  const uint64_t own_part = ((own_bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;  // whole vectors
   auto copy_own = [&](uint64_t round) {
     if (!has_bit(sizes.accepted, rank)) return;
-    const uint64_t bytes = sizes.send_bytes[rank];
-    const uint64_t part_bytes = ((bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;  // whole vectors
-    const uint64_t begin = min(bytes, round * part_bytes), end = min(bytes, begin + part_bytes);
+    const uint64_t begin = min(own_bytes, round * own_part), end = min(own_bytes, begin + own_part);
     const Slice part = block_slice<uint8_t>(end - begin, blockIdx.x, gridDim.x);
     group.copy(fifo.recv + sizes.recv_offset[rank] + begin + part.begin,
                fifo.send + sizes.send_offset[rank] + begin + part.begin, part.end - part.begin);
