@@ -10,8 +10,9 @@
 //      in rounds. In round m, block b sends the tokens [(m * blocks + b) * per_round, + per_round) of this rank's
 //      list for each destination, a warp per slice of a row: once into the destination (at the row of the
 //      token's first expert there: a token crosses NVLink once per rank however many of its experts that rank
-//      holds), with the token's record (its rows there, weights, experts); rows for this rank go straight to
-//      every row they fill. Block b then signals the same block of every peer, waits for their round m - 1
+//      holds), with the token's record (its rows there, weights, experts). Block b then signals the same block
+//      of every peer and, while its stores land, copies the round's rows for this rank straight to every row
+//      they fill. It then waits for the peers' round m - 1
 //      (which block b of every rank sent alike, so it knows which tokens arrived) and expands it: copies the
 //      arrived slice into the token's other rows here and writes the rows' metadata. Expanding one round while
 //      the next is on the wire keeps HBM copies under NVLink time. The block ends after the last round's
@@ -185,11 +186,18 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
   const size_t row_bytes = launch.hidden * launch.element_bytes;
   int log_slices = 0;
   while ((1 << log_slices) < kMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
+  // Few tokens (decode): thinner slices while that keeps every token in one round, so that more blocks share
+  // them (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4 tokens).
+  const uint32_t tokens = static_cast<uint32_t>(longest);
+  while ((1 << log_slices) < kMoeWarps &&
+         (tokens + (kMoeWarps >> (log_slices + 1)) - 1) / (kMoeWarps >> (log_slices + 1)) <= gridDim.x) {
+    ++log_slices;
+  }
   rounds.slices = 1 << log_slices;
   rounds.per_round = kMoeWarps >> log_slices;
   rounds.slice_bytes = ((row_bytes + rounds.slices - 1) >> log_slices) + kernels::kVectorBytes - 1;
   rounds.slice_bytes -= rounds.slice_bytes % kernels::kVectorBytes;
-  const uint32_t tokens = static_cast<uint32_t>(longest), per_round_all = gridDim.x * rounds.per_round;
+  const uint32_t per_round_all = gridDim.x * rounds.per_round;
   rounds.count = static_cast<int>((tokens + per_round_all - 1) / per_round_all);
   rounds.active_blocks = static_cast<int>(min(gridDim.x, (tokens + rounds.per_round - 1) / rounds.per_round));
   // Combine's send: a group per received token on the rank that received most; fewer blocks for small calls
@@ -222,24 +230,24 @@ __device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
 static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes");
 __device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
-// One warp: slice `slice` of token i of this rank's list for every rank (peers first: the wire is the long part;
-// this rank last). Into a peer once, at the row of the token's first expert there (a token crosses NVLink once
+// One warp: slice `slice` of token i of this rank's list for ranks me + first, first in [first_begin, first_end]
+// (peers are [1, W - 1], this rank is W). Into a peer once, at the row of the token's first expert there (a token crosses NVLink once
 // per rank however many of its experts that rank holds), with the token's record (its rows there, weights,
 // experts) when `record`; into this rank straight to every row it fills, with the rows' metadata.
 template <typename Index>
 __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, Slice slice,
-                            bool record) {
+                            bool record, int first_begin, int first_end) {
   const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
   const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  for (int first = 1; first <= W; first += per_pass) {
+  for (int first = first_begin; first <= first_end; first += per_pass) {
     const int r = (me + first + group) % W;
     int32_t t = -1;
     int e = -1;
     int64_t row = -1;
     float weight = 0.0f;
-    if (group < per_pass && first + group <= W && i < rounds.sent[r]) {
+    if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
       t = launch.slot_token[size_t(r) * launch.max_tokens + i];
       const int64_t id = expert_of<Index>(launch, t, k);
       const int32_t slot = launch.pair_slot[size_t(t) * K + k];  // meaningful only where the expert is on r
@@ -248,7 +256,7 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
       if (e >= r * L && e < (r + 1) * L) row = layout.expert_start[e] + layout.mine_before[e] + slot;
     }
     const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
-    for (int q = 0; q < per_pass && first + q <= W; ++q) {
+    for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
       const int32_t token = __shfl_sync(kFullWarp, t, q * K);
       if (token < 0) continue;  // nothing for this rank (the same for the whole warp)
       const int destination = (me + first + q) % W;
@@ -431,12 +439,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   const int round_count = static_cast<int>(blockIdx.x) < rounds.active_blocks ? rounds.count : 0;
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
-      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice);
+      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, 1, world - 1);
       __syncthreads();
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
         __threadfence_system();  // cumulative: the block's rows and records (ordered by the __syncthreads)
         device::signal(launch.pad, blockIdx.x, threadIdx.x);
       }
+      // This rank's own rows after the signal: their HBM copies overlap the fence's wait for the peers' stores
+      // to land, instead of delaying the signal.
+      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, world, world);
     }
     if (round > 0) {  // the previous round of every peer: wait, then expand what it sent
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me &&
