@@ -11,6 +11,7 @@
 #pragma once
 
 #include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/staged_launch.hpp"
 #include "sync/device_sync.hpp"

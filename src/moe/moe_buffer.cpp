@@ -179,6 +179,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
   const size_t blocks_done = carve.take(sizeof(unsigned int));
+  const size_t combine_claims = carve.take(sizeof(unsigned long long));
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
@@ -211,6 +212,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.expert_offsets = reinterpret_cast<int64_t*>(local + expert_offsets);
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
+  b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
   b.blocks = agreed_blocks(comm, comm_state.device);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
