@@ -175,7 +175,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
   const size_t combine_plan = carve.take(4 * sizeof(int32_t));
-  const size_t my_counts = carve.take((E + W) * sizeof(int64_t)), tokens = carve.take(sizeof(int64_t));
+  const size_t tokens = carve.take(sizeof(int64_t));
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
   const size_t blocks_done = carve.take(sizeof(unsigned int));
@@ -205,7 +205,6 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
   b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
   b.combine_plan = reinterpret_cast<int32_t*>(local + combine_plan);
-  b.my_counts = reinterpret_cast<int64_t*>(local + my_counts);
   b.tokens = reinterpret_cast<int64_t*>(local + tokens);
   b.received_tokens = reinterpret_cast<int64_t*>(local + received);
   b.expert_counts = reinterpret_cast<int64_t*>(local + expert_counts);

@@ -147,13 +147,10 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     const uint64_t epoch = *launch.epoch;
     count_row(launch, threadIdx.x, epoch & 1, launch.rank)[blockIdx.x] = count_tag_of(epoch) | static_cast<uint64_t>(running);
   }
-  if (threadIdx.x == 0) {
-    launch.my_counts[blockIdx.x] = running;  // experts first, then destination ranks
-    if (blockIdx.x == 0) {
-      *launch.tokens = static_cast<int64_t>(tokens);
-      launch.combine_plan[3] = launch.combine_plan[2];  // the last call was a dispatch: scatter's entry barrier
-      launch.combine_plan[2] = 1;                       // a dispatch with no combine after it yet
-    }
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *launch.tokens = static_cast<int64_t>(tokens);
+    launch.combine_plan[3] = launch.combine_plan[2];  // the last call was a dispatch: scatter's entry barrier
+    launch.combine_plan[2] = 1;                       // a dispatch with no combine after it yet
   }
 }
 

@@ -71,7 +71,6 @@ struct MoeLaunch {
   int32_t* combine_plan;     // [4]: blocks of combine's send with work after the last dispatch (the same on every
                              // rank), the pieces it cuts each token into, 1 while no combine followed the last
                              // dispatch, and (for scatter) whether the call before this dispatch was one
-  int64_t* my_counts;        // [experts + world]
   int64_t* tokens;           // [1]: T of the last dispatch (after checks)
   int64_t* received_tokens;  // [world]: tokens received from each source in the last dispatch
   int64_t* expert_counts;    // [local_experts] output
