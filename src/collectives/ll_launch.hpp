@@ -12,7 +12,9 @@ namespace braid::kernels {
 
 constexpr size_t kLLLineBytes = 8;    // payload of one line
 constexpr size_t kLLWireBytes = 16;   // one line as stored: two 8-byte {4 data bytes, 4 flag bytes} halves
-constexpr size_t kLLMaxPayloadBytes = size_t(512) << 10;  // per launch; larger calls run in chunks
+// Per launch and sender; larger calls run in chunks. All-to-all's LL block must fit whole: 1 MiB lets 2 ranks
+// move 2 MiB all-to-alls by LL (selection.cpp).
+constexpr size_t kLLMaxPayloadBytes = size_t(1) << 20;
 
 // Bytes of each rank's LL area for `world` ranks.
 constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPayloadBytes / kLLLineBytes * kLLWireBytes; }

@@ -1,6 +1,7 @@
 #include "collectives/selection.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -13,6 +14,7 @@ struct Row {
   size_t max_bytes;  // the row serves sizes up to this
   Algorithm algorithm;
   Buffers buffers = Buffers::kAny;  // kSymmetric: only for symmetric buffers (zero copy); kAny: for every buffer
+  int max_world = INT_MAX;          // the row serves world sizes up to this
 };
 
 // THE table, first matching row wins. Cut-offs are the crossings of the per-algorithm sweeps of 2026-11-22
@@ -36,7 +38,10 @@ struct Row {
 //     beyond (a copy engine moves ~397 GB/s a link, SM stores to three peers ~344). Sweeps on 2×H200
 //     (2026-11-22, float32, graphs; bench/results/*-x2-alltoall-*): LL 3.4 µs at 8 KiB and 5.0 at 512 KiB
 //     (FIFO pushes 9.3 / 11.7, stores 6.7 / 8.4); stores beat copy engines through 32 MiB (63 vs 71 µs),
-//     copy engines win at 256 MiB (447 µs, 601 GB/s algbw). Not yet swept on 4 ranks.
+//     copy engines win at 256 MiB (447 µs, 601 GB/s algbw). Not yet swept on 4 ranks. On 2 ranks LL also
+//     serves 1 and 2 MiB (a block of up to 1 MiB, what an LL slot holds; bench/results/*-x2-alltoall-ll-2mib.txt):
+//     7.1 / 10.9 µs against 13.9 / 15.5 for FIFO pushes, 9.4 / 10.6 for direct stores on symmetric buffers and
+//     NCCL's 12.3 / 14.7. On more ranks LL sends more bytes for the same size and was not measured there.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -54,6 +59,7 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
@@ -187,10 +193,10 @@ const char* algorithm_name(Algorithm algorithm) {
 
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text,
                         Buffers buffers) {
-  (void)world;  // every row serves every world size today; the column is here for the tuning to come
   Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
-    if (row.collective == collective && bytes <= row.max_bytes && (row.buffers == Buffers::kAny || row.buffers == buffers)) {
+    if (row.collective == collective && bytes <= row.max_bytes && world <= row.max_world &&
+        (row.buffers == Buffers::kAny || row.buffers == buffers)) {
       algorithm = row.algorithm;
       break;
     }

@@ -71,6 +71,20 @@ TEST(Selection, AllToAllUsesCopyEnginesOnlyOnLargeSymmetricBuffers) {
             pick(Collective::kAllToAllv, size_t(1) << 30, Buffers::kAny).blocks);
 }
 
+TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
+  const auto pick = [](size_t bytes, int world, Buffers buffers) {
+    return select_algorithm(Collective::kAllToAll, bytes, world, DataType::kFloat32, "", buffers).algorithm;
+  };
+  // 2 MiB on 2 ranks is a 1 MiB block: one LL slot holds it, and LL beat FIFO pushes there (2xH200).
+  EXPECT_EQ(pick(size_t(1) << 20, 2, Buffers::kAny), Algorithm::kLL);
+  EXPECT_EQ(pick(size_t(2) << 20, 2, Buffers::kAny), Algorithm::kLL);
+  EXPECT_EQ(pick(size_t(2) << 20, 2, Buffers::kSymmetric), Algorithm::kLL);
+  EXPECT_EQ(pick((size_t(2) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
+  // Not measured on more ranks: the 512 KiB cut-off holds there.
+  EXPECT_EQ(pick(size_t(1) << 20, 4, Buffers::kAny), Algorithm::kPipelined);
+  EXPECT_EQ(pick(size_t(512) << 10, 4, Buffers::kAny), Algorithm::kLL);
+}
+
 TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
   int small = select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "").blocks;
   int large = select_algorithm(Collective::kAllReduce, size_t(512) << 20, 4, DataType::kFloat32, "").blocks;
