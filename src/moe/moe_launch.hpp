@@ -24,7 +24,7 @@ constexpr int kMoeWarps = kMoeThreads / 32;
 constexpr int kScatterBlocks = 256;
 constexpr int kMoeBlocksPerSm = 2;
 constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
-constexpr int kCombineSlices = 8;   // at most, pieces of a token that groups sum apart when tokens are few
+constexpr int kCombineSlices = 8;   // at most, pieces of a token that combine's groups sum apart
 // A row is moved in slices of about this many bytes, one warp a slice, so a few tokens keep every warp busy
 // (decode batches) and a row's loads are in flight together.
 constexpr size_t kSliceBytes = 2048;
