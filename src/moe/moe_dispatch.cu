@@ -27,6 +27,7 @@
 #include "collectives/staged.cuh"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"
+#include "moe/moe_plan.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::moe {
@@ -154,18 +155,16 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   }
 }
 
-// How scatter cuts its work, the same on every rank (from the count matrix and the shape).
+// How scatter and the next combine cut their work (moe_plan.hpp), and what this rank sends and receives: the
+// same on every rank but for the last two.
 struct Rounds {
-  int slices;          // of a row: a power of two dividing kMoeWarps
-  int per_round;       // tokens a block sends to each rank per round: kMoeWarps / slices
-  int count;           // rounds, enough for the longest list any rank sends any rank
-  int active_blocks;   // blocks with tokens in some round (the others neither send nor wait)
-  int combine_blocks;  // blocks of the next combine's send with tokens to sum
-  int combine_pieces;  // pieces it cuts each token into
-  size_t slice_bytes;  // a multiple of 16
+  int slices, per_round, count, active_blocks;  // ScatterPlan
+  int combine_blocks, combine_pieces;           // CombinePlan
+  size_t slice_bytes;
   int64_t sent[kMaxWorld];      // this rank's tokens for each rank (0 for a rank whose rows overflow)
   int64_t received[kMaxWorld];  // each rank's tokens for this rank (0 when this rank's rows overflow)
 };
+static_assert(kRowVectorBytes == kernels::kVectorBytes, "slices are whole vectors");
 
 // Thread 0, from the tokens every rank sends every rank (pairs[s * world + r], in shared memory).
 __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const Layout& layout, Rounds& rounds) {
@@ -178,27 +177,13 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     rounds.sent[r] = fits ? pairs[me * W + r] : 0;
     rounds.received[r] = i_fit ? pairs[r * W + me] : 0;
   }
-  // Powers of two and 32-bit quotients: 64-bit divisions are long software sequences, and this is on the
-  // critical path of every call (longest <= max_tokens < 2^31).
-  const size_t row_bytes = launch.hidden * launch.element_bytes;
-  int log_slices = 0;
-  while ((1 << log_slices) < kMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
-  // Few tokens (decode): thinner slices while that keeps every token in one round, so that more blocks share
-  // them (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4 tokens).
-  const uint32_t tokens = static_cast<uint32_t>(longest);
-  while ((1 << log_slices) < kMoeWarps &&
-         (tokens + (kMoeWarps >> (log_slices + 1)) - 1) / (kMoeWarps >> (log_slices + 1)) <= gridDim.x) {
-    ++log_slices;
-  }
-  rounds.slices = 1 << log_slices;
-  rounds.per_round = kMoeWarps >> log_slices;
-  rounds.slice_bytes = ((row_bytes + rounds.slices - 1) >> log_slices) + kernels::kVectorBytes - 1;
-  rounds.slice_bytes -= rounds.slice_bytes % kernels::kVectorBytes;
-  const uint32_t per_round_all = gridDim.x * rounds.per_round;
-  rounds.count = static_cast<int>((tokens + per_round_all - 1) / per_round_all);
-  rounds.active_blocks = static_cast<int>(min(gridDim.x, (tokens + rounds.per_round - 1) / rounds.per_round));
-  // Combine's send: a group per received token on the rank that received most; fewer blocks for small calls
-  // (each one is a barrier with every peer), the same on every rank.
+  const ScatterPlan scatter = plan_scatter(launch.hidden * launch.element_bytes, static_cast<uint32_t>(longest), gridDim.x);
+  rounds.slices = scatter.slices;
+  rounds.per_round = scatter.per_round;
+  rounds.count = scatter.rounds;
+  rounds.active_blocks = scatter.active_blocks;
+  rounds.slice_bytes = scatter.slice_bytes;
+  // Combine's send: by the tokens of the rank that received most (ranks whose rows overflowed receive none).
   int64_t most_received = 0;
   for (int r = 0; r < W; ++r) {
     if (layout.rank_rows[r] > static_cast<int64_t>(launch.capacity)) continue;
@@ -206,16 +191,9 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     for (int s = 0; s < W; ++s) received += pairs[s * W + r];
     most_received = max(most_received, received);
   }
-  // Tokens are cut into up to kCombineSlices pieces until every group has about kCombinePiecesPerGroup of them:
-  // groups claim pieces as they finish (moe_combine.cu), and whole tokens left a few groups with the long ones
-  // (2xH200: T = 1024 94.5 -> 86.0 us, T = 512 59.0 -> 54.3 with 4 a group; 8 a group gained nothing more).
-  constexpr int kGroups = kMoeThreads / kCombineGroup, kCombinePiecesPerGroup = 4;
-  int pieces = 1;
-  while (pieces < kCombineSlices && most_received * pieces * 2 <= int64_t(kCombinePiecesPerGroup) * gridDim.x * kGroups) {
-    pieces *= 2;
-  }
-  rounds.combine_pieces = pieces;
-  rounds.combine_blocks = static_cast<int>(min(int64_t(gridDim.x), (most_received * pieces + kGroups - 1) / kGroups));
+  const CombinePlan combine = plan_combine(most_received, gridDim.x);
+  rounds.combine_pieces = combine.pieces;
+  rounds.combine_blocks = combine.blocks;
 }
 
 // The part of a row this warp moves: [begin, begin + bytes).

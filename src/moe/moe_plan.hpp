@@ -1,0 +1,72 @@
+// How dispatch's scatter and combine's send cut their work, from the shape and the exchanged counts alone, so
+// every rank computes the same plan (their blocks pair up with the same block of every peer). Host and device:
+// dispatch computes it on the GPU, the CPU tests (tests/cpu/test_moe_plan.cpp) check its rules.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>  // __host__ __device__
+
+#include "moe/moe_launch.hpp"
+
+namespace braid::moe {
+
+constexpr int kRowVectorBytes = 16;  // rows move in 16-byte vectors (kernels::kVectorBytes, elementwise.cuh)
+
+// Scatter moves rows in rounds: in round m block b sends tokens [(m * blocks + b) * per_round, + per_round) of
+// each destination's list, a warp per slice of a row.
+struct ScatterPlan {
+  int slices;          // of a row: a power of two dividing kMoeWarps
+  int per_round;       // tokens a block sends to each rank per round: kMoeWarps / slices
+  int rounds;          // enough for `longest` tokens
+  int active_blocks;   // blocks with tokens in some round (the others neither send nor wait)
+  size_t slice_bytes;  // a multiple of kRowVectorBytes; slices * slice_bytes >= the row
+};
+
+// `longest`: the longest list any rank sends any rank (< 2^31); `blocks`: scatter's blocks. Powers of two and
+// 32-bit quotients: 64-bit divisions are long software sequences, and this is on the critical path of every call.
+__host__ __device__ inline ScatterPlan plan_scatter(size_t row_bytes, uint32_t longest, uint32_t blocks) {
+  // Slices of at least kSliceBytes (a row's loads in flight together) ...
+  int log_slices = 0;
+  while ((1 << log_slices) < kMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
+  // ... and thinner while every token still fits one round, so that a decode batch spreads over more blocks
+  // (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4 tokens).
+  while ((1 << log_slices) < kMoeWarps) {
+    const uint32_t thinner = static_cast<uint32_t>(kMoeWarps >> (log_slices + 1));
+    if ((longest + thinner - 1) / thinner > blocks) break;
+    ++log_slices;
+  }
+  ScatterPlan plan{};
+  plan.slices = 1 << log_slices;
+  plan.per_round = kMoeWarps >> log_slices;
+  plan.slice_bytes = ((row_bytes + plan.slices - 1) >> log_slices) + kRowVectorBytes - 1;
+  plan.slice_bytes -= plan.slice_bytes % kRowVectorBytes;
+  const uint32_t per_round = static_cast<uint32_t>(plan.per_round), per_round_all = blocks * per_round;
+  plan.rounds = static_cast<int>((longest + per_round_all - 1) / per_round_all);
+  const uint32_t active = (longest + per_round - 1) / per_round;
+  plan.active_blocks = static_cast<int>(active < blocks ? active : blocks);
+  return plan;
+}
+
+// Combine's send: groups of kCombineGroup threads sum pieces of received tokens, claiming them as they finish.
+struct CombinePlan {
+  int pieces;  // of a token: a power of two, at most kCombineSlices
+  int blocks;  // of the send with work (the others return at once: no barrier either)
+};
+
+// Tokens are cut into pieces until every group has about kCombinePiecesPerGroup of them: whole tokens left a few
+// groups with the long ones (2xH200: T = 1024 94.5 -> 86.0 us, T = 512 59.0 -> 54.3 with 4 a group; 8 a group
+// gained nothing more). `most_received`: the tokens of the rank that received most; `blocks`: the send's blocks.
+constexpr int kCombinePiecesPerGroup = 4;
+__host__ __device__ inline CombinePlan plan_combine(int64_t most_received, uint32_t blocks) {
+  constexpr int kGroups = kMoeThreads / kCombineGroup;
+  const int64_t groups = int64_t(blocks) * kGroups;
+  CombinePlan plan{1, 0};
+  while (plan.pieces < kCombineSlices && most_received * plan.pieces * 2 <= kCombinePiecesPerGroup * groups) plan.pieces *= 2;
+  const int64_t wanted = (most_received * plan.pieces + kGroups - 1) / kGroups;
+  plan.blocks = static_cast<int>(wanted < int64_t(blocks) ? wanted : int64_t(blocks));
+  return plan;
+}
+
+}  // namespace braid::moe
