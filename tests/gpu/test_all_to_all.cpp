@@ -842,6 +842,33 @@ TEST(AllToAll, MatrixCopyEngine) {
       options);
 }
 
+// LL forced: a block up to what one LL slot holds (1 MiB of payload, kLLMaxPayloadBytes in ll_launch.hpp; the
+// table takes LL there on 2 ranks) travels as LL lines, a larger one falls back (FIFO pushes, or stores into
+// symmetric outputs). Both sides of the slot's edge, odd and unaligned blocks too.
+TEST(AllToAll, LLUpToItsSlotAndBeyond) {
+  CommOptions options = test_options();
+  options.algorithms = "alltoall=ll";
+  with_communicator(
+      [](Communicator& comm) {
+        constexpr size_t kSlotPayload = size_t(1) << 20;
+        const uint64_t seed = shared_seed(comm);
+        uint64_t index = 0;
+        for (bool symmetric : {false, true}) {
+          std::vector<Plan> plans;
+          for (DataType type : {DataType::kInt8, DataType::kFloat32}) {
+            const size_t element = datatype_size(type);
+            for (size_t count : {kSlotPayload / element, kSlotPayload * 3 / 4 / element + 3, kSlotPayload / element + 1}) {
+              for (bool aligned : {true, false}) {
+                plans.push_back(uniform_plan(type, count, comm.size(), mix64(seed + ++index), aligned));
+              }
+            }
+          }
+          run_plans(comm, plans, symmetric, "all_to_all (alltoall=ll)");
+        }
+      },
+      options);
+}
+
 // Count 0 with null buffers: valid, nothing read or written (as for the other collectives); the next call is
 // still in step.
 TEST(AllToAll, ZeroCountsWithNullBuffersAreANoOp) {
