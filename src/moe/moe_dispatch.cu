@@ -158,9 +158,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
 // How scatter and the next combine cut their work (moe_plan.hpp), and what this rank sends and receives: the
 // same on every rank but for the last two.
 struct Rounds {
-  int slices, per_round, count, active_blocks;  // ScatterPlan
-  int combine_blocks, combine_pieces;           // CombinePlan
-  size_t slice_bytes;
+  ScatterPlan scatter;
+  CombinePlan combine;
   int64_t sent[kMaxWorld];      // this rank's tokens for each rank (0 for a rank whose rows overflow)
   int64_t received[kMaxWorld];  // each rank's tokens for this rank (0 when this rank's rows overflow)
 };
@@ -177,12 +176,7 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     rounds.sent[r] = fits ? pairs[me * W + r] : 0;
     rounds.received[r] = i_fit ? pairs[r * W + me] : 0;
   }
-  const ScatterPlan scatter = plan_scatter(launch.hidden * launch.element_bytes, static_cast<uint32_t>(longest), gridDim.x);
-  rounds.slices = scatter.slices;
-  rounds.per_round = scatter.per_round;
-  rounds.count = scatter.rounds;
-  rounds.active_blocks = scatter.active_blocks;
-  rounds.slice_bytes = scatter.slice_bytes;
+  rounds.scatter = plan_scatter(launch.hidden * launch.element_bytes, static_cast<uint32_t>(longest), gridDim.x);
   // Combine's send: by the tokens of the rank that received most (ranks whose rows overflowed receive none).
   int64_t most_received = 0;
   for (int r = 0; r < W; ++r) {
@@ -191,9 +185,7 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     for (int s = 0; s < W; ++s) received += pairs[s * W + r];
     most_received = max(most_received, received);
   }
-  const CombinePlan combine = plan_combine(most_received, gridDim.x);
-  rounds.combine_pieces = combine.pieces;
-  rounds.combine_blocks = combine.blocks;
+  rounds.combine = plan_combine(most_received, gridDim.x);
 }
 
 // The part of a row this warp moves: [begin, begin + bytes).
@@ -209,9 +201,10 @@ static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes")
 __device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
 // One warp: slice `slice` of token i of this rank's list for ranks me + first, first in [first_begin, first_end]
-// (peers are [1, W - 1], this rank is W). Into a peer once, at the row of the token's first expert there (a token crosses NVLink once
-// per rank however many of its experts that rank holds), with the token's record (its rows there, weights,
-// experts) when `record`; into this rank straight to every row it fills, with the rows' metadata.
+// (peers are [1, W - 1], this rank is W). Into a peer once, at the row of the token's first expert there (a
+// token crosses NVLink once per rank however many of its experts that rank holds), with the token's record (its
+// rows there, weights, experts) when `record`; into this rank straight to every row it fills, with the rows'
+// metadata.
 template <typename Index>
 __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, Slice slice,
                             bool record, int first_begin, int first_end) {
@@ -346,8 +339,8 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
   }
   if (threadIdx.x == 0) {
     launch.expert_offsets[L] = used;
-    launch.combine_plan[0] = rounds.combine_blocks;
-    launch.combine_plan[1] = rounds.combine_pieces;
+    launch.combine_plan[0] = rounds.combine.blocks;
+    launch.combine_plan[1] = rounds.combine.pieces;
   }
   if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
   if (overflow && threadIdx.x == 0) {
@@ -407,14 +400,15 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   const int me = launch.rank, world = launch.world;
   const unsigned int warp = threadIdx.x / 32;
   const size_t row_bytes = launch.hidden * launch.element_bytes;
-  const int slice_index = static_cast<int>(warp) % rounds.slices;
-  Slice slice{size_t(slice_index) * rounds.slice_bytes, 0};
-  if (slice.begin < row_bytes) slice.bytes = min(rounds.slice_bytes, row_bytes - slice.begin);
+  const int slice_index = static_cast<int>(warp) % rounds.scatter.slices;
+  Slice slice{size_t(slice_index) * rounds.scatter.slice_bytes, 0};
+  if (slice.begin < row_bytes) slice.bytes = min(rounds.scatter.slice_bytes, row_bytes - slice.begin);
   const bool first_slice = slice_index == 0;
   auto token_of = [&](int round) {
-    return (int64_t(round) * gridDim.x + blockIdx.x) * rounds.per_round + static_cast<int>(warp) / rounds.slices;
+    const ScatterPlan& plan = rounds.scatter;
+    return (int64_t(round) * gridDim.x + blockIdx.x) * plan.per_round + static_cast<int>(warp) / plan.slices;
   };
-  const int round_count = static_cast<int>(blockIdx.x) < rounds.active_blocks ? rounds.count : 0;
+  const int round_count = static_cast<int>(blockIdx.x) < rounds.scatter.active_blocks ? rounds.scatter.rounds : 0;
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
       send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, 1, world - 1);
