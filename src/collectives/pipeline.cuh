@@ -33,8 +33,9 @@ static_assert(kMaxWorld <= 32, "peer masks are 32 bits");
 
 // Whole warps of a block that synchronise among themselves, on a named barrier of their own, so that two
 // groups of one block can run loops of their own (all-to-all: one group pushes while the other pulls). The
-// default is the whole block on barrier 0, __syncthreads' barrier. `id` (0 or 1) picks the group's shared
-// state in the helpers below.
+// default is the whole block on barrier 0, __syncthreads' barrier. `id` picks the group's shared state in the
+// helpers below, which hold it for two groups (ids 0 and 1); a block cut into more groups (MoE combine's four)
+// may use sync(), lane() and copy() only.
 struct WarpGroup {
   int id;       // 0: the block, or the first group; 1: the second group
   int barrier;  // hardware barrier: 0 for the whole block, 1 + id for a group

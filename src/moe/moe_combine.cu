@@ -105,6 +105,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
   const size_t H = launch.hidden;
   const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
   const T* y = reinterpret_cast<const T*>(launch.y);
+  // A named barrier per group (ids 1 to 4); only sync() and lane() of WarpGroup, whose peer helpers hold two.
   static_assert(kMoeThreads / kCombineGroup <= 4, "a named barrier per group: ids 1 to 4");
   const int group_id = static_cast<int>(threadIdx.x / kCombineGroup);
   const kernels::WarpGroup group{group_id, 1 + group_id, group_id * kCombineGroup, kCombineGroup};
