@@ -11,6 +11,9 @@
 #   zero-copy-rs-ag  zero-copy reduce-scatter/all-gather tests, staged vs zero copy sweeps, --compare nccl at 128/512 MiB
 #   rs-ag-check  the symmetric-memory and registered-buffer collective cases, threads and processes
 #   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
+#   fp8      fp8 e4m3/e5m2 all-reduce, reduce-scatter and all-gather against NCCL (--compare nccl), checked
+#   dtype-algos  braid-only all-reduce sweeps with each algorithm forced, per datatype (DTYPES, default bfloat16
+#            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -96,6 +99,22 @@ for phase in "$@"; do
         BRAID_ALGO=allreduce=$algo bench 40 "symmetric-algo-$algo" -c allreduce -d bfloat16 -b 8K -e 64M -f 2 -G 20 --inplace 0 --symmetric 1
       done
       bench 40 symmetric-twoshot-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 -n 10 --inplace 0 --symmetric 1
+      ;;
+    fp8)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      bench 120 compare-allreduce-f8e4m3-graph -c allreduce -d f8e4m3 -b 8K -e 128M -f 4 -G 20 --inplace 0 $cmp
+      bench 60 compare-allreduce-f8e5m2-graph -c allreduce -d f8e5m2 -b 8K -e 32M -f 16 -G 20 -o max $cmp
+      bench 60 compare-allreduce-f8e4m3 -c allreduce -d f8e4m3 -b 128M -e 512M -f 4 --inplace 0 $cmp
+      bench 60 compare-reducescatter-f8e4m3 -c reducescatter -d f8e4m3 -b 64K -e 512M -f 8 --inplace 0 $cmp
+      bench 60 compare-allgather-f8e5m2 -c allgather -d f8e5m2 -b 64K -e 512M -f 8 --inplace 0 $cmp
+      ;;
+    dtype-algos)
+      for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do
+        for algo in ll oneshot twoshot; do
+          BRAID_ALGO=allreduce=$algo bench 40 "dtype-$dtype-$algo" -c allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -z 0 --inplace 0
+          BRAID_ALGO=allreduce=$algo bench 40 "dtype-symmetric-$dtype-$algo" -c allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -z 0 --inplace 0 --symmetric 1
+        done
+      done
       ;;
     explore)  # AREAS (label:bytes ...) picks the pipeline areas; STAGED=0 skips the staged rows
       for area in ${AREAS:-256M:268435456 512M:536870912}; do

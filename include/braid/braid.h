@@ -39,7 +39,9 @@ typedef enum {
   braidFloat16 = 6,
   braidFloat32 = 7,
   braidFloat64 = 8,
-  braidBfloat16 = 9
+  braidBfloat16 = 9,
+  braidFloat8e4m3 = 10,
+  braidFloat8e5m2 = 11
 } braidDataType_t;
 
 /* A cudaStream_t (the CUDA runtime defines it as exactly this), without including CUDA headers. */

@@ -1,4 +1,5 @@
-// Datatypes and reduction operators of braid's collectives (the NCCL set).
+// Datatypes and reduction operators of braid's collectives (the NCCL set, NCCL's numbering). Half, bfloat16
+// and fp8 reduce in float32 and round once, at the end.
 #pragma once
 
 #include <cstddef>
@@ -21,8 +22,10 @@ enum class DataType : int {
   kFloat32 = 7,
   kFloat64 = 8,
   kBFloat16 = 9,
+  kFloat8E4M3 = 10,  // OCP fp8: 4 exponent bits, 3 mantissa bits, no infinities (NCCL's ncclFloat8e4m3)
+  kFloat8E5M2 = 11,  // OCP fp8: 5 exponent bits, 2 mantissa bits (ncclFloat8e5m2)
 };
-constexpr int kDataTypeCount = 10;
+constexpr int kDataTypeCount = 12;
 
 enum class ReduceOp : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
 constexpr int kReduceOpCount = 5;
@@ -30,6 +33,6 @@ constexpr int kReduceOpCount = 5;
 size_t datatype_size(DataType type);      // bytes of one element; 0 for a value outside the enum
 const char* datatype_name(DataType type);  // "float32", "bfloat16", ...
 const char* reduce_op_name(ReduceOp op);   // "sum", ...
-bool is_floating(DataType type);
+bool is_floating(DataType type);  // the float16, bfloat16, float32, float64 and fp8 types
 
 }  // namespace braid

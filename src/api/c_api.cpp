@@ -13,7 +13,9 @@ static_assert(same_value(braidInt8, braid::DataType::kInt8) && same_value(braidU
                   same_value(braidInt64, braid::DataType::kInt64) && same_value(braidUint64, braid::DataType::kUint64) &&
                   same_value(braidFloat16, braid::DataType::kFloat16) && same_value(braidFloat32, braid::DataType::kFloat32) &&
                   same_value(braidFloat64, braid::DataType::kFloat64) &&
-                  same_value(braidBfloat16, braid::DataType::kBFloat16) && braid::kDataTypeCount == 10,
+                  same_value(braidBfloat16, braid::DataType::kBFloat16) &&
+                  same_value(braidFloat8e4m3, braid::DataType::kFloat8E4M3) &&
+                  same_value(braidFloat8e5m2, braid::DataType::kFloat8E5M2) && braid::kDataTypeCount == 12,
               "braidDataType_t and braid::DataType disagree");
 
 struct braidComm {

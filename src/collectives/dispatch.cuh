@@ -3,6 +3,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -28,6 +29,8 @@ void dispatch_type(DataType type, F&& body) {
     case DataType::kFloat32: return body(TypeTag<float>{});
     case DataType::kFloat64: return body(TypeTag<double>{});
     case DataType::kBFloat16: return body(TypeTag<__nv_bfloat16>{});
+    case DataType::kFloat8E4M3: return body(TypeTag<__nv_fp8_e4m3>{});
+    case DataType::kFloat8E5M2: return body(TypeTag<__nv_fp8_e5m2>{});
   }
   raise(ErrorCode::kInternal, "datatype {} reached a kernel launcher", static_cast<int>(type));
 }

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -15,18 +16,26 @@ namespace braid::kernels {
 
 constexpr int kVectorBytes = 16;
 
-// ---- Accumulation: half and bf16 accumulate in float32; everything else in its own type (integers wrap).
+// ---- Accumulation: half, bf16 and fp8 accumulate in float32; everything else in its own type (integers wrap).
 template <typename T> struct Accumulator { using type = T; };
 template <> struct Accumulator<__half> { using type = float; };
 template <> struct Accumulator<__nv_bfloat16> { using type = float; };
+template <> struct Accumulator<__nv_fp8_e4m3> { using type = float; };
+template <> struct Accumulator<__nv_fp8_e5m2> { using type = float; };
 template <typename T> using acc_t = typename Accumulator<T>::type;
 
 template <typename T> __device__ __forceinline__ acc_t<T> to_acc(T value) { return static_cast<acc_t<T>>(value); }
 template <> __device__ __forceinline__ float to_acc<__half>(__half value) { return __half2float(value); }
 template <> __device__ __forceinline__ float to_acc<__nv_bfloat16>(__nv_bfloat16 value) { return __bfloat162float(value); }
+template <> __device__ __forceinline__ float to_acc<__nv_fp8_e4m3>(__nv_fp8_e4m3 value) { return static_cast<float>(value); }
+template <> __device__ __forceinline__ float to_acc<__nv_fp8_e5m2>(__nv_fp8_e5m2 value) { return static_cast<float>(value); }
 template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> value) { return static_cast<T>(value); }
 template <> __device__ __forceinline__ __half from_acc<__half>(float value) { return __float2half_rn(value); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
+// fp8 rounds to nearest even and saturates to the largest finite value (e4m3 has no infinity; NaN stays NaN),
+// as NCCL's fp8 conversions do.
+template <> __device__ __forceinline__ __nv_fp8_e4m3 from_acc<__nv_fp8_e4m3>(float value) { return __nv_fp8_e4m3(value); }
+template <> __device__ __forceinline__ __nv_fp8_e5m2 from_acc<__nv_fp8_e5m2>(float value) { return __nv_fp8_e5m2(value); }
 
 template <ReduceOp Op, typename A>
 __device__ __forceinline__ A combine(A a, A b) {

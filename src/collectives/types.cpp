@@ -4,7 +4,7 @@ namespace braid {
 
 size_t datatype_size(DataType type) {
   switch (type) {
-    case DataType::kInt8: case DataType::kUint8: return 1;
+    case DataType::kInt8: case DataType::kUint8: case DataType::kFloat8E4M3: case DataType::kFloat8E5M2: return 1;
     case DataType::kFloat16: case DataType::kBFloat16: return 2;
     case DataType::kInt32: case DataType::kUint32: case DataType::kFloat32: return 4;
     case DataType::kInt64: case DataType::kUint64: case DataType::kFloat64: return 8;
@@ -24,6 +24,8 @@ const char* datatype_name(DataType type) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBFloat16: return "bfloat16";
+    case DataType::kFloat8E4M3: return "float8e4m3";
+    case DataType::kFloat8E5M2: return "float8e5m2";
   }
   return "unknown";
 }
@@ -41,7 +43,7 @@ const char* reduce_op_name(ReduceOp op) {
 
 bool is_floating(DataType type) {
   return type == DataType::kFloat16 || type == DataType::kBFloat16 || type == DataType::kFloat32 ||
-         type == DataType::kFloat64;
+         type == DataType::kFloat64 || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
 }
 
 }  // namespace braid

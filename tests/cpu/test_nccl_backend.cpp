@@ -207,7 +207,8 @@ TEST(NcclMapping, EveryDataTypeMapsToItsNcclType) {
       {DataType::kInt8, ncclInt8},       {DataType::kUint8, ncclUint8},     {DataType::kInt32, ncclInt32},
       {DataType::kUint32, ncclUint32},   {DataType::kInt64, ncclInt64},     {DataType::kUint64, ncclUint64},
       {DataType::kFloat16, ncclFloat16}, {DataType::kFloat32, ncclFloat32}, {DataType::kFloat64, ncclFloat64},
-      {DataType::kBFloat16, ncclBfloat16}};
+      {DataType::kBFloat16, ncclBfloat16}, {DataType::kFloat8E4M3, ncclFloat8e4m3},
+      {DataType::kFloat8E5M2, ncclFloat8e5m2}};
   ASSERT_EQ(std::size(expected), static_cast<size_t>(kDataTypeCount));
   std::set<int> braid_values, nccl_values;
   for (const auto& [type, nccl] : expected) {

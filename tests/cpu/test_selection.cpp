@@ -129,6 +129,10 @@ TEST(Selection, DatatypeTable) {
   EXPECT_STREQ(datatype_name(DataType::kUint8), "uint8");
   EXPECT_TRUE(is_floating(DataType::kFloat16));
   EXPECT_FALSE(is_floating(DataType::kInt64));
+  EXPECT_EQ(datatype_size(DataType::kFloat8E4M3), 1u);
+  EXPECT_EQ(datatype_size(DataType::kFloat8E5M2), 1u);
+  EXPECT_STREQ(datatype_name(DataType::kFloat8E4M3), "float8e4m3");
+  EXPECT_TRUE(is_floating(DataType::kFloat8E5M2));
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kReduceScatter)), "reduce_scatter");
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kSendRecv)), "send_recv");
 }

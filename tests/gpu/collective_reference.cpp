@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+
+#include <cuda_fp8.h>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -27,8 +29,10 @@ uint64_t rank_key(uint64_t seed, int rank) { return mix64(seed ^ mix64(0xC011EC7
 
 // Per-type facts. Integers: Bits (storage) and Value (how max/min compare). Floating types: Bits, and kQ:
 // inputs are k * 2^-kQ with |k| <= 2^kQ, which needs kQ + 1 significant bits (half 11, bfloat16 8, float 24,
-// double 53: exactly each type's precision) and never goes below 2^-kQ (normal in every type). kRtol:
-// tolerance relative to the magnitude of the reduction.
+// double 53, fp8 e4m3 4, e5m2 3: exactly each type's precision) and never goes below 2^-kQ (normal in every
+// type). kRtol: tolerance relative to the magnitude of the reduction; fp8's is per rounding (half an ulp,
+// 2^-4 resp. 2^-3 of the result, and a margin for products) and counts world - 1 roundings, since NCCL's ring
+// rounds after every step (braid rounds once).
 template <DataType T>
 struct Traits;
 template <> struct Traits<DataType::kInt8> { using Bits = uint8_t; using Value = int8_t; static constexpr bool kFloating = false; };
@@ -41,6 +45,13 @@ template <> struct Traits<DataType::kFloat16> { using Bits = uint16_t; static co
 template <> struct Traits<DataType::kBFloat16> { using Bits = uint16_t; static constexpr bool kFloating = true; static constexpr int kQ = 7; static constexpr double kRtol = 2e-2; };
 template <> struct Traits<DataType::kFloat32> { using Bits = uint32_t; static constexpr bool kFloating = true; static constexpr int kQ = 23; static constexpr double kRtol = 1e-5; };
 template <> struct Traits<DataType::kFloat64> { using Bits = uint64_t; static constexpr bool kFloating = true; static constexpr int kQ = 52; static constexpr double kRtol = 1e-12; };
+template <> struct Traits<DataType::kFloat8E4M3> { using Bits = uint8_t; static constexpr bool kFloating = true; static constexpr int kQ = 3; static constexpr double kRtol = 0.07; };
+template <> struct Traits<DataType::kFloat8E5M2> { using Bits = uint8_t; static constexpr bool kFloating = true; static constexpr int kQ = 2; static constexpr double kRtol = 0.145; };
+
+template <DataType T>
+constexpr bool kIsFp8 = T == DataType::kFloat8E4M3 || T == DataType::kFloat8E5M2;
+template <DataType T>
+constexpr __nv_fp8_interpretation_t kFp8Kind = T == DataType::kFloat8E4M3 ? __NV_E4M3 : __NV_E5M2;
 
 template <DataType T>
 using Tag = std::integral_constant<DataType, T>;
@@ -59,6 +70,8 @@ decltype(auto) dispatch(DataType type, F&& f) {
     case DataType::kBFloat16: return f(Tag<DataType::kBFloat16>{});
     case DataType::kFloat32: return f(Tag<DataType::kFloat32>{});
     case DataType::kFloat64: return f(Tag<DataType::kFloat64>{});
+    case DataType::kFloat8E4M3: return f(Tag<DataType::kFloat8E4M3>{});
+    case DataType::kFloat8E5M2: return f(Tag<DataType::kFloat8E5M2>{});
   }
   throw std::logic_error("collective reference: datatype outside the enum");
 }
@@ -83,12 +96,19 @@ double float_input(uint64_t r, bool prod) {
   throw std::logic_error(text);
 }
 
+template <DataType T>
+double decode(typename Traits<T>::Bits bits);
+
 // The bits of `value` in floating type T; value must be exactly representable (a normal number or zero).
 template <DataType T>
 typename Traits<T>::Bits encode(double value) {
   if constexpr (T == DataType::kFloat64) {
     uint64_t bits;
     std::memcpy(&bits, &value, sizeof bits);
+    return bits;
+  } else if constexpr (kIsFp8<T>) {
+    const uint8_t bits = __nv_cvt_double_to_fp8(value, __NV_SATFINITE, kFp8Kind<T>);
+    if (decode<T>(bits) != value) not_exact(value);
     return bits;
   } else {
     const float f = static_cast<float>(value);
@@ -122,6 +142,9 @@ double decode(typename Traits<T>::Bits bits) {
     float value;
     std::memcpy(&value, &bits, sizeof value);
     return value;
+  } else if constexpr (kIsFp8<T>) {
+    const __half_raw half = __nv_cvt_fp8_to_halfraw(bits, kFp8Kind<T>);  // exact: fp8 values are halves
+    return decode<DataType::kFloat16>(half.x);
   } else if constexpr (T == DataType::kBFloat16) {
     const uint32_t u = static_cast<uint32_t>(bits) << 16;
     float value;
@@ -250,7 +273,8 @@ SegmentResult compare_reduced(const Case& c, int world, size_t first, size_t cou
       if (c.op == ReduceOp::kProd) magnitude = std::fabs(reference);
       // max and min pick one of the inputs: exact. Otherwise relative to the magnitude (never below 1e-3).
       const bool exact = c.op == ReduceOp::kMax || c.op == ReduceOp::kMin;
-      const double tolerance = exact ? 0.0 : Traits<T>::kRtol * std::max(magnitude, 1e-3);
+      const double roundings = kIsFp8<T> ? std::max(1, world - 1) : 1;
+      const double tolerance = exact ? 0.0 : Traits<T>::kRtol * roundings * std::max(magnitude, 1e-3);
       const double got_value = decode<T>(value);
       if (std::fabs(got_value - reference) <= tolerance) continue;  // false for NaN
       if (result.wrong++ == 0) {

@@ -30,7 +30,8 @@ constexpr Collective kAllCollectives[] = {Collective::kAllReduce, Collective::kR
                                           Collective::kAllGather, Collective::kBroadcast};
 constexpr DataType kAllDataTypes[] = {DataType::kInt8,   DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
                                       DataType::kInt64,  DataType::kUint64,  DataType::kFloat16, DataType::kBFloat16,
-                                      DataType::kFloat32, DataType::kFloat64};
+                                      DataType::kFloat32, DataType::kFloat64, DataType::kFloat8E4M3,
+                                      DataType::kFloat8E5M2};
 constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg};
 
 const char* collective_name(Collective collective);  // "all_reduce", ...

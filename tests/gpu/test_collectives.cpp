@@ -190,6 +190,17 @@ TEST(CollectiveReference, EncodingsWrapAroundAndInputRangesAreRight) {
   EXPECT_TRUE(std::isinf(decode_float(DataType::kFloat16, 0x7C00)));
   EXPECT_TRUE(std::isnan(decode_float(DataType::kFloat16, 0x7E00)));
   EXPECT_EQ(decode_float(DataType::kBFloat16, 0x3F80), 1.0);
+  EXPECT_EQ(encode_exact(DataType::kFloat8E4M3, 1.0), 0x38u);
+  EXPECT_EQ(encode_exact(DataType::kFloat8E4M3, -0.125), 0xA0u);
+  EXPECT_EQ(encode_exact(DataType::kFloat8E5M2, 1.0), 0x3Cu);
+  EXPECT_EQ(encode_exact(DataType::kFloat8E5M2, 0.75), 0x3Au);
+  EXPECT_THROW(encode_exact(DataType::kFloat8E4M3, 1.0 + 1.0 / 16), std::logic_error);
+  EXPECT_THROW(encode_exact(DataType::kFloat8E5M2, 1.0 + 1.0 / 8), std::logic_error);
+  EXPECT_EQ(decode_float(DataType::kFloat8E4M3, 0x7E), 448.0);  // e4m3's largest: no infinity
+  EXPECT_TRUE(std::isnan(decode_float(DataType::kFloat8E4M3, 0x7F)));
+  EXPECT_EQ(decode_float(DataType::kFloat8E4M3, 0xA5), -13.0 / 64.0);  // the poison
+  EXPECT_TRUE(std::isinf(decode_float(DataType::kFloat8E5M2, 0x7C)));
+  EXPECT_EQ(decode_float(DataType::kFloat8E5M2, 0x01), std::ldexp(1.0, -16));  // subnormal
 
   EXPECT_EQ(reduce_integer(DataType::kInt8, ReduceOp::kSum, {100, 100}), 0xC8u);  // -56
   EXPECT_EQ(reduce_integer(DataType::kUint8, ReduceOp::kSum, {200, 100}), 44u);
@@ -204,7 +215,8 @@ TEST(CollectiveReference, EncodingsWrapAroundAndInputRangesAreRight) {
   EXPECT_NE(format_element(DataType::kInt8, &minus_56).find("-56"), std::string::npos);
 
   // Every floating input is exactly representable (fill_input throws otherwise) and in range.
-  for (DataType type : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64}) {
+  for (DataType type : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
+                        DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd}) {
       Case c{Collective::kAllReduce, type, op, 0, 0, false, true, 12345};
       const size_t n = 100000, element = datatype_size(type);
@@ -242,7 +254,8 @@ TEST(Collectives, AllReduceMatrixEveryAlgorithm) {
     std::vector<Case> cases;
     for (const Case& c : matrix(Collective::kAllReduce, comm.size())) {
       if (c.type == DataType::kInt8 || c.type == DataType::kBFloat16 || c.type == DataType::kFloat16 ||
-          c.type == DataType::kFloat32 || c.type == DataType::kUint64 || c.type == DataType::kFloat64) {
+          c.type == DataType::kFloat32 || c.type == DataType::kUint64 || c.type == DataType::kFloat64 ||
+          c.type == DataType::kFloat8E4M3) {
         cases.push_back(c);
       }
     }

@@ -46,7 +46,8 @@ Bits integer_value(uint64_t r) {
 }
 
 // Floats: a random sign and mantissa, exponents in [low, low + span): finite, normal, never zero, and never the
-// poison's exponent (0xA5.. has exponent 9 in float16, 75 in bfloat16 and float32, 602 in float64).
+// poison's exponent (0xA5.. has exponent 9 in float16, 75 in bfloat16 and float32, 602 in float64, 4 in fp8
+// e4m3, 9 in e5m2), nor fp8's NaN and infinity (exponent 15 in e4m3, 31 in e5m2).
 template <typename Bits, int kMantissaBits, int kExponentBits, unsigned kLow, unsigned kSpan>
 Bits float_value(uint64_t r) {
   const uint64_t sign = r >> 63;
@@ -72,6 +73,8 @@ inline void fill_inputs(DataType type, uint64_t key, size_t first, size_t count,
     case DataType::kBFloat16: return fill_bits<uint16_t>(key, first, count, out, float_value<uint16_t, 7, 8, 112, 31>);
     case DataType::kFloat32: return fill_bits<uint32_t>(key, first, count, out, float_value<uint32_t, 23, 8, 112, 31>);
     case DataType::kFloat64: return fill_bits<uint64_t>(key, first, count, out, float_value<uint64_t, 52, 11, 1008, 31>);
+    case DataType::kFloat8E4M3: return fill_bits<uint8_t>(key, first, count, out, float_value<uint8_t, 3, 4, 5, 9>);
+    case DataType::kFloat8E5M2: return fill_bits<uint8_t>(key, first, count, out, float_value<uint8_t, 2, 5, 10, 20>);
   }
   throw std::logic_error("fill_inputs: datatype outside the enum");
 }

@@ -66,7 +66,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       {"uint32", DataType::kUint32},   {"int64", DataType::kInt64},         {"uint64", DataType::kUint64},
       {"half", DataType::kFloat16},    {"float16", DataType::kFloat16},     {"bfloat16", DataType::kBFloat16},
       {"float", DataType::kFloat32},   {"float32", DataType::kFloat32},     {"double", DataType::kFloat64},
-      {"float64", DataType::kFloat64}};
+      {"float64", DataType::kFloat64}, {"float8e4m3", DataType::kFloat8E4M3}, {"f8e4m3", DataType::kFloat8E4M3},
+      {"float8e5m2", DataType::kFloat8E5M2}, {"f8e5m2", DataType::kFloat8E5M2}};
   const std::map<std::string, ReduceOp> ops{{"sum", ReduceOp::kSum}, {"prod", ReduceOp::kProd}, {"max", ReduceOp::kMax},
                                             {"min", ReduceOp::kMin}, {"avg", ReduceOp::kAvg}};
   const CLI::Validator bytes_validator(

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +29,9 @@ inline uint64_t mix(uint64_t z) {
 inline uint64_t rank_key(uint64_t seed, int rank) { return mix(seed ^ mix(static_cast<uint64_t>(rank) + 1)); }
 inline uint64_t element_bits(uint64_t key, size_t index) { return mix(key + static_cast<uint64_t>(index) * kGolden); }
 
+template <typename T>
+constexpr bool kIsFp8 = std::is_same_v<T, __nv_fp8_e4m3> || std::is_same_v<T, __nv_fp8_e5m2>;
+
 // Host conversions for every element type, through double (exact for all of them).
 template <typename T>
 double to_double(T value) {
@@ -35,6 +39,8 @@ double to_double(T value) {
     return static_cast<double>(__half2float(value));
   } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     return static_cast<double>(__bfloat162float(value));
+  } else if constexpr (kIsFp8<T>) {
+    return static_cast<double>(static_cast<float>(value));
   } else {
     return static_cast<double>(value);
   }
@@ -52,7 +58,8 @@ T from_float(float value) {
 }
 
 template <typename T>
-constexpr bool kIsFloat = std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>;
+constexpr bool kIsFloat =
+    std::is_floating_point_v<T> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || kIsFp8<T>;
 
 // Significand bits of each float type (float64 inputs are made as float32 values).
 template <typename T>
@@ -61,6 +68,10 @@ template <>
 constexpr int kSignificandBits<__half> = 11;
 template <>
 constexpr int kSignificandBits<__nv_bfloat16> = 8;
+template <>
+constexpr int kSignificandBits<__nv_fp8_e4m3> = 4;
+template <>
+constexpr int kSignificandBits<__nv_fp8_e5m2> = 3;
 
 // Branch-free on the random bits (a random branch per element costs more than the rest of the check).
 template <typename T>
@@ -285,6 +296,8 @@ void with_type(DataType type, F&& f) {
     case DataType::kBFloat16: return f(__nv_bfloat16{});
     case DataType::kFloat32: return f(float{});
     case DataType::kFloat64: return f(double{});
+    case DataType::kFloat8E4M3: return f(__nv_fp8_e4m3{});
+    case DataType::kFloat8E5M2: return f(__nv_fp8_e5m2{});
   }
   throw std::invalid_argument("unknown datatype");
 }
@@ -311,6 +324,10 @@ double tolerance(DataType type, int ranks) {
     case DataType::kFloat16:
     case DataType::kBFloat16: return std::max(2e-2, n * (1.0 / 256));
     case DataType::kFloat64: return 1e-12;
+    // fp8 rounds to 4 (e4m3) or 3 (e5m2) significant bits: half an ulp is 2^-4 resp. 2^-3 of the result, once
+    // for braid (float32 accumulation), after each of the n - 1 steps of NCCL's ring.
+    case DataType::kFloat8E4M3: return 0.07 * std::max(1.0, n - 1);
+    case DataType::kFloat8E5M2: return 0.145 * std::max(1.0, n - 1);
     default: return 0.0;
   }
 }

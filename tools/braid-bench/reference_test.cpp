@@ -5,6 +5,7 @@
 // an output routed wrongly (each peer's block for itself, not for this rank) must not pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -33,11 +34,12 @@ T from_float(float v) {
   else return static_cast<T>(v);
 }
 
-// One reduction step as a GPU kernel might do it: 16-bit floats through float and back, others natively
+// One reduction step as a GPU kernel might do it: 16-bit and 8-bit floats through float and back, others natively
 // (integers wrapping).
 template <typename T>
 T step(T a, T b, ReduceOp op) {
-  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __nv_fp8_e4m3> ||
+                std::is_same_v<T, __nv_fp8_e5m2>) {
     const float x = to_float(a), y = to_float(b);
     const float r = op == ReduceOp::kProd ? x * y : op == ReduceOp::kMax ? std::max(x, y)
                   : op == ReduceOp::kMin ? std::min(x, y) : x + y;
@@ -152,6 +154,8 @@ int main() {
         run<__nv_bfloat16>(DataType::kBFloat16, op, coll, ranks);
         run<float>(DataType::kFloat32, op, coll, ranks);
         run<double>(DataType::kFloat64, op, coll, ranks);
+        run<__nv_fp8_e4m3>(DataType::kFloat8E4M3, op, coll, ranks);
+        run<__nv_fp8_e5m2>(DataType::kFloat8E5M2, op, coll, ranks);
       }
     }
   }

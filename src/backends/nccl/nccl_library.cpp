@@ -255,6 +255,8 @@ ncclDataType_t to_nccl(DataType type) {
     case DataType::kFloat32: return ncclFloat32;
     case DataType::kFloat64: return ncclFloat64;
     case DataType::kBFloat16: return ncclBfloat16;
+    case DataType::kFloat8E4M3: return ncclFloat8e4m3;
+    case DataType::kFloat8E5M2: return ncclFloat8e5m2;
   }
   raise_invalid_argument("NCCL backend", "type", "is not a braid DataType (value {})", static_cast<int>(type));
 }
