@@ -12,6 +12,8 @@
 #   rs-ag-check  the symmetric-memory and registered-buffer collective cases, threads and processes
 #   pipelined-tests  the tests of every kernel that pushes through the FIFOs, and of the staged reductions (threads)
 #   fp8      fp8 e4m3/e5m2 all-reduce, reduce-scatter and all-gather against NCCL (--compare nccl), checked
+#   small-rs-ag  reduce-scatter and all-gather 8 KiB-16 MiB against NCCL with CUDA graphs
+#   ll-rs-ag LL reduce-scatter and all-gather: tests, sweeps against staged and NCCL
 #   dtype-algos  braid-only all-reduce sweeps with each algorithm forced, per datatype (DTYPES, default bfloat16
 #            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
@@ -107,6 +109,28 @@ for phase in "$@"; do
       bench 60 compare-allreduce-f8e4m3 -c allreduce -d f8e4m3 -b 128M -e 512M -f 4 --inplace 0 $cmp
       bench 60 compare-reducescatter-f8e4m3 -c reducescatter -d f8e4m3 -b 64K -e 512M -f 8 --inplace 0 $cmp
       bench 60 compare-allgather-f8e5m2 -c allgather -d f8e5m2 -b 64K -e 512M -f 8 --inplace 0 $cmp
+      ;;
+    small-rs-ag)  # reduce-scatter and all-gather at small sizes against NCCL, CUDA graphs (and symmetric buffers)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
+      for coll in reducescatter allgather; do
+        bench 60 "compare-small-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+        bench 60 "compare-small-symmetric-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
+      done
+      ;;
+    ll-rs-ag)  # LL reduce-scatter/all-gather: their tests, then LL against staged and NCCL (graphs), to set the cut-offs
+      timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests \
+        --gtest_filter='Collectives.LL*:Collectives.ReduceScatterMatrix:Collectives.AllGatherMatrix:Collectives.AllReduceMatrix*:AllToAll.*:CollectivesStress.*:Collectives.GraphCapture*' \
+        > "$out/ll-rs-ag-tests.log" 2>&1
+      echo "LL reduce-scatter/all-gather tests (threads, $gpus ranks) exit $?" | tee -a "$out/ll-rs-ag-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/ll-rs-ag-tests.log" | head -40
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
+      for coll in reducescatter allgather; do
+        for algo in ll staged; do
+          BRAID_ALGO=$coll=$algo bench 60 "ll-$coll-$algo-graph" -c $coll -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
+        done
+        BRAID_ALGO=$coll=ll bench 60 "ll-symmetric-$coll-graph" -c $coll -d float32 -b 8K -e 8M -f 2 -G 20 --symmetric 1 $cmp
+        BRAID_ALGO=$coll=ll bench 60 "ll-$coll-bf16-eager" -c $coll -d bfloat16 -b 8K -e 8M -f 4 $cmp
+      done
       ;;
     dtype-algos)
       for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do

@@ -1,8 +1,10 @@
-// All-reduce, low latency (LL): no barrier and no signal at all. Every rank stores its whole input into every
-// peer's LL area, each 8 payload bytes travelling as one 16-byte store {data, flag, data, flag} whose 8-byte
-// halves arrive whole, and the flag is this call's sequence number. Each rank then polls its own area until
-// every peer's line carries the flag, and reduces the lines in rank order (bit-identical results on every
-// rank). One NVLink crossing of latency; the algorithm for small messages.
+// All-reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores, into every
+// peer's LL area, the block that peer reduces (all-reduce: its whole input; reduce-scatter: the peer's block
+// of its input, launch.send_rank_stride apart), each 8 payload bytes travelling as one 16-byte store {data, flag,
+// data, flag} whose 8-byte halves arrive whole, and the flag is this call's sequence number. Each rank then
+// polls its own area until every peer's line carries the flag, and reduces the lines with its own block in rank
+// order (bit-identical results on every rank). One NVLink crossing of latency; the algorithm for small
+// messages.
 //
 // Why two parities suffice: a rank writes parity p again only in LL call k+2, after its call k+1 received
 // every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
@@ -19,24 +21,29 @@ namespace braid::kernels {
 namespace {
 
 template <typename T, ReduceOp Op>
-__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launch) {
+__global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   static_assert(kLLLineBytes % sizeof(T) == 0, "a line holds whole elements");
   constexpr int kPerLine = kLLLineBytes / sizeof(T);
   const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  const bool one_block = launch.send_rank_stride == 0;  // all-reduce: every peer gets this rank's own block
+  const char* own = launch.send + rank * launch.send_rank_stride;
   // The thread's first line is loaded before the call's flag is read, so the two memory round trips overlap
   // (small calls have one line or two a thread: this is most of their loads).
-  const uint2 first_line = first < lines ? load_line(launch.send + first * kLLLineBytes, bytes - first * kLLLineBytes)
+  const uint2 first_line = first < lines ? load_line(own + first * kLLLineBytes, bytes - first * kLLLineBytes)
                                          : make_uint2(0, 0);
   const LLCall call = ll_call(launch);
   const uint32_t flag = call.flag;
   auto slot = [&](int receiver, int sender) { return ll_slot(launch, call, receiver, sender); };
 
   for (size_t i = first; i < lines; i += stride) {
-    const uint2 line = i == first ? first_line : load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+    const size_t offset = i * kLLLineBytes, left = bytes - offset;
+    uint2 line = make_uint2(0, 0);
+    if (one_block) line = i == first ? first_line : load_line(own + offset, left);
     for (int p = 1; p < world; ++p) {
       const int peer = (rank + p) % world;
+      if (!one_block) line = load_line(launch.send + peer * launch.send_rank_stride + offset, left);
       store_wire(slot(peer, rank) + i * kLLWireBytes, line, flag);
     }
   }
@@ -46,7 +53,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launc
     for (int r = 0; arrived && r < world; ++r) {
       uint2 line;
       if (r == rank) {
-        line = i == first ? first_line : load_line(launch.send + i * kLLLineBytes, bytes - i * kLLLineBytes);
+        line = i == first ? first_line : load_line(own + i * kLLLineBytes, bytes - i * kLLLineBytes);
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
@@ -68,8 +75,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll(LLLaunch launc
 
 }  // namespace
 
-void launch_all_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream) {
-  BRAID_LAUNCH_TYPED(all_reduce_ll, type, op, blocks, stream, launch);
+void launch_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(reduce_ll, type, op, blocks, stream, launch);
 }
 
 }  // namespace braid::kernels

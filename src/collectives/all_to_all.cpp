@@ -110,13 +110,14 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     launch.send = static_cast<const char*>(send);
     launch.recv = static_cast<char*>(recv);
     launch.count = block_bytes;
+    launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
     launch.slot_bytes = ll_slot_bytes;
     launch.pad = state.sync->pad();
     launch.epoch = state.sync->ll_epoch();
     launch.blocks_done = state.sync->blocks_done();
-    kernels::launch_all_to_all_ll(launch, choice.blocks, stream);
+    kernels::launch_blocks_ll(launch, choice.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
   }

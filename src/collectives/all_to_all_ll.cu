@@ -1,8 +1,10 @@
-// All-to-all, low latency (LL): no barrier and no signal. Every rank stores its block for rank q into q's LL
+// All-to-all and all-gather, low latency (LL): no barrier and no signal. Every rank stores its block for rank q
+// (all-to-all: block q of its input, launch.send_rank_stride apart; all-gather: its input, stride 0) into q's LL
 // area as flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, then polls its own area
-// until every peer's lines carry the flag and copies them into its output. One NVLink crossing of latency; the
-// algorithm for small uniform blocks. Parity reuse is all-reduce LL's argument (all_reduce_ll.cu): every LL
-// call receives from every peer, so a rank rewrites parity p only after every peer finished reading it.
+// until every peer's lines carry the flag and copies them into its output (sender r's block at r ×
+// launch.recv_rank_stride). One NVLink crossing of latency; the algorithm for small uniform blocks. Parity
+// reuse is all-reduce LL's argument (all_reduce_ll.cu): every LL call receives from every peer, so a rank
+// rewrites parity p only after every peer finished reading it.
 //
 // launch.count: bytes of one block (each rank sends one to every rank).
 #include "collectives/elementwise.cuh"
@@ -14,7 +16,7 @@
 namespace braid::kernels {
 namespace {
 
-__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_ll(LLLaunch launch) {
+__global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank;
   const LLCall call = ll_call(launch);
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
@@ -23,10 +25,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_ll(LLLaunch launc
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
     for (int p = 1; p < world; ++p) {
       const int q = (rank + p) % world;  // a different first receiver on every rank
-      store_wire(ll_slot(launch, call, q, rank) + i * kLLWireBytes, load_line(launch.send + q * bytes + offset, left),
-                 call.flag);
+      store_wire(ll_slot(launch, call, q, rank) + i * kLLWireBytes,
+                 load_line(launch.send + q * launch.send_rank_stride + offset, left), call.flag);
     }
-    store_line(launch.recv + rank * bytes + offset, load_line(launch.send + rank * bytes + offset, left), left);
+    store_line(launch.recv + rank * launch.recv_rank_stride + offset,
+               load_line(launch.send + rank * launch.send_rank_stride + offset, left), left);
   }
   bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
   for (size_t i = first; arrived && i < lines; i += stride) {
@@ -37,7 +40,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_ll(LLLaunch launc
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
                                    kSiteLLData, r, blockIdx.x);
-      if (arrived) store_line(launch.recv + r * bytes + offset, line, left);
+      if (arrived) store_line(launch.recv + r * launch.recv_rank_stride + offset, line, left);
     }
   }
   advance_after_last_block(launch.epoch, launch.blocks_done);
@@ -45,8 +48,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_ll(LLLaunch launc
 
 }  // namespace
 
-void launch_all_to_all_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
-  all_to_all_ll<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
+  blocks_ll<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
 }
 
 }  // namespace braid::kernels

@@ -106,6 +106,7 @@ kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Ca
   return launch;
 }
 
+// An LL launch without its buffers, count and strides (all zero).
 kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
@@ -115,6 +116,11 @@ kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
   return launch;
+}
+
+// Payload bytes one LL launch carries from each sender (its slot in a receiver's LL area).
+size_t ll_payload_bytes(const kernels::LLLaunch& launch) {
+  return launch.slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
 }
 
 // Splits `elements` into chunks of at most `chunk` and calls launch_chunk(offset, elements) for each.
@@ -212,11 +218,11 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   }
   if (choice.algorithm == Algorithm::kLL) {
     kernels::LLLaunch launch = ll_launch(state, call);
-    for_each_chunk(count, launch.slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes / size, [&](size_t offset, size_t elements) {
+    for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
       launch.send = at(send, offset * size);
       launch.recv = at(recv, offset * size);
       launch.count = elements;
-      kernels::launch_all_reduce_ll(type, op, launch, choice.blocks, stream);
+      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
       check_launch("all_reduce kernel launch");
     });
     return;
@@ -283,6 +289,18 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     check_launch("reduce_scatter kernel launch");
     return;
   }
+  if (choice.algorithm == Algorithm::kLL) {  // each peer's block of the input to that peer, reduced there
+    kernels::LLLaunch launch = ll_launch(state, call);
+    launch.send_rank_stride = recv_count * size;
+    for_each_chunk(recv_count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
+      launch.send = at(send, offset * size);
+      launch.recv = at(recv, offset * size);
+      launch.count = elements;
+      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
+      check_launch("reduce_scatter kernel launch");
+    });
+    return;
+  }
   kernels::StagedLaunch launch = base_launch(state, call);
   launch.rank_stride = recv_count;
   // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
@@ -326,6 +344,18 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (choice.algorithm == Algorithm::kPipelined) {
     kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes), choice.blocks, stream);
     check_launch("all_gather kernel launch");
+    return;
+  }
+  if (choice.algorithm == Algorithm::kLL) {  // the input to every peer, as an all-to-all of identical blocks
+    kernels::LLLaunch launch = ll_launch(state, call);
+    launch.recv_rank_stride = bytes;
+    for_each_chunk(bytes, ll_payload_bytes(launch), [&](size_t offset, size_t chunk_bytes) {
+      launch.send = at(send, offset);
+      launch.recv = at(recv, offset);
+      launch.count = chunk_bytes;
+      kernels::launch_blocks_ll(launch, choice.blocks, stream);
+      check_launch("all_gather kernel launch");
+    });
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);

@@ -1,4 +1,4 @@
-// The arguments of the low-latency (LL) all-reduce kernel (plain data, passed by value), and the layout of the
+// The arguments of the low-latency (LL) kernels (plain data, passed by value), and the layout of the
 // LL area: every rank's symmetric LL buffer holds [parity 2][sender world] slots of slot_bytes, each line of 8
 // payload bytes travelling as 16 bytes {data, flag, data, flag}.
 #pragma once
@@ -22,7 +22,11 @@ constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPay
 struct LLLaunch {
   const char* send;
   char* recv;
-  size_t count;  // elements
+  size_t count;  // elements (reductions) or bytes (all_to_all_ll) of one block
+  // Bytes between the send blocks of successive receivers (0: every receiver gets the same block: all-reduce,
+  // all-gather), and between successive senders' blocks in recv (all-to-all, all-gather).
+  size_t send_rank_stride;
+  size_t recv_rank_stride;
   unsigned int collective;
   char* const* area;   // device array [world]: every rank's LL area
   size_t slot_bytes;   // bytes of one (parity, sender) slot

@@ -278,6 +278,18 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
       },
       options);
 }
+// The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
+// including blocks larger than an LL slot (several LL launches, each its own flag).
+TEST(Collectives, LLReduceScatterAndAllGatherMatrices) {
+  CommOptions options = test_options();
+  options.algorithms = "reducescatter=ll,allgather=ll";
+  with_communicator(
+      [](Communicator& comm) {
+        run_cases(comm, matrix(Collective::kReduceScatter, comm.size()), "LL reduce_scatter");
+        run_cases(comm, matrix(Collective::kAllGather, comm.size()), "LL all_gather");
+      },
+      options);
+}
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
 // Every datatype of `types` × op × size (bytes, rounded up to whole elements) × variant of `collectives`.
