@@ -17,7 +17,9 @@ TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 1 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 4 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 64 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined").algorithm,
             Algorithm::kPipelined);
