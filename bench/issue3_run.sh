@@ -14,6 +14,7 @@
 #   fp8      fp8 e4m3/e5m2 all-reduce, reduce-scatter and all-gather against NCCL (--compare nccl), checked
 #   small-rs-ag  reduce-scatter and all-gather 8 KiB-16 MiB against NCCL with CUDA graphs
 #   ll-rs-ag LL reduce-scatter and all-gather: tests, sweeps against staged and NCCL
+#   ll-reduce LL reduce: tests, sweeps against staged and NCCL; broadcast against NCCL
 #   dtype-algos  braid-only all-reduce sweeps with each algorithm forced, per datatype (DTYPES, default bfloat16
 #            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
@@ -131,6 +132,18 @@ for phase in "$@"; do
         BRAID_ALGO=$coll=ll bench 60 "ll-symmetric-$coll-graph" -c $coll -d float32 -b 8K -e 8M -f 2 -G 20 --symmetric 1 $cmp
         BRAID_ALGO=$coll=ll bench 60 "ll-$coll-bf16-eager" -c $coll -d bfloat16 -b 8K -e 8M -f 4 $cmp
       done
+      ;;
+    ll-reduce)  # LL reduce: its tests, LL against staged and NCCL (graphs); broadcast against NCCL
+      timeout 150 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter='Collectives.LL*:Collectives.ReduceMatrix:CollectivesStress.*' \
+        > "$out/ll-reduce-tests.log" 2>&1
+      echo "LL reduce tests (threads, $gpus ranks) exit $?" | tee -a "$out/ll-reduce-tests.log"
+      grep -E "OK \]|FAILED|Failure|PASSED" "$out/ll-reduce-tests.log" | head -20
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
+      for algo in ll staged; do
+        BRAID_ALGO=reduce=$algo bench 60 "ll-reduce-$algo-graph" -c reduce -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
+      done
+      bench 60 "broadcast-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+      bench 60 "broadcast-symmetric-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
       ;;
     dtype-algos)
       for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do

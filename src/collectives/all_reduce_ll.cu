@@ -1,6 +1,6 @@
-// All-reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores, into every
+// All-reduce, reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores, into every
 // peer's LL area, the block that peer reduces (all-reduce: its whole input; reduce-scatter: the peer's block
-// of its input, launch.send_rank_stride apart), each 8 payload bytes travelling as one 16-byte store {data, flag,
+// of its input, launch.send_rank_stride apart; reduce: its input, reduced everywhere and stored by the root), each 8 payload bytes travelling as one 16-byte store {data, flag,
 // data, flag} whose 8-byte halves arrive whole, and the flag is this call's sequence number. Each rank then
 // polls its own area until every peer's line carries the flag, and reduces the lines with its own block in rank
 // order (bit-identical results on every rank). One NVLink crossing of latency; the algorithm for small
@@ -27,7 +27,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
-  const bool one_block = launch.send_rank_stride == 0;  // all-reduce: every peer gets this rank's own block
+  const bool one_block = launch.send_rank_stride == 0;  // all-reduce, reduce: every peer gets this rank's own block
+  // Reduce: only the root stores, but every rank still receives every peer's lines, which keeps the parity
+  // argument below true (no rank runs two LL calls ahead of a peer that still reads its lines).
+  const bool stores = launch.root < 0 || launch.root == rank;
   const char* own = launch.send + rank * launch.send_rank_stride;
   // The thread's first line is loaded before the call's flag is read, so the two memory round trips overlap
   // (small calls have one line or two a thread: this is most of their loads).
@@ -68,7 +71,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
     alignas(8) T out[kPerLine];
 #pragma unroll
     for (int e = 0; e < kPerLine; ++e) out[e] = from_acc<T>(finish<Op>(acc[e], world));
-    store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
+    if (stores) store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
   }
   advance_after_last_block(launch.epoch, launch.blocks_done);
 }

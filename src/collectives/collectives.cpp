@@ -115,6 +115,7 @@ kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
+  launch.root = -1;
   return launch;
 }
 
@@ -247,8 +248,20 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   }
   const size_t size = datatype_size(type);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
-  kernels::StagedLaunch launch = base_launch(state, call);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
+    kernels::LLLaunch launch = ll_launch(state, call);
+    launch.root = root;
+    for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
+      launch.send = at(send, offset * size);
+      launch.recv = recv == nullptr ? nullptr : at(recv, offset * size);
+      launch.count = elements;
+      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
+      check_launch("reduce kernel launch");
+    });
+    return;
+  }
+  kernels::StagedLaunch launch = base_launch(state, call);
   for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
     launch.send = at(send, offset * size);
     launch.recv = recv == nullptr ? nullptr : at(recv, offset * size);

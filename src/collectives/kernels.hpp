@@ -17,7 +17,8 @@ struct ZeroCopyLaunch;
 struct AllToAllLaunch;
 struct AllToAllDirectLaunch;
 
-// LL reduction: all-reduce (launch.send_rank_stride 0) and reduce-scatter (all_reduce_ll.cu).
+// LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
+// (all_reduce_ll.cu).
 void launch_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);

@@ -27,6 +27,7 @@ struct LLLaunch {
   // all-gather), and between successive senders' blocks in recv (all-to-all, all-gather).
   size_t send_rank_stride;
   size_t recv_rank_stride;
+  int root;  // reductions: the one rank that stores the result (reduce), or -1: every rank (all-reduce, reduce-scatter)
   unsigned int collective;
   char* const* area;   // device array [world]: every rank's LL area
   size_t slot_bytes;   // bytes of one (parity, sender) slot

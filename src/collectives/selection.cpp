@@ -90,7 +90,7 @@ constexpr Serves kServes[] = {
     {Collective::kBroadcast, Algorithm::kStaged},        {Collective::kAllToAll, Algorithm::kPipelined},
     {Collective::kAllToAll, Algorithm::kCopyEngine},     {Collective::kAllToAllv, Algorithm::kPipelined},
     {Collective::kAllToAll, Algorithm::kLL},          {Collective::kReduceScatter, Algorithm::kLL},
-    {Collective::kAllGather, Algorithm::kLL},
+    {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,

@@ -125,7 +125,8 @@ TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
   expect_rejected("allreduce=staged", "allreduce cannot run as staged");
   expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");
   expect_rejected("allgather=oneshot", "allgather cannot run as oneshot");
-  expect_rejected("reduce=ll", "reduce cannot run as ll");
+  expect_rejected("reduce=twoshot", "reduce cannot run as twoshot");
+  expect_rejected("broadcast=ll", "broadcast cannot run as ll");
 }
 
 TEST(Selection, DatatypeTable) {

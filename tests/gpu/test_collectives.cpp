@@ -280,13 +280,14 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
 }
 // The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
 // including blocks larger than an LL slot (several LL launches, each its own flag).
-TEST(Collectives, LLReduceScatterAndAllGatherMatrices) {
+TEST(Collectives, LLReduceScatterAllGatherAndReduceMatrices) {
   CommOptions options = test_options();
-  options.algorithms = "reducescatter=ll,allgather=ll";
+  options.algorithms = "reducescatter=ll,allgather=ll,reduce=ll";
   with_communicator(
       [](Communicator& comm) {
         run_cases(comm, matrix(Collective::kReduceScatter, comm.size()), "LL reduce_scatter");
         run_cases(comm, matrix(Collective::kAllGather, comm.size()), "LL all_gather");
+        run_cases(comm, matrix(Collective::kReduce, comm.size()), "LL reduce");
       },
       options);
 }
