@@ -15,6 +15,7 @@
 #   small-rs-ag  reduce-scatter and all-gather 8 KiB-16 MiB against NCCL with CUDA graphs
 #   ll-rs-ag LL reduce-scatter and all-gather: tests, sweeps against staged and NCCL
 #   ll-reduce LL reduce: tests, sweeps against staged and NCCL; broadcast against NCCL
+#   small-compare  reduce, broadcast, reduce-scatter, all-gather 8 KiB-16 MiB against NCCL (graphs)
 #   dtype-algos  braid-only all-reduce sweeps with each algorithm forced, per datatype (DTYPES, default bfloat16
 #            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
@@ -144,6 +145,12 @@ for phase in "$@"; do
       done
       bench 60 "broadcast-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
       bench 60 "broadcast-symmetric-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
+      ;;
+    small-compare)  # every collective 8 KiB-16 MiB against NCCL with CUDA graphs, the table's choices, checked
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
+      for coll in reduce broadcast reducescatter allgather; do
+        bench 60 "compare-small-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+      done
       ;;
     dtype-algos)
       for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do

@@ -48,6 +48,10 @@ struct Row {
 //     from 2 MiB (10.8 vs 11.3). All-gather 3.1 / 5.1 / 7.2 / 10.2 at 8 KiB / 512 KiB / 1 / 2 MiB against staged
 //     5.9 / 8.1 / 8.9 / 10.5 and NCCL's 6.0 / 8.1 / 10.5 / 16.2; staged from 4 MiB. On more ranks LL moves as
 //     many bytes as all-to-all's LL at the same size, whose 512 KiB cut-off they share; not measured there.
+//   - Reduce by LL (the LL all-reduce, stored by the root alone): on 2×H200 (float32, graphs,
+//     bench/results/*-x2-ll-reduce.txt) 3.5 µs at 8 KiB, 4.4 at 64 KiB, 7.6 at 512 KiB against staged 5.5 / 8.7 /
+//     9.8 and NCCL's 5.0 / 5.3 / 7.6; staged wins from 1 MiB (10.5 vs 11.0). It moves what LL all-reduce moves,
+//     so on more ranks it takes all-reduce's 256 KiB cut-off; not measured there.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -55,6 +59,8 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
+    {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
+    {Collective::kReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kReduce, SIZE_MAX, Algorithm::kStaged},
     {Collective::kReduceScatter, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
@@ -112,11 +118,17 @@ bool serves(Collective collective, Algorithm algorithm) {
 
 // Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
 // block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, zero-copy blocks 16 KB
-// (their loads come straight from peers' memory: more blocks keep more of them in flight), the others 64 KB.
+// (their loads come straight from peers' memory: more blocks keep more of them in flight), staged ones 16 KB
+// beyond 32 KiB and one block through it, the others 64 KB. Staged, 16 KB against 64 KB (2×H200, float32,
+// graphs, bench/results/*-x2-staged-blocks.txt): broadcast 7.1 → 6.0 µs at 64 KiB and 7.7 → 6.1 at 128 KiB,
+// staged reduce 9.4 → 7.5 and all-gather 7.8 → 6.9 at 128 KiB, equal from 4 MiB (64 blocks either way); at
+// 32 KiB a second block cost 0.2–0.5 µs. Not measured on 4 ranks.
 int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
-  const size_t per_block = algorithm == Algorithm::kLL       ? size_t(8) << 10
-                           : buffers == Buffers::kSymmetric ? size_t(16) << 10
-                                                            : size_t(64) << 10;
+  constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
+  if (algorithm == Algorithm::kStaged && bytes <= kOneStagedBlockBytes) return 1;
+  const size_t per_block = algorithm == Algorithm::kLL                                      ? size_t(8) << 10
+                           : buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged ? size_t(16) << 10
+                                                                                               : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }

@@ -24,6 +24,10 @@ TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined").algorithm,
             Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
 }
 
 TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
@@ -50,6 +54,13 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
     EXPECT_EQ(choose((size_t(4) << 20) + 64, Buffers::kSymmetric), Algorithm::kPipelined);
     EXPECT_EQ(choose(size_t(8) << 20, Buffers::kAny), Algorithm::kStaged);
   }
+  // Staged launches: one block through 32 KiB, then 16 KB a block up to the cap.
+  const auto staged_blocks = [](size_t bytes) {
+    return select_algorithm(Collective::kBroadcast, bytes, 4, DataType::kFloat32, "").blocks;
+  };
+  EXPECT_EQ(staged_blocks(32 << 10), 1);
+  EXPECT_EQ(staged_blocks(64 << 10), 4);
+  EXPECT_EQ(staged_blocks(size_t(8) << 20), kMaxBlocks);
   // Zero-copy launches spread a size over more blocks.
   EXPECT_GT(select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).blocks,
             select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kAny).blocks);
@@ -102,7 +113,7 @@ TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
 TEST(Selection, OverrideChangesOnlyTheNamedCollective) {
   const std::string text = "allreduce=twoshot,allgather=pipelined";
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kLL);  // the table's choice
 }
 
 void expect_rejected(const std::string& text, const std::string& fragment) {
