@@ -131,6 +131,21 @@ void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
   for (size_t offset = 0; offset < elements; offset += chunk) launch_chunk(offset, std::min(chunk, elements - offset));
 }
 
+// Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of
+// `count` elements a block, in chunks that fit an LL slot, each its own LL call. `recv` may be null (reduce,
+// off the root).
+void run_reduce_ll(kernels::LLLaunch launch, const Call& call, size_t count, int blocks, cudaStream_t stream,
+                   const char* what) {
+  const size_t size = datatype_size(call.type);
+  for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
+    launch.send = at(call.send, offset * size);
+    launch.recv = call.recv == nullptr ? nullptr : at(call.recv, offset * size);
+    launch.count = elements;
+    kernels::launch_reduce_ll(call.type, call.op, launch, blocks, stream);
+    check_launch(what);
+  });
+}
+
 // Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
 bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
   set_log_rank(state.rank);
@@ -218,14 +233,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call);
-    for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
-      launch.send = at(send, offset * size);
-      launch.recv = at(recv, offset * size);
-      launch.count = elements;
-      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
-      check_launch("all_reduce kernel launch");
-    });
+    run_reduce_ll(ll_launch(state, call), call, count, choice.blocks, stream, "all_reduce kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
@@ -252,13 +260,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;
-    for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
-      launch.send = at(send, offset * size);
-      launch.recv = recv == nullptr ? nullptr : at(recv, offset * size);
-      launch.count = elements;
-      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
-      check_launch("reduce kernel launch");
-    });
+    run_reduce_ll(launch, call, count, choice.blocks, stream, "reduce kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
@@ -305,13 +307,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   if (choice.algorithm == Algorithm::kLL) {  // each peer's block of the input to that peer, reduced there
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.send_rank_stride = recv_count * size;
-    for_each_chunk(recv_count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
-      launch.send = at(send, offset * size);
-      launch.recv = at(recv, offset * size);
-      launch.count = elements;
-      kernels::launch_reduce_ll(type, op, launch, choice.blocks, stream);
-      check_launch("reduce_scatter kernel launch");
-    });
+    run_reduce_ll(launch, call, recv_count, choice.blocks, stream, "reduce_scatter kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
