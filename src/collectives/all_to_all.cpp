@@ -1,6 +1,6 @@
 // All-to-all(v), host side: check arguments at the boundary, raise what an earlier kernel recorded, choose the
 // path, enqueue. Four paths:
-//   - LL lines (all_to_all_ll.cu): uniform blocks that fit an LL slot, any buffer;
+//   - LL lines (blocks_ll.cu): uniform blocks that fit an LL slot, any buffer;
 //   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
 //   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
 //   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric

@@ -18,7 +18,7 @@ struct AllToAllLaunch;
 struct AllToAllDirectLaunch;
 
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
-// (all_reduce_ll.cu).
+// (reduce_ll.cu).
 void launch_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
@@ -35,7 +35,7 @@ void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t st
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
-// LL blocks, one from every rank to every rank: all-to-all and all-gather (all_to_all_ll.cu).
+// LL blocks, one from every rank to every rank: all-to-all and all-gather (blocks_ll.cu).
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);

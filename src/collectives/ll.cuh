@@ -1,6 +1,6 @@
 // Device side of the LL (low-latency) protocol: lines of 8 payload bytes that travel as one 16-byte store
 // {4 data, flag, 4 data, flag}, whose 8-byte halves arrive whole, so a receiver that sees the call's flag in
-// both halves has the payload, with no signal. Shared by every LL kernel (all_reduce_ll.cu, all_to_all_ll.cu).
+// both halves has the payload, with no signal. Shared by every LL kernel (reduce_ll.cu, blocks_ll.cu).
 #pragma once
 
 #include <cstddef>

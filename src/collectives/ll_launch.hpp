@@ -22,7 +22,7 @@ constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPay
 struct LLLaunch {
   const char* send;
   char* recv;
-  size_t count;  // elements (reductions) or bytes (all_to_all_ll) of one block
+  size_t count;  // elements (reductions) or bytes (blocks_ll) of one block
   // Bytes between the send blocks of successive receivers (0: every receiver gets the same block: all-reduce,
   // all-gather), and between successive senders' blocks in recv (all-to-all, all-gather).
   size_t send_rank_stride;

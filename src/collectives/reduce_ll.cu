@@ -1,10 +1,10 @@
-// All-reduce, reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores, into every
-// peer's LL area, the block that peer reduces (all-reduce: its whole input; reduce-scatter: the peer's block
-// of its input, launch.send_rank_stride apart; reduce: its input, reduced everywhere and stored by the root), each 8 payload bytes travelling as one 16-byte store {data, flag,
-// data, flag} whose 8-byte halves arrive whole, and the flag is this call's sequence number. Each rank then
-// polls its own area until every peer's line carries the flag, and reduces the lines with its own block in rank
-// order (bit-identical results on every rank). One NVLink crossing of latency; the algorithm for small
-// messages.
+// All-reduce, reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores,
+// into every peer's LL area, the block that peer reduces (all-reduce and reduce: its whole input; reduce-scatter:
+// the peer's block of its input, launch.send_rank_stride apart), each 8 payload bytes travelling as one 16-byte
+// store {data, flag, data, flag} whose 8-byte halves arrive whole, and the flag is this call's sequence number.
+// Each rank then polls its own area until every peer's line carries the flag, and reduces the lines with its own
+// block in rank order (bit-identical results on every rank); reduce: only the root stores the result. One NVLink
+// crossing of latency; the algorithm for small messages.
 //
 // Why two parities suffice: a rank writes parity p again only in LL call k+2, after its call k+1 received
 // every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
     alignas(8) T out[kPerLine];
 #pragma unroll
     for (int e = 0; e < kPerLine; ++e) out[e] = from_acc<T>(finish<Op>(acc[e], world));
-    if (stores) store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
+    if (stores) {
+      store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
+    }
   }
   advance_after_last_block(launch.epoch, launch.blocks_done);
 }

@@ -3,7 +3,7 @@
 // area as flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, then polls its own area
 // until every peer's lines carry the flag and copies them into its output (sender r's block at r ×
 // launch.recv_rank_stride). One NVLink crossing of latency; the algorithm for small uniform blocks. Parity
-// reuse is all-reduce LL's argument (all_reduce_ll.cu): every LL call receives from every peer, so a rank
+// reuse is all-reduce LL's argument (reduce_ll.cu): every LL call receives from every peer, so a rank
 // rewrites parity p only after every peer finished reading it.
 //
 // launch.count: bytes of one block (each rank sends one to every rank).
