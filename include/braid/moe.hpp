@@ -8,12 +8,18 @@
 //   // grouped GEMM over got.x: expert j's rows are [got.expert_offsets[j], + got.expert_counts[j])
 //   moe.combine(y, out, /*weighted=*/true, stream);
 //
+// fp8 dispatch: with shape.dispatch_type = kFloat8E4M3 (or kFloat8E5M2), dispatch moves fp8 rows with one float32
+// scale per token and 128 columns (the layout DeepEP and DeepSeek's kernels use) at half the NVLink bytes of bf16:
+//   got = moe.dispatch(x_fp8, x_scales, topk_idx, topk_weights, T, nullptr, stream);  // got.scales: per row
+// combine still takes and returns shape.type rows (the experts' bf16 output).
+//
 // Experts are split evenly and in order: rank r holds experts [r * E / W, (r + 1) * E / W) (E a multiple of W).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "braid/braid.hpp"
 
@@ -26,7 +32,12 @@ struct MoeState;
 // What a MoeBuffer is made for. Every rank passes the same shape.
 struct MoeShape {
   size_t hidden = 0;                       // H: elements of one token row
-  DataType type = DataType::kBFloat16;     // of token rows: kBFloat16, kFloat16 or kFloat32
+  DataType type = DataType::kBFloat16;     // of token rows: kBFloat16, kFloat16 or kFloat32; what combine takes
+                                           // and returns, and what dispatch moves unless dispatch_type is set
+  // What dispatch moves, when not `type`: kFloat8E4M3 or kFloat8E5M2 rows, each with hidden / kMoeScaleColumns
+  // float32 scales (hidden a multiple of kMoeScaleColumns). Rows and scales are copied bit for bit: braid neither
+  // quantises nor dequantises.
+  std::optional<DataType> dispatch_type;
   DataType index_type = DataType::kInt64;  // of topk_idx: kInt32 or kInt64
   size_t max_tokens = 0;                   // most tokens one rank passes to one dispatch (T <= this)
   int top_k = 0;                           // K: experts per token, 1..kMaxTopK
@@ -38,16 +49,20 @@ struct MoeShape {
 };
 
 constexpr int kMaxTopK = 16;
+constexpr size_t kMoeScaleColumns = 128;  // columns of a token row that share one scale in fp8 dispatch
 
 // What dispatch returns: views of the MoeBuffer's memory on this rank, valid until its next dispatch. Everything
 // is device memory, written by the device: read counts and offsets on the device (or after synchronising).
 // The caller may overwrite x in place (an expert writing its output there) between dispatch and combine; the
 // metadata arrays are read by combine and must be left as they are.
 struct MoeDispatchOutput {
-  void* x = nullptr;                        // [capacity_rows, hidden]: the rows for this rank's experts,
+  void* x = nullptr;                        // [capacity_rows, hidden] of the dispatch type: the rows for this
+                                            // rank's experts,
                                             // expert-major, each expert's block contiguous and ordered by
                                             // source rank, then token index, then k (the same routing gives the
                                             // same layout every time); padding rows' contents are unspecified
+  const float* scales = nullptr;            // fp8 dispatch: [capacity_rows, hidden / kMoeScaleColumns], each row's
+                                            // scales as its token's were (padding rows' unspecified); else null
   const int64_t* expert_counts = nullptr;   // [local_experts]: rows of each local expert
   const int64_t* expert_offsets = nullptr;  // [local_experts + 1]: first row of each expert's block (a multiple of
                                             // expert_alignment); the last entry is the rows in use, padding included
@@ -92,10 +107,17 @@ class MoeBuffer {
   // that rank's partials out, and comm.check() on that rank reports it. Every rank must call it, even with T = 0.
   MoeDispatchOutput dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
                              const int64_t* num_tokens_device, Stream stream);
+  // fp8 dispatch (shape().dispatch_type set): as above, x [T, hidden] fp8 rows and x_scales [T, hidden /
+  // kMoeScaleColumns] float32, row-major; each received row comes with its token's scales (output.scales). The
+  // overload above refuses an fp8 shape, and this one a shape without dispatch_type (kInvalidArgument naming
+  // x_scales).
+  MoeDispatchOutput dispatch(const void* x, const float* x_scales, const void* topk_idx, const float* topk_weights,
+                             size_t num_tokens, const int64_t* num_tokens_device, Stream stream);
 
   // For the tokens of the last dispatch: out[t] = sum over k of w[t, k] * y[row of (t, k)] with float32
   // accumulation (weighted), or the plain sum (the caller applied the weights). y is [capacity_rows, hidden] in
-  // the layout dispatch returned (the experts' outputs, shape().type); out is [T, hidden] on the dispatching
+  // the layout dispatch returned (the experts' outputs, shape().type, also after an fp8 dispatch; y may be the
+  // dispatched x only when the dispatch moved shape().type); out is [T, hidden] on the dispatching
   // rank; a token with no expert gets zeros. Every rank must call it; it may be called again for the same
   // dispatch (with other y).
   void combine(const void* y, void* out, bool weighted, Stream stream);

@@ -64,12 +64,20 @@ size_t capacity_of(const MoeShape& shape, int world) {
   return shape.capacity_rows != 0 ? shape.capacity_rows : MoeBuffer::worst_case_rows(shape, world);
 }
 
+// What dispatch moves: the dispatch type's row, and its scales with fp8 dispatch.
+DataType dispatch_type_of(const MoeShape& shape) { return shape.dispatch_type.value_or(shape.type); }
+size_t dispatch_row_bytes(const MoeShape& shape) { return shape.hidden * datatype_size(dispatch_type_of(shape)); }
+size_t scale_bytes(const MoeShape& shape) {
+  return shape.dispatch_type ? shape.hidden / kMoeScaleColumns * sizeof(float) : 0;
+}
+
 moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
   Carver carve;
   moe::SymmetricLayout layout{};
-  layout.rows = carve.take(capacity * row_bytes);
+  layout.rows = carve.take(capacity * dispatch_row_bytes(shape));
+  layout.row_scales = carve.take(capacity * scale_bytes(shape));
   layout.row_weight = carve.take(capacity * sizeof(float));
   layout.row_expert = carve.take(capacity * sizeof(int32_t));
   layout.row_rank = carve.take(capacity * sizeof(int32_t));
@@ -87,6 +95,17 @@ void validate_shape(const MoeShape& shape, int world) {
   if (shape.type != DataType::kBFloat16 && shape.type != DataType::kFloat16 && shape.type != DataType::kFloat32) {
     raise_invalid_argument(function, "shape.type", "is {}; MoE rows are bfloat16, float16 or float32",
                            datatype_name(shape.type));
+  }
+  if (shape.dispatch_type) {
+    const DataType fp8 = *shape.dispatch_type;
+    if (fp8 != DataType::kFloat8E4M3 && fp8 != DataType::kFloat8E5M2) {
+      raise_invalid_argument(function, "shape.dispatch_type", "is {}; set it only for fp8 dispatch: float8_e4m3 or float8_e5m2",
+                             datatype_name(fp8));
+    }
+    if (shape.hidden % kMoeScaleColumns != 0) {
+      raise_invalid_argument(function, "shape.hidden", "is {}; fp8 dispatch needs a multiple of {} (one scale per {} columns)",
+                             shape.hidden, kMoeScaleColumns, kMoeScaleColumns);
+    }
   }
   if (shape.index_type != DataType::kInt32 && shape.index_type != DataType::kInt64) {
     raise_invalid_argument(function, "shape.index_type", "is {}; expert ids are int32 or int64", datatype_name(shape.index_type));
@@ -112,9 +131,10 @@ void validate_shape(const MoeShape& shape, int world) {
 }
 
 std::string describe(const MoeShape& shape) {
-  return fmt::format("hidden {} type {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {}", shape.hidden,
-                     datatype_name(shape.type), datatype_name(shape.index_type), shape.max_tokens, shape.top_k,
-                     shape.experts, shape.expert_alignment, shape.capacity_rows);
+  return fmt::format("hidden {} type {} dispatch {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {}",
+                     shape.hidden, datatype_name(shape.type), datatype_name(dispatch_type_of(shape)),
+                     datatype_name(shape.index_type), shape.max_tokens, shape.top_k, shape.experts,
+                     shape.expert_alignment, shape.capacity_rows);
 }
 
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
@@ -195,7 +215,8 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.top_k = shape.top_k;
   b.alignment = shape.expert_alignment;
   b.hidden = shape.hidden;
-  b.element_bytes = datatype_size(shape.type);
+  b.row_bytes = dispatch_row_bytes(shape);
+  b.scale_bytes = scale_bytes(shape);
   b.max_tokens = shape.max_tokens;
   b.capacity = state->capacity;
   b.peers = reinterpret_cast<char* const*>(state->memory.device_peers());
@@ -232,9 +253,20 @@ size_t MoeBuffer::capacity_rows() const { return checked(state_, "MoeBuffer::cap
 
 MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
                                       const int64_t* num_tokens_device, Stream stream) {
+  return dispatch(x, nullptr, topk_idx, topk_weights, num_tokens, num_tokens_device, stream);
+}
+
+MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, const void* topk_idx,
+                                      const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
+                                      Stream stream) {
   const char* function = "MoeBuffer::dispatch";
   detail::MoeState& state = checked(state_, function);
   const int device = state.comm->device;
+  const bool fp8 = state.shape.dispatch_type.has_value();
+  if (!fp8 && x_scales != nullptr) {
+    raise_invalid_argument(function, "x_scales", "is given, but the shape moves {} rows (shape.dispatch_type unset)",
+                           datatype_name(state.shape.type));
+  }
   if (num_tokens_device == nullptr && num_tokens > state.shape.max_tokens) {
     raise_invalid_argument(function, "num_tokens", "is {}; the buffer holds at most {} (shape.max_tokens)", num_tokens,
                            state.shape.max_tokens);
@@ -245,12 +277,18 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const
     if (x == nullptr) raise_invalid_argument(function, "x", "is null");
     if (topk_idx == nullptr) raise_invalid_argument(function, "topk_idx", "is null");
     if (topk_weights == nullptr) raise_invalid_argument(function, "topk_weights", "is null");
+    if (fp8 && x_scales == nullptr) {
+      raise_invalid_argument(function, "x_scales", "is null; the shape moves {} rows with float32 scales",
+                             datatype_name(*state.shape.dispatch_type));
+    }
     collectives::check_device_pointer(function, x, "x", device);
+    if (fp8) collectives::check_device_pointer(function, x_scales, "x_scales", device);
     collectives::check_device_pointer(function, topk_idx, "topk_idx", device);
     collectives::check_device_pointer(function, topk_weights, "topk_weights", device);
   }
   moe::MoeLaunch launch = state.base;
   launch.x = static_cast<const char*>(x);
+  launch.x_scales = reinterpret_cast<const char*>(x_scales);
   launch.topk_idx = topk_idx;
   launch.topk_weights = topk_weights;
   launch.num_tokens = num_tokens;
@@ -266,6 +304,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const
   char* base = static_cast<char*>(state.memory.local());
   MoeDispatchOutput output;
   output.x = base + launch.layout.rows;
+  output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
   output.expert_counts = launch.expert_counts;
   output.expert_offsets = launch.expert_offsets;
   output.weights = moe::at_offset<float>(base, launch.layout.row_weight);

@@ -176,7 +176,7 @@ __device__ void plan_rounds(const MoeLaunch& launch, const int64_t* pairs, const
     rounds.sent[r] = fits ? pairs[me * W + r] : 0;
     rounds.received[r] = i_fit ? pairs[r * W + me] : 0;
   }
-  rounds.scatter = plan_scatter(launch.hidden * launch.element_bytes, static_cast<uint32_t>(longest), gridDim.x);
+  rounds.scatter = plan_scatter(launch.row_bytes, static_cast<uint32_t>(longest), gridDim.x);
   // Combine's send: by the tokens of the rank that received most (ranks whose rows overflowed receive none).
   int64_t most_received = 0;
   for (int r = 0; r < W; ++r) {
@@ -211,7 +211,7 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
   const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
   const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
-  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  const size_t row_bytes = launch.row_bytes;
   for (int first = first_begin; first <= first_end; first += per_pass) {
     const int r = (me + first + group) % W;
     int32_t t = -1;
@@ -249,6 +249,7 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
         group_copy_to(destinations, n, source, slice.bytes, lane(), 32);
       }
       if (!record) continue;
+
       int32_t* words = at_offset<int32_t>(base, launch.layout.records) + (size_t(me) * launch.max_tokens + i) * record_words(K);
       if (static_cast<int>(lane()) == q * K) {
         words[0] = token;
@@ -277,7 +278,7 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
   const int K = launch.top_k, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
   const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
-  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  const size_t row_bytes = launch.row_bytes;
   char* base = launch.peers[me];
   const int32_t* records = at_offset<int32_t>(base, launch.layout.records);
   for (int first = 1; first < W; first += per_pass) {
@@ -303,12 +304,66 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
         group_copy_to(destinations, count - 1, rows + size_t(__shfl_sync(kFullWarp, row, q * K)) * row_bytes, slice.bytes,
                       lane(), 32);
       }
+
       if (metadata && group == q && row >= 0) {
         at_offset<float>(base, launch.layout.row_weight)[row] = __int_as_float(weight_bits);
         at_offset<int32_t>(base, launch.layout.row_expert)[row] = expert;
         at_offset<int32_t>(base, launch.layout.row_rank)[row] = (me + first + q) % W;
         at_offset<int32_t>(base, launch.layout.row_token)[row] = token;
       }
+    }
+  }
+}
+
+// fp8 dispatch moves each token's scales apart from its rows, by the warp of the row's first slice, one row at a
+// time: inside the row loops above, the scales' copies made scatter spill two to nine times as many registers
+// (the loads here hit what send_tokens and expand_tokens just read).
+
+// Token i's scales for ranks me + first, first in [first_begin, first_end]: into the rows send_tokens filled
+// (into a peer the row of the token's first expert there, which expand_scales copies on). Lane k holds pair k.
+template <typename Index>
+__device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, int first_begin,
+                            int first_end) {
+  const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
+  const int k = static_cast<int>(lane());
+  const size_t bytes = launch.scale_bytes;
+  for (int first = first_begin; first <= first_end; ++first) {
+    const int r = (me + first) % W;
+    if (i >= rounds.sent[r]) continue;  // the same for the whole warp
+    const int32_t t = launch.slot_token[size_t(r) * launch.max_tokens + i];
+    int64_t row = -1;
+    if (k < K) {
+      const int64_t e = expert_of<Index>(launch, t, k);
+      if (e >= int64_t(r) * L && e < int64_t(r + 1) * L) {
+        row = layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[size_t(t) * K + k];
+      }
+    }
+    unsigned int rows = __ballot_sync(kFullWarp, row >= 0);
+    if (r != me) rows &= ~rows + 1u;  // the first only
+    const char* from = launch.x_scales + size_t(t) * bytes;
+    char* area = launch.peers[r] + launch.layout.row_scales;
+    for (int j = 0; j < K; ++j) {
+      char* to = area + __shfl_sync(kFullWarp, row, j) * bytes;
+      if ((rows >> j) & 1u) group_copy_to(&to, 1, from, bytes, lane(), 32);
+    }
+  }
+}
+
+// The scales of received token i of every peer, from the row that crossed into the token's other rows here.
+__device__ void expand_scales(const MoeLaunch& launch, const Rounds& rounds, int64_t i) {
+  const int K = launch.top_k, me = launch.rank, W = launch.world;
+  const size_t bytes = launch.scale_bytes;
+  char* area = launch.peers[me] + launch.layout.row_scales;
+  const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
+  for (int first = 1; first < W; ++first) {
+    const int source = (me + first) % W;
+    if (i >= rounds.received[source]) continue;  // the same for the whole warp
+    const int32_t* words = records + (size_t(source) * launch.max_tokens + i) * record_words(K);
+    const int n = min(max(words[1], 0), K);
+    const char* from = area + size_t(words[2]) * bytes;
+    for (int j = 1; j < n; ++j) {
+      char* to = area + size_t(words[2 + j]) * bytes;
+      group_copy_to(&to, 1, from, bytes, lane(), 32);
     }
   }
 }
@@ -356,7 +411,8 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
   }
 }
 
-template <typename Index>
+// kScales: fp8 dispatch (scales move too); a kernel of its own, so the other rows' kernel keeps its registers.
+template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeLaunch launch) {
   __shared__ Layout layout;
   __shared__ Rounds rounds;
@@ -399,11 +455,12 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   __syncthreads();
   const int me = launch.rank, world = launch.world;
   const unsigned int warp = threadIdx.x / 32;
-  const size_t row_bytes = launch.hidden * launch.element_bytes;
+  const size_t row_bytes = launch.row_bytes;
   const int slice_index = static_cast<int>(warp) % rounds.scatter.slices;
   Slice slice{size_t(slice_index) * rounds.scatter.slice_bytes, 0};
   if (slice.begin < row_bytes) slice.bytes = min(rounds.scatter.slice_bytes, row_bytes - slice.begin);
   const bool first_slice = slice_index == 0;
+  const bool scales = kScales && first_slice;  // this warp moves the scales too
   auto token_of = [&](int round) {
     const ScatterPlan& plan = rounds.scatter;
     return (int64_t(round) * gridDim.x + blockIdx.x) * plan.per_round + static_cast<int>(warp) / plan.slices;
@@ -412,6 +469,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
       send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, 1, world - 1);
+      if (scales) send_scales<Index>(launch, layout, rounds, token_of(round), 1, world - 1);
       __syncthreads();
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
         __threadfence_system();  // cumulative: the block's rows and records (ordered by the __syncthreads)
@@ -420,6 +478,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
       // This rank's own rows after the signal: their HBM copies overlap the fence's wait for the peers' stores
       // to land, instead of delaying the signal.
       send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, world, world);
+      if (scales) send_scales<Index>(launch, layout, rounds, token_of(round), world, world);
     }
     if (round > 0) {  // the previous round of every peer: wait, then expand what it sent
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me &&
@@ -429,6 +488,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
       __syncthreads();
       if (failed) return;
       expand_tokens(launch, rounds, token_of(round - 1), slice, first_slice);
+      if (scales) expand_scales(launch, rounds, token_of(round - 1));
     }
   }
   write_outputs(launch, layout, rounds);
@@ -443,7 +503,10 @@ void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t 
   // Each launch may be scheduled while the kernel before it finishes (dependent_launch.cuh): scatter's blocks
   // all wait on every peer, and are all resident by the time the next kernel's blocks may take a place.
   kernels::launch_dependent(wide ? moe_route<int64_t> : moe_route<int32_t>, route_blocks, kMoeThreads, stream, launch);
-  kernels::launch_dependent(wide ? moe_scatter<int64_t> : moe_scatter<int32_t>, launch.blocks, kMoeThreads, stream, launch);
+  const bool scales = launch.scale_bytes != 0;
+  auto scatter = wide ? (scales ? moe_scatter<int64_t, true> : moe_scatter<int64_t, false>)
+                      : (scales ? moe_scatter<int32_t, true> : moe_scatter<int32_t, false>);
+  kernels::launch_dependent(scatter, launch.blocks, kMoeThreads, stream, launch);
 }
 
 }  // namespace braid::moe

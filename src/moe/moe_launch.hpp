@@ -35,7 +35,8 @@ __host__ __device__ constexpr size_t record_words(int top_k) { return 2 + 3 * st
 
 // One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base.
 struct SymmetricLayout {
-  size_t rows;           // [capacity][hidden] elements
+  size_t rows;           // [capacity][hidden] elements of the dispatch type
+  size_t row_scales;     // float[capacity][hidden / kMoeScaleColumns] with fp8 dispatch (else an empty piece)
   size_t row_weight;     // float[capacity]
   size_t row_expert;     // int32[capacity]: local expert, -1 padding
   size_t row_rank;       // int32[capacity]: source rank, -1 padding
@@ -43,16 +44,20 @@ struct SymmetricLayout {
   size_t records;        // int32[world][max_tokens][record_words]: per (source, received token) its record
   size_t counts;         // uint64[2][world][experts + world]: each source's expert counts and token-per-rank
                          // counts, tagged with its dispatch number (moe_layout.cuh)
-  size_t combine;        // [world][max_tokens][hidden] elements: each expert rank's partial sum of each token
+  size_t combine;        // [world][max_tokens][hidden] elements of the row type: each expert rank's partial sum of
+                         // each token
   size_t bytes;          // all of it
 };
 
 struct MoeLaunch {
   // Shape.
   int world, rank, experts, local_experts, top_k, alignment;
-  size_t hidden, element_bytes, max_tokens, capacity;
+  size_t hidden, max_tokens, capacity;
+  size_t row_bytes;    // of a dispatched row
+  size_t scale_bytes;  // of a dispatched row's scales (fp8 dispatch), else 0
   // Inputs of this call.
   const char* x;
+  const char* x_scales;  // [T][scale_bytes] with fp8 dispatch
   const void* topk_idx;
   const float* topk_weights;
   size_t num_tokens;                 // used when num_tokens_device is null

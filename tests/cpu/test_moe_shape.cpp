@@ -43,6 +43,22 @@ TEST(MoeShape, SymmetricBytesAreDominatedByTheRowsAndTheCombineArea) {
   EXPECT_LT(MoeBuffer::symmetric_bytes(shape, 4), bytes);
 }
 
+TEST(MoeShape, Fp8DispatchHalvesTheReceiveRowsAndAddsTheirScales) {
+  const MoeShape bf16 = deepseek_like();
+  MoeShape fp8 = bf16;
+  fp8.dispatch_type = DataType::kFloat8E4M3;
+  const size_t rows = MoeBuffer::worst_case_rows(bf16, 4);
+  EXPECT_EQ(MoeBuffer::worst_case_rows(fp8, 4), rows);
+  // Rows of 7168 bytes instead of 14336, plus 56 float32 scales each; the combine area stays bf16. Each piece is
+  // carved 256-byte aligned, so the two may differ by a few hundred bytes more.
+  const size_t saved = rows * 7168 - rows * (7168 / kMoeScaleColumns) * sizeof(float);
+  const size_t difference = MoeBuffer::symmetric_bytes(bf16, 4) - MoeBuffer::symmetric_bytes(fp8, 4);
+  EXPECT_NEAR(static_cast<double>(difference), static_cast<double>(saved), 512.0);
+  MoeShape e5m2 = fp8;
+  e5m2.dispatch_type = DataType::kFloat8E5M2;
+  EXPECT_EQ(MoeBuffer::symmetric_bytes(e5m2, 4), MoeBuffer::symmetric_bytes(fp8, 4));
+}
+
 void expect_refused(MoeShape shape, const std::string& field) {
   try {
     MoeBuffer::symmetric_bytes(shape, 4);
@@ -77,6 +93,15 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape = deepseek_like();
   shape.expert_alignment = 0;
   expect_refused(shape, "expert_alignment");
+  shape = deepseek_like();
+  shape.dispatch_type = DataType::kBFloat16;  // set only for fp8
+  expect_refused(shape, "dispatch_type");
+  shape.dispatch_type = DataType::kInt8;
+  expect_refused(shape, "dispatch_type");
+  shape = deepseek_like();
+  shape.dispatch_type = DataType::kFloat8E4M3;
+  shape.hidden = 7168 + 64;  // not a multiple of the 128 columns a scale covers
+  expect_refused(shape, "hidden");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace braid::testing {
 namespace {
@@ -9,65 +10,69 @@ namespace {
 // moe_expert_scale of the header, on the device.
 __device__ __forceinline__ float scale_of(int j) { return ((j & 1) != 0 ? -1.0f : 1.0f) * ((j & 2) != 0 ? 2.0f : 1.0f); }
 
-template <typename Bits>
-__device__ __forceinline__ Bits scaled(Bits bits, float scale, int kind);
-
-template <>
-__device__ __forceinline__ uint16_t scaled<uint16_t>(uint16_t bits, float scale, int kind) {
-  if (kind == 0) {  // bfloat16: exact (a power of two times ±1)
-    const float value = __bfloat162float(__ushort_as_bfloat16(bits)) * scale;
-    return __bfloat16_as_ushort(__float2bfloat16_rn(value));
+// Element i of a row of `type`, as float (exact: every type here widens to float without rounding).
+__device__ float load_element(DataType type, const void* row, uint64_t i) {
+  switch (type) {
+    case DataType::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(row)[i]);
+    case DataType::kFloat16: return __half2float(static_cast<const __half*>(row)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(row)[i];
+    case DataType::kFloat8E4M3: return static_cast<float>(static_cast<const __nv_fp8_e4m3*>(row)[i]);
+    case DataType::kFloat8E5M2: return static_cast<float>(static_cast<const __nv_fp8_e5m2*>(row)[i]);
+    default: return __int_as_float(0x7FC00000);
   }
-  const float value = __half2float(__ushort_as_half(bits)) * scale;
-  return __half_as_ushort(__float2half_rn(value));
 }
 
-template <>
-__device__ __forceinline__ uint32_t scaled<uint32_t>(uint32_t bits, float scale, int) {
-  return __float_as_uint(__uint_as_float(bits) * scale);
+// Rounded once to nearest; NaN stays NaN.
+__device__ void store_element(DataType type, void* row, uint64_t i, float value) {
+  switch (type) {
+    case DataType::kBFloat16: static_cast<__nv_bfloat16*>(row)[i] = __float2bfloat16_rn(value); break;
+    case DataType::kFloat16: static_cast<__half*>(row)[i] = __float2half_rn(value); break;
+    case DataType::kFloat32: static_cast<float*>(row)[i] = value; break;
+    default: break;
+  }
 }
 
-template <typename Bits>
-__global__ void expert_kernel(const Bits* x, Bits* y, const int32_t* local_expert, const int64_t* rows_in_use,
-                              uint64_t capacity_rows, uint64_t hidden, int local_experts, int kind, Bits nan) {
+__global__ void expert_kernel(DataType in_type, const char* x, const float* x_scales, uint64_t scale_columns,
+                              DataType out_type, char* y, const int32_t* local_expert, const int64_t* rows_in_use,
+                              uint64_t capacity_rows, uint64_t hidden, int local_experts, uint64_t in_row_bytes,
+                              uint64_t out_row_bytes) {
   const uint64_t limit = rows_in_use == nullptr ? capacity_rows : static_cast<uint64_t>(*rows_in_use);
+  const float nan = __int_as_float(0x7FC00000);
+  const uint64_t scales_per_row = x_scales != nullptr ? hidden / scale_columns : 0;
   for (uint64_t row = blockIdx.x; row < capacity_rows; row += gridDim.x) {
     const int j = local_expert[row];
     const bool real = row < limit && j >= 0 && j < local_experts;
     const float scale = real ? scale_of(j) : 0.0f;
-    const Bits* in = x + row * hidden;
-    Bits* out = y + row * hidden;
-    for (uint64_t h = threadIdx.x; h < hidden; h += blockDim.x) out[h] = real ? scaled<Bits>(in[h], scale, kind) : nan;
+    const char* in = x + row * in_row_bytes;
+    char* out = y + row * out_row_bytes;
+    for (uint64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
+      float value = nan;
+      if (real) {
+        value = load_element(in_type, in, h) * scale;
+        if (x_scales != nullptr) value *= x_scales[row * scales_per_row + h / scale_columns];
+      }
+      store_element(out_type, out, h, value);
+    }
   }
 }
 
 unsigned blocks_for(size_t rows) { return static_cast<unsigned>(rows < 1 ? 1 : (rows > 4096 ? 4096 : rows)); }
 
+bool is_fp8(DataType type) { return type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2; }
+
 }  // namespace
 
-cudaError_t moe_expert_rows(DataType type, const void* x, void* y, const int32_t* local_expert,
-                            const int64_t* rows_in_use, size_t capacity_rows, size_t hidden, int local_experts,
-                            cudaStream_t stream) {
+cudaError_t moe_expert_rows(DataType in_type, const void* x, const float* x_scales, size_t scale_columns,
+                            DataType out_type, void* y, const int32_t* local_expert, const int64_t* rows_in_use,
+                            size_t capacity_rows, size_t hidden, int local_experts, cudaStream_t stream) {
+  const bool out_ok = out_type == DataType::kBFloat16 || out_type == DataType::kFloat16 || out_type == DataType::kFloat32;
+  const bool in_ok = is_fp8(in_type) ? x_scales != nullptr && scale_columns > 0 && hidden % scale_columns == 0
+                                     : x_scales == nullptr && in_type == out_type;
+  if (!out_ok || !in_ok) return cudaErrorInvalidValue;
   if (capacity_rows == 0 || hidden == 0) return cudaSuccess;
-  const unsigned blocks = blocks_for(capacity_rows);
-  switch (type) {
-    case DataType::kBFloat16:
-      expert_kernel<uint16_t><<<blocks, 128, 0, stream>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y),
-                                                           local_expert, rows_in_use, capacity_rows, hidden,
-                                                           local_experts, 0, uint16_t(0x7FC0));
-      break;
-    case DataType::kFloat16:
-      expert_kernel<uint16_t><<<blocks, 128, 0, stream>>>(static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y),
-                                                           local_expert, rows_in_use, capacity_rows, hidden,
-                                                           local_experts, 1, uint16_t(0x7E00));
-      break;
-    case DataType::kFloat32:
-      expert_kernel<uint32_t><<<blocks, 128, 0, stream>>>(static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y),
-                                                           local_expert, rows_in_use, capacity_rows, hidden,
-                                                           local_experts, 2, 0x7FC00000u);
-      break;
-    default: return cudaErrorInvalidValue;
-  }
+  expert_kernel<<<blocks_for(capacity_rows), 128, 0, stream>>>(
+      in_type, static_cast<const char*>(x), x_scales, scale_columns, out_type, static_cast<char*>(y), local_expert,
+      rows_in_use, capacity_rows, hidden, local_experts, hidden * datatype_size(in_type), hidden * datatype_size(out_type));
   return cudaGetLastError();
 }
 

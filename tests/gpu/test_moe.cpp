@@ -1,10 +1,11 @@
 // MoE dispatch and combine (braid/moe.hpp) on every rank (threads or braid-run processes), against a host reference:
 //   - dispatch + combine for random routings (top-K distinct experts per token, random weights) over a matrix of
-//     shapes: bfloat16, float16, float32 rows; int32 and int64 expert ids; K = 1, 2, 4, 8; H = 7, 72, 128, 256;
-//     expert_alignment 1, 8, 64; and per shape: a different T on every rank with -1 ids, T = 0, T = 1,
+//     shapes: bfloat16, float16, float32 rows; fp8 dispatch (e4m3, e5m2, with scales of 4, 12 and 16 bytes a
+//     row); int32 and int64 expert ids; K = 1, 2, 4, 8; H = 7, 72, 128, 256, 384, 512; expert_alignment 1, 8, 64;
+//     and per shape: a different T on every rank with -1 ids, T = 0, T = 1,
 //     T = max_tokens, every token of every rank to rank 0's experts, a rank that sends nothing with a rank that
 //     receives nothing, a rank whose tokens choose no expert, a token listing an expert twice, and the expert
-//     writing its output over the dispatched rows (combine reading them there); each routing dispatched twice (the
+//     writing its output over the dispatched rows (combine reading them there; not with fp8 dispatch); each routing dispatched twice (the
 //     same layout both times), combined weighted after the first and unweighted after the second;
 //   - T read on the device (num_tokens_device, the host count passed as 0);
 //   - dispatch + an expert kernel + combine captured in one CUDA graph, replayed 100 times with the routing, the
@@ -13,13 +14,16 @@
 //   - refused data: an expert id outside [-1, E), a device T above max_tokens, rows above capacity_rows: check()
 //     raises kInvalidArgument on the rank at fault after the stream synchronised, everything else is as the API
 //     says, and a correct dispatch/combine follows;
-//   - MoeBuffer::create refuses bad shapes naming the field; worst_case_rows and symmetric_bytes.
+//   - MoeBuffer::create refuses bad shapes naming the field; dispatch refuses x_scales where the shape has none
+//     and wants them where it has; worst_case_rows and symmetric_bytes.
 // What every rank checks after each dispatch (all its output views poisoned before it, with every rank idle):
 // expert_counts, expert_offsets, and every row in [0, offsets[L]): the data (bit for bit the source token's row)
-// and the metadata (weight, local expert, source rank, source token; 0 / -1 for padding). After combine: every
+// and the metadata (weight, local expert, source rank, source token; 0 / -1 for padding), and with fp8 dispatch
+// the row's scales (bit for bit the source token's). After combine: every
 // element of out[0, T) within a tolerance of the host reference, and the poisoned rows of out past T untouched.
-// The expert is y[row] = s(local_expert[row]) * x[row] with s in {1, -1, 2, -2} (exact in every type; NaN in
-// padding rows and past offsets[L], which combine must never read), so the reference knows every y.
+// The expert is y[row] = s(local_expert[row]) * x[row] with s in {1, -1, 2, -2} (times the row's scales after an
+// fp8 dispatch, powers of two; exact in every type; NaN in padding rows and past offsets[L], which combine must
+// never read), so the reference knows every y.
 //
 // Semantics taken from moe.hpp and the MoE brief: rank r holds experts [r * L, (r + 1) * L); a local expert's
 // block holds the rows of every (source rank s, token t, k) whose id is that expert, ordered by s, then t, then k;
@@ -87,6 +91,7 @@ struct Config {
   int experts;  // rounded up to a multiple of the world size
   int alignment;
   size_t max_tokens;
+  std::optional<DataType> dispatch_type = std::nullopt;  // fp8 dispatch
 };
 
 // The matrix: every row type, both id types, K = 1, 2, 4, 8, H = 7 (rows of 14 or 28 bytes), 72, 128, 256,
@@ -102,6 +107,10 @@ constexpr Config kConfigs[] = {
     {DataType::kFloat32, DataType::kInt64, 256, 2, 8, 8, 80},
     {DataType::kBFloat16, DataType::kInt32, 7, 4, 16, 1, 72},
     {DataType::kFloat16, DataType::kInt64, 128, 4, 64, 8, 48},
+    // fp8 dispatch: scales of 4 bytes a row (word copies), 12 (unaligned to 16) and 16 (vectors).
+    {DataType::kBFloat16, DataType::kInt64, 128, 8, 16, 1, 96, DataType::kFloat8E4M3},
+    {DataType::kFloat16, DataType::kInt32, 384, 4, 64, 64, 64, DataType::kFloat8E5M2},
+    {DataType::kFloat32, DataType::kInt64, 512, 1, 16, 8, 80, DataType::kFloat8E4M3},
 };
 
 MoeShape make_shape(const Config& c, int world) {
@@ -113,13 +122,18 @@ MoeShape make_shape(const Config& c, int world) {
   shape.top_k = c.top_k;
   shape.experts = (c.experts + world - 1) / world * world;
   shape.expert_alignment = c.alignment;
+  shape.dispatch_type = c.dispatch_type;
   return shape;
 }
 
+DataType dispatch_type_of(const MoeShape& s) { return s.dispatch_type.value_or(s.type); }
+size_t scales_per_row(const MoeShape& s) { return s.dispatch_type ? s.hidden / kMoeScaleColumns : 0; }
+
 std::string describe(const MoeShape& s) {
-  char text[200];
-  std::snprintf(text, sizeof text, "%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
-                datatype_name(s.type), s.hidden, s.top_k, s.experts, s.expert_alignment, s.max_tokens,
+  char text[240];
+  std::snprintf(text, sizeof text, "%s%s%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
+                datatype_name(s.type), s.dispatch_type ? " dispatched as " : "",
+                s.dispatch_type ? datatype_name(*s.dispatch_type) : "", s.hidden, s.top_k, s.experts, s.expert_alignment, s.max_tokens,
                 datatype_name(s.index_type), s.capacity_rows);
   return text;
 }
@@ -155,12 +169,17 @@ void fill_rows(DataType type, uint64_t key, size_t count, unsigned char* out) {
         std::memcpy(out + 4 * i, &b, 4);
         break;
       }
-      default: throw std::logic_error("moe test: rows are bfloat16, float16 or float32");
+      // fp8: normal, never NaN or infinite; times a scale (2^-4 .. 2^4) and an expert scale (2), still exact and
+      // finite in float16.
+      case DataType::kFloat8E4M3: out[i] = float_bits<uint8_t, 3, 4, 1, 14>(r); break;  // 2^-6 .. 2^7
+      case DataType::kFloat8E5M2: out[i] = float_bits<uint8_t, 2, 5, 8, 15>(r); break;  // 2^-7 .. 2^7
+      default: throw std::logic_error("moe test: rows are bfloat16, float16, float32 or fp8");
     }
   }
 }
 
 uint64_t load_bits(DataType type, const unsigned char* p) {
+  if (datatype_size(type) == 1) return *p;
   if (datatype_size(type) == 2) {
     uint16_t b;
     std::memcpy(&b, p, 2);
@@ -202,7 +221,8 @@ struct RankInput {
   size_t tokens = 0;
   std::vector<int64_t> ids;      // [tokens, K]
   std::vector<float> weights;    // [tokens, K]
-  std::vector<unsigned char> x;  // [tokens, H] of the row type
+  std::vector<unsigned char> x;  // [tokens, H] of the dispatch type
+  std::vector<float> scales;     // fp8 dispatch: [tokens, H / kMoeScaleColumns], powers of two in 2^-4 .. 2^4
 };
 
 // `count` distinct values of [first, first + n) in random positions; -1 in the positions past n.
@@ -259,8 +279,10 @@ RankInput make_input(const MoeShape& s, int world, uint64_t key, const RankPlan&
   }
   const int64_t bad[] = {E, E + 5, -2, -1000};
   for (size_t i = 0; i < p.invalid && p.tokens > 0; ++i) in.ids[d.below(in.ids.size())] = bad[i % std::size(bad)];
-  in.x.resize(p.tokens * s.hidden * datatype_size(s.type));
-  fill_rows(s.type, mix64(key ^ 0xA11ull), p.tokens * s.hidden, in.x.data());
+  in.x.resize(p.tokens * s.hidden * datatype_size(dispatch_type_of(s)));
+  fill_rows(dispatch_type_of(s), mix64(key ^ 0xA11ull), p.tokens * s.hidden, in.x.data());
+  in.scales.resize(p.tokens * scales_per_row(s));
+  for (size_t i = 0; i < in.scales.size(); ++i) in.scales[i] = std::ldexp(1.0f, static_cast<int>(bits_at(key ^ 0x5CA1Eull, i) % 9) - 4);
   return in;
 }
 
@@ -417,16 +439,21 @@ class Rig {
         world_(comm.size()),
         me_(comm.rank()),
         L_(shape.experts / comm.size()),
-        element_(datatype_size(shape.type)),
-        row_bytes_(shape.hidden * datatype_size(shape.type)),
+        dispatch_type_(dispatch_type_of(shape)),
+        element_(datatype_size(dispatch_type_)),
+        row_bytes_(shape.hidden * element_),
+        out_element_(datatype_size(shape.type)),
+        out_row_bytes_(shape.hidden * out_element_),
+        scale_count_(scales_per_row(shape)),
         stream_(stream),
         moe_(MoeBuffer::create(comm, shape)),
         capacity_(moe_.capacity_rows()),
         x_((shape.max_tokens + kGuardTokens) * row_bytes_),
+        scales_(std::max<size_t>((shape.max_tokens + kGuardTokens) * scale_count_ * sizeof(float), 1)),
         ids_((shape.max_tokens + kGuardTokens) * shape.top_k * sizeof(int64_t)),
         weights_((shape.max_tokens + kGuardTokens) * shape.top_k * sizeof(float)),
-        out_((shape.max_tokens + kGuardTokens) * row_bytes_),
-        y_(std::max<size_t>(capacity_, 1) * row_bytes_),
+        out_((shape.max_tokens + kGuardTokens) * out_row_bytes_),
+        y_(std::max<size_t>(capacity_, 1) * out_row_bytes_),
         tokens_device_(sizeof(int64_t)) {}
 
   MoeBuffer& moe() { return moe_; }
@@ -461,6 +488,11 @@ class Rig {
                                  stream_),
                  "cudaMemcpyAsync (weights)");
       cuda_check(cudaMemcpyAsync(x_.get(), in.x.data(), in.x.size(), cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync (x)");
+      if (!in.scales.empty()) {
+        cuda_check(cudaMemcpyAsync(scales_.get(), in.scales.data(), in.scales.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                   stream_),
+                   "cudaMemcpyAsync (x_scales)");
+      }
     }
     host_tokens_ = round.device_tokens.empty() ? 0 : round.device_tokens[me_];
     cuda_check(cudaMemcpyAsync(tokens_device_.get(), &host_tokens_, sizeof host_tokens_, cudaMemcpyHostToDevice, stream_),
@@ -485,13 +517,16 @@ class Rig {
     MoeDispatchOutput view{};
     for (int d = 0; d < repeats.dispatches; ++d) {
       maybe_pause();
-      view = moe_.dispatch(x_.get(), ids_.get(), static_cast<const float*>(weights_.get()), tokens,
-                           device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr, stream);
+      const int64_t* tokens_device = device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr;
+      const float* weights = static_cast<const float*>(weights_.get());
+      view = scale_count_ > 0 ? moe_.dispatch(x_.get(), static_cast<const float*>(scales_.get()), ids_.get(), weights,
+                                              tokens, tokens_device, stream)
+                              : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream);
     }
     remember(view);
     void* y = round.in_place_expert ? view.x : y_.get();
-    cuda_check(moe_expert_rows(shape_.type, view.x, y, view.local_expert, view.expert_offsets + L_, view.capacity_rows,
-                               shape_.hidden, L_, stream),
+    cuda_check(moe_expert_rows(dispatch_type_, view.x, view.scales, kMoeScaleColumns, shape_.type, y, view.local_expert,
+                               view.expert_offsets + L_, view.capacity_rows, shape_.hidden, L_, stream),
                "expert kernel launch");
     for (int c = 0; c < repeats.combines; ++c) {
       maybe_pause();
@@ -570,7 +605,7 @@ class Rig {
     for (const MoeDispatchOutput& known : views_) {
       if (known.x == view.x && known.expert_counts == view.expert_counts && known.expert_offsets == view.expert_offsets &&
           known.weights == view.weights && known.local_expert == view.local_expert &&
-          known.source_rank == view.source_rank && known.source_token == view.source_token) {
+          known.source_rank == view.source_rank && known.source_token == view.source_token && known.scales == view.scales) {
         return;
       }
     }
@@ -585,6 +620,7 @@ class Rig {
       }
     };
     set(v.x, rows * row_bytes_);
+    set(v.scales, rows * scale_count_ * sizeof(float));
     set(v.weights, rows * sizeof(float));
     set(v.local_expert, rows * sizeof(int32_t));
     set(v.source_rank, rows * sizeof(int32_t));
@@ -637,6 +673,12 @@ class Rig {
     const std::vector<int32_t> local = overflow ? std::vector<int32_t>() : download(view.local_expert, rows);
     const std::vector<int32_t> source_rank = overflow ? std::vector<int32_t>() : download(view.source_rank, rows);
     const std::vector<int32_t> source_token = overflow ? std::vector<int32_t>() : download(view.source_token, rows);
+    if ((view.scales != nullptr) != (scale_count_ > 0)) {
+      problems.add(std::string("MoeDispatchOutput::scales is ") + (view.scales != nullptr ? "set" : "null") +
+                   (scale_count_ > 0 ? ", the shape dispatches fp8" : ", the shape does not dispatch fp8"));
+    }
+    const std::vector<float> scales =
+        overflow || view.scales == nullptr ? std::vector<float>() : download(view.scales, rows * scale_count_);
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (download)");
 
     for (int j = 0; j < L_; ++j) {
@@ -660,8 +702,8 @@ class Rig {
       }
       return;
     }
-    size_t bad_meta = 0, bad_data = 0, bad_padding = 0;
-    std::string first_meta, first_data, first_padding;
+    size_t bad_meta = 0, bad_data = 0, bad_padding = 0, bad_scales = 0;
+    std::string first_meta, first_data, first_padding, first_scales;
     std::vector<unsigned char> want(row_bytes_);
     for (size_t i = 0; i < rows; ++i) {
       const RowRef& r = ref.rows[i];
@@ -702,11 +744,24 @@ class Rig {
           }
           first_data = where + ": " + std::to_string(wrong) + " of " + std::to_string(shape_.hidden) +
                        " elements wrong, first [" + std::to_string(first) + "]: expected " +
-                       format_element(shape_.type, want.data() + first * element_) + ", got " +
-                       format_element(shape_.type, got + first * element_);
+                       format_element(dispatch_type_, want.data() + first * element_) + ", got " +
+                       format_element(dispatch_type_, got + first * element_);
+        }
+      }
+      if (scale_count_ > 0 && !scales.empty()) {
+        const float* want_scales = round.inputs[r.source].scales.data() + static_cast<size_t>(r.token) * scale_count_;
+        const float* got_scales = scales.data() + i * scale_count_;
+        if (std::memcmp(got_scales, want_scales, scale_count_ * sizeof(float)) != 0 && bad_scales++ == 0) {
+          size_t c = 0;
+          while (std::memcmp(got_scales + c, want_scales + c, sizeof(float)) == 0) ++c;
+          char text[160];
+          std::snprintf(text, sizeof text, ": scale %zu of %zu is %.9g, expected %.9g", c, scale_count_,
+                        static_cast<double>(got_scales[c]), static_cast<double>(want_scales[c]));
+          first_scales = where + text;
         }
       }
     }
+    if (bad_scales > 0) problems.add(std::to_string(bad_scales) + " row(s) with wrong scales, first " + first_scales);
     if (bad_meta > 0) problems.add(std::to_string(bad_meta) + " row(s) with wrong metadata, first " + first_meta);
     if (bad_data > 0) problems.add(std::to_string(bad_data) + " row(s) with wrong data, first " + first_data);
     if (bad_padding > 0) problems.add(std::to_string(bad_padding) + " padding row(s) wrong, first " + first_padding);
@@ -716,7 +771,7 @@ class Rig {
     const RankInput& in = round.inputs[me_];
     const size_t K = static_cast<size_t>(shape_.top_k);
     const size_t rows = shape_.max_tokens + kGuardTokens;
-    std::vector<unsigned char> out(rows * row_bytes_);
+    std::vector<unsigned char> out(rows * out_row_bytes_);
     cuda_check(cudaMemcpyAsync(out.data(), out_.get(), out.size(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync (out)");
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (out)");
     const double unit = tolerance_unit(shape_.type);
@@ -736,13 +791,14 @@ class Rig {
       const double partials = static_cast<double>(owners.size());
       size_t wrong_here = 0;
       for (size_t h = 0; h < shape_.hidden; ++h) {
-        const double xv = decode_float(shape_.type, load_bits(shape_.type, in.x.data() + (t * shape_.hidden + h) * element_));
+        double xv = decode_float(dispatch_type_, load_bits(dispatch_type_, in.x.data() + (t * shape_.hidden + h) * element_));
+        if (scale_count_ > 0) xv *= static_cast<double>(in.scales[t * scale_count_ + h / kMoeScaleColumns]);
         double reference = 0, magnitude = 0;
         for (size_t k = 0; k < K; ++k) {
           reference += factor[k] * xv;
           magnitude += std::fabs(factor[k] * xv);
         }
-        const unsigned char* at = out.data() + (t * shape_.hidden + h) * element_;
+        const unsigned char* at = out.data() + (t * shape_.hidden + h) * out_element_;
         const double got = decode_float(shape_.type, load_bits(shape_.type, at));
         const double tolerance = unit * (partials + 1) * magnitude;
         if (std::fabs(got - reference) <= tolerance) continue;  // false for NaN; a token with no expert: exactly 0
@@ -761,8 +817,8 @@ class Rig {
                    " element(s) of " + std::to_string(wrong_tokens) + " token(s) wrong, first " + first);
     }
     size_t written = 0, first_row = 0;
-    for (size_t i = in.tokens * row_bytes_; i < out.size(); ++i) {
-      if (out[i] != kPoison && written++ == 0) first_row = i / row_bytes_;
+    for (size_t i = in.tokens * out_row_bytes_; i < out.size(); ++i) {
+      if (out[i] != kPoison && written++ == 0) first_row = i / out_row_bytes_;
     }
     if (written > 0) {
       problems.add("combine wrote " + std::to_string(written) + " byte(s) of out past its " + std::to_string(in.tokens) +
@@ -773,11 +829,14 @@ class Rig {
   Communicator& comm_;
   MoeShape shape_;
   int world_, me_, L_;
-  size_t element_, row_bytes_;
+  DataType dispatch_type_;  // what dispatch moves: the rows' type, or fp8
+  size_t element_, row_bytes_;          // of the dispatched rows (x)
+  size_t out_element_, out_row_bytes_;  // of the experts' output and combine's (y, out): shape.type
+  size_t scale_count_;                  // fp8 dispatch: scales per row, else 0
   cudaStream_t stream_;
   MoeBuffer moe_;
   size_t capacity_;
-  DeviceBuffer x_, ids_, weights_, out_, y_, tokens_device_;
+  DeviceBuffer x_, scales_, ids_, weights_, out_, y_, tokens_device_;
   std::vector<MoeDispatchOutput> views_;  // every view dispatch has returned (poisoned before each round)
   std::vector<unsigned char> host_ids_;
   int64_t host_tokens_ = 0;
@@ -822,8 +881,10 @@ std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
     add("a token lists one expert twice (2 tokens in 3)", plans_of(different_tokens(mix64(seed ^ 0xD0Bull), world, 1, M),
                                                                  Route::kDuplicates));
   }
-  add("the expert writes over the dispatched rows, combine reads them there",
-      plans_of(different_tokens(mix64(seed ^ 0x1B1Aull), world, 1, M), Route::kRandom, 8), true);
+  if (!s.dispatch_type) {  // fp8 rows cannot hold the expert's output
+    add("the expert writes over the dispatched rows, combine reads them there",
+        plans_of(different_tokens(mix64(seed ^ 0x1B1Aull), world, 1, M), Route::kRandom, 8), true);
+  }
   return rounds;
 }
 
@@ -1118,6 +1179,50 @@ bool names_field(const std::string& message, const std::string& field) {
   return false;
 }
 
+// dispatch wants x_scales exactly when the shape dispatches fp8, refused at the call (kInvalidArgument naming
+// x_scales) with nothing enqueued; the buffer works afterwards.
+TEST(MoeErrors, ScalesGoWithFp8DispatchOnly) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    DeviceBuffer inputs(1 << 16);  // x, ids, weights and scales of one token all fit
+    const float* some = static_cast<const float*>(inputs.get());
+    auto expect_refused = [&](const std::string& what, const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << "rank " << me << ": " << what << ": " << error.what();
+        EXPECT_TRUE(names_field(error.what(), "x_scales"))
+            << "rank " << me << ": " << what << ": the message does not name 'x_scales': " << error.what();
+      }
+    };
+    for (std::optional<DataType> fp8 : {std::optional<DataType>(), std::optional<DataType>(DataType::kFloat8E4M3)}) {
+      Config config{DataType::kBFloat16, DataType::kInt64, 256, 4, 16, 8, 32, fp8};
+      const MoeShape shape = make_shape(config, world);
+      Rig rig(comm, shape, stream.get());
+      MoeBuffer& moe = rig.moe();
+      if (fp8) {
+        expect_refused("fp8 dispatch without x_scales (the overload without them)",
+                       [&] { moe.dispatch(some, some, some, 1, nullptr, stream.get()); });
+        expect_refused("fp8 dispatch with x_scales null",
+                       [&] { moe.dispatch(some, nullptr, some, some, 1, nullptr, stream.get()); });
+      } else {
+        expect_refused("bfloat16 dispatch with x_scales",
+                       [&] { moe.dispatch(some, some, some, some, 1, nullptr, stream.get()); });
+      }
+      comm.check();
+      for (const Round& round : device_token_rounds(shape, world, mix64(seed + (fp8 ? 1 : 0)), 2)) {
+        rig.run_and_judge(round, failed);
+      }
+      comm.barrier();
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << me << ": " << failed << " rounds wrong";
+  });
+}
+
 TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   with_communicator([](Communicator& comm) {
     const int world = comm.size(), me = comm.rank();
@@ -1149,6 +1254,12 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
     with("index_type", "index_type = uint8", [](MoeShape& s) { s.index_type = DataType::kUint8; });
     with("index_type", "index_type = -1", [](MoeShape& s) { s.index_type = static_cast<DataType>(-1); });
     with("max_tokens", "max_tokens = 0", [](MoeShape& s) { s.max_tokens = 0; });
+    with("dispatch_type", "dispatch_type = bfloat16 (not fp8)", [](MoeShape& s) { s.dispatch_type = DataType::kBFloat16; });
+    with("dispatch_type", "dispatch_type = uint8", [](MoeShape& s) { s.dispatch_type = DataType::kUint8; });
+    with("hidden", "fp8 dispatch with hidden = 192 (not a multiple of 128)", [](MoeShape& s) {
+      s.dispatch_type = DataType::kFloat8E4M3;
+      s.hidden = 192;
+    });
     for (const Bad& b : bad) {
       try {
         MoeBuffer refused = MoeBuffer::create(comm, b.shape);
