@@ -5,6 +5,7 @@
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
 #   moe-tests the Moe* GPU tests alone, as threads (all GPUs) and as braid-run processes
 #   moe       braid-bench --moe --compare nccl: T=128 and T=4096, H=7168, K=8, E=64, bf16, CUDA graphs
+#   moe-fp8   the same workload at T=128, 512, 4096 with fp8 e4m3 dispatch (scales per 128 columns), then bf16
 #   algos     braid only, each all-to-all algorithm forced (BRAID_ALGO), symmetric and cudaMalloc buffers, to set
 #             the cut-offs (LL falls back to stores or pipelined where a block exceeds its LL slot)
 # Usage: bench/issue4_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -52,6 +53,12 @@ for phase in "$@"; do
     moe)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
       bench 150 moe-compare-nccl --moe --tokens 128,4096 --hidden 7168 --top-k 8 --experts 64 -d bfloat16 -G 20 $cmp
+      ;;
+    moe-fp8)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      shape="--moe --tokens 128,512,4096 --hidden 7168 --top-k 8 --experts 64 -d bfloat16 -G 20"
+      bench 200 moe-fp8-e4m3-compare-nccl $shape --dispatch-type f8e4m3 $cmp
+      bench 200 moe-bf16-compare-nccl $shape $cmp
       ;;
     *) echo "unknown phase $phase" ;;
   esac

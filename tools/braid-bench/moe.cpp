@@ -14,6 +14,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -154,6 +155,7 @@ double decode(DataType type, const unsigned char* p) {
 }
 
 uint32_t load_bits(DataType type, const unsigned char* p) {
+  if (datatype_size(type) == 1) return *p;
   if (datatype_size(type) == 4) {
     uint32_t b;
     std::memcpy(&b, p, 4);
@@ -186,34 +188,48 @@ struct Slot {
   uint64_t wrong = 0;
   int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
 };
+// What one call of each phase moves, one way, per rank: over NVLink (the most any rank sends or receives) and
+// logically (T * K rows); a dispatched row may be fp8 with scales, a combined one is -d's type.
+struct Bytes {
+  double dispatch_nvlink = 0, combine_nvlink = 0, dispatch_logical = 0, combine_logical = 0;
+};
 // "layer" is a dispatch followed by a combine, as an MoE layer calls them (with no expert computation between).
 enum SlotIndex { kBraidDispatch, kBraidCombine, kNcclDispatch, kNcclCombine, kBraidLayer, kNcclLayer, kSlots };
 
 // ---- The NCCL baseline on one rank ----
 
+// With fp8 dispatch (`fp8` set) each row travels with its scales, packed after it as one alltoallv of bytes
+// (packed_bytes a row), and the rows come back as `type` from an expert stand-in that dequantises them (expert(),
+// outside the timed calls).
 class NcclMoe {
  public:
-  NcclMoe(NcclComm& nccl, int world, DataType type, size_t hidden, size_t tokens, int top_k, int experts)
+  NcclMoe(NcclComm& nccl, int world, DataType type, std::optional<DataType> fp8, size_t hidden, size_t tokens, int top_k,
+          int experts)
       : nccl_(nccl),
         world_(world),
         type_(type),
+        fp8_(fp8),
         hidden_(hidden),
         tokens_(tokens),
         top_k_(top_k),
         experts_(experts),
         row_bytes_(hidden * datatype_size(type)),
+        scale_bytes_(fp8 ? hidden / kMoeScaleColumns * sizeof(float) : 0),
+        packed_bytes_(fp8 ? hidden + scale_bytes_ : row_bytes_),
         send_rows_(tokens * static_cast<size_t>(std::min(world, top_k))),
         lists_(static_cast<size_t>(world) * tokens * sizeof(int32_t)),
         slots_(tokens * world * sizeof(int32_t)),
         weight_sums_(tokens * world * sizeof(float)),
         counts_(2 * static_cast<size_t>(world) * sizeof(int64_t)),
         host_counts_(2 * static_cast<size_t>(world) * sizeof(int64_t)),
-        send_(send_rows_ * row_bytes_),
-        recv_(static_cast<size_t>(world) * tokens * row_bytes_),
+        send_(send_rows_ * packed_bytes_),
+        recv_(static_cast<size_t>(world) * tokens * packed_bytes_),
+        y_(fp8 ? static_cast<size_t>(world) * tokens * row_bytes_ : 0),
         back_(send_rows_ * row_bytes_),
-        send_counts_(world), send_displs_(world), recv_counts_(world), recv_displs_(world) {}
+        send_counts_(world), send_displs_(world), recv_counts_(world), recv_displs_(world),
+        back_send_counts_(world), back_send_displs_(world), back_recv_counts_(world), back_recv_displs_(world) {}
 
-  void dispatch(const void* x, const int64_t* ids, const float* weights, cudaStream_t stream) {
+  void dispatch(const void* x, const float* scales, const int64_t* ids, const float* weights, cudaStream_t stream) {
     int64_t* counts = counts_.get<int64_t>();
     cuda(moe::route_tokens(ids, weights, tokens_, top_k_, experts_, world_, lists_.get<int32_t>(), slots_.get<int32_t>(),
                            weight_sums_.get<float>(), counts, stream),
@@ -223,25 +239,38 @@ class NcclMoe {
          "cudaMemcpyAsync (counts to the host)");
     cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (counts)");
     const int64_t* host = host_counts_.get<int64_t>();
-    size_t send_at = 0, recv_at = 0;
-    for (int q = 0; q < world_; ++q) {
-      send_counts_[q] = static_cast<size_t>(host[q]) * hidden_;
-      recv_counts_[q] = static_cast<size_t>(host[world_ + q]) * hidden_;
-      send_displs_[q] = send_at;
-      recv_displs_[q] = recv_at;
-      send_at += send_counts_[q];
-      recv_at += recv_counts_[q];
+    // Counts in elements: of `type` rows, or (fp8) bytes of packed rows; combine's in rows of `type`.
+    const size_t dispatch_elements = fp8_ ? packed_bytes_ : hidden_;
+    counts_of(host, dispatch_elements, send_counts_, send_displs_, recv_counts_, recv_displs_);
+    counts_of(host, hidden_, back_send_counts_, back_send_displs_, back_recv_counts_, back_recv_displs_);
+    if (fp8_) {
+      cuda(moe::gather_rows(*fp8_, x, hidden_, tokens_, world_, lists_.get<int32_t>(), counts, send_.get(), stream, scales,
+                            scale_bytes_),
+           "gather_rows");
+    } else {
+      cuda(moe::gather_rows(type_, x, hidden_, tokens_, world_, lists_.get<int32_t>(), counts, send_.get(), stream),
+           "gather_rows");
     }
-    cuda(moe::gather_rows(type_, x, hidden_, tokens_, world_, lists_.get<int32_t>(), counts, send_.get(), stream),
-         "gather_rows");
     nccl_.all_to_allv(send_.get(), send_counts_.data(), send_displs_.data(), recv_.get(), recv_counts_.data(),
-                      recv_displs_.data(), type_, stream);
+                      recv_displs_.data(), fp8_ ? DataType::kUint8 : type_, stream);
   }
 
-  // The received rows go back (the expert output stand-in: y = x), then the weighted sum per token.
+  // fp8: the experts' stand-in, y = the received rows dequantised (without fp8 y is the received rows).
+  void expert(cudaStream_t stream) {
+    if (!fp8_) return;
+    size_t rows = 0;
+    for (int q = 0; q < world_; ++q) rows += static_cast<size_t>(received_rows(q));
+    const unsigned char* recv = recv_.get<unsigned char>();
+    cuda(moe::dequantize_rows(*fp8_, recv, packed_bytes_, recv + hidden_, packed_bytes_, hidden_, rows, type_, y_.get(), stream),
+         "dequantize_rows");
+  }
+
+  // The experts' rows go back (the expert output stand-in: y = x, dequantised after fp8), then the weighted sum
+  // per token.
   void combine(void* out, cudaStream_t stream) {
-    nccl_.all_to_allv(recv_.get(), recv_counts_.data(), recv_displs_.data(), back_.get(), send_counts_.data(),
-                      send_displs_.data(), type_, stream);
+    const void* y = fp8_ ? y_.get() : recv_.get();
+    nccl_.all_to_allv(y, back_recv_counts_.data(), back_recv_displs_.data(), back_.get(), back_send_counts_.data(),
+                      back_send_displs_.data(), type_, stream);
     cuda(moe::weighted_sum(type_, back_.get(), hidden_, tokens_, world_, slots_.get<int32_t>(), weight_sums_.get<float>(),
                            counts_.get<int64_t>(), out, stream),
          "weighted_sum");
@@ -249,20 +278,38 @@ class NcclMoe {
 
   // After dispatch (host-side figures of the last one): rows received from each rank.
   int64_t received_rows(int source) const { return host_counts_.get<int64_t>()[world_ + source]; }
+  size_t packed_bytes() const { return packed_bytes_; }  // a received row's bytes, its scales included
   const DeviceMemory& recv() const { return recv_; }
   const DeviceMemory& back() const { return back_; }
 
  private:
+  // From the routing counts (host: [world] sent, then [world] received, in rows): counts and displacements in
+  // elements, `per_row` a row.
+  void counts_of(const int64_t* host, size_t per_row, std::vector<size_t>& send_counts, std::vector<size_t>& send_displs,
+                 std::vector<size_t>& recv_counts, std::vector<size_t>& recv_displs) const {
+    size_t send_at = 0, recv_at = 0;
+    for (int q = 0; q < world_; ++q) {
+      send_counts[q] = static_cast<size_t>(host[q]) * per_row;
+      recv_counts[q] = static_cast<size_t>(host[world_ + q]) * per_row;
+      send_displs[q] = send_at;
+      recv_displs[q] = recv_at;
+      send_at += send_counts[q];
+      recv_at += recv_counts[q];
+    }
+  }
+
   NcclComm& nccl_;
   int world_;
   DataType type_;
+  std::optional<DataType> fp8_;
   size_t hidden_, tokens_;
   int top_k_, experts_;
-  size_t row_bytes_, send_rows_;
+  size_t row_bytes_, scale_bytes_, packed_bytes_, send_rows_;
   DeviceMemory lists_, slots_, weight_sums_, counts_;
   PinnedMemory host_counts_;
-  DeviceMemory send_, recv_, back_;
-  std::vector<size_t> send_counts_, send_displs_, recv_counts_, recv_displs_;  // elements
+  DeviceMemory send_, recv_, y_, back_;
+  std::vector<size_t> send_counts_, send_displs_, recv_counts_, recv_displs_;  // dispatch, elements
+  std::vector<size_t> back_send_counts_, back_send_displs_, back_recv_counts_, back_recv_displs_;  // combine
 };
 
 // ---- The benchmark on one rank ----
@@ -299,7 +346,14 @@ class MoeBench {
  private:
   cudaStream_t stream() const { return stream_->get(); }
   int local_experts() const { return options_.moe_experts / ranks_; }
+  // Of combine's rows (-d's type), and of what dispatch moves: its rows (-d's type, or fp8) and their scales.
   size_t row_bytes() const { return options_.moe_hidden * datatype_size(options_.type); }
+  const std::optional<DataType>& fp8() const { return options_.moe_dispatch_type; }
+  DataType dispatch_type() const { return fp8().value_or(options_.type); }
+  size_t dispatch_row_bytes() const { return options_.moe_hidden * datatype_size(dispatch_type()); }
+  size_t scale_count() const { return fp8() ? options_.moe_hidden / kMoeScaleColumns : 0; }
+  size_t scale_bytes() const { return scale_count() * sizeof(float); }
+  size_t dispatch_token_bytes() const { return dispatch_row_bytes() + scale_bytes(); }
 
   void validate() const {
     if (options_.moe_experts % ranks_ != 0) {
@@ -326,9 +380,10 @@ class MoeBench {
                             comm_.peer(rank_).pci_bus_id + ")";
     gpus_ = comm_.host_allgather(gpu);
     if (rank_ != 0) return;
-    std::printf("# braid-bench --moe: ranks=%d type=%s H=%zu K=%d E=%d (%d per rank) alignment=%d ids=int64 graph=%d "
-                "nccl=%s\n",
-                ranks_, datatype_name(options_.type), options_.moe_hidden, options_.moe_top_k, options_.moe_experts,
+    std::printf("# braid-bench --moe: ranks=%d type=%s dispatch=%s H=%zu K=%d E=%d (%d per rank) alignment=%d ids=int64 "
+                "graph=%d nccl=%s\n",
+                ranks_, datatype_name(options_.type), fp8() ? (std::string(datatype_name(*fp8())) + "+scales").c_str() : "type",
+                options_.moe_hidden, options_.moe_top_k, options_.moe_experts,
                 local_experts(), options_.moe_alignment, options_.graph_calls,
                 library_ ? library_->version().c_str() : "off");
     if (const char* commit = std::getenv("BRAID_COMMIT")) std::printf("# commit %s\n", commit);
@@ -348,9 +403,15 @@ class MoeBench {
                                          : "");
     std::printf("# time = per call, max over ranks of each rank's median repetition; nvlink = max over ranks of\n"
                 "# max(bytes sent to, received from other ranks) / time (a token crosses once per destination rank);\n"
-                "# logical = T*K*H*%zu B / time; #wrong = entries and sampled elements outside the reference, summed over "
-                "ranks%s\n",
-                datatype_size(options_.type), options_.check ? "" : " (N/A: -z 0)");
+                "# logical = T*K*(row bytes) / time, a dispatched row %zu B, a combined row %zu B; #wrong = entries and "
+                "sampled elements outside the reference, summed over ranks%s\n",
+                dispatch_token_bytes(), row_bytes(), options_.check ? "" : " (N/A: -z 0)");
+    if (fp8()) {
+      std::printf("# fp8 dispatch: rows of %s with a float32 scale per %zu columns (moved with the row; nccl: packed "
+                  "after it, one alltoallv of bytes);\n# combine takes %s rows, the experts' stand-in dequantising the "
+                  "dispatched rows (outside the timed calls)\n",
+                  datatype_name(*fp8()), kMoeScaleColumns, datatype_name(options_.type));
+    }
     std::printf("# issue targets: T=4096 H=7168 K=8 E=64 bfloat16: >= 330 GB/s nvlink per GPU, dispatch and combine; "
                 "T=128: <= 15 us each with graphs (-G)\n");
     std::printf("#\n# %6s  %-8s  %9s  %8s  %7s  %7s  %6s", "tokens", "phase", "nvlink_MB", "time", "nvlink", "logical",
@@ -385,13 +446,18 @@ class MoeBench {
     }
     uint64_t most_rows = 0;
     for (int r = 0; r < W; ++r) most_rows = std::max({most_rows, sent[r], received[r]});
-    const double nvlink_bytes = static_cast<double>(most_rows) * static_cast<double>(row_bytes());
-    const double logical_bytes = static_cast<double>(tokens) * K * static_cast<double>(row_bytes());
+    Bytes bytes;
+    bytes.dispatch_nvlink = static_cast<double>(most_rows) * static_cast<double>(dispatch_token_bytes());
+    bytes.combine_nvlink = static_cast<double>(most_rows) * static_cast<double>(row_bytes());
+    bytes.dispatch_logical = static_cast<double>(tokens) * K * static_cast<double>(dispatch_token_bytes());
+    bytes.combine_logical = static_cast<double>(tokens) * K * static_cast<double>(row_bytes());
 
     // Inputs.
-    DeviceMemory x(tokens * row_bytes()), ids(tokens * K * sizeof(int64_t)), weights(tokens * K * sizeof(float));
+    DeviceMemory x(tokens * dispatch_row_bytes()), scales(tokens * scale_bytes());
+    DeviceMemory ids(tokens * K * sizeof(int64_t)), weights(tokens * K * sizeof(float));
     DeviceMemory out(tokens * row_bytes()), nccl_out(tokens * row_bytes());
-    cuda(moe::fill_tokens(options_.type, x.get(), tokens, options_.moe_hidden, seed, rank_, stream()), "fill_tokens");
+    cuda(moe::fill_tokens(dispatch_type(), x.get(), tokens, options_.moe_hidden, seed, rank_, stream()), "fill_tokens");
+    if (fp8()) cuda(moe::fill_scales(scales.get<float>(), tokens, options_.moe_hidden, seed, rank_, stream()), "fill_scales");
     cuda(cudaMemcpyAsync(ids.get(), routings_[rank_].ids.data(), tokens * K * sizeof(int64_t), cudaMemcpyHostToDevice,
                          stream()),
          "cudaMemcpyAsync (ids)");
@@ -412,6 +478,7 @@ class MoeBench {
       shape.top_k = K;
       shape.experts = E;
       shape.expert_alignment = options_.moe_alignment;
+      shape.dispatch_type = fp8();
       MoeBuffer buffer = MoeBuffer::create(comm_, shape);
       if (rank_ == 0 && tokens == options_.moe_tokens.front()) {
         std::printf("# T=%zu: MoeBuffer capacity_rows=%zu, symmetric_bytes=%.1f MiB per rank\n", tokens,
@@ -420,22 +487,35 @@ class MoeBench {
       }
       MoeDispatchOutput view;
       const Call dispatch = [&](cudaStream_t s) {
-        view = buffer.dispatch(x.get(), ids.get(), weights.get<float>(), tokens, nullptr, s);
+        view = fp8() ? buffer.dispatch(x.get(), scales.get<float>(), ids.get(), weights.get<float>(), tokens, nullptr, s)
+                     : buffer.dispatch(x.get(), ids.get(), weights.get<float>(), tokens, nullptr, s);
       };
       dispatch(stream());  // the first call: warm, and the views to poison before the checked one
       cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      // The experts' output combine takes: the dispatched rows themselves, or after fp8 dispatch those rows
+      // dequantised (made again after the checked dispatch, which poisoned them first).
+      std::unique_ptr<DeviceMemory> dequantised;
+      if (fp8()) dequantised = std::make_unique<DeviceMemory>(buffer.capacity_rows() * row_bytes());
+      auto expert = [&] {
+        if (!fp8()) return;
+        cuda(moe::dequantize_rows(*fp8(), view.x, dispatch_row_bytes(), view.scales, scale_bytes(), options_.moe_hidden,
+                                  view.capacity_rows, options_.type, dequantised->get(), stream()),
+             "dequantize_rows");
+      };
+      expert();
       if (options_.check) {
         slots[kBraidDispatch].wrong = check_braid_dispatch(dispatch, view, tokens);
         slots[kBraidDispatch].state = 2;
+        expert();
         cuda(cudaMemsetAsync(out.get(), kOutPoison, out.bytes(), stream()), "cudaMemsetAsync");
-        buffer.combine(view.x, out.get(), true, stream());
+        buffer.combine(fp8() ? dequantised->get() : view.x, out.get(), true, stream());
         cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
         comm_.check();
         slots[kBraidCombine].wrong = check_combined(out, tokens, "braid combine");
         slots[kBraidCombine].state = 2;
       }
       slots[kBraidDispatch].time_us = time_calls(dispatch, true);
-      const void* y = view.x;
+      const void* y = fp8() ? dequantised->get() : view.x;
       const Call combine = [&, y](cudaStream_t s) { buffer.combine(y, out.get(), true, s); };
       slots[kBraidCombine].time_us = time_calls(combine, true);
       const Call layer = [&, y](cudaStream_t s) {
@@ -449,8 +529,10 @@ class MoeBench {
       comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
     }
     if (nccl_) {
-      NcclMoe baseline(*nccl_, W, options_.type, options_.moe_hidden, tokens, K, E);
-      const Call dispatch = [&](cudaStream_t s) { baseline.dispatch(x.get(), ids.get<int64_t>(), weights.get<float>(), s); };
+      NcclMoe baseline(*nccl_, W, options_.type, fp8(), options_.moe_hidden, tokens, K, E);
+      const Call dispatch = [&](cudaStream_t s) {
+        baseline.dispatch(x.get(), scales.get<float>(), ids.get<int64_t>(), weights.get<float>(), s);
+      };
       const Call combine = [&](cudaStream_t s) { baseline.combine(nccl_out.get(), s); };
       if (options_.check) {
         cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
@@ -462,12 +544,14 @@ class MoeBench {
         cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
         slots[kNcclDispatch].wrong = check_nccl_dispatch(baseline, tokens);
         slots[kNcclDispatch].state = 2;
+        baseline.expert(stream());
         combine(stream());
         cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
         slots[kNcclCombine].wrong = check_combined(nccl_out, tokens, "nccl combine");
         slots[kNcclCombine].state = 2;
       } else {
         dispatch(stream());  // combine needs the counts of a dispatch
+        baseline.expert(stream());
       }
       slots[kNcclDispatch].time_us = time_calls(dispatch, false);
       slots[kNcclCombine].time_us = time_calls(combine, true);
@@ -481,7 +565,7 @@ class MoeBench {
       cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
       comm_.barrier();
     }
-    finish_row(tokens, nvlink_bytes, logical_bytes, slots);
+    finish_row(tokens, bytes, slots);
   }
 
   // ---- Timing (cuda_objects.hpp, as the collective rows) ----
@@ -500,13 +584,24 @@ class MoeBench {
                  static_cast<unsigned long long>(wrong), first.c_str());
   }
 
-  // Compares `hidden` elements at `got` with row `token` of rank `source`; returns the wrong ones.
-  uint64_t compare_row(const unsigned char* got, int source, size_t token, uint64_t seed, std::string& first) const {
-    const size_t H = options_.moe_hidden, element = datatype_size(options_.type);
+  // Compares the dispatched row at `got` (hidden elements of the dispatch type) with row `token` of rank `source`,
+  // and with fp8 dispatch its scales at `got_scales`; returns the wrong entries.
+  uint64_t compare_row(const unsigned char* got, const float* got_scales, int source, size_t token, uint64_t seed,
+                       std::string& first) const {
+    const size_t H = options_.moe_hidden, element = datatype_size(dispatch_type());
     uint64_t wrong = 0;
+    for (size_t c = 0; c < scale_count(); ++c) {
+      const float want = moe::token_scale(seed, source, token * scale_count() + c);
+      if (got_scales[c] == want) continue;
+      if (wrong++ == 0 && first.empty()) {
+        first = "rank " + std::to_string(source) + " token " + std::to_string(token) + " scale " + std::to_string(c) + ": expected " +
+                std::to_string(want) + ", got " + std::to_string(got_scales[c]);
+      }
+    }
     for (size_t h = 0; h < H; ++h) {
-      const uint32_t want = value_bits(options_.type, moe::token_value_k(seed, source, token * H + h));
-      const uint32_t have = load_bits(options_.type, got + h * element);
+      const uint32_t want = fp8() ? moe::token_fp8_bits(*fp8(), seed, source, token * H + h)
+                                  : value_bits(options_.type, moe::token_value_k(seed, source, token * H + h));
+      const uint32_t have = load_bits(dispatch_type(), got + h * element);
       if (want == have) continue;
       if (wrong++ == 0 && first.empty()) {
         char text[160];
@@ -525,7 +620,10 @@ class MoeBench {
     const uint64_t seed = mix(seed_ + tokens);
     comm_.barrier();
     const size_t capacity = view.capacity_rows;
-    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * row_bytes(), stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * dispatch_row_bytes(), stream()), "cudaMemsetAsync");
+    if (view.scales != nullptr) {
+      cuda(cudaMemsetAsync(const_cast<float*>(view.scales), kRowPoison, capacity * scale_bytes(), stream()), "cudaMemsetAsync");
+    }
     for (const void* p : {static_cast<const void*>(view.weights), static_cast<const void*>(view.local_expert),
                           static_cast<const void*>(view.source_rank), static_cast<const void*>(view.source_token)}) {
       cuda(cudaMemsetAsync(const_cast<void*>(p), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
@@ -604,15 +702,19 @@ class MoeBench {
         first = text;
       }
     }
-    std::vector<unsigned char> data(row_bytes());
+    std::vector<unsigned char> data(dispatch_row_bytes());
+    std::vector<float> row_scales(scale_count());
     for (size_t i : spread(n, kSampledRows)) {
       const Row& r = rows[i];
       if (r.source < 0) continue;  // padding rows' data is unspecified
-      cuda(cudaMemcpy(data.data(), static_cast<const unsigned char*>(view.x) + i * row_bytes(), row_bytes(),
+      cuda(cudaMemcpy(data.data(), static_cast<const unsigned char*>(view.x) + i * dispatch_row_bytes(), dispatch_row_bytes(),
                       cudaMemcpyDeviceToHost),
            "cudaMemcpy");
+      if (fp8()) {
+        cuda(cudaMemcpy(row_scales.data(), view.scales + i * scale_count(), scale_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      }
       std::string at;
-      const uint64_t bad = compare_row(data.data(), r.source, static_cast<size_t>(r.token), seed, at);
+      const uint64_t bad = compare_row(data.data(), row_scales.data(), r.source, static_cast<size_t>(r.token), seed, at);
       if (bad > 0 && wrong == 0) first = "row " + std::to_string(i) + ": " + at;
       wrong += bad;
     }
@@ -648,13 +750,15 @@ class MoeBench {
       }
     }
     if (wrong == 0) {
-      std::vector<unsigned char> data(row_bytes());
+      const size_t packed = baseline.packed_bytes();  // the row, then its scales (fp8)
+      std::vector<unsigned char> data(packed);
+      std::vector<float> row_scales(scale_count());
       for (size_t i : spread(rows.size(), kSampledRows)) {
-        cuda(cudaMemcpy(data.data(), baseline.recv().get<unsigned char>() + i * row_bytes(), row_bytes(),
-                        cudaMemcpyDeviceToHost),
+        cuda(cudaMemcpy(data.data(), baseline.recv().get<unsigned char>() + i * packed, packed, cudaMemcpyDeviceToHost),
              "cudaMemcpy");
+        if (fp8()) std::memcpy(row_scales.data(), data.data() + dispatch_row_bytes(), scale_bytes());
         std::string at;
-        const uint64_t bad = compare_row(data.data(), rows[i].source, rows[i].token, seed, at);
+        const uint64_t bad = compare_row(data.data(), row_scales.data(), rows[i].source, rows[i].token, seed, at);
         if (bad > 0 && wrong == 0) first = "received row " + std::to_string(i) + ": " + at;
         wrong += bad;
       }
@@ -684,7 +788,9 @@ class MoeBench {
       double partials = 0;
       for (int r = 0; r < ranks_; ++r) partials += (owners >> r & 1) != 0 ? 1 : 0;
       for (size_t h = 0; h < H; ++h) {
-        const double x = moe::token_value_k(seed, rank_, t * H + h) / 128.0;
+        const double x = fp8() ? static_cast<double>(moe::fp8_value(*fp8(), moe::token_fp8_bits(*fp8(), seed, rank_, t * H + h))) *
+                                     moe::token_scale(seed, rank_, t * scale_count() + h / kMoeScaleColumns)
+                               : moe::token_value_k(seed, rank_, t * H + h) / 128.0;
         const double want = x * weight;
         const double tolerance = tolerance_unit(options_.type) * (partials + 1) * std::fabs(want);
         const double got = decode(options_.type, data.data() + h * element);
@@ -706,7 +812,7 @@ class MoeBench {
   // The issue's figure for this row, and whether braid meets it.
   std::string target_text(size_t tokens, double time_us, double nvlink_gbs) const {
     const bool issue_shape = options_.moe_hidden == 7168 && options_.moe_top_k == 8 && options_.moe_experts == 64 &&
-                             options_.type == DataType::kBFloat16;
+                             options_.type == DataType::kBFloat16 && !fp8();
     if (!issue_shape) return "-";
     if (tokens == 4096) return std::string(">=330GB/s ") + (nvlink_gbs >= 330 ? "met" : "MISSED");
     if (tokens == 128) {
@@ -716,7 +822,7 @@ class MoeBench {
     return "-";
   }
 
-  void finish_row(size_t tokens, double one_way_nvlink_bytes, double one_way_logical_bytes, const Slot (&slots)[kSlots]) {
+  void finish_row(size_t tokens, const Bytes& bytes, const Slot (&slots)[kSlots]) {
     std::vector<std::string> all =
         comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
     Slot total[kSlots];
@@ -734,21 +840,22 @@ class MoeBench {
     if (rank_ != 0) return;
     auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
     auto wrong_text = [](const Slot& s) { return s.state == 2 ? std::to_string(s.wrong) : std::string("N/A"); };
-    // A layer moves the bytes twice (out and back); its rows have no target of their own.
+    // A layer moves the bytes of both (out and back); its rows have no target of their own.
     struct Phase {
       SlotIndex braid, nccl;
       const char* name;
-      double bytes_factor;
+      double nvlink_bytes, logical_bytes;
     };
-    constexpr Phase kPhases[] = {{kBraidDispatch, kNcclDispatch, "dispatch", 1.0},
-                                 {kBraidCombine, kNcclCombine, "combine", 1.0},
-                                 {kBraidLayer, kNcclLayer, "layer", 2.0}};
-    for (const Phase& phase : kPhases) {
+    const Phase phases[] = {{kBraidDispatch, kNcclDispatch, "dispatch", bytes.dispatch_nvlink, bytes.dispatch_logical},
+                            {kBraidCombine, kNcclCombine, "combine", bytes.combine_nvlink, bytes.combine_logical},
+                            {kBraidLayer, kNcclLayer, "layer", bytes.dispatch_nvlink + bytes.combine_nvlink,
+                             bytes.dispatch_logical + bytes.combine_logical}};
+    for (const Phase& phase : phases) {
       const Slot& b = total[phase.braid];
       const Slot& n = total[phase.nccl];
       const char* name = phase.name;
-      const double nvlink_bytes = one_way_nvlink_bytes * phase.bytes_factor;
-      const double logical_bytes = one_way_logical_bytes * phase.bytes_factor;
+      const double nvlink_bytes = phase.nvlink_bytes;
+      const double logical_bytes = phase.logical_bytes;
       const bool layer = phase.braid == kBraidLayer;
       const std::string target = layer ? "-" : target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
       std::printf("  %6zu  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, name, nvlink_bytes / 1e6, b.time_us,
@@ -783,6 +890,8 @@ class MoeBench {
   void write_json() const {
     nlohmann::json config{{"mode", "moe"},
                           {"type", datatype_name(options_.type)},
+                          {"dispatch_type", datatype_name(dispatch_type())},
+                          {"dispatch_scales", fp8() ? nlohmann::json(kMoeScaleColumns) : nlohmann::json(nullptr)},
                           {"hidden", options_.moe_hidden},
                           {"top_k", options_.moe_top_k},
                           {"experts", options_.moe_experts},
@@ -798,7 +907,7 @@ class MoeBench {
                           {"gpus", gpus_},
                           {"time", "per call: max over ranks of each rank's median repetition"},
                           {"nvlink", "max over ranks of max(bytes sent to, received from other ranks) / time"},
-                          {"logical", "tokens * top_k * hidden * element size / time"}};
+                          {"logical", "tokens * top_k * (row bytes, scales included) / time"}};
     const char* commit = std::getenv("BRAID_COMMIT");
     config["commit"] = commit != nullptr ? nlohmann::json(commit) : nlohmann::json(nullptr);
     config["nccl_version"] = library_ ? nlohmann::json(library_->version()) : nlohmann::json(nullptr);

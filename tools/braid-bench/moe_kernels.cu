@@ -72,16 +72,42 @@ __global__ void route_kernel(const int64_t* ids, const float* weights, uint64_t 
 }
 
 template <typename Word>
-__global__ void gather_kernel(const Word* x, uint64_t row_words, uint64_t tokens, int world, const int32_t* lists,
-                              const int64_t* send_counts, Word* send) {
+__global__ void gather_kernel(const Word* x, uint64_t row_words, const Word* scales, uint64_t scale_words,
+                              uint64_t tokens, int world, const int32_t* lists, const int64_t* send_counts, Word* send) {
   const int d = blockIdx.y;
   int64_t prefix = 0;
   for (int q = 0; q < d; ++q) prefix += send_counts[q];
   const int64_t count = send_counts[d];
   for (int64_t i = blockIdx.x; i < count; i += gridDim.x) {
-    const Word* from = x + static_cast<uint64_t>(lists[static_cast<uint64_t>(d) * tokens + i]) * row_words;
-    Word* to = send + static_cast<uint64_t>(prefix + i) * row_words;
+    const uint64_t token = static_cast<uint64_t>(lists[static_cast<uint64_t>(d) * tokens + i]);
+    const Word* from = x + token * row_words;
+    Word* to = send + static_cast<uint64_t>(prefix + i) * (row_words + scale_words);
     for (uint64_t w = threadIdx.x; w < row_words; w += blockDim.x) to[w] = from[w];
+    for (uint64_t w = threadIdx.x; w < scale_words; w += blockDim.x) to[row_words + w] = scales[token * scale_words + w];
+  }
+}
+
+__global__ void fill_fp8_kernel(uint8_t* x, uint64_t count, uint64_t seed, int rank, DataType type) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < count; i += uint64_t(gridDim.x) * blockDim.x) {
+    x[i] = token_fp8_bits(type, seed, rank, i);
+  }
+}
+
+__global__ void fill_scales_kernel(float* scales, uint64_t count, uint64_t seed, int rank) {
+  for (uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; i < count; i += uint64_t(gridDim.x) * blockDim.x) {
+    scales[i] = token_scale(seed, rank, i);
+  }
+}
+
+template <typename T>
+__global__ void dequantize_kernel(DataType fp8_type, const uint8_t* x, uint64_t x_stride, const char* scales,
+                                  uint64_t scale_stride, uint64_t hidden, uint64_t rows, T* y) {
+  for (uint64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const uint8_t* in = x + r * x_stride;
+    const float* scale = reinterpret_cast<const float*>(scales + r * scale_stride);
+    for (uint64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
+      y[r * hidden + h] = from_float<T>(fp8_value(fp8_type, in[h]) * scale[h / 128]);
+    }
   }
 }
 
@@ -158,6 +184,40 @@ cudaError_t fill_tokens(DataType type, void* x, size_t tokens, size_t hidden, ui
     case DataType::kBFloat16: fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(x), count, seed, rank); break;
     case DataType::kFloat16: fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<__half*>(x), count, seed, rank); break;
     case DataType::kFloat32: fill_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(x), count, seed, rank); break;
+    case DataType::kFloat8E4M3:
+    case DataType::kFloat8E5M2:
+      fill_fp8_kernel<<<blocks, 256, 0, stream>>>(static_cast<uint8_t*>(x), count, seed, rank, type);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t fill_scales(float* scales, size_t tokens, size_t hidden, uint64_t seed, int rank, cudaStream_t stream) {
+  const uint64_t count = static_cast<uint64_t>(tokens) * (hidden / 128);
+  if (count == 0) return cudaSuccess;
+  fill_scales_kernel<<<grid_for(count, 256, 4096), 256, 0, stream>>>(scales, count, seed, rank);
+  return cudaGetLastError();
+}
+
+cudaError_t dequantize_rows(DataType fp8_type, const void* x, size_t x_stride, const void* scales, size_t scale_stride,
+                            size_t hidden, size_t rows, DataType out_type, void* y, cudaStream_t stream) {
+  if (rows == 0 || hidden == 0) return cudaSuccess;
+  if (hidden % 128 != 0 || (fp8_type != DataType::kFloat8E4M3 && fp8_type != DataType::kFloat8E5M2)) return cudaErrorInvalidValue;
+  const unsigned blocks = grid_for(rows, 1, 4096);
+  const auto* in = static_cast<const uint8_t*>(x);
+  const auto* s = static_cast<const char*>(scales);
+  switch (out_type) {
+    case DataType::kBFloat16:
+      dequantize_kernel<<<blocks, 256, 0, stream>>>(fp8_type, in, x_stride, s, scale_stride, hidden, rows,
+                                                    static_cast<__nv_bfloat16*>(y));
+      break;
+    case DataType::kFloat16:
+      dequantize_kernel<<<blocks, 256, 0, stream>>>(fp8_type, in, x_stride, s, scale_stride, hidden, rows, static_cast<__half*>(y));
+      break;
+    case DataType::kFloat32:
+      dequantize_kernel<<<blocks, 256, 0, stream>>>(fp8_type, in, x_stride, s, scale_stride, hidden, rows, static_cast<float*>(y));
+      break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
@@ -172,21 +232,27 @@ cudaError_t route_tokens(const int64_t* ids, const float* weights, size_t tokens
 }
 
 cudaError_t gather_rows(DataType type, const void* x, size_t hidden, size_t tokens, int world, const int32_t* lists,
-                        const int64_t* send_counts, void* send, cudaStream_t stream) {
+                        const int64_t* send_counts, void* send, cudaStream_t stream, const void* scales,
+                        size_t scale_bytes) {
   if (world < 1 || world > kMaxWorld) return cudaErrorInvalidValue;
   const size_t row_bytes = hidden * datatype_size(type);
   if (row_bytes == 0 || tokens == 0) return cudaSuccess;
+  if (scales != nullptr && (row_bytes % 4 != 0 || scale_bytes % 4 != 0)) return cudaErrorInvalidValue;
+  if (scales == nullptr) scale_bytes = 0;
   const unsigned per_destination = world >= 2048 ? 1u : static_cast<unsigned>(2048 / world);
   const dim3 grid(grid_for(tokens, 1, per_destination), static_cast<unsigned>(world));
-  if (row_bytes % 16 == 0) {
-    gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const uint4*>(x), row_bytes / 16, tokens, world, lists,
-                                            send_counts, static_cast<uint4*>(send));
-  } else if (row_bytes % 4 == 0) {
-    gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const uint32_t*>(x), row_bytes / 4, tokens, world, lists,
-                                            send_counts, static_cast<uint32_t*>(send));
+  auto launch = [&](auto word) {
+    using Word = decltype(word);
+    gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const Word*>(x), row_bytes / sizeof(Word),
+                                            static_cast<const Word*>(scales), scale_bytes / sizeof(Word), tokens, world,
+                                            lists, send_counts, static_cast<Word*>(send));
+  };
+  if (row_bytes % 16 == 0 && scale_bytes % 16 == 0) {
+    launch(uint4{});
+  } else if (row_bytes % 4 == 0 && scale_bytes % 4 == 0) {
+    launch(uint32_t{});
   } else {
-    gather_kernel<<<grid, 256, 0, stream>>>(static_cast<const uint16_t*>(x), row_bytes / 2, tokens, world, lists,
-                                            send_counts, static_cast<uint16_t*>(send));
+    launch(uint16_t{});
   }
   return cudaGetLastError();
 }

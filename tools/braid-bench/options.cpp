@@ -7,6 +7,8 @@
 #include <limits>
 #include <map>
 
+#include "braid/moe.hpp"
+
 namespace braid::bench {
 
 std::optional<size_t> parse_bytes(const std::string& text) {
@@ -91,6 +93,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--alignment", options.moe_alignment, "--moe: each local expert's block of rows starts at a multiple of this")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  std::string dispatch_type;
+  app.add_option("--dispatch-type", dispatch_type,
+                 "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");
   app.add_option("-c,--coll", options.coll,
                  "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, all")
       ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "all"}))
@@ -148,6 +153,19 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
     if (options.type != DataType::kBFloat16 && options.type != DataType::kFloat16 && options.type != DataType::kFloat32) {
       std::fprintf(stderr, "braid-bench: --moe rows are bfloat16, float16 or float32 (-d %s)\n", type.c_str());
       return 2;
+    }
+    if (!dispatch_type.empty()) {
+      const auto found = types.find(dispatch_type);
+      if (found == types.end() || (found->second != DataType::kFloat8E4M3 && found->second != DataType::kFloat8E5M2)) {
+        std::fprintf(stderr, "braid-bench: --dispatch-type is f8e4m3 or f8e5m2 (got %s)\n", dispatch_type.c_str());
+        return 2;
+      }
+      if (options.moe_hidden % kMoeScaleColumns != 0) {
+        std::fprintf(stderr, "braid-bench: --dispatch-type %s needs --hidden a multiple of %zu (got %zu)\n",
+                     dispatch_type.c_str(), kMoeScaleColumns, options.moe_hidden);
+        return 2;
+      }
+      options.moe_dispatch_type = found->second;
     }
     if (options.moe_top_k > options.moe_experts) {
       std::fprintf(stderr, "braid-bench: --top-k %d needs at least as many --experts (%d): experts are distinct\n",

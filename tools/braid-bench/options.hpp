@@ -22,6 +22,7 @@ struct Options {
   int moe_top_k = 8;
   int moe_experts = 64;
   int moe_alignment = 1;
+  std::optional<DataType> moe_dispatch_type;  // --dispatch-type: fp8 dispatch (rows of -d's type come back)
 
   std::vector<Collective> collectives{Collective::kAllReduce};
   std::string coll = "allreduce";  // as given: one name or "all"
