@@ -315,36 +315,68 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
   }
 }
 
-// fp8 dispatch moves each token's scales apart from its rows, by the warp of the row's first slice, one row at a
-// time: inside the row loops above, the scales' copies made scatter spill two to nine times as many registers
-// (the loads here hit what send_tokens and expand_tokens just read).
+// fp8 dispatch moves each token's scales apart from its rows, by the warp of the row's last slice (the first one
+// writes the records): inside the row loops above, the scales' copies made scatter spill two to nine times as
+// many registers. A warp loads a token's scales once and stores them into every row they go to.
+
+// One warp: `bytes` (whole Words) from `from` into the rows of `area` (`bytes` apart) that lanes first_lane + j
+// hold in `row`, for the bits j of `rows` (the same on every lane).
+template <typename Word>
+__device__ __forceinline__ void copy_to_rows(const char* from, char* area, size_t bytes, int64_t row, int first_lane,
+                                             unsigned int rows) {
+  const size_t words = bytes / sizeof(Word);
+  for (size_t w0 = 0; w0 < words; w0 += 32) {
+    const size_t w = w0 + lane();
+    Word value{};
+    if (w < words) value = reinterpret_cast<const Word*>(from)[w];
+    for (unsigned int left = rows; left != 0; left &= left - 1) {
+      const int64_t to = __shfl_sync(kFullWarp, row, first_lane + __ffs(left) - 1);
+      if (w < words) reinterpret_cast<Word*>(area + to * bytes)[w] = value;
+    }
+  }
+}
+
+// Scales are a multiple of 4 bytes (hidden is a multiple of kMoeScaleColumns); 16-byte vectors where every row's
+// and the source's address allow.
+__device__ __forceinline__ void copy_scales(const char* from, char* area, size_t bytes, int64_t row, int first_lane,
+                                            unsigned int rows) {
+  if (bytes % 16 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
+    copy_to_rows<uint4>(from, area, bytes, row, first_lane, rows);
+  } else {
+    copy_to_rows<uint32_t>(from, area, bytes, row, first_lane, rows);
+  }
+}
 
 // Token i's scales for ranks me + first, first in [first_begin, first_end]: into the rows send_tokens filled
-// (into a peer the row of the token's first expert there, which expand_scales copies on). Lane k holds pair k.
+// (into a peer the row of the token's first expert there, which expand_scales copies on). Lanes as in
+// send_tokens: lane q * K + k holds pair k of the q-th rank of a pass.
 template <typename Index>
 __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, int first_begin,
                             int first_end) {
   const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
-  const int k = static_cast<int>(lane());
+  const int per_pass = ranks_per_pass(K);
+  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t bytes = launch.scale_bytes;
-  for (int first = first_begin; first <= first_end; ++first) {
-    const int r = (me + first) % W;
-    if (i >= rounds.sent[r]) continue;  // the same for the whole warp
-    const int32_t t = launch.slot_token[size_t(r) * launch.max_tokens + i];
+  for (int first = first_begin; first <= first_end; first += per_pass) {
+    const int r = (me + first + group) % W;
+    int32_t t = -1;
     int64_t row = -1;
-    if (k < K) {
+    if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
+      t = launch.slot_token[size_t(r) * launch.max_tokens + i];
       const int64_t e = expert_of<Index>(launch, t, k);
       if (e >= int64_t(r) * L && e < int64_t(r + 1) * L) {
         row = layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[size_t(t) * K + k];
       }
     }
-    unsigned int rows = __ballot_sync(kFullWarp, row >= 0);
-    if (r != me) rows &= ~rows + 1u;  // the first only
-    const char* from = launch.x_scales + size_t(t) * bytes;
-    char* area = launch.peers[r] + launch.layout.row_scales;
-    for (int j = 0; j < K; ++j) {
-      char* to = area + __shfl_sync(kFullWarp, row, j) * bytes;
-      if ((rows >> j) & 1u) group_copy_to(&to, 1, from, bytes, lane(), 32);
+    const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
+    for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
+      const int32_t token = __shfl_sync(kFullWarp, t, q * K);
+      unsigned int rows = (valid_pass >> (q * K)) & pair_mask(K);
+      if (token < 0 || rows == 0) continue;  // the same for the whole warp
+      const int destination = (me + first + q) % W;
+      if (destination != me) rows &= ~rows + 1u;  // the first only
+      copy_scales(launch.x_scales + size_t(token) * bytes, launch.peers[destination] + launch.layout.row_scales, bytes, row,
+                  q * K, rows);
     }
   }
 }
@@ -352,18 +384,25 @@ __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const
 // The scales of received token i of every peer, from the row that crossed into the token's other rows here.
 __device__ void expand_scales(const MoeLaunch& launch, const Rounds& rounds, int64_t i) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
+  const int per_pass = ranks_per_pass(K);
+  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t bytes = launch.scale_bytes;
   char* area = launch.peers[me] + launch.layout.row_scales;
   const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
-  for (int first = 1; first < W; ++first) {
-    const int source = (me + first) % W;
-    if (i >= rounds.received[source]) continue;  // the same for the whole warp
-    const int32_t* words = records + (size_t(source) * launch.max_tokens + i) * record_words(K);
-    const int n = min(max(words[1], 0), K);
-    const char* from = area + size_t(words[2]) * bytes;
-    for (int j = 1; j < n; ++j) {
-      char* to = area + size_t(words[2 + j]) * bytes;
-      group_copy_to(&to, 1, from, bytes, lane(), 32);
+  for (int first = 1; first < W; first += per_pass) {
+    const int source = (me + first + group) % W;
+    int n = 0;
+    int64_t row = -1;
+    if (group < per_pass && first + group < W && i < rounds.received[source]) {
+      const int32_t* words = records + (size_t(source) * launch.max_tokens + i) * record_words(K);
+      n = min(max(words[1], 0), K);
+      if (k < n) row = words[2 + k];
+    }
+    for (int q = 0; q < per_pass && first + q < W; ++q) {
+      const int count = __shfl_sync(kFullWarp, n, q * K);
+      if (count < 2) continue;  // the same for the whole warp
+      const int64_t primary = __shfl_sync(kFullWarp, row, q * K);
+      copy_scales(area + primary * bytes, area, bytes, row, q * K, ((1u << count) - 1u) & ~1u);
     }
   }
 }
@@ -460,7 +499,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   Slice slice{size_t(slice_index) * rounds.scatter.slice_bytes, 0};
   if (slice.begin < row_bytes) slice.bytes = min(rounds.scatter.slice_bytes, row_bytes - slice.begin);
   const bool first_slice = slice_index == 0;
-  const bool scales = kScales && first_slice;  // this warp moves the scales too
+  const bool scales = kScales && slice_index == rounds.scatter.slices - 1;  // this warp moves the scales too
   auto token_of = [&](int round) {
     const ScatterPlan& plan = rounds.scatter;
     return (int64_t(round) * gridDim.x + blockIdx.x) * plan.per_round + static_cast<int>(warp) / plan.slices;
