@@ -32,7 +32,7 @@
 /* ------------------------------------------------------------------------------------------------------------
  * Data types. Values are encoded from exact doubles; float16/bfloat16 are converted by hand (C has no such types)
  * with round-to-nearest-even, although every value the program encodes is exactly representable. */
-typedef enum { K_INT, K_UINT, K_F16, K_BF16, K_F32, K_F64 } Kind;
+typedef enum { K_INT, K_UINT, K_F16, K_BF16, K_F32, K_F64, K_F8E4M3, K_F8E5M2 } Kind;
 typedef struct {
   ncclDataType_t nccl;
   const char* name;
@@ -44,7 +44,8 @@ static const DType kTypes[] = {
     {ncclInt8, "int8", 1, K_INT},          {ncclUint8, "uint8", 1, K_UINT},     {ncclInt32, "int32", 4, K_INT},
     {ncclUint32, "uint32", 4, K_UINT},     {ncclInt64, "int64", 8, K_INT},      {ncclUint64, "uint64", 8, K_UINT},
     {ncclFloat16, "float16", 2, K_F16},    {ncclBfloat16, "bfloat16", 2, K_BF16}, {ncclFloat32, "float32", 4, K_F32},
-    {ncclFloat64, "float64", 8, K_F64},
+    {ncclFloat64, "float64", 8, K_F64},    {ncclFloat8e4m3, "float8e4m3", 1, K_F8E4M3},
+    {ncclFloat8e5m2, "float8e5m2", 1, K_F8E5M2},
 };
 #define NTYPES (sizeof kTypes / sizeof kTypes[0])
 
@@ -116,6 +117,8 @@ static void encode(const DType* t, void* dst, double v) {
       break;
     }
     case K_F64: memcpy(dst, &v, 8); break;
+    case K_F8E4M3:
+    case K_F8E5M2: *(uint8_t*)dst = f32_to_fp8((float)v, t->kind == K_F8E5M2); break;
   }
 }
 
@@ -169,8 +172,9 @@ typedef struct {
 static int is_reduction(Coll c) { return c == C_ALLREDUCE || c == C_REDUCE || c == C_REDUCESCATTER; }
 
 /* Value classes. Sums: |x| <= 120/nranks, so every partial sum is an integer of magnitude <= 120, exact in int8
- * and in bfloat16 (8 significant bits). Products: x in {1, 2} (and -1, -2 where the type is signed), with at
- * most 6 ranks contributing a 2 to any element, so |product| <= 64. max/min: |x| <= 100. Values are never 0. */
+ * and in bfloat16 (8 significant bits); fp8: |x| <= 8/nranks, partial sums <= 8, exact in e5m2 (3 significant
+ * bits) up to 8 ranks. Products: x in {1, 2} (and -1, -2 where the type is signed), with at most 6 ranks
+ * contributing a 2 to any element, so |product| <= 64. max/min: |x| <= 100 (fp8: <= 8). Values are never 0. */
 typedef enum { V_SUM, V_PROD, V_MAXMIN, V_BITS } VClass;
 
 static VClass value_class(const Case* c) {
@@ -189,15 +193,17 @@ static inline uint64_t below(uint64_t r, uint64_t n) { return ((r >> 32) * n) >>
 static inline int64_t reduce_value(VClass vc, const DType* t, uint64_t seed, int rank, size_t i) {
   const uint64_t r = rnd64(seed, i);
   const int neg = t->kind != K_UINT && ((r >> 8) & 1);
+  const int fp8 = t->kind == K_F8E4M3 || t->kind == K_F8E5M2;
+  const int sum_limit = fp8 ? 8 : 120;
   int64_t mag;
   if (vc == V_SUM) {
-    const uint64_t k = W.nranks < 120 ? (uint64_t)(120 / W.nranks) : 1;
+    const uint64_t k = W.nranks < sum_limit ? (uint64_t)(sum_limit / W.nranks) : 1;
     mag = 1 + (int64_t)below(r, k);
   } else if (vc == V_PROD) {
     const size_t twos = W.nranks < 6 ? (size_t)W.nranks : 6; /* ranks that may contribute a 2 to element i */
     mag = ((r >> 20) & 1) && (twos == (size_t)W.nranks || ((i + (size_t)rank) % (size_t)W.nranks) < twos) ? 2 : 1;
   } else {
-    mag = 1 + (int64_t)below(r, 100);
+    mag = 1 + (int64_t)below(r, fp8 ? 8 : 100);
   }
   return neg ? -mag : mag;
 }

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fp8_bits.h"
+
 static const char* g_prog = "nccl_test";
 
 static void die(const char* fmt, ...) {

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../fp8_bits.h"
 #include "mock_cuda.h"
 
 typedef enum { K_ALLREDUCE, K_REDUCE, K_REDUCESCATTER, K_ALLGATHER, K_BROADCAST, K_ALLTOALL } Kind;
@@ -68,7 +69,7 @@ static void fail(const char* msg) {
 
 static size_t type_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
     case ncclFloat16: case ncclBfloat16: return 2;
     case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
     default: return 8;
@@ -101,6 +102,8 @@ static double load(ncclDataType_t t, const void* p, size_t i) {
     case ncclFloat16: return (double)((const _Float16*)p)[i];
     case ncclBfloat16: return bf16_to_f(((const uint16_t*)p)[i]);
     case ncclFloat32: return ((const float*)p)[i];
+    case ncclFloat8e4m3: return fp8_to_f32(((const uint8_t*)p)[i], 0);
+    case ncclFloat8e5m2: return fp8_to_f32(((const uint8_t*)p)[i], 1);
     default: return ((const double*)p)[i];
   }
 }
@@ -115,6 +118,8 @@ static void store(ncclDataType_t t, void* p, size_t i, double v) {
     case ncclFloat16: ((_Float16*)p)[i] = (_Float16)v; break;
     case ncclBfloat16: ((uint16_t*)p)[i] = f_to_bf16((float)v); break;
     case ncclFloat32: ((float*)p)[i] = (float)v; break;
+    case ncclFloat8e4m3: ((uint8_t*)p)[i] = f32_to_fp8((float)v, 0); break;
+    case ncclFloat8e5m2: ((uint8_t*)p)[i] = f32_to_fp8((float)v, 1); break;
     default: ((double*)p)[i] = v; break;
   }
 }
