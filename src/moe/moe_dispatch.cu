@@ -200,6 +200,26 @@ __device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
 static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes");
 __device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
+// Lane k's pair of the i-th token this rank sends rank r: the token, the pair's expert (-1: none, or refused) and
+// its row on r (-1: the expert is not on r). The pair's slot is loaded with its id, not after it.
+struct SentPair {
+  int32_t token;
+  int expert;
+  int64_t row;
+};
+template <typename Index>
+__device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Layout& layout, int64_t i, int r, int k) {
+  const int L = launch.local_experts;
+  SentPair pair{launch.slot_token[size_t(r) * launch.max_tokens + i], -1, -1};
+  const int64_t id = expert_of<Index>(launch, pair.token, k);
+  const int32_t slot = launch.pair_slot[size_t(pair.token) * launch.top_k + k];  // meaningful only where the expert is on r
+  pair.expert = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
+  if (pair.expert >= r * L && pair.expert < (r + 1) * L) {
+    pair.row = layout.expert_start[pair.expert] + layout.mine_before[pair.expert] + slot;
+  }
+  return pair;
+}
+
 // One warp: slice `slice` of token i of this rank's list for ranks me + first, first in [first_begin, first_end]
 // (peers are [1, W - 1], this rank is W). Into a peer once, at the row of the token's first expert there (a
 // token crosses NVLink once per rank however many of its experts that rank holds), with the token's record (its
@@ -219,12 +239,11 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
     int64_t row = -1;
     float weight = 0.0f;
     if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
-      t = launch.slot_token[size_t(r) * launch.max_tokens + i];
-      const int64_t id = expert_of<Index>(launch, t, k);
-      const int32_t slot = launch.pair_slot[size_t(t) * K + k];  // meaningful only where the expert is on r
+      const SentPair pair = sent_pair<Index>(launch, layout, i, r, k);
+      t = pair.token;
+      e = pair.expert;
+      row = pair.row;
       if (record) weight = launch.topk_weights[size_t(t) * K + k];
-      e = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
-      if (e >= r * L && e < (r + 1) * L) row = layout.expert_start[e] + layout.mine_before[e] + slot;
     }
     const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
@@ -353,7 +372,7 @@ __device__ __forceinline__ void copy_scales(const char* from, char* area, size_t
 template <typename Index>
 __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, int first_begin,
                             int first_end) {
-  const int K = launch.top_k, L = launch.local_experts, me = launch.rank, W = launch.world;
+  const int K = launch.top_k, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
   const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t bytes = launch.scale_bytes;
@@ -362,11 +381,9 @@ __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const
     int32_t t = -1;
     int64_t row = -1;
     if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
-      t = launch.slot_token[size_t(r) * launch.max_tokens + i];
-      const int64_t e = expert_of<Index>(launch, t, k);
-      if (e >= int64_t(r) * L && e < int64_t(r + 1) * L) {
-        row = layout.expert_start[e] + layout.mine_before[e] + launch.pair_slot[size_t(t) * K + k];
-      }
+      const SentPair pair = sent_pair<Index>(launch, layout, i, r, k);
+      t = pair.token;
+      row = pair.row;
     }
     const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {

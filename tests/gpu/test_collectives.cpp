@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -266,30 +267,29 @@ TEST(Collectives, ReduceMatrix) { run_matrix(Collective::kReduce); }
 TEST(Collectives, ReduceScatterMatrix) { run_matrix(Collective::kReduceScatter); }
 TEST(Collectives, AllGatherMatrix) { run_matrix(Collective::kAllGather); }
 
+// The matrices of `collectives`, each on a communicator with `algorithms` forced (CommOptions::algorithms).
+void run_forced_matrices(const std::string& algorithms, const std::string& label,
+                         std::initializer_list<Collective> collectives) {
+  CommOptions options = test_options();
+  options.algorithms = algorithms;
+  with_communicator(
+      [&](Communicator& comm) {
+        for (Collective c : collectives) run_cases(comm, matrix(c, comm.size()), (label + " " + collective_name(c)).c_str());
+      },
+      options);
+}
+
 // Reduce-scatter and all-gather pushed through the pipeline FIFOs (not the table's choice yet): the same
 // matrices with the algorithm forced.
 TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
-  CommOptions options = test_options();
-  options.algorithms = "reducescatter=pipelined,allgather=pipelined";
-  with_communicator(
-      [](Communicator& comm) {
-        run_cases(comm, matrix(Collective::kReduceScatter, comm.size()), "pipelined reduce_scatter");
-        run_cases(comm, matrix(Collective::kAllGather, comm.size()), "pipelined all_gather");
-      },
-      options);
+  run_forced_matrices("reducescatter=pipelined,allgather=pipelined", "pipelined",
+                      {Collective::kReduceScatter, Collective::kAllGather});
 }
 // The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
 // including blocks larger than an LL slot (several LL launches, each its own flag).
 TEST(Collectives, LLReduceScatterAllGatherAndReduceMatrices) {
-  CommOptions options = test_options();
-  options.algorithms = "reducescatter=ll,allgather=ll,reduce=ll";
-  with_communicator(
-      [](Communicator& comm) {
-        run_cases(comm, matrix(Collective::kReduceScatter, comm.size()), "LL reduce_scatter");
-        run_cases(comm, matrix(Collective::kAllGather, comm.size()), "LL all_gather");
-        run_cases(comm, matrix(Collective::kReduce, comm.size()), "LL reduce");
-      },
-      options);
+  run_forced_matrices("reducescatter=ll,allgather=ll,reduce=ll", "LL",
+                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce});
 }
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 
