@@ -388,8 +388,20 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   }
   const size_t size = datatype_size(type), bytes = count * size;
   const Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override);
-  kernels::StagedLaunch launch = base_launch(state, call);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kLL) {
+    kernels::LLLaunch launch = ll_launch(state, call);
+    launch.root = root;
+    for_each_chunk(bytes, ll_payload_bytes(launch), [&](size_t offset, size_t chunk_bytes) {
+      launch.send = send == nullptr ? nullptr : at(send, offset);
+      launch.recv = at(recv, offset);
+      launch.count = chunk_bytes;
+      kernels::launch_broadcast_ll(launch, choice.blocks, stream);
+      check_launch("broadcast kernel launch");
+    });
+    return;
+  }
+  kernels::StagedLaunch launch = base_launch(state, call);
   for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
     launch.send = send == nullptr ? nullptr : at(send, offset);
     launch.recv = at(recv, offset);

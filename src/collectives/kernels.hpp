@@ -35,6 +35,8 @@ void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t st
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
+// LL broadcast: the root's input to every peer as LL lines, tokens between the other ranks (broadcast_ll.cu).
+void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 // LL blocks, one from every rank to every rank: all-to-all and all-gather (blocks_ll.cu).
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);

@@ -22,7 +22,11 @@ struct Row {
 // *-tuning.txt):
 //   - LL needs no barrier but sends every byte twice its size to every peer: it wins through 256 KiB on any
 //     buffer, through 512 KiB on buffers peers cannot map (one shot, staged or zero copy, never beats it).
-//   - Any buffer: staged one shot wins at 1 MiB, the pipelined two shot (FIFO pushes) beyond.
+//   - Any buffer: staged one shot wins at 1 MiB, the pipelined two shot (FIFO pushes) beyond. On 2 ranks a one
+//     shot moves as many bytes over NVLink as a two shot (each rank reads its peer's whole input) with one
+//     barrier instead of a pipeline, and wins through 16 MiB (2×H200, bf16, graphs,
+//     bench/results/*-x2-allreduce-oneshot-two-ranks.txt: 13.4 vs 22.5 µs at 2 MiB, 34.3 vs 42.0 at 8 MiB, 67.6
+//     vs 70.7 at 16 MiB; the two shot from 32 MiB, 124 vs 135).
 //   - Symmetric buffers: the zero-copy two shot wins from 512 KiB up (12.5 µs against LL's 14.7 at 512 KiB,
 //     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
@@ -57,6 +61,7 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, size_t(16) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
@@ -74,6 +79,8 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kBroadcast, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
+    {Collective::kBroadcast, size_t(128) << 10, Algorithm::kLL},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
@@ -97,6 +104,7 @@ constexpr Serves kServes[] = {
     {Collective::kAllToAll, Algorithm::kCopyEngine},     {Collective::kAllToAllv, Algorithm::kPipelined},
     {Collective::kAllToAll, Algorithm::kLL},          {Collective::kReduceScatter, Algorithm::kLL},
     {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
+    {Collective::kBroadcast, Algorithm::kLL},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
@@ -117,8 +125,10 @@ bool serves(Collective collective, Algorithm algorithm) {
 }
 
 // Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
-// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, zero-copy blocks 16 KB
-// (their loads come straight from peers' memory: more blocks keep more of them in flight), staged ones 16 KB
+// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, zero-copy blocks and
+// the staged one shot's 16 KB (their loads come straight from peers' memory or staging: more blocks keep more
+// of them in flight; one shot 16 KB against 64 KB on 2×H200, bf16, graphs: 10.5 → 8.9 µs at 512 KiB, 11.4 →
+// 10.1 at 1 MiB, 14.0 → 13.3 at 2 MiB, equal from 4 MiB; not measured on 4 ranks), staged ones 16 KB
 // beyond 32 KiB and one block through it, the others 64 KB. Staged, 16 KB against 64 KB (2×H200, float32,
 // graphs, bench/results/*-x2-staged-blocks.txt): broadcast 7.1 → 6.0 µs at 64 KiB and 7.7 → 6.1 at 128 KiB,
 // staged reduce 9.4 → 7.5 and all-gather 7.8 → 6.9 at 128 KiB, equal from 4 MiB (64 blocks either way); at
@@ -127,7 +137,9 @@ int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
   constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
   if (algorithm == Algorithm::kStaged && bytes <= kOneStagedBlockBytes) return 1;
   const size_t per_block = algorithm == Algorithm::kLL                                      ? size_t(8) << 10
-                           : buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged ? size_t(16) << 10
+                           : buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged ||
+                                     algorithm == Algorithm::kOneShot
+                               ? size_t(16) << 10
                                                                                                : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));

@@ -18,7 +18,7 @@ enum WaitSite : unsigned int {
   kSiteExitBarrier = 3,
   kSiteFifoData = 4,    // a pipelined collective waiting for a peer's piece
   kSiteFifoCredit = 5,  // ... for a peer to hand back a FIFO slot
-  kSiteLLData = 6,      // the LL all-reduce polling a peer's line
+  kSiteLLData = 6,      // an LL collective polling a peer's line
   kSiteMoeRows = 7,     // MoE dispatch waiting for a peer's round of rows
   kSiteMoeCounts = 8,   // MoE dispatch waiting for a peer's routing counts
 };

@@ -287,11 +287,13 @@ TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
 }
 // The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
 // including blocks larger than an LL slot (several LL launches, each its own flag).
-TEST(Collectives, LLReduceScatterAllGatherAndReduceMatrices) {
-  run_forced_matrices("reducescatter=ll,allgather=ll,reduce=ll", "LL",
-                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce});
+TEST(Collectives, LLReduceScatterAllGatherReduceAndBroadcastMatrices) {
+  run_forced_matrices("reducescatter=ll,allgather=ll,reduce=ll,broadcast=ll", "LL",
+                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce, Collective::kBroadcast});
 }
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
+// The table takes LL for small broadcasts: the staged one forced, at every size.
+TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
 
 // Every datatype of `types` × op × size (bytes, rounded up to whole elements) × variant of `collectives`.
 const std::vector<DataType> kEveryType(std::begin(kAllDataTypes), std::end(kAllDataTypes));

@@ -1,0 +1,66 @@
+// Broadcast, low latency (LL): no barrier and no signal. The root stores its input into every peer's LL area as
+// flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, and every other rank polls its
+// own area until the root's lines carry the flag and copies them into its output.
+//
+// Every rank other than the root also stores one line, a token, into every peer's area, and every rank waits
+// for the tokens of every other non-root. LL reuses a parity only because every LL call receives from every
+// peer (reduce_ll.cu): a rank that finished call k+1 knows every peer began it, so finished call k and no longer
+// reads the parity call k+2 rewrites. A root that only sent could run two calls ahead of a peer still reading
+// its lines, and a non-root that heard only from the root could overwrite what another non-root still reads.
+//
+// launch.count: bytes (datatype-blind); launch.root: the root; launch.send: the root's input (null elsewhere).
+#include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/ll.cuh"
+#include "collectives/staged.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+__global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch) {
+  const int world = launch.pad.world, rank = launch.pad.rank, root = launch.root;
+  const LLCall call = ll_call(launch);
+  const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
+  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  // Block 0 exchanges the tokens, a thread per peer (line 0 of this rank's slot in that peer's area).
+  const int peer = static_cast<int>(threadIdx.x);
+  const bool token_thread = blockIdx.x == 0 && peer < world && peer != rank;
+  if (token_thread && rank != root) store_wire(ll_slot(launch, call, peer, rank), make_uint2(0, 0), call.flag);
+  if (rank == root) {
+    for (size_t i = first; i < lines; i += stride) {
+      const size_t offset = i * kLLLineBytes, left = bytes - offset;
+      const uint2 line = load_line(launch.send + offset, left);
+      for (int p = 1; p < world; ++p) {
+        const int q = (rank + p) % world;
+        store_wire(ll_slot(launch, call, q, rank) + i * kLLWireBytes, line, call.flag);
+      }
+      if (launch.recv != launch.send) store_line(launch.recv + offset, line, left);
+    }
+  }
+  bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
+  if (token_thread && peer != root) {
+    uint2 token;
+    arrived = device::spin_until(launch.pad, [&] { return load_wire(ll_slot(launch, call, rank, peer), call.flag, &token); },
+                                 launch.collective, kSiteLLData, peer, blockIdx.x);
+  }
+  if (rank != root) {
+    for (size_t i = first; arrived && i < lines; i += stride) {
+      const size_t offset = i * kLLLineBytes;
+      const char* wire = ll_slot(launch, call, rank, root) + i * kLLWireBytes;
+      uint2 line;
+      arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
+                                   kSiteLLData, root, blockIdx.x);
+      if (arrived) store_line(launch.recv + offset, line, bytes - offset);
+    }
+  }
+  advance_after_last_block(launch.epoch, launch.blocks_done);
+}
+
+}  // namespace
+
+void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
+  broadcast_ll<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+}
+
+}  // namespace braid::kernels
