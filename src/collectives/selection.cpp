@@ -56,6 +56,12 @@ struct Row {
 //     bench/results/*-x2-ll-reduce.txt) 3.5 µs at 8 KiB, 4.4 at 64 KiB, 7.6 at 512 KiB against staged 5.5 / 8.7 /
 //     9.8 and NCCL's 5.0 / 5.3 / 7.6; staged wins from 1 MiB (10.5 vs 11.0). It moves what LL all-reduce moves,
 //     so on more ranks it takes all-reduce's 256 KiB cut-off; not measured there.
+//   - Broadcast by LL (the root's input to every peer as LL lines, tokens between the others; no barrier): on
+//     2×H200 (float32, graphs, bench/results/*-x2-broadcast-ll-compare-nccl.txt) 2.8 µs at 8 KiB, 3.6 at
+//     128 KiB, 5.3 at 512 KiB, 8.1 at 1 MiB against staged 5.0 / 5.9 / 6.9 / 8.4 and NCCL's 5.6 / 6.0 / 8.1 /
+//     11.3; staged wins from 2 MiB (11.3 vs 16.0). The root sends every byte twice to each of W-1 peers, a
+//     staged root serves it once to each: the time LL saves (~2 µs of barrier) pays for the extra bytes up to
+//     about 1 MiB / (W-1), hence 256 KiB beyond 2 ranks (not measured there).
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -79,8 +85,8 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
-    {Collective::kBroadcast, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
-    {Collective::kBroadcast, size_t(128) << 10, Algorithm::kLL},
+    {Collective::kBroadcast, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
+    {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
