@@ -325,9 +325,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string only = argc > 1 ? argv[1] : "all";          // a part (rs-loads, ag-stores, fused, ce) or all
-  const std::string modes = argc > 2 ? argv[2] : "0,1,2,3,4";   // mode numbers to run
+  const std::string modes = argc > 2 ? argv[2] : "0,1,2,3,4";   // mode numbers to run; argv[3]: sizes (MiB)
   std::vector<size_t> sizes = {size_t(32) << 20, size_t(128) << 20, size_t(512) << 20};
-  h.max_bytes = sizes.back();
+  if (argc > 3) {  // sizes in MiB, comma-separated (the first one is checked)
+    sizes.clear();
+    for (const char* p = argv[3]; *p != '\0';) {
+      char* end = nullptr;
+      sizes.push_back(size_t(std::strtoul(p, &end, 10)) << 20);
+      p = *end == ',' ? end + 1 : end;
+    }
+    std::sort(sizes.begin(), sizes.end());
+  }
+  h.max_bytes = *std::max_element(sizes.begin(), sizes.end());
   h.stream.resize(h.world);
   h.ce.assign(h.world, std::vector<cudaStream_t>(h.world));
   h.ce_done.assign(h.world, std::vector<cudaEvent_t>(h.world));
