@@ -211,8 +211,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   };
 
   // This rank's own block is a local copy, spread over as many parts as the rank sends rounds (at least one)
-  // so that it shares the copying group's time with the pulls. With device counts its place in the output is
-  // known only after round 0's headers, so it follows round 0's pull.
+  // so that it shares the copying group's time with the pulls, done before each round's wait for the peers'
+  // pieces so that it fills that wait. With device counts its place in the output is known only after round 0's
+  // headers, so there it follows round 0's pull.
   const uint64_t own_rounds = sizes.send_rounds > 0 ? sizes.send_rounds : 1;
   const uint64_t own_bytes = sizes.send_bytes[rank];
   const uint64_t own_part = ((own_bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;  // whole vectors
@@ -229,9 +230,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
       if (!push(round)) return;  // round 0 goes to every peer (its header), even with nothing to send
     }
   } else {
+    const bool own_place_known = launch.device_send_counts == nullptr;  // host counts: recv_offset is known
     for (uint64_t round = 0; round < sizes.recv_rounds || round < own_rounds; ++round) {
+      const bool own_first = round < own_rounds && (round > 0 || own_place_known);
+      if (own_first) copy_own(round);
       if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
-      if (round < own_rounds) copy_own(round);
+      if (round < own_rounds && !own_first) copy_own(round);
     }
   }
 }
