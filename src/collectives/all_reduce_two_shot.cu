@@ -25,10 +25,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(Pipeline
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, world);
   const size_t rounds = grid.rounds();
+  // This rank's own shard is reduced straight from the input where 16-byte vector loads may read it (pieces
+  // start on whole vectors); otherwise it is copied into a slot of its own first.
+  const bool own_in_place = (reinterpret_cast<uintptr_t>(launch.send) & (kVectorBytes - 1)) == 0;
 
   auto scatter = [&](size_t round) {
     if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
-    for (int k = 0; k < world; ++k) {
+    for (int k = own_in_place ? 1 : 0; k < world; ++k) {
       const int q = (rank + k) % world;  // rotated: see the note at the top
       const Slice piece = grid.slice(round, q);
       char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
@@ -47,9 +50,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(Pipeline
     char* destinations[kMaxWorld];
     int destination_count = 0;
     destinations[destination_count++] = launch.recv + mine.begin * sizeof(T);
-    for (int r = 0; r < world; ++r) {
-      sources[r] = r == rank ? own_piece(launch, 0, round) : fifo_piece(launch, rank, 0, r, pull_slot[r]);
-    }
+    for (int r = 0; r < world; ++r) sources[r] = fifo_piece(launch, rank, 0, r, pull_slot[r]);
+    sources[rank] = own_in_place ? launch.send + mine.begin * sizeof(T) : own_piece(launch, 0, round);
     for (int k = 1; k < world; ++k) {  // rotated, as the scatter
       const int r = (rank + k) % world;
       destinations[destination_count++] = fifo_piece(launch, r, 1, rank, push_slot[r]);

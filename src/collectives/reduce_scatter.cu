@@ -17,11 +17,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunc
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);
   const size_t rounds = grid.rounds();
+  // This rank's own block is reduced straight from the input where 16-byte vector loads may read it (pieces
+  // start on whole vectors); otherwise it is copied into a slot of its own first.
+  const char* own_block = launch.send + rank * launch.rank_stride;
+  const bool own_in_place = (reinterpret_cast<uintptr_t>(own_block) & (kVectorBytes - 1)) == 0;
 
   auto scatter = [&](size_t round) {
     if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
     const Slice piece = grid.slice(round, 0);
-    for (int k = 0; k < world; ++k) {
+    for (int k = own_in_place ? 1 : 0; k < world; ++k) {
       // Rotated, starting with the rank after this one: in rank order, every rank would push to rank 0 first
       // and one GPU's ingress would take three senders while the others' idle.
       const int q = (rank + k) % world;
@@ -38,7 +42,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunc
     if (!wait_peers(launch, kData1, kSiteFifoData, pull_slot)) return;
     const Slice piece = grid.slice(round, 0);
     const char* sources[kMaxWorld];
-    for (int r = 0; r < world; ++r) sources[r] = r == rank ? own_piece(launch, 0, round) : fifo_piece(launch, rank, 0, r, pull_slot[r]);
+    for (int r = 0; r < world; ++r) sources[r] = fifo_piece(launch, rank, 0, r, pull_slot[r]);
+    sources[rank] = own_in_place ? own_block + piece.begin * sizeof(T) : own_piece(launch, 0, round);
     char* destination = launch.recv + piece.begin * sizeof(T);
     block_reduce<T, Op>(sources, world, &destination, 1, slot_slice<T>(piece.end - piece.begin), 0, 0, world);
     post_peers(launch, kFree1);
