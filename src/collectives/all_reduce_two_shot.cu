@@ -2,8 +2,9 @@
 // (pipeline.cuh), so any user buffer of any size runs in one launch with no barrier.
 //
 // Each round, block b owns world pieces of the buffer, piece q belonging to shard q. Per round:
-//   1. scatter: piece q of this rank's input is stored into rank q's phase-1 FIFO (NVLink), its own piece into
-//      its own slot;
+//   1. scatter: piece q of this rank's input is stored into rank q's phase-1 FIFO (NVLink); its own piece is
+//      read in place where it is 16-byte aligned, otherwise copied into a slot of its own (the copy cost 7% at
+//      128-512 MiB on 2×H200, -x2-pipelined-own-direct-ab.txt);
 //   2. reduce: once every peer's piece of this rank's shard arrived, the rank reduces them (rank order, so every
 //      rank computes bit-identical results) into its output and stores the result into every peer's phase-2 FIFO;
 //   3. gather: the reduced pieces of the other shards arrive and are copied into the output.
