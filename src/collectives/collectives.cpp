@@ -263,6 +263,13 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     run_reduce_ll(launch, call, count, choice.blocks, stream, "reduce kernel launch");
     return;
   }
+  if (choice.algorithm == Algorithm::kPipelined) {  // the two shot, gathered by the root alone
+    kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0);
+    launch.root = root;
+    kernels::launch_reduce_pipelined(type, op, launch, choice.blocks, stream);
+    check_launch("reduce kernel launch");
+    return;
+  }
   kernels::StagedLaunch launch = base_launch(state, call);
   for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
     launch.send = at(send, offset * size);

@@ -27,6 +27,8 @@ void launch_all_reduce_one_shot_zero_copy(DataType type, ReduceOp op, const Zero
 void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
                                           cudaStream_t stream);
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce as the pipelined two shot whose gather goes to launch.root alone (all_reduce_two_shot.cu).
+void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,

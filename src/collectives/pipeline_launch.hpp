@@ -38,6 +38,7 @@ struct PipelineLaunch {
   char* const* area;   // device array [world]: every rank's pipeline area
   size_t piece_bytes;  // bytes of one FIFO slot
   device::SignalPad pad;
+  int root = -1;       // the two shot: -1 (all-reduce, every rank gathers), or the one rank that does (reduce)
 };
 
 }  // namespace braid::kernels

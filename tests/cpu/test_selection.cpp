@@ -111,6 +111,22 @@ TEST(Selection, AllReduceTakesTheOneShotFurtherOnTwoRanks) {
   EXPECT_EQ(pick(1 << 20, 4), Algorithm::kOneShot);
 }
 
+TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
+  const auto pick = [](Collective collective, size_t bytes, int world) {
+    return select_algorithm(collective, bytes, world, DataType::kFloat32, "", Buffers::kAny).algorithm;
+  };
+  // Reduce-scatter: staged through 8 MiB on 2 ranks (16 MiB beyond); all-gather through 16 MiB (64 MiB beyond).
+  EXPECT_EQ(pick(Collective::kReduceScatter, size_t(8) << 20, 2), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kReduceScatter, size_t(16) << 20, 2), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduceScatter, size_t(16) << 20, 4), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
+  // Reduce: staged, then the two shot gathered by the root.
+  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 2), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
+}
+
 TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
   const auto pick = [](size_t bytes, int world, Buffers buffers) {
     return select_algorithm(Collective::kAllToAll, bytes, world, DataType::kFloat32, "", buffers).algorithm;

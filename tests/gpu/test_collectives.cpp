@@ -281,10 +281,12 @@ void run_forced_matrices(const std::string& algorithms, const std::string& label
 
 // Reduce-scatter and all-gather pushed through the pipeline FIFOs (not the table's choice yet): the same
 // matrices with the algorithm forced.
-TEST(Collectives, PipelinedReduceScatterAndAllGatherMatrices) {
-  run_forced_matrices("reducescatter=pipelined,allgather=pipelined", "pipelined",
-                      {Collective::kReduceScatter, Collective::kAllGather});
+TEST(Collectives, PipelinedReduceScatterAllGatherAndReduceMatrices) {
+  run_forced_matrices("reducescatter=pipelined,allgather=pipelined,reduce=pipelined", "pipelined",
+                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce});
 }
+// Staged reduce, forced: the table takes LL below it and the pipelined two shot above it.
+TEST(Collectives, StagedReduceMatrix) { run_forced_matrices("reduce=staged", "staged", {Collective::kReduce}); }
 // The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
 // including blocks larger than an LL slot (several LL launches, each its own flag).
 TEST(Collectives, LLReduceScatterAllGatherReduceAndBroadcastMatrices) {
