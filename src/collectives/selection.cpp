@@ -62,6 +62,13 @@ struct Row {
 //     11.3; staged wins from 2 MiB (11.3 vs 16.0). The root sends every byte twice to each of W-1 peers, a
 //     staged root serves it once to each: the time LL saves (~2 µs of barrier) pays for the extra bytes up to
 //     about 1 MiB / (W-1), hence 256 KiB beyond 2 ranks (not measured there).
+//   - Reduce beyond 16 MiB: the pipelined two shot whose gather goes to the root alone (the root takes in
+//     (world-1)/world of the buffer a phase, by stores, where staged has it load world-1 whole buffers): on
+//     2×H200 (float32, bench/results/*-x2-pipelined-reduce-compare-nccl.txt) they tie at 16 MiB (63 µs), then
+//     108 vs 129 µs at 32 MiB and 775 vs 1026 at 256 MiB (NCCL 737). On more ranks staged loads more bytes
+//     still; not measured there.
+//   - 2 ranks, any buffer (bench/results/*-x2-large-sweeps-a217e81.txt, float32): the pipelined reduce-scatter
+//     beats staged from 16 MiB (36.4 vs 45.8 µs, graphs), the pipelined all-gather from 32 MiB (71.8 vs 73.9).
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
