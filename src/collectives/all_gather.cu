@@ -4,6 +4,11 @@
 // this rank's FIFOs into theirs. Datatype-blind: launch.count is in bytes.
 //
 // launch.rank_stride: bytes between rank blocks of the output.
+//
+// Broadcast (launch.root >= 0, rank_stride 0) is the same kernel with the root alone pushing: the other ranks
+// copy the root's pieces out of their FIFOs, the root its own input (unless in place). One copy a byte into the
+// peers' memory, by stores, where a staged broadcast has every peer load the root's staging in chunks behind
+// barriers.
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
 
@@ -16,9 +21,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);
   const size_t rounds = grid.rounds();
   const WarpGroup group = WarpGroup::half_of_block(kPushThreads);
+  // Whose pieces this rank copies out (peer mask), and whether it pushes: all-gather, every peer's and yes;
+  // broadcast, the root's alone, and only the root pushes.
+  const bool rooted = launch.root >= 0, pushes = !rooted || rank == launch.root;
+  const unsigned int pull_from = !rooted ? kEveryPeer : rank == launch.root ? 0u : 1u << launch.root;
 
   if (group.id == 0) {  // push: this rank's piece into every peer's FIFO, the source read once
-    for (size_t round = 0; round < rounds; ++round) {
+    for (size_t round = 0; pushes && round < rounds; ++round) {
       if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot, kEveryPeer, group)) return;
       const Slice piece = grid.slice(round, 0);
       char* destinations[kMaxWorld];
@@ -32,14 +41,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
   } else {  // copy out: this rank's own piece (unless in place), then the peers' from the FIFOs
     for (size_t round = 0; round < rounds; ++round) {
       const Slice piece = grid.slice(round, 0);
-      group.copy(launch.recv + rank * launch.rank_stride + piece.begin, launch.send + piece.begin, piece.end - piece.begin);
-      if (!wait_peers(launch, kData1, kSiteFifoData, pull_slot, kEveryPeer, group)) return;
+      if (pushes) group.copy(launch.recv + rank * launch.rank_stride + piece.begin, launch.send + piece.begin, piece.end - piece.begin);
+      if (!wait_peers(launch, kData1, kSiteFifoData, pull_slot, pull_from, group)) return;
       for (int q = 0; q < world; ++q) {
-        if (q == rank) continue;
+        if (q == rank || !((pull_from >> q) & 1u)) continue;
         group.copy(launch.recv + q * launch.rank_stride + piece.begin, fifo_piece(launch, rank, 0, q, pull_slot[q]),
                    piece.end - piece.begin);
       }
-      post_peers(launch, kFree1, kEveryPeer, group);
+      post_peers(launch, kFree1, pull_from, group);
     }
   }
 }
@@ -48,6 +57,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
 
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
   all_gather<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+}
+
+void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
+  all_gather<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);  // launch.root >= 0
 }
 
 }  // namespace braid::kernels

@@ -408,6 +408,13 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     });
     return;
   }
+  if (choice.algorithm == Algorithm::kPipelined) {  // the pipelined all-gather, pushed by the root alone
+    kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0);
+    launch.root = root;
+    kernels::launch_broadcast_pipelined(launch, choice.blocks, stream);
+    check_launch("broadcast kernel launch");
+    return;
+  }
   kernels::StagedLaunch launch = base_launch(state, call);
   for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
     launch.send = send == nullptr ? nullptr : at(send, offset);

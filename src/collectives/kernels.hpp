@@ -34,6 +34,8 @@ void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch
 void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
                                      cudaStream_t stream);
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+// Broadcast as the pipelined all-gather with the root alone pushing (all_gather.cu).
+void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);

@@ -99,7 +99,8 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
-    {Collective::kBroadcast, SIZE_MAX, Algorithm::kStaged},
+    {Collective::kBroadcast, size_t(64) << 20, Algorithm::kStaged},
+    {Collective::kBroadcast, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
@@ -123,6 +124,7 @@ constexpr Serves kServes[] = {
     {Collective::kAllToAll, Algorithm::kLL},          {Collective::kReduceScatter, Algorithm::kLL},
     {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
     {Collective::kBroadcast, Algorithm::kLL},          {Collective::kReduce, Algorithm::kPipelined},
+    {Collective::kBroadcast, Algorithm::kPipelined},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,

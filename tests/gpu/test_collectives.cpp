@@ -281,9 +281,9 @@ void run_forced_matrices(const std::string& algorithms, const std::string& label
 
 // Reduce-scatter and all-gather pushed through the pipeline FIFOs (not the table's choice yet): the same
 // matrices with the algorithm forced.
-TEST(Collectives, PipelinedReduceScatterAllGatherAndReduceMatrices) {
-  run_forced_matrices("reducescatter=pipelined,allgather=pipelined,reduce=pipelined", "pipelined",
-                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce});
+TEST(Collectives, PipelinedReduceScatterAllGatherReduceAndBroadcastMatrices) {
+  run_forced_matrices("reducescatter=pipelined,allgather=pipelined,reduce=pipelined,broadcast=pipelined", "pipelined",
+                      {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce, Collective::kBroadcast});
 }
 // Staged reduce, forced: the table takes LL below it and the pipelined two shot above it.
 TEST(Collectives, StagedReduceMatrix) { run_forced_matrices("reduce=staged", "staged", {Collective::kReduce}); }
