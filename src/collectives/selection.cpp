@@ -69,6 +69,10 @@ struct Row {
 //     still; not measured there.
 //   - 2 ranks, any buffer (bench/results/*-x2-large-sweeps-a217e81.txt, float32): the pipelined reduce-scatter
 //     beats staged from 16 MiB (36.4 vs 45.8 µs, graphs), the pipelined all-gather from 32 MiB (71.8 vs 73.9).
+//   - Broadcast beyond 16 MiB: the pipelined all-gather with the root alone pushing (stores into the peers'
+//     FIFOs, where staged has every peer load the root's staging chunk by chunk): on 2×H200 (float32,
+//     bench/results/*-x2-pipelined-broadcast-compare-nccl.txt) 99.7 vs 104.9 µs at 32 MiB, 799 vs 846 at 256 MiB
+//     (NCCL 751); staged 52.6 vs 54.2 at 16 MiB. Not measured on more ranks.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
@@ -99,7 +103,7 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
-    {Collective::kBroadcast, size_t(64) << 20, Algorithm::kStaged},
+    {Collective::kBroadcast, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},

@@ -28,7 +28,8 @@ TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, size_t(128) << 20, 4, DataType::kFloat32, "").algorithm,
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, size_t(16) << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+  EXPECT_EQ(select_algorithm(Collective::kBroadcast, size_t(32) << 20, 4, DataType::kFloat32, "").algorithm,
             Algorithm::kPipelined);
   EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged").algorithm,
             Algorithm::kStaged);
