@@ -15,7 +15,8 @@
 // reduced pieces into the root's phase-2 FIFO and none into their own output (which may be null), the root
 // stores its own into its output and gathers. The root takes in (world-1)/world of the buffer per phase, where a
 // staged reduce has it load (world-1) whole buffers from the peers' staging.
-// The scatter pushes one piece to one peer at a time, its own (a local copy) first, then rank + 1, rank + 2, ...: in rank order,
+// The scatter pushes one piece to one peer at a time, its own (a local copy, unless read in place) first, then
+// rank + 1, rank + 2, ...: in rank order,
 // every rank would push to rank 0 first, then rank 1, ..., and one GPU's ingress would take three senders while
 // the others' idle.
 #include "collectives/dispatch.cuh"
