@@ -160,11 +160,11 @@ bool serves(Collective collective, Algorithm algorithm) {
 int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
   constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
   if (algorithm == Algorithm::kStaged && bytes <= kOneStagedBlockBytes) return 1;
-  const size_t per_block = algorithm == Algorithm::kLL                                      ? size_t(8) << 10
-                           : buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged ||
-                                     algorithm == Algorithm::kOneShot
-                               ? size_t(16) << 10
-                                                                                               : size_t(64) << 10;
+  const bool loads_from_peers =
+      buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged || algorithm == Algorithm::kOneShot;
+  const size_t per_block = algorithm == Algorithm::kLL ? size_t(8) << 10
+                           : loads_from_peers          ? size_t(16) << 10
+                                                       : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }
