@@ -99,8 +99,7 @@ __device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet se
   group.sync();
   const int peer = group.lane();
   if (peer < launch.pad.world && peer != launch.pad.rank && ((peers >> peer) & 1u)) {
-    __threadfence_system();  // the whole group's accesses, ordered before by the barrier
-    device::signal(launch.pad, pad_channel(set), peer);
+    device::signal(launch.pad, pad_channel(set), peer);  // its release covers the group's accesses (the barrier)
   }
 }
 

@@ -81,8 +81,9 @@ __device__ inline void record_error(const SignalPad& pad, unsigned int code, uns
   }
 }
 
-// Tells `peer` that this rank passed a point on `channel`. Call after the writes the peer must see
-// (they are ordered before it by the release).
+// Tells `peer` that this rank passed a point on `channel`. Call after the writes the peer must see: the release
+// orders this thread's earlier accesses before it, and is cumulative, so writes of other threads of the block
+// that a __syncthreads ordered before this thread's call are covered too (no fence needed in between).
 __device__ __forceinline__ void signal(const SignalPad& pad, int channel, int peer) {
   add_release_system(pad.peers[peer] + channel * pad.world + pad.rank, 1);
 }
@@ -135,8 +136,7 @@ __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int c
   __syncthreads();
   const int peer = threadIdx.x;
   if (peer < pad.world && peer != pad.rank) {
-    __threadfence_system();  // cumulative: the whole block's writes (ordered by the __syncthreads above)
-    signal(pad, channel, peer);
+    signal(pad, channel, peer);  // its release covers the block's writes (ordered by the __syncthreads above)
     if (!wait(pad, channel, peer, collective, site)) failed = 1;
   }
   __syncthreads();
