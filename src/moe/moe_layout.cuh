@@ -62,8 +62,11 @@ struct Layout {
   int64_t rank_rows[kMaxWorld];       // rows rank r needs, padding included
 };
 
-// Every word of the count matrix must be this dispatch's (the caller waited for their tags).
-__device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, Layout& layout) {
+// Every word of the count matrix must be this dispatch's (the caller waited for their tags). `alongside()` is
+// called by every thread between the expert totals and the scans (which use warps 0 to world - 1), so work that
+// needs neither (and what the block published before the call) overlaps the scans.
+template <typename Alongside>
+__device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, Layout& layout, Alongside&& alongside) {
   const uint64_t* counts = count_matrix(launch, parity);
   const int stride = launch.experts + launch.world;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
@@ -80,6 +83,7 @@ __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, 
     layout.mine_before[e] = before;
   }
   __syncthreads();
+  alongside();
   // A warp per rank: its experts' blocks start at the exclusive scan of their aligned sizes, 32 experts a step.
   const unsigned int lane = threadIdx.x % 32;
   for (int r = static_cast<int>(threadIdx.x / 32); r < launch.world; r += static_cast<int>(blockDim.x / 32)) {

@@ -24,27 +24,30 @@ struct ScatterPlan {
   size_t slice_bytes;  // a multiple of kRowVectorBytes; slices * slice_bytes >= the row
 };
 
-// `longest`: the longest list any rank sends any rank (< 2^31); `blocks`: scatter's blocks. Powers of two and
-// 32-bit quotients: 64-bit divisions are long software sequences, and this is on the critical path of every call.
+constexpr int kLogMoeWarps = 4;
+static_assert((1 << kLogMoeWarps) == kMoeWarps, "slices and tokens per round are powers of two");
+
+// `longest`: the longest list any rank sends any rank (< 2^31); `blocks`: scatter's blocks. Shifts, products
+// and one 32-bit quotient: this is on the critical path of every call, by one thread (a division is a long
+// instruction sequence on the GPU).
 __host__ __device__ inline ScatterPlan plan_scatter(size_t row_bytes, uint32_t longest, uint32_t blocks) {
   // Slices of at least kSliceBytes (a row's loads in flight together) ...
   int log_slices = 0;
-  while ((1 << log_slices) < kMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
-  // ... and thinner while every token still fits one round, so that a decode batch spreads over more blocks
-  // (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4 tokens).
-  while ((1 << log_slices) < kMoeWarps) {
-    const uint32_t thinner = static_cast<uint32_t>(kMoeWarps >> (log_slices + 1));
-    if ((longest + thinner - 1) / thinner > blocks) break;
+  while (log_slices < kLogMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
+  // ... and thinner while every token still fits one round (ceil(longest / per_round) <= blocks), so that a
+  // decode batch spreads over more blocks (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4).
+  while (log_slices < kLogMoeWarps && uint64_t(longest) <= uint64_t(blocks) * (kMoeWarps >> (log_slices + 1))) {
     ++log_slices;
   }
+  const int log_per_round = kLogMoeWarps - log_slices;
   ScatterPlan plan{};
   plan.slices = 1 << log_slices;
-  plan.per_round = kMoeWarps >> log_slices;
+  plan.per_round = 1 << log_per_round;
   plan.slice_bytes = ((row_bytes + plan.slices - 1) >> log_slices) + kRowVectorBytes - 1;
-  plan.slice_bytes -= plan.slice_bytes % kRowVectorBytes;
-  const uint32_t per_round = static_cast<uint32_t>(plan.per_round), per_round_all = blocks * per_round;
+  plan.slice_bytes &= ~size_t(kRowVectorBytes - 1);
+  const uint32_t per_round_all = blocks << log_per_round;
   plan.rounds = static_cast<int>((longest + per_round_all - 1) / per_round_all);
-  const uint32_t active = (longest + per_round - 1) / per_round;
+  const uint32_t active = (longest + plan.per_round - 1) >> log_per_round;
   plan.active_blocks = static_cast<int>(active < blocks ? active : blocks);
   return plan;
 }
