@@ -15,15 +15,22 @@
 namespace braid::kernels {
 namespace {
 
+// A broadcast's root pushes with half its threads (the other half copies its own input), the other ranks copy
+// out with all of theirs: on 2xH200 (float32, bench/results/*-x2-broadcast-root-pushers.txt) 512 MiB took 1598 us
+// with all-gather's 128 pushers, 1533 with 256, 1525 with 384 (but 384 was slower at 64-128 MiB).
+constexpr int kBroadcastRootPushThreads = 256;
+
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);
   const size_t rounds = grid.rounds();
-  const WarpGroup group = WarpGroup::half_of_block(kPushThreads);
   // Whose pieces this rank copies out (peer mask), and whether it pushes: all-gather, every peer's and yes;
   // broadcast, the root's alone, and only the root pushes.
   const bool rooted = launch.root >= 0, pushes = !rooted || rank == launch.root;
+  // A broadcast's root copies only its own input besides pushing, the other ranks only copy out.
+  const int push_threads = !rooted ? kPushThreads : pushes ? kBroadcastRootPushThreads : 0;
+  const WarpGroup group = WarpGroup::half_of_block(push_threads);
   const unsigned int pull_from = !rooted ? kEveryPeer : rank == launch.root ? 0u : 1u << launch.root;
 
   if (group.id == 0) {  // push: this rank's piece into every peer's FIFO, the source read once

@@ -43,7 +43,8 @@ struct WarpGroup {
   int threads;  // a multiple of 32
 
   __device__ static WarpGroup block() { return WarpGroup{0, 0, 0, static_cast<int>(blockDim.x)}; }
-  // The block cut in two at thread `split` (a multiple of 32): group 0 below it, group 1 from it on.
+  // The block cut in two at thread `split` (a multiple of 32): group 0 below it, group 1 from it on (split 0:
+  // group 1 is the whole block, group 0 has no thread).
   __device__ static WarpGroup half_of_block(int split) {
     return threadIdx.x < split ? WarpGroup{0, 1, 0, split} : WarpGroup{1, 2, split, static_cast<int>(blockDim.x) - split};
   }
