@@ -561,8 +561,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
         // __syncthreads ordered before it (a fence.sc.sys here cost 2 us at T = 128 on 2xH200).
         device::signal(launch.pad, blockIdx.x, threadIdx.x);
       }
-      // This rank's own rows after the signal: their HBM copies overlap the fence's wait for the peers' stores
-      // to land, instead of delaying the signal.
+      // This rank's own rows after the signal: their HBM copies overlap the release's wait for the peers'
+      // stores to land, instead of delaying the signal.
       send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, world, world);
       if (scales) send_scales<Index>(launch, layout, rounds, token_of(round), world, world);
     }
