@@ -8,35 +8,49 @@
 namespace braid {
 namespace {
 
-TEST(Selection, AllReduceIsLLWhenSmallAndTwoShotWhenLarge) {
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 64 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 1 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kAllGather, 4 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 64 << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(select_algorithm(Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined").algorithm,
-            Algorithm::kPipelined);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 256 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 2 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, size_t(16) << 20, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, size_t(32) << 20, 4, DataType::kFloat32, "").algorithm,
-            Algorithm::kPipelined);
-  EXPECT_EQ(select_algorithm(Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged").algorithm,
-            Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
-  EXPECT_EQ(select_algorithm(Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kReduce, 1 << 20, 2, DataType::kFloat32, "").algorithm, Algorithm::kStaged);
+// One row per expectation: collective, bytes, world, datatype, BRAID_ALGO text, the algorithm the table picks.
+struct Expected {
+  Collective collective;
+  size_t bytes;
+  int world;
+  DataType type;
+  const char* override_text;
+  Algorithm algorithm;
+};
+
+TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
+  const Expected expected[] = {
+      {Collective::kAllReduce, 8 << 10, 4, DataType::kBFloat16, "", Algorithm::kLL},
+      {Collective::kAllReduce, 128 << 20, 4, DataType::kFloat32, "", Algorithm::kTwoShot},
+      {Collective::kAllGather, 64 << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kAllGather, 128 << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduceScatter, 1 << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduceScatter, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kAllGather, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kAllGather, 2 << 20, 2, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kAllGather, 4 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduceScatter, 2 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduceScatter, 64 << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined", Algorithm::kPipelined},
+      {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kBroadcast, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kBroadcast, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kBroadcast, 2 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, size_t(32) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
+      {Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduce, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+  };
+  for (const Expected& row : expected) {
+    SCOPED_TRACE(testing::Message() << collective_name(static_cast<unsigned int>(row.collective)) << ", " << row.bytes
+                                    << " bytes, world " << row.world << ", override '" << row.override_text << "'");
+    EXPECT_EQ(select_algorithm(row.collective, row.bytes, row.world, row.type, row.override_text).algorithm, row.algorithm);
+  }
 }
 
 TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
