@@ -16,6 +16,7 @@
 #include "collectives/all_to_all.hpp"
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/call_checks.hpp"
+#include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/selection.hpp"
@@ -46,6 +47,7 @@ kernels::AllToAllLaunch collectives::pipelined_launch(const detail::CommState& s
 
 namespace {
 
+using collectives::all_to_all_copy_engine;
 using collectives::check_buffer;
 using collectives::check_device_pointer;
 using collectives::check_launch;
@@ -54,26 +56,6 @@ using collectives::element_size;
 using collectives::enter;
 using collectives::overlap;
 using collectives::pipelined_launch;
-
-// Uniform blocks on symmetric buffers: copy engines pull block `rank` of every peer's input into this rank's
-// output, in a different peer order on every rank (at each step every rank reads a different peer), between
-// two barrier kernels.
-void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
-                            Stream stream) {
-  const unsigned int collective = static_cast<unsigned int>(Collective::kAllToAll);
-  const device::SignalPad pad = state.sync->pad();
-  kernels::launch_barrier(pad, collective, kSiteEntryBarrier, stream);
-  check_launch("all_to_all barrier launch");
-  for (int step = 0; step < state.size; ++step) {
-    const int q = (state.rank + step) % state.size;
-    const char* source = send.at[q] + state.rank * block_bytes;
-    // Default: the source may be another GPU's memory of this process (ranks as threads, registered buffers).
-    BRAID_CUDA(cudaMemcpyAsync(static_cast<char*>(recv) + q * block_bytes, source, block_bytes, cudaMemcpyDefault,
-                               stream));
-  }
-  kernels::launch_barrier(pad, collective, kSiteExitBarrier, stream);
-  check_launch("all_to_all barrier launch");
-}
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
+#include "collectives/copy_engine.hpp"
 #include "comm/comm_state.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
@@ -23,7 +24,11 @@
 namespace braid {
 namespace {
 
+using collectives::all_gather_copy_engine;
+using collectives::broadcast_copy_engine;
 using collectives::raise_recorded_failure;
+using collectives::reduce_copy_engine;
+using collectives::reduce_scatter_copy_engine;
 using collectives::register_with_nccl;
 using detail::NcclBackend;
 using collectives::at;
@@ -255,8 +260,20 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     return;
   }
   const size_t size = datatype_size(type);
-  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override);
+  // Copy engines when every peer maps the input (the root pulls it) and every input is 16-byte aligned (the
+  // root's kernel loads whole vectors of its own).
+  const std::optional<PeerRange> send_range = find_peer_range(state, send, count * size);
+  const bool pulls = send_range && send_range->aligned16 && !send_range->same_process_peers;
+  Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
+                                   pulls ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kCopyEngine) {
+    if (pulls) {
+      reduce_copy_engine(state, send_range->buffers, recv, count, type, op, root, stream);
+      return;
+    }
+    choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
+  }
   if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;
@@ -295,9 +312,16 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0) send_range = find_peer_range(state, send, recv_count * state.size * size);
   const bool zero_copy = send_range && send_range->aligned16;
-  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
-                                         state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
+  Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
+                                   state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kCopyEngine) {
+    if (zero_copy && !send_range->same_process_peers) {
+      reduce_scatter_copy_engine(state, send_range->buffers, recv, recv_count, type, op, stream);
+      return;
+    }
+    choice.algorithm = Algorithm::kPipelined;  // the zero-copy loads, or FIFOs on buffers peers cannot map
+  }
   if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;
@@ -345,9 +369,16 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0) recv_range = find_peer_range(state, recv, bytes * state.size);
   const bool zero_copy = recv_range && recv_range->aligned16;
-  const Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
-                                         zero_copy ? Buffers::kSymmetric : Buffers::kAny);
+  Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
+                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kCopyEngine) {
+    if (zero_copy && !recv_range->same_process_peers) {
+      all_gather_copy_engine(state, send, recv_range->buffers, bytes, stream);
+      return;
+    }
+    choice.algorithm = Algorithm::kPipelined;  // the zero-copy stores, or FIFOs on buffers peers cannot map
+  }
   if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
     launch.recv_peers = recv_range->buffers;
@@ -394,8 +425,19 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     return;
   }
   const size_t size = datatype_size(type), bytes = count * size;
-  const Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override);
+  // Copy engines when every peer maps the output (the root pushes into it).
+  const std::optional<PeerRange> recv_range = find_peer_range(state, recv, bytes);
+  const bool pushes = recv_range && !recv_range->same_process_peers;
+  Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
+                                   pushes ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kCopyEngine) {
+    if (pushes) {
+      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root, stream);
+      return;
+    }
+    choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
+  }
   if (choice.algorithm == Algorithm::kLL) {
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;

@@ -16,6 +16,7 @@ struct LLLaunch;
 struct ZeroCopyLaunch;
 struct AllToAllLaunch;
 struct AllToAllDirectLaunch;
+struct LocalReduceLaunch;
 
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
 // (reduce_ll.cu).
@@ -45,6 +46,8 @@ void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
+// Sources in this GPU's memory reduced into one output, no peer involved (reduce_local.cu; copy-engine paths).
+void launch_reduce_local(DataType type, ReduceOp op, const LocalReduceLaunch& launch, int blocks, cudaStream_t stream);
 // One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).
 void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream);
 

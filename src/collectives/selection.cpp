@@ -128,7 +128,9 @@ constexpr Serves kServes[] = {
     {Collective::kAllToAll, Algorithm::kLL},          {Collective::kReduceScatter, Algorithm::kLL},
     {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
     {Collective::kBroadcast, Algorithm::kLL},          {Collective::kReduce, Algorithm::kPipelined},
-    {Collective::kBroadcast, Algorithm::kPipelined},
+    {Collective::kBroadcast, Algorithm::kPipelined},    {Collective::kAllGather, Algorithm::kCopyEngine},
+    {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kBroadcast, Algorithm::kCopyEngine},
+    {Collective::kReduce, Algorithm::kCopyEngine},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,

@@ -12,6 +12,7 @@
 #include "bootstrap/store.hpp"
 #include "backends/nccl/nccl_backend.hpp"
 #include "braid/braid.hpp"
+#include "core/side_stream.hpp"
 #include "memory/registration.hpp"
 #include "sync/device_sync.hpp"
 
@@ -44,6 +45,8 @@ struct CommState {
   SymmetricMemory staging;
   SymmetricMemory pipeline;
   SymmetricMemory ll;
+  // The second stream copy-engine collectives run this rank's own block on, beside the peers' copies.
+  std::unique_ptr<SideStream> side;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
 
   // Every symmetric allocation made from this communicator (its own buffers and users'), so a collective can

@@ -201,6 +201,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   }
   state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
+  state->side = std::make_unique<SideStream>(state->device);
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
   return comm;
 }

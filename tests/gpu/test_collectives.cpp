@@ -20,6 +20,7 @@
 #include <functional>
 #include <initializer_list>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,6 +38,9 @@ constexpr size_t kOneMiBPlus3 = (size_t(1) << 20) + 3;  // bytes
 // cut-off on 2 ranks and more (bytes).
 constexpr size_t kZeroCopyBlock = (size_t(2) << 20) + 16;
 constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
+// Every collective that has a copy-engine algorithm, forced onto it (CommOptions::algorithms).
+const char* const kCopyEngineEverywhere =
+    "reducescatter=copyengine,allgather=copyengine,broadcast=copyengine,reduce=copyengine,alltoall=copyengine";
 
 // ---- The matrix ----
 
@@ -356,23 +360,43 @@ TEST(Collectives, SymmetricMemoryBuffers) {
   });
 }
 
-// The same zero-copy kernels on cudaMalloc buffers registered with the communicator (legacy CUDA IPC mappings
-// instead of a symmetric allocation), by the selection table: kZeroCopyBlock takes them, 4097 bytes staging.
+// Reduce-scatter and all-gather cases on cudaMalloc buffers registered with the communicator (legacy CUDA IPC
+// mappings instead of a symmetric allocation).
+void run_registered_reduce_scatter_and_all_gather(Communicator& comm, const std::vector<Collective>& collectives,
+                                                  const char* label) {
+  std::vector<Case> cases = cases_of(collectives, {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8},
+                                     {4097, kZeroCopyBlock});
+  seed_cases(cases, shared_seed(comm));
+  size_t send_capacity = 0, recv_capacity = 0;
+  capacities(cases, comm.size(), send_capacity, recv_capacity);
+  DeviceBuffer send(send_capacity), recv(recv_capacity);
+  RegisteredBuffer send_registration = comm.register_buffer(send.get(), send_capacity);
+  RegisteredBuffer recv_registration = comm.register_buffer(recv.get(), recv_capacity);
+  run_cases_on(comm, cases, Arenas{send.get(), recv.get(), send_capacity, recv_capacity}, label);
+  comm.deregister(send_registration);
+  comm.deregister(recv_registration);
+}
+
+// The zero-copy kernels, by the selection table: kZeroCopyBlock takes them, 4097 bytes staging.
 TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
   with_communicator([](Communicator& comm) {
-    std::vector<Case> cases = cases_of({Collective::kReduceScatter, Collective::kAllGather},
-                                       {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8}, {4097, kZeroCopyBlock});
-    seed_cases(cases, shared_seed(comm));
-    size_t send_capacity = 0, recv_capacity = 0;
-    capacities(cases, comm.size(), send_capacity, recv_capacity);
-    DeviceBuffer send(send_capacity), recv(recv_capacity);
-    RegisteredBuffer send_registration = comm.register_buffer(send.get(), send_capacity);
-    RegisteredBuffer recv_registration = comm.register_buffer(recv.get(), recv_capacity);
-    run_cases_on(comm, cases, Arenas{send.get(), recv.get(), send_capacity, recv_capacity},
-                 "registered reduce_scatter/all_gather");
-    comm.deregister(send_registration);
-    comm.deregister(recv_registration);
+    run_registered_reduce_scatter_and_all_gather(comm, {Collective::kReduceScatter, Collective::kAllGather},
+                                                 "registered reduce_scatter/all_gather");
   });
+}
+
+// Copy engines forced: ranks as processes copy to and from the peers' IPC mappings; ranks as threads (another
+// GPU's cudaMalloc memory of the same process) fall back to the zero-copy kernels.
+TEST(Collectives, RegisteredBuffersCopyEngines) {
+  CommOptions options = test_options();
+  options.algorithms = kCopyEngineEverywhere;
+  with_communicator(
+      [](Communicator& comm) {
+        run_registered_reduce_scatter_and_all_gather(
+            comm, {Collective::kReduceScatter, Collective::kAllGather, Collective::kBroadcast, Collective::kReduce},
+            "registered buffers, copy engines");
+      },
+      options);
 }
 
 // Reduce-scatter and all-gather forced onto their zero-copy kernels ("pipelined" on buffers peers map) at every
@@ -387,6 +411,29 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
                             cases_of({Collective::kReduceScatter, Collective::kAllGather}, kEveryType,
                                      {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}),
                             "zero-copy reduce_scatter/all_gather");
+      },
+      options);
+}
+
+// Copy engines forced for every collective that has them, on symmetric buffers: all-gather and broadcast push
+// into the peers' outputs, reduce-scatter and reduce pull the peers' inputs into staging and reduce there
+// (larger than a staging half: several chunks). Sizes that are not whole 16-byte rank blocks, and the
+// unaligned variants, check the fallbacks (zero-copy kernels or FIFOs).
+TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
+  CommOptions options = test_options();
+  options.algorithms = kCopyEngineEverywhere;
+  with_communicator(
+      [](Communicator& comm) {
+        const std::vector<Collective> collectives = {Collective::kReduceScatter, Collective::kAllGather,
+                                                     Collective::kBroadcast, Collective::kReduce};
+        std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
+        for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
+          if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
+        }
+        for (Case& c : cases) {
+          if (has_root(c.collective) && c.count % 2 == 1) c.root = comm.size() - 1;  // roots other than 0 too
+        }
+        run_symmetric_cases(comm, cases, "copy engines");
       },
       options);
 }
@@ -571,36 +618,34 @@ std::string first_difference(const Batch& batch, bool in_send_arena, const std::
   return std::to_string(differing) + " byte(s) differ, first at " + batch.locate(in_send_arena, offset);
 }
 
-TEST(Collectives, GraphCaptureReplaysMatchEager) {
-  with_communicator([](Communicator& comm) {
-    const int rank = comm.rank(), world = comm.size();
-    const int bcast_root = 1 % world;
-    using C = Collective;
-    using D = DataType;
-    using O = ReduceOp;
-    // Mixed collectives, 1 KiB .. 4 MiB per rank, out of place (inputs stay as they are across replays).
-    std::vector<Case> sequence = {
-        {C::kAllReduce, D::kFloat32, O::kSum, (4u << 20) / 4, 0, false, true, 0},
-        {C::kAllGather, D::kBFloat16, O::kSum, (1u << 10) / 2, 0, false, true, 0},
-        {C::kReduceScatter, D::kInt32, O::kMax, (256u << 10) / 4, 0, false, true, 0},
-        {C::kBroadcast, D::kFloat32, O::kSum, (64u << 10) / 4, bcast_root, false, true, 0},
-        {C::kReduce, D::kFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
-        {C::kAllReduce, D::kFloat32, O::kSum, (1u << 10) / 4, 0, false, false, 0},
-        {C::kAllGather, D::kBFloat16, O::kSum, (4u << 20) / 2, 0, false, true, 0},
-        {C::kReduceScatter, D::kInt32, O::kMax, (1u << 10) / 4, 0, false, true, 0},
-        {C::kBroadcast, D::kInt8, O::kSum, 4u << 20, bcast_root, false, true, 0},
-        {C::kReduce, D::kFloat16, O::kSum, (4u << 10) / 2, 0, false, true, 0},
-    };
-    seed_cases(sequence, shared_seed(comm));
-    Batch batch(rank, world);
-    for (const Case& c : sequence) batch.add(c, SIZE_MAX, SIZE_MAX);
-    DeviceBuffer send(batch.send_span()), recv(batch.recv_span());
-    const Arenas arenas{send.get(), recv.get(), batch.send_span(), batch.recv_span()};
+// Runs `sequence` eagerly (checked against the reference), then captures it once and replays the graph 1000
+// times after poisoning the outputs once: the replays must leave the same bytes as the eager run. Buffers are
+// cudaMalloc memory, or symmetric memory (comm.alloc) when `symmetric`.
+void check_graph_replays_match_eager(Communicator& comm, std::vector<Case> sequence, bool symmetric) {
+  const int rank = comm.rank(), world = comm.size();
+  seed_cases(sequence, shared_seed(comm));
+  Batch batch(rank, world);
+  for (const Case& c : sequence) batch.add(c, SIZE_MAX, SIZE_MAX);
+  std::optional<DeviceBuffer> send_memory, recv_memory;
+  SymmetricMemory send_symmetric, recv_symmetric;
+  void* send = nullptr;
+  void* recv = nullptr;
+  if (symmetric) {
+    send_symmetric = comm.alloc(batch.send_span());  // the same spans on every rank
+    recv_symmetric = comm.alloc(batch.recv_span());
+    send = send_symmetric.local();
+    recv = recv_symmetric.local();
+  } else {
+    send = send_memory.emplace(batch.send_span()).get();
+    recv = recv_memory.emplace(batch.recv_span()).get();
+  }
+  const Arenas arenas{send, recv, batch.send_span(), batch.recv_span()};
+  {
     StreamHandle stream_handle;
     const cudaStream_t stream = stream_handle.get();
     auto enqueue_sequence = [&] {
       for (size_t i = 0; i < batch.size(); ++i) {
-        launch(comm, batch.at(i), batch.send_pointer(i, send.get(), recv.get()), batch.recv_pointer(i, send.get(), recv.get()), stream);
+        launch(comm, batch.at(i), batch.send_pointer(i, send, recv), batch.recv_pointer(i, send, recv), stream);
       }
     };
 
@@ -636,7 +681,56 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
     const std::string recv_difference = first_difference(batch, false, eager_recv, replay_recv);
     EXPECT_TRUE(send_difference.empty()) << "rank " << rank << ": after " << kReplays << " replays, send: " << send_difference;
     EXPECT_TRUE(recv_difference.empty()) << "rank " << rank << ": after " << kReplays << " replays, recv: " << recv_difference;
+  }
+  comm.barrier();  // no rank frees symmetric buffers while a peer's copies may still reach them
+}
+
+TEST(Collectives, GraphCaptureReplaysMatchEager) {
+  with_communicator([](Communicator& comm) {
+    const int bcast_root = 1 % comm.size();
+    using C = Collective;
+    using D = DataType;
+    using O = ReduceOp;
+    // Mixed collectives, 1 KiB .. 4 MiB per rank, out of place (inputs stay as they are across replays).
+    check_graph_replays_match_eager(comm,
+                                    {
+                                        {C::kAllReduce, D::kFloat32, O::kSum, (4u << 20) / 4, 0, false, true, 0},
+                                        {C::kAllGather, D::kBFloat16, O::kSum, (1u << 10) / 2, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kInt32, O::kMax, (256u << 10) / 4, 0, false, true, 0},
+                                        {C::kBroadcast, D::kFloat32, O::kSum, (64u << 10) / 4, bcast_root, false, true, 0},
+                                        {C::kReduce, D::kFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+                                        {C::kAllReduce, D::kFloat32, O::kSum, (1u << 10) / 4, 0, false, false, 0},
+                                        {C::kAllGather, D::kBFloat16, O::kSum, (4u << 20) / 2, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kInt32, O::kMax, (1u << 10) / 4, 0, false, true, 0},
+                                        {C::kBroadcast, D::kInt8, O::kSum, 4u << 20, bcast_root, false, true, 0},
+                                        {C::kReduce, D::kFloat16, O::kSum, (4u << 10) / 2, 0, false, true, 0},
+                                    },
+                                    false);
   });
+}
+
+// The copy-engine collectives captured: the side stream's fork and join, and the chunked pulls of a
+// reduce-scatter and a reduce larger than a staging half (several chunks through both halves).
+TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
+  CommOptions options = test_options();
+  options.algorithms = kCopyEngineEverywhere;
+  with_communicator(
+      [](Communicator& comm) {
+        const int last = comm.size() - 1;
+        using C = Collective;
+        using D = DataType;
+        using O = ReduceOp;
+        check_graph_replays_match_eager(comm,
+                                        {
+                                            {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+                                            {C::kReduceScatter, D::kFloat32, O::kSum, (20u << 20) / 4, 0, false, true, 0},
+                                            {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
+                                            {C::kReduce, D::kBFloat16, O::kSum, (40u << 20) / 2, last, false, true, 0},
+                                            {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
+                                        },
+                                        true);
+      },
+      options);
 }
 
 }  // namespace

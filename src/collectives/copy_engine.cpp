@@ -1,0 +1,143 @@
+#include "collectives/copy_engine.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "collectives/call_checks.hpp"
+#include "collectives/kernels.hpp"
+#include "collectives/local_reduce_launch.hpp"
+#include "collectives/selection.hpp"
+#include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
+#include "core/side_stream.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::collectives {
+namespace {
+
+// The local reduction has no channel on the signal pad, so it may use more blocks than a collective launch:
+// enough to finish a chunk well before the engines have pulled the next one.
+constexpr int kLocalReduceMaxBlocks = 2 * kMaxBlocks;
+constexpr size_t kLocalReduceBlockBytes = size_t(64) << 10;
+
+// Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.
+void copy(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
+}
+
+// Runs `between` (copies on the caller's stream) between an entry and an exit barrier, with `own` (a local copy,
+// or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy waits
+// for no peer) and joins before the exit barrier.
+template <typename Between>
+void between_barriers(detail::CommState& state, Collective collective, cudaStream_t stream, void* own_destination,
+                      const void* own_source, size_t own_bytes, Between&& between) {
+  const unsigned int id = static_cast<unsigned int>(collective);
+  const device::SignalPad pad = state.sync->pad();
+  const bool own = own_bytes != 0 && own_destination != own_source;
+  if (own) {
+    state.side->order(stream, state.side->get());
+    copy(own_destination, own_source, own_bytes, state.side->get());
+  }
+  kernels::launch_barrier(pad, id, kSiteEntryBarrier, stream);
+  check_launch("copy-engine barrier launch");
+  between();
+  if (own) state.side->order(state.side->get(), stream);
+  kernels::launch_barrier(pad, id, kSiteExitBarrier, stream);
+  check_launch("copy-engine barrier launch");
+}
+
+// Copy engines pull `count` elements at byte `offset` of every peer's input into this rank's staging, in chunks
+// through its two halves, and a kernel reduces each chunk with this rank's own elements (rank order) into
+// `recv`. The pulls run on the side stream, the reductions on the caller's: the pulls of chunk c + 1 wait only for
+// the reduction of chunk c - 1 (the one that read the same half), so they overlap the reduction of chunk c.
+// Staging is free here: every peer has passed the entry barrier, so none still reads it from an earlier call.
+void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
+                     DataType type, ReduceOp op, cudaStream_t stream) {
+  const size_t size = datatype_size(type);
+  const int peers = state.size - 1;
+  const size_t half_bytes = state.staging.bytes() / 2;
+  // A chunk's slice of each peer starts on a 256-byte boundary: the kernel loads whole vectors.
+  const size_t chunk = half_bytes / peers / 256 * 256 / size;
+  const size_t chunks = (count + chunk - 1) / chunk;
+  char* const staging = static_cast<char*>(state.staging.local());
+  SideStream& side = *state.side;
+  auto half = [&](size_t c) { return staging + (c % 2) * half_bytes; };
+  auto pull = [&](size_t c) {
+    const size_t first = c * chunk, elements = std::min(chunk, count - first);
+    for (int step = 1; step <= peers; ++step) {
+      const int q = (state.rank + step) % state.size;
+      copy(half(c) + (step - 1) * chunk * size, send.at[q] + offset + first * size, elements * size, side.get());
+    }
+  };
+  side.order(stream, side.get());  // after the entry barrier
+  pull(0);
+  for (size_t c = 0; c < chunks; ++c) {
+    side.order(side.get(), stream);  // chunk c's pulls before its reduction
+    if (c + 1 < chunks) {
+      side.order(stream, side.get());  // the reduction of chunk c - 1 (enqueued so far) before the pulls into its half
+      pull(c + 1);
+    }
+    const size_t first = c * chunk, elements = std::min(chunk, count - first);
+    kernels::LocalReduceLaunch launch{};
+    for (int q = 0; q < state.size; ++q) {
+      const int step = (q - state.rank + state.size) % state.size;
+      launch.sources[q] = step == 0 ? send.at[state.rank] + offset + first * size : half(c) + (step - 1) * chunk * size;
+    }
+    launch.source_count = state.size;
+    launch.destination = static_cast<char*>(recv) + first * size;
+    launch.count = elements;
+    launch.world = state.size;
+    const size_t blocks = (elements * size + kLocalReduceBlockBytes - 1) / kLocalReduceBlockBytes;
+    kernels::launch_reduce_local(type, op, launch, static_cast<int>(std::clamp<size_t>(blocks, 1, kLocalReduceMaxBlocks)),
+                                 stream);
+    check_launch("copy-engine reduction launch");
+  }
+}
+
+}  // namespace
+
+void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+                            Stream stream) {
+  char* const output = static_cast<char*>(recv);
+  between_barriers(state, Collective::kAllToAll, stream, output + state.rank * block_bytes,
+                   send.at[state.rank] + state.rank * block_bytes, block_bytes, [&] {
+                     for (int step = 1; step < state.size; ++step) {
+                       const int q = (state.rank + step) % state.size;
+                       copy(output + q * block_bytes, send.at[q] + state.rank * block_bytes, block_bytes, stream);
+                     }
+                   });
+}
+
+void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
+                            Stream stream) {
+  const size_t at = state.rank * bytes;
+  between_barriers(state, Collective::kAllGather, stream, recv.at[state.rank] + at, send, bytes, [&] {
+    for (int step = 1; step < state.size; ++step) copy(recv.at[(state.rank + step) % state.size] + at, send, bytes, stream);
+  });
+}
+
+void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
+                           Stream stream) {
+  const bool is_root = state.rank == root;
+  between_barriers(state, Collective::kBroadcast, stream, recv.at[state.rank], send, is_root ? bytes : 0, [&] {
+    if (!is_root) return;
+    for (int step = 1; step < state.size; ++step) copy(recv.at[(state.rank + step) % state.size], send, bytes, stream);
+  });
+}
+
+void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
+                                DataType type, ReduceOp op, Stream stream) {
+  const size_t offset = state.rank * recv_count * datatype_size(type);
+  between_barriers(state, Collective::kReduceScatter, stream, nullptr, nullptr, 0,
+                   [&] { pull_and_reduce(state, send, offset, recv, recv_count, type, op, stream); });
+}
+
+void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
+                        ReduceOp op, int root, Stream stream) {
+  between_barriers(state, Collective::kReduce, stream, nullptr, nullptr, 0, [&] {
+    if (state.rank == root) pull_and_reduce(state, send, 0, recv, count, type, op, stream);
+  });
+}
+
+}  // namespace braid::collectives

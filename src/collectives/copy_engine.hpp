@@ -1,0 +1,46 @@
+// Collectives by copy engines on buffers every peer maps (symmetric allocations, registered buffers): the host
+// enqueues cudaMemcpyAsync copies between two one-block barrier kernels, so no kernel sits on the NVLink data
+// path (a copy engine moves ~397 GB/s over a link where SM stores reach ~369, GPU-HOST-FACTS.md). The entry
+// barrier: every peer reached the call (its input is written, its output no longer in use). The exit barrier:
+// every copy into or out of this rank's buffers has completed before its stream goes on.
+//
+// Who copies, and from where to where:
+//   - all-to-all: pulls block `rank` of every peer's input (needs the inputs mapped);
+//   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped);
+//   - reduce-scatter, reduce: pull the peers' blocks into this rank's staging, chunk by chunk, and reduce them
+//     with this rank's own block by a kernel while the engines pull the next chunk (needs the inputs mapped).
+// Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
+// This rank's own block, a local copy, runs on the communicator's side stream beside the peers' copies.
+//
+// Not for another GPU's cudaMalloc memory of this process (PeerRange::same_process_peers): callers take SM
+// kernels there.
+#pragma once
+
+#include <cstddef>
+
+#include "braid/types.hpp"
+#include "memory/peer_range.hpp"
+
+namespace braid::detail {
+struct CommState;
+}
+
+namespace braid::collectives {
+
+// Uniform blocks of `block_bytes`: block q of this rank's output comes from block `rank` of rank q's input.
+void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+                            Stream stream);
+// `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
+void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
+                            Stream stream);
+// The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
+void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
+                           Stream stream);
+// Block `rank` (recv_count elements, 16-byte aligned on this rank) of every rank's input, reduced into recv.
+void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
+                                DataType type, ReduceOp op, Stream stream);
+// Every rank's input (16-byte aligned on the root), reduced into the root's recv.
+void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
+                        ReduceOp op, int root, Stream stream);
+
+}  // namespace braid::collectives

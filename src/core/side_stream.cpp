@@ -1,0 +1,29 @@
+#include "core/side_stream.hpp"
+
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+
+namespace braid {
+
+SideStream::SideStream(int device) : device_(device) {
+  DeviceGuard guard(device_);
+  BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // No timing: the event only orders streams (and is cheaper to record).
+  if (cudaError_t error = cudaEventCreateWithFlags(&handover_, cudaEventDisableTiming); error != cudaSuccess) {
+    cudaStreamDestroy(stream_);
+    BRAID_CUDA(error);
+  }
+}
+
+SideStream::~SideStream() {
+  DeviceGuard guard(device_);
+  cudaEventDestroy(handover_);
+  cudaStreamDestroy(stream_);
+}
+
+void SideStream::order(cudaStream_t before, cudaStream_t after) {
+  BRAID_CUDA(cudaEventRecord(handover_, before));
+  BRAID_CUDA(cudaStreamWaitEvent(after, handover_, 0));
+}
+
+}  // namespace braid

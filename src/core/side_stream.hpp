@@ -1,0 +1,30 @@
+// A second stream of the communicator's GPU, so one collective can keep two copy engines busy at once (the
+// peers' blocks on the caller's stream, this rank's own block on the side). Work moves between the two with
+// order(): an event recorded on one stream and waited on by the other right away, so one event serves every
+// hand-over. Graph capture follows the hand-overs: the side stream joins the caller's capture at the first
+// order(caller, side) and must be ordered back into the caller's stream before the call returns.
+// Made at communicator init (collectives never create CUDA objects).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+namespace braid {
+
+class SideStream {
+ public:
+  explicit SideStream(int device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  // Everything enqueued on `before` so far happens before anything enqueued on `after` from now on.
+  void order(cudaStream_t before, cudaStream_t after);
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t handover_ = nullptr;
+};
+
+}  // namespace braid
