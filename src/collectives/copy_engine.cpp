@@ -16,19 +16,23 @@
 namespace braid::collectives {
 namespace {
 
-// The local reduction has no channel on the signal pad, so it may use more blocks than a collective launch:
-// enough to finish a chunk well before the engines have pulled the next one.
-constexpr int kLocalReduceMaxBlocks = 2 * kMaxBlocks;
-constexpr size_t kLocalReduceBlockBytes = size_t(64) << 10;
+// The local kernels have no channel on the signal pad, so they may use more blocks than a collective launch:
+// enough to finish a chunk (or the own block) well before the engines have moved the peers' ones.
+constexpr int kLocalMaxBlocks = 2 * kMaxBlocks;
+constexpr size_t kLocalBlockBytes = size_t(64) << 10;
+
+int local_blocks(size_t bytes) {
+  return static_cast<int>(std::clamp<size_t>((bytes + kLocalBlockBytes - 1) / kLocalBlockBytes, 1, kLocalMaxBlocks));
+}
 
 // Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.
 void copy(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 
-// Runs `between` (copies on the caller's stream) between an entry and an exit barrier, with `own` (a local copy,
-// or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy waits
-// for no peer) and joins before the exit barrier.
+// Runs `between` (copies on the caller's stream) between an entry and an exit barrier, with `own` (a local copy
+// by SMs, or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy
+// waits for no peer) and joins before the exit barrier.
 template <typename Between>
 void between_barriers(detail::CommState& state, Collective collective, cudaStream_t stream, void* own_destination,
                       const void* own_source, size_t own_bytes, Between&& between) {
@@ -37,7 +41,8 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
   const bool own = own_bytes != 0 && own_destination != own_source;
   if (own) {
     state.side->order(stream, state.side->get());
-    copy(own_destination, own_source, own_bytes, state.side->get());
+    kernels::launch_copy_local(own_destination, own_source, own_bytes, local_blocks(own_bytes), state.side->get());
+    check_launch("copy-engine local copy launch");
   }
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, stream);
   check_launch("copy-engine barrier launch");
@@ -88,9 +93,7 @@ void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t o
     launch.destination = static_cast<char*>(recv) + first * size;
     launch.count = elements;
     launch.world = state.size;
-    const size_t blocks = (elements * size + kLocalReduceBlockBytes - 1) / kLocalReduceBlockBytes;
-    kernels::launch_reduce_local(type, op, launch, static_cast<int>(std::clamp<size_t>(blocks, 1, kLocalReduceMaxBlocks)),
-                                 stream);
+    kernels::launch_reduce_local(type, op, launch, local_blocks(elements * size), stream);
     check_launch("copy-engine reduction launch");
   }
 }

@@ -10,7 +10,7 @@
 //   - reduce-scatter, reduce: pull the peers' blocks into this rank's staging, chunk by chunk, and reduce them
 //     with this rank's own block by a kernel while the engines pull the next chunk (needs the inputs mapped).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
-// This rank's own block, a local copy, runs on the communicator's side stream beside the peers' copies.
+// This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //
 // Not for another GPU's cudaMalloc memory of this process (PeerRange::same_process_peers): callers take SM
 // kernels there.

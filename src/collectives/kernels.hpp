@@ -46,7 +46,9 @@ void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
-// Sources in this GPU's memory reduced into one output, no peer involved (reduce_local.cu; copy-engine paths).
+// Kernels on this GPU's own memory, no peer involved, beside copy engines (local_kernels.cu): a copy, and
+// sources reduced into one output.
+void launch_copy_local(void* destination, const void* source, size_t bytes, int blocks, cudaStream_t stream);
 void launch_reduce_local(DataType type, ReduceOp op, const LocalReduceLaunch& launch, int blocks, cudaStream_t stream);
 // One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).
 void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream);

@@ -1,0 +1,168 @@
+// Probe: how fast copy engines move data between two GPUs of one NVLink host, by the kind of memory and how the
+// copy is issued; measured outside braid. Braid's copy-engine collectives copy between VMM mappings
+// (symmetric memory) with cudaMemcpyAsync on the caller's GPU; GPU-HOST-FACTS.md has 397 GB/s for
+// cudaMemcpyPeerAsync between cudaMalloc buffers.
+//
+// One process drives GPUs 0 and 1 (peer access on). Each variant moves `bytes` from GPU 0 to GPU 1 (and, for
+// the two-way ones, GPU 1 to GPU 0 at the same time) and reports GB/s per direction: bytes / time, the median
+// of 11 after 3 warm-ups, timed with events on a stream of the issuing GPU (the max over GPUs for two-way).
+//   - peer cudaMalloc:   cudaMemcpyPeerAsync on GPU 0's stream;
+//   - push cudaMalloc:   cudaMemcpyAsync (default kind) on GPU 0's stream;
+//   - pull cudaMalloc:   the same on GPU 1's stream;
+//   - push vmm / pull vmm: the same between VMM allocations (cuMemCreate, mapped once, both GPUs granted access);
+//   - push vmm xK:       K pieces, each on its own stream of GPU 0 (forked and joined with events);
+//   - two-way ...:       both directions at once.
+// Usage: copy_engines [bytes]
+//
+// Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 bench/probes/copy_engines.cu -lcuda -o build/probes/copy_engines
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "probe_check.cuh"
+
+#define CU_CHECK(call)                                                          \
+  do {                                                                          \
+    CUresult r_ = (call);                                                       \
+    if (r_ != CUDA_SUCCESS) {                                                   \
+      std::fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #call, int(r_)); \
+      std::exit(1);                                                             \
+    }                                                                           \
+  } while (0)
+
+// A VMM allocation on `device`, mapped in this process and readable and writable by both GPUs.
+void* vmm_alloc(int device, size_t bytes) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  const size_t size = (bytes + granularity - 1) / granularity * granularity;
+  CUmemGenericAllocationHandle handle;
+  CU_CHECK(cuMemCreate(&handle, size, &prop, 0));
+  CUdeviceptr pointer = 0;
+  CU_CHECK(cuMemAddressReserve(&pointer, size, granularity, 0, 0));
+  CU_CHECK(cuMemMap(pointer, size, 0, handle, 0));
+  CUmemAccessDesc access[2] = {};
+  for (int g = 0; g < 2; ++g) {
+    access[g].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access[g].location.id = g;
+    access[g].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  CU_CHECK(cuMemSetAccess(pointer, size, access, 2));
+  return reinterpret_cast<void*>(pointer);
+}
+
+constexpr int kStreams = 4;
+struct Gpu {
+  void* malloc_src;
+  void* malloc_dst;  // the peer copies here
+  void* vmm_src;
+  void* vmm_dst;
+  cudaStream_t streams[kStreams];
+  cudaEvent_t start, stop, fork, join[kStreams];
+};
+Gpu gpu[2];
+
+// Copies `bytes` from `src` to `dst` in `pieces` pieces on GPU g's streams, between g's start and stop events.
+void issue(int g, void* dst, const void* src, size_t bytes, int pieces, bool peer_api) {
+  CHECK(cudaSetDevice(g));
+  Gpu& G = gpu[g];
+  CHECK(cudaEventRecord(G.start, G.streams[0]));
+  CHECK(cudaEventRecord(G.fork, G.streams[0]));
+  const size_t piece = (bytes / pieces + 255) / 256 * 256;
+  for (int p = 0; p < pieces; ++p) {
+    cudaStream_t s = G.streams[p];
+    if (p > 0) CHECK(cudaStreamWaitEvent(s, G.fork, 0));
+    const size_t begin = std::min(bytes, p * piece), n = std::min(bytes, begin + piece) - begin;
+    char* d = static_cast<char*>(dst) + begin;
+    const char* from = static_cast<const char*>(src) + begin;
+    if (peer_api) {
+      CHECK(cudaMemcpyPeerAsync(d, 1 - g, from, g, n, s));
+    } else {
+      CHECK(cudaMemcpyAsync(d, from, n, cudaMemcpyDefault, s));
+    }
+    if (p > 0) {
+      CHECK(cudaEventRecord(G.join[p], s));
+      CHECK(cudaStreamWaitEvent(G.streams[0], G.join[p], 0));
+    }
+  }
+  CHECK(cudaEventRecord(G.stop, G.streams[0]));
+}
+
+float elapsed(int g) {
+  CHECK(cudaSetDevice(g));
+  CHECK(cudaEventSynchronize(gpu[g].stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, gpu[g].start, gpu[g].stop));
+  return ms;
+}
+
+struct Variant {
+  const char* name;
+  bool vmm, pull, two_way, peer_api;
+  int pieces;
+};
+
+int main(int argc, char** argv) {
+  const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 0) : size_t(256) << 20);
+  CU_CHECK(cuInit(0));
+  for (int g = 0; g < 2; ++g) {
+    CHECK(cudaSetDevice(g));
+    CHECK(cudaDeviceEnablePeerAccess(1 - g, 0));
+    Gpu& G = gpu[g];
+    CHECK(cudaMalloc(&G.malloc_src, bytes));
+    CHECK(cudaMalloc(&G.malloc_dst, bytes));
+    G.vmm_src = vmm_alloc(g, bytes);
+    G.vmm_dst = vmm_alloc(g, bytes);
+    CHECK(cudaMemset(G.malloc_src, 1 + g, bytes));
+    CHECK(cudaMemset(G.vmm_src, 1 + g, bytes));
+    for (int s = 0; s < kStreams; ++s) {
+      CHECK(cudaStreamCreateWithFlags(&G.streams[s], cudaStreamNonBlocking));
+      CHECK(cudaEventCreateWithFlags(&G.join[s], cudaEventDisableTiming));
+    }
+    CHECK(cudaEventCreate(&G.start));
+    CHECK(cudaEventCreate(&G.stop));
+    CHECK(cudaEventCreateWithFlags(&G.fork, cudaEventDisableTiming));
+    CHECK(cudaDeviceSynchronize());
+  }
+  const Variant variants[] = {
+      {"peer cudaMalloc", false, false, false, true, 1},   {"push cudaMalloc", false, false, false, false, 1},
+      {"pull cudaMalloc", false, true, false, false, 1},   {"push vmm", true, false, false, false, 1},
+      {"pull vmm", true, true, false, false, 1},           {"push vmm x2", true, false, false, false, 2},
+      {"push vmm x4", true, false, false, false, 4},       {"pull vmm x2", true, true, false, false, 2},
+      {"peer cudaMalloc x2", false, false, false, true, 2}, {"two-way peer cudaMalloc", false, false, true, true, 1},
+      {"two-way push vmm", true, false, true, false, 1},   {"two-way pull vmm", true, true, true, false, 1},
+      {"two-way push vmm x2", true, false, true, false, 2}, {"two-way push vmm x4", true, false, true, false, 4},
+  };
+  std::printf("# copy_engines: %zu bytes a direction; GB/s per direction, median of 11\n", bytes);
+  std::printf("%-26s %10s %10s\n", "variant", "us", "GB/s");
+  for (const Variant& v : variants) {
+    std::vector<float> times;
+    for (int rep = 0; rep < 14; ++rep) {
+      for (int g = 0; g < 2; ++g) {
+        CHECK(cudaSetDevice(g));
+        CHECK(cudaDeviceSynchronize());
+      }
+      // Direction d: GPU d's data to GPU 1 - d. A push is issued by the source GPU, a pull by the destination.
+      for (int d = 0; d < (v.two_way ? 2 : 1); ++d) {
+        const int issuer = v.pull ? 1 - d : d;
+        void* dst = v.vmm ? gpu[1 - d].vmm_dst : gpu[1 - d].malloc_dst;
+        const void* src = v.vmm ? gpu[d].vmm_src : gpu[d].malloc_src;
+        issue(issuer, dst, src, bytes, v.pieces, v.peer_api);
+      }
+      float ms = 0;
+      for (int d = 0; d < (v.two_way ? 2 : 1); ++d) ms = std::max(ms, elapsed(v.pull ? 1 - d : d));
+      if (rep >= 3) times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    const double us = times[times.size() / 2] * 1e3;
+    std::printf("%-26s %10.1f %10.1f\n", v.name, us, bytes / us / 1e3);
+  }
+  return 0;
+}
