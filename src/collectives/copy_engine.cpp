@@ -54,9 +54,12 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
 
 // Copy engines pull `count` elements at byte `offset` of every peer's input into this rank's staging, in chunks
 // through its two halves, and a kernel reduces each chunk with this rank's own elements (rank order) into
-// `recv`. The pulls run on the side stream, the reductions on the caller's: the pulls of chunk c + 1 wait only for
-// the reduction of chunk c - 1 (the one that read the same half), so they overlap the reduction of chunk c.
-// Staging is free here: every peer has passed the entry barrier, so none still reads it from an earlier call.
+// `recv`. Even chunks go through the first half on the caller's stream, odd ones through the second on the side
+// stream: each stream pulls a chunk, reduces it, and only then pulls the next one into the same half, so no
+// stream waits on the other between chunks, and one stream's pulls keep the link busy while the other reduces.
+// (With every pull on one stream, each waiting for the reduction that last read its half, a 256 MiB reduce on
+// 2×H200 spent ~140 µs more than the bare pulls.) Staging is free here: every peer has passed the entry
+// barrier, so none still reads it from an earlier call.
 void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
                      DataType type, ReduceOp op, cudaStream_t stream) {
   const size_t size = datatype_size(type);
@@ -64,38 +67,31 @@ void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t o
   const size_t half_bytes = state.staging.bytes() / 2;
   // A chunk's slice of each peer starts on a 256-byte boundary: the kernel loads whole vectors.
   const size_t chunk = half_bytes / peers / 256 * 256 / size;
-  const size_t chunks = (count + chunk - 1) / chunk;
   char* const staging = static_cast<char*>(state.staging.local());
   SideStream& side = *state.side;
-  auto half = [&](size_t c) { return staging + (c % 2) * half_bytes; };
-  auto pull = [&](size_t c) {
-    const size_t first = c * chunk, elements = std::min(chunk, count - first);
-    for (int step = 1; step <= peers; ++step) {
-      const int q = (state.rank + step) % state.size;
-      copy(half(c) + (step - 1) * chunk * size, send.at[q] + offset + first * size, elements * size, side.get());
-    }
-  };
   side.order(stream, side.get());  // after the entry barrier
-  pull(0);
-  for (size_t c = 0; c < chunks; ++c) {
-    side.order(side.get(), stream);  // chunk c's pulls before its reduction
-    if (c + 1 < chunks) {
-      side.order(stream, side.get());  // the reduction of chunk c - 1 (enqueued so far) before the pulls into its half
-      pull(c + 1);
-    }
-    const size_t first = c * chunk, elements = std::min(chunk, count - first);
+  for (size_t c = 0, first = 0; first < count; ++c, first += chunk) {
+    const size_t elements = std::min(chunk, count - first);
+    const cudaStream_t lane = c % 2 == 0 ? stream : side.get();
+    char* const half = staging + (c % 2) * half_bytes;
     kernels::LocalReduceLaunch launch{};
-    for (int q = 0; q < state.size; ++q) {
-      const int step = (q - state.rank + state.size) % state.size;
-      launch.sources[q] = step == 0 ? send.at[state.rank] + offset + first * size : half(c) + (step - 1) * chunk * size;
+    for (int step = 0; step <= peers; ++step) {
+      const int q = (state.rank + step) % state.size;
+      if (step == 0) {
+        launch.sources[q] = send.at[q] + offset + first * size;
+        continue;
+      }
+      launch.sources[q] = half + (step - 1) * chunk * size;
+      copy(half + (step - 1) * chunk * size, send.at[q] + offset + first * size, elements * size, lane);
     }
     launch.source_count = state.size;
     launch.destination = static_cast<char*>(recv) + first * size;
     launch.count = elements;
     launch.world = state.size;
-    kernels::launch_reduce_local(type, op, launch, local_blocks(elements * size), stream);
+    kernels::launch_reduce_local(type, op, launch, local_blocks(elements * size), lane);
     check_launch("copy-engine reduction launch");
   }
+  side.order(side.get(), stream);
 }
 
 }  // namespace
