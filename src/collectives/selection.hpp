@@ -28,8 +28,8 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // all-gather, all-to-all; on buffers peers map, zero copy: all-to-all and all-gather store straight into the
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
-// kCopyEngine: copy engines pull from the peers' buffers between two barrier kernels (all-to-all on symmetric
-// buffers).
+// kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all and
+// reduce-scatter and reduce pull from the peers' inputs, all-gather and broadcast push into their outputs.
 enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine };
 const char* algorithm_name(Algorithm algorithm);
 

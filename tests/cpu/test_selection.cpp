@@ -1,6 +1,8 @@
 // The selection table and BRAID_ALGO overrides (no GPU needed).
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"
 #include "core/error.hpp"
@@ -142,6 +144,33 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   // Reduce: staged, then the two shot gathered by the root.
   EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
+}
+
+TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
+  const auto pick = [](Collective collective, size_t bytes, int world, Buffers buffers) {
+    return select_algorithm(collective, bytes, world, DataType::kFloat32, "", buffers).algorithm;
+  };
+  // All-gather: zero-copy stores through 128 MiB, copy engines beyond, on any world; other buffers never.
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllGather, (size_t(128) << 20) + 64, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
+  // Broadcast: copy engines beyond 64 MiB on 2 ranks only (a root would push world-1 copies in turn).
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(64) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kBroadcast, (size_t(64) << 20) + 4, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
+  // Reduce-scatter and reduce have no copy-engine row (the zero-copy loads and the pipelined reduce won or
+  // tied); BRAID_ALGO still reaches them.
+  EXPECT_EQ(pick(Collective::kReduceScatter, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  const std::pair<Collective, const char*> forced[] = {{Collective::kReduceScatter, "reducescatter=copyengine"},
+                                                       {Collective::kReduce, "reduce=copyengine"},
+                                                       {Collective::kAllGather, "allgather=copyengine"},
+                                                       {Collective::kBroadcast, "broadcast=copyengine"}};
+  for (const auto& [collective, text] : forced) {
+    EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text).algorithm, Algorithm::kCopyEngine) << text;
+  }
 }
 
 TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
