@@ -25,15 +25,6 @@
 
 #include "probe_check.cuh"
 
-#define CU_CHECK(call)                                                          \
-  do {                                                                          \
-    CUresult r_ = (call);                                                       \
-    if (r_ != CUDA_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #call, int(r_)); \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
 // A VMM allocation on `device`, mapped in this process and readable and writable by both GPUs.
 void* vmm_alloc(int device, size_t bytes) {
   CUmemAllocationProp prop{};

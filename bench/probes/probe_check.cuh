@@ -1,6 +1,8 @@
-// What the probes share: CHECK, which ends the probe with the failing call, file and line.
+// What the probes share: CHECK (runtime calls) and CU_CHECK (driver calls), which end the probe with the
+// failing call, file and line.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -13,4 +15,13 @@
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
       std::exit(1);                                                                                 \
     }                                                                                               \
+  } while (0)
+
+#define CU_CHECK(call)                                                                               \
+  do {                                                                                               \
+    CUresult result_ = (call);                                                                       \
+    if (result_ != CUDA_SUCCESS) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: CUresult %d\n", __FILE__, __LINE__, #call, static_cast<int>(result_)); \
+      std::exit(1);                                                                                  \
+    }                                                                                                \
   } while (0)

@@ -42,6 +42,13 @@ constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default s
 const char* const kCopyEngineEverywhere =
     "reducescatter=copyengine,allgather=copyengine,broadcast=copyengine,reduce=copyengine,alltoall=copyengine";
 
+// Runs body on a fresh communicator whose selection table is overridden by `algorithms` (CommOptions::algorithms).
+void with_algorithms(const std::string& algorithms, const std::function<void(Communicator&)>& body) {
+  CommOptions options = test_options();
+  options.algorithms = algorithms;
+  with_communicator(body, options);
+}
+
 // ---- The matrix ----
 
 // Element counts for type: empty, one, odd, just over a 4 KiB page of floats, 1 MiB + 3 bytes' worth.
@@ -248,9 +255,8 @@ TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }
 // CommOptions::algorithms; label names the forcing.
 void with_each_all_reduce_algorithm(const std::function<void(Communicator&, const char*)>& body) {
   for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
-    CommOptions options = test_options();
-    options.algorithms = std::string("allreduce=") + algorithm;
-    with_communicator([&](Communicator& comm) { body(comm, options.algorithms.c_str()); }, options);
+    const std::string algorithms = std::string("allreduce=") + algorithm;
+    with_algorithms(algorithms, [&](Communicator& comm) { body(comm, algorithms.c_str()); });
   }
 }
 
@@ -274,13 +280,9 @@ TEST(Collectives, AllGatherMatrix) { run_matrix(Collective::kAllGather); }
 // The matrices of `collectives`, each on a communicator with `algorithms` forced (CommOptions::algorithms).
 void run_forced_matrices(const std::string& algorithms, const std::string& label,
                          std::initializer_list<Collective> collectives) {
-  CommOptions options = test_options();
-  options.algorithms = algorithms;
-  with_communicator(
-      [&](Communicator& comm) {
-        for (Collective c : collectives) run_cases(comm, matrix(c, comm.size()), (label + " " + collective_name(c)).c_str());
-      },
-      options);
+  with_algorithms(algorithms, [&](Communicator& comm) {
+    for (Collective c : collectives) run_cases(comm, matrix(c, comm.size()), (label + " " + collective_name(c)).c_str());
+  });
 }
 
 // Reduce-scatter and all-gather pushed through the pipeline FIFOs (not the table's choice yet): the same
@@ -388,31 +390,23 @@ TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
 // Copy engines forced: ranks as processes copy to and from the peers' IPC mappings; ranks as threads (another
 // GPU's cudaMalloc memory of the same process) fall back to the zero-copy kernels.
 TEST(Collectives, RegisteredBuffersCopyEngines) {
-  CommOptions options = test_options();
-  options.algorithms = kCopyEngineEverywhere;
-  with_communicator(
-      [](Communicator& comm) {
-        run_registered_reduce_scatter_and_all_gather(
-            comm, {Collective::kReduceScatter, Collective::kAllGather, Collective::kBroadcast, Collective::kReduce},
-            "registered buffers, copy engines");
-      },
-      options);
+  with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
+    run_registered_reduce_scatter_and_all_gather(
+        comm, {Collective::kReduceScatter, Collective::kAllGather, Collective::kBroadcast, Collective::kReduce},
+        "registered buffers, copy engines");
+  });
 }
 
 // Reduce-scatter and all-gather forced onto their zero-copy kernels ("pipelined" on buffers peers map) at every
 // size: rank blocks of whole 16-byte vectors take them (16 B, 4 KiB + 16, kZeroCopyBlock: one vector, a tail
 // after the blocks' split, many blocks), other sizes and the unaligned variants the FIFOs.
 TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
-  CommOptions options = test_options();
-  options.algorithms = "reducescatter=pipelined,allgather=pipelined";
-  with_communicator(
-      [](Communicator& comm) {
-        run_symmetric_cases(comm,
-                            cases_of({Collective::kReduceScatter, Collective::kAllGather}, kEveryType,
-                                     {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}),
-                            "zero-copy reduce_scatter/all_gather");
-      },
-      options);
+  with_algorithms("reducescatter=pipelined,allgather=pipelined", [](Communicator& comm) {
+    run_symmetric_cases(comm,
+                        cases_of({Collective::kReduceScatter, Collective::kAllGather}, kEveryType,
+                                 {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock}),
+                        "zero-copy reduce_scatter/all_gather");
+  });
 }
 
 // Copy engines forced for every collective that has them, on symmetric buffers: all-gather and broadcast push
@@ -420,22 +414,18 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
 // (larger than a staging half: several chunks). Sizes that are not whole 16-byte rank blocks, and the
 // unaligned variants, check the fallbacks (zero-copy kernels or FIFOs).
 TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
-  CommOptions options = test_options();
-  options.algorithms = kCopyEngineEverywhere;
-  with_communicator(
-      [](Communicator& comm) {
-        const std::vector<Collective> collectives = {Collective::kReduceScatter, Collective::kAllGather,
-                                                     Collective::kBroadcast, Collective::kReduce};
-        std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
-        for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
-          if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
-        }
-        for (Case& c : cases) {
-          if (has_root(c.collective) && c.count % 2 == 1) c.root = comm.size() - 1;  // roots other than 0 too
-        }
-        run_symmetric_cases(comm, cases, "copy engines");
-      },
-      options);
+  with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
+    const std::vector<Collective> collectives = {Collective::kReduceScatter, Collective::kAllGather,
+                                                 Collective::kBroadcast, Collective::kReduce};
+    std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
+    for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
+      if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
+    }
+    for (Case& c : cases) {
+      if (has_root(c.collective) && c.count % 2 == 1) c.root = comm.size() - 1;  // roots other than 0 too
+    }
+    run_symmetric_cases(comm, cases, "copy engines");
+  });
 }
 
 // Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails; the
@@ -712,25 +702,21 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
 // The copy-engine collectives captured: the side stream's fork and join, and the chunked pulls of a
 // reduce-scatter and a reduce larger than a staging half (several chunks through both halves).
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
-  CommOptions options = test_options();
-  options.algorithms = kCopyEngineEverywhere;
-  with_communicator(
-      [](Communicator& comm) {
-        const int last = comm.size() - 1;
-        using C = Collective;
-        using D = DataType;
-        using O = ReduceOp;
-        check_graph_replays_match_eager(comm,
-                                        {
-                                            {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
-                                            {C::kReduceScatter, D::kFloat32, O::kSum, (20u << 20) / 4, 0, false, true, 0},
-                                            {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
-                                            {C::kReduce, D::kBFloat16, O::kSum, (40u << 20) / 2, last, false, true, 0},
-                                            {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
-                                        },
-                                        true);
-      },
-      options);
+  with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
+    const int last = comm.size() - 1;
+    using C = Collective;
+    using D = DataType;
+    using O = ReduceOp;
+    check_graph_replays_match_eager(comm,
+                                    {
+                                        {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kFloat32, O::kSum, (20u << 20) / 4, 0, false, true, 0},
+                                        {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
+                                        {C::kReduce, D::kBFloat16, O::kSum, (40u << 20) / 2, last, false, true, 0},
+                                        {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
+                                    },
+                                    true);
+  });
 }
 
 }  // namespace
