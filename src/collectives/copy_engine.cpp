@@ -57,9 +57,10 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
 // `recv`. Even chunks go through the first half on the caller's stream, odd ones through the second on the side
 // stream: each stream pulls a chunk, reduces it, and only then pulls the next one into the same half, so no
 // stream waits on the other between chunks, and one stream's pulls keep the link busy while the other reduces.
-// (With every pull on one stream, each waiting for the reduction that last read its half, a 256 MiB reduce on
-// 2×H200 spent ~140 µs more than the bare pulls.) Staging is free here: every peer has passed the entry
-// barrier, so none still reads it from an earlier call.
+// Every pull on one stream, each behind an event wait on the reduction that last read its half, measured the
+// same (2×H200, 512 MiB: reduce 1506 against 1517 µs, reduce-scatter 837 against 841); both stay ~10% above
+// the bare pulls (bench/results/*-x2-copy-engine-collectives.txt). Staging is free here: every peer has passed
+// the entry barrier, so none still reads it from an earlier call.
 void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
                      DataType type, ReduceOp op, cudaStream_t stream) {
   const size_t size = datatype_size(type);
