@@ -59,8 +59,8 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
 // stream waits on the other between chunks, and one stream's pulls keep the link busy while the other reduces.
 // Every pull on one stream, each behind an event wait on the reduction that last read its half, measured the
 // same (2×H200, 512 MiB: reduce 1506 against 1517 µs, reduce-scatter 837 against 841); both stay 10–16% above
-// the bare pulls of bench/probes/copy_engines.cu (bench/results/*-x2-copy-engine-*.txt). Staging is free here: every peer has passed
-// the entry barrier, so none still reads it from an earlier call.
+// the bare pulls of bench/probes/copy_engines.cu (bench/results/*-x2-copy-engine-*.txt). Staging is free here:
+// every peer has passed the entry barrier, so none still reads it from an earlier call.
 void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
                      DataType type, ReduceOp op, cudaStream_t stream) {
   const size_t size = datatype_size(type);
