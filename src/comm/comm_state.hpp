@@ -45,7 +45,8 @@ struct CommState {
   SymmetricMemory staging;
   SymmetricMemory pipeline;
   SymmetricMemory ll;
-  // The second stream copy-engine collectives run this rank's own block on, beside the peers' copies.
+  // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block, and
+  // every other chunk of the pulls, run there beside the caller's stream.
   std::unique_ptr<SideStream> side;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
 
