@@ -675,12 +675,14 @@ void check_graph_replays_match_eager(Communicator& comm, std::vector<Case> seque
   comm.barrier();  // no rank frees symmetric buffers while a peer's copies may still reach them
 }
 
+// Short names for the graph tests' case lists.
+using C = Collective;
+using D = DataType;
+using O = ReduceOp;
+
 TEST(Collectives, GraphCaptureReplaysMatchEager) {
   with_communicator([](Communicator& comm) {
     const int bcast_root = 1 % comm.size();
-    using C = Collective;
-    using D = DataType;
-    using O = ReduceOp;
     // Mixed collectives, 1 KiB .. 4 MiB per rank, out of place (inputs stay as they are across replays).
     check_graph_replays_match_eager(comm,
                                     {
@@ -704,9 +706,6 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
-    using C = Collective;
-    using D = DataType;
-    using O = ReduceOp;
     check_graph_replays_match_eager(comm,
                                     {
                                         {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
