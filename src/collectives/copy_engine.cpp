@@ -59,8 +59,12 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
 // stream waits on the other between chunks, and one stream's pulls keep the link busy while the other reduces.
 // Every pull on one stream, each behind an event wait on the reduction that last read its half, measured the
 // same (2×H200, 512 MiB: reduce 1506 against 1517 µs, reduce-scatter 837 against 841); both stay 10–16% above
-// the bare pulls of bench/probes/copy_engines.cu (bench/results/*-x2-copy-engine-*.txt). Staging is free here:
-// every peer has passed the entry barrier, so none still reads it from an earlier call.
+// one bare pull. Part of that is the engines' cost per copy: bench/probes/chunked_pulls.cu measured ~4 µs of
+// idle link per cudaMemcpyAsync (16 MiB pulls back to back: 342 GB/s a direction, two-way, against 371 for one
+// 256 MiB pull), the same on one stream or two. Pulling a single peer straight into `recv` in halving pieces
+// (few copies, no staging) won nothing in braid (reduce-scatter 833 against 840 µs, reduce 1526 against 1513;
+// bench/results/*-x2-copy-engine-direct-pull.txt), so it was not kept. Staging is free here: every peer has
+// passed the entry barrier, so none still reads it from an earlier call.
 void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
                      DataType type, ReduceOp op, cudaStream_t stream) {
   const size_t size = datatype_size(type);
