@@ -157,13 +157,7 @@ void issue(int g, const Variant& v, size_t bytes) {
   CHECK(cudaEventRecord(G.stop, G.s0));
 }
 
-float elapsed(int g) {
-  CHECK(cudaSetDevice(g));
-  CHECK(cudaEventSynchronize(gpu[g].stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, gpu[g].start, gpu[g].stop));
-  return ms;
-}
+float elapsed(int g) { return elapsed_ms(g, gpu[g].start, gpu[g].stop); }
 
 int main(int argc, char** argv) {
   const size_t bytes = (argc > 1 ? std::strtoull(argv[1], nullptr, 0) : size_t(256) << 20);

@@ -63,13 +63,7 @@ void issue(int g, void* dst, const void* src, size_t bytes, int pieces, bool pee
   CHECK(cudaEventRecord(G.stop, G.streams[0]));
 }
 
-float elapsed(int g) {
-  CHECK(cudaSetDevice(g));
-  CHECK(cudaEventSynchronize(gpu[g].stop));
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, gpu[g].start, gpu[g].stop));
-  return ms;
-}
+float elapsed(int g) { return elapsed_ms(g, gpu[g].start, gpu[g].stop); }
 
 struct Variant {
   const char* name;

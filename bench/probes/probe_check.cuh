@@ -1,5 +1,5 @@
 // What the probes share: CHECK (runtime calls) and CU_CHECK (driver calls), which end the probe with the
-// failing call, file and line.
+// failing call, file and line, and elapsed_ms (event timing).
 #pragma once
 
 #include <cuda.h>
@@ -25,3 +25,12 @@
       std::exit(1);                                                                                  \
     }                                                                                                \
   } while (0)
+
+// Milliseconds between two events recorded on `device`, once the second has completed.
+inline float elapsed_ms(int device, cudaEvent_t start, cudaEvent_t stop) {
+  CHECK(cudaSetDevice(device));
+  CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+}
