@@ -226,24 +226,50 @@ __device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
 static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes");
 __device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
-// Lane k's pair of the i-th token this rank sends rank r: the token, the pair's expert (-1: none, or refused) and
-// its row on r (-1: the expert is not on r). The pair's slot is loaded with its id, not after it.
+// Lane k's pair of the i-th token this rank sends rank r: the token, the pair's expert (-1: none, or refused),
+// its row on r (-1: the expert is not on r) and, with `weights`, its routing weight. The pair's slot and weight
+// are loaded with its id, not after it.
 struct SentPair {
   int32_t token;
   int expert;
   int64_t row;
+  float weight;
 };
 template <typename Index>
-__device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Layout& layout, int64_t i, int r, int k) {
+__device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Layout& layout, int64_t i, int r, int k,
+                                              bool weights) {
   const int L = launch.local_experts;
-  SentPair pair{launch.slot_token[size_t(r) * launch.max_tokens + i], -1, -1};
+  SentPair pair{launch.slot_token[size_t(r) * launch.max_tokens + i], -1, -1, 0.0f};
   const int64_t id = expert_of<Index>(launch, pair.token, k);
   const int32_t slot = launch.pair_slot[size_t(pair.token) * launch.top_k + k];  // meaningful only where the expert is on r
+  if (weights) pair.weight = launch.topk_weights[size_t(pair.token) * launch.top_k + k];
   pair.expert = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
   if (pair.expert >= r * L && pair.expert < (r + 1) * L) {
     pair.row = layout.expert_start[pair.expert] + layout.mine_before[pair.expert] + slot;
   }
   return pair;
+}
+
+// One warp over token i of this rank's lists for ranks me + first, first in [first_begin, first_end], a pass of
+// ranks_per_pass ranks at a time: visit(first, pair, rows) with this lane's pair (lane q * K + k: pair k of rank
+// me + first + q; token -1 and row -1 where that rank is out of range or was sent fewer than i + 1 tokens) and
+// `rows`, the warp's ballot of the lanes whose pair has a row (bits q * K .. q * K + K - 1 for the q-th rank);
+// the pairs' weights with `weights`. send_tokens and send_scales walk the pairs alike.
+template <typename Index, typename Visit>
+__device__ __forceinline__ void for_each_sent_pass(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds,
+                                                   int64_t i, int first_begin, int first_end, bool weights,
+                                                   Visit&& visit) {
+  const int K = launch.top_k, me = launch.rank, W = launch.world;
+  const int per_pass = ranks_per_pass(K);
+  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
+  for (int first = first_begin; first <= first_end; first += per_pass) {
+    const int r = (me + first + group) % W;
+    SentPair pair{-1, -1, -1, 0.0f};
+    if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
+      pair = sent_pair<Index>(launch, layout, i, r, k, weights);
+    }
+    visit(first, pair, __ballot_sync(kFullWarp, pair.row >= 0));
+  }
 }
 
 // One warp: slice `slice` of token i of this rank's list for ranks me + first, first in [first_begin, first_end]
@@ -258,20 +284,12 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
   const int per_pass = ranks_per_pass(K);
   const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t row_bytes = launch.row_bytes;
-  for (int first = first_begin; first <= first_end; first += per_pass) {
-    const int r = (me + first + group) % W;
-    int32_t t = -1;
-    int e = -1;
-    int64_t row = -1;
-    float weight = 0.0f;
-    if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
-      const SentPair pair = sent_pair<Index>(launch, layout, i, r, k);
-      t = pair.token;
-      e = pair.expert;
-      row = pair.row;
-      if (record) weight = launch.topk_weights[size_t(t) * K + k];
-    }
-    const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
+  for_each_sent_pass<Index>(launch, layout, rounds, i, first_begin, first_end, record, [&](int first, const SentPair& pair,
+                                                                                            unsigned int valid_pass) {
+    const int32_t t = pair.token;
+    const int e = pair.expert;
+    const int64_t row = pair.row;
+    const float weight = pair.weight;
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
       const int32_t token = __shfl_sync(kFullWarp, t, q * K);
       if (token < 0) continue;  // nothing for this rank (the same for the whole warp)
@@ -314,7 +332,7 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
         }
       }
     }
-  }
+  });
 }
 
 // One warp: the slice of received token i of every peer, from the row that crossed into the token's other rows
@@ -400,28 +418,19 @@ __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const
                             int first_end) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
-  const int group = static_cast<int>(lane()) / K, k = static_cast<int>(lane()) % K;
   const size_t bytes = launch.scale_bytes;
-  for (int first = first_begin; first <= first_end; first += per_pass) {
-    const int r = (me + first + group) % W;
-    int32_t t = -1;
-    int64_t row = -1;
-    if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
-      const SentPair pair = sent_pair<Index>(launch, layout, i, r, k);
-      t = pair.token;
-      row = pair.row;
-    }
-    const unsigned int valid_pass = __ballot_sync(kFullWarp, row >= 0);
+  for_each_sent_pass<Index>(launch, layout, rounds, i, first_begin, first_end, false, [&](int first, const SentPair& pair,
+                                                                                           unsigned int valid_pass) {
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
-      const int32_t token = __shfl_sync(kFullWarp, t, q * K);
+      const int32_t token = __shfl_sync(kFullWarp, pair.token, q * K);
       unsigned int rows = (valid_pass >> (q * K)) & pair_mask(K);
       if (token < 0 || rows == 0) continue;  // the same for the whole warp
       const int destination = (me + first + q) % W;
       if (destination != me) rows &= ~rows + 1u;  // the first only
-      copy_scales(launch.x_scales + size_t(token) * bytes, launch.peers[destination] + launch.layout.row_scales, bytes, row,
-                  q * K, rows);
+      copy_scales(launch.x_scales + size_t(token) * bytes, launch.peers[destination] + launch.layout.row_scales, bytes,
+                  pair.row, q * K, rows);
     }
-  }
+  });
 }
 
 // The scales of received token i of every peer, from the row that crossed into the token's other rows here.
