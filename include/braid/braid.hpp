@@ -143,6 +143,9 @@ class Communicator {
   std::string describe() const;
   // "cuda" (symmetric memory between the GPUs of one host) or "nccl" (see init).
   const char* backend() const;
+  // Whether NVLink multicast serves all-reduce, reduce and all-gather: only with BRAID_ENABLE_MULTICAST=1 and
+  // every rank's GPU able (docs/multicast.md); false everywhere else.
+  bool uses_multicast() const;
   // The NCCL backend's ncclComm_t (for programs that also call NCCL on the same ranks); null on the CUDA backend.
   void* nccl_communicator() const;
 

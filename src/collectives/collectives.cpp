@@ -8,6 +8,7 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
+#include "collectives/multicast_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
@@ -191,6 +192,43 @@ kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const C
   return launch;
 }
 
+// NVLink multicast serves the call where the communicator has a multicast region (BRAID_ENABLE_MULTICAST) and
+// the kernels take it (`bytes`: all-reduce and reduce, the buffer; all-gather, one rank's block). What decides
+// is the same on every rank.
+bool multicast_ready(const detail::CommState& state, const Call& call, size_t bytes) {
+  return state.multicast != nullptr && kernels::multicast_serves(call.collective, call.type, call.op, bytes);
+}
+
+kernels::MulticastLaunch multicast_launch(const detail::CommState& state, const Call& call) {
+  kernels::MulticastLaunch launch{};
+  launch.root = call.root;
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.local = state.multicast->local();
+  launch.multicast = state.multicast->multicast();
+  launch.half_bytes = state.multicast->bytes() / 2 / 256 * 256;
+  launch.pad = state.sync->pad();
+  launch.epoch = state.sync->multicast_epoch();
+  launch.blocks_done = state.sync->blocks_done();
+  return launch;
+}
+
+// All-reduce or reduce through the multicast region, in chunks of a half.
+void run_reduce_multicast(const detail::CommState& state, const Call& call, int blocks, cudaStream_t stream) {
+  const size_t size = datatype_size(call.type);
+  kernels::MulticastLaunch launch = multicast_launch(state, call);
+  for_each_chunk(call.count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
+    launch.send = at(call.send, offset * size);
+    launch.recv = call.recv == nullptr ? nullptr : at(call.recv, offset * size);
+    launch.count = elements;
+    if (call.collective == Collective::kAllReduce) {
+      kernels::launch_all_reduce_multicast(call.type, call.op, launch, blocks, stream);
+    } else {
+      kernels::launch_reduce_multicast(call.type, call.op, launch, blocks, stream);
+    }
+    check_launch("multicast kernel launch");
+  });
+}
+
 // NCCL backend: NCCL registers the buffers that lie in registered ranges (lazily), then `launch` enqueues the
 // call with the communicator's GPU current. Elements: of the send and recv buffers.
 template <typename Launch>
@@ -215,7 +253,13 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   const size_t size = datatype_size(type);
   const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny);
+                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny,
+                                         multicast_ready(state, call, count * size));
+  if (choice.algorithm == Algorithm::kMulticast) {
+    DeviceGuard guard(state.device);
+    run_reduce_multicast(state, call, choice.blocks, stream);
+    return;
+  }
   // One shot writes this rank's output while peers still read its input: in place it stays staged.
   const bool in_place_ok = choice.algorithm != Algorithm::kOneShot || !overlap(send, count * size, recv, count * size);
   const bool direct = zero_copy.usable() && in_place_ok && choice.algorithm != Algorithm::kLL;
@@ -265,8 +309,12 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   const std::optional<PeerRange> send_range = find_peer_range(state, send, count * size);
   const bool pulls = send_range && send_range->aligned16 && !send_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                   pulls ? Buffers::kSymmetric : Buffers::kAny);
+                                   pulls ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, count * size));
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kMulticast) {
+    run_reduce_multicast(state, call, choice.blocks, stream);
+    return;
+  }
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (pulls) {
       reduce_copy_engine(state, send_range->buffers, recv, count, type, op, root, stream);
@@ -370,8 +418,20 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (bytes % 16 == 0) recv_range = find_peer_range(state, recv, bytes * state.size);
   const bool zero_copy = recv_range && recv_range->aligned16;
   Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
-                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny);
+                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, bytes));
   DeviceGuard guard(state.device);
+  if (choice.algorithm == Algorithm::kMulticast) {  // each rank's block in chunks that fill a half
+    kernels::MulticastLaunch launch = multicast_launch(state, call);
+    launch.rank_stride = bytes;
+    for_each_chunk(bytes, launch.half_bytes / state.size / 16 * 16, [&](size_t offset, size_t chunk_bytes) {
+      launch.send = at(send, offset);
+      launch.recv = at(recv, offset);
+      launch.count = chunk_bytes;
+      kernels::launch_all_gather_multicast(launch, choice.blocks, stream);
+      check_launch("multicast kernel launch");
+    });
+    return;
+  }
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (zero_copy && !recv_range->same_process_peers) {
       all_gather_copy_engine(state, send, recv_range->buffers, bytes, stream);

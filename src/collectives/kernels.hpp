@@ -17,6 +17,7 @@ struct ZeroCopyLaunch;
 struct AllToAllLaunch;
 struct AllToAllDirectLaunch;
 struct LocalReduceLaunch;
+struct MulticastLaunch;
 
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
 // (reduce_ll.cu).
@@ -50,6 +51,12 @@ void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cu
 // sources reduced into one output.
 void launch_copy_local(void* destination, const void* source, size_t bytes, int blocks, cudaStream_t stream);
 void launch_reduce_local(DataType type, ReduceOp op, const LocalReduceLaunch& launch, int blocks, cudaStream_t stream);
+// NVLink multicast, behind BRAID_ENABLE_MULTICAST (all_reduce_multicast.cu, reduce_multicast.cu,
+// all_gather_multicast.cu); the (type, op) pairs multicast_serves admits.
+void launch_all_reduce_multicast(DataType type, ReduceOp op, const MulticastLaunch& launch, int blocks,
+                                 cudaStream_t stream);
+void launch_reduce_multicast(DataType type, ReduceOp op, const MulticastLaunch& launch, int blocks, cudaStream_t stream);
+void launch_all_gather_multicast(const MulticastLaunch& launch, int blocks, cudaStream_t stream);
 // One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).
 void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream);
 

@@ -83,8 +83,13 @@ struct Row {
 //     local reduction) lost to the zero-copy loads at every size on 2 ranks (841 vs 806 µs at 512 MiB) and the
 //     copy-engine reduce tied the pipelined one (1517 vs 1535): no rows; BRAID_ALGO reaches them.
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
+//   - Multicast (all-reduce, reduce, all-gather beyond LL's sizes) is never measured: it runs only where
+//     BRAID_ENABLE_MULTICAST opened it, never on the shared hosts braid is measured on. Its rows follow what it
+//     moves: each byte crosses NVLink once each way, where the unicast two shot sends 2 (world - 1) / world of
+//     the buffer; NCCL takes NVLS for the same collectives from mid sizes (docs/multicast.md).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(16) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
@@ -92,6 +97,7 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kReduce, size_t(256) << 10, Algorithm::kLL},
+    {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
@@ -104,6 +110,7 @@ constexpr Row kTable[] = {
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllGather, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllGather, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllGather, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllGather, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kAllGather, size_t(128) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
@@ -142,14 +149,16 @@ constexpr Serves kServes[] = {
     {Collective::kBroadcast, Algorithm::kLL},          {Collective::kReduce, Algorithm::kPipelined},
     {Collective::kBroadcast, Algorithm::kPipelined},    {Collective::kAllGather, Algorithm::kCopyEngine},
     {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kBroadcast, Algorithm::kCopyEngine},
-    {Collective::kReduce, Algorithm::kCopyEngine},
+    {Collective::kReduce, Algorithm::kCopyEngine},      {Collective::kAllReduce, Algorithm::kMulticast},
+    {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
                                        Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
                                        Collective::kAllToAllv};
-constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,     Algorithm::kOneShot, Algorithm::kTwoShot,
-                                     Algorithm::kPipelined, Algorithm::kStaged,  Algorithm::kCopyEngine};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,        Algorithm::kOneShot,    Algorithm::kTwoShot,
+                                     Algorithm::kPipelined, Algorithm::kStaged,     Algorithm::kCopyEngine,
+                                     Algorithm::kMulticast};
 
 // All-to-all-v launches this many blocks whatever its size: a block is a channel paired with the same block of
 // every peer, and ranks that send different amounts must still launch the same number.
@@ -223,7 +232,7 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (value == algorithm_name(candidate)) parsed = &candidate;
     }
     if (parsed == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine)", text, value);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine, multicast)", text, value);
     }
     if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
     if (*named == collective) {
@@ -260,21 +269,25 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kPipelined: return "pipelined";
     case Algorithm::kStaged: return "staged";
     case Algorithm::kCopyEngine: return "copyengine";
+    case Algorithm::kMulticast: return "multicast";
   }
   return "?";
 }
 
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text,
-                        Buffers buffers) {
+                        Buffers buffers, bool multicast) {
   Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
     if (row.collective == collective && bytes <= row.max_bytes && world <= row.max_world &&
-        (row.buffers == Buffers::kAny || row.buffers == buffers)) {
+        (row.buffers == Buffers::kAny || row.buffers == buffers) &&
+        (row.algorithm != Algorithm::kMulticast || multicast)) {
       algorithm = row.algorithm;
       break;
     }
   }
+  const Algorithm from_table = algorithm;
   if (!override_text.empty()) override_for(collective, override_text, &algorithm);
+  if (algorithm == Algorithm::kMulticast && !multicast) algorithm = from_table;  // the gate is closed, or the call unserved
   if (collective == Collective::kAllToAllv) return Choice{algorithm, kAllToAllvBlocks};
   return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
 }

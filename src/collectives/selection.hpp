@@ -29,8 +29,10 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
 // kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all and
-// reduce-scatter and reduce pull from the peers' inputs, all-gather and broadcast push into their outputs.
-enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine };
+// reduce-scatter and reduce pull from the peers' inputs, all-gather and broadcast push into their outputs;
+// kMulticast: NVLink multicast through the communicator's multicast region (all-reduce, reduce, all-gather),
+// only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp).
+enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast };
 const char* algorithm_name(Algorithm algorithm);
 
 constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
@@ -48,7 +50,9 @@ struct Choice {
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
 // reduce-scatter and all-to-all: the input). All-to-all-v ignores it: its sizes differ between ranks, and the
 // launch width must be the same on all of them. `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
+// `multicast`: the communicator has a multicast region and the kernels serve this call; without it no multicast
+// row matches, and a forced multicast takes the table's unicast choice.
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
-                        Buffers buffers = Buffers::kAny);
+                        Buffers buffers = Buffers::kAny, bool multicast = false);
 
 }  // namespace braid

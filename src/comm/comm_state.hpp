@@ -13,6 +13,7 @@
 #include "backends/nccl/nccl_backend.hpp"
 #include "braid/braid.hpp"
 #include "core/side_stream.hpp"
+#include "memory/multicast.hpp"
 #include "memory/registration.hpp"
 #include "sync/device_sync.hpp"
 
@@ -48,6 +49,9 @@ struct CommState {
   // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block, and
   // every other chunk of the pulls, run there beside the caller's stream.
   std::unique_ptr<SideStream> side;
+  // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
+  // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.
+  std::unique_ptr<MulticastRegion> multicast;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
 
   // Every symmetric allocation made from this communicator (its own buffers and users'), so a collective can

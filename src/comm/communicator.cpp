@@ -2,6 +2,7 @@
 // topology check, and the fd-passing socket that symmetric allocations use.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 
@@ -145,6 +146,34 @@ std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state,
   return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode());
 }
 
+// The communicator's bootstrap, fd exchanger and allocator, as multicast setup asks for them.
+detail::MulticastTeam multicast_team(detail::CommState& state, Communicator& comm) {
+  detail::MulticastTeam team;
+  team.rank = state.rank;
+  team.size = state.size;
+  team.device = state.device;
+  team.all_agree = [&state](bool mine) {
+    const std::vector<std::string> all = state.bootstrap->allgather(mine ? "1" : "0", "multicast setup");
+    return std::all_of(all.begin(), all.end(), [](const std::string& flag) { return flag == "1"; });
+  };
+  team.share_fd = [&state](int fd) {
+    const uint64_t tag = state.alloc_sequence++;  // every rank shares once, in the same order
+    if (state.rank != 0) return state.fds->receive(0, tag);
+    for (int peer = 1; peer < state.size; ++peer) state.fds->send(peer, fd, tag);
+    return -1;
+  };
+  team.allocate = [&comm](size_t bytes) { return comm.alloc(bytes); };
+  return team;
+}
+
+size_t multicast_bytes() {
+  const int64_t bytes = *Config::get().integer("BRAID_MULTICAST_BYTES");
+  if (bytes < (int64_t(1) << 20)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_MULTICAST_BYTES={} must be at least 1 MiB", bytes);
+  }
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace
 
 Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions& options) {
@@ -202,7 +231,9 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
   state->side = std::make_unique<SideStream>(state->device);
-  BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}", state->uid, state->rank, state->size, state->device);
+  state->multicast = detail::open_multicast(Config::get(), multicast_team(*state, comm), multicast_bytes());
+  BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
+             state->multicast ? " with NVLink multicast" : "");
   return comm;
 }
 
@@ -210,6 +241,10 @@ Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(st
 Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
+
+bool Communicator::uses_multicast() const {
+  return detail::usable(state_, "Communicator::uses_multicast").multicast != nullptr;
+}
 
 const char* Communicator::backend() const {
   return detail::usable(state_, "Communicator::backend").nccl ? "nccl" : "cuda";

@@ -50,6 +50,10 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},
+    {"BRAID_ENABLE_MULTICAST", ConfigType::kEnum, "0", "0|1",
+     "1: NVLink multicast (NVLS) collectives where every GPU reports support; never on a shared GPU host."},
+    {"BRAID_MULTICAST_BYTES", ConfigType::kInt, "33554432", nullptr,
+     "Bytes of each rank's memory bound to the multicast object (two halves), made at init when multicast is on."},
     {"BRAID_SHIM_FALLBACK", ConfigType::kString, nullptr, nullptr,
      "NCCL shim: calls the real NCCL serves even where braid could, a comma-separated list of allreduce, reduce, "
      "reducescatter, allgather, broadcast, alltoall, sendrecv (sends, receives, gather, scatter), or all."},

@@ -10,21 +10,28 @@
 namespace braid {
 namespace {
 
-// ABI version of the entry points we ask for: the CUDA 12.0 signatures of these calls.
+// ABI version of the entry points we ask for: the CUDA 12.0 signatures of these calls, 12.1 for multicast (the
+// version that introduced it).
 constexpr unsigned kEntryPointVersion = 12000;
+constexpr unsigned kMulticastEntryPointVersion = 12010;
 
 std::atomic<const DriverApi*> g_fake{nullptr};
 
+// Required entry points raise where missing; optional ones (multicast) are left nullptr.
 template <typename Fn>
-void fetch(const char* symbol, Fn& slot) {
+void fetch(const char* symbol, Fn& slot, unsigned version = kEntryPointVersion, bool required = true) {
   void* function = nullptr;
   cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-  cudaError_t result = cudaGetDriverEntryPointByVersion(symbol, &function, kEntryPointVersion, cudaEnableDefault, &status);
+  cudaError_t result = cudaGetDriverEntryPointByVersion(symbol, &function, version, cudaEnableDefault, &status);
   if (result == cudaErrorInsufficientDriver || result == cudaErrorNoDevice || result == cudaErrorInitializationError) {
     raise(ErrorCode::kNoDevice, "no usable CUDA driver on this machine ({} while looking up {})",
           cudaGetErrorName(result), symbol);
   }
   if (result != cudaSuccess || status != cudaDriverEntryPointSuccess || function == nullptr) {
+    if (!required) {
+      slot = nullptr;
+      return;
+    }
     raise(ErrorCode::kNoDevice, "CUDA driver entry point {} is unavailable ({}, query status {}); driver too old?",
           symbol, cudaGetErrorName(result), static_cast<int>(status));
   }
@@ -54,6 +61,13 @@ DriverApi load() {
   BRAID_FETCH(cuMemGetAllocationPropertiesFromHandle);
   BRAID_FETCH(cuPointerGetAttribute);
 #undef BRAID_FETCH
+#define BRAID_FETCH_MULTICAST(name) fetch(#name, api.name, kMulticastEntryPointVersion, false)
+  BRAID_FETCH_MULTICAST(cuMulticastGetGranularity);
+  BRAID_FETCH_MULTICAST(cuMulticastCreate);
+  BRAID_FETCH_MULTICAST(cuMulticastAddDevice);
+  BRAID_FETCH_MULTICAST(cuMulticastBindAddr);
+  BRAID_FETCH_MULTICAST(cuMulticastUnbind);
+#undef BRAID_FETCH_MULTICAST
   return api;
 }
 

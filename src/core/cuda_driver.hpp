@@ -27,6 +27,13 @@ struct DriverApi {
   decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle;
   decltype(&::cuMemGetAllocationPropertiesFromHandle) cuMemGetAllocationPropertiesFromHandle;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
+  // NVLink multicast (CUDA 12.1+), reached only through memory/multicast.hpp behind BRAID_ENABLE_MULTICAST;
+  // nullptr where the driver lacks them.
+  decltype(&::cuMulticastGetGranularity) cuMulticastGetGranularity;
+  decltype(&::cuMulticastCreate) cuMulticastCreate;
+  decltype(&::cuMulticastAddDevice) cuMulticastAddDevice;
+  decltype(&::cuMulticastBindAddr) cuMulticastBindAddr;
+  decltype(&::cuMulticastUnbind) cuMulticastUnbind;
 };
 
 // The table, fetched on first use. Throws Error(kNoDevice) when there is no driver.

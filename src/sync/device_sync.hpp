@@ -35,6 +35,7 @@ class DeviceSync {
   device::SignalPad pad() const { return pad_; }
   uint64_t* epoch() const { return &counters_->staging_epoch; }  // staging parity counter, advanced by kernels
   uint64_t* ll_epoch() const { return &counters_->ll_epoch; }     // LL calls so far, advanced by kernels
+  uint64_t* multicast_epoch() const { return &counters_->multicast_epoch; }  // multicast region parity counter
   unsigned int* blocks_done() const { return &counters_->blocks_done; }  // the last block of a launch advances a counter
 
   // Lets the first `credits` waits on channels [first, first + count) pass before any signal: their expected
@@ -56,6 +57,7 @@ class DeviceSync {
   struct Counters {
     uint64_t staging_epoch;
     uint64_t ll_epoch;
+    uint64_t multicast_epoch;
     unsigned int blocks_done;
   };
   Counters* counters_ = nullptr;  // device memory

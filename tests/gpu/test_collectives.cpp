@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,6 +28,9 @@
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"
+#include "core/config.hpp"
+#include "core/cuda_driver.hpp"
+#include "memory/multicast.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -426,6 +430,56 @@ TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
     }
     run_symmetric_cases(comm, cases, "copy engines");
   });
+}
+
+// The multicast gate on real GPUs (issue 6, DESIGN.md rule 6): with BRAID_ENABLE_MULTICAST unset, making the
+// communicators and running what multicast would serve (all-reduce, reduce and all-gather of float32 and
+// bfloat16 in whole 16-byte vectors, beyond LL's sizes; the unaligned variants too) never reaches the driver's
+// multicast entry points. The real driver table serves, its multicast entries replaced by counters that refuse
+// without calling the driver, and the support query counted where it asks for multicast.
+std::atomic<int> g_multicast_calls{0};
+
+TEST(Collectives, MulticastGateHoldsWithTheVariableUnset) {
+  ASSERT_FALSE(detail::multicast_enabled(Config::get()))
+      << "BRAID_ENABLE_MULTICAST=1 in this run: never set it on a shared GPU host";
+  static const DriverApi real = driver();
+  DriverApi counted = real;
+  counted.cuMulticastGetGranularity = [](size_t*, const CUmulticastObjectProp*, CUmulticastGranularity_flags) {
+    ++g_multicast_calls;
+    return CUDA_ERROR_NOT_PERMITTED;
+  };
+  counted.cuMulticastCreate = [](CUmemGenericAllocationHandle*, const CUmulticastObjectProp*) {
+    ++g_multicast_calls;
+    return CUDA_ERROR_NOT_PERMITTED;
+  };
+  counted.cuMulticastAddDevice = [](CUmemGenericAllocationHandle, CUdevice) {
+    ++g_multicast_calls;
+    return CUDA_ERROR_NOT_PERMITTED;
+  };
+  counted.cuMulticastBindAddr = [](CUmemGenericAllocationHandle, size_t, CUdeviceptr, size_t, unsigned long long) {
+    ++g_multicast_calls;
+    return CUDA_ERROR_NOT_PERMITTED;
+  };
+  counted.cuMulticastUnbind = [](CUmemGenericAllocationHandle, CUdevice, size_t, size_t) {
+    ++g_multicast_calls;
+    return CUDA_ERROR_NOT_PERMITTED;
+  };
+  counted.cuDeviceGetAttribute = [](int* value, CUdevice_attribute attribute, CUdevice device) {
+    if (attribute == CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED) ++g_multicast_calls;
+    return real.cuDeviceGetAttribute(value, attribute, device);
+  };
+  struct Restore {
+    ~Restore() { set_driver_for_testing(nullptr); }
+  } restore;
+  set_driver_for_testing(&counted);
+  with_communicator([](Communicator& comm) {
+    EXPECT_FALSE(comm.uses_multicast()) << "rank " << comm.rank();
+    run_cases(comm,
+              cases_of({Collective::kAllReduce, Collective::kReduce, Collective::kAllGather},
+                       {DataType::kFloat32, DataType::kBFloat16}, {size_t(1) << 20, (size_t(4) << 20) + 16}),
+              "multicast gate closed");
+  });
+  EXPECT_EQ(g_multicast_calls.load(), 0) << "a closed gate reached a multicast entry point of the driver";
 }
 
 // Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails; the

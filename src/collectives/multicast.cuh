@@ -1,0 +1,79 @@
+// What the multicast collective kernels share (all_reduce_multicast.cu, reduce_multicast.cu,
+// all_gather_multicast.cu): the region half of this call, this rank's share of a slice, 16-byte vectors at any
+// address, advancing the region's epoch, and the (type, op) pairs the hardware reduces.
+#pragma once
+
+#include "braid/device/multimem_device.hpp"
+#include "collectives/dispatch.cuh"
+#include "collectives/elementwise.cuh"
+#include "collectives/multicast_launch.hpp"
+#include "collectives/staged.cuh"
+
+namespace braid::kernels {
+
+// Offset of this call's half of the region (the epoch's parity). Read once per block at kernel start.
+__device__ inline size_t multicast_half(const MulticastLaunch& launch) {
+  __shared__ uint64_t epoch;
+  if (threadIdx.x == 0) epoch = *launch.epoch;
+  __syncthreads();
+  return (epoch & 1) * launch.half_bytes;
+}
+
+// The last block of the launch advances the region's epoch (staged.cuh).
+__device__ inline void finish_multicast(const MulticastLaunch& launch) {
+  advance_after_last_block(launch.epoch, launch.blocks_done);
+}
+
+// Vectors [first, end) of `vectors`, this rank's share: each rank reduces a different part of a block's slice.
+struct Share {
+  size_t first, end;
+};
+__device__ inline Share rank_share(size_t vectors, int rank, int world) {
+  const size_t base = vectors / world, extra = vectors % world;
+  const size_t first = rank * base + (static_cast<size_t>(rank) < extra ? rank : extra);
+  return Share{first, first + base + (static_cast<size_t>(rank) < extra ? 1 : 0)};
+}
+
+// 16 bytes at any address (user buffers may start anywhere; the region's vectors never do).
+__device__ inline uint4 load_vector(const char* from) {
+  if ((reinterpret_cast<uintptr_t>(from) & 15) == 0) return *reinterpret_cast<const uint4*>(from);
+  uint4 value;
+  char* bytes = reinterpret_cast<char*>(&value);
+  for (int b = 0; b < 16; ++b) bytes[b] = from[b];
+  return value;
+}
+__device__ inline void store_vector(char* to, uint4 value) {
+  if ((reinterpret_cast<uintptr_t>(to) & 15) == 0) {
+    *reinterpret_cast<uint4*>(to) = value;
+    return;
+  }
+  const char* bytes = reinterpret_cast<const char*>(&value);
+  for (int b = 0; b < 16; ++b) to[b] = bytes[b];
+}
+
+// Instantiates `body(TypeTag<T>, OpTag<Op>)` for the pairs multimem.ld_reduce does (multicast_serves admits
+// no other); any other pair is an internal error.
+template <typename F>
+void dispatch_multimem(DataType type, ReduceOp op, F&& body) {
+  auto with_op = [&](auto type_tag) {
+    switch (op) {
+      case ReduceOp::kSum: return body(type_tag, OpTag<ReduceOp::kSum>{});
+      case ReduceOp::kMin: return body(type_tag, OpTag<ReduceOp::kMin>{});
+      case ReduceOp::kMax: return body(type_tag, OpTag<ReduceOp::kMax>{});
+      default: break;
+    }
+    raise(ErrorCode::kInternal, "{} {} reached a multicast kernel launcher", datatype_name(type), reduce_op_name(op));
+  };
+  if (type == DataType::kFloat32 && op == ReduceOp::kSum) return body(TypeTag<float>{}, OpTag<ReduceOp::kSum>{});
+  if (type == DataType::kFloat16) return with_op(TypeTag<__half>{});
+  if (type == DataType::kBFloat16) return with_op(TypeTag<__nv_bfloat16>{});
+  raise(ErrorCode::kInternal, "{} {} reached a multicast kernel launcher", datatype_name(type), reduce_op_name(op));
+}
+
+#define BRAID_LAUNCH_MULTIMEM(kernel, type, op, blocks, stream, launch)                                        \
+  ::braid::kernels::dispatch_multimem(type, op, [&](auto type_tag, auto op_tag) {                             \
+    using T = typename decltype(type_tag)::type;                                                              \
+    kernel<T, decltype(op_tag)::value><<<blocks, ::braid::kernels::kThreadsPerBlock, 0, stream>>>(launch);    \
+  })
+
+}  // namespace braid::kernels
