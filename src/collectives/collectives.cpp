@@ -130,11 +130,20 @@ size_t ll_payload_bytes(const kernels::LLLaunch& launch) {
   return launch.slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
 }
 
-// Splits `elements` into chunks of at most `chunk` and calls launch_chunk(offset, elements) for each.
-template <typename F>
-void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
+// Enqueues `enqueue(launch)` once per chunk of at most `chunk` of `total` units (elements, or bytes; `unit`
+// bytes each), with the launch's send, recv and count set to the chunk (a null buffer stays null: a rank whose
+// buffer the call does not use). `what` names a launch that failed.
+template <typename Launch, typename Enqueue>
+void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total, size_t chunk, size_t unit,
+                      const char* what, Enqueue&& enqueue) {
   if (chunk == 0) raise(ErrorCode::kInternal, "staging too small for one element");
-  for (size_t offset = 0; offset < elements; offset += chunk) launch_chunk(offset, std::min(chunk, elements - offset));
+  for (size_t offset = 0; offset < total; offset += chunk) {
+    launch.send = send == nullptr ? nullptr : at(send, offset * unit);
+    launch.recv = recv == nullptr ? nullptr : at(recv, offset * unit);
+    launch.count = std::min(chunk, total - offset);
+    enqueue(static_cast<const Launch&>(launch));
+    check_launch(what);
+  }
 }
 
 // Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of
@@ -143,13 +152,8 @@ void for_each_chunk(size_t elements, size_t chunk, F&& launch_chunk) {
 void run_reduce_ll(kernels::LLLaunch launch, const Call& call, size_t count, int blocks, cudaStream_t stream,
                    const char* what) {
   const size_t size = datatype_size(call.type);
-  for_each_chunk(count, ll_payload_bytes(launch) / size, [&](size_t offset, size_t elements) {
-    launch.send = at(call.send, offset * size);
-    launch.recv = call.recv == nullptr ? nullptr : at(call.recv, offset * size);
-    launch.count = elements;
-    kernels::launch_reduce_ll(call.type, call.op, launch, blocks, stream);
-    check_launch(what);
-  });
+  launch_in_chunks(launch, call.send, call.recv, count, ll_payload_bytes(launch) / size, size, what,
+                   [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, blocks, stream); });
 }
 
 // Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
@@ -216,17 +220,10 @@ kernels::MulticastLaunch multicast_launch(const detail::CommState& state, const 
 void run_reduce_multicast(const detail::CommState& state, const Call& call, int blocks, cudaStream_t stream) {
   const size_t size = datatype_size(call.type);
   kernels::MulticastLaunch launch = multicast_launch(state, call);
-  for_each_chunk(call.count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
-    launch.send = at(call.send, offset * size);
-    launch.recv = call.recv == nullptr ? nullptr : at(call.recv, offset * size);
-    launch.count = elements;
-    if (call.collective == Collective::kAllReduce) {
-      kernels::launch_all_reduce_multicast(call.type, call.op, launch, blocks, stream);
-    } else {
-      kernels::launch_reduce_multicast(call.type, call.op, launch, blocks, stream);
-    }
-    check_launch("multicast kernel launch");
-  });
+  const auto kernel = call.collective == Collective::kAllReduce ? kernels::launch_all_reduce_multicast
+                                                                 : kernels::launch_reduce_multicast;
+  launch_in_chunks(launch, call.send, call.recv, call.count, launch.half_bytes / size, size, "multicast kernel launch",
+                   [&](const auto& chunk) { kernel(call.type, call.op, chunk, blocks, stream); });
 }
 
 // NCCL backend: NCCL registers the buffers that lie in registered ranges (lazily), then `launch` enqueues the
@@ -286,13 +283,8 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
-  for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
-    launch.send = at(send, offset * size);
-    launch.recv = at(recv, offset * size);
-    launch.count = elements;
-    kernels::launch_all_reduce_one_shot(type, op, launch, choice.blocks, stream);
-    check_launch("all_reduce kernel launch");
-  });
+  launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "all_reduce kernel launch",
+                   [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, choice.blocks, stream); });
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream) {
@@ -336,13 +328,8 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
-  for_each_chunk(count, launch.half_bytes / size, [&](size_t offset, size_t elements) {
-    launch.send = at(send, offset * size);
-    launch.recv = recv == nullptr ? nullptr : at(recv, offset * size);
-    launch.count = elements;
-    kernels::launch_reduce(type, op, launch, choice.blocks, stream);
-    check_launch("reduce kernel launch");
-  });
+  launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "reduce kernel launch",
+                   [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, choice.blocks, stream); });
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream) {
@@ -392,14 +379,11 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   kernels::StagedLaunch launch = base_launch(state, call);
   launch.rank_stride = recv_count;
   // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
-  const size_t chunk = (launch.half_bytes / state.size - 256) / size;
-  for_each_chunk(recv_count, chunk, [&](size_t offset, size_t elements) {
-    launch.send = at(send, offset * size);
-    launch.recv = at(recv, offset * size);
-    launch.count = elements;
-    kernels::launch_reduce_scatter_staged(type, op, launch, choice.blocks, stream);
-    check_launch("reduce_scatter kernel launch");
-  });
+  const size_t chunk_elements = (launch.half_bytes / state.size - 256) / size;
+  launch_in_chunks(launch, send, recv, recv_count, chunk_elements, size, "reduce_scatter kernel launch",
+                   [&](const auto& chunk) {
+                     kernels::launch_reduce_scatter_staged(type, op, chunk, choice.blocks, stream);
+                   });
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
@@ -423,13 +407,8 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (choice.algorithm == Algorithm::kMulticast) {  // each rank's block in chunks that fill a half
     kernels::MulticastLaunch launch = multicast_launch(state, call);
     launch.rank_stride = bytes;
-    for_each_chunk(bytes, launch.half_bytes / state.size / 16 * 16, [&](size_t offset, size_t chunk_bytes) {
-      launch.send = at(send, offset);
-      launch.recv = at(recv, offset);
-      launch.count = chunk_bytes;
-      kernels::launch_all_gather_multicast(launch, choice.blocks, stream);
-      check_launch("multicast kernel launch");
-    });
+    launch_in_chunks(launch, send, recv, bytes, launch.half_bytes / state.size / 16 * 16, 1, "multicast kernel launch",
+                     [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, choice.blocks, stream); });
     return;
   }
   if (choice.algorithm == Algorithm::kCopyEngine) {
@@ -456,24 +435,14 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   if (choice.algorithm == Algorithm::kLL) {  // the input to every peer, as an all-to-all of identical blocks
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.recv_rank_stride = bytes;
-    for_each_chunk(bytes, ll_payload_bytes(launch), [&](size_t offset, size_t chunk_bytes) {
-      launch.send = at(send, offset);
-      launch.recv = at(recv, offset);
-      launch.count = chunk_bytes;
-      kernels::launch_blocks_ll(launch, choice.blocks, stream);
-      check_launch("all_gather kernel launch");
-    });
+    launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "all_gather kernel launch",
+                     [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, choice.blocks, stream); });
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
   launch.rank_stride = bytes;
-  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
-    launch.send = at(send, offset);
-    launch.recv = at(recv, offset);
-    launch.count = chunk_bytes;
-    kernels::launch_all_gather_staged(launch, choice.blocks, stream);
-    check_launch("all_gather kernel launch");
-  });
+  launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "all_gather kernel launch",
+                   [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, choice.blocks, stream); });
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
@@ -501,13 +470,8 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   if (choice.algorithm == Algorithm::kLL) {
     kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;
-    for_each_chunk(bytes, ll_payload_bytes(launch), [&](size_t offset, size_t chunk_bytes) {
-      launch.send = send == nullptr ? nullptr : at(send, offset);
-      launch.recv = at(recv, offset);
-      launch.count = chunk_bytes;
-      kernels::launch_broadcast_ll(launch, choice.blocks, stream);
-      check_launch("broadcast kernel launch");
-    });
+    launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "broadcast kernel launch",
+                     [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, choice.blocks, stream); });
     return;
   }
   if (choice.algorithm == Algorithm::kPipelined) {  // the pipelined all-gather, pushed by the root alone
@@ -518,13 +482,8 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
-  for_each_chunk(bytes, launch.half_bytes, [&](size_t offset, size_t chunk_bytes) {
-    launch.send = send == nullptr ? nullptr : at(send, offset);
-    launch.recv = at(recv, offset);
-    launch.count = chunk_bytes;
-    kernels::launch_broadcast(launch, choice.blocks, stream);
-    check_launch("broadcast kernel launch");
-  });
+  launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "broadcast kernel launch",
+                   [&](const auto& chunk) { kernels::launch_broadcast(chunk, choice.blocks, stream); });
 }
 
 void Communicator::check() {
