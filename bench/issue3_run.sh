@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Issue 3 on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
 #   tests    the gpu-labelled CTest suite (threads and braid-run processes, all GPUs and 2)
+#   suite-a, suite-b  the GPU suite as threads on all GPUs in two halves (b: Registration, MemoryHandles,
+#            SendRecv, SymmetricMemory), each within one device command (the whole took over 290 s on 2 ranks)
+#   copy-engines  the copy-engine all-gather, reduce-scatter, broadcast and reduce forced (BRAID_ALGO) against the
+#            table and NCCL on symmetric buffers, float32, 32 MiB-512 MiB: the candidates for the issue's 4-rank
+#            all-gather and reduce-scatter targets, and the check of the all-gather row set on 2 ranks
 #   probe    NCCL init under braid-run with NCCL_DEBUG=INFO (does --compare nccl work here?)
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
 #   compare  braid-bench --compare nccl for the sizes the issue names
@@ -29,6 +34,20 @@ for phase in "$@"; do
     tests)
       (ctest --test-dir build -L gpu -V --timeout 400 2>&1) > "$out/gpu-tests.log"
       grep -E "^[0-9]+: \[  FAILED|Failure|tests passed|Test #|SKIPPED|^[0-9]+: .*(error|Error)" "$out/gpu-tests.log" | head -40
+      ;;
+    suite-a|suite-b)
+      rest='Registration.*:MemoryHandles.*:SendRecv.*:SymmetricMemory.*'
+      filter=$([ "$phase" = suite-a ] && echo "-$rest" || echo "$rest")
+      timeout 560 stdbuf -oL build/tests/gpu/braid_gpu_tests --gtest_filter="$filter" > "$out/gpu-$phase-threads.txt" 2>&1
+      echo "GPU $phase (threads, $gpus ranks) exit $?" | tee -a "$out/gpu-$phase-threads.txt"
+      grep -E "FAILED|Failure|PASSED|tests ran|SKIPPED" "$out/gpu-$phase-threads.txt" | head -20
+      ;;
+    copy-engines)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1 -d float32 -b 32M -e 512M -f 4 -z 0"
+      for c in allgather reducescatter broadcast reduce; do
+        BRAID_ALGO=$c=copyengine bench 60 copy-engine-$c -c $c $cmp
+        bench 60 table-$c -c $c $cmp
+      done
       ;;
     probe)
       timeout 60 env NCCL_DEBUG=INFO $run_bench --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" -c allreduce -b 1M -e 1M \
