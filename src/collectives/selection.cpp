@@ -74,9 +74,10 @@ struct Row {
 //     bench/results/*-x2-pipelined-broadcast-compare-nccl.txt) 99.7 vs 104.9 µs at 32 MiB, 799 vs 846 at 256 MiB
 //     (NCCL 751); staged 52.6 vs 54.2 at 16 MiB. Not measured on more ranks.
 //   - Copy engines on buffers peers map (copy_engine.hpp; 2×H200, float32, symmetric buffers,
-//     bench/results/*-x2-copy-engine-collectives.txt): all-gather pushes beat the zero-copy stores beyond
-//     128 MiB (they tie there, 199 vs 197 µs; 715 vs 762 at 512 MiB), broadcast pushes beat the pipelined
-//     stores beyond 64 MiB (they tie there, 193 µs; 1382 vs 1535 at 512 MiB). On more ranks the broadcast root
+//     bench/results/*-x2-own-copy-16.txt, with the own block's copy on 16 blocks): all-gather pushes beat the
+//     zero-copy stores beyond 64 MiB (104.2 vs 102.6 µs at 64 MiB, 188.7 vs 198.2 at 128 MiB, 702 vs 762 at
+//     512 MiB), broadcast pushes beat the pipelined stores beyond 32 MiB (100.6 vs 98.5 µs at 32 MiB, 184.4 vs
+//     192.7 at 64 MiB, 1368 vs 1534 at 512 MiB). On more ranks the broadcast root
 //     would push world-1 copies of its input one after another, so its row is for 2 ranks; the all-gather
 //     row holds for every world (each rank pushes one block to each peer, one peer at a time, every GPU
 //     taking one copy a step): not measured there. The copy-engine reduce-scatter (pulls into staging and a
@@ -112,7 +113,7 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllGather, size_t(4) << 20, Algorithm::kStaged},
-    {Collective::kAllGather, size_t(128) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
+    {Collective::kAllGather, size_t(64) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
     {Collective::kAllGather, size_t(16) << 20, Algorithm::kStaged, Buffers::kAny, 2},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
@@ -121,7 +122,7 @@ constexpr Row kTable[] = {
     {Collective::kBroadcast, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
     {Collective::kBroadcast, size_t(16) << 20, Algorithm::kStaged},
-    {Collective::kBroadcast, size_t(64) << 20, Algorithm::kPipelined},
+    {Collective::kBroadcast, size_t(32) << 20, Algorithm::kPipelined},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric, 2},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},

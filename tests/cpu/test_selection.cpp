@@ -150,14 +150,15 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   const auto pick = [](Collective collective, size_t bytes, int world, Buffers buffers) {
     return select_algorithm(collective, bytes, world, DataType::kFloat32, "", buffers).algorithm;
   };
-  // All-gather: zero-copy stores through 128 MiB, copy engines beyond, on any world; other buffers never.
-  EXPECT_EQ(pick(Collective::kAllGather, size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kAllGather, (size_t(128) << 20) + 64, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  // All-gather: zero-copy stores through 64 MiB, copy engines beyond, on any world; other buffers never.
+  EXPECT_EQ(pick(Collective::kAllGather, size_t(64) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kAllGather, (size_t(64) << 20) + 64, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
-  // Broadcast: copy engines beyond 64 MiB on 2 ranks only (a root would push world-1 copies in turn).
-  EXPECT_EQ(pick(Collective::kBroadcast, size_t(64) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kBroadcast, (size_t(64) << 20) + 4, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  // Broadcast: copy engines beyond 32 MiB on 2 ranks only (a root would push world-1 copies in turn).
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(32) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reduce-scatter and reduce have no copy-engine row (the zero-copy loads and the pipelined reduce won or
