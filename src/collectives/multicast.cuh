@@ -12,12 +12,7 @@
 namespace braid::kernels {
 
 // Offset of this call's half of the region (the epoch's parity). Read once per block at kernel start.
-__device__ inline size_t multicast_half(const MulticastLaunch& launch) {
-  __shared__ uint64_t epoch;
-  if (threadIdx.x == 0) epoch = *launch.epoch;
-  __syncthreads();
-  return (epoch & 1) * launch.half_bytes;
-}
+__device__ inline size_t multicast_half(const MulticastLaunch& launch) { return parity_half(launch.epoch, launch.half_bytes); }
 
 // The last block of the launch advances the region's epoch (staged.cuh).
 __device__ inline void finish_multicast(const MulticastLaunch& launch) {
@@ -51,23 +46,20 @@ __device__ inline void store_vector(char* to, uint4 value) {
   for (int b = 0; b < 16; ++b) to[b] = bytes[b];
 }
 
-// Instantiates `body(TypeTag<T>, OpTag<Op>)` for the pairs multimem.ld_reduce does (multicast_serves admits
-// no other); any other pair is an internal error.
+// Instantiates `body(TypeTag<T>, OpTag<Op>)` for the pairs the hardware reduces (device::multimem_reduces, the
+// one table; multicast_serves admits no other); any other pair is an internal error.
 template <typename F>
 void dispatch_multimem(DataType type, ReduceOp op, F&& body) {
-  auto with_op = [&](auto type_tag) {
-    switch (op) {
-      case ReduceOp::kSum: return body(type_tag, OpTag<ReduceOp::kSum>{});
-      case ReduceOp::kMin: return body(type_tag, OpTag<ReduceOp::kMin>{});
-      case ReduceOp::kMax: return body(type_tag, OpTag<ReduceOp::kMax>{});
-      default: break;
-    }
-    raise(ErrorCode::kInternal, "{} {} reached a multicast kernel launcher", datatype_name(type), reduce_op_name(op));
-  };
-  if (type == DataType::kFloat32 && op == ReduceOp::kSum) return body(TypeTag<float>{}, OpTag<ReduceOp::kSum>{});
-  if (type == DataType::kFloat16) return with_op(TypeTag<__half>{});
-  if (type == DataType::kBFloat16) return with_op(TypeTag<__nv_bfloat16>{});
-  raise(ErrorCode::kInternal, "{} {} reached a multicast kernel launcher", datatype_name(type), reduce_op_name(op));
+  dispatch_type(type, [&](auto type_tag) {
+    using T = typename decltype(type_tag)::type;
+    dispatch_op(op, [&](auto op_tag) {
+      if constexpr (device::multimem_reduces<T, decltype(op_tag)::value>()) {
+        body(type_tag, op_tag);
+      } else {
+        raise(ErrorCode::kInternal, "{} {} reached a multicast kernel launcher", datatype_name(type), reduce_op_name(op));
+      }
+    });
+  });
 }
 
 #define BRAID_LAUNCH_MULTIMEM(kernel, type, op, blocks, stream, launch)                                        \

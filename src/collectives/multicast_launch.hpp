@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/device/multimem_device.hpp"
 #include "braid/device/sync_device.hpp"
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"
@@ -29,19 +30,15 @@ struct MulticastLaunch {
   unsigned int* blocks_done;
 };
 
-// Whether the multicast kernels serve a call: all-reduce and reduce of float32 sums and of float16 and bfloat16
-// sums, minima and maxima (what multimem.ld_reduce does; no product, no average), all-gather of any type; in
-// whole 16-byte vectors (multimem accesses move vectors only). Other calls take the unicast algorithms. Only
-// what every rank passes alike decides (not the buffers' addresses), so every rank makes the same choice.
+// Whether the multicast kernels serve a call: all-reduce and reduce of the (type, op) pairs multimem.ld_reduce
+// does (device::multimem_reduces: float32 sums, float16 and bfloat16 sums, minima and maxima), all-gather of
+// any type; in whole 16-byte vectors (multimem accesses move vectors only). Other calls take the unicast
+// algorithms. Only what every rank passes alike decides (not the buffers' addresses), so every rank makes the same choice.
 inline bool multicast_serves(Collective collective, DataType type, ReduceOp op, size_t bytes) {
   if (bytes == 0 || bytes % 16 != 0) return false;
   if (collective == Collective::kAllGather) return true;
   if (collective != Collective::kAllReduce && collective != Collective::kReduce) return false;
-  if (type == DataType::kFloat32) return op == ReduceOp::kSum;
-  if (type == DataType::kFloat16 || type == DataType::kBFloat16) {
-    return op == ReduceOp::kSum || op == ReduceOp::kMin || op == ReduceOp::kMax;
-  }
-  return false;
+  return device::multimem_reduces(type, op);
 }
 
 }  // namespace braid::kernels

@@ -18,11 +18,17 @@ struct StagingView {
   __device__ char* of(const StagedLaunch& launch, int rank) const { return launch.staging[rank] + offset; }
 };
 
-__device__ inline StagingView staging_view(const StagedLaunch& launch) {
-  __shared__ uint64_t epoch;
-  if (threadIdx.x == 0) epoch = *launch.epoch;
+// Offset of the half a launch uses in a two-half buffer whose calls alternate by `epoch`'s parity (staging here,
+// the multicast region in multicast.cuh). Every thread of the block calls it; one load per block.
+__device__ inline size_t parity_half(const uint64_t* epoch, size_t half_bytes) {
+  __shared__ uint64_t value;
+  if (threadIdx.x == 0) value = *epoch;
   __syncthreads();
-  return StagingView{(epoch & 1) * launch.half_bytes};
+  return (value & 1) * half_bytes;
+}
+
+__device__ inline StagingView staging_view(const StagedLaunch& launch) {
+  return StagingView{parity_half(launch.epoch, launch.half_bytes)};
 }
 
 // Called by every block at its end: the last block of the launch to finish advances `counter` (a per-launch

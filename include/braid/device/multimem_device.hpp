@@ -30,6 +30,29 @@ __host__ __device__ constexpr bool multimem_reduces() {
   return false;
 }
 
+// The same table for a run-time (type, op), for host code choosing an algorithm (multicast_serves).
+template <typename T>
+__host__ __device__ constexpr bool multimem_reduces_with(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return multimem_reduces<T, ReduceOp::kSum>();
+    case ReduceOp::kProd: return multimem_reduces<T, ReduceOp::kProd>();
+    case ReduceOp::kMax: return multimem_reduces<T, ReduceOp::kMax>();
+    case ReduceOp::kMin: return multimem_reduces<T, ReduceOp::kMin>();
+    case ReduceOp::kAvg: return multimem_reduces<T, ReduceOp::kAvg>();
+  }
+  return false;
+}
+__host__ __device__ constexpr bool multimem_reduces(DataType type, ReduceOp op) {
+  switch (type) {
+    case DataType::kFloat32: return multimem_reduces_with<float>(op);
+    case DataType::kFloat16: return multimem_reduces_with<__half>(op);
+    case DataType::kBFloat16: return multimem_reduces_with<__nv_bfloat16>(op);
+    default: return false;
+  }
+}
+
+#if defined(__CUDACC__)  // the instructions; host code sees only the table above
+
 #define BRAID_MULTIMEM_LD_REDUCE(instruction)                                                  \
   asm volatile(instruction " {%0, %1, %2, %3}, [%4];"                                         \
                : "=r"(value.x), "=r"(value.y), "=r"(value.z), "=r"(value.w)                   \
@@ -74,5 +97,7 @@ __device__ __forceinline__ void multimem_store(void* address, uint4 value) {
   __trap();  // multimem needs sm_90
 #endif
 }
+
+#endif  // __CUDACC__
 
 }  // namespace braid::device
