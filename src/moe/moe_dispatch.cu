@@ -12,11 +12,12 @@
 //      token's first expert there: a token crosses NVLink once per rank however many of its experts that rank
 //      holds), with the token's record (its rows there, weights, experts). Block b then signals the same block
 //      of every peer and, while its stores land, copies the round's rows for this rank straight to every row
-//      they fill. It then waits for the peers' round m - 1
-//      (which block b of every rank sent alike, so it knows which tokens arrived) and expands it: copies the
-//      arrived slice into the token's other rows here and writes the rows' metadata. Expanding one round while
-//      the next is on the wire keeps HBM copies under NVLink time. The block ends after the last round's
-//      expansion; the last block to finish writes nothing more but advances the dispatch count.
+//      they fill (when half the blocks send every list in one round, as for a decode batch, block
+//      active_blocks + b copies block b's rows for this rank instead, beside the sends). It then waits for the
+//      peers' round m - 1 (which block b of every rank sent alike, so it knows which tokens arrived) and expands
+//      it: copies the arrived slice into the token's other rows here and writes the rows' metadata. Expanding one
+//      round while the next is on the wire keeps HBM copies under NVLink time. The block ends after the last
+//      round's expansion; the last block to finish writes nothing more but advances the dispatch count.
 // A destination whose rows would exceed the capacity gets none (every sender sees the same layout) and reports
 // it; expert ids outside [-1, E) are skipped and reported; T above max_tokens makes the call send nothing.
 #include <cub/block/block_scan.cuh>
@@ -555,35 +556,43 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   if (slice.begin < row_bytes) slice.bytes = min(rounds.scatter.slice_bytes, row_bytes - slice.begin);
   const bool first_slice = slice_index == 0;
   const bool scales = kScales && slice_index == rounds.scatter.slices - 1;  // this warp moves the scales too
-  auto token_of = [&](int round) {
-    const ScatterPlan& plan = rounds.scatter;
-    return (int64_t(round) * gridDim.x + blockIdx.x) * plan.per_round + static_cast<int>(warp) / plan.slices;
+  const ScatterPlan& plan = rounds.scatter;
+  auto token_of = [&](int round, int b) {  // this warp's token of block b's round
+    return (int64_t(round) * gridDim.x + b) * plan.per_round + static_cast<int>(warp) / plan.slices;
   };
-  const int round_count = static_cast<int>(blockIdx.x) < rounds.scatter.active_blocks ? rounds.scatter.rounds : 0;
+  // A copier (plan.own_apart) copies the own rows of block `home`'s round; it neither sends, signals nor waits.
+  const bool copier = plan.own_apart && static_cast<int>(blockIdx.x) >= plan.active_blocks;
+  const int home = static_cast<int>(blockIdx.x) - (copier ? plan.active_blocks : 0);
+  const int round_count = home < plan.active_blocks ? plan.rounds : 0;
   for (int round = 0; round <= round_count; ++round) {
     if (round < round_count) {
-      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, 1, world - 1);
-      if (scales) send_scales<Index>(launch, layout, rounds, token_of(round), 1, world - 1);
-      __syncthreads();
-      if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
-        // No fence first: the signal's release is cumulative over the block's rows and records, which the
-        // __syncthreads ordered before it (a fence.sc.sys here cost 2 us at T = 128 on 2xH200).
-        device::signal(launch.pad, blockIdx.x, threadIdx.x);
+      const int64_t i = token_of(round, home);
+      if (!copier) {
+        send_tokens<Index>(launch, layout, rounds, i, slice, first_slice, 1, world - 1);
+        if (scales) send_scales<Index>(launch, layout, rounds, i, 1, world - 1);
+        __syncthreads();
+        if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
+          // No fence first: the signal's release is cumulative over the block's rows and records, which the
+          // __syncthreads ordered before it (a fence.sc.sys here cost 2 us at T = 128 on 2xH200).
+          device::signal(launch.pad, blockIdx.x, threadIdx.x);
+        }
       }
-      // This rank's own rows after the signal: their HBM copies overlap the release's wait for the peers'
-      // stores to land, instead of delaying the signal.
-      send_tokens<Index>(launch, layout, rounds, token_of(round), slice, first_slice, world, world);
-      if (scales) send_scales<Index>(launch, layout, rounds, token_of(round), world, world);
+      // This rank's own rows after the signal (or by a copier): their HBM copies overlap the release's wait for
+      // the peers' stores to land, instead of delaying the signal.
+      if (copier || !plan.own_apart) {
+        send_tokens<Index>(launch, layout, rounds, i, slice, first_slice, world, world);
+        if (scales) send_scales<Index>(launch, layout, rounds, i, world, world);
+      }
     }
-    if (round > 0) {  // the previous round of every peer: wait, then expand what it sent
+    if (round > 0 && !copier) {  // the previous round of every peer: wait, then expand what it sent
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me &&
           !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
         failed = 1;
       }
       __syncthreads();
       if (failed) return;
-      expand_tokens(launch, rounds, token_of(round - 1), slice, first_slice);
-      if (scales) expand_scales(launch, rounds, token_of(round - 1));
+      expand_tokens(launch, rounds, token_of(round - 1, home), slice, first_slice);
+      if (scales) expand_scales(launch, rounds, token_of(round - 1, home));
     }
   }
   write_outputs(launch, layout, rounds);

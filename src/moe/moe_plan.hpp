@@ -22,15 +22,17 @@ struct ScatterPlan {
   int rounds;          // enough for `longest` tokens
   int active_blocks;   // blocks with tokens in some round (the others neither send nor wait)
   size_t slice_bytes;  // a multiple of kRowVectorBytes; slices * slice_bytes >= the row
+  bool own_apart;      // blocks [active_blocks, 2 * active_blocks) copy this rank's own rows (block active_blocks + b
+                       // those of block b), so the active blocks send to the peers only
 };
 
 constexpr int kLogMoeWarps = 4;
 static_assert((1 << kLogMoeWarps) == kMoeWarps, "slices and tokens per round are powers of two");
 
-// `longest`: the longest list any rank sends any rank (< 2^31); `blocks`: scatter's blocks. Shifts, products
+// `longest`: the longest list any rank sends any rank (< 2^31); `blocks`: the blocks that send. Shifts, products
 // and one 32-bit quotient: this is on the critical path of every call, by one thread (a division is a long
 // instruction sequence on the GPU).
-__host__ __device__ inline ScatterPlan plan_scatter(size_t row_bytes, uint32_t longest, uint32_t blocks) {
+__host__ __device__ inline ScatterPlan plan_senders(size_t row_bytes, uint32_t longest, uint32_t blocks) {
   // Slices of at least kSliceBytes (a row's loads in flight together) ...
   int log_slices = 0;
   while (log_slices < kLogMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
@@ -49,7 +51,22 @@ __host__ __device__ inline ScatterPlan plan_scatter(size_t row_bytes, uint32_t l
   plan.rounds = static_cast<int>((longest + per_round_all - 1) / per_round_all);
   const uint32_t active = (longest + plan.per_round - 1) >> log_per_round;
   plan.active_blocks = static_cast<int>(active < blocks ? active : blocks);
+  plan.own_apart = false;
   return plan;
+}
+
+// `blocks`: scatter's blocks. When half of them move every list in one round (a decode batch), they send to the
+// peers while the other half copy this rank's own rows: those HBM copies then overlap the NVLink stores instead
+// of following them in the same warps.
+__host__ __device__ inline ScatterPlan plan_scatter(size_t row_bytes, uint32_t longest, uint32_t blocks) {
+  if (blocks >= 2) {
+    ScatterPlan half = plan_senders(row_bytes, longest, blocks / 2);
+    if (half.rounds <= 1) {
+      half.own_apart = true;
+      return half;
+    }
+  }
+  return plan_senders(row_bytes, longest, blocks);
 }
 
 // Combine's send: groups of kCombineGroup threads sum pieces of received tokens, claiming them as they finish.

@@ -28,6 +28,10 @@ TEST(MoePlan, ScatterCoversEveryTokenWithSlicesThatTileTheRow) {
         EXPECT_GE(uint64_t(plan.rounds) * blocks * plan.per_round, longest);
         EXPECT_LT(uint64_t(plan.rounds == 0 ? 0 : plan.rounds - 1) * blocks * plan.per_round, longest + (longest == 0));
         EXPECT_LE(plan.active_blocks, static_cast<int>(blocks));
+        if (plan.own_apart) {  // the active blocks' own rows go to as many blocks past them, in one round
+          EXPECT_LE(plan.rounds, 1);
+          EXPECT_LE(2 * plan.active_blocks, static_cast<int>(blocks));
+        }
         if (longest > 0) {
           EXPECT_GE(uint64_t(plan.active_blocks) * plan.per_round, std::min<uint64_t>(longest, uint64_t(blocks) * plan.per_round));
           EXPECT_LT(uint64_t(plan.active_blocks - 1) * plan.per_round, longest) << "an active block has a token";
@@ -40,15 +44,19 @@ TEST(MoePlan, ScatterCoversEveryTokenWithSlicesThatTileTheRow) {
 TEST(MoePlan, DecodeBatchesSpreadOverBlocksAndLargeOnesKeepWideSlices) {
   // H = 7168 bf16 on 256 blocks: T = 128 takes 128 blocks (a token each, 16 slices); T = 4096 keeps slices of
   // at least kSliceBytes (4 of a 14 KiB row) and takes several rounds.
+  // A decode batch leaves the other 128 blocks the own rows; T = 4096 needs every block to send.
   const ScatterPlan decode = plan_scatter(14336, 128, 256);
   EXPECT_EQ(decode.per_round, 1);
   EXPECT_EQ(decode.active_blocks, 128);
   EXPECT_EQ(decode.rounds, 1);
+  EXPECT_TRUE(decode.own_apart);
   const ScatterPlan prefill = plan_scatter(14336, 4096, 256);
   EXPECT_EQ(prefill.slices, 4);
   EXPECT_GE(prefill.slice_bytes, kSliceBytes);
   EXPECT_EQ(prefill.rounds, 4);
   EXPECT_EQ(prefill.active_blocks, 256);
+  EXPECT_FALSE(prefill.own_apart);
+  EXPECT_FALSE(plan_scatter(14336, 128, 1).own_apart) << "one block has no other half";
 }
 
 TEST(MoePlan, CombinePiecesAndBlocksStayInTheirLimits) {
