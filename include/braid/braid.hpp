@@ -238,8 +238,9 @@ class Communicator {
   void put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream);
   void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
   // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
-  // of each peer's range (count elements a block) into recv with copy engines, then an exit barrier. Every
-  // range must hold size() * count elements.
+  // of each peer's range (count elements a block) into recv with copy engines (SM loads where a peer's range is
+  // another GPU's cudaMalloc memory of this process), then an exit barrier. Every range must hold
+  // size() * count elements.
   void all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream);
 
   // Raises (braid::Error) a failure that a collective's kernel recorded: a wait that timed out (kTimeout, naming

@@ -3,6 +3,7 @@
 //   - LL lines (blocks_ll.cu): uniform blocks that fit an LL slot, any buffer;
 //   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
 //   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
+//     direct loads from the peers' inputs for the one-sided all-to-all on same-process cudaMalloc memory;
 //   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric
 //     buffers, large sizes.
 // All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
@@ -25,6 +26,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/shareable.hpp"
 #include "memory/symmetric_memory.hpp"
 
 namespace braid {
@@ -109,12 +111,13 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   }
   if (symmetric && choice.algorithm != Algorithm::kLL) {  // an LL block too large for its slot: stores
     kernels::AllToAllDirectLaunch launch{};
-    launch.send = static_cast<const char*>(send);
-    launch.recv_peers = recv_range->buffers;
+    launch.send.at[state.rank] = const_cast<char*>(static_cast<const char*>(send));  // only read
+    launch.recv = recv_range->buffers;
     launch.block_bytes = block_bytes;
+    launch.loads = false;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.pad = state.sync->pad();
-    kernels::launch_all_to_all_stores(launch, choice.blocks, stream);
+    kernels::launch_all_to_all_direct(launch, choice.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
   }
@@ -148,9 +151,28 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   check_buffer(function, recv, "recv", bytes, state.device);
   PeerBuffers table{};
   for (int q = 0; q < state.size; ++q) table.at[q] = static_cast<char*>(send.peer(q));
-  BRAID_TRACE("all_to_all (one-sided): {} elements a block, copy engines", count);
+  // A peer's range that is another GPU's cudaMalloc memory of this process (ranks as threads) is read by SM
+  // loads: a copy engine's copy from it would be ordered against that GPU's legacy stream, so a peer waiting
+  // there (cudaDeviceSynchronize, a legacy-stream copy) would wait on this rank's copy, which waits in the entry
+  // barrier for that very peer.
+  bool same_process_peers = false;
+  for (const auto& mapping : send.mappings_) same_process_peers = same_process_peers || mapping->in_place();
+  BRAID_TRACE("all_to_all (one-sided): {} elements a block, {}", count, same_process_peers ? "SM loads" : "copy engines");
   DeviceGuard guard(state.device);
-  all_to_all_copy_engine(state, table, recv, block_bytes, stream);
+  if (!same_process_peers) {
+    all_to_all_copy_engine(state, table, recv, block_bytes, stream);
+    return;
+  }
+  kernels::AllToAllDirectLaunch launch{};
+  launch.send = table;
+  launch.recv.at[state.rank] = static_cast<char*>(recv);
+  launch.block_bytes = block_bytes;
+  launch.loads = true;
+  launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
+  launch.pad = state.sync->pad();
+  const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, "", Buffers::kSymmetric);
+  kernels::launch_all_to_all_direct(launch, choice.blocks, stream);  // as many blocks as symmetric buffers get
+  check_launch("all_to_all kernel launch");
 }
 
 void Communicator::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,

@@ -64,11 +64,13 @@ struct AllToAllLaunch {
   bool mismatch_in_bytes;
 };
 
-// Direct all-to-all on buffers every peer has mapped (symmetric allocations, registered buffers).
+// Direct all-to-all on buffers peers have mapped: stores into every rank's recv (symmetric allocations,
+// registered buffers), or loads from every rank's send (the one-sided all-to-all on global memory).
 struct AllToAllDirectLaunch {
-  const char* send;          // this rank's send
-  PeerBuffers recv_peers;    // every rank's recv
+  PeerBuffers send;          // loads: every rank's send; stores: only [rank] is used
+  PeerBuffers recv;          // stores: every rank's recv; loads: only [rank] is used
   size_t block_bytes;        // bytes each rank sends each rank
+  bool loads;                // pull block rank() of every peer's send (else push this rank's blocks)
   unsigned int collective;
   device::SignalPad pad;
 };

@@ -46,7 +46,8 @@ void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream
 // LL blocks, one from every rank to every rank: all-to-all and all-gather (blocks_ll.cu).
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
-void launch_all_to_all_stores(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
+// Stores into every peer's recv, or loads from every peer's send (AllToAllDirectLaunch::loads), between barriers.
+void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
 // Kernels on this GPU's own memory, no peer involved, beside copy engines (local_kernels.cu): a copy, and
 // sources reduced into one output.
 void launch_copy_local(void* destination, const void* source, size_t bytes, int blocks, cudaStream_t stream);

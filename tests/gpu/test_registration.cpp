@@ -11,14 +11,17 @@
 //   - argument errors: null, zero length, past the allocation's end, host memory, another GPU's memory;
 //   - export_handle/import_handle between ranks (processes under braid-run), import_global, put/get, and the
 //     one-sided all_to_all against the two-sided one, NCCL's alltoall (an NCCL-backend communicator) and the
-//     host reference.
+//     host reference; the one-sided all_to_all with each rank in turn a second late (no host call on the way
+//     may wait for a busy peer GPU).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -58,6 +61,13 @@ std::vector<int32_t> download(const void* device, size_t count) {
 }
 
 void poison(void* device, size_t bytes) { cuda(cudaMemset(device, 0xA5, bytes), "poison"); }
+
+// " name 0.123 s": one step of a timed sequence.
+std::string fmt_step(const char* name, double seconds) {
+  char text[96];
+  std::snprintf(text, sizeof text, " %s %.3f s", name, seconds);
+  return text;
+}
 
 uint32_t shared_seed(Communicator& comm) {
   const std::vector<std::string> all = comm.host_allgather(std::to_string(std::random_device{}()));
@@ -503,6 +513,74 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       cuda(cudaDeviceSynchronize(), "sync");
       EXPECT_EQ(download(marker.pointer, 1)[0], 1000 + before_previous) << what << ": get";
       comm.barrier();
+    }
+  });
+}
+
+// One rank reaches the one-sided all_to_all a second after the others, which by then spin in its entry barrier on
+// their GPUs. As threads of one process, no host call the late rank makes on the way (poisoning, a stream, a
+// device synchronisation, the launches) may wait for a peer GPU to go idle: that would deadlock until the
+// timeout. Each step's time is printed, so a step that waited names itself. Once for each rank as the late one,
+// on cudaMalloc and VMM memory.
+TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
+  for_each_rank([](const RankContext& context) {
+    Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    const int world = comm.size();
+    const size_t count = 65537;
+    const size_t bytes = count * 4 * world;
+    DeviceBuffer cuda_send(bytes), recv(bytes), expected(bytes);
+    VmmBuffer vmm_send(bytes, comm.device());
+    for (void* send : {cuda_send.pointer, vmm_send.pointer()}) {
+      for (int late = 0; late < world; ++late) {
+        const std::string what = std::string(send == cuda_send.pointer ? "cudaMalloc" : "VMM") + ", rank " +
+                                 std::to_string(late) + " late";
+        upload(send, input(seed + late, comm.rank(), count * world));
+        cuda(cudaDeviceSynchronize(), "sync");
+        ExportedHandle mine = export_handle(send, bytes);
+        GlobalMemory global = comm.import_global(mine);
+        if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::seconds(1));
+        std::string steps;
+        auto start = std::chrono::steady_clock::now();
+        auto step = [&](const char* name) {
+          const auto now = std::chrono::steady_clock::now();
+          steps += fmt_step(name, std::chrono::duration<double>(now - start).count());
+          start = now;
+        };
+        poison(recv.pointer, bytes);
+        poison(expected.pointer, bytes);
+        step("poison");
+        cudaStream_t stream;
+        cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+        step("stream");
+        cuda(cudaDeviceSynchronize(), "sync");
+        step("device sync");
+        try {
+          comm.all_to_all(global, recv.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
+          step("one-sided launch");
+          comm.all_to_all(send, expected.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
+          step("two-sided launch");
+          cuda(cudaStreamSynchronize(stream), "sync");
+          step("stream sync");
+          comm.check();
+        } catch (const std::exception& error) {
+          ADD_FAILURE() << what << ", rank " << comm.rank() << ": " << error.what() << "; steps:" << steps;
+          cudaStreamSynchronize(stream);
+          cudaStreamDestroy(stream);
+          throw;
+        }
+        cudaStreamDestroy(stream);
+        std::printf("[ rank %d ] %s:%s\n", comm.rank(), what.c_str(), steps.c_str());
+        const std::vector<int32_t> one_sided = download(recv.pointer, count * world);
+        EXPECT_EQ(one_sided, download(expected.pointer, count * world)) << what << ": one-sided vs two-sided all_to_all";
+        size_t wrong = 0;
+        for (int q = 0; q < world; ++q) {
+          for (size_t i = 0; i < count; ++i) wrong += one_sided[q * count + i] != input_value(seed + late, q, comm.rank() * count + i);
+        }
+        EXPECT_EQ(wrong, 0u) << what << ": one-sided all_to_all vs reference";
+        comm.barrier();  // no rank changes its send buffer while a peer may still read it
+      }
     }
   });
 }
