@@ -143,7 +143,8 @@ std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state,
   std::shared_ptr<detail::NcclLibrary> library = detail::NcclLibrary::load(options.nccl_library);
   const std::string id = state.bootstrap->broadcast(state.rank == 0 ? NcclBackend::make_unique_id(*library) : std::string(), 0,
                                                     "NCCL unique id");
-  return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode());
+  return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode(),
+                                       state.timeout_s);
 }
 
 // The communicator's bootstrap, fd exchanger and allocator, as multicast setup asks for them.

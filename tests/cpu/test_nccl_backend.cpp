@@ -301,22 +301,24 @@ TEST(NcclConfig, BackendAndLibraryEntries) {
 // ---- NcclBackend's argument checks (before any NCCL or CUDA call) ----
 
 TEST(NcclBackend, BadArgumentsAreRefusedNamingThem) {
-  expect_error([] { NcclBackend(nullptr, 0, 1, 0, std::string(128, 'x'), NcclRegisterMode::kTry); },
+  expect_error([] { NcclBackend(nullptr, 0, 1, 0, std::string(128, 'x'), NcclRegisterMode::kTry, 30.0); },
                ErrorCode::kInvalidArgument, {"'library'"});
   REQUIRE_REAL_NCCL(library);
   const std::string id(sizeof(ncclUniqueId), '\0');
-  expect_error([&] { NcclBackend(library, 0, 2, 0, "short", NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, 0, 2, 0, "short", NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'unique_id'", "has 5 bytes", "128"});
-  expect_error([&] { NcclBackend(library, 0, 2, 0, id + "x", NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, 0, 2, 0, id + "x", NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'unique_id'", "129"});
-  expect_error([&] { NcclBackend(library, 2, 2, 0, id, NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, 2, 2, 0, id, NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'rank'"});
-  expect_error([&] { NcclBackend(library, -1, 2, 0, id, NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, -1, 2, 0, id, NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'rank'"});
-  expect_error([&] { NcclBackend(library, 0, 0, 0, id, NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, 0, 0, 0, id, NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'size'"});
-  expect_error([&] { NcclBackend(library, 0, 2, -1, id, NcclRegisterMode::kTry); }, ErrorCode::kInvalidArgument,
+  expect_error([&] { NcclBackend(library, 0, 2, -1, id, NcclRegisterMode::kTry, 30.0); }, ErrorCode::kInvalidArgument,
                {"'device'"});
+  expect_error([&] { NcclBackend(library, 0, 2, 0, id, NcclRegisterMode::kTry, 0.0); }, ErrorCode::kInvalidArgument,
+               {"'timeout_s'"});
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ std::unique_ptr<NcclBackend> make_backend(Communicator& comm, const std::shared_
                                           NcclRegisterMode mode) {
   const std::string mine = comm.rank() == 0 ? NcclBackend::make_unique_id(*library) : std::string();
   const std::vector<std::string> ids = comm.host_allgather(mine);
-  return std::make_unique<NcclBackend>(library, comm.rank(), comm.size(), comm.device(), ids.at(0), mode);
+  return std::make_unique<NcclBackend>(library, comm.rank(), comm.size(), comm.device(), ids.at(0), mode, comm.timeout_s());
 }
 
 // ---- The rooted and reducing collectives (Batch from collective_reference.hpp) ----

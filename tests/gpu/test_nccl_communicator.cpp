@@ -1,10 +1,12 @@
 // A braid Communicator on the NCCL backend (CommOptions::backend = "nccl"), on every rank (threads or braid-run
 // processes): every collective and all-to-all(v) through braid's API against a host reference on fresh inputs
 // with poisoned outputs; registered buffers registered with NCCL lazily, once, and released on deregister in
-// either order; what the NCCL backend does not serve refused with kUnsupported.
+// either order; what the NCCL backend does not serve refused with kUnsupported; a rank that skips a call ends the
+// others' wait within BRAID_TIMEOUT_S (the watchdog) with kTimeout naming the operation.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -180,6 +182,56 @@ TEST(NcclCommunicator, CudaOnlyFeaturesAreRefused) {
       EXPECT_NE(std::string(error.what()).find("NCCL"), std::string::npos) << error.what();
     }
   }, nccl_options());
+}
+
+// NCCL waits for a peer forever; braid's watchdog bounds it. A rank that skips an all_reduce leaves the others'
+// NCCL kernels waiting: within the timeout the watchdog aborts their NCCL communicator, their stream
+// synchronisation returns, and check() and every later call raise kTimeout naming the operation.
+TEST(NcclCommunicator, TimeoutAbortsTheWaitAndNamesTheOperation) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    constexpr double kTimeoutS = 3.0;
+    constexpr double kMarginS = 8.0;
+    CommOptions options = nccl_options();
+    options.timeout_s = kTimeoutS;
+    Communicator comm = Communicator::init(context.rendezvous, options);
+    make_current(comm);
+    const int skipper = comm.size() - 1;
+    Buffers buffers(1 << 16, 1 << 16);
+    buffers.fill(1, comm.rank());
+    cudaStream_t stream;
+    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    auto all_reduce = [&] {
+      comm.all_reduce(buffers.send, buffers.recv, 1 << 16, DataType::kInt32, ReduceOp::kSum, reinterpret_cast<Stream>(stream));
+    };
+    all_reduce();  // everyone: the communicator works
+    cuda(cudaStreamSynchronize(stream), "sync (first all_reduce)");
+    comm.check();
+    if (comm.rank() != skipper) {
+      const auto start = std::chrono::steady_clock::now();
+      all_reduce();
+      // Returns once the watchdog aborted NCCL (the abort ends NCCL's kernels); an error here is the abort's.
+      cudaStreamSynchronize(stream);
+      cudaGetLastError();
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << comm.rank() << ": the wait ended before the timeout";
+      EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << comm.rank() << ": the wait took " << seconds << " s";
+      for (const char* call : {"check", "all_reduce after"}) {
+        try {
+          if (std::string(call) == "check") {
+            comm.check();
+          } else {
+            all_reduce();
+          }
+          ADD_FAILURE() << "rank " << comm.rank() << ": " << call << " raised nothing after the timeout";
+        } catch (const Error& error) {
+          EXPECT_EQ(error.code(), ErrorCode::kTimeout) << call << ": " << error.what();
+          EXPECT_NE(std::string(error.what()).find("ncclAllReduce"), std::string::npos) << call << ": " << error.what();
+        }
+      }
+    }
+    cudaStreamDestroy(stream);
+  });
 }
 
 }  // namespace

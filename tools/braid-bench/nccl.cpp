@@ -1,5 +1,6 @@
 #include "nccl.hpp"
 
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -22,8 +23,11 @@ std::string NcclLibrary::all_to_all_method() const {
 NcclComm::NcclComm(const std::shared_ptr<NcclLibrary>& library, Communicator& comm) {
   std::vector<std::string> ids =
       comm.host_allgather(comm.rank() == 0 ? detail::NcclBackend::make_unique_id(*library->library()) : "");
+  // No watchdog (an infinite timeout): the NCCL rows time NCCL alone, without the events that bound braid's
+  // NCCL backend.
   backend_ = std::make_unique<detail::NcclBackend>(library->library(), comm.rank(), comm.size(), comm.device(),
-                                                   ids[0], detail::NcclRegisterMode::kNo);
+                                                   ids[0], detail::NcclRegisterMode::kNo,
+                                                   std::numeric_limits<double>::infinity());
 }
 
 void NcclComm::call(Collective coll, const void* send, void* recv, const Shape& shape, DataType type, ReduceOp op,

@@ -39,7 +39,7 @@ std::string NcclBackend::make_unique_id(NcclLibrary& library) {
 }
 
 NcclBackend::NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int size, int device,
-                         const std::string& unique_id, NcclRegisterMode register_mode)
+                         const std::string& unique_id, NcclRegisterMode register_mode, double timeout_s)
     : library_(std::move(library)),
       rank_(rank),
       size_(size),
@@ -51,6 +51,7 @@ NcclBackend::NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int siz
   if (library_ == nullptr) raise_invalid_argument(kWhere, "library", "is null");
   if (size < 1) raise_invalid_argument(kWhere, "size", "must be at least 1 (got {})", size);
   if (rank < 0 || rank >= size) raise_invalid_argument(kWhere, "rank", "must be in [0, {}) (got {})", size, rank);
+  if (!(timeout_s > 0)) raise_invalid_argument(kWhere, "timeout_s", "must be positive (got {})", timeout_s);
   if (device < 0) raise_invalid_argument(kWhere, "device", "must be a CUDA device ordinal (got {})", device);
   ncclUniqueId id;
   if (unique_id.size() != sizeof(id)) {
@@ -73,12 +74,20 @@ NcclBackend::NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int siz
     }
   }
   comm_ = comm;
+  // The watchdog's expiry aborts from its own thread; aborted_ tells the destructor that comm_ is gone.
+  watchdog_ = std::make_unique<NcclWatchdog>(device_, timeout_s, "NCCL rank " + rank_text_, [this](const std::string&) {
+    DeviceGuard guard(device_);
+    const ncclResult_t result = library_->api().comm_abort(comm_);
+    if (result != ncclSuccess) BRAID_WARN("{}", library_->failure_message(result, "ncclCommAbort", nullptr, rank_text_));
+    aborted_ = true;
+  });
   BRAID_INFO("NCCL {} ({}): rank {} of {} on GPU {}, buffer registration {}", library_->version(), library_->path(),
              rank_, size_, device_, nccl_register_mode_name(register_mode_));
 }
 
 NcclBackend::~NcclBackend() {
-  if (comm_ == nullptr) return;
+  watchdog_.reset();  // joins its thread: an abort under way completes first
+  if (comm_ == nullptr || aborted_.load()) return;
   try {
     std::unordered_map<uint64_t, Registration> left;
     {
@@ -114,30 +123,45 @@ void NcclBackend::check_call(ncclResult_t result, const char* call) const {
   library_->check(result, call, comm_, rank_text_);
 }
 
+void NcclBackend::raise_if_expired() const {
+  if (watchdog_->expired()) throw Error(ErrorCode::kTimeout, watchdog_->message());
+}
+
+NcclWatchdog::Scope NcclBackend::watch(const char* operation, Stream stream) {
+  raise_if_expired();
+  return NcclWatchdog::Scope(*watchdog_, operation, stream);
+}
+
 void NcclBackend::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
+  const auto watched = watch("ncclAllReduce", stream);
   check_call(library_->api().all_reduce(send, recv, count, to_nccl(type), to_nccl(op), comm_, stream), "ncclAllReduce");
 }
 
 void NcclBackend::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root,
                          Stream stream) {
+  const auto watched = watch("ncclReduce", stream);
   check_call(library_->api().reduce(send, recv, count, to_nccl(type), to_nccl(op), root, comm_, stream), "ncclReduce");
 }
 
 void NcclBackend::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op,
                                  Stream stream) {
+  const auto watched = watch("ncclReduceScatter", stream);
   check_call(library_->api().reduce_scatter(send, recv, recv_count, to_nccl(type), to_nccl(op), comm_, stream),
              "ncclReduceScatter");
 }
 
 void NcclBackend::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
+  const auto watched = watch("ncclAllGather", stream);
   check_call(library_->api().all_gather(send, recv, send_count, to_nccl(type), comm_, stream), "ncclAllGather");
 }
 
 void NcclBackend::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
+  const auto watched = watch("ncclBroadcast", stream);
   check_call(library_->api().broadcast(send, recv, count, to_nccl(type), root, comm_, stream), "ncclBroadcast");
 }
 
 void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+  const auto watched = watch("all_to_all (ncclAlltoAll or grouped ncclSend/ncclRecv)", stream);
   if (library_->has_all_to_all()) {
     check_call(library_->api().all_to_all(send, recv, count, to_nccl(type), comm_, stream), "ncclAlltoAll");
     return;
@@ -153,6 +177,7 @@ void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataTyp
 
 void NcclBackend::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                               const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
+  const auto watched = watch("all_to_allv (grouped ncclSend/ncclRecv)", stream);
   if (!library_->has_send_recv()) {
     raise(ErrorCode::kUnsupported, "all_to_allv: NCCL {} ({}) exports no ncclSend/ncclRecv (NCCL 2.7+)",
           library_->version(), library_->path());
@@ -161,6 +186,7 @@ void NcclBackend::all_to_allv(const void* send, const size_t* send_counts, const
 }
 
 void NcclBackend::send_recv(const PointToPoint* ops, size_t count, Stream stream) {
+  const auto watched = watch("send_recv (grouped ncclSend/ncclRecv)", stream);
   if (!library_->has_send_recv()) {
     raise(ErrorCode::kUnsupported, "send_recv: NCCL {} ({}) exports no ncclSend/ncclRecv (NCCL 2.7+)",
           library_->version(), library_->path());
@@ -228,6 +254,7 @@ void NcclBackend::send_recv_group(const void* send, const size_t* send_counts, c
 
 bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
   if (register_mode_ == NcclRegisterMode::kNo) return false;
+  raise_if_expired();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     auto found = registrations_.find(key);
@@ -314,6 +341,8 @@ void NcclBackend::forget_registered(uint64_t key) {
 }
 
 void NcclBackend::deregister(void* handle, uint64_t key) noexcept {
+  // After the watchdog's abort the registrations went with the communicator.
+  if (aborted_.load() || (watchdog_ != nullptr && watchdog_->expired())) return;
   try {
     DeviceGuard guard(device_);
     const ncclResult_t result = library_->api().comm_deregister(comm_, handle);
@@ -337,6 +366,7 @@ size_t NcclBackend::registered_count() const {
 }
 
 void NcclBackend::check() {
+  raise_if_expired();
   ncclResult_t async = ncclSuccess;
   check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
   if (async == ncclSuccess || async == ncclInProgress) return;

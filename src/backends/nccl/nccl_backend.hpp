@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "backends/nccl/nccl_library.hpp"
+#include "backends/nccl/nccl_watchdog.hpp"
 #include "braid/types.hpp"
 
 namespace braid {
@@ -40,11 +41,13 @@ class NcclBackend {
   static std::string make_unique_id(NcclLibrary& library);
 
   // Collective over the `size` ranks: ncclCommInitRank with `device` current (the caller's current device is
-  // restored). unique_id: make_unique_id's bytes (kInvalidArgument if it has another length).
+  // restored). unique_id: make_unique_id's bytes (kInvalidArgument if it has another length). Every operation is
+  // bounded by timeout_s (NcclWatchdog): one that runs longer aborts the NCCL communicator (infinity: unbounded).
   NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int size, int device, const std::string& unique_id,
-              NcclRegisterMode register_mode);
+              NcclRegisterMode register_mode, double timeout_s);
   // Deregisters every range still registered, then ncclCommDestroy; ncclCommAbort instead where an asynchronous
-  // error was seen or the stack is unwinding (peers may never join a teardown). Never throws.
+  // error was seen or the stack is unwinding (peers may never join a teardown); nothing more after the watchdog
+  // aborted the communicator. Never throws.
   ~NcclBackend();
   NcclBackend(const NcclBackend&) = delete;
   NcclBackend& operator=(const NcclBackend&) = delete;
@@ -90,8 +93,9 @@ class NcclBackend {
   size_t register_calls() const { return register_calls_.load(); }
   size_t deregister_calls() const { return deregister_calls_.load(); }
 
-  // ncclCommGetAsyncError: throws the mapped braid::Error for an asynchronous failure (a peer gone, a network
-  // error); nothing while the communicator is fine or still working.
+  // Throws kTimeout once the watchdog expired (an operation outlived timeout_s; the communicator is aborted), else
+  // ncclCommGetAsyncError's failure mapped to braid::Error (a peer gone, a network error); nothing while the
+  // communicator is fine or still working.
   void check();
 
  private:
@@ -102,6 +106,9 @@ class NcclBackend {
   };
 
   void check_call(ncclResult_t result, const char* call) const;
+  void raise_if_expired() const;  // kTimeout with the watchdog's message, once it expired
+  // raise_if_expired, then a watchdog scope around the operation enqueued next on stream.
+  NcclWatchdog::Scope watch(const char* operation, Stream stream);
   // The grouped ncclSend/ncclRecv behind all_to_all's fallback and all_to_allv. Counts in elements, offsets in
   // elements; a null displacement array means packed.
   void send_recv_group(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
@@ -117,6 +124,8 @@ class NcclBackend {
   int uncaught_at_init_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> async_error_{false};
+  std::atomic<bool> aborted_{false};  // by the watchdog: comm_ is gone
+  std::unique_ptr<NcclWatchdog> watchdog_;
 
   mutable std::mutex mutex_;  // guards registrations_ and warned_
   std::condition_variable settled_;  // a pending registration became registered or unregistered
