@@ -185,7 +185,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->rank = rendezvous.rank;
   state->size = rendezvous.size;
   state->device = choose_device(rendezvous, options, device_count);
-  state->timeout_s = options.timeout_s > 0 ? options.timeout_s : timeout_seconds();
+  state->timeout_s = timeout_seconds(options.timeout_s, "options.timeout_s");
   DeviceGuard guard(state->device);
   BRAID_CUDA(cudaFree(nullptr));  // creates the primary context that driver calls below use
 

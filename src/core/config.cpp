@@ -191,10 +191,20 @@ std::optional<double> Config::real(const char* name) const {
 
 double timeout_seconds() {
   double seconds = *Config::get().real("BRAID_TIMEOUT_S");
-  if (!(seconds > 0)) {
-    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_TIMEOUT_S={} must be positive", seconds);
+  if (!(seconds > 0 && seconds <= kMaxTimeoutS)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_TIMEOUT_S={} must be positive and at most {:g}", seconds,
+          kMaxTimeoutS);
   }
   return seconds;
+}
+
+double timeout_seconds(double chosen, const char* name) {
+  if (chosen == 0) return timeout_seconds();
+  if (!(chosen > 0 && chosen <= kMaxTimeoutS)) {
+    raise(ErrorCode::kInvalidArgument, "'{}' is {} s; it must be positive and at most {:g} (0: BRAID_TIMEOUT_S)", name,
+          chosen, kMaxTimeoutS);
+  }
+  return chosen;
 }
 
 }  // namespace braid

@@ -53,7 +53,13 @@ class Config {
 // Close matches among the table's names for an unknown name (edit distance), best first.
 std::vector<std::string> close_config_names(const std::string& unknown);
 
-// Timeout for every bounded wait, in seconds (BRAID_TIMEOUT_S).
+// The longest timeout accepted, in seconds (about 11.6 days): every wait converts it to nanoseconds, and an
+// infinite or huge value would overflow there.
+constexpr double kMaxTimeoutS = 1e6;
+// Timeout for every bounded wait, in seconds (BRAID_TIMEOUT_S, in (0, kMaxTimeoutS]; kInvalidArgument otherwise).
 double timeout_seconds();
+// `chosen` (an option named `name`) where it is not 0, else BRAID_TIMEOUT_S; kInvalidArgument naming the option
+// where it is negative, not a number, or above kMaxTimeoutS.
+double timeout_seconds(double chosen, const char* name);
 
 }  // namespace braid

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/config.hpp"
@@ -50,6 +51,15 @@ TEST(Config, MalformedValuesNameTheVariable) {
   expect_invalid([&] { config.real("BRAID_TIMEOUT_S"); }, "BRAID_TIMEOUT_S='soon' is not a number");
   expect_invalid([&] { config.integer("BRAID_RANK"); }, "BRAID_RANK='1x' is not an integer");
   expect_invalid([&] { config.string("BRAID_LOG_LEVEL"); }, "BRAID_LOG_LEVEL='loud' is not one of error|warn|info|debug|trace");
+}
+
+TEST(Config, TimeoutsOutsideTheirRangeNameTheOption) {
+  EXPECT_DOUBLE_EQ(timeout_seconds(2.5, "options.timeout_s"), 2.5);
+  EXPECT_DOUBLE_EQ(timeout_seconds(kMaxTimeoutS, "options.timeout_s"), kMaxTimeoutS);
+  EXPECT_GT(timeout_seconds(0.0, "options.timeout_s"), 0.0);  // 0: BRAID_TIMEOUT_S
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e7}) {
+    expect_invalid([&] { timeout_seconds(bad, "options.timeout_s"); }, "'options.timeout_s'");
+  }
 }
 
 TEST(Config, NamesOutsideTheTableAreAnInternalError) {
