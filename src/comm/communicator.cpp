@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -143,8 +144,10 @@ std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state,
   std::shared_ptr<detail::NcclLibrary> library = detail::NcclLibrary::load(options.nccl_library);
   const std::string id = state.bootstrap->broadcast(state.rank == 0 ? NcclBackend::make_unique_id(*library) : std::string(), 0,
                                                     "NCCL unique id");
+  // BRAID_NCCL_WATCHDOG=off: an infinite bound, which the watchdog does not watch.
+  const bool watched = Config::get().string("BRAID_NCCL_WATCHDOG").value_or("on") == "on";
   return std::make_shared<NcclBackend>(library, state.rank, state.size, state.device, id, detail::nccl_register_mode(),
-                                       state.timeout_s);
+                                       watched ? state.timeout_s : std::numeric_limits<double>::infinity());
 }
 
 // The communicator's bootstrap, fd exchanger and allocator, as multicast setup asks for them.

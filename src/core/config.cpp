@@ -50,6 +50,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},
+    {"BRAID_NCCL_WATCHDOG", ConfigType::kEnum, "on", "on|off",
+     "on: every NCCL-backend operation is bounded by BRAID_TIMEOUT_S (an event per call, polled by a thread; a "
+     "stuck one aborts the NCCL communicator); off: NCCL's waits are unbounded, and eager calls cost less."},
     {"BRAID_ENABLE_MULTICAST", ConfigType::kEnum, "0", "0|1",
      "1: NVLink multicast (NVLS) collectives where every GPU reports support; never on a shared GPU host."},
     {"BRAID_MULTICAST_BYTES", ConfigType::kInt, "33554432", nullptr,

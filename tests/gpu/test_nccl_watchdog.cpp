@@ -1,8 +1,8 @@
 // The NCCL backend's watchdog (src/backends/nccl/nccl_watchdog.hpp) on one GPU, with spin kernels standing in for
 // NCCL operations (NcclCommunicator.TimeoutAbortsTheWaitAndNamesTheOperation runs it against a real NCCL peer
 // that skips a call):
-//   - short operations, and one queued behind a long kernel it does not own, never expire: the clock starts when
-//     the operation starts;
+//   - short operations, and watched operations back to back that together outlive the timeout, never expire: an
+//     operation's clock starts when the one before it on its stream finished;
 //   - an operation enqueued during a graph capture records nothing into the graph;
 //   - an operation that outlives the timeout expires once, within a poll of the timeout, naming itself;
 //   - a host call that does not return (its end event never recorded) expires the same way.
@@ -66,11 +66,11 @@ TEST(NcclWatchdog, ExpiresOnlyOnAnOperationThatOutlivesTheTimeout) {
     const NcclWatchdog::Scope watched(watchdog, "short operation", stream);
     cuda(spin_on_stream(stream, 20'000), "spin");  // 20 us
   }
-  // Not the watchdog's: a 2 s kernel ahead of a short watched operation, which only starts after it.
-  cuda(spin_on_stream(stream, 2'000'000'000u), "spin");
-  {
-    const NcclWatchdog::Scope watched(watchdog, "operation behind a long kernel", stream);
-    cuda(spin_on_stream(stream, 100'000'000u), "spin");
+  // Three watched operations back to back, 1.8 s together, each shorter than the timeout: each one's clock
+  // starts when the one before it finished.
+  for (int i = 0; i < 3; ++i) {
+    const NcclWatchdog::Scope watched(watchdog, "operation behind another", stream);
+    cuda(spin_on_stream(stream, 600'000'000u), "spin");
   }
   // Captured: the scope records no event into the graph (the graph holds the kernel alone).
   cudaStream_t capturing;

@@ -8,9 +8,9 @@
 
 namespace braid::detail {
 namespace {
-// How often the thread polls the oldest operation while one is pending: often enough that an expiry is seen within
-// a small part of any sensible timeout, rarely enough to cost nothing.
-constexpr std::chrono::milliseconds kPollInterval(5);
+// How often the thread looks at the pending operations: an expiry is seen within about two intervals of the
+// timeout (the start is noticed up to one late), and eager calls enqueued meanwhile only queue up.
+constexpr std::chrono::milliseconds kPollInterval(20);
 }  // namespace
 
 NcclWatchdog::NcclWatchdog(int device, double timeout_s, std::string rank_text,
@@ -25,7 +25,6 @@ NcclWatchdog::~NcclWatchdog() {
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   for (const Pending& pending : pending_) {
-    cudaEventDestroy(pending.start);
     if (pending.end != nullptr) cudaEventDestroy(pending.end);
   }
   for (cudaEvent_t event : free_events_) cudaEventDestroy(event);
@@ -59,22 +58,19 @@ NcclWatchdog::Scope::Scope(NcclWatchdog& watchdog, const char* operation, cudaSt
     return;
   }
   if (capture != cudaStreamCaptureStatusNone) return;
+  const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(watchdog.mutex_);
-  cudaEvent_t start = watchdog.take_event();
-  if (start == nullptr) return;
-  if (cudaEventRecord(start, stream) != cudaSuccess) {
-    cudaGetLastError();
-    watchdog.free_events_.push_back(start);
-    return;
-  }
   Pending pending;
   pending.id = id_ = watchdog.next_id_++;
   pending.operation = operation;
-  pending.start = start;
+  pending.stream = stream;
+  pending.enqueued = now;
+  // Only a thread waiting on an empty queue needs waking; with operations pending it looks on its own.
+  const bool was_empty = watchdog.pending_.empty();
   watchdog.pending_.push_back(pending);
   watchdog_ = &watchdog;
   if (!watchdog.thread_.joinable()) watchdog.thread_ = std::thread([&watchdog] { watchdog.run(); });
-  watchdog.wake_.notify_all();
+  if (was_empty) watchdog.wake_.notify_one();
 }
 
 NcclWatchdog::Scope::~Scope() {
@@ -88,10 +84,11 @@ NcclWatchdog::Scope::~Scope() {
       watchdog_->free_events_.push_back(end);
       end = nullptr;
     }
-    // Without an end event (none could be made), the start event stands in for it: the operation is then only
-    // watched until it starts.
-    pending.end = end != nullptr ? end : pending.start;
-    if (end == nullptr) pending.start = nullptr;
+    if (end == nullptr) {  // no event could be made or recorded: this operation goes unwatched
+      watchdog_->pending_.erase(watchdog_->pending_.begin() + (&pending - &watchdog_->pending_.front()));
+      return;
+    }
+    pending.end = end;
     return;
   }
 }
@@ -102,32 +99,34 @@ void NcclWatchdog::run() {
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || !pending_.empty(); });
     if (stopping_) return;
-    Pending& oldest = pending_.front();
-    // Queried outside the lock: a query may take a while, and the enqueueing thread must not wait for it.
-    cudaEvent_t start = oldest.started ? nullptr : oldest.start;
-    cudaEvent_t end = oldest.end;
-    lock.unlock();
-    const bool started = start == nullptr || cudaEventQuery(start) != cudaErrorNotReady;
-    const bool finished = end != nullptr && cudaEventQuery(end) != cudaErrorNotReady;
-    cudaGetLastError();  // a failed query (a sticky error) counts as done: the next call reports it
-    const auto now = std::chrono::steady_clock::now();
-    lock.lock();
-    Pending& front = pending_.front();  // only this thread removes entries: still the same one
-    if (started && !front.started) {
-      front.started = true;
-      front.deadline = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_);
-    }
-    if (finished) {
-      if (front.start != nullptr) free_events_.push_back(front.start);
-      free_events_.push_back(front.end);
-      pending_.pop_front();
-      continue;
-    }
-    if (front.started && now >= front.deadline) {
-      const Pending expired = front;
+    // Drain what has finished, oldest first, then sleep a poll interval whatever is left: a thread that queried
+    // each event as soon as the last one finished would contend with the enqueueing thread for the driver on
+    // every eager call.
+    while (!pending_.empty()) {
+      cudaEvent_t end = pending_.front().end;
+      // Queried outside the lock: a query may take a while, and the enqueueing thread must not wait for it.
       lock.unlock();
-      expire(expired);
-      return;  // the communicator is aborted: nothing more to watch
+      const bool finished = end != nullptr && cudaEventQuery(end) != cudaErrorNotReady;
+      cudaGetLastError();  // a failed query (a sticky error) counts as done: the next call reports it
+      const Clock::time_point now = Clock::now();
+      lock.lock();
+      const Pending front = pending_.front();  // only this thread removes the front: still the same one
+      if (finished) {
+        free_events_.push_back(front.end);
+        pending_.pop_front();
+        finished_at_[front.stream] = now;
+        if (pending_.empty()) finished_at_.clear();  // every later operation is enqueued after now
+        continue;
+      }
+      Clock::time_point start = front.enqueued;
+      const auto previous = finished_at_.find(front.stream);
+      if (previous != finished_at_.end() && previous->second > start) start = previous->second;
+      if (now - start >= timeout_) {
+        lock.unlock();
+        expire(front);
+        return;  // the communicator is aborted: nothing more to watch
+      }
+      break;
     }
     wake_.wait_for(lock, kPollInterval, [&] { return stopping_; });
   }

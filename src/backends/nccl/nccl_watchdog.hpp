@@ -1,11 +1,18 @@
 // Bounds the waits of the NCCL backend by BRAID_TIMEOUT_S, as braid's own kernels bound theirs. NCCL's kernels
 // wait for a peer forever: a rank that left (or skipped a call) hangs every other rank's stream. The watchdog
-// brackets each operation the backend enqueues with two events on the caller's stream; a thread of its own polls
-// the oldest operation, and one that started (its first event completed) but has not finished (its second) within
-// the timeout expires: the backend then aborts the NCCL communicator (ncclCommAbort makes NCCL's kernels return),
-// so the caller's synchronisation returns, and every later call on the communicator raises kTimeout naming the
+// records an event on the caller's stream behind each operation the backend enqueues; a thread of its own looks at
+// the pending operations every few milliseconds, oldest first, and one whose event has not completed within the
+// timeout expires: the backend then aborts the NCCL communicator (ncclCommAbort makes NCCL's kernels return), so
+// the caller's synchronisation returns, and every later call on the communicator raises kTimeout naming the
 // operation. An operation whose host call itself blocks (a connection to a peer that left) expires the same way:
-// its second event is only recorded once the call returns.
+// its event is only recorded once the call returns.
+//
+// An operation's clock starts when it is enqueued, or when the watchdog saw the previous watched operation on the
+// same stream finish, whichever is later: other work queued on the stream in between counts against the timeout
+// (as in PyTorch's NCCL watchdog, whose clock starts at the enqueue), a slow watched predecessor does not. One
+// event per operation (an earlier start-and-end pair measured no dearer, but needs twice the driver calls). An
+// eager call costs 2–4 µs more watched than not (1×H100, one rank; bench/results/*-nccl-watchdog-cost.txt);
+// BRAID_NCCL_WATCHDOG=off turns the watchdog off.
 //
 // Not watched: operations enqueued while their stream is being captured into a CUDA graph (a captured event
 // cannot be polled; graph replays of NCCL operations stay unbounded).
@@ -21,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace braid::detail {
@@ -34,8 +42,8 @@ class NcclWatchdog {
   NcclWatchdog(const NcclWatchdog&) = delete;
   NcclWatchdog& operator=(const NcclWatchdog&) = delete;
 
-  // Brackets one operation: the constructor records the start event, the destructor the end event (also when
-  // the operation threw). The device must be current.
+  // Brackets one operation: the constructor starts its clock, the destructor records its event (also when the
+  // operation threw). The device must be current.
   class Scope {
    public:
     Scope(NcclWatchdog& watchdog, const char* operation, cudaStream_t stream);
@@ -53,13 +61,13 @@ class NcclWatchdog {
   std::string message() const;  // the expiry's message; empty while none
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Pending {
     uint64_t id = 0;
     const char* operation = nullptr;
-    cudaEvent_t start = nullptr;
+    cudaStream_t stream = nullptr;
     cudaEvent_t end = nullptr;  // null until the host call returned
-    bool started = false;
-    std::chrono::steady_clock::time_point deadline{};  // once started
+    Clock::time_point enqueued{};
   };
 
   cudaEvent_t take_event();  // under mutex_
@@ -75,6 +83,8 @@ class NcclWatchdog {
   std::condition_variable wake_;
   std::deque<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  // When the watchdog saw the last watched operation of each stream finish (streams with operations pending).
+  std::unordered_map<cudaStream_t, Clock::time_point> finished_at_;
   uint64_t next_id_ = 0;
   bool stopping_ = false;
   std::string message_;
