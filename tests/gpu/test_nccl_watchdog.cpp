@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -54,13 +55,29 @@ double wait_for_expiry(const NcclWatchdog& watchdog, Clock::time_point start, do
 
 constexpr double kTimeoutS = 1.0;
 
-TEST(NcclWatchdog, ExpiresOnlyOnAnOperationThatOutlivesTheTimeout) {
-  int device = 0;
-  cuda(cudaGetDevice(&device), "cudaGetDevice");
-  Expiries expiries;
-  NcclWatchdog watchdog(device, kTimeoutS, "test rank", expiries.callback());
-  cudaStream_t stream;
-  cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+// A watchdog with a 1 s timeout on the current GPU, what its expiries saw, and a stream of the test's own.
+class NcclWatchdogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int device = 0;
+    cuda(cudaGetDevice(&device), "cudaGetDevice");
+    watchdog_ = std::make_unique<NcclWatchdog>(device, kTimeoutS, "test rank", expiries_.callback());
+    cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+  }
+  void TearDown() override {
+    cudaStreamSynchronize(stream_);
+    watchdog_.reset();
+    cudaStreamDestroy(stream_);
+  }
+  Expiries expiries_;
+  std::unique_ptr<NcclWatchdog> watchdog_;
+  cudaStream_t stream_ = nullptr;
+};
+
+TEST_F(NcclWatchdogTest, ExpiresOnlyOnAnOperationThatOutlivesTheTimeout) {
+  NcclWatchdog& watchdog = *watchdog_;
+  Expiries& expiries = expiries_;
+  const cudaStream_t stream = stream_;
 
   for (int i = 0; i < 200; ++i) {
     const NcclWatchdog::Scope watched(watchdog, "short operation", stream);
@@ -107,16 +124,11 @@ TEST(NcclWatchdog, ExpiresOnlyOnAnOperationThatOutlivesTheTimeout) {
   std::lock_guard<std::mutex> lock(expiries.mutex);
   EXPECT_EQ(expiries.count, 1);
   EXPECT_EQ(expiries.message, watchdog.message());
-  cudaStreamDestroy(stream);
 }
 
-TEST(NcclWatchdog, ExpiresOnAHostCallThatDoesNotReturn) {
-  int device = 0;
-  cuda(cudaGetDevice(&device), "cudaGetDevice");
-  Expiries expiries;
-  NcclWatchdog watchdog(device, kTimeoutS, "test rank", expiries.callback());
-  cudaStream_t stream;
-  cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+TEST_F(NcclWatchdogTest, ExpiresOnAHostCallThatDoesNotReturn) {
+  NcclWatchdog& watchdog = *watchdog_;
+  const cudaStream_t stream = stream_;
   const auto start = Clock::now();
   double took = -1;
   {
@@ -126,7 +138,6 @@ TEST(NcclWatchdog, ExpiresOnAHostCallThatDoesNotReturn) {
   EXPECT_GE(took, 0.9 * kTimeoutS);
   EXPECT_LE(took, kTimeoutS + 1.0) << "expired late (or never: -1)";
   EXPECT_NE(watchdog.message().find("blocked host call"), std::string::npos) << watchdog.message();
-  cudaStreamDestroy(stream);
 }
 
 }  // namespace
