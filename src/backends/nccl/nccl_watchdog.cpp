@@ -84,11 +84,8 @@ NcclWatchdog::Scope::~Scope() {
       watchdog_->free_events_.push_back(end);
       end = nullptr;
     }
-    if (end == nullptr) {  // no event could be made or recorded: this operation goes unwatched
-      watchdog_->pending_.erase(watchdog_->pending_.begin() + (&pending - &watchdog_->pending_.front()));
-      return;
-    }
     pending.end = end;
+    pending.unwatched = end == nullptr;  // no event could be made or recorded: the thread drops it
     return;
   }
 }
@@ -104,15 +101,16 @@ void NcclWatchdog::run() {
     // every eager call.
     while (!pending_.empty()) {
       cudaEvent_t end = pending_.front().end;
+      const bool unwatched = pending_.front().unwatched;
       // Queried outside the lock: a query may take a while, and the enqueueing thread must not wait for it.
       lock.unlock();
-      const bool finished = end != nullptr && cudaEventQuery(end) != cudaErrorNotReady;
+      const bool finished = unwatched || (end != nullptr && cudaEventQuery(end) != cudaErrorNotReady);
       cudaGetLastError();  // a failed query (a sticky error) counts as done: the next call reports it
       const Clock::time_point now = Clock::now();
       lock.lock();
       const Pending front = pending_.front();  // only this thread removes the front: still the same one
       if (finished) {
-        free_events_.push_back(front.end);
+        if (front.end != nullptr) free_events_.push_back(front.end);
         pending_.pop_front();
         finished_at_[front.stream] = now;
         if (pending_.empty()) finished_at_.clear();  // every later operation is enqueued after now

@@ -67,6 +67,7 @@ class NcclWatchdog {
     const char* operation = nullptr;
     cudaStream_t stream = nullptr;
     cudaEvent_t end = nullptr;  // null until the host call returned
+    bool unwatched = false;     // the call returned, but no event could be recorded behind it
     Clock::time_point enqueued{};
   };
 
