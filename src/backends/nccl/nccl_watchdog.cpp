@@ -76,7 +76,10 @@ NcclWatchdog::Scope::Scope(NcclWatchdog& watchdog, const char* operation, cudaSt
 NcclWatchdog::Scope::~Scope() {
   if (watchdog_ == nullptr) return;
   std::lock_guard<std::mutex> lock(watchdog_->mutex_);
-  for (Pending& pending : watchdog_->pending_) {
+  // From the newest: this operation's entry is the last one pushed unless another thread enqueued meanwhile, and
+  // eager calls leave thousands pending between two polls (a search from the oldest cost that many steps a call).
+  for (auto it = watchdog_->pending_.rbegin(); it != watchdog_->pending_.rend(); ++it) {
+    Pending& pending = *it;
     if (pending.id != id_) continue;
     cudaEvent_t end = watchdog_->take_event();
     if (end != nullptr && cudaEventRecord(end, stream_) != cudaSuccess) {
