@@ -11,6 +11,7 @@
 // barriers.
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -71,3 +72,5 @@ void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaSt
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -4,6 +4,7 @@
 // (memory/multicast.hpp); never on a shared GPU host.
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -34,3 +35,5 @@ void launch_all_gather_multicast(const MulticastLaunch& launch, int blocks, cuda
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -5,6 +5,7 @@
 // launch.rank_stride bytes further per q. launch.count is in bytes.
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -31,3 +32,5 @@ void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -12,6 +12,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -39,3 +40,5 @@ void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaS
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -6,6 +6,7 @@
 // (memory/multicast.hpp); never on a shared GPU host.
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -40,3 +41,5 @@ void launch_all_reduce_multicast(DataType type, ReduceOp op, const MulticastLaun
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

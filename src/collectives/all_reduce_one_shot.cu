@@ -4,6 +4,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -31,3 +32,5 @@ void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& 
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -22,6 +22,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -96,3 +97,5 @@ void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& l
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -20,6 +20,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -73,3 +74,5 @@ void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const Zero
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -12,6 +12,7 @@
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -48,3 +49,5 @@ void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsig
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -21,6 +21,7 @@
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -247,3 +248,5 @@ void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaS
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

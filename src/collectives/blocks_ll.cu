@@ -11,6 +11,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/ll.cuh"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -53,3 +54,5 @@ void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -2,6 +2,7 @@
 // into its output (the root too, unless in place). Datatype-blind: launch.count is in bytes.
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -25,3 +26,5 @@ void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t strea
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -13,6 +13,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/ll.cuh"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -64,3 +65,5 @@ void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -9,6 +9,7 @@
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/local_reduce_launch.hpp"
+#include "core/kernel_modules.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -40,3 +41,5 @@ void launch_reduce_local(DataType type, ReduceOp op, const LocalReduceLaunch& la
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -3,6 +3,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -32,3 +33,5 @@ void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int b
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -15,6 +15,7 @@
 #include "collectives/ll.cuh"
 #include "collectives/staged.cuh"
 #include "collectives/staged_launch.hpp"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -85,3 +86,5 @@ void launch_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int bl
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -6,6 +6,7 @@
 // behind BRAID_ENABLE_MULTICAST (memory/multicast.hpp); never on a shared GPU host.
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -35,3 +36,5 @@ void launch_reduce_multicast(DataType type, ReduceOp op, const MulticastLaunch& 
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

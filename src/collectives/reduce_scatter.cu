@@ -9,6 +9,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
+#include "core/kernel_modules.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -59,3 +60,5 @@ void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& lau
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -6,6 +6,7 @@
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -36,3 +37,5 @@ void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -13,6 +13,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
+#include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::kernels {
@@ -38,3 +39,5 @@ void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyL
 }
 
 }  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <map>
 #include <random>
@@ -16,6 +17,7 @@
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
+#include "core/kernel_modules.hpp"
 #include "core/log.hpp"
 #include "memory/symmetric_memory.hpp"
 
@@ -178,6 +180,15 @@ size_t multicast_bytes() {
   return static_cast<size_t>(bytes);
 }
 
+// Every braid kernel into this GPU's context now, while nothing of braid runs on it (core/kernel_modules.hpp).
+void load_kernels() {
+  if (Config::get().string("BRAID_PRELOAD_KERNELS").value_or("on") != "on") return;
+  const auto start = std::chrono::steady_clock::now();
+  const detail::KernelLoadCount count = detail::preload_kernels();
+  BRAID_DEBUG("loaded {} of {} kernels in {} modules in {:.1f} ms", count.loaded_now, count.functions, count.modules,
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+}
+
 }  // namespace
 
 Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions& options) {
@@ -191,6 +202,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->timeout_s = timeout_seconds(options.timeout_s, "options.timeout_s");
   DeviceGuard guard(state->device);
   BRAID_CUDA(cudaFree(nullptr));  // creates the primary context that driver calls below use
+  load_kernels();
 
   if (rendezvous.serve_store) state->store_server = serve_store(rendezvous.store_host, rendezvous.store_port);
   state->store = std::make_shared<StoreClient>(rendezvous.store_host, rendezvous.store_port, state->timeout_s);

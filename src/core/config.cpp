@@ -53,6 +53,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_NCCL_WATCHDOG", ConfigType::kEnum, "on", "on|off",
      "on: every NCCL-backend operation is bounded by BRAID_TIMEOUT_S (an event per call, polled by a thread; a "
      "stuck one aborts the NCCL communicator); off: NCCL's waits are unbounded, and eager calls cost less."},
+    {"BRAID_PRELOAD_KERNELS", ConfigType::kEnum, "on", "on|off",
+     "on: communicator init loads every braid kernel into its GPU's context, so no later launch waits for a lazy "
+     "load (which can wait for the GPU to go idle); off: kernels load on first launch (CUDA_MODULE_LOADING)."},
     {"BRAID_ENABLE_MULTICAST", ConfigType::kEnum, "0", "0|1",
      "1: NVLink multicast (NVLS) collectives where every GPU reports support; never on a shared GPU host."},
     {"BRAID_MULTICAST_BYTES", ConfigType::kInt, "33554432", nullptr,

@@ -10,10 +10,11 @@
 namespace braid {
 namespace {
 
-// ABI version of the entry points we ask for: the CUDA 12.0 signatures of these calls, 12.1 for multicast (the
-// version that introduced it).
+// ABI version of the entry points we ask for: the CUDA 12.0 signatures of these calls, 12.1 for multicast and
+// 12.4 for function enumeration and loading (the versions that introduced them).
 constexpr unsigned kEntryPointVersion = 12000;
 constexpr unsigned kMulticastEntryPointVersion = 12010;
+constexpr unsigned kFunctionLoadingEntryPointVersion = 12040;
 
 std::atomic<const DriverApi*> g_fake{nullptr};
 
@@ -68,6 +69,13 @@ DriverApi load() {
   BRAID_FETCH_MULTICAST(cuMulticastBindAddr);
   BRAID_FETCH_MULTICAST(cuMulticastUnbind);
 #undef BRAID_FETCH_MULTICAST
+#define BRAID_FETCH_LOADING(name) fetch(#name, api.name, kFunctionLoadingEntryPointVersion, false)
+  BRAID_FETCH_LOADING(cuFuncGetModule);
+  BRAID_FETCH_LOADING(cuModuleGetFunctionCount);
+  BRAID_FETCH_LOADING(cuModuleEnumerateFunctions);
+  BRAID_FETCH_LOADING(cuFuncIsLoaded);
+  BRAID_FETCH_LOADING(cuFuncLoad);
+#undef BRAID_FETCH_LOADING
   return api;
 }
 

@@ -27,6 +27,12 @@ struct DriverApi {
   decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle;
   decltype(&::cuMemGetAllocationPropertiesFromHandle) cuMemGetAllocationPropertiesFromHandle;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
+  // Kernel preload (core/kernel_modules.hpp; CUDA 12.4+); nullptr where the driver lacks them.
+  decltype(&::cuFuncGetModule) cuFuncGetModule;
+  decltype(&::cuModuleGetFunctionCount) cuModuleGetFunctionCount;
+  decltype(&::cuModuleEnumerateFunctions) cuModuleEnumerateFunctions;
+  decltype(&::cuFuncIsLoaded) cuFuncIsLoaded;
+  decltype(&::cuFuncLoad) cuFuncLoad;
   // NVLink multicast (CUDA 12.1+), reached only through memory/multicast.hpp behind BRAID_ENABLE_MULTICAST;
   // nullptr where the driver lacks them.
   decltype(&::cuMulticastGetGranularity) cuMulticastGetGranularity;

@@ -9,11 +9,12 @@
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
 #include "collectives/dependent_launch.cuh"
+#include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
+#include "collectives/pipeline.cuh"
+#include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"
-#include "collectives/dispatch.cuh"
-#include "collectives/pipeline.cuh"
 #include "sync/device_sync.hpp"
 
 namespace braid::moe {
@@ -232,3 +233,5 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
 }
 
 }  // namespace braid::moe
+
+BRAID_KERNEL_MODULE()

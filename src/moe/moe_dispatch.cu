@@ -26,6 +26,7 @@
 #include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/staged.cuh"
+#include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"
 #include "moe/moe_plan.hpp"
@@ -614,3 +615,5 @@ void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t 
 }
 
 }  // namespace braid::moe
+
+BRAID_KERNEL_MODULE()

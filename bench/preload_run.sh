@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Kernel preload on one GPU (device tool; build staged as .carry/build by bench/stage_build.sh, with libbraid and
+# the GPU tests gzipped). Phase "preload": the KernelPreload tests alone with the preload on, off (the busy-GPU
+# check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER (skipped:
+# nothing to show); what the preload costs communicator init; and the NCCL watchdog's cost on eager calls
+# (braid on its NCCL backend beside NCCL alone, watchdog on and off interleaved). Phase "suite": the whole GPU
+# suite with the ranks this machine has.
+#   bash bench/preload_run.sh KIND preload|suite
+export out=$OUT
+RUN_TITLE=kernel-preload-$2 source bench/run_common.sh "${1:?kind, e.g. nvidia-h100-x1}"
+for f in .carry/build/src/libbraid.so.0.1.0 .carry/build/tests/gpu/braid_gpu_tests; do [ -f $f.gz ] && gunzip -f $f.gz; done
+chmod +x .carry/build/tests/gpu/braid_gpu_tests
+T=build/tests/gpu/braid_gpu_tests
+case $2 in
+preload)
+  for mode in on off; do
+    BRAID_PRELOAD_KERNELS=$mode timeout -k 5 60 $T --gtest_filter='KernelPreload.*' > $out/preload-$mode.txt 2>&1
+    echo "## exit code $?" >> $out/preload-$mode.txt
+    echo "== KernelPreload.*, BRAID_PRELOAD_KERNELS=$mode"; grep -E "OK \]|FAILED \]|SKIPPED \]|Failure|while the GPU|modules,|Expected|Which|exit code" $out/preload-$mode.txt
+  done
+  CUDA_MODULE_LOADING=EAGER BRAID_PRELOAD_KERNELS=off timeout -k 5 60 $T --gtest_filter='KernelPreload.*' > $out/preload-eager.txt 2>&1
+  echo "## exit code $?" >> $out/preload-eager.txt
+  echo "== KernelPreload.*, CUDA_MODULE_LOADING=EAGER, preload off"; grep -E "OK \]|FAILED \]|SKIPPED \]|Failure|while the GPU|modules,|exit code" $out/preload-eager.txt
+  for pass in 1 2 3; do
+    BRAID_LOG_LEVEL=debug timeout -k 5 60 $T --gtest_filter='KernelPreload.InitLoads*' 2>&1 | grep -E "loaded .* kernels" >> $out/preload-init-cost.txt
+  done
+  echo "== the preload's cost at init (3 processes)"; cat $out/preload-init-cost.txt
+  export BRAID_NCCL_LIBRARY=$nccl_dir/libnccl.so.2
+  for pass in 1 2 3; do
+    for watchdog in on off; do
+      name=watchdog-$watchdog-$pass
+      echo "## BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog braid-bench -t 1 -c allreduce -b 8 -e 256K -f 32 --inplace 0 -z 0 -n 500 -w 100 --compare nccl" > $out/$name.txt
+      BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog timeout 60 build/tools/braid-bench/braid-bench -t 1 -c allreduce -b 8 -e 256K -f 32 \
+        --inplace 0 -z 0 -n 500 -w 100 --compare nccl --nccl-lib $nccl_dir/libnccl.so.2 >> $out/$name.txt 2>&1
+      echo "## exit code $?" >> $out/$name.txt
+      echo "== $name"; grep -v "NCCL INFO" $out/$name.txt | grep -E "^ +[0-9]|exit code"
+    done
+  done
+  ;;
+suite)
+  timeout -k 5 540 $T > $out/suite.txt 2>&1
+  echo "## exit code $?" >> $out/suite.txt
+  grep -E "FAILED|Failure|threw|PASSED|SKIPPED|tests ran|exit code" $out/suite.txt | head -40
+  ;;
+esac
+archive_logs run-logs.tgz

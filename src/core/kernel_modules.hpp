@@ -1,0 +1,50 @@
+// braid's kernels, loaded into a context before the first collective needs them.
+//
+// Under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's default on Linux since 12.2) a kernel is loaded into a
+// context on its first launch, and that load may wait until the GPU is idle (CUDA Programming Guide, "Lazy
+// Loading", Potential Hazards). A braid rank's GPU is often not idle: its last collective may still spin in a
+// barrier for a peer. A rank's first launch of a kernel then blocks its host thread until the peers arrive;
+// with one thread driving several GPUs (ncclCommInitAll through the shim) the peer it waits for is its own next
+// launch, and the wait ends only at BRAID_TIMEOUT_S. NCCL loads its kernels at init for the same reason.
+//
+// So every .cu file of libbraid ends with BRAID_KERNEL_MODULE(), which registers its module (one per .cu
+// translation unit); communicator init calls preload_kernels() with the communicator's GPU current, which loads
+// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it).
+#pragma once
+
+#include <cstddef>
+
+namespace braid::detail {
+
+// Records the module holding `kernel` (a __global__ function of that module). Host-only bookkeeping, safe in a
+// static initialiser; returns true so it can initialise a constant.
+bool register_kernel_module(const void* kernel, const char* file);
+
+// Modules registered so far (one per .cu file linked into this binary).
+size_t registered_kernel_modules();
+
+struct KernelLoadCount {
+  size_t modules = 0;    // registered modules visited
+  size_t functions = 0;  // functions in them
+  size_t loaded = 0;     // functions loaded into the current context (after preload_kernels: all of them)
+  size_t loaded_now = 0; // functions preload_kernels loaded itself
+};
+
+// Loads every function of every registered module into the current context (a no-op for those already
+// loaded, as under CUDA_MODULE_LOADING=EAGER). Raises braid::Error naming the module on a driver failure.
+KernelLoadCount preload_kernels();
+
+// Counts without loading anything (for tests).
+KernelLoadCount count_loaded_kernels();
+
+}  // namespace braid::detail
+
+#ifdef __CUDACC__
+// At file scope of every .cu file of libbraid: an empty kernel that names the file's module, registered at load.
+#define BRAID_KERNEL_MODULE()                                                                         \
+  namespace {                                                                                         \
+  __global__ void braid_kernel_module_anchor() {}                                                     \
+  [[maybe_unused]] const bool braid_kernel_module_registered = ::braid::detail::register_kernel_module( \
+      reinterpret_cast<const void*>(&braid_kernel_module_anchor), __FILE__);                          \
+  }
+#endif

@@ -1,0 +1,117 @@
+// Kernel preload (core/kernel_modules.hpp): communicator init loads every braid kernel into its GPU's context, so
+// no later launch waits for a lazy load while the GPU is busy.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "core/kernel_modules.hpp"
+#include "spin_kernel.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+void cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
+}
+
+bool preload_is_off() {
+  const char* value = std::getenv("BRAID_PRELOAD_KERNELS");
+  return value != nullptr && std::string(value) == "off";
+}
+
+// The longest a hold lasts when nobody releases it: a launch that waited for the held GPU takes about this long.
+constexpr uint64_t kHoldNs = 3'000'000'000ull;
+// A launch that returns within this did not wait for the hold.
+constexpr double kPromptS = 0.5;
+
+// Runs `launch` on the host while a kernel on another stream of the current GPU holds it busy; returns how long
+// the host call took. The hold is released after the call returns, and the GPU synchronised.
+template <typename Launch>
+double seconds_while_gpu_busy(volatile int* released, Launch launch) {
+  cudaStream_t holder = nullptr;
+  cuda(cudaStreamCreateWithFlags(&holder, cudaStreamNonBlocking), "stream");
+  *released = 0;
+  cuda(hold_until_released(holder, released, kHoldNs), "hold");
+  const auto start = std::chrono::steady_clock::now();
+  launch();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  *released = 1;
+  cuda(cudaDeviceSynchronize(), "synchronize");
+  cuda(cudaStreamDestroy(holder), "stream destroy");
+  return seconds;
+}
+
+TEST(KernelPreload, InitLoadsEveryFunctionOfEveryModule) {
+  if (preload_is_off()) GTEST_SKIP() << "BRAID_PRELOAD_KERNELS=off";
+  with_communicator([](Communicator& comm) {
+    const detail::KernelLoadCount count = detail::count_loaded_kernels();
+    EXPECT_EQ(count.modules, detail::registered_kernel_modules());
+    EXPECT_GE(count.modules, 20u) << "libbraid has a module per .cu file";
+    EXPECT_GT(count.functions, 100u);
+    EXPECT_EQ(count.loaded, count.functions) << "functions left for a lazy load after init";
+    if (comm.rank() == 0) {
+      std::printf("[rank 0] %zu modules, %zu functions, %zu loaded\n", count.modules, count.functions, count.loaded);
+    }
+  });
+}
+
+// Under lazy loading a kernel's first launch may wait for the busy GPU (the fresh test kernel shows whether it
+// does here); a braid collective's first launch must not, since init loaded its kernels.
+TEST(KernelPreload, FirstCollectiveLaunchDoesNotWaitForABusyGpu) {
+  with_communicator([](Communicator& comm) {
+    // Run alone (--gtest_filter=KernelPreload.*), nothing launched this all-reduce's kernel before: it is loaded
+    // by the preload or, with BRAID_PRELOAD_KERNELS=off, by the launch timed here.
+    constexpr size_t kCount = 1000;
+    const std::vector<uint8_t> input(kCount, static_cast<uint8_t>(comm.rank() + 1));
+    uint8_t *send = nullptr, *recv = nullptr;
+    int* scratch = nullptr;
+    volatile int* released = nullptr;
+    cuda(cudaMalloc(reinterpret_cast<void**>(&send), kCount), "cudaMalloc");
+    cuda(cudaMalloc(reinterpret_cast<void**>(&recv), kCount), "cudaMalloc");
+    cuda(cudaMalloc(reinterpret_cast<void**>(&scratch), 32 * sizeof(int)), "cudaMalloc");
+    cuda(cudaHostAlloc(reinterpret_cast<void**>(const_cast<int**>(&released)), sizeof(int), cudaHostAllocMapped),
+         "cudaHostAlloc");
+    cuda(cudaMemcpy(send, input.data(), kCount, cudaMemcpyHostToDevice), "copy in");
+    cuda(cudaMemset(recv, 0xA5, kCount), "poison");
+    cudaStream_t stream = nullptr;
+    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    // The hold kernel itself is loaded before it is timed against.
+    *released = 1;
+    cuda(hold_until_released(stream, released, kHoldNs), "hold");
+    cuda(cudaStreamSynchronize(stream), "synchronize");
+
+    const double collective_s = seconds_while_gpu_busy(released, [&] {
+      comm.all_reduce(send, recv, kCount, DataType::kUint8, ReduceOp::kMax, stream);
+    });
+    std::vector<uint8_t> result(kCount, 0);
+    cuda(cudaMemcpy(result.data(), recv, kCount, cudaMemcpyDeviceToHost), "copy out");
+    for (size_t i = 0; i < kCount; ++i) {
+      ASSERT_EQ(result[i], comm.size()) << "rank " << comm.rank() << " element " << i;
+    }
+    const double fresh_s = seconds_while_gpu_busy(released, [&] { cuda(launch_fresh_kernel(stream, scratch), "fresh"); });
+    std::printf("[rank %d] while the GPU is held: braid's first all-reduce launch %.3f s; a fresh kernel's first launch "
+                "%.3f s (preload %s)\n", comm.rank(), collective_s, fresh_s, preload_is_off() ? "off" : "on");
+
+    cuda(cudaStreamDestroy(stream), "stream destroy");
+    cuda(cudaFreeHost(const_cast<int*>(released)), "cudaFreeHost");
+    cuda(cudaFree(scratch), "cudaFree");
+    cuda(cudaFree(recv), "cudaFree");
+    cuda(cudaFree(send), "cudaFree");
+    if (fresh_s < kPromptS) {
+      GTEST_SKIP() << "a fresh kernel's first launch did not wait for the busy GPU here (eager loading, or a driver "
+                      "that loads without waiting): nothing to show";
+    }
+    EXPECT_LT(collective_s, kPromptS) << "rank " << comm.rank() << ": braid's launch waited for the busy GPU";
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing
