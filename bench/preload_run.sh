@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Kernel preload on one GPU (device tool; build staged as .carry/build by bench/stage_build.sh, with libbraid and
-# the GPU tests gzipped). Phase "preload": the KernelPreload tests alone with the preload on, off (the busy-GPU
-# check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER (skipped:
-# nothing to show); what the preload costs communicator init; and the NCCL watchdog's cost on eager calls
-# (braid on its NCCL backend beside NCCL alone, watchdog on and off interleaved). Phase "suite": the whole GPU
-# suite with the ranks this machine has.
-#   bash bench/preload_run.sh KIND preload|suite
+# the GPU tests gzipped), in phases. "preload": the KernelPreload tests alone with the preload on, off (the
+# busy-GPU check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER
+# (skipped: nothing to show), and what the preload costs communicator init. "watchdog": the NCCL watchdog's cost
+# on eager calls (braid on its NCCL backend beside NCCL alone, watchdog on and off interleaved). "suite": the
+# whole GPU suite as threads, with the ranks this machine has.
+#   bash bench/preload_run.sh KIND PHASE...
 export out=$OUT
-RUN_TITLE=kernel-preload-$2 source bench/run_common.sh "${1:?kind, e.g. nvidia-h100-x1}"
+kind_arg=${1:?kind, e.g. nvidia-h100-x1}; shift
+RUN_TITLE="kernel-preload $*" source bench/run_common.sh "$kind_arg"
 for f in .carry/build/src/libbraid.so.0.1.0 .carry/build/tests/gpu/braid_gpu_tests; do [ -f $f.gz ] && gunzip -f $f.gz; done
 chmod +x .carry/build/tests/gpu/braid_gpu_tests
 T=build/tests/gpu/braid_gpu_tests
-case $2 in
+for phase in "$@"; do
+case $phase in
 preload)
   for mode in on off; do
     BRAID_PRELOAD_KERNELS=$mode timeout -k 5 60 $T --gtest_filter='KernelPreload.*' > $out/preload-$mode.txt 2>&1
@@ -25,6 +27,8 @@ preload)
     BRAID_LOG_LEVEL=debug timeout -k 5 60 $T --gtest_filter='KernelPreload.InitLoads*' 2>&1 | grep -E "loaded .* kernels" >> $out/preload-init-cost.txt
   done
   echo "== the preload's cost at init (3 processes)"; cat $out/preload-init-cost.txt
+  ;;
+watchdog)
   export BRAID_NCCL_LIBRARY=$nccl_dir/libnccl.so.2
   for pass in 1 2 3; do
     for watchdog in on off; do
@@ -42,5 +46,7 @@ suite)
   echo "## exit code $?" >> $out/suite.txt
   grep -E "FAILED|Failure|threw|PASSED|SKIPPED|tests ran|exit code" $out/suite.txt | head -40
   ;;
+*) echo "unknown phase $phase"; exit 2 ;;
 esac
+done
 archive_logs run-logs.tgz

@@ -21,8 +21,6 @@ __global__ void hold_kernel(const volatile int* released, uint64_t max_nanosecon
   }
 }
 
-__global__ void fresh_kernel(int* data) { data[threadIdx.x] += 1; }
-
 }  // namespace
 
 cudaError_t spin_on_stream(cudaStream_t stream, uint32_t nanoseconds) {
@@ -32,11 +30,6 @@ cudaError_t spin_on_stream(cudaStream_t stream, uint32_t nanoseconds) {
 
 cudaError_t hold_until_released(cudaStream_t stream, const volatile int* released, uint64_t max_nanoseconds) {
   hold_kernel<<<1, 1, 0, stream>>>(released, max_nanoseconds);
-  return cudaGetLastError();
-}
-
-cudaError_t launch_fresh_kernel(cudaStream_t stream, int* data) {
-  fresh_kernel<<<1, 1, 0, stream>>>(data);
   return cudaGetLastError();
 }
 

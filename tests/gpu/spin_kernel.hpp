@@ -16,7 +16,4 @@ cudaError_t spin_on_stream(cudaStream_t stream, uint32_t nanoseconds);
 // `max_nanoseconds` have passed, whichever comes first. Returns the launch's error.
 cudaError_t hold_until_released(cudaStream_t stream, const volatile int* released, uint64_t max_nanoseconds);
 
-// Launches, on stream, a kernel that nothing else launches (the lazy-loading tests time its first launch).
-cudaError_t launch_fresh_kernel(cudaStream_t stream, int* data);
-
 }  // namespace braid::testing
