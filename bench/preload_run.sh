@@ -42,7 +42,7 @@ watchdog)
   done
   ;;
 suite)
-  timeout -k 5 540 $T > $out/suite.txt 2>&1
+  timeout -k 5 520 $T > $out/suite.txt 2>&1
   echo "## exit code $?" >> $out/suite.txt
   grep -E "FAILED|Failure|threw|PASSED|SKIPPED|tests ran|exit code" $out/suite.txt | head -40
   ;;
