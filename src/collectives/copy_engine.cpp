@@ -77,8 +77,9 @@ void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t o
   const size_t size = datatype_size(type);
   const int peers = state.size - 1;
   const size_t half_bytes = state.staging.bytes() / 2;
-  // A chunk's slice of each peer starts on a 256-byte boundary: the kernel loads whole vectors.
-  const size_t chunk = half_bytes / peers / 256 * 256 / size;
+  // A chunk's slice of each peer starts on a 256-byte boundary: the kernel loads whole vectors. One rank alone
+  // pulls nothing and reduces its own elements, in chunks of a half as if it had one peer.
+  const size_t chunk = half_bytes / std::max(peers, 1) / 256 * 256 / size;
   char* const staging = static_cast<char*>(state.staging.local());
   SideStream& side = *state.side;
   side.order(stream, side.get());  // after the entry barrier
