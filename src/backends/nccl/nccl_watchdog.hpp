@@ -11,8 +11,9 @@
 // same stream finish, whichever is later: other work queued on the stream in between counts against the timeout
 // (as in PyTorch's NCCL watchdog, whose clock starts at the enqueue), a slow watched predecessor does not. One
 // event per operation (an earlier start-and-end pair measured no dearer, but needs twice the driver calls). An
-// eager call cost 2–4 µs more watched than not (1×H100, one rank; bench/results/*-nccl-watchdog-cost.txt,
-// measured before ~Scope searched from the newest entry); BRAID_NCCL_WATCHDOG=off turns the watchdog off.
+// eager call cost 2–4 µs more watched than not (1×H100, one rank; bench/results/*-nccl-watchdog-cost.txt), and
+// still about 3 µs after ~Scope searched from the newest entry (*-nccl-watchdog-cost-after-bd260fc.txt);
+// BRAID_NCCL_WATCHDOG=off turns the watchdog off.
 //
 // Not watched: operations enqueued while their stream is being captured into a CUDA graph (a captured event
 // cannot be polled; graph replays of NCCL operations stay unbounded).
