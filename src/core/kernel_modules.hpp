@@ -1,15 +1,16 @@
 // braid's kernels, loaded into a context before the first collective needs them.
 //
-// Under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's default on Linux since 12.2) a kernel is loaded into a
-// context on its first launch, and that load may wait until the GPU is idle (CUDA Programming Guide, "Lazy
-// Loading", Potential Hazards). A braid rank's GPU is often not idle: its last collective may still spin in a
-// barrier for a peer. A rank's first launch of a kernel then blocks its host thread until the peers arrive;
-// with one thread driving several GPUs (ncclCommInitAll through the shim) the peer it waits for is its own next
-// launch, and the wait ends only at BRAID_TIMEOUT_S. NCCL loads its kernels at init for the same reason.
+// Under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's default on Linux since 12.2) a module is loaded into a
+// context when one of its kernels is first launched, and that load waits until the GPU is idle (CUDA Programming
+// Guide, "Lazy Loading", Potential Hazards; on 1×H100 with CUDA 13 a first launch waited the whole 3 s a kernel
+// held the GPU, bench/results/2026-11-25-nvidia-h100-x1-kernel-preload.txt). A braid rank's GPU is often busy: its
+// last collective may still spin in a barrier for a peer. Its first launch of another collective would then block
+// the host thread until the peers arrive, and one thread driving several GPUs (ncclCommInitAll through the shim)
+// would wait on its own next launch until BRAID_TIMEOUT_S. NCCL loads its kernels at init for the same reason.
 //
 // So every .cu file of libbraid ends with BRAID_KERNEL_MODULE(), which registers its module (one per .cu
 // translation unit); communicator init calls preload_kernels() with the communicator's GPU current, which loads
-// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it).
+// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it; 57–81 ms on 1×H100 for 637).
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,7 @@ struct KernelLoadCount {
 };
 
 // Loads every function of every registered module into the current context (a no-op for those already
-// loaded, as under CUDA_MODULE_LOADING=EAGER). Raises braid::Error naming the module on a driver failure.
+// loaded, as under CUDA_MODULE_LOADING=EAGER). Raises braid::Error naming the driver call that failed.
 KernelLoadCount preload_kernels();
 
 // Counts without loading anything (for tests).
