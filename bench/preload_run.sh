@@ -2,9 +2,8 @@
 # Kernel preload on one GPU (device tool; build staged as .carry/build by bench/stage_build.sh, with libbraid and
 # the GPU tests gzipped), in phases. "preload": the KernelPreload tests alone with the preload on, off (the
 # busy-GPU check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER
-# (skipped: nothing to show), and what the preload costs communicator init. "watchdog": the NCCL watchdog's cost
-# on eager calls (braid on its NCCL backend beside NCCL alone, watchdog on and off interleaved). "suite": the
-# whole GPU suite as threads, with the ranks this machine has.
+# (skipped: nothing to show), and what the preload costs communicator init. "suite": the whole GPU suite as
+# threads, with the ranks this machine has. (The NCCL watchdog's cost, once a phase here: watchdog_cost_run.sh.)
 #   bash bench/preload_run.sh KIND PHASE...
 export out=$OUT
 kind_arg=${1:?kind, e.g. nvidia-h100-x1}; shift
@@ -27,19 +26,6 @@ preload)
     BRAID_LOG_LEVEL=debug timeout -k 5 60 $T --gtest_filter='KernelPreload.InitLoads*' 2>&1 | grep -E "loaded .* kernels" >> $out/preload-init-cost.txt
   done
   echo "== the preload's cost at init (3 processes)"; cat $out/preload-init-cost.txt
-  ;;
-watchdog)
-  export BRAID_NCCL_LIBRARY=$nccl_dir/libnccl.so.2
-  for pass in 1 2 3; do
-    for watchdog in on off; do
-      name=watchdog-$watchdog-$pass
-      echo "## BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog braid-bench -t 1 -c allreduce -b 8 -e 256K -f 32 --inplace 0 -z 0 -n 500 -w 100 --compare nccl" > $out/$name.txt
-      BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog timeout 60 build/tools/braid-bench/braid-bench -t 1 -c allreduce -b 8 -e 256K -f 32 \
-        --inplace 0 -z 0 -n 500 -w 100 --compare nccl --nccl-lib $nccl_dir/libnccl.so.2 >> $out/$name.txt 2>&1
-      echo "## exit code $?" >> $out/$name.txt
-      echo "== $name"; grep -v "NCCL INFO" $out/$name.txt | grep -E "^ +[0-9]|exit code"
-    done
-  done
   ;;
 suite)
   timeout -k 5 520 $T > $out/suite.txt 2>&1

@@ -15,6 +15,11 @@
 // still about 3 µs after ~Scope searched from the newest entry (*-nccl-watchdog-cost-after-bd260fc.txt);
 // BRAID_NCCL_WATCHDOG=off turns the watchdog off.
 //
+// The thread retires a stream's finished operations in bulk: an event that completed means every event recorded
+// before it on the same stream completed too (stream order; records are numbered under the mutex, so the numbers
+// follow the stream). It queries the newest few operations of the front's stream first, so an eager loop's
+// thousands of operations between two polls cost a few queries, not one each.
+//
 // Not watched: operations enqueued while their stream is being captured into a CUDA graph (a captured event
 // cannot be polled; graph replays of NCCL operations stay unbounded).
 #pragma once
@@ -68,6 +73,7 @@ class NcclWatchdog {
     const char* operation = nullptr;
     cudaStream_t stream = nullptr;
     cudaEvent_t end = nullptr;  // null until the host call returned
+    uint64_t recorded = 0;      // the end event's place in the order of records (from 1; under mutex_)
     bool unwatched = false;     // the call returned, but no event could be recorded behind it
     Clock::time_point enqueued{};
   };
@@ -88,6 +94,7 @@ class NcclWatchdog {
   // When the watchdog saw the last watched operation of each stream finish (streams with operations pending).
   std::unordered_map<cudaStream_t, Clock::time_point> finished_at_;
   uint64_t next_id_ = 0;
+  uint64_t next_record_ = 1;
   bool stopping_ = false;
   std::string message_;
   std::atomic<bool> expired_{false};
