@@ -2,7 +2,7 @@
 # What the NCCL backend's watchdog costs an eager call (device tool; build staged as .carry/build, libbraid and the
 # GPU tests gzipped; optionally a baseline libbraid as .carry/base/libbraid.so.0.gz): the watchdog's GPU tests on
 # this build, then braid-bench -t GPUS on the NCCL backend beside NCCL alone (allreduce float32 8 B-256 KiB, out of
-# place, no graphs), 3 interleaved passes of: the baseline with the watchdog on, this build with it on, this build
+# place, no graphs), PASSES (3) interleaved passes of: the baseline with the watchdog on, this build with it on, this build
 # with it off.
 #   bash bench/watchdog_cost_run.sh KIND
 export out=$OUT
@@ -16,7 +16,7 @@ timeout -k 5 120 build/tests/gpu/braid_gpu_tests --gtest_filter='NcclWatchdogTes
 echo "## exit code $?" >> $out/watchdog-tests.txt
 echo "== NcclWatchdogTest.*"; grep -E "OK \]|FAILED|Failure|PASSED|exit code" $out/watchdog-tests.txt
 variants="new-on new-off"; [ -f .carry/base/libbraid.so.0 ] && variants="base-on $variants"
-for pass in 1 2 3; do
+for pass in $(seq ${PASSES:-3}); do
   for variant in $variants; do
     name=$variant-$pass; lib_path=""; watchdog=${variant#*-}
     [ "${variant%-*}" = base ] && lib_path=$PWD/.carry/base

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
 #include <cmath>
 
 #include "core/log.hpp"
@@ -12,10 +11,6 @@ namespace {
 // How often the thread looks at the pending operations: an expiry is seen within about two intervals of the
 // timeout (the start is noticed up to one late), and eager calls enqueued meanwhile only queue up.
 constexpr std::chrono::milliseconds kPollInterval(20);
-// How many of the newest operations of a stream the thread queries before the oldest, and how far from the newest
-// end it looks for them (a bound on the scan when other streams' operations are queued behind).
-constexpr size_t kNewestProbes = 4;
-constexpr size_t kProbeScan = 256;
 }  // namespace
 
 NcclWatchdog::NcclWatchdog(int device, double timeout_s, std::string rank_text,
@@ -93,7 +88,6 @@ NcclWatchdog::Scope::~Scope() {
       end = nullptr;
     }
     pending.end = end;
-    if (end != nullptr) pending.recorded = watchdog_->next_record_++;
     pending.unwatched = end == nullptr;  // no event could be made or recorded: the thread drops it
     return;
   }
@@ -109,43 +103,19 @@ void NcclWatchdog::run() {
     // each event as soon as the last one finished would contend with the enqueueing thread for the driver on
     // every eager call.
     while (!pending_.empty()) {
-      const Pending front = pending_.front();  // only this thread removes the front: still the same one below
-      // What to query, newest first: the newest recorded operations of the front's stream, then the front.
-      std::array<std::pair<uint64_t, cudaEvent_t>, kNewestProbes + 1> probes{};  // (record number, event)
-      size_t probe_count = 0;
-      if (front.end != nullptr) {
-        size_t scanned = 0;
-        for (auto it = pending_.rbegin(); it != pending_.rend() && probe_count < kNewestProbes && scanned < kProbeScan;
-             ++it, ++scanned) {
-          if (it->stream == front.stream && it->end != nullptr && it->recorded > front.recorded) {
-            probes[probe_count++] = {it->recorded, it->end};
-          }
-        }
-        probes[probe_count++] = {front.recorded, front.end};
-      }
+      cudaEvent_t end = pending_.front().end;
+      const bool unwatched = pending_.front().unwatched;
       // Queried outside the lock: a query may take a while, and the enqueueing thread must not wait for it.
       lock.unlock();
-      uint64_t finished_through = 0;  // front.stream's operations recorded up to this one have finished
-      for (size_t i = 0; i < probe_count; ++i) {
-        // A failed query (a sticky error) counts as done: the next call reports it.
-        if (cudaEventQuery(probes[i].second) != cudaErrorNotReady) {
-          finished_through = probes[i].first;
-          break;
-        }
-      }
-      cudaGetLastError();
+      const bool finished = unwatched || (end != nullptr && cudaEventQuery(end) != cudaErrorNotReady);
+      cudaGetLastError();  // a failed query (a sticky error) counts as done: the next call reports it
       const Clock::time_point now = Clock::now();
       lock.lock();
-      if (front.unwatched || finished_through != 0) {
-        // Retire the front, and the operations of its stream right behind it that finished with it.
-        do {
-          const Pending& next = pending_.front();
-          if (next.end != nullptr) free_events_.push_back(next.end);
-          finished_at_[next.stream] = now;
-          pending_.pop_front();
-        } while (!pending_.empty() && pending_.front().stream == front.stream &&
-                 (pending_.front().unwatched ||
-                  (pending_.front().end != nullptr && pending_.front().recorded <= finished_through)));
+      const Pending front = pending_.front();  // only this thread removes the front: still the same one
+      if (finished) {
+        if (front.end != nullptr) free_events_.push_back(front.end);
+        pending_.pop_front();
+        finished_at_[front.stream] = now;
         if (pending_.empty()) finished_at_.clear();  // every later operation is enqueued after now
         continue;
       }

@@ -11,14 +11,10 @@
 // same stream finish, whichever is later: other work queued on the stream in between counts against the timeout
 // (as in PyTorch's NCCL watchdog, whose clock starts at the enqueue), a slow watched predecessor does not. One
 // event per operation (an earlier start-and-end pair measured no dearer, but needs twice the driver calls). An
-// eager call cost 2–4 µs more watched than not (1×H100, one rank; bench/results/*-nccl-watchdog-cost.txt), and
-// still about 3 µs after ~Scope searched from the newest entry (*-nccl-watchdog-cost-after-bd260fc.txt);
-// BRAID_NCCL_WATCHDOG=off turns the watchdog off.
-//
-// The thread retires a stream's finished operations in bulk: an event that completed means every event recorded
-// before it on the same stream completed too (stream order; records are numbered under the mutex, so the numbers
-// follow the stream). It queries the newest few operations of the front's stream first, so an eager loop's
-// thousands of operations between two polls cost a few queries, not one each.
+// eager call costs about 0.9 µs more watched than not (1×H100, one rank, median of 10 interleaved passes:
+// bench/results/*-nccl-watchdog-bulk-retire-not-landed.txt; runs of 3 passes read 2–4 µs, which was noise);
+// retiring a stream's operations in bulk from one query saved no more than the noise. BRAID_NCCL_WATCHDOG=off
+// turns the watchdog off.
 //
 // Not watched: operations enqueued while their stream is being captured into a CUDA graph (a captured event
 // cannot be polled; graph replays of NCCL operations stay unbounded).
@@ -73,7 +69,6 @@ class NcclWatchdog {
     const char* operation = nullptr;
     cudaStream_t stream = nullptr;
     cudaEvent_t end = nullptr;  // null until the host call returned
-    uint64_t recorded = 0;      // the end event's place in the order of records (from 1; under mutex_)
     bool unwatched = false;     // the call returned, but no event could be recorded behind it
     Clock::time_point enqueued{};
   };
@@ -94,7 +89,6 @@ class NcclWatchdog {
   // When the watchdog saw the last watched operation of each stream finish (streams with operations pending).
   std::unordered_map<cudaStream_t, Clock::time_point> finished_at_;
   uint64_t next_id_ = 0;
-  uint64_t next_record_ = 1;
   bool stopping_ = false;
   std::string message_;
   std::atomic<bool> expired_{false};
