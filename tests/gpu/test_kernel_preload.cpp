@@ -6,11 +6,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "collective_reference.hpp"
 #include "core/kernel_modules.hpp"
 #include "fresh_kernel.hpp"
 #include "spin_kernel.hpp"
@@ -18,10 +19,6 @@
 
 namespace braid::testing {
 namespace {
-
-void cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
-}
 
 bool preload_is_off() {
   const char* value = std::getenv("BRAID_PRELOAD_KERNELS");
@@ -37,16 +34,14 @@ constexpr double kPromptS = 0.5;
 // the host call took. The hold is released after the call returns, and the GPU synchronised.
 template <typename Launch>
 double seconds_while_gpu_busy(volatile int* released, Launch launch) {
-  cudaStream_t holder = nullptr;
-  cuda(cudaStreamCreateWithFlags(&holder, cudaStreamNonBlocking), "stream");
+  const StreamHandle holder;
   *released = 0;
-  cuda(hold_until_released(holder, released, kHoldNs), "hold");
+  cuda_check(hold_until_released(holder.get(), released, kHoldNs), "hold");
   const auto start = std::chrono::steady_clock::now();
   launch();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   *released = 1;
-  cuda(cudaDeviceSynchronize(), "synchronize");
-  cuda(cudaStreamDestroy(holder), "stream destroy");
+  cuda_check(cudaDeviceSynchronize(), "synchronize");
   return seconds;
 }
 
@@ -73,40 +68,33 @@ TEST(KernelPreload, FirstCollectiveLaunchDoesNotWaitForABusyGpu) {
     // by the preload or, with BRAID_PRELOAD_KERNELS=off, by the launch timed here.
     constexpr size_t kCount = 1000;
     const std::vector<uint8_t> input(kCount, static_cast<uint8_t>(comm.rank() + 1));
-    uint8_t *send = nullptr, *recv = nullptr;
-    int* scratch = nullptr;
-    volatile int* released = nullptr;
-    cuda(cudaMalloc(reinterpret_cast<void**>(&send), kCount), "cudaMalloc");
-    cuda(cudaMalloc(reinterpret_cast<void**>(&recv), kCount), "cudaMalloc");
-    cuda(cudaMalloc(reinterpret_cast<void**>(&scratch), 32 * sizeof(int)), "cudaMalloc");
-    cuda(cudaHostAlloc(reinterpret_cast<void**>(const_cast<int**>(&released)), sizeof(int), cudaHostAllocMapped),
-         "cudaHostAlloc");
-    cuda(cudaMemcpy(send, input.data(), kCount, cudaMemcpyHostToDevice), "copy in");
-    cuda(cudaMemset(recv, 0xA5, kCount), "poison");
-    cudaStream_t stream = nullptr;
-    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    const DeviceBuffer send(kCount), recv(kCount), scratch(32 * sizeof(int));
+    int* host_flag = nullptr;
+    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&host_flag), sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
+    const std::unique_ptr<int, cudaError_t (*)(void*)> flag_owner(host_flag, cudaFreeHost);
+    volatile int* const released = host_flag;
+    cuda_check(cudaMemcpy(send.get(), input.data(), kCount, cudaMemcpyHostToDevice), "copy in");
+    cuda_check(cudaMemset(recv.get(), 0xA5, kCount), "poison");
+    const StreamHandle stream;
     // The hold kernel itself is loaded before it is timed against.
     *released = 1;
-    cuda(hold_until_released(stream, released, kHoldNs), "hold");
-    cuda(cudaStreamSynchronize(stream), "synchronize");
+    cuda_check(hold_until_released(stream.get(), released, kHoldNs), "hold");
+    cuda_check(cudaStreamSynchronize(stream.get()), "synchronize");
 
     const double collective_s = seconds_while_gpu_busy(released, [&] {
-      comm.all_reduce(send, recv, kCount, DataType::kUint8, ReduceOp::kMax, stream);
+      comm.all_reduce(send.get(), recv.get(), kCount, DataType::kUint8, ReduceOp::kMax, stream.get());
     });
     std::vector<uint8_t> result(kCount, 0);
-    cuda(cudaMemcpy(result.data(), recv, kCount, cudaMemcpyDeviceToHost), "copy out");
+    cuda_check(cudaMemcpy(result.data(), recv.get(), kCount, cudaMemcpyDeviceToHost), "copy out");
     for (size_t i = 0; i < kCount; ++i) {
       ASSERT_EQ(result[i], comm.size()) << "rank " << comm.rank() << " element " << i;
     }
-    const double fresh_s = seconds_while_gpu_busy(released, [&] { cuda(launch_fresh_kernel(stream, scratch), "fresh"); });
+    const double fresh_s = seconds_while_gpu_busy(released, [&] {
+      cuda_check(launch_fresh_kernel(stream.get(), static_cast<int*>(scratch.get())), "fresh");
+    });
     std::printf("[rank %d] while the GPU is held: braid's first all-reduce launch %.3f s; a fresh kernel's first launch "
                 "%.3f s (preload %s)\n", comm.rank(), collective_s, fresh_s, preload_is_off() ? "off" : "on");
 
-    cuda(cudaStreamDestroy(stream), "stream destroy");
-    cuda(cudaFreeHost(const_cast<int*>(released)), "cudaFreeHost");
-    cuda(cudaFree(scratch), "cudaFree");
-    cuda(cudaFree(recv), "cudaFree");
-    cuda(cudaFree(send), "cudaFree");
     if (fresh_s < kPromptS) {
       GTEST_SKIP() << "a fresh kernel's first launch did not wait for the busy GPU here (eager loading, or a driver "
                       "that loads without waiting): nothing to show";
