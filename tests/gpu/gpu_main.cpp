@@ -3,6 +3,8 @@
 //   --world=N         ranks as threads (default: every visible GPU)
 //   --print-gpu-count print the number of visible GPUs (exit 77 when none) and exit
 //   --crash-rank=R    launcher test: rank R aborts after init while the others wait in a barrier
+//   --skip-if-gpus=N  exit 77 (skipped) when exactly N GPUs are visible: an entry for "every GPU" that another
+//                     entry for N ranks already covers
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -38,11 +40,13 @@ int crash_rank_mode(int crash_rank) {
 int main(int argc, char** argv) {
   int world = -1;
   int crash_rank = -1;
+  int skip_if_gpus = -1;
   bool print_count = false;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--world=", 8) == 0) world = std::atoi(argv[i] + 8);
     else if (std::strncmp(argv[i], "--crash-rank=", 13) == 0) crash_rank = std::atoi(argv[i] + 13);
+    else if (std::strncmp(argv[i], "--skip-if-gpus=", 15) == 0) skip_if_gpus = std::atoi(argv[i] + 15);
     else if (std::strcmp(argv[i], "--print-gpu-count") == 0) print_count = true;
     else argv[kept++] = argv[i];
   }
@@ -58,6 +62,10 @@ int main(int argc, char** argv) {
     return kSkipped;
   }
   if (crash_rank >= 0) return crash_rank_mode(crash_rank);
+  if (gpus == skip_if_gpus) {
+    std::printf("SKIPPED: all %d GPUs is the world of the %d-rank entry, which runs the same tests\n", gpus, gpus);
+    return kSkipped;
+  }
 
   if (braid::testing::in_process_mode()) {
     if (braid::testing::world_size() > gpus) {

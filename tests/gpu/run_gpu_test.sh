@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # GPU tests that need braid-run. Exit 77 = skipped (no GPU, or fewer GPUs than asked).
-#   run_gpu_test.sh processes BRAID_RUN GPU_TESTS N|all   the GPU suite with N ranks as processes
+#   run_gpu_test.sh processes BRAID_RUN GPU_TESTS N|all [--skip-if-gpus=M] [ARGS...]
+#       the GPU suite with N ranks as processes (ARGS go to every rank, e.g. --gtest_filter); with
+#       --skip-if-gpus=M, skipped when exactly M GPUs are visible (an entry for M ranks covers it)
 #   run_gpu_test.sh crash     BRAID_RUN GPU_TESTS N|all   rank 1 aborts; braid-run must stop all, exit 134
 set -u
 mode=$1 braid_run=$2 tests=$3 want=$4
+shift 4
+skip_if_gpus=""
+if [[ "${1:-}" == --skip-if-gpus=* ]]; then skip_if_gpus=${1#--skip-if-gpus=}; shift; fi
 gpus=$("$tests" --print-gpu-count) || { echo "SKIPPED: no CUDA device on this machine"; exit 77; }
+if [ -n "$skip_if_gpus" ] && [ "$gpus" -eq "$skip_if_gpus" ]; then
+  echo "SKIPPED: all $gpus GPUs is the world of the $gpus-rank entry, which runs the same tests"
+  exit 77
+fi
 n=$gpus
 if [ "$want" != all ]; then
   if [ "$gpus" -lt "$want" ]; then echo "SKIPPED: needs $want GPUs, $gpus visible"; exit 77; fi
@@ -12,7 +21,7 @@ if [ "$want" != all ]; then
 fi
 case "$mode" in
   processes)
-    exec "$braid_run" -n "$n" -- "$tests" ;;
+    exec "$braid_run" -n "$n" -- "$tests" "$@" ;;
   crash)
     if [ "$n" -lt 2 ]; then echo "SKIPPED: needs 2 GPUs"; exit 77; fi
     start=$(date +%s)
