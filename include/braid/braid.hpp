@@ -25,6 +25,7 @@ struct SymmetricAllocation;
 struct Registration;
 struct ExportedRange;
 class PeerMapping;
+struct TestAccess;
 }  // namespace detail
 
 class StoreServer;
@@ -120,6 +121,14 @@ struct RegistrationStats {
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
+//
+// Ordering (NCCL's rule): a communicator's calls that take a stream (collectives, all-to-all(v), send/recv,
+// put/get, MoE dispatch and combine) run on the GPU in the order they were made, whatever stream each names:
+// a call's work starts after the previous call's work is done, and work the caller enqueues on a call's
+// stream after it still follows it. Calls on one stream cost nothing extra; a call on another stream than the
+// previous one waits on an event. Inside a CUDA graph capture the captured calls are ordered the same way, and
+// every replay of the graph runs after the communicator's calls made before it was launched and before the
+// calls made after it was launched. A communicator is driven by one host thread at a time.
 class Communicator {
  public:
   // Collective over the ranks of `rendezvous`. Backend: CUDA (symmetric memory) where every rank is on one host
@@ -163,6 +172,15 @@ class Communicator {
   // works; in-place where NCCL allows it (recv == send, or send at recv's own rank slot for all_gather and
   // reduce_scatter). Errors of arguments are raised before anything is enqueued. A device-side failure (a
   // peer that never arrives) is recorded and raised by the next call or by check().
+  //
+  // Agreement: the algorithm may depend on the buffers (symmetric memory and registered buffers run zero copy).
+  // Ranks that choose different kernels for one call (buffers of different kinds, symmetric buffers at unequal
+  // offsets, a call in place on some ranks where the one-shot all-reduce runs zero copy) compare their plans at
+  // the call's first barrier, or while they wait for a peer that sits in one, and fail on every rank with
+  // kMismatch naming both plans (raised by the next call or check(); the communicator is then unusable)
+  // instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where a barrier
+  // kernel runs on either side. A buffer registered on some ranks only is not caught this way: its first use
+  // exchanges mappings over the store, and the ranks that registered it fail with kTimeout.
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
   void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);
@@ -251,6 +269,7 @@ class Communicator {
 
  private:
   friend class MoeBuffer;  // builds on the communicator's state (signal pad, error words)
+  friend struct detail::TestAccess;  // the tests' hooks into the state (src/sync/test_hooks.hpp), not installed
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   std::shared_ptr<detail::CommState> state_;
 };

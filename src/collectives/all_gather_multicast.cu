@@ -21,7 +21,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_multicast(Multica
     device::multimem_store(multicast + v * 16, load_vector(launch.send + begin + v * 16));
   }
   __threadfence_system();  // the multicast stores, before the barrier's release
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   for (int q = 0; q < world; ++q) {
     block_copy(launch.recv + q * launch.rank_stride + begin, launch.local + half + q * block + begin, bytes);
   }

@@ -20,7 +20,7 @@ namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_zero_copy(ZeroCopyLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const Slice part = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);  // count: bytes of one rank
   const char* source = launch.local_send + part.begin;
   char* destinations[kMaxWorld];
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_zero_copy(ZeroCop
     if (to != source) destinations[count++] = to;
   }
   block_copy_to(destinations, count, source, part.end - part.begin);
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 
 }  // namespace

@@ -21,14 +21,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_multicast(Multica
   const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors: count * size % 16 == 0
   const size_t begin = slice.begin * sizeof(T), bytes = (slice.end - slice.begin) * sizeof(T);
   block_copy(local + begin, launch.send + begin, bytes);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const Share share = rank_share(bytes / 16, rank, world);
   for (size_t v = share.first + threadIdx.x; v < share.end; v += blockDim.x) {
     char* const at = multicast + begin + v * 16;
     device::multimem_store(at, device::multimem_load_reduce<T, Op>(at));
   }
   __threadfence_system();  // the multicast stores, before the barrier's release
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteMiddleBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
   block_copy(launch.recv + begin, local + begin, bytes);
   finish_multicast(launch);
 }

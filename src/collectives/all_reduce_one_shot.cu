@@ -17,7 +17,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot(StagedLa
   const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
   block_copy(staging.of(launch, rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
              (slice.end - slice.begin) * sizeof(T));
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r);
   char* destination = launch.recv;

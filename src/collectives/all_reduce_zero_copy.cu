@@ -29,18 +29,18 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_copy(ZeroCopyLaunch launch) {
   const int world = launch.pad.world, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r];
   char* destination = launch.recv;
   block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x), 0, 0, world);
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_copy(ZeroCopyLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r];
   // This rank's shard (whole vectors, the scalar tail with the last shard), then this block's part of it.
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_cop
   int peer_count = 0;
   for (int k = 1; k < world; ++k) peers[peer_count++] = launch.recv_peers.at[(rank + k) % world] + part.begin * sizeof(T);
   block_copy_to(peers, peer_count, launch.recv + part.begin * sizeof(T), (part.end - part.begin) * sizeof(T));
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 
 }  // namespace

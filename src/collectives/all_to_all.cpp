@@ -20,6 +20,7 @@
 #include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
+#include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
@@ -59,6 +60,24 @@ using collectives::enter;
 using collectives::overlap;
 using collectives::pipelined_launch;
 
+// The plan word (collectives/plan.hpp) of an all-to-all: `count` elements of `type` a block (0 for all-to-all-v
+// and send/recv, whose counts differ between ranks), zero copy where the kernels use the peers' buffers, which
+// `send` and `recv` identify (0: none, or global memory).
+uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
+                         bool zero_copy, uint64_t send = 0, uint64_t recv = 0) {
+  collectives::PlanArguments plan{};
+  plan.collective = collective;
+  plan.algorithm = algorithm;
+  plan.zero_copy = zero_copy;
+  plan.blocks = blocks;
+  plan.count = count;
+  plan.type = static_cast<uint64_t>(type);
+  plan.root = -1;
+  plan.send_identity = send;
+  plan.recv_identity = recv;
+  return collectives::plan_word(plan);
+}
+
 }  // namespace
 
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
@@ -73,6 +92,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   if (overlap(send, bytes, recv, bytes)) {
     raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
   }
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     collectives::register_with_nccl(state, send, bytes);
     collectives::register_with_nccl(state, recv, bytes);
@@ -101,12 +121,16 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     launch.pad = state.sync->pad();
     launch.epoch = state.sync->ll_epoch();
     launch.blocks_done = state.sync->blocks_done();
+    launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kLL, choice.blocks, count, type, false);
     kernels::launch_blocks_ll(launch, choice.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
   }
   if (symmetric && choice.algorithm == Algorithm::kCopyEngine && !send_range->same_process_peers) {
-    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes, stream);
+    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes,
+                           all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, choice.blocks, count, type,
+                                           true, send_range->identity, recv_range->identity),
+                           stream);
     return;
   }
   if (symmetric && choice.algorithm != Algorithm::kLL) {  // an LL block too large for its slot: stores
@@ -117,6 +141,8 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     launch.loads = false;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.pad = state.sync->pad();
+    launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, true,
+                                  send_range->identity, recv_range->identity);
     kernels::launch_all_to_all_direct(launch, choice.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
@@ -127,6 +153,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     launch.send_bytes[q] = launch.recv_bytes[q] = block_bytes;
     launch.send_offset[q] = launch.recv_offset[q] = q * block_bytes;
   }
+  launch.fifo.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, false);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
   check_launch("all_to_all kernel launch");
 }
@@ -158,9 +185,10 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   bool same_process_peers = false;
   for (const auto& mapping : send.mappings_) same_process_peers = same_process_peers || mapping->in_place();
   BRAID_TRACE("all_to_all (one-sided): {} elements a block, {}", count, same_process_peers ? "SM loads" : "copy engines");
-  DeviceGuard guard(state.device);
+  const auto order = detail::ordered(state, stream);
   if (!same_process_peers) {
-    all_to_all_copy_engine(state, table, recv, block_bytes, stream);
+    all_to_all_copy_engine(state, table, recv, block_bytes,
+                           all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, 0, count, type, true), stream);
     return;
   }
   kernels::AllToAllDirectLaunch launch{};
@@ -171,6 +199,7 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
   launch.pad = state.sync->pad();
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, "", Buffers::kSymmetric);
+  launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, true);
   kernels::launch_all_to_all_direct(launch, choice.blocks, stream);  // as many blocks as symmetric buffers get
   check_launch("all_to_all kernel launch");
 }
@@ -208,6 +237,7 @@ void Communicator::all_to_allv(const void* send, const size_t* send_counts, cons
   if (overlap(send, send_extent, recv, recv_extent)) {
     raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
   }
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     collectives::register_with_nccl(state, send, send_extent);
     collectives::register_with_nccl(state, recv, recv_extent);
@@ -217,6 +247,7 @@ void Communicator::all_to_allv(const void* send, const size_t* send_counts, cons
   }
   // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
   const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
+  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, type, false);
   BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", send_extent, recv_extent,
               algorithm_name(choice.algorithm), choice.blocks);
   DeviceGuard guard(state.device);
@@ -252,9 +283,10 @@ void Communicator::all_to_allv_device(const void* send, const int64_t* send_coun
   launch.device_recv_displs = recv_displs;
   launch.recv_capacity = capacity_bytes;
   const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
+  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, type, false);
   BRAID_TRACE("all_to_allv_device: capacity {} elements, {} with {} blocks", recv_capacity,
               algorithm_name(choice.algorithm), choice.blocks);
-  DeviceGuard guard(state.device);
+  const auto order = detail::ordered(state, stream);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
   check_launch("all_to_allv_device kernel launch");
 }

@@ -20,7 +20,7 @@ namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_direct(AllToAllDirectLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const Slice part = block_slice<uint8_t>(launch.block_bytes, blockIdx.x, gridDim.x);
   for (int step = 0; step < world; ++step) {
     const int q = (rank + step) % world;  // a different first peer on every rank: spread the links' load
@@ -30,12 +30,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_direct(AllToAllDi
     block_copy(launch.recv.at[to] + from * launch.block_bytes + part.begin,
                launch.send.at[from] + to * launch.block_bytes + part.begin, part.end - part.begin);
   }
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 
-// One block: a barrier of signal channel 0 with every peer.
-__global__ void barrier_kernel(device::SignalPad pad, unsigned int collective, unsigned int site) {
-  device::barrier(pad, 0, collective, site);
+// One block: a barrier of signal channel 0 with every peer, announcing `plan`.
+__global__ void barrier_kernel(device::SignalPad pad, unsigned int collective, unsigned int site, uint64_t plan) {
+  device::barrier(pad, 0, collective, site, plan);
 }
 
 }  // namespace
@@ -44,8 +44,9 @@ void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cu
   all_to_all_direct<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
 }
 
-void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream) {
-  barrier_kernel<<<1, 32, 0, stream>>>(pad, collective, site);
+void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, uint64_t plan,
+                    cudaStream_t stream) {
+  barrier_kernel<<<1, 32, 0, stream>>>(pad, collective, site, plan);
 }
 
 }  // namespace braid::kernels

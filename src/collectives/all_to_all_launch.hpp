@@ -73,6 +73,7 @@ struct AllToAllDirectLaunch {
   bool loads;                // pull block rank() of every peer's send (else push this rank's blocks)
   unsigned int collective;
   device::SignalPad pad;
+  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
 };
 
 }  // namespace braid::kernels

@@ -14,7 +14,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launc
   const Slice slice = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);
   const size_t bytes = slice.end - slice.begin;
   if (rank == launch.root) block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, bytes);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   block_copy(launch.recv + slice.begin, staging.of(launch, launch.root) + slice.begin, bytes);
   finish_launch(launch);
 }

@@ -1,4 +1,5 @@
 #include "collectives/call_checks.hpp"
+#include "collectives/plan.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -31,7 +32,7 @@ void raise_recorded_failure(detail::CommState& state, const char* (*collective_n
   if (state.nccl) {
     state.nccl->check();
   } else {
-    state.sync->raise_recorded_error(collective_name);
+    state.sync->raise_recorded_error(collective_name, describe_plan);
   }
 }
 

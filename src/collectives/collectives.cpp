@@ -10,6 +10,7 @@
 #include "collectives/ll_launch.hpp"
 #include "collectives/multicast_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
+#include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
@@ -83,6 +84,25 @@ void validate(const Call& call, const detail::CommState& state, size_t send_elem
   if (recv_used) check_device_pointer(call.function, call.recv, "recv", state.device);
 }
 
+// The plan word of this call (collectives/plan.hpp), which its barriers compare across ranks: the same on every
+// rank that makes the same call with the same kind of buffers. `send`, `recv`: the ranges the kernels use zero
+// copy (none for staged, multicast and FIFO kernels).
+uint64_t plan_of(const Call& call, Algorithm algorithm, int blocks, const std::optional<PeerRange>& send = std::nullopt,
+                 const std::optional<PeerRange>& recv = std::nullopt) {
+  collectives::PlanArguments plan{};
+  plan.collective = call.collective;
+  plan.algorithm = algorithm;
+  plan.zero_copy = send.has_value() || recv.has_value();
+  plan.blocks = blocks;
+  plan.count = call.count;
+  plan.type = static_cast<uint64_t>(call.type);
+  plan.op = call.reduces ? static_cast<uint64_t>(call.op) : 0;
+  plan.root = call.rooted ? call.root : -1;
+  plan.send_identity = send ? send->identity : 0;
+  plan.recv_identity = recv ? recv->identity : 0;
+  return collectives::plan_word(plan);
+}
+
 kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& call) {
   kernels::StagedLaunch launch{};
   launch.root = call.root;
@@ -99,7 +119,8 @@ static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has 
 
 // A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
 // between rank blocks of the user's buffer where the collective has them.
-kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call, size_t count, size_t rank_stride) {
+kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call, size_t count, size_t rank_stride,
+                                        const Choice& choice) {
   kernels::PipelineLaunch launch{};
   launch.send = static_cast<const char*>(call.send);
   launch.recv = static_cast<char*>(call.recv);
@@ -109,11 +130,12 @@ kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Ca
   launch.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.pad = state.sync->pad();
+  launch.plan = plan_of(call, choice.algorithm, choice.blocks);
   return launch;
 }
 
 // An LL launch without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
+kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call, const Choice& choice) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
@@ -122,6 +144,7 @@ kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
   launch.root = -1;
+  launch.plan = plan_of(call, Algorithm::kLL, choice.blocks);
   return launch;
 }
 
@@ -220,6 +243,7 @@ kernels::MulticastLaunch multicast_launch(const detail::CommState& state, const 
 void run_reduce_multicast(const detail::CommState& state, const Call& call, int blocks, cudaStream_t stream) {
   const size_t size = datatype_size(call.type);
   kernels::MulticastLaunch launch = multicast_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kMulticast, blocks);
   const auto kernel = call.collective == Collective::kAllReduce ? kernels::launch_all_reduce_multicast
                                                                  : kernels::launch_reduce_multicast;
   launch_in_chunks(launch, call.send, call.recv, call.count, launch.half_bytes / size, size, "multicast kernel launch",
@@ -243,6 +267,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   detail::CommState& state = detail::usable(state_, "Communicator::all_reduce");
   const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
   if (!prepare(state, call, count, count)) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.all_reduce(send, recv, count, type, op, stream); });
     return;
@@ -264,7 +289,8 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
               direct ? " (zero copy)" : "", choice.blocks);
   DeviceGuard guard(state.device);
   if (direct) {
-    const kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
+    kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
+    launch.plan = plan_of(call, choice.algorithm, choice.blocks, zero_copy.send, zero_copy.recv);
     if (choice.algorithm == Algorithm::kOneShot) {
       kernels::launch_all_reduce_one_shot_zero_copy(type, op, launch, choice.blocks, stream);
     } else {
@@ -274,15 +300,16 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
     return;
   }
   if (choice.algorithm == Algorithm::kTwoShot) {
-    kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0), choice.blocks, stream);
+    kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, choice), choice.blocks, stream);
     check_launch("all_reduce kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {
-    run_reduce_ll(ll_launch(state, call), call, count, choice.blocks, stream, "all_reduce kernel launch");
+    run_reduce_ll(ll_launch(state, call, choice), call, count, choice.blocks, stream, "all_reduce kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kOneShot, choice.blocks);
   launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "all_reduce kernel launch",
                    [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, choice.blocks, stream); });
 }
@@ -291,6 +318,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   detail::CommState& state = detail::usable(state_, "Communicator::reduce");
   const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
   if (!prepare(state, call, count, count)) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.reduce(send, recv, count, type, op, root, stream); });
     return;
@@ -309,25 +337,27 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   }
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (pulls) {
-      reduce_copy_engine(state, send_range->buffers, recv, count, type, op, root, stream);
+      reduce_copy_engine(state, send_range->buffers, recv, count, type, op, root,
+                         plan_of(call, Algorithm::kCopyEngine, choice.blocks, send_range), stream);
       return;
     }
     choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
   }
   if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
-    kernels::LLLaunch launch = ll_launch(state, call);
+    kernels::LLLaunch launch = ll_launch(state, call, choice);
     launch.root = root;
     run_reduce_ll(launch, call, count, choice.blocks, stream, "reduce kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kPipelined) {  // the two shot, gathered by the root alone
-    kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0);
+    kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, choice);
     launch.root = root;
     kernels::launch_reduce_pipelined(type, op, launch, choice.blocks, stream);
     check_launch("reduce kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
   launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "reduce kernel launch",
                    [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, choice.blocks, stream); });
 }
@@ -337,6 +367,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   const Call call{"Communicator::reduce_scatter", Collective::kReduceScatter, send, recv, recv_count, type, op, 0, true, false};
   if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
   if (!prepare(state, call, recv_count * state.size, recv_count)) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     run_on_nccl(state, call, recv_count * state.size, recv_count, [&](NcclBackend& nccl) { nccl.reduce_scatter(send, recv, recv_count, type, op, stream); });
     return;
@@ -352,7 +383,8 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (zero_copy && !send_range->same_process_peers) {
-      reduce_scatter_copy_engine(state, send_range->buffers, recv, recv_count, type, op, stream);
+      reduce_scatter_copy_engine(state, send_range->buffers, recv, recv_count, type, op,
+                                 plan_of(call, Algorithm::kCopyEngine, choice.blocks, send_range), stream);
       return;
     }
     choice.algorithm = Algorithm::kPipelined;  // the zero-copy loads, or FIFOs on buffers peers cannot map
@@ -361,22 +393,24 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;
     launch.rank_stride = recv_count * size;
+    launch.plan = plan_of(call, Algorithm::kPipelined, choice.blocks, send_range);
     kernels::launch_reduce_scatter_zero_copy(type, op, launch, choice.blocks, stream);
     check_launch("reduce_scatter kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size), choice.blocks, stream);
+    kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size, choice), choice.blocks, stream);
     check_launch("reduce_scatter kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {  // each peer's block of the input to that peer, reduced there
-    kernels::LLLaunch launch = ll_launch(state, call);
+    kernels::LLLaunch launch = ll_launch(state, call, choice);
     launch.send_rank_stride = recv_count * size;
     run_reduce_ll(launch, call, recv_count, choice.blocks, stream, "reduce_scatter kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
   launch.rank_stride = recv_count;
   // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
   const size_t chunk_elements = (launch.half_bytes / state.size - 256) / size;
@@ -391,6 +425,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
   if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
   if (!prepare(state, call, send_count, send_count * state.size)) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     run_on_nccl(state, call, send_count, send_count * state.size, [&](NcclBackend& nccl) { nccl.all_gather(send, recv, send_count, type, stream); });
     return;
@@ -406,6 +441,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kMulticast) {  // each rank's block in chunks that fill a half
     kernels::MulticastLaunch launch = multicast_launch(state, call);
+    launch.plan = plan_of(call, Algorithm::kMulticast, choice.blocks);
     launch.rank_stride = bytes;
     launch_in_chunks(launch, send, recv, bytes, launch.half_bytes / state.size / 16 * 16, 1, "multicast kernel launch",
                      [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, choice.blocks, stream); });
@@ -413,7 +449,8 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   }
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (zero_copy && !recv_range->same_process_peers) {
-      all_gather_copy_engine(state, send, recv_range->buffers, bytes, stream);
+      all_gather_copy_engine(state, send, recv_range->buffers, bytes,
+                             plan_of(call, Algorithm::kCopyEngine, choice.blocks, std::nullopt, recv_range), stream);
       return;
     }
     choice.algorithm = Algorithm::kPipelined;  // the zero-copy stores, or FIFOs on buffers peers cannot map
@@ -423,23 +460,25 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
     launch.recv_peers = recv_range->buffers;
     launch.count = bytes;  // the kernel moves bytes
     launch.rank_stride = bytes;
+    launch.plan = plan_of(call, Algorithm::kPipelined, choice.blocks, std::nullopt, recv_range);
     kernels::launch_all_gather_zero_copy(launch, choice.blocks, stream);
     check_launch("all_gather kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes), choice.blocks, stream);
+    kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, choice), choice.blocks, stream);
     check_launch("all_gather kernel launch");
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {  // the input to every peer, as an all-to-all of identical blocks
-    kernels::LLLaunch launch = ll_launch(state, call);
+    kernels::LLLaunch launch = ll_launch(state, call, choice);
     launch.recv_rank_stride = bytes;
     launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "all_gather kernel launch",
                      [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, choice.blocks, stream); });
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
   launch.rank_stride = bytes;
   launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "all_gather kernel launch",
                    [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, choice.blocks, stream); });
@@ -449,6 +488,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   detail::CommState& state = detail::usable(state_, "Communicator::broadcast");
   const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
   if (!prepare(state, call, count, count)) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.broadcast(send, recv, count, type, root, stream); });
     return;
@@ -462,26 +502,28 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kCopyEngine) {
     if (pushes) {
-      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root, stream);
+      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root,
+                            plan_of(call, Algorithm::kCopyEngine, choice.blocks, std::nullopt, recv_range), stream);
       return;
     }
     choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
   }
   if (choice.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call);
+    kernels::LLLaunch launch = ll_launch(state, call, choice);
     launch.root = root;
     launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "broadcast kernel launch",
                      [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, choice.blocks, stream); });
     return;
   }
   if (choice.algorithm == Algorithm::kPipelined) {  // the pipelined all-gather, pushed by the root alone
-    kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0);
+    kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0, choice);
     launch.root = root;
     kernels::launch_broadcast_pipelined(launch, choice.blocks, stream);
     check_launch("broadcast kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
+  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
   launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "broadcast kernel launch",
                    [&](const auto& chunk) { kernels::launch_broadcast(chunk, choice.blocks, stream); });
 }
@@ -492,7 +534,7 @@ void Communicator::check() {
     state.nccl->check();
     return;
   }
-  state.sync->raise_recorded_error(collective_name);
+  state.sync->raise_recorded_error(collective_name, collectives::describe_plan);
   state.sync->raise_refused_data(collective_name);
 }
 

@@ -40,8 +40,8 @@ void copy(void* destination, const void* source, size_t bytes, cudaStream_t stre
 // by SMs, or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy
 // waits for no peer) and joins before the exit barrier.
 template <typename Between>
-void between_barriers(detail::CommState& state, Collective collective, cudaStream_t stream, void* own_destination,
-                      const void* own_source, size_t own_bytes, Between&& between) {
+void between_barriers(detail::CommState& state, Collective collective, uint64_t plan, cudaStream_t stream,
+                      void* own_destination, const void* own_source, size_t own_bytes, Between&& between) {
   const unsigned int id = static_cast<unsigned int>(collective);
   const device::SignalPad pad = state.sync->pad();
   const bool own = own_bytes != 0 && own_destination != own_source;
@@ -51,11 +51,11 @@ void between_barriers(detail::CommState& state, Collective collective, cudaStrea
                                state.side->get());
     check_launch("copy-engine local copy launch");
   }
-  kernels::launch_barrier(pad, id, kSiteEntryBarrier, stream);
+  kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
   check_launch("copy-engine barrier launch");
   between();
   if (own) state.side->order(state.side->get(), stream);
-  kernels::launch_barrier(pad, id, kSiteExitBarrier, stream);
+  kernels::launch_barrier(pad, id, kSiteExitBarrier, plan, stream);
   check_launch("copy-engine barrier launch");
 }
 
@@ -110,9 +110,9 @@ void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t o
 }  // namespace
 
 void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
-                            Stream stream) {
+                            uint64_t plan, Stream stream) {
   char* const output = static_cast<char*>(recv);
-  between_barriers(state, Collective::kAllToAll, stream, output + state.rank * block_bytes,
+  between_barriers(state, Collective::kAllToAll, plan, stream, output + state.rank * block_bytes,
                    send.at[state.rank] + state.rank * block_bytes, block_bytes, [&] {
                      for (int step = 1; step < state.size; ++step) {
                        const int q = (state.rank + step) % state.size;
@@ -122,32 +122,32 @@ void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, v
 }
 
 void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
-                            Stream stream) {
+                            uint64_t plan, Stream stream) {
   const size_t at = state.rank * bytes;
-  between_barriers(state, Collective::kAllGather, stream, recv.at[state.rank] + at, send, bytes, [&] {
+  between_barriers(state, Collective::kAllGather, plan, stream, recv.at[state.rank] + at, send, bytes, [&] {
     for (int step = 1; step < state.size; ++step) copy(recv.at[(state.rank + step) % state.size] + at, send, bytes, stream);
   });
 }
 
 void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
-                           Stream stream) {
+                           uint64_t plan, Stream stream) {
   const bool is_root = state.rank == root;
-  between_barriers(state, Collective::kBroadcast, stream, recv.at[state.rank], send, is_root ? bytes : 0, [&] {
+  between_barriers(state, Collective::kBroadcast, plan, stream, recv.at[state.rank], send, is_root ? bytes : 0, [&] {
     if (!is_root) return;
     for (int step = 1; step < state.size; ++step) copy(recv.at[(state.rank + step) % state.size], send, bytes, stream);
   });
 }
 
 void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
-                                DataType type, ReduceOp op, Stream stream) {
+                                DataType type, ReduceOp op, uint64_t plan, Stream stream) {
   const size_t offset = state.rank * recv_count * datatype_size(type);
-  between_barriers(state, Collective::kReduceScatter, stream, nullptr, nullptr, 0,
+  between_barriers(state, Collective::kReduceScatter, plan, stream, nullptr, nullptr, 0,
                    [&] { pull_and_reduce(state, send, offset, recv, recv_count, type, op, stream); });
 }
 
 void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
-                        ReduceOp op, int root, Stream stream) {
-  between_barriers(state, Collective::kReduce, stream, nullptr, nullptr, 0, [&] {
+                        ReduceOp op, int root, uint64_t plan, Stream stream) {
+  between_barriers(state, Collective::kReduce, plan, stream, nullptr, nullptr, 0, [&] {
     if (state.rank == root) pull_and_reduce(state, send, 0, recv, count, type, op, stream);
   });
 }

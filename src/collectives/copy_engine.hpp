@@ -12,11 +12,14 @@
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
 // This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //
+// `plan` (collectives/plan.hpp) is announced at both barriers, so ranks that disagree on the call stop there.
+//
 // Not for another GPU's cudaMalloc memory of this process (PeerRange::same_process_peers): callers take SM
 // kernels there.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "braid/types.hpp"
 #include "memory/peer_range.hpp"
@@ -29,18 +32,18 @@ namespace braid::collectives {
 
 // Uniform blocks of `block_bytes`: block q of this rank's output comes from block `rank` of rank q's input.
 void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
-                            Stream stream);
+                            uint64_t plan, Stream stream);
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
 void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
-                            Stream stream);
+                            uint64_t plan, Stream stream);
 // The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
 void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
-                           Stream stream);
+                           uint64_t plan, Stream stream);
 // Block `rank` (recv_count elements, 16-byte aligned on this rank) of every rank's input, reduced into recv.
 void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
-                                DataType type, ReduceOp op, Stream stream);
+                                DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // Every rank's input (16-byte aligned on the root), reduced into the root's recv.
 void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
-                        ReduceOp op, int root, Stream stream);
+                        ReduceOp op, int root, uint64_t plan, Stream stream);
 
 }  // namespace braid::collectives

@@ -58,8 +58,10 @@ void launch_all_reduce_multicast(DataType type, ReduceOp op, const MulticastLaun
                                  cudaStream_t stream);
 void launch_reduce_multicast(DataType type, ReduceOp op, const MulticastLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_multicast(const MulticastLaunch& launch, int blocks, cudaStream_t stream);
-// One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work).
-void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, cudaStream_t stream);
+// One block that passes a barrier with every peer on signal channel 0 (orders copy-engine work), announcing
+// `plan` (collectives/plan.hpp).
+void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, uint64_t plan,
+                    cudaStream_t stream);
 
 constexpr int kThreadsPerBlock = 512;
 

@@ -1,6 +1,7 @@
 // Device side of the LL (low-latency) protocol: lines of 8 payload bytes that travel as one 16-byte store
 // {4 data, flag, 4 data, flag}, whose 8-byte halves arrive whole, so a receiver that sees the call's flag in
-// both halves has the payload, with no signal. Shared by every LL kernel (reduce_ll.cu, blocks_ll.cu).
+// both halves has the payload, with no signal. Shared by every LL kernel (reduce_ll.cu, blocks_ll.cu,
+// broadcast_ll.cu).
 #pragma once
 
 #include <cstddef>
@@ -45,22 +46,61 @@ __device__ __forceinline__ bool load_wire(const char* address, uint32_t flag, ui
   return true;
 }
 
-// This call's flag (its sequence number among LL calls, from 1) and parity, read once per block.
+// This call's flag (its sequence number among LL calls, from 1, cut to 32 bits), its parity, and whether it
+// re-stamps (restamp_unwritten_lines), read once per block.
 struct LLCall {
   uint32_t flag;
   size_t parity;
+  bool restamps;
 };
 
 __device__ inline LLCall ll_call(const LLLaunch& launch) {
   __shared__ uint64_t sequence;
   if (threadIdx.x == 0) sequence = *launch.epoch + 1;
   __syncthreads();
-  return LLCall{static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1)};
+  return LLCall{static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1), sequence % kLLRestampPeriod < 2};
+}
+
+// What an LL poll checks while it waits: the call's plan against the peer's barrier announcements (a peer that
+// runs a barrier kernel for this call makes both fail with kMismatch rather than wait out the timeout).
+__device__ __forceinline__ device::PlanCheck plan_check(const LLLaunch& launch) {
+  return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x)};
 }
 
 // The slot `sender` fills in `receiver`'s LL area in this call's parity.
 __device__ __forceinline__ char* ll_slot(const LLLaunch& launch, const LLCall& call, int receiver, int sender) {
   return launch.area[receiver] + (call.parity * launch.pad.world + sender) * launch.slot_bytes;
+}
+
+// Flags are 32 bits of a 64-bit sequence, so a line last written 2^32 calls ago, or never (the area starts
+// zeroed: flag 0, the flag of sequence 2^32), would carry a later call's flag and pass for its data. So the calls
+// whose sequence is 0 or 1 modulo kLLRestampPeriod (one of each parity) also write this call's flag, with zero
+// data, into every line of this rank's own area, in this call's parity, that no peer writes in this call: lines
+// [written_lines(sender), end of slot) of every other sender's slot (every sender's lines [0, written_lines) arrive
+// with this call's flag anyway). Every line then carries the flag of a call at most about one period old, which
+// no call of the next 2^32 minus a period can carry. The common path pays one compare.
+//
+// Race-free wherever in the kernel it runs, with no ordering against this call's own stores and polls, and
+// with the grid's threads striding over every slot's lines (any block count covers them): in this call no peer
+// writes these lines and no receiver reads them (receivers read only what their senders write in this call);
+// every earlier store into them was polled by this rank in its own call, so has landed; and a peer writes this
+// parity again only in the call after next, which it starts only after receiving this rank's lines of the next
+// call (every LL call receives from every peer, broadcast too, through its tokens), sent only once this kernel
+// has completed (calls run in order). The fence orders the stores before anything after them.
+template <typename WrittenLines>
+__device__ void restamp_unwritten_lines(const LLLaunch& launch, const LLCall& call, WrittenLines written_lines) {
+  if (!call.restamps) return;
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  const size_t slot_lines = launch.slot_bytes / kLLWireBytes;
+  const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  for (int sender = 0; sender < world; ++sender) {
+    if (sender == rank) continue;  // no rank sends to itself: its own slot is never read
+    char* slot = ll_slot(launch, call, rank, sender);
+    for (size_t i = written_lines(sender) + first; i < slot_lines; i += stride) {
+      store_wire(slot + i * kLLWireBytes, make_uint2(0, 0), call.flag);
+    }
+  }
+  __threadfence_system();
 }
 
 }  // namespace braid::kernels

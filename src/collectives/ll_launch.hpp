@@ -16,6 +16,12 @@ constexpr size_t kLLWireBytes = 16;   // one line as stored: two 8-byte {4 data 
 // move 2 MiB all-to-alls by LL (selection.cpp).
 constexpr size_t kLLMaxPayloadBytes = size_t(1) << 20;
 
+// Every this many LL calls each rank re-stamps the lines of its LL area that a call leaves alone, so that no
+// line's flag is older than about one period (a flag is the 64-bit sequence cut to 32 bits; ll.cuh,
+// restamp_unwritten_lines). Any even value far below 2^32 works; calls whose sequence is 0 or 1 modulo it
+// re-stamp (one call of each parity).
+constexpr uint64_t kLLRestampPeriod = uint64_t(1) << 30;
+
 // Bytes of each rank's LL area for `world` ranks.
 constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPayloadBytes / kLLLineBytes * kLLWireBytes; }
 
@@ -32,8 +38,9 @@ struct LLLaunch {
   char* const* area;   // device array [world]: every rank's LL area
   size_t slot_bytes;   // bytes of one (parity, sender) slot
   device::SignalPad pad;
-  uint64_t* epoch;     // LL calls so far (device memory); this call's flag is epoch + 1, its parity the flag's
+  uint64_t* epoch;     // LL calls so far (device memory); this call's sequence is epoch + 1 (flag: its low 32 bits)
   unsigned int* blocks_done;
+  uint64_t plan;       // collectives/plan.hpp: checked against a peer's barrier announcements while polling
 };
 
 }  // namespace braid::kernels

@@ -28,6 +28,7 @@ struct MulticastLaunch {
   device::SignalPad pad;
   uint64_t* epoch;
   unsigned int* blocks_done;
+  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
 };
 
 // Whether the multicast kernels serve a call: all-reduce and reduce of the (type, op) pairs multimem.ld_reduce

@@ -88,7 +88,8 @@ __device__ inline bool wait_peers(const PipelineLaunch& launch, PadChannelSet se
                                   unsigned int peers = kEveryPeer, const WarpGroup& group = WarpGroup::block()) {
   return for_each_peer(launch.pad, [&](int peer) {
     uint64_t count = 0;
-    const bool arrived = device::wait(launch.pad, pad_channel(set), peer, launch.collective, site, &count);
+    const bool arrived = device::wait(launch.pad, pad_channel(set), peer, launch.collective, site, &count,
+                                      device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x)});
     slots[peer] = fifo_slot(count);
     return arrived;
   }, peers, group);

@@ -39,6 +39,7 @@ struct PipelineLaunch {
   size_t piece_bytes;  // bytes of one FIFO slot
   device::SignalPad pad;
   int root = -1;       // the two shot: -1 (all-reduce, every rank gathers), or the one rank that does (reduce)
+  uint64_t plan = 0;   // collectives/plan.hpp: checked against a peer's barrier announcements while waiting
 };
 
 }  // namespace braid::kernels

@@ -8,7 +8,8 @@
 //
 // Why two parities suffice: a rank writes parity p again only in LL call k+2, after its call k+1 received
 // every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
-// order), i.e. after it read its parity-p lines of call k. Flags only grow, so stale lines never match.
+// order), i.e. after it read its parity-p lines of call k. Stale lines never match: a flag is the sequence
+// cut to 32 bits, and every kLLRestampPeriod calls each rank re-stamps the lines no call wrote lately (ll.cuh).
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
-                                     kSiteLLData, r, blockIdx.x);
+                                     kSiteLLData, r, blockIdx.x, plan_check(launch));
         if (!arrived) break;
       }
       const T* values = reinterpret_cast<const T*>(&line);
@@ -76,6 +77,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
     }
   }
+  restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
   advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 

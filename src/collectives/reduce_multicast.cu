@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_multicast(MulticastLa
   const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors: count * size % 16 == 0
   const size_t begin = slice.begin * sizeof(T), bytes = (slice.end - slice.begin) * sizeof(T);
   block_copy(launch.local + half + begin, launch.send + begin, bytes);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   if (launch.pad.rank == launch.root) {
     const char* const multicast = launch.multicast + half + begin;
     for (size_t v = threadIdx.x; v < bytes / 16; v += blockDim.x) {

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_staged(Staged
     block_copy(staging.of(launch, rank) + q * block_bytes + slice.begin * sizeof(T),
                launch.send + (q * launch.rank_stride + slice.begin) * sizeof(T), (slice.end - slice.begin) * sizeof(T));
   }
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + rank * block_bytes;
   char* destination = launch.recv;

@@ -22,13 +22,13 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_zero_copy(ZeroCopyLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier)) return;
+  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r] + rank * launch.rank_stride;
   char* destination = launch.recv;
   block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x),
                                      0, 0, world);
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier);
+  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 
 }  // namespace

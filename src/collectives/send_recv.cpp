@@ -24,6 +24,7 @@
 #include "collectives/all_to_all.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/device_guard.hpp"
@@ -137,14 +138,21 @@ void run_batch(const std::shared_ptr<detail::CommState>& state_ptr, const Naming
   detail::CommState& state = collectives::enter(state_ptr, name.function);
   const std::vector<Op> checked = check_ops(state, name, ops, count);
   if (count == 0) return;
+  const auto order = detail::ordered(state, stream);
   if (state.nccl) {
     for (const Op& op : checked) collectives::register_with_nccl(state, op.buffer, op.bytes);
     DeviceGuard guard(state.device);
     state.nccl->send_recv(ops, count, stream);
     return;
   }
-  const std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, checked);
+  std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, checked);
   const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, DataType::kUint8, state.algorithm_override);
+  collectives::PlanArguments plan{};  // sizes differ between the ranks of a batch: not in the plan
+  plan.collective = Collective::kSendRecv;
+  plan.algorithm = choice.algorithm;
+  plan.blocks = choice.blocks;
+  plan.root = -1;
+  for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = collectives::plan_word(plan);
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", count, launches.size(), choice.blocks);
   DeviceGuard guard(state.device);
   for (const kernels::AllToAllLaunch& launch : launches) {

@@ -23,6 +23,7 @@ struct StagedLaunch {
   device::SignalPad pad;
   uint64_t* epoch;
   unsigned int* blocks_done;
+  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
 };
 
 }  // namespace braid::kernels

@@ -20,6 +20,7 @@ struct ZeroCopyLaunch {
   size_t rank_stride;       // bytes between rank blocks (reduce-scatter's send, all-gather's recv; a multiple of 16)
   unsigned int collective;
   device::SignalPad pad;
+  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
 };
 
 }  // namespace braid::kernels

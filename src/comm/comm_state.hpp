@@ -15,6 +15,7 @@
 #include "core/side_stream.hpp"
 #include "memory/multicast.hpp"
 #include "memory/registration.hpp"
+#include "sync/call_order.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid::detail {
@@ -32,6 +33,9 @@ struct CommState {
   std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<FdExchanger> fds;
   std::vector<PeerInfo> peers;
+
+  // Orders the communicator's calls whatever stream each names (sync/call_order.hpp); both backends.
+  std::unique_ptr<CallOrder> order;
 
   // The NCCL backend (BRAID_BACKEND=nccl, or auto where the CUDA backend cannot serve the ranks): collectives
   // run on it, and nothing below (signal pad, staging, symmetric memory) is made. Shared so that registrations'
@@ -70,6 +74,10 @@ struct CommState {
 
 // The state behind a Communicator handle; a moved-from handle is refused naming the call.
 CommState& usable(const std::shared_ptr<CommState>& state, const char* function);
+
+// The ordering scope of one call that enqueues work on `stream`: every such call holds one while it enqueues
+// (after its arguments are checked), with the communicator's GPU current.
+inline CallOrder::Scope ordered(CommState& state, Stream stream) { return CallOrder::Scope(*state.order, state.device, stream); }
 
 // Refuses (kUnsupported, naming `function`) what only the CUDA backend serves, on an NCCL-backend communicator.
 void require_cuda_backend(const CommState& state, const char* function);

@@ -10,6 +10,7 @@
 
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
+#include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "comm/comm_state.hpp"
 #include "comm/topology.hpp"
@@ -140,6 +141,34 @@ bool use_nccl_backend(detail::CommState& state, const Topology& topology, const 
   return true;
 }
 
+// Settings that decide which kernels a call runs, and how they lay out the communicator's buffers, are the same
+// on every rank: ranks that read them differently would run different protocols for one call. BRAID_ALGO is
+// also parsed here, so a bad value fails init rather than the first collective.
+void agree_on_settings(detail::CommState& state) {
+  (void)select_algorithm(Collective::kAllReduce, 1, state.size, DataType::kFloat32, state.algorithm_override);
+  const Config& config = Config::get();
+  const std::vector<std::pair<std::string, std::string>> settings = {
+      {"BRAID_ALGO (or CommOptions::algorithms)", state.algorithm_override},
+      {"BRAID_STAGING_BYTES", std::to_string(*config.integer("BRAID_STAGING_BYTES"))},
+      {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
+  };
+  std::string mine;
+  for (const auto& setting : settings) mine += setting.second + '\x1f';
+  const std::vector<std::string> all = state.bootstrap->allgather(mine, "settings");
+  for (int r = 0; r < state.size; ++r) {
+    size_t start = 0;
+    for (const auto& setting : settings) {
+      const size_t end = all[r].find('\x1f', start);
+      const std::string theirs = all[r].substr(start, end == std::string::npos ? std::string::npos : end - start);
+      if (theirs != setting.second) {
+        raise(ErrorCode::kMismatch, "Communicator::init: {} is '{}' on rank {} but '{}' on rank {}", setting.first,
+              setting.second, state.rank, theirs, r);
+      }
+      start = end == std::string::npos ? all[r].size() : end + 1;
+    }
+  }
+}
+
 // The NCCL backend: rank 0 makes the unique id, the store carries it to every rank.
 std::shared_ptr<detail::NcclBackend> make_nccl_backend(detail::CommState& state, const CommOptions& options) {
   using detail::NcclBackend;
@@ -218,6 +247,8 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   state->peers = topology.peers;
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
+  agree_on_settings(*state);
+  state->order = std::make_unique<detail::CallOrder>(state->device);
   Communicator comm(state);
   if (use_nccl_backend(*state, topology, options)) {
     state->nccl = make_nccl_backend(*state, options);

@@ -1,5 +1,5 @@
-// A hash that is the same in every process, host and build (std::hash is not guaranteed to be): FNV-1a.
-// For names and ports that ranks derive independently and must agree on.
+// Hashes that are the same in every process, host and build (std::hash is not guaranteed to be), for values that
+// ranks derive independently and must agree on: FNV-1a of text (names, ports), and a 64-bit mixer of words.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,15 @@ inline uint64_t stable_hash(std::string_view text) {
     hash *= 1099511628211ull;
   }
   return hash;
+}
+
+// A bijective mixer of 64-bit words (splitmix64's finaliser): every input bit moves every output bit.
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
 }
 
 }  // namespace braid

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "core/limits.hpp"
@@ -25,6 +26,9 @@ struct PeerRange {
   // copy from it is a peer copy that CUDA orders against the legacy default streams of both GPUs, so a peer
   // thread's own legacy-stream work could wait on our copy, which waits on that peer: kernels serve such buffers.
   bool same_process_peers;
+  // The same on every rank that passes the same buffer (a symmetric allocation at the same offset, a registered
+  // buffer whose mappings were exchanged): what the ranks compare to agree that a call runs zero copy.
+  uint64_t identity;
 };
 
 // The zero-copy view of [pointer, pointer + bytes) on this rank: from a symmetric allocation of `state` (every

@@ -4,6 +4,7 @@
 
 #include "comm/comm_state.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "memory/vmm.hpp"
@@ -140,12 +141,14 @@ std::optional<PeerRange> find_registered_range(CommState& state, const void* poi
   PeerRange range{};
   range.aligned16 = true;
   range.same_process_peers = false;
+  range.identity = 0;
   std::vector<std::shared_ptr<PeerMapping>> mappings;
   std::vector<int> peers;
   std::vector<uint64_t> peer_ids;
   for (int q = 0; q < state.size; ++q) {
     const MemoryDescriptor& d = q == state.rank ? mine : theirs[q];
     range.aligned16 = range.aligned16 && d.address % 16 == 0;
+    range.identity = mix64(range.identity ^ mix64(d.id ^ mix64(d.address + static_cast<uint64_t>(q))));
     if (q == state.rank) {
       range.buffers.at[q] = reinterpret_cast<char*>(address);
       continue;

@@ -6,6 +6,7 @@
 
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
+#include "core/hash.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -68,6 +69,7 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   a.world = comm->size;
   a.device = comm->device;
   a.bytes = bytes;
+  a.sequence = tag;
   a.handles.assign(a.world, 0);
   a.mappings.assign(a.world, 0);
 
@@ -135,6 +137,7 @@ std::optional<PeerRange> find_symmetric_range(detail::CommState& state, const vo
       for (int r = 0; r < allocation->world; ++r) range.buffers.at[r] = static_cast<char*>(allocation->peer_pointers[r]) + offset;
       range.aligned16 = offset % 16 == 0;  // every mapping starts on a granularity boundary
       range.same_process_peers = false;    // VMM mappings made here
+      range.identity = mix64(mix64(allocation->sequence + 1) ^ offset);
       found = range;
     }
     ++it;

@@ -24,6 +24,7 @@ struct SymmetricAllocation {
   int rank = -1;
   int world = 0;
   int device = -1;
+  uint64_t sequence = 0;    // the communicator's collective setup count when it was made: the same on every rank
   size_t bytes = 0;         // as asked
   size_t mapped_bytes = 0;  // rounded up to the allocation granularity; the stride of the view
   std::vector<CUmemGenericAllocationHandle> handles;  // [world]: own and imported

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "collectives/call_checks.hpp"
+#include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
@@ -152,7 +153,7 @@ detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const 
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
   detail::usable(state->comm, function);
   set_log_rank(state->comm->rank);
-  state->comm->sync->raise_recorded_error(collective_name);  // a timeout: the communicator is unusable
+  state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // a timeout: the communicator is unusable
   return *state;
 }
 
@@ -294,7 +295,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   launch.num_tokens = num_tokens;
   launch.num_tokens_device = num_tokens_device;
   {
-    DeviceGuard guard(device);
+    const auto order = detail::ordered(*state.comm, stream);
     moe::launch_dispatch(launch, state.shape.index_type, stream);
     collectives::check_launch("MoE dispatch launch");
   }
@@ -331,7 +332,7 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) 
   launch.y = static_cast<const char*>(y);
   launch.out = static_cast<char*>(out);
   launch.weighted = weighted;
-  DeviceGuard guard(device);
+  const auto order = detail::ordered(*state.comm, stream);
   moe::launch_combine(launch, state.shape.type, stream);
   collectives::check_launch("MoE combine launch");
 }

@@ -148,7 +148,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     // The count straight into every rank's count matrix (parity = dispatches so far, so a fast rank's next
     // dispatch never overwrites counts a slow rank still reads), tagged: no fence, no flag, nothing waits here.
     const uint64_t epoch = *launch.epoch;
-    count_row(launch, threadIdx.x, epoch & 1, launch.rank)[blockIdx.x] = count_tag_of(epoch) | static_cast<uint64_t>(running);
+    device::store_relaxed_system(&count_row(launch, threadIdx.x, epoch & 1, launch.rank)[blockIdx.x],
+                                 count_tag_of(epoch) | static_cast<uint64_t>(running));
   }
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     *launch.tokens = static_cast<int64_t>(tokens);
@@ -524,26 +525,30 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   if (launch.combine_plan[3] != 0 && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) {
     return;
   }
-  // Every rank's counts: each thread waits for some words of the matrix to carry this dispatch's tag.
+  // Every rank's counts: each thread waits, with acquire loads, for some words of the matrix to carry this
+  // dispatch's tag. The tag and the count travel in one word, so the word that matched is the count: the tokens
+  // source s sends to rank r go to pairs[s][r] as observed, not read again.
+  __shared__ int64_t pairs[kMaxWorld * kMaxWorld];
   const uint64_t parity = epoch & 1, tag = count_tag_of(epoch);
   const uint64_t* counts = count_matrix(launch, parity);
   const int entries = launch.experts + launch.world;
   for (int w = threadIdx.x; w < launch.world * entries; w += blockDim.x) {
-    const volatile uint64_t* word = counts + w;
-    if (!device::spin_until(launch.pad, [&] { return (*word & ~kCountMask) == tag; }, launch.dispatch_id,
-                            kSiteMoeCounts, w / entries, blockIdx.x)) {
+    const int source = w / entries, column = w - source * entries;
+    uint64_t seen = 0;
+    auto arrived = [&] {
+      seen = device::load_acquire_system(counts + w);
+      return (seen & ~kCountMask) == tag;
+    };
+    if (!device::spin_until(launch.pad, arrived, launch.dispatch_id, kSiteMoeCounts, source, blockIdx.x)) {
       failed = 1;
       break;
     }
+    if (column >= launch.experts) pairs[source * launch.world + column - launch.experts] = count_value(seen);
   }
   __syncthreads();
   if (failed) return;
-  __shared__ int64_t pairs[kMaxWorld * kMaxWorld];
-  if (threadIdx.x < static_cast<unsigned>(launch.world * launch.world)) {  // loaded together, not by thread 0 in turn
-    const int s = threadIdx.x / launch.world, r = threadIdx.x % launch.world;
-    pairs[threadIdx.x] = count_value(counts[s * entries + launch.experts + r]);
-  }
-  // Its first __syncthreads publishes pairs; the last warp plans beside the scans.
+  // The __syncthreads above published pairs and ordered compute_layout's loads of the expert counts after the
+  // acquire loads that saw their tags; the last warp plans beside the scans.
   compute_layout(launch, parity, layout, [&] {
     if (threadIdx.x / 32 == kMoeWarps - 1) plan_rounds_early(launch, pairs, rounds);
   });

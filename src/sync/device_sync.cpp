@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -26,10 +27,48 @@ const char* wait_site_name(unsigned int site) {
   return "wait";
 }
 
+namespace {
+
+// The fields of a published word (no kernel writes them while it is claimed); `claimed` left 0.
+device::ErrorWord fields_of(const device::ErrorWord& word, unsigned int code) {
+  device::ErrorWord seen{};
+  seen.code = code;
+  seen.collective = word.collective;
+  seen.site = word.site;
+  seen.rank = word.rank;
+  seen.peer = word.peer;
+  seen.channel = word.channel;
+  seen.waited_ns = word.waited_ns;
+  seen.value = word.value;
+  seen.limit = word.limit;
+  return seen;
+}
+
+}  // namespace
+
+device::ErrorWord read_error_word(device::ErrorWord* word) {
+  // Acquire: the fields the kernel wrote before its release of the code are visible after this load.
+  const unsigned int code = std::atomic_ref<unsigned int>(word->code).load(std::memory_order_acquire);
+  if (code == 0) return device::ErrorWord{};
+  return fields_of(*word, code);
+}
+
+device::ErrorWord take_error_word(device::ErrorWord* word) {
+  std::atomic_ref<unsigned int> code_ref(word->code);
+  if (code_ref.load(std::memory_order_acquire) == 0) return device::ErrorWord{};  // the common case: read only
+  const unsigned int code = code_ref.exchange(0, std::memory_order_acq_rel);
+  if (code == 0) return device::ErrorWord{};  // another caller took it
+  const device::ErrorWord seen = fields_of(*word, code);
+  // Last, after the copy and after code is 0: a kernel's next claim may now write the fields and the code.
+  std::atomic_ref<unsigned int>(word->claimed).store(0, std::memory_order_release);
+  return seen;
+}
+
 DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : device_(comm.device()) {
   const int world = comm.size();
   const size_t slots = static_cast<size_t>(channels) * world;
-  pad_memory_ = comm.alloc(slots * sizeof(uint64_t));  // zeroed, every peer's copy mapped
+  // The counters, then two plan words per counter (device::plan_slot); zeroed, every peer's copy mapped.
+  pad_memory_ = comm.alloc(3 * slots * sizeof(uint64_t));
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
   BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
@@ -71,24 +110,39 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
                         below_zero.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
 }
 
-void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned int)) const {
-  const volatile device::ErrorWord* error = error_host_;
-  if (error->code != 0) {
+void DeviceSync::set_ll_epoch_for_testing(uint64_t calls_so_far) {
+  DeviceGuard guard(device_);
+  BRAID_CUDA(cudaMemcpy(&counters_->ll_epoch, &calls_so_far, sizeof calls_so_far, cudaMemcpyHostToDevice));
+}
+
+void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned int),
+                                      std::string (*describe_plan)(uint64_t)) const {
+  const device::ErrorWord error = read_error_word(error_host_);  // never cleared: the communicator is unusable
+  if (error.code == device::kErrorPlanMismatch) {
+    auto plan = [&](long long word) {
+      return describe_plan != nullptr ? describe_plan(static_cast<uint64_t>(word)) : fmt::format("0x{:016x}", word);
+    };
+    raise(ErrorCode::kMismatch,
+          "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}. Every rank must make the "
+          "call with the same count, datatype, op and root, and pass the same kind of buffer (symmetric memory at "
+          "the same offset, a registered buffer, or neither) on every rank, with the same BRAID_ALGO. Nothing of "
+          "the peers' data was used. The communicator is unusable; destroy it.",
+          collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
+          plan(error.limit));
+  }
+  if (error.code != 0) {
     raise(ErrorCode::kTimeout,
           "{}: rank {} waited {:.1f} s for rank {} at the {} (channel {}) and gave up: rank {} did not arrive within "
           "the timeout. The communicator is unusable; destroy it.",
-          collective_name(error->collective), error->rank, error->waited_ns * 1e-9, error->peer,
-          wait_site_name(error->site), error->channel, error->peer);
+          collective_name(error.collective), error.rank, error.waited_ns * 1e-9, error.peer,
+          wait_site_name(error.site), error.channel, error.peer);
   }
 }
 
 void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)) const {
-  volatile device::ErrorWord* data = error_host_ + 1;
-  const unsigned int code = data->code;
-  if (code == 0) return;
-  const device::ErrorWord seen{code, data->collective, data->site, data->rank, data->peer, data->channel,
-                               data->waited_ns, data->value, data->limit};
-  data->code = 0;  // raised once: the kernel kept its counters in step, so the communicator goes on
+  // Taken out, so raised once: the kernel kept its counters in step, so the communicator goes on.
+  const device::ErrorWord seen = take_error_word(error_host_ + 1);
+  if (seen.code == 0) return;
   const char* name = collective_name(seen.collective);
   switch (seen.code) {
     case device::kErrorOverflow:

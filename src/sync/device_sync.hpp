@@ -24,6 +24,15 @@ enum WaitSite : unsigned int {
 };
 const char* wait_site_name(unsigned int site);
 
+// The host's side of the ErrorWord protocol (braid/device/sync_device.hpp), on a word in host memory.
+// read_error_word: a copy of the record a kernel published (code != 0), or a record with code 0 while none is
+// published (a claimed word still being written included). Writes nothing. For the fatal word.
+device::ErrorWord read_error_word(device::ErrorWord* word);
+// take_error_word: as read_error_word, but a published record is taken out: its code is swapped to 0 (one caller
+// gets it), the fields copied, then the word freed for the next failure (claimed = 0, release). For the data word.
+// In both copies `claimed` is 0.
+device::ErrorWord take_error_word(device::ErrorWord* word);
+
 class DeviceSync {
  public:
   // `channels`: slots per peer on the signal pad (each a counter that kernels signal and wait on).
@@ -42,9 +51,15 @@ class DeviceSync {
   // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad.
   void grant_credits(int first, int count, uint64_t credits);
 
-  // Throws the fatal failure a kernel recorded, if any (kTimeout naming collective, wait site and peer).
-  // `collective_name` maps the recorded collective id to a name. Every collective calls it at entry.
-  void raise_recorded_error(const char* (*collective_name)(unsigned int)) const;
+  // Tests only (sync/test_hooks.hpp): sets the LL call count, so a test reaches sequences (flag wrap, re-stamping)
+  // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.
+  void set_ll_epoch_for_testing(uint64_t calls_so_far);
+
+  // Throws the fatal failure a kernel recorded, if any: kTimeout naming collective, wait site and peer, or
+  // kMismatch naming two ranks' plans for one call (device::kErrorPlanMismatch). `collective_name` maps the
+  // recorded collective id to a name, `describe_plan` (optional) a plan word. Every collective calls it at entry.
+  void raise_recorded_error(const char* (*collective_name)(unsigned int),
+                            std::string (*describe_plan)(uint64_t) = nullptr) const;
   // Throws, once, the data a kernel refused (overflow, count mismatch, negative counts), and clears it.
   // Only Communicator::check() calls it: the communicator is still in step, and a collective that threw at its
   // entry on one rank would leave its peers waiting in the call.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <cuda_fp8.h>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -420,6 +421,26 @@ uint64_t shared_seed(Communicator& comm) {
     mine = std::to_string(seed);
   }
   return std::stoull(comm.host_allgather(mine).at(0));
+}
+
+std::vector<Case> random_cases(uint64_t seed, int world, size_t calls, size_t (*count)(DataType, uint64_t, uint64_t)) {
+  std::vector<Case> cases(calls);
+  uint64_t draw = 0;
+  auto next = [&] { return random_at(seed, draw++); };
+  for (size_t i = 0; i < calls; ++i) {
+    Case& c = cases[i];
+    c.collective = kAllCollectives[next() % std::size(kAllCollectives)];
+    c.type = kAllDataTypes[next() % std::size(kAllDataTypes)];
+    const std::vector<ReduceOp> ops = supported_ops(c.type);
+    c.op = is_reducing(c.collective) ? ops[next() % ops.size()] : ReduceOp::kSum;
+    c.root = static_cast<int>(next() % static_cast<uint64_t>(world));
+    c.in_place = next() % 4 == 0;
+    c.aligned = next() % 3 != 0;
+    const uint64_t r1 = next(), r2 = next();
+    c.count = count(c.type, r1, r2);
+    c.seed = mix64(seed ^ (i + 1));
+  }
+  return cases;
 }
 
 void fill_input(const Case& c, int rank, size_t first, size_t count, void* out) {

@@ -55,6 +55,11 @@ struct Case {
 };
 std::string describe(const Case& c);
 
+// `calls` cases drawn from the shared `seed` (the same on every rank): every collective, datatype and op it
+// supports, any root, in place one case in four, misaligned one in three, each with its own input seed;
+// `count(type, r1, r2)` turns two random words into the case's count.
+std::vector<Case> random_cases(uint64_t seed, int world, size_t calls, size_t (*count)(DataType, uint64_t, uint64_t));
+
 // Elements of the send and recv buffers of a case in a world of `world` ranks.
 size_t send_elements(const Case& c, int world);
 size_t recv_elements(const Case& c, int world);

@@ -50,27 +50,6 @@ size_t stress_count(DataType type, uint64_t r1, uint64_t r2) {
   return std::max<size_t>(1, bytes / element);
 }
 
-// The sequence every rank runs: a function of the shared seed and the world size only.
-std::vector<Case> stress_sequence(uint64_t seed, int world) {
-  std::vector<Case> calls(kCalls);
-  uint64_t draw = 0;
-  auto next = [&] { return random_value(seed, draw++); };
-  for (size_t i = 0; i < kCalls; ++i) {
-    Case& c = calls[i];
-    c.collective = kAllCollectives[next() % std::size(kAllCollectives)];
-    c.type = kAllDataTypes[next() % std::size(kAllDataTypes)];
-    const std::vector<ReduceOp> ops = supported_ops(c.type);
-    c.op = is_reducing(c.collective) ? ops[next() % ops.size()] : ReduceOp::kSum;
-    c.root = static_cast<int>(next() % static_cast<uint64_t>(world));
-    c.in_place = next() % 4 == 0;
-    c.aligned = next() % 3 != 0;
-    const uint64_t r1 = next(), r2 = next();
-    c.count = stress_count(c.type, r1, r2);
-    c.seed = mix64(seed ^ (i + 1));
-  }
-  return calls;
-}
-
 // This rank's delay before call `call` (its own random stream): 1/4 host sleep, 1/4 device spin, 1/2 none.
 void delay_before(uint64_t delay_key, size_t call, cudaStream_t stream) {
   const uint64_t r = random_value(delay_key, call);
@@ -85,7 +64,7 @@ TEST(CollectivesStress, BackToBackMixedWithRandomDelays) {
   with_communicator([](Communicator& comm) {
     const int rank = comm.rank(), world = comm.size();
     const uint64_t seed = shared_seed(comm);
-    const std::vector<Case> calls = stress_sequence(seed, world);
+    const std::vector<Case> calls = random_cases(seed, world, kCalls, stress_count);  // the same on every rank
     const uint64_t delay_key = mix64(seed ^ mix64(0xDE1A7ull + static_cast<uint64_t>(rank)));
     DeviceBuffer send(kArenaBytes), recv(kArenaBytes);
     const Arenas arenas{send.get(), recv.get(), kArenaBytes, kArenaBytes};

@@ -1039,43 +1039,60 @@ TEST(MoeGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
 
 // Two MoeBuffers of different shapes, each captured at its first use in a graph on its own stream; the two graphs
 // are launched back to back without waiting, 20 times with fresh routings, and both checked every time.
-TEST(MoeGraph, TwoBuffersInTwoGraphsOnTwoStreamsAtOnce) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    constexpr int kIterations = 20;
-    StreamHandle stream_a, stream_b;
-    const MoeShape shape_a = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 1, 64}, world);
-    const MoeShape shape_b = make_shape({DataType::kFloat32, DataType::kInt32, 72, 2, 16, 16, 96}, world);
-    Rig a(comm, shape_a, stream_a.get());
-    Rig b(comm, shape_b, stream_b.get());
-    size_t failed = 0;
-    GraphHandles graph_a, graph_b;
-    MoeDispatchOutput view_a, view_b;
-    {
-      const Round ra = replay_round(shape_a, world, mix64(seed ^ 0xAAull), 0);
-      const Round rb = replay_round(shape_b, world, mix64(seed ^ 0xBBull), 0);
-      a.prepare(ra);
-      b.prepare(rb);
-      view_a = capture(a, ra, graph_a);
-      view_b = capture(b, rb, graph_b);
-    }
-    for (int i = 0; i < kIterations; ++i) {
-      const Round ra = replay_round(shape_a, world, mix64(seed ^ 0xAAull), i + 1);
-      const Round rb = replay_round(shape_b, world, mix64(seed ^ 0xBBull), i + 1);
-      a.prepare(ra);
-      b.prepare(rb);
+// Two buffers of one communicator (bf16 with int64 ids, float32 with int32 ids), each driven on its own stream,
+// both in flight before either is waited for; every round of both is checked. `graphs`: each buffer's round
+// captured once and replayed with new routing, else enqueued eagerly with pauses that differ between ranks.
+void two_buffers_on_two_streams(Communicator& comm, int iterations, bool graphs) {
+  const int world = comm.size();
+  const uint64_t seed = shared_seed(comm);
+  StreamHandle stream_a, stream_b;
+  const MoeShape shape_a = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 1, 64}, world);
+  const MoeShape shape_b = make_shape({DataType::kFloat32, DataType::kInt32, 72, 2, 16, 16, 96}, world);
+  Rig a(comm, shape_a, stream_a.get());
+  Rig b(comm, shape_b, stream_b.get());
+  auto round_a = [&](int i) { return replay_round(shape_a, world, mix64(seed ^ 0xAAull), i); };
+  auto round_b = [&](int i) { return replay_round(shape_b, world, mix64(seed ^ 0xBBull), i); };
+  size_t failed = 0;
+  GraphHandles graph_a, graph_b;
+  MoeDispatchOutput view_a, view_b;
+  if (graphs) {
+    const Round ra = round_a(0), rb = round_b(0);
+    a.prepare(ra);
+    b.prepare(rb);
+    view_a = capture(a, ra, graph_a);
+    view_b = capture(b, rb, graph_b);
+  }
+  for (int i = 1; i <= iterations; ++i) {
+    const Round ra = round_a(i), rb = round_b(i);
+    a.prepare(ra);
+    b.prepare(rb);
+    if (graphs) {
       cuda_check(cudaGraphLaunch(graph_a.exec, a.stream()), "cudaGraphLaunch (a)");
       cuda_check(cudaGraphLaunch(graph_b.exec, b.stream()), "cudaGraphLaunch (b)");
-      // Both are in flight before either is waited for; finish() synchronises one stream at a time.
-      const Outcome oa = a.finish(ra, view_a);
-      const Outcome ob = b.finish(rb, view_b);
-      a.judge(ra, oa, failed);
-      b.judge(rb, ob, failed);
+    } else {
+      Repeats repeats;
+      repeats.pause_seed = mix64(seed ^ (0x0DE4ull + static_cast<uint64_t>(i)));
+      view_a = a.enqueue(ra, a.stream(), repeats);
+      view_b = b.enqueue(rb, b.stream(), repeats);
     }
-    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << 2 * kIterations << " rounds wrong";
-    comm.barrier();
-  });
+    // finish() synchronises one stream at a time.
+    const Outcome oa = a.finish(ra, view_a);
+    const Outcome ob = b.finish(rb, view_b);
+    a.judge(ra, oa, failed);
+    b.judge(rb, ob, failed);
+  }
+  EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << 2 * iterations << " rounds wrong";
+  comm.barrier();
+}
+
+TEST(MoeGraph, TwoBuffersInTwoGraphsOnTwoStreamsAtOnce) {
+  with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, true); });
+}
+
+// The same eagerly: dispatches and combines of the two buffers interleaved with no event between the streams;
+// the communicator orders the calls (braid.hpp, "Ordering").
+TEST(MoeOrdering, TwoBuffersEagerOnTwoStreams) {
+  with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 30, false); });
 }
 
 // ---- Refused data ----

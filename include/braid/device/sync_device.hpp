@@ -11,16 +11,30 @@
 
 namespace braid::device {
 
-// Written by a kernel that failed; read by the host (host-mapped memory). The first failure wins.
+// A failure a kernel recorded for the host, in host-mapped memory. Plain data; kernels (users' too) write it only
+// through record_error and record_data_error below, the host only as said under "Clearing". The protocol:
+//   1. claim: a kernel that fails swaps `claimed` from 0 to 1 (atomic compare-and-swap, acquire, system scope).
+//      A kernel that loses the claim writes nothing: the word holds an earlier failure, and this one is dropped.
+//   2. the winner writes every other field;
+//   3. publish: the winner stores `code` (nonzero) with a system-scope release: whoever reads that code (with
+//      acquire) sees the fields. No kernel writes the word after that.
+// The host reads `code` with acquire, and the fields only when it is nonzero: a word with `claimed` 1 and
+// `code` 0 is still being written and is not reported yet.
+// Clearing: kernels never clear a word. The fatal word (SignalPad::error, timeouts) is never cleared: the
+// communicator is unusable. The data-error word (SignalPad::data_error) is cleared by the host alone, in
+// Communicator::check(): it swaps `code` to 0 (so one caller takes the record), copies the fields, then stores 0
+// to `claimed` (release). Until then every claim fails, so no kernel writes a field the host still reads, and a
+// new record is claimed only after the old one's `code` is 0 (it cannot be wiped by the old one's clearing).
 struct ErrorWord {
-  unsigned int code;        // 0: none; one of the kError* codes below
+  unsigned int code;        // 0: none published; one of the kError* codes below; stored last (release)
+  unsigned int claimed;     // 0: free; 1: a kernel won the word (it is writing or has published a record)
   unsigned int collective;  // what the kernel was doing (braid's collective id, or a user's tag)
-  unsigned int site;        // which wait inside it (timeouts)
+  unsigned int site;        // which wait inside it (timeouts; 0 for data errors)
   int rank;                 // who noticed
   int peer;                 // for whom (timeouts), or whose data (data errors)
-  int channel;
-  unsigned long long waited_ns;
-  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch)
+  int channel;              // timeouts; 0 for data errors
+  unsigned long long waited_ns;  // timeouts; 0 for data errors
+  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch); 0 for timeouts
   long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch)
 };
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
@@ -35,10 +49,16 @@ constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displac
 constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
 constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
+// Fatal: at a barrier, a peer announced another plan for the call than this rank's (another algorithm, buffer
+// kind or offset, size, datatype, op or root): value is this rank's plan word, limit the peer's. Nothing of the
+// peers' data was used; the communicator is unusable.
+constexpr unsigned int kErrorPlanMismatch = 9;
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {
-  uint64_t* local;               // [channels][world]: local[c * world + p] counts signals received from p
+  uint64_t* local;               // [channels][world]: local[c * world + p] counts signals received from p,
+                                 // then [channels][world][2] plan words (barrier): the plan p announced at its
+                                 // barriers on c, by the parity of the barrier's count
   uint64_t* const* peers;        // device array [world]: every rank's pad (same layout), mapped here
   uint64_t* expected;            // [channels][world], device memory private to this rank
   ErrorWord* error;              // host-mapped: fatal failures (timeouts)
@@ -63,22 +83,53 @@ __device__ __forceinline__ uint64_t load_acquire_system(const uint64_t* address)
   return value;
 }
 
+// A whole 8-byte word that a peer may read with load_acquire_system while it is written (a value and its tag in
+// one word): relaxed, system scope, never torn.
+__device__ __forceinline__ void store_relaxed_system(uint64_t* address, uint64_t value) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+}
+
 __device__ __forceinline__ void add_release_system(uint64_t* address, uint64_t value) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
 }
 
+__device__ __forceinline__ unsigned int cas_acquire_system(unsigned int* address, unsigned int compare,
+                                                           unsigned int value) {
+  unsigned int old;
+  asm volatile("atom.acquire.sys.global.cas.b32 %0, [%1], %2, %3;" : "=r"(old) : "l"(address), "r"(compare), "r"(value)
+               : "memory");
+  return old;
+}
+
+__device__ __forceinline__ void store_release_system(unsigned int* address, unsigned int value) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(address), "r"(value) : "memory");
+}
+
+// Step 1 of the ErrorWord protocol: true when this thread won `word` and must fill and publish it.
+__device__ __forceinline__ bool claim_error_word(ErrorWord* word) {
+  return cas_acquire_system(&word->claimed, 0u, 1u) == 0u;
+}
+
+// Step 3: the fields this thread wrote are visible to whoever reads a nonzero `code`.
+__device__ __forceinline__ void publish_error_word(ErrorWord* word, unsigned int code) {
+  store_release_system(&word->code, code);
+}
+
 // Records the first failure of this communicator for the host; later ones are dropped.
 __device__ inline void record_error(const SignalPad& pad, unsigned int code, unsigned int collective, unsigned int site,
-                                    int peer, int channel, unsigned long long waited_ns) {
-  if (atomicCAS(&pad.error->code, 0u, code) == 0u) {
-    pad.error->collective = collective;
-    pad.error->site = site;
-    pad.error->rank = pad.rank;
-    pad.error->peer = peer;
-    pad.error->channel = channel;
-    pad.error->waited_ns = waited_ns;
-    __threadfence_system();
-  }
+                                    int peer, int channel, unsigned long long waited_ns, long long value = 0,
+                                    long long limit = 0) {
+  ErrorWord* word = pad.error;
+  if (!claim_error_word(word)) return;
+  word->collective = collective;
+  word->site = site;
+  word->rank = pad.rank;
+  word->peer = peer;
+  word->channel = channel;
+  word->waited_ns = waited_ns;
+  word->value = value;
+  word->limit = limit;
+  publish_error_word(word, code);
 }
 
 // Tells `peer` that this rank passed a point on `channel`. Call after the writes the peer must see: the release
@@ -88,6 +139,52 @@ __device__ __forceinline__ void signal(const SignalPad& pad, int channel, int pe
   add_release_system(pad.peers[peer] + channel * pad.world + pad.rank, 1);
 }
 
+// The plan word `sender` announced at its barrier number `count` on `channel`, in the pad whose counters start
+// at `base` (this rank's pad, or a peer's as mapped here).
+__device__ __forceinline__ uint64_t* plan_slot(const SignalPad& pad, uint64_t* base, int channel, int sender,
+                                               uint64_t count) {
+  return base + pad.channels * pad.world + (static_cast<size_t>(channel) * pad.world + sender) * 2 + (count & 1);
+}
+
+__device__ __forceinline__ uint64_t load_relaxed_system(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+// How long another plan must stay announced, with a wait unmet, before it counts as a mismatch (spin_until).
+constexpr unsigned long long kPlanGraceNs = 1000000;
+
+// What a kernel with no barrier (FIFO pushes, LL lines) checks while it waits for a peer: its own plan, and the
+// barrier channel of its block (barriers use channels [0, kernels' blocks)).
+struct PlanCheck {
+  uint64_t plan = 0;  // 0: nothing checked
+  int barrier_channel = 0;
+};
+
+// Whether `peer` announced, for this rank's next barrier on the check's channel, a plan other than this rank's.
+// A barrier clears every slot it reads, so a nonzero slot is an announcement for a barrier still to come: the
+// peer's barrier kernel for the call this rank runs without one (a mismatch), or, when the peer has finished
+// this call already, for its next call; then everything this rank waits for from it in this call has landed or
+// is about to (a kernel ends after its stores are performed), so spin_until tells the two apart by waiting a
+// grace period (kPlanGraceNs) with the announcement still there before it calls it a mismatch.
+__device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck& check, int peer) {
+  if (check.plan == 0 || peer < 0 || peer >= pad.world || peer == pad.rank) return 0;
+  const uint64_t count = pad.expected[check.barrier_channel * pad.world + peer] + 1;
+  return load_acquire_system(plan_slot(pad, pad.local, check.barrier_channel, peer, count));
+}
+
+// After a mismatch found by announced_plan: answers the peer's barrier with this rank's plan, so the peer fails
+// with kMismatch at once instead of waiting out the timeout, and records kErrorPlanMismatch here.
+__device__ inline void answer_mismatch(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t theirs,
+                                       unsigned int collective, unsigned int site) {
+  const uint64_t count = pad.expected[check.barrier_channel * pad.world + peer] + 1;
+  store_relaxed_system(plan_slot(pad, pad.peers[peer], check.barrier_channel, pad.rank, count), check.plan);
+  signal(pad, check.barrier_channel, peer);
+  record_error(pad, kErrorPlanMismatch, collective, site, peer, check.barrier_channel, 0,
+               static_cast<long long>(check.plan), static_cast<long long>(theirs));
+}
+
 // Counters are compared by their difference, so an expected count may start below zero (credits granted in
 // advance, as the pipeline FIFOs do) and a wrap-around never stalls a wait.
 __device__ __forceinline__ bool reached(uint64_t value, uint64_t target) {
@@ -95,12 +192,14 @@ __device__ __forceinline__ bool reached(uint64_t value, uint64_t target) {
 }
 
 // Bounded spin of one thread until `ready()` holds. On timeout it records (collective, site, peer, channel) and
-// returns false; it also gives up when another wait of this rank already failed. Every device wait spins here.
+// returns false; it also gives up when another wait of this rank already failed, and when `check` finds that
+// `peer` runs another plan for the call (announced_plan). Every device wait spins here.
 template <typename Ready>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
-                                  int peer, int channel) {
+                                  int peer, int channel, const PlanCheck& check = PlanCheck{}) {
   if (ready()) return true;
   const unsigned long long start = global_time_ns();
+  unsigned long long announced_at = 0;  // when another plan was first seen announced (announced_plan)
   for (unsigned int spins = 1;; ++spins) {
     if (ready()) return true;
     if ((spins & 1023u) == 0) {
@@ -110,6 +209,18 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
         return false;
       }
       if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) return false;  // another wait failed
+      // A peer past this call announces its next barrier only after all it sent this call has landed, and
+      // a peer parked at a barrier of this call sends nothing more: another plan still there, with the wait
+      // still unmet, a grace period after it was first seen is a mismatch.
+      const uint64_t theirs = announced_plan(pad, check, peer);
+      if (theirs == 0 || theirs == check.plan) {
+        announced_at = 0;
+      } else if (announced_at == 0) {
+        announced_at = global_time_ns();
+      } else if (global_time_ns() - announced_at > kPlanGraceNs && !ready()) {
+        answer_mismatch(pad, check, peer, theirs, collective, site);
+        return false;
+      }
     }
   }
 }
@@ -118,42 +229,76 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
 // Returns false when the timeout passed (or another wait of this rank already failed) after recording it.
 // `count_out`, when given, receives the count this wait reached (FIFOs derive their slot from it).
 __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site,
-                            uint64_t* count_out = nullptr) {
+                            uint64_t* count_out = nullptr, const PlanCheck& check = PlanCheck{}) {
   uint64_t* expected = pad.expected + channel * pad.world + peer;
   const uint64_t target = *expected + 1;
   *expected = target;
   if (count_out != nullptr) *count_out = target;
   const uint64_t* slot = pad.local + channel * pad.world + peer;
-  return spin_until(pad, [&] { return reached(load_acquire_system(slot), target); }, collective, site, peer, channel);
+  return spin_until(pad, [&] { return reached(load_acquire_system(slot), target); }, collective, site, peer, channel,
+                    check);
 }
 
 // Barrier of this block's channel with the same channel of every peer. Every thread of the block calls it;
 // the block's writes before it are visible to peers after it. Returns false (for every thread) on failure;
 // the kernel should then return.
-__device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int collective, unsigned int site) {
+//
+// `plan` (not 0): what this rank's call will do (collectives/plan.hpp), announced to every peer right after the
+// signal. Once the wait passed, the rank waits for the peer's announcement for this very barrier, clears it and
+// compares it with its own; on a difference it records kErrorPlanMismatch and fails: ranks that disagree on a
+// call stop before they touch each other's data. A barrier's count is the same on both sides of a channel
+// (barriers alone use its counters), so the announcement sits in the slot of the count's parity; the peer
+// writes that slot again only two barriers later, after this rank's next signal, which follows this read and
+// the clearing of the slot (what announced_plan relies on). Every barrier of a pad passes a plan, or none does
+// (plan 0: nothing announced or compared).
+__device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int collective, unsigned int site,
+                               uint64_t plan = 0) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const int peer = threadIdx.x;
   if (peer < pad.world && peer != pad.rank) {
+    const uint64_t count = pad.expected[channel * pad.world + peer] + 1;  // what the wait below will reach
     signal(pad, channel, peer);  // its release covers the block's writes (ordered by the __syncthreads above)
-    if (!wait(pad, channel, peer, collective, site)) failed = 1;
+    // The announcement follows the signal: ahead of it, the release would wait for a store to the peer to land.
+    if (plan != 0) store_relaxed_system(plan_slot(pad, pad.peers[peer], channel, pad.rank, count), plan);
+    if (!wait(pad, channel, peer, collective, site)) {
+      failed = 1;
+    } else if (plan != 0) {
+      uint64_t* announced = plan_slot(pad, pad.local, channel, peer, count);
+      uint64_t theirs = 0;  // right behind the peer's signal
+      if (!spin_until(pad, [&] { return (theirs = load_relaxed_system(announced)) != 0; }, collective, site, peer,
+                      channel)) {
+        failed = 1;
+      } else {
+        store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
+        if (theirs != plan) {
+          record_error(pad, kErrorPlanMismatch, collective, site, peer, channel, 0, static_cast<long long>(plan),
+                       static_cast<long long>(theirs));
+          failed = 1;
+        }
+      }
+    }
   }
   __syncthreads();
   return failed == 0;
 }
 
-// Records the first refused-data failure of this communicator for the host (see kErrorOverflow). Waits go on.
+// Records the first refused-data failure of this communicator for the host (see kErrorOverflow); later ones are
+// dropped until Communicator::check() has taken it. Waits go on.
 __device__ inline void record_data_error(const SignalPad& pad, unsigned int code, unsigned int collective, int peer,
                                          long long value, long long limit) {
-  if (atomicCAS(&pad.data_error->code, 0u, code) == 0u) {
-    pad.data_error->collective = collective;
-    pad.data_error->rank = pad.rank;
-    pad.data_error->peer = peer;
-    pad.data_error->value = value;
-    pad.data_error->limit = limit;
-    __threadfence_system();
-  }
+  ErrorWord* word = pad.data_error;
+  if (!claim_error_word(word)) return;
+  word->collective = collective;
+  word->site = 0;
+  word->rank = pad.rank;
+  word->peer = peer;
+  word->channel = 0;
+  word->waited_ns = 0;
+  word->value = value;
+  word->limit = limit;
+  publish_error_word(word, code);
 }
 
 #endif  // __CUDACC__

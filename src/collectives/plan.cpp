@@ -1,0 +1,29 @@
+#include "collectives/plan.hpp"
+
+#include <fmt/format.h>
+
+#include "core/hash.hpp"
+
+namespace braid::collectives {
+
+uint64_t plan_word(const PlanArguments& plan) {
+  uint64_t hash = mix64(plan.count);
+  for (const uint64_t field : {plan.type, plan.op, static_cast<uint64_t>(plan.root), plan.send_identity, plan.recv_identity}) {
+    hash = mix64(hash ^ field);
+  }
+  return (static_cast<uint64_t>(plan.algorithm) + 1) << 60 | (static_cast<uint64_t>(plan.collective) & 0xF) << 56 |
+         static_cast<uint64_t>(plan.zero_copy) << 55 | (static_cast<uint64_t>(plan.blocks) & 0x7F) << 48 |
+         (hash & ((uint64_t(1) << 48) - 1));
+}
+
+std::string describe_plan(uint64_t word) {
+  if (word == 0) return "no plan (a barrier outside the collectives)";
+  const auto algorithm = static_cast<Algorithm>((word >> 60) - 1);
+  const unsigned int collective = static_cast<unsigned int>(word >> 56 & 0xF);
+  const bool zero_copy = (word >> 55 & 1) != 0;
+  const int blocks = static_cast<int>(word >> 48 & 0x7F);
+  return fmt::format("{} {}{} with {} blocks (arguments and buffers 0x{:012x})", collective_name(collective),
+                     algorithm_name(algorithm), zero_copy ? " zero copy" : "", blocks, word & ((uint64_t(1) << 48) - 1));
+}
+
+}  // namespace braid::collectives

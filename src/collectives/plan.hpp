@@ -1,0 +1,36 @@
+// What one rank's kernels will do for a call, as one 64-bit word that the ranks compare at the call's first
+// barrier (device::barrier's `plan`): ranks that chose another algorithm, launch width or buffer kind for the
+// same call, or that passed another size, datatype, op, root or symmetric-buffer offset, fail the call with
+// kMismatch before they touch each other's data (DESIGN.md rule 9).
+//
+// Layout: bits 60-63 the algorithm + 1, 56-59 the collective, 55 zero copy (the kernels read or write the peers'
+// own buffers), 48-54 the blocks of a launch, 0-47 a hash of the call's arguments and of the identity of every
+// buffer the peers map (the same on every rank that passes the same symmetric or registered buffer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "collectives/selection.hpp"
+
+namespace braid::collectives {
+
+struct PlanArguments {
+  Collective collective;
+  Algorithm algorithm;
+  bool zero_copy;
+  int blocks;
+  uint64_t count;       // elements (or bytes) as the call counts them
+  uint64_t type;        // DataType
+  uint64_t op;          // ReduceOp, or 0
+  int64_t root;         // or -1
+  uint64_t send_identity;  // PeerRange::identity of a buffer the peers map, else 0
+  uint64_t recv_identity;
+};
+
+uint64_t plan_word(const PlanArguments& plan);
+
+// "all_reduce two_shot zero copy, 32 blocks": what a word says in words (the hash only as "arguments 0x...").
+std::string describe_plan(uint64_t word);
+
+}  // namespace braid::collectives

@@ -1,0 +1,25 @@
+// Hooks for the GPU tests (tests/gpu), never for users: they put a communicator into states that calls would
+// take too long to reach. Internal header; the functions live in libbraid.so so that tests can reach a
+// Communicator's state.
+#pragma once
+
+#include <cstdint>
+
+#include "braid/braid.hpp"
+
+namespace braid::testing {
+
+// Collective, on a communicator of the CUDA backend (kUnsupported otherwise), with none of its work in flight
+// on any rank. Makes `calls_so_far` the number of LL calls made (the next one has sequence calls_so_far + 1,
+// its flag that cut to 32 bits) and stamps every line of this rank's LL area, data zero, as if LL calls
+// `stamped_by` and `stamped_by` + 1 had written it (each line the flag of the one of its parity). Returns
+// once every rank has done so (host barrier).
+//
+// Calls leave every line stamped by one of the last kLLRestampPeriod or so calls (collectives/ll.cuh), so
+// stamped_by = calls_so_far - 1 (the overload below) is a state calls reach. An older stamped_by (more than a
+// period, less than 2^32 calls below) plants lines calls never leave: they would pass for the data of LL calls
+// stamped_by + 2^32 and stamped_by + 2^32 + 1, unless the periodic re-stamping replaces them first.
+void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped_by);
+void set_ll_sequence(Communicator& comm, uint64_t calls_so_far);
+
+}  // namespace braid::testing

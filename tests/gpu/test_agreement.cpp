@@ -1,0 +1,165 @@
+// Every rank runs the same plan for a call, or the call fails on every rank with kMismatch (braid.hpp, DESIGN.md
+// rule 9), on every rank (threads or braid-run processes): buffers of different kinds across ranks (cudaMalloc,
+// symmetric memory at equal or unequal offsets) for calls whose algorithm depends on the buffer kind. Where the
+// kinds lead to the same kernels the result must be right; where they lead to different plans, every rank must
+// raise kMismatch naming both plans, and nothing must hang. A communicator is unusable after a mismatch, so each
+// case has its own, lined up by a keeper communicator.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "braid/braid.hpp"
+#include "collective_reference.hpp"  // DeviceBuffer, StreamHandle, mix64, shared_seed, kPoison
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+enum class Kind { kDevice, kSymmetric, kSymmetricShifted };  // cudaMalloc; comm.alloc at offset 0; at offset 256
+enum class Call { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
+
+const char* call_name(Call call) {
+  switch (call) {
+    case Call::kAllReduce: return "all_reduce";
+    case Call::kAllGather: return "all_gather";
+    case Call::kReduceScatter: return "reduce_scatter";
+    case Call::kAllToAll: return "all_to_all";
+  }
+  return "?";
+}
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kDevice: return "cudaMalloc";
+    case Kind::kSymmetric: return "symmetric";
+    case Kind::kSymmetricShifted: return "symmetric+256";
+  }
+  return "?";
+}
+
+struct Scenario {
+  Call call;
+  size_t bytes;           // the call's size as the selection table counts it (all-gather: the output)
+  Kind even;              // the buffers of even ranks
+  Kind odd;               // of odd ranks
+  bool mismatch;          // the kinds lead to different plans
+};
+
+std::string describe(const Scenario& s) {
+  return std::string(call_name(s.call)) + " of " + std::to_string(s.bytes) + " bytes, even ranks " +
+         kind_name(s.even) + ", odd ranks " + kind_name(s.odd);
+}
+
+// Sizes where the selection table gives symmetric buffers zero-copy kernels and other buffers different ones,
+// on 2 ranks and on more: barrier kernels against barrier kernels (all-reduce of 1 MiB: staged one shot; 8 MiB
+// all-gather output and reduce-scatter input: staged), against LL lines (all-reduce of 384 KiB on 2 ranks) and
+// against FIFO pushes (all-reduce of 64 MiB, reduce-scatter of 32 MiB, all-to-all of 8 MiB); symmetric buffers
+// at unequal offsets; and kinds that lead to the same kernels (the LL sizes, equal kinds), which must work.
+constexpr size_t kKiB = size_t(1) << 10, kMiB = size_t(1) << 20;
+const Scenario kScenarios[] = {
+    {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kSymmetric, true},
+    {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kSymmetricShifted, true},
+    {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kSymmetric, false},
+    {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kDevice, false},
+    {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kSymmetric, false},
+    {Call::kAllReduce, 64 * kKiB, Kind::kSymmetric, Kind::kSymmetricShifted, false},
+    {Call::kAllReduce, 384 * kKiB, Kind::kSymmetric, Kind::kDevice, true},
+    {Call::kAllReduce, 64 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
+    {Call::kAllGather, 8 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
+    {Call::kReduceScatter, 8 * kMiB, Kind::kSymmetric, Kind::kDevice, true},
+    {Call::kReduceScatter, 8 * kMiB, Kind::kSymmetric, Kind::kSymmetricShifted, true},
+    {Call::kReduceScatter, 32 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
+    {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kDevice, true},
+    {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false},
+};
+
+int32_t input_value(uint64_t seed, int rank, size_t i) {
+  return static_cast<int32_t>(mix64(seed ^ mix64(static_cast<uint64_t>(rank) * 7919 + i)) % 100001) - 50000;
+}
+
+TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    const uint64_t seed = shared_seed(keeper);
+    const int rank = keeper.rank(), world = keeper.size();
+    for (const Scenario& s : kScenarios) {
+      // Elements: the API's count, and this rank's input and output.
+      const size_t elements = s.bytes / 4, blocks = static_cast<size_t>(world);
+      size_t count = elements, in_count = elements, out_count = elements;
+      if (s.call == Call::kAllGather) count = in_count = elements / blocks, out_count = count * blocks;
+      if (s.call == Call::kReduceScatter) count = out_count = elements / blocks, in_count = count * blocks;
+      if (s.call == Call::kAllToAll) count = elements / blocks / blocks, in_count = out_count = count * blocks;
+      keeper.barrier();
+      Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
+      const Kind kind = rank % 2 == 0 ? s.even : s.odd;
+      const size_t bytes = (in_count + out_count) * 4 + 4096;
+      // Collective on every rank, whatever this rank's kind.
+      SymmetricMemory symmetric = comm.alloc(bytes);
+      DeviceBuffer device(bytes);
+      char* base_pointer = kind == Kind::kDevice ? static_cast<char*>(device.get()) : static_cast<char*>(symmetric.local());
+      if (kind == Kind::kSymmetricShifted) base_pointer += 256;
+      int32_t* send = reinterpret_cast<int32_t*>(base_pointer);
+      int32_t* recv = send + in_count;
+      std::vector<int32_t> input(in_count);
+      for (size_t i = 0; i < in_count; ++i) input[i] = input_value(seed, rank, i);
+      StreamHandle stream;
+      cuda_check(cudaMemcpyAsync(send, input.data(), in_count * 4, cudaMemcpyHostToDevice, stream.get()), "upload");
+      cuda_check(cudaMemsetAsync(recv, kPoison, out_count * 4, stream.get()), "poison");
+      std::string outcome = "ok", message;
+      try {
+        switch (s.call) {
+          case Call::kAllReduce:
+            comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, stream.get());
+            break;
+          case Call::kAllGather: comm.all_gather(send, recv, count, DataType::kInt32, stream.get()); break;
+          case Call::kReduceScatter:
+            comm.reduce_scatter(send, recv, count, DataType::kInt32, ReduceOp::kSum, stream.get());
+            break;
+          case Call::kAllToAll: comm.all_to_all(send, recv, count, DataType::kInt32, stream.get()); break;
+        }
+        cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+        comm.check();
+      } catch (const Error& error) {
+        outcome = error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
+        message = error.what();
+      }
+      const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
+      if (s.mismatch) {
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", " << describe(s);
+        }
+        if (outcome == "mismatch") {
+          EXPECT_NE(message.find("different plans"), std::string::npos) << message;
+        }
+        continue;
+      }
+      for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", " << describe(s);
+      if (outcome != "ok") continue;
+      std::vector<int32_t> got(out_count);
+      cuda_check(cudaMemcpy(got.data(), recv, out_count * 4, cudaMemcpyDeviceToHost), "download");
+      size_t wrong = 0;
+      for (size_t i = 0; i < out_count; ++i) {
+        int32_t expected = 0;
+        if (s.call == Call::kAllGather) {
+          expected = input_value(seed, static_cast<int>(i / count), i % count);
+        } else if (s.call == Call::kAllToAll) {
+          expected = input_value(seed, static_cast<int>(i / count), rank * count + i % count);  // block rank of sender
+        } else {
+          const size_t at = s.call == Call::kReduceScatter ? rank * count + i : i;
+          for (int r = 0; r < world; ++r) expected += input_value(seed, r, at);
+        }
+        wrong += got[i] != expected;
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << rank << ", " << describe(s) << ": " << wrong << " of " << out_count << " wrong";
+    }
+    keeper.barrier();
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing
