@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs on the 2-GPU machine (device tool) from the repository root of the copied tree, in steps that share the
+# machine while it stays warm:
+#   build   builds this tree into /tmp/build-new (unless the build was carried as .carry/build, staged by
+#           bench/stage_build.sh) and the baseline tree carried as .carry/base (braid-bench only) into
+#           /tmp/build-base (bench/device_build.sh)
+#   check   the ordering and LL-wrap tests, as threads and as braid-run processes
+#   suite   `ctest -L gpu` with its wall time, then `ctest -L long`
+#   bench   braid-bench --compare nccl of both builds, one after the other for each configuration
+# Logs go to $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+repo=$PWD
+new=/tmp/build-new base=/tmp/build-base
+if [ -d .carry/build ]; then  # built here and carried: CTest files name /work/main/build
+  [ -e build ] || ln -s .carry/build build
+  if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
+  new=/work/main/build
+fi
+tests=$new/tests/gpu/braid_gpu_tests
+run=$new/tools/braid-run/braid-run
+for step in "$@"; do
+  case "$step" in
+    build)
+      nvidia-smi -L
+      start=$(date +%s)
+      [ "$new" = /tmp/build-new ] && bench/device_build.sh "$repo" "$new" >"$out/build-new.txt" 2>&1 &
+      bench/device_build.sh "$repo/.carry/base" "$base" braid-bench >"$out/build-base.txt" 2>&1 &
+      wait
+      cat "$out"/build-*.txt
+      echo "builds took $(( $(date +%s) - start )) s"
+      ;;
+    check)
+      filter=${CHECK_FILTER:-Ordering.*:LLFlags.*:Agreement.*:MoeOrdering.*}
+      echo "## threads, 2 ranks: $filter"
+      timeout 400 "$tests" --world=2 --gtest_filter="$filter" >"$out/check-threads.txt" 2>&1
+      echo "exit $?"; grep -E "^\[  (PASSED|FAILED)|FAILED|OK \]|Failure|expected|wrong" "$out/check-threads.txt" | head -40
+      echo "## processes, 2 ranks: $filter"
+      timeout 400 "$run" -n 2 -- "$tests" --gtest_filter="$filter" >"$out/check-processes.txt" 2>&1
+      echo "exit $?"; grep -E "PASSED|FAILED|Failure|wrong" "$out/check-processes.txt" | head -30
+      ;;
+    suite)
+      start=$(date +%s)
+      ctest --test-dir "$new" -L gpu --timeout 600 -V >"$out/suite-gpu.txt" 2>&1
+      echo "ctest -L gpu: exit $?, $(( $(date +%s) - start )) s"
+      grep -E "tests passed|Test +#|Total Test" "$out/suite-gpu.txt"
+      grep -E "OK \] .*\(([0-9]{4,}) ms\)|FAILED \]" "$out/suite-gpu.txt" | sort -u | head -40
+      ;;
+    long)
+      start=$(date +%s)
+      ctest --test-dir "$new" -L long --timeout 600 -V >"$out/suite-long.txt" 2>&1
+      echo "ctest -L long: exit $?, $(( $(date +%s) - start )) s"
+      grep -E "tests passed|Test +#|Total Test" "$out/suite-long.txt"
+      ;;
+    bench)
+      nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
+      ab() {  # name, then braid-bench arguments
+        local name=$1; shift
+        for build in base new; do
+          local dir=$base
+          [ "$build" = new ] && dir=$new
+          echo "## $build: braid-bench -t 2 $*" >>"$out/bench-$name.txt"
+          timeout 200 stdbuf -oL "$dir/tools/braid-bench/braid-bench" -t 2 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" \
+            "$@" --json "$out/bench-$name-$build.json" >>"$out/bench-$name.txt" 2>&1
+          echo "## exit $?" >>"$out/bench-$name.txt"
+        done
+      }
+      ab allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20
+      ab allreduce-bf16-eager -c allreduce -d bfloat16 -b 8K -e 512K -f 4
+      ab allreduce-f32-512M -c allreduce -d float32 -b 512M -e 512M
+      ab allgather-f32-512M -c allgather -d float32 -b 512M -e 512M
+      ab reducescatter-f32-512M -c reducescatter -d float32 -b 512M -e 512M
+      ab alltoall-f32-512M -c alltoall -d float32 -b 512M -e 512M
+      cat "$out"/bench-*.txt | grep -v "^\[1\]" | grep -E "^##|^ +[0-9]" | head -120
+      ;;
+  esac
+done
