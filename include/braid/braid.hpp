@@ -125,10 +125,12 @@ struct RegistrationStats {
 // Ordering (NCCL's rule): a communicator's calls that take a stream (collectives, all-to-all(v), send/recv,
 // put/get, MoE dispatch and combine) run on the GPU in the order they were made, whatever stream each names:
 // a call's work starts after the previous call's work is done, and work the caller enqueues on a call's
-// stream after it still follows it. Calls on one stream cost nothing extra; a call on another stream than the
-// previous one waits on an event. Inside a CUDA graph capture the captured calls are ordered the same way, and
-// every replay of the graph runs after the communicator's calls made before it was launched and before the
-// calls made after it was launched. A communicator is driven by one host thread at a time.
+// stream after it still follows it. An event is recorded after each call; a call waits on it when it names
+// another stream than the previous call, and every eager call does once a graph holding this communicator's
+// calls has been captured (calls on one stream, with no such graph, add no wait). Inside a CUDA graph capture
+// the captured calls are ordered the same way, and every replay of the graph runs after the communicator's
+// calls made before it was launched and before the calls made after it was launched. A communicator is driven
+// by one host thread at a time.
 class Communicator {
  public:
   // Collective over the ranks of `rendezvous`. Backend: CUDA (symmetric memory) where every rank is on one host
