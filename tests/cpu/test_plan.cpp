@@ -1,0 +1,82 @@
+// Plan words (collectives/plan.hpp), which ranks compare to agree on a call (no GPU needed): the same call with
+// the same buffers gives the same word on every rank, anything a rank may choose differently gives another
+// word, and the description names what the word encodes.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "braid/types.hpp"
+#include "collectives/plan.hpp"
+
+namespace braid {
+namespace {
+
+using collectives::describe_plan;
+using collectives::plan_word;
+using collectives::PlanArguments;
+
+PlanArguments one_shot() {
+  PlanArguments plan{};
+  plan.collective = Collective::kAllReduce;
+  plan.algorithm = Algorithm::kOneShot;
+  plan.zero_copy = false;
+  plan.blocks = 32;
+  plan.count = 262144;
+  plan.type = static_cast<uint64_t>(DataType::kBFloat16);
+  plan.op = static_cast<uint64_t>(ReduceOp::kSum);
+  plan.root = -1;
+  return plan;
+}
+
+TEST(PlanWord, TheSameCallGivesTheSameWordAndNeverZero) {
+  EXPECT_EQ(plan_word(one_shot()), plan_word(one_shot()));
+  EXPECT_NE(plan_word(one_shot()), 0u);
+  PlanArguments empty{};  // every field zero still announces a plan
+  EXPECT_NE(plan_word(empty), 0u);
+}
+
+TEST(PlanWord, EverythingARankMayChooseDifferentlyChangesTheWord) {
+  const uint64_t base = plan_word(one_shot());
+  std::vector<PlanArguments> variants(10, one_shot());
+  variants[0].algorithm = Algorithm::kTwoShot;
+  variants[1].zero_copy = true;
+  variants[2].blocks = 16;
+  variants[3].count = 262145;
+  variants[4].type = static_cast<uint64_t>(DataType::kFloat16);
+  variants[5].op = static_cast<uint64_t>(ReduceOp::kMax);
+  variants[6].root = 0;
+  variants[7].send_identity = 0x1234;
+  variants[8].recv_identity = 0x1234;
+  variants[9].collective = Collective::kReduce;
+  std::vector<uint64_t> words{base};
+  for (const PlanArguments& variant : variants) {
+    const uint64_t word = plan_word(variant);
+    for (const uint64_t seen : words) EXPECT_NE(word, seen);
+    words.push_back(word);
+  }
+  // Unequal offsets of the same symmetric allocation: another send identity, another word.
+  PlanArguments a = one_shot(), b = one_shot();
+  a.zero_copy = b.zero_copy = true;
+  a.send_identity = 0xA;
+  b.send_identity = 0xB;
+  EXPECT_NE(plan_word(a), plan_word(b));
+}
+
+TEST(PlanWord, TheDescriptionNamesCollectiveAlgorithmBuffersAndBlocks) {
+  PlanArguments zero_copy = one_shot();
+  zero_copy.algorithm = Algorithm::kTwoShot;
+  zero_copy.zero_copy = true;
+  const std::string staged = describe_plan(plan_word(one_shot()));
+  const std::string direct = describe_plan(plan_word(zero_copy));
+  EXPECT_NE(staged.find(collective_name(static_cast<unsigned int>(Collective::kAllReduce))), std::string::npos) << staged;
+  EXPECT_NE(staged.find(algorithm_name(Algorithm::kOneShot)), std::string::npos) << staged;
+  EXPECT_EQ(staged.find("zero copy"), std::string::npos) << staged;
+  EXPECT_NE(staged.find("32 blocks"), std::string::npos) << staged;
+  EXPECT_NE(direct.find(algorithm_name(Algorithm::kTwoShot)), std::string::npos) << direct;
+  EXPECT_NE(direct.find("zero copy"), std::string::npos) << direct;
+  EXPECT_NE(describe_plan(0).find("no plan"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid
