@@ -181,8 +181,8 @@ int connect_until(const std::string& name, net::Deadline deadline) {
   }
 }
 
-// Whether the connected peer runs as our user. Abstract sockets have no file permissions, so
-// without this any local user could hand us fds posing as a rank.
+// Whether the connected peer runs as our user. Abstract sockets have no file permissions, so without this any
+// local user could hand us fds posing as a rank, or listen on a rank's name and take ours.
 bool peer_is_same_user(int connection) {
   ucred credentials{};
   socklen_t length = sizeof(credentials);
@@ -252,6 +252,15 @@ void FdExchanger::send(int peer, int fd, uint64_t tag) {
     raise(ErrorCode::kTimeout,
           "fd passing: rank {} is not listening on socket @{} after {} s (rank {} sending fd for tag {})", peer,
           name, timeout_s_, rank_, tag);
+  }
+  // The listener's credentials date from its listen(): one of another user that bound the name first (abstract
+  // names are listed in /proc/net/unix and carry no permissions) gets nothing of this rank's memory.
+  if (!peer_is_same_user(connection)) {
+    ::close(connection);
+    raise(ErrorCode::kSystemError,
+          "fd passing: the listener on socket @{} runs as another user than this process; rank {} sent nothing for "
+          "tag {} (another user may have bound rank {}'s socket name first)",
+          name, rank_, tag, peer);
   }
   Header header{kMagic, rank_, tag};
   bool sent = false;

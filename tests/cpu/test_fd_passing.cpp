@@ -3,8 +3,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstddef>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -186,6 +193,68 @@ TEST(FdPassing, AbsentPeerSendTimesOut) {
   EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
   EXPECT_TRUE(contains(error.what(), rank0.socket_name(1))) << error.what();
   ::close(fd);
+}
+
+// Another user binds rank 1's socket name before rank 1 does (abstract names carry no permissions): rank 0's
+// send must refuse that listener and pass it nothing. The squatter is a child process of uid 65534 (nobody)
+// that accepts one connection and reports whether an fd came with it.
+TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a listener as another user (uid 65534)";
+  const std::string scope = fresh_scope();
+  const std::string name = "braid-fd-" + scope + "-1";  // FdExchanger's name for rank 1 of a short scope
+  int report[2], ready[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the squatter: only system calls from here on
+    char result = 'e';
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) {
+      const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path + 1, name.data(), name.size());
+      const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+      if (::bind(listener, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(listener, 4) == 0) {
+        (void)!::write(ready[1], "r", 1);
+        pollfd entry{listener, POLLIN, 0};
+        result = 'n';  // no connection
+        if (::poll(&entry, 1, 10000) == 1) {
+          const int connection = ::accept(listener, nullptr, nullptr);
+          char byte;
+          alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+          iovec io{&byte, 1};
+          msghdr message{};
+          message.msg_iov = &io;
+          message.msg_iovlen = 1;
+          message.msg_control = control;
+          message.msg_controllen = sizeof(control);
+          const ssize_t n = ::recvmsg(connection, &message, 0);
+          result = n > 0 && message.msg_controllen > 0 ? 'f' : 'c';  // an fd came, or only a connection
+        }
+      }
+    }
+    (void)!::write(report[1], &result, 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(report[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the squatter did not bind @" << name;
+  FdExchanger rank0(scope, 0, 2, 5.0);
+  ASSERT_EQ(rank0.socket_name(1), name);
+  const int fd = memfd_with("rank 0's memory");
+  Error error = expect_error([&] { rank0.send(1, fd, 7); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), "another user")) << error.what();
+  EXPECT_TRUE(contains(error.what(), name)) << error.what();
+  char result = 0;
+  ASSERT_EQ(::read(report[0], &result, 1), 1);
+  EXPECT_NE(result, 'f') << "the listener of another user received rank 0's fd";
+  EXPECT_EQ(result, 'c') << "the squatter saw no connection (n) or could not bind (e): the test did not run its case";
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int descriptor : {fd, ready[0], report[0]}) ::close(descriptor);
 }
 
 TEST(FdPassing, ScopesDoNotCollide) {
