@@ -271,7 +271,7 @@ class Communicator {
 
  private:
   friend class MoeBuffer;  // builds on the communicator's state (signal pad, error words)
-  friend struct detail::TestAccess;  // the tests' hooks into the state (src/sync/test_hooks.hpp), not installed
+  friend struct detail::TestAccess;  // the tests' hooks into the state (src/comm/test_hooks.hpp), not installed
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   std::shared_ptr<detail::CommState> state_;
 };

@@ -51,7 +51,7 @@ class DeviceSync {
   // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad.
   void grant_credits(int first, int count, uint64_t credits);
 
-  // Tests only (sync/test_hooks.hpp): sets the LL call count, so a test reaches sequences (flag wrap, re-stamping)
+  // Tests only (comm/test_hooks.hpp): sets the LL call count, so a test reaches sequences (flag wrap, re-stamping)
   // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.
   void set_ll_epoch_for_testing(uint64_t calls_so_far);
 

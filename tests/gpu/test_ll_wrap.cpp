@@ -1,5 +1,5 @@
 // LL flags through their 32-bit wrap and through the periodic re-stamping, on every rank (threads or braid-run
-// processes). An LL line's flag is its call's 64-bit sequence cut to 32 bits; a test hook (sync/test_hooks.hpp)
+// processes). An LL line's flag is its call's 64-bit sequence cut to 32 bits; a test hook (comm/test_hooks.hpp)
 // starts a communicator's LL sequence just below the point of interest instead of making 2^32 calls:
 //   - the wrap: the 6th call has sequence 2^32, flag 0 (what a never-written line shows);
 //   - a re-stamping point past 2^32 (sequence 0 mod kLLRestampPeriod), with every line of the LL areas planted
@@ -25,7 +25,7 @@
 #include "collective_reference.hpp"
 #include "collectives/ll_launch.hpp"
 #include "spin_kernel.hpp"
-#include "sync/test_hooks.hpp"
+#include "comm/test_hooks.hpp"
 #include "test_helpers.hpp"
 #include "world.hpp"
 

@@ -1,4 +1,4 @@
-#include "sync/test_hooks.hpp"
+#include "comm/test_hooks.hpp"
 
 #include <cuda_runtime_api.h>
 
