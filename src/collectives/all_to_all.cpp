@@ -48,23 +48,8 @@ kernels::AllToAllLaunch collectives::pipelined_launch(const detail::CommState& s
   return launch;
 }
 
-namespace {
-
-using collectives::all_to_all_copy_engine;
-using collectives::check_buffer;
-using collectives::check_device_pointer;
-using collectives::check_launch;
-using collectives::checked_product;
-using collectives::element_size;
-using collectives::enter;
-using collectives::overlap;
-using collectives::pipelined_launch;
-
-// The plan word (collectives/plan.hpp) of an all-to-all: `count` elements of `type` a block (0 for all-to-all-v
-// and send/recv, whose counts differ between ranks), zero copy where the kernels use the peers' buffers, which
-// `send` and `recv` identify (0: none, or global memory).
-uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
-                         bool zero_copy, uint64_t send = 0, uint64_t recv = 0) {
+uint64_t collectives::all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
+                                      bool zero_copy, uint64_t send, uint64_t recv) {
   collectives::PlanArguments plan{};
   plan.collective = collective;
   plan.algorithm = algorithm;
@@ -77,6 +62,19 @@ uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks,
   plan.recv_identity = recv;
   return collectives::plan_word(plan);
 }
+
+namespace {
+
+using collectives::all_to_all_copy_engine;
+using collectives::all_to_all_plan;
+using collectives::check_buffer;
+using collectives::check_device_pointer;
+using collectives::check_launch;
+using collectives::checked_product;
+using collectives::element_size;
+using collectives::enter;
+using collectives::overlap;
+using collectives::pipelined_launch;
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/selection.hpp"
@@ -17,5 +18,11 @@ namespace braid::collectives {
 // caller sets sizes and offsets (and narrows the peers, send_recv). The one place the launch's defaults live.
 kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collective collective, const void* send,
                                          void* recv, size_t element_bytes);
+
+// The plan word (collectives/plan.hpp) of an all-to-all or a send/recv batch: `count` elements of `type` a block
+// (0 for all-to-all-v and send/recv, whose counts differ between ranks), zero copy where the kernels use the
+// peers' buffers, which `send` and `recv` identify (0: none, or global memory).
+uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
+                         bool zero_copy, uint64_t send = 0, uint64_t recv = 0);
 
 }  // namespace braid::collectives

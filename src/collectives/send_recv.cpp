@@ -24,7 +24,6 @@
 #include "collectives/all_to_all.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
-#include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/device_guard.hpp"
@@ -147,12 +146,9 @@ void run_batch(const std::shared_ptr<detail::CommState>& state_ptr, const Naming
   }
   std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, checked);
   const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, DataType::kUint8, state.algorithm_override);
-  collectives::PlanArguments plan{};  // sizes differ between the ranks of a batch: not in the plan
-  plan.collective = Collective::kSendRecv;
-  plan.algorithm = choice.algorithm;
-  plan.blocks = choice.blocks;
-  plan.root = -1;
-  for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = collectives::plan_word(plan);
+  const uint64_t plan = collectives::all_to_all_plan(Collective::kSendRecv, choice.algorithm, choice.blocks, 0,
+                                                     DataType::kUint8, false);
+  for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = plan;
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", count, launches.size(), choice.blocks);
   DeviceGuard guard(state.device);
   for (const kernels::AllToAllLaunch& launch : launches) {

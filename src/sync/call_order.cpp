@@ -45,7 +45,7 @@ bool CallOrder::begin(cudaStream_t stream) {
   const bool same_stream = stream == last_stream_ && stream != cudaStreamPerThread;
   if (capture.id == 0) {
     // After a capture with braid calls, a replay launched on any stream may have run since the last call.
-    if (any_call_ && (graphs_made_ || last_capture_ != 0 || !same_stream)) {
+    if (any_call_ && (graphs_made_ || !same_stream)) {
       BRAID_CUDA(cudaStreamWaitEvent(stream, eager_done_, 0));
     }
     return false;
