@@ -181,8 +181,9 @@ class Communicator {
   // the call's first barrier, or while they wait for a peer that sits in one, and fail on every rank with
   // kMismatch naming both plans (raised by the next call or check(); the communicator is then unusable)
   // instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where a barrier
-  // kernel runs on either side. A buffer registered on some ranks only is not caught this way: its first use
-  // exchanges mappings over the store, and the ranks that registered it fail with kTimeout.
+  // kernel runs on either side. The first use of a registered buffer at an address is such a barrier too (see
+  // register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every rank, raised
+  // by the call itself on the ranks that registered it.
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
   void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);
@@ -238,7 +239,10 @@ class Communicator {
   // collective that passes a registered buffer at a given address exchanges mappings with the peers (collective:
   // every rank must pass registered buffers there, registered and deregistered in step, as with
   // ncclCommRegister) and caches them; later calls with that address make no host exchange and move data
-  // straight between the users' buffers. A buffer inside a registered range hits it. cudaMalloc memory (legacy
+  // straight between the users' buffers. A rank that passes another kind of buffer to that first call, or
+  // whose mappings for the address are cached from an earlier registration, makes the call fail on every rank
+  // with kMismatch (the ranks meet at a barrier before the exchange; the first use waits for the
+  // communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc memory (legacy
   // CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the argument: null,
   // zero length, a range past its allocation's end, host or managed memory, another GPU's memory
   // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.

@@ -16,6 +16,7 @@
 #include "braid/braid.hpp"
 #include "collectives/all_to_all.hpp"
 #include "collectives/all_to_all_launch.hpp"
+#include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
@@ -98,8 +99,10 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     state.nccl->all_to_all(send, recv, count, type, stream);
     return;
   }
-  const std::optional<PeerRange> send_range = find_peer_range(state, send, bytes);
-  const std::optional<PeerRange> recv_range = find_peer_range(state, recv, bytes);
+  const std::optional<PeerRange> send_range =
+      collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kSend, send, bytes);
+  const std::optional<PeerRange> recv_range =
+      collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kRecv, recv, bytes);
   const bool symmetric = send_range && recv_range;
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
                                          symmetric ? Buffers::kSymmetric : Buffers::kAny);

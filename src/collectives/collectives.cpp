@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "braid/braid.hpp"
+#include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
@@ -197,7 +198,9 @@ struct ZeroCopyBuffers {
 };
 
 ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes) {
-  return ZeroCopyBuffers{find_peer_range(state, call.send, bytes), find_peer_range(state, call.recv, bytes)};
+  return ZeroCopyBuffers{
+      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, call.send, bytes),
+      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, call.recv, bytes)};
 }
 
 // What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
@@ -326,7 +329,8 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   const size_t size = datatype_size(type);
   // Copy engines when every peer maps the input (the root pulls it) and every input is 16-byte aligned (the
   // root's kernel loads whole vectors of its own).
-  const std::optional<PeerRange> send_range = find_peer_range(state, send, count * size);
+  const std::optional<PeerRange> send_range =
+      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, send, count * size);
   const bool pulls = send_range && send_range->aligned16 && !send_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
                                    pulls ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, count * size));
@@ -376,7 +380,10 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
-  if (recv_count * size % 16 == 0) send_range = find_peer_range(state, send, recv_count * state.size * size);
+  if (recv_count * size % 16 == 0) {
+    send_range = collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, send,
+                                                recv_count * state.size * size);
+  }
   const bool zero_copy = send_range && send_range->aligned16;
   Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
                                    state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
@@ -434,7 +441,10 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
   // answer on every rank. The input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
-  if (bytes % 16 == 0) recv_range = find_peer_range(state, recv, bytes * state.size);
+  if (bytes % 16 == 0) {
+    recv_range = collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, recv,
+                                                bytes * state.size);
+  }
   const bool zero_copy = recv_range && recv_range->aligned16;
   Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
                                    zero_copy ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, bytes));
@@ -495,7 +505,8 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   }
   const size_t size = datatype_size(type), bytes = count * size;
   // Copy engines when every peer maps the output (the root pushes into it).
-  const std::optional<PeerRange> recv_range = find_peer_range(state, recv, bytes);
+  const std::optional<PeerRange> recv_range =
+      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, recv, bytes);
   const bool pushes = recv_range && !recv_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
                                    pushes ? Buffers::kSymmetric : Buffers::kAny);

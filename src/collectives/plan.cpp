@@ -6,6 +6,11 @@
 
 namespace braid::collectives {
 
+namespace {
+constexpr uint64_t kExchangeAlgorithmBits = 0xF;
+constexpr uint64_t kHashBits = (uint64_t(1) << 48) - 1;
+}  // namespace
+
 uint64_t plan_word(const PlanArguments& plan) {
   uint64_t hash = mix64(plan.count);
   for (const uint64_t field : {plan.type, plan.op, static_cast<uint64_t>(plan.root), plan.send_identity, plan.recv_identity}) {
@@ -13,17 +18,30 @@ uint64_t plan_word(const PlanArguments& plan) {
   }
   return (static_cast<uint64_t>(plan.algorithm) + 1) << 60 | (static_cast<uint64_t>(plan.collective) & 0xF) << 56 |
          static_cast<uint64_t>(plan.zero_copy) << 55 | (static_cast<uint64_t>(plan.blocks) & 0x7F) << 48 |
-         (hash & ((uint64_t(1) << 48) - 1));
+         (hash & kHashBits);
+}
+
+uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes) {
+  const uint64_t hash = mix64(mix64(bytes) ^ static_cast<uint64_t>(buffer));
+  return kExchangeAlgorithmBits << 60 | (static_cast<uint64_t>(collective) & 0xF) << 56 |
+         static_cast<uint64_t>(buffer) << 48 | (hash & kHashBits);
 }
 
 std::string describe_plan(uint64_t word) {
   if (word == 0) return "no plan (a barrier outside the collectives)";
-  const auto algorithm = static_cast<Algorithm>((word >> 60) - 1);
   const unsigned int collective = static_cast<unsigned int>(word >> 56 & 0xF);
+  if (word >> 60 == kExchangeAlgorithmBits) {
+    return fmt::format("{}: the first use of a registered {} buffer at this address, whose mappings the ranks "
+                       "exchange (arguments 0x{:012x})",
+                       collective_name(collective),
+                       (word >> 48 & 0x7F) == static_cast<uint64_t>(ExchangedBuffer::kSend) ? "send" : "recv",
+                       word & kHashBits);
+  }
+  const auto algorithm = static_cast<Algorithm>((word >> 60) - 1);
   const bool zero_copy = (word >> 55 & 1) != 0;
   const int blocks = static_cast<int>(word >> 48 & 0x7F);
   return fmt::format("{} {}{} with {} blocks (arguments and buffers 0x{:012x})", collective_name(collective),
-                     algorithm_name(algorithm), zero_copy ? " zero copy" : "", blocks, word & ((uint64_t(1) << 48) - 1));
+                     algorithm_name(algorithm), zero_copy ? " zero copy" : "", blocks, word & kHashBits);
 }
 
 }  // namespace braid::collectives

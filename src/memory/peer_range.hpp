@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "core/limits.hpp"
@@ -34,7 +35,10 @@ struct PeerRange {
 // The zero-copy view of [pointer, pointer + bytes) on this rank: from a symmetric allocation of `state` (every
 // rank passes its copy at the same offset), else from a buffer registered with `state` (its first use with this
 // pointer exchanges mappings with the peers: collective, so every rank must pass a registered buffer there),
-// else nullopt (staging). nullopt for bytes == 0.
-std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes);
+// else nullopt (staging). nullopt for bytes == 0. `before_exchange` runs right before such an exchange: it makes
+// sure that every peer is about to join it (and throws when one is not), since a rank whose buffer is not
+// registered there never would.
+std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes,
+                                         const std::function<void()>& before_exchange);
 
 }  // namespace braid

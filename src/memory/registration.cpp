@@ -110,13 +110,15 @@ RegistrationStats RegistrationCache::stats() {
   return stats;
 }
 
-std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes) {
+std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes,
+                                               const std::function<void()>& before_exchange) {
   RegistrationCache& cache = *state.registrations;
   const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
   const auto found = cache.containing(address, bytes);
   if (!found) return std::nullopt;
   const auto& [id, registered] = *found;
   if (std::optional<PeerRange> hit = cache.cached(id, address)) return hit;
+  if (before_exchange) before_exchange();
 
   // First use at this address: every rank describes its buffer (the registration's allocation, this call's
   // address), all gather, and each maps what it has not mapped yet. VMM peers' fds travel over the fd sockets.
@@ -174,10 +176,11 @@ std::optional<PeerRange> find_registered_range(CommState& state, const void* poi
 
 }  // namespace detail
 
-std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes) {
+std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes,
+                                         const std::function<void()>& before_exchange) {
   if (pointer == nullptr || bytes == 0) return std::nullopt;
   if (std::optional<PeerRange> symmetric = find_symmetric_range(state, pointer, bytes)) return symmetric;
-  return detail::find_registered_range(state, pointer, bytes);
+  return detail::find_registered_range(state, pointer, bytes, before_exchange);
 }
 
 // ---- Public API ----

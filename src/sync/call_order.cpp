@@ -92,6 +92,8 @@ void CallOrder::end(cudaStream_t stream, bool captured) {
   last_capture_ = capture.id;
 }
 
+void CallOrder::follow_eager(cudaStream_t stream) { BRAID_CUDA(cudaStreamWaitEvent(stream, eager_done_, 0)); }
+
 CallOrder::Scope::~Scope() noexcept(false) {
   if (std::uncaught_exceptions() > 0) {
     try {

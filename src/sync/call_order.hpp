@@ -34,6 +34,10 @@ class CallOrder {
   bool begin(cudaStream_t stream);
   // Marks the end of the call begun on `stream`: what the next call waits for.
   void end(cudaStream_t stream, bool captured);
+  // Orders what is enqueued on `stream` from now on after every eager call made so far (and every replay
+  // launched so far of a graph with the communicator's calls). For work that runs outside the call order, at
+  // once, while a call is being made or captured.
+  void follow_eager(cudaStream_t stream);
 
   // The scope of one call, with the communicator's GPU current: begin at construction, end at destruction
   // (also when the call throws after enqueuing part of its work, so the next call still waits for that part).

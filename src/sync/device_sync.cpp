@@ -23,6 +23,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteLLData: return "LL line poll";
     case kSiteMoeRows: return "MoE rows round";
     case kSiteMoeCounts: return "MoE routing counts";
+    case kSiteExchangeBarrier: return "barrier before a registered buffer's exchange";
   }
   return "wait";
 }

@@ -21,6 +21,7 @@ enum WaitSite : unsigned int {
   kSiteLLData = 6,      // an LL collective polling a peer's line
   kSiteMoeRows = 7,     // MoE dispatch waiting for a peer's round of rows
   kSiteMoeCounts = 8,   // MoE dispatch waiting for a peer's routing counts
+  kSiteExchangeBarrier = 9,  // the barrier before a registered buffer's mappings are exchanged
 };
 const char* wait_site_name(unsigned int site);
 

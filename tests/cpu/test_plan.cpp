@@ -13,6 +13,8 @@ namespace braid {
 namespace {
 
 using collectives::describe_plan;
+using collectives::exchange_plan_word;
+using collectives::ExchangedBuffer;
 using collectives::plan_word;
 using collectives::PlanArguments;
 
@@ -76,6 +78,27 @@ TEST(PlanWord, TheDescriptionNamesCollectiveAlgorithmBuffersAndBlocks) {
   EXPECT_NE(direct.find(algorithm_name(Algorithm::kTwoShot)), std::string::npos) << direct;
   EXPECT_NE(direct.find("zero copy"), std::string::npos) << direct;
   EXPECT_NE(describe_plan(0).find("no plan"), std::string::npos);
+}
+
+// The barrier before a registered buffer's first use: never the plan of a call's kernels (a rank that runs
+// them instead must fail), the same for the same call, another one for the other buffer or size, and said so.
+TEST(PlanWord, TheFirstUseOfARegisteredBufferHasAPlanOfItsOwn) {
+  const uint64_t send = exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kSend, 1 << 20);
+  EXPECT_EQ(send, exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kSend, 1 << 20));
+  EXPECT_NE(send, exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kRecv, 1 << 20));
+  EXPECT_NE(send, exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kSend, 2 << 20));
+  EXPECT_NE(send, exchange_plan_word(Collective::kAllGather, ExchangedBuffer::kSend, 1 << 20));
+  for (const Algorithm algorithm : {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
+                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast}) {
+    PlanArguments call = one_shot();
+    call.algorithm = algorithm;
+    EXPECT_NE(plan_word(call) >> 60, send >> 60) << algorithm_name(algorithm);
+  }
+  const std::string said = describe_plan(send);
+  EXPECT_NE(said.find("registered send buffer"), std::string::npos) << said;
+  EXPECT_NE(said.find(collective_name(static_cast<unsigned int>(Collective::kAllReduce))), std::string::npos) << said;
+  EXPECT_NE(describe_plan(exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kRecv, 8)).find("recv"),
+            std::string::npos);
 }
 
 }  // namespace

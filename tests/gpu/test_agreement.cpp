@@ -1,6 +1,6 @@
 // Every rank runs the same plan for a call, or the call fails on every rank with kMismatch (braid.hpp, DESIGN.md
 // rule 9), on every rank (threads or braid-run processes): buffers of different kinds across ranks (cudaMalloc,
-// symmetric memory at equal or unequal offsets) for calls whose algorithm depends on the buffer kind. Where the
+// symmetric memory at equal or unequal offsets, registered buffers) for calls whose algorithm depends on the buffer kind. Where the
 // kinds lead to the same kernels the result must be right; where they lead to different plans, every rank must
 // raise kMismatch naming both plans, and nothing must hang. A communicator is unusable after a mismatch, so each
 // case has its own, lined up by a keeper communicator.
@@ -18,7 +18,8 @@
 namespace braid::testing {
 namespace {
 
-enum class Kind { kDevice, kSymmetric, kSymmetricShifted };  // cudaMalloc; comm.alloc at offset 0; at offset 256
+// cudaMalloc; comm.alloc at offset 0; at offset 256; cudaMalloc registered with the communicator
+enum class Kind { kDevice, kSymmetric, kSymmetricShifted, kRegistered };
 enum class Call { kAllReduce, kAllGather, kReduceScatter, kAllToAll };
 
 const char* call_name(Call call) {
@@ -36,6 +37,7 @@ const char* kind_name(Kind kind) {
     case Kind::kDevice: return "cudaMalloc";
     case Kind::kSymmetric: return "symmetric";
     case Kind::kSymmetricShifted: return "symmetric+256";
+    case Kind::kRegistered: return "registered";
   }
   return "?";
 }
@@ -58,6 +60,8 @@ std::string describe(const Scenario& s) {
 // all-gather output and reduce-scatter input: staged), against LL lines (all-reduce of 384 KiB on 2 ranks) and
 // against FIFO pushes (all-reduce of 64 MiB, reduce-scatter of 32 MiB, all-to-all of 8 MiB); symmetric buffers
 // at unequal offsets; and kinds that lead to the same kernels (the LL sizes, equal kinds), which must work.
+// A registered buffer's first use exchanges mappings on the host: a peer that passes another kind (even at an
+// LL size, where both kinds would run the same kernels) fails with it instead of leaving it waiting.
 constexpr size_t kKiB = size_t(1) << 10, kMiB = size_t(1) << 20;
 const Scenario kScenarios[] = {
     {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kSymmetric, true},
@@ -74,6 +78,16 @@ const Scenario kScenarios[] = {
     {Call::kReduceScatter, 32 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
     {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kDevice, true},
     {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false},
+    {Call::kAllReduce, kMiB, Kind::kRegistered, Kind::kRegistered, false},
+    {Call::kAllReduce, kMiB, Kind::kRegistered, Kind::kDevice, true},
+    {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kRegistered, true},
+    {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kRegistered, true},
+    {Call::kAllReduce, 384 * kKiB, Kind::kRegistered, Kind::kDevice, true},
+    {Call::kAllReduce, 64 * kMiB, Kind::kDevice, Kind::kRegistered, true},
+    {Call::kAllGather, 8 * kMiB, Kind::kRegistered, Kind::kRegistered, false},
+    {Call::kAllGather, 8 * kMiB, Kind::kRegistered, Kind::kDevice, true},
+    {Call::kAllToAll, 8 * kMiB, Kind::kRegistered, Kind::kRegistered, false},
+    {Call::kAllToAll, 8 * kMiB, Kind::kDevice, Kind::kRegistered, true},
 };
 
 int32_t input_value(uint64_t seed, int rank, size_t i) {
@@ -101,8 +115,11 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
       // Collective on every rank, whatever this rank's kind.
       SymmetricMemory symmetric = comm.alloc(bytes);
       DeviceBuffer device(bytes);
-      char* base_pointer = kind == Kind::kDevice ? static_cast<char*>(device.get()) : static_cast<char*>(symmetric.local());
+      const bool device_memory = kind == Kind::kDevice || kind == Kind::kRegistered;
+      char* base_pointer = device_memory ? static_cast<char*>(device.get()) : static_cast<char*>(symmetric.local());
       if (kind == Kind::kSymmetricShifted) base_pointer += 256;
+      RegisteredBuffer registered;  // released before comm
+      if (kind == Kind::kRegistered) registered = comm.register_buffer(device.get(), bytes);
       int32_t* send = reinterpret_cast<int32_t*>(base_pointer);
       int32_t* recv = send + in_count;
       std::vector<int32_t> input(in_count);
