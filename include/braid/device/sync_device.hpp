@@ -244,8 +244,9 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
 // the kernel should then return.
 //
 // `plan` (not 0): what this rank's call will do (collectives/plan.hpp), announced to every peer right after the
-// signal. Once the wait passed, the rank waits for the peer's announcement for this very barrier, clears it and
-// compares it with its own; on a difference it records kErrorPlanMismatch and fails: ranks that disagree on a
+// signal. The rank polls the peer's signal and its announcement for this very barrier together (one round of
+// loads, not two after each other), then clears the announcement and compares it with its own; on a difference
+// it records kErrorPlanMismatch and fails: ranks that disagree on a
 // call stop before they touch each other's data. A barrier's count is the same on both sides of a channel
 // (barriers alone use its counters), so the announcement sits in the slot of the count's parity; the peer
 // writes that slot again only two barriers later, after this rank's next signal, which follows this read and
@@ -262,13 +263,18 @@ __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int c
     signal(pad, channel, peer);  // its release covers the block's writes (ordered by the __syncthreads above)
     // The announcement follows the signal: ahead of it, the release would wait for a store to the peer to land.
     if (plan != 0) store_relaxed_system(plan_slot(pad, pad.peers[peer], channel, pad.rank, count), plan);
-    if (!wait(pad, channel, peer, collective, site)) {
-      failed = 1;
-    } else if (plan != 0) {
+    if (plan == 0) {
+      if (!wait(pad, channel, peer, collective, site)) failed = 1;
+    } else {
       uint64_t* announced = plan_slot(pad, pad.local, channel, peer, count);
-      uint64_t theirs = 0;  // right behind the peer's signal
-      if (!spin_until(pad, [&] { return (theirs = load_relaxed_system(announced)) != 0; }, collective, site, peer,
-                      channel)) {
+      uint64_t* expected = pad.expected + channel * pad.world + peer;
+      *expected = count;
+      const uint64_t* slot = pad.local + channel * pad.world + peer;
+      uint64_t theirs = 0;
+      if (!spin_until(pad, [&] {
+            theirs = load_relaxed_system(announced);
+            return reached(load_acquire_system(slot), count) && theirs != 0;
+          }, collective, site, peer, channel)) {
         failed = 1;
       } else {
         store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
