@@ -2,11 +2,14 @@
 # Runs on the 2-GPU machine (device tool) from the repository root of the copied tree, in steps that share the
 # machine while it stays warm:
 #   build   builds this tree into /tmp/build-new (unless the build was carried as .carry/build, staged by
-#           bench/stage_build.sh) and the baseline tree carried as .carry/base (braid-bench only) into
-#           /tmp/build-base (bench/device_build.sh)
+#           bench/stage_build.sh), the baseline tree carried as .carry/base (braid-bench only) into
+#           /tmp/build-base, and for each folder .carry/variant-NAME this tree with that folder's files laid
+#           over it (braid-bench only) into /tmp/build-NAME (bench/device_build.sh)
 #   check   the ordering and LL-wrap tests, as threads and as braid-run processes
 #   suite   `ctest -L gpu` with its wall time, then `ctest -L long`
-#   bench   braid-bench --compare nccl of both builds, one after the other for each configuration
+#   small   only the small all-reduces in graphs, base, new and the variants interleaved, twice
+#   bench   braid-bench --compare nccl of the builds, one after the other for each configuration (the small
+#           all-reduces in graphs twice, base, new and the variants interleaved)
 # Logs go to $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
@@ -14,6 +17,11 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 repo=$PWD
 new=/tmp/build-new base=/tmp/build-base
+variants=()
+for overlay in .carry/variant-*/; do
+  [ -d "$overlay" ] || continue
+  name=${overlay#.carry/variant-}; variants+=("${name%/}")
+done
 if [ -d .carry/build ]; then  # built here and carried: CTest files name /work/main/build
   [ -e build ] || ln -s .carry/build build
   if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
@@ -28,6 +36,12 @@ for step in "$@"; do
       start=$(date +%s)
       [ "$new" = /tmp/build-new ] && bench/device_build.sh "$repo" "$new" >"$out/build-new.txt" 2>&1 &
       bench/device_build.sh "$repo/.carry/base" "$base" braid-bench >"$out/build-base.txt" 2>&1 &
+      for name in "${variants[@]}"; do
+        mkdir -p "/tmp/src-$name"
+        tar --exclude=./.carry --exclude=./build -cf - . | tar -x -C "/tmp/src-$name"
+        cp -r "$repo/.carry/variant-$name/." "/tmp/src-$name/" &&
+          bench/device_build.sh "/tmp/src-$name" "/tmp/build-$name" braid-bench >"$out/build-$name.txt" 2>&1 &
+      done
       wait
       cat "$out"/build-*.txt
       echo "builds took $(( $(date +%s) - start )) s"
@@ -54,12 +68,12 @@ for step in "$@"; do
       echo "ctest -L long: exit $?, $(( $(date +%s) - start )) s"
       grep -E "tests passed|Test +#|Total Test" "$out/suite-long.txt"
       ;;
-    bench)
+    small|bench)
       nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
-      ab() {  # name, then braid-bench arguments
-        local name=$1; shift
-        for build in base new; do
-          local dir=$base
+      ab() {  # name, builds ("base new ..."), then braid-bench arguments
+        local name=$1 builds=$2; shift 2
+        for build in $builds; do
+          local dir=/tmp/build-$build
           [ "$build" = new ] && dir=$new
           echo "## $build: braid-bench -t 2 $*" >>"$out/bench-$name.txt"
           timeout 200 stdbuf -oL "$dir/tools/braid-bench/braid-bench" -t 2 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" \
@@ -67,12 +81,18 @@ for step in "$@"; do
           echo "## exit $?" >>"$out/bench-$name.txt"
         done
       }
-      ab allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20
-      ab allreduce-bf16-eager -c allreduce -d bfloat16 -b 8K -e 512K -f 4
-      ab allreduce-f32-512M -c allreduce -d float32 -b 512M -e 512M
-      ab allgather-f32-512M -c allgather -d float32 -b 512M -e 512M
-      ab reducescatter-f32-512M -c reducescatter -d float32 -b 512M -e 512M
-      ab alltoall-f32-512M -c alltoall -d float32 -b 512M -e 512M
+      all="base new ${variants[*]}"
+      ab allreduce-bf16-graph-small "$all $all" -c allreduce -d bfloat16 -b 8K -e 8M -f 4 -G 20
+      if [ "$step" = small ]; then
+        grep -E "^##|^ +[0-9]" "$out/bench-allreduce-bf16-graph-small.txt" | grep -v "## exit" | awk '/^##/{print $2} !/^##/{print $1, $6, $11}'
+        continue
+      fi
+      ab allreduce-bf16-graph "base new" -c allreduce -d bfloat16 -b 32M -e 128M -f 4 -G 20
+      ab allreduce-bf16-eager "base new" -c allreduce -d bfloat16 -b 8K -e 512K -f 4
+      ab allreduce-f32-512M "base new" -c allreduce -d float32 -b 512M -e 512M
+      ab allgather-f32-512M "base new" -c allgather -d float32 -b 512M -e 512M
+      ab reducescatter-f32-512M "base new" -c reducescatter -d float32 -b 512M -e 512M
+      ab alltoall-f32-512M "base new" -c alltoall -d float32 -b 512M -e 512M
       cat "$out"/bench-*.txt | grep -v "^\[1\]" | grep -E "^##|^ +[0-9]" | head -120
       ;;
   esac
