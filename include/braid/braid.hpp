@@ -242,9 +242,9 @@ class Communicator {
   // straight between the users' buffers. A rank that passes another kind of buffer to that first call, or
   // whose mappings for the address are cached from an earlier registration, makes the call fail on every rank
   // with kMismatch (the ranks meet at a barrier before the exchange; the first use waits for the
-  // communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc memory (legacy
-  // CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the argument: null,
-  // zero length, a range past its allocation's end, host or managed memory, another GPU's memory
+  // communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc
+  // memory (legacy CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the
+  // argument: null, zero length, a range past its allocation's end, host or managed memory, another GPU's memory
   // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is

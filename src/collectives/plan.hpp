@@ -3,9 +3,10 @@
 // same call, or that passed another size, datatype, op, root or symmetric-buffer offset, fail the call with
 // kMismatch before they touch each other's data (DESIGN.md rule 9).
 //
-// Layout: bits 60-63 the algorithm + 1 (15: a registered buffer's first use, exchange_plan_word), 56-59 the collective, 55 zero copy (the kernels read or write the peers'
-// own buffers), 48-54 the blocks of a launch, 0-47 a hash of the call's arguments and of the identity of every
-// buffer the peers map (the same on every rank that passes the same symmetric or registered buffer).
+// Layout: bits 60-63 the algorithm + 1 (15: a registered buffer's first use, exchange_plan_word), 56-59 the
+// collective, 55 zero copy (the kernels read or write the peers' own buffers), 48-54 the blocks of a launch, 0-47 a
+// hash of the call's arguments and of the identity of every buffer the peers map (the same on every rank that passes
+// the same symmetric or registered buffer).
 #pragma once
 
 #include <cstdint>
