@@ -165,6 +165,11 @@ int master_store_port(const EnvReader& reader, const char* source) {
     raise(ErrorCode::kInvalidArgument, "environment variable MASTER_PORT={} is not a port (1-65535)", master_port);
   }
   int offset = reader.braid_integer("BRAID_STORE_PORT_OFFSET").value_or(1);
+  if (offset == 0) {
+    raise(ErrorCode::kInvalidArgument,
+          "environment variable BRAID_STORE_PORT_OFFSET=0 would put braid's store on MASTER_PORT={}, which the "
+          "launcher's own store holds; leave it unset (1) or give another offset", master_port);
+  }
   int port = master_port + offset;
   if (port < 1 || port > 65535) {
     raise(ErrorCode::kInvalidArgument,

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <limits>
 #include <map>
 #include <random>
@@ -47,7 +48,7 @@ int choose_device(const Rendezvous& rendezvous, const CommOptions& options, int 
   int device = options.device;
   const char* source = "options.device";
   if (device < 0) {
-    if (std::optional<int64_t> configured = Config::get().integer("BRAID_DEVICE")) {
+    if (std::optional<int64_t> configured = Config::get().integer_in("BRAID_DEVICE", 0, INT_MAX)) {
       device = static_cast<int>(*configured);
       source = "BRAID_DEVICE";
     } else {

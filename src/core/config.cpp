@@ -184,6 +184,15 @@ std::optional<int64_t> Config::integer(const char* name) const {
   return value;
 }
 
+std::optional<int64_t> Config::integer_in(const char* name, int64_t min, int64_t max) const {
+  std::optional<int64_t> value = integer(name);
+  if (value && (*value < min || *value > max)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable {}={} is out of range: it must be {} to {}", name, *value,
+          min, max);
+  }
+  return value;
+}
+
 std::optional<double> Config::real(const char* name) const {
   std::optional<std::string> text = string(name);
   if (!text) return std::nullopt;
@@ -197,18 +206,18 @@ std::optional<double> Config::real(const char* name) const {
 
 double timeout_seconds() {
   double seconds = *Config::get().real("BRAID_TIMEOUT_S");
-  if (!(seconds > 0 && seconds <= kMaxTimeoutS)) {
-    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_TIMEOUT_S={} must be positive and at most {:g}", seconds,
-          kMaxTimeoutS);
+  if (!(seconds >= kMinTimeoutS && seconds <= kMaxTimeoutS)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_TIMEOUT_S={} must be at least {:g} and at most {:g}",
+          seconds, kMinTimeoutS, kMaxTimeoutS);
   }
   return seconds;
 }
 
 double timeout_seconds(double chosen, const char* name) {
   if (chosen == 0) return timeout_seconds();
-  if (!(chosen > 0 && chosen <= kMaxTimeoutS)) {
-    raise(ErrorCode::kInvalidArgument, "'{}' is {} s; it must be positive and at most {:g} (0: BRAID_TIMEOUT_S)", name,
-          chosen, kMaxTimeoutS);
+  if (!(chosen >= kMinTimeoutS && chosen <= kMaxTimeoutS)) {
+    raise(ErrorCode::kInvalidArgument, "'{}' is {} s; it must be at least {:g} and at most {:g} (0: BRAID_TIMEOUT_S)",
+          name, chosen, kMinTimeoutS, kMaxTimeoutS);
   }
   return chosen;
 }

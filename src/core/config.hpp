@@ -43,6 +43,8 @@ class Config {
   bool is_set(const char* name) const;
   std::optional<std::string> string(const char* name) const;
   std::optional<int64_t> integer(const char* name) const;
+  // integer(), and kInvalidArgument naming the variable and the range when the value lies outside [min, max].
+  std::optional<int64_t> integer_in(const char* name, int64_t min, int64_t max) const;
   std::optional<double> real(const char* name) const;
 
  private:
@@ -56,10 +58,14 @@ std::vector<std::string> close_config_names(const std::string& unknown);
 // The longest timeout accepted, in seconds (about 11.6 days): every wait converts it to nanoseconds, and an
 // infinite or huge value would overflow there.
 constexpr double kMaxTimeoutS = 1e6;
-// Timeout for every bounded wait, in seconds (BRAID_TIMEOUT_S, in (0, kMaxTimeoutS]; kInvalidArgument otherwise).
+// The shortest timeout accepted, in seconds: a millisecond (a shorter one fails waits that are merely in flight,
+// and a denormal like 1e-300 is a typo, not a bound).
+constexpr double kMinTimeoutS = 1e-3;
+// Timeout for every bounded wait, in seconds (BRAID_TIMEOUT_S, in [kMinTimeoutS, kMaxTimeoutS]; kInvalidArgument
+// naming the variable otherwise).
 double timeout_seconds();
 // `chosen` (an option named `name`) where it is not 0, else BRAID_TIMEOUT_S; kInvalidArgument naming the option
-// where it is negative, not a number, or above kMaxTimeoutS.
+// where it is negative, not a number, below kMinTimeoutS or above kMaxTimeoutS.
 double timeout_seconds(double chosen, const char* name);
 
 }  // namespace braid

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -57,9 +58,21 @@ TEST(Config, TimeoutsOutsideTheirRangeNameTheOption) {
   EXPECT_DOUBLE_EQ(timeout_seconds(2.5, "options.timeout_s"), 2.5);
   EXPECT_DOUBLE_EQ(timeout_seconds(kMaxTimeoutS, "options.timeout_s"), kMaxTimeoutS);
   EXPECT_GT(timeout_seconds(0.0, "options.timeout_s"), 0.0);  // 0: BRAID_TIMEOUT_S
-  for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e7}) {
+  EXPECT_DOUBLE_EQ(timeout_seconds(kMinTimeoutS, "options.timeout_s"), kMinTimeoutS);
+  for (double bad : {-1.0, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 1e7,
+                     1e-300, 1e-4}) {
     expect_invalid([&] { timeout_seconds(bad, "options.timeout_s"); }, "'options.timeout_s'");
   }
+}
+
+// A value outside a variable's range is refused naming the variable, never narrowed (BRAID_DEVICE=4294967296
+// was GPU 0).
+TEST(Config, IntegersOutsideTheirRangeNameTheVariable) {
+  Config config = Config::parse({{"BRAID_DEVICE", "4294967296"}, {"BRAID_RANK", "-1"}, {"BRAID_LOCAL_RANK", "3"}}, nullptr);
+  expect_invalid([&] { config.integer_in("BRAID_DEVICE", 0, INT_MAX); }, "BRAID_DEVICE=4294967296 is out of range");
+  expect_invalid([&] { config.integer_in("BRAID_RANK", 0, INT_MAX); }, "BRAID_RANK=-1 is out of range");
+  EXPECT_EQ(config.integer_in("BRAID_LOCAL_RANK", 0, INT_MAX), 3);
+  EXPECT_EQ(config.integer_in("BRAID_LOCAL_SIZE", 0, INT_MAX), std::nullopt);  // unset
 }
 
 TEST(Config, NamesOutsideTheTableAreAnInternalError) {

@@ -116,6 +116,10 @@ TEST(Rendezvous, TorchrunPortOffset) {
   EXPECT_EQ(rendezvous_from_environment(env).store_port, 29505);
   env["MASTER_PORT"] = "65535";
   expect_invalid_env(env, {"MASTER_PORT", "BRAID_STORE_PORT_OFFSET"});
+  // 0 would take the launcher's own port.
+  env["MASTER_PORT"] = "29500";
+  env["BRAID_STORE_PORT_OFFSET"] = "0";
+  expect_invalid_env(env, {"BRAID_STORE_PORT_OFFSET=0", "MASTER_PORT=29500"});
 }
 
 TEST(Rendezvous, BraidRunBeatsTorchrun) {
