@@ -330,6 +330,86 @@ TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterTimeout) {
   EXPECT_FALSE(fs::exists(path("marker1")));
 }
 
+// Ranks that record their pid, then sleep as that very process (exec), so the pid is the rank's.
+Launch start_sleeping_ranks(int nprocs, const std::string& dir, const std::string& setup = "") {
+  return start_braid_run({"-n", std::to_string(nprocs), "--", "/bin/sh", "-c",
+                          fmt::format("{}echo $$ > {}/pid$BRAID_RANK.tmp; exec sleep 30", setup, dir)});
+}
+
+std::vector<pid_t> read_pids(const fs::path& dir, int nprocs) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < nprocs; ++rank) {
+    std::ifstream file(dir / fmt::format("pid{}.tmp", rank));
+    pid_t pid = 0;
+    file >> pid;
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+bool all_gone_within(const std::vector<pid_t>& pids, double timeout_s) {
+  auto start = Clock::now();
+  while (seconds_since(start) < timeout_s) {
+    if (std::none_of(pids.begin(), pids.end(), [](pid_t pid) { return pid > 0 && process_alive(pid); })) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+TEST_F(LauncherTest, RanksDieWithTheLauncherEvenByItsSigkill) {
+  Launch launch = start_sleeping_ranks(2, dir_.string());
+  ASSERT_TRUE(wait_for_files({path("pid0.tmp"), path("pid1.tmp")}, 10.0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the pid writes finish
+  const std::vector<pid_t> pids = read_pids(dir_, 2);
+  ASSERT_GT(pids[0], 0);
+  ASSERT_GT(pids[1], 0);
+  kill(launch.pid, SIGKILL);
+  Outcome outcome = finish(launch);
+  EXPECT_EQ(outcome.exit_code, -SIGKILL);
+  EXPECT_TRUE(all_gone_within(pids, 5.0)) << "a rank outlived braid-run";
+}
+
+TEST_F(LauncherTest, SigquitToLauncherStopsRanks) {
+  Launch launch = start_sleeping_ranks(2, dir_.string());
+  ASSERT_TRUE(wait_for_files({path("pid0.tmp"), path("pid1.tmp")}, 10.0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::vector<pid_t> pids = read_pids(dir_, 2);
+  kill(launch.pid, SIGQUIT);
+  Outcome outcome = finish(launch);
+  EXPECT_EQ(outcome.exit_code, 128 + SIGQUIT) << outcome.err;
+  EXPECT_NE(outcome.err.find("SIGQUIT"), std::string::npos) << outcome.err;
+  EXPECT_TRUE(all_gone_within(pids, 5.0));
+}
+
+TEST_F(LauncherTest, Sigusr1IsForwardedWithoutStoppingTheJob) {
+  // Each rank exits 0 once it got SIGUSR1 (the trap runs between sleeps).
+  Launch launch = start_braid_run(
+      {"-n", "2", "--", "/bin/sh", "-c",
+       fmt::format("trap 'touch {0}/usr1$BRAID_RANK; exit 0' USR1; touch {0}/ready$BRAID_RANK; "
+                   "while true; do sleep 0.05; done",
+                   dir_.string())});
+  ASSERT_TRUE(wait_for_files({path("ready0"), path("ready1")}, 10.0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  kill(launch.pid, SIGUSR1);
+  Outcome outcome = finish(launch);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_TRUE(fs::exists(path("usr10")));
+  EXPECT_TRUE(fs::exists(path("usr11")));
+}
+
+TEST_F(LauncherTest, RanksStillRunningGraceSecondsAfterOneExitedZeroAreStopped) {
+  auto start = Clock::now();
+  Outcome outcome = run_script(3, "if [ $BRAID_RANK != 0 ]; then exec sleep 30; fi; exit 0", {"--grace-s", "0.5"});
+  const double elapsed = seconds_since(start);
+  EXPECT_EQ(outcome.exit_code, 124) << outcome.err;
+  EXPECT_GE(elapsed, 0.5);
+  EXPECT_LT(elapsed, 5.0);
+  EXPECT_NE(outcome.err.find("rank 0 exited 0"), std::string::npos) << outcome.err;
+  EXPECT_NE(outcome.err.find("rank(s) 1, 2 still run (--grace-s)"), std::string::npos) << outcome.err;
+  // The default waits: ranks that finish one after another within it succeed.
+  EXPECT_EQ(run_script(2, "if [ $BRAID_RANK = 1 ]; then sleep 0.3; fi; exit 0").exit_code, 0);
+}
+
 TEST_F(LauncherTest, MissingProgramExits127) {
   Outcome outcome = run_braid_run({"-n", "2", "/nonexistent/braid-test-program"});
   EXPECT_EQ(outcome.exit_code, 127);
@@ -350,6 +430,9 @@ TEST_F(LauncherTest, RejectsBadArgumentsWithExitCode2) {
       {"-n", "2x", "true"},                // trailing junk
       {"--bogus", "-n", "2", "true"},      // unknown option
       {"-n", "2", "--timeout-s", "-1", "true"},  // negative grace
+      {"-n", "17", "true"},                // more ranks than one host serves
+      {"-n", "2", "--grace-s", "-1", "true"},    // negative grace after a success
+      {"-n", "2", "--grace-s", "soon", "true"},  // not a number
   };
   for (const auto& args : bad) {
     Outcome outcome = run_braid_run(args);

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "bootstrap/store.hpp"
 
@@ -45,11 +46,15 @@ Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE,
 BRAID_JOB_ID; CUDA_VISIBLE_DEVICES is left as it is (a rank picks its GPU by BRAID_LOCAL_RANK).
 Ranks read stdin from /dev/null; each line they print is prefixed with "[rank] ".
 When a rank fails, the others are stopped and braid-run exits with that rank's code (128 + signal if it
-was killed by one). SIGINT, SIGTERM and SIGHUP are forwarded to every rank.
+was killed by one). When a rank exits 0 and others still run --grace-s later, they are stopped and
+braid-run exits with 124. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank and stop the job;
+SIGUSR1 and SIGUSR2 are forwarded only. A rank is killed when braid-run dies (even by SIGKILL).
 
 options:
-  -n, --nprocs N    number of ranks to start (required, >= 1)
+  -n, --nprocs N    number of ranks to start (required, 1 to 16)
   --timeout-s S     when stopping ranks, SIGKILL them S seconds after SIGTERM (default 5)
+  --grace-s S       once a rank has exited 0, stop the others if they still run S seconds later
+                    (default 300; 0: wait for them however long)
   --no-prefix       do not prefix output lines with the rank
   -h, --help        print this help and exit
   --version         print the version and exit
@@ -106,22 +111,25 @@ ParsedArgs parse_args(int argc, char** argv) {
       name = arg.substr(0, 2);
       value = arg.substr(2);
     }
-    if (name != "-n" && name != "--nprocs" && name != "--timeout-s") {
+    if (name != "-n" && name != "--nprocs" && name != "--timeout-s" && name != "--grace-s") {
       return usage_error(fmt::format("unknown option '{}'", arg));
     }
     if (!value) {
       if (i + 1 >= argc) return usage_error(fmt::format("option '{}' needs a value", name));
       value = argv[++i];
     }
-    if (name == "--timeout-s") {
+    if (name == "--timeout-s" || name == "--grace-s") {
       auto seconds = parse_number<double>(*value);
       if (!seconds || !std::isfinite(*seconds) || *seconds < 0) {
-        return usage_error(fmt::format("--timeout-s must be a number of seconds >= 0, got '{}'", *value));
+        return usage_error(fmt::format("{} must be a number of seconds >= 0, got '{}'", name, *value));
       }
-      options.timeout_s = *seconds;
+      (name == "--timeout-s" ? options.timeout_s : options.grace_s) = *seconds;
     } else {
       auto n = parse_number<int>(*value);
-      if (!n || *n < 1) return usage_error(fmt::format("{} must be an integer >= 1, got '{}'", name, *value));
+      if (!n || *n < 1 || *n > kMaxRanks) {
+        return usage_error(fmt::format("{} must be an integer from 1 to {} (the ranks of one host), got '{}'", name,
+                                       kMaxRanks, *value));
+      }
       options.nprocs = *n;
       have_nprocs = true;
     }
@@ -214,8 +222,11 @@ std::string describe_exit(int status) {
 // Signals. Handlers only set a flag and write a byte to a self-pipe that the poll loop watches, so a
 // signal arriving at any moment (even just before poll()) wakes the loop; all real work happens there.
 
-constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP};
-constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+// Forwarded to every rank, and the job stops (braid-run exits with 128 + the signal).
+constexpr int kStoppingSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// Forwarded to every rank only: the ranks decide what they mean.
+constexpr int kPassedSignals[] = {SIGUSR1, SIGUSR2};
+constexpr int kHandledSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGCHLD, SIGPIPE};
 
 volatile sig_atomic_t g_pending[NSIG];
 int g_wake_fd = -1;
@@ -272,8 +283,7 @@ class SignalPipe {
     ::sigaction(signo, nullptr, &saved_[signo]);
     // A forwarded signal ignored when braid-run started (nohup, a background job) stays ignored, as in
     // a shell. SIGCHLD is always caught: ignoring it would make the kernel reap the ranks for us.
-    bool forwarded = std::find(std::begin(kForwardedSignals), std::end(kForwardedSignals), signo) !=
-                     std::end(kForwardedSignals);
+    bool forwarded = signo != SIGCHLD && signo != SIGPIPE;
     if (forwarded && saved_[signo].sa_handler == SIG_IGN) return;
     struct sigaction action {};
     // SIGPIPE: a reader of braid-run's output going away must not kill it while ranks run.
@@ -415,8 +425,11 @@ ExecPlan make_exec_plan(int rank, const JobInfo& job, const std::vector<std::str
 // The forked child: own process group (so a signal to the group reaches the rank's whole process tree),
 // stdio onto the pipes, braid-run's original signal state, then exec. Only async-signal-safe calls.
 [[noreturn]] void exec_child(const ExecPlan& plan, int stdin_fd, int stdout_fd, int stderr_fd,
-                             const SignalPipe& signals, const sigset_t& original_mask) {
+                             const SignalPipe& signals, const sigset_t& original_mask, pid_t launcher) {
   ::setpgid(0, 0);
+  // Killed when braid-run dies, however it dies; if it died before this line, the rank never starts.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(128 + SIGKILL);
   signals.restore_in_child();
   ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   ::dup2(stdin_fd, STDIN_FILENO);  // dup2 clears close-on-exec on the new descriptors
@@ -472,6 +485,7 @@ class Job {
       poll_once(poll_timeout_ms());
       handle_signals();
       reap();
+      enforce_grace();
       enforce_deadline();
     }
     for (Rank& rank : ranks_) {
@@ -494,8 +508,9 @@ class Job {
     sigset_t all, original;
     ::sigfillset(&all);
     ::pthread_sigmask(SIG_SETMASK, &all, &original);
+    const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
-    if (pid == 0) exec_child(plan, stdin_fd, out_write.get(), err_write.get(), signals_, original);
+    if (pid == 0) exec_child(plan, stdin_fd, out_write.get(), err_write.get(), signals_, original, launcher);
     int fork_errno = errno;
     ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
     if (pid < 0) {
@@ -522,6 +537,10 @@ class Job {
 
   int poll_timeout_ms() const {
     // SIGCHLD and signals wake the loop through the self-pipe; after SIGKILL only reaping is left.
+    if (!stopping() && first_success_) {  // wake at the grace deadline
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(first_success_->deadline - Clock::now());
+      return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1000));
+    }
     if (!stopping() || killed_) return -1;
     // While stopping, wake at the SIGKILL deadline, and every 100 ms to see whether the groups are empty
     // (members that are not our children send no SIGCHLD).
@@ -550,13 +569,16 @@ class Job {
   }
 
   void handle_signals() {
-    for (int signo : kForwardedSignals) {
+    for (int signo : kStoppingSignals) {
       if (!signals_.take(signo)) continue;
       if (!exit_code_) {
         exit_code_ = 128 + signo;
         say(fmt::format("got {}; stopping the ranks", signal_name(signo)));
       }
       begin_stop(signo);  // forwards it as it is (SIGINT stays SIGINT)
+    }
+    for (int signo : kPassedSignals) {
+      if (signals_.take(signo)) signal_all(signo);
     }
   }
 
@@ -576,6 +598,10 @@ class Job {
     rank.out.read_available(true);
     rank.err.read_available(true);
     bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    if (!failed && !first_success_ && options_.grace_s > 0) {
+      first_success_ = FirstSuccess{rank.index, Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                                                    std::chrono::duration<double>(options_.grace_s))};
+    }
     if (!failed || exit_code_) return;  // only the first failure (or signal) decides the exit code
     exit_code_ = exit_code_of(status);
     say(fmt::format("rank {} {}", rank.index, describe_exit(status)));
@@ -588,6 +614,20 @@ class Job {
                                           std::chrono::duration<double>(options_.timeout_s));
     }
     signal_all(signo);
+  }
+
+  // A rank that exited 0 while another hangs must not leave braid-run waiting forever.
+  void enforce_grace() {
+    if (!first_success_ || stopping() || Clock::now() < first_success_->deadline) return;
+    std::vector<int> running;
+    for (const Rank& rank : ranks_) {
+      if (rank.running) running.push_back(rank.index);
+    }
+    if (running.empty()) return;
+    exit_code_ = kExitGraceExpired;
+    say(fmt::format("rank {} exited 0 {} s ago and rank(s) {} still run (--grace-s); stopping them",
+                    first_success_->rank, options_.grace_s, fmt::join(running, ", ")));
+    begin_stop(SIGTERM);
   }
 
   void enforce_deadline() {
@@ -611,6 +651,11 @@ class Job {
   std::optional<int> exit_code_;                    // set by the first failing rank or received signal
   std::optional<Clock::time_point> kill_deadline_;  // set once the job is being stopped
   bool killed_ = false;                             // SIGKILL has been sent
+  struct FirstSuccess {
+    int rank;
+    Clock::time_point deadline;  // the others must be done by then (--grace-s)
+  };
+  std::optional<FirstSuccess> first_success_;       // the first rank that exited 0
 };
 
 std::string new_job_id() {
