@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 
+#include "bootstrap/rendezvous.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
@@ -26,16 +27,12 @@
 namespace braid {
 namespace {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
-}
-
 // The store served by this process for `host:port`, shared by every communicator that names it (a second
 // communicator made from the same rendezvous must not try to bind the port again).
 std::shared_ptr<StoreServer> serve_store(const std::string& host, int port) {
   static std::mutex mutex;
   static std::map<std::string, std::weak_ptr<StoreServer>> servers;
-  const std::string bind_host = is_loopback(host) ? "127.0.0.1" : "0.0.0.0";
+  const std::string bind_host = store_bind_host(host);
   const std::string key = fmt::format("{}:{}", bind_host, port);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto server = servers[key].lock()) return server;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "bootstrap/rendezvous.hpp"
+#include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
 
 namespace braid {
@@ -345,4 +346,20 @@ TEST(Rendezvous, AtStoreValidates) {
 }
 
 }  // namespace
+// Rank 0 binds the loopback alias the others dial (it bound 127.0.0.1 for 127.0.1.1 and ::1, and the others were
+// refused until the timeout); other hosts bind every interface.
+TEST(Rendezvous, TheStoreBindsTheLoopbackAliasTheRanksDial) {
+  EXPECT_EQ(store_bind_host("127.0.1.1"), "127.0.1.1");
+  EXPECT_EQ(store_bind_host("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(store_bind_host("::1"), "::1");
+  EXPECT_EQ(store_bind_host("[::1]"), "::1");
+  EXPECT_EQ(store_bind_host("localhost"), "127.0.0.1");
+  EXPECT_EQ(store_bind_host("node0"), "0.0.0.0");
+  EXPECT_EQ(store_bind_host("10.1.2.3"), "0.0.0.0");
+  StoreServer server(store_bind_host("127.0.1.1"), 0);
+  StoreClient client("127.0.1.1", server.port(), 2.0);
+  client.set("k", "v");
+  EXPECT_EQ(client.get("k", 1.0), "v");
+}
+
 }  // namespace braid
