@@ -50,6 +50,9 @@ constexpr double kWaitReplyMarginS = 2.0;
 constexpr double kMinRequestTimeoutS = 1.0;
 // Bytes read from one client per poll round, so one large sender cannot starve the others.
 constexpr size_t kMaxReadPerRound = 4u << 20;
+// Replies a client may leave unread before the server stops taking its requests (until it reads): a client
+// that sends requests and never reads the replies cannot make the server buffer without bound.
+constexpr size_t kMaxUnsentReplyBytes = 16u << 20;
 
 // Builds one frame: reserve the length prefix, append fields, patch the length in finish().
 class Encoder {
@@ -141,11 +144,16 @@ struct Parked {
 
 struct Connection {
   int fd = -1;
-  std::string input;       // bytes received, not yet handled
+  std::string input;       // bytes received; those from input_used on are not yet handled
+  size_t input_used = 0;   // prefix of `input` already handled (dropped in bulk, so parsing stays linear)
   std::string output;      // replies not yet sent
   size_t output_sent = 0;  // prefix of `output` already sent
   std::optional<Parked> parked;
   bool dead = false;  // closed by the peer, failed, or sent garbage: dropped at the end of the round
+
+  size_t unsent() const { return output.size() - output_sent; }
+  // Replies pile up unread: take no more requests (nor read them) until the client reads.
+  bool backed_up() const { return unsent() > kMaxUnsentReplyBytes; }
 };
 
 }  // namespace
@@ -201,7 +209,7 @@ StoreServer::Impl::~Impl() {
   }
   thread.join();
   for (auto& connection : connections) close(connection->fd);
-  close(listen_fd);
+  if (listen_fd >= 0) close(listen_fd);
   close(wake_fd);
   BRAID_DEBUG("store server {} stopped", address);
 }
@@ -213,9 +221,15 @@ void StoreServer::Impl::run() {
     serve();
   } catch (const std::exception& error) {
     BRAID_ERROR("store server {} stopped serving: {}", address, error.what());
+  } catch (...) {
+    BRAID_ERROR("store server {} stopped serving: an unknown exception", address);
   }
+  // Clients see their connections close, and new ones are refused at once, rather than waiting on a listener
+  // nobody serves until their timeout.
   for (auto& connection : connections) connection->dead = true;
   drop_dead_connections();
+  close(listen_fd);
+  listen_fd = -1;
 }
 
 void StoreServer::Impl::serve() {
@@ -226,7 +240,8 @@ void StoreServer::Impl::serve() {
     fds.push_back({listen_fd, POLLIN, 0});
     for (const auto& connection : connections) {
       const bool has_output = connection->output_sent < connection->output.size();
-      fds.push_back({connection->fd, static_cast<short>(POLLIN | (has_output ? POLLOUT : 0)), 0});
+      const short reading = connection->backed_up() ? 0 : POLLIN;  // POLLHUP and POLLERR still come
+      fds.push_back({connection->fd, static_cast<short>(reading | (has_output ? POLLOUT : 0)), 0});
     }
     const int ready = poll(fds.data(), fds.size(), next_wakeup_ms());
     if (ready < 0) {
@@ -310,7 +325,7 @@ void StoreServer::Impl::handle_pending_work() {
 
 bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
   bool handled = false;
-  while (!connection.dead && !connection.parked) {
+  while (!connection.dead && !connection.parked && !connection.backed_up()) {
     std::optional<std::string> body = next_frame(connection);
     if (!body) break;
     try {
@@ -325,16 +340,25 @@ bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
 }
 
 std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection) {
-  if (connection.input.size() < 4) return std::nullopt;
-  const uint64_t length = read_little_endian(connection.input.data(), 4);
-  if (length > kMaxFrameBytes) {
-    BRAID_WARN("store server {}: dropping a client that sent a {}-byte frame", address, length);
-    connection.dead = true;
-    return std::nullopt;
+  const size_t available = connection.input.size() - connection.input_used;
+  std::optional<std::string> body;
+  if (available >= 4) {
+    const uint64_t length = read_little_endian(connection.input.data() + connection.input_used, 4);
+    if (length > kMaxFrameBytes) {
+      BRAID_WARN("store server {}: dropping a client that sent a {}-byte frame", address, length);
+      connection.dead = true;
+      return std::nullopt;
+    }
+    if (available >= 4 + length) {
+      body = connection.input.substr(connection.input_used + 4, length);
+      connection.input_used += 4 + length;
+    }
   }
-  if (connection.input.size() < 4 + length) return std::nullopt;
-  std::string body = connection.input.substr(4, length);
-  connection.input.erase(0, 4 + length);
+  // Drop what was handled once it is most of the buffer: each byte moves O(1) times in all.
+  if (connection.input_used > 0 && connection.input_used * 2 >= connection.input.size()) {
+    connection.input.erase(0, connection.input_used);
+    connection.input_used = 0;
+  }
   return body;
 }
 

@@ -1,10 +1,12 @@
 // The TCP store: server, client, socket helpers and braid::StoreHost.
 #include <dirent.h>
+#include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -298,6 +300,73 @@ TEST(StoreTest, GarbageFromOneClientDropsOnlyThatClient) {
   close(fd);
   good->set("k", "v");
   EXPECT_EQ(good->get("k", 1.0), "v");
+}
+
+// Resident memory of this process (the server runs in it), in bytes.
+size_t resident_bytes() {
+  FILE* statm = std::fopen("/proc/self/statm", "r");
+  if (statm == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int read = std::fscanf(statm, "%lu %lu", &size, &resident);
+  std::fclose(statm);
+  return read == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+bool send_all(int fd, const std::string& bytes) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    const ssize_t n = send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A client that asks for an 8 MiB value 100 times and never reads the replies: the server stops taking its
+// requests once 16 MiB of replies wait, instead of buffering 800 MiB (it did), and serves others meanwhile.
+TEST(StoreTest, UnreadRepliesDoNotGrowTheServer) {
+  StoreServer server;
+  auto client = connect_to(server);
+  client->set("big", std::string(8u << 20, 'x'));
+  const size_t before = resident_bytes();
+  const int greedy = raw_connect(server);
+  std::string requests;
+  for (int i = 0; i < 100; ++i) requests += raw_get_frame("big", 0);
+  std::thread sender([&] { send_all(greedy, requests); });  // may block: the server stops reading
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  client->set("small", "s");  // others are still served
+  EXPECT_EQ(client->get("small", 2.0), "s");
+  const size_t grown = resident_bytes() - std::min(before, resident_bytes());
+  EXPECT_LT(grown, size_t(200) << 20) << "the server buffered " << (grown >> 20) << " MiB of unread replies";
+  shutdown(greedy, SHUT_RDWR);
+  sender.join();
+  close(greedy);
+}
+
+// Many small requests in one burst are parsed in time linear in their bytes: 4 MiB of 9-byte TRY_GETs (an
+// empty key) took the server half a minute when each one moved the rest of the buffer.
+TEST(StoreTest, APipelinedBurstOfSmallRequestsIsParsedInLinearTime) {
+  StoreServer server;
+  auto client = connect_to(server, 30.0);
+  const int burst = raw_connect(server);
+  std::string requests;
+  const std::string try_get_empty_key("\x05\x00\x00\x00\x03\x00\x00\x00\x00", 9);  // length 5: op, key length 0
+  while (requests.size() < (4u << 20)) requests += try_get_empty_key;
+  std::thread sender([&] { send_all(burst, requests); });
+  std::thread reader([&] {  // the replies (NOT_FOUND each), read so the burst is not held back
+    char buffer[1 << 16];
+    while (recv(burst, buffer, sizeof buffer, 0) > 0) {
+    }
+  });
+  sender.join();
+  const auto start = std::chrono::steady_clock::now();
+  client->set("after", "1");
+  EXPECT_EQ(client->get("after", 30.0), "1");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0) << "the burst held the server for " << seconds << " s";
+  shutdown(burst, SHUT_RDWR);
+  reader.join();
+  close(burst);
 }
 
 TEST(StoreTest, SixtyFourConcurrentClients) {
