@@ -63,13 +63,10 @@ class EnvReader {
     return *value;
   }
 
-  // A BRAID_* integer, narrowed to int.
+  // A BRAID_* integer, narrowed to int (a value outside int's range is refused naming the variable).
   std::optional<int> braid_integer(const char* name) const {
-    std::optional<int64_t> value = config_.integer(name);
+    std::optional<int64_t> value = config_.integer_in(name, INT_MIN, INT_MAX);
     if (!value) return std::nullopt;
-    if (*value < INT_MIN || *value > INT_MAX) {
-      raise(ErrorCode::kInvalidArgument, "environment variable {}={} is out of range", name, *value);
-    }
     return static_cast<int>(*value);
   }
 

@@ -22,9 +22,17 @@ class OwnStream {
   cudaStream_t stream_ = nullptr;
 };
 
+// What the barrier before an exchange announces: the call's collective, which buffer, its size.
+struct Exchange {
+  Collective collective;
+  ExchangedBuffer buffer;
+  size_t bytes;
+};
+
 // Every peer is about to exchange the same buffer, or this throws (kMismatch, or kTimeout when a peer never
 // arrives) with the failure recorded for the whole communicator.
-void agree_on_exchange(detail::CommState& state, Collective collective, ExchangedBuffer buffer, size_t bytes) {
+void agree_on_exchange(detail::CommState& state, const Exchange& exchange) {
+  const auto [collective, buffer, bytes] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
   OwnStream stream;
@@ -40,7 +48,13 @@ void agree_on_exchange(detail::CommState& state, Collective collective, Exchange
 
 std::optional<PeerRange> call_buffer_range(detail::CommState& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes) {
-  return find_peer_range(state, pointer, bytes, [&] { agree_on_exchange(state, collective, buffer, bytes); });
+  // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
+  // few ever run it.
+  const Exchange exchange{collective, buffer, bytes};
+  detail::CommState* const communicator = &state;
+  const Exchange* const announced = &exchange;
+  return find_peer_range(state, pointer, bytes,
+                         [communicator, announced] { agree_on_exchange(*communicator, *announced); });
 }
 
 }  // namespace braid::collectives
