@@ -99,18 +99,23 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     state.nccl->all_to_all(send, recv, count, type, stream);
     return;
   }
-  const std::optional<PeerRange> send_range =
-      collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kSend, send, bytes);
-  const std::optional<PeerRange> recv_range =
-      collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kRecv, recv, bytes);
+  // LL lines, where the table says LL and a block fits an LL slot, never depend on the buffers (runs_ll): such a
+  // call looks up nothing and exchanges nothing.
+  const size_t ll_slot_bytes = state.ll.bytes() / 2 / state.size;
+  const bool ll = runs_ll(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override) &&
+                  block_bytes <= ll_slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
+  std::optional<PeerRange> send_range, recv_range;
+  if (!ll) {
+    send_range = collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kSend, send, bytes);
+    recv_range = collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kRecv, recv, bytes);
+  }
   const bool symmetric = send_range && recv_range;
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
                                          symmetric ? Buffers::kSymmetric : Buffers::kAny);
   BRAID_TRACE("all_to_all: {} elements a block, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
               symmetric ? " (symmetric buffers)" : "", choice.blocks);
   DeviceGuard guard(state.device);
-  const size_t ll_slot_bytes = state.ll.bytes() / 2 / state.size;
-  if (choice.algorithm == Algorithm::kLL && block_bytes <= ll_slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes) {
+  if (ll) {
     kernels::LLLaunch launch{};
     launch.send = static_cast<const char*>(send);
     launch.recv = static_cast<char*>(recv);
@@ -122,7 +127,6 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
     launch.pad = state.sync->pad();
     launch.epoch = state.sync->ll_epoch();
     launch.blocks_done = state.sync->blocks_done();
-    launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kLL, choice.blocks, count, type, false);
     kernels::launch_blocks_ll(launch, choice.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
@@ -134,7 +138,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
                            stream);
     return;
   }
-  if (symmetric && choice.algorithm != Algorithm::kLL) {  // an LL block too large for its slot: stores
+  if (symmetric && choice.algorithm != Algorithm::kLL) {  // pipelined on buffers peers map: direct stores
     kernels::AllToAllDirectLaunch launch{};
     launch.send.at[state.rank] = const_cast<char*>(static_cast<const char*>(send));  // only read
     launch.recv = recv_range->buffers;

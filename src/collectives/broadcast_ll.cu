@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   if (token_thread && peer != root) {
     uint2 token;
     arrived = device::spin_until(launch.pad, [&] { return load_wire(ll_slot(launch, call, rank, peer), call.flag, &token); },
-                                 launch.collective, kSiteLLData, peer, blockIdx.x, plan_check(launch));
+                                 launch.collective, kSiteLLData, peer, blockIdx.x);
   }
   if (rank != root) {
     for (size_t i = first; arrived && i < lines; i += stride) {
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
       const char* wire = ll_slot(launch, call, rank, root) + i * kLLWireBytes;
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
-                                   kSiteLLData, root, blockIdx.x, plan_check(launch));
+                                   kSiteLLData, root, blockIdx.x);
       if (arrived) store_line(launch.recv + offset, line, bytes - offset);
     }
   }

@@ -136,7 +136,7 @@ kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Ca
 }
 
 // An LL launch without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call, const Choice& choice) {
+kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
@@ -145,7 +145,6 @@ kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call, co
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
   launch.root = -1;
-  launch.plan = plan_of(call, Algorithm::kLL, choice.blocks);
   return launch;
 }
 
@@ -197,10 +196,17 @@ struct ZeroCopyBuffers {
   bool usable() const { return send && recv && send->aligned16 && recv->aligned16; }
 };
 
-ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes) {
-  return ZeroCopyBuffers{
-      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, call.send, bytes),
-      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, call.recv, bytes)};
+// The peers' mappings of `bytes` of a call's buffer at `pointer`, for a call the table sizes as `table_bytes`;
+// none for an LL call, which never depends on the buffers (runs_ll): it looks up nothing and exchanges nothing.
+std::optional<PeerRange> mapped_range(detail::CommState& state, const Call& call, collectives::ExchangedBuffer which,
+                                      const void* pointer, size_t bytes, size_t table_bytes, bool multicast = false) {
+  if (runs_ll(call.collective, table_bytes, state.size, call.type, state.algorithm_override, multicast)) return std::nullopt;
+  return collectives::call_buffer_range(state, call.collective, which, pointer, bytes);
+}
+
+ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes, bool multicast) {
+  return ZeroCopyBuffers{mapped_range(state, call, collectives::ExchangedBuffer::kSend, call.send, bytes, bytes, multicast),
+                         mapped_range(state, call, collectives::ExchangedBuffer::kRecv, call.recv, bytes, bytes, multicast)};
 }
 
 // What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
@@ -276,10 +282,10 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
     return;
   }
   const size_t size = datatype_size(type);
-  const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size);
+  const bool multicast = multicast_ready(state, call, count * size);
+  const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size, multicast);
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny,
-                                         multicast_ready(state, call, count * size));
+                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny, multicast);
   if (choice.algorithm == Algorithm::kMulticast) {
     DeviceGuard guard(state.device);
     run_reduce_multicast(state, call, choice.blocks, stream);
@@ -308,7 +314,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {
-    run_reduce_ll(ll_launch(state, call, choice), call, count, choice.blocks, stream, "all_reduce kernel launch");
+    run_reduce_ll(ll_launch(state, call), call, count, choice.blocks, stream, "all_reduce kernel launch");
     return;
   }
   kernels::StagedLaunch launch = base_launch(state, call);
@@ -329,11 +335,12 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
   const size_t size = datatype_size(type);
   // Copy engines when every peer maps the input (the root pulls it) and every input is 16-byte aligned (the
   // root's kernel loads whole vectors of its own).
+  const bool multicast = multicast_ready(state, call, count * size);
   const std::optional<PeerRange> send_range =
-      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, send, count * size);
+      mapped_range(state, call, collectives::ExchangedBuffer::kSend, send, count * size, count * size, multicast);
   const bool pulls = send_range && send_range->aligned16 && !send_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                   pulls ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, count * size));
+                                   pulls ? Buffers::kSymmetric : Buffers::kAny, multicast);
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kMulticast) {
     run_reduce_multicast(state, call, choice.blocks, stream);
@@ -348,7 +355,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
   }
   if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
-    kernels::LLLaunch launch = ll_launch(state, call, choice);
+    kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;
     run_reduce_ll(launch, call, count, choice.blocks, stream, "reduce kernel launch");
     return;
@@ -381,8 +388,8 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0) {
-    send_range = collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kSend, send,
-                                                recv_count * state.size * size);
+    const size_t input_bytes = recv_count * state.size * size;
+    send_range = mapped_range(state, call, collectives::ExchangedBuffer::kSend, send, input_bytes, input_bytes);
   }
   const bool zero_copy = send_range && send_range->aligned16;
   Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
@@ -411,7 +418,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {  // each peer's block of the input to that peer, reduced there
-    kernels::LLLaunch launch = ll_launch(state, call, choice);
+    kernels::LLLaunch launch = ll_launch(state, call);
     launch.send_rank_stride = recv_count * size;
     run_reduce_ll(launch, call, recv_count, choice.blocks, stream, "reduce_scatter kernel launch");
     return;
@@ -440,14 +447,15 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
   const size_t bytes = send_count * datatype_size(type);
   // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
   // answer on every rank. The input may be any buffer (only this rank reads it).
+  const bool multicast = multicast_ready(state, call, bytes);
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0) {
-    recv_range = collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, recv,
-                                                bytes * state.size);
+    recv_range = mapped_range(state, call, collectives::ExchangedBuffer::kRecv, recv, bytes * state.size,
+                              bytes * state.size, multicast);
   }
   const bool zero_copy = recv_range && recv_range->aligned16;
   Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
-                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny, multicast_ready(state, call, bytes));
+                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny, multicast);
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kMulticast) {  // each rank's block in chunks that fill a half
     kernels::MulticastLaunch launch = multicast_launch(state, call);
@@ -481,7 +489,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
     return;
   }
   if (choice.algorithm == Algorithm::kLL) {  // the input to every peer, as an all-to-all of identical blocks
-    kernels::LLLaunch launch = ll_launch(state, call, choice);
+    kernels::LLLaunch launch = ll_launch(state, call);
     launch.recv_rank_stride = bytes;
     launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "all_gather kernel launch",
                      [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, choice.blocks, stream); });
@@ -506,7 +514,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   const size_t size = datatype_size(type), bytes = count * size;
   // Copy engines when every peer maps the output (the root pushes into it).
   const std::optional<PeerRange> recv_range =
-      collectives::call_buffer_range(state, call.collective, collectives::ExchangedBuffer::kRecv, recv, bytes);
+      mapped_range(state, call, collectives::ExchangedBuffer::kRecv, recv, bytes, bytes);
   const bool pushes = recv_range && !recv_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
                                    pushes ? Buffers::kSymmetric : Buffers::kAny);
@@ -520,7 +528,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
     choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
   }
   if (choice.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call, choice);
+    kernels::LLLaunch launch = ll_launch(state, call);
     launch.root = root;
     launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "broadcast kernel launch",
                      [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, choice.blocks, stream); });

@@ -61,12 +61,6 @@ __device__ inline LLCall ll_call(const LLLaunch& launch) {
   return LLCall{static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1), sequence % kLLRestampPeriod < 2};
 }
 
-// What an LL poll checks while it waits: the call's plan against the peer's barrier announcements (a peer that
-// runs a barrier kernel for this call makes both fail with kMismatch rather than wait out the timeout).
-__device__ __forceinline__ device::PlanCheck plan_check(const LLLaunch& launch) {
-  return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x)};
-}
-
 // The slot `sender` fills in `receiver`'s LL area in this call's parity.
 __device__ __forceinline__ char* ll_slot(const LLLaunch& launch, const LLCall& call, int receiver, int sender) {
   return launch.area[receiver] + (call.parity * launch.pad.world + sender) * launch.slot_bytes;

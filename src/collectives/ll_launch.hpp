@@ -40,7 +40,6 @@ struct LLLaunch {
   device::SignalPad pad;
   uint64_t* epoch;     // LL calls so far (device memory); this call's sequence is epoch + 1 (flag: its low 32 bits)
   unsigned int* blocks_done;
-  uint64_t plan;       // collectives/plan.hpp: checked against a peer's barrier announcements while polling
 };
 
 }  // namespace braid::kernels

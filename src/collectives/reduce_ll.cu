@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
-                                     kSiteLLData, r, blockIdx.x, plan_check(launch));
+                                     kSiteLLData, r, blockIdx.x);
         if (!arrived) break;
       }
       const T* values = reinterpret_cast<const T*>(&line);

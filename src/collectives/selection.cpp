@@ -22,13 +22,19 @@ struct Row {
 // *-tuning.txt):
 //   - LL needs no barrier but sends every byte twice its size to every peer: it wins through 256 KiB on any
 //     buffer, through 512 KiB on buffers peers cannot map (one shot, staged or zero copy, never beats it).
+//   - LL rows never depend on the buffers: ranks choose between LL lines and barrier kernels from the call
+//     alone (size, world, datatype, BRAID_ALGO), since LL polls compare no plans (a rank whose own buffers
+//     picked a barrier kernel would leave its peer polling until the timeout). So all-reduce takes LL through
+//     512 KiB on symmetric buffers too. On 2 ranks LL beats the zero-copy two shot there anyway (7.7 vs 9.4 µs
+//     at 512 KiB, bf16, graphs, bench/results/*-x2-registered-vs-cudamalloc-*); on 4 ranks the two shot was
+//     faster at 512 KiB (12.5 vs 14.7 µs), which symmetric buffers give up from 256 to 512 KiB.
 //   - Any buffer: staged one shot wins at 1 MiB, the pipelined two shot (FIFO pushes) beyond. On 2 ranks a one
 //     shot moves as many bytes over NVLink as a two shot (each rank reads its peer's whole input) with one
 //     barrier instead of a pipeline, and wins through 16 MiB (2×H200, bf16, graphs,
 //     bench/results/*-x2-allreduce-oneshot-two-ranks.txt: 13.4 vs 22.5 µs at 2 MiB, 34.3 vs 42.0 at 8 MiB, 67.6
 //     vs 70.7 at 16 MiB; the two shot from 32 MiB, 124 vs 135).
-//   - Symmetric buffers: the zero-copy two shot wins from 512 KiB up (12.5 µs against LL's 14.7 at 512 KiB,
-//     15.9 µs at 1 MiB against 20.3 for zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
+//   - Symmetric buffers: the zero-copy two shot wins beyond LL's sizes (15.9 µs at 1 MiB against 20.3 for
+//     zero-copy one shot, 318 GB/s busbw at 512 MiB against 301 pipelined).
 //   - Reduce-scatter: pipelined and staged tie at 16 MiB, pipelined wins beyond (262 vs 186 GB/s at 256 MiB).
 //   - All-gather: staged wins through 64 MiB, pipelined beyond (314 vs 286 GB/s at 256 MiB).
 //   - Reduce-scatter and all-gather on buffers peers map (the input, resp. the output): "pipelined" runs the
@@ -91,8 +97,8 @@ struct Row {
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
-    {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(16) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
@@ -291,6 +297,12 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
   if (algorithm == Algorithm::kMulticast && !multicast) algorithm = from_table;  // the gate is closed, or the call unserved
   if (collective == Collective::kAllToAllv) return Choice{algorithm, kAllToAllvBlocks};
   return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
+}
+
+bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
+             bool multicast) {
+  return select_algorithm(collective, bytes, world, type, override_text, Buffers::kAny, multicast).algorithm ==
+         Algorithm::kLL;
 }
 
 }  // namespace braid

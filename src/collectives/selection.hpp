@@ -55,4 +55,10 @@ struct Choice {
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers = Buffers::kAny, bool multicast = false);
 
+// Whether the call runs LL, whatever its buffers are: the table's LL rows serve every buffer kind
+// (tests/cpu/test_selection.cpp checks it), so ranks agree on LL from the call alone, and an LL call looks up no
+// buffer (no peer mapping, no first-use exchange of a registered buffer).
+bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
+             bool multicast = false);
+
 }  // namespace braid

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <utility>
+#include <vector>
 
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"
@@ -59,9 +60,11 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   const auto pick = [](size_t bytes, Buffers buffers) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
   };
-  // At 1 MiB staged one shot beats the pipelined two shot, but the zero-copy two shot beats both.
+  // At 1 MiB staged one shot beats the pipelined two shot, but the zero-copy two shot beats both. LL's sizes
+  // are LL on every buffer.
   EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL);
-  EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kTwoShot);
+  EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kLL);
+  EXPECT_EQ(pick((512 << 10) + 2, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(512 << 10, Buffers::kAny), Algorithm::kLL);
   EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
@@ -186,6 +189,46 @@ TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
   // Not measured on more ranks: the 512 KiB cut-off holds there.
   EXPECT_EQ(pick(size_t(1) << 20, 4, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick(size_t(512) << 10, 4, Buffers::kAny), Algorithm::kLL);
+}
+
+// Ranks decide LL from the call alone: LL polls compare no plans, so a rank whose own buffers turned an LL call
+// into a barrier kernel would leave its peers polling until the timeout. runs_ll() (which lets an LL call skip
+// every buffer lookup) answers for both kinds. Every collective, world 1 to 8, sizes around every power of two
+// and every cut-off, with and without multicast, with overrides that name LL or another algorithm.
+TEST(Selection, LLNeverDependsOnTheBuffers) {
+  const Collective collectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
+                                    Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll};
+  const char* overrides[] = {"", "allreduce=ll", "allreduce=twoshot", "reduce=ll", "reducescatter=pipelined",
+                             "allgather=ll", "broadcast=copyengine", "alltoall=ll", "alltoall=copyengine"};
+  std::vector<size_t> sizes;
+  for (int shift = 0; shift <= 30; ++shift) {
+    for (size_t size : {size_t(1) << shift, (size_t(3) << shift) / 2}) {
+      for (size_t near : {size - 1, size, size + 1}) sizes.push_back(near);
+    }
+  }
+  size_t checked = 0, ll = 0;
+  for (Collective collective : collectives) {
+    for (const char* text : overrides) {
+      for (int world = 1; world <= 8; ++world) {
+        for (bool multicast : {false, true}) {
+          for (size_t bytes : sizes) {
+            const auto algorithm = [&](Buffers buffers) {
+              return select_algorithm(collective, bytes, world, DataType::kBFloat16, text, buffers, multicast).algorithm;
+            };
+            const bool any = algorithm(Buffers::kAny) == Algorithm::kLL;
+            ASSERT_EQ(any, algorithm(Buffers::kSymmetric) == Algorithm::kLL)
+                << collective_name(static_cast<unsigned int>(collective)) << ", " << bytes << " bytes, world " << world
+                << ", override '" << text << "', multicast " << multicast;
+            ASSERT_EQ(any, runs_ll(collective, bytes, world, DataType::kBFloat16, text, multicast));
+            ++checked;
+            ll += any;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(ll, 0u);
+  EXPECT_LT(ll, checked);
 }
 
 TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {

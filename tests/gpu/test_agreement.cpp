@@ -57,11 +57,11 @@ std::string describe(const Scenario& s) {
 
 // Sizes where the selection table gives symmetric buffers zero-copy kernels and other buffers different ones,
 // on 2 ranks and on more: barrier kernels against barrier kernels (all-reduce of 1 MiB: staged one shot; 8 MiB
-// all-gather output and reduce-scatter input: staged), against LL lines (all-reduce of 384 KiB on 2 ranks) and
-// against FIFO pushes (all-reduce of 64 MiB, reduce-scatter of 32 MiB, all-to-all of 8 MiB); symmetric buffers
-// at unequal offsets; and kinds that lead to the same kernels (the LL sizes, equal kinds), which must work.
-// A registered buffer's first use exchanges mappings on the host: a peer that passes another kind (even at an
-// LL size, where both kinds would run the same kernels) fails with it instead of leaving it waiting.
+// all-gather output and reduce-scatter input: staged) and against FIFO pushes (all-reduce of 64 MiB,
+// reduce-scatter of 32 MiB, all-to-all of 8 MiB); symmetric buffers at unequal offsets; and kinds that lead to
+// the same kernels (equal kinds, and LL sizes: all-reduce of 64 and 384 KiB, all-gather and all-to-all of
+// 256 KiB, where any mix runs LL lines and looks up no buffer), which must work. A registered buffer's first use beyond LL's sizes exchanges mappings on the
+// host: a peer that passes another kind fails with it instead of leaving it waiting.
 constexpr size_t kKiB = size_t(1) << 10, kMiB = size_t(1) << 20;
 const Scenario kScenarios[] = {
     {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kSymmetric, true},
@@ -70,7 +70,7 @@ const Scenario kScenarios[] = {
     {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kDevice, false},
     {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kSymmetric, false},
     {Call::kAllReduce, 64 * kKiB, Kind::kSymmetric, Kind::kSymmetricShifted, false},
-    {Call::kAllReduce, 384 * kKiB, Kind::kSymmetric, Kind::kDevice, true},
+    {Call::kAllReduce, 384 * kKiB, Kind::kSymmetric, Kind::kDevice, false},
     {Call::kAllReduce, 64 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
     {Call::kAllGather, 8 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
     {Call::kReduceScatter, 8 * kMiB, Kind::kSymmetric, Kind::kDevice, true},
@@ -81,13 +81,15 @@ const Scenario kScenarios[] = {
     {Call::kAllReduce, kMiB, Kind::kRegistered, Kind::kRegistered, false},
     {Call::kAllReduce, kMiB, Kind::kRegistered, Kind::kDevice, true},
     {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kRegistered, true},
-    {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kRegistered, true},
-    {Call::kAllReduce, 384 * kKiB, Kind::kRegistered, Kind::kDevice, true},
+    {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kRegistered, false},
+    {Call::kAllReduce, 384 * kKiB, Kind::kRegistered, Kind::kDevice, false},
     {Call::kAllReduce, 64 * kMiB, Kind::kDevice, Kind::kRegistered, true},
     {Call::kAllGather, 8 * kMiB, Kind::kRegistered, Kind::kRegistered, false},
     {Call::kAllGather, 8 * kMiB, Kind::kRegistered, Kind::kDevice, true},
     {Call::kAllToAll, 8 * kMiB, Kind::kRegistered, Kind::kRegistered, false},
     {Call::kAllToAll, 8 * kMiB, Kind::kDevice, Kind::kRegistered, true},
+    {Call::kAllGather, 256 * kKiB, Kind::kSymmetric, Kind::kRegistered, false},
+    {Call::kAllToAll, 256 * kKiB, Kind::kRegistered, Kind::kDevice, false},
 };
 
 int32_t input_value(uint64_t seed, int rank, size_t i) {

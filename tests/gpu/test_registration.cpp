@@ -3,6 +3,7 @@
 //     both equal to the host reference; sizes 1, 7, 4097, 1 MiB + 3 and one above the staging buffer; a sub-range
 //     of a registered range (containment) and VMM memory made with POSIX-fd handles;
 //   - the cache: the first use at an address exchanges once, later calls count hits and no exchange;
+//   - calls of LL sizes look up no registration (no exchange, no mapping) and are right;
 //   - 1,000 register/collective/deregister cycles with no growth in device memory or open fds, in both teardown
 //     orders (deregister first; destroy the communicator first, 1,000 communicators);
 //   - a buffer registered with two communicators is mapped once per communicator;
@@ -168,6 +169,10 @@ size_t free_device_bytes() {
 
 const size_t kSizes[] = {1, 7, 4097, (size_t(1) << 18) + 3, size_t(40) << 20 >> 2};  // the last: 40 MiB, above staging
 
+// Elements of an int32 all-reduce that uses its registered buffers: 1 MiB and 16 bytes, beyond every size LL
+// serves (an LL call looks up no buffer).
+constexpr size_t kMappedCount = (size_t(1) << 18) + 4;
+
 TEST(Registration, RegisteredMatchesUnregisteredAndReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
@@ -199,7 +204,7 @@ TEST(Registration, CacheHitMakesNoExchange) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
-    const size_t count = 4097;
+    const size_t count = kMappedCount;
     DeviceBuffer send(count * 4), recv(count * 4);
     RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
     RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
@@ -217,6 +222,28 @@ TEST(Registration, CacheHitMakesNoExchange) {
     const RegistrationStats after = comm.registration_stats();
     EXPECT_EQ(after.buffers, 0u);
     EXPECT_EQ(after.peer_mappings, 0u) << "deregistering left peers' memory mapped";
+  });
+}
+
+// LL sizes run the same kernels on every buffer, so a call of one looks up no registration: no exchange, no
+// cache hit, no peer mapping, the right answer. The same buffers at a size beyond LL's then exchange once.
+TEST(Registration, LLSizesLookUpNoBuffer) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    DeviceBuffer send(kMappedCount * 4), recv(kMappedCount * 4);
+    RegisteredBuffer rs = comm.register_buffer(send.pointer, kMappedCount * 4);
+    RegisteredBuffer rr = comm.register_buffer(recv.pointer, kMappedCount * 4);
+    for (size_t count : {size_t(1), size_t(4097), size_t(65536)}) {
+      check_all_reduce(comm, send.pointer, recv.pointer, count, seed + count, "LL size " + std::to_string(count));
+      check_all_to_all(comm, send.pointer, recv.pointer, count / comm.size() + 1, seed + count, "LL all_to_all");
+    }
+    const RegistrationStats ll = comm.registration_stats();
+    EXPECT_EQ(ll.exchanges, 0u);
+    EXPECT_EQ(ll.cache_hits, 0u);
+    EXPECT_EQ(ll.peer_mappings, 0u);
+    check_all_reduce(comm, send.pointer, recv.pointer, kMappedCount, seed, "beyond LL");
+    EXPECT_EQ(comm.registration_stats().exchanges, 2u);
   });
 }
 
@@ -238,7 +265,7 @@ TEST(Registration, ThousandCyclesLeakNothing) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
-    const size_t count = 1024;
+    const size_t count = kMappedCount;
     DeviceBuffer send(count * 4), recv(count * 4);
     auto cycle = [&](int i) {
       RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
@@ -265,7 +292,7 @@ TEST(Registration, ThousandCyclesLeakNothing) {
 // threads may be mid-cycle with a socket or an exchanged fd open; one fd leaked a cycle would add ~980), and device memory must not shrink by more than 2 MiB in both halves of the run (other
 // tests' memory freed or taken back by the driver meanwhile moves it once, a leak in every half).
 void communicator_cycles(const RankContext& context, bool registered) {
-  const size_t count = 4096;
+  const size_t count = kMappedCount;
   const size_t slack = size_t(2) << 20;
   size_t fds = 0, free_warm = 0, free_half = 0;
   for (int i = 0; i < 1000; ++i) {
@@ -311,7 +338,7 @@ TEST(Registration, TwoCommunicatorsMapOnceEach) {
     Communicator a = Communicator::init(context.rendezvous, test_options());
     Communicator b = Communicator::init(context.rendezvous, test_options());
     make_current(a);
-    const size_t count = 8192;
+    const size_t count = kMappedCount;
     DeviceBuffer send(count * 4), recv(count * 4);
     RegisteredBuffer as = a.register_buffer(send.pointer, count * 4), ar = a.register_buffer(recv.pointer, count * 4);
     RegisteredBuffer bs = b.register_buffer(send.pointer, count * 4), br = b.register_buffer(recv.pointer, count * 4);
@@ -330,7 +357,7 @@ TEST(Registration, FirstUseInsideGraphCapture) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
-    const size_t count = 65536;
+    const size_t count = kMappedCount;
     DeviceBuffer send(count * 4), recv(count * 4);
     RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
     RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);
@@ -375,7 +402,7 @@ TEST(Registration, OtherThreadsRegisterWhileCollectivesRun) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
-    const size_t count = 100000;
+    const size_t count = kMappedCount;
     DeviceBuffer send(count * 4), recv(count * 4), spare(1 << 20);
     RegisteredBuffer rs = comm.register_buffer(send.pointer, count * 4);
     RegisteredBuffer rr = comm.register_buffer(recv.pointer, count * 4);

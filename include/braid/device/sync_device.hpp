@@ -155,7 +155,7 @@ __device__ __forceinline__ uint64_t load_relaxed_system(const uint64_t* address)
 // How long another plan must stay announced, with a wait unmet, before it counts as a mismatch (spin_until).
 constexpr unsigned long long kPlanGraceNs = 1000000;
 
-// What a kernel with no barrier (FIFO pushes, LL lines) checks while it waits for a peer: its own plan, and the
+// What a FIFO kernel (pushes, no barrier) checks while it waits for a peer: its own plan, and the
 // barrier channel of its block (barriers use channels [0, kernels' blocks)).
 struct PlanCheck {
   uint64_t plan = 0;  // 0: nothing checked
