@@ -5,7 +5,8 @@
 #           bench/stage_build.sh), the baseline tree carried as .carry/base (braid-bench only) into
 #           /tmp/build-base, and for each folder .carry/variant-NAME this tree with that folder's files laid
 #           over it (braid-bench only) into /tmp/build-NAME (bench/device_build.sh)
-#   check   the ordering and LL-wrap tests, as threads and as braid-run processes
+#   check   the ordering and LL-wrap tests (CHECK_FILTER), as threads and as braid-run processes, on WORLD
+#           ranks (2 unless set)
 #   suite   `ctest -L gpu` with its wall time, then `ctest -L long`
 #   small   only the small all-reduces in graphs, base, new and the variants interleaved, twice
 #   bench   braid-bench --compare nccl of the builds, one after the other for each configuration (the small
@@ -16,12 +17,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 repo=$PWD
+world=${WORLD:-2}  # ranks of the check step
 new=/tmp/build-new base=/tmp/build-base
 variants=()
 for overlay in .carry/variant-*/; do
   [ -d "$overlay" ] || continue
   name=${overlay#.carry/variant-}; variants+=("${name%/}")
 done
+[ -f .carry/build.tgz ] && [ ! -d .carry/build ] && tar -C .carry -xzf .carry/build.tgz  # bench/stage_build.sh
 if [ -d .carry/build ]; then  # built here and carried: CTest files name /work/main/build
   [ -e build ] || ln -s .carry/build build
   if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
@@ -48,11 +51,11 @@ for step in "$@"; do
       ;;
     check)
       filter=${CHECK_FILTER:-Ordering.*:LLFlags.*:Agreement.*:MoeOrdering.*}
-      echo "## threads, 2 ranks: $filter"
-      timeout 400 "$tests" --world=2 --gtest_filter="$filter" >"$out/check-threads.txt" 2>&1
+      echo "## threads, $world ranks: $filter"
+      timeout 400 "$tests" --world="$world" --gtest_filter="$filter" >"$out/check-threads.txt" 2>&1
       echo "exit $?"; grep -E "^\[  (PASSED|FAILED)|FAILED|OK \]|Failure|expected|wrong" "$out/check-threads.txt" | head -40
-      echo "## processes, 2 ranks: $filter"
-      timeout 400 "$run" -n 2 -- "$tests" --gtest_filter="$filter" >"$out/check-processes.txt" 2>&1
+      echo "## processes, $world ranks: $filter"
+      timeout 400 "$run" -n "$world" -- "$tests" --gtest_filter="$filter" >"$out/check-processes.txt" 2>&1
       echo "exit $?"; grep -E "PASSED|FAILED|Failure|wrong" "$out/check-processes.txt" | head -30
       ;;
     suite)
@@ -84,7 +87,7 @@ for step in "$@"; do
       all="base new ${variants[*]}"
       ab allreduce-bf16-graph-small "$all $all" -c allreduce -d bfloat16 -b 8K -e 8M -f 4 -G 20
       if [ "$step" = small ]; then
-        grep -E "^##|^ +[0-9]" "$out/bench-allreduce-bf16-graph-small.txt" | grep -v "## exit" | awk '/^##/{print $2} !/^##/{print $1, $6, $11}'
+        grep -E "^##|^ +[0-9]" "$out/bench-allreduce-bf16-graph-small.txt" | grep -v "## exit" | awk '/^##/{print $2} !/^##/{print $1, $6, $10}'
         continue
       fi
       ab allreduce-bf16-graph "base new" -c allreduce -d bfloat16 -b 32M -e 128M -f 4 -G 20

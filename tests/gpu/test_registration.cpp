@@ -275,11 +275,15 @@ TEST(Registration, ThousandCyclesLeakNothing) {
       if (i % 2) rr.reset();  // the handle's last copy going deregisters too
       else comm.deregister(rr);
     };
+    // Ranks that are threads share the process's fds: each count waits until every rank's cycles are done.
     for (int i = 0; i < 20; ++i) cycle(i);  // warm: the driver's own pools settle
     cuda(cudaDeviceSynchronize(), "sync");
+    comm.barrier();
     const size_t fds = open_fds(), free = free_device_bytes();
+    comm.barrier();
     for (int i = 0; i < 1000; ++i) cycle(i);
     cuda(cudaDeviceSynchronize(), "sync");
+    comm.barrier();
     EXPECT_LE(open_fds(), fds) << "open fds grew over 1000 cycles";
     EXPECT_GE(free_device_bytes() + (size_t(4) << 20), free) << "device memory shrank over 1000 cycles";
     EXPECT_EQ(comm.registration_stats().peer_mappings, 0u);
