@@ -64,8 +64,9 @@ void validate(const Call& call, const detail::CommState& state, size_t send_elem
     if (static_cast<int>(call.op) < 0 || static_cast<int>(call.op) >= kReduceOpCount) {
       raise_invalid_argument(call.function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
     }
-    if (call.op == ReduceOp::kAvg && !is_floating(call.type)) {
-      raise_invalid_argument(call.function, "op", "is avg, which needs a floating datatype, not {}", datatype_name(call.type));
+    if (!reduction_supported(call.type, call.op)) {
+      raise_invalid_argument(call.function, "op", "is {}, which braid does not apply to {} (avg needs a floating datatype)",
+                             reduce_op_name(call.op), datatype_name(call.type));
     }
   }
   if (call.rooted && (call.root < 0 || call.root >= state.size)) {

@@ -291,5 +291,22 @@ TEST(Selection, DatatypeTable) {
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kSendRecv)), "send_recv");
 }
 
+// The (datatype, op) table that host checks and kernel instantiation share: 54 pairs, avg on floating types only.
+TEST(Selection, ReductionTable) {
+  static_assert(reduction_supported(DataType::kBFloat16, ReduceOp::kAvg));
+  static_assert(!reduction_supported(DataType::kInt32, ReduceOp::kAvg));
+  int pairs = 0;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    for (int o = 0; o < kReduceOpCount; ++o) {
+      const DataType type = static_cast<DataType>(t);
+      const ReduceOp op = static_cast<ReduceOp>(o);
+      pairs += reduction_supported(type, op);
+      EXPECT_EQ(reduction_supported(type, op), op != ReduceOp::kAvg || is_floating(type))
+          << datatype_name(type) << " " << reduce_op_name(op);
+    }
+  }
+  EXPECT_EQ(pairs, 54);
+}
+
 }  // namespace
 }  // namespace braid
