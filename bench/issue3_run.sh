@@ -44,7 +44,7 @@ for phase in "$@"; do
       ;;
     copy-engines)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1 -d float32 -b 32M -e 512M -f 4 -z 0"
-      for c in allgather reducescatter broadcast reduce; do
+      for c in allgather broadcast; do
         BRAID_ALGO=$c=copyengine bench 60 copy-engine-$c -c $c $cmp
         bench 60 table-$c -c $c $cmp
       done

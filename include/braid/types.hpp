@@ -33,6 +33,16 @@ constexpr int kReduceOpCount = 5;
 size_t datatype_size(DataType type);      // bytes of one element; 0 for a value outside the enum
 const char* datatype_name(DataType type);  // "float32", "bfloat16", ...
 const char* reduce_op_name(ReduceOp op);   // "sum", ...
-bool is_floating(DataType type);  // the float16, bfloat16, float32, float64 and fp8 types
+
+// The float16, bfloat16, float32, float64 and fp8 types.
+constexpr bool is_floating(DataType type) {
+  return type == DataType::kFloat16 || type == DataType::kBFloat16 || type == DataType::kFloat32 ||
+         type == DataType::kFloat64 || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
+}
+
+// The (datatype, op) pairs braid reduces: every op on every datatype, but avg only on the floating types. The
+// reducing collectives refuse other pairs (kInvalidArgument naming `op`), and their kernels exist for these
+// pairs only.
+constexpr bool reduction_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
 
 }  // namespace braid

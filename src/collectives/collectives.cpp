@@ -30,8 +30,6 @@ namespace {
 using collectives::all_gather_copy_engine;
 using collectives::broadcast_copy_engine;
 using collectives::raise_recorded_failure;
-using collectives::reduce_copy_engine;
-using collectives::reduce_scatter_copy_engine;
 using collectives::register_with_nccl;
 using detail::NcclBackend;
 using collectives::at;
@@ -66,8 +64,9 @@ void validate(const Call& call, const detail::CommState& state, size_t send_elem
     if (static_cast<int>(call.op) < 0 || static_cast<int>(call.op) >= kReduceOpCount) {
       raise_invalid_argument(call.function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
     }
-    if (call.op == ReduceOp::kAvg && !is_floating(call.type)) {
-      raise_invalid_argument(call.function, "op", "is avg, which needs a floating datatype, not {}", datatype_name(call.type));
+    if (!reduction_supported(call.type, call.op)) {
+      raise_invalid_argument(call.function, "op", "is {}, which braid does not apply to {} (avg needs a floating datatype)",
+                             reduce_op_name(call.op), datatype_name(call.type));
     }
   }
   if (call.rooted && (call.root < 0 || call.root >= state.size)) {
@@ -333,26 +332,13 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
     return;
   }
   const size_t size = datatype_size(type);
-  // Copy engines when every peer maps the input (the root pulls it) and every input is 16-byte aligned (the
-  // root's kernel loads whole vectors of its own).
-  const bool multicast = multicast_ready(state, call, count * size);
-  const std::optional<PeerRange> send_range =
-      mapped_range(state, call, collectives::ExchangedBuffer::kSend, send, count * size, count * size, multicast);
-  const bool pulls = send_range && send_range->aligned16 && !send_range->same_process_peers;
-  Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                   pulls ? Buffers::kSymmetric : Buffers::kAny, multicast);
+  // No reduce kernel reads a peer's buffer in place: the choice never depends on the buffers.
+  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
+                                         Buffers::kAny, multicast_ready(state, call, count * size));
   DeviceGuard guard(state.device);
   if (choice.algorithm == Algorithm::kMulticast) {
     run_reduce_multicast(state, call, choice.blocks, stream);
     return;
-  }
-  if (choice.algorithm == Algorithm::kCopyEngine) {
-    if (pulls) {
-      reduce_copy_engine(state, send_range->buffers, recv, count, type, op, root,
-                         plan_of(call, Algorithm::kCopyEngine, choice.blocks, send_range), stream);
-      return;
-    }
-    choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
   }
   if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
     kernels::LLLaunch launch = ll_launch(state, call);
@@ -392,17 +378,9 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
     send_range = mapped_range(state, call, collectives::ExchangedBuffer::kSend, send, input_bytes, input_bytes);
   }
   const bool zero_copy = send_range && send_range->aligned16;
-  Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
-                                   state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
+  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
+                                         state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
   DeviceGuard guard(state.device);
-  if (choice.algorithm == Algorithm::kCopyEngine) {
-    if (zero_copy && !send_range->same_process_peers) {
-      reduce_scatter_copy_engine(state, send_range->buffers, recv, recv_count, type, op,
-                                 plan_of(call, Algorithm::kCopyEngine, choice.blocks, send_range), stream);
-      return;
-    }
-    choice.algorithm = Algorithm::kPipelined;  // the zero-copy loads, or FIFOs on buffers peers cannot map
-  }
   if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;

@@ -6,7 +6,6 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/kernels.hpp"
-#include "collectives/local_reduce_launch.hpp"
 #include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
@@ -59,54 +58,6 @@ void between_barriers(detail::CommState& state, Collective collective, uint64_t 
   check_launch("copy-engine barrier launch");
 }
 
-// Copy engines pull `count` elements at byte `offset` of every peer's input into this rank's staging, in chunks
-// through its two halves, and a kernel reduces each chunk with this rank's own elements (rank order) into
-// `recv`. Even chunks go through the first half on the caller's stream, odd ones through the second on the side
-// stream: each stream pulls a chunk, reduces it, and only then pulls the next one into the same half, so no
-// stream waits on the other between chunks, and one stream's pulls keep the link busy while the other reduces.
-// Every pull on one stream, each behind an event wait on the reduction that last read its half, measured the
-// same (2×H200, 512 MiB: reduce 1506 against 1517 µs, reduce-scatter 837 against 841); both stay 10–16% above
-// one bare pull. Part of that is the engines' cost per copy: bench/probes/chunked_pulls.cu measured ~4 µs of
-// idle link per cudaMemcpyAsync (16 MiB pulls back to back: 342 GB/s a direction, two-way, against 371 for one
-// 256 MiB pull), the same on one stream or two. Pulling a single peer straight into `recv` in halving pieces
-// (few copies, no staging) won nothing in braid (reduce-scatter 833 against 840 µs, reduce 1526 against 1513;
-// bench/results/*-x2-copy-engine-direct-pull.txt), so it was not kept. Staging is free here: every peer has
-// passed the entry barrier, so none still reads it from an earlier call.
-void pull_and_reduce(detail::CommState& state, const PeerBuffers& send, size_t offset, void* recv, size_t count,
-                     DataType type, ReduceOp op, cudaStream_t stream) {
-  const size_t size = datatype_size(type);
-  const int peers = state.size - 1;
-  const size_t half_bytes = state.staging.bytes() / 2;
-  // A chunk's slice of each peer starts on a 256-byte boundary: the kernel loads whole vectors. One rank alone
-  // pulls nothing and reduces its own elements, in chunks of a half as if it had one peer.
-  const size_t chunk = half_bytes / std::max(peers, 1) / 256 * 256 / size;
-  char* const staging = static_cast<char*>(state.staging.local());
-  SideStream& side = *state.side;
-  side.order(stream, side.get());  // after the entry barrier
-  for (size_t c = 0, first = 0; first < count; ++c, first += chunk) {
-    const size_t elements = std::min(chunk, count - first);
-    const cudaStream_t lane = c % 2 == 0 ? stream : side.get();
-    char* const half = staging + (c % 2) * half_bytes;
-    kernels::LocalReduceLaunch launch{};
-    for (int step = 0; step <= peers; ++step) {
-      const int q = (state.rank + step) % state.size;
-      if (step == 0) {
-        launch.sources[q] = send.at[q] + offset + first * size;
-        continue;
-      }
-      launch.sources[q] = half + (step - 1) * chunk * size;
-      copy(half + (step - 1) * chunk * size, send.at[q] + offset + first * size, elements * size, lane);
-    }
-    launch.source_count = state.size;
-    launch.destination = static_cast<char*>(recv) + first * size;
-    launch.count = elements;
-    launch.world = state.size;
-    kernels::launch_reduce_local(type, op, launch, local_blocks(elements * size), lane);
-    check_launch("copy-engine reduction launch");
-  }
-  side.order(side.get(), stream);
-}
-
 }  // namespace
 
 void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
@@ -135,20 +86,6 @@ void broadcast_copy_engine(detail::CommState& state, const void* send, const Pee
   between_barriers(state, Collective::kBroadcast, plan, stream, recv.at[state.rank], send, is_root ? bytes : 0, [&] {
     if (!is_root) return;
     for (int step = 1; step < state.size; ++step) copy(recv.at[(state.rank + step) % state.size], send, bytes, stream);
-  });
-}
-
-void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
-                                DataType type, ReduceOp op, uint64_t plan, Stream stream) {
-  const size_t offset = state.rank * recv_count * datatype_size(type);
-  between_barriers(state, Collective::kReduceScatter, plan, stream, nullptr, nullptr, 0,
-                   [&] { pull_and_reduce(state, send, offset, recv, recv_count, type, op, stream); });
-}
-
-void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
-                        ReduceOp op, int root, uint64_t plan, Stream stream) {
-  between_barriers(state, Collective::kReduce, plan, stream, nullptr, nullptr, 0, [&] {
-    if (state.rank == root) pull_and_reduce(state, send, 0, recv, count, type, op, stream);
   });
 }
 

@@ -6,9 +6,9 @@
 //
 // Who copies, and from where to where:
 //   - all-to-all: pulls block `rank` of every peer's input (needs the inputs mapped);
-//   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped);
-//   - reduce-scatter, reduce: pull the peers' blocks into this rank's staging, chunk by chunk, and reduce them
-//     with this rank's own block by a kernel while the engines pull the next chunk (needs the inputs mapped).
+//   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
+// Reductions have none: pulls into staging and a local reduction lost to the zero-copy loads at every size
+// measured (selection.cpp).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
 // This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //
@@ -39,11 +39,5 @@ void all_gather_copy_engine(detail::CommState& state, const void* send, const Pe
 // The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
 void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
                            uint64_t plan, Stream stream);
-// Block `rank` (recv_count elements, 16-byte aligned on this rank) of every rank's input, reduced into recv.
-void reduce_scatter_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t recv_count,
-                                DataType type, ReduceOp op, uint64_t plan, Stream stream);
-// Every rank's input (16-byte aligned on the root), reduced into the root's recv.
-void reduce_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t count, DataType type,
-                        ReduceOp op, int root, uint64_t plan, Stream stream);
 
 }  // namespace braid::collectives

@@ -16,7 +16,6 @@ struct LLLaunch;
 struct ZeroCopyLaunch;
 struct AllToAllLaunch;
 struct AllToAllDirectLaunch;
-struct LocalReduceLaunch;
 struct MulticastLaunch;
 
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
@@ -48,10 +47,8 @@ void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream);
 // Stores into every peer's recv, or loads from every peer's send (AllToAllDirectLaunch::loads), between barriers.
 void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
-// Kernels on this GPU's own memory, no peer involved, beside copy engines (local_kernels.cu): a copy, and
-// sources reduced into one output.
+// A copy on this GPU's own memory, no peer involved, beside copy engines (local_kernels.cu).
 void launch_copy_local(void* destination, const void* source, size_t bytes, int blocks, cudaStream_t stream);
-void launch_reduce_local(DataType type, ReduceOp op, const LocalReduceLaunch& launch, int blocks, cudaStream_t stream);
 // NVLink multicast, behind BRAID_ENABLE_MULTICAST (all_reduce_multicast.cu, reduce_multicast.cu,
 // all_gather_multicast.cu); the (type, op) pairs multicast_serves admits.
 void launch_all_reduce_multicast(DataType type, ReduceOp op, const MulticastLaunch& launch, int blocks,

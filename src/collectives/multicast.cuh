@@ -46,7 +46,7 @@ __device__ inline void store_vector(char* to, uint4 value) {
   for (int b = 0; b < 16; ++b) to[b] = bytes[b];
 }
 
-// Instantiates `body(TypeTag<T>, OpTag<Op>)` for the pairs the hardware reduces (device::multimem_reduces, the
+// Instantiates `body(type tag, op tag)` (dispatch.cuh) for the pairs the hardware reduces (device::multimem_reduces, the
 // one table; multicast_serves admits no other); any other pair is an internal error.
 template <typename F>
 void dispatch_multimem(DataType type, ReduceOp op, F&& body) {

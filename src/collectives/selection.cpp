@@ -86,9 +86,9 @@ struct Row {
 //     192.7 at 64 MiB, 1368 vs 1534 at 512 MiB). On more ranks the broadcast root
 //     would push world-1 copies of its input one after another, so its row is for 2 ranks; the all-gather
 //     row holds for every world (each rank pushes one block to each peer, one peer at a time, every GPU
-//     taking one copy a step): not measured there. The copy-engine reduce-scatter (pulls into staging and a
-//     local reduction) lost to the zero-copy loads at every size on 2 ranks (841 vs 806 µs at 512 MiB) and the
-//     copy-engine reduce tied the pipelined one (1517 vs 1535): no rows; BRAID_ALGO reaches them.
+//     taking one copy a step): not measured there. Reductions have no copy-engine algorithm: pulls into
+//     staging and a local reduction lost to the zero-copy loads on 2 ranks (reduce-scatter 841 vs 806 µs at
+//     512 MiB) and tied the pipelined reduce (1517 vs 1535).
 //   - All-to-all-v: FIFO pushes (no rank knows where its data sits in a peer's buffer, so nothing is direct).
 //   - Multicast (all-reduce, reduce, all-gather beyond LL's sizes) is never measured: it runs only where
 //     BRAID_ENABLE_MULTICAST opened it, never on the shared hosts braid is measured on. Its rows follow what it
@@ -155,8 +155,7 @@ constexpr Serves kServes[] = {
     {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
     {Collective::kBroadcast, Algorithm::kLL},          {Collective::kReduce, Algorithm::kPipelined},
     {Collective::kBroadcast, Algorithm::kPipelined},    {Collective::kAllGather, Algorithm::kCopyEngine},
-    {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kBroadcast, Algorithm::kCopyEngine},
-    {Collective::kReduce, Algorithm::kCopyEngine},      {Collective::kAllReduce, Algorithm::kMulticast},
+    {Collective::kBroadcast, Algorithm::kCopyEngine},   {Collective::kAllReduce, Algorithm::kMulticast},
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
 };
 

@@ -41,9 +41,4 @@ const char* reduce_op_name(ReduceOp op) {
   return "unknown";
 }
 
-bool is_floating(DataType type) {
-  return type == DataType::kFloat16 || type == DataType::kBFloat16 || type == DataType::kFloat32 ||
-         type == DataType::kFloat64 || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
-}
-
 }  // namespace braid

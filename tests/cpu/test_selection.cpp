@@ -164,16 +164,24 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
-  // Reduce-scatter and reduce have no copy-engine row (the zero-copy loads and the pipelined reduce won or
-  // tied); BRAID_ALGO still reaches them.
+  // Reductions have no copy-engine algorithm (the zero-copy loads and the pipelined reduce won or tied), and
+  // BRAID_ALGO cannot ask for one.
   EXPECT_EQ(pick(Collective::kReduceScatter, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
-  const std::pair<Collective, const char*> forced[] = {{Collective::kReduceScatter, "reducescatter=copyengine"},
-                                                       {Collective::kReduce, "reduce=copyengine"},
-                                                       {Collective::kAllGather, "allgather=copyengine"},
-                                                       {Collective::kBroadcast, "broadcast=copyengine"}};
+  const std::pair<Collective, const char*> forced[] = {{Collective::kAllGather, "allgather=copyengine"},
+                                                       {Collective::kBroadcast, "broadcast=copyengine"},
+                                                       {Collective::kAllToAll, "alltoall=copyengine"}};
   for (const auto& [collective, text] : forced) {
     EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text).algorithm, Algorithm::kCopyEngine) << text;
+  }
+  for (const char* text : {"reducescatter=copyengine", "reduce=copyengine"}) {
+    try {
+      select_algorithm(Collective::kAllReduce, 1 << 20, 2, DataType::kFloat32, text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      EXPECT_NE(std::string(error.what()).find("cannot run as copyengine"), std::string::npos) << error.what();
+    }
   }
 }
 
@@ -281,6 +289,23 @@ TEST(Selection, DatatypeTable) {
   EXPECT_TRUE(is_floating(DataType::kFloat8E5M2));
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kReduceScatter)), "reduce_scatter");
   EXPECT_STREQ(collective_name(static_cast<unsigned>(Collective::kSendRecv)), "send_recv");
+}
+
+// The (datatype, op) table that host checks and kernel instantiation share: 54 pairs, avg on floating types only.
+TEST(Selection, ReductionTable) {
+  static_assert(reduction_supported(DataType::kBFloat16, ReduceOp::kAvg));
+  static_assert(!reduction_supported(DataType::kInt32, ReduceOp::kAvg));
+  int pairs = 0;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    for (int o = 0; o < kReduceOpCount; ++o) {
+      const DataType type = static_cast<DataType>(t);
+      const ReduceOp op = static_cast<ReduceOp>(o);
+      pairs += reduction_supported(type, op);
+      EXPECT_EQ(reduction_supported(type, op), op != ReduceOp::kAvg || is_floating(type))
+          << datatype_name(type) << " " << reduce_op_name(op);
+    }
+  }
+  EXPECT_EQ(pairs, 54);
 }
 
 }  // namespace

@@ -379,12 +379,11 @@ bool is_reducing(Collective collective) {
 
 bool has_root(Collective collective) { return collective == Collective::kReduce || collective == Collective::kBroadcast; }
 
-bool op_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
 
 std::vector<ReduceOp> supported_ops(DataType type) {
   std::vector<ReduceOp> ops;
   for (ReduceOp op : kAllReduceOps) {
-    if (op_supported(type, op)) ops.push_back(op);
+    if (reduction_supported(type, op)) ops.push_back(op);
   }
   return ops;
 }

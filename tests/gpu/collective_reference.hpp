@@ -37,7 +37,6 @@ constexpr ReduceOp kAllReduceOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp:
 const char* collective_name(Collective collective);  // "all_reduce", ...
 bool is_reducing(Collective collective);             // takes an op
 bool has_root(Collective collective);                // reduce, broadcast
-bool op_supported(DataType type, ReduceOp op);       // avg only for floating types
 std::vector<ReduceOp> supported_ops(DataType type);
 
 constexpr unsigned char kPoison = 0xA5;  // every byte a call must not write holds this before the call

@@ -44,7 +44,7 @@ constexpr size_t kZeroCopyBlock = (size_t(2) << 20) + 16;
 constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
 // Every collective that has a copy-engine algorithm, forced onto it (CommOptions::algorithms).
 const char* const kCopyEngineEverywhere =
-    "reducescatter=copyengine,allgather=copyengine,broadcast=copyengine,reduce=copyengine,alltoall=copyengine";
+    "allgather=copyengine,broadcast=copyengine,alltoall=copyengine";
 
 // Runs body on a fresh communicator whose selection table is overridden by `algorithms` (CommOptions::algorithms).
 void with_algorithms(const std::string& algorithms, const std::function<void(Communicator&)>& body) {
@@ -395,9 +395,8 @@ TEST(Collectives, RegisteredBuffersReduceScatterAndAllGather) {
 // GPU's cudaMalloc memory of the same process) fall back to the zero-copy kernels.
 TEST(Collectives, RegisteredBuffersCopyEngines) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
-    run_registered_reduce_scatter_and_all_gather(
-        comm, {Collective::kReduceScatter, Collective::kAllGather, Collective::kBroadcast, Collective::kReduce},
-        "registered buffers, copy engines");
+    run_registered_reduce_scatter_and_all_gather(comm, {Collective::kAllGather, Collective::kBroadcast},
+                                                 "registered buffers, copy engines");
   });
 }
 
@@ -413,14 +412,12 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
   });
 }
 
-// Copy engines forced for every collective that has them, on symmetric buffers: all-gather and broadcast push
-// into the peers' outputs, reduce-scatter and reduce pull the peers' inputs into staging and reduce there
-// (larger than a staging half: several chunks). Sizes that are not whole 16-byte rank blocks, and the
-// unaligned variants, check the fallbacks (zero-copy kernels or FIFOs).
+// Copy engines forced for all-gather and broadcast on symmetric buffers: they push into the peers' outputs
+// (larger than a staging half too). Sizes that are not whole 16-byte rank blocks, and the unaligned variants,
+// check the fallbacks (zero-copy kernels or FIFOs).
 TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
-    const std::vector<Collective> collectives = {Collective::kReduceScatter, Collective::kAllGather,
-                                                 Collective::kBroadcast, Collective::kReduce};
+    const std::vector<Collective> collectives = {Collective::kAllGather, Collective::kBroadcast};
     std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
     for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
       if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
@@ -755,17 +752,14 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
   });
 }
 
-// The copy-engine collectives captured: the side stream's fork and join, and the chunked pulls of a
-// reduce-scatter and a reduce larger than a staging half (several chunks through both halves).
+// The copy-engine collectives captured: the side stream's fork and join of the own block's copy.
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
     check_graph_replays_match_eager(comm,
                                     {
                                         {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
-                                        {C::kReduceScatter, D::kFloat32, O::kSum, (20u << 20) / 4, 0, false, true, 0},
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
-                                        {C::kReduce, D::kBFloat16, O::kSum, (40u << 20) / 2, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
                                     },
                                     true);

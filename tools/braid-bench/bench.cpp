@@ -145,7 +145,7 @@ class RankBench {
   }
 
   void run_collective(Collective coll) {
-    if (has_op(coll) && !op_supported(options_.type, options_.op)) {
+    if (has_op(coll) && !reduction_supported(options_.type, options_.op)) {
       note(std::string(collective_name(coll)) + " skipped: " + reduce_op_name(options_.op) + " is not defined for " +
            datatype_name(options_.type) + " (braid refuses avg on integer types)");
       return;

@@ -332,14 +332,12 @@ double tolerance(DataType type, int ranks) {
   }
 }
 
-bool op_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
-
 bool output_defined(const CheckSpec& check) {
   return check.coll != Collective::kReduce || check.rank == check.root;
 }
 
 void compare_output(const CheckSpec& check, size_t first, size_t count, const void* got, Mismatch& result) {
-  if (has_op(check.coll) && !op_supported(check.data.type, check.data.op)) {
+  if (has_op(check.coll) && !reduction_supported(check.data.type, check.data.op)) {
     throw std::invalid_argument(std::string("reference: ") + reduce_op_name(check.data.op) + " is not defined for " +
                                 datatype_name(check.data.type));
   }

@@ -44,7 +44,6 @@ unsigned char poison_byte(DataType type);
 double tolerance(DataType type, int ranks);
 
 // Whether `op` can be checked (and run) for `type`: false for avg on integers, which braid refuses.
-bool op_supported(DataType type, ReduceOp op);
 
 // One rank's view of one collective call.
 struct CheckSpec {

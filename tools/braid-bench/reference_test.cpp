@@ -65,7 +65,7 @@ void fail(const char* what, Collective coll, DataType type, ReduceOp op, int ran
 
 template <typename T>
 void run(DataType type, ReduceOp op, Collective coll, int ranks) {
-  if (has_op(coll) && !op_supported(type, op)) return;
+  if (has_op(coll) && !reduction_supported(type, op)) return;
   for (size_t bytes : {size_t(8), size_t(1000), size_t(12293)}) {  // 12293 int8: several 4096-element blocks
     for (int rank = 0; rank < ranks; ++rank) {
       const Shape shape = shape_of(coll, bytes, type, ranks, rank);
