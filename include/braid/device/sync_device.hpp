@@ -115,12 +115,10 @@ __device__ __forceinline__ void publish_error_word(ErrorWord* word, unsigned int
   store_release_system(&word->code, code);
 }
 
-// Records the first failure of this communicator for the host; later ones are dropped.
-__device__ inline void record_error(const SignalPad& pad, unsigned int code, unsigned int collective, unsigned int site,
-                                    int peer, int channel, unsigned long long waited_ns, long long value = 0,
-                                    long long limit = 0) {
+// Step 2 for the fatal word: fills in what the host reports.
+__device__ inline void write_error_fields(const SignalPad& pad, unsigned int collective, unsigned int site, int peer,
+                                          int channel, unsigned long long waited_ns, long long value, long long limit) {
   ErrorWord* word = pad.error;
-  if (!claim_error_word(word)) return;
   word->collective = collective;
   word->site = site;
   word->rank = pad.rank;
@@ -129,7 +127,15 @@ __device__ inline void record_error(const SignalPad& pad, unsigned int code, uns
   word->waited_ns = waited_ns;
   word->value = value;
   word->limit = limit;
-  publish_error_word(word, code);
+}
+
+// Records the first failure of this communicator for the host; later ones are dropped.
+__device__ inline void record_error(const SignalPad& pad, unsigned int code, unsigned int collective, unsigned int site,
+                                    int peer, int channel, unsigned long long waited_ns, long long value = 0,
+                                    long long limit = 0) {
+  if (!claim_error_word(pad.error)) return;
+  write_error_fields(pad, collective, site, peer, channel, waited_ns, value, limit);
+  publish_error_word(pad.error, code);
 }
 
 // Tells `peer` that this rank passed a point on `channel`. Call after the writes the peer must see: the release
@@ -174,15 +180,29 @@ __device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck&
   return load_acquire_system(plan_slot(pad, pad.local, check.barrier_channel, peer, count));
 }
 
-// After a mismatch found by announced_plan: answers the peer's barrier with this rank's plan, so the peer fails
-// with kMismatch at once instead of waiting out the timeout, and records kErrorPlanMismatch here.
+// After a mismatch found by announced_plan: answers, with this rank's plan, every barrier that any peer announced
+// with another plan on any channel, so each of those peers fails with kMismatch at once instead of waiting out
+// the timeout, and records kErrorPlanMismatch here. Every peer, not only `peer`: beyond two ranks a peer's
+// barrier may wait on this rank while this rank waited on another one (a FIFO peer of its own plan), and this
+// rank waits for nobody once it has failed. Only the thread that records the error answers (one answer a
+// barrier). A peer whose announcement is for its next call gets the answer there: this rank's communicator is
+// unusable from now on, and that peer would otherwise wait for it until the timeout.
 __device__ inline void answer_mismatch(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t theirs,
                                        unsigned int collective, unsigned int site) {
-  const uint64_t count = pad.expected[check.barrier_channel * pad.world + peer] + 1;
-  store_relaxed_system(plan_slot(pad, pad.peers[peer], check.barrier_channel, pad.rank, count), check.plan);
-  signal(pad, check.barrier_channel, peer);
-  record_error(pad, kErrorPlanMismatch, collective, site, peer, check.barrier_channel, 0,
-               static_cast<long long>(check.plan), static_cast<long long>(theirs));
+  if (!claim_error_word(pad.error)) return;  // another failure is recorded (and answered) already
+  for (int other = 0; other < pad.world; ++other) {
+    if (other == pad.rank) continue;
+    for (int channel = 0; channel < pad.channels; ++channel) {
+      const uint64_t count = pad.expected[channel * pad.world + other] + 1;
+      const uint64_t announced = load_acquire_system(plan_slot(pad, pad.local, channel, other, count));
+      if (announced == 0 || announced == check.plan) continue;
+      store_relaxed_system(plan_slot(pad, pad.peers[other], channel, pad.rank, count), check.plan);
+      signal(pad, channel, other);
+    }
+  }
+  write_error_fields(pad, collective, site, peer, check.barrier_channel, 0, static_cast<long long>(check.plan),
+                     static_cast<long long>(theirs));
+  publish_error_word(pad.error, kErrorPlanMismatch);
 }
 
 // Counters are compared by their difference, so an expected count may start below zero (credits granted in
