@@ -65,9 +65,9 @@ bool wait_for(int fd, short events, int timeout_ms) {
 }
 
 // Connects a non-blocking socket to `name`. Returns the socket, or -1 when the peer is not there
-// yet (not bound: ECONNREFUSED; backlog full: EAGAIN), so the caller retries. A blocking connect
-// would wait on a full backlog without bound.
-int try_connect(const std::string& name) {
+// yet (not bound: ECONNREFUSED; backlog full: EAGAIN, then *backlog_full is set), so the caller retries. A
+// blocking connect would wait on a full backlog without bound.
+int try_connect(const std::string& name, bool* backlog_full) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
   sockaddr_un address;
@@ -75,6 +75,7 @@ int try_connect(const std::string& name) {
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), length) == 0) return fd;
   int err = errno;
   ::close(fd);
+  *backlog_full = err == EAGAIN;
   if (err == ECONNREFUSED || err == EAGAIN || err == ENOENT || err == EINTR) return -1;
   raise_system("connect", err, fmt::format("fd passing to socket @{}", name));
 }
@@ -167,12 +168,13 @@ bool read_message(int connection, net::Deadline deadline, Message* out) {
   return false;
 }
 
-// Connects to `name`, retrying until the deadline; -1 when it passes.
-int connect_until(const std::string& name, net::Deadline deadline) {
+// Connects to `name`, retrying until the deadline; -1 when it passes, with *backlog_full telling whether the
+// last attempt found the listener's backlog full (rather than no listener).
+int connect_until(const std::string& name, net::Deadline deadline, bool* backlog_full) {
   // The peer may not have bound its listener yet: retry with a short, growing pause.
   int pause_ms = 1;
   while (true) {
-    int connection = try_connect(name);
+    int connection = try_connect(name, backlog_full);
     if (connection >= 0) return connection;
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) return -1;
@@ -181,13 +183,15 @@ int connect_until(const std::string& name, net::Deadline deadline) {
   }
 }
 
-// Whether the connected peer runs as our user. Abstract sockets have no file permissions, so without this any
-// local user could hand us fds posing as a rank, or listen on a rank's name and take ours.
-bool peer_is_same_user(int connection) {
+// Who is on the other side of `connection`, as the kernel says (for a connection to a listener: the process
+// that called listen()); uid -1 when it cannot say. Abstract sockets have no file permissions, so without this
+// any local user could hand us fds posing as a rank, or listen on a rank's name and take ours.
+ucred peer_credentials(int connection) {
   ucred credentials{};
+  credentials.uid = static_cast<uid_t>(-1);
   socklen_t length = sizeof(credentials);
-  if (::getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return false;
-  return credentials.uid == ::getuid();
+  if (::getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) credentials.uid = static_cast<uid_t>(-1);
+  return credentials;
 }
 
 }  // namespace
@@ -247,20 +251,37 @@ void FdExchanger::send(int peer, int fd, uint64_t tag) {
 
   const std::string name = socket_name(peer);
   const net::Deadline deadline = net::deadline_after(timeout_s_);
-  int connection = connect_until(name, deadline);
+  bool backlog_full = false;
+  int connection = connect_until(name, deadline, &backlog_full);
+  if (connection < 0 && backlog_full) {
+    raise(ErrorCode::kTimeout,
+          "fd passing: the backlog of socket @{} (rank {}; up to {} connections) stayed full for {} s (a flood of "
+          "connections, or a rank that stopped receiving); rank {} sent nothing for tag {}",
+          name, peer, kListenBacklog, timeout_s_, rank_, tag);
+  }
   if (connection < 0) {
     raise(ErrorCode::kTimeout,
           "fd passing: rank {} is not listening on socket @{} after {} s (rank {} sending fd for tag {})", peer,
           name, timeout_s_, rank_, tag);
   }
   // The listener's credentials date from its listen(): one of another user that bound the name first (abstract
-  // names are listed in /proc/net/unix and carry no permissions) gets nothing of this rank's memory.
-  if (!peer_is_same_user(connection)) {
+  // names are listed in /proc/net/unix and carry no permissions), or once the ranks' processes are known
+  // another process than the rank's, gets nothing of this rank's memory.
+  const ucred listener = peer_credentials(connection);
+  if (listener.uid != ::getuid()) {
     ::close(connection);
     raise(ErrorCode::kSystemError,
           "fd passing: the listener on socket @{} runs as another user than this process; rank {} sent nothing for "
           "tag {} (another user may have bound rank {}'s socket name first)",
           name, rank_, tag, peer);
+  }
+  const int expected = rank_pid(peer);
+  if (expected != 0 && listener.pid != expected) {
+    ::close(connection);
+    raise(ErrorCode::kSystemError,
+          "fd passing: the listener on socket @{} is process {}, not rank {}'s process {}; rank {} sent nothing for "
+          "tag {} (another process may have bound the rank's socket name first)",
+          name, listener.pid, peer, expected, rank_, tag);
   }
   Header header{kMagic, rank_, tag};
   bool sent = false;
@@ -321,7 +342,8 @@ void FdExchanger::accept_pending_connections(net::Deadline deadline) {
 
 void FdExchanger::stash_message(int connection, net::Deadline deadline) {
   Message message;
-  if (!peer_is_same_user(connection)) {
+  const ucred sender_credentials = peer_credentials(connection);
+  if (sender_credentials.uid != ::getuid()) {
     BRAID_WARN("fd passing: rank {} ignored a connection from another user on socket @{}", rank_, socket_name(rank_));
     return;
   }
@@ -335,6 +357,13 @@ void FdExchanger::stash_message(int connection, net::Deadline deadline) {
     ::close(message.fd);
     return;
   }
+  const int expected = rank_pid(sender);
+  if (expected != 0 && sender_credentials.pid != expected) {
+    BRAID_WARN("fd passing: rank {} dropped a message from process {} posing as rank {} (process {})", rank_,
+               sender_credentials.pid, sender, expected);
+    ::close(message.fd);
+    return;
+  }
   auto [it, inserted] = pending_.emplace(std::make_pair(sender, message.header.tag), message.fd);
   if (!inserted) {
     // Two fds for one (peer, tag): which is meant is ambiguous; keep the first.
@@ -342,6 +371,19 @@ void FdExchanger::stash_message(int connection, net::Deadline deadline) {
                message.header.tag);
     ::close(message.fd);
   }
+}
+
+void FdExchanger::admit(std::vector<int> pids) {
+  if (static_cast<int>(pids.size()) != size_) {
+    raise_invalid_argument("FdExchanger::admit", "pids", "has {} entries for {} ranks", pids.size(), size_);
+  }
+  std::lock_guard<std::mutex> lock(pids_mutex_);
+  pids_ = std::move(pids);
+}
+
+int FdExchanger::rank_pid(int rank) const {
+  std::lock_guard<std::mutex> lock(pids_mutex_);
+  return pids_.empty() ? 0 : pids_[rank];
 }
 
 std::vector<int> FdExchanger::all_exchange(int fd, uint64_t tag) {

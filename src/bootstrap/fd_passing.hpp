@@ -28,6 +28,12 @@ class FdExchanger {
   // Messages that arrive for other (peer, tag) pairs are kept for later calls.
   // Throws Error(kTimeout) naming the peer and the tag.
   int receive(int peer, uint64_t tag);
+  // The process id of every rank (0: not known, checked by uid alone), once the ranks have told each other:
+  // from then on send() passes fds only to a listener that is the rank's process, and receive() takes fds only
+  // from it (others are dropped with a warning). Ranks in another pid namespace are passed as 0: the kernel
+  // names their processes differently.
+  void admit(std::vector<int> pids);
+
   // Sends `fd` to every other rank and receives every other rank's fd with the same tag.
   // Result[r] is rank r's fd (caller owns them); result[rank] is -1.
   std::vector<int> all_exchange(int fd, uint64_t tag);
@@ -42,6 +48,7 @@ class FdExchanger {
   void accept_pending_connections(Deadline deadline);
   // Reads one message from an accepted connection into pending_; drops malformed ones.
   void stash_message(int connection, Deadline deadline);
+  int rank_pid(int rank) const;  // 0 before admit() or where unknown
 
   std::string scope_;
   int rank_;
@@ -50,6 +57,8 @@ class FdExchanger {
   int listen_fd_ = -1;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
+  mutable std::mutex pids_mutex_;
+  std::vector<int> pids_;  // admit(); empty: none known
 };
 
 }  // namespace braid

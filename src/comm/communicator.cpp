@@ -110,6 +110,7 @@ Topology agree_on_topology(detail::CommState& state) {
   std::vector<RankIdentity> ranks;
   for (int r = 0; r < state.size; ++r) ranks.push_back(RankIdentity::decode(encoded[r], r));
   Topology topology;
+  state.fds->admit(checkable_pids(ranks, ranks[state.rank]));  // fds pass only between the ranks' processes
   topology.peers = probe_peers(ranks, state.rank, state.device);
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows);

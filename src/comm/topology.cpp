@@ -21,6 +21,14 @@ std::string read_boot_id() {
   return id.empty() ? "unknown-boot-id" : id;
 }
 
+constexpr const char* kUnknownPidNamespace = "unknown";
+
+std::string pid_namespace() {
+  char target[128] = {};
+  const ssize_t length = ::readlink("/proc/self/ns/pid", target, sizeof(target) - 1);
+  return length > 0 ? std::string(target, static_cast<size_t>(length)) : std::string(kUnknownPidNamespace);
+}
+
 std::string host_name() {
   char buffer[256] = {};
   if (gethostname(buffer, sizeof(buffer) - 1) != 0) return "unknown-host";
@@ -30,7 +38,7 @@ std::string host_name() {
 }  // namespace
 
 std::string RankIdentity::encode() const {
-  return fmt::format("{}\n{}\n{}\n{}\n{}", host, boot_id, pci_bus_id, device, pid);
+  return fmt::format("{}\n{}\n{}\n{}\n{}\n{}", host, boot_id, pci_bus_id, device, pid, pid_namespace);
 }
 
 RankIdentity RankIdentity::decode(const std::string& text, int rank) {
@@ -38,7 +46,8 @@ RankIdentity RankIdentity::decode(const std::string& text, int rank) {
   RankIdentity identity;
   std::string device, pid;
   if (!std::getline(in, identity.host) || !std::getline(in, identity.boot_id) ||
-      !std::getline(in, identity.pci_bus_id) || !std::getline(in, device) || !std::getline(in, pid)) {
+      !std::getline(in, identity.pci_bus_id) || !std::getline(in, device) || !std::getline(in, pid) ||
+      !std::getline(in, identity.pid_namespace)) {
     raise(ErrorCode::kInternal, "malformed identity from rank {}", rank);
   }
   identity.device = std::stoi(device);
@@ -55,7 +64,18 @@ RankIdentity local_identity(int device) {
   identity.pci_bus_id = bus_id;
   identity.device = device;
   identity.pid = static_cast<int>(getpid());
+  identity.pid_namespace = pid_namespace();
   return identity;
+}
+
+std::vector<int> checkable_pids(const std::vector<RankIdentity>& ranks, const RankIdentity& me) {
+  std::vector<int> pids;
+  for (const RankIdentity& rank : ranks) {
+    const bool comparable = rank.boot_id == me.boot_id && rank.host == me.host &&
+                            me.pid_namespace != kUnknownPidNamespace && rank.pid_namespace == me.pid_namespace;
+    pids.push_back(comparable ? rank.pid : 0);
+  }
+  return pids;
 }
 
 std::vector<PeerInfo> probe_peers(const std::vector<RankIdentity>& ranks, int my_rank, int my_device) {

@@ -15,12 +15,17 @@ struct RankIdentity {
   std::string pci_bus_id;  // of the rank's GPU
   int device = -1;         // the rank's CUDA ordinal in its own process
   int pid = 0;
+  std::string pid_namespace;  // /proc/self/ns/pid's target ("unknown" if unreadable): pids compare within one
 
   std::string encode() const;
   static RankIdentity decode(const std::string& text, int rank);  // kInternal on malformed text
 };
 
 RankIdentity local_identity(int device);
+
+// The process of every rank as `me` can check it (FdExchanger::admit): its pid where it runs on this host in
+// this pid namespace, else 0.
+std::vector<int> checkable_pids(const std::vector<RankIdentity>& ranks, const RankIdentity& me);
 
 // This rank's view of every peer: same host, the peer's GPU in this process's numbering, P2P access,
 // native atomics and performance rank as CUDA reports them from `my_device`.

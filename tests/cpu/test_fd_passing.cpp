@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 
@@ -107,6 +108,7 @@ void exchange_memfds(int size) {
   const std::string scope = fresh_scope();
   run_ranks(size, [&](int rank) {
     FdExchanger exchanger(scope, rank, size, kTimeoutS);
+    exchanger.admit(std::vector<int>(size, static_cast<int>(::getpid())));  // every rank is this process
     int mine = memfd_with(rank_content(rank));
     std::vector<int> fds = exchanger.all_exchange(mine, 7);
     ASSERT_EQ(fds.size(), static_cast<size_t>(size));
@@ -183,6 +185,75 @@ TEST(FdPassing, SilentPeerTimesOut) {
   EXPECT_TRUE(contains(error.what(), "tag 42")) << error.what();
   EXPECT_GE(elapsed, 0.45);
   EXPECT_LT(elapsed, 5.0);
+}
+
+// No process has this id (pids stay below 2^22 on Linux).
+constexpr int kNoSuchPid = 0x7ffffff0;
+
+// Once the ranks' processes are known, a listener of the right user but another process (here: this process,
+// where rank 1's process is said to be another) gets nothing.
+TEST(FdPassing, SenderRefusesAListenerOfAnotherProcess) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 0.5);
+  FdExchanger rank1(scope, 1, 2, 0.5);
+  rank0.admit({static_cast<int>(::getpid()), kNoSuchPid});
+  int fd = memfd_with("secret");
+  Error error = expect_error([&] { rank0.send(1, fd, 9); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), "not rank 1's process " + std::to_string(kNoSuchPid))) << error.what();
+  EXPECT_TRUE(contains(error.what(), "sent nothing")) << error.what();
+  Error nothing = expect_error([&] { rank1.receive(0, 9); });  // nothing reached the listener
+  EXPECT_EQ(nothing.code(), ErrorCode::kTimeout) << nothing.what();
+  ::close(fd);
+}
+
+// And a receiver takes fds only from the rank's process: one that claims to be rank 1 from another process
+// (here: this one) is dropped, its fd closed, and the receive times out.
+TEST(FdPassing, ReceiverDropsFdsFromAnotherProcess) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 0.5);
+  FdExchanger rank1(scope, 1, 2, 0.5);
+  rank0.admit({static_cast<int>(::getpid()), kNoSuchPid});
+  int fd = memfd_with("forged");
+  const int before = open_fd_count();
+  rank1.send(0, fd, 11);
+  Error error = expect_error([&] { rank0.receive(1, 11); });
+  EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+  EXPECT_EQ(open_fd_count(), before) << "the dropped message's fd stayed open";
+  ::close(fd);
+}
+
+// A listener whose backlog is full (connections that are never accepted: a flood) makes a send fail with an
+// error that says so, not with "not listening".
+TEST(FdPassing, AFullBacklogIsNamed) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 0.5);
+  FdExchanger rank1(scope, 1, 2, 0.5);  // never receives
+  const std::string name = rank0.socket_name(1);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path + 1, name.data(), name.size());
+  const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  std::vector<int> flood;
+  bool full = false;
+  for (int i = 0; i < 1024 && !full; ++i) {
+    int socket_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(socket_fd, 0);
+    if (::connect(socket_fd, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+      full = errno == EAGAIN;
+      ::close(socket_fd);
+      continue;
+    }
+    flood.push_back(socket_fd);
+  }
+  ASSERT_TRUE(full) << "the backlog took " << flood.size() << " connections without filling";
+  int fd = memfd_with("x");
+  Error error = expect_error([&] { rank0.send(1, fd, 4); });
+  EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+  EXPECT_TRUE(contains(error.what(), "backlog")) << error.what();
+  EXPECT_FALSE(contains(error.what(), "not listening")) << error.what();
+  for (int socket_fd : flood) ::close(socket_fd);
+  ::close(fd);
 }
 
 TEST(FdPassing, AbsentPeerSendTimesOut) {

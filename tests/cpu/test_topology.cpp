@@ -9,7 +9,7 @@ namespace {
 std::vector<RankIdentity> ranks_on_one_host(int count) {
   std::vector<RankIdentity> ranks;
   for (int r = 0; r < count; ++r) {
-    ranks.push_back({"node1", "boot-a", "0000:0" + std::to_string(r) + ":00.0", r, 100 + r});
+    ranks.push_back({"node1", "boot-a", "0000:0" + std::to_string(r) + ":00.0", r, 100 + r, "pid:[4026531836]"});
   }
   return ranks;
 }
@@ -46,14 +46,27 @@ TEST(Topology, TwoRanksOnOneGpuAreRefused) {
 }
 
 TEST(Topology, IdentityRoundTripsThroughItsEncoding) {
-  RankIdentity identity{"host-x", "boot", "0000:1b:00.0", 3, 4242};
+  RankIdentity identity{"host-x", "boot", "0000:1b:00.0", 3, 4242, "pid:[4026531836]"};
   RankIdentity back = RankIdentity::decode(identity.encode(), 0);
+  EXPECT_EQ(back.pid_namespace, identity.pid_namespace);
   EXPECT_EQ(back.host, identity.host);
   EXPECT_EQ(back.boot_id, identity.boot_id);
   EXPECT_EQ(back.pci_bus_id, identity.pci_bus_id);
   EXPECT_EQ(back.device, 3);
   EXPECT_EQ(back.pid, 4242);
   EXPECT_THROW(RankIdentity::decode("only\ntwo", 1), Error);
+}
+
+// fd passing checks a rank's process only where the kernel names it as the rank did: same host, same pid
+// namespace (a rank in another container of the host has other pids there).
+TEST(Topology, PidsAreCheckedOnlyWithinOnePidNamespace) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(4);
+  ranks[2].pid_namespace = "pid:[4026532000]";
+  ranks[3].boot_id = "boot-b";
+  EXPECT_EQ(checkable_pids(ranks, ranks[0]), (std::vector<int>{100, 101, 0, 0}));
+  EXPECT_EQ(checkable_pids(ranks, ranks[2]), (std::vector<int>{0, 0, 102, 0}));
+  ranks[0].pid_namespace = "unknown";  // /proc/self/ns/pid unreadable: nothing is compared
+  EXPECT_EQ(checkable_pids(ranks, ranks[0]), (std::vector<int>{0, 0, 0, 0}));
 }
 
 }  // namespace
