@@ -19,6 +19,7 @@ constexpr int kPipelinePhases = 2;      // all-reduce: reduce-scatter pieces, th
 // counts pieces a sender posted, "free" counts slots a receiver handed back.
 enum PadChannelSet : int { kBarrierSet = 0, kData1 = 1, kFree1 = 2, kData2 = 3, kFree2 = 4, kPadChannelSets = 5 };
 constexpr int kPadChannels = kPadChannelSets * kPipelineChannels;
+static_assert(kPipelineChannels == device::kBarrierChannels, "the barrier set is the pad's barrier channels");
 
 // Bytes of one FIFO slot for a pipeline area of `area_bytes` (a multiple of 256, so slots of any element type
 // stay 16-byte aligned); 0 when the area is too small.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "braid/device/sync_device.hpp"
 #include "core/hash.hpp"
 
 namespace braid::collectives {
@@ -29,6 +30,7 @@ uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint6
 
 std::string describe_plan(uint64_t word) {
   if (word == 0) return "no plan (a barrier outside the collectives)";
+  if (word == device::kStoppedPlan) return "none: it had stopped after a mismatch with another rank";
   const unsigned int collective = static_cast<unsigned int>(word >> 56 & 0xF);
   if (word >> 60 == kExchangeAlgorithmBits) {
     return fmt::format("{}: the first use of a registered {} buffer at this address, whose mappings the ranks "

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "braid/types.hpp"
+#include "braid/device/sync_device.hpp"
 #include "collectives/plan.hpp"
 
 namespace braid {
@@ -99,6 +100,22 @@ TEST(PlanWord, TheFirstUseOfARegisteredBufferHasAPlanOfItsOwn) {
   EXPECT_NE(said.find(collective_name(static_cast<unsigned int>(Collective::kAllReduce))), std::string::npos) << said;
   EXPECT_NE(describe_plan(exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kRecv, 8)).find("recv"),
             std::string::npos);
+}
+
+// A rank that stopped after a mismatch answers its peers' barriers with kStoppedPlan: no call's word, named as
+// what it is.
+TEST(PlanWord, TheStoppedPlanIsNoCallsPlan) {
+  for (const Algorithm algorithm : {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
+                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast}) {
+    PlanArguments call = one_shot();
+    call.algorithm = algorithm;
+    call.collective = Collective::kSendRecv;
+    call.blocks = 127;
+    EXPECT_NE(plan_word(call), device::kStoppedPlan) << algorithm_name(algorithm);
+    EXPECT_NE(plan_word(call) >> 56, device::kStoppedPlan >> 56) << algorithm_name(algorithm);
+  }
+  EXPECT_NE(exchange_plan_word(Collective::kSendRecv, ExchangedBuffer::kRecv, 1) >> 56, device::kStoppedPlan >> 56);
+  EXPECT_NE(describe_plan(device::kStoppedPlan).find("stopped after a mismatch"), std::string::npos);
 }
 
 }  // namespace

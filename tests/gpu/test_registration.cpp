@@ -275,7 +275,10 @@ TEST(Registration, ThousandCyclesLeakNothing) {
       if (i % 2) rr.reset();  // the handle's last copy going deregisters too
       else comm.deregister(rr);
     };
-    // Ranks that are threads share the process's fds: each count waits until every rank's cycles are done.
+    // Ranks that are threads share the process's fds: each count waits until every rank's cycles are done. A
+    // leak grows with the cycles (one fd a cycle: 1000 more); the driver may still open one or two of its own
+    // after the warm cycles (seen: one more, on 2 and 4 ranks as threads), so a few are allowed.
+    constexpr size_t kDriverFds = 4;
     for (int i = 0; i < 20; ++i) cycle(i);  // warm: the driver's own pools settle
     cuda(cudaDeviceSynchronize(), "sync");
     comm.barrier();
@@ -284,7 +287,7 @@ TEST(Registration, ThousandCyclesLeakNothing) {
     for (int i = 0; i < 1000; ++i) cycle(i);
     cuda(cudaDeviceSynchronize(), "sync");
     comm.barrier();
-    EXPECT_LE(open_fds(), fds) << "open fds grew over 1000 cycles";
+    EXPECT_LE(open_fds(), fds + kDriverFds) << "open fds grew over 1000 cycles";
     EXPECT_GE(free_device_bytes() + (size_t(4) << 20), free) << "device memory shrank over 1000 cycles";
     EXPECT_EQ(comm.registration_stats().peer_mappings, 0u);
   });

@@ -161,6 +161,14 @@ __device__ __forceinline__ uint64_t load_relaxed_system(const uint64_t* address)
 // How long another plan must stay announced, with a wait unmet, before it counts as a mismatch (spin_until).
 constexpr unsigned long long kPlanGraceNs = 1000000;
 
+// Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
+// pieces and credits.
+constexpr int kBarrierChannels = 64;
+
+// The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
+// (collectives/plan.cpp never sets all bits), so every peer that meets it fails with kMismatch too.
+constexpr uint64_t kStoppedPlan = ~uint64_t(0);
+
 // What a FIFO kernel (pushes, no barrier) checks while it waits for a peer: its own plan, and the
 // barrier channel of its block (barriers use channels [0, kernels' blocks)).
 struct PlanCheck {
@@ -180,23 +188,23 @@ __device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck&
   return load_acquire_system(plan_slot(pad, pad.local, check.barrier_channel, peer, count));
 }
 
-// After a mismatch found by announced_plan: answers, with this rank's plan, every barrier that any peer announced
-// with another plan on any channel, so each of those peers fails with kMismatch at once instead of waiting out
-// the timeout, and records kErrorPlanMismatch here. Every peer, not only `peer`: beyond two ranks a peer's
-// barrier may wait on this rank while this rank waited on another one (a FIFO peer of its own plan), and this
-// rank waits for nobody once it has failed. Only the thread that records the error answers (one answer a
-// barrier). A peer whose announcement is for its next call gets the answer there: this rank's communicator is
-// unusable from now on, and that peer would otherwise wait for it until the timeout.
+// After a mismatch found by announced_plan: records kErrorPlanMismatch here, and answers the next barrier of
+// every peer on every barrier channel with kStoppedPlan (a signal and the plan), so every peer fails with
+// kMismatch at its barrier, or in a FIFO wait on this rank (which sees the plan announced), instead of waiting
+// out the timeout. Every peer and channel, not only those that already announced: beyond two ranks a peer's
+// barrier may wait on this rank while this rank waited on another one, and may reach its barrier only after
+// this rank has stopped; a peer of this rank's own plan must fail too, as this rank's data never comes. Only
+// the thread that records the error answers (one answer a barrier). A peer gets the answer at its next
+// barrier whichever call that is: this rank's communicator is unusable from now on.
 __device__ inline void answer_mismatch(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t theirs,
                                        unsigned int collective, unsigned int site) {
   if (!claim_error_word(pad.error)) return;  // another failure is recorded (and answered) already
+  const int channels = pad.channels < kBarrierChannels ? pad.channels : kBarrierChannels;
   for (int other = 0; other < pad.world; ++other) {
     if (other == pad.rank) continue;
-    for (int channel = 0; channel < pad.channels; ++channel) {
+    for (int channel = 0; channel < channels; ++channel) {
       const uint64_t count = pad.expected[channel * pad.world + other] + 1;
-      const uint64_t announced = load_acquire_system(plan_slot(pad, pad.local, channel, other, count));
-      if (announced == 0 || announced == check.plan) continue;
-      store_relaxed_system(plan_slot(pad, pad.peers[other], channel, pad.rank, count), check.plan);
+      store_relaxed_system(plan_slot(pad, pad.peers[other], channel, pad.rank, count), kStoppedPlan);
       signal(pad, channel, other);
     }
   }
