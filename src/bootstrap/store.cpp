@@ -7,7 +7,7 @@
 //     SET     key:string value:string              -> OK
 //     GET     key:string timeout_ms:i64            -> OK value:string | TIMEOUT
 //     TRY_GET key:string                           -> OK value:string | NOT_FOUND
-//     WAIT    count:u32 key:string* timeout_ms:i64 -> OK count:u32 missing_key:string*
+//     WAIT    count:u32 key:string* timeout_ms:i64 -> OK count:u32 missing_key:string*   (count <= 65536)
 //     ADD     key:string delta:i64                 -> OK new_value:i64 | ERROR message:string
 //     DELETE  key:string                           -> OK | NOT_FOUND
 //   reply   := u8 status, fields
@@ -34,6 +34,7 @@
 #include "braid/braid.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/rate_limit.hpp"
 
 namespace braid {
 namespace {
@@ -53,6 +54,11 @@ constexpr size_t kMaxReadPerRound = 4u << 20;
 // Replies a client may leave unread before the server stops taking its requests (until it reads): a client
 // that sends requests and never reads the replies cannot make the server buffer without bound.
 constexpr size_t kMaxUnsentReplyBytes = 16u << 20;
+// After accept() ran out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the listener rests this
+// long: the pending connection stays queued, and polling it again at once would spin.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// Warnings a client can provoke: at most this many a minute.
+constexpr int kWarningsPerMinute = 10;
 
 // Builds one frame: reserve the length prefix, append fields, patch the length in finish().
 class Encoder {
@@ -149,8 +155,10 @@ struct Connection {
   std::string output;      // replies not yet sent
   size_t output_sent = 0;  // prefix of `output` already sent
   std::optional<Parked> parked;
+  std::optional<net::Clock::time_point> frame_started;  // since when an unfinished request frame waits
   bool dead = false;  // closed by the peer, failed, or sent garbage: dropped at the end of the round
 
+  size_t unparsed() const { return input.size() - input_used; }
   size_t unsent() const { return output.size() - output_sent; }
   // Replies pile up unread: take no more requests (nor read them) until the client reads.
   bool backed_up() const { return unsent() > kMaxUnsentReplyBytes; }
@@ -159,7 +167,7 @@ struct Connection {
 }  // namespace
 
 struct StoreServer::Impl {
-  Impl(const std::string& host, int requested_port);
+  Impl(const std::string& host, int requested_port, StoreLimits limits);
   ~Impl();
 
   void run();
@@ -177,7 +185,14 @@ struct StoreServer::Impl {
   void add(Connection& connection, const std::string& key, int64_t delta);
   void flush(Connection& connection);
   void drop_dead_connections();
+  void track_unfinished_frame(Connection& connection, net::Clock::time_point now);
+  void drop_slow_clients(net::Clock::time_point now);
+  void bound_buffered_input();
+  void drop_client(Connection& connection, const std::string& why);
 
+  StoreLimits limits;
+  RateLimit warnings{kWarningsPerMinute, std::chrono::minutes(1)};
+  net::Clock::time_point accept_resumes{};  // the listener rests until then (kAcceptBackoff)
   std::string address;  // "host:port", for logs
   int listen_fd = -1;
   int wake_fd = -1;  // eventfd: the destructor writes it to stop the thread
@@ -187,7 +202,7 @@ struct StoreServer::Impl {
   std::thread thread;
 };
 
-StoreServer::Impl::Impl(const std::string& host, int requested_port) {
+StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits store_limits) : limits(store_limits) {
   listen_fd = net::tcp_listen(host, requested_port, &port);
   address = fmt::format("{}:{}", host, port);
   // Non-blocking, so accept_clients() can drain the backlog and stop at EAGAIN.
@@ -237,7 +252,8 @@ void StoreServer::Impl::serve() {
   for (;;) {
     fds.clear();
     fds.push_back({wake_fd, POLLIN, 0});
-    fds.push_back({listen_fd, POLLIN, 0});
+    const bool accepting = net::Clock::now() >= accept_resumes;
+    fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});  // poll skips a negative fd
     for (const auto& connection : connections) {
       const bool has_output = connection->output_sent < connection->output.size();
       const short reading = connection->backed_up() ? 0 : POLLIN;  // POLLHUP and POLLERR still come
@@ -257,29 +273,93 @@ void StoreServer::Impl::serve() {
       if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i]);
       if (events & POLLOUT) flush(*connections[i]);
     }
+    bound_buffered_input();
     handle_pending_work();
+    drop_slow_clients(net::Clock::now());
     drop_dead_connections();
   }
 }
 
-// poll() timeout: until the earliest parked deadline, or forever when nothing is parked.
+// poll() timeout: until the earliest parked deadline, slow-client deadline or the listener's rest, or forever
+// when there is none.
 int StoreServer::Impl::next_wakeup_ms() const {
   int timeout = -1;
-  for (const auto& connection : connections) {
-    if (!connection->parked || connection->dead) continue;
-    const int left = net::milliseconds_left(connection->parked->deadline);
+  const auto consider = [&timeout](net::Deadline deadline) {
+    const int left = net::milliseconds_left(deadline);
     timeout = timeout < 0 ? left : std::min(timeout, left);
+  };
+  for (const auto& connection : connections) {
+    if (connection->dead) continue;
+    if (connection->parked) consider(connection->parked->deadline);
+    if (connection->frame_started) {
+      consider(*connection->frame_started + std::chrono::duration_cast<net::Clock::duration>(
+                                                std::chrono::duration<double>(limits.slow_client_s)));
+    }
   }
+  if (net::Clock::now() < accept_resumes) consider(accept_resumes);
   return timeout;
+}
+
+void StoreServer::Impl::drop_client(Connection& connection, const std::string& why) {
+  connection.dead = true;
+  if (!warnings.allow()) return;
+  const uint64_t held_back = warnings.take_suppressed();
+  BRAID_WARN("store server {}: dropping a client: {}{}", address, why,
+             held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
+}
+
+// A client that begins a request frame and does not finish it within limits.slow_client_s is dropped (a
+// connection that trickles bytes would otherwise hold its buffer forever). Only frames the server would parse
+// now count: those behind a parked request or unread replies wait for the server, not for the client.
+void StoreServer::Impl::track_unfinished_frame(Connection& connection, net::Clock::time_point now) {
+  const bool waits_for_client = !connection.dead && !connection.parked && !connection.backed_up() &&
+                                connection.unparsed() > 0;
+  if (!waits_for_client) {
+    connection.frame_started.reset();
+  } else if (!connection.frame_started) {
+    connection.frame_started = now;
+  }
+}
+
+void StoreServer::Impl::drop_slow_clients(net::Clock::time_point now) {
+  const auto limit = std::chrono::duration<double>(limits.slow_client_s);
+  for (auto& connection : connections) {
+    track_unfinished_frame(*connection, now);
+    if (connection->frame_started && now - *connection->frame_started >= limit) {
+      drop_client(*connection, fmt::format("a request frame stayed unfinished for {} s", limits.slow_client_s));
+    }
+  }
+}
+
+// The unparsed request bytes of all clients together stay within limits.buffered_input_bytes: beyond, the
+// client holding the most is dropped (a legitimate rank's requests are small and parsed as they arrive).
+void StoreServer::Impl::bound_buffered_input() {
+  for (;;) {
+    size_t total = 0;
+    Connection* largest = nullptr;
+    for (auto& connection : connections) {
+      if (connection->dead) continue;
+      total += connection->unparsed();
+      if (largest == nullptr || connection->unparsed() > largest->unparsed()) largest = connection.get();
+    }
+    if (total <= limits.buffered_input_bytes || largest == nullptr) return;
+    drop_client(*largest, fmt::format("its {} unparsed bytes took the store's request buffers past {} bytes",
+                                      largest->unparsed(), limits.buffered_input_bytes));
+  }
 }
 
 void StoreServer::Impl::accept_clients() {
   for (;;) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        BRAID_WARN("store server {}: accept failed: {}", address, std::strerror(errno));
+      const int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) accept_resumes = net::Clock::now() + kAcceptBackoff;
+      if (warnings.allow()) {
+        const uint64_t held_back = warnings.take_suppressed();
+        BRAID_WARN("store server {}: accept failed: {}{}", address, std::strerror(err),
+                   held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
       }
       return;
     }
@@ -331,8 +411,7 @@ bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
     try {
       handle_request(connection, *body);
     } catch (const Error& error) {  // malformed request: this client is confused; drop it
-      BRAID_WARN("store server {}: dropping a client: {}", address, error.what());
-      connection.dead = true;
+      drop_client(connection, error.what());
     }
     handled = true;
   }
@@ -345,8 +424,7 @@ std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection)
   if (available >= 4) {
     const uint64_t length = read_little_endian(connection.input.data() + connection.input_used, 4);
     if (length > kMaxFrameBytes) {
-      BRAID_WARN("store server {}: dropping a client that sent a {}-byte frame", address, length);
-      connection.dead = true;
+      drop_client(connection, fmt::format("it sent a {}-byte frame", length));
       return std::nullopt;
     }
     if (available >= 4 + length) {
@@ -395,6 +473,9 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
     }
     case Op::kWait: {
       const uint32_t count = in.u32();
+      if (count > kStoreMaxWaitKeys) {
+        raise(ErrorCode::kRemoteError, "WAIT for {} keys (at most {})", count, kStoreMaxWaitKeys);
+      }
       std::vector<std::string> keys;
       for (uint32_t i = 0; i < count; ++i) keys.push_back(in.bytes());  // truncation throws, no huge reserve
       const int64_t timeout_ms = in.i64();
@@ -507,8 +588,8 @@ void StoreServer::Impl::drop_dead_connections() {
   });
 }
 
-StoreServer::StoreServer(const std::string& bind_host, int port)
-    : impl_(std::make_unique<Impl>(bind_host, port)) {}
+StoreServer::StoreServer(const std::string& bind_host, int port, StoreLimits limits)
+    : impl_(std::make_unique<Impl>(bind_host, port, limits)) {}
 
 StoreServer::~StoreServer() = default;
 
@@ -615,6 +696,10 @@ std::optional<std::string> StoreClient::try_get(const std::string& key) {
 
 std::vector<std::string> StoreClient::wait(const std::vector<std::string>& keys, double timeout_s) {
   const std::string what = fmt::format("WAIT for {} key(s)", keys.size());
+  if (keys.size() > kStoreMaxWaitKeys) {
+    raise_invalid_argument("StoreClient::wait", "keys", "names {} keys; a WAIT takes at most {}", keys.size(),
+                           kStoreMaxWaitKeys);
+  }
   Encoder encoder;
   encoder.u8(uint8_t(Op::kWait)).u32(static_cast<uint32_t>(keys.size()));
   for (const std::string& key : keys) encoder.bytes(key);

@@ -2,6 +2,7 @@
 // is a client. Values are byte strings. Every wait is bounded.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -12,11 +13,21 @@
 namespace braid {
 
 // Serves the store from a background thread until destroyed.
+// What clients may make the server hold, beyond the per-connection bounds of store.cpp (frame size, unread
+// replies): tests shrink them.
+struct StoreLimits {
+  double slow_client_s = 60.0;  // a request frame begun and not finished for this long: the client is dropped
+  size_t buffered_input_bytes = size_t(512) << 20;  // unparsed request bytes of all clients together; beyond,
+                                                     // the client holding the most is dropped
+};
+
+constexpr size_t kStoreMaxWaitKeys = 65536;  // keys one WAIT may name: the server rescans them every round
+
 class StoreServer {
  public:
   // Listens on bind_host:port; port 0 picks a free port (see port()).
   // Throws Error(kSystemError) naming the address when it cannot listen.
-  explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0);
+  explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0, StoreLimits limits = {});
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -43,7 +54,8 @@ class StoreClient {
   std::string get(const std::string& key, double timeout_s);
   // Returns the value if `key` exists now.
   std::optional<std::string> try_get(const std::string& key);
-  // Waits until every key exists or timeout_s passes; returns the keys still missing (empty: all there).
+  // Waits until every key exists or timeout_s passes; returns the keys still missing (empty: all there). At
+  // most kStoreMaxWaitKeys keys (kInvalidArgument beyond).
   std::vector<std::string> wait(const std::vector<std::string>& keys, double timeout_s);
   // Adds delta to the integer at `key` (absent counts as 0) and returns the new value, atomically.
   int64_t add(const std::string& key, int64_t delta);

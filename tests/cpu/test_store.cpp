@@ -1,5 +1,7 @@
 // The TCP store: server, client, socket helpers and braid::StoreHost.
 #include <dirent.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -367,6 +369,167 @@ TEST(StoreTest, APipelinedBurstOfSmallRequestsIsParsedInLinearTime) {
   shutdown(burst, SHUT_RDWR);
   reader.join();
   close(burst);
+}
+
+// Whether the server closed `fd` within `seconds` (a read returns end of file).
+bool closed_by_server(int fd, double seconds) {
+  char byte;
+  return !net::read_all(fd, &byte, 1, net::deadline_after(seconds));
+}
+
+std::string frame_header(uint32_t body_length) { return std::string(reinterpret_cast<const char*>(&body_length), 4); }
+
+// A client that begins a frame and never finishes it is dropped after the slow-client limit (it held its
+// buffer forever); a client that sends nothing stays (ranks keep idle connections for the whole job).
+TEST(StoreTest, AnUnfinishedFrameIsDroppedAfterTheSlowClientLimit) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{0.3});
+  auto good = connect_to(server);
+  const int slow = raw_connect(server), idle = raw_connect(server);
+  ASSERT_TRUE(send_all(slow, frame_header(100) + "\x01"));  // 1 byte of a 100-byte body
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_by_server(slow, 5.0));
+  EXPECT_GE(seconds_since(start), 0.2);
+  EXPECT_FALSE(closed_by_server(idle, 0.5)) << "an idle connection was dropped";
+  good->set("k", "v");
+  EXPECT_EQ(good->get("k", 1.0), "v");
+  close(slow);
+  close(idle);
+}
+
+// Unparsed request bytes of all clients together are bounded: four clients each sending 4 MiB of frames that
+// declare 1 GiB, against a 8 MiB bound, leave at most two of them connected; others are served throughout.
+TEST(StoreTest, BufferedRequestsOfAllClientsAreBounded) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{60.0, size_t(8) << 20});
+  auto good = connect_to(server);
+  std::vector<int> hogs;
+  const std::string chunk = frame_header(1u << 30) + std::string(4u << 20, 'x');
+  for (int i = 0; i < 4; ++i) {
+    hogs.push_back(raw_connect(server));
+    send_all(hogs.back(), chunk);  // fails once the server dropped it
+    good->set("k" + std::to_string(i), "v");
+    EXPECT_EQ(good->get("k" + std::to_string(i), 2.0), "v");
+  }
+  int dropped = 0;
+  for (int fd : hogs) dropped += closed_by_server(fd, 0.5);
+  EXPECT_GE(dropped, 2);
+  for (int fd : hogs) close(fd);
+}
+
+// A WAIT names at most kStoreMaxWaitKeys keys: the client refuses more, naming the argument, and a hand-made
+// request for more makes the server drop that client.
+TEST(StoreTest, AWaitForTooManyKeysIsRefused) {
+  StoreServer server;
+  auto good = connect_to(server);
+  const std::vector<std::string> keys(kStoreMaxWaitKeys + 1, "k");
+  const std::string message = expect_error([&] { good->wait(keys, 0.1); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("'keys'"), std::string::npos) << message;
+  std::string body;
+  body.push_back(4);  // WAIT
+  const uint32_t count = kStoreMaxWaitKeys + 1;
+  body.append(reinterpret_cast<const char*>(&count), 4);
+  const int fd = raw_connect(server);
+  ASSERT_TRUE(send_all(fd, frame_header(static_cast<uint32_t>(body.size())) + body));
+  EXPECT_TRUE(closed_by_server(fd, 2.0));
+  close(fd);
+  EXPECT_TRUE(good->wait({}, 0.1).empty());
+}
+
+// Out of descriptors (EMFILE), the server neither spins nor floods the log: with RLIMIT_NOFILE at its floor in
+// a child process that serves, three connections queued for a second cost the child less than a third of a
+// CPU second and at most a minute's warnings (10 lines).
+TEST(StoreTest, OutOfDescriptorsTheServerBacksOff) {
+  int ports[2];
+  ASSERT_EQ(pipe(ports), 0);
+  char log_template[] = "/tmp/braid-store-emfile-XXXXXX";
+  const int log_fd = mkstemp(log_template);
+  ASSERT_GE(log_fd, 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    dup2(log_fd, 2);
+    StoreServer server;
+    const int port = server.port();
+    rlimit none{3, 3};  // stdin, stdout, stderr: every new descriptor fails with EMFILE
+    rlimit old{};
+    getrlimit(RLIMIT_NOFILE, &old);
+    none.rlim_max = old.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &none);
+    if (write(ports[1], &port, sizeof(port)) != sizeof(port)) _exit(2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double cpu = usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+                       (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    _exit(cpu < 0.33 ? 0 : 1);
+  }
+  int port = 0;
+  ASSERT_EQ(read(ports[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
+  std::vector<int> queued;
+  for (int i = 0; i < 3; ++i) queued.push_back(net::tcp_connect("127.0.0.1", port, net::deadline_after(2.0)));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the serving child spun on accept (status " << status << ")";
+  for (int fd : queued) close(fd);
+  FILE* log = fdopen(log_fd, "r");
+  std::rewind(log);
+  int lines = 0;
+  for (int c; (c = std::fgetc(log)) != EOF;) lines += c == '\n';
+  std::fclose(log);
+  unlink(log_template);
+  close(ports[0]);
+  close(ports[1]);
+  EXPECT_LE(lines, 10) << "accept failures flooded the log";
+  EXPECT_GE(lines, 1) << "accept failures were not reported at all";
+}
+
+// 10,000 hostile or broken clients (random bytes, frames with random ops, lengths and fields, truncated at
+// random) against one server, with a well-behaved client checked after every 500: each hostile one is served
+// or dropped, never the others, and the server's data stays what the good client wrote.
+TEST(StoreTest, FuzzedClientsLeaveTheServerCorrect) {
+  StoreServer server("127.0.0.1", 0, StoreLimits{0.2, size_t(64) << 20});
+  auto good = connect_to(server, 10.0);
+  std::mt19937_64 random(20261126);
+  const auto u32 = [](uint32_t value) { return std::string(reinterpret_cast<const char*>(&value), 4); };
+  const auto i64 = [](int64_t value) { return std::string(reinterpret_cast<const char*>(&value), 8); };
+  const auto key = [&] { return std::string("fuzz/") + std::to_string(random() % 64); };
+  for (int i = 0; i < 10000; ++i) {
+    std::string bytes;
+    switch (random() % 4) {
+      case 0: {  // random bytes
+        bytes.resize(random() % 64);
+        for (char& c : bytes) c = static_cast<char>(random());
+        break;
+      }
+      case 1: {  // a frame whose declared length lies
+        const std::string body(random() % 32, 'b');
+        bytes = u32(static_cast<uint32_t>(random() % 2 ? random() : body.size() + random() % 8)) + body;
+        break;
+      }
+      default: {  // a well-formed frame of a random op (1-6, or an unknown one) with random fields
+        std::string body(1, static_cast<char>(random() % 8));
+        const std::string k = key();
+        body += u32(static_cast<uint32_t>(k.size())) + k;
+        if (body[0] == 1) body += u32(3) + "val";  // SET into fuzz/ keys only
+        if (body[0] == 4) body = std::string(1, 4) + u32(1) + u32(static_cast<uint32_t>(k.size())) + k;
+        if (body[0] == 2 || body[0] == 4) body += i64(static_cast<int64_t>(random() % 3) - 1);  // -1, 0, 1 ms
+        if (body[0] == 5) body += i64(static_cast<int64_t>(random()));
+        bytes = u32(static_cast<uint32_t>(body.size())) + body;
+        if (random() % 4 == 0) bytes.resize(random() % bytes.size());  // truncated
+      }
+    }
+    const int fd = raw_connect(server);
+    send_all(fd, bytes);
+    if (random() % 2) shutdown(fd, SHUT_WR);
+    close(fd);
+    if (i % 500 == 499) {
+      const std::string value = "v" + std::to_string(i);
+      good->set("good/key", value);
+      ASSERT_EQ(good->get("good/key", 2.0), value) << "after " << i + 1 << " fuzzed clients";
+      ASSERT_EQ(good->add("good/count", 1), (i + 1) / 500);
+    }
+  }
+  EXPECT_FALSE(good->try_get("good/missing").has_value());
+  EXPECT_EQ(good->try_get("good/key"), std::optional<std::string>("v9999"));
 }
 
 TEST(StoreTest, SixtyFourConcurrentClients) {
