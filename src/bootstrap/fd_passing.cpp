@@ -22,6 +22,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "core/rate_limit.hpp"
 
 namespace braid {
 namespace {
@@ -340,35 +341,43 @@ void FdExchanger::accept_pending_connections(net::Deadline deadline) {
   }
 }
 
+// Warnings a stranger on the socket can provoke, at most 10 a minute (the caller holds mutex_).
+void FdExchanger::warn(const std::string& message) {
+  if (!warnings_.allow()) return;
+  const uint64_t held_back = warnings_.take_suppressed();
+  BRAID_WARN("{}{}", message, held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
+}
+
 void FdExchanger::stash_message(int connection, net::Deadline deadline) {
   Message message;
   const ucred sender_credentials = peer_credentials(connection);
   if (sender_credentials.uid != ::getuid()) {
-    BRAID_WARN("fd passing: rank {} ignored a connection from another user on socket @{}", rank_, socket_name(rank_));
+    warn(fmt::format("fd passing: rank {} ignored a connection from another user on socket @{}", rank_,
+                     socket_name(rank_)));
     return;
   }
   if (!read_message(connection, deadline, &message)) {
-    BRAID_WARN("fd passing: rank {} dropped a malformed message on socket @{}", rank_, socket_name(rank_));
+    warn(fmt::format("fd passing: rank {} dropped a malformed message on socket @{}", rank_, socket_name(rank_)));
     return;
   }
   const int sender = message.header.sender;
   if (sender < 0 || sender >= size_) {
-    BRAID_WARN("fd passing: rank {} dropped a message from unknown rank {}", rank_, sender);
+    warn(fmt::format("fd passing: rank {} dropped a message from unknown rank {}", rank_, sender));
     ::close(message.fd);
     return;
   }
   const int expected = rank_pid(sender);
   if (expected != 0 && sender_credentials.pid != expected) {
-    BRAID_WARN("fd passing: rank {} dropped a message from process {} posing as rank {} (process {})", rank_,
-               sender_credentials.pid, sender, expected);
+    warn(fmt::format("fd passing: rank {} dropped a message from process {} posing as rank {} (process {})", rank_,
+                     sender_credentials.pid, sender, expected));
     ::close(message.fd);
     return;
   }
   auto [it, inserted] = pending_.emplace(std::make_pair(sender, message.header.tag), message.fd);
   if (!inserted) {
     // Two fds for one (peer, tag): which is meant is ambiguous; keep the first.
-    BRAID_WARN("fd passing: rank {} got a second fd from rank {} for tag {}; dropped it", rank_, sender,
-               message.header.tag);
+    warn(fmt::format("fd passing: rank {} got a second fd from rank {} for tag {}; dropped it", rank_, sender,
+                     message.header.tag));
     ::close(message.fd);
   }
 }

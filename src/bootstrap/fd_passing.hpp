@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/rate_limit.hpp"
+
 namespace braid {
 
 class FdExchanger {
@@ -49,6 +51,7 @@ class FdExchanger {
   // Reads one message from an accepted connection into pending_; drops malformed ones.
   void stash_message(int connection, Deadline deadline);
   int rank_pid(int rank) const;  // 0 before admit() or where unknown
+  void warn(const std::string& message);  // rate-limited (warnings_); caller holds mutex_
 
   std::string scope_;
   int rank_;
@@ -57,6 +60,7 @@ class FdExchanger {
   int listen_fd_ = -1;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
+  RateLimit warnings_{10, std::chrono::minutes(1)};  // under mutex_
   mutable std::mutex pids_mutex_;
   std::vector<int> pids_;  // admit(); empty: none known
 };
