@@ -191,7 +191,9 @@ ucred peer_credentials(int connection) {
   ucred credentials{};
   credentials.uid = static_cast<uid_t>(-1);
   socklen_t length = sizeof(credentials);
-  if (::getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) credentials.uid = static_cast<uid_t>(-1);
+  if (::getsockopt(connection, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
+    credentials.uid = static_cast<uid_t>(-1);
+  }
   return credentials;
 }
 
@@ -345,7 +347,8 @@ void FdExchanger::accept_pending_connections(net::Deadline deadline) {
 void FdExchanger::warn(const std::string& message) {
   if (!warnings_.allow()) return;
   const uint64_t held_back = warnings_.take_suppressed();
-  BRAID_WARN("{}{}", message, held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
+  BRAID_WARN("{}{}", message,
+             held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
 }
 
 void FdExchanger::stash_message(int connection, net::Deadline deadline) {

@@ -355,7 +355,9 @@ void StoreServer::Impl::accept_clients() {
       const int err = errno;
       if (err == EINTR || err == ECONNABORTED) continue;
       if (err == EAGAIN || err == EWOULDBLOCK) return;
-      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) accept_resumes = net::Clock::now() + kAcceptBackoff;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        accept_resumes = net::Clock::now() + kAcceptBackoff;
+      }
       if (warnings.allow()) {
         const uint64_t held_back = warnings.take_suppressed();
         BRAID_WARN("store server {}: accept failed: {}{}", address, std::strerror(err),

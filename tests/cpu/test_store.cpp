@@ -468,7 +468,8 @@ TEST(StoreTest, OutOfDescriptorsTheServerBacksOff) {
   for (int i = 0; i < 3; ++i) queued.push_back(net::tcp_connect("127.0.0.1", port, net::deadline_after(2.0)));
   int status = 0;
   ASSERT_EQ(waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the serving child spun on accept (status " << status << ")";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the serving child spun on accept (status " << status << ")";
   for (int fd : queued) close(fd);
   FILE* log = fdopen(log_fd, "r");
   std::rewind(log);
