@@ -315,6 +315,34 @@ TEST_F(LauncherTest, SigtermToLauncherStopsRanks) {
   }
 }
 
+// Nobody reads braid-run's stdout or stderr (a stuck pager, a pipe nobody drains) while its ranks print
+// without pause: braid-run never blocks writing, so SIGTERM still stops the job, and it exits once its final
+// output has had its few seconds.
+TEST_F(LauncherTest, UnreadOutputDoesNotKeepItFromStopping) {
+  Launch launch = start_braid_run(
+      {"-n", "2", "--", "/bin/sh", "-c", "while :; do echo 0123456789012345678901234567890123456789; done"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // both pipes are full by now
+  const auto start = Clock::now();
+  kill(launch.pid, SIGTERM);
+  int status = 0;
+  bool exited = false;
+  while (!exited && seconds_since(start) < 20.0) {
+    exited = waitpid(launch.pid, &status, WNOHANG) == launch.pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double seconds = seconds_since(start);
+  if (!exited) {
+    kill(launch.pid, SIGKILL);
+    waitpid(launch.pid, &status, 0);
+  }
+  close(launch.out_fd);
+  close(launch.err_fd);
+  ASSERT_TRUE(exited) << "braid-run was still running 20 s after SIGTERM";
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+}
+
 TEST_F(LauncherTest, RankIgnoringSigtermIsKilledAfterTimeout) {
   // Rank 1 ignores SIGTERM (as does its sleep, which inherits that); rank 0 fails once rank 1 is set up.
   auto start = Clock::now();

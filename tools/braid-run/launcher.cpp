@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -200,8 +201,96 @@ void write_all(int fd, std::string_view text) {
   }
 }
 
-// A message from braid-run itself, on stderr, as one write so it does not split a rank's line.
-void say(const std::string& message) { write_all(STDERR_FILENO, "braid-run: " + message + "\n"); }
+// braid-run's own stdout or stderr, which it never blocks on: a reader that stops reading (a stuck pager, a
+// pipe nobody drains) must not keep braid-run from handling signals and its ranks. Output waits in a queue
+// and goes out in pieces the fd takes at once (at most PIPE_BUF bytes once poll says it is writable: a pipe
+// then has a free page); beyond kMaxQueued it is dropped, and braid-run says how much at the end, where it can.
+class OutputSink {
+ public:
+  static constexpr size_t kMaxQueued = size_t(16) << 20;
+
+  explicit OutputSink(int fd) : fd_(fd) {}
+  int fd() const { return fd_; }
+  bool pending() const { return sent_ < queued_.size(); }
+
+  // Queues whole lines (or drops them when the queue is full) and writes what the fd takes now.
+  void push(std::string_view text) {
+    if (closed_) return;
+    if (queued_.size() - sent_ + text.size() > kMaxQueued) {
+      dropped_ += text.size();
+      return;
+    }
+    queued_.append(text);
+    flush();
+  }
+
+  // Writes what the fd takes without blocking.
+  void flush() {
+    while (pending() && !closed_) {
+      pollfd writable{fd_, POLLOUT, 0};
+      if (::poll(&writable, 1, 0) < 0) return;
+      if ((writable.revents & (POLLERR | POLLNVAL)) != 0) return close();
+      if ((writable.revents & POLLOUT) == 0) return;
+      const size_t piece = std::min(queued_.size() - sent_, size_t(PIPE_BUF));
+      const ssize_t n = ::write(fd_, queued_.data() + sent_, piece);
+      if (n > 0) {
+        sent_ += static_cast<size_t>(n);
+      } else if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+        if (errno == EAGAIN) return;
+      } else {
+        return close();  // EPIPE and the like: the reader went away; the output goes with it
+      }
+    }
+    if (sent_ == queued_.size() || sent_ > queued_.size() / 2) {
+      queued_.erase(0, sent_);
+      sent_ = 0;
+    }
+  }
+
+  // At exit: writes what the fd takes within `seconds`, then tells (where it can) what was dropped.
+  void drain(double seconds) {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    while (pending() && !closed_ && Clock::now() < deadline) {
+      pollfd writable{fd_, POLLOUT, 0};
+      ::poll(&writable, 1, 20);
+      flush();
+    }
+    const size_t lost = dropped_ + (queued_.size() - sent_);
+    queued_.clear();
+    sent_ = dropped_ = 0;
+    if (lost != 0 && !closed_) {
+      push(fmt::format("braid-run: {} bytes of output were dropped: this stream was not read\n", lost));
+      flush();
+    }
+  }
+
+ private:
+  void close() {
+    closed_ = true;
+    queued_.clear();
+    sent_ = 0;
+  }
+
+  int fd_;
+  std::string queued_;
+  size_t sent_ = 0;     // prefix of queued_ already written
+  size_t dropped_ = 0;  // bytes that found the queue full
+  bool closed_ = false;
+};
+
+OutputSink& standard_output() {
+  static OutputSink sink(STDOUT_FILENO);
+  return sink;
+}
+
+OutputSink& standard_error() {
+  static OutputSink sink(STDERR_FILENO);
+  return sink;
+}
+
+// A message from braid-run itself, on stderr, as one piece so it does not split a rank's line.
+void say(const std::string& message) { standard_error().push("braid-run: " + message + "\n"); }
 
 std::string signal_name(int signo) {
   const char* abbrev = ::sigabbrev_np(signo);
@@ -307,8 +396,8 @@ class LineForwarder {
   // A line longer than this without a newline is cut, so one rank cannot make braid-run buffer without bound.
   static constexpr size_t kMaxLine = 64 * 1024;
 
-  LineForwarder(UniqueFd pipe, int target_fd, std::string prefix)
-      : pipe_(std::move(pipe)), target_fd_(target_fd), prefix_(std::move(prefix)) {
+  LineForwarder(UniqueFd pipe, OutputSink& target, std::string prefix)
+      : pipe_(std::move(pipe)), target_(&target), prefix_(std::move(prefix)) {
     ::fcntl(pipe_.get(), F_SETFL, ::fcntl(pipe_.get(), F_GETFL) | O_NONBLOCK);
   }
 
@@ -357,11 +446,11 @@ class LineForwarder {
       start = newline + 1;
     }
     pending_.erase(0, end + 1);
-    write_all(target_fd_, out);
+    target_->push(out);
   }
 
   UniqueFd pipe_;
-  int target_fd_;
+  OutputSink* target_;
   std::string prefix_;
   std::string pending_;  // bytes after the last newline seen
 };
@@ -447,8 +536,8 @@ struct Rank {
   Rank(int index, pid_t pid, UniqueFd out, UniqueFd err, bool prefix)
       : index(index),
         pid(pid),
-        out(std::move(out), STDOUT_FILENO, prefix ? fmt::format("[{}] ", index) : ""),
-        err(std::move(err), STDERR_FILENO, prefix ? fmt::format("[{}] ", index) : "") {}
+        out(std::move(out), standard_output(), prefix ? fmt::format("[{}] ", index) : ""),
+        err(std::move(err), standard_error(), prefix ? fmt::format("[{}] ", index) : "") {}
 
   int index;
   pid_t pid;  // also the id of its process group
@@ -550,6 +639,11 @@ class Job {
 
   void poll_once(int timeout_ms) {
     std::vector<pollfd> fds{{signals_.fd(), POLLIN, 0}};
+    // braid-run's own outputs, while output waits for them (their readers may be slow).
+    for (OutputSink* sink : {&standard_output(), &standard_error()}) {
+      fds.push_back({sink->pending() ? sink->fd() : -1, POLLOUT, 0});
+    }
+    constexpr size_t kFirstForwarder = 3;
     std::vector<LineForwarder*> forwarders;
     for (Rank& rank : ranks_) {
       for (LineForwarder* forwarder : {&rank.out, &rank.err}) {
@@ -563,8 +657,10 @@ class Job {
       throw_errno("poll");
     }
     if (fds[0].revents != 0) signals_.drain();
+    if (fds[1].revents != 0) standard_output().flush();
+    if (fds[2].revents != 0) standard_error().flush();
     for (size_t i = 0; i < forwarders.size(); ++i) {
-      if (fds[i + 1].revents != 0) forwarders[i]->read_available(false);
+      if (fds[i + kFirstForwarder].revents != 0) forwarders[i]->read_available(false);
     }
   }
 
@@ -658,6 +754,15 @@ class Job {
   std::optional<FirstSuccess> first_success_;       // the first rank that exited 0
 };
 
+// What braid-run still has to write when the job is over gets this long; a reader that takes nothing then
+// does not hold braid-run (or its exit code) any longer.
+constexpr double kFinalOutputS = 2.0;
+
+void drain_outputs() {
+  standard_output().drain(kFinalOutputS);
+  standard_error().drain(kFinalOutputS);
+}
+
 std::string new_job_id() {
   std::random_device random;
   return fmt::format("run-{}-{:08x}", ::getpid(), static_cast<uint32_t>(random()));
@@ -673,9 +778,12 @@ int launch(const LaunchOptions& options) {
     StoreServer store("127.0.0.1", 0);
     Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id()});
     job.start();
-    return job.wait();
+    const int code = job.wait();
+    drain_outputs();
+    return code;
   } catch (const std::exception& error) {
     say(error.what());
+    drain_outputs();
     return kExitLauncherError;
   }
 }
