@@ -69,6 +69,14 @@ struct SignalPad {
   unsigned long long timeout_ns;
 };
 
+// Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
+// pieces and credits.
+constexpr int kBarrierChannels = 64;
+
+// The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
+// (collectives/plan.cpp never sets all bits), so every peer that meets it fails with kMismatch too.
+constexpr uint64_t kStoppedPlan = ~uint64_t(0);
+
 #if defined(__CUDACC__)
 
 __device__ __forceinline__ unsigned long long global_time_ns() {
@@ -161,13 +169,6 @@ __device__ __forceinline__ uint64_t load_relaxed_system(const uint64_t* address)
 // How long another plan must stay announced, with a wait unmet, before it counts as a mismatch (spin_until).
 constexpr unsigned long long kPlanGraceNs = 1000000;
 
-// Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
-// pieces and credits.
-constexpr int kBarrierChannels = 64;
-
-// The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
-// (collectives/plan.cpp never sets all bits), so every peer that meets it fails with kMismatch too.
-constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 
 // What a FIFO kernel (pushes, no barrier) checks while it waits for a peer: its own plan, and the
 // barrier channel of its block (barriers use channels [0, kernels' blocks)).
