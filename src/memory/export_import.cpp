@@ -6,6 +6,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cerrno>
+#include <mutex>
+#include <set>
 
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
@@ -26,12 +28,57 @@
 namespace braid {
 namespace detail {
 
+// The blobs of this process's live exports. A blob that names this process takes the same-process path (its
+// address used as it is, its descriptor number duplicated), so only a blob this process exported, and still
+// keeps alive, may: a forged one naming this process could otherwise point it at any address or descriptor.
+class OwnExports {
+ public:
+  static OwnExports& get() {
+    static OwnExports exports;
+    return exports;
+  }
+  void add(const std::string& blob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blobs_.insert(blob);
+  }
+  void remove(const std::string& blob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = blobs_.find(blob);
+    if (found != blobs_.end()) blobs_.erase(found);
+  }
+  bool contains(const std::string& blob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return blobs_.contains(blob);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::multiset<std::string> blobs_;  // one entry a live export (two exports of one range pack alike)
+};
+
 // What an ExportedHandle keeps alive: the blob, and for VMM memory the descriptor importers take.
 struct ExportedRange {
   MemoryDescriptor descriptor;
   std::string blob;
   FdOwner fd;
+
+  ~ExportedRange() {
+    if (!blob.empty()) OwnExports::get().remove(blob);
+  }
 };
+
+// The descriptor a blob of an import names, refused (kInvalidArgument naming `argument`) where it names this
+// process but is none of this process's live exports.
+MemoryDescriptor unpack_for_import(const std::string& blob, const char* function, const char* argument) {
+  MemoryDescriptor descriptor = unpack(blob, function, argument, this_host_id());
+  if (descriptor.pid == static_cast<uint32_t>(getpid()) && !OwnExports::get().contains(blob)) {
+    raise_invalid_argument(function, argument,
+                           "names this process ({}) as its exporter, but this process has no such live export (a "
+                           "forged blob, or one whose ExportedHandle is gone)",
+                           getpid());
+  }
+  return descriptor;
+}
 
 namespace {
 
@@ -77,6 +124,7 @@ ExportedHandle export_handle(const void* pointer, size_t bytes, int device) {
     exported->descriptor.fd = exported->fd.fd;
   }
   exported->blob = detail::pack(exported->descriptor);
+  detail::OwnExports::get().add(exported->blob);
   ExportedHandle handle;
   handle.impl_ = std::move(exported);
   return handle;
@@ -98,7 +146,7 @@ void* ExportedHandle::data() const { return reinterpret_cast<void*>(checked(impl
 size_t ExportedHandle::bytes() const { return checked(impl_, "bytes").descriptor.bytes; }
 
 ImportedMemory import_handle(const std::string& blob, int device) {
-  const detail::MemoryDescriptor descriptor = detail::unpack(blob, "import_handle", "blob", detail::this_host_id());
+  const detail::MemoryDescriptor descriptor = detail::unpack_for_import(blob, "import_handle", "blob");
   device = detail::current_device(device);
   const int fd = descriptor.kind == detail::MemoryKind::kPosixFd ? detail::take_fd(descriptor.pid, descriptor.fd) : -1;
   ImportedMemory imported;
@@ -137,7 +185,7 @@ GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
   std::vector<detail::MemoryDescriptor> theirs(state.size);
   for (int q = 0; q < state.size; ++q) {
     theirs[q] = q == state.rank ? exported.descriptor
-                                : detail::unpack(blobs[q], "Communicator::import_global", "peer handle", detail::this_host_id());
+                                : detail::unpack_for_import(blobs[q], "Communicator::import_global", "peer handle");
   }
   if (exported.descriptor.kind == detail::MemoryKind::kPosixFd) {
     for (int q = 0; q < state.size; ++q) {

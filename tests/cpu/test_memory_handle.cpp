@@ -2,6 +2,7 @@
 // kind of bad blob refused with kInvalidArgument naming the argument; a fuzz run of the unpacker over random
 // mutations and truncations never crashes and never accepts a blob that is not a valid one.
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -144,6 +145,25 @@ TEST(MemoryHandle, FuzzedBlobsNeverCrashTheUnpacker) {
   }
   EXPECT_GT(refused, 150000u) << "resealed blobs with changed payload bytes are valid; most mutations are not";
   RecordProperty("accepted", static_cast<int>(accepted));
+}
+
+// A blob that names this process takes the same-process path (its address or descriptor number used as it
+// is), so import_handle takes one only if this process exported it and keeps the export alive: a forged blob
+// naming this process is refused, naming the argument, before anything touches CUDA or a descriptor.
+TEST(MemoryHandle, ABlobNamingThisProcessMustBeOneOfItsExports) {
+  for (const MemoryKind kind : {MemoryKind::kLegacyIpc, MemoryKind::kPosixFd}) {
+    MemoryDescriptor forged = sample(kind);
+    forged.pid = static_cast<uint32_t>(::getpid());
+    forged.fd = kind == MemoryKind::kPosixFd ? 0 : -1;  // this process's stdin, were it taken
+    try {
+      import_handle(pack(forged));
+      ADD_FAILURE() << "a forged blob naming this process was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      EXPECT_NE(std::string(error.what()).find("argument 'blob'"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find("no such live export"), std::string::npos) << error.what();
+    }
+  }
 }
 
 TEST(MemoryHandle, ExportAndImportWithoutAGpuFailClearly) {
