@@ -334,6 +334,70 @@ TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
   for (int descriptor : {fd, ready[0], report[0]}) ::close(descriptor);
 }
 
+// Another user connects to rank 0's socket first and sends a well-formed message posing as rank 1, with an fd of
+// its own: rank 0 drops it (another uid) and receives rank 1's real fd for that tag. The impostor is a child
+// process of uid 65534 (nobody).
+TEST(FdPassing, ReceiverDropsAMessageOfAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to send as another user (uid 65534)";
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 5.0);
+  FdExchanger rank1(scope, 1, 2, 5.0);
+  const std::string name = rank0.socket_name(0);
+  int done[2];
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the impostor: only system calls from here on
+    char result = 'e';
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      result = 'u';  // root without the right to change uid (a restricted container)
+    } else {
+      const int forged = ::memfd_create("forged", 0);
+      (void)!::write(forged, "forged", 6);
+      const int connection = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      std::memcpy(address.sun_path + 1, name.data(), name.size());
+      const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+      if (::connect(connection, reinterpret_cast<sockaddr*>(&address), length) == 0) {
+        struct {
+          uint32_t magic;
+          int32_t sender;
+          uint64_t tag;
+        } header{0x62726664, 1, 5};  // FdExchanger's header: "brfd", rank 1, tag 5
+        alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+        iovec io{&header, sizeof(header)};
+        msghdr message{};
+        message.msg_iov = &io;
+        message.msg_iovlen = 1;
+        message.msg_control = control;
+        message.msg_controllen = sizeof(control);
+        cmsghdr* cmsg = CMSG_FIRSTHDR(&message);
+        cmsg->cmsg_level = SOL_SOCKET;
+        cmsg->cmsg_type = SCM_RIGHTS;
+        cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(cmsg), &forged, sizeof(int));
+        result = ::sendmsg(connection, &message, 0) == static_cast<ssize_t>(sizeof(header)) ? 's' : 'f';
+      }
+    }
+    (void)!::write(done[1], &result, 1);
+    ::_exit(0);
+  }
+  ::close(done[1]);
+  char result = 0;
+  ASSERT_EQ(::read(done[0], &result, 1), 1);
+  ::waitpid(child, nullptr, 0);
+  ::close(done[0]);
+  if (result == 'u') GTEST_SKIP() << "this process may not change uid (setuid refused): no other user could send";
+  ASSERT_EQ(result, 's') << "the impostor could not send its message: the test did not run its case";
+  const int real = memfd_with("real");
+  rank1.send(0, real, 5);
+  const int got = rank0.receive(1, 5);
+  EXPECT_EQ(read_content(got), "real") << "rank 0 took the other user's fd for rank 1's";
+  ::close(got);
+  ::close(real);
+}
+
 TEST(FdPassing, ScopesDoNotCollide) {
   const std::string scope_a = fresh_scope();
   const std::string scope_b = fresh_scope();
