@@ -345,10 +345,7 @@ void FdExchanger::accept_pending_connections(net::Deadline deadline) {
 
 // Warnings a stranger on the socket can provoke, at most 10 a minute (the caller holds mutex_).
 void FdExchanger::warn(const std::string& message) {
-  if (!warnings_.allow()) return;
-  const uint64_t held_back = warnings_.take_suppressed();
-  BRAID_WARN("{}{}", message,
-             held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
+  if (warnings_.allow()) BRAID_WARN("{}{}", message, warnings_.held_back_note());
 }
 
 void FdExchanger::stash_message(int connection, net::Deadline deadline) {

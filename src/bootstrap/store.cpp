@@ -189,6 +189,7 @@ struct StoreServer::Impl {
   void drop_slow_clients(net::Clock::time_point now);
   void bound_buffered_input();
   void drop_client(Connection& connection, const std::string& why);
+  void warn(const std::string& message);
 
   StoreLimits limits;
   RateLimit warnings{kWarningsPerMinute, std::chrono::minutes(1)};
@@ -300,12 +301,14 @@ int StoreServer::Impl::next_wakeup_ms() const {
   return timeout;
 }
 
+// Warnings a client can provoke go through `warnings` (kWarningsPerMinute).
+void StoreServer::Impl::warn(const std::string& message) {
+  if (warnings.allow()) BRAID_WARN("store server {}: {}{}", address, message, warnings.held_back_note());
+}
+
 void StoreServer::Impl::drop_client(Connection& connection, const std::string& why) {
   connection.dead = true;
-  if (!warnings.allow()) return;
-  const uint64_t held_back = warnings.take_suppressed();
-  BRAID_WARN("store server {}: dropping a client: {}{}", address, why,
-             held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
+  warn("dropping a client: " + why);
 }
 
 // A client that begins a request frame and does not finish it within limits.slow_client_s is dropped (a
@@ -358,11 +361,7 @@ void StoreServer::Impl::accept_clients() {
       if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
         accept_resumes = net::Clock::now() + kAcceptBackoff;
       }
-      if (warnings.allow()) {
-        const uint64_t held_back = warnings.take_suppressed();
-        BRAID_WARN("store server {}: accept failed: {}{}", address, std::strerror(err),
-                   held_back == 0 ? std::string() : fmt::format(" ({} similar warnings held back)", held_back));
-      }
+      warn(fmt::format("accept failed: {}", std::strerror(err)));
       return;
     }
     const int one = 1;

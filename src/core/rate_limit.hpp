@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace braid {
 
@@ -26,11 +27,12 @@ class RateLimit {
     return false;
   }
 
-  // Events held back since the last call (to append to the next report), and starts counting again.
-  uint64_t take_suppressed() {
+  // What the next report appends: " (N similar warnings held back)" for the events held back since the last
+  // report, or nothing; starts counting again.
+  std::string held_back_note() {
     const uint64_t count = suppressed_;
     suppressed_ = 0;
-    return count;
+    return count == 0 ? std::string() : " (" + std::to_string(count) + " similar warnings held back)";
   }
 
  private:

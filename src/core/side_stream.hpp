@@ -1,6 +1,6 @@
 // A second stream of the communicator's GPU, so one collective can run work beside its copy engines' (the
-// copy-engine collectives: this rank's own block by an SM kernel while the engines move the peers' blocks; every
-// other chunk of the pulled reduce-scatter and reduce). Work moves between the two with
+// copy-engine collectives: this rank's own block by an SM kernel while the engines move the peers' blocks).
+// Work moves between the two with
 // order(): an event recorded on one stream and waited on by the other right away, so one event serves every
 // hand-over. Graph capture follows the hand-overs: the side stream joins the caller's capture at the first
 // order(caller, side) and must be ordered back into the caller's stream before the call returns.

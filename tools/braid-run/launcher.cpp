@@ -183,8 +183,8 @@ void make_pipe(UniqueFd& read_end, UniqueFd& write_end) {
   write_end = UniqueFd(fds[1]);
 }
 
-// Writes all of `text`. braid-run's stdout may be a slow or non-blocking pipe; an error such as EPIPE
-// (the reader went away) drops the output rather than stopping the job.
+// Writes all of `text` (async-signal-safe: a forked rank's last words before exec, into the pipe braid-run
+// reads). An error such as EPIPE drops the output. braid-run's own output goes through OutputSink instead.
 void write_all(int fd, std::string_view text) {
   while (!text.empty()) {
     ssize_t n = ::write(fd, text.data(), text.size());
@@ -224,23 +224,10 @@ class OutputSink {
     flush();
   }
 
-  // Writes what the fd takes without blocking.
+  // Writes what the fd takes without blocking, then drops what was written once it is most of the queue (each
+  // byte moves O(1) times).
   void flush() {
-    while (pending() && !closed_) {
-      pollfd writable{fd_, POLLOUT, 0};
-      if (::poll(&writable, 1, 0) < 0) return;
-      if ((writable.revents & (POLLERR | POLLNVAL)) != 0) return close();
-      if ((writable.revents & POLLOUT) == 0) return;
-      const size_t piece = std::min(queued_.size() - sent_, size_t(PIPE_BUF));
-      const ssize_t n = ::write(fd_, queued_.data() + sent_, piece);
-      if (n > 0) {
-        sent_ += static_cast<size_t>(n);
-      } else if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-        if (errno == EAGAIN) return;
-      } else {
-        return close();  // EPIPE and the like: the reader went away; the output goes with it
-      }
-    }
+    write_available();
     if (sent_ == queued_.size() || sent_ > queued_.size() / 2) {
       queued_.erase(0, sent_);
       sent_ = 0;
@@ -266,6 +253,24 @@ class OutputSink {
   }
 
  private:
+  void write_available() {
+    while (pending() && !closed_) {
+      pollfd writable{fd_, POLLOUT, 0};
+      if (::poll(&writable, 1, 0) < 0) return;
+      if ((writable.revents & (POLLERR | POLLNVAL)) != 0) return close();
+      if ((writable.revents & POLLOUT) == 0) return;
+      const size_t piece = std::min(queued_.size() - sent_, size_t(PIPE_BUF));
+      const ssize_t n = ::write(fd_, queued_.data() + sent_, piece);
+      if (n > 0) {
+        sent_ += static_cast<size_t>(n);
+      } else if (n < 0 && errno == EAGAIN) {
+        return;
+      } else if (!(n < 0 && errno == EINTR)) {
+        return close();  // EPIPE and the like: the reader went away; the output goes with it
+      }
+    }
+  }
+
   void close() {
     closed_ = true;
     queued_.clear();
