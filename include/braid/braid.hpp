@@ -94,16 +94,6 @@ struct AllocOptions {
   bool contiguous_view = false;  // also map every rank's memory into one [world × view_stride()] range
 };
 
-// One send or receive of a point-to-point batch (Communicator::send_recv).
-struct PointToPoint {
-  enum Kind : int { kSend = 0, kRecv = 1 };
-  Kind kind;
-  int peer;      // the other rank (may be this rank: a send to self matches a receive from self in the batch)
-  void* buffer;  // kSend: read; kRecv: written
-  size_t count;  // elements
-  DataType type;
-};
-
 class SymmetricMemory;
 class MoeBuffer;
 class RegisteredBuffer;

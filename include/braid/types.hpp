@@ -45,4 +45,14 @@ constexpr bool is_floating(DataType type) {
 // pairs only.
 constexpr bool reduction_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
 
+// One send or receive of a point-to-point batch (Communicator::send_recv).
+struct PointToPoint {
+  enum Kind : int { kSend = 0, kRecv = 1 };
+  Kind kind;
+  int peer;      // the other rank (may be this rank: a send to self matches a receive from self in the batch)
+  void* buffer;  // kSend: read; kRecv: written
+  size_t count;  // elements
+  DataType type;
+};
+
 }  // namespace braid

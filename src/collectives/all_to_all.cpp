@@ -1,5 +1,4 @@
-// All-to-all(v), host side: check arguments at the boundary, raise what an earlier kernel recorded, choose the
-// path, enqueue. Four paths:
+// All-to-all(v) of the CUDA backend, host side: choose the path for a checked call and enqueue it. Four paths:
 //   - LL lines (blocks_ll.cu): uniform blocks that fit an LL slot, any buffer;
 //   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
 //   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
@@ -13,28 +12,25 @@
 #include <algorithm>
 #include <optional>
 
-#include "braid/braid.hpp"
 #include "collectives/all_to_all.hpp"
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
+#include "collectives/collectives.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
-#include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "memory/shareable.hpp"
-#include "memory/symmetric_memory.hpp"
 
-namespace braid {
+namespace braid::collectives {
 
-kernels::AllToAllLaunch collectives::pipelined_launch(const detail::CommState& state, Collective collective,
-                                                      const void* send, void* recv, size_t element_bytes) {
+kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collective collective, const void* send,
+                                         void* recv, size_t element_bytes) {
   kernels::AllToAllLaunch launch{};
   launch.fifo.send = static_cast<const char*>(send);
   launch.fifo.recv = static_cast<char*>(recv);
@@ -42,16 +38,15 @@ kernels::AllToAllLaunch collectives::pipelined_launch(const detail::CommState& s
   launch.element_bytes = static_cast<uint32_t>(element_bytes);
   launch.send_peers = launch.recv_peers = kernels::kEveryPeer;
   launch.mismatch_in_bytes = false;
-  if (state.nccl) return launch;  // only the counts and offsets are used: NCCL moves the data
   launch.fifo.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.fifo.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.fifo.pad = state.sync->pad();
   return launch;
 }
 
-uint64_t collectives::all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
-                                      bool zero_copy, uint64_t send, uint64_t recv) {
-  collectives::PlanArguments plan{};
+uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
+                         bool zero_copy, uint64_t send, uint64_t recv) {
+  PlanArguments plan{};
   plan.collective = collective;
   plan.algorithm = algorithm;
   plan.zero_copy = zero_copy;
@@ -61,44 +56,17 @@ uint64_t collectives::all_to_all_plan(Collective collective, Algorithm algorithm
   plan.root = -1;
   plan.send_identity = send;
   plan.recv_identity = recv;
-  return collectives::plan_word(plan);
+  return plan_word(plan);
 }
 
-namespace {
-
-using collectives::all_to_all_copy_engine;
-using collectives::all_to_all_plan;
-using collectives::check_buffer;
-using collectives::check_device_pointer;
-using collectives::check_launch;
-using collectives::checked_product;
-using collectives::element_size;
-using collectives::enter;
-using collectives::overlap;
-using collectives::pipelined_launch;
-
-}  // namespace
-
-void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
-  const char* function = "Communicator::all_to_all";
-  detail::CommState& state = enter(state_, function);
-  const size_t size = element_size(function, type);
-  const size_t block_bytes = checked_product(function, "count", count, size);
-  const size_t bytes = checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
-  if (count == 0) return;
-  check_buffer(function, send, "send", bytes, state.device);
-  check_buffer(function, recv, "recv", bytes, state.device);
-  if (overlap(send, bytes, recv, bytes)) {
-    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
-  }
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    collectives::register_with_nccl(state, send, bytes);
-    collectives::register_with_nccl(state, recv, bytes);
-    DeviceGuard guard(state.device);
-    state.nccl->all_to_all(send, recv, count, type, stream);
-    return;
-  }
+void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const void* const send = call.send;
+  void* const recv = call.recv;
+  const size_t count = call.count;
+  const DataType type = call.type;
+  const size_t size = datatype_size(type);
+  const size_t block_bytes = count * size;
+  const size_t bytes = block_bytes * state.size;
   // LL lines, where the table says LL and a block fits an LL slot, never depend on the buffers (runs_ll): such a
   // call looks up nothing and exchanges nothing.
   const size_t ll_slot_bytes = state.ll.bytes() / 2 / state.size;
@@ -106,8 +74,8 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
                   block_bytes <= ll_slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
   std::optional<PeerRange> send_range, recv_range;
   if (!ll) {
-    send_range = collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kSend, send, bytes);
-    recv_range = collectives::call_buffer_range(state, Collective::kAllToAll, collectives::ExchangedBuffer::kRecv, recv, bytes);
+    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, send, bytes);
+    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes);
   }
   const bool symmetric = send_range && recv_range;
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
@@ -163,34 +131,11 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
   check_launch("all_to_all kernel launch");
 }
 
-void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream) {
-  const char* function = "Communicator::all_to_all";
-  detail::CommState& state = enter(state_, function);
-  detail::require_cuda_backend(state, "Communicator::all_to_all on GlobalMemory");
-  const size_t size = element_size(function, type);
-  const size_t block_bytes = checked_product(function, "count", count, size);
-  const size_t bytes = checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
-  if (!send || send.world_size() != state.size || send.rank() != state.rank) {
-    raise_invalid_argument(function, "send", "is not this communicator's global memory (import_global of {} ranks)", state.size);
-  }
-  for (int q = 0; q < state.size; ++q) {
-    if (send.bytes(q) < bytes) {
-      raise_invalid_argument(function, "send", "holds {} bytes on rank {}; {} blocks of {} bytes need {}", send.bytes(q), q,
-                             state.size, block_bytes, bytes);
-    }
-  }
-  if (count == 0) return;
-  check_buffer(function, recv, "recv", bytes, state.device);
-  PeerBuffers table{};
-  for (int q = 0; q < state.size; ++q) table.at[q] = static_cast<char*>(send.peer(q));
-  // A peer's range that is another GPU's cudaMalloc memory of this process (ranks as threads) is read by SM
-  // loads: a copy engine's copy from it would be ordered against that GPU's legacy stream, so a peer waiting
-  // there (cudaDeviceSynchronize, a legacy-stream copy) would wait on this rank's copy, which waits in the entry
-  // barrier for that very peer.
-  bool same_process_peers = false;
-  for (const auto& mapping : send.mappings_) same_process_peers = same_process_peers || mapping->in_place();
+void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool same_process_peers, void* recv,
+                       size_t count, DataType type, Stream stream) {
+  const size_t block_bytes = count * datatype_size(type);
+  const size_t bytes = block_bytes * state.size;
   BRAID_TRACE("all_to_all (one-sided): {} elements a block, {}", count, same_process_peers ? "SM loads" : "copy engines");
-  const auto order = detail::ordered(state, stream);
   if (!same_process_peers) {
     all_to_all_copy_engine(state, table, recv, block_bytes,
                            all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, 0, count, type, true), stream);
@@ -209,91 +154,39 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   check_launch("all_to_all kernel launch");
 }
 
-void Communicator::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
-                               const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
-  const char* function = "Communicator::all_to_allv";
-  detail::CommState& state = enter(state_, function);
-  const size_t size = element_size(function, type);
-  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", state.size);
-  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", state.size);
-  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, send, recv, size);
-  // Each side's extent: the end of its furthest block, in bytes; packed blocks when no displacements are given.
-  auto lay_out = [&](const size_t* counts, const size_t* displs, const char* counts_name, const char* displs_name,
-                     uint64_t* bytes, uint64_t* offsets) {
-    size_t packed = 0, extent = 0;
-    for (int q = 0; q < state.size; ++q) {
-      bytes[q] = checked_product(function, counts_name, counts[q], size);
-      const size_t displ = displs != nullptr ? displs[q] : packed;
-      offsets[q] = checked_product(function, displs_name, displ, size);
-      if (offsets[q] > SIZE_MAX - bytes[q]) raise_invalid_argument(function, displs_name, "[{}] = {} overflows with its count", q, displ);
-      packed = (offsets[q] + bytes[q]) / size;
-      if (bytes[q] != 0) extent = std::max<size_t>(extent, offsets[q] + bytes[q]);
-    }
-    return extent;
-  };
-  const size_t send_extent = lay_out(send_counts, send_displs, "send_counts", "send_displs", launch.send_bytes, launch.send_offset);
-  const size_t recv_extent = lay_out(recv_counts, recv_displs, "recv_counts", "recv_displs", launch.recv_bytes, launch.recv_offset);
-  if (send_counts[state.rank] != recv_counts[state.rank]) {
-    raise_invalid_argument(function, "recv_counts", "[{}] = {} (this rank) differs from send_counts[{}] = {}", state.rank,
-                           recv_counts[state.rank], state.rank, send_counts[state.rank]);
-  }
-  check_buffer(function, send, "send", send_extent, state.device);
-  check_buffer(function, recv, "recv", recv_extent, state.device);
-  if (overlap(send, send_extent, recv, recv_extent)) {
-    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
-  }
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    collectives::register_with_nccl(state, send, send_extent);
-    collectives::register_with_nccl(state, recv, recv_extent);
-    DeviceGuard guard(state.device);
-    state.nccl->all_to_allv(send, send_counts, send_displs, recv, recv_counts, recv_displs, type, stream);
-    return;
+void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream stream) {
+  const size_t size = datatype_size(call.type);
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, call.send, call.recv, size);
+  for (int q = 0; q < state.size; ++q) {
+    launch.send_bytes[q] = call.send_bytes[q];
+    launch.send_offset[q] = call.send_offset[q];
+    launch.recv_bytes[q] = call.recv_bytes[q];
+    launch.recv_offset[q] = call.recv_offset[q];
   }
   // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
-  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
-  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, type, false);
-  BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", send_extent, recv_extent,
+  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, call.type, state.algorithm_override);
+  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
+  BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", call.send_extent, call.recv_extent,
               algorithm_name(choice.algorithm), choice.blocks);
   DeviceGuard guard(state.device);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
   check_launch("all_to_allv kernel launch");
 }
 
-void Communicator::all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs,
-                                      void* recv, size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs,
-                                      DataType type, Stream stream) {
-  const char* function = "Communicator::all_to_allv_device";
-  detail::CommState& state = enter(state_, function);
-  detail::require_cuda_backend(state, function);  // NCCL needs the counts on the host
-  const size_t size = element_size(function, type);
-  const size_t capacity_bytes = checked_product(function, "recv_capacity", recv_capacity, size);
-  // The counts are only known on the device: send must be a device buffer whatever they turn out to be.
-  if (send == nullptr) raise_invalid_argument(function, "send", "is null");
-  check_device_pointer(function, send, "send", state.device);
-  check_buffer(function, recv, "recv", capacity_bytes, state.device);
-  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", state.size);
-  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", state.size);
-  check_device_pointer(function, send_counts, "send_counts", state.device);
-  check_device_pointer(function, recv_counts, "recv_counts", state.device);
-  if (send_displs != nullptr) check_device_pointer(function, send_displs, "send_displs", state.device);
-  if (recv_displs != nullptr) check_device_pointer(function, recv_displs, "recv_displs", state.device);
-  if (overlap(send, 1, recv, capacity_bytes)) {
-    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
-  }
-  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, send, recv, size);
-  launch.device_send_counts = send_counts;
-  launch.device_send_displs = send_displs;
-  launch.device_recv_counts = recv_counts;
-  launch.device_recv_displs = recv_displs;
-  launch.recv_capacity = capacity_bytes;
-  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, type, state.algorithm_override);
-  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, type, false);
-  BRAID_TRACE("all_to_allv_device: capacity {} elements, {} with {} blocks", recv_capacity,
+void all_to_allv_device(CollectiveContext& state, const AllToAllvDeviceCall& call, Stream stream) {
+  const size_t size = datatype_size(call.type);
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAllv, call.send, call.recv, size);
+  launch.device_send_counts = call.send_counts;
+  launch.device_send_displs = call.send_displs;
+  launch.device_recv_counts = call.recv_counts;
+  launch.device_recv_displs = call.recv_displs;
+  launch.recv_capacity = call.recv_capacity_bytes;
+  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, call.type, state.algorithm_override);
+  launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
+  BRAID_TRACE("all_to_allv_device: capacity {} bytes, {} with {} blocks", call.recv_capacity_bytes,
               algorithm_name(choice.algorithm), choice.blocks);
-  const auto order = detail::ordered(state, stream);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
   check_launch("all_to_allv_device kernel launch");
 }
 
-}  // namespace braid
+}  // namespace braid::collectives

@@ -5,18 +5,15 @@
 #include <cstdint>
 
 #include "collectives/all_to_all_launch.hpp"
+#include "collectives/collective_context.hpp"
 #include "collectives/selection.hpp"
-
-namespace braid::detail {
-struct CommState;
-}
 
 namespace braid::collectives {
 
 // The launch of the pipelined all-to-all kernel on this communicator's FIFOs: `collective` names it in errors and
 // timeouts; every peer is sent to and received from (send_peers = recv_peers = kEveryPeer), no size set yet. The
 // caller sets sizes and offsets (and narrows the peers, send_recv). The one place the launch's defaults live.
-kernels::AllToAllLaunch pipelined_launch(const detail::CommState& state, Collective collective, const void* send,
+kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collective collective, const void* send,
                                          void* recv, size_t element_bytes);
 
 // The plan word (collectives/plan.hpp) of an all-to-all or a send/recv batch: `count` elements of `type` a block

@@ -1,7 +1,7 @@
 #include "collectives/call_buffers.hpp"
 
+#include "collectives/collective_context.hpp"
 #include "collectives/kernels.hpp"
-#include "comm/comm_state.hpp"
 #include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -31,7 +31,7 @@ struct Exchange {
 
 // Every peer is about to exchange the same buffer, or this throws (kMismatch, or kTimeout when a peer never
 // arrives) with the failure recorded for the whole communicator.
-void agree_on_exchange(detail::CommState& state, const Exchange& exchange) {
+void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   const auto [collective, buffer, bytes] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
@@ -46,12 +46,12 @@ void agree_on_exchange(detail::CommState& state, const Exchange& exchange) {
 
 }  // namespace
 
-std::optional<PeerRange> call_buffer_range(detail::CommState& state, Collective collective, ExchangedBuffer buffer,
+std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes) {
   // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
   // few ever run it.
   const Exchange exchange{collective, buffer, bytes};
-  detail::CommState* const communicator = &state;
+  CollectiveContext* const communicator = &state;
   const Exchange* const announced = &exchange;
   return find_peer_range(state, pointer, bytes,
                          [communicator, announced] { agree_on_exchange(*communicator, *announced); });

@@ -11,6 +11,8 @@
 
 namespace braid::collectives {
 
+struct CollectiveContext;
+
 // find_peer_range for the `buffer` argument of a `collective` call. The first use of a registered buffer at an
 // address exchanges mappings on the host, which every rank must join; before it, this rank runs one barrier
 // (signal channel 0) announcing exchange_plan_word. A peer that joins runs the same barrier; a peer whose buffer
@@ -18,7 +20,7 @@ namespace braid::collectives {
 // differs, so both ranks fail with kMismatch (here: raised, nothing exchanged) instead of one waiting in an
 // exchange the other never joins. The barrier runs at once, after the communicator's eager work, also while the
 // call is being captured.
-std::optional<PeerRange> call_buffer_range(detail::CommState& state, Collective collective, ExchangedBuffer buffer,
+std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes);
 
 }  // namespace braid::collectives

@@ -1,46 +1,188 @@
 #include "collectives/call_checks.hpp"
-#include "collectives/plan.hpp"
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <string>
 
-#include "collectives/selection.hpp"
-#include "comm/comm_state.hpp"
+#include <fmt/format.h>
+
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 namespace braid::collectives {
+namespace {
 
-void check_device_pointer(const char* function, const void* pointer, const char* argument, int device) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-    cudaGetLastError();
-    raise_invalid_argument(function, argument, "({}) is not memory CUDA knows", pointer);
-  }
-  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
-    raise_invalid_argument(function, argument, "({}) is host memory; collectives need device memory", pointer);
-  }
-  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
-    raise_invalid_argument(function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
-                           attributes.device, device);
+// How the caller's count argument is named: reduce-scatter counts its output, all-gather its input.
+const char* count_name(Collective collective) {
+  switch (collective) {
+    case Collective::kReduceScatter: return "recv_count";
+    case Collective::kAllGather: return "send_count";
+    default: return "count";
   }
 }
 
-void raise_recorded_failure(detail::CommState& state, const char* (*collective_name)(unsigned int)) {
-  if (state.nccl) {
-    state.nccl->check();
-  } else {
-    state.sync->raise_recorded_error(collective_name, describe_plan);
-  }
+// Whether a collective's input or output is `world` blocks of count elements.
+bool send_has_blocks(Collective collective) {
+  return collective == Collective::kReduceScatter || collective == Collective::kAllToAll;
+}
+bool recv_has_blocks(Collective collective) {
+  return collective == Collective::kAllGather || collective == Collective::kAllToAll;
 }
 
-detail::CommState& enter(const std::shared_ptr<detail::CommState>& state_ptr, const char* function) {
-  detail::CommState& state = detail::usable(state_ptr, function);
-  set_log_rank(state.rank);
-  raise_recorded_failure(state, collective_name);
-  return state;
+}  // namespace
+
+bool CollectiveCall::reduces() const {
+  return collective == Collective::kAllReduce || collective == Collective::kReduce ||
+         collective == Collective::kReduceScatter;
+}
+bool CollectiveCall::rooted() const { return collective == Collective::kReduce || collective == Collective::kBroadcast; }
+size_t CollectiveCall::send_elements(int world) const { return send_has_blocks(collective) ? count * world : count; }
+size_t CollectiveCall::recv_elements(int world) const { return recv_has_blocks(collective) ? count * world : count; }
+bool CollectiveCall::uses_send(int rank) const { return collective != Collective::kBroadcast || rank == root; }
+bool CollectiveCall::uses_recv(int rank) const { return collective != Collective::kReduce || rank == root; }
+
+bool validate(const CollectiveCall& call, const CallPlace& place) {
+  const char* function = call.function;
+  const size_t size = element_size(function, call.type);
+  if (call.reduces()) {
+    if (static_cast<int>(call.op) < 0 || static_cast<int>(call.op) >= kReduceOpCount) {
+      raise_invalid_argument(function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
+    }
+    if (!reduction_supported(call.type, call.op)) {
+      raise_invalid_argument(function, "op", "is {}, which braid does not apply to {} (avg needs a floating datatype)",
+                             reduce_op_name(call.op), datatype_name(call.type));
+    }
+  }
+  if (call.rooted() && (call.root < 0 || call.root >= place.world)) {
+    raise_invalid_argument(function, "root", "is {}; must be in [0, {})", call.root, place.world);
+  }
+  const char* count = count_name(call.collective);
+  const size_t block_bytes = checked_product(function, count, call.count, size);
+  const bool blocks = send_has_blocks(call.collective) || recv_has_blocks(call.collective);
+  if (blocks && block_bytes > SIZE_MAX / static_cast<size_t>(place.world)) {
+    raise_invalid_argument(function, count, "is {}: times {} ranks overflows", call.count, place.world);
+  }
+  if (call.count == 0) return false;
+  const size_t send_bytes = call.send_elements(place.world) * size;
+  const size_t recv_bytes = call.recv_elements(place.world) * size;
+  if (call.uses_send(place.rank)) check_buffer(function, call.send, "send", send_bytes, place.device);
+  if (call.uses_recv(place.rank)) check_buffer(function, call.recv, "recv", recv_bytes, place.device);
+  if (call.collective == Collective::kAllToAll && overlap(call.send, send_bytes, call.recv, recv_bytes)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", call.recv, call.send);
+  }
+  return true;
+}
+
+AllToAllvCall validate_all_to_allv(const char* function, const void* send, const size_t* send_counts,
+                                   const size_t* send_displs, void* recv, const size_t* recv_counts,
+                                   const size_t* recv_displs, DataType type, const CallPlace& place) {
+  const size_t size = element_size(function, type);
+  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", place.world);
+  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", place.world);
+  AllToAllvCall call{};
+  call.send = send;
+  call.send_counts = send_counts;
+  call.send_displs = send_displs;
+  call.recv = recv;
+  call.recv_counts = recv_counts;
+  call.recv_displs = recv_displs;
+  call.type = type;
+  // Each side's extent: the end of its furthest block, in bytes; packed blocks when no displacements are given.
+  auto lay_out = [&](const size_t* counts, const size_t* displs, const char* counts_name, const char* displs_name,
+                     uint64_t* bytes, uint64_t* offsets) {
+    size_t packed = 0, extent = 0;
+    for (int q = 0; q < place.world; ++q) {
+      bytes[q] = checked_product(function, counts_name, counts[q], size);
+      const size_t displ = displs != nullptr ? displs[q] : packed;
+      offsets[q] = checked_product(function, displs_name, displ, size);
+      if (offsets[q] > SIZE_MAX - bytes[q]) raise_invalid_argument(function, displs_name, "[{}] = {} overflows with its count", q, displ);
+      packed = (offsets[q] + bytes[q]) / size;
+      if (bytes[q] != 0) extent = std::max<size_t>(extent, offsets[q] + bytes[q]);
+    }
+    return extent;
+  };
+  call.send_extent = lay_out(send_counts, send_displs, "send_counts", "send_displs", call.send_bytes, call.send_offset);
+  call.recv_extent = lay_out(recv_counts, recv_displs, "recv_counts", "recv_displs", call.recv_bytes, call.recv_offset);
+  if (send_counts[place.rank] != recv_counts[place.rank]) {
+    raise_invalid_argument(function, "recv_counts", "[{}] = {} (this rank) differs from send_counts[{}] = {}", place.rank,
+                           recv_counts[place.rank], place.rank, send_counts[place.rank]);
+  }
+  check_buffer(function, send, "send", call.send_extent, place.device);
+  check_buffer(function, recv, "recv", call.recv_extent, place.device);
+  if (overlap(send, call.send_extent, recv, call.recv_extent)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  return call;
+}
+
+AllToAllvDeviceCall validate_all_to_allv_device(const char* function, const void* send, const int64_t* send_counts,
+                                                const int64_t* send_displs, void* recv, size_t recv_capacity,
+                                                int64_t* recv_counts, int64_t* recv_displs, DataType type,
+                                                const CallPlace& place) {
+  const size_t size = element_size(function, type);
+  const size_t capacity_bytes = checked_product(function, "recv_capacity", recv_capacity, size);
+  // The counts are only known on the device: send must be a device buffer whatever they turn out to be.
+  if (send == nullptr) raise_invalid_argument(function, "send", "is null");
+  check_device_pointer(function, send, "send", place.device);
+  check_buffer(function, recv, "recv", capacity_bytes, place.device);
+  if (send_counts == nullptr) raise_invalid_argument(function, "send_counts", "is null; it needs {} entries", place.world);
+  if (recv_counts == nullptr) raise_invalid_argument(function, "recv_counts", "is null; it needs {} entries", place.world);
+  check_device_pointer(function, send_counts, "send_counts", place.device);
+  check_device_pointer(function, recv_counts, "recv_counts", place.device);
+  if (send_displs != nullptr) check_device_pointer(function, send_displs, "send_displs", place.device);
+  if (recv_displs != nullptr) check_device_pointer(function, recv_displs, "recv_displs", place.device);
+  if (overlap(send, 1, recv, capacity_bytes)) {
+    raise_invalid_argument(function, "recv", "({}) overlaps send ({}); all-to-all is not in place", recv, send);
+  }
+  return AllToAllvDeviceCall{send, send_counts, send_displs, recv, capacity_bytes, recv_counts, recv_displs, type};
+}
+
+PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t count,
+                                          const CallPlace& place) {
+  // How errors name an op's fields.
+  auto name = [&](size_t i, const char* field) { return single ? std::string(field) : fmt::format("ops[{}].{}", i, field); };
+  if (ops == nullptr && count > 0) raise_invalid_argument(function, "ops", "is null but count is {}", count);
+  PointToPointBatch batch{ops, count, {}};
+  std::vector<CheckedOp>& checked = batch.checked;
+  checked.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const PointToPoint& op = ops[i];
+    if (op.kind != PointToPoint::kSend && op.kind != PointToPoint::kRecv) {
+      raise_invalid_argument(function, name(i, "kind").c_str(), "is {}, neither kSend (0) nor kRecv (1)",
+                             static_cast<int>(op.kind));
+    }
+    if (op.peer < 0 || op.peer >= place.world) {
+      raise_invalid_argument(function, name(i, "peer").c_str(), "is {}, outside [0, {})", op.peer, place.world);
+    }
+    const size_t bytes = checked_product(function, name(i, "count").c_str(), op.count,
+                                         element_size(function, op.type, name(i, "type").c_str()));
+    check_buffer(function, op.buffer, name(i, "buffer").c_str(), bytes, place.device);
+    checked.push_back(CheckedOp{op.kind == PointToPoint::kSend, op.peer, static_cast<char*>(op.buffer), bytes});
+  }
+  // Sends to self are this rank's own block of a launch: the k-th needs the k-th receive from self of this batch
+  // (no later call could supply it), of the same size (the host sees both, so it is refused here, not on the GPU).
+  std::vector<size_t> self_sends, self_recvs;
+  for (size_t i = 0; i < count; ++i) {
+    if (checked[i].peer == place.rank) (checked[i].send ? self_sends : self_recvs).push_back(i);
+  }
+  if (self_sends.size() != self_recvs.size()) {
+    raise_invalid_argument(function, single ? "peer" : "ops",
+                           "has {} send(s) to this rank ({}) and {} receive(s) from it; in a batch each send to self "
+                           "needs a receive from self",
+                           self_sends.size(), place.rank, self_recvs.size());
+  }
+  for (size_t k = 0; k < self_sends.size(); ++k) {
+    const CheckedOp& sent = checked[self_sends[k]];
+    const CheckedOp& received = checked[self_recvs[k]];
+    if (sent.bytes != received.bytes) {
+      raise_invalid_argument(function, name(self_recvs[k], "count").c_str(),
+                             "receives {} bytes from self, but the send to self it matches (ops[{}]) sends {} bytes",
+                             received.bytes, self_sends[k], sent.bytes);
+    }
+  }
+  return batch;
 }
 
 size_t element_size(const char* function, DataType type, const char* argument) {
@@ -60,10 +202,18 @@ void check_buffer(const char* function, const void* pointer, const char* argumen
   check_device_pointer(function, pointer, argument, device);
 }
 
-void register_with_nccl(detail::CommState& state, const void* buffer, size_t bytes) {
-  if (buffer == nullptr || bytes == 0) return;
-  if (const auto found = state.registrations->containing(reinterpret_cast<uintptr_t>(buffer), bytes)) {
-    state.nccl->ensure_registered(found->first, reinterpret_cast<void*>(found->second.address), found->second.bytes);
+void check_device_pointer(const char* function, const void* pointer, const char* argument, int device) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();
+    raise_invalid_argument(function, argument, "({}) is not memory CUDA knows", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeUnregistered || attributes.type == cudaMemoryTypeHost) {
+    raise_invalid_argument(function, argument, "({}) is host memory; collectives need device memory", pointer);
+  }
+  if (attributes.type == cudaMemoryTypeDevice && attributes.device != device) {
+    raise_invalid_argument(function, argument, "({}) is memory of GPU {}, but this rank uses GPU {}", pointer,
+                           attributes.device, device);
   }
 }
 

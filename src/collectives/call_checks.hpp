@@ -1,26 +1,116 @@
-// Host-side checks and small helpers shared by every collective entry point (collectives.cpp, all_to_all.cpp,
-// send_recv.cpp): device-pointer validation that names the argument, launch checking, byte arithmetic on user
-// pointers.
+// The one argument check of every collective and point-to-point call (C++ API, and the C API and shim over
+// it): each check names the function and the argument it refuses (kInvalidArgument). A checked call goes on
+// to the communicator's order and its backend unchanged, so nothing after this point checks arguments again.
+// Also the small helpers the checks and the host sides of the collectives share: launch checking, byte
+// arithmetic on user pointers.
 #pragma once
 
 #include <cstddef>
-#include <memory>
+#include <cstdint>
+#include <vector>
 
 #include "braid/types.hpp"
-
-namespace braid::detail {
-struct CommState;
-}
+#include "core/limits.hpp"
+#include "collectives/selection.hpp"
 
 namespace braid::collectives {
 
-// Raises a fatal failure recorded by an earlier call (a kernel's timeout, or NCCL's asynchronous error) before
-// anything of this call is enqueued. `collective_name` names recorded collective ids.
-void raise_recorded_failure(detail::CommState& state, const char* (*collective_name)(unsigned int));
+// Where a call runs: this rank of `world` ranks, on GPU `device`.
+struct CallPlace {
+  int rank;
+  int world;
+  int device;
+};
 
-// The entry of a call: the communicator's state (refusing a moved-from one), this rank set for logging, and a
-// fatal failure an earlier kernel recorded raised before anything of this call is enqueued.
-detail::CommState& enter(const std::shared_ptr<detail::CommState>& state, const char* function);
+// One call of all-reduce, reduce, reduce-scatter, all-gather, broadcast or all-to-all, as the caller made it.
+// `count`: elements per rank of the call's own count argument (reduce-scatter: of the output, all-gather: of
+// the input, all-to-all: of each block). `op` is used only by reductions, `root` only by reduce and broadcast.
+struct CollectiveCall {
+  const char* function;  // names the call in errors ("Communicator::all_reduce")
+  Collective collective;
+  const void* send;
+  void* recv;
+  size_t count;
+  DataType type;
+  ReduceOp op;
+  int root;
+
+  bool reduces() const;
+  bool rooted() const;
+  // Elements of the input and of the output on this rank, for `world` ranks (already checked not to overflow).
+  size_t send_elements(int world) const;
+  size_t recv_elements(int world) const;
+  // Whether this rank reads the input or writes the output: only the root's input of a broadcast, and only the
+  // root's output of a reduce, are used.
+  bool uses_send(int rank) const;
+  bool uses_recv(int rank) const;
+};
+
+// Checks `call` at `place`: a datatype and (for reductions) an operator braid applies to it, the root in range,
+// byte sizes that do not overflow, and for count > 0 the buffers the call uses: not null, device memory this
+// rank's GPU can use, and (all-to-all, which is not in place) not overlapping. Returns false for a call with
+// nothing to move (count 0), which enqueues nothing.
+bool validate(const CollectiveCall& call, const CallPlace& place);
+
+// An all-to-all-v with host counts, checked: every block's bytes and offset, in the launch's layout.
+struct AllToAllvCall {
+  const void* send;
+  const size_t* send_counts;
+  const size_t* send_displs;  // null: packed in rank order
+  void* recv;
+  const size_t* recv_counts;
+  const size_t* recv_displs;  // null: packed in rank order
+  DataType type;
+  uint64_t send_bytes[kMaxWorld];
+  uint64_t send_offset[kMaxWorld];
+  uint64_t recv_bytes[kMaxWorld];
+  uint64_t recv_offset[kMaxWorld];
+  size_t send_extent;  // bytes from send to the end of its furthest block
+  size_t recv_extent;
+};
+
+// Checks an all-to-all-v (MPI_Alltoallv's arguments, counts and displacements in elements) and lays it out.
+AllToAllvCall validate_all_to_allv(const char* function, const void* send, const size_t* send_counts,
+                                   const size_t* send_displs, void* recv, const size_t* recv_counts,
+                                   const size_t* recv_displs, DataType type, const CallPlace& place);
+
+// An all-to-all-v whose counts and displacements live on the device (Communicator::all_to_allv_device), checked.
+struct AllToAllvDeviceCall {
+  const void* send;
+  const int64_t* send_counts;
+  const int64_t* send_displs;  // null: packed in rank order
+  void* recv;
+  size_t recv_capacity_bytes;
+  int64_t* recv_counts;
+  int64_t* recv_displs;  // null: not written
+  DataType type;
+};
+
+// Checks what the host can of an all-to-all-v with device counts: the datatype, the capacity's size, and every
+// pointer (device memory of this rank's GPU; send whatever the counts turn out to be).
+AllToAllvDeviceCall validate_all_to_allv_device(const char* function, const void* send, const int64_t* send_counts,
+                                                const int64_t* send_displs, void* recv, size_t recv_capacity,
+                                                int64_t* recv_counts, int64_t* recv_displs, DataType type,
+                                                const CallPlace& place);
+
+// One op of a point-to-point batch, checked: its direction, peer, buffer and size in bytes.
+struct CheckedOp {
+  bool send;
+  int peer;
+  char* buffer;
+  size_t bytes;
+};
+
+// A point-to-point batch of `count` ops, checked: every op's kind, peer, datatype, size and buffer, and every
+// send to this rank matched by a receive from it of the same size. `single`: send() or recv(), whose errors
+// name their own parameters ("peer"); otherwise errors name the op ("ops[2].peer").
+struct PointToPointBatch {
+  const PointToPoint* ops;
+  size_t count;
+  std::vector<CheckedOp> checked;
+};
+PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t count,
+                                          const CallPlace& place);
 
 // Bytes of one element of `type`; a value outside the enum is refused naming the argument `argument`.
 size_t element_size(const char* function, DataType type, const char* argument = "type");
@@ -30,10 +120,6 @@ size_t checked_product(const char* function, const char* argument, size_t a, siz
 
 // A buffer `bytes` long: none needed when bytes is 0; otherwise not null, and device memory of `device`.
 void check_buffer(const char* function, const void* pointer, const char* argument, size_t bytes, int device);
-
-// NCCL backend: lets NCCL register a user buffer that lies in a range registered with the communicator (lazily:
-// the first collective that uses the range registers it, later ones hit NCCL's cache).
-void register_with_nccl(detail::CommState& state, const void* buffer, size_t bytes);
 
 // A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
 // memory, peer mappings). Host memory, unknown pointers and other GPUs' cudaMalloc memory are refused

@@ -1,12 +1,14 @@
-// The collectives' host side: check arguments at the boundary, raise what an earlier kernel recorded, pick the
-// algorithm from the selection table, and enqueue one launch per chunk that fits a staging half.
+// The CUDA backend's collectives, host side: pick the algorithm from the selection table for a checked call and
+// enqueue its launches (one per chunk that fits a staging half, an LL slot or a multicast half).
+#include "collectives/collectives.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
-#include "braid/braid.hpp"
 #include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
+#include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/multicast_launch.hpp"
@@ -15,95 +17,36 @@
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
-#include "collectives/copy_engine.hpp"
-#include "comm/comm_state.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "memory/symmetric_memory.hpp"
 
-namespace braid {
+namespace braid::collectives {
 namespace {
-
-using collectives::all_gather_copy_engine;
-using collectives::broadcast_copy_engine;
-using collectives::raise_recorded_failure;
-using collectives::register_with_nccl;
-using detail::NcclBackend;
-using collectives::at;
-using collectives::check_device_pointer;
-using collectives::check_launch;
-using collectives::overlap;
-
-struct Call {
-  const char* function;
-  Collective collective;
-  const void* send;
-  void* recv;
-  size_t count;  // elements, as the caller passed it
-  DataType type;
-  ReduceOp op;
-  int root;
-  bool reduces;
-  bool rooted;
-};
-
-size_t checked_bytes(const Call& call, size_t elements, const char* argument) {
-  const size_t size = datatype_size(call.type);
-  if (elements > SIZE_MAX / size) raise_invalid_argument(call.function, argument, "is {}: its size in bytes overflows", elements);
-  return elements * size;
-}
-
-void validate(const Call& call, const detail::CommState& state, size_t send_elements, size_t recv_elements) {
-  if (datatype_size(call.type) == 0) {
-    raise_invalid_argument(call.function, "type", "is {}, not a braid::DataType", static_cast<int>(call.type));
-  }
-  if (call.reduces) {
-    if (static_cast<int>(call.op) < 0 || static_cast<int>(call.op) >= kReduceOpCount) {
-      raise_invalid_argument(call.function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
-    }
-    if (!reduction_supported(call.type, call.op)) {
-      raise_invalid_argument(call.function, "op", "is {}, which braid does not apply to {} (avg needs a floating datatype)",
-                             reduce_op_name(call.op), datatype_name(call.type));
-    }
-  }
-  if (call.rooted && (call.root < 0 || call.root >= state.size)) {
-    raise_invalid_argument(call.function, "root", "is {}; must be in [0, {})", call.root, state.size);
-  }
-  checked_bytes(call, send_elements, "count");
-  checked_bytes(call, recv_elements, "count");
-  if (call.count == 0) return;
-  // Only the root's input of a broadcast, and only the root's output of a reduce, are used.
-  const bool send_used = call.collective != Collective::kBroadcast || state.rank == call.root;
-  const bool recv_used = call.collective != Collective::kReduce || state.rank == call.root;
-  if (send_used && call.send == nullptr) raise_invalid_argument(call.function, "send", "is null with count {}", call.count);
-  if (recv_used && call.recv == nullptr) raise_invalid_argument(call.function, "recv", "is null with count {}", call.count);
-  if (send_used) check_device_pointer(call.function, call.send, "send", state.device);
-  if (recv_used) check_device_pointer(call.function, call.recv, "recv", state.device);
-}
 
 // The plan word of this call (collectives/plan.hpp), which its barriers compare across ranks: the same on every
 // rank that makes the same call with the same kind of buffers. `send`, `recv`: the ranges the kernels use zero
 // copy (none for staged, multicast and FIFO kernels).
-uint64_t plan_of(const Call& call, Algorithm algorithm, int blocks, const std::optional<PeerRange>& send = std::nullopt,
+uint64_t plan_of(const CollectiveCall& call, Algorithm algorithm, int blocks,
+                 const std::optional<PeerRange>& send = std::nullopt,
                  const std::optional<PeerRange>& recv = std::nullopt) {
-  collectives::PlanArguments plan{};
+  PlanArguments plan{};
   plan.collective = call.collective;
   plan.algorithm = algorithm;
   plan.zero_copy = send.has_value() || recv.has_value();
   plan.blocks = blocks;
   plan.count = call.count;
   plan.type = static_cast<uint64_t>(call.type);
-  plan.op = call.reduces ? static_cast<uint64_t>(call.op) : 0;
-  plan.root = call.rooted ? call.root : -1;
+  plan.op = call.reduces() ? static_cast<uint64_t>(call.op) : 0;
+  plan.root = call.rooted() ? call.root : -1;
   plan.send_identity = send ? send->identity : 0;
   plan.recv_identity = recv ? recv->identity : 0;
-  return collectives::plan_word(plan);
+  return plan_word(plan);
 }
 
-kernels::StagedLaunch base_launch(const detail::CommState& state, const Call& call) {
+kernels::StagedLaunch base_launch(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::StagedLaunch launch{};
   launch.root = call.root;
   launch.collective = static_cast<unsigned int>(call.collective);
@@ -119,8 +62,8 @@ static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has 
 
 // A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
 // between rank blocks of the user's buffer where the collective has them.
-kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Call& call, size_t count, size_t rank_stride,
-                                        const Choice& choice) {
+kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const CollectiveCall& call, size_t count,
+                                        size_t rank_stride, const Choice& choice) {
   kernels::PipelineLaunch launch{};
   launch.send = static_cast<const char*>(call.send);
   launch.recv = static_cast<char*>(call.recv);
@@ -135,7 +78,7 @@ kernels::PipelineLaunch pipeline_launch(const detail::CommState& state, const Ca
 }
 
 // An LL launch without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const detail::CommState& state, const Call& call) {
+kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
@@ -171,21 +114,12 @@ void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total,
 // Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of
 // `count` elements a block, in chunks that fit an LL slot, each its own LL call. `recv` may be null (reduce,
 // off the root).
-void run_reduce_ll(kernels::LLLaunch launch, const Call& call, size_t count, int blocks, cudaStream_t stream,
+void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, size_t count, int blocks, cudaStream_t stream,
                    const char* what) {
   const size_t size = datatype_size(call.type);
   launch_in_chunks(launch, call.send, call.recv, count, ll_payload_bytes(launch) / size, size, what,
                    [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, blocks, stream); });
 }
-
-// Raises what an earlier kernel recorded, then checks the arguments. Returns false for a no-op (count 0).
-bool prepare(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements) {
-  set_log_rank(state.rank);
-  raise_recorded_failure(state, collective_name);
-  validate(call, state, send_elements, recv_elements);
-  return call.count != 0;
-}
-
 
 // The zero-copy view of an all-reduce's buffers: both must be mapped by every peer (symmetric allocations of
 // this communicator, or registered buffers) and 16-byte aligned on every rank (the kernels load whole vectors
@@ -197,20 +131,20 @@ struct ZeroCopyBuffers {
 
 // The peers' mappings of `bytes` of a call's buffer at `pointer`, for a call the table sizes as `table_bytes`;
 // none for an LL call, which never depends on the buffers (runs_ll): it looks up nothing and exchanges nothing.
-std::optional<PeerRange> mapped_range(detail::CommState& state, const Call& call, collectives::ExchangedBuffer which,
+std::optional<PeerRange> mapped_range(CollectiveContext& state, const CollectiveCall& call, ExchangedBuffer which,
                                       const void* pointer, size_t bytes, size_t table_bytes, bool multicast = false) {
   if (runs_ll(call.collective, table_bytes, state.size, call.type, state.algorithm_override, multicast)) return std::nullopt;
-  return collectives::call_buffer_range(state, call.collective, which, pointer, bytes);
+  return call_buffer_range(state, call.collective, which, pointer, bytes);
 }
 
-ZeroCopyBuffers find_zero_copy(detail::CommState& state, const Call& call, size_t bytes, bool multicast) {
-  return ZeroCopyBuffers{mapped_range(state, call, collectives::ExchangedBuffer::kSend, call.send, bytes, bytes, multicast),
-                         mapped_range(state, call, collectives::ExchangedBuffer::kRecv, call.recv, bytes, bytes, multicast)};
+ZeroCopyBuffers find_zero_copy(CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
+  return ZeroCopyBuffers{mapped_range(state, call, ExchangedBuffer::kSend, call.send, bytes, bytes, multicast),
+                         mapped_range(state, call, ExchangedBuffer::kRecv, call.recv, bytes, bytes, multicast)};
 }
 
 // What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
 // The caller adds the peers' buffers it uses (and the rank stride).
-kernels::ZeroCopyLaunch zero_copy_base(const detail::CommState& state, const Call& call) {
+kernels::ZeroCopyLaunch zero_copy_base(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::ZeroCopyLaunch launch{};
   launch.local_send = static_cast<const char*>(call.send);
   launch.recv = static_cast<char*>(call.recv);
@@ -220,7 +154,7 @@ kernels::ZeroCopyLaunch zero_copy_base(const detail::CommState& state, const Cal
   return launch;
 }
 
-kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const Call& call, const ZeroCopyBuffers& buffers) {
+kernels::ZeroCopyLaunch zero_copy_launch(const CollectiveContext& state, const CollectiveCall& call, const ZeroCopyBuffers& buffers) {
   kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
   launch.send = buffers.send->buffers;
   launch.recv_peers = buffers.recv->buffers;
@@ -230,11 +164,11 @@ kernels::ZeroCopyLaunch zero_copy_launch(const detail::CommState& state, const C
 // NVLink multicast serves the call where the communicator has a multicast region (BRAID_ENABLE_MULTICAST) and
 // the kernels take it (`bytes`: all-reduce and reduce, the buffer; all-gather, one rank's block). What decides
 // is the same on every rank.
-bool multicast_ready(const detail::CommState& state, const Call& call, size_t bytes) {
+bool multicast_ready(const CollectiveContext& state, const CollectiveCall& call, size_t bytes) {
   return state.multicast != nullptr && kernels::multicast_serves(call.collective, call.type, call.op, bytes);
 }
 
-kernels::MulticastLaunch multicast_launch(const detail::CommState& state, const Call& call) {
+kernels::MulticastLaunch multicast_launch(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::MulticastLaunch launch{};
   launch.root = call.root;
   launch.collective = static_cast<unsigned int>(call.collective);
@@ -248,7 +182,7 @@ kernels::MulticastLaunch multicast_launch(const detail::CommState& state, const 
 }
 
 // All-reduce or reduce through the multicast region, in chunks of a half.
-void run_reduce_multicast(const detail::CommState& state, const Call& call, int blocks, cudaStream_t stream) {
+void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& call, int blocks, cudaStream_t stream) {
   const size_t size = datatype_size(call.type);
   kernels::MulticastLaunch launch = multicast_launch(state, call);
   launch.plan = plan_of(call, Algorithm::kMulticast, blocks);
@@ -258,28 +192,14 @@ void run_reduce_multicast(const detail::CommState& state, const Call& call, int 
                    [&](const auto& chunk) { kernel(call.type, call.op, chunk, blocks, stream); });
 }
 
-// NCCL backend: NCCL registers the buffers that lie in registered ranges (lazily), then `launch` enqueues the
-// call with the communicator's GPU current. Elements: of the send and recv buffers.
-template <typename Launch>
-void run_on_nccl(detail::CommState& state, const Call& call, size_t send_elements, size_t recv_elements, Launch&& launch) {
-  const size_t element = datatype_size(call.type);
-  register_with_nccl(state, call.send, send_elements * element);
-  register_with_nccl(state, call.recv, recv_elements * element);
-  DeviceGuard guard(state.device);
-  launch(*state.nccl);
-}
-
 }  // namespace
 
-void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::all_reduce");
-  const Call call{"Communicator::all_reduce", Collective::kAllReduce, send, recv, count, type, op, 0, true, false};
-  if (!prepare(state, call, count, count)) return;
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.all_reduce(send, recv, count, type, op, stream); });
-    return;
-  }
+void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const auto send = call.send;
+  const auto recv = call.recv;
+  const auto count = call.count;
+  const auto type = call.type;
+  const auto op = call.op;
   const size_t size = datatype_size(type);
   const bool multicast = multicast_ready(state, call, count * size);
   const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size, multicast);
@@ -322,15 +242,13 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
                    [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, choice.blocks, stream); });
 }
 
-void Communicator::reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::reduce");
-  const Call call{"Communicator::reduce", Collective::kReduce, send, recv, count, type, op, root, true, true};
-  if (!prepare(state, call, count, count)) return;
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.reduce(send, recv, count, type, op, root, stream); });
-    return;
-  }
+void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const auto send = call.send;
+  const auto recv = call.recv;
+  const auto count = call.count;
+  const auto type = call.type;
+  const auto op = call.op;
+  const auto root = call.root;
   const size_t size = datatype_size(type);
   // No reduce kernel reads a peer's buffer in place: the choice never depends on the buffers.
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
@@ -359,23 +277,19 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType t
                    [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, choice.blocks, stream); });
 }
 
-void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::reduce_scatter");
-  const Call call{"Communicator::reduce_scatter", Collective::kReduceScatter, send, recv, recv_count, type, op, 0, true, false};
-  if (recv_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "recv_count", "is {}: times {} ranks overflows", recv_count, state.size);
-  if (!prepare(state, call, recv_count * state.size, recv_count)) return;
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    run_on_nccl(state, call, recv_count * state.size, recv_count, [&](NcclBackend& nccl) { nccl.reduce_scatter(send, recv, recv_count, type, op, stream); });
-    return;
-  }
+void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const auto send = call.send;
+  const auto recv = call.recv;
+  const auto recv_count = call.count;
+  const auto type = call.type;
+  const auto op = call.op;
   const size_t size = datatype_size(type);
   // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0) {
     const size_t input_bytes = recv_count * state.size * size;
-    send_range = mapped_range(state, call, collectives::ExchangedBuffer::kSend, send, input_bytes, input_bytes);
+    send_range = mapped_range(state, call, ExchangedBuffer::kSend, send, input_bytes, input_bytes);
   }
   const bool zero_copy = send_range && send_range->aligned16;
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
@@ -412,23 +326,18 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t recv_coun
                    });
 }
 
-void Communicator::all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::all_gather");
-  const Call call{"Communicator::all_gather", Collective::kAllGather, send, recv, send_count, type, ReduceOp::kSum, 0, false, false};
-  if (send_count > SIZE_MAX / state.size) raise_invalid_argument(call.function, "send_count", "is {}: times {} ranks overflows", send_count, state.size);
-  if (!prepare(state, call, send_count, send_count * state.size)) return;
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    run_on_nccl(state, call, send_count, send_count * state.size, [&](NcclBackend& nccl) { nccl.all_gather(send, recv, send_count, type, stream); });
-    return;
-  }
+void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const auto send = call.send;
+  const auto recv = call.recv;
+  const auto send_count = call.count;
+  const auto type = call.type;
   const size_t bytes = send_count * datatype_size(type);
   // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
   // answer on every rank. The input may be any buffer (only this rank reads it).
   const bool multicast = multicast_ready(state, call, bytes);
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0) {
-    recv_range = mapped_range(state, call, collectives::ExchangedBuffer::kRecv, recv, bytes * state.size,
+    recv_range = mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes * state.size,
                               bytes * state.size, multicast);
   }
   const bool zero_copy = recv_range && recv_range->aligned16;
@@ -480,19 +389,16 @@ void Communicator::all_gather(const void* send, void* recv, size_t send_count, D
                    [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, choice.blocks, stream); });
 }
 
-void Communicator::broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::broadcast");
-  const Call call{"Communicator::broadcast", Collective::kBroadcast, send, recv, count, type, ReduceOp::kSum, root, false, true};
-  if (!prepare(state, call, count, count)) return;
-  const auto order = detail::ordered(state, stream);
-  if (state.nccl) {
-    run_on_nccl(state, call, count, count, [&](NcclBackend& nccl) { nccl.broadcast(send, recv, count, type, root, stream); });
-    return;
-  }
+void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const auto send = call.send;
+  const auto recv = call.recv;
+  const auto count = call.count;
+  const auto type = call.type;
+  const auto root = call.root;
   const size_t size = datatype_size(type), bytes = count * size;
   // Copy engines when every peer maps the output (the root pushes into it).
   const std::optional<PeerRange> recv_range =
-      mapped_range(state, call, collectives::ExchangedBuffer::kRecv, recv, bytes, bytes);
+      mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes, bytes);
   const bool pushes = recv_range && !recv_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
                                    pushes ? Buffers::kSymmetric : Buffers::kAny);
@@ -525,14 +431,11 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
                    [&](const auto& chunk) { kernels::launch_broadcast(chunk, choice.blocks, stream); });
 }
 
-void Communicator::check() {
-  detail::CommState& state = detail::usable(state_, "Communicator::check");
-  if (state.nccl) {
-    state.nccl->check();
-    return;
-  }
-  state.sync->raise_recorded_error(collective_name, collectives::describe_plan);
+void raise_recorded_failure(CollectiveContext& state) { state.sync->raise_recorded_error(collective_name, describe_plan); }
+
+void check(CollectiveContext& state) {
+  raise_recorded_failure(state);
   state.sync->raise_refused_data(collective_name);
 }
 
-}  // namespace braid
+}  // namespace braid::collectives

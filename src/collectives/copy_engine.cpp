@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "collectives/call_checks.hpp"
+#include "collectives/collective_context.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/selection.hpp"
-#include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/side_stream.hpp"
 #include "sync/device_sync.hpp"
@@ -39,7 +39,7 @@ void copy(void* destination, const void* source, size_t bytes, cudaStream_t stre
 // by SMs, or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy
 // waits for no peer) and joins before the exit barrier.
 template <typename Between>
-void between_barriers(detail::CommState& state, Collective collective, uint64_t plan, cudaStream_t stream,
+void between_barriers(CollectiveContext& state, Collective collective, uint64_t plan, cudaStream_t stream,
                       void* own_destination, const void* own_source, size_t own_bytes, Between&& between) {
   const unsigned int id = static_cast<unsigned int>(collective);
   const device::SignalPad pad = state.sync->pad();
@@ -60,7 +60,7 @@ void between_barriers(detail::CommState& state, Collective collective, uint64_t 
 
 }  // namespace
 
-void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+void all_to_all_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
                             uint64_t plan, Stream stream) {
   char* const output = static_cast<char*>(recv);
   between_barriers(state, Collective::kAllToAll, plan, stream, output + state.rank * block_bytes,
@@ -72,7 +72,7 @@ void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, v
                    });
 }
 
-void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
+void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream) {
   const size_t at = state.rank * bytes;
   between_barriers(state, Collective::kAllGather, plan, stream, recv.at[state.rank] + at, send, bytes, [&] {
@@ -80,7 +80,7 @@ void all_gather_copy_engine(detail::CommState& state, const void* send, const Pe
   });
 }
 
-void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
+void broadcast_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
                            uint64_t plan, Stream stream) {
   const bool is_root = state.rank == root;
   between_barriers(state, Collective::kBroadcast, plan, stream, recv.at[state.rank], send, is_root ? bytes : 0, [&] {

@@ -24,20 +24,18 @@
 #include "braid/types.hpp"
 #include "memory/peer_range.hpp"
 
-namespace braid::detail {
-struct CommState;
-}
-
 namespace braid::collectives {
 
+struct CollectiveContext;
+
 // Uniform blocks of `block_bytes`: block q of this rank's output comes from block `rank` of rank q's input.
-void all_to_all_copy_engine(detail::CommState& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+void all_to_all_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
                             uint64_t plan, Stream stream);
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
-void all_gather_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes,
+void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);
 // The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
-void broadcast_copy_engine(detail::CommState& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
+void broadcast_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
                            uint64_t plan, Stream stream);
 
 }  // namespace braid::collectives

@@ -14,6 +14,8 @@
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
+#include "backends/cuda/cuda_backend.hpp"
+#include "backends/nccl/nccl_collectives.hpp"
 #include "comm/comm_state.hpp"
 #include "comm/topology.hpp"
 #include "core/config.hpp"
@@ -251,6 +253,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   Communicator comm(state);
   if (use_nccl_backend(*state, topology, options)) {
     state->nccl = make_nccl_backend(*state, options);
+    state->backend = std::make_unique<detail::NcclCollectives>(state->nccl, state->registrations);
     // Deregistering a buffer releases NCCL's registration of it too (held weakly: teardown in any order).
     state->registrations->on_remove([backend = std::weak_ptr<detail::NcclBackend>(state->nccl)](uint64_t id) {
       if (std::shared_ptr<detail::NcclBackend> nccl = backend.lock()) nccl->forget_registered(id);
@@ -278,6 +281,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
   state->side = std::make_unique<SideStream>(state->device);
   state->multicast = detail::open_multicast(Config::get(), multicast_team(*state, comm), multicast_bytes());
+  state->backend = std::make_unique<detail::CudaBackend>(*state);
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
              state->multicast ? " with NVLink multicast" : "");
   return comm;
@@ -293,7 +297,7 @@ bool Communicator::uses_multicast() const {
 }
 
 const char* Communicator::backend() const {
-  return detail::usable(state_, "Communicator::backend").nccl ? "nccl" : "cuda";
+  return detail::usable(state_, "Communicator::backend").backend->name();
 }
 
 void* Communicator::nccl_communicator() const {
@@ -304,6 +308,13 @@ void* Communicator::nccl_communicator() const {
 detail::CommState& detail::usable(const std::shared_ptr<CommState>& state, const char* function) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: use of a moved-from communicator", function);
   return *state;
+}
+
+detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, const char* function) {
+  CommState& state = usable(state_ptr, function);
+  set_log_rank(state.rank);
+  state.backend->raise_recorded_failure();
+  return state;
 }
 
 void detail::require_cuda_backend(const CommState& state, const char* function) {

@@ -13,7 +13,7 @@
 namespace braid {
 
 namespace detail {
-struct CommState;
+struct MemoryContext;
 }
 
 struct PeerBuffers {
@@ -38,7 +38,7 @@ struct PeerRange {
 // else nullopt (staging). nullopt for bytes == 0. `before_exchange` runs right before such an exchange: it makes
 // sure that every peer is about to join it (and throws when one is not), since a rank whose buffer is not
 // registered there never would.
-std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes,
+std::optional<PeerRange> find_peer_range(detail::MemoryContext& state, const void* pointer, size_t bytes,
                                          const std::function<void()>& before_exchange);
 
 }  // namespace braid

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "comm/comm_state.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "memory/memory_context.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "memory/vmm.hpp"
 
@@ -110,7 +110,7 @@ RegistrationStats RegistrationCache::stats() {
   return stats;
 }
 
-std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes,
+std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,
                                                const std::function<void()>& before_exchange) {
   RegistrationCache& cache = *state.registrations;
   const uintptr_t address = reinterpret_cast<uintptr_t>(pointer);
@@ -176,7 +176,7 @@ std::optional<PeerRange> find_registered_range(CommState& state, const void* poi
 
 }  // namespace detail
 
-std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* pointer, size_t bytes,
+std::optional<PeerRange> find_peer_range(detail::MemoryContext& state, const void* pointer, size_t bytes,
                                          const std::function<void()>& before_exchange) {
   if (pointer == nullptr || bytes == 0) return std::nullopt;
   if (std::optional<PeerRange> symmetric = find_symmetric_range(state, pointer, bytes)) return symmetric;
@@ -184,34 +184,6 @@ std::optional<PeerRange> find_peer_range(detail::CommState& state, const void* p
 }
 
 // ---- Public API ----
-
-RegisteredBuffer Communicator::register_buffer(void* pointer, size_t bytes) {
-  detail::CommState& state = detail::usable(state_, "Communicator::register_buffer");
-  set_log_rank(state.rank);
-  const detail::MemoryDescriptor descriptor =
-      detail::describe_shareable("Communicator::register_buffer", "pointer", pointer, bytes, state.device);
-  RegisteredBuffer buffer;
-  buffer.impl_ = state.registrations->add(state.registrations, descriptor);
-  BRAID_DEBUG("registered {} bytes at {} ({}) as registration {}", bytes, pointer, detail::memory_kind_name(descriptor.kind),
-              buffer.impl_->id);
-  return buffer;
-}
-
-void Communicator::deregister(RegisteredBuffer& buffer) {
-  if (!buffer.impl_) raise_invalid_argument("Communicator::deregister", "buffer", "is empty (never registered or already deregistered)");
-  if (buffer.impl_->cache.lock() != detail::usable(state_, "Communicator::deregister").registrations) {
-    raise_invalid_argument("Communicator::deregister", "buffer", "was registered with another communicator");
-  }
-  buffer.impl_->release();
-  buffer.impl_.reset();
-}
-
-RegistrationStats Communicator::registration_stats() {
-  detail::CommState& state = detail::usable(state_, "Communicator::registration_stats");
-  RegistrationStats stats = state.registrations->stats();
-  if (state.nccl) stats.nccl_registered = state.nccl->registered_count();
-  return stats;
-}
 
 namespace {
 const detail::Registration& checked(const std::shared_ptr<detail::Registration>& impl, const char* call) {

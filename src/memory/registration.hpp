@@ -26,6 +26,7 @@
 namespace braid::detail {
 
 class RegistrationCache;
+struct MemoryContext;
 
 // One register_buffer call.
 struct Registration {
@@ -75,7 +76,7 @@ class RegistrationCache {
   uint64_t exchanges_ = 0;
   uint64_t hits_ = 0;
 
-  friend std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes,
+  friend std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,
                                                         const std::function<void()>& before_exchange);
   void count_exchange() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -84,7 +85,7 @@ class RegistrationCache {
 };
 
 // The registered-buffer half of find_peer_range.
-std::optional<PeerRange> find_registered_range(CommState& state, const void* pointer, size_t bytes,
+std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,
                                                const std::function<void()>& before_exchange);
 
 }  // namespace braid::detail

@@ -4,12 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
-#include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/hash.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/memory_context.hpp"
 #include "memory/vmm.hpp"
 
 namespace braid {
@@ -41,7 +41,7 @@ SymmetricAllocation::~SymmetricAllocation() {
 namespace {
 
 // Every rank must ask for the same size; name the ranks that differ.
-void check_same_size(detail::CommState& comm, size_t bytes) {
+void check_same_size(detail::MemoryContext& comm, size_t bytes) {
   std::vector<std::string> sizes = comm.bootstrap->allgather(std::to_string(bytes), "symmetric alloc size");
   std::string differing;
   for (int r = 0; r < comm.size; ++r) {
@@ -55,7 +55,7 @@ void check_same_size(detail::CommState& comm, size_t bytes) {
 
 }  // namespace
 
-std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::CommState>& comm,
+std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::MemoryContext>& comm,
                                                                size_t bytes, const AllocOptions& options) {
   if (bytes == 0) raise_invalid_argument("Communicator::alloc", "bytes", "is 0; a symmetric allocation needs ≥ 1 byte");
   std::lock_guard<std::mutex> lock(comm->setup_mutex);
@@ -118,7 +118,7 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   return allocation;
 }
 
-std::optional<PeerRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes) {
+std::optional<PeerRange> find_symmetric_range(detail::MemoryContext& state, const void* pointer, size_t bytes) {
   if (pointer == nullptr || bytes == 0) return std::nullopt;
   const uintptr_t begin = reinterpret_cast<uintptr_t>(pointer);
   std::lock_guard<std::mutex> lock(state.symmetric_mutex);

@@ -14,7 +14,7 @@
 namespace braid {
 namespace detail {
 
-struct CommState;
+struct MemoryContext;
 
 // One rank's side of a symmetric allocation. It needs nothing of the communicator after allocation, so it
 // outlives it freely (teardown in any order) and the communicator may own allocations of its own. The destructor unmaps and releases everything this rank holds; the physical memory of a rank lives on
@@ -40,12 +40,12 @@ struct SymmetricAllocation {
 
 // Collective over the ranks of `comm`: validates `bytes` (> 0, equal on every rank), allocates, exchanges
 // and maps. Every rank's memory is zeroed before any peer can see it.
-std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::CommState>& comm,
+std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::MemoryContext>& comm,
                                                                size_t bytes, const AllocOptions& options);
 
 // The symmetric allocation of `state` that holds [pointer, pointer + bytes) in this rank's copy, as every rank's
 // copy of the buffer at the same offset (nullopt for other memory, and for bytes == 0). Thread-safe; forgets
 // allocations freed since.
-std::optional<PeerRange> find_symmetric_range(detail::CommState& state, const void* pointer, size_t bytes);
+std::optional<PeerRange> find_symmetric_range(detail::MemoryContext& state, const void* pointer, size_t bytes);
 
 }  // namespace braid

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "braid/braid.hpp"
+#include "braid/types.hpp"
 #include "core/config.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"

@@ -1,0 +1,40 @@
+// What the CUDA backend's collectives need of a communicator: the memory layer's part (who this rank is, the
+// buffers every peer maps), the order of its calls, the signal pad, and the symmetric buffers made at init that
+// carry data between GPUs. The communicator's state is one (comm/comm_state.hpp); collectives take this part
+// only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/side_stream.hpp"
+#include "memory/memory_context.hpp"
+#include "memory/multicast.hpp"
+#include "memory/symmetric_memory.hpp"
+#include "sync/call_order.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::collectives {
+
+struct CollectiveContext : detail::MemoryContext {
+  // Orders the communicator's calls whatever stream each names (sync/call_order.hpp); both backends.
+  std::unique_ptr<detail::CallOrder> order;
+  std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
+
+  // Made at init on the CUDA backend (collectives never allocate), null or empty on the NCCL backend: the
+  // signal pad, and the symmetric buffers that carry collectives on buffers peers cannot map: staging halves
+  // (staged kernels), the pipeline FIFOs (pipelined kernels) and the LL area (flag-in-data lines). Each protocol
+  // keeps its own buffer, so one protocol's reuse rule never has to reason about another's.
+  std::unique_ptr<DeviceSync> sync;
+  SymmetricMemory staging;
+  SymmetricMemory pipeline;
+  SymmetricMemory ll;
+  // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block, and
+  // every other chunk of the pulls, run there beside the caller's stream.
+  std::unique_ptr<SideStream> side;
+  // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
+  // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.
+  std::unique_ptr<detail::MulticastRegion> multicast;
+};
+
+}  // namespace braid::collectives
