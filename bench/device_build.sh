@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds braid on the GPU machine (device tool), whose cores build in minutes what a two-core machine builds in
 # most of an hour. The Debian -dev packages braid builds with are carried as .deb files in .carry/debs (fetched
-# here with `apt-get download libfmt-dev libfmt9 libgtest-dev libcli11-dev nlohmann-json3-dev`) and unpacked into
-# a prefix there, which has no network.
+# here with `apt-get download libfmt-dev libfmt9 libgtest-dev libcli11-dev nlohmann-json3-dev libssl-dev
+# libssl3`) and unpacked into a prefix there, which has no network.
 #   bench/device_build.sh SOURCE_DIR BUILD_DIR [TARGET...]
 set -euo pipefail
 source_dir=$1 build_dir=$2

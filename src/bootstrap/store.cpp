@@ -10,7 +10,12 @@
 //     WAIT    count:u32 key:string* timeout_ms:i64 -> OK count:u32 missing_key:string*   (count <= 65536)
 //     ADD     key:string delta:i64                 -> OK new_value:i64 | ERROR message:string
 //     DELETE  key:string                           -> OK | NOT_FOUND
+//     HELLO   client_nonce:string                  -> OK server_nonce:string server_proof:string
+//     PROVE   client_proof:string                  -> OK
 //   reply   := u8 status, fields
+//   Any request may be answered REFUSED message:string, after which the server closes the connection.
+// A server with a job secret (bootstrap/job_secret.hpp) takes HELLO, then PROVE, then anything else from a
+// connection; before PROVE succeeded it refuses every other request and every frame over 256 bytes.
 // GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
 // never polls. ADD keeps the counter as decimal text, so GET returns it as such.
 #include "bootstrap/store.hpp"
@@ -30,6 +35,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "bootstrap/job_secret.hpp"
 #include "bootstrap/socket.hpp"
 #include "braid/braid.hpp"
 #include "core/error.hpp"
@@ -39,11 +45,13 @@
 namespace braid {
 namespace {
 
-enum class Op : uint8_t { kSet = 1, kGet = 2, kTryGet = 3, kWait = 4, kAdd = 5, kDelete = 6 };
-enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3 };
+enum class Op : uint8_t { kSet = 1, kGet = 2, kTryGet = 3, kWait = 4, kAdd = 5, kDelete = 6, kHello = 7, kProve = 8 };
+enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3, kRefused = 4 };
 
 // Largest frame either side accepts: a bound on what a confused or hostile peer can make us allocate.
 constexpr uint32_t kMaxFrameBytes = 1u << 30;
+// Largest frame a connection may send before it proved it knows the job secret (HELLO and PROVE are ~40 bytes).
+constexpr uint32_t kMaxUnprovenFrameBytes = 256;
 // A blocking GET/WAIT's reply is due when the server-side timeout passes; the client waits this much
 // longer before it calls the server unresponsive.
 constexpr double kWaitReplyMarginS = 2.0;
@@ -157,6 +165,9 @@ struct Connection {
   std::optional<Parked> parked;
   std::optional<net::Clock::time_point> frame_started;  // since when an unfinished request frame waits
   bool dead = false;  // closed by the peer, failed, or sent garbage: dropped at the end of the round
+  bool closing = false;  // refused: its last reply is being sent, then it is dropped; no more requests are read
+  bool proven = false;   // it proved it knows the job secret (from the start where the server has none)
+  std::string client_nonce, server_nonce;  // the HELLO of a server with a secret
 
   size_t unparsed() const { return input.size() - input_used; }
   size_t unsent() const { return output.size() - output_sent; }
@@ -167,7 +178,7 @@ struct Connection {
 }  // namespace
 
 struct StoreServer::Impl {
-  Impl(const std::string& host, int requested_port, StoreLimits limits);
+  Impl(const std::string& host, int requested_port, StoreLimits limits, std::string job_secret);
   ~Impl();
 
   void run();
@@ -179,6 +190,8 @@ struct StoreServer::Impl {
   bool handle_buffered_requests(Connection& connection);
   std::optional<std::string> next_frame(Connection& connection);
   void handle_request(Connection& connection, std::string_view body);
+  void handle_handshake(Connection& connection, Op op, Decoder& in);
+  void refuse(Connection& connection, const std::string& message, const std::string& why);
   void reply(Connection& connection, Encoder& encoder);
   bool release_parked();
   bool try_answer(Connection& connection, net::Clock::time_point now);
@@ -192,6 +205,7 @@ struct StoreServer::Impl {
   void warn(const std::string& message);
 
   StoreLimits limits;
+  std::string secret;  // the job secret clients prove they know; empty: none (every client is served)
   RateLimit warnings{kWarningsPerMinute, std::chrono::minutes(1)};
   net::Clock::time_point accept_resumes{};  // the listener rests until then (kAcceptBackoff)
   std::string address;  // "host:port", for logs
@@ -203,9 +217,18 @@ struct StoreServer::Impl {
   std::thread thread;
 };
 
-StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits store_limits) : limits(store_limits) {
+StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits store_limits, std::string job_secret)
+    : limits(store_limits), secret(std::move(job_secret)) {
   listen_fd = net::tcp_listen(host, requested_port, &port);
   address = fmt::format("{}:{}", host, port);
+  if (secret.empty() && !is_loopback_host(host)) {
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      BRAID_WARN("store server {} listens beyond loopback and serves any client that reaches it: set "
+                 "BRAID_JOB_SECRET, the same in every process of the job (braid-run sets one), so that only the "
+                 "job's processes can use it", address);
+    });
+  }
   // Non-blocking, so accept_clients() can drain the backlog and stop at EAGAIN.
   fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL, 0) | O_NONBLOCK);
   wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -368,6 +391,7 @@ void StoreServer::Impl::accept_clients() {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
+    connection->proven = secret.empty();
     connections.push_back(std::move(connection));
   }
 }
@@ -406,7 +430,7 @@ void StoreServer::Impl::handle_pending_work() {
 
 bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
   bool handled = false;
-  while (!connection.dead && !connection.parked && !connection.backed_up()) {
+  while (!connection.dead && !connection.closing && !connection.parked && !connection.backed_up()) {
     std::optional<std::string> body = next_frame(connection);
     if (!body) break;
     try {
@@ -428,6 +452,10 @@ std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection)
       drop_client(connection, fmt::format("it sent a {}-byte frame", length));
       return std::nullopt;
     }
+    if (!connection.proven && length > kMaxUnprovenFrameBytes) {
+      drop_client(connection, fmt::format("it sent a {}-byte frame before proving it knows the job secret", length));
+      return std::nullopt;
+    }
     if (available >= 4 + length) {
       body = connection.input.substr(connection.input_used + 4, length);
       connection.input_used += 4 + length;
@@ -444,7 +472,19 @@ std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection)
 void StoreServer::Impl::handle_request(Connection& connection, std::string_view body) {
   Decoder in(body, "request from a store client");
   const auto op = static_cast<Op>(in.u8());
+  if (op == Op::kHello || op == Op::kProve) {
+    handle_handshake(connection, op, in);
+    return;
+  }
+  if (!connection.proven) {
+    refuse(connection, "this store serves the job's processes only: set BRAID_JOB_SECRET to the job's secret",
+           "it sent a request without proving it knows the job secret");
+    return;
+  }
   switch (op) {
+    case Op::kHello:
+    case Op::kProve:
+      break;
     case Op::kSet: {
       std::string key = in.bytes();
       std::string value = in.bytes();
@@ -500,6 +540,47 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
     }
   }
   raise(ErrorCode::kRemoteError, "unknown store operation {}", static_cast<int>(op));
+}
+
+// HELLO: the client's nonce; the answer proves this server knows the secret. PROVE: the client's proof, over
+// both nonces; once it matches, the connection is served.
+void StoreServer::Impl::handle_handshake(Connection& connection, Op op, Decoder& in) {
+  std::string field = in.bytes();
+  in.expect_end();
+  if (secret.empty()) {
+    refuse(connection, "this store has no job secret but the client proves one: set BRAID_JOB_SECRET alike in every "
+                       "process of the job, or in none",
+           "it proves a job secret this store does not have");
+    return;
+  }
+  if (op == Op::kHello) {
+    if (connection.proven || !connection.client_nonce.empty() || field.size() != kStoreNonceBytes) {
+      refuse(connection, "malformed or repeated HELLO", "it sent a malformed or repeated HELLO");
+      return;
+    }
+    connection.client_nonce = std::move(field);
+    connection.server_nonce = store_nonce();
+    const std::string proof = store_proof(secret, StoreRole::kServer, connection.client_nonce, connection.server_nonce);
+    reply(connection, Encoder().u8(uint8_t(Status::kOk)).bytes(connection.server_nonce).bytes(proof));
+    return;
+  }
+  const bool matches = !connection.proven && !connection.client_nonce.empty() &&
+                       same_proof(field, store_proof(secret, StoreRole::kClient, connection.client_nonce,
+                                                     connection.server_nonce));
+  if (!matches) {
+    refuse(connection, "the job secret does not match: BRAID_JOB_SECRET must be the same in every process of the job",
+           "it does not know the job secret");
+    return;
+  }
+  connection.proven = true;
+  reply(connection, Encoder().u8(uint8_t(Status::kOk)));
+}
+
+// Answers REFUSED `message` (which the client raises) and closes the connection once the answer is sent.
+void StoreServer::Impl::refuse(Connection& connection, const std::string& message, const std::string& why) {
+  reply(connection, Encoder().u8(uint8_t(Status::kRefused)).bytes(message));
+  connection.closing = true;
+  warn("refused a client: " + why);
 }
 
 void StoreServer::Impl::add(Connection& connection, const std::string& key, int64_t delta) {
@@ -579,6 +660,7 @@ void StoreServer::Impl::flush(Connection& connection) {
   }
   connection.output.clear();
   connection.output_sent = 0;
+  if (connection.closing) connection.dead = true;  // its last reply is out
 }
 
 void StoreServer::Impl::drop_dead_connections() {
@@ -589,8 +671,8 @@ void StoreServer::Impl::drop_dead_connections() {
   });
 }
 
-StoreServer::StoreServer(const std::string& bind_host, int port, StoreLimits limits)
-    : impl_(std::make_unique<Impl>(bind_host, port, limits)) {}
+StoreServer::StoreServer(const std::string& bind_host, int port, StoreLimits limits, std::optional<std::string> secret)
+    : impl_(std::make_unique<Impl>(bind_host, port, limits, secret ? std::move(*secret) : job_secret())) {}
 
 StoreServer::~StoreServer() = default;
 
@@ -618,17 +700,55 @@ namespace {
 
 std::string quoted(const char* op, const std::string& key) { return fmt::format("{} '{}'", op, key); }
 
+// The reply's status; a refusal is raised with the server's reason.
+Status status_of(Decoder& in, const std::string& address, const std::string& what) {
+  const auto status = static_cast<Status>(in.u8());
+  if (status == Status::kRefused) {
+    raise(ErrorCode::kRemoteError, "store {}: {} refused: {}", address, what, in.bytes());
+  }
+  return status;
+}
+
 }  // namespace
 
-StoreClient::StoreClient(const std::string& host, int port, double timeout_s)
+StoreClient::StoreClient(const std::string& host, int port, double timeout_s, std::optional<std::string> secret)
     : address_(fmt::format("{}:{}", host, port)), request_timeout_s_(std::max(timeout_s, kMinRequestTimeoutS)) {
+  const std::string job = secret ? std::move(*secret) : job_secret();
   std::string last_error;
   fd_ = net::tcp_connect(host, port, net::deadline_after(timeout_s), &last_error);
   if (fd_ < 0) {
     raise(ErrorCode::kTimeout, "store client: no store server answered at {} within {} s (last attempt: {})",
           address_, timeout_s, last_error);
   }
-  BRAID_DEBUG("connected to store {}", address_);
+  try {
+    if (!job.empty()) prove(job);
+  } catch (...) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+    throw;
+  }
+  BRAID_DEBUG("connected to store {}{}", address_, job.empty() ? "" : " (job secret proven both ways)");
+}
+
+void StoreClient::prove(const std::string& secret) {
+  const std::string client_nonce = store_nonce();
+  const std::string hello =
+      exchange(Encoder().u8(uint8_t(Op::kHello)).bytes(client_nonce).finish(), request_timeout_s_, "HELLO");
+  Decoder in(hello, address_);
+  const Status hello_status = status_of(in, address_, "HELLO");
+  if (hello_status != Status::kOk) raise_unexpected(address_, "HELLO", hello_status);
+  const std::string server_nonce = in.bytes();
+  const std::string server_proof = in.bytes();
+  if (!same_proof(server_proof, store_proof(secret, StoreRole::kServer, client_nonce, server_nonce))) {
+    raise(ErrorCode::kRemoteError, "store {}: the server does not know the job secret (BRAID_JOB_SECRET differs "
+          "between processes, or another process holds the store's port); no key was sent or read", address_);
+  }
+  const std::string proof = store_proof(secret, StoreRole::kClient, client_nonce, server_nonce);
+  const std::string proven =
+      exchange(Encoder().u8(uint8_t(Op::kProve)).bytes(proof).finish(), request_timeout_s_, "PROVE");
+  Decoder answer(proven, address_);
+  const Status prove_status = status_of(answer, address_, "PROVE");
+  if (prove_status != Status::kOk) raise_unexpected(address_, "PROVE", prove_status);
 }
 
 StoreClient::~StoreClient() {
@@ -667,7 +787,7 @@ void StoreClient::set(const std::string& key, const std::string& value) {
   const std::string body =
       exchange(Encoder().u8(uint8_t(Op::kSet)).bytes(key).bytes(value).finish(), request_timeout_s_, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status != Status::kOk) raise_unexpected(address_, what, status);
 }
 
@@ -676,7 +796,7 @@ std::string StoreClient::get(const std::string& key, double timeout_s) {
   const std::string request = Encoder().u8(uint8_t(Op::kGet)).bytes(key).i64(timeout_to_ms(timeout_s)).finish();
   const std::string body = exchange(request, std::max(timeout_s, 0.0) + kWaitReplyMarginS, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status == Status::kTimeout) {
     raise(ErrorCode::kTimeout, "store {}: key '{}' did not appear within {} s", address_, key, timeout_s);
   }
@@ -689,7 +809,7 @@ std::optional<std::string> StoreClient::try_get(const std::string& key) {
   const std::string body =
       exchange(Encoder().u8(uint8_t(Op::kTryGet)).bytes(key).finish(), request_timeout_s_, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status == Status::kNotFound) return std::nullopt;
   if (status != Status::kOk) raise_unexpected(address_, what, status);
   return in.bytes();
@@ -708,7 +828,7 @@ std::vector<std::string> StoreClient::wait(const std::vector<std::string>& keys,
   const std::string body =
       exchange(encoder.finish(), std::max(timeout_s, 0.0) + kWaitReplyMarginS, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status != Status::kOk) raise_unexpected(address_, what, status);
   const uint32_t count = in.u32();
   std::vector<std::string> missing;
@@ -721,7 +841,7 @@ int64_t StoreClient::add(const std::string& key, int64_t delta) {
   const std::string body =
       exchange(Encoder().u8(uint8_t(Op::kAdd)).bytes(key).i64(delta).finish(), request_timeout_s_, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status == Status::kError) {
     raise(ErrorCode::kInvalidArgument, "store {}: {} refused: {}", address_, what, in.bytes());
   }
@@ -734,7 +854,7 @@ bool StoreClient::remove(const std::string& key) {
   const std::string body =
       exchange(Encoder().u8(uint8_t(Op::kDelete)).bytes(key).finish(), request_timeout_s_, what);
   Decoder in(body, address_);
-  const auto status = static_cast<Status>(in.u8());
+  const auto status = status_of(in, address_, what);
   if (status == Status::kNotFound) return false;
   if (status != Status::kOk) raise_unexpected(address_, what, status);
   return true;

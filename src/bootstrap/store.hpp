@@ -1,5 +1,6 @@
 // A TCP key-value store: the rendezvous point of a job. Rank 0 (or braid-run) serves it; every rank
-// is a client. Values are byte strings. Every wait is bounded.
+// is a client. Values are byte strings. Every wait is bounded. With a job secret, only clients that prove they
+// know it are served, and clients talk only to a server that proves it too.
 #pragma once
 
 #include <cstddef>
@@ -25,9 +26,12 @@ constexpr size_t kStoreMaxWaitKeys = 65536;  // keys one WAIT may name: the serv
 
 class StoreServer {
  public:
-  // Listens on bind_host:port; port 0 picks a free port (see port()).
+  // Listens on bind_host:port; port 0 picks a free port (see port()). `secret`: the job secret every client
+  // must prove it knows before it is served (bootstrap/job_secret.hpp); unset: BRAID_JOB_SECRET, and an empty
+  // one serves every client (with a warning, once, where bind_host is not loopback).
   // Throws Error(kSystemError) naming the address when it cannot listen.
-  explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0, StoreLimits limits = {});
+  explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0, StoreLimits limits = {},
+                       std::optional<std::string> secret = std::nullopt);
   ~StoreServer();
   StoreServer(const StoreServer&) = delete;
   StoreServer& operator=(const StoreServer&) = delete;
@@ -42,9 +46,11 @@ class StoreServer {
 // A connection to a store. Thread-safe: calls from several threads are serialised.
 class StoreClient {
  public:
-  // Connects to host:port, retrying until timeout_s passes (the server may start after the client).
-  // Throws Error(kTimeout) naming the address when no server answers in time.
-  StoreClient(const std::string& host, int port, double timeout_s);
+  // Connects to host:port, retrying until timeout_s passes (the server may start after the client), then, with
+  // a job secret (`secret`; unset: BRAID_JOB_SECRET), proves it knows it and checks that the server does.
+  // Throws Error(kTimeout) naming the address when no server answers in time; kRemoteError when the server
+  // refuses this client or does not know the secret (before any key is sent or read).
+  StoreClient(const std::string& host, int port, double timeout_s, std::optional<std::string> secret = std::nullopt);
   ~StoreClient();
   StoreClient(const StoreClient&) = delete;
   StoreClient& operator=(const StoreClient&) = delete;
@@ -68,6 +74,8 @@ class StoreClient {
   // Sends one request frame and returns the reply's body; `reply_timeout_s` bounds the whole exchange.
   // Throws kRemoteError (server gone) or kTimeout (no reply in time), naming the store and `what`.
   std::string exchange(const std::string& request, double reply_timeout_s, const std::string& what);
+  // The job-secret handshake (HELLO, PROVE).
+  void prove(const std::string& secret);
 
   std::string address_;
   int fd_ = -1;  // -1 once a failed exchange left the stream in an unknown state

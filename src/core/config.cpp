@@ -29,6 +29,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_STORE_PORT_OFFSET", ConfigType::kInt, "1", nullptr,
      "Under torchrun (and other MASTER_ADDR/MASTER_PORT launchers), rank 0 serves braid's store on "
      "MASTER_PORT plus this offset, since the launcher's own store holds MASTER_PORT."},
+    {"BRAID_JOB_SECRET", ConfigType::kString, nullptr, nullptr,
+     "Secret every connection to the job's store proves it knows (an HMAC challenge both ways; never sent, never "
+     "logged); at least 16 bytes. Set by braid-run; unset: the store takes any client that reaches it."},
     {"BRAID_JOB_ID", ConfigType::kString, nullptr, nullptr,
      "Identifier of the job, used to name host-local sockets (set by braid-run; derived when unset)."},
     {"BRAID_DEVICE", ConfigType::kInt, nullptr, nullptr,

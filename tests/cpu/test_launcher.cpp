@@ -185,7 +185,7 @@ TEST_F(LauncherTest, FlushesPartialLastLineAndHonoursNoPrefix) {
 // Per-rank variables, by rank, from one launch.
 std::map<int, std::map<std::string, std::string>> rendezvous_variables(int nprocs) {
   Outcome outcome = run_script(nprocs, R"(
-    for v in BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_SIZE BRAID_STORE_ADDR BRAID_JOB_ID; do
+    for v in BRAID_RANK BRAID_WORLD_SIZE BRAID_LOCAL_RANK BRAID_LOCAL_SIZE BRAID_STORE_ADDR BRAID_JOB_ID BRAID_JOB_SECRET; do
       eval "echo $v=\$$v"
     done)");
   EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
@@ -212,10 +212,32 @@ TEST_F(LauncherTest, SetsRendezvousVariablesPerRank) {
     EXPECT_EQ(vars["BRAID_STORE_ADDR"], first[0]["BRAID_STORE_ADDR"]);
     EXPECT_FALSE(vars["BRAID_JOB_ID"].empty());
     EXPECT_EQ(vars["BRAID_JOB_ID"], first[0]["BRAID_JOB_ID"]);
+    // A new secret for the job: 32 random bytes in hex, the same for every rank.
+    EXPECT_TRUE(std::regex_match(vars["BRAID_JOB_SECRET"], std::regex("[0-9a-f]{64}"))) << vars["BRAID_JOB_SECRET"];
+    EXPECT_EQ(vars["BRAID_JOB_SECRET"], first[0]["BRAID_JOB_SECRET"]);
   }
   auto second = rendezvous_variables(kRanks);
   ASSERT_EQ(second.size(), size_t{kRanks});
   EXPECT_NE(second[0]["BRAID_JOB_ID"], first[0]["BRAID_JOB_ID"]);
+  EXPECT_NE(second[0]["BRAID_JOB_SECRET"], first[0]["BRAID_JOB_SECRET"]);
+}
+
+TEST_F(LauncherTest, PassesOnTheJobSecretItWasGiven) {
+  setenv("BRAID_JOB_SECRET", "a-secret-of-the-caller-0123456789", 1);
+  Outcome given = run_script(2, "echo secret=$BRAID_JOB_SECRET");
+  setenv("BRAID_JOB_SECRET", "short", 1);
+  Outcome too_short = run_script(2, "echo started");
+  unsetenv("BRAID_JOB_SECRET");
+  EXPECT_EQ(given.exit_code, 0) << given.err;
+  std::vector<std::string> lines = lines_of(given.out);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"[0] secret=a-secret-of-the-caller-0123456789",
+                                              "[1] secret=a-secret-of-the-caller-0123456789"}));
+  // A secret too short to be one is refused before any rank starts, naming the variable but not the value.
+  EXPECT_NE(too_short.exit_code, 0);
+  EXPECT_EQ(too_short.out, "");
+  EXPECT_NE(too_short.err.find("BRAID_JOB_SECRET"), std::string::npos) << too_short.err;
+  EXPECT_EQ(too_short.err.find("short"), std::string::npos) << too_short.err;
 }
 
 TEST_F(LauncherTest, OverridesInheritedRendezvousVariables) {

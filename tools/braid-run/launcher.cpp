@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bootstrap/job_secret.hpp"
 #include "bootstrap/store.hpp"
 
 extern char** environ;
@@ -43,8 +44,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::string_view kUsage = R"(usage: braid-run -n N [options] [--] program [args...]
 
 Starts N ranks of `program` on this host, one GPU each, and serves their bootstrap store.
-Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE, BRAID_STORE_ADDR and
-BRAID_JOB_ID; CUDA_VISIBLE_DEVICES is left as it is (a rank picks its GPU by BRAID_LOCAL_RANK).
+Each rank gets BRAID_RANK, BRAID_WORLD_SIZE, BRAID_LOCAL_RANK, BRAID_LOCAL_SIZE, BRAID_STORE_ADDR,
+BRAID_JOB_ID and BRAID_JOB_SECRET (the one braid-run was given, else a new random one; the store serves only
+clients that prove they know it); CUDA_VISIBLE_DEVICES is left as it is (a rank picks its GPU by
+BRAID_LOCAL_RANK).
 Ranks read stdin from /dev/null; each line they print is prefixed with "[rank] ".
 When a rank fails, the others are stopped and braid-run exits with that rank's code (128 + signal if it
 was killed by one). When a rank exits 0 and others still run --grace-s later, they are stopped and
@@ -482,6 +485,7 @@ struct JobInfo {
   int size;
   std::string store_address;
   std::string job_id;
+  std::string job_secret;
 };
 
 // The process environment with this rank's rendezvous variables set (replacing any inherited ones).
@@ -493,6 +497,7 @@ std::vector<std::string> rank_environment(int rank, const JobInfo& job) {
       {"BRAID_LOCAL_SIZE", std::to_string(job.size)},
       {"BRAID_STORE_ADDR", job.store_address},
       {"BRAID_JOB_ID", job.job_id},
+      {"BRAID_JOB_SECRET", job.job_secret},
   };
   std::vector<std::string> env;
   for (char** entry = environ; entry && *entry; ++entry) {
@@ -780,8 +785,11 @@ int launch(const LaunchOptions& options) {
     // Orphans of the ranks' process trees become braid-run's children, so it reaps them (no zombies
     // under an init that does not reap) and can tell when a stopped rank's group is really empty.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    StoreServer store("127.0.0.1", 0);
-    Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id()});
+    // The job's secret: the one this braid-run was given (BRAID_JOB_SECRET), else a new one for this job.
+    std::string secret = job_secret();
+    if (secret.empty()) secret = generate_job_secret();
+    StoreServer store("127.0.0.1", 0, StoreLimits{}, secret);
+    Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id(), secret});
     job.start();
     const int code = job.wait();
     drain_outputs();

@@ -1,0 +1,45 @@
+// The job secret: what every connection to a job's store proves it knows, so that across hosts only the job's
+// own processes use the store (on one host the kernel's credentials check fd passing as well). braid-run
+// generates one for its ranks; other launchers pass one in BRAID_JOB_SECRET. The secret itself never goes into a
+// log line or an error message.
+//
+// The proof is a challenge in both directions: the client sends a fresh nonce, the server answers with its own
+// nonce and an HMAC-SHA256 over both, and the client answers with an HMAC over both in its own role. Neither side
+// sends the secret, a recorded exchange does not replay (fresh nonces), and a client learns that the server knows
+// the secret before it sends or reads any key (a process that took the store's port first gets nothing).
+#pragma once
+
+#include <string>
+
+namespace braid {
+
+class Config;
+
+constexpr size_t kMinJobSecretBytes = 16;
+constexpr size_t kStoreNonceBytes = 32;
+
+// BRAID_JOB_SECRET of `config` (empty: none). A secret shorter than kMinJobSecretBytes is refused
+// (kInvalidArgument naming the variable, not its value).
+std::string job_secret(const Config& config);
+std::string job_secret();  // of the process environment (Config::get())
+
+// A new secret for a job: kStoreNonceBytes random bytes as hex.
+std::string generate_job_secret();
+
+// kStoreNonceBytes random bytes.
+std::string store_nonce();
+
+// Who proves: the server answers a client's nonce first, then the client proves it knows the secret too.
+enum class StoreRole { kServer, kClient };
+
+// HMAC-SHA256 of (role, client_nonce, server_nonce) keyed with the secret.
+std::string store_proof(const std::string& secret, StoreRole role, const std::string& client_nonce,
+                        const std::string& server_nonce);
+
+// Whether two proofs are equal, in time that does not depend on where they differ.
+bool same_proof(const std::string& a, const std::string& b);
+
+// Whether `host` (a bind or dial address) is a loopback address: 127.0.0.0/8, ::1 or localhost.
+bool is_loopback_host(const std::string& host);
+
+}  // namespace braid
