@@ -27,6 +27,9 @@ struct ExportedRange;
 class PeerMapping;
 struct TestAccess;
 }  // namespace detail
+namespace collectives {
+struct CollectiveContext;
+}  // namespace collectives
 
 class StoreServer;
 
@@ -268,9 +271,12 @@ class Communicator {
   void check();
 
  private:
-  friend class MoeBuffer;  // builds on the communicator's state (signal pad, error words)
+  friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)
   friend struct detail::TestAccess;  // the tests' hooks into the state (src/comm/test_hooks.hpp), not installed
   explicit Communicator(std::shared_ptr<detail::CommState> state);
+  // The collective context of a CUDA-backend communicator, shared with it (an NCCL-backend one is refused with
+  // kUnsupported naming `function`): what MoeBuffer builds on. Private: braid's own code only.
+  std::shared_ptr<collectives::CollectiveContext> cuda_context(const char* function) const;
   std::shared_ptr<detail::CommState> state_;
 };
 

@@ -37,4 +37,10 @@ struct CollectiveContext : detail::MemoryContext {
   std::unique_ptr<detail::MulticastRegion> multicast;
 };
 
+// The ordering scope of one call that enqueues work on `stream`: every such call holds one while it enqueues
+// (after its arguments are checked), with the communicator's GPU current.
+inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
+  return detail::CallOrder::Scope(*context.order, context.device, stream);
+}
+
 }  // namespace braid::collectives

@@ -39,10 +39,6 @@ CommState& enter(const std::shared_ptr<CommState>& state, const char* function);
 // Where the calls of `state` run, for the argument checks.
 inline collectives::CallPlace place_of(const CommState& state) { return {state.rank, state.size, state.device}; }
 
-// The ordering scope of one call that enqueues work on `stream`: every such call holds one while it enqueues
-// (after its arguments are checked), with the communicator's GPU current.
-inline CallOrder::Scope ordered(CommState& state, Stream stream) { return CallOrder::Scope(*state.order, state.device, stream); }
-
 // Refuses (kUnsupported, naming `function`) what only the CUDA backend serves, on an NCCL-backend communicator.
 void require_cuda_backend(const CommState& state, const char* function);
 

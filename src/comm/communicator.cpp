@@ -317,6 +317,11 @@ detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, co
   return state;
 }
 
+std::shared_ptr<collectives::CollectiveContext> Communicator::cuda_context(const char* function) const {
+  detail::require_cuda_backend(detail::usable(state_, function), function);
+  return state_;
+}
+
 void detail::require_cuda_backend(const CommState& state, const char* function) {
   if (state.nccl) {
     raise(ErrorCode::kUnsupported, "{} needs the CUDA backend (symmetric memory between the GPUs of one host); this "

@@ -1,9 +1,16 @@
-// Communicator's registration of user buffers: local and cheap (memory/registration.hpp); the first call that
-// uses a registered buffer exchanges its mappings.
+// Communicator's memory calls: registration of user buffers (local and cheap, memory/registration.hpp; the first
+// call that uses a registered buffer exchanges its mappings), and global memory: every rank's export mapped
+// here (import_global), and one-sided copies into and out of it (put, get).
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
 #include "braid/braid.hpp"
 #include "comm/comm_state.hpp"
+#include "core/cuda_check.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/export_import.hpp"
 #include "memory/registration.hpp"
 #include "memory/shareable.hpp"
 
@@ -35,6 +42,60 @@ RegistrationStats Communicator::registration_stats() {
   RegistrationStats stats = state.registrations->stats();
   if (state.nccl) stats.nccl_registered = state.nccl->registered_count();
   return stats;
+}
+
+GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
+  const char* function = "Communicator::import_global";
+  detail::CommState& state = detail::usable(state_, function);
+  detail::require_cuda_backend(state, function);
+  if (!mine) raise_invalid_argument(function, "mine", "is an empty handle");
+  const detail::ExportedRange& exported = *mine.impl_;
+  if (exported.descriptor.device != state.device || exported.descriptor.pid != static_cast<uint32_t>(getpid())) {
+    raise_invalid_argument(function, "mine", "was exported from GPU {} of process {}; this rank is GPU {} of process {}",
+                           exported.descriptor.device, exported.descriptor.pid, state.device, getpid());
+  }
+  set_log_rank(state.rank);
+  detail::ImportedPeers imported = detail::import_every_rank(state, exported, function);
+  GlobalMemory global;
+  global.rank_ = state.rank;
+  global.own_ = mine;
+  global.peers_ = std::move(imported.peers);
+  global.bytes_ = std::move(imported.bytes);
+  global.mappings_ = std::move(imported.mappings);
+  return global;
+}
+
+namespace {
+
+// Rank `peer`'s [offset, offset + bytes) of global memory, as mapped here; out-of-range arguments are refused.
+char* range_at(const GlobalMemory& memory, const char* function, int peer, size_t offset, size_t bytes) {
+  if (!memory) raise_invalid_argument(function, "memory", "is empty");
+  if (peer < 0 || peer >= memory.world_size()) raise_invalid_argument(function, "peer", "is {}; must be in [0, {})", peer, memory.world_size());
+  if (offset > memory.bytes(peer) || bytes > memory.bytes(peer) - offset) {
+    raise_invalid_argument(function, "bytes", "is {} at offset {}: past the end of rank {}'s {} bytes", bytes, offset, peer,
+                           memory.bytes(peer));
+  }
+  return static_cast<char*>(memory.peer(peer)) + offset;
+}
+
+}  // namespace
+
+void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream) {
+  detail::CommState& state = detail::usable(state_, "Communicator::put");
+  char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
+  if (bytes == 0) return;
+  if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
+  const auto order = collectives::ordered(state, stream);
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
+}
+
+void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream) {
+  detail::CommState& state = detail::usable(state_, "Communicator::get");
+  const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
+  if (bytes == 0) return;
+  if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");
+  const auto order = collectives::ordered(state, stream);
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 
 }  // namespace braid

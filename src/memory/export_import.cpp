@@ -1,5 +1,8 @@
-// export_handle / import_handle (any two processes of one host) and Communicator::import_global (every rank
-// of a communicator), on the descriptors of memory_handle.hpp and the mappings of shareable.hpp.
+// export_handle / import_handle (any two processes of one host) and the exchange behind
+// Communicator::import_global (every rank of a communicator), on the descriptors of memory_handle.hpp and the
+// mappings of shareable.hpp.
+#include "memory/export_import.hpp"
+
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -9,11 +12,12 @@
 #include <mutex>
 #include <set>
 
-#include "comm/comm_state.hpp"
+#include "braid/braid.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/memory_context.hpp"
 #include "memory/memory_handle.hpp"
 #include "memory/shareable.hpp"
 #include "memory/vmm.hpp"
@@ -56,16 +60,9 @@ class OwnExports {
   std::multiset<std::string> blobs_;  // one entry a live export (two exports of one range pack alike)
 };
 
-// What an ExportedHandle keeps alive: the blob, and for VMM memory the descriptor importers take.
-struct ExportedRange {
-  MemoryDescriptor descriptor;
-  std::string blob;
-  FdOwner fd;
-
-  ~ExportedRange() {
-    if (!blob.empty()) OwnExports::get().remove(blob);
-  }
-};
+ExportedRange::~ExportedRange() {
+  if (!blob.empty()) OwnExports::get().remove(blob);
+}
 
 // The descriptor a blob of an import names, refused (kInvalidArgument naming `argument`) where it names this
 // process but is none of this process's live exports.
@@ -169,75 +166,34 @@ size_t GlobalMemory::bytes(int rank) const {
   return bytes_[rank];
 }
 
-GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
-  detail::CommState& state = detail::usable(state_, "Communicator::import_global");
-  detail::require_cuda_backend(state, "Communicator::import_global");
-  if (!mine) raise_invalid_argument("Communicator::import_global", "mine", "is an empty handle");
-  const detail::ExportedRange& exported = *mine.impl_;
-  if (exported.descriptor.device != state.device || exported.descriptor.pid != static_cast<uint32_t>(getpid())) {
-    raise_invalid_argument("Communicator::import_global", "mine", "was exported from GPU {} of process {}; this rank is GPU {} of process {}",
-                           exported.descriptor.device, exported.descriptor.pid, state.device, getpid());
+detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, const detail::ExportedRange& mine,
+                                                const char* function) {
+  std::lock_guard<std::mutex> setup(context.setup_mutex);
+  const std::vector<std::string> blobs = context.bootstrap->allgather(mine.blob, "import_global");
+  const uint64_t tag = context.alloc_sequence++;
+  std::vector<MemoryDescriptor> theirs(context.size);
+  for (int q = 0; q < context.size; ++q) {
+    theirs[q] = q == context.rank ? mine.descriptor : unpack_for_import(blobs[q], function, "peer handle");
   }
-  set_log_rank(state.rank);
-  std::lock_guard<std::mutex> setup(state.setup_mutex);
-  const std::vector<std::string> blobs = state.bootstrap->allgather(exported.blob, "import_global");
-  const uint64_t tag = state.alloc_sequence++;
-  std::vector<detail::MemoryDescriptor> theirs(state.size);
-  for (int q = 0; q < state.size; ++q) {
-    theirs[q] = q == state.rank ? exported.descriptor
-                                : detail::unpack_for_import(blobs[q], "Communicator::import_global", "peer handle");
-  }
-  if (exported.descriptor.kind == detail::MemoryKind::kPosixFd) {
-    for (int q = 0; q < state.size; ++q) {
-      if (q != state.rank) state.fds->send(q, exported.fd.fd, tag);
+  if (mine.descriptor.kind == MemoryKind::kPosixFd) {
+    for (int q = 0; q < context.size; ++q) {
+      if (q != context.rank) context.fds->send(q, mine.fd.fd, tag);
     }
   }
-  GlobalMemory global;
-  global.rank_ = state.rank;
-  global.own_ = mine;
-  global.peers_.resize(state.size);
-  global.bytes_.resize(state.size);
-  for (int q = 0; q < state.size; ++q) {
-    global.bytes_[q] = theirs[q].bytes;
-    if (q == state.rank) {
-      global.peers_[q] = exported.descriptor.address == 0 ? nullptr : reinterpret_cast<void*>(exported.descriptor.address);
+  ImportedPeers imported;
+  imported.peers.resize(context.size);
+  imported.bytes.resize(context.size);
+  for (int q = 0; q < context.size; ++q) {
+    imported.bytes[q] = theirs[q].bytes;
+    if (q == context.rank) {
+      imported.peers[q] = mine.descriptor.address == 0 ? nullptr : reinterpret_cast<void*>(mine.descriptor.address);
       continue;
     }
-    const int fd = theirs[q].kind == detail::MemoryKind::kPosixFd ? state.fds->receive(q, tag) : -1;
-    global.mappings_.push_back(detail::PeerMapping::open(theirs[q], fd, state.device));
-    global.peers_[q] = global.mappings_.back()->address();
+    const int fd = theirs[q].kind == MemoryKind::kPosixFd ? context.fds->receive(q, tag) : -1;
+    imported.mappings.push_back(PeerMapping::open(theirs[q], fd, context.device));
+    imported.peers[q] = imported.mappings.back()->address();
   }
-  return global;
-}
-
-namespace {
-char* range_at(const GlobalMemory& memory, const char* function, int peer, size_t offset, size_t bytes) {
-  if (!memory) raise_invalid_argument(function, "memory", "is empty");
-  if (peer < 0 || peer >= memory.world_size()) raise_invalid_argument(function, "peer", "is {}; must be in [0, {})", peer, memory.world_size());
-  if (offset > memory.bytes(peer) || bytes > memory.bytes(peer) - offset) {
-    raise_invalid_argument(function, "bytes", "is {} at offset {}: past the end of rank {}'s {} bytes", bytes, offset, peer,
-                           memory.bytes(peer));
-  }
-  return static_cast<char*>(memory.peer(peer)) + offset;
-}
-}  // namespace
-
-void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::put");
-  char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
-  if (bytes == 0) return;
-  if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
-  const auto order = detail::ordered(state, stream);
-  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
-}
-
-void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream) {
-  detail::CommState& state = detail::usable(state_, "Communicator::get");
-  const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
-  if (bytes == 0) return;
-  if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");
-  const auto order = detail::ordered(state, stream);
-  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
+  return imported;
 }
 
 }  // namespace braid

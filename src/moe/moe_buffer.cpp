@@ -11,9 +11,9 @@
 #include <string>
 
 #include "collectives/call_checks.hpp"
+#include "collectives/collective_context.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
-#include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
@@ -25,7 +25,7 @@ namespace braid {
 namespace detail {
 
 struct MoeState {
-  std::shared_ptr<CommState> comm;
+  std::shared_ptr<collectives::CollectiveContext> comm;  // the communicator's; kept alive with the buffer
   MoeShape shape;
   size_t capacity = 0;
   std::unique_ptr<DeviceSync> sync;
@@ -151,7 +151,6 @@ int agreed_blocks(Communicator& comm, int device) {
 
 detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
-  detail::usable(state->comm, function);
   set_log_rank(state->comm->rank);
   state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // a timeout: the communicator is unusable
   return *state;
@@ -172,8 +171,8 @@ size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
 
 MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   const char* function = "MoeBuffer::create";
-  detail::CommState& comm_state = detail::usable(comm.state_, function);
-  detail::require_cuda_backend(comm_state, function);
+  const std::shared_ptr<collectives::CollectiveContext> context = comm.cuda_context(function);
+  const collectives::CollectiveContext& comm_state = *context;
   const int world = comm_state.size;
   validate_shape(shape, world);
   const std::vector<std::string> shapes = comm.host_allgather(describe(shape));
@@ -184,7 +183,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
     }
   }
   auto state = std::make_unique<detail::MoeState>();
-  state->comm = comm.state_;
+  state->comm = context;
   state->shape = shape;
   state->capacity = capacity_of(shape, world);
   state->sync = std::make_unique<DeviceSync>(comm, comm_state.timeout_s, moe::kScatterBlocks);
@@ -295,7 +294,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   launch.num_tokens = num_tokens;
   launch.num_tokens_device = num_tokens_device;
   {
-    const auto order = detail::ordered(*state.comm, stream);
+    const auto order = collectives::ordered(*state.comm, stream);
     moe::launch_dispatch(launch, state.shape.index_type, stream);
     collectives::check_launch("MoE dispatch launch");
   }
@@ -332,7 +331,7 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) 
   launch.y = static_cast<const char*>(y);
   launch.out = static_cast<char*>(out);
   launch.weighted = weighted;
-  const auto order = detail::ordered(*state.comm, stream);
+  const auto order = collectives::ordered(*state.comm, stream);
   moe::launch_combine(launch, state.shape.type, stream);
   collectives::check_launch("MoE combine launch");
 }
