@@ -165,8 +165,10 @@ class Communicator {
   // ---- Collectives (stream-ordered, CUDA-graph capturable; NCCL's argument order) ----
   // Every rank calls them in the same order with the same count, datatype, op and root. Any device buffer
   // works; in-place where NCCL allows it (recv == send, or send at recv's own rank slot for all_gather and
-  // reduce_scatter). Errors of arguments are raised before anything is enqueued. A device-side failure (a
-  // peer that never arrives) is recorded and raised by the next call or by check().
+  // reduce_scatter). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming the
+  // argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers that are not device memory
+  // this rank's GPU can use. A device-side failure (a peer that never arrives) is recorded and raised by the next
+  // call or by check().
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,

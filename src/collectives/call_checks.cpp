@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 
@@ -202,7 +203,13 @@ void check_buffer(const char* function, const void* pointer, const char* argumen
   check_device_pointer(function, pointer, argument, device);
 }
 
+bool pointer_checks_on() {
+  static const bool on = Config::get().string("BRAID_CHECK_POINTERS").value_or("on") == "on";
+  return on;
+}
+
 void check_device_pointer(const char* function, const void* pointer, const char* argument, int device) {
+  if (!pointer_checks_on()) return;
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
     cudaGetLastError();

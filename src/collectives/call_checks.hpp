@@ -118,13 +118,18 @@ size_t element_size(const char* function, DataType type, const char* argument = 
 // a * b, refusing a product that overflows, naming the argument.
 size_t checked_product(const char* function, const char* argument, size_t a, size_t b);
 
-// A buffer `bytes` long: none needed when bytes is 0; otherwise not null, and device memory of `device`.
+// A buffer `bytes` long: none needed when bytes is 0; otherwise not null, and (check_device_pointer) device memory
+// of `device`.
 void check_buffer(const char* function, const void* pointer, const char* argument, size_t bytes, int device);
 
 // A device pointer this rank's GPU can use: device memory of this GPU, or a mapping made here (symmetric
 // memory, peer mappings). Host memory, unknown pointers and other GPUs' cudaMalloc memory are refused
-// (kInvalidArgument) naming `function` and `argument`.
+// (kInvalidArgument) naming `function` and `argument`. Nothing is asked of CUDA, and nothing refused, where
+// BRAID_CHECK_POINTERS=off (pointer_checks_on).
 void check_device_pointer(const char* function, const void* pointer, const char* argument, int device);
+
+// BRAID_CHECK_POINTERS of the process environment, read once: whether check_device_pointer asks CUDA.
+bool pointer_checks_on();
 
 // Raises the launch error CUDA recorded for the kernel just enqueued (bad configuration, no kernel image).
 void check_launch(const char* what);

@@ -59,6 +59,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_PRELOAD_KERNELS", ConfigType::kEnum, "on", "on|off",
      "on: communicator init loads every braid kernel into its GPU's context, so no later launch waits for a lazy "
      "load (which can wait for the GPU to go idle); off: kernels load on first launch (CUDA_MODULE_LOADING)."},
+    {"BRAID_CHECK_POINTERS", ConfigType::kEnum, "on", "on|off",
+     "on: every call asks CUDA (cudaPointerGetAttributes) whether each buffer is device memory this rank's GPU can "
+     "use, and refuses one that is not naming the argument; off: only null buffers are refused (NCCL's default)."},
     {"BRAID_ENABLE_MULTICAST", ConfigType::kEnum, "0", "0|1",
      "1: NVLink multicast (NVLS) collectives where every GPU reports support; never on a shared GPU host."},
     {"BRAID_MULTICAST_BYTES", ConfigType::kInt, "33554432", nullptr,
