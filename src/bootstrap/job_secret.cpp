@@ -38,19 +38,23 @@ std::string generate_job_secret() {
   return hex;
 }
 
+std::string job_mac(const std::string& secret, std::string_view message) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length) == nullptr) {
+    raise(ErrorCode::kSystemError, "HMAC-SHA256 with the job secret failed");
+  }
+  return std::string(reinterpret_cast<const char*>(digest), length);
+}
+
 std::string store_proof(const std::string& secret, StoreRole role, const std::string& client_nonce,
                         const std::string& server_nonce) {
   std::string message = role == StoreRole::kServer ? "braid store server" : "braid store client";
   message += '\0';
   message += client_nonce;
   message += server_nonce;
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-           reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &length) == nullptr) {
-    raise(ErrorCode::kSystemError, "HMAC-SHA256 failed while proving the job secret");
-  }
-  return std::string(reinterpret_cast<const char*>(digest), length);
+  return job_mac(secret, message);
 }
 
 bool same_proof(const std::string& a, const std::string& b) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 namespace braid {
 
@@ -35,6 +36,10 @@ enum class StoreRole { kServer, kClient };
 // HMAC-SHA256 of (role, client_nonce, server_nonce) keyed with the secret.
 std::string store_proof(const std::string& secret, StoreRole role, const std::string& client_nonce,
                         const std::string& server_nonce);
+
+// HMAC-SHA256 of `message` keyed with the secret (32 bytes): what the store's proofs and signed memory handles
+// (memory/memory_handle.hpp) carry.
+std::string job_mac(const std::string& secret, std::string_view message);
 
 // Whether two proofs are equal, in time that does not depend on where they differ.
 bool same_proof(const std::string& a, const std::string& b);

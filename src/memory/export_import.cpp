@@ -12,6 +12,7 @@
 #include <mutex>
 #include <set>
 
+#include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -67,7 +68,7 @@ ExportedRange::~ExportedRange() {
 // The descriptor a blob of an import names, refused (kInvalidArgument naming `argument`) where it names this
 // process but is none of this process's live exports.
 MemoryDescriptor unpack_for_import(const std::string& blob, const char* function, const char* argument) {
-  MemoryDescriptor descriptor = unpack(blob, function, argument, this_host_id());
+  MemoryDescriptor descriptor = unpack(blob, function, argument, this_host_id(), job_secret());
   if (descriptor.pid == static_cast<uint32_t>(getpid()) && !OwnExports::get().contains(blob)) {
     raise_invalid_argument(function, argument,
                            "names this process ({}) as its exporter, but this process has no such live export (a "
@@ -120,7 +121,7 @@ ExportedHandle export_handle(const void* pointer, size_t bytes, int device) {
     exported->fd.fd = detail::export_allocation_fd(exported->descriptor, device);
     exported->descriptor.fd = exported->fd.fd;
   }
-  exported->blob = detail::pack(exported->descriptor);
+  exported->blob = detail::pack(exported->descriptor, job_secret());
   detail::OwnExports::get().add(exported->blob);
   ExportedHandle handle;
   handle.impl_ = std::move(exported);

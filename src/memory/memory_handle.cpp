@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string_view>
 
+#include "bootstrap/job_secret.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 
@@ -101,7 +102,7 @@ const std::string& this_host_id() {
   return id;
 }
 
-std::string pack(const MemoryDescriptor& d) {
+std::string pack(const MemoryDescriptor& d, const std::string& secret) {
   Writer w;
   w.raw(kMagic, sizeof(kMagic));
   w.integer<uint16_t>(kMemoryHandleVersion);
@@ -118,11 +119,13 @@ std::string pack(const MemoryDescriptor& d) {
   w.integer<uint64_t>(d.id);
   w.raw(d.ipc_handle.data(), d.ipc_handle.size());
   w.integer<int32_t>(d.fd);
+  w.string(secret.empty() ? std::string() : job_mac(secret, w.out()));  // the signature: over every field before it
   w.integer<uint64_t>(stable_hash(w.out()));
   return w.out();
 }
 
-MemoryDescriptor unpack(const std::string& blob, const char* function, const char* argument, const std::string& expected_host) {
+MemoryDescriptor unpack(const std::string& blob, const char* function, const char* argument, const std::string& expected_host,
+                        const std::string& secret) {
   Reader r(blob, function, argument);
   if (blob.empty()) r.fail("it is empty");
   char magic[sizeof(kMagic)];
@@ -155,7 +158,16 @@ MemoryDescriptor unpack(const std::string& blob, const char* function, const cha
   d.id = r.integer<uint64_t>("id");
   r.raw(d.ipc_handle.data(), d.ipc_handle.size(), "ipc_handle");
   d.fd = r.integer<int32_t>("fd");
+  const size_t signed_bytes = r.position();
+  const std::string signature = r.string("signature");
   if (r.position() != body) r.fail("{} bytes follow its last field", body - r.position());
+  if (!secret.empty() && signature.empty()) {
+    r.fail("it is not signed, and this process has a job secret (BRAID_JOB_SECRET): only handles of the job's own "
+           "processes are taken");
+  }
+  if (!secret.empty() && !same_proof(signature, job_mac(secret, std::string_view(blob).substr(0, signed_bytes)))) {
+    r.fail("its signature is not this job's (BRAID_JOB_SECRET differs, or the handle was altered)");
+  }
 
   if (d.bytes == 0) r.fail("its range is empty");
   if (d.allocation_bytes == 0 || d.allocation_base > UINT64_MAX - d.allocation_bytes) r.fail("its allocation size is invalid");

@@ -37,20 +37,23 @@ struct MemoryDescriptor {
 };
 
 // The format's version: blobs of another version are refused.
-constexpr uint16_t kMemoryHandleVersion = 1;
+constexpr uint16_t kMemoryHandleVersion = 2;
 
 // This host and boot: the kernel's boot id (shared by every process of one boot, containers included), else
 // the host name.
 const std::string& this_host_id();
 
-// The versioned, checksummed wire form.
-std::string pack(const MemoryDescriptor& descriptor);
+// The versioned, checksummed wire form. With a job secret (`secret` not empty) the blob is signed: it carries an
+// HMAC-SHA256 of its fields keyed with the secret (bootstrap/job_secret.hpp), which only the job's processes can
+// make.
+std::string pack(const MemoryDescriptor& descriptor, const std::string& secret = "");
 
 // Parses a blob. Throws Error(kInvalidArgument) naming `argument` and what is wrong: empty or truncated, not a
 // braid handle (magic), another version, a damaged checksum, fields that contradict each other (a range outside
 // its allocation, an unknown kind). When `expected_host` is not empty, a blob made on another host (or boot) is
-// refused too.
+// refused too. With a job secret (`secret` not empty), a blob not signed with it is refused as well; without one,
+// a signature is not checked (there is nothing to check it with).
 MemoryDescriptor unpack(const std::string& blob, const char* function, const char* argument,
-                        const std::string& expected_host);
+                        const std::string& expected_host, const std::string& secret = "");
 
 }  // namespace braid::detail

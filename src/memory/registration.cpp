@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "bootstrap/job_secret.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
@@ -128,12 +129,12 @@ std::optional<PeerRange> find_registered_range(MemoryContext& state, const void*
   std::lock_guard<std::mutex> setup(state.setup_mutex);
   FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
   if (mine.kind == MemoryKind::kPosixFd) mine.fd = exported.fd = export_allocation_fd(mine, state.device);
-  const std::vector<std::string> blobs = state.bootstrap->allgather(pack(mine), "registered buffer exchange");
+  const std::vector<std::string> blobs = state.bootstrap->allgather(pack(mine, job_secret()), "registered buffer exchange");
   const uint64_t tag = state.alloc_sequence++;
   std::vector<MemoryDescriptor> theirs(state.size);
   for (int q = 0; q < state.size; ++q) {
     if (q == state.rank) continue;
-    theirs[q] = unpack(blobs[q], "registered buffer exchange", "peer descriptor", this_host_id());
+    theirs[q] = unpack(blobs[q], "registered buffer exchange", "peer descriptor", this_host_id(), job_secret());
   }
   if (exported.fd >= 0) {
     for (int q = 0; q < state.size; ++q) {

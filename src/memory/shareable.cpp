@@ -138,6 +138,16 @@ std::shared_ptr<PeerMapping> PeerMapping::open(const MemoryDescriptor& descripto
     cudaIpcMemHandle_t handle;
     std::memcpy(&handle, descriptor.ipc_handle.data(), sizeof(handle));
     BRAID_CUDA(cudaIpcOpenMemHandle(&mapping->ipc_base_, handle, cudaIpcMemLazyEnablePeerAccess));
+    // The blob's sizes are the exporter's word; the allocation the handle opened is the driver's. A range that
+    // does not lie inside what was opened is refused (the mapping closes with `mapping`).
+    CUdeviceptr opened_base = 0;
+    size_t opened_bytes = 0;
+    BRAID_CU(cuMemGetAddressRange, &opened_base, &opened_bytes, reinterpret_cast<CUdeviceptr>(mapping->ipc_base_));
+    if (descriptor.allocation_bytes > opened_bytes) {
+      raise(ErrorCode::kInvalidArgument,
+            "a handle of process {} describes an allocation of {} bytes, but the memory its IPC handle opens has {}: "
+            "the handle is not what that process exported", descriptor.pid, descriptor.allocation_bytes, opened_bytes);
+    }
     mapping->address_ = static_cast<char*>(mapping->ipc_base_) + descriptor.offset();
     return mapping;
   }

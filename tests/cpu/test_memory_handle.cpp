@@ -84,8 +84,8 @@ TEST(MemoryHandle, RefusesEmptyTruncatedAndForeignBlobs) {
   }
   expect_refused("XXXX" + blob.substr(4), "magic");
   std::string other_version = blob;
-  other_version[4] = 2;
-  expect_refused(other_version, "format version 2");
+  other_version[4] = static_cast<char>(kMemoryHandleVersion + 1);
+  expect_refused(other_version, "format version " + std::to_string(kMemoryHandleVersion + 1));
   std::string damaged = blob;
   damaged[40] ^= 1;
   expect_refused(damaged, "checksum");
@@ -164,6 +164,43 @@ TEST(MemoryHandle, ABlobNamingThisProcessMustBeOneOfItsExports) {
       EXPECT_NE(std::string(error.what()).find("no such live export"), std::string::npos) << error.what();
     }
   }
+}
+
+// With a job secret a blob carries the job's signature (HMAC-SHA256 of its fields): an importer with the secret
+// takes only blobs signed with it; one without a secret cannot check a signature and takes the blob as before.
+TEST(MemoryHandle, WithAJobSecretOnlyTheJobsSignedBlobsAreTaken) {
+  const std::string secret = "the-job-secret-0123456789abcdef", other = "another-secret-0123456789abcdef";
+  const MemoryDescriptor d = sample(MemoryKind::kPosixFd);
+  const std::string signed_blob = pack(d, secret);
+  EXPECT_NE(signed_blob, pack(d));
+  EXPECT_EQ(pack(unpack(signed_blob, "import_handle", "blob", this_host_id(), secret), secret), signed_blob);
+  EXPECT_EQ(unpack(signed_blob, "import_handle", "blob", this_host_id(), "").address, d.address);
+  const auto refused = [](const std::string& blob, const std::string& key, const std::string& words) {
+    try {
+      unpack(blob, "import_handle", "blob", this_host_id(), key);
+      ADD_FAILURE() << "accepted; expected '" << words << "'";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      EXPECT_NE(std::string(error.what()).find("argument 'blob'"), std::string::npos) << error.what();
+      EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+      EXPECT_EQ(std::string(error.what()).find(key), std::string::npos) << "the secret shows: " << error.what();
+    }
+  };
+  refused(pack(d), secret, "not signed");
+  refused(signed_blob, other, "signature is not this job's");
+  // A field changed and the checksum made right again: the signature no longer matches.
+  MemoryDescriptor moved = d;
+  moved.address += 4096;
+  std::string altered = pack(moved);  // unsigned, then given the original's signature
+  const std::string original_signature = signed_blob.substr(signed_blob.size() - 8 - 32, 32);
+  const size_t signature_at = altered.size() - 8 - 2;  // the empty signature's length field (u16)
+  altered = altered.substr(0, signature_at);
+  const uint16_t length = 32;
+  altered.append(reinterpret_cast<const char*>(&length), 2);
+  altered += original_signature;
+  const uint64_t checksum = stable_hash(altered);
+  altered.append(reinterpret_cast<const char*>(&checksum), 8);
+  refused(altered, secret, "signature is not this job's");
 }
 
 TEST(MemoryHandle, ExportAndImportWithoutAGpuFailClearly) {

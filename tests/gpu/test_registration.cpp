@@ -30,7 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
+#include "memory/memory_handle.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -629,6 +631,30 @@ TEST(MemoryHandles, CorruptBlobsAreRefused) {
     blob[blob.size() / 2] ^= 0x40;
     EXPECT_THROW(import_handle(blob), Error);
     EXPECT_THROW(import_handle(""), Error);
+  });
+}
+
+// A blob whose checksum (and, under braid-run, job signature) is right but whose allocation is bigger than the
+// exporter's: an importer in another process finds the size of what the IPC handle opens and refuses it; one in
+// the exporter's process refuses it as none of its live exports. Either way nothing past the real allocation is
+// mapped.
+TEST(MemoryHandles, AHandleClaimingMoreThanItsAllocationIsRefused) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    DeviceBuffer buffer(4096);
+    ExportedHandle mine = export_handle(buffer.pointer, 4096);
+    detail::MemoryDescriptor forged = detail::unpack(mine.blob(), "test", "blob", "");
+    forged.allocation_bytes = size_t(1) << 32;
+    forged.bytes = forged.allocation_bytes - forged.offset();
+    const std::vector<std::string> blobs = comm.host_allgather(detail::pack(forged, job_secret()));
+    const int peer = (comm.rank() + 1) % comm.size();
+    try {
+      import_handle(blobs[peer], comm.device());
+      ADD_FAILURE() << "rank " << comm.rank() << " imported rank " << peer << "'s handle claiming 4 GiB";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    }
+    comm.barrier();  // every rank is done with the peers' exports before they go
   });
 }
 
