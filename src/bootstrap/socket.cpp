@@ -18,6 +18,7 @@
 #include <memory>
 #include <thread>
 
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 
@@ -192,16 +193,36 @@ int tcp_connect(const std::string& host, int port, Deadline deadline) {
   return tcp_connect(host, port, deadline, nullptr);
 }
 
+double resolve_timeout_s() {
+  const double seconds = *Config::get().real("BRAID_RESOLVE_TIMEOUT_S");
+  if (!(seconds >= 0.001 && seconds <= 1e6)) {
+    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_RESOLVE_TIMEOUT_S={} must be at least 0.001 and at "
+          "most 1e6", seconds);
+  }
+  return seconds;
+}
+
 int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error) {
+  return tcp_connect(host, port, deadline, last_error, resolve_timeout_s());
+}
+
+int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error,
+                double resolve_timeout) {
   std::string error;
   auto pause = std::chrono::duration_cast<Clock::duration>(kFirstRetryPause);
+  const Deadline resolve_deadline = std::min(deadline, deadline_after(resolve_timeout));
+  bool resolved_once = false;  // a name that resolved once and then not (DNS trouble) keeps the whole deadline
   // At least one attempt, even with a deadline already passed.
   for (;;) {
     if (AddrInfoList addresses = resolve(host, port, /*passive=*/false, &error)) {
+      resolved_once = true;
       for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
         const int fd = connect_once(*address, deadline, &error);
         if (fd >= 0) return fd;
       }
+    } else if (!resolved_once && Clock::now() >= resolve_deadline) {
+      error += fmt::format(" (for {:g} s, BRAID_RESOLVE_TIMEOUT_S)", resolve_timeout);
+      break;
     }
     const auto now = Clock::now();
     if (now >= deadline) break;

@@ -17,10 +17,18 @@ Deadline deadline_after(double seconds);
 int milliseconds_left(Deadline deadline);
 
 // TCP: listen on host:port (port 0 picks one; *bound_port gets it); connect with retries until the deadline.
+// A host name that does not resolve is retried for resolve_timeout_s at most (BRAID_RESOLVE_TIMEOUT_S), which
+// covers a name that appears late (a pod's DNS record) without waiting the whole deadline on a typo.
 int tcp_listen(const std::string& host, int port, int* bound_port);
 int tcp_connect(const std::string& host, int port, Deadline deadline);  // -1 when the deadline passes
 // As above; on failure *last_error (if given) says why the last attempt failed, for error messages.
 int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error);
+int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error,
+                double resolve_timeout_s);
+
+// BRAID_RESOLVE_TIMEOUT_S of the process environment (default 30 s; kInvalidArgument naming the variable
+// outside [0.001, 1e6]).
+double resolve_timeout_s();
 
 // Reads or writes exactly `bytes`, or returns false (peer closed, error, or deadline passed).
 bool write_all(int fd, const void* data, size_t bytes, Deadline deadline);

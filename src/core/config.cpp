@@ -26,6 +26,9 @@ constexpr ConfigVar kTable[] = {
      "Number of ranks on this host (set by braid-run)."},
     {"BRAID_STORE_ADDR", ConfigType::kString, nullptr, nullptr,
      "host:port of the bootstrap store; overrides every launcher convention. Set by braid-run, which serves it."},
+    {"BRAID_RESOLVE_TIMEOUT_S", ConfigType::kDouble, "30", nullptr,
+     "Bound, in seconds, on retrying a store host name that does not resolve (a DNS record that appears late); "
+     "connection attempts to a name that resolves go on until BRAID_TIMEOUT_S."},
     {"BRAID_STORE_PORT_OFFSET", ConfigType::kInt, "1", nullptr,
      "Under torchrun (and other MASTER_ADDR/MASTER_PORT launchers), rank 0 serves braid's store on "
      "MASTER_PORT plus this offset, since the launcher's own store holds MASTER_PORT."},

@@ -613,6 +613,21 @@ TEST(StoreSocketTest, ParseHostPort) {
   }
 }
 
+// A name that does not resolve (.invalid never does, RFC 2606) fails once the resolve bound passes, long
+// before the connect deadline, saying so; a name that resolves keeps being dialled until the deadline.
+TEST(StoreSocketTest, AHostThatDoesNotResolveFailsAfterTheResolveBound) {
+  const auto start = Clock::now();
+  std::string error;
+  EXPECT_EQ(net::tcp_connect("braid-no-such-host.invalid", 29500, net::deadline_after(120.0), &error, 0.3), -1);
+  EXPECT_LT(seconds_since(start), 60.0) << "waited for the connect deadline, not the resolve bound";
+  EXPECT_NE(error.find("cannot resolve 'braid-no-such-host.invalid'"), std::string::npos) << error;
+  EXPECT_NE(error.find("BRAID_RESOLVE_TIMEOUT_S"), std::string::npos) << error;
+  const int port = free_port();
+  const auto dialled = Clock::now();
+  EXPECT_EQ(net::tcp_connect("127.0.0.1", port, net::deadline_after(0.6), &error, 0.05), -1);
+  EXPECT_GE(seconds_since(dialled), 0.5) << "a name that resolves is dialled until the deadline";
+}
+
 TEST(StoreSocketTest, DeadlineHelpers) {
   EXPECT_EQ(net::milliseconds_left(net::deadline_after(0)), 0);
   EXPECT_EQ(net::milliseconds_left(net::deadline_after(-5)), 0);
