@@ -15,7 +15,8 @@
 //   reply   := u8 status, fields
 //   Any request may be answered REFUSED message:string, after which the server closes the connection.
 // A server with a job secret (bootstrap/job_secret.hpp) takes HELLO, then PROVE, then anything else from a
-// connection; before PROVE succeeded it refuses every other request and every frame over 256 bytes.
+// connection; before PROVE succeeded it refuses every other request and every frame over 256 bytes. Whatever
+// the secret, a client of this host whose socket another uid owns is closed at once (bootstrap/tcp_peer.hpp).
 // GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
 // never polls. ADD keeps the counter as decimal text, so GET returns it as such.
 #include "bootstrap/store.hpp"
@@ -37,6 +38,7 @@
 
 #include "bootstrap/job_secret.hpp"
 #include "bootstrap/socket.hpp"
+#include "bootstrap/tcp_peer.hpp"
 #include "braid/braid.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -386,6 +388,13 @@ void StoreServer::Impl::accept_clients() {
       }
       warn(fmt::format("accept failed: {}", std::strerror(err)));
       return;
+    }
+    // A client on this host is served only if it runs as this process's user (the kernel lists who owns its
+    // socket); clients of other hosts are not listed, and only the job secret tells about them.
+    if (const std::optional<uid_t> uid = net::local_peer_uid(fd); uid && *uid != ::geteuid()) {
+      close(fd);
+      warn(fmt::format("refused a connection of this host's uid {}: the store serves uid {} only", *uid, ::geteuid()));
+      continue;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -1,7 +1,9 @@
 // The job secret of the store (bootstrap/job_secret.hpp): only clients that prove they know it are served, a
 // client talks only to a server that proves it too, and the secret never shows in a message.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include "bootstrap/job_secret.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/store.hpp"
+#include "bootstrap/tcp_peer.hpp"
 #include "braid/error.hpp"
 #include "core/config.hpp"
 
@@ -154,6 +157,74 @@ TEST(JobSecret, TheVariableIsCheckedAndItsValueNeverShown) {
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("10.1.2.3"));
   EXPECT_FALSE(is_loopback_host("::"));
+}
+
+TEST(StoreUsers, TheKernelNamesTheOwnerOfALocalClient) {
+  // A connection this process made to itself: the client end is its own uid's.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  EXPECT_EQ(net::local_peer_uid(accepted), std::optional<uid_t>(::geteuid()));
+  close(client);
+  close(accepted);
+  close(listener);
+}
+
+// A process of another uid on this host connects without any secret involved: the store closes the connection
+// before it serves a byte, and the job's own clients go on.
+TEST(StoreUsers, AClientOfAnotherUserOfThisHostIsClosed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user (uid 65534)";
+  StoreServer server("127.0.0.1", 0, StoreLimits{}, std::string());
+  client_of(server, "")->set("key", "value");
+  const int port = server.port();
+  int done[2];
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the other user: only system calls from here on
+    char result = 'e';
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) {
+      result = 'u';  // root without the right to change uid (a restricted container)
+    } else {
+      const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+        // TRY_GET "key": a reply byte means it was served; the end of the stream (or a reset, the store having
+        // closed it with the request unread) means it was closed.
+        const char frame[] = {8, 0, 0, 0, 3, 3, 0, 0, 0, 'k', 'e', 'y'};
+        (void)!::write(fd, frame, sizeof(frame));
+        pollfd ready{fd, POLLIN, 0};
+        char status = 0;
+        result = ::poll(&ready, 1, 5000) != 1 ? 't' : ::recv(fd, &status, 1, 0) == 1 ? 's' : 'c';
+      } else {
+        result = 'r';  // refused at connect: also kept out
+      }
+    }
+    (void)!::write(done[1], &result, 1);
+    ::_exit(0);
+  }
+  close(done[1]);
+  char result = 0;
+  ASSERT_EQ(::read(done[0], &result, 1), 1);
+  close(done[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (result == 'u') GTEST_SKIP() << "this root may not change uid";
+  EXPECT_TRUE(result == 'c' || result == 'r') << "the other user's client got '" << result
+                                              << "' (s: served, t: no answer, e: error)";
+  EXPECT_EQ(client_of(server, "")->try_get("key"), std::optional<std::string>("value"));
 }
 
 }  // namespace
