@@ -195,11 +195,7 @@ void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& 
 }  // namespace
 
 void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto send = call.send;
-  const auto recv = call.recv;
-  const auto count = call.count;
-  const auto type = call.type;
-  const auto op = call.op;
+  const auto& [function, collective, send, recv, count, type, op, root] = call;
   const size_t size = datatype_size(type);
   const bool multicast = multicast_ready(state, call, count * size);
   const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size, multicast);
@@ -243,12 +239,7 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
 }
 
 void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto send = call.send;
-  const auto recv = call.recv;
-  const auto count = call.count;
-  const auto type = call.type;
-  const auto op = call.op;
-  const auto root = call.root;
+  const auto& [function, collective, send, recv, count, type, op, root] = call;
   const size_t size = datatype_size(type);
   // No reduce kernel reads a peer's buffer in place: the choice never depends on the buffers.
   const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
@@ -278,11 +269,7 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
 }
 
 void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto send = call.send;
-  const auto recv = call.recv;
-  const auto recv_count = call.count;
-  const auto type = call.type;
-  const auto op = call.op;
+  const auto& [function, collective, send, recv, recv_count, type, op, root] = call;
   const size_t size = datatype_size(type);
   // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
@@ -327,10 +314,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
 }
 
 void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto send = call.send;
-  const auto recv = call.recv;
-  const auto send_count = call.count;
-  const auto type = call.type;
+  const auto& [function, collective, send, recv, send_count, type, op, root] = call;
   const size_t bytes = send_count * datatype_size(type);
   // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
   // answer on every rank. The input may be any buffer (only this rank reads it).
@@ -390,11 +374,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
 }
 
 void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto send = call.send;
-  const auto recv = call.recv;
-  const auto count = call.count;
-  const auto type = call.type;
-  const auto root = call.root;
+  const auto& [function, collective, send, recv, count, type, op, root] = call;
   const size_t size = datatype_size(type), bytes = count * size;
   // Copy engines when every peer maps the output (the root pushes into it).
   const std::optional<PeerRange> recv_range =

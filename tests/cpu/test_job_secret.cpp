@@ -17,6 +17,7 @@
 #include "bootstrap/store.hpp"
 #include "bootstrap/tcp_peer.hpp"
 #include "braid/error.hpp"
+#include "expect_error.hpp"
 #include "core/config.hpp"
 
 namespace braid {
@@ -25,17 +26,6 @@ namespace {
 const std::string kSecret = "the-job-secret-0123456789abcdef";
 const std::string kOtherSecret = "another-secret-0123456789abcdef";
 
-// Runs `call`, expects braid::Error with `code`; returns the message.
-std::string expect_error(const std::function<void()>& call, ErrorCode code) {
-  try {
-    call();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    return error.what();
-  }
-  ADD_FAILURE() << "expected braid::Error(" << error_code_name(code) << ")";
-  return "";
-}
 
 std::unique_ptr<StoreClient> client_of(const StoreServer& server, const std::string& secret) {
   return std::make_unique<StoreClient>("127.0.0.1", server.port(), 2.0, secret);

@@ -23,6 +23,7 @@
 #include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
 #include "braid/error.hpp"
+#include "expect_error.hpp"
 
 namespace braid {
 namespace {
@@ -37,17 +38,6 @@ std::unique_ptr<StoreClient> connect_to(const StoreServer& server, double timeou
   return std::make_unique<StoreClient>("127.0.0.1", server.port(), timeout_s);
 }
 
-// Runs `call`, expects it to throw braid::Error with `code`; returns the message.
-std::string expect_error(const std::function<void()>& call, ErrorCode code) {
-  try {
-    call();
-  } catch (const Error& error) {
-    EXPECT_EQ(error.code(), code) << error.what();
-    return error.what();
-  }
-  ADD_FAILURE() << "expected braid::Error(" << error_code_name(code) << ")";
-  return "";
-}
 
 // A port nobody listens on: bind one, then let it go.
 int free_port() {
