@@ -59,7 +59,10 @@ struct Rendezvous {
 };
 
 // A store served by this process until destroyed: for ranks that are threads of one process, or for a
-// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false).
+// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). With
+// BRAID_JOB_SECRET set in this process, it serves only clients that prove they know that secret (set it alike
+// in every process of the job); clients of this host that run as another user are closed whatever the secret
+// (docs/security.md). Throws kInvalidArgument naming BRAID_JOB_SECRET for a secret under 16 bytes.
 class StoreHost {
  public:
   explicit StoreHost(const std::string& bind_host = "127.0.0.1", int port = 0);
@@ -130,7 +133,9 @@ class Communicator {
   // with every pair P2P-reachable; otherwise, or when asked (options.backend, BRAID_BACKEND), NCCL, loaded at run
   // time (BRAID_NCCL_LIBRARY), which serves the collectives and all-to-all(v) (symmetric memory, MoE, device-count
   // all-to-all and global memory need the CUDA backend: kUnsupported). Refuses two ranks on one GPU
-  // (kInvalidArgument) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable).
+  // (kInvalidArgument) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the
+  // rendezvous' store, proving BRAID_JOB_SECRET where it is set (braid-run sets one): a store that refuses this
+  // rank, or that does not know the secret, fails init with kRemoteError.
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
 
   Communicator(Communicator&&) noexcept;
