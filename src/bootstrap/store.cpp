@@ -166,6 +166,7 @@ struct Connection {
   size_t output_sent = 0;  // prefix of `output` already sent
   std::optional<Parked> parked;
   std::optional<net::Clock::time_point> frame_started;  // since when an unfinished request frame waits
+  net::Clock::time_point accepted;  // a connection that has to prove the job secret has slow_client_s for it
   bool dead = false;  // closed by the peer, failed, or sent garbage: dropped at the end of the round
   bool closing = false;  // refused: its last reply is being sent, then it is dropped; no more requests are read
   bool proven = false;   // it proved it knows the job secret (from the start where the server has none)
@@ -317,10 +318,10 @@ int StoreServer::Impl::next_wakeup_ms() const {
   for (const auto& connection : connections) {
     if (connection->dead) continue;
     if (connection->parked) consider(connection->parked->deadline);
-    if (connection->frame_started) {
-      consider(*connection->frame_started + std::chrono::duration_cast<net::Clock::duration>(
-                                                std::chrono::duration<double>(limits.slow_client_s)));
-    }
+    const auto limit =
+        std::chrono::duration_cast<net::Clock::duration>(std::chrono::duration<double>(limits.slow_client_s));
+    if (connection->frame_started) consider(*connection->frame_started + limit);
+    if (!connection->proven) consider(connection->accepted + limit);
   }
   if (net::Clock::now() < accept_resumes) consider(accept_resumes);
   return timeout;
@@ -337,8 +338,10 @@ void StoreServer::Impl::drop_client(Connection& connection, const std::string& w
 }
 
 // A client that begins a request frame and does not finish it within limits.slow_client_s is dropped (a
-// connection that trickles bytes would otherwise hold its buffer forever). Only frames the server would parse
-// now count: those behind a parked request or unread replies wait for the server, not for the client.
+// connection that trickles bytes would otherwise hold its buffer forever), and so is one that has not proved
+// the job secret that long after it connected (idle unproven connections would otherwise hold descriptors).
+// Only frames the server would parse now count: those behind a parked request or unread replies wait for the
+// server, not for the client.
 void StoreServer::Impl::track_unfinished_frame(Connection& connection, net::Clock::time_point now) {
   const bool waits_for_client = !connection.dead && !connection.parked && !connection.backed_up() &&
                                 connection.unparsed() > 0;
@@ -355,6 +358,9 @@ void StoreServer::Impl::drop_slow_clients(net::Clock::time_point now) {
     track_unfinished_frame(*connection, now);
     if (connection->frame_started && now - *connection->frame_started >= limit) {
       drop_client(*connection, fmt::format("a request frame stayed unfinished for {} s", limits.slow_client_s));
+    } else if (!connection->dead && !connection->proven && now - connection->accepted >= limit) {
+      drop_client(*connection,
+                  fmt::format("it did not prove it knows the job secret within {} s", limits.slow_client_s));
     }
   }
 }
@@ -401,6 +407,7 @@ void StoreServer::Impl::accept_clients() {
     auto connection = std::make_unique<Connection>();
     connection->fd = fd;
     connection->proven = secret.empty();
+    connection->accepted = net::Clock::now();
     connections.push_back(std::move(connection));
   }
 }

@@ -17,7 +17,8 @@ namespace braid {
 // What clients may make the server hold, beyond the per-connection bounds of store.cpp (frame size, unread
 // replies): tests shrink them.
 struct StoreLimits {
-  double slow_client_s = 60.0;  // a request frame begun and not finished for this long: the client is dropped
+  double slow_client_s = 60.0;  // a request frame begun and not finished for this long, or (with a job secret)
+                                // a connection that has not proved the secret this long: the client is dropped
   size_t buffered_input_bytes = size_t(512) << 20;  // unparsed request bytes of all clients together; beyond,
                                                      // the client holding the most is dropped
 };

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,8 +18,8 @@
 #include "bootstrap/store.hpp"
 #include "bootstrap/tcp_peer.hpp"
 #include "braid/error.hpp"
-#include "expect_error.hpp"
 #include "core/config.hpp"
+#include "expect_error.hpp"
 
 namespace braid {
 namespace {
@@ -116,6 +117,27 @@ TEST(JobSecret, AnUnprovenConnectionGetsNothingAndIsClosed) {
   EXPECT_EQ(client_of(server, kSecret)->try_get("key"), std::optional<std::string>("value"));
 }
 
+// A connection that never proves the secret (one that sends nothing, say) is closed after the slow-client
+// limit, so idle strangers cannot hold the store's descriptors; the job's proven idle connections stay.
+TEST(JobSecret, AConnectionThatNeverProvesTheSecretIsClosed) {
+  StoreLimits limits;
+  limits.slow_client_s = 0.3;
+  StoreServer server("127.0.0.1", 0, limits, kSecret);
+  auto job = client_of(server, kSecret);
+  const auto start = std::chrono::steady_clock::now();
+  const int idle = net::tcp_connect("127.0.0.1", server.port(), net::deadline_after(2.0));
+  ASSERT_GE(idle, 0);
+  pollfd readable{idle, POLLIN, 0};
+  ASSERT_EQ(poll(&readable, 1, 5000), 1) << "the idle stranger was not closed";
+  char byte;
+  EXPECT_LE(recv(idle, &byte, 1, MSG_DONTWAIT), 0);
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 0.25);
+  close(idle);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the proven client stayed idle longer still
+  job->set("after", "idle");
+  EXPECT_EQ(job->get("after", 1.0), "idle");
+}
+
 TEST(JobSecret, ProofsDependOnTheSecretTheRoleAndBothNonces) {
   const std::string client = store_nonce(), server = store_nonce();
   EXPECT_EQ(client.size(), kStoreNonceBytes);
@@ -137,7 +159,8 @@ TEST(JobSecret, TheVariableIsCheckedAndItsValueNeverShown) {
   EXPECT_EQ(job_secret(Config::parse({}, &warnings)), "");
   EXPECT_EQ(job_secret(Config::parse({{"BRAID_JOB_SECRET", kSecret}}, &warnings)), kSecret);
   const std::string message = expect_error(
-      [&] { job_secret(Config::parse({{"BRAID_JOB_SECRET", "tiny-secret"}}, &warnings)); }, ErrorCode::kInvalidArgument);
+      [&] { job_secret(Config::parse({{"BRAID_JOB_SECRET", "tiny-secret"}}, &warnings)); },
+      ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("BRAID_JOB_SECRET"), std::string::npos) << message;
   EXPECT_EQ(message.find("tiny-secret"), std::string::npos) << message;
   EXPECT_TRUE(is_loopback_host("127.0.0.1"));
