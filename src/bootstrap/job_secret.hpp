@@ -44,7 +44,4 @@ std::string job_mac(const std::string& secret, std::string_view message);
 // Whether two proofs are equal, in time that does not depend on where they differ.
 bool same_proof(const std::string& a, const std::string& b);
 
-// Whether `host` (a bind or dial address) is a loopback address: 127.0.0.0/8, ::1 or localhost.
-bool is_loopback_host(const std::string& host);
-
 }  // namespace braid

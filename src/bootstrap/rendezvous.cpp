@@ -431,8 +431,7 @@ std::string store_bind_host(const std::string& host) {
   std::string bare = host;
   if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') bare = bare.substr(1, bare.size() - 2);
   if (bare == "localhost") return "127.0.0.1";
-  if (bare.rfind("127.", 0) == 0 || bare == "::1") return bare;
-  return "0.0.0.0";
+  return net::is_loopback_host(bare) ? bare : "0.0.0.0";
 }
 
 }  // namespace braid

@@ -189,6 +189,10 @@ int tcp_listen(const std::string& host, int port, int* bound_port) {
   raise_system(failed_call, failed_errno, where);
 }
 
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+}
+
 int tcp_connect(const std::string& host, int port, Deadline deadline) {
   return tcp_connect(host, port, deadline, nullptr);
 }

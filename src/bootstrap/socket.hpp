@@ -34,6 +34,10 @@ double resolve_timeout_s();
 bool write_all(int fd, const void* data, size_t bytes, Deadline deadline);
 bool read_all(int fd, void* data, size_t bytes, Deadline deadline);
 
+// Whether `host` (a bind or dial address, IPv6 in brackets or not) is a loopback address: 127.0.0.0/8, ::1 or
+// localhost.
+bool is_loopback_host(const std::string& host);
+
 // "host:port" -> (host, port); throws Error(kInvalidArgument) naming `what` on bad text.
 std::pair<std::string, int> parse_host_port(const std::string& text, const char* what);
 

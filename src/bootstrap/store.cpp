@@ -224,7 +224,7 @@ StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits
     : limits(store_limits), secret(std::move(job_secret)) {
   listen_fd = net::tcp_listen(host, requested_port, &port);
   address = fmt::format("{}:{}", host, port);
-  if (secret.empty() && !is_loopback_host(host)) {
+  if (secret.empty() && !net::is_loopback_host(host)) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
       BRAID_WARN("store server {} listens beyond loopback and serves any client that reaches it: set "

@@ -129,17 +129,18 @@ struct ZeroCopyBuffers {
   bool usable() const { return send && recv && send->aligned16 && recv->aligned16; }
 };
 
-// The peers' mappings of `bytes` of a call's buffer at `pointer`, for a call the table sizes as `table_bytes`;
-// none for an LL call, which never depends on the buffers (runs_ll): it looks up nothing and exchanges nothing.
+// The peers' mappings of `bytes` of a call's buffer at `pointer` (the call's size as the table counts it); none
+// for an LL call, which never depends on the buffers (runs_ll): it looks up nothing and exchanges nothing.
 std::optional<PeerRange> mapped_range(CollectiveContext& state, const CollectiveCall& call, ExchangedBuffer which,
-                                      const void* pointer, size_t bytes, size_t table_bytes, bool multicast = false) {
-  if (runs_ll(call.collective, table_bytes, state.size, call.type, state.algorithm_override, multicast)) return std::nullopt;
+                                      const void* pointer, size_t bytes, bool multicast = false) {
+  if (runs_ll(call.collective, bytes, state.size, call.type, state.algorithm_override, multicast)) return std::nullopt;
   return call_buffer_range(state, call.collective, which, pointer, bytes);
 }
 
 ZeroCopyBuffers find_zero_copy(CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
-  return ZeroCopyBuffers{mapped_range(state, call, ExchangedBuffer::kSend, call.send, bytes, bytes, multicast),
-                         mapped_range(state, call, ExchangedBuffer::kRecv, call.recv, bytes, bytes, multicast)};
+  if (runs_ll(call.collective, bytes, state.size, call.type, state.algorithm_override, multicast)) return {};
+  return ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes),
+                         call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes)};
 }
 
 // What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
@@ -276,7 +277,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0) {
     const size_t input_bytes = recv_count * state.size * size;
-    send_range = mapped_range(state, call, ExchangedBuffer::kSend, send, input_bytes, input_bytes);
+    send_range = mapped_range(state, call, ExchangedBuffer::kSend, send, input_bytes);
   }
   const bool zero_copy = send_range && send_range->aligned16;
   const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
@@ -321,8 +322,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   const bool multicast = multicast_ready(state, call, bytes);
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0) {
-    recv_range = mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes * state.size,
-                              bytes * state.size, multicast);
+    recv_range = mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes * state.size, multicast);
   }
   const bool zero_copy = recv_range && recv_range->aligned16;
   Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
@@ -378,7 +378,7 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
   const size_t size = datatype_size(type), bytes = count * size;
   // Copy engines when every peer maps the output (the root pushes into it).
   const std::optional<PeerRange> recv_range =
-      mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes, bytes);
+      mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes);
   const bool pushes = recv_range && !recv_range->same_process_peers;
   Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
                                    pushes ? Buffers::kSymmetric : Buffers::kAny);

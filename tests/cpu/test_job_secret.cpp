@@ -163,13 +163,13 @@ TEST(JobSecret, TheVariableIsCheckedAndItsValueNeverShown) {
       ErrorCode::kInvalidArgument);
   EXPECT_NE(message.find("BRAID_JOB_SECRET"), std::string::npos) << message;
   EXPECT_EQ(message.find("tiny-secret"), std::string::npos) << message;
-  EXPECT_TRUE(is_loopback_host("127.0.0.1"));
-  EXPECT_TRUE(is_loopback_host("127.0.1.1"));
-  EXPECT_TRUE(is_loopback_host("localhost"));
-  EXPECT_TRUE(is_loopback_host("::1"));
-  EXPECT_FALSE(is_loopback_host("0.0.0.0"));
-  EXPECT_FALSE(is_loopback_host("10.1.2.3"));
-  EXPECT_FALSE(is_loopback_host("::"));
+  EXPECT_TRUE(net::is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(net::is_loopback_host("127.0.1.1"));
+  EXPECT_TRUE(net::is_loopback_host("localhost"));
+  EXPECT_TRUE(net::is_loopback_host("::1"));
+  EXPECT_FALSE(net::is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(net::is_loopback_host("10.1.2.3"));
+  EXPECT_FALSE(net::is_loopback_host("::"));
 }
 
 TEST(StoreUsers, TheKernelNamesTheOwnerOfALocalClient) {
