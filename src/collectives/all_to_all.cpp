@@ -21,6 +21,7 @@
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/plan.hpp"
+#include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -64,26 +65,27 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   void* const recv = call.recv;
   const size_t count = call.count;
   const DataType type = call.type;
-  const size_t size = datatype_size(type);
-  const size_t block_bytes = count * size;
+  const size_t block_bytes = count * datatype_size(type);
   const size_t bytes = block_bytes * state.size;
-  // LL lines, where the table says LL and a block fits an LL slot, never depend on the buffers (runs_ll): such a
-  // call looks up nothing and exchanges nothing.
-  const size_t ll_slot_bytes = state.ll.bytes() / 2 / state.size;
-  const bool ll = runs_ll(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override) &&
-                  block_bytes <= ll_slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
+  const CallShape shape{Collective::kAllToAll, bytes, state.size, type, &state.algorithm_override, false};
+  const AreaCapacities capacities = area_capacities(state);
+  // An LL call never depends on the buffers (plans_ll): it looks up nothing and exchanges nothing.
   std::optional<PeerRange> send_range, recv_range;
-  if (!ll) {
+  BufferFacts facts{};
+  if (!plans_ll(shape, capacities)) {
     send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, send, bytes);
     recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes);
+    facts.peers_map = send_range && recv_range;
+    facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
   }
-  const bool symmetric = send_range && recv_range;
-  const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, state.algorithm_override,
-                                         symmetric ? Buffers::kSymmetric : Buffers::kAny);
-  BRAID_TRACE("all_to_all: {} elements a block, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
-              symmetric ? " (symmetric buffers)" : "", choice.blocks);
+  const CallPlan plan = plan_call(shape, capacities, facts);
+  BRAID_TRACE("all_to_all: {} elements a block, {} ({}) with {} blocks", count, algorithm_name(plan.algorithm),
+              buffer_mode_name(plan.mode), plan.blocks);
+  const bool zero_copy = plan.mode == BufferMode::kZeroCopy;
+  const uint64_t plan_word = all_to_all_plan(Collective::kAllToAll, plan.algorithm, plan.blocks, count, type, zero_copy,
+                                             zero_copy ? send_range->identity : 0, zero_copy ? recv_range->identity : 0);
   DeviceGuard guard(state.device);
-  if (ll) {
+  if (plan.algorithm == Algorithm::kLL) {
     kernels::LLLaunch launch{};
     launch.send = static_cast<const char*>(send);
     launch.recv = static_cast<char*>(recv);
@@ -91,22 +93,19 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
-    launch.slot_bytes = ll_slot_bytes;
+    launch.slot_bytes = state.ll.bytes() / 2 / state.size;
     launch.pad = state.sync->pad();
     launch.epoch = state.sync->ll_epoch();
     launch.blocks_done = state.sync->blocks_done();
-    kernels::launch_blocks_ll(launch, choice.blocks, stream);
+    kernels::launch_blocks_ll(launch, plan.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
   }
-  if (symmetric && choice.algorithm == Algorithm::kCopyEngine && !send_range->same_process_peers) {
-    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes,
-                           all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, choice.blocks, count, type,
-                                           true, send_range->identity, recv_range->identity),
-                           stream);
+  if (plan.algorithm == Algorithm::kCopyEngine) {
+    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes, plan_word, stream);
     return;
   }
-  if (symmetric && choice.algorithm != Algorithm::kLL) {  // pipelined on buffers peers map: direct stores
+  if (zero_copy) {  // pipelined on buffers peers map: direct stores into their outputs
     kernels::AllToAllDirectLaunch launch{};
     launch.send.at[state.rank] = const_cast<char*>(static_cast<const char*>(send));  // only read
     launch.recv = recv_range->buffers;
@@ -114,20 +113,19 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     launch.loads = false;
     launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
     launch.pad = state.sync->pad();
-    launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, true,
-                                  send_range->identity, recv_range->identity);
-    kernels::launch_all_to_all_direct(launch, choice.blocks, stream);
+    launch.plan = plan_word;
+    kernels::launch_all_to_all_direct(launch, plan.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;
   }
-  // Any buffer (and copyengine asked for on buffers peers cannot map): FIFO pushes with every pair's size known.
-  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, size);
+  // Any buffer: FIFO pushes with every pair's size known.
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, datatype_size(type));
   for (int q = 0; q < state.size; ++q) {
     launch.send_bytes[q] = launch.recv_bytes[q] = block_bytes;
     launch.send_offset[q] = launch.recv_offset[q] = q * block_bytes;
   }
-  launch.fifo.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, false);
-  kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+  launch.fifo.plan = plan_word;
+  kernels::launch_all_to_all_pipelined(launch, plan.blocks, stream);
   check_launch("all_to_all kernel launch");
 }
 

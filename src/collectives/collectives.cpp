@@ -1,5 +1,5 @@
-// The CUDA backend's collectives, host side: pick the algorithm from the selection table for a checked call and
-// enqueue its launches (one per chunk that fits a staging half, an LL slot or a multicast half).
+// The CUDA backend's collectives, host side: look up a checked call's buffers (unless it runs LL), plan it
+// (planner.hpp) and enqueue what the plan says: one launch, or one per chunk of the plan.
 #include "collectives/collectives.hpp"
 
 #include <cuda_runtime_api.h>
@@ -14,6 +14,7 @@
 #include "collectives/multicast_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/plan.hpp"
+#include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
@@ -26,35 +27,62 @@
 namespace braid::collectives {
 namespace {
 
-// The plan word of this call (collectives/plan.hpp), which its barriers compare across ranks: the same on every
-// rank that makes the same call with the same kind of buffers. `send`, `recv`: the ranges the kernels use zero
-// copy (none for staged, multicast and FIFO kernels).
-uint64_t plan_of(const CollectiveCall& call, Algorithm algorithm, int blocks,
-                 const std::optional<PeerRange>& send = std::nullopt,
-                 const std::optional<PeerRange>& recv = std::nullopt) {
-  PlanArguments plan{};
-  plan.collective = call.collective;
-  plan.algorithm = algorithm;
-  plan.zero_copy = send.has_value() || recv.has_value();
-  plan.blocks = blocks;
-  plan.count = call.count;
-  plan.type = static_cast<uint64_t>(call.type);
-  plan.op = call.reduces() ? static_cast<uint64_t>(call.op) : 0;
-  plan.root = call.rooted() ? call.root : -1;
-  plan.send_identity = send ? send->identity : 0;
-  plan.recv_identity = recv ? recv->identity : 0;
-  return plan_word(plan);
+// What every rank knows of the call before its buffers are looked up (`bytes`: its size as the table counts it).
+CallShape shape_of(const CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
+  return CallShape{call.collective, bytes, state.size, call.type, &state.algorithm_override, multicast};
 }
 
-kernels::StagedLaunch base_launch(const CollectiveContext& state, const CollectiveCall& call) {
+size_t staging_half_bytes(const CollectiveContext& state) { return state.staging.bytes() / 2 / 256 * 256; }
+size_t ll_slot_bytes(const CollectiveContext& state) { return state.ll.bytes() / 2 / state.size; }
+size_t multicast_half_bytes(const CollectiveContext& state) {
+  return state.multicast == nullptr ? 0 : state.multicast->bytes() / 2 / 256 * 256;
+}
+
+}  // namespace
+
+AreaCapacities area_capacities(const CollectiveContext& state) {
+  AreaCapacities capacities{};
+  capacities.staging_half = staging_half_bytes(state);
+  capacities.ll_payload = ll_slot_bytes(state) / kernels::kLLWireBytes * kernels::kLLLineBytes;
+  capacities.multicast_half = multicast_half_bytes(state);
+  return capacities;
+}
+
+namespace {
+
+void trace_plan(const CollectiveCall& call, const CallPlan& plan) {
+  BRAID_TRACE("{}: {} elements, {} ({}) with {} blocks", collective_name(static_cast<unsigned int>(call.collective)),
+              call.count, algorithm_name(plan.algorithm), buffer_mode_name(plan.mode), plan.blocks);
+}
+
+// The plan word of this call (collectives/plan.hpp), which its barriers compare across ranks: the same on every
+// rank that makes the same call with the same kind of buffers. `send`, `recv`: the ranges zero-copy kernels use.
+uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::optional<PeerRange>& send = std::nullopt,
+                 const std::optional<PeerRange>& recv = std::nullopt) {
+  PlanArguments arguments{};
+  arguments.collective = call.collective;
+  arguments.algorithm = plan.algorithm;
+  arguments.zero_copy = plan.mode == BufferMode::kZeroCopy;
+  arguments.blocks = plan.blocks;
+  arguments.count = call.count;
+  arguments.type = static_cast<uint64_t>(call.type);
+  arguments.op = call.reduces() ? static_cast<uint64_t>(call.op) : 0;
+  arguments.root = call.rooted() ? call.root : -1;
+  arguments.send_identity = send ? send->identity : 0;
+  arguments.recv_identity = recv ? recv->identity : 0;
+  return plan_word(arguments);
+}
+
+kernels::StagedLaunch base_launch(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan) {
   kernels::StagedLaunch launch{};
   launch.root = call.root;
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.staging = reinterpret_cast<char* const*>(state.staging.device_peers());
-  launch.half_bytes = state.staging.bytes() / 2 / 256 * 256;
+  launch.half_bytes = staging_half_bytes(state);
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->epoch();
   launch.blocks_done = state.sync->blocks_done();
+  launch.plan = plan_of(call, plan);
   return launch;
 }
 
@@ -63,7 +91,7 @@ static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has 
 // A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
 // between rank blocks of the user's buffer where the collective has them.
 kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const CollectiveCall& call, size_t count,
-                                        size_t rank_stride, const Choice& choice) {
+                                        size_t rank_stride, const CallPlan& plan) {
   kernels::PipelineLaunch launch{};
   launch.send = static_cast<const char*>(call.send);
   launch.recv = static_cast<char*>(call.recv);
@@ -73,7 +101,7 @@ kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const Co
   launch.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.pad = state.sync->pad();
-  launch.plan = plan_of(call, choice.algorithm, choice.blocks);
+  launch.plan = plan_of(call, plan);
   return launch;
 }
 
@@ -82,17 +110,12 @@ kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
-  launch.slot_bytes = state.ll.bytes() / 2 / state.size;
+  launch.slot_bytes = ll_slot_bytes(state);
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
   launch.root = -1;
   return launch;
-}
-
-// Payload bytes one LL launch carries from each sender (its slot in a receiver's LL area).
-size_t ll_payload_bytes(const kernels::LLLaunch& launch) {
-  return launch.slot_bytes / kernels::kLLWireBytes * kernels::kLLLineBytes;
 }
 
 // Enqueues `enqueue(launch)` once per chunk of at most `chunk` of `total` units (elements, or bytes; `unit`
@@ -101,7 +124,6 @@ size_t ll_payload_bytes(const kernels::LLLaunch& launch) {
 template <typename Launch, typename Enqueue>
 void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total, size_t chunk, size_t unit,
                       const char* what, Enqueue&& enqueue) {
-  if (chunk == 0) raise(ErrorCode::kInternal, "staging too small for one element");
   for (size_t offset = 0; offset < total; offset += chunk) {
     launch.send = send == nullptr ? nullptr : at(send, offset * unit);
     launch.recv = recv == nullptr ? nullptr : at(recv, offset * unit);
@@ -111,14 +133,12 @@ void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total,
   }
 }
 
-// Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of
-// `count` elements a block, in chunks that fit an LL slot, each its own LL call. `recv` may be null (reduce,
-// off the root).
-void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, size_t count, int blocks, cudaStream_t stream,
+// Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of the
+// call's count a block, in the plan's chunks, each its own LL call. `recv` may be null (reduce, off the root).
+void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream,
                    const char* what) {
-  const size_t size = datatype_size(call.type);
-  launch_in_chunks(launch, call.send, call.recv, count, ll_payload_bytes(launch) / size, size, what,
-                   [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, blocks, stream); });
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type), what,
+                   [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
 // The zero-copy view of an all-reduce's buffers: both must be mapped by every peer (symmetric allocations of
@@ -128,20 +148,6 @@ struct ZeroCopyBuffers {
   std::optional<PeerRange> send, recv;
   bool usable() const { return send && recv && send->aligned16 && recv->aligned16; }
 };
-
-// The peers' mappings of `bytes` of a call's buffer at `pointer` (the call's size as the table counts it); none
-// for an LL call, which never depends on the buffers (runs_ll): it looks up nothing and exchanges nothing.
-std::optional<PeerRange> mapped_range(CollectiveContext& state, const CollectiveCall& call, ExchangedBuffer which,
-                                      const void* pointer, size_t bytes, bool multicast = false) {
-  if (runs_ll(call.collective, bytes, state.size, call.type, state.algorithm_override, multicast)) return std::nullopt;
-  return call_buffer_range(state, call.collective, which, pointer, bytes);
-}
-
-ZeroCopyBuffers find_zero_copy(CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
-  if (runs_ll(call.collective, bytes, state.size, call.type, state.algorithm_override, multicast)) return {};
-  return ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes),
-                         call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes)};
-}
 
 // What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
 // The caller adds the peers' buffers it uses (and the rank stride).
@@ -175,240 +181,252 @@ kernels::MulticastLaunch multicast_launch(const CollectiveContext& state, const 
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.local = state.multicast->local();
   launch.multicast = state.multicast->multicast();
-  launch.half_bytes = state.multicast->bytes() / 2 / 256 * 256;
+  launch.half_bytes = multicast_half_bytes(state);
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->multicast_epoch();
   launch.blocks_done = state.sync->blocks_done();
   return launch;
 }
 
-// All-reduce or reduce through the multicast region, in chunks of a half.
-void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& call, int blocks, cudaStream_t stream) {
-  const size_t size = datatype_size(call.type);
+// All-reduce or reduce through the multicast region, in the plan's chunks (a half each).
+void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan,
+                          cudaStream_t stream) {
   kernels::MulticastLaunch launch = multicast_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kMulticast, blocks);
+  launch.plan = plan_of(call, plan);
   const auto kernel = call.collective == Collective::kAllReduce ? kernels::launch_all_reduce_multicast
                                                                  : kernels::launch_reduce_multicast;
-  launch_in_chunks(launch, call.send, call.recv, call.count, launch.half_bytes / size, size, "multicast kernel launch",
-                   [&](const auto& chunk) { kernel(call.type, call.op, chunk, blocks, stream); });
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
+                   "multicast kernel launch", [&](const auto& chunk) { kernel(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
 }  // namespace
 
 void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t size = datatype_size(type);
-  const bool multicast = multicast_ready(state, call, count * size);
-  const ZeroCopyBuffers zero_copy = find_zero_copy(state, call, count * size, multicast);
-  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                         zero_copy.usable() ? Buffers::kSymmetric : Buffers::kAny, multicast);
-  if (choice.algorithm == Algorithm::kMulticast) {
-    DeviceGuard guard(state.device);
-    run_reduce_multicast(state, call, choice.blocks, stream);
-    return;
+  const size_t bytes = count * datatype_size(type);
+  const CallShape shape = shape_of(state, call, bytes, multicast_ready(state, call, bytes));
+  const AreaCapacities capacities = area_capacities(state);
+  ZeroCopyBuffers zero_copy;
+  BufferFacts facts{};
+  if (!plans_ll(shape, capacities)) {
+    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes),
+                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes)};
+    facts.peers_map = zero_copy.usable();
+    facts.in_place = overlap(send, bytes, recv, bytes);
   }
-  // One shot writes this rank's output while peers still read its input: in place it stays staged.
-  const bool in_place_ok = choice.algorithm != Algorithm::kOneShot || !overlap(send, count * size, recv, count * size);
-  const bool direct = zero_copy.usable() && in_place_ok && choice.algorithm != Algorithm::kLL;
-  BRAID_TRACE("all_reduce: {} elements, {}{} with {} blocks", count, algorithm_name(choice.algorithm),
-              direct ? " (zero copy)" : "", choice.blocks);
+  const CallPlan plan = plan_call(shape, capacities, facts);
+  trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (direct) {
+  if (plan.mode == BufferMode::kZeroCopy) {
     kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
-    launch.plan = plan_of(call, choice.algorithm, choice.blocks, zero_copy.send, zero_copy.recv);
-    if (choice.algorithm == Algorithm::kOneShot) {
-      kernels::launch_all_reduce_one_shot_zero_copy(type, op, launch, choice.blocks, stream);
+    launch.plan = plan_of(call, plan, zero_copy.send, zero_copy.recv);
+    if (plan.algorithm == Algorithm::kOneShot) {
+      kernels::launch_all_reduce_one_shot_zero_copy(type, op, launch, plan.blocks, stream);
     } else {
-      kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, choice.blocks, stream);
+      kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, plan.blocks, stream);
     }
     check_launch("all_reduce kernel launch");
     return;
   }
-  if (choice.algorithm == Algorithm::kTwoShot) {
-    kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, choice), choice.blocks, stream);
-    check_launch("all_reduce kernel launch");
-    return;
+  switch (plan.algorithm) {
+    case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
+    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call), call, plan, stream, "all_reduce kernel launch"); return;
+    case Algorithm::kTwoShot:
+      kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, plan), plan.blocks, stream);
+      check_launch("all_reduce kernel launch");
+      return;
+    default: {  // the staged one shot
+      kernels::StagedLaunch launch = base_launch(state, call, plan);
+      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type), "all_reduce kernel launch",
+                       [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, plan.blocks, stream); });
+      return;
+    }
   }
-  if (choice.algorithm == Algorithm::kLL) {
-    run_reduce_ll(ll_launch(state, call), call, count, choice.blocks, stream, "all_reduce kernel launch");
-    return;
-  }
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kOneShot, choice.blocks);
-  launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "all_reduce kernel launch",
-                   [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, choice.blocks, stream); });
 }
 
 void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t size = datatype_size(type);
-  // No reduce kernel reads a peer's buffer in place: the choice never depends on the buffers.
-  const Choice choice = select_algorithm(call.collective, count * size, state.size, type, state.algorithm_override,
-                                         Buffers::kAny, multicast_ready(state, call, count * size));
+  const size_t bytes = count * datatype_size(type);
+  // No reduce kernel reads a peer's buffer in place: the plan never depends on the buffers.
+  const CallPlan plan = plan_call(shape_of(state, call, bytes, multicast_ready(state, call, bytes)), area_capacities(state));
+  trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (choice.algorithm == Algorithm::kMulticast) {
-    run_reduce_multicast(state, call, choice.blocks, stream);
-    return;
+  switch (plan.algorithm) {
+    case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
+    case Algorithm::kLL: {  // the LL all-reduce, whose result only the root stores
+      kernels::LLLaunch launch = ll_launch(state, call);
+      launch.root = root;
+      run_reduce_ll(launch, call, plan, stream, "reduce kernel launch");
+      return;
+    }
+    case Algorithm::kPipelined: {  // the two shot, gathered by the root alone
+      kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
+      launch.root = root;
+      kernels::launch_reduce_pipelined(type, op, launch, plan.blocks, stream);
+      check_launch("reduce kernel launch");
+      return;
+    }
+    default: {  // staged
+      kernels::StagedLaunch launch = base_launch(state, call, plan);
+      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type), "reduce kernel launch",
+                       [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, plan.blocks, stream); });
+      return;
+    }
   }
-  if (choice.algorithm == Algorithm::kLL) {  // the LL all-reduce, whose result only the root stores
-    kernels::LLLaunch launch = ll_launch(state, call);
-    launch.root = root;
-    run_reduce_ll(launch, call, count, choice.blocks, stream, "reduce kernel launch");
-    return;
-  }
-  if (choice.algorithm == Algorithm::kPipelined) {  // the two shot, gathered by the root alone
-    kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, choice);
-    launch.root = root;
-    kernels::launch_reduce_pipelined(type, op, launch, choice.blocks, stream);
-    check_launch("reduce kernel launch");
-    return;
-  }
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
-  launch_in_chunks(launch, send, recv, count, launch.half_bytes / size, size, "reduce kernel launch",
-                   [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, choice.blocks, stream); });
 }
 
 void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, recv_count, type, op, root] = call;
   const size_t size = datatype_size(type);
+  const size_t input_bytes = recv_count * state.size * size;
+  const CallShape shape = shape_of(state, call, input_bytes, false);
+  const AreaCapacities capacities = area_capacities(state);
   // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
-  if (recv_count * size % 16 == 0) {
-    const size_t input_bytes = recv_count * state.size * size;
-    send_range = mapped_range(state, call, ExchangedBuffer::kSend, send, input_bytes);
+  if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
+    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
   }
-  const bool zero_copy = send_range && send_range->aligned16;
-  const Choice choice = select_algorithm(call.collective, recv_count * state.size * size, state.size, type,
-                                         state.algorithm_override, zero_copy ? Buffers::kSymmetric : Buffers::kAny);
+  BufferFacts facts{};
+  facts.peers_map = send_range && send_range->aligned16;
+  const CallPlan plan = plan_call(shape, capacities, facts);
+  trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
+  if (plan.mode == BufferMode::kZeroCopy) {
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;
     launch.rank_stride = recv_count * size;
-    launch.plan = plan_of(call, Algorithm::kPipelined, choice.blocks, send_range);
-    kernels::launch_reduce_scatter_zero_copy(type, op, launch, choice.blocks, stream);
+    launch.plan = plan_of(call, plan, send_range);
+    kernels::launch_reduce_scatter_zero_copy(type, op, launch, plan.blocks, stream);
     check_launch("reduce_scatter kernel launch");
     return;
   }
-  if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size, choice), choice.blocks, stream);
-    check_launch("reduce_scatter kernel launch");
-    return;
+  switch (plan.algorithm) {
+    case Algorithm::kPipelined:
+      kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size, plan),
+                                     plan.blocks, stream);
+      check_launch("reduce_scatter kernel launch");
+      return;
+    case Algorithm::kLL: {  // each peer's block of the input to that peer, reduced there
+      kernels::LLLaunch launch = ll_launch(state, call);
+      launch.send_rank_stride = recv_count * size;
+      run_reduce_ll(launch, call, plan, stream, "reduce_scatter kernel launch");
+      return;
+    }
+    default: {  // staged
+      kernels::StagedLaunch launch = base_launch(state, call, plan);
+      launch.rank_stride = recv_count;
+      launch_in_chunks(launch, send, recv, recv_count, plan.chunk, size, "reduce_scatter kernel launch",
+                       [&](const auto& chunk) {
+                         kernels::launch_reduce_scatter_staged(type, op, chunk, plan.blocks, stream);
+                       });
+      return;
+    }
   }
-  if (choice.algorithm == Algorithm::kLL) {  // each peer's block of the input to that peer, reduced there
-    kernels::LLLaunch launch = ll_launch(state, call);
-    launch.send_rank_stride = recv_count * size;
-    run_reduce_ll(launch, call, recv_count, choice.blocks, stream, "reduce_scatter kernel launch");
-    return;
-  }
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
-  launch.rank_stride = recv_count;
-  // Staging holds the chunk's block of every rank, each rounded up to 256 bytes.
-  const size_t chunk_elements = (launch.half_bytes / state.size - 256) / size;
-  launch_in_chunks(launch, send, recv, recv_count, chunk_elements, size, "reduce_scatter kernel launch",
-                   [&](const auto& chunk) {
-                     kernels::launch_reduce_scatter_staged(type, op, chunk, choice.blocks, stream);
-                   });
 }
 
 void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, send_count, type, op, root] = call;
   const size_t bytes = send_count * datatype_size(type);
+  const CallShape shape = shape_of(state, call, bytes * state.size, multicast_ready(state, call, bytes));
+  const AreaCapacities capacities = area_capacities(state);
   // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
   // answer on every rank. The input may be any buffer (only this rank reads it).
-  const bool multicast = multicast_ready(state, call, bytes);
   std::optional<PeerRange> recv_range;
-  if (bytes % 16 == 0) {
-    recv_range = mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes * state.size, multicast);
+  if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
+    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size);
   }
-  const bool zero_copy = recv_range && recv_range->aligned16;
-  Choice choice = select_algorithm(call.collective, bytes * state.size, state.size, type, state.algorithm_override,
-                                   zero_copy ? Buffers::kSymmetric : Buffers::kAny, multicast);
+  BufferFacts facts{};
+  facts.peers_map = recv_range && recv_range->aligned16;
+  facts.same_process_peers = recv_range && recv_range->same_process_peers;
+  const CallPlan plan = plan_call(shape, capacities, facts);
+  trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (choice.algorithm == Algorithm::kMulticast) {  // each rank's block in chunks that fill a half
-    kernels::MulticastLaunch launch = multicast_launch(state, call);
-    launch.plan = plan_of(call, Algorithm::kMulticast, choice.blocks);
-    launch.rank_stride = bytes;
-    launch_in_chunks(launch, send, recv, bytes, launch.half_bytes / state.size / 16 * 16, 1, "multicast kernel launch",
-                     [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, choice.blocks, stream); });
+  if (plan.algorithm == Algorithm::kCopyEngine) {
+    all_gather_copy_engine(state, send, recv_range->buffers, bytes, plan_of(call, plan, std::nullopt, recv_range),
+                           stream);
     return;
   }
-  if (choice.algorithm == Algorithm::kCopyEngine) {
-    if (zero_copy && !recv_range->same_process_peers) {
-      all_gather_copy_engine(state, send, recv_range->buffers, bytes,
-                             plan_of(call, Algorithm::kCopyEngine, choice.blocks, std::nullopt, recv_range), stream);
-      return;
-    }
-    choice.algorithm = Algorithm::kPipelined;  // the zero-copy stores, or FIFOs on buffers peers cannot map
-  }
-  if (zero_copy && choice.algorithm == Algorithm::kPipelined) {
+  if (plan.mode == BufferMode::kZeroCopy) {  // pipelined on buffers peers map: stores into their outputs
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
     launch.recv_peers = recv_range->buffers;
     launch.count = bytes;  // the kernel moves bytes
     launch.rank_stride = bytes;
-    launch.plan = plan_of(call, Algorithm::kPipelined, choice.blocks, std::nullopt, recv_range);
-    kernels::launch_all_gather_zero_copy(launch, choice.blocks, stream);
+    launch.plan = plan_of(call, plan, std::nullopt, recv_range);
+    kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
     check_launch("all_gather kernel launch");
     return;
   }
-  if (choice.algorithm == Algorithm::kPipelined) {
-    kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, choice), choice.blocks, stream);
-    check_launch("all_gather kernel launch");
-    return;
+  switch (plan.algorithm) {
+    case Algorithm::kMulticast: {  // each rank's block in chunks that fill a half
+      kernels::MulticastLaunch launch = multicast_launch(state, call);
+      launch.plan = plan_of(call, plan);
+      launch.rank_stride = bytes;
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "multicast kernel launch",
+                       [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, plan.blocks, stream); });
+      return;
+    }
+    case Algorithm::kPipelined:
+      kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, plan), plan.blocks, stream);
+      check_launch("all_gather kernel launch");
+      return;
+    case Algorithm::kLL: {  // the input to every peer, as an all-to-all of identical blocks
+      kernels::LLLaunch launch = ll_launch(state, call);
+      launch.recv_rank_stride = bytes;
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "all_gather kernel launch",
+                       [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, plan.blocks, stream); });
+      return;
+    }
+    default: {  // staged
+      kernels::StagedLaunch launch = base_launch(state, call, plan);
+      launch.rank_stride = bytes;
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "all_gather kernel launch",
+                       [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, plan.blocks, stream); });
+      return;
+    }
   }
-  if (choice.algorithm == Algorithm::kLL) {  // the input to every peer, as an all-to-all of identical blocks
-    kernels::LLLaunch launch = ll_launch(state, call);
-    launch.recv_rank_stride = bytes;
-    launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "all_gather kernel launch",
-                     [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, choice.blocks, stream); });
-    return;
-  }
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
-  launch.rank_stride = bytes;
-  launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "all_gather kernel launch",
-                   [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, choice.blocks, stream); });
 }
 
 void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t size = datatype_size(type), bytes = count * size;
+  const size_t bytes = count * datatype_size(type);
+  const CallShape shape = shape_of(state, call, bytes, false);
+  const AreaCapacities capacities = area_capacities(state);
   // Copy engines when every peer maps the output (the root pushes into it).
-  const std::optional<PeerRange> recv_range =
-      mapped_range(state, call, ExchangedBuffer::kRecv, recv, bytes);
-  const bool pushes = recv_range && !recv_range->same_process_peers;
-  Choice choice = select_algorithm(call.collective, bytes, state.size, type, state.algorithm_override,
-                                   pushes ? Buffers::kSymmetric : Buffers::kAny);
+  std::optional<PeerRange> recv_range;
+  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes);
+  BufferFacts facts{};
+  facts.peers_map = recv_range.has_value();
+  facts.same_process_peers = recv_range && recv_range->same_process_peers;
+  const CallPlan plan = plan_call(shape, capacities, facts);
+  trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (choice.algorithm == Algorithm::kCopyEngine) {
-    if (pushes) {
-      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root,
-                            plan_of(call, Algorithm::kCopyEngine, choice.blocks, std::nullopt, recv_range), stream);
+  switch (plan.algorithm) {
+    case Algorithm::kCopyEngine:
+      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root, plan_of(call, plan, std::nullopt, recv_range),
+                            stream);
+      return;
+    case Algorithm::kLL: {
+      kernels::LLLaunch launch = ll_launch(state, call);
+      launch.root = root;
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "broadcast kernel launch",
+                       [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });
       return;
     }
-    choice.algorithm = Algorithm::kPipelined;  // asked for on buffers peers cannot map
+    case Algorithm::kPipelined: {  // the pipelined all-gather, pushed by the root alone
+      kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0, plan);
+      launch.root = root;
+      kernels::launch_broadcast_pipelined(launch, plan.blocks, stream);
+      check_launch("broadcast kernel launch");
+      return;
+    }
+    default: {  // staged
+      kernels::StagedLaunch launch = base_launch(state, call, plan);
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "broadcast kernel launch",
+                       [&](const auto& chunk) { kernels::launch_broadcast(chunk, plan.blocks, stream); });
+      return;
+    }
   }
-  if (choice.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call);
-    launch.root = root;
-    launch_in_chunks(launch, send, recv, bytes, ll_payload_bytes(launch), 1, "broadcast kernel launch",
-                     [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, choice.blocks, stream); });
-    return;
-  }
-  if (choice.algorithm == Algorithm::kPipelined) {  // the pipelined all-gather, pushed by the root alone
-    kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0, choice);
-    launch.root = root;
-    kernels::launch_broadcast_pipelined(launch, choice.blocks, stream);
-    check_launch("broadcast kernel launch");
-    return;
-  }
-  kernels::StagedLaunch launch = base_launch(state, call);
-  launch.plan = plan_of(call, Algorithm::kStaged, choice.blocks);
-  launch_in_chunks(launch, send, recv, bytes, launch.half_bytes, 1, "broadcast kernel launch",
-                   [&](const auto& chunk) { kernels::launch_broadcast(chunk, choice.blocks, stream); });
 }
 
 void raise_recorded_failure(CollectiveContext& state) { state.sync->raise_recorded_error(collective_name, describe_plan); }

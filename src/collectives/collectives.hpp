@@ -1,16 +1,20 @@
 // The CUDA backend's calls (backends/cuda): braid's own kernels over symmetric memory, for the GPUs of one host.
 // Each takes a call its communicator has checked (collectives/call_checks.hpp) and enqueues it on `stream`; the
-// caller holds the communicator's ordering scope. What a call runs is the selection table's choice for the
-// call and its buffers (collectives/selection.hpp), the same on every rank that makes the same call.
+// caller holds the communicator's ordering scope. What a call runs is its plan (collectives/planner.hpp): the
+// selection table's choice for the call and its buffers, the same on every rank that makes the same call.
 #pragma once
 
 #include <cstddef>
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
+#include "collectives/planner.hpp"
 #include "memory/peer_range.hpp"
 
 namespace braid::collectives {
+
+// What one launch can carry through this communicator's staging, LL and multicast areas (the planner's input).
+AreaCapacities area_capacities(const CollectiveContext& context);
 
 // All-reduce, reduce, reduce-scatter, all-gather, broadcast (collectives.cpp) and all-to-all (all_to_all.cpp).
 void all_reduce(CollectiveContext& context, const CollectiveCall& call, Stream stream);

@@ -280,27 +280,44 @@ const char* algorithm_name(Algorithm algorithm) {
   return "?";
 }
 
+namespace {
+
+bool gate_open(Algorithm algorithm, const Gates& gates) {
+  switch (algorithm) {
+    case Algorithm::kMulticast: return gates.multicast;
+    case Algorithm::kCopyEngine: return gates.copy_engines;
+    case Algorithm::kLL: return gates.ll_fits;
+    default: return true;
+  }
+}
+
+}  // namespace
+
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text,
-                        Buffers buffers, bool multicast) {
+                        Buffers buffers, Gates gates) {
   Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
     if (row.collective == collective && bytes <= row.max_bytes && world <= row.max_world &&
-        (row.buffers == Buffers::kAny || row.buffers == buffers) &&
-        (row.algorithm != Algorithm::kMulticast || multicast)) {
+        (row.buffers == Buffers::kAny || row.buffers == buffers) && gate_open(row.algorithm, gates)) {
       algorithm = row.algorithm;
       break;
     }
   }
-  const Algorithm from_table = algorithm;
-  if (!override_text.empty()) override_for(collective, override_text, &algorithm);
-  if (algorithm == Algorithm::kMulticast && !multicast) algorithm = from_table;  // the gate is closed, or the call unserved
+  Algorithm forced = algorithm;
+  if (!override_text.empty() && override_for(collective, override_text, &forced) && !gate_open(forced, gates)) {
+    // A multicast asked for where it cannot run takes the table's choice; any other protocol, FIFO pushes.
+    forced = forced != Algorithm::kMulticast && serves(collective, Algorithm::kPipelined) ? Algorithm::kPipelined
+                                                                                            : algorithm;
+  }
+  algorithm = forced;
   if (collective == Collective::kAllToAllv) return Choice{algorithm, kAllToAllvBlocks};
   return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
 }
 
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
-             bool multicast) {
-  return select_algorithm(collective, bytes, world, type, override_text, Buffers::kAny, multicast).algorithm ==
+             Gates gates) {
+  gates.copy_engines = false;
+  return select_algorithm(collective, bytes, world, type, override_text, Buffers::kAny, gates).algorithm ==
          Algorithm::kLL;
 }
 

@@ -47,18 +47,30 @@ struct Choice {
   int blocks;  // channels of one launch
 };
 
+// What a protocol needs beyond the table's keys, which not every call has: a row (or a BRAID_ALGO entry) whose
+// protocol's gate is closed does not apply. The table then goes on to its next matching row; a forced protocol
+// whose gate is closed runs pipelined (FIFO pushes, which serve every buffer), except a forced multicast, which
+// takes the table's choice. Neither ever lands on LL where the table did not choose it, so whether a call runs LL
+// never depends on the buffers (runs_ll).
+struct Gates {
+  bool multicast = false;     // the communicator has a multicast region and its kernels serve the call
+  bool copy_engines = false;  // every peer maps the buffers the copy engines use, none of them another GPU's
+                              // cudaMalloc memory of this process (copy_engine.hpp)
+  bool ll_fits = true;        // one LL launch carries the call (all-to-all: a rank block fits an LL slot)
+};
+
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
 // reduce-scatter and all-to-all: the input). All-to-all-v ignores it: its sizes differ between ranks, and the
-// launch width must be the same on all of them. `override_text` is BRAID_ALGO's value ("" for none); errors name the variable.
-// `multicast`: the communicator has a multicast region and the kernels serve this call; without it no multicast
-// row matches, and a forced multicast takes the table's unicast choice.
+// launch width must be the same on all of them. `override_text` is BRAID_ALGO's value ("" for none); errors name
+// the variable. No row keys on the datatype yet: every cut-off was measured in bytes, on bfloat16 and float32, and
+// the types the multicast kernels serve reach the table through `gates.multicast`.
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
-                        Buffers buffers = Buffers::kAny, bool multicast = false);
+                        Buffers buffers = Buffers::kAny, Gates gates = {});
 
 // Whether the call runs LL, whatever its buffers are: the table's LL rows serve every buffer kind
 // (tests/cpu/test_selection.cpp checks it), so ranks agree on LL from the call alone, and an LL call looks up no
-// buffer (no peer mapping, no first-use exchange of a registered buffer).
+// buffer (no peer mapping, no first-use exchange of a registered buffer). `gates.copy_engines` plays no part.
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
-             bool multicast = false);
+             Gates gates = {});
 
 }  // namespace braid

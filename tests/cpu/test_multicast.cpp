@@ -301,16 +301,16 @@ TEST(MulticastSelection, RowsOnlyWhereTheGateIsOpenAndTheCallServed) {
                        : collective == Collective::kReduce  ? "reduce=multicast"
                                                             : "allgather=multicast";
     for (size_t bytes : {size_t(1) << 20, size_t(512) << 20}) {
-      const Choice closed = select_algorithm(collective, bytes, 4, DataType::kFloat32, "", Buffers::kAny, false);
+      const Choice closed = select_algorithm(collective, bytes, 4, DataType::kFloat32, "", Buffers::kAny, Gates{.multicast = false});
       EXPECT_NE(closed.algorithm, Algorithm::kMulticast);
-      EXPECT_EQ(select_algorithm(collective, bytes, 4, DataType::kFloat32, "", Buffers::kAny, true).algorithm,
+      EXPECT_EQ(select_algorithm(collective, bytes, 4, DataType::kFloat32, "", Buffers::kAny, Gates{.multicast = true}).algorithm,
                 Algorithm::kMulticast);
       // Forced where the gate is closed: the table's unicast choice.
-      EXPECT_EQ(select_algorithm(collective, bytes, 4, DataType::kFloat32, name, Buffers::kAny, false).algorithm,
+      EXPECT_EQ(select_algorithm(collective, bytes, 4, DataType::kFloat32, name, Buffers::kAny, Gates{.multicast = false}).algorithm,
                 closed.algorithm);
     }
     // LL keeps the small sizes, gate open or not.
-    EXPECT_EQ(select_algorithm(collective, 8 << 10, 4, DataType::kFloat32, "", Buffers::kAny, true).algorithm,
+    EXPECT_EQ(select_algorithm(collective, 8 << 10, 4, DataType::kFloat32, "", Buffers::kAny, Gates{.multicast = true}).algorithm,
               Algorithm::kLL);
   }
   EXPECT_THROW(select_algorithm(Collective::kReduceScatter, 1 << 20, 4, DataType::kFloat32, "reducescatter=multicast"),

@@ -101,8 +101,10 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
 }
 
 TEST(Selection, AllToAllUsesCopyEnginesOnlyOnLargeSymmetricBuffers) {
+  // Buffers peers map, none of them this process's cudaMalloc memory on another GPU: the copy engines' gate opens.
   const auto pick = [](Collective collective, size_t bytes, Buffers buffers, const std::string& text = "") {
-    return select_algorithm(collective, bytes, 4, DataType::kFloat32, text, buffers);
+    return select_algorithm(collective, bytes, 4, DataType::kFloat32, text, buffers,
+                            Gates{.copy_engines = buffers == Buffers::kSymmetric});
   };
   EXPECT_EQ(pick(Collective::kAllToAll, size_t(512) << 20, Buffers::kAny).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllToAll, size_t(512) << 20, Buffers::kSymmetric).algorithm, Algorithm::kCopyEngine);
@@ -151,7 +153,9 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
 
 TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   const auto pick = [](Collective collective, size_t bytes, int world, Buffers buffers) {
-    return select_algorithm(collective, bytes, world, DataType::kFloat32, "", buffers).algorithm;
+    return select_algorithm(collective, bytes, world, DataType::kFloat32, "", buffers,
+                            Gates{.copy_engines = buffers == Buffers::kSymmetric})
+        .algorithm;
   };
   // All-gather: zero-copy stores through 64 MiB, copy engines beyond, on any world; other buffers never.
   EXPECT_EQ(pick(Collective::kAllGather, size_t(64) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
@@ -172,8 +176,25 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
                                                        {Collective::kBroadcast, "broadcast=copyengine"},
                                                        {Collective::kAllToAll, "alltoall=copyengine"}};
   for (const auto& [collective, text] : forced) {
-    EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text).algorithm, Algorithm::kCopyEngine) << text;
+    EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text, Buffers::kSymmetric,
+                               Gates{.copy_engines = true})
+                  .algorithm,
+              Algorithm::kCopyEngine)
+        << text;
+    // Where the copy engines cannot reach the buffers, the forced call runs pipelined (FIFO pushes serve any
+    // buffer), never the table's LL or staged choice for the size.
+    EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text, Buffers::kSymmetric).algorithm,
+              Algorithm::kPipelined)
+        << text;
+    EXPECT_EQ(select_algorithm(collective, 1 << 20, 2, DataType::kFloat32, text).algorithm, Algorithm::kPipelined) << text;
   }
+  // A closed gate moves the table on to its next row: large symmetric buffers of same-process peers.
+  EXPECT_EQ(select_algorithm(Collective::kAllGather, size_t(512) << 20, 2, DataType::kFloat32, "", Buffers::kSymmetric)
+                .algorithm,
+            Algorithm::kPipelined);
+  EXPECT_EQ(select_algorithm(Collective::kAllToAll, size_t(512) << 20, 2, DataType::kFloat32, "", Buffers::kSymmetric)
+                .algorithm,
+            Algorithm::kPipelined);
   for (const char* text : {"reducescatter=copyengine", "reduce=copyengine"}) {
     try {
       select_algorithm(Collective::kAllReduce, 1 << 20, 2, DataType::kFloat32, text);
@@ -219,17 +240,26 @@ TEST(Selection, LLNeverDependsOnTheBuffers) {
     for (const char* text : overrides) {
       for (int world = 1; world <= 8; ++world) {
         for (bool multicast : {false, true}) {
-          for (size_t bytes : sizes) {
-            const auto algorithm = [&](Buffers buffers) {
-              return select_algorithm(collective, bytes, world, DataType::kBFloat16, text, buffers, multicast).algorithm;
-            };
-            const bool any = algorithm(Buffers::kAny) == Algorithm::kLL;
-            ASSERT_EQ(any, algorithm(Buffers::kSymmetric) == Algorithm::kLL)
-                << collective_name(static_cast<unsigned int>(collective)) << ", " << bytes << " bytes, world " << world
-                << ", override '" << text << "', multicast " << multicast;
-            ASSERT_EQ(any, runs_ll(collective, bytes, world, DataType::kBFloat16, text, multicast));
-            ++checked;
-            ll += any;
+          for (bool ll_fits : {true, false}) {
+            for (size_t bytes : sizes) {
+              // Buffers peers cannot map; buffers they map, copy engines closed (same-process peers) and open.
+              const auto algorithm = [&](Buffers buffers, bool copy_engines) {
+                const Gates gates{.multicast = multicast, .copy_engines = copy_engines, .ll_fits = ll_fits};
+                return select_algorithm(collective, bytes, world, DataType::kBFloat16, text, buffers, gates).algorithm;
+              };
+              const bool any = algorithm(Buffers::kAny, false) == Algorithm::kLL;
+              for (bool copy_engines : {false, true}) {
+                ASSERT_EQ(any, algorithm(Buffers::kSymmetric, copy_engines) == Algorithm::kLL)
+                    << collective_name(static_cast<unsigned int>(collective)) << ", " << bytes << " bytes, world "
+                    << world << ", override '" << text << "', multicast " << multicast << ", copy engines "
+                    << copy_engines << ", LL fits " << ll_fits;
+              }
+              ASSERT_EQ(any, runs_ll(collective, bytes, world, DataType::kBFloat16, text,
+                                     Gates{.multicast = multicast, .ll_fits = ll_fits}));
+              if (!ll_fits) ASSERT_FALSE(any);
+              ++checked;
+              ll += any;
+            }
           }
         }
       }

@@ -1,0 +1,103 @@
+#include "collectives/planner.hpp"
+
+#include <cstdint>
+
+#include "core/error.hpp"
+
+namespace braid::collectives {
+namespace {
+
+// The table's buffer key: whether the buffers the collective's zero-copy kernels use are mapped by every peer.
+// Broadcast has no zero-copy kernel but the copy engines' pushes, which other-process peers alone take.
+Buffers table_key(Collective collective, const BufferFacts& facts) {
+  switch (collective) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kAllToAll: return facts.peers_map ? Buffers::kSymmetric : Buffers::kAny;
+    case Collective::kBroadcast:
+      return facts.peers_map && !facts.same_process_peers ? Buffers::kSymmetric : Buffers::kAny;
+    default: return Buffers::kAny;
+  }
+}
+
+// Whether the chosen protocol runs on the peers' own buffers.
+BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
+  if (!facts.peers_map) return BufferMode::kStagedCopy;
+  switch (collective) {
+    case Collective::kAllReduce:
+      // One shot writes this rank's output while peers still read its input: in place it stays staged.
+      if (algorithm == Algorithm::kOneShot) return facts.in_place ? BufferMode::kStagedCopy : BufferMode::kZeroCopy;
+      return algorithm == Algorithm::kTwoShot ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
+    case Collective::kReduceScatter:
+      return algorithm == Algorithm::kPipelined ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
+    case Collective::kAllGather:
+    case Collective::kAllToAll:
+      return algorithm == Algorithm::kPipelined || algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy
+                                                                                          : BufferMode::kStagedCopy;
+    case Collective::kBroadcast:
+      return algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
+    default: return BufferMode::kStagedCopy;
+  }
+}
+
+// The units one launch carries through the area the protocol uses; SIZE_MAX where one launch carries the call
+// (zero copy, the FIFO pipelines and the copy engines stream the whole call through one launch).
+size_t chunk_of(const CallShape& shape, Algorithm algorithm, BufferMode mode, const AreaCapacities& capacities) {
+  const size_t size = datatype_size(shape.type);
+  const bool moves_bytes = shape.collective == Collective::kAllGather || shape.collective == Collective::kBroadcast;
+  const size_t unit = moves_bytes ? 1 : size;
+  if (shape.collective == Collective::kAllToAll || shape.collective == Collective::kAllToAllv) return SIZE_MAX;
+  switch (algorithm) {
+    case Algorithm::kLL: return capacities.ll_payload / unit;
+    case Algorithm::kMulticast:
+      // All-gather: every rank's block of a chunk sits in the half, each in whole 16-byte vectors.
+      if (shape.collective == Collective::kAllGather) return capacities.multicast_half / shape.world / 16 * 16;
+      return capacities.multicast_half / unit;
+    case Algorithm::kOneShot:
+      return mode == BufferMode::kZeroCopy ? SIZE_MAX : capacities.staging_half / unit;
+    case Algorithm::kStaged:
+      // Reduce-scatter: the half holds the chunk's block of every rank, each rounded up to 256 bytes.
+      if (shape.collective == Collective::kReduceScatter) {
+        const size_t per_rank = capacities.staging_half / shape.world;
+        return per_rank > 256 ? (per_rank - 256) / unit : 0;
+      }
+      return capacities.staging_half / unit;
+    default: return SIZE_MAX;
+  }
+}
+
+}  // namespace
+
+const char* buffer_mode_name(BufferMode mode) {
+  return mode == BufferMode::kZeroCopy ? "zero copy" : "staged copy";
+}
+
+bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
+  Gates gates{};
+  gates.multicast = shape.multicast;
+  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  return runs_ll(shape.collective, shape.bytes, shape.world, shape.type, *shape.algorithm_override, gates);
+}
+
+CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
+  Gates gates{};
+  gates.multicast = shape.multicast;
+  gates.copy_engines = facts.peers_map && !facts.same_process_peers;
+  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
+                                         *shape.algorithm_override, table_key(shape.collective, facts), gates);
+  CallPlan plan{};
+  plan.algorithm = choice.algorithm;
+  plan.mode = mode_of(shape.collective, choice.algorithm, facts);
+  plan.blocks = choice.blocks;
+  plan.chunk = chunk_of(shape, choice.algorithm, plan.mode, capacities);
+  if (plan.chunk == 0) {
+    raise(ErrorCode::kInternal, "{}: the communicator's {} area holds less than one element of {}",
+          collective_name(static_cast<unsigned int>(shape.collective)), algorithm_name(choice.algorithm),
+          datatype_name(shape.type));
+  }
+  return plan;
+}
+
+}  // namespace braid::collectives

@@ -1,0 +1,135 @@
+// The planner (collectives/planner.hpp): what the buffers allow decides the protocol and the buffer mode in one
+// place, and the chunks follow the communicator's areas. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "braid/types.hpp"
+#include "collectives/planner.hpp"
+#include "core/error.hpp"
+
+namespace braid::collectives {
+namespace {
+
+const std::string kNoOverride;
+
+// The default areas of a 2-rank communicator: 16 MiB staging halves, a 1 MiB LL payload a sender, no multicast.
+constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, 0};
+
+CallShape shape(Collective collective, size_t bytes, int world = 2, DataType type = DataType::kFloat32,
+                const std::string* algorithm_override = &kNoOverride) {
+  return CallShape{collective, bytes, world, type, algorithm_override, false};
+}
+
+BufferFacts mapped(bool same_process_peers = false, bool in_place = false) {
+  return BufferFacts{.peers_map = true, .same_process_peers = same_process_peers, .in_place = in_place};
+}
+
+TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
+  const CallShape large = shape(Collective::kAllGather, size_t(512) << 20);
+  const CallPlan pushes = plan_call(large, kAreas, mapped());
+  EXPECT_EQ(pushes.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(pushes.mode, BufferMode::kZeroCopy);
+  // Another GPU's cudaMalloc memory of this process: the zero-copy stores instead.
+  const CallPlan stores = plan_call(large, kAreas, mapped(true));
+  EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
+  // Buffers peers cannot map: FIFO pushes through the communicator's own area.
+  const CallPlan fifo = plan_call(large, kAreas, {});
+  EXPECT_EQ(fifo.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(fifo.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(fifo.chunk, SIZE_MAX);
+
+  const std::string forced = "broadcast=copyengine";
+  const CallShape broadcast = shape(Collective::kBroadcast, size_t(1) << 20, 2, DataType::kFloat32, &forced);
+  EXPECT_EQ(plan_call(broadcast, kAreas, mapped()).algorithm, Algorithm::kCopyEngine);
+  const CallPlan not_reachable = plan_call(broadcast, kAreas, mapped(true));
+  EXPECT_EQ(not_reachable.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
+}
+
+TEST(Planner, AnInPlaceOneShotStaysStaged) {
+  const std::string forced = "allreduce=oneshot";
+  const CallShape call = shape(Collective::kAllReduce, size_t(4) << 20, 2, DataType::kBFloat16, &forced);
+  const CallPlan apart = plan_call(call, kAreas, mapped());
+  EXPECT_EQ(apart.algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(apart.mode, BufferMode::kZeroCopy);
+  EXPECT_EQ(apart.chunk, SIZE_MAX);
+  const CallPlan in_place = plan_call(call, kAreas, mapped(false, true));
+  EXPECT_EQ(in_place.algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(in_place.chunk, kAreas.staging_half / 2);  // bfloat16 elements of a staging half
+  EXPECT_EQ(in_place.blocks, apart.blocks);  // the same launch width either way
+  // The two shot reads no peer's output: in place is zero copy too.
+  EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(64) << 20), kAreas, mapped(false, true)).mode,
+            BufferMode::kZeroCopy);
+}
+
+TEST(Planner, AllToAllTakesLLOnlyWhereABlockFitsTheSlot) {
+  const CallShape call = shape(Collective::kAllToAll, size_t(2) << 20);  // a 1 MiB block on 2 ranks
+  EXPECT_TRUE(plans_ll(call, kAreas));
+  EXPECT_EQ(plan_call(call, kAreas).algorithm, Algorithm::kLL);
+  AreaCapacities small_ll = kAreas;
+  small_ll.ll_payload = size_t(512) << 10;
+  EXPECT_FALSE(plans_ll(call, small_ll));
+  const CallPlan fifo = plan_call(call, small_ll, {});
+  EXPECT_EQ(fifo.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(fifo.mode, BufferMode::kStagedCopy);
+  const CallPlan stores = plan_call(call, small_ll, mapped());
+  EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
+  // Asked for by name, LL that does not fit runs pipelined too.
+  const std::string forced = "alltoall=ll";
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(2) << 20, 2, DataType::kFloat32, &forced), small_ll).algorithm,
+            Algorithm::kPipelined);
+}
+
+TEST(Planner, PlansLLExactlyWhenThePlanIsLL) {
+  const Collective collectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
+                                    Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll};
+  const BufferFacts facts[] = {{}, mapped(), mapped(true), mapped(false, true), mapped(true, true)};
+  for (Collective collective : collectives) {
+    for (int world : {2, 3, 4, 8}) {
+      for (int shift = 10; shift <= 28; ++shift) {
+        const CallShape call = shape(collective, (size_t(1) << shift) * world, world);
+        const bool ll = plans_ll(call, kAreas);
+        for (const BufferFacts& fact : facts) {
+          EXPECT_EQ(ll, plan_call(call, kAreas, fact).algorithm == Algorithm::kLL)
+              << collective_name(static_cast<unsigned int>(collective)) << " world " << world << " shift " << shift;
+        }
+      }
+    }
+  }
+}
+
+TEST(Planner, ChunksFollowTheAreas) {
+  // LL: a sender's payload a launch (elements for reductions, bytes for all-gather).
+  EXPECT_EQ(plan_call(shape(Collective::kAllReduce, 4096), kAreas).chunk, kAreas.ll_payload / 4);
+  EXPECT_EQ(plan_call(shape(Collective::kAllGather, 4096), kAreas).chunk, kAreas.ll_payload);
+  // Staged reduce-scatter: every rank's block of a chunk in one half, each rounded up to 256 bytes.
+  const std::string staged = "reducescatter=staged";
+  const CallPlan reduce_scatter =
+      plan_call(shape(Collective::kReduceScatter, size_t(64) << 20, 4, DataType::kFloat32, &staged), kAreas);
+  EXPECT_EQ(reduce_scatter.algorithm, Algorithm::kStaged);
+  EXPECT_EQ(reduce_scatter.chunk, (kAreas.staging_half / 4 - 256) / 4);
+  // Staged all-gather and broadcast move bytes.
+  const CallPlan all_gather = plan_call(shape(Collective::kAllGather, size_t(8) << 20), kAreas);
+  EXPECT_EQ(all_gather.algorithm, Algorithm::kStaged);
+  EXPECT_EQ(all_gather.chunk, kAreas.staging_half);
+  // An area too small for one element is an internal error, not an endless loop of empty launches.
+  AreaCapacities tiny = kAreas;
+  tiny.staging_half = 256;
+  EXPECT_THROW(plan_call(shape(Collective::kReduceScatter, size_t(8) << 20, 4, DataType::kFloat32, &staged), tiny),
+               Error);
+}
+
+TEST(Planner, AllToAllvAlwaysRunsItsFifoPipeline) {
+  const CallPlan plan = plan_call(shape(Collective::kAllToAllv, 0), kAreas);
+  EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(plan.chunk, SIZE_MAX);
+}
+
+}  // namespace
+}  // namespace braid::collectives
