@@ -11,6 +11,8 @@
 #   small   only the small all-reduces in graphs, base, new and the variants interleaved, twice
 #   bench   braid-bench --compare nccl of the builds, one after the other for each configuration (the small
 #           all-reduces in graphs twice, base, new and the variants interleaved)
+#   sweep   every collective from 8 KiB to 256 MiB (x8 steps) on symmetric buffers in graphs, float32, base and new one after the
+#           other for each collective
 # Logs go to $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
@@ -71,7 +73,7 @@ for step in "$@"; do
       echo "ctest -L long: exit $?, $(( $(date +%s) - start )) s"
       grep -E "tests passed|Test +#|Total Test" "$out/suite-long.txt"
       ;;
-    small|bench)
+    small|bench|sweep)
       nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")
       ab() {  # name, builds ("base new ..."), then braid-bench arguments
         local name=$1 builds=$2; shift 2
@@ -85,6 +87,13 @@ for step in "$@"; do
         done
       }
       all="base new ${variants[*]}"
+      if [ "$step" = sweep ]; then
+        for collective in allreduce reduce reducescatter allgather broadcast alltoall; do
+          ab "sweep-$collective" "base new" -c "$collective" -d float32 -b 8K -e 256M -f 8 -G 20 --symmetric 1
+        done
+        cat "$out"/bench-sweep-*.txt | grep -E "^##|^ +[0-9]" | grep -v "## exit" | awk '/^##/{print $2, $6} !/^##/{print $1, $6, $10}'
+        continue
+      fi
       ab allreduce-bf16-graph-small "$all $all" -c allreduce -d bfloat16 -b 8K -e 8M -f 4 -G 20
       if [ "$step" = small ]; then
         grep -E "^##|^ +[0-9]" "$out/bench-allreduce-bf16-graph-small.txt" | grep -v "## exit" | awk '/^##/{print $2} !/^##/{print $1, $6, $10}'
