@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/device/copy_device.hpp"
 #include "braid/types.hpp"
 
 namespace braid::kernels {
@@ -103,64 +104,13 @@ __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, i
 }
 
 // Independent 16-byte accesses each thread keeps in flight: NVLink and HBM need many outstanding requests.
-constexpr int kUnroll = 4;
+constexpr int kUnroll = device::kLoadsInFlight;
 
-// ---- Byte copies by a group of threads (a block, or a warp), any alignment (16-byte vectors when every side
-// allows): one source to `destination_count` destinations, so a source pushed to several peers is read once.
-// `lane` is the thread's index in the group, `width` the group's size.
-__device__ inline void group_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes,
-                                     unsigned int lane, unsigned int width) {
-  if (bytes == 0) return;
-  uintptr_t misaligned = reinterpret_cast<uintptr_t>(source);
-  for (int d = 0; d < destination_count; ++d) misaligned |= reinterpret_cast<uintptr_t>(destinations[d]);
-  size_t done = 0;
-  if ((misaligned & 15) == 0) {
-    const size_t vectors = bytes / 16, stride = width;
-    const uint4* from = reinterpret_cast<const uint4*>(source);
-    // kUnroll loads in flight before the first store, the last pass too (predicated): a short copy, a row slice
-    // of a few vectors per thread, otherwise waits on one load latency per vector.
-    for (size_t i = lane; i < vectors; i += kUnroll * stride) {
-      uint4 value[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (i + u * stride < vectors) value[u] = from[i + u * stride];
-      }
-      for (int d = 0; d < destination_count; ++d) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (i + u * stride < vectors) reinterpret_cast<uint4*>(destinations[d])[i + u * stride] = value[u];
-        }
-      }
-    }
-    done = vectors * 16;
-  } else if ((misaligned & 3) == 0) {
-    const size_t words = bytes / 4;
-    for (size_t i = lane; i < words; i += width) {
-      const uint32_t value = reinterpret_cast<const uint32_t*>(source)[i];
-      for (int d = 0; d < destination_count; ++d) reinterpret_cast<uint32_t*>(destinations[d])[i] = value;
-    }
-    done = words * 4;
-  }
-  for (size_t i = done + lane; i < bytes; i += width) {
-    const char value = source[i];
-    for (int d = 0; d < destination_count; ++d) destinations[d][i] = value;
-  }
-}
-
-__device__ inline void block_copy_to(char* const* destinations, int destination_count, const char* source, size_t bytes) {
-  group_copy_to(destinations, destination_count, source, bytes, threadIdx.x, blockDim.x);
-}
-
-// One warp copies: many warps with a row each keep more requests in flight than one block with a row.
-__device__ inline void warp_copy(char* destination, const char* source, size_t bytes) {
-  if (destination == source) return;
-  group_copy_to(&destination, 1, source, bytes, threadIdx.x & 31u, 32u);
-}
-
-__device__ inline void block_copy(char* destination, const char* source, size_t bytes) {
-  if (destination == source) return;
-  block_copy_to(&destination, 1, source, bytes);
-}
+// ---- Byte copies by a group of threads: braid/device/copy_device.hpp.
+using device::block_copy;
+using device::block_copy_to;
+using device::group_copy_to;
+using device::warp_copy;
 
 // ---- Splitting `count` elements between `blocks` blocks in whole 16-byte vectors; the last block also takes
 // the tail that does not fill a vector. Every rank computes the same split from the same arguments, so block b

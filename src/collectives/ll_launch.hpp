@@ -6,12 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/device/ll_device.hpp"
 #include "braid/device/sync_device.hpp"
 
 namespace braid::kernels {
 
-constexpr size_t kLLLineBytes = 8;    // payload of one line
-constexpr size_t kLLWireBytes = 16;   // one line as stored: two 8-byte {4 data bytes, 4 flag bytes} halves
+using device::kLLLineBytes;  // payload of one line (braid/device/ll_device.hpp)
+using device::kLLWireBytes;  // one line as stored: two 8-byte {4 data bytes, 4 flag bytes} halves
 // Per launch and sender; larger calls run in chunks. All-to-all's LL block must fit whole: 1 MiB lets 2 ranks
 // move 2 MiB all-to-alls by LL (selection.cpp).
 constexpr size_t kLLMaxPayloadBytes = size_t(1) << 20;
