@@ -12,17 +12,19 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaunch launch) {
-  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
-  const Slice slice = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);
-  const size_t bytes = slice.end - slice.begin;
-  block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, bytes);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  for (int step = 0; step < world; ++step) {
-    const int q = (rank + step) % world;  // start with a different peer on every rank: spread the links' load
-    block_copy(launch.recv + q * launch.rank_stride + slice.begin, staging.of(launch, q) + slice.begin, bytes);
-  }
-  finish_launch(launch);
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  run_staged<uint8_t>(
+      launch,
+      [&](const StagingView& staging, const Slice& slice) {
+        block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, slice.end - slice.begin);
+      },
+      [&](const StagingView& staging, const Slice& slice) {
+        for (int step = 0; step < world; ++step) {
+          const int q = (rank + step) % world;  // start with a different peer on every rank: spread the links' load
+          block_copy(launch.recv + q * launch.rank_stride + slice.begin, staging.of(launch, q) + slice.begin,
+                     slice.end - slice.begin);
+        }
+      });
 }
 
 }  // namespace

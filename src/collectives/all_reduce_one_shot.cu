@@ -12,17 +12,15 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot(StagedLaunch launch) {
-  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
-  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
-  block_copy(staging.of(launch, rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
-             (slice.end - slice.begin) * sizeof(T));
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r);
-  char* destination = launch.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);  // sources: peers' staging
-  finish_launch(launch);
+  run_staged<T>(
+      launch,
+      [&](const StagingView& staging, const Slice& slice) {
+        block_copy(staging.of(launch, launch.pad.rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
+                   (slice.end - slice.begin) * sizeof(T));
+      },
+      [&](const StagingView& staging, const Slice& slice) {
+        reduce_staging<T, Op>(launch, staging, 0, slice, launch.recv);
+      });
 }
 
 }  // namespace

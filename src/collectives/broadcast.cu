@@ -9,14 +9,16 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launch) {
-  const int rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
-  const Slice slice = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);
-  const size_t bytes = slice.end - slice.begin;
-  if (rank == launch.root) block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, bytes);
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  block_copy(launch.recv + slice.begin, staging.of(launch, launch.root) + slice.begin, bytes);
-  finish_launch(launch);
+  run_staged<uint8_t>(
+      launch,
+      [&](const StagingView& staging, const Slice& slice) {
+        if (launch.pad.rank == launch.root) {
+          block_copy(staging.of(launch, launch.root) + slice.begin, launch.send + slice.begin, slice.end - slice.begin);
+        }
+      },
+      [&](const StagingView& staging, const Slice& slice) {
+        block_copy(launch.recv + slice.begin, staging.of(launch, launch.root) + slice.begin, slice.end - slice.begin);
+      });
 }
 
 }  // namespace

@@ -14,20 +14,20 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_staged(StagedLaunch launch) {
-  const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
-  const StagingView staging = staging_view(launch);
+  const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t block_bytes = (launch.count * sizeof(T) + 255) / 256 * 256;
-  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);
-  for (int q = 0; q < world; ++q) {
-    block_copy(staging.of(launch, rank) + q * block_bytes + slice.begin * sizeof(T),
-               launch.send + (q * launch.rank_stride + slice.begin) * sizeof(T), (slice.end - slice.begin) * sizeof(T));
-  }
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + rank * block_bytes;
-  char* destination = launch.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);  // sources: peers' staging
-  finish_launch(launch);
+  run_staged<T>(
+      launch,
+      [&](const StagingView& staging, const Slice& slice) {
+        for (int q = 0; q < world; ++q) {
+          block_copy(staging.of(launch, rank) + q * block_bytes + slice.begin * sizeof(T),
+                     launch.send + (q * launch.rank_stride + slice.begin) * sizeof(T),
+                     (slice.end - slice.begin) * sizeof(T));
+        }
+      },
+      [&](const StagingView& staging, const Slice& slice) {
+        reduce_staging<T, Op>(launch, staging, rank * block_bytes, slice, launch.recv);
+      });
 }
 
 }  // namespace

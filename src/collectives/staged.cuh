@@ -1,5 +1,6 @@
-// What every staged collective kernel receives, and the steps they share: the staging half of this call
-// (epoch parity), the peers' staging pointers, and advancing the epoch once the whole launch is done.
+// What every staged collective kernel receives, and the skeleton they share (run_staged): copy this block's
+// slice of the input into this rank's staging half, one entry barrier with every peer, read the peers' staging
+// (copy or reduce into the output), then advance the epoch once the whole launch is done.
 //
 // Why parity halves: a rank copies its input into its own staging before the entry barrier, while a slow peer
 // may still be reading that staging from the previous call. Calls alternate halves, and a rank reaches call
@@ -9,6 +10,7 @@
 
 #include "collectives/elementwise.cuh"
 #include "collectives/staged_launch.hpp"
+#include "sync/device_sync.hpp"  // wait sites
 
 namespace braid::kernels {
 
@@ -48,5 +50,31 @@ __device__ inline void advance_after_last_block(uint64_t* counter, unsigned int*
 }
 
 __device__ inline void finish_launch(const StagedLaunch& launch) { advance_after_last_block(launch.epoch, launch.blocks_done); }
+
+// The staged skeleton, run by every block of a staged kernel: `copy_in(staging, slice)` writes this block's
+// slice (of launch.count elements of Element, split between the blocks in whole vectors) into this rank's
+// staging half; after the entry barrier (block b of every rank is channel b, announcing launch.plan),
+// `read_out(staging, slice)` reads the peers' halves into the output. A failed barrier (timeout, plan mismatch,
+// recorded for the host) ends the block before it reads anything.
+template <typename Element, typename CopyIn, typename ReadOut>
+__device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& copy_in, ReadOut&& read_out) {
+  const StagingView staging = staging_view(launch);
+  const Slice slice = block_slice<Element>(launch.count, blockIdx.x, gridDim.x);
+  copy_in(staging, slice);
+  if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan)) return;
+  read_out(staging, slice);
+  finish_launch(launch);
+}
+
+// Reduces, in rank order, `count`-element slice `slice` at byte `offset` of every rank's staging half into
+// `destination` (every rank computes identical results from identical inputs).
+template <typename T, ReduceOp Op>
+__device__ __forceinline__ void reduce_staging(const StagedLaunch& launch, const StagingView& staging, size_t offset,
+                                               const Slice& slice, char* destination) {
+  const int world = launch.pad.world;
+  const char* sources[kMaxWorld];
+  for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + offset;
+  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);  // sources: peers' staging
+}
 
 }  // namespace braid::kernels
