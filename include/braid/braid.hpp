@@ -15,66 +15,20 @@
 #include <vector>
 
 #include "braid/error.hpp"
+#include "braid/memory.hpp"
+#include "braid/moe.hpp"
+#include "braid/rendezvous.hpp"
 #include "braid/types.hpp"
 
 namespace braid {
 
 namespace detail {
 struct CommState;
-struct SymmetricAllocation;
-struct Registration;
-struct ExportedRange;
-class PeerMapping;
 struct TestAccess;
 }  // namespace detail
 namespace collectives {
 struct CollectiveContext;
 }  // namespace collectives
-
-class StoreServer;
-
-// Where and how the ranks of a job meet.
-struct Rendezvous {
-  int rank = -1;
-  int size = 0;
-  int local_rank = -1;  // rank among this host's ranks; -1: same as rank (one host)
-  int local_size = 0;   // ranks on this host; 0: same as size
-  std::string store_host = "127.0.0.1";
-  int store_port = 0;
-  bool serve_store = false;  // this rank serves the store at store_host:store_port (binds all interfaces
-                             // unless store_host is a loopback address)
-  std::string job_id;        // names host-local sockets; empty: derived when the communicator is made
-  std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
-                                    // slurm, explicit
-
-  // From the environment, in this order: braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/
-  // LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_*.
-  // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the
-  // missing or malformed variable.
-  static Rendezvous from_env();
-
-  // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when
-  // rank0_serves_store (then the port must be free), otherwise someone else does (see StoreHost).
-  static Rendezvous at_store(const std::string& store_address, int rank, int size, bool rank0_serves_store);
-};
-
-// A store served by this process until destroyed: for ranks that are threads of one process, or for a
-// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). With
-// BRAID_JOB_SECRET set in this process, it serves only clients that prove they know that secret (set it alike
-// in every process of the job); clients of this host that run as another user are closed whatever the secret
-// (docs/security.md). Throws kInvalidArgument naming BRAID_JOB_SECRET for a secret under 16 bytes.
-class StoreHost {
- public:
-  explicit StoreHost(const std::string& bind_host = "127.0.0.1", int port = 0);
-  ~StoreHost();
-  StoreHost(const StoreHost&) = delete;
-  StoreHost& operator=(const StoreHost&) = delete;
-  std::string address() const;  // "host:port"
-
- private:
-  std::string host_;
-  std::unique_ptr<StoreServer> server_;
-};
 
 struct CommOptions {
   int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
@@ -96,24 +50,7 @@ struct PeerInfo {
   int performance_rank = -1;    // cudaDevP2PAttrPerformanceRank (lower is faster); -1 when not P2P
 };
 
-struct AllocOptions {
-  bool contiguous_view = false;  // also map every rank's memory into one [world × view_stride()] range
-};
-
-class SymmetricMemory;
 class MoeBuffer;
-class RegisteredBuffer;
-class ExportedHandle;
-class GlobalMemory;
-
-// Counters of a communicator's registered buffers (tests and diagnostics).
-struct RegistrationStats {
-  uint64_t buffers = 0;        // registrations alive
-  uint64_t exchanges = 0;      // host exchanges made by first uses of a registered buffer at an address
-  uint64_t cache_hits = 0;     // uses that found the peers' mappings cached (no host exchange)
-  uint64_t peer_mappings = 0;  // peers' allocations mapped here now
-  uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now
-};
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
@@ -285,111 +222,6 @@ class Communicator {
   // kUnsupported naming `function`): what MoeBuffer builds on. Private: braid's own code only.
   std::shared_ptr<collectives::CollectiveContext> cuda_context(const char* function) const;
   std::shared_ptr<detail::CommState> state_;
-};
-
-// One symmetric allocation: the same size on every rank, every rank's copy mapped here.
-class SymmetricMemory {
- public:
-  SymmetricMemory() = default;  // empty
-  explicit operator bool() const { return impl_ != nullptr; }
-
-  size_t bytes() const;
-  int world_size() const;
-  int rank() const;
-  void* local() const;
-  void* peer(int rank) const;           // this process's mapping of rank's copy (local() for own rank)
-  void* const* peers() const;           // host array [world]
-  void* const* device_peers() const;    // device array [world], for kernels
-  void* view() const;                   // contiguous view, or nullptr when not asked for
-  size_t view_stride() const;           // bytes between consecutive ranks in view()
-
-  // Unmaps and releases this rank's mappings (local; peers keep theirs). Also done by the destructor
-  // of the last copy. Safe after the communicator is destroyed.
-  void reset();
-
- private:
-  friend class Communicator;
-  explicit SymmetricMemory(std::shared_ptr<detail::SymmetricAllocation> impl);
-  std::shared_ptr<detail::SymmetricAllocation> impl_;
-};
-
-// A user buffer registered with one communicator (Communicator::register_buffer). Copies share the
-// registration; the last copy's destruction, reset() of it, or Communicator::deregister releases it.
-class RegisteredBuffer {
- public:
-  RegisteredBuffer() = default;
-  explicit operator bool() const { return impl_ != nullptr; }
-  void* data() const;
-  size_t bytes() const;
-  void reset() { impl_.reset(); }
-
- private:
-  friend class Communicator;
-  std::shared_ptr<detail::Registration> impl_;
-};
-
-// Device memory of this process described for other processes of this host: blob() is an opaque, versioned byte
-// string that import_handle() maps elsewhere. It stays importable while this handle (or a copy) lives: for VMM
-// memory the handle keeps the file descriptor importers take (with pidfd_getfd, which needs ptrace permission
-// over this process: same user, Yama ptrace_scope ≤ 1 with a parent/child relation, or 0).
-class ExportedHandle {
- public:
-  ExportedHandle() = default;
-  explicit operator bool() const { return impl_ != nullptr; }
-  const std::string& blob() const;
-  void* data() const;
-  size_t bytes() const;
-  void reset() { impl_.reset(); }
-
- private:
-  friend ExportedHandle export_handle(const void* pointer, size_t bytes, int device);
-  friend class Communicator;
-  std::shared_ptr<detail::ExportedRange> impl_;
-};
-
-// Exports [pointer, pointer + bytes) of device `device` (-1: the current device). Refused as register_buffer
-// refuses.
-ExportedHandle export_handle(const void* pointer, size_t bytes, int device = -1);
-
-// Another process's exported range, mapped here. Stays mapped while a copy lives.
-class ImportedMemory {
- public:
-  ImportedMemory() = default;
-  explicit operator bool() const { return mapping_ != nullptr; }
-  void* data() const;                 // the range here
-  size_t bytes() const;
-  uint64_t exporter_address() const;  // where the range lies in the exporter's address space
-  int exporter_pid() const;
-  void reset() { mapping_.reset(); }
-
- private:
-  friend ImportedMemory import_handle(const std::string& blob, int device);
-  friend class GlobalMemory;
-  std::shared_ptr<detail::PeerMapping> mapping_;
-};
-
-// Maps an export_handle() blob of another process of this host on `device` (-1: the current device). Refused
-// (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot.
-ImportedMemory import_handle(const std::string& blob, int device = -1);
-
-// Every rank's exported range, mapped here (Communicator::import_global).
-class GlobalMemory {
- public:
-  GlobalMemory() = default;
-  explicit operator bool() const { return !peers_.empty(); }
-  int world_size() const { return static_cast<int>(peers_.size()); }
-  int rank() const { return rank_; }
-  void* peer(int rank) const;        // rank's range here (own rank: the exported buffer itself)
-  size_t bytes(int rank) const;      // rank's range length
-  void* const* peers() const { return peers_.data(); }
-
- private:
-  friend class Communicator;
-  int rank_ = -1;
-  std::vector<void*> peers_;
-  std::vector<size_t> bytes_;
-  ExportedHandle own_;
-  std::vector<std::shared_ptr<detail::PeerMapping>> mappings_;
 };
 
 }  // namespace braid

@@ -14,6 +14,8 @@
 // combine still takes and returns shape.type rows (the experts' bf16 output).
 //
 // Experts are split evenly and in order: rank r holds experts [r * E / W, (r + 1) * E / W) (E a multiple of W).
+//
+// braid/braid.hpp includes this header; the Communicator a MoeBuffer is made on is declared there.
 #pragma once
 
 #include <cstddef>
@@ -21,13 +23,18 @@
 #include <memory>
 #include <optional>
 
-#include "braid/braid.hpp"
+#include "braid/error.hpp"
+#include "braid/types.hpp"
 
 namespace braid {
 
 namespace detail {
 struct MoeState;
 }
+namespace collectives {
+struct CollectiveContext;
+}
+class Communicator;
 
 // What a MoeBuffer is made for. Every rank passes the same shape.
 struct MoeShape {
@@ -124,6 +131,8 @@ class MoeBuffer {
 
  private:
   explicit MoeBuffer(std::unique_ptr<detail::MoeState> state);
+  // create() on the CUDA backend's context of the communicator (src/moe; create() itself is the communicator's).
+  static MoeBuffer create_on(std::shared_ptr<collectives::CollectiveContext> context, const MoeShape& shape);
   std::unique_ptr<detail::MoeState> state_;
 };
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "braid/braid.hpp"
+#include "braid/rendezvous.hpp"
 
 namespace braid {
 

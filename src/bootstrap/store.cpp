@@ -39,7 +39,7 @@
 #include "bootstrap/job_secret.hpp"
 #include "bootstrap/socket.hpp"
 #include "bootstrap/tcp_peer.hpp"
-#include "braid/braid.hpp"
+#include "braid/rendezvous.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/rate_limit.hpp"

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "braid/types.hpp"
 #include "core/side_stream.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/multicast.hpp"

@@ -263,7 +263,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
     return comm;
   }
   require_vmm_support(state->device);
-  state->sync = std::make_unique<DeviceSync>(comm, state->timeout_s, kernels::kPadChannels);
+  state->sync = std::make_unique<DeviceSync>(state, state->timeout_s, kernels::kPadChannels);
   // Pipeline senders may fill every FIFO slot before the first credit comes back.
   state->sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
   state->sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);

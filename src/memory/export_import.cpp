@@ -13,7 +13,7 @@
 #include <set>
 
 #include "bootstrap/job_secret.hpp"
-#include "braid/braid.hpp"
+#include "braid/memory.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"

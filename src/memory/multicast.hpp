@@ -22,7 +22,7 @@
 #include <functional>
 #include <memory>
 
-#include "braid/braid.hpp"
+#include "braid/memory.hpp"
 
 namespace braid {
 class Config;

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "braid/braid.hpp"
+#include "braid/memory.hpp"
 #include "memory/memory_handle.hpp"
 #include "memory/peer_range.hpp"
 #include "memory/shareable.hpp"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "braid/braid.hpp"
+#include "braid/memory.hpp"
 #include "memory/peer_range.hpp"
 
 namespace braid {

@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
@@ -18,6 +20,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "memory/symmetric_memory.hpp"
 #include "moe/moe_kernels.hpp"
 #include "sync/device_sync.hpp"
 
@@ -29,7 +32,7 @@ struct MoeState {
   MoeShape shape;
   size_t capacity = 0;
   std::unique_ptr<DeviceSync> sync;
-  SymmetricMemory memory;
+  std::shared_ptr<SymmetricAllocation> memory;  // every rank's copy mapped here (memory/symmetric_memory.hpp)
   void* local = nullptr;  // one cudaMalloc, carved (moe::MoeLaunch's local pointers)
   moe::MoeLaunch base{};  // everything but the inputs of a call
   size_t last_host_tokens = 0;
@@ -141,11 +144,17 @@ std::string describe(const MoeShape& shape) {
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
 // resident at once on every rank (kMoeBlocksPerSm per multiprocessor, which their launch bounds guarantee), and
 // every rank must launch as many. The smallest GPU of the communicator decides.
-int agreed_blocks(Communicator& comm, int device) {
+// A host allgather over the communicator's store, as Communicator::host_allgather makes it.
+std::vector<std::string> host_allgather(collectives::CollectiveContext& context, const std::string& mine) {
+  std::lock_guard<std::mutex> lock(context.setup_mutex);
+  return context.bootstrap->allgather(mine, "MoeBuffer::create");
+}
+
+int agreed_blocks(collectives::CollectiveContext& context) {
   int multiprocessors = 0;
-  BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
   int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * multiprocessors);
-  for (const std::string& theirs : comm.host_allgather(std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
+  for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;
 }
 
@@ -169,13 +178,12 @@ size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
   return symmetric_layout(shape, world).bytes;
 }
 
-MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
+MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> context, const MoeShape& shape) {
   const char* function = "MoeBuffer::create";
-  const std::shared_ptr<collectives::CollectiveContext> context = comm.cuda_context(function);
-  const collectives::CollectiveContext& comm_state = *context;
+  collectives::CollectiveContext& comm_state = *context;
   const int world = comm_state.size;
   validate_shape(shape, world);
-  const std::vector<std::string> shapes = comm.host_allgather(describe(shape));
+  const std::vector<std::string> shapes = host_allgather(comm_state, describe(shape));
   for (int r = 0; r < world; ++r) {
     if (shapes[r] != shapes[comm_state.rank]) {
       raise(ErrorCode::kMismatch, "{}: rank {} asked for ({}) but rank {} for ({})", function, comm_state.rank,
@@ -186,9 +194,9 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   state->comm = context;
   state->shape = shape;
   state->capacity = capacity_of(shape, world);
-  state->sync = std::make_unique<DeviceSync>(comm, comm_state.timeout_s, moe::kScatterBlocks);
+  state->sync = std::make_unique<DeviceSync>(context, comm_state.timeout_s, moe::kScatterBlocks);
   const moe::SymmetricLayout layout = symmetric_layout(shape, world);
-  state->memory = comm.alloc(layout.bytes);  // zeroed
+  state->memory = allocate_symmetric(context, layout.bytes, AllocOptions{});  // zeroed
 
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
   Carver carve;
@@ -219,7 +227,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.scale_bytes = scale_bytes(shape);
   b.max_tokens = shape.max_tokens;
   b.capacity = state->capacity;
-  b.peers = reinterpret_cast<char* const*>(state->memory.device_peers());
+  b.peers = reinterpret_cast<char* const*>(state->memory->device_peer_pointers);
   b.layout = layout;
   b.pair_slot = reinterpret_cast<int32_t*>(local + pair_slot);
   b.slot_token = reinterpret_cast<int32_t*>(local + slot_token);
@@ -233,7 +241,7 @@ MoeBuffer MoeBuffer::create(Communicator& comm, const MoeShape& shape) {
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
   b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
-  b.blocks = agreed_blocks(comm, comm_state.device);
+  b.blocks = agreed_blocks(comm_state);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
   b.pad.data_error = comm_state.sync->pad().data_error;
@@ -301,7 +309,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   state.last_host_tokens = num_tokens;
   state.last_tokens_on_device = num_tokens_device != nullptr;
 
-  char* base = static_cast<char*>(state.memory.local());
+  char* base = static_cast<char*>(state.memory->peer_pointers[state.memory->rank]);
   MoeDispatchOutput output;
   output.x = base + launch.layout.rows;
   output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;

@@ -65,11 +65,12 @@ device::ErrorWord take_error_word(device::ErrorWord* word) {
   return seen;
 }
 
-DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : device_(comm.device()) {
-  const int world = comm.size();
+DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, double timeout_s, int channels)
+    : device_(memory->device) {
+  const int world = memory->size;
   const size_t slots = static_cast<size_t>(channels) * world;
   // The counters, then two plan words per counter (device::plan_slot); zeroed, every peer's copy mapped.
-  pad_memory_ = comm.alloc(3 * slots * sizeof(uint64_t));
+  pad_memory_ = allocate_symmetric(memory, 3 * slots * sizeof(uint64_t), AllocOptions{});
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
   BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
@@ -83,12 +84,12 @@ DeviceSync::DeviceSync(Communicator& comm, double timeout_s, int channels) : dev
   BRAID_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device), error_host_, 0));
   BRAID_CUDA(cudaDeviceSynchronize());
 
-  pad_.local = static_cast<uint64_t*>(pad_memory_.local());
-  pad_.peers = reinterpret_cast<uint64_t* const*>(pad_memory_.device_peers());
+  pad_.local = static_cast<uint64_t*>(pad_memory_->peer_pointers[memory->rank]);
+  pad_.peers = reinterpret_cast<uint64_t* const*>(pad_memory_->device_peer_pointers);
   pad_.expected = expected_;
   pad_.error = error_device;
   pad_.data_error = error_device + 1;
-  pad_.rank = comm.rank();
+  pad_.rank = memory->rank;
   pad_.world = world;
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));

@@ -6,8 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "braid/braid.hpp"
 #include "braid/device/sync_device.hpp"
+#include "memory/memory_context.hpp"
+#include "memory/symmetric_memory.hpp"
 
 namespace braid {
 
@@ -36,8 +37,9 @@ device::ErrorWord take_error_word(device::ErrorWord* word);
 
 class DeviceSync {
  public:
-  // `channels`: slots per peer on the signal pad (each a counter that kernels signal and wait on).
-  DeviceSync(Communicator& comm, double timeout_s, int channels);
+  // `channels`: slots per peer on the signal pad (each a counter that kernels signal and wait on). Collective over
+  // the ranks of `memory` (the pad is a symmetric allocation).
+  DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, double timeout_s, int channels);
   ~DeviceSync();
   DeviceSync(const DeviceSync&) = delete;
   DeviceSync& operator=(const DeviceSync&) = delete;
@@ -67,7 +69,7 @@ class DeviceSync {
   void raise_refused_data(const char* (*collective_name)(unsigned int)) const;
 
  private:
-  SymmetricMemory pad_memory_;
+  std::shared_ptr<detail::SymmetricAllocation> pad_memory_;
   device::SignalPad pad_{};
   device::ErrorWord* error_host_ = nullptr;  // same memory as pad_.error, host view
   struct Counters {

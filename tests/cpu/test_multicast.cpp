@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "braid/error.hpp"
 #include "collectives/multicast_launch.hpp"
 #include "collectives/selection.hpp"
 #include "core/config.hpp"

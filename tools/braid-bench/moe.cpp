@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "braid/moe.hpp"
+#include "braid/braid.hpp"  // with braid/moe.hpp
 #include "moe_kernels.hpp"
 
 namespace braid::bench {

@@ -1,0 +1,55 @@
+// braid — C++ API, rendezvous: where and how the ranks of a job meet (part of braid/braid.hpp, which includes
+// it; the bootstrap layer implements it).
+#pragma once
+
+#include <memory>
+#include <string>
+
+namespace braid {
+
+class StoreServer;
+
+// Where and how the ranks of a job meet.
+struct Rendezvous {
+  int rank = -1;
+  int size = 0;
+  int local_rank = -1;  // rank among this host's ranks; -1: same as rank (one host)
+  int local_size = 0;   // ranks on this host; 0: same as size
+  std::string store_host = "127.0.0.1";
+  int store_port = 0;
+  bool serve_store = false;  // this rank serves the store at store_host:store_port (binds all interfaces
+                             // unless store_host is a loopback address)
+  std::string job_id;        // names host-local sockets; empty: derived when the communicator is made
+  std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
+                                    // slurm, explicit
+
+  // From the environment, in this order: braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/
+  // LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_*.
+  // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the
+  // missing or malformed variable.
+  static Rendezvous from_env();
+
+  // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when
+  // rank0_serves_store (then the port must be free), otherwise someone else does (see StoreHost).
+  static Rendezvous at_store(const std::string& store_address, int rank, int size, bool rank0_serves_store);
+};
+
+// A store served by this process until destroyed: for ranks that are threads of one process, or for a
+// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). With
+// BRAID_JOB_SECRET set in this process, it serves only clients that prove they know that secret (set it alike
+// in every process of the job); clients of this host that run as another user are closed whatever the secret
+// (docs/security.md). Throws kInvalidArgument naming BRAID_JOB_SECRET for a secret under 16 bytes.
+class StoreHost {
+ public:
+  explicit StoreHost(const std::string& bind_host = "127.0.0.1", int port = 0);
+  ~StoreHost();
+  StoreHost(const StoreHost&) = delete;
+  StoreHost& operator=(const StoreHost&) = delete;
+  std::string address() const;  // "host:port"
+
+ private:
+  std::string host_;
+  std::unique_ptr<StoreServer> server_;
+};
+
+}  // namespace braid
