@@ -42,7 +42,8 @@ void check_init_arguments(const char* function, ncclComm_t* newcomm, int nranks,
 
 // ncclCommInitRank and friends: the communicator is made now (so *newcomm is valid at once, as NCCL's is), its
 // init runs now or at the end of the caller's group.
-ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, int rank) {
+ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, const ncclUniqueId& id, int rank,
+                       const ncclConfig_t* config = nullptr) {
   ncclComm_t comm = nullptr;
   int device = -1;
   const ncclResult_t checked = guarded(function, [&] {
@@ -53,7 +54,10 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
     *newcomm = comm;
   });
   if (checked != ncclSuccess) return checked;
-  return submit_init(comm, [comm, id, nranks, rank, device] { initialise(*comm, id, nranks, rank, device); });
+  RealConfig real_config(config);  // copied now: the caller's config may be gone when a group ends
+  return submit_init(comm, [comm, id, nranks, rank, device, real_config]() mutable {
+    initialise(*comm, id, nranks, rank, device, nullptr, std::move(real_config));
+  });
 }
 
 // ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort releases the real NCCL's side with ncclCommAbort.
@@ -93,22 +97,21 @@ SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* newcomm, int nranks, ncclU
   return init_rank("ncclCommInitRank", newcomm, nranks, commId, myrank);
 }
 
-// The config's tuning fields are NCCL's own: braid has no use for them. A non-blocking config is honoured by
-// finishing at once (ncclCommGetAsyncError then says ncclSuccess), which NCCL's contract allows.
+// The config goes to the real NCCL's communicator beside braid's (commName, CTA limits and NCCL's other tuning
+// fields). A non-blocking config is honoured by finishing at once (ncclCommGetAsyncError then says ncclSuccess),
+// which NCCL's contract allows.
 SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int myrank,
                                                 ncclConfig_t* config) {
-  (void)config;
-  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, myrank);
+  return init_rank("ncclCommInitRankConfig", comm, nranks, commId, myrank, config);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                   ncclUniqueId* commIds, ncclConfig_t* config) {
-  (void)config;
   if (nId < 1 || commIds == nullptr) {
     set_last_error("ncclCommInitRankScalable: argument 'commIds' must hold at least one id");
     return ncclInvalidArgument;
   }
-  return init_rank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank);  // one store serves them all
+  return init_rank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank, config);  // one store serves them all
 }
 
 SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
@@ -346,13 +349,15 @@ SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
 }
 
 SHIM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
-  switch (result) {  // NCCL's texts
+  // NCCL's texts, where NCCL points at its own log pointing at braid's: the failed call's message is
+  // ncclGetLastError's, and braid logs it at warn level (BRAID_LOG_LEVEL).
+  switch (result) {
     case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclUnhandledCudaError: return "unhandled cuda error (details: ncclGetLastError, or braid's log at BRAID_LOG_LEVEL=warn)";
+    case ncclSystemError: return "unhandled system error (details: ncclGetLastError, or braid's log at BRAID_LOG_LEVEL=warn)";
+    case ncclInternalError: return "internal error - please report this issue to the braid developers";
+    case ncclInvalidArgument: return "invalid argument (details: ncclGetLastError, or braid's log at BRAID_LOG_LEVEL=warn)";
+    case ncclInvalidUsage: return "invalid usage (details: ncclGetLastError, or braid's log at BRAID_LOG_LEVEL=warn)";
     case ncclRemoteError: return "remote process exited or there was a network error";
     case ncclInProgress: return "NCCL operation in progress";
     default: return "unknown result code";

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <mutex>
+#include <unordered_set>
 
 #include "core/cuda_check.hpp"
 #include "core/cuda_driver.hpp"
@@ -17,6 +18,7 @@
 #include "memory/vmm.hpp"
 #include "shim.hpp"
 #include "shim_exports.hpp"
+#include "shim_windows.hpp"
 
 using namespace braid::shim;
 using braid::driver;
@@ -35,11 +37,8 @@ struct Registration {
   void* real = nullptr;
 };
 
-// What ncclCommWindowRegister returns (as an ncclWindow_t).
-struct Window {
-  braid::RegisteredBuffer braid;
-  ncclWindow_t real = nullptr;
-};
+std::mutex windows_mutex;
+std::unordered_set<ShimWindow*> windows;  // every window the shim made and has not freed
 
 void grant_peer_devices(CUdeviceptr address, size_t bytes, int device) {
   int count = 0;
@@ -149,13 +148,15 @@ SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
     require_pointer(win, "ncclCommWindowRegister", "win");
     require_pointer(buff, "ncclCommWindowRegister", "buff");
     *win = nullptr;
-    auto window = std::make_unique<Window>();
+    auto window = std::make_unique<ShimWindow>();
+    window->user = buff;
     if (shim.braid_on_cuda) window->braid = shim.braid->register_buffer(buff, size);
     if (shim.real != nullptr && shim.library->api().window_register != nullptr) {
       braid::DeviceGuard guard(shim.device);
       check_real(shim, shim.library->api().window_register(shim.real, buff, size, &window->real, winFlags),
                  "ncclCommWindowRegister");
     }
+    remember_window(window.get());
     *win = reinterpret_cast<ncclWindow_t>(window.release());
   });
 }
@@ -165,7 +166,10 @@ SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t 
   return guarded("ncclCommWindowDeregister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommWindowDeregister");
     require_pointer(win, "ncclCommWindowDeregister", "win");
-    std::unique_ptr<Window> window(reinterpret_cast<Window*>(win));
+    ShimWindow* const shim_made = shim_window(win);
+    if (shim_made == nullptr) braid::raise_invalid_argument("ncclCommWindowDeregister", "win", "was not made by ncclCommWindowRegister");
+    forget_window(shim_made);
+    std::unique_ptr<ShimWindow> window(shim_made);
     if (window->braid) shim.braid->deregister(window->braid);
     if (window->real != nullptr && shim.real != nullptr) {
       braid::DeviceGuard guard(shim.device);
@@ -175,6 +179,35 @@ SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t 
 }
 
 }  // extern "C"
+
+namespace braid::shim {
+
+void remember_window(ShimWindow* window) {
+  std::lock_guard<std::mutex> lock(windows_mutex);
+  windows.insert(window);
+}
+
+void forget_window(ShimWindow* window) {
+  std::lock_guard<std::mutex> lock(windows_mutex);
+  windows.erase(window);
+}
+
+ShimWindow* shim_window(ncclWindow_t window) {
+  std::lock_guard<std::mutex> lock(windows_mutex);
+  const auto found = windows.find(reinterpret_cast<ShimWindow*>(window));
+  return found == windows.end() ? nullptr : *found;
+}
+
+ncclWindow_t real_window(ncclWindow_t window, const char* function) {
+  const ShimWindow* shim = shim_window(window);
+  if (shim == nullptr) return window;
+  if (shim->real == nullptr) {
+    raise(ErrorCode::kUnsupported, "{}: the window has no real NCCL window beside braid's registration", function);
+  }
+  return shim->real;
+}
+
+}  // namespace braid::shim
 
 SHIM_ALIAS(ncclMemAlloc)
 SHIM_ALIAS(ncclMemFree)

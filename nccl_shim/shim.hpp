@@ -75,11 +75,27 @@ void* foreign_entry(const void* comm, const char* name);
 void* real_entry(const char* name);  // the real NCCL's `name`; null where it is not loaded
 bool called_by_real_nccl(const void* return_address);
 
+// A caller's ncclConfig_t for the real NCCL's communicator: copied whole (its size field says how much; the configs
+// of newer nccl.h releases are larger than this build's), with blocking set, since the shim's init is done before
+// it returns. Null config: none.
+class RealConfig {
+ public:
+  RealConfig() = default;
+  explicit RealConfig(const ncclConfig_t* config);
+  ncclConfig_t* get() { return bytes_.empty() ? nullptr : reinterpret_cast<ncclConfig_t*>(bytes_.data()); }
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
 // Makes a shim communicator (collective over `size` ranks): braid's communicator at the store the unique id
 // names (its rendezvous), then the real NCCL's communicator on the same ranks: `real` when given (a split of the
-// parent's), else a fresh one whose id rank 0 shares through braid. An id not made by the shim is taken as the
-// real NCCL's own: the communicator is then NCCL only. `device`: the CUDA device of this rank.
-void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real = nullptr);
+// parent's), else a fresh one whose id rank 0 shares through braid, made with `config` where the caller gave one
+// (ncclCommInitRankConfig: commName, CTA limits and NCCL's other tuning fields reach NCCL's communicator). An id
+// not made by the shim is taken as the real NCCL's own: the communicator is then NCCL only. `device`: the CUDA
+// device of this rank.
+void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real = nullptr,
+                RealConfig config = {});
 // Releases what initialise made; abort: ncclCommAbort rather than ncclCommDestroy for the real communicator.
 void release(ncclComm& comm, bool abort);
 

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -126,8 +127,21 @@ void check_real(const ncclComm& comm, ncclResult_t result, const char* call) {
 
 namespace {
 
+// The real NCCL's communicator of `size` ranks: with the caller's config where there is one and the real NCCL
+// takes configs.
+ncclComm_t init_real_comm(ncclComm& comm, const detail::NcclLibrary& library, int size, const ncclUniqueId& id,
+                          int rank, RealConfig& config) {
+  ncclComm_t real = nullptr;
+  if (config.get() != nullptr && library.api().comm_init_rank_config != nullptr) {
+    check_real(comm, library.api().comm_init_rank_config(&real, size, id, rank, config.get()), "ncclCommInitRankConfig");
+  } else {
+    check_real(comm, library.api().comm_init_rank(&real, size, id, rank), "ncclCommInitRank");
+  }
+  return real;
+}
+
 // The real NCCL's communicator on braid's ranks: rank 0 makes its id, braid's store carries it.
-ncclComm_t make_real_comm(ncclComm& comm, detail::NcclLibrary& library) {
+ncclComm_t make_real_comm(ncclComm& comm, detail::NcclLibrary& library, RealConfig& config) {
   std::string mine;
   if (comm.rank == 0) {
     ncclUniqueId id{};
@@ -137,14 +151,22 @@ ncclComm_t make_real_comm(ncclComm& comm, detail::NcclLibrary& library) {
   const std::vector<std::string> all = comm.braid->host_allgather(mine);
   ncclUniqueId id{};
   std::memcpy(id.internal, all[0].data(), std::min(all[0].size(), sizeof(id.internal)));
-  ncclComm_t real = nullptr;
-  check_real(comm, library.api().comm_init_rank(&real, comm.size, id, comm.rank), "ncclCommInitRank");
-  return real;
+  return init_real_comm(comm, library, comm.size, id, comm.rank, config);
 }
 
 }  // namespace
 
-void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real) {
+RealConfig::RealConfig(const ncclConfig_t* config) {
+  if (config == nullptr) return;
+  constexpr size_t kLargestConfig = 64 << 10;  // beyond any release's; a larger size field is garbage
+  const size_t bytes = config->size >= sizeof(size_t) && config->size <= kLargestConfig ? config->size : sizeof(*config);
+  bytes_.resize(std::max(bytes, sizeof(ncclConfig_t)));
+  std::memcpy(bytes_.data(), config, bytes);
+  reinterpret_cast<ncclConfig_t*>(bytes_.data())->blocking = 1;  // the same offset in every release
+}
+
+void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real,
+                RealConfig config) {
   comm.rank = rank;
   comm.size = size;
   comm.device = device;
@@ -153,7 +175,7 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
   const std::optional<StoreAddress> store = read_unique_id(id);
   if (!store) {  // the real NCCL's own id: NCCL only
     const detail::NcclLibrary& library = require_real(comm, "an ncclUniqueId not made by braid's shim");
-    if (real == nullptr) check_real(comm, library.api().comm_init_rank(&real, size, id, rank), "ncclCommInitRank");
+    if (real == nullptr) real = init_real_comm(comm, library, size, id, rank, config);
     comm.real = real;
     comm.owns_real = true;
     comm.ready = true;
@@ -176,7 +198,7 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
     comm.owns_real = true;
   } else if (comm.library != nullptr) {
     try {
-      comm.real = make_real_comm(comm, *comm.library);
+      comm.real = make_real_comm(comm, *comm.library, config);
       comm.owns_real = true;
     } catch (const Error& error) {  // braid still serves what it can; every rank reaches the same call
       BRAID_WARN("braid shim: rank {}: no NCCL communicator to fall back to: {}", rank, error.what());
