@@ -113,7 +113,7 @@ Route route(const Op& op) {
     ReduceOp reduce_op;
     if (!detail::from_nccl(op.type, &type)) return {false, "datatype braid does not reduce"};
     if (!detail::from_nccl(op.op, &reduce_op)) return {false, "operator braid does not have"};
-    if (!reduction_supported(type, reduce_op)) return {false, "average of an integer type"};
+    if (!reduction_supported(type, reduce_op)) return {false, "a (datatype, operator) pair braid does not reduce"};
   }
   return {true, nullptr};
 }

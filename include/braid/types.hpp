@@ -40,10 +40,14 @@ constexpr bool is_floating(DataType type) {
          type == DataType::kFloat64 || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
 }
 
-// The (datatype, op) pairs braid reduces: every op on every datatype, but avg only on the floating types. The
-// reducing collectives refuse other pairs (kInvalidArgument naming `op`), and their kernels exist for these
-// pairs only.
-constexpr bool reduction_supported(DataType type, ReduceOp op) { return op != ReduceOp::kAvg || is_floating(type); }
+// The (datatype, op) pairs braid reduces: every op on every datatype. Integers wrap in their own width (sum and
+// prod); avg on an integer type divides that sum by the world size, truncating toward zero, as NCCL's ncclAvg
+// does. The reducing collectives refuse an op outside ReduceOp (kInvalidArgument naming `op`), and kernels exist
+// for the pairs this answers true for.
+constexpr bool reduction_supported(DataType type, ReduceOp op) {
+  return static_cast<int>(type) >= 0 && static_cast<int>(type) < kDataTypeCount && static_cast<int>(op) >= 0 &&
+         static_cast<int>(op) < kReduceOpCount;
+}
 
 // One send or receive of a point-to-point batch (Communicator::send_recv).
 struct PointToPoint {

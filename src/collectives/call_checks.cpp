@@ -52,8 +52,8 @@ bool validate(const CollectiveCall& call, const CallPlace& place) {
       raise_invalid_argument(function, "op", "is {}, not a braid::ReduceOp", static_cast<int>(call.op));
     }
     if (!reduction_supported(call.type, call.op)) {
-      raise_invalid_argument(function, "op", "is {}, which braid does not apply to {} (avg needs a floating datatype)",
-                             reduce_op_name(call.op), datatype_name(call.type));
+      raise_invalid_argument(function, "op", "is {}, which braid does not apply to {}", reduce_op_name(call.op),
+                             datatype_name(call.type));
     }
   }
   if (call.rooted() && (call.root < 0 || call.root >= place.world)) {

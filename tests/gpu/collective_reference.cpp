@@ -188,13 +188,24 @@ uint64_t combine_integer(ReduceOp op, uint64_t a, uint64_t b) {
   const Value va = static_cast<Value>(static_cast<Bits>(a));
   const Value vb = static_cast<Value>(static_cast<Bits>(b));
   switch (op) {
-    case ReduceOp::kSum: return a + b;
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return a + b;  // avg: the sum, divided at the end (finish_integer)
     case ReduceOp::kProd: return a * b;
     case ReduceOp::kMax: return va >= vb ? a : b;
     case ReduceOp::kMin: return va <= vb ? a : b;
-    case ReduceOp::kAvg: break;
   }
-  throw std::logic_error("collective reference: integer types have no avg");
+  throw std::logic_error("collective reference: unknown op");
+}
+
+// The last step of an integer reduction: avg divides the sum, wrapped to the type's width, by the world size,
+// truncating toward zero (NCCL's ncclAvg on integers); the other ops keep it.
+template <DataType T>
+uint64_t finish_integer(ReduceOp op, uint64_t reduced, int world) {
+  using Bits = typename Traits<T>::Bits;
+  using Value = typename Traits<T>::Value;
+  if (op != ReduceOp::kAvg) return reduced;
+  const Value sum = static_cast<Value>(static_cast<Bits>(reduced));
+  return static_cast<Bits>(static_cast<Value>(sum / static_cast<Value>(world)));
 }
 
 template <DataType T>
@@ -291,7 +302,7 @@ SegmentResult compare_reduced(const Case& c, int world, size_t first, size_t cou
         const uint64_t x = input_bits<T>(random_at(keys[r], index), prod);
         reference = r == 0 ? x : combine_integer<T>(c.op, reference, x);
       }
-      const Bits expected = static_cast<Bits>(reference);
+      const Bits expected = static_cast<Bits>(finish_integer<T>(c.op, reference, world));
       if (value == expected) continue;
       if (result.wrong++ == 0) {
         result.first_wrong = i;
@@ -486,7 +497,7 @@ uint64_t reduce_integer(DataType integer_type, ReduceOp op, const std::vector<ui
     } else {
       uint64_t result = inputs.at(0);
       for (size_t i = 1; i < inputs.size(); ++i) result = combine_integer<T>(op, result, inputs[i]);
-      return static_cast<typename Traits<T>::Bits>(result);
+      return static_cast<typename Traits<T>::Bits>(finish_integer<T>(op, result, static_cast<int>(inputs.size())));
     }
   });
 }

@@ -116,15 +116,16 @@ template <typename T>
 T reduce_int(T a, T b, ReduceOp op) {
   using U = std::make_unsigned_t<T>;
   switch (op) {
-    case ReduceOp::kSum: return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:  // the sum; compare_reduction divides it at the end
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     case ReduceOp::kProd:
       // uint8_t operands promote to int; 255 * 255 still fits, and the cast back wraps.
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     case ReduceOp::kMax: return std::max(a, b);
     case ReduceOp::kMin: return std::min(a, b);
-    case ReduceOp::kAvg: break;
   }
-  throw std::invalid_argument("avg is not defined for integer types");
+  throw std::invalid_argument("unknown reduction");
 }
 
 // Values [first, first + count) of one rank's input (its key), into `out`.
@@ -264,9 +265,14 @@ class Reference {
           case ReduceOp::kMin:
             for (size_t k = 0; k < n; ++k) reduced_[k] = std::min(reduced_[k], values_[k]);
             break;
-          case ReduceOp::kAvg:
-            reduce_int(reduced_[0], values_[0], op);  // throws: not defined for integers
+          case ReduceOp::kAvg:  // the wrapped sum, divided below
+            for (size_t k = 0; k < n; ++k) reduced_[k] = reduce_int(reduced_[k], values_[k], ReduceOp::kSum);
+            break;
         }
+      }
+      // avg on integers: the sum divided by the ranks, truncated toward zero (NCCL's ncclAvg).
+      if (op == ReduceOp::kAvg) {
+        for (size_t k = 0; k < n; ++k) reduced_[k] = static_cast<T>(reduced_[k] / static_cast<T>(check_.ranks));
       }
       for (size_t k = 0; k < n; ++k) {
         if (reduced_[k] != got[k]) record(first + k, reduced_[k], got[k], result);

@@ -92,8 +92,9 @@ void run(DataType type, ReduceOp op, Collective coll, int ranks) {
           const size_t index = coll == Collective::kReduceScatter ? rank * shape.recv_count + i : i;
           T acc = input[0][index];
           for (int q = 1; q < ranks; ++q) acc = step(acc, input[q][index], op);
-          if (op == ReduceOp::kAvg) {
-            if constexpr (std::is_same_v<T, double>) acc = acc / ranks;
+          if (op == ReduceOp::kAvg) {  // integers: the wrapped sum divided, truncated toward zero (as NCCL)
+            if constexpr (std::is_integral_v<T>) acc = static_cast<T>(acc / static_cast<T>(ranks));
+            else if constexpr (std::is_same_v<T, double>) acc = acc / ranks;
             else acc = from_float<T>(to_float(acc) / ranks);
           }
           output[i] = acc;
