@@ -83,6 +83,9 @@ class RealConfig {
   RealConfig() = default;
   explicit RealConfig(const ncclConfig_t* config);
   ncclConfig_t* get() { return bytes_.empty() ? nullptr : reinterpret_cast<ncclConfig_t*>(bytes_.data()); }
+  // The config's maxCTAs where the caller set it (braid's cap on a launch's blocks, CommOptions::max_blocks),
+  // else 0.
+  int max_ctas() const;
 
  private:
   std::vector<unsigned char> bytes_;

@@ -5,9 +5,11 @@
 #include <link.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 
+#include "collectives/selection.hpp"  // kMaxBlocks
 #include "comm/topology.hpp"
 #include "core/config.hpp"
 #include "core/device_guard.hpp"
@@ -165,6 +167,15 @@ RealConfig::RealConfig(const ncclConfig_t* config) {
   reinterpret_cast<ncclConfig_t*>(bytes_.data())->blocking = 1;  // the same offset in every release
 }
 
+int RealConfig::max_ctas() const {
+  if (bytes_.empty()) return 0;
+  const auto* config = reinterpret_cast<const ncclConfig_t*>(bytes_.data());
+  if (config->size < offsetof(ncclConfig_t, maxCTAs) + sizeof(config->maxCTAs)) return 0;  // an older config
+  const int value = config->maxCTAs;
+  if (value == NCCL_CONFIG_UNDEF_INT || value <= 0) return 0;
+  return std::min(value, kMaxBlocks);
+}
+
 void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real,
                 RealConfig config) {
   comm.rank = rank;
@@ -187,6 +198,7 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
   rendezvous.job_id = fmt::format("ncclshim-{:016x}", store->nonce);
   CommOptions options;
   options.device = device;
+  options.max_blocks = config.max_ctas();  // NCCL's CTA budget is braid's cap on a launch's blocks
   if (comm.library != nullptr) options.nccl_library = comm.library->path();  // never the shim itself
   comm.braid.emplace(Communicator::init(rendezvous, options));
   comm.braid_on_cuda = std::strcmp(comm.braid->backend(), "cuda") == 0;

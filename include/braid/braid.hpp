@@ -34,6 +34,8 @@ struct CommOptions {
   int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
   double timeout_s = 0.0;  // bound on every wait for a peer, in (0, 1e6] s; 0: BRAID_TIMEOUT_S
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
+  int max_blocks = 0;      // cap, 1..64, on the thread blocks of every collective and send/recv launch (the SMs
+                           // braid's kernels may take beside the caller's); 0: BRAID_MAX_BLOCKS, else no cap
   std::string backend;     // "auto", "cuda" or "nccl" (see BRAID_BACKEND); empty: BRAID_BACKEND
   std::string nccl_library;  // the NCCL the NCCL backend loads (path or name); empty: BRAID_NCCL_LIBRARY
 };

@@ -60,6 +60,11 @@ uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks,
   return plan_word(plan);
 }
 
+CallPlan all_to_allv_plan(const CollectiveContext& state, DataType type) {
+  const CallShape shape{Collective::kAllToAllv, 0, state.size, type, &state.algorithm_override, false, state.max_blocks};
+  return plan_call(shape, area_capacities(state));
+}
+
 void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const void* const send = call.send;
   void* const recv = call.recv;
@@ -67,7 +72,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   const DataType type = call.type;
   const size_t block_bytes = count * datatype_size(type);
   const size_t bytes = block_bytes * state.size;
-  const CallShape shape{Collective::kAllToAll, bytes, state.size, type, &state.algorithm_override, false};
+  const CallShape shape{Collective::kAllToAll, bytes, state.size, type, &state.algorithm_override, false, state.max_blocks};
   const AreaCapacities capacities = area_capacities(state);
   // An LL call never depends on the buffers (plans_ll): it looks up nothing and exchanges nothing.
   std::optional<PeerRange> send_range, recv_range;
@@ -147,8 +152,9 @@ void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool 
   launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
   launch.pad = state.sync->pad();
   const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, "", Buffers::kSymmetric);
-  launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, choice.blocks, count, type, true);
-  kernels::launch_all_to_all_direct(launch, choice.blocks, stream);  // as many blocks as symmetric buffers get
+  const int blocks = std::min(choice.blocks, state.max_blocks);  // as many as symmetric buffers get, within the cap
+  launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, blocks, count, type, true);
+  kernels::launch_all_to_all_direct(launch, blocks, stream);
   check_launch("all_to_all kernel launch");
 }
 
@@ -162,7 +168,7 @@ void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream str
     launch.recv_offset[q] = call.recv_offset[q];
   }
   // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
-  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, call.type, state.algorithm_override);
+  const CallPlan choice = all_to_allv_plan(state, call.type);
   launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
   BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", call.send_extent, call.recv_extent,
               algorithm_name(choice.algorithm), choice.blocks);
@@ -179,7 +185,7 @@ void all_to_allv_device(CollectiveContext& state, const AllToAllvDeviceCall& cal
   launch.device_recv_counts = call.recv_counts;
   launch.device_recv_displs = call.recv_displs;
   launch.recv_capacity = call.recv_capacity_bytes;
-  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, call.type, state.algorithm_override);
+  const CallPlan choice = all_to_allv_plan(state, call.type);
   launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
   BRAID_TRACE("all_to_allv_device: capacity {} bytes, {} with {} blocks", call.recv_capacity_bytes,
               algorithm_name(choice.algorithm), choice.blocks);

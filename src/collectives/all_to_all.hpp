@@ -6,6 +6,7 @@
 
 #include "collectives/all_to_all_launch.hpp"
 #include "collectives/collective_context.hpp"
+#include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
 
 namespace braid::collectives {
@@ -21,5 +22,9 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
 // peers' buffers, which `send` and `recv` identify (0: none, or global memory).
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
                          bool zero_copy, uint64_t send = 0, uint64_t recv = 0);
+
+// All-to-all-v's plan, which send/recv batches share: FIFO pushes at one width whatever the sizes (ranks moving
+// different amounts launch alike), within the communicator's cap.
+CallPlan all_to_allv_plan(const CollectiveContext& state, DataType type);
 
 }  // namespace braid::collectives

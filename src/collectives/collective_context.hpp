@@ -8,6 +8,7 @@
 #include <string>
 
 #include "braid/types.hpp"
+#include "collectives/selection.hpp"  // kMaxBlocks
 #include "core/side_stream.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/multicast.hpp"
@@ -21,6 +22,7 @@ struct CollectiveContext : detail::MemoryContext {
   // Orders the communicator's calls whatever stream each names (sync/call_order.hpp); both backends.
   std::unique_ptr<detail::CallOrder> order;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
+  int max_blocks = kMaxBlocks;     // CommOptions::max_blocks, else BRAID_MAX_BLOCKS, else kMaxBlocks; read once
 
   // Made at init on the CUDA backend (collectives never allocate), null or empty on the NCCL backend: the
   // signal pad, and the symmetric buffers that carry collectives on buffers peers cannot map: staging halves

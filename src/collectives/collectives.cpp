@@ -29,7 +29,7 @@ namespace {
 
 // What every rank knows of the call before its buffers are looked up (`bytes`: its size as the table counts it).
 CallShape shape_of(const CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
-  return CallShape{call.collective, bytes, state.size, call.type, &state.algorithm_override, multicast};
+  return CallShape{call.collective, bytes, state.size, call.type, &state.algorithm_override, multicast, state.max_blocks};
 }
 
 size_t staging_half_bytes(const CollectiveContext& state) { return state.staging.bytes() / 2 / 256 * 256; }

@@ -1,5 +1,6 @@
 #include "collectives/planner.hpp"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/error.hpp"
@@ -90,7 +91,7 @@ CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, con
   CallPlan plan{};
   plan.algorithm = choice.algorithm;
   plan.mode = mode_of(shape.collective, choice.algorithm, facts);
-  plan.blocks = choice.blocks;
+  plan.blocks = std::min(choice.blocks, shape.max_blocks);
   plan.chunk = chunk_of(shape, choice.algorithm, plan.mode, capacities);
   if (plan.chunk == 0) {
     raise(ErrorCode::kInternal, "{}: the communicator's {} area holds less than one element of {}",

@@ -34,6 +34,7 @@ struct CallShape {
   DataType type;
   const std::string* algorithm_override;  // BRAID_ALGO's value, "" for none; never null
   bool multicast;  // the communicator has a multicast region and its kernels serve this call (multicast_launch.hpp)
+  int max_blocks = kMaxBlocks;  // the communicator's cap on a launch's blocks (CommOptions::max_blocks)
 };
 
 // How much one launch can carry through the communicator's areas, in bytes.
@@ -59,7 +60,7 @@ struct BufferFacts {
 struct CallPlan {
   Algorithm algorithm;  // the protocol
   BufferMode mode;
-  int blocks;  // channels of each launch
+  int blocks;  // channels of each launch: the table's width, at most the shape's max_blocks
   // Units (elements; bytes for all-gather and broadcast, whose kernels move bytes) of the call's count one launch
   // carries: the call runs as ceil(count / chunk) launches, each its own call of the protocol. SIZE_MAX: one launch.
   size_t chunk;

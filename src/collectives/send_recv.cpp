@@ -70,7 +70,7 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& stat
 
 void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream stream) {
   std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, batch.checked);
-  const Choice choice = select_algorithm(Collective::kAllToAllv, 0, state.size, DataType::kUint8, state.algorithm_override);
+  const CallPlan choice = all_to_allv_plan(state, DataType::kUint8);
   const uint64_t plan = all_to_all_plan(Collective::kSendRecv, choice.algorithm, choice.blocks, 0, DataType::kUint8, false);
   for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = plan;
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", batch.count, launches.size(), choice.blocks);

@@ -142,6 +142,19 @@ bool use_nccl_backend(detail::CommState& state, const Topology& topology, const 
   return true;
 }
 
+// The cap on every launch's blocks: options.max_blocks, else BRAID_MAX_BLOCKS, else the table's widths (at most
+// kMaxBlocks). Out of range: kInvalidArgument naming the option or the variable.
+int max_blocks(int option) {
+  const bool from_option = option != 0;
+  const int64_t value = from_option ? option : Config::get().integer("BRAID_MAX_BLOCKS").value_or(0);
+  if (value == 0) return kMaxBlocks;
+  if (value < 1 || value > kMaxBlocks) {
+    if (from_option) raise_invalid_argument("Communicator::init", "options.max_blocks", "is {}; must be in [1, {}] or 0", value, kMaxBlocks);
+    raise(ErrorCode::kInvalidArgument, "BRAID_MAX_BLOCKS is {}; must be in [1, {}] or 0", value, kMaxBlocks);
+  }
+  return static_cast<int>(value);
+}
+
 // Settings that decide which kernels a call runs, and how they lay out the communicator's buffers, are the same
 // on every rank: ranks that read them differently would run different protocols for one call. BRAID_ALGO is
 // also parsed here, so a bad value fails init rather than the first collective.
@@ -150,6 +163,7 @@ void agree_on_settings(detail::CommState& state) {
   const Config& config = Config::get();
   const std::vector<std::pair<std::string, std::string>> settings = {
       {"BRAID_ALGO (or CommOptions::algorithms)", state.algorithm_override},
+      {"BRAID_MAX_BLOCKS (or CommOptions::max_blocks)", std::to_string(state.max_blocks)},
       {"BRAID_STAGING_BYTES", std::to_string(*config.integer("BRAID_STAGING_BYTES"))},
       {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
   };
@@ -248,6 +262,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   state->peers = topology.peers;
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
+  state->max_blocks = max_blocks(options.max_blocks);
   agree_on_settings(*state);
   state->order = std::make_unique<detail::CallOrder>(state->device);
   Communicator comm(state);

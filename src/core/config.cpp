@@ -47,6 +47,8 @@ constexpr ConfigVar kTable[] = {
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,
      "Algorithm overrides, e.g. allreduce=twoshot,alltoall=copyengine; default: the selection table."},
+    {"BRAID_MAX_BLOCKS", ConfigType::kInt, "0", nullptr,
+     "Cap, 1 to 64, on the thread blocks of every collective and send/recv launch; 0: the selection table's widths."},
     {"BRAID_BACKEND", ConfigType::kEnum, "auto", "auto|cuda|nccl",
      "Backend of a communicator's collectives. auto: the CUDA backend when every rank is on one host and every "
      "pair is P2P-reachable, otherwise NCCL."},

@@ -2,6 +2,7 @@
 // place, and the chunks follow the communicator's areas. No GPU needed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -122,6 +123,24 @@ TEST(Planner, ChunksFollowTheAreas) {
   tiny.staging_half = 256;
   EXPECT_THROW(plan_call(shape(Collective::kReduceScatter, size_t(8) << 20, 4, DataType::kFloat32, &staged), tiny),
                Error);
+}
+
+TEST(Planner, TheCommunicatorsCapBoundsEveryLaunchWidth) {
+  const Collective collectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
+                                    Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
+                                    Collective::kAllToAllv};
+  for (Collective collective : collectives) {
+    for (size_t bytes : {size_t(8) << 10, size_t(4) << 20, size_t(256) << 20}) {
+      CallShape capped = shape(collective, bytes);
+      const CallPlan wide = plan_call(capped, kAreas, mapped());
+      for (int cap : {1, 3, 64}) {
+        capped.max_blocks = cap;
+        const CallPlan plan = plan_call(capped, kAreas, mapped());
+        EXPECT_EQ(plan.blocks, std::min(wide.blocks, cap)) << collective_name(static_cast<unsigned int>(collective));
+        EXPECT_EQ(plan.algorithm, wide.algorithm);  // the cap narrows a launch, it does not change the protocol
+      }
+    }
+  }
 }
 
 TEST(Planner, AllToAllvAlwaysRunsItsFifoPipeline) {
