@@ -15,9 +15,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaun
   const int world = launch.pad.world, rank = launch.pad.rank;
   run_staged<uint8_t>(
       launch,
-      [&](const StagingView& staging, const Slice& slice) {
-        block_copy(staging.of(launch, rank) + slice.begin, launch.send + slice.begin, slice.end - slice.begin);
-      },
+      [&](const StagingView& staging, const Slice& slice) { copy_slice_in<uint8_t>(launch, staging, slice); },
       [&](const StagingView& staging, const Slice& slice) {
         for (int step = 0; step < world; ++step) {
           const int q = (rank + step) % world;  // start with a different peer on every rank: spread the links' load

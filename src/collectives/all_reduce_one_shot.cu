@@ -14,10 +14,7 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot(StagedLaunch launch) {
   run_staged<T>(
       launch,
-      [&](const StagingView& staging, const Slice& slice) {
-        block_copy(staging.of(launch, launch.pad.rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
-                   (slice.end - slice.begin) * sizeof(T));
-      },
+      [&](const StagingView& staging, const Slice& slice) { copy_slice_in<T>(launch, staging, slice); },
       [&](const StagingView& staging, const Slice& slice) {
         reduce_staging<T, Op>(launch, staging, 0, slice, launch.recv);
       });

@@ -12,9 +12,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launc
   run_staged<uint8_t>(
       launch,
       [&](const StagingView& staging, const Slice& slice) {
-        if (launch.pad.rank == launch.root) {
-          block_copy(staging.of(launch, launch.root) + slice.begin, launch.send + slice.begin, slice.end - slice.begin);
-        }
+        if (launch.pad.rank == launch.root) copy_slice_in<uint8_t>(launch, staging, slice);
       },
       [&](const StagingView& staging, const Slice& slice) {
         block_copy(launch.recv + slice.begin, staging.of(launch, launch.root) + slice.begin, slice.end - slice.begin);

@@ -13,10 +13,7 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_to_root(StagedLaunch launch) {
   run_staged<T>(
       launch,
-      [&](const StagingView& staging, const Slice& slice) {
-        block_copy(staging.of(launch, launch.pad.rank) + slice.begin * sizeof(T), launch.send + slice.begin * sizeof(T),
-                   (slice.end - slice.begin) * sizeof(T));
-      },
+      [&](const StagingView& staging, const Slice& slice) { copy_slice_in<T>(launch, staging, slice); },
       [&](const StagingView& staging, const Slice& slice) {
         if (launch.pad.rank == launch.root) reduce_staging<T, Op>(launch, staging, 0, slice, launch.recv);
       });

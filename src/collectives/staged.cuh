@@ -66,6 +66,14 @@ __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& 
   finish_launch(launch);
 }
 
+// The copy-in step of the kernels whose staging holds the input as it is: this block's slice of the input into the
+// same place in this rank's staging half.
+template <typename Element>
+__device__ __forceinline__ void copy_slice_in(const StagedLaunch& launch, const StagingView& staging, const Slice& slice) {
+  block_copy(staging.of(launch, launch.pad.rank) + slice.begin * sizeof(Element), launch.send + slice.begin * sizeof(Element),
+             (slice.end - slice.begin) * sizeof(Element));
+}
+
 // Reduces, in rank order, `count`-element slice `slice` at byte `offset` of every rank's staging half into
 // `destination` (every rank computes identical results from identical inputs).
 template <typename T, ReduceOp Op>
