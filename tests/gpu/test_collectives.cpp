@@ -24,6 +24,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "braid/braid.hpp"
@@ -590,22 +591,55 @@ TEST(Collectives, ArgumentErrorsRaiseBeforeEnqueue) {
   });
 }
 
-TEST(Collectives, IntegerAverageIsRefusedNamingOp) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    constexpr size_t n = 1024;
-    StreamHandle stream;
-    DeviceBuffer send(n * 8 * world), recv(n * 8 * world);
-    cuda_check(cudaMemset(recv.get(), kPoison, recv.bytes()), "cudaMemset");
-    cuda_check(cudaMemset(send.get(), 0, send.bytes()), "cudaMemset");
-    for (DataType type : kAllDataTypes) {
-      if (is_floating(type)) continue;
-      for (Collective collective : {Collective::kAllReduce, Collective::kReduce, Collective::kReduceScatter}) {
-        const Case c{collective, type, ReduceOp::kAvg, n, 0, false, true, 0};
-        expect_invalid_argument(comm.rank(), describe(c), "'op'", [&] { launch(comm, c, send.get(), recv.get(), stream.get()); });
-      }
+// Average on an integer type is NCCL's: the sum, wrapped in the type's width, divided by the ranks and truncated
+// toward zero. Inputs chosen so that sums are negative, not multiples of the world size, and (int8, uint8) wrap.
+template <typename T>
+void check_integer_average(Communicator& comm, DataType type, cudaStream_t stream) {
+  using U = std::make_unsigned_t<T>;
+  constexpr size_t n = 4099;
+  const int world = comm.size();
+  const auto input = [](int rank, size_t i) -> T {
+    if constexpr (std::is_signed_v<T>) {
+      if (i % 11 == 0) return static_cast<T>(100 + rank);  // int8: the sum of every rank wraps past 127
+      return static_cast<T>(rank == 0 ? -static_cast<int>(i % 7) - 1 : static_cast<int>(i % 3));
+    } else {
+      if (i % 11 == 0) return static_cast<T>(200 + rank);  // uint8: wraps past 255
+      return static_cast<T>(rank + i % 5);
     }
-    expect_nothing_enqueued_and_still_usable(comm, recv, stream.get());
+  };
+  std::vector<T> mine(n), expected(n), got(n);
+  for (size_t i = 0; i < n; ++i) {
+    mine[i] = input(comm.rank(), i);
+    U sum = 0;
+    for (int r = 0; r < world; ++r) sum = static_cast<U>(sum + static_cast<U>(input(r, i)));
+    expected[i] = static_cast<T>(static_cast<T>(sum) / static_cast<T>(world));
+  }
+  DeviceBuffer send(n * sizeof(T)), recv(n * sizeof(T));
+  cuda_check(cudaMemcpy(send.get(), mine.data(), n * sizeof(T), cudaMemcpyHostToDevice), "input");
+  cuda_check(cudaMemset(recv.get(), kPoison, recv.bytes()), "poison");
+  comm.all_reduce(send.get(), recv.get(), n, type, ReduceOp::kAvg, stream);
+  cuda_check(cudaStreamSynchronize(stream), "all_reduce avg");
+  cuda_check(cudaMemcpy(got.data(), recv.get(), n * sizeof(T), cudaMemcpyDeviceToHost), "output");
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (got[i] != expected[i] && wrong++ == 0) {
+      ADD_FAILURE() << "rank " << comm.rank() << ": all_reduce avg " << datatype_name(type) << " element " << i << ": got "
+                    << static_cast<long long>(got[i]) << ", expected " << static_cast<long long>(expected[i]);
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << datatype_name(type);
+}
+
+TEST(Collectives, IntegerAverageIsTheWrappedSumDividedTowardZero) {
+  with_communicator([](Communicator& comm) {
+    StreamHandle stream;
+    check_integer_average<int8_t>(comm, DataType::kInt8, stream.get());
+    check_integer_average<uint8_t>(comm, DataType::kUint8, stream.get());
+    check_integer_average<int32_t>(comm, DataType::kInt32, stream.get());
+    check_integer_average<uint32_t>(comm, DataType::kUint32, stream.get());
+    check_integer_average<int64_t>(comm, DataType::kInt64, stream.get());
+    check_integer_average<uint64_t>(comm, DataType::kUint64, stream.get());
+    comm.check();
   });
 }
 
