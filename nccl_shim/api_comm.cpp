@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.hpp"
@@ -162,11 +163,9 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
     ncclComm_t child_real = nullptr;
+    RealConfig real_config = config_or_defaults(config);  // whole, as large as the caller's nccl.h made it
     if (parent.real != nullptr && parent.library->api().comm_split != nullptr) {
-      ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
-      if (config != nullptr) blocking = *config;
-      blocking.blocking = 1;  // the shim finishes every init before it returns
-      check_real(parent, parent.library->api().comm_split(parent.real, color, key, &child_real, &blocking),
+      check_real(parent, parent.library->api().comm_split(parent.real, color, key, &child_real, real_config.get()),
                  "ncclCommSplit");
     }
     if (!parent.braid) {  // NCCL only: so is the child
@@ -208,7 +207,8 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     std::memcpy(id.internal, ids[members[0].second].data(), sizeof(id.internal));
     auto* child = new ncclComm();
     try {
-      initialise(*child, id, static_cast<int>(members.size()), new_rank, parent.device, child_real);
+      initialise(*child, id, static_cast<int>(members.size()), new_rank, parent.device, child_real,
+                 std::move(real_config));
     } catch (...) {
       release(*child, /*abort=*/true);
       delete child;
@@ -232,11 +232,10 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     using Shrink = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
     auto shrink = reinterpret_cast<Shrink>(library.symbol("ncclCommShrink"));
     if (shrink == nullptr) braid::raise(braid::ErrorCode::kUnsupported, "{}: the real NCCL has no ncclCommShrink", function);
-    ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
-    if (config != nullptr) blocking = *config;
-    blocking.blocking = 1;
+    RealConfig real_config = config_or_defaults(config);
     ncclComm_t child_real = nullptr;
-    check_real(parent, shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, &blocking, shrinkFlags),
+    check_real(parent,
+               shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, real_config.get(), shrinkFlags),
                function);
     auto* child = new ncclComm();
     child->library = parent.library;

@@ -91,6 +91,9 @@ class RealConfig {
   std::vector<unsigned char> bytes_;
 };
 
+// The caller's config for the real NCCL, or NCCL's defaults where it gave none (blocking either way).
+RealConfig config_or_defaults(const ncclConfig_t* config);
+
 // Makes a shim communicator (collective over `size` ranks): braid's communicator at the store the unique id
 // names (its rendezvous), then the real NCCL's communicator on the same ranks: `real` when given (a split of the
 // parent's), else a fresh one whose id rank 0 shares through braid, made with `config` where the caller gave one

@@ -167,6 +167,12 @@ RealConfig::RealConfig(const ncclConfig_t* config) {
   reinterpret_cast<ncclConfig_t*>(bytes_.data())->blocking = 1;  // the same offset in every release
 }
 
+RealConfig config_or_defaults(const ncclConfig_t* config) {
+  if (config != nullptr) return RealConfig(config);
+  ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  return RealConfig(&defaults);
+}
+
 int RealConfig::max_ctas() const {
   if (bytes_.empty()) return 0;
   const auto* config = reinterpret_cast<const ncclConfig_t*>(bytes_.data());
