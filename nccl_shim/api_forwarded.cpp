@@ -40,10 +40,6 @@ struct NcclTeam {  // ncclTeam_t: {nRanks, rank, stride}
   int n_ranks, rank, stride;
 };
 
-bool is_shim(const void* comm) {
-  return comm != nullptr && static_cast<const ncclComm*>(comm)->magic == ncclComm::kMagic;
-}
-
 // The real NCCL's `name`, or kInvalidUsage naming what is missing.
 template <typename Function>
 Function real_function(const char* name) {
@@ -58,7 +54,7 @@ Function real_function(const char* name) {
 // The communicator the real NCCL knows for `comm`: itself for a real NCCL communicator, the paired real
 // communicator for a shim one (kInvalidUsage where there is none).
 ncclComm_t real_comm(ncclComm_t comm, const char* name) {
-  if (!is_shim(comm)) return comm;
+  if (!is_shim_comm(comm)) return comm;
   const ncclComm& shim = checked_comm(comm, name);
   if (shim.real == nullptr) {
     braid::raise(braid::ErrorCode::kUnsupported, "{}: the communicator has no real NCCL communicator beside braid's ({})",
@@ -83,6 +79,16 @@ Result forward_value(const char* name, Result failed, Call&& call) {
   return result;
 }
 
+// A per-call config collective: on a shim communicator, braid's collective (`plain`: the call without the config,
+// whose hints are NCCL's own); on a real NCCL communicator, the real NCCL's `name`, config included.
+template <typename... Parameters, typename... Arguments>
+ncclResult_t config_collective(const char* name, ncclComm_t comm, const void* config,
+                               ncclResult_t (*plain)(Parameters...), Arguments... arguments) {
+  if (is_shim_comm(comm)) return plain(arguments...);
+  using F = ncclResult_t (*)(Parameters..., const void*);
+  return forward<F>(name, [&](F f) { return f(arguments..., config); });
+}
+
 ncclResult_t refuse(const char* name, const char* why) {
   return guarded(name, [&] { braid::raise(braid::ErrorCode::kUnsupported, "{}: {}", name, why); });
 }
@@ -101,66 +107,50 @@ ncclResult_t refuse(const char* name, const char* why) {
 SHIM_NEWER(ncclResult_t, ncclAllReduceConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclAllReduce(send, recv, count, type, op, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclAllReduceConfig", [&](F f) { return f(send, recv, count, type, op, comm, stream, config); });
+  return config_collective("ncclAllReduceConfig", comm, config, ncclAllReduce, send, recv, count, type, op, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclReduceConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, int root, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclReduce(send, recv, count, type, op, root, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t,
-                             const void*);
-  return forward<F>("ncclReduceConfig", [&](F f) { return f(send, recv, count, type, op, root, comm, stream, config); });
+  return config_collective("ncclReduceConfig", comm, config, ncclReduce, send, recv, count, type, op, root, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclReduceScatterConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclReduceScatter(send, recv, count, type, op, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclReduceScatterConfig", [&](F f) { return f(send, recv, count, type, op, comm, stream, config); });
+  return config_collective("ncclReduceScatterConfig", comm, config, ncclReduceScatter, send, recv, count, type, op, comm,
+                           stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclAllGatherConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream,
             const void* config)) {
-  if (is_shim(comm)) return ncclAllGather(send, recv, count, type, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclAllGatherConfig", [&](F f) { return f(send, recv, count, type, comm, stream, config); });
+  return config_collective("ncclAllGatherConfig", comm, config, ncclAllGather, send, recv, count, type, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclAlltoAllConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, ncclComm_t comm, cudaStream_t stream,
             const void* config)) {
-  if (is_shim(comm)) return ncclAlltoAll(send, recv, count, type, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclAlltoAllConfig", [&](F f) { return f(send, recv, count, type, comm, stream, config); });
+  return config_collective("ncclAlltoAllConfig", comm, config, ncclAlltoAll, send, recv, count, type, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclBroadcastConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclBroadcast(send, recv, count, type, root, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclBroadcastConfig", [&](F f) { return f(send, recv, count, type, root, comm, stream, config); });
+  return config_collective("ncclBroadcastConfig", comm, config, ncclBroadcast, send, recv, count, type, root, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclGatherConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclGather(send, recv, count, type, root, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclGatherConfig", [&](F f) { return f(send, recv, count, type, root, comm, stream, config); });
+  return config_collective("ncclGatherConfig", comm, config, ncclGather, send, recv, count, type, root, comm, stream);
 }
 
 SHIM_NEWER(ncclResult_t, ncclScatterConfig,
            (const void* send, void* recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
             cudaStream_t stream, const void* config)) {
-  if (is_shim(comm)) return ncclScatter(send, recv, count, type, root, comm, stream);
-  using F = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t, const void*);
-  return forward<F>("ncclScatterConfig", [&](F f) { return f(send, recv, count, type, root, comm, stream, config); });
+  return config_collective("ncclScatterConfig", comm, config, ncclScatter, send, recv, count, type, root, comm, stream);
 }
 
 // ---- Communicators: suspend and resume, statistics, properties, growing ----
@@ -188,7 +178,7 @@ SHIM_NEWER(ncclResult_t, ncclCommQueryProperties, (ncclComm_t comm, void* proper
 
 SHIM_NEWER(ncclResult_t, ncclCommGetUniqueId, (ncclComm_t comm, ncclUniqueId* unique_id)) {
   using F = ncclResult_t (*)(ncclComm_t, ncclUniqueId*);
-  if (is_shim(comm)) return refuse("ncclCommGetUniqueId", "a braid communicator cannot grow; make a new one instead");
+  if (is_shim_comm(comm)) return refuse("ncclCommGetUniqueId", "a braid communicator cannot grow; make a new one instead");
   return forward<F>("ncclCommGetUniqueId", [&](F f) { return f(comm, unique_id); });
 }
 
@@ -196,7 +186,7 @@ SHIM_NEWER(ncclResult_t, ncclCommGrow,
            (ncclComm_t comm, int ranks, const ncclUniqueId* unique_id, int rank, ncclComm_t* new_comm,
             ncclConfig_t* config)) {
   using F = ncclResult_t (*)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*);
-  if (is_shim(comm)) return refuse("ncclCommGrow", "a braid communicator cannot grow; make a new one instead");
+  if (is_shim_comm(comm)) return refuse("ncclCommGrow", "a braid communicator cannot grow; make a new one instead");
   return forward<F>("ncclCommGrow", [&](F f) { return f(comm, ranks, unique_id, rank, new_comm, config); });
 }
 

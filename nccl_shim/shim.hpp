@@ -71,6 +71,7 @@ void check_real(const ncclComm& comm, ncclResult_t result, const char* call);
 // ncclCommGetAsyncError. foreign_entry(comm, name) is the real NCCL's `name` when `comm` is not a shim
 // communicator (the caller forwards the call there), else null. called_by_real_nccl(address) tells whether a return
 // address lies in the real NCCL's code (for calls without a communicator, e.g. ncclGroupStart).
+bool is_shim_comm(const void* comm);  // a communicator of this library (its magic), not the real NCCL's or null
 void* foreign_entry(const void* comm, const char* name);
 void* real_entry(const char* name);  // the real NCCL's `name`; null where it is not loaded
 bool called_by_real_nccl(const void* return_address);

@@ -97,8 +97,12 @@ void* real_entry(const char* name) {
   return library != nullptr ? library->symbol(name) : nullptr;
 }
 
+bool is_shim_comm(const void* comm) {
+  return comm != nullptr && static_cast<const ncclComm*>(comm)->magic == ncclComm::kMagic;
+}
+
 void* foreign_entry(const void* comm, const char* name) {
-  if (comm == nullptr || static_cast<const ncclComm*>(comm)->magic == ncclComm::kMagic) return nullptr;
+  if (comm == nullptr || is_shim_comm(comm)) return nullptr;
   return real_entry(name);
 }
 

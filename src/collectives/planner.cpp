@@ -68,6 +68,16 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, BufferMode mode, co
   }
 }
 
+// Which protocols the call and its buffers allow (selection.hpp): copy engines that reach every peer, an LL slot
+// that holds an all-to-all's rank block, an open multicast region.
+Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
+  Gates gates{};
+  gates.multicast = shape.multicast;
+  gates.copy_engines = facts.peers_map && !facts.same_process_peers;
+  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  return gates;
+}
+
 }  // namespace
 
 const char* buffer_mode_name(BufferMode mode) {
@@ -75,17 +85,12 @@ const char* buffer_mode_name(BufferMode mode) {
 }
 
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
-  Gates gates{};
-  gates.multicast = shape.multicast;
-  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
-  return runs_ll(shape.collective, shape.bytes, shape.world, shape.type, *shape.algorithm_override, gates);
+  return runs_ll(shape.collective, shape.bytes, shape.world, shape.type, *shape.algorithm_override,
+                 gates_of(shape, capacities, {}));
 }
 
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
-  Gates gates{};
-  gates.multicast = shape.multicast;
-  gates.copy_engines = facts.peers_map && !facts.same_process_peers;
-  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  const Gates gates = gates_of(shape, capacities, facts);
   const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
                                          *shape.algorithm_override, table_key(shape.collective, facts), gates);
   CallPlan plan{};
