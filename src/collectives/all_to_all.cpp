@@ -91,17 +91,11 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
                                              zero_copy ? send_range->identity : 0, zero_copy ? recv_range->identity : 0);
   DeviceGuard guard(state.device);
   if (plan.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch{};
+    kernels::LLLaunch launch = ll_launch(state, call);
     launch.send = static_cast<const char*>(send);
     launch.recv = static_cast<char*>(recv);
     launch.count = block_bytes;
     launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
-    launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
-    launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
-    launch.slot_bytes = state.ll.bytes() / 2 / state.size;
-    launch.pad = state.sync->pad();
-    launch.epoch = state.sync->ll_epoch();
-    launch.blocks_done = state.sync->blocks_done();
     kernels::launch_blocks_ll(launch, plan.blocks, stream);
     check_launch("all_to_all kernel launch");
     return;

@@ -48,6 +48,19 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   return capacities;
 }
 
+// An LL launch without its buffers, count and strides (all zero).
+kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call) {
+  kernels::LLLaunch launch{};
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
+  launch.slot_bytes = ll_slot_bytes(state);
+  launch.pad = state.sync->pad();
+  launch.epoch = state.sync->ll_epoch();
+  launch.blocks_done = state.sync->blocks_done();
+  launch.root = -1;
+  return launch;
+}
+
 namespace {
 
 void trace_plan(const CollectiveCall& call, const CallPlan& plan) {
@@ -102,19 +115,6 @@ kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const Co
   launch.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.pad = state.sync->pad();
   launch.plan = plan_of(call, plan);
-  return launch;
-}
-
-// An LL launch without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call) {
-  kernels::LLLaunch launch{};
-  launch.collective = static_cast<unsigned int>(call.collective);
-  launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
-  launch.slot_bytes = ll_slot_bytes(state);
-  launch.pad = state.sync->pad();
-  launch.epoch = state.sync->ll_epoch();
-  launch.blocks_done = state.sync->blocks_done();
-  launch.root = -1;
   return launch;
 }
 

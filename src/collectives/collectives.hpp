@@ -8,6 +8,7 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
+#include "collectives/ll_launch.hpp"
 #include "collectives/planner.hpp"
 #include "memory/peer_range.hpp"
 
@@ -15,6 +16,8 @@ namespace braid::collectives {
 
 // What one launch can carry through this communicator's staging, LL and multicast areas (the planner's input).
 AreaCapacities area_capacities(const CollectiveContext& context);
+// The LL launch of `call` on this communicator's LL area, without its buffers, count and strides (all zero).
+kernels::LLLaunch ll_launch(const CollectiveContext& context, const CollectiveCall& call);
 
 // All-reduce, reduce, reduce-scatter, all-gather, broadcast (collectives.cpp) and all-to-all (all_to_all.cpp).
 void all_reduce(CollectiveContext& context, const CollectiveCall& call, Stream stream);
