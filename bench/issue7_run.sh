@@ -47,7 +47,9 @@ for phase in "$@"; do
         tail -n 3 "$out/check-$lib-processes.log"
       done
       for mode in threads processes; do
-        bash nccl_shim/tests/compare_runs.sh "$out/check-shim-$mode.log" "$out/check-nccl-$mode.log" > "$out/compare-$mode.log" 2>&1
+        # NCCL 2.28.9's in-place ncclAlltoAll gives wrong data (its sends and receives of one buffer race); the
+        # shim's must still be right against the host reference.
+        KNOWN_WRONG_IN_B='^case alltoall\.inplace ' bash nccl_shim/tests/compare_runs.sh "$out/check-shim-$mode.log" "$out/check-nccl-$mode.log" > "$out/compare-$mode.log" 2>&1
         echo "compare $mode exit $?" | tee -a "$out/compare-$mode.log"; tail -n 3 "$out/compare-$mode.log"
       done
       grep -h "served by" "$out"/check-shim-*.log | sed 's/^\[[0-9]*\] //' | sort | uniq -c | head -60 > "$out/check-served-by.log"

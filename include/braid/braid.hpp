@@ -135,8 +135,11 @@ class Communicator {
 
   // ---- All-to-all (stream-ordered, CUDA-graph capturable) ----
   // send holds size() blocks of `count` elements: block q goes to rank q, which receives it as its block
-  // rank(). send and recv must not overlap (NCCL's ncclAlltoAll rule). Buffers from comm.alloc() take the zero-copy
-  // paths; every rank must then pass its buffers at the same offsets in the same allocations.
+  // rank(). In place when recv == send (every block is replaced by the one its rank sent here, as ncclAlltoAll
+  // in place does); a recv that overlaps send without being it is kInvalidArgument. Buffers from comm.alloc()
+  // take the zero-copy paths out of place; every rank must then pass its buffers at the same offsets in the same
+  // allocations. In place the call runs the staged paths whatever the buffers, so a call in place on some ranks
+  // only fails with kMismatch where the others run zero copy (see Agreement above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it

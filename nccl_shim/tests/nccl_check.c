@@ -534,10 +534,10 @@ static void make_case(Case* c, Coll coll, ncclRedOp_t op, const DType* t, size_t
     snprintf(c->name, sizeof c->name, "%s.%s.%s", kCollNames[coll], kOpNames[op], place);
   else if (coll == C_BROADCAST)
     snprintf(c->name, sizeof c->name, "%s.root%d.%s", kCollNames[coll], root, place);
-  else if (coll == C_ALLGATHER)
+  else if (coll == C_ALLGATHER || (coll == C_ALLTOALL && in_place))
     snprintf(c->name, sizeof c->name, "%s.%s", kCollNames[coll], place);
   else
-    snprintf(c->name, sizeof c->name, "%s", kCollNames[coll]); /* alltoall, send/recv: out of place only */
+    snprintf(c->name, sizeof c->name, "%s", kCollNames[coll]); /* send/recv: out of place only */
 }
 
 /* ------------------------------------------------------------------------------------------------------------
@@ -756,8 +756,10 @@ static void run_suite(void) {
         }
       }
       for (int coll = C_ALLTOALL; coll <= C_PAIR; ++coll) {
-        make_case(&c, (Coll)coll, ncclSum, &kTypes[t], kCounts[n], 0, 0);
-        run_case(&c);
+        for (int ip = 0; ip < (coll == C_ALLTOALL ? 2 : 1); ++ip) { /* alltoall in place: sendbuff == recvbuff */
+          make_case(&c, (Coll)coll, ncclSum, &kTypes[t], kCounts[n], ip, 0);
+          run_case(&c);
+        }
       }
     }
   run_graphs(type_named("float32"), 4097);

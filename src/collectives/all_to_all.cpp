@@ -5,6 +5,7 @@
 //     direct loads from the peers' inputs for the one-sided all-to-all on same-process cudaMalloc memory;
 //   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric
 //     buffers, large sizes.
+// In place (send == recv), only the LL lines and the pipelined pushes serve it (planner.cpp, usable_facts).
 // All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
 // displacements), and its FIFO headers carry the counts a receiver needs.
 #include <cuda_runtime_api.h>
@@ -39,6 +40,7 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
   launch.element_bytes = static_cast<uint32_t>(element_bytes);
   launch.send_peers = launch.recv_peers = kernels::kEveryPeer;
   launch.mismatch_in_bytes = false;
+  launch.in_place = false;
   launch.fifo.area = reinterpret_cast<char* const*>(state.pipeline.device_peers());
   launch.fifo.piece_bytes = kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size);
   launch.fifo.pad = state.sync->pad();
@@ -60,8 +62,8 @@ uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks,
   return plan_word(plan);
 }
 
-CallPlan all_to_allv_plan(const CollectiveContext& state, DataType type) {
-  const CallShape shape{Collective::kAllToAllv, 0, state.size, type, &state.algorithm_override, false, state.max_blocks};
+CallPlan pairwise_plan(const CollectiveContext& state, Collective collective, DataType type) {
+  const CallShape shape{collective, 0, state.size, type, &state.algorithm_override, false, state.max_blocks};
   return plan_call(shape, area_capacities(state));
 }
 
@@ -82,6 +84,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes);
     facts.peers_map = send_range && recv_range;
     facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
+    facts.in_place = send == recv;
   }
   const CallPlan plan = plan_call(shape, capacities, facts);
   BRAID_TRACE("all_to_all: {} elements a block, {} ({}) with {} blocks", count, algorithm_name(plan.algorithm),
@@ -119,6 +122,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   }
   // Any buffer: FIFO pushes with every pair's size known.
   kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, datatype_size(type));
+  launch.in_place = send == recv;
   for (int q = 0; q < state.size; ++q) {
     launch.send_bytes[q] = launch.recv_bytes[q] = block_bytes;
     launch.send_offset[q] = launch.recv_offset[q] = q * block_bytes;
@@ -162,7 +166,7 @@ void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream str
     launch.recv_offset[q] = call.recv_offset[q];
   }
   // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
-  const CallPlan choice = all_to_allv_plan(state, call.type);
+  const CallPlan choice = pairwise_plan(state, Collective::kAllToAllv, call.type);
   launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
   BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", call.send_extent, call.recv_extent,
               algorithm_name(choice.algorithm), choice.blocks);
@@ -179,7 +183,7 @@ void all_to_allv_device(CollectiveContext& state, const AllToAllvDeviceCall& cal
   launch.device_recv_counts = call.recv_counts;
   launch.device_recv_displs = call.recv_displs;
   launch.recv_capacity = call.recv_capacity_bytes;
-  const CallPlan choice = all_to_allv_plan(state, call.type);
+  const CallPlan choice = pairwise_plan(state, Collective::kAllToAllv, call.type);
   launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
   BRAID_TRACE("all_to_allv_device: capacity {} bytes, {} with {} blocks", call.recv_capacity_bytes,
               algorithm_name(choice.algorithm), choice.blocks);

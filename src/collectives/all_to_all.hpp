@@ -23,8 +23,9 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
                          bool zero_copy, uint64_t send = 0, uint64_t recv = 0);
 
-// All-to-all-v's plan, which send/recv batches share: FIFO pushes at one width whatever the sizes (ranks moving
-// different amounts launch alike), within the communicator's cap.
-CallPlan all_to_allv_plan(const CollectiveContext& state, DataType type);
+// The plan of all-to-all-v (collective kAllToAllv) or a send/recv batch (kSendRecv): FIFO pushes at the table's
+// width for that collective whatever the sizes (ranks moving different amounts launch alike), within the
+// communicator's cap.
+CallPlan pairwise_plan(const CollectiveContext& state, Collective collective, DataType type);
 
 }  // namespace braid::collectives

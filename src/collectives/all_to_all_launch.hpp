@@ -62,6 +62,9 @@ struct AllToAllLaunch {
   // A count mismatch is reported in bytes (kErrorSizeMismatch), not elements: send_recv's ops of one launch may
   // have different datatypes (element_bytes is then 1).
   bool mismatch_in_bytes;
+  // send == recv (uniform all-to-all in place): a block copies a pair's piece of a round out of the FIFO only
+  // after it pushed that piece of its own input to the peer, which the copy overwrites.
+  bool in_place;
 };
 
 // Direct all-to-all on buffers peers have mapped: stores into every rank's recv (symmetric allocations,

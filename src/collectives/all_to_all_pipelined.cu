@@ -14,6 +14,9 @@
 // A pair of B bytes takes max(1, ceil(B / (blocks * payload(B)))) rounds (PairGrid), computed alike by sender
 // (from its count) and receiver (from the header); the last round spreads what is left over the blocks.
 //
+// In place (uniform all-to-all with send == recv), a block copies a pair's piece of a round into the output only
+// after its pushers have read that piece of the input, which the copy overwrites (launch.in_place).
+//
 // "Every pair" means every pair the launch names: a rank pushes only to its send_peers and pulls only from its
 // recv_peers (send_recv: the peers of a batch; all-to-all: all of them). Each direction of a pair is its own
 // FIFO stream, so a pair whose two sides name each other in matching launches stays in step whatever other
@@ -162,6 +165,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   const int world = fifo.pad.world, rank = fifo.pad.rank;
   __shared__ Sizes sizes;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
+  // In place: the rounds whose pieces this block's pushers have read out of the input (kAllPushed: every round,
+  // kPushStopped: they stopped at a failed wait, recorded). The copying group overwrites a round's input only
+  // after its pushers read it; a pair's round has the same slice of the block on both sides (uniform sizes).
+  constexpr uint64_t kAllPushed = ~uint64_t(0) - 1, kPushStopped = ~uint64_t(0);
+  __shared__ uint64_t pushed_rounds;
+  if (threadIdx.x == 0) pushed_rounds = 0;  // read_send_sizes' barriers publish it
   const PairGrid grid{fifo.piece_bytes - kAllToAllHeaderBytes};
   read_send_sizes(launch, grid, sizes);
 
@@ -195,11 +204,29 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     return true;
   };
 
+  // In place, the pushers publish each round once the whole group has read it (post_peers' barrier), and the
+  // copying group waits for the round it overwrites. The pushers either advance or stop within their bounded
+  // waits, so this wait is bounded too.
+  auto publish_pushed = [&](uint64_t rounds) {
+    if (!launch.in_place || group.lane() != 0) return;
+    __threadfence_block();
+    *reinterpret_cast<volatile uint64_t*>(&pushed_rounds) = rounds;
+  };
+  auto input_read = [&](uint64_t round) {
+    if (!launch.in_place) return true;
+    uint64_t seen;
+    while ((seen = *reinterpret_cast<volatile uint64_t*>(&pushed_rounds)) <= round) {
+    }
+    __threadfence_block();
+    return seen != kPushStopped;
+  };
+
   auto pull = [&](uint64_t round) {
     // Round 0: every peer of recv_peers, whatever recv_bytes says.
     const unsigned int peers = active(launch.recv_peers, sizes.recv_pair_rounds, round);
     if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers, group)) return false;
     if (round == 0) read_headers(launch, grid, sizes, pull_slot, group);
+    if (!input_read(round)) return false;
     for (int step = 1; step < world; ++step) {
       const int q = (rank - step + world) % world;
       if (!has_bit(peers, q) || !has_bit(sizes.accepted, q)) continue;
@@ -228,8 +255,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 
   if (pusher) {
     for (uint64_t round = 0; round < max(sizes.send_rounds, uint64_t(1)); ++round) {
-      if (!push(round)) return;  // round 0 goes to every peer (its header), even with nothing to send
+      if (!push(round)) {  // round 0 goes to every peer (its header), even with nothing to send
+        publish_pushed(kPushStopped);
+        return;
+      }
+      publish_pushed(round + 1);
     }
+    publish_pushed(kAllPushed);
   } else {
     const bool own_place_known = launch.device_send_counts == nullptr;  // host counts: recv_offset is known
     for (uint64_t round = 0; round < sizes.recv_rounds || round < own_rounds; ++round) {

@@ -78,6 +78,13 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   return gates;
 }
 
+// The facts the plan may use. An all-to-all in place runs staged whatever its buffers: its zero-copy kernels and
+// copy engines write a peer's output while that peer still reads the same bytes as its input.
+BufferFacts usable_facts(Collective collective, BufferFacts facts) {
+  if (collective == Collective::kAllToAll && facts.in_place) facts.peers_map = facts.same_process_peers = false;
+  return facts;
+}
+
 }  // namespace
 
 const char* buffer_mode_name(BufferMode mode) {
@@ -89,7 +96,8 @@ bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
                  gates_of(shape, capacities, {}));
 }
 
-CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
+CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
+  const BufferFacts facts = usable_facts(shape.collective, call_facts);
   const Gates gates = gates_of(shape, capacities, facts);
   const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
                                          *shape.algorithm_override, table_key(shape.collective, facts), gates);

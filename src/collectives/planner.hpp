@@ -53,7 +53,7 @@ struct BufferFacts {
   // Some peer's buffer is another GPU's cudaMalloc memory of this process (PeerRange::same_process_peers):
   // copy engines do not serve it (copy_engine.hpp).
   bool same_process_peers = false;
-  // The input and output overlap (in place).
+  // The input and output overlap (in place). An all-to-all in place runs staged, whatever the other facts say.
   bool in_place = false;
 };
 

@@ -7,7 +7,7 @@
 // A launch carries at most one send to and one receive from each peer, so a batch with several ops for one peer
 // is split: launch k carries the k-th send to and the k-th receive from every peer. Where both sides of a pair
 // batch its ops alike, launch k of one waits only on launch k of the other, never on a launch queued behind it.
-// Every launch has the width all-to-all-v has (select_algorithm), whatever its sizes: a piece of block b goes to
+// Every launch has the table's send/recv width (select_algorithm), whatever its sizes: a piece of block b goes to
 // the FIFO of block b on the peer, so both sides must launch the same blocks.
 #include <cuda_runtime_api.h>
 
@@ -70,7 +70,7 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& stat
 
 void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream stream) {
   std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, batch.checked);
-  const CallPlan choice = all_to_allv_plan(state, DataType::kUint8);
+  const CallPlan choice = pairwise_plan(state, Collective::kSendRecv, DataType::kUint8);
   const uint64_t plan = all_to_all_plan(Collective::kSendRecv, choice.algorithm, choice.blocks, 0, DataType::kUint8, false);
   for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = plan;
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", batch.count, launches.size(), choice.blocks);

@@ -67,6 +67,30 @@ TEST(Planner, AnInPlaceOneShotStaysStaged) {
             BufferMode::kZeroCopy);
 }
 
+// In place, an all-to-all's zero-copy stores and copy engines would overwrite blocks peers still read: it runs
+// the FIFO pushes (or LL lines) whatever the buffers, forced protocols included.
+TEST(Planner, AnInPlaceAllToAllNeverRunsZeroCopy) {
+  for (size_t bytes : {size_t(16) << 20, size_t(512) << 20}) {
+    const CallShape call = shape(Collective::kAllToAll, bytes);
+    const CallPlan apart = plan_call(call, kAreas, mapped());
+    EXPECT_EQ(apart.mode, BufferMode::kZeroCopy) << bytes;
+    for (bool same_process : {false, true}) {
+      const CallPlan in_place = plan_call(call, kAreas, mapped(same_process, true));
+      EXPECT_EQ(in_place.algorithm, Algorithm::kPipelined) << bytes;
+      EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy) << bytes;
+    }
+  }
+  const std::string forced = "alltoall=copyengine";
+  const CallShape call = shape(Collective::kAllToAll, size_t(512) << 20, 2, DataType::kFloat32, &forced);
+  EXPECT_EQ(plan_call(call, kAreas, mapped()).algorithm, Algorithm::kCopyEngine);
+  const CallPlan in_place = plan_call(call, kAreas, mapped(false, true));
+  EXPECT_EQ(in_place.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy);
+  // Small sizes take LL lines either way (LL looks at no buffer).
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(64) << 10), kAreas, mapped(false, true)).algorithm,
+            Algorithm::kLL);
+}
+
 TEST(Planner, AllToAllTakesLLOnlyWhereABlockFitsTheSlot) {
   const CallShape call = shape(Collective::kAllToAll, size_t(2) << 20);  // a 1 MiB block on 2 ranks
   EXPECT_TRUE(plans_ll(call, kAreas));
@@ -128,7 +152,7 @@ TEST(Planner, ChunksFollowTheAreas) {
 TEST(Planner, TheCommunicatorsCapBoundsEveryLaunchWidth) {
   const Collective collectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
                                     Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
-                                    Collective::kAllToAllv};
+                                    Collective::kAllToAllv, Collective::kSendRecv};
   for (Collective collective : collectives) {
     for (size_t bytes : {size_t(8) << 10, size_t(4) << 20, size_t(256) << 20}) {
       CallShape capped = shape(collective, bytes);
@@ -143,11 +167,16 @@ TEST(Planner, TheCommunicatorsCapBoundsEveryLaunchWidth) {
   }
 }
 
-TEST(Planner, AllToAllvAlwaysRunsItsFifoPipeline) {
-  const CallPlan plan = plan_call(shape(Collective::kAllToAllv, 0), kAreas);
-  EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(plan.mode, BufferMode::kStagedCopy);
-  EXPECT_EQ(plan.chunk, SIZE_MAX);
+TEST(Planner, AllToAllvAndSendRecvAlwaysRunTheirFifoPipelineAtOneWidth) {
+  for (Collective collective : {Collective::kAllToAllv, Collective::kSendRecv}) {
+    const CallPlan plan = plan_call(shape(collective, 0), kAreas);
+    EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
+    EXPECT_EQ(plan.mode, BufferMode::kStagedCopy);
+    EXPECT_EQ(plan.chunk, SIZE_MAX);
+    // The width never depends on the sizes: ranks moving different amounts must launch alike.
+    EXPECT_EQ(plan_call(shape(collective, size_t(512) << 20), kAreas).blocks, plan.blocks);
+  }
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, 0), kAreas).blocks, 64);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 //   - all_to_allv_device captured in CUDA graphs and replayed 100 times with the device counts changed between
 //     replays, outside the graph and by a copy captured inside it;
 //   - 10000 mixed calls back to back in batches without host synchronisation, with random per-rank delays;
+//   - all_to_all in place (recv == send) on cudaMalloc'd and symmetric buffers, every protocol forced, with a delay
+//     on rank 0;
 //   - argument errors raised before anything is enqueued, naming the argument.
 // Every call gets fresh inputs (never zero, never the poison), a poisoned receive buffer with guard bytes around
 // every buffer; afterwards every byte of the spans must be what the reference says: the data that arrives, and
@@ -888,6 +890,83 @@ TEST(AllToAll, ZeroCountsWithNullBuffersAreANoOp) {
   });
 }
 
+// ---- all_to_all in place ----
+
+// recv == send: each block is replaced by the one its rank sent here (ncclAlltoAll's result in place). Sizes from
+// one element to many FIFO rounds (pieces of every block wrap the FIFOs several times), cudaMalloc'd and symmetric
+// buffers (those would take zero-copy stores or copy engines out of place), every protocol forced, and a delay
+// on rank 0 so that its peers' pieces are waiting before its own pushes start: a block that overwrote its input
+// before pushing it would send the peer's data back.
+TEST(AllToAll, InPlaceReplacesEveryBlockWithTheOneItsRankSent) {
+  for (const char* algorithms : {"", "alltoall=pipelined", "alltoall=copyengine", "alltoall=ll"}) {
+    CommOptions options = test_options();
+    options.algorithms = algorithms;
+    with_communicator(
+        [&](Communicator& comm) {
+          const int rank = comm.rank(), world = comm.size();
+          const uint64_t seed = shared_seed(comm);
+          StreamHandle stream;
+          uint64_t index = 0;
+          for (bool symmetric : {false, true}) {
+            for (DataType type : {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32}) {
+              const size_t element = datatype_size(type);
+              std::vector<size_t> sizes{1, 7 * 4, 100003, size_t(4) << 20};
+              if (type == DataType::kFloat32) sizes.push_back(size_t(40) << 20);  // host work: once per protocol and buffer kind
+              for (size_t block_bytes : sizes) {
+                const size_t count = std::max<size_t>(1, block_bytes / element);
+                const size_t bytes = count * element * world;
+                const uint64_t call_seed = mix64(seed + ++index);
+                std::vector<unsigned char> host(bytes), expected(bytes);
+                for (int q = 0; q < world; ++q) {
+                  fill_inputs(type, input_key(call_seed, rank), q * count, count, host.data() + q * count * element);
+                  fill_inputs(type, input_key(call_seed, q), rank * count, count, expected.data() + q * count * element);
+                }
+                std::optional<DeviceBuffer> plain;
+                SymmetricMemory shared;
+                unsigned char* base;
+                if (symmetric) {
+                  shared = comm.alloc(bytes + 2 * kGuardBytes);
+                  base = static_cast<unsigned char*>(shared.local());
+                } else {
+                  plain.emplace(bytes + 2 * kGuardBytes);
+                  base = static_cast<unsigned char*>(plain->get());
+                }
+                unsigned char* buffer = base + kGuardBytes;
+                cuda_check(cudaMemset(base, kPoison, bytes + 2 * kGuardBytes), "cudaMemset");
+                cuda_check(cudaMemcpy(buffer, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+                comm.barrier();
+                if (rank == 0) cuda_check(spin_on_stream(stream.get(), 200000), "spin_on_stream");
+                comm.all_to_all(buffer, buffer, count, type, stream.get());
+                cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+                comm.check();
+                std::vector<unsigned char> got(bytes + 2 * kGuardBytes);
+                cuda_check(cudaMemcpy(got.data(), base, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+                const std::string what = std::string("rank ") + std::to_string(rank) + " " + (algorithms[0] ? algorithms : "table") +
+                                         (symmetric ? ", symmetric, " : ", cudaMalloc, ") + datatype_name(type) + " x " +
+                                         std::to_string(count) + " a block";
+                size_t wrong = 0, first_wrong = SIZE_MAX;
+                for (size_t i = 0; i < bytes; ++i) {
+                  if (got[kGuardBytes + i] != expected[i]) {
+                    ++wrong;
+                    first_wrong = std::min(first_wrong, i);
+                  }
+                }
+                EXPECT_EQ(wrong, 0u) << what << ": first wrong byte " << first_wrong << " (block "
+                                     << (first_wrong == SIZE_MAX ? -1 : static_cast<long long>(first_wrong / (count * element)))
+                                     << ")";
+                for (size_t i = 0; i < kGuardBytes; ++i) {
+                  ASSERT_EQ(got[i], kPoison) << what << ": guard byte " << i << " before the buffer";
+                  ASSERT_EQ(got[kGuardBytes + bytes + i], kPoison) << what << ": guard byte " << i << " after the buffer";
+                }
+                comm.barrier();  // every rank done with this allocation before it is freed
+              }
+            }
+          }
+        },
+        options);
+  }
+}
+
 // ---- all_to_allv, host counts ----
 
 std::vector<Plan> host_v_plans(int world, uint64_t seed) {
@@ -1420,10 +1499,9 @@ TEST(AllToAll, ArgumentErrorsRaiseBeforeEnqueueNamingTheArgument) {
     expect_invalid_argument(rank, "all_to_allv_device(recv_counts = null)", {"'recv_counts'"},
                             [&] { comm.all_to_allv_device(s, counts, nullptr, r, capacity, nullptr, offsets, f32, st); });
 
-    // Overlapping send and recv: the same buffer, and recv one element into send.
+    // Overlapping send and recv: recv one element into send (all_to_all in place, recv == send, is served), and
+    // the same buffer for all_to_allv.
     unsigned char* shared = r;
-    expect_invalid_argument(rank, "all_to_all(recv == send)", {"'send'", "'recv'"},
-                            [&] { comm.all_to_all(shared, shared, n, f32, st); });
     expect_invalid_argument(rank, "all_to_all(recv = send + 1 element)", {"'send'", "'recv'"},
                             [&] { comm.all_to_all(shared, shared + 4, n / 2, f32, st); });
     expect_invalid_argument(rank, "all_to_allv(recv == send)", {"'send'", "'recv'"},
