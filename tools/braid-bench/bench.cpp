@@ -147,13 +147,12 @@ class RankBench {
   void run_collective(Collective coll) {
     if (has_op(coll) && !reduction_supported(options_.type, options_.op)) {
       note(std::string(collective_name(coll)) + " skipped: " + reduce_op_name(options_.op) + " is not defined for " +
-           datatype_name(options_.type) + " (braid refuses avg on integer types)");
+           datatype_name(options_.type) + " (braid does not serve this pair)");
       return;
     }
     if (!has_in_place(coll) && !options_.out_of_place()) {
       note(std::string(collective_name(coll)) +
-           " skipped: --inplace 1 asks for in-place calls only, and it has no in-place form (send and recv must not "
-           "overlap)");
+           " skipped: --inplace 1 asks for in-place calls only, and it has no in-place form");
       return;
     }
     if (coll == Collective::kAllToAll && library_) {

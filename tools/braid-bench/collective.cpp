@@ -1,6 +1,7 @@
 #include "collective.hpp"
 
 #include <algorithm>
+#include <array>
 
 namespace braid::bench {
 
@@ -12,6 +13,7 @@ const char* collective_name(Collective coll) {
     case Collective::kAllGather: return "allgather";
     case Collective::kBroadcast: return "broadcast";
     case Collective::kAllToAll: return "alltoall";
+    case Collective::kSendRecv: return "sendrecv";
   }
   return "?";
 }
@@ -22,7 +24,7 @@ bool has_op(Collective coll) {
 
 bool has_root(Collective coll) { return coll == Collective::kReduce || coll == Collective::kBroadcast; }
 
-bool has_in_place(Collective coll) { return coll != Collective::kAllToAll; }
+bool has_in_place(Collective coll) { return coll != Collective::kSendRecv; }
 
 bool is_signed_int(DataType type) {
   return type == DataType::kInt8 || type == DataType::kInt32 || type == DataType::kInt64;
@@ -38,6 +40,7 @@ Shape shape_of(Collective coll, size_t bytes, DataType type, int ranks, int rank
     case Collective::kAllReduce:
     case Collective::kReduce:
     case Collective::kBroadcast:
+    case Collective::kSendRecv:
       shape.count = shape.send_count = shape.recv_count = count;
       break;
     case Collective::kAllGather:
@@ -68,7 +71,8 @@ double bus_factor(Collective coll, int ranks) {
     case Collective::kAllGather:
     case Collective::kAllToAll: return (n - 1) / n;
     case Collective::kReduce:
-    case Collective::kBroadcast: return 1.0;
+    case Collective::kBroadcast:
+    case Collective::kSendRecv: return 1.0;
   }
   return 1.0;
 }
@@ -82,7 +86,18 @@ void call_braid(Communicator& comm, Collective coll, const void* send, void* rec
     case Collective::kAllGather: comm.all_gather(send, recv, shape.send_count, type, stream); return;
     case Collective::kBroadcast: comm.broadcast(send, recv, shape.count, type, root, stream); return;
     case Collective::kAllToAll: comm.all_to_all(send, recv, shape.count, type, stream); return;
+    case Collective::kSendRecv: {
+      const std::array<PointToPoint, 2> ops = send_recv_ring(comm.rank(), comm.size(), send, recv, shape, type);
+      comm.send_recv(ops.data(), ops.size(), stream);
+      return;
+    }
   }
+}
+
+std::array<PointToPoint, 2> send_recv_ring(int rank, int ranks, const void* send, void* recv, const Shape& shape,
+                                           DataType type) {
+  return {PointToPoint{PointToPoint::kSend, (rank + 1) % ranks, const_cast<void*>(send), shape.count, type},
+          PointToPoint{PointToPoint::kRecv, (rank + ranks - 1) % ranks, recv, shape.count, type}};
 }
 
 }  // namespace braid::bench

@@ -1,5 +1,6 @@
 #include "nccl.hpp"
 
+#include <array>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -25,6 +26,8 @@ NcclComm::NcclComm(const std::shared_ptr<NcclLibrary>& library, Communicator& co
       comm.host_allgather(comm.rank() == 0 ? detail::NcclBackend::make_unique_id(*library->library()) : "");
   // No watchdog (an infinite timeout): the NCCL rows time NCCL alone, without the events that bound braid's
   // NCCL backend.
+  rank_ = comm.rank();
+  ranks_ = comm.size();
   backend_ = std::make_unique<detail::NcclBackend>(library->library(), comm.rank(), comm.size(), comm.device(),
                                                    ids[0], detail::NcclRegisterMode::kNo,
                                                    std::numeric_limits<double>::infinity());
@@ -39,6 +42,11 @@ void NcclComm::call(Collective coll, const void* send, void* recv, const Shape& 
     case Collective::kAllGather: backend_->all_gather(send, recv, shape.send_count, type, stream); return;
     case Collective::kBroadcast: backend_->broadcast(send, recv, shape.count, type, root, stream); return;
     case Collective::kAllToAll: backend_->all_to_all(send, recv, shape.count, type, stream); return;
+    case Collective::kSendRecv: {
+      const std::array<PointToPoint, 2> ops = send_recv_ring(rank_, ranks_, send, recv, shape, type);
+      backend_->send_recv(ops.data(), ops.size(), stream);
+      return;
+    }
   }
 }
 

@@ -56,6 +56,7 @@ class NcclComm {
 
  private:
   std::unique_ptr<detail::NcclBackend> backend_;
+  int rank_ = 0, ranks_ = 1;
 };
 
 }  // namespace braid::bench

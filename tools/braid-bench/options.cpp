@@ -62,7 +62,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   const std::map<std::string, Collective> collectives{
       {"allreduce", Collective::kAllReduce},       {"reduce", Collective::kReduce},
       {"reducescatter", Collective::kReduceScatter}, {"allgather", Collective::kAllGather},
-      {"broadcast", Collective::kBroadcast},         {"alltoall", Collective::kAllToAll}};
+      {"broadcast", Collective::kBroadcast},         {"alltoall", Collective::kAllToAll},
+      {"sendrecv", Collective::kSendRecv}};
   const std::map<std::string, DataType> types{
       {"int8", DataType::kInt8},       {"uint8", DataType::kUint8},         {"int32", DataType::kInt32},
       {"uint32", DataType::kUint32},   {"int64", DataType::kInt64},         {"uint64", DataType::kUint64},
@@ -97,8 +98,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   app.add_option("--dispatch-type", dispatch_type,
                  "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");
   app.add_option("-c,--coll", options.coll,
-                 "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, all")
-      ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "all"}))
+                 "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, sendrecv (to the next "
+                 "rank, from the previous one), all")
+      ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv", "all"}))
       ->capture_default_str();
   app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes) [8; smoke: 1]")
       ->check(bytes_validator);
@@ -129,7 +131,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(CLI::IsMember({"nccl"}));
   app.add_option("--nccl-lib", options.nccl_lib, "NCCL library to dlopen")->capture_default_str();
   app.add_option("--inplace", options.in_place,
-                 "0: out-of-place only, 1: in-place only, 2: both (alltoall has no in-place form: n/a)")
+                 "0: out-of-place only, 1: in-place only, 2: both (sendrecv has no in-place form: n/a)")
       ->check(CLI::Range(0, 2))->capture_default_str();
   app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
       ->check(CLI::Range(0, 1))->capture_default_str();

@@ -148,7 +148,7 @@ class Reference {
     for (size_t done = 0; done < count; done += kBlock) {
       const size_t n = std::min(kBlock, count - done);
       if (check_.coll == Collective::kAllGather || check_.coll == Collective::kBroadcast ||
-          check_.coll == Collective::kAllToAll) {
+          check_.coll == Collective::kAllToAll || check_.coll == Collective::kSendRecv) {
         compare_copies(first + done, n, got + done, result);
       } else {
         compare_reduction(first + done, n, got + done, result);
@@ -172,7 +172,7 @@ class Reference {
 
   // allgather: output element i is rank i / send_count's input element i % send_count; broadcast: the root's i;
   // alltoall (per-peer count c = shape.count): output element i is block q = i / c, which rank q sent from its
-  // block for this rank: rank q's input element rank * c + i % c.
+  // block for this rank: rank q's input element rank * c + i % c; sendrecv: the previous rank's element i.
   void compare_copies(size_t first, size_t n, const T* got, Mismatch& result) {
     const ReduceOp op = check_.data.op;
     int rank = check_.root;
@@ -183,6 +183,8 @@ class Reference {
       block = check_.shape.send_count;
       rank = static_cast<int>(first / block);
       index = first % block;
+    } else if (check_.coll == Collective::kSendRecv) {
+      rank = (check_.rank + check_.ranks - 1) % check_.ranks;
     } else if (check_.coll == Collective::kAllToAll) {
       block = check_.shape.count;
       base = static_cast<size_t>(check_.rank) * block;

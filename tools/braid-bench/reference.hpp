@@ -13,8 +13,8 @@
 // Integers compare exactly, with sums and products wrapping (computed in the unsigned type of the same
 // width). Floats compare within a relative tolerance of the magnitude the result is built from: for sum and
 // avg the sum of |inputs| (a sum that cancels to ~0 still gets a meaningful bound), for prod |product|;
-// max and min are selections and compare exactly. avg is sum / ranks; braid refuses avg for integers, so
-// the reference refuses it too.
+// max and min are selections and compare exactly. avg is sum / ranks (integers: the wrapped sum divided
+// toward zero, as NCCL does).
 #pragma once
 
 #include <cstddef>
@@ -42,8 +42,6 @@ unsigned char poison_byte(DataType type);
 
 // Relative tolerance for floats with `ranks` contributions (0 for integers: exact).
 double tolerance(DataType type, int ranks);
-
-// Whether `op` can be checked (and run) for `type`: false for avg on integers, which braid refuses.
 
 // One rank's view of one collective call.
 struct CheckSpec {

@@ -2,7 +2,8 @@
 // type, op and a few world sizes and odd sizes, a host model of each collective (reducing in the type's own
 // arithmetic, in rank order, rounding each step as a GPU may) must get #wrong = 0; an all-poison output must
 // be all wrong; a chunked comparison must agree with a whole one; and inputs must never be zero. For alltoall,
-// an output routed wrongly (each peer's block for itself, not for this rank) must not pass.
+// an output routed wrongly (each peer's block for itself, not for this rank) must not pass; for sendrecv, a
+// rank's own input (what it sent, not what it received) must not pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -88,6 +89,8 @@ void run(DataType type, ReduceOp op, Collective coll, int ranks) {
           output[i] = input[i / shape.count][rank * shape.count + i % shape.count];
         } else if (coll == Collective::kBroadcast) {
           output[i] = input[root][i];
+        } else if (coll == Collective::kSendRecv) {
+          output[i] = input[(rank + ranks - 1) % ranks][i];  // from the previous rank
         } else {
           const size_t index = coll == Collective::kReduceScatter ? rank * shape.recv_count + i : i;
           T acc = input[0][index];
@@ -121,6 +124,11 @@ void run(DataType type, ReduceOp op, Collective coll, int ranks) {
       Mismatch poison;
       compare_output(check, 0, shape.recv_count, poisoned.data(), poison);
       if (poison.wrong != shape.recv_count) fail("poison not caught", coll, type, op, ranks, bytes, poison.wrong);
+      if (coll == Collective::kSendRecv && ranks > 1 && op == ReduceOp::kSum && shape.recv_count >= 64) {
+        Mismatch own;
+        compare_output(check, 0, shape.recv_count, input[rank].data(), own);
+        if (own.wrong * 4 < shape.recv_count) fail("own input passed for sendrecv", coll, type, op, ranks, bytes, own.wrong);
+      }
       if (coll == Collective::kAllToAll && ranks > 1 && op == ReduceOp::kSum) {
         // Misrouted: block q holds rank q's block q (what q keeps for itself), not its block for this rank.
         std::vector<T> misrouted(shape.recv_count);
