@@ -10,14 +10,25 @@ checked here against a host reference (computed from the regenerated inputs of a
 the CPU, into DIR/rank<r>-<mode>.pt; run_torch_check.sh compares the shim's files with the real NCCL's bitwise.
 The same sequence is then captured in a CUDA graph (after a warm-up on a side stream, as torch's docs ask) and
 replayed with the inputs rewritten between replays.
+
+Then three short trainings of one small MLP (seeded alike on every rank, per-rank seeded batches, SGD): DDP, FSDP2
+(fully_shard per block, then the root) and a DDP step whose forward and loss are torch.compile'd (inductor). Each
+saves its per-step loss trace and its final full parameters (rank 0; every rank must hold the same) for the same
+comparison, and rank 0 prints its mean step time. A section this torch or machine cannot run prints
+"<section> skipped: <reason>" and saves a marker, so run_torch_check.sh reports it as skipped, never as passed.
 """
 import argparse
+import contextlib
 import os
 import sys
+import time
+import warnings
 import zlib
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
 
 SIZES = [1, 7, 1000, 4097, 65537, 262147]  # elements; odd ones on purpose (no size is a multiple of 16 bytes)
 MAX_MOVE = 65537  # larger sizes run all_reduce only: every output is saved, and the files should stay small
@@ -25,6 +36,17 @@ DTYPES = [torch.float32, torch.bfloat16]
 GRAPH_COUNT = 65537
 GRAPH_REPLAYS = 6
 POISON = float("nan")  # written over every output before each call: an unwritten output never compares equal
+
+# The training sections: LAYERS blocks of Linear(width, width) + GELU, float32, BATCH rows a step, WARMUP untimed
+# steps (allocation, lazy init, compilation) before the timed ones. --cpu-gloo uses a narrower model: there it only
+# checks the script, on a small CPU.
+WIDTH, WIDTH_CPU = 1024, 256
+LAYERS = 4
+BATCH = 64
+WARMUP = 3
+DDP_STEPS = FSDP_STEPS = 20
+COMPILE_STEPS = 10
+LR = 0.05  # plain SGD: a small difference in a gradient stays a small difference in the parameters
 
 
 def dtype_name(dt):
@@ -39,6 +61,7 @@ class Check:
         self.wrong = []
         self.lenient = lenient  # --cpu-gloo: a collective gloo lacks is left out instead of failing the run
         self.left_out = set()
+        self.width = WIDTH_CPU if device.type == "cpu" else WIDTH
 
     def run(self, what, fn, *args):
         try:
@@ -290,6 +313,242 @@ class Check:
                           flush=True)
         del g
 
+    # ---- training: DDP, FSDP2, a torch.compile'd DDP step ----
+    # Losses and parameters are sums of floats of several ranks: unlike the collectives above they are exact only
+    # for one summation order. Two ranks have one order (a + b == b + a); run_torch_check.sh says what it accepts
+    # for more.
+    def mlp(self, section):
+        """The section's model, built from the global RNG seeded alike on every rank: the same weights everywhere
+        (DDP broadcasts rank 0's anyway; fully_shard keeps each rank's shard of what it was given)."""
+        torch.manual_seed(zlib.crc32(f"{section}|model".encode()))
+        blocks = [nn.Sequential(nn.Linear(self.width, self.width), nn.GELU()) for _ in range(LAYERS)]
+        return nn.Sequential(*blocks).to(self.device)
+
+    def batches(self, section, steps):
+        """Inputs and targets of every step for this rank, made up front so that no step waits on a copy. One
+        tensor each (not views of one): every step hands torch.compile an input of its own, at offset 0."""
+        g = torch.Generator().manual_seed(zlib.crc32(f"{section}|{self.rank}|batches".encode()))
+        x = torch.randn(steps, BATCH, self.width, generator=g)
+        y = torch.randn(steps, BATCH, self.width, generator=g)
+        return [t.to(self.device) for t in x.unbind(0)], [t.to(self.device) for t in y.unbind(0)]
+
+    def train(self, step, timed):
+        """Runs WARMUP + timed steps, step(i) returning the step's loss. The trace stays on the device until the end
+        (no host sync per step). Returns it on the CPU and the mean time of a timed step in ms: host time around the
+        timed steps, started once every rank has finished its warm-up, stopped when the device is idle."""
+        total = WARMUP + timed
+        trace = torch.empty(total, dtype=torch.float32, device=self.device)
+        for i in range(WARMUP):
+            trace[i] = step(i)
+        self.sync()
+        dist.barrier()
+        self.sync()
+        start = time.perf_counter()
+        for i in range(WARMUP, total):
+            trace[i] = step(i)
+        self.sync()
+        ms = (time.perf_counter() - start) * 1e3 / timed
+        return trace.detach().to("cpu"), ms
+
+    def finish(self, section, trace, ms, timed, named_params):
+        """Saves the loss trace (every rank's own) and the final full parameters (rank 0's; every rank must hold
+        them bit for bit, checked through a broadcast from rank 0), then prints the section's line."""
+        self.results[f"{section}.loss"] = trace
+        mine = torch.cat([p.detach().reshape(-1) for _, p in named_params])
+        ref = mine.clone()
+        dist.broadcast(ref, src=0)
+        if not torch.equal(bits(mine.to("cpu")), bits(ref.to("cpu"))):
+            self.wrong.append(f"{section}.params.same_on_every_rank")
+            print(f"torch_shim_check: rank {self.rank} {section} WRONG: final parameters differ from rank 0's",
+                  flush=True)
+        if self.rank == 0:
+            for name, p in named_params:
+                self.results[f"{section}.param.{name}"] = p.detach().to("cpu")
+        if not torch.isfinite(trace).all():
+            self.wrong.append(f"{section}.loss.finite")
+            print(f"torch_shim_check: rank {self.rank} {section} WRONG: loss not finite: {trace.tolist()}",
+                  flush=True)
+        if self.rank == 0:
+            print(f"torch_shim_check: {section} {timed} steps {ms:.3f} ms/step, final loss {trace[-1].item():.7g}",
+                  flush=True)
+
+    def skip(self, section, reason):
+        """A section this torch or machine cannot run: said in the log, and a marker (the reason's bytes) saved in
+        place of its tensors, so the wrapper reports it as skipped, and fails if only one run skipped it."""
+        self.results[f"skipped.{section}"] = torch.tensor(list(reason.encode()[:300]), dtype=torch.uint8)
+        if self.rank == 0:
+            print(f"torch_shim_check: {section} skipped: {reason}", flush=True)
+
+    def ddp_device_ids(self):
+        return [self.device.index] if self.device.type == "cuda" else None
+
+    def ddp(self):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        section = "ddp"
+        net = self.mlp(section)
+        model = DDP(net, device_ids=self.ddp_device_ids())
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        xs, ys = self.batches(section, WARMUP + DDP_STEPS)
+
+        def step(i):
+            loss = F.mse_loss(model(xs[i]), ys[i])
+            loss.backward()  # the gradients' all_reduce, bucket by bucket, overlapped with the backward
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        trace, ms = self.train(step, DDP_STEPS)
+        self.finish(section, trace, ms, DDP_STEPS, list(net.named_parameters()))
+
+    def fsdp2(self):
+        section = "fsdp2"
+        fully_shard = import_fully_shard()
+        if fully_shard is None:
+            return self.skip(section, "no fully_shard in this torch (neither torch.distributed.fsdp nor "
+                                      "torch.distributed._composable.fsdp has it)")
+        try:
+            from torch.distributed.device_mesh import init_device_mesh
+            mesh = init_device_mesh(self.device.type, (self.world,))
+            model = self.mlp(section)
+            for block in model:
+                fully_shard(block, mesh=mesh)  # per block and step: all-gathers (forward, backward), a reduce-scatter
+            fully_shard(model, mesh=mesh)
+            if self.lenient:
+                # FSDP2 reduce-scatters float32 gradients with AVG, which gloo lacks: sum, then divide.
+                for m in model.modules():
+                    if hasattr(m, "set_force_sum_reduction_for_comms"):
+                        m.set_force_sum_reduction_for_comms(True)
+            opt = torch.optim.SGD(model.parameters(), lr=LR)  # after fully_shard: over the sharded parameters
+            xs, ys = self.batches(section, WARMUP + FSDP_STEPS)
+
+            def step(i):
+                loss = F.mse_loss(model(xs[i]), ys[i])
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                return loss.detach()
+
+            trace, ms = self.train(step, FSDP_STEPS)
+            with torch.no_grad():  # full_tensor() all-gathers a DTensor parameter: every rank, in the same order
+                full = [(name, p.full_tensor() if hasattr(p, "full_tensor") else p)
+                        for name, p in model.named_parameters()]
+        except Exception as e:
+            if not self.lenient:
+                raise
+            # Every rank takes the same path on gloo, so all of them get here (or none).
+            return self.skip(section, f"FSDP2 on CPU through gloo: {type(e).__name__}: {message_start(e)}")
+        self.finish(section, trace, ms, FSDP_STEPS, full)
+
+    def compile_probe(self):
+        """Compiles a tiny function and runs it forward and backward. A toolchain missing on this machine (triton,
+        a C compiler, Python's headers, a Python dynamo does not support) fails here, before any collective; every
+        rank learns whether any rank failed, so all of them skip together. Returns the reason, or ''."""
+        reason = ""
+        try:
+            fn = torch.compile(lambda t: F.gelu(t) * 2 + 1, mode=None)
+            t = torch.linspace(-2, 2, 64, device=self.device, requires_grad=True)
+            fn(t).sum().backward()
+            self.sync()
+        except Exception as e:
+            reason = f"{type(e).__name__}: {message_start(e)}"
+            if self.rank != 0:
+                print(f"torch_shim_check: rank {self.rank} torch.compile probe failed: {reason}", flush=True)
+        failed = torch.tensor([1.0 if reason else 0.0], device=self.device)
+        dist.all_reduce(failed, op=dist.ReduceOp.MAX)
+        if failed.item() and not reason:
+            reason = "torch.compile failed on another rank (its line above)"
+        return reason
+
+    def compiled(self):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        section = "compile"
+        reason = self.compile_probe()
+        if reason:
+            return self.skip(section, reason)
+        net = self.mlp(section)
+        # The documented way: compile the DDP module (dynamo's DDP optimizer splits the graph at bucket bounds, so
+        # the all_reduces still overlap the compiled backward); the loss is inside, so it is compiled too.
+        model = torch.compile(DDP(WithLoss(net), device_ids=self.ddp_device_ids()), mode=None)
+        opt = torch.optim.SGD(net.parameters(), lr=LR)
+        xs, ys = self.batches(section, WARMUP + COMPILE_STEPS)
+
+        def step(i):
+            loss = model(xs[i], ys[i])
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss.detach()
+
+        try:
+            with deterministic_kernels():  # compilation happens in the first (warm-up) step
+                trace, ms = self.train(step, COMPILE_STEPS)
+        except Exception as e:
+            if not self.lenient:
+                raise  # on GPUs the probe vouched for the toolchain: a failure here is a failure
+            # Every rank compiles the same graphs on gloo, so all of them get here (or none).
+            return self.skip(section, f"compiled DDP on CPU through gloo: {type(e).__name__}: {message_start(e)}")
+        self.finish(section, trace, ms, COMPILE_STEPS, list(net.named_parameters()))
+
+
+class WithLoss(nn.Module):
+    """The model and its loss as one module, so that torch.compile of the DDP wrapper compiles both."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x, y):
+        return F.mse_loss(self.net(x), y)
+
+
+def import_fully_shard():
+    """FSDP2's fully_shard: public in torch.distributed.fsdp from torch 2.6, in torch.distributed._composable.fsdp
+    before. None where this torch has neither."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+        return fully_shard
+    except ImportError:
+        pass
+    try:
+        from torch.distributed._composable.fsdp import fully_shard
+        return fully_shard
+    except ImportError:
+        return None
+
+
+@contextlib.contextmanager
+def deterministic_kernels():
+    """Inductor times several launch configurations of some reduction kernels and keeps the fastest; configurations
+    can sum in different orders, so two runs could keep different ones and differ in the last bits. With
+    deterministic algorithms on, it generates one configuration. warn_only, with cuBLAS's warning about its workspace
+    silenced: the matmuls run on one stream, where cuBLAS is deterministic anyway. Deterministic mode would also fill
+    every new tensor's memory; that stays off, so the timed steps do no work a normal run would not."""
+    was_on = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        import torch.utils.deterministic as tud
+        was_fill = tud.fill_uninitialized_memory
+    except (ImportError, AttributeError):
+        tud = None
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    if tud is not None:
+        tud.fill_uninitialized_memory = False
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="(?s).*CUBLAS_WORKSPACE_CONFIG")
+            yield
+    finally:
+        torch.use_deterministic_algorithms(was_on, warn_only=was_warn_only)
+        if tud is not None:
+            tud.fill_uninitialized_memory = was_fill
+
+
+def message_start(e):
+    """The start of an exception's message, on one line: dynamo's errors say what failed on their second line
+    ("backend='inductor' raised:", then the cause)."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return text[:240] if text else "(no message)"
+
 
 def bits(t):
     """The tensor's bytes, for bitwise comparison (NaN-safe, -0.0 distinct from 0.0)."""
@@ -311,9 +570,13 @@ def main():
     parser.add_argument("--mode", choices=["shim", "nccl"], required=True, help="names the output files")
     parser.add_argument("--out", required=True, help="folder for rank<r>-<mode>.pt")
     parser.add_argument("--no-graph", action="store_true", help="leave the CUDA graph section out")
+    parser.add_argument("--no-ddp", action="store_true", help="leave the DDP training section out")
+    parser.add_argument("--no-fsdp", action="store_true", help="leave the FSDP2 training section out")
+    parser.add_argument("--no-compile", action="store_true", help="leave the torch.compile'd DDP section out")
     parser.add_argument("--cpu-gloo", action="store_true",
                         help="check this script itself without GPUs: gloo on CPU tensors, no graphs, no AVG; "
-                             "collectives gloo lacks are left out. Tests nothing of NCCL")
+                             "collectives gloo lacks are left out, FSDP2 is skipped if it fails on gloo, and the "
+                             "training model is narrower. Tests nothing of NCCL")
     args = parser.parse_args()
 
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -343,6 +606,12 @@ def main():
     check.eager()
     if not args.no_graph and not args.cpu_gloo:
         check.graph()
+    if not args.no_ddp:
+        check.ddp()
+    if not args.no_fsdp:
+        check.fsdp2()
+    if not args.no_compile:
+        check.compiled()
     os.makedirs(args.out, exist_ok=True)
     torch.save(check.results, os.path.join(args.out, f"rank{rank}-{args.mode}.pt"))
     print(f"torch_shim_check: rank {rank} mode {args.mode}: {check.passed} outputs right, "
