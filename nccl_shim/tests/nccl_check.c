@@ -21,6 +21,7 @@
 
 #include <nccl.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include "shim_test_common.h"
 
@@ -166,6 +167,7 @@ typedef struct {
   int in_place;
   int root;
   int default_stream; /* run on stream 0 instead of W.stream */
+  int config;         /* allreduce through ncclAllReduceConfig (NCCL 2.30+; ncclAllReduce where it is absent) */
   char name[96];
 } Case;
 
@@ -297,12 +299,23 @@ static int output_same_on_all_ranks(Coll c) { return c == C_ALLREDUCE || c == C_
 
 /* ------------------------------------------------------------------------------------------------------------
  * Issuing the calls. */
+/* Functions of NCCL releases newer than this nccl.h, looked up at run time: NULL where the library lacks them. */
+typedef ncclResult_t (*AllReduceConfigFn)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
+                                          cudaStream_t, const void*);
+static void* newer_function(const char* name) { return dlsym(RTLD_DEFAULT, name); }
+
 static void issue(const Case* c, int l, const void* sendp, void* recvp, cudaStream_t s) {
   const ncclComm_t comm = W.comm[l];
   const ncclDataType_t dt = c->type->nccl;
   const int r = W.rank[l], N = W.nranks;
+  const AllReduceConfigFn with_config = c->config ? (AllReduceConfigFn)newer_function("ncclAllReduceConfig") : NULL;
   switch (c->coll) {
-    case C_ALLREDUCE: NCCL_CHECK(ncclAllReduce(sendp, recvp, c->count, dt, c->op, comm, s)); break;
+    case C_ALLREDUCE:
+      if (with_config)
+        NCCL_CHECK(with_config(sendp, recvp, c->count, dt, c->op, comm, s, NULL));
+      else
+        NCCL_CHECK(ncclAllReduce(sendp, recvp, c->count, dt, c->op, comm, s));
+      break;
     case C_REDUCE: NCCL_CHECK(ncclReduce(sendp, recvp, c->count, dt, c->op, c->root, comm, s)); break;
     case C_REDUCESCATTER: NCCL_CHECK(ncclReduceScatter(sendp, recvp, c->count, dt, c->op, comm, s)); break;
     case C_ALLGATHER: NCCL_CHECK(ncclAllGather(sendp, recvp, c->count, dt, comm, s)); break;
@@ -707,6 +720,64 @@ static void check_comm_queries(void) {
   }
 }
 
+/* The functions of newer NCCL releases on the shim's communicators (api_forwarded.cpp): growing is refused with
+ * ncclInvalidUsage; suspend/resume and memory statistics go to the real NCCL's paired communicator, or fail with
+ * ncclInvalidUsage and a last error naming the function where the real NCCL lacks them; either way the
+ * communicator still serves collectives afterwards (run_suite's cases follow). Only under the shim (its marker
+ * symbol): a real NCCL of this nccl.h has none of these functions. Prints "forwarded" lines, not case lines, so
+ * that the shim's and NCCL's case lines still compare. */
+static void check_forwarded(void) {
+  if (!newer_function("braid_nccl_shim_marker")) {
+    printf("forwarded: not the shim; skipped\n");
+    return;
+  }
+  typedef ncclResult_t (*GrowFn)(ncclComm_t, int, const ncclUniqueId*, int, ncclComm_t*, ncclConfig_t*);
+  typedef ncclResult_t (*UniqueIdFn)(ncclComm_t, ncclUniqueId*);
+  typedef ncclResult_t (*SuspendFn)(ncclComm_t, int);
+  typedef ncclResult_t (*ResumeFn)(ncclComm_t);
+  typedef ncclResult_t (*MemStatsFn)(ncclComm_t, int, uint64_t*);
+  const GrowFn grow = (GrowFn)newer_function("ncclCommGrow");
+  const UniqueIdFn unique_id = (UniqueIdFn)newer_function("ncclCommGetUniqueId");
+  const SuspendFn suspend = (SuspendFn)newer_function("ncclCommSuspend");
+  const ResumeFn resume = (ResumeFn)newer_function("ncclCommResume");
+  const MemStatsFn mem_stats = (MemStatsFn)newer_function("ncclCommMemStats");
+  /* Looked up too: the mock NCCL of the CPU self-test has no ncclGetLastError (and no marker: it never gets here). */
+  typedef const char* (*LastErrorFn)(ncclComm_t);
+  const LastErrorFn last_error_of = (LastErrorFn)newer_function("ncclGetLastError");
+  snprintf(g_current, sizeof g_current, "forwarded functions");
+  for (int l = 0; l < W.nlocal; ++l) {
+    const ncclComm_t comm = W.comm[l];
+    int ok = grow && unique_id && suspend && resume && mem_stats && last_error_of;
+    printf("forwarded: rank %d exports %s\n", W.rank[l], ok ? "all five" : "NOT all of them");
+    if (!ok) {
+      ++W.failed;
+      continue;
+    }
+    ncclUniqueId id;
+    ncclComm_t grown = NULL;
+    const ncclResult_t g = unique_id(comm, &id), h = grow(comm, W.nranks + 1, &id, W.nranks, &grown, NULL);
+    const int grow_ok = g == ncclInvalidUsage && h == ncclInvalidUsage && grown == NULL &&
+                        strstr(last_error_of(comm), "ncclCommGrow") != NULL;
+    printf("forwarded: rank %d ncclCommGetUniqueId %d ncclCommGrow %d (expected %d, %d): %s\n", W.rank[l], g, h,
+           ncclInvalidUsage, ncclInvalidUsage, grow_ok ? "ok" : "WRONG");
+    const ncclResult_t su = suspend(comm, 0);
+    const int su_named = su == ncclSuccess || strstr(last_error_of(comm), "ncclCommSuspend") != NULL;
+    const ncclResult_t re = su == ncclSuccess ? resume(comm) : ncclSuccess;
+    uint64_t value = 0;
+    const ncclResult_t ms = mem_stats(comm, 0, &value);
+    const int ms_named = ms == ncclSuccess || strstr(last_error_of(comm), "ncclCommMemStats") != NULL;
+    const int forward_ok = (su == ncclSuccess || su == ncclInvalidUsage) && su_named && re == ncclSuccess &&
+                           (ms == ncclSuccess || ms == ncclInvalidUsage) && ms_named;
+    printf("forwarded: rank %d ncclCommSuspend %d ncclCommResume %d ncclCommMemStats %d (0 where the real NCCL has "
+           "them, %d naming the function where it does not): %s\n",
+           W.rank[l], su, re, ms, ncclInvalidUsage, forward_ok ? "ok" : "WRONG");
+    if (grow_ok && forward_ok)
+      ++W.passed;
+    else
+      ++W.failed;
+  }
+}
+
 static void run_suite(void) {
   const double t0 = now_s();
   Case c;
@@ -714,6 +785,7 @@ static void run_suite(void) {
   const ncclRedOp_t all_ops[] = {ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg};
   const ncclRedOp_t few_ops[] = {ncclSum, ncclMax, ncclAvg};
   check_comm_queries();
+  check_forwarded();
 
   for (size_t o = 0; o < 5; ++o)
     for (size_t t = 0; t < NTYPES; ++t)
@@ -734,6 +806,14 @@ static void run_suite(void) {
       c.default_stream = 1;
       run_case(&c);
     }
+  /* ncclAllReduceConfig (NCCL 2.30+; the shim serves it on its communicators with braid's all-reduce), or
+   * ncclAllReduce where the library lacks it: the same case lines either way. */
+  for (size_t n = 0; n < NCOUNTS; ++n) {
+    make_case(&c, C_ALLREDUCE, ncclSum, type_named("bfloat16"), kCounts[n], 0, 0);
+    snprintf(c.name, sizeof c.name, "allreduce.sum.outofplace.config");
+    c.config = 1;
+    run_case(&c);
+  }
   for (int coll = C_REDUCE; coll <= C_REDUCESCATTER; ++coll)
     for (size_t o = 0; o < 3; ++o)
       for (int root = 0; root <= last; root += (last > 0 ? last : 1))
