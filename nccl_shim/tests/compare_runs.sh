@@ -23,7 +23,7 @@ all_cases() { sed -nE 's/^(\[[0-9]+\] )?(case .*)$/\2/p' "$1" | LC_ALL=C sort; }
 excused=$(mktemp)
 trap 'rm -f "$excused"' EXIT
 if [ -n "${KNOWN_WRONG_IN_B:-}" ]; then
-  join -t '|' <(all_cases "$2" | grep ' WRONG' | grep -E "$KNOWN_WRONG_IN_B" | sed 's/ hash .*//' | LC_ALL=C sort -u) \
+  LC_ALL=C join -t '|' <(all_cases "$2" | grep ' WRONG' | grep -E "$KNOWN_WRONG_IN_B" | sed 's/ hash .*//' | LC_ALL=C sort -u) \
     <(all_cases "$1" | grep -v ' WRONG' | sed 's/ hash .*//' | LC_ALL=C sort -u) > "$excused"
 fi
 cases() { all_cases "$1" | grep -v -F -f <(sed 's/$/ hash /' "$excused"); }
