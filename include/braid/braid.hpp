@@ -170,7 +170,9 @@ class Communicator {
   // NCCL's group of ncclSend/ncclRecv: every op of the batch is in flight together (a send to q and a receive from
   // q in one batch never deadlock). The k-th send this rank makes to q (counting across batches in call order)
   // matches the k-th receive q makes from this rank; their byte sizes must be equal (a mismatch writes nothing of
-  // that pair and check() raises kMismatch). Only the ranks named take part (not collective over the
+  // that pair and check() raises kMismatch; above 64 MiB, where a pair moves in chunks through the copy engines
+  // (32 MiB on 2 ranks with the default BRAID_PIPELINE_BYTES), sizes whose chunk counts differ also leave the
+  // longer side waiting until it fails with kTimeout, and the communicator is unusable). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
   // (kInvalidArgument at the call otherwise). Ops of count 0 still take part (the pair exchanges its sizes); a
   // batch of none is a no-op. Errors of arguments name the op ("ops[2].peer") and are raised before anything is

@@ -16,8 +16,11 @@ constexpr int kPipelineChannels = 64;   // blocks a pipelined launch may use
 constexpr int kPipelinePhases = 2;      // all-reduce: reduce-scatter pieces, then reduced pieces
 
 // Signal-pad channel sets (each kPipelineChannels wide, after the staged kernels' barrier channels): "data"
-// counts pieces a sender posted, "free" counts slots a receiver handed back.
-enum PadChannelSet : int { kBarrierSet = 0, kData1 = 1, kFree1 = 2, kData2 = 3, kFree2 = 4, kPadChannelSets = 5 };
+// counts pieces a sender posted, "free" counts slots a receiver handed back. kBulkSet: the copy-engine send/recv
+// (send_recv_bulk_launch.hpp) counts chunks on its first two channels.
+enum PadChannelSet : int {
+  kBarrierSet = 0, kData1 = 1, kFree1 = 2, kData2 = 3, kFree2 = 4, kBulkSet = 5, kPadChannelSets = 6
+};
 constexpr int kPadChannels = kPadChannelSets * kPipelineChannels;
 static_assert(kPipelineChannels == device::kBarrierChannels, "the barrier set is the pad's barrier channels");
 

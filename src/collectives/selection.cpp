@@ -137,6 +137,10 @@ constexpr Row kTable[] = {
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
+    // Send/recv: the table is asked once per pair, with the pair's bytes (send_recv.cpp); copy engines where
+    // they reach the peer's pipeline area (always: it is the communicator's own symmetric memory).
+    {Collective::kSendRecv, size_t(64) << 20, Algorithm::kPipelined},
+    {Collective::kSendRecv, SIZE_MAX, Algorithm::kCopyEngine},
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kPipelined},
 };
 
@@ -158,11 +162,12 @@ constexpr Serves kServes[] = {
     {Collective::kBroadcast, Algorithm::kPipelined},    {Collective::kAllGather, Algorithm::kCopyEngine},
     {Collective::kBroadcast, Algorithm::kCopyEngine},   {Collective::kAllReduce, Algorithm::kMulticast},
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
+    {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
                                        Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
-                                       Collective::kAllToAllv};
+                                       Collective::kAllToAllv, Collective::kSendRecv};
 constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,        Algorithm::kOneShot,    Algorithm::kTwoShot,
                                      Algorithm::kPipelined, Algorithm::kStaged,     Algorithm::kCopyEngine,
                                      Algorithm::kMulticast};
@@ -237,7 +242,7 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (name == short_name(candidate)) named = &candidate;
     }
     if (named == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast, alltoall, alltoallv)", text, name);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast, alltoall, alltoallv, sendrecv)", text, name);
     }
     const Algorithm* parsed = nullptr;
     for (const Algorithm& candidate : kAlgorithms) {

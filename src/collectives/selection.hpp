@@ -29,7 +29,8 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
 // kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all
-// pulls from the peers' inputs, all-gather and broadcast push into their outputs;
+// pulls from the peers' inputs, all-gather and broadcast push into their outputs; a send/recv pair's chunks go
+// into the receiver's pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp);
 // kMulticast: NVLink multicast through the communicator's multicast region (all-reduce, reduce, all-gather),
 // only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp).
 enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast };

@@ -9,6 +9,14 @@
 // batch its ops alike, launch k of one waits only on launch k of the other, never on a launch queued behind it.
 // Every launch has the table's send/recv width (select_algorithm), whatever its sizes: a piece of block b goes to
 // the FIFO of block b on the peer, so both sides must launch the same blocks.
+//
+// A pair (one direction of one launch) whose bytes the table gives the copy engines leaves the FIFO launch and
+// moves as chunks through the receiver's pipeline area (send_recv_bulk_launch.hpp): its sends after the FIFO
+// launch, its copies on the caller's stream and their kernels on the second side stream, its receives on the side
+// stream beside them. Both sides of a pair ask the table
+// with the pair's bytes, so they take the same path where their sizes agree. A launch's bulk sends go in rank
+// order, and so do its bulk receives: a pair whose sender is busy with a lower receiver, or whose receiver with a
+// lower sender, waits only on pairs that do progress, so they never wait on each other in a cycle.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -22,7 +30,10 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/collectives.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
+#include "collectives/send_recv_bulk_launch.hpp"
+#include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -66,6 +77,126 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& stat
   return plan;
 }
 
+// One direction of a pair that moves through the copy engines.
+struct BulkPair {
+  int peer;
+  char* buffer;
+  uint64_t bytes;
+};
+
+// Whether a pair of `bytes` takes the copy engines: the table's choice for its size, where a slot carries at
+// least one row of data.
+bool takes_copy_engines(const CollectiveContext& state, const kernels::BulkLayout& layout, uint64_t bytes) {
+  if (layout.slot_payload < layout.row_bytes) return false;
+  const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
+                        state.max_blocks};
+  BufferFacts facts{};
+  facts.peers_map = true;  // the chunks go into the communicator's own area, which every peer maps
+  return plan_call(shape, area_capacities(state), facts).algorithm == Algorithm::kCopyEngine;
+}
+
+// Takes the pairs of `launch` that go through the copy engines out of it (their bytes 0, their peers unnamed).
+void take_bulk_pairs(const CollectiveContext& state, const kernels::BulkLayout& layout, kernels::AllToAllLaunch& launch,
+                     std::vector<BulkPair>& sends, std::vector<BulkPair>& recvs) {
+  for (int q = 0; q < state.size; ++q) {
+    if (q == state.rank) continue;
+    if (((launch.send_peers >> q) & 1u) && takes_copy_engines(state, layout, launch.send_bytes[q])) {
+      sends.push_back({q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q]});
+      launch.send_peers &= ~(1u << q);
+      launch.send_bytes[q] = 0;
+    }
+    if (((launch.recv_peers >> q) & 1u) && takes_copy_engines(state, layout, launch.recv_bytes[q])) {
+      recvs.push_back({q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q]});
+      launch.recv_peers &= ~(1u << q);
+      launch.recv_bytes[q] = 0;
+    }
+  }
+}
+
+uint64_t chunks_of(const kernels::BulkLayout& layout, uint64_t bytes) {
+  return (bytes + layout.slot_payload - 1) / layout.slot_payload;
+}
+
+// The sender's side of one pair: a drain step, then the engine's copies back to back on `copies` (chunk c into
+// slot c % 2 of the peer: whole rows in one 2D copy, then the rest), and per chunk on `steps` the step that posts
+// it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in
+// before that copy is enqueued, while the step of chunk c - 1 is not enqueued yet: the engine waits for no more
+// than the slot it needs.
+void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layout, const BulkPair& pair, uint64_t plan,
+                       cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
+  char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
+  const uint64_t chunks = chunks_of(layout, pair.bytes);
+  kernels::BulkSendStep step{};
+  step.pad = state.sync->pad();
+  step.peer = pair.peer;
+  step.total_bytes = pair.bytes;
+  step.plan = plan;
+  step.drain = true;
+  kernels::launch_bulk_send_step(step, copies);
+  check_launch("send_recv copy-engine step launch");
+  step.drain = false;
+  auto post = [&](uint64_t c) {  // on `steps`, which waits for the copy of chunk c already
+    const int slot_index = static_cast<int>(c % kernels::kBulkSlots);
+    step.post_chunk = static_cast<int64_t>(c);
+    step.post_slot = step.wait_slot = slot_index;
+    step.header = layout.header(area, state.rank, slot_index);
+    kernels::launch_bulk_send_step(step, steps);
+    check_launch("send_recv copy-engine step launch");
+  };
+  for (uint64_t c = 0; c < chunks; ++c) {
+    if (c >= kernels::kBulkSlots) handover.order(steps, copies);  // the step of chunk c - 2: the slot is back
+    const char* source = pair.buffer + c * layout.slot_payload;
+    const uint64_t bytes = std::min<uint64_t>(layout.slot_payload, pair.bytes - c * layout.slot_payload);
+    char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
+    const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
+    if (rows > 0) {
+      BRAID_CUDA(cudaMemcpy2DAsync(slot, layout.row_pitch, source, layout.row_bytes, layout.row_bytes, rows,
+                                   cudaMemcpyDefault, copies));
+    }
+    if (tail > 0) {
+      BRAID_CUDA(cudaMemcpyAsync(slot + rows * layout.row_pitch, source + rows * layout.row_bytes, tail,
+                                 cudaMemcpyDefault, copies));
+    }
+    if (c >= 1) post(c - 1);
+    handover.order(copies, steps);  // the step of chunk c follows its copy
+  }
+  if (chunks > 0) post(chunks - 1);
+}
+
+// The receiver's side of one pair: per chunk, the step kernel (hand back the previous chunk's slot, wait for
+// this one and check its header), then the SM copy out of the slot; a last step hands back the last slot.
+void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layout, const BulkPair& pair, uint64_t plan,
+                       cudaStream_t stream) {
+  char* const area = static_cast<char*>(state.pipeline.local());
+  const uint64_t chunks = chunks_of(layout, pair.bytes);
+  kernels::BulkRecvStep step{};
+  step.pad = state.sync->pad();
+  step.peer = pair.peer;
+  step.total_bytes = pair.bytes;
+  step.plan = plan;
+  kernels::BulkCopyOut copy{};
+  copy.layout = layout;
+  copy.total_bytes = pair.bytes;
+  // Every unit of a slot its own block, within the communicator's cap.
+  const int copy_blocks = std::min(kernels::kBulkRowsPerSlot * kernels::kBulkCopyBlocksPerRow, state.max_blocks);
+  for (uint64_t c = 0; c <= chunks; ++c) {
+    const int slot_index = static_cast<int>(c % kernels::kBulkSlots);
+    step.free_slot = c > 0 ? static_cast<int>((c - 1) % kernels::kBulkSlots) : -1;
+    step.wait_chunk = c == chunks ? -1 : static_cast<int64_t>(c);
+    step.header = layout.header(area, pair.peer, slot_index);
+    kernels::launch_bulk_recv_step(step, stream);
+    check_launch("send_recv copy-engine step launch");
+    if (c == chunks) break;
+    copy.slot = layout.slot(area, state.size, pair.peer, slot_index);
+    copy.header = step.header;
+    copy.recv = pair.buffer + c * layout.slot_payload;
+    copy.bytes = std::min<uint64_t>(layout.slot_payload, pair.bytes - c * layout.slot_payload);
+    copy.chunk = c;
+    kernels::launch_bulk_copy_out(copy, copy_blocks, stream);
+    check_launch("send_recv copy-out launch");
+  }
+}
+
 }  // namespace
 
 void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream stream) {
@@ -74,10 +205,23 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   const uint64_t plan = all_to_all_plan(Collective::kSendRecv, choice.algorithm, choice.blocks, 0, DataType::kUint8, false);
   for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = plan;
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", batch.count, launches.size(), choice.blocks);
+  const kernels::BulkLayout layout = kernels::BulkLayout::of(kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size), state.size);
   DeviceGuard guard(state.device);
-  for (const kernels::AllToAllLaunch& launch : launches) {
-    kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
-    check_launch("send_recv kernel launch");
+  for (kernels::AllToAllLaunch& launch : launches) {
+    std::vector<BulkPair> sends, recvs;
+    take_bulk_pairs(state, layout, launch, sends, recvs);
+    const cudaStream_t side = state.side->get(), steps = state.second_side->get();
+    if (!recvs.empty()) state.side->order(stream, side);
+    // A launch left with no peer and nothing for this rank itself has nothing to do.
+    if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
+        (sends.empty() && recvs.empty())) {
+      kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+      check_launch("send_recv kernel launch");
+    }
+    for (const BulkPair& pair : sends) enqueue_bulk_send(state, layout, pair, plan, stream, steps, *state.second_side);
+    for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, layout, pair, plan, side);
+    if (!sends.empty()) state.second_side->order(steps, stream);
+    if (!recvs.empty()) state.side->order(side, stream);
   }
 }
 

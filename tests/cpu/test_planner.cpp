@@ -167,6 +167,21 @@ TEST(Planner, TheCommunicatorsCapBoundsEveryLaunchWidth) {
   }
 }
 
+// A send/recv pair is planned by its own bytes: from 64 MiB the copy engines (into the receiver's pipeline area,
+// which every peer maps), below it the FIFO pushes; forced either way by "sendrecv=".
+TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
+  const BufferFacts area = mapped();
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, (size_t(64) << 20) - 1), kAreas, area).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(64) << 20), kAreas, area).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, (size_t(64) << 20) + 1), kAreas, area).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  const std::string fifo = "sendrecv=pipelined", engines = "sendrecv=copyengine";
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(512) << 20, 2, DataType::kUint8, &fifo), kAreas, area).algorithm,
+            Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(1) << 20, 2, DataType::kUint8, &engines), kAreas, area).algorithm,
+            Algorithm::kCopyEngine);
+}
+
 TEST(Planner, AllToAllvAndSendRecvAlwaysRunTheirFifoPipelineAtOneWidth) {
   for (Collective collective : {Collective::kAllToAllv, Collective::kSendRecv}) {
     const CallPlan plan = plan_call(shape(collective, 0), kAreas);

@@ -3,7 +3,8 @@
 // sizes 0 .. past the pipeline area over several datatypes, several sends to one peer (order kept), sends to self,
 // two ranks of the world alone followed by a collective of all, 200 random batches back to back with random
 // delays, a CUDA graph replayed 100 times, a size mismatch (kMismatch, the communicator still usable), the NCCL
-// backend, and argument errors naming the argument. Inputs are fresh and never zero; outputs are poisoned with
+// backend, pairs through the copy engines (alone, mixed with FIFO pairs, in graphs, a size mismatch), and
+// argument errors naming the argument. Inputs are fresh and never zero; outputs are poisoned with
 // guard bytes around every buffer, and every byte must be what the reference says afterwards.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -205,6 +206,55 @@ TEST(SendRecv, LargerThanThePipelineArea) {
   });
 }
 
+// Pairs of 64 MiB and more go through the copy engines (the selection table's kSendRecv rows): the threshold
+// itself, odd and unaligned sizes, a bulk pair in one batch with FIFO pairs and a send to self, two bulk sends to
+// one peer in one batch (two launches), bulk pairs both ways at once, with delays on the ranks.
+TEST(SendRecv, CopyEnginePairsAloneAndMixedWithFifoPairs) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  with_communicator([](Communicator& comm) {
+    const int w = comm.size();
+    const size_t mib64 = size_t(64) << 20;
+    std::vector<MessageBatch> batches;
+    batches.push_back(ring(w, DataType::kUint8, mib64));
+    batches.push_back(ring(w, DataType::kFloat32, elements(mib64, DataType::kFloat32) + 7, false));
+    MessageBatch mixed = ring(w, DataType::kBFloat16, elements(mib64 + 4096, DataType::kBFloat16) + 1, false);
+    for (int r = 0; r < w; ++r) {
+      mixed.push_back({(r + 1) % w, r, DataType::kInt8, 4099, SIZE_MAX, false});
+      mixed.push_back({r, r, DataType::kFloat32, 4097});
+    }
+    batches.push_back(mixed);
+    MessageBatch twice;
+    for (int r = 0; r < w; ++r) {
+      twice.push_back({r, (r + 1) % w, DataType::kInt64, elements(mib64, DataType::kInt64) + 3});
+      twice.push_back({r, (r + 1) % w, DataType::kInt8, mib64 + 11, SIZE_MAX, false});
+    }
+    batches.push_back(twice);
+    batches.push_back({{0, 1, DataType::kFloat32, elements(size_t(96) << 20, DataType::kFloat32)},
+                       {1, 0, DataType::kFloat32, elements(size_t(72) << 20, DataType::kFloat32) + 5}});
+    run(comm, batches, "copy-engine pairs", true);
+  });
+}
+
+// A bulk pair whose receiver expects fewer bytes than sent, within the same chunk count: nothing of it is
+// written, check() raises kMismatch naming both sizes on the receiver, and the communicator goes on.
+TEST(SendRecv, CopyEngineSizeMismatchIsRefusedAndTheCommunicatorStaysUsable) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  with_communicator([](Communicator& comm) {
+    const size_t sent = elements(size_t(80) << 20, DataType::kFloat32), received = sent - 1000;
+    try {
+      run(comm, {{{1, 0, DataType::kFloat32, sent, received}}}, "bulk mismatch");
+      EXPECT_NE(comm.rank(), 0) << "rank 0: no kMismatch for " << received << " elements against " << sent << " sent";
+    } catch (const Error& error) {
+      EXPECT_EQ(comm.rank(), 0) << error.what();
+      EXPECT_EQ(error.code(), ErrorCode::kMismatch) << error.what();
+      EXPECT_TRUE(names_number(error.what(), static_cast<long long>(sent) * 4) &&
+                  names_number(error.what(), static_cast<long long>(received) * 4))
+          << error.what();
+    }
+    run(comm, {ring(comm.size(), DataType::kFloat32, elements(size_t(64) << 20, DataType::kFloat32))}, "after a bulk mismatch");
+  });
+}
+
 // The k-th send to a peer meets the peer's k-th receive: sizes differ, so any other pairing is a mismatch.
 TEST(SendRecv, SeveralSendsToOnePeerKeepTheirOrder) {
   with_communicator([](Communicator& comm) {
@@ -285,6 +335,7 @@ TEST(SendRecv, GraphReplaysMatchEager) {
       batch.push_back({(r + 1) % w, r, DataType::kInt8, 7, SIZE_MAX, false});
       batch.push_back({r, r, DataType::kFloat32, 4097});
       batch.push_back({r, (r + 1) % w, DataType::kInt64, elements(kOneMiBPlus3, DataType::kInt64)});
+      batch.push_back({r, (r + 1) % w, DataType::kInt8, (size_t(64) << 20) + 3});  // through the copy engines
     }
     const Exchange exchange(comm, {batch}, shared_seed(comm));
     StreamHandle stream_handle;
