@@ -84,10 +84,9 @@ struct BulkPair {
   uint64_t bytes;
 };
 
-// Whether a pair of `bytes` takes the copy engines: the table's choice for its size, where a slot carries at
-// least one row of data.
+// Whether a pair of `bytes` takes the copy engines: the table's choice for its size, where the area has slots.
 bool takes_copy_engines(const CollectiveContext& state, const kernels::BulkLayout& layout, uint64_t bytes) {
-  if (layout.slot_payload < layout.row_bytes) return false;
+  if (layout.slot_payload == 0) return false;  // an area too small for FIFO pieces has no slots either
   const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
                         state.max_blocks};
   BufferFacts facts{};
