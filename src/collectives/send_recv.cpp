@@ -14,9 +14,9 @@
 // moves as chunks through the receiver's pipeline area (send_recv_bulk_launch.hpp): its sends after the FIFO
 // launch, its copies on the caller's stream and their kernels on the second side stream, its receives on the side
 // stream beside them. Both sides of a pair ask the table with the pair's bytes, so they take the same path where
-// their sizes agree. A launch's bulk sends go in rank
-// order, and so do its bulk receives: a pair whose sender is busy with a lower receiver, or whose receiver with a
-// lower sender, waits only on pairs that do progress, so they never wait on each other in a cycle.
+// their sizes agree. A launch's bulk sends go in rank order, and so do its bulk receives: a pair whose sender is
+// busy with a lower receiver, or whose receiver with a lower sender, waits only on pairs that do progress, so
+// they never wait on each other in a cycle.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
