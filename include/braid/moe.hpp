@@ -14,6 +14,21 @@
 // combine still takes and returns shape.type rows (the experts' bf16 output).
 //
 // Experts are split evenly and in order: rank r holds experts [r * E / W, (r + 1) * E / W) (E a multiple of W).
+// A token's expert ids must be distinct: a repeat (an id the token named at a smaller k) is skipped and reported
+// by comm.check(), like an id outside [-1, E).
+//
+// Two layouts of the received rows (MoeShape::layout):
+//   - expert-major (the default): a row per (token, expert) pair, each local expert's rows contiguous, for grouped
+//     GEMMs; the routing counts are exchanged first, so a dispatch is two launches;
+//   - rank-major: a row per (token, destination rank), with the token's local expert ids and weights beside it
+//     (the caller permutes for its experts and reduces their outputs to one row per token before combine). A
+//     token is written once per rank however many of its experts the rank holds, and dispatch needs no count
+//     exchange: one launch, for decode batches (latency) and training batches (bytes) alike.
+//       braid::MoeBuffer moe = braid::MoeBuffer::create(comm, {.hidden = 7168, .max_tokens = 128, .top_k = 8,
+//                                                              .experts = 64, .layout = braid::MoeLayout::kRankMajor});
+//       got = moe.dispatch(x, topk_idx, topk_weights, T, nullptr, stream);
+//       // rows of source s: [s * max_tokens, + got.received_tokens[s]); experts' sums into got.combine_input
+//       moe.combine(got.combine_input, out, /*weighted=*/false, stream);
 //
 // braid/braid.hpp includes this header; the Communicator a MoeBuffer is made on is declared there.
 #pragma once
@@ -36,6 +51,12 @@ struct CollectiveContext;
 }
 class Communicator;
 
+// How dispatch lays out the rows a rank receives (see above and MoeDispatchOutput).
+enum class MoeLayout {
+  kExpertMajor,  // a row per (token, local expert) pair, grouped by expert
+  kRankMajor,    // a row per (token, destination rank), grouped by source rank, in token order
+};
+
 // What a MoeBuffer is made for. Every rank passes the same shape.
 struct MoeShape {
   size_t hidden = 0;                       // H: elements of one token row
@@ -48,49 +69,71 @@ struct MoeShape {
   DataType index_type = DataType::kInt64;  // of topk_idx: kInt32 or kInt64
   size_t max_tokens = 0;                   // most tokens one rank passes to one dispatch (T <= this)
   int top_k = 0;                           // K: experts per token, 1..kMaxTopK
-  int experts = 0;                         // E: experts in all, a multiple of the world size
+  int experts = 0;                         // E: experts in all, a multiple of the world size, at most kMoeMaxExperts
   int expert_alignment = 1;                // each local expert's block of rows starts at a multiple of this
-  // Rows of the receive buffer. 0: the worst case (worst_case_rows), so no routing can overflow it. A smaller
-  // capacity saves memory; a dispatch whose rows would not fit writes none to that rank and check() reports it.
+                                           // (expert-major; must be 1 with kRankMajor)
+  // Rows of the receive buffer (expert-major). 0: the worst case (worst_case_rows), so no routing can overflow
+  // it. A smaller capacity saves memory; a dispatch whose rows would not fit writes none to that rank and check()
+  // reports it. Must be 0 with kRankMajor, whose rows are always world * max_tokens (no routing overflows them).
   size_t capacity_rows = 0;
+  MoeLayout layout = MoeLayout::kExpertMajor;
 };
 
 constexpr int kMaxTopK = 16;
+constexpr int kMoeMaxExperts = 1024;
 constexpr size_t kMoeScaleColumns = 128;  // columns of a token row that share one scale in fp8 dispatch
 
-// What dispatch returns: views of the MoeBuffer's memory on this rank, valid until its next dispatch. Everything
-// is device memory, written by the device: read counts and offsets on the device (or after synchronising).
-// The caller may overwrite x in place (an expert writing its output there) between dispatch and combine; the
-// metadata arrays are read by combine and must be left as they are.
+// What dispatch returns: views of the MoeBuffer's memory on this rank, at the same addresses for every dispatch
+// of the buffer (a captured graph may read them), holding the last dispatch's results until the next dispatch.
+// Everything is device memory, written by the device: read counts and offsets on the device (or after
+// synchronising). Fields marked with a layout are null (0) in the other one.
+//
+// Expert-major: the caller may overwrite x in place (an expert writing its output there) between dispatch and
+// combine; the metadata arrays are read by combine and must be left as they are.
+// Rank-major: row s * max_tokens + i holds the i-th token (in token order) rank s sent this rank, for
+// i < received_tokens[s]; the contents of the other rows (and their metadata) are unspecified.
 struct MoeDispatchOutput {
-  void* x = nullptr;                        // [capacity_rows, hidden] of the dispatch type: the rows for this
-                                            // rank's experts,
-                                            // expert-major, each expert's block contiguous and ordered by
+  void* x = nullptr;                        // [capacity_rows, hidden] of the dispatch type. Expert-major: the rows
+                                            // for this rank's experts, each expert's block contiguous and ordered by
                                             // source rank, then token index, then k (the same routing gives the
-                                            // same layout every time); padding rows' contents are unspecified
+                                            // same layout every time); padding rows' contents are unspecified.
+                                            // Rank-major: the received tokens, as said above
   const float* scales = nullptr;            // fp8 dispatch: [capacity_rows, hidden / kMoeScaleColumns], each row's
                                             // scales as its token's were (padding rows' unspecified); else null
-  const int64_t* expert_counts = nullptr;   // [local_experts]: rows of each local expert
-  const int64_t* expert_offsets = nullptr;  // [local_experts + 1]: first row of each expert's block (a multiple of
-                                            // expert_alignment); the last entry is the rows in use, padding included
-  const float* weights = nullptr;           // [capacity_rows]: the routing weight of each row (0 for padding)
-  const int32_t* local_expert = nullptr;    // [capacity_rows]: the row's expert, local index; -1 for padding
+  const int64_t* expert_counts = nullptr;   // [local_experts]: rows (expert-major) or received pairs (rank-major)
+                                            // of each local expert
+  const int64_t* expert_offsets = nullptr;  // expert-major: [local_experts + 1]: first row of each expert's block (a
+                                            // multiple of expert_alignment); the last entry is the rows in use,
+                                            // padding included
+  const float* weights = nullptr;           // expert-major: [capacity_rows]: the routing weight of each row (0 for
+                                            // padding)
+  const int32_t* local_expert = nullptr;    // expert-major: [capacity_rows]: the row's expert, local index; -1 for
+                                            // padding
   const int32_t* source_rank = nullptr;     // [capacity_rows]: the rank its token came from; -1 for padding
   const int32_t* source_token = nullptr;    // [capacity_rows]: the token's index there; -1 for padding
+  // Rank-major:
+  const int64_t* received_tokens = nullptr;  // [world]: tokens received from each source rank
+  const int32_t* topk_expert = nullptr;  // [capacity_rows, top_k]: the local index of the row's token's k-th expert
+                                         // where this rank holds it, else -1 (another rank's, none, or refused)
+  const float* topk_weights = nullptr;   // [capacity_rows, top_k]: that pair's weight where topk_expert is not -1,
+                                         // else 0
+  void* combine_input = nullptr;         // [capacity_rows, hidden] of shape.type in the buffer's symmetric memory:
+                                         // write the experts' reduced rows here and pass it to combine as y to save
+                                         // combine a copy (peers read it during combine)
   size_t capacity_rows = 0;
   int local_experts = 0;
 };
 
 // Symmetric buffers for one shape class on one communicator, made once and reused by every dispatch/combine
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
-// Limits: at most 16 ranks, experts <= 1024 (moe::kMaxExperts), capacity_rows and max_tokens < 2^31.
+// Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows and max_tokens < 2^31.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
   // disagree on it.
   static MoeBuffer create(Communicator& comm, const MoeShape& shape);
-  // Receive rows that no routing can exceed: every token of every rank sent to one rank's experts,
-  // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert.
+  // Receive rows that no routing can exceed. Expert-major: every token of every rank sent to one rank's experts,
+  // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert. Rank-major: W * max_tokens.
   static size_t worst_case_rows(const MoeShape& shape, int world);
   // Symmetric memory one MoeBuffer of this shape holds on each rank (see docs/moe.md for the breakdown).
   // Validates the shape as create does (kInvalidArgument naming the field).
@@ -105,11 +148,12 @@ class MoeBuffer {
 
   // Sends each token x[t] (hidden elements of shape().type) to the ranks holding its experts topk_idx[t, 0..K)
   // (index_type; -1: no expert), once per rank however many of its experts that rank holds, and lays the rows
-  // out there expert-major. topk_weights [T, K] float32. T = num_tokens, or, when num_tokens_device is not null,
+  // out there in shape().layout. topk_weights [T, K] float32. T = num_tokens, or, when num_tokens_device is not null,
   // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size.
   // A host num_tokens above max_tokens throws at the call. Expert ids outside [-1, E) and a device T above
-  // max_tokens are refused on the device (the pair, or the rank's whole call, is skipped; combine then sums the
-  // valid pairs only) and reported by comm.check(). A rank whose rows would exceed capacity_rows receives none:
+  // max_tokens, and a token's repeated id, are refused on the device (the pair, or the rank's whole call, is
+  // skipped; combine then sums the valid pairs only) and reported by comm.check(). Expert-major: a rank whose
+  // rows would exceed capacity_rows receives none:
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
   // that rank's partials out, and comm.check() on that rank reports it. Every rank must call it, even with T = 0.
   MoeDispatchOutput dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
@@ -121,12 +165,18 @@ class MoeBuffer {
   MoeDispatchOutput dispatch(const void* x, const float* x_scales, const void* topk_idx, const float* topk_weights,
                              size_t num_tokens, const int64_t* num_tokens_device, Stream stream);
 
-  // For the tokens of the last dispatch: out[t] = sum over k of w[t, k] * y[row of (t, k)] with float32
-  // accumulation (weighted), or the plain sum (the caller applied the weights). y is [capacity_rows, hidden] in
-  // the layout dispatch returned (the experts' outputs, shape().type, also after an fp8 dispatch; y may be the
-  // dispatched x only when the dispatch moved shape().type); out is [T, hidden] on the dispatching
-  // rank; a token with no expert gets zeros. Every rank must call it; it may be called again for the same
-  // dispatch (with other y).
+  // For the tokens of the last dispatch, with float32 accumulation rounded once into out [T, hidden] (shape().type)
+  // on the dispatching rank; a token with no expert gets zeros. Every rank must call it; it may be called again
+  // for the same dispatch (with other y).
+  // Expert-major: out[t] = sum over k of w[t, k] * y[row of (t, k)] (weighted), or the plain sum (the caller
+  // applied the weights). y is [capacity_rows, hidden] in the layout dispatch returned (the experts' outputs,
+  // shape().type, also after an fp8 dispatch; y may be the dispatched x only when the dispatch moved
+  // shape().type).
+  // Rank-major: out[t] = sum over the ranks r token t went to of y on r at the row of t there; y is
+  // [capacity_rows, hidden] of shape().type, a row per received token (the caller's sum of its experts' outputs,
+  // weights applied), and weighted must be false (kInvalidArgument naming it). When y is not the dispatch's
+  // combine_input, combine first copies y's received rows there. Peers read combine_input during combine: before
+  // a second combine of one dispatch writes combine_input, every rank's first combine must have completed.
   void combine(const void* y, void* out, bool weighted, Stream stream);
 
  private:

@@ -64,6 +64,8 @@ struct Carver {
   }
 };
 
+bool rank_major(const MoeShape& shape) { return shape.layout == MoeLayout::kRankMajor; }
+
 size_t capacity_of(const MoeShape& shape, int world) {
   return shape.capacity_rows != 0 ? shape.capacity_rows : MoeBuffer::worst_case_rows(shape, world);
 }
@@ -78,17 +80,24 @@ size_t scale_bytes(const MoeShape& shape) {
 moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
+  // Pieces of the other layout take no bytes.
+  const size_t expert_major = rank_major(shape) ? 0 : 1, ranks = 1 - expert_major;
   Carver carve;
   moe::SymmetricLayout layout{};
   layout.rows = carve.take(capacity * dispatch_row_bytes(shape));
   layout.row_scales = carve.take(capacity * scale_bytes(shape));
-  layout.row_weight = carve.take(capacity * sizeof(float));
-  layout.row_expert = carve.take(capacity * sizeof(int32_t));
+  layout.row_weight = carve.take(expert_major * capacity * sizeof(float));
+  layout.row_expert = carve.take(expert_major * capacity * sizeof(int32_t));
   layout.row_rank = carve.take(capacity * sizeof(int32_t));
   layout.row_token = carve.take(capacity * sizeof(int32_t));
-  layout.records = carve.take(W * T * moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
-  layout.counts = carve.take(2 * W * (shape.experts + W) * sizeof(uint64_t));
+  layout.records = carve.take(expert_major * W * T * moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
+  layout.counts = carve.take(expert_major * 2 * W * (shape.experts + W) * sizeof(uint64_t));
   layout.combine = carve.take(W * T * row_bytes);
+  layout.topk_expert = carve.take(ranks * capacity * K * sizeof(int32_t));
+  layout.topk_weight = carve.take(ranks * capacity * K * sizeof(float));
+  layout.received = carve.take(ranks * 2 * W * sizeof(int64_t));
+  layout.block_rows = carve.take(ranks * W * moe::kScatterBlocks * sizeof(uint64_t));
+  layout.expert_pairs = carve.take(ranks * (shape.experts / std::max(world, 1)) * sizeof(uint32_t));
   layout.bytes = carve.used;
   return layout;
 }
@@ -125,6 +134,17 @@ void validate_shape(const MoeShape& shape, int world) {
                            shape.experts, world, moe::kMaxExperts);
   }
   if (shape.expert_alignment < 1) raise_invalid_argument(function, "shape.expert_alignment", "is {}; must be >= 1", shape.expert_alignment);
+  if (shape.layout != MoeLayout::kExpertMajor && shape.layout != MoeLayout::kRankMajor) {
+    raise_invalid_argument(function, "shape.layout", "is {}; must be kExpertMajor or kRankMajor", static_cast<int>(shape.layout));
+  }
+  if (rank_major(shape) && shape.expert_alignment != 1) {
+    raise_invalid_argument(function, "shape.expert_alignment", "is {}; the rank-major layout has no expert blocks (must be 1)",
+                           shape.expert_alignment);
+  }
+  if (rank_major(shape) && shape.capacity_rows != 0) {
+    raise_invalid_argument(function, "shape.capacity_rows", "is {}; the rank-major layout always holds world * max_tokens rows (must be 0)",
+                           shape.capacity_rows);
+  }
   const size_t capacity = capacity_of(shape, world);
   if (capacity > INT32_MAX) raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
@@ -135,10 +155,10 @@ void validate_shape(const MoeShape& shape, int world) {
 }
 
 std::string describe(const MoeShape& shape) {
-  return fmt::format("hidden {} type {} dispatch {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {}",
+  return fmt::format("hidden {} type {} dispatch {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {} {}",
                      shape.hidden, datatype_name(shape.type), datatype_name(dispatch_type_of(shape)),
                      datatype_name(shape.index_type), shape.max_tokens, shape.top_k, shape.experts,
-                     shape.expert_alignment, shape.capacity_rows);
+                     shape.expert_alignment, shape.capacity_rows, rank_major(shape) ? "rank-major" : "expert-major");
 }
 
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
@@ -170,6 +190,7 @@ detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const 
 size_t MoeBuffer::worst_case_rows(const MoeShape& shape, int world) {
   const size_t local = world > 0 && shape.experts > 0 ? static_cast<size_t>(shape.experts / world) : 0;
   const size_t per_token = std::min<size_t>(static_cast<size_t>(std::max(shape.top_k, 0)), local);
+  if (rank_major(shape)) return size_t(std::max(world, 0)) * shape.max_tokens;
   return size_t(world) * shape.max_tokens * per_token + local * static_cast<size_t>(std::max(shape.expert_alignment - 1, 0));
 }
 
@@ -201,6 +222,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
   Carver carve;
   const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
+  const size_t token_row = carve.take(rank_major(shape) ? W * T * sizeof(int32_t) : 0);
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
   const size_t combine_plan = carve.take(4 * sizeof(int32_t));
   const size_t tokens = carve.take(sizeof(int64_t));
@@ -231,6 +253,8 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.layout = layout;
   b.pair_slot = reinterpret_cast<int32_t*>(local + pair_slot);
   b.slot_token = reinterpret_cast<int32_t*>(local + slot_token);
+  b.token_row = reinterpret_cast<int32_t*>(local + token_row);
+  b.rank_major = rank_major(shape);
   b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
   b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
   b.combine_plan = reinterpret_cast<int32_t*>(local + combine_plan);
@@ -303,7 +327,11 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   launch.num_tokens_device = num_tokens_device;
   {
     const auto order = collectives::ordered(*state.comm, stream);
-    moe::launch_dispatch(launch, state.shape.index_type, stream);
+    if (launch.rank_major) {
+      moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
+    } else {
+      moe::launch_dispatch(launch, state.shape.index_type, stream);
+    }
     collectives::check_launch("MoE dispatch launch");
   }
   state.last_host_tokens = num_tokens;
@@ -314,11 +342,18 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   output.x = base + launch.layout.rows;
   output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
   output.expert_counts = launch.expert_counts;
-  output.expert_offsets = launch.expert_offsets;
-  output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
-  output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
   output.source_rank = moe::at_offset<int32_t>(base, launch.layout.row_rank);
   output.source_token = moe::at_offset<int32_t>(base, launch.layout.row_token);
+  if (launch.rank_major) {
+    output.received_tokens = moe::at_offset<int64_t>(base, launch.layout.received);
+    output.topk_expert = moe::at_offset<int32_t>(base, launch.layout.topk_expert);
+    output.topk_weights = moe::at_offset<float>(base, launch.layout.topk_weight);
+    output.combine_input = base + launch.layout.combine;
+  } else {
+    output.expert_offsets = launch.expert_offsets;
+    output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
+    output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
+  }
   output.capacity_rows = state.capacity;
   output.local_experts = launch.local_experts;
   return output;
@@ -329,6 +364,10 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) 
   detail::MoeState& state = checked(state_, function);
   const int device = state.comm->device;
   if (y == nullptr) raise_invalid_argument(function, "y", "is null");
+  if (state.base.rank_major && weighted) {
+    raise_invalid_argument(function, "weighted", "is true; in the rank-major layout y holds one row per token with the "
+                           "weights applied (pass false)");
+  }
   collectives::check_device_pointer(function, y, "y", device);
   const bool tokens_possible = state.last_tokens_on_device || state.last_host_tokens > 0;
   if (tokens_possible || out != nullptr) {
@@ -339,8 +378,14 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) 
   launch.y = static_cast<const char*>(y);
   launch.out = static_cast<char*>(out);
   launch.weighted = weighted;
+  const char* combine_input = static_cast<const char*>(state.memory->peer_pointers[state.memory->rank]) + launch.layout.combine;
+  launch.copy_y = launch.rank_major && launch.y != combine_input;
   const auto order = collectives::ordered(*state.comm, stream);
-  moe::launch_combine(launch, state.shape.type, stream);
+  if (launch.rank_major) {
+    moe::launch_rank_combine(launch, state.shape.type, stream);
+  } else {
+    moe::launch_combine(launch, state.shape.type, stream);
+  }
   collectives::check_launch("MoE combine launch");
 }
 

@@ -41,24 +41,21 @@ constexpr unsigned int kFullWarp = 0xffffffffu;
 
 __device__ __forceinline__ unsigned int lane() { return threadIdx.x & 31u; }
 
-// T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
-__device__ inline size_t call_tokens(const MoeLaunch& launch) {
-  int64_t tokens = launch.num_tokens_device != nullptr ? *launch.num_tokens_device : static_cast<int64_t>(launch.num_tokens);
-  if (tokens < 0 || static_cast<uint64_t>(tokens) > launch.max_tokens) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) {
-      device::record_data_error(launch.pad, device::kErrorTooManyTokens, launch.dispatch_id, -1, tokens,
-                                static_cast<long long>(launch.max_tokens));
-    }
-    tokens = 0;
-  }
-  return static_cast<size_t>(tokens);
-}
-
 // A token's expert ids as loaded, at most kMaxTopK int64.
 constexpr int kRawVectors = kMaxTopK * sizeof(int64_t) / 16;
 struct RawIds {
   uint4 v[kRawVectors];
 };
+
+// Token t's ids as the routing uses them (decode_expert_ids, moe_layout.cuh), from its raw ids.
+template <typename Index>
+__device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
+                                           bool reporter, int32_t (&ids)[kMaxTopK]) {
+  int64_t loaded[kMaxTopK];
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < launch.top_k && t < tokens ? reinterpret_cast<const Index*>(raw.v)[k] : -1;
+  decode_expert_ids(launch, loaded, t, reporter, ids);
+}
 
 template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
@@ -94,19 +91,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
   };
-  // ids outside [-1, E) become -1 here, reported once; pairs past K and tokens past T are -1.
   auto decode = [&](size_t t, const RawIds& raw, int32_t (&ids)[kMaxTopK]) {
-    const Index* loaded = reinterpret_cast<const Index*>(raw.v);
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) {
-      const int64_t e = k < K && t < tokens ? static_cast<int64_t>(loaded[k]) : -1;
-      if (e < -1 || e >= launch.experts) {
-        if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
-        ids[k] = -1;
-      } else {
-        ids[k] = static_cast<int32_t>(e);
-      }
-    }
+    decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
   // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
@@ -271,6 +257,13 @@ __device__ __forceinline__ void for_each_sent_pass(const MoeLaunch& launch, cons
     if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
       pair = sent_pair<Index>(launch, layout, i, r, k, weights);
     }
+    // A repeat of an id the token named at a smaller k has no row (the route skipped and reported it).
+    bool repeated = false;
+    for (int j = 0; j < K; ++j) {
+      const int other = __shfl_sync(kFullWarp, pair.expert, (group * K + j) & 31);
+      repeated |= j < k && other == pair.expert && pair.expert >= 0;
+    }
+    if (repeated) pair.expert = -1, pair.row = -1;
     visit(first, pair, __ballot_sync(kFullWarp, pair.row >= 0));
   }
 }

@@ -12,5 +12,8 @@ constexpr int kReduceBlocks = 264;
 
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
+// The rank-major layout (moe_rank_major.cu): one launch each.
+void launch_rank_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
+void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
 
 }  // namespace braid::moe

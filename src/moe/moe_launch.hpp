@@ -10,11 +10,12 @@
 #include <cstdint>
 
 #include "braid/device/sync_device.hpp"
+#include "braid/moe.hpp"
 
 namespace braid::moe {
 
 constexpr int kMaxWorld = 16;
-constexpr int kMaxExperts = 1024;  // the layout of every rank's experts is computed in shared memory
+constexpr int kMaxExperts = kMoeMaxExperts;  // the layout of every rank's experts is computed in shared memory
 constexpr int kMoeThreads = 512;
 constexpr int kMoeWarps = kMoeThreads / 32;
 // Dispatch's scatter and combine's send launch up to this many blocks on every rank (two per multiprocessor at
@@ -33,19 +34,30 @@ constexpr size_t kSliceBytes = 2048;
 // here, [2, 2 + K) those rows in the order of k, then their weights (float bits), then their local experts.
 __host__ __device__ constexpr size_t record_words(int top_k) { return 2 + 3 * static_cast<size_t>(top_k); }
 
-// One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base.
+// One rank's view of the symmetric area, as byte offsets (the same on every rank) from its base. Pieces one
+// layout does not use are empty.
 struct SymmetricLayout {
   size_t rows;           // [capacity][hidden] elements of the dispatch type
   size_t row_scales;     // float[capacity][hidden / kMoeScaleColumns] with fp8 dispatch (else an empty piece)
-  size_t row_weight;     // float[capacity]
-  size_t row_expert;     // int32[capacity]: local expert, -1 padding
+  size_t row_weight;     // float[capacity] (expert-major)
+  size_t row_expert;     // int32[capacity]: local expert, -1 padding (expert-major)
   size_t row_rank;       // int32[capacity]: source rank, -1 padding
   size_t row_token;      // int32[capacity]: source token, -1 padding
   size_t records;        // int32[world][max_tokens][record_words]: per (source, received token) its record
+                         // (expert-major)
   size_t counts;         // uint64[2][world][experts + world]: each source's expert counts and token-per-rank
-                         // counts, tagged with its dispatch number (moe_layout.cuh)
-  size_t combine;        // [world][max_tokens][hidden] elements of the row type: each expert rank's partial sum of
-                         // each token
+                         // counts, tagged with its dispatch number (moe_layout.cuh; expert-major)
+  size_t combine;        // [world][max_tokens][hidden] elements of the row type. Expert-major: each expert rank's
+                         // partial sum of each token of this rank. Rank-major: this rank's combine input, a row per
+                         // received token (combine_input), which the token's source reads
+  size_t topk_expert;    // rank-major: int32[capacity][top_k], the row's local experts (-1: none here)
+  size_t topk_weight;    // rank-major: float[capacity][top_k]
+  size_t received;       // rank-major: int64[world] tokens each source sent here in the last dispatch, then
+                         // int64[world] each source's T
+  size_t block_rows;     // rank-major: int64[world][blocks]: the rows (first << 32 | count) block b of each source
+                         // wrote here in the last dispatch, which that source's block b reads back in combine
+  size_t expert_pairs;   // rank-major: uint32[local experts]: pairs each source added for this dispatch (the last
+                         // block moves them to expert_counts and clears them)
   size_t bytes;          // all of it
 };
 
@@ -71,6 +83,7 @@ struct MoeLaunch {
   // Local memory.
   int32_t* pair_slot;        // [max_tokens][top_k]: index of the pair among this rank's pairs of its expert
   int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
+  int32_t* token_row;        // rank-major: [world][max_tokens]: the row of token t in that rank's region for this rank
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
   int32_t* combine_plan;     // [4]: blocks of combine's send with work after the last dispatch (the same on every
@@ -84,6 +97,8 @@ struct MoeLaunch {
   unsigned int* blocks_done;  // the last block of a scatter advances epoch
   unsigned long long* combine_claims;  // [1]: pieces of tokens combine's send groups have claimed (reduce resets it)
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
+  bool rank_major;            // MoeLayout::kRankMajor
+  bool copy_y;                // rank-major combine: y is not combine_input, so combine copies it there first
   device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
   unsigned int dispatch_id, combine_id;  // collective ids for error reports
 };

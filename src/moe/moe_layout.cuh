@@ -12,6 +12,19 @@ __device__ __forceinline__ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+// T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
+__device__ inline size_t call_tokens(const MoeLaunch& launch) {
+  int64_t tokens = launch.num_tokens_device != nullptr ? *launch.num_tokens_device : static_cast<int64_t>(launch.num_tokens);
+  if (tokens < 0 || static_cast<uint64_t>(tokens) > launch.max_tokens) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      device::record_data_error(launch.pad, device::kErrorTooManyTokens, launch.dispatch_id, -1, tokens,
+                                static_cast<long long>(launch.max_tokens));
+    }
+    tokens = 0;
+  }
+  return static_cast<size_t>(tokens);
+}
+
 // Rows rounded up to the expert alignment; a 64-bit division (a long software sequence on the GPU) only for an
 // alignment that is not a power of two.
 __device__ __forceinline__ int64_t align_rows(int64_t rows, int alignment) {
@@ -51,6 +64,31 @@ struct ExpertRanks {
 template <typename Index>
 __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, int k) {
   return static_cast<int64_t>(static_cast<const Index*>(launch.topk_idx)[t * launch.top_k + k]);
+}
+
+// The ids of token t as every routing step uses them: `loaded` (-1 past K) with an id outside [-1, E) and the
+// repeat of an id the token named at a smaller k replaced by -1 ("no expert"); the `reporter` records each.
+__device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK], size_t t,
+                                                  bool reporter, int32_t (&ids)[kMaxTopK]) {
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) {
+    const int64_t e = loaded[k];
+    bool repeated = false;
+#pragma unroll
+    for (int j = 0; j < k; ++j) repeated |= e >= 0 && loaded[j] == e;
+    if (e < -1 || e >= launch.experts) {
+      if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
+      ids[k] = -1;
+    } else if (repeated) {
+      if (reporter) {
+        device::record_data_error(launch.pad, device::kErrorRepeatedExpert, launch.dispatch_id, -1, e,
+                                  static_cast<long long>(t));
+      }
+      ids[k] = -1;
+    } else {
+      ids[k] = static_cast<int32_t>(e);
+    }
+  }
 }
 
 // Where every expert's rows start on its rank, where this rank's pairs start inside each block, and how many

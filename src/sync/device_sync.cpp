@@ -166,6 +166,11 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
     case device::kErrorBadExpert:
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given expert id {}; ids must be in [-1, {}) (the pair was skipped)",
             name, seen.rank, seen.value, seen.limit);
+    case device::kErrorRepeatedExpert:
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was given expert id {} twice for token {}; a token's expert ids must be distinct (the "
+            "repeated pair was skipped)",
+            name, seen.rank, seen.value, seen.limit);
     case device::kErrorTooManyTokens:
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given {} tokens; the buffer holds at most {} (nothing was sent)",
             name, seen.rank, seen.value, seen.limit);

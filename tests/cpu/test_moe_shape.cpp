@@ -102,6 +102,33 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape.dispatch_type = DataType::kFloat8E4M3;
   shape.hidden = 7168 + 64;  // not a multiple of the 128 columns a scale covers
   expect_refused(shape, "hidden");
+  shape = deepseek_like();
+  shape.layout = MoeLayout::kRankMajor;
+  shape.expert_alignment = 128;  // no expert blocks to align
+  expect_refused(shape, "expert_alignment");
+  shape.expert_alignment = 1;
+  shape.capacity_rows = 1000;  // always world * max_tokens rows
+  expect_refused(shape, "capacity_rows");
+  shape.capacity_rows = 0;
+  shape.layout = static_cast<MoeLayout>(5);
+  expect_refused(shape, "layout");
+}
+
+TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {
+  MoeShape shape = deepseek_like();
+  shape.layout = MoeLayout::kRankMajor;
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 4), size_t(4) * 4096);
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 16), size_t(16) * 4096);
+  // The rows and the combine input, a row per (source, token) each, dominate; top_k experts and weights per row
+  // and the small pieces add the rest.
+  const size_t row_bytes = 7168 * 2, rows = size_t(4) * 4096;
+  const size_t bytes = MoeBuffer::symmetric_bytes(shape, 4);
+  const size_t dominant = 2 * rows * row_bytes;
+  EXPECT_GE(bytes, dominant + rows * 8 * 8);
+  EXPECT_LE(bytes, dominant + dominant / 50);
+  // A fraction of the expert-major worst case (a token once per rank, not once per expert).
+  MoeShape expert_major = deepseek_like();
+  EXPECT_LT(bytes, MoeBuffer::symmetric_bytes(expert_major, 4) / 3);
 }
 
 }  // namespace

@@ -25,4 +25,14 @@ cudaError_t moe_expert_rows(DataType in_type, const void* x, const float* x_scal
                             DataType out_type, void* y, const int32_t* local_expert, const int64_t* rows_in_use,
                             size_t capacity_rows, size_t hidden, int local_experts, cudaStream_t stream);
 
+// The rank-major layout's expert: for every row s * rows_per_source + i with i < received_tokens[s] (device
+// int64[world]), y[row][h] = the float32 sum, in order of k, of w_k * moe_expert_scale(topk_expert[row][k]) *
+// x[row][h] * s over the row's k with topk_expert in [0, local_experts) (each term rounded to out_type, the sum
+// once; w_k = topk_weights[row][k], or 1 when topk_weights is null): the per-rank partial an expert-major combine
+// computes. NaN in every other row. x, x_scales and y as for moe_expert_rows; y may not be x.
+cudaError_t moe_expert_tokens(DataType in_type, const void* x, const float* x_scales, size_t scale_columns,
+                              DataType out_type, void* y, const int32_t* topk_expert, const float* topk_weights, int top_k,
+                              size_t rows_per_source, const int64_t* received_tokens, int world, size_t hidden,
+                              int local_experts, cudaStream_t stream);
+
 }  // namespace braid::testing

@@ -113,15 +113,17 @@ constexpr Config kConfigs[] = {
     {DataType::kFloat32, DataType::kInt64, 512, 1, 16, 8, 80, DataType::kFloat8E4M3},
 };
 
-MoeShape make_shape(const Config& c, int world) {
+// `layout`: kRankMajor takes the config with expert_alignment 1 (the layout has no expert blocks).
+MoeShape make_shape(const Config& c, int world, MoeLayout layout = MoeLayout::kExpertMajor) {
   MoeShape shape;
+  shape.layout = layout;
   shape.hidden = c.hidden;
   shape.type = c.type;
   shape.index_type = c.index_type;
   shape.max_tokens = c.max_tokens;
   shape.top_k = c.top_k;
   shape.experts = (c.experts + world - 1) / world * world;
-  shape.expert_alignment = c.alignment;
+  shape.expert_alignment = layout == MoeLayout::kRankMajor ? 1 : c.alignment;
   shape.dispatch_type = c.dispatch_type;
   return shape;
 }
@@ -129,10 +131,12 @@ MoeShape make_shape(const Config& c, int world) {
 DataType dispatch_type_of(const MoeShape& s) { return s.dispatch_type.value_or(s.type); }
 size_t scales_per_row(const MoeShape& s) { return s.dispatch_type ? s.hidden / kMoeScaleColumns : 0; }
 
+bool rank_major(const MoeShape& s) { return s.layout == MoeLayout::kRankMajor; }
+
 std::string describe(const MoeShape& s) {
-  char text[240];
-  std::snprintf(text, sizeof text, "%s%s%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
-                datatype_name(s.type), s.dispatch_type ? " dispatched as " : "",
+  char text[260];
+  std::snprintf(text, sizeof text, "%s %s%s%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
+                rank_major(s) ? "rank-major" : "expert-major", datatype_name(s.type), s.dispatch_type ? " dispatched as " : "",
                 s.dispatch_type ? datatype_name(*s.dispatch_type) : "", s.hidden, s.top_k, s.experts, s.expert_alignment, s.max_tokens,
                 datatype_name(s.index_type), s.capacity_rows);
   return text;
@@ -335,8 +339,27 @@ bool sends(const MoeShape& s, const Round& round, int rank) {
   return round.device_tokens.empty() || round.device_tokens[rank] <= static_cast<int64_t>(s.max_tokens);
 }
 
-bool has_invalid_ids(const MoeShape& s, const RankInput& in) {
-  return std::any_of(in.ids.begin(), in.ids.end(), [&](int64_t id) { return id != -1 && !valid_id(id, s.experts); });
+// Token t's k-th id as dispatch takes it: -1 for "no expert", for an id outside [-1, E) and for the repeat of an id
+// the token named at a smaller k (both refused).
+int64_t effective_id(const MoeShape& s, const RankInput& in, size_t t, int k) {
+  const int K = s.top_k;
+  const int64_t id = in.ids[t * K + k];
+  if (!valid_id(id, s.experts)) return -1;
+  for (int j = 0; j < k; ++j) {
+    if (in.ids[t * K + j] == id) return -1;
+  }
+  return id;
+}
+
+// Ids dispatch refuses and check() reports: outside [-1, E), or a token's repeat.
+bool has_refused_ids(const MoeShape& s, const RankInput& in) {
+  for (size_t t = 0; t < in.tokens; ++t) {
+    for (int k = 0; k < s.top_k; ++k) {
+      const int64_t id = in.ids[t * s.top_k + k];
+      if (id != -1 && effective_id(s, in, t, k) == -1) return true;
+    }
+  }
+  return false;
 }
 
 struct RowRef {
@@ -364,7 +387,7 @@ DispatchRef dispatch_reference(const MoeShape& s, int world, const Round& round,
       const RankInput& in = round.inputs[source];
       for (size_t t = 0; t < in.tokens; ++t) {
         for (int k = 0; k < K; ++k) {
-          if (in.ids[t * K + k] == expert) ref.rows.push_back(RowRef{source, static_cast<int64_t>(t), k, j});
+          if (effective_id(s, in, t, k) == expert) ref.rows.push_back(RowRef{source, static_cast<int64_t>(t), k, j});
         }
       }
     }
@@ -382,11 +405,12 @@ size_t rows_needed(const MoeShape& s, int world, const Round& round, int me) {
 // What check() must raise on `me` after the round: refused ids it sent, a refused T, or rows above its capacity.
 bool must_raise(const MoeShape& s, int world, size_t capacity, const Round& round, int me) {
   if (!sends(s, round, me)) return true;
-  if (has_invalid_ids(s, round.inputs[me])) return true;
-  return rows_needed(s, world, round, me) > capacity;
+  if (has_refused_ids(s, round.inputs[me])) return true;
+  return !rank_major(s) && rows_needed(s, world, round, me) > capacity;
 }
 
 bool any_overflow(const MoeShape& s, int world, size_t capacity, const Round& round) {
+  if (rank_major(s)) return false;  // world * max_tokens rows hold every routing
   for (int r = 0; r < world; ++r) {
     if (rows_needed(s, world, round, r) > capacity) return true;
   }
@@ -524,6 +548,19 @@ class Rig {
                               : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream);
     }
     remember(view);
+    if (rank_major(shape_)) {
+      // The experts' sums straight into combine_input (no copy in combine), or into a buffer of the test's.
+      void* y = round.in_place_expert ? view.combine_input : y_.get();
+      cuda_check(moe_expert_tokens(dispatch_type_, view.x, view.scales, kMoeScaleColumns, shape_.type, y, view.topk_expert,
+                                   round.weighted ? view.topk_weights : nullptr, shape_.top_k, shape_.max_tokens,
+                                   view.received_tokens, world_, shape_.hidden, L_, stream),
+                 "expert kernel launch");
+      for (int c = 0; c < repeats.combines; ++c) {
+        maybe_pause();
+        moe_.combine(y, out_.get(), false, stream);
+      }
+      return view;
+    }
     void* y = round.in_place_expert ? view.x : y_.get();
     cuda_check(moe_expert_rows(dispatch_type_, view.x, view.scales, kMoeScaleColumns, shape_.type, y, view.local_expert,
                                view.expert_offsets + L_, view.capacity_rows, shape_.hidden, L_, stream),
@@ -545,7 +582,11 @@ class Rig {
       outcome.error = error;
     }
     if (outcome.error && outcome.error->code() == ErrorCode::kTimeout) return outcome;  // nothing more to learn
-    compare_dispatch(round, view, outcome.problems);
+    if (rank_major(shape_)) {
+      compare_rank_major_dispatch(round, view, outcome.problems);
+    } else {
+      compare_dispatch(round, view, outcome.problems);
+    }
     const bool overflowed = any_overflow(shape_, world_, capacity_, round);
     if (sends(shape_, round, me_) && !overflowed) compare_combine(round, outcome.problems);
     return outcome;
@@ -600,6 +641,13 @@ class Rig {
     return judge(round, run(round, repeats), failed_rounds);
   }
 
+  // out's rows [0, tokens) as combine left them (after the stream synchronised).
+  std::vector<unsigned char> out_rows(size_t tokens) {
+    std::vector<unsigned char> out(tokens * out_row_bytes_);
+    if (!out.empty()) cuda_check(cudaMemcpy(out.data(), out_.get(), out.size(), cudaMemcpyDeviceToHost), "cudaMemcpy (out)");
+    return out;
+  }
+
  private:
   void remember(const MoeDispatchOutput& view) {
     for (const MoeDispatchOutput& known : views_) {
@@ -627,6 +675,110 @@ class Rig {
     set(v.source_token, rows * sizeof(int32_t));
     set(v.expert_counts, static_cast<size_t>(L_) * sizeof(int64_t));
     set(v.expert_offsets, static_cast<size_t>(L_ + 1) * sizeof(int64_t));
+    set(v.received_tokens, static_cast<size_t>(world_) * sizeof(int64_t));
+    set(v.topk_expert, rows * shape_.top_k * sizeof(int32_t));
+    set(v.topk_weights, rows * shape_.top_k * sizeof(float));
+    set(v.combine_input, rows * out_row_bytes_);
+  }
+
+  // Which view fields are set: those of the buffer's layout, and no others (moe.hpp).
+  void compare_fields(const MoeDispatchOutput& v, Problems& problems) {
+    const bool rank = rank_major(shape_);
+    auto field = [&](const char* name, const void* p, bool wanted) {
+      if ((p != nullptr) != wanted) problems.add(std::string("MoeDispatchOutput::") + name + (wanted ? " is null" : " is set"));
+    };
+    field("x", v.x, true);
+    field("expert_counts", v.expert_counts, true);
+    field("source_rank", v.source_rank, true);
+    field("source_token", v.source_token, true);
+    field("scales", v.scales, scale_count_ > 0);
+    field("expert_offsets", v.expert_offsets, !rank);
+    field("weights", v.weights, !rank);
+    field("local_expert", v.local_expert, !rank);
+    field("received_tokens", v.received_tokens, rank);
+    field("topk_expert", v.topk_expert, rank);
+    field("topk_weights", v.topk_weights, rank);
+    field("combine_input", v.combine_input, rank);
+  }
+
+  // Rank-major: received_tokens, expert_counts (pairs per local expert), and every row s * max_tokens + i with
+  // i < received_tokens[s]: bit for bit source s's i-th token for this rank (in token order), its source rank and
+  // token, its top_k local experts (-1 where not here) and weights (0 there), and its scales with fp8 dispatch.
+  void compare_rank_major_dispatch(const Round& round, const MoeDispatchOutput& view, Problems& problems) {
+    compare_fields(view, problems);
+    const size_t K = static_cast<size_t>(shape_.top_k), M = shape_.max_tokens, rows = M * world_;
+    if (view.capacity_rows != rows || capacity_ != rows) {
+      problems.add("capacity_rows " + std::to_string(view.capacity_rows) + " (buffer " + std::to_string(capacity_) +
+                   "), expected world * max_tokens = " + std::to_string(rows));
+      return;
+    }
+    const std::vector<int64_t> received = download(view.received_tokens, world_);
+    const std::vector<int64_t> counts = download(view.expert_counts, L_);
+    std::vector<unsigned char> x(rows * row_bytes_);
+    cuda_check(cudaMemcpyAsync(x.data(), view.x, x.size(), cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    const std::vector<int32_t> experts = download(view.topk_expert, rows * K);
+    const std::vector<float> weights = download(view.topk_weights, rows * K);
+    const std::vector<int32_t> source_rank = download(view.source_rank, rows);
+    const std::vector<int32_t> source_token = download(view.source_token, rows);
+    const std::vector<float> scales = view.scales == nullptr ? std::vector<float>() : download(view.scales, rows * scale_count_);
+    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize (download)");
+    std::vector<int64_t> want_counts(L_, 0);
+    size_t bad_rows = 0;
+    std::string first_bad;
+    for (int source = 0; source < world_; ++source) {
+      std::vector<size_t> tokens;  // source's tokens with an expert here, in order
+      const RankInput& in = round.inputs[source];
+      if (sends(shape_, round, source)) {
+        for (size_t t = 0; t < in.tokens; ++t) {
+          bool here = false;
+          for (size_t k = 0; k < K; ++k) {
+            const int64_t id = effective_id(shape_, in, t, static_cast<int>(k));
+            if (id >= 0 && id / L_ == me_) {
+              here = true;
+              ++want_counts[id % L_];
+            }
+          }
+          if (here) tokens.push_back(t);
+        }
+      }
+      if (received[source] != static_cast<int64_t>(tokens.size())) {
+        problems.add("received_tokens[" + std::to_string(source) + "]: expected " + std::to_string(tokens.size()) + ", got " +
+                     std::to_string(received[source]));
+        continue;
+      }
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        const size_t t = tokens[i], row = source * M + i;
+        std::string wrong;
+        if (std::memcmp(x.data() + row * row_bytes_, in.x.data() + t * row_bytes_, row_bytes_) != 0) wrong += " data";
+        if (source_rank[row] != source || source_token[row] != static_cast<int32_t>(t)) {
+          wrong += " source (rank " + std::to_string(source_rank[row]) + " token " + std::to_string(source_token[row]) + ")";
+        }
+        for (size_t k = 0; k < K; ++k) {
+          const int64_t id = effective_id(shape_, in, t, static_cast<int>(k));
+          const bool here = id >= 0 && id / L_ == me_;
+          const int32_t want_expert = here ? static_cast<int32_t>(id % L_) : -1;
+          const float want_weight = here ? in.weights[t * K + k] : 0.0f;
+          if (experts[row * K + k] != want_expert || std::memcmp(&weights[row * K + k], &want_weight, sizeof(float)) != 0) {
+            wrong += " pair " + std::to_string(k) + " (expert " + std::to_string(experts[row * K + k]) + ", expected " +
+                     std::to_string(want_expert) + ")";
+          }
+        }
+        if (scale_count_ > 0 && std::memcmp(scales.data() + row * scale_count_, in.scales.data() + t * scale_count_,
+                                            scale_count_ * sizeof(float)) != 0) {
+          wrong += " scales";
+        }
+        if (!wrong.empty() && bad_rows++ == 0) {
+          first_bad = "row " + std::to_string(row) + " (rank " + std::to_string(source) + " token " + std::to_string(t) + "):" + wrong;
+        }
+      }
+    }
+    if (bad_rows > 0) problems.add(std::to_string(bad_rows) + " received row(s) wrong, first " + first_bad);
+    for (int j = 0; j < L_; ++j) {
+      if (counts[j] != want_counts[j]) {
+        problems.add("expert_counts[" + std::to_string(j) + "]: expected " + std::to_string(want_counts[j]) + ", got " +
+                     std::to_string(counts[j]));
+      }
+    }
   }
 
   template <typename T>
@@ -653,6 +805,7 @@ class Rig {
   }
 
   void compare_dispatch(const Round& round, const MoeDispatchOutput& view, Problems& problems) {
+    compare_fields(view, problems);
     const DispatchRef ref = dispatch_reference(shape_, world_, round, me_);
     const size_t K = static_cast<size_t>(shape_.top_k);
     if (view.capacity_rows != capacity_) {
@@ -781,9 +934,9 @@ class Rig {
     for (size_t t = 0; t < in.tokens; ++t) {
       std::set<int64_t> owners;
       for (size_t k = 0; k < K; ++k) {
-        const int64_t id = in.ids[t * K + k];
+        const int64_t id = effective_id(shape_, in, t, static_cast<int>(k));
         factor[k] = 0;
-        if (!valid_id(id, shape_.experts)) continue;
+        if (id < 0) continue;
         owners.insert(id / L_);
         factor[k] = (round.weighted ? static_cast<double>(in.weights[t * K + k]) : 1.0) *
                     moe_expert_scale(static_cast<int>(id % L_));
@@ -891,13 +1044,13 @@ std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
 // Every matrix round of the configurations `configs` (indices into kConfigs), round i called as repeats_of(i,
 // the shared seed) says; fails the test when a round is wrong.
 void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t seed_offset,
-                const std::function<Repeats(size_t, uint64_t)>& repeats_of) {
+                const std::function<Repeats(size_t, uint64_t)>& repeats_of, MoeLayout layout = MoeLayout::kExpertMajor) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream;
   size_t failed = 0, rounds = 0;
   for (size_t c : configs) {
-    const MoeShape shape = make_shape(kConfigs[c], world);
+    const MoeShape shape = make_shape(kConfigs[c], world, layout);
     Rig rig(comm, shape, stream.get());
     const std::vector<Round> all = matrix_rounds(shape, world, mix64(seed + seed_offset + c));
     for (size_t i = 0; i < all.size(); ++i) {
@@ -917,20 +1070,34 @@ TEST(Moe, DispatchAndCombineMatchTheReference) {
   });
 }
 
+// The rank-major layout over the same matrix (expert_alignment 1); "the expert writes over the dispatched rows"
+// becomes "the experts' sums go straight into combine_input" (combine copies nothing).
+TEST(MoeRankMajor, DispatchAndCombineMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    std::vector<size_t> every(std::size(kConfigs));
+    std::iota(every.begin(), every.end(), size_t(0));
+    run_matrix(comm, every, 0x4A4Eull, [](size_t, uint64_t) { return Repeats{}; }, MoeLayout::kRankMajor);
+  });
+}
+
 // Dispatch after dispatch and combine after combine: each such call passes the entry barrier that a dispatch
 // followed by a combine makes needless (a peer may still be in the last call of the same kind). Every rank must
 // take the same decision, or a wait is never matched (a timeout here), and the last dispatch's and combine's
 // outputs must be right. Ranks pause differently between calls, so they drift apart.
+Repeats skewed_repeats(size_t i, uint64_t seed) {
+  Repeats repeats;
+  repeats.dispatches = 1 + static_cast<int>(i % 3);
+  repeats.combines = 1 + static_cast<int>((i / 3) % 3);
+  repeats.pause_seed = mix64(seed ^ (0x5EEDull + i));
+  return repeats;
+}
+
 TEST(Moe, RepeatedDispatchesAndCombinesWithRankSkew) {
-  with_communicator([](Communicator& comm) {
-    run_matrix(comm, {0, 5}, 0xD15Cull, [](size_t i, uint64_t seed) {
-      Repeats repeats;
-      repeats.dispatches = 1 + static_cast<int>(i % 3);
-      repeats.combines = 1 + static_cast<int>((i / 3) % 3);
-      repeats.pause_seed = mix64(seed ^ (0x5EEDull + i));
-      return repeats;
-    });
-  });
+  with_communicator([](Communicator& comm) { run_matrix(comm, {0, 5}, 0xD15Cull, skewed_repeats); });
+}
+
+TEST(MoeRankMajor, RepeatedDispatchesAndCombinesWithRankSkew) {
+  with_communicator([](Communicator& comm) { run_matrix(comm, {0, 5, 11}, 0xD15Cull, skewed_repeats, MoeLayout::kRankMajor); });
 }
 
 // ---- T on the device ----
@@ -950,19 +1117,25 @@ std::vector<Round> device_token_rounds(const MoeShape& s, int world, uint64_t se
   return rounds;
 }
 
+void token_count_on_the_device(Communicator& comm, MoeLayout layout) {
+  const int world = comm.size();
+  const uint64_t seed = shared_seed(comm);
+  StreamHandle stream;
+  const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt32, 128, 4, 16, 16, 128}, world, layout);
+  Rig rig(comm, shape, stream.get());
+  size_t failed = 0;
+  const std::vector<Round> rounds = device_token_rounds(shape, world, seed, 8);
+  for (const Round& round : rounds) rig.run_and_judge(round, failed);
+  EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds.size() << " rounds wrong";
+  comm.barrier();
+}
+
 TEST(Moe, TokenCountOnTheDevice) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    StreamHandle stream;
-    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt32, 128, 4, 16, 16, 128}, world);
-    Rig rig(comm, shape, stream.get());
-    size_t failed = 0;
-    const std::vector<Round> rounds = device_token_rounds(shape, world, seed, 8);
-    for (const Round& round : rounds) rig.run_and_judge(round, failed);
-    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds.size() << " rounds wrong";
-    comm.barrier();
-  });
+  with_communicator([](Communicator& comm) { token_count_on_the_device(comm, MoeLayout::kExpertMajor); });
+}
+
+TEST(MoeRankMajor, TokenCountOnTheDevice) {
+  with_communicator([](Communicator& comm) { token_count_on_the_device(comm, MoeLayout::kRankMajor); });
 }
 
 // ---- CUDA graphs ----
@@ -1010,31 +1183,42 @@ Round replay_round(const MoeShape& s, int world, uint64_t seed, int r) {
 }
 
 // dispatch (T on the device) + the expert kernel + weighted combine in one graph, replayed 100 times with the
-// ids, weights, rows and device T rewritten between replays (copies on the stream, outside the graph).
+// ids, weights, rows and device T rewritten between replays (copies on the stream, outside the graph), each
+// checked; then 1,000 replays back to back on one routing, checked at the end.
+void replays_with_changing_routing(Communicator& comm, MoeLayout layout) {
+  const int world = comm.size();
+  const uint64_t seed = shared_seed(comm);
+  constexpr int kReplays = 100, kBackToBack = 1000;
+  StreamHandle stream;
+  const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 32, 128}, world, layout);
+  Rig rig(comm, shape, stream.get());
+  size_t failed = 0;
+  // One eager round first, then the capture (the two-buffer test captures a first use).
+  const Round first = replay_round(shape, world, mix64(seed ^ 0xF1F1ull), 0);
+  rig.run_and_judge(first, failed);
+  GraphHandles graph;
+  rig.prepare(first);
+  const MoeDispatchOutput view = capture(rig, first, graph);  // nothing runs while capturing
+  for (int r = 0; r < kReplays; ++r) {
+    const Round round = replay_round(shape, world, seed, r);
+    rig.prepare(round);
+    cuda_check(cudaGraphLaunch(graph.exec, rig.stream()), "cudaGraphLaunch");
+    rig.judge(round, rig.finish(round, view), failed);
+  }
+  const Round last = replay_round(shape, world, mix64(seed ^ 0x1000ull), 5);
+  rig.prepare(last);
+  for (int r = 0; r < kBackToBack; ++r) cuda_check(cudaGraphLaunch(graph.exec, rig.stream()), "cudaGraphLaunch");
+  rig.judge(last, rig.finish(last, view), failed);
+  EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << kReplays + 2 << " checked rounds wrong";
+  comm.barrier();
+}
+
 TEST(MoeGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    constexpr int kReplays = 100;
-    StreamHandle stream;
-    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 32, 128}, world);
-    Rig rig(comm, shape, stream.get());
-    size_t failed = 0;
-    // One eager round first, then the capture (the two-buffer test captures a first use).
-    const Round first = replay_round(shape, world, mix64(seed ^ 0xF1F1ull), 0);
-    rig.run_and_judge(first, failed);
-    GraphHandles graph;
-    rig.prepare(first);
-    const MoeDispatchOutput view = capture(rig, first, graph);  // nothing runs while capturing
-    for (int r = 0; r < kReplays; ++r) {
-      const Round round = replay_round(shape, world, seed, r);
-      rig.prepare(round);
-      cuda_check(cudaGraphLaunch(graph.exec, rig.stream()), "cudaGraphLaunch");
-      rig.judge(round, rig.finish(round, view), failed);
-    }
-    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << kReplays + 1 << " rounds wrong";
-    comm.barrier();
-  });
+  with_communicator([](Communicator& comm) { replays_with_changing_routing(comm, MoeLayout::kExpertMajor); });
+}
+
+TEST(MoeRankMajorGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
+  with_communicator([](Communicator& comm) { replays_with_changing_routing(comm, MoeLayout::kRankMajor); });
 }
 
 // Two MoeBuffers of different shapes, each captured at its first use in a graph on its own stream; the two graphs
@@ -1042,12 +1226,14 @@ TEST(MoeGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
 // Two buffers of one communicator (bf16 with int64 ids, float32 with int32 ids), each driven on its own stream,
 // both in flight before either is waited for; every round of both is checked. `graphs`: each buffer's round
 // captured once and replayed with new routing, else enqueued eagerly with pauses that differ between ranks.
-void two_buffers_on_two_streams(Communicator& comm, int iterations, bool graphs) {
+// `layout_b`: the second buffer's layout.
+void two_buffers_on_two_streams(Communicator& comm, int iterations, bool graphs,
+                                MoeLayout layout_b = MoeLayout::kExpertMajor) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream_a, stream_b;
   const MoeShape shape_a = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 1, 64}, world);
-  const MoeShape shape_b = make_shape({DataType::kFloat32, DataType::kInt32, 72, 2, 16, 16, 96}, world);
+  const MoeShape shape_b = make_shape({DataType::kFloat32, DataType::kInt32, 72, 2, 16, 16, 96}, world, layout_b);
   Rig a(comm, shape_a, stream_a.get());
   Rig b(comm, shape_b, stream_b.get());
   auto round_a = [&](int i) { return replay_round(shape_a, world, mix64(seed ^ 0xAAull), i); };
@@ -1089,6 +1275,54 @@ TEST(MoeGraph, TwoBuffersInTwoGraphsOnTwoStreamsAtOnce) {
   with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, true); });
 }
 
+TEST(MoeRankMajorGraph, ExpertMajorAndRankMajorBuffersInTwoGraphsAtOnce) {
+  with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, true, MoeLayout::kRankMajor); });
+}
+
+TEST(MoeRankMajor, ExpertMajorAndRankMajorBuffersEagerOnTwoStreams) {
+  with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, false, MoeLayout::kRankMajor); });
+}
+
+// The two layouts give the same results for the same routing: a rank-major MoeBuffer and an expert-major one of
+// the same shape (alignment 1) dispatch the same tokens, and out after combine is bit for bit the same when the
+// rank-major experts' sums are what an expert-major combine computes per rank (moe_expert_tokens). Random
+// routings with empty and hot experts, weighted and not, in bf16, float32 and fp8 dispatch.
+TEST(MoeLayouts, RankMajorGivesTheSameOutputAsExpertMajor) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0, differing = 0;
+    for (size_t c : {size_t(0), size_t(5), size_t(10)}) {
+      Rig expert(comm, make_shape(kConfigs[c], world, MoeLayout::kExpertMajor), stream.get());
+      Rig rank(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
+      const MoeShape& shape = rank.shape();
+      for (int i = 0; i < 6; ++i) {
+        const uint64_t round_seed = mix64(seed + c * 100 + static_cast<uint64_t>(i));
+        std::vector<RankPlan> plans = plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 6);
+        if (i % 3 == 1) {  // hot experts: every token's experts on rank 0
+          for (RankPlan& p : plans) p.route = Route::kToRank;
+        }
+        if (i % 3 == 2) plans[0].route = Route::kFirstToRankZero;
+        const Round round = make_round(shape, world, round_seed, plans, "layouts " + std::to_string(i), i % 2 == 0);
+        const bool expert_right = expert.run_and_judge(round, failed);
+        const std::vector<unsigned char> expert_out = expert.out_rows(round.inputs[me].tokens);
+        const bool rank_right = rank.run_and_judge(round, failed);
+        const std::vector<unsigned char> rank_out = rank.out_rows(round.inputs[me].tokens);
+        if (expert_right && rank_right && expert_out != rank_out) {
+          size_t bytes = 0;
+          for (size_t b = 0; b < rank_out.size(); ++b) bytes += rank_out[b] != expert_out[b] ? 1 : 0;
+          ADD_FAILURE() << "rank " << me << ": " << describe(shape) << ", round " << i << ": out differs between the layouts in "
+                        << bytes << " of " << rank_out.size() << " bytes";
+          ++differing;
+        }
+      }
+      comm.barrier();
+    }
+    EXPECT_EQ(failed + differing, 0u) << "rank " << me;
+  });
+}
+
 // The same eagerly: dispatches and combines of the two buffers interleaved with no event between the streams;
 // the communicator orders the calls (braid.hpp, "Ordering").
 TEST(MoeOrdering, TwoBuffersEagerOnTwoStreams) {
@@ -1105,10 +1339,12 @@ TEST(MoeErrors, ExpertIdOutOfRangeIsReportedAndSkipped) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    for (DataType index_type : {DataType::kInt64, DataType::kInt32}) {
-      const MoeShape shape = make_shape({DataType::kBFloat16, index_type, 72, 4, 16, 8, 64}, world);
+    for (const auto [index_type, layout] : {std::pair{DataType::kInt64, MoeLayout::kExpertMajor},
+                                            std::pair{DataType::kInt32, MoeLayout::kExpertMajor},
+                                            std::pair{DataType::kInt64, MoeLayout::kRankMajor}}) {
+      const MoeShape shape = make_shape({DataType::kBFloat16, index_type, 72, 4, 16, 8, 64}, world, layout);
       Rig rig(comm, shape, stream.get());
-      const uint64_t s = mix64(seed + static_cast<uint64_t>(index_type));
+      const uint64_t s = mix64(seed + static_cast<uint64_t>(index_type) + 7 * static_cast<uint64_t>(layout));
       std::vector<RankPlan> plans = plans_of(different_tokens(s, world, 8, shape.max_tokens), Route::kRandom, 9);
       plans[world - 1].invalid = 5;
       rig.run_and_judge(make_round(shape, world, s, plans, "rank " + std::to_string(world - 1) + " sends 5 ids outside [-1, E)"),
@@ -1128,15 +1364,17 @@ TEST(MoeErrors, DeviceTokenCountAboveMaxTokensIsReported) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    const MoeShape shape = make_shape({DataType::kFloat16, DataType::kInt64, 128, 2, 16, 4, 64}, world);
-    Rig rig(comm, shape, stream.get());
-    std::vector<Round> rounds = device_token_rounds(shape, world, seed, 3);
-    Round& bad = rounds[0];
-    bad.label = "rank 0's device T is max_tokens + 1 = " + std::to_string(shape.max_tokens + 1);
-    bad.device_tokens[0] = static_cast<int64_t>(shape.max_tokens) + 1;
-    for (const Round& round : rounds) rig.run_and_judge(round, failed);
+    for (MoeLayout layout : {MoeLayout::kExpertMajor, MoeLayout::kRankMajor}) {
+      const MoeShape shape = make_shape({DataType::kFloat16, DataType::kInt64, 128, 2, 16, 4, 64}, world, layout);
+      Rig rig(comm, shape, stream.get());
+      std::vector<Round> rounds = device_token_rounds(shape, world, seed, 3);
+      Round& bad = rounds[0];
+      bad.label = "rank 0's device T is max_tokens + 1 = " + std::to_string(shape.max_tokens + 1);
+      bad.device_tokens[0] = static_cast<int64_t>(shape.max_tokens) + 1;
+      for (const Round& round : rounds) rig.run_and_judge(round, failed);
+      comm.barrier();
+    }
     EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " rounds wrong";
-    comm.barrier();
   });
 }
 
@@ -1240,6 +1478,37 @@ TEST(MoeErrors, ScalesGoWithFp8DispatchOnly) {
   });
 }
 
+// A rank-major combine sums rows the caller already weighted: weighted = true is refused before anything runs, and
+// the same combine with false then completes the round.
+TEST(MoeRankMajor, WeightedCombineIsRefusedNamingTheArgument) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    StreamHandle stream;
+    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 32}, world, MoeLayout::kRankMajor);
+    MoeBuffer moe = MoeBuffer::create(comm, shape);
+    DeviceBuffer x(shape.max_tokens * shape.hidden * 2), ids(shape.max_tokens * shape.top_k * 8),
+        weights(shape.max_tokens * shape.top_k * 4), out(shape.max_tokens * shape.hidden * 2);
+    cuda_check(cudaMemset(ids.get(), 0xFF, ids.bytes()), "cudaMemset (ids: -1)");
+    const MoeDispatchOutput view = moe.dispatch(x.get(), ids.get(), static_cast<const float*>(weights.get()), 4, nullptr, stream.get());
+    try {
+      moe.combine(view.combine_input, out.get(), true, stream.get());
+      ADD_FAILURE() << "rank " << me << ": a weighted rank-major combine was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+      EXPECT_TRUE(names_field(error.what(), "weighted")) << error.what();
+    }
+    moe.combine(view.combine_input, out.get(), false, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    comm.check();
+    std::vector<unsigned char> host(4 * shape.hidden * 2);
+    cuda_check(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](unsigned char b) { return b == 0; }))
+        << "rank " << me << ": tokens with no expert must combine to zeros";
+    (void)world;
+    comm.barrier();
+  });
+}
+
 TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   with_communicator([](Communicator& comm) {
     const int world = comm.size(), me = comm.rank();
@@ -1277,6 +1546,13 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
       s.dispatch_type = DataType::kFloat8E4M3;
       s.hidden = 192;
     });
+    with("expert_alignment", "rank-major with expert_alignment = 8", [](MoeShape& s) { s.layout = MoeLayout::kRankMajor; });
+    with("capacity_rows", "rank-major with capacity_rows = 100", [](MoeShape& s) {
+      s.layout = MoeLayout::kRankMajor;
+      s.expert_alignment = 1;
+      s.capacity_rows = 100;
+    });
+    with("layout", "layout = 7", [](MoeShape& s) { s.layout = static_cast<MoeLayout>(7); });
     for (const Bad& b : bad) {
       try {
         MoeBuffer refused = MoeBuffer::create(comm, b.shape);
@@ -1326,6 +1602,13 @@ TEST(MoeShape, WorstCaseRowsAndSymmetricBytes) {
       MoeShape smaller = s;
       smaller.capacity_rows = std::max<size_t>(1, expected_worst_case(s, world) / 4);
       EXPECT_LE(MoeBuffer::symmetric_bytes(smaller, world), bytes) << describe(s) << ": a smaller capacity_rows grew it";
+    }
+    for (const Config& c : kConfigs) {  // rank-major: world * max_tokens rows, whatever the routing
+      const MoeShape r = make_shape(c, world, MoeLayout::kRankMajor);
+      EXPECT_EQ(MoeBuffer::worst_case_rows(r, world), static_cast<size_t>(world) * r.max_tokens) << describe(r);
+      EXPECT_GE(MoeBuffer::symmetric_bytes(r, world), 2 * world * r.max_tokens * r.hidden * datatype_size(r.type) /
+                                                          (r.dispatch_type ? datatype_size(r.type) : 1))
+          << describe(r) << ": below the rows and the combine input";
     }
     // K above L: min(K, L) rows per token and rank.
     MoeShape s = make_shape({DataType::kBFloat16, DataType::kInt64, 64, 8, 8, 128, 10}, world);

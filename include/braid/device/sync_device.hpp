@@ -49,6 +49,7 @@ constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displac
 constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
 constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
+constexpr unsigned int kErrorRepeatedExpert = 10;       // a token naming one expert twice (value: the id, limit: the token)
 // Fatal: at a barrier, a peer announced another plan for the call than this rank's (another algorithm, buffer
 // kind or offset, size, datatype, op or root): value is this rank's plan word, limit the peer's. Nothing of the
 // peers' data was used; the communicator is unusable.

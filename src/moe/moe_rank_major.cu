@@ -1,0 +1,403 @@
+// MoE dispatch and combine in the rank-major layout (MoeLayout::kRankMajor), one launch each on the caller's
+// stream. A token goes once to each rank holding one of its experts, into row source * max_tokens + i there, i
+// its place among the tokens the source sends that rank (in token order). The source numbers its tokens itself,
+// so no count exchange comes before the first store.
+//   dispatch (launch.blocks blocks): block b takes tokens [b * c, (b + 1) * c) of this rank, c = ceil(T / blocks).
+//     It counts the tokens before them that go to each rank (one pass over tokens [0, its end), a ballot per rank)
+//     to number its own, then stores each token's row and metadata (the token's local experts and weights on
+//     that rank, its index) into every peer it goes to, adds its pairs per expert into the receiver's
+//     expert_pairs, records the rows it wrote there (block_rows, which combine reads) and signals block b of
+//     every peer. While those stores land it copies the tokens that stay on this rank, then waits for block b of
+//     every peer. The last block to finish moves the expert counts out and records T for combine.
+//   combine (launch.blocks blocks): block b copies the rows of y that block b of each peer will read (those that
+//     peer's block b wrote in the dispatch) into combine_input unless y is combine_input, passes a barrier with
+//     block b of every peer, then sums, for each of its own tokens, the row of every rank the token went to (its
+//     own from y, a peer's from the peer's combine_input over NVLink) and writes out.
+// Ordering between calls: a peer writes this rank's rows only in a dispatch, which follows its last combine
+// (whose barrier this rank passed after its own use of the rows) or, after a dispatch, an entry barrier. A peer
+// rewrites its combine_input in a combine only after its next dispatch, which waits for this rank's blocks (so
+// this rank's reads of the last combine are over), or after a barrier when two combines follow each other.
+#include "braid/moe.hpp"
+#include "collectives/dependent_launch.cuh"
+#include "collectives/dispatch.cuh"
+#include "collectives/elementwise.cuh"
+#include "core/kernel_modules.hpp"
+#include "moe/moe_kernels.hpp"
+#include "moe/moe_layout.cuh"
+#include "sync/device_sync.hpp"
+
+namespace braid::moe {
+namespace {
+
+using kernels::group_copy_to;
+
+constexpr unsigned int kFullWarp = 0xffffffffu;
+
+__device__ __forceinline__ unsigned int lane_id() { return threadIdx.x & 31u; }
+
+// Tokens [begin, end) of this rank that block `block` of `blocks` moves (dispatch) and sums (combine).
+struct TokenRange {
+  size_t begin, end;
+};
+__device__ __forceinline__ TokenRange block_tokens(size_t tokens, unsigned int block, unsigned int blocks) {
+  const size_t per_block = (tokens + blocks - 1) / blocks;
+  const size_t begin = min(tokens, size_t(block) * per_block);
+  return {begin, min(tokens, begin + per_block)};
+}
+
+// A warp moves one slice of a row: as many slices a token as keep every warp of the block busy (a power of two).
+__device__ __forceinline__ int slices_for(size_t tokens_here) {
+  int slices = 1;
+  while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
+  return slices;
+}
+
+// [begin, end) of slice `slice` of `slices` of `total` units, cut in whole multiples of `unit`.
+struct Span {
+  size_t begin, end;
+};
+__device__ __forceinline__ Span slice_span(size_t total, int slice, int slices, size_t unit) {
+  const size_t length = ((total + slices - 1) / slices + unit - 1) / unit * unit;
+  const size_t begin = min(total, size_t(slice) * length);
+  return {begin, min(total, begin + length)};
+}
+
+// Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
+// of an id at a smaller k (the route pass reported those). Every lane of the warp calls it.
+template <typename Index>
+__device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
+  const int k = static_cast<int>(lane_id());
+  int64_t id = k < launch.top_k ? expert_of<Index>(launch, t, k) : -1;
+  if (id < -1 || id >= launch.experts) id = -1;
+  const int expert = static_cast<int>(id);
+  bool repeated = false;
+  for (int j = 0; j < launch.top_k; ++j) {
+    const int other = __shfl_sync(kFullWarp, expert, j);
+    repeated |= j < k && other == expert && expert >= 0;
+  }
+  return repeated ? -1 : expert;
+}
+
+// Row of token t in rank r's region for this rank.
+__device__ __forceinline__ int64_t row_on(const MoeLaunch& launch, int r, size_t t) {
+  return int64_t(launch.rank) * int64_t(launch.max_tokens) + launch.token_row[size_t(r) * launch.max_tokens + t];
+}
+
+// Per warp, the addresses one item reads or writes on each rank it involves, compacted: in shared memory, since
+// an array in registers indexed by a count lives on the stack.
+template <typename Pointer>
+using WarpAddresses = Pointer[kMoeWarps][kMaxWorld];
+
+// One warp: into addresses[0, n) (n returned, the same on every lane), for each rank r of `ranks` in order,
+// `address(r)` (lane r computes it).
+template <typename Pointer, typename Address>
+__device__ __forceinline__ int gather_addresses(Pointer* addresses, uint32_t ranks, int world, Address&& address) {
+  const unsigned int lane = lane_id();
+  const bool mine = static_cast<int>(lane) < world && ((ranks >> lane) & 1u);
+  const unsigned int votes = __ballot_sync(kFullWarp, mine);
+  if (mine) addresses[__popc(votes & ((1u << lane) - 1u))] = address(static_cast<int>(lane));
+  __syncwarp();
+  return __popc(votes);
+}
+
+// One warp: slice `slice` of token t into the ranks of `ranks` (bits), with the token's metadata (slice 0) and
+// scales (the last slice, fp8 dispatch) there. `rows`: this warp's addresses.
+template <typename Index>
+__device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, int slice, int slices, Span bytes,
+                           char** rows) {
+  const int W = launch.world, K = launch.top_k, L = launch.local_experts;
+  const unsigned int lane = lane_id();
+  __syncwarp();  // the last item's readers of `rows` are done
+  int n = gather_addresses(rows, ranks, W, [&](int r) {
+    return launch.peers[r] + launch.layout.rows + row_on(launch, r, t) * launch.row_bytes + bytes.begin;
+  });
+  if (n == 0) return;
+  group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
+  if (slice == 0) {
+    const int expert = lane_expert<Index>(launch, t);
+    const float weight = static_cast<int>(lane) < K ? launch.topk_weights[t * K + lane] : 0.0f;
+    for (int r = 0; r < W; ++r) {
+      if (((ranks >> r) & 1u) == 0) continue;
+      char* base = launch.peers[r];
+      const int64_t row = row_on(launch, r, t);
+      if (static_cast<int>(lane) < K) {
+        const bool here = expert >= r * L && expert < (r + 1) * L;
+        at_offset<int32_t>(base, launch.layout.topk_expert)[row * K + lane] = here ? expert - r * L : -1;
+        at_offset<float>(base, launch.layout.topk_weight)[row * K + lane] = here ? weight : 0.0f;
+      }
+      if (lane == 0) {
+        at_offset<int32_t>(base, launch.layout.row_token)[row] = static_cast<int32_t>(t);
+        at_offset<int32_t>(base, launch.layout.row_rank)[row] = launch.rank;
+      }
+    }
+  }
+  if (launch.scale_bytes != 0 && slice == slices - 1) {
+    __syncwarp();
+    n = gather_addresses(rows, ranks, W, [&](int r) {
+      return launch.peers[r] + launch.layout.row_scales + row_on(launch, r, t) * launch.scale_bytes;
+    });
+    group_copy_to(rows, n, launch.x_scales + t * launch.scale_bytes, launch.scale_bytes, lane, 32);
+  }
+}
+
+// Every (token, slice) of the block's range into the ranks of each token's mask & `which`.
+template <typename Index>
+__device__ void move_tokens(const MoeLaunch& launch, TokenRange range, uint32_t which) {
+  __shared__ WarpAddresses<char*> rows;
+  const int slices = slices_for(range.end - range.begin);
+  const size_t items = (range.end - range.begin) * slices;
+  for (size_t item = threadIdx.x / 32; item < items; item += kMoeWarps) {
+    const size_t t = range.begin + item / slices;
+    const int slice = static_cast<int>(item % slices);
+    const Span bytes = slice_span(launch.row_bytes, slice, slices, kernels::kVectorBytes);
+    move_token<Index>(launch, t, launch.token_ranks[t] & which, slice, slices, bytes, rows[threadIdx.x / 32]);
+  }
+}
+
+// The last block of a launch to get here (after the block's own work) returns true, with every other block's
+// writes visible to it.
+__device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
+template <typename Index>
+__global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatch(MoeLaunch launch) {
+  __shared__ uint32_t block_pairs[kMaxExperts];           // this block's pairs per expert
+  __shared__ uint32_t warp_tokens[kMoeWarps][kMaxWorld];  // a chunk's tokens per warp and destination
+  __shared__ int64_t before[kMaxWorld];                   // tokens of earlier chunks per destination
+  __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
+  __shared__ int failed;
+  kernels::wait_for_prior_grid();  // the last call on the buffer (combine_plan, token_row)
+  kernels::allow_dependent_grid();
+  const int me = launch.rank, W = launch.world, K = launch.top_k;
+  // The last call on the buffer was a dispatch: peers may still read the rows this one overwrites. After a
+  // combine that is implied (its barrier came after every rank's use of the rows).
+  const bool after_dispatch = launch.combine_plan[2] != 0;
+  const size_t tokens = call_tokens(launch);
+  const TokenRange range = block_tokens(tokens, blockIdx.x, gridDim.x);
+  // The block holding the last token scans every token: it reports refused ids (once) and the totals.
+  const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
+  for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
+  if (threadIdx.x < kMaxWorld) before[threadIdx.x] = in_range[threadIdx.x] = 0;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if (after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) return;
+
+  // Number this block's tokens per destination: a thread per token, a ballot per destination and warp.
+  const ExpertRanks expert_ranks(launch.local_experts);
+  const unsigned int warp = threadIdx.x / 32, lane = lane_id();
+  for (size_t chunk = 0; chunk < range.end; chunk += kMoeThreads) {
+    const size_t t = chunk + threadIdx.x;
+    int64_t loaded[kMaxTopK];
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1;
+    int32_t ids[kMaxTopK];
+    decode_expert_ids(launch, loaded, t, reporter, ids);
+    uint32_t ranks = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) {
+      if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
+    }
+    uint32_t below[kMaxWorld];  // lanes below this one whose token goes to each destination
+#pragma unroll
+    for (int r = 0; r < kMaxWorld; ++r) {
+      const unsigned int votes = __ballot_sync(kFullWarp, r < W && ((ranks >> r) & 1u));
+      below[r] = __popc(votes & ((1u << lane) - 1u));
+      if (lane == 0 && r < W) warp_tokens[warp][r] = __popc(votes);
+    }
+    __syncthreads();
+    if (t >= range.begin && t < range.end) {
+      launch.token_ranks[t] = ranks;
+#pragma unroll
+      for (int r = 0; r < kMaxWorld; ++r) {
+        if (r >= W || ((ranks >> r) & 1u) == 0) continue;
+        int64_t row = before[r] + below[r];
+        for (unsigned int w = 0; w < warp; ++w) row += warp_tokens[w][r];
+        launch.token_row[size_t(r) * launch.max_tokens + t] = static_cast<int32_t>(row);
+        atomicAdd(reinterpret_cast<unsigned long long*>(&in_range[r]), 1ull);
+      }
+#pragma unroll
+      for (int k = 0; k < kMaxTopK; ++k) {
+        if (ids[k] >= 0) atomicAdd(&block_pairs[ids[k]], 1u);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < static_cast<unsigned>(W)) {
+      int64_t chunk_tokens = 0;
+      for (int w = 0; w < kMoeWarps; ++w) chunk_tokens += warp_tokens[w][threadIdx.x];
+      before[threadIdx.x] += chunk_tokens;
+    }
+    __syncthreads();
+  }
+
+  // Into the peers: rows and metadata, the pairs per expert, the rows this block wrote (and, by the reporter,
+  // the totals); then the signal, whose release covers them all.
+  const uint32_t peers = ((1u << W) - 1u) & ~(1u << me);
+  move_tokens<Index>(launch, range, peers);
+  const int L = launch.local_experts;
+  for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
+    if (block_pairs[e] == 0) continue;
+    const int r = expert_ranks.of(e);
+    unsigned int* pairs = at_offset<unsigned int>(launch.peers[r], launch.layout.expert_pairs) + (e - r * L);
+    if (r == me) {
+      atomicAdd(pairs, block_pairs[e]);
+    } else {
+      atomicAdd_system(pairs, block_pairs[e]);
+    }
+  }
+  if (threadIdx.x < static_cast<unsigned>(W)) {
+    const int r = static_cast<int>(threadIdx.x);
+    char* base = launch.peers[r];
+    const uint64_t first = static_cast<uint64_t>(before[r] - in_range[r]);
+    at_offset<uint64_t>(base, launch.layout.block_rows)[size_t(me) * launch.blocks + blockIdx.x] =
+        first << 32 | static_cast<uint64_t>(in_range[r]);
+    if (reporter) {
+      at_offset<int64_t>(base, launch.layout.received)[me] = before[r];
+      at_offset<int64_t>(base, launch.layout.received)[W + me] = static_cast<int64_t>(tokens);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me) {
+    device::signal(launch.pad, blockIdx.x, threadIdx.x);
+  }
+  // The tokens that stay here, while the peers' stores land.
+  move_tokens<Index>(launch, range, 1u << me);
+  if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me &&
+      !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
+    failed = 1;
+  }
+  __syncthreads();
+  if (failed) return;
+  if (!last_block(launch.blocks_done)) return;
+  unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
+  for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
+  if (threadIdx.x == 0) {
+    *launch.tokens = static_cast<int64_t>(tokens);
+    launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
+    *launch.blocks_done = 0;
+  }
+}
+
+// Sources' vectors loaded together (one memory latency for up to this many ranks, not one each).
+constexpr int kSourceBatch = 4;
+
+// One warp: out[h] = the float32 sum over sources[0, n) of source[h], for h in `elements`; whole 16-byte vectors
+// of N when every row allows it, else one element at a time.
+template <typename T, int N>
+__device__ __forceinline__ void sum_rows(const T* const* sources, int n, T* out, Span elements) {
+  using A = kernels::acc_t<T>;
+  for (size_t h = elements.begin + lane_id() * N; h < elements.end; h += 32 * N) {
+    A sum[N] = {};
+    if constexpr (N == 1) {
+      for (int q = 0; q < n; ++q) sum[0] += kernels::to_acc(sources[q][h]);
+      out[h] = kernels::from_acc<T>(sum[0]);
+    } else {
+      for (int q0 = 0; q0 < n; q0 += kSourceBatch) {
+        kernels::Vector<T> loaded[kSourceBatch];
+#pragma unroll
+        for (int u = 0; u < kSourceBatch; ++u) {
+          if (q0 + u < n) loaded[u] = kernels::load_vector<T>(sources[q0 + u] + h);
+        }
+#pragma unroll
+        for (int u = 0; u < kSourceBatch; ++u) {
+          if (q0 + u < n) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) sum[i] += kernels::to_acc(loaded[u].value[i]);
+          }
+        }
+      }
+      kernels::Vector<T> result;
+#pragma unroll
+      for (int i = 0; i < N; ++i) result.value[i] = kernels::from_acc<T>(sum[i]);
+      kernels::store_vector<T>(out + h, result);
+    }
+  }
+}
+
+template <typename T, int N>
+__device__ void sum_tokens(const MoeLaunch& launch, TokenRange range) {
+  const int me = launch.rank, W = launch.world;
+  const size_t H = launch.hidden;
+  const T* y = reinterpret_cast<const T*>(launch.y);
+  T* out = reinterpret_cast<T*>(launch.out);
+  __shared__ WarpAddresses<const T*> addresses;
+  const T** sources = addresses[threadIdx.x / 32];
+  const int slices = slices_for(range.end - range.begin);
+  const size_t items = (range.end - range.begin) * slices;
+  for (size_t item = threadIdx.x / 32; item < items; item += kMoeWarps) {
+    const size_t t = range.begin + item / slices;
+    const Span elements = slice_span(H, static_cast<int>(item % slices), slices, N);
+    __syncwarp();  // the last item's readers of `sources` are done
+    const int n = gather_addresses(sources, launch.token_ranks[t], W, [&](int r) {
+      const int64_t row = row_on(launch, r, t);
+      return r == me ? y + row * H : at_offset<const T>(launch.peers[r], launch.layout.combine) + row * H;
+    });
+    sum_rows<T, N>(sources, n, out + t * H, elements);
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine(MoeLaunch launch) {
+  kernels::wait_for_prior_grid();  // the kernels that wrote y
+  kernels::allow_dependent_grid();
+  const int me = launch.rank, W = launch.world;
+  // Two combines in a row: peers may still read the rows of combine_input this one rewrites.
+  const bool after_combine = launch.combine_plan[2] == 0;
+  if (after_combine && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+  const size_t row_bytes = launch.hidden * sizeof(T);
+  if (launch.copy_y) {
+    char* base = launch.peers[me];
+    for (int s = 0; s < W; ++s) {
+      if (s == me) continue;  // this rank reads its own tokens' rows from y
+      const uint64_t word = at_offset<const uint64_t>(base, launch.layout.block_rows)[size_t(s) * launch.blocks + blockIdx.x];
+      const size_t first = size_t(s) * launch.max_tokens + (word >> 32), count = word & 0xffffffffu;
+      kernels::block_copy(base + launch.layout.combine + first * row_bytes, launch.y + first * row_bytes, count * row_bytes);
+    }
+  }
+  if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteMiddleBarrier)) return;
+  const TokenRange range = block_tokens(static_cast<size_t>(*launch.tokens), blockIdx.x, gridDim.x);
+  constexpr int kVector = kernels::Vector<T>::kCount;
+  const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&
+                       reinterpret_cast<uintptr_t>(launch.out) % kernels::kVectorBytes == 0;
+  if (vectors) {
+    sum_tokens<T, kVector>(launch, range);
+  } else {
+    sum_tokens<T, 1>(launch, range);
+  }
+  if (!last_block(launch.blocks_done)) return;
+  if (threadIdx.x == 0) {
+    launch.combine_plan[2] = 0;  // a combine followed the last dispatch
+    *launch.blocks_done = 0;
+  }
+}
+
+}  // namespace
+
+void launch_rank_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream) {
+  auto kernel = index_type == DataType::kInt64 ? moe_rank_dispatch<int64_t> : moe_rank_dispatch<int32_t>;
+  kernels::launch_dependent(kernel, launch.blocks, kMoeThreads, stream, launch);
+}
+
+void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream) {
+  kernels::dispatch_type(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
+      kernels::launch_dependent(moe_rank_combine<T>, launch.blocks, kMoeThreads, stream, launch);
+    } else {
+      raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));
+    }
+  });
+}
+
+}  // namespace braid::moe
+
+BRAID_KERNEL_MODULE()
