@@ -194,7 +194,14 @@ struct Bytes {
   double dispatch_nvlink = 0, combine_nvlink = 0, dispatch_logical = 0, combine_logical = 0;
 };
 // "layer" is a dispatch followed by a combine, as an MoE layer calls them (with no expert computation between).
-enum SlotIndex { kBraidDispatch, kBraidCombine, kNcclDispatch, kNcclCombine, kBraidLayer, kNcclLayer, kSlots };
+// braid's slots per layout: expert-major, then rank-major.
+enum SlotIndex {
+  kBraidDispatch, kBraidCombine, kBraidLayer,
+  kRankDispatch, kRankCombine, kRankLayer,
+  kNcclDispatch, kNcclCombine, kNcclLayer,
+  kSlots
+};
+const char* layout_name(MoeLayout layout) { return layout == MoeLayout::kRankMajor ? "rank-major" : "expert-major"; }
 
 // ---- The NCCL baseline on one rank ----
 
@@ -314,10 +321,6 @@ class NcclMoe {
 
 // ---- The benchmark on one rank ----
 
-struct Targets {
-  std::string dispatch, combine;  // "-" where the issue sets none for this workload
-};
-
 class MoeBench {
  public:
   MoeBench(Communicator& comm, const Options& options, const std::shared_ptr<NcclLibrary>& nccl)
@@ -380,18 +383,21 @@ class MoeBench {
                             comm_.peer(rank_).pci_bus_id + ")";
     gpus_ = comm_.host_allgather(gpu);
     if (rank_ != 0) return;
+    std::string layouts;
+    for (MoeLayout layout : options_.moe_layouts) layouts += (layouts.empty() ? "" : ",") + std::string(layout_name(layout));
     std::printf("# braid-bench --moe: ranks=%d type=%s dispatch=%s H=%zu K=%d E=%d (%d per rank) alignment=%d ids=int64 "
-                "graph=%d nccl=%s\n",
+                "layouts=%s graph=%d nccl=%s\n",
                 ranks_, datatype_name(options_.type), fp8() ? (std::string(datatype_name(*fp8())) + "+scales").c_str() : "type",
                 options_.moe_hidden, options_.moe_top_k, options_.moe_experts,
-                local_experts(), options_.moe_alignment, options_.graph_calls,
+                local_experts(), options_.moe_alignment, layouts.c_str(), options_.graph_calls,
                 library_ ? library_->version().c_str() : "off");
     if (const char* commit = std::getenv("BRAID_COMMIT")) std::printf("# commit %s\n", commit);
     if (library_) std::printf("# nccl library %s\n", library_->path().c_str());
     for (size_t r = 0; r < gpus_.size(); ++r) std::printf("#   rank %zu: %s\n", r, gpus_[r].c_str());
     std::printf("# routing: K distinct experts per token, uniform, weights in (0, 1], from a shared seed; braid: "
-                "MoeBuffer::dispatch, then\n# MoeBuffer::combine(y = the dispatched rows, weighted); nccl: routing kernel, "
-                "ncclAlltoAll of the counts, counts to the host\n# (stream synchronise), gather kernel, grouped "
+                "MoeBuffer::dispatch, then\n# expert-major: MoeBuffer::combine(y = the dispatched rows, weighted); "
+                "rank-major: combine(y = combine_input, holding each token's rows\n# times its weights here); nccl: routing "
+                "kernel, ncclAlltoAll of the counts, counts to the host\n# (stream synchronise), gather kernel, grouped "
                 "ncclSend/ncclRecv alltoallv; combine: the reverse alltoallv, weighted-sum kernel\n# layer: a dispatch "
                 "then a combine, as an MoE layer calls them (bytes: both ways); dispatch and combine: each alone, back to back\n");
     std::printf("# %d warm-up calls; %d repetitions of %d calls per phase%s\n", options_.warmup_iters, options_.repeats,
@@ -412,13 +418,11 @@ class MoeBench {
                   "dispatched rows (outside the timed calls)\n",
                   datatype_name(*fp8()), kMoeScaleColumns, datatype_name(options_.type));
     }
-    std::printf("# issue targets: T=4096 H=7168 K=8 E=64 bfloat16: >= 330 GB/s nvlink per GPU, dispatch and combine; "
-                "T=128: <= 15 us each with graphs (-G)\n");
-    std::printf("#\n# %6s  %-8s  %9s  %8s  %7s  %7s  %6s", "tokens", "phase", "nvlink_MB", "time", "nvlink", "logical",
-                "#wrong");
+    std::printf("#\n# %6s  %-12s  %-8s  %9s  %8s  %7s  %7s  %6s", "tokens", "layout", "phase", "nvlink_MB", "time", "nvlink",
+                "logical", "#wrong");
     if (library_) std::printf("  %8s  %8s  %9s  %7s  %6s", "nccl_us", "n_nvlink", "n_logical", "n_wrong", "ratio");
-    std::printf("  %s\n", "target");
-    std::printf("# %6s  %-8s  %9s  %8s  %7s  %7s  %6s", "", "", "(max/rank)", "(us)", "(GB/s)", "(GB/s)", "");
+    std::printf("\n");
+    std::printf("# %6s  %-12s  %-8s  %9s  %8s  %7s  %7s  %6s", "", "", "", "(max/rank)", "(us)", "(GB/s)", "(GB/s)", "");
     if (library_) std::printf("  %8s  %8s  %9s  %7s  %6s", "(us)", "(GB/s)", "(GB/s)", "", "b/n");
     std::printf("\n");
     std::fflush(stdout);
@@ -469,66 +473,7 @@ class MoeBench {
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (inputs)");
 
     Slot slots[kSlots];
-    {
-      MoeShape shape;
-      shape.hidden = options_.moe_hidden;
-      shape.type = options_.type;
-      shape.index_type = DataType::kInt64;
-      shape.max_tokens = tokens;
-      shape.top_k = K;
-      shape.experts = E;
-      shape.expert_alignment = options_.moe_alignment;
-      shape.dispatch_type = fp8();
-      MoeBuffer buffer = MoeBuffer::create(comm_, shape);
-      if (rank_ == 0 && tokens == options_.moe_tokens.front()) {
-        std::printf("# T=%zu: MoeBuffer capacity_rows=%zu, symmetric_bytes=%.1f MiB per rank\n", tokens,
-                    buffer.capacity_rows(), static_cast<double>(MoeBuffer::symmetric_bytes(shape, W)) / (1 << 20));
-        std::fflush(stdout);
-      }
-      MoeDispatchOutput view;
-      const Call dispatch = [&](cudaStream_t s) {
-        view = fp8() ? buffer.dispatch(x.get(), scales.get<float>(), ids.get(), weights.get<float>(), tokens, nullptr, s)
-                     : buffer.dispatch(x.get(), ids.get(), weights.get<float>(), tokens, nullptr, s);
-      };
-      dispatch(stream());  // the first call: warm, and the views to poison before the checked one
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      // The experts' output combine takes: the dispatched rows themselves, or after fp8 dispatch those rows
-      // dequantised, once, after the last dispatch before the timing (the checked one poisons the rows first).
-      std::unique_ptr<DeviceMemory> dequantised;
-      if (fp8()) dequantised = std::make_unique<DeviceMemory>(buffer.capacity_rows() * row_bytes());
-      auto expert = [&] {
-        if (!fp8()) return;
-        cuda(moe::dequantize_rows(*fp8(), view.x, dispatch_row_bytes(), view.scales, scale_bytes(), options_.moe_hidden,
-                                  view.capacity_rows, options_.type, dequantised->get(), stream()),
-             "dequantize_rows");
-      };
-      if (options_.check) {
-        slots[kBraidDispatch].wrong = check_braid_dispatch(dispatch, view, tokens);
-        slots[kBraidDispatch].state = 2;
-        expert();
-        cuda(cudaMemsetAsync(out.get(), kOutPoison, out.bytes(), stream()), "cudaMemsetAsync");
-        buffer.combine(fp8() ? dequantised->get() : view.x, out.get(), true, stream());
-        cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-        comm_.check();
-        slots[kBraidCombine].wrong = check_combined(out, tokens, "braid combine");
-        slots[kBraidCombine].state = 2;
-      } else {
-        expert();
-      }
-      slots[kBraidDispatch].time_us = time_calls(dispatch, true);
-      const void* y = fp8() ? dequantised->get() : view.x;
-      const Call combine = [&, y](cudaStream_t s) { buffer.combine(y, out.get(), true, s); };
-      slots[kBraidCombine].time_us = time_calls(combine, true);
-      const Call layer = [&, y](cudaStream_t s) {
-        dispatch(s);
-        buffer.combine(y, out.get(), true, s);
-      };
-      slots[kBraidLayer].time_us = time_calls(layer, true);
-      slots[kBraidLayer].state = 1;
-      for (int i : {kBraidDispatch, kBraidCombine}) slots[i].state = std::max(slots[i].state, 1);
-      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-      comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
-    }
+    for (MoeLayout layout : options_.moe_layouts) run_braid(layout, tokens, x, scales, ids, weights, out, slots);
     if (nccl_) {
       NcclMoe baseline(*nccl_, W, options_.type, fp8(), options_.moe_hidden, tokens, K, E);
       const Call dispatch = [&](cudaStream_t s) {
@@ -567,6 +512,170 @@ class MoeBench {
       comm_.barrier();
     }
     finish_row(tokens, bytes, slots);
+  }
+
+  // braid's phases in one layout: a checked dispatch and combine, then each timed alone and as a layer.
+  void run_braid(MoeLayout layout, size_t tokens, DeviceMemory& x, DeviceMemory& scales, DeviceMemory& ids,
+                 DeviceMemory& weights, DeviceMemory& out, Slot (&slots)[kSlots]) {
+    const int K = options_.moe_top_k, W = ranks_;
+    const bool rank = layout == MoeLayout::kRankMajor;
+    const int first = rank ? kRankDispatch : kBraidDispatch;
+    Slot& dispatch_slot = slots[first];
+    Slot& combine_slot = slots[first + 1];
+    Slot& layer_slot = slots[first + 2];
+    MoeShape shape;
+    shape.hidden = options_.moe_hidden;
+    shape.type = options_.type;
+    shape.index_type = DataType::kInt64;
+    shape.max_tokens = tokens;
+    shape.top_k = K;
+    shape.experts = options_.moe_experts;
+    shape.expert_alignment = rank ? 1 : options_.moe_alignment;
+    shape.dispatch_type = fp8();
+    shape.layout = layout;
+    MoeBuffer buffer = MoeBuffer::create(comm_, shape);
+    if (rank_ == 0) {
+      std::printf("# T=%zu %s: MoeBuffer capacity_rows=%zu, symmetric_bytes=%.1f MiB per rank\n", tokens, layout_name(layout),
+                  buffer.capacity_rows(), static_cast<double>(MoeBuffer::symmetric_bytes(shape, W)) / (1 << 20));
+      std::fflush(stdout);
+    }
+    MoeDispatchOutput view;
+    const Call dispatch = [&](cudaStream_t s) {
+      view = fp8() ? buffer.dispatch(x.get(), scales.get<float>(), ids.get(), weights.get<float>(), tokens, nullptr, s)
+                   : buffer.dispatch(x.get(), ids.get(), weights.get<float>(), tokens, nullptr, s);
+    };
+    dispatch(stream());  // the first call: warm, and the views to poison before the checked one
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    // The experts' output combine takes. Expert-major: the dispatched rows themselves (dequantised once after fp8
+    // dispatch). Rank-major: in combine_input, each received row (dequantised) times the sum of its weights here,
+    // so that combine's plain sum over ranks is the weighted sum. Made after the checked dispatch, kept for the
+    // timed calls.
+    std::unique_ptr<DeviceMemory> dequantised;
+    if (fp8() && !rank) dequantised = std::make_unique<DeviceMemory>(buffer.capacity_rows() * row_bytes());
+    auto expert = [&] {
+      if (rank) {
+        if (fp8()) {
+          cuda(moe::dequantize_rows(*fp8(), view.x, dispatch_row_bytes(), view.scales, scale_bytes(), options_.moe_hidden,
+                                    view.capacity_rows, options_.type, view.combine_input, stream()),
+               "dequantize_rows");
+        } else {
+          cuda(cudaMemcpyAsync(view.combine_input, view.x, view.capacity_rows * row_bytes(), cudaMemcpyDeviceToDevice, stream()),
+               "cudaMemcpyAsync (combine_input)");
+        }
+        cuda(moe::weigh_rows(options_.type, view.combine_input, options_.moe_hidden, view.capacity_rows, view.topk_weights, K,
+                             stream()),
+             "weigh_rows");
+        return;
+      }
+      if (!fp8()) return;
+      cuda(moe::dequantize_rows(*fp8(), view.x, dispatch_row_bytes(), view.scales, scale_bytes(), options_.moe_hidden,
+                                view.capacity_rows, options_.type, dequantised->get(), stream()),
+           "dequantize_rows");
+    };
+    const void* y = nullptr;
+    auto y_of = [&] { return rank ? static_cast<const void*>(view.combine_input) : fp8() ? dequantised->get() : view.x; };
+    if (options_.check) {
+      dispatch_slot.wrong = rank ? check_rank_dispatch(dispatch, view, tokens) : check_braid_dispatch(dispatch, view, tokens);
+      dispatch_slot.state = 2;
+      expert();
+      cuda(cudaMemsetAsync(out.get(), kOutPoison, out.bytes(), stream()), "cudaMemsetAsync");
+      buffer.combine(y_of(), out.get(), !rank, stream());
+      cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+      comm_.check();
+      combine_slot.wrong = check_combined(out, tokens, rank ? "braid rank-major combine" : "braid combine");
+      combine_slot.state = 2;
+    } else {
+      expert();
+    }
+    y = y_of();
+    dispatch_slot.time_us = time_calls(dispatch, true);
+    const Call combine = [&, y](cudaStream_t s) { buffer.combine(y, out.get(), !rank, s); };
+    combine_slot.time_us = time_calls(combine, true);
+    const Call layer = [&, y](cudaStream_t s) {
+      dispatch(s);
+      buffer.combine(y, out.get(), !rank, s);
+    };
+    layer_slot.time_us = time_calls(layer, true);
+    layer_slot.state = 1;
+    dispatch_slot.state = std::max(dispatch_slot.state, 1);
+    combine_slot.state = std::max(combine_slot.state, 1);
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
+  }
+
+  // Rank-major: all views poisoned with every rank idle, one dispatch, then received_tokens, every row's source
+  // token, the pairs of kSampledRows rows and their data.
+  uint64_t check_rank_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
+    const int K = options_.moe_top_k, L = local_experts();
+    const uint64_t seed = mix(seed_ + tokens);
+    comm_.barrier();
+    const size_t capacity = view.capacity_rows;
+    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * dispatch_row_bytes(), stream()), "cudaMemsetAsync");
+    if (view.scales != nullptr) {
+      cuda(cudaMemsetAsync(const_cast<float*>(view.scales), kRowPoison, capacity * scale_bytes(), stream()), "cudaMemsetAsync");
+    }
+    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.source_token), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.topk_expert), kRowPoison, capacity * K * 4, stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(const_cast<int64_t*>(view.received_tokens), kRowPoison, ranks_ * sizeof(int64_t), stream()),
+         "cudaMemsetAsync");
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.barrier();
+    dispatch(stream());
+    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    comm_.check();
+    std::vector<int64_t> received(ranks_);
+    std::vector<int32_t> token(capacity), experts(capacity * K);
+    cuda(cudaMemcpy(received.data(), view.received_tokens, ranks_ * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    cuda(cudaMemcpy(token.data(), view.source_token, capacity * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    cuda(cudaMemcpy(experts.data(), view.topk_expert, capacity * K * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    uint64_t wrong = 0;
+    std::string first;
+    struct Row {
+      int source;
+      size_t token, row;
+    };
+    std::vector<Row> rows;
+    for (int s = 0; s < ranks_; ++s) {
+      size_t i = 0;
+      for (size_t t = 0; t < tokens; ++t) {
+        bool here = false;
+        for (int k = 0; k < K; ++k) here = here || routings_[s].ids[t * K + k] / L == rank_;
+        if (!here) continue;
+        const size_t row = s * tokens + i++;
+        rows.push_back({s, t, row});
+        if (token[row] != static_cast<int32_t>(t) && wrong++ == 0) {
+          first = "row " + std::to_string(row) + ": source_token " + std::to_string(token[row]) + ", expected " + std::to_string(t);
+        }
+      }
+      if (received[s] != static_cast<int64_t>(i) && wrong++ == 0) {
+        first = "received_tokens[" + std::to_string(s) + "] = " + std::to_string(received[s]) + ", expected " + std::to_string(i);
+      }
+    }
+    std::vector<unsigned char> data(dispatch_row_bytes());
+    std::vector<float> row_scales(scale_count());
+    for (size_t n : spread(rows.size(), kSampledRows)) {
+      const Row& r = rows[n];
+      for (int k = 0; k < K; ++k) {
+        const int64_t id = routings_[r.source].ids[r.token * K + k];
+        const int32_t want = id / L == rank_ ? static_cast<int32_t>(id % L) : -1;
+        if (experts[r.row * K + k] != want && wrong++ == 0) {
+          first = "row " + std::to_string(r.row) + " pair " + std::to_string(k) + ": expert " + std::to_string(experts[r.row * K + k]) +
+                  ", expected " + std::to_string(want);
+        }
+      }
+      cuda(cudaMemcpy(data.data(), static_cast<const unsigned char*>(view.x) + r.row * dispatch_row_bytes(), dispatch_row_bytes(),
+                      cudaMemcpyDeviceToHost),
+           "cudaMemcpy");
+      if (fp8()) {
+        cuda(cudaMemcpy(row_scales.data(), view.scales + r.row * scale_count(), scale_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      }
+      std::string at;
+      const uint64_t bad = compare_row(data.data(), row_scales.data(), r.source, r.token, seed, at);
+      if (bad > 0 && wrong == 0) first = "row " + std::to_string(r.row) + ": " + at;
+      wrong += bad;
+    }
+    report("braid rank-major dispatch", wrong, first);
+    return wrong;
   }
 
   // ---- Timing (cuda_objects.hpp, as the collective rows) ----
@@ -810,19 +919,6 @@ class MoeBench {
 
   // ---- Results ----
 
-  // The issue's figure for this row, and whether braid meets it.
-  std::string target_text(size_t tokens, double time_us, double nvlink_gbs) const {
-    const bool issue_shape = options_.moe_hidden == 7168 && options_.moe_top_k == 8 && options_.moe_experts == 64 &&
-                             options_.type == DataType::kBFloat16 && !fp8();
-    if (!issue_shape) return "-";
-    if (tokens == 4096) return std::string(">=330GB/s ") + (nvlink_gbs >= 330 ? "met" : "MISSED");
-    if (tokens == 128) {
-      if (options_.graph_calls == 0) return "<=15us (needs -G)";
-      return std::string("<=15us ") + (time_us <= 15 ? "met" : "MISSED");
-    }
-    return "-";
-  }
-
   void finish_row(size_t tokens, const Bytes& bytes, const Slot (&slots)[kSlots]) {
     std::vector<std::string> all =
         comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
@@ -841,49 +937,50 @@ class MoeBench {
     if (rank_ != 0) return;
     auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
     auto wrong_text = [](const Slot& s) { return s.state == 2 ? std::to_string(s.wrong) : std::string("N/A"); };
-    // A layer moves the bytes of both (out and back); its rows have no target of their own.
+    // A layer moves the bytes of both (out and back).
     struct Phase {
-      SlotIndex braid, nccl;
+      int braid;
+      SlotIndex nccl;
       const char* name;
       double nvlink_bytes, logical_bytes;
     };
-    const Phase phases[] = {{kBraidDispatch, kNcclDispatch, "dispatch", bytes.dispatch_nvlink, bytes.dispatch_logical},
-                            {kBraidCombine, kNcclCombine, "combine", bytes.combine_nvlink, bytes.combine_logical},
-                            {kBraidLayer, kNcclLayer, "layer", bytes.dispatch_nvlink + bytes.combine_nvlink,
+    const Phase phases[] = {{0, kNcclDispatch, "dispatch", bytes.dispatch_nvlink, bytes.dispatch_logical},
+                            {1, kNcclCombine, "combine", bytes.combine_nvlink, bytes.combine_logical},
+                            {2, kNcclLayer, "layer", bytes.dispatch_nvlink + bytes.combine_nvlink,
                              bytes.dispatch_logical + bytes.combine_logical}};
-    for (const Phase& phase : phases) {
-      const Slot& b = total[phase.braid];
-      const Slot& n = total[phase.nccl];
-      const char* name = phase.name;
-      const double nvlink_bytes = phase.nvlink_bytes;
-      const double logical_bytes = phase.logical_bytes;
-      const bool layer = phase.braid == kBraidLayer;
-      const std::string target = layer ? "-" : target_text(tokens, b.time_us, gbs(nvlink_bytes, b.time_us));
-      std::printf("  %6zu  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, name, nvlink_bytes / 1e6, b.time_us,
-                  gbs(nvlink_bytes, b.time_us), gbs(logical_bytes, b.time_us), wrong_text(b).c_str());
-      if (library_) {
-        std::printf("  %8.2f  %8.1f  %9.1f  %7s  %6.2f", n.time_us, gbs(nvlink_bytes, n.time_us),
-                    gbs(logical_bytes, n.time_us), wrong_text(n).c_str(), n.time_us > 0 ? b.time_us / n.time_us : 0.0);
+    for (MoeLayout layout : options_.moe_layouts) {
+      for (const Phase& phase : phases) {
+        const Slot& b = total[(layout == MoeLayout::kRankMajor ? kRankDispatch : kBraidDispatch) + phase.braid];
+        const Slot& n = total[phase.nccl];
+        const char* name = phase.name;
+        const double nvlink_bytes = phase.nvlink_bytes;
+        const double logical_bytes = phase.logical_bytes;
+        std::printf("  %6zu  %-12s  %-8s  %9.2f  %8.2f  %7.1f  %7.1f  %6s", tokens, layout_name(layout), name, nvlink_bytes / 1e6,
+                    b.time_us, gbs(nvlink_bytes, b.time_us), gbs(logical_bytes, b.time_us), wrong_text(b).c_str());
+        if (library_) {
+          std::printf("  %8.2f  %8.1f  %9.1f  %7s  %6.2f", n.time_us, gbs(nvlink_bytes, n.time_us),
+                      gbs(logical_bytes, n.time_us), wrong_text(n).c_str(), n.time_us > 0 ? b.time_us / n.time_us : 0.0);
+        }
+        std::printf("\n");
+        nlohmann::json row{{"tokens", tokens},
+                           {"layout", layout_name(layout)},
+                           {"phase", name},
+                           {"nvlink_bytes_max_per_rank", nvlink_bytes},
+                           {"logical_bytes", logical_bytes}};
+        auto impl = [&](const Slot& s) -> nlohmann::json {
+          if (s.state == 0) return nullptr;
+          nlohmann::json value{{"time_us", s.time_us},
+                               {"nvlink_gbs", gbs(nvlink_bytes, s.time_us)},
+                               {"logical_gbs", gbs(logical_bytes, s.time_us)}};
+          value["wrong"] = s.state == 2 ? nlohmann::json(s.wrong) : nlohmann::json(nullptr);
+          return value;
+        };
+        row["braid"] = impl(b);
+        row["nccl"] = impl(n);
+        row["time_ratio_braid_over_nccl"] =
+            b.state != 0 && n.state != 0 && n.time_us > 0 ? nlohmann::json(b.time_us / n.time_us) : nlohmann::json(nullptr);
+        rows_.push_back(std::move(row));
       }
-      std::printf("  %s\n", target.c_str());
-      nlohmann::json row{{"tokens", tokens},
-                         {"phase", name},
-                         {"nvlink_bytes_max_per_rank", nvlink_bytes},
-                         {"logical_bytes", logical_bytes},
-                         {"target", target}};
-      auto impl = [&](const Slot& s) -> nlohmann::json {
-        if (s.state == 0) return nullptr;
-        nlohmann::json value{{"time_us", s.time_us},
-                             {"nvlink_gbs", gbs(nvlink_bytes, s.time_us)},
-                             {"logical_gbs", gbs(logical_bytes, s.time_us)}};
-        value["wrong"] = s.state == 2 ? nlohmann::json(s.wrong) : nlohmann::json(nullptr);
-        return value;
-      };
-      row["braid"] = impl(b);
-      row["nccl"] = impl(n);
-      row["time_ratio_braid_over_nccl"] =
-          b.state != 0 && n.state != 0 && n.time_us > 0 ? nlohmann::json(b.time_us / n.time_us) : nlohmann::json(nullptr);
-      rows_.push_back(std::move(row));
     }
     std::fflush(stdout);
   }
@@ -897,6 +994,11 @@ class MoeBench {
                           {"top_k", options_.moe_top_k},
                           {"experts", options_.moe_experts},
                           {"alignment", options_.moe_alignment},
+                          {"layouts", [&] {
+                             nlohmann::json names = nlohmann::json::array();
+                             for (MoeLayout layout : options_.moe_layouts) names.push_back(layout_name(layout));
+                             return names;
+                           }()},
                           {"tokens", options_.moe_tokens},
                           {"index_type", "int64"},
                           {"ranks", ranks_},

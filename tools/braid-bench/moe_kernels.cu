@@ -111,6 +111,16 @@ __global__ void dequantize_kernel(DataType fp8_type, const uint8_t* x, uint64_t 
   }
 }
 
+// y[r][h] *= the sum of row r's top_k weights, rounded once.
+template <typename T>
+__global__ void weigh_rows_kernel(T* y, uint64_t hidden, uint64_t rows, const float* weights, int top_k) {
+  for (uint64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float weight = 0;
+    for (int k = 0; k < top_k; ++k) weight += weights[r * top_k + k];
+    for (uint64_t h = threadIdx.x; h < hidden; h += blockDim.x) y[r * hidden + h] = from_float<T>(to_float(y[r * hidden + h]) * weight);
+  }
+}
+
 template <typename T, int V>
 __global__ void weighted_sum_kernel(const T* back, uint64_t hidden, uint64_t tokens, int world, const int32_t* slots,
                                     const float* weight_sums, const int64_t* send_counts, T* out) {
@@ -218,6 +228,21 @@ cudaError_t dequantize_rows(DataType fp8_type, const void* x, size_t x_stride, c
     case DataType::kFloat32:
       dequantize_kernel<<<blocks, 256, 0, stream>>>(fp8_type, in, x_stride, s, scale_stride, hidden, rows, static_cast<float*>(y));
       break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t weigh_rows(DataType type, void* y, size_t hidden, size_t rows, const float* weights, int top_k,
+                       cudaStream_t stream) {
+  if (rows == 0 || hidden == 0) return cudaSuccess;
+  const unsigned blocks = grid_for(rows, 1, 4096);
+  switch (type) {
+    case DataType::kBFloat16:
+      weigh_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(y), hidden, rows, weights, top_k);
+      break;
+    case DataType::kFloat16: weigh_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<__half*>(y), hidden, rows, weights, top_k); break;
+    case DataType::kFloat32: weigh_rows_kernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(y), hidden, rows, weights, top_k); break;
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -61,6 +61,12 @@ cudaError_t fill_scales(float* scales, size_t tokens, size_t hidden, uint64_t se
 cudaError_t dequantize_rows(DataType fp8_type, const void* x, size_t x_stride, const void* scales, size_t scale_stride,
                             size_t hidden, size_t rows, DataType out_type, void* y, cudaStream_t stream);
 
+// The rank-major experts' stand-in: y[r][h] *= the sum of row r's top_k weights (float32 weights [rows, top_k]),
+// in `type` (kBFloat16, kFloat16, kFloat32), for r < rows: each received token's rows summed over its experts here,
+// when every expert's output is the token row itself.
+cudaError_t weigh_rows(DataType type, void* y, size_t hidden, size_t rows, const float* weights, int top_k,
+                       cudaStream_t stream);
+
 // The routing of the baseline, from ids [tokens, top_k] (int64; ids outside [0, experts) are skipped) and weights
 // [tokens, top_k]: for every destination rank d (which holds experts [d * L, (d + 1) * L), L = experts / world),
 // lists[d * tokens + i] = the i-th token (in token order) with at least one expert on d, and send_counts[d] = how

@@ -94,6 +94,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--alignment", options.moe_alignment, "--moe: each local expert's block of rows starts at a multiple of this")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  std::vector<std::string> layouts;
+  app.add_option("--layout", layouts, "--moe: expert-major, rank-major, or both (comma-separated; default both)")
+      ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major"}));
   std::string dispatch_type;
   app.add_option("--dispatch-type", dispatch_type,
                  "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");
@@ -168,6 +171,12 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
         return 2;
       }
       options.moe_dispatch_type = found->second;
+    }
+    if (!layouts.empty()) {
+      options.moe_layouts.clear();
+      for (const std::string& layout : layouts) {
+        options.moe_layouts.push_back(layout == "rank-major" ? MoeLayout::kRankMajor : MoeLayout::kExpertMajor);
+      }
     }
     if (options.moe_top_k > options.moe_experts) {
       std::fprintf(stderr, "braid-bench: --top-k %d needs at least as many --experts (%d): experts are distinct\n",

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/moe.hpp"
 #include "braid/types.hpp"
 #include "collective.hpp"
 
@@ -15,13 +16,15 @@ struct Options {
   bool smoke = false;  // --smoke: the symmetric-memory smoke run instead of the collectives
   bool moe = false;    // --moe: MoE dispatch and combine (MoeBuffer) instead of the collectives
 
-  // --moe's workload: tokens per rank (one row per value), hidden size, experts per token, experts in all, and
-  // the alignment of each local expert's block of rows.
-  std::vector<size_t> moe_tokens{4096};
+  // --moe's workload: tokens per rank (one row per value), hidden size, experts per token, experts in all, the
+  // alignment of each local expert's block of rows (expert-major), and the layouts timed. The defaults are
+  // DeepEP's test shapes: a decode batch (T = 128) and a training batch (T = 4096) of H = 7168, K = 8, E = 256.
+  std::vector<size_t> moe_tokens{128, 4096};
   size_t moe_hidden = 7168;
   int moe_top_k = 8;
-  int moe_experts = 64;
+  int moe_experts = 256;
   int moe_alignment = 1;
+  std::vector<MoeLayout> moe_layouts{MoeLayout::kExpertMajor, MoeLayout::kRankMajor};
   std::optional<DataType> moe_dispatch_type;  // --dispatch-type: fp8 dispatch (rows of -d's type come back)
 
   std::vector<Collective> collectives{Collective::kAllReduce};
