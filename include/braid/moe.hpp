@@ -50,6 +50,7 @@ namespace collectives {
 struct CollectiveContext;
 }
 class Communicator;
+class MoeBuffer;
 
 // How dispatch lays out the rows a rank receives (see above and MoeDispatchOutput).
 enum class MoeLayout {
@@ -77,6 +78,9 @@ struct MoeShape {
   // reports it. Must be 0 with kRankMajor, whose rows are always world * max_tokens (no routing overflows them).
   size_t capacity_rows = 0;
   MoeLayout layout = MoeLayout::kExpertMajor;
+  // Multiprocessors dispatch and combine may occupy (2 blocks each, every block resident at once), so the rest of
+  // the GPU stays free for kernels that overlap them. 0: every multiprocessor (at most 128 are used).
+  int max_sms = 0;
 };
 
 constexpr int kMaxTopK = 16;
@@ -124,6 +128,31 @@ struct MoeDispatchOutput {
   int local_experts = 0;
 };
 
+// The receiving half of a rank-major dispatch or combine called with a hook: the call enqueued its sends (rows
+// into the peers, then a signal) and returned; receive() enqueues the rest (wait for the peers, then the outputs:
+// dispatch's counts and metadata, combine's out). The caller's kernels enqueued between the two run while the
+// rows travel, and may take every multiprocessor: the sending half has ended by then. Valid while its MoeBuffer
+// lives; movable, not copyable.
+class MoeHook {
+ public:
+  MoeHook() = default;
+  MoeHook(MoeHook&& other) noexcept;
+  MoeHook& operator=(MoeHook&& other) noexcept;
+  MoeHook(const MoeHook&) = delete;
+  MoeHook& operator=(const MoeHook&) = delete;
+
+  // Whether a receiving half is still to be enqueued.
+  bool pending() const { return state_ != nullptr; }
+  // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
+  // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Until it is called, the MoeBuffer
+  // refuses every other call (kInvalidArgument naming the hook).
+  void receive(Stream stream);
+
+ private:
+  friend class MoeBuffer;
+  detail::MoeState* state_ = nullptr;
+};
+
 // Symmetric buffers for one shape class on one communicator, made once and reused by every dispatch/combine
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
 // Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows and max_tokens < 2^31.
@@ -156,14 +185,17 @@ class MoeBuffer {
   // rows would exceed capacity_rows receives none:
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
   // that rank's partials out, and comm.check() on that rank reports it. Every rank must call it, even with T = 0.
+  // `hook` (rank-major only, else kInvalidArgument naming it): when given, only the sending half is enqueued and
+  // hook->receive() enqueues the rest; the outputs hold this dispatch once that half has run. T (and
+  // num_tokens_device) is read by the sending half.
   MoeDispatchOutput dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
-                             const int64_t* num_tokens_device, Stream stream);
+                             const int64_t* num_tokens_device, Stream stream, MoeHook* hook = nullptr);
   // fp8 dispatch (shape().dispatch_type set): as above, x [T, hidden] fp8 rows and x_scales [T, hidden /
   // kMoeScaleColumns] float32, row-major; each received row comes with its token's scales (output.scales). The
   // overload above refuses an fp8 shape, and this one a shape without dispatch_type (kInvalidArgument naming
   // x_scales).
   MoeDispatchOutput dispatch(const void* x, const float* x_scales, const void* topk_idx, const float* topk_weights,
-                             size_t num_tokens, const int64_t* num_tokens_device, Stream stream);
+                             size_t num_tokens, const int64_t* num_tokens_device, Stream stream, MoeHook* hook = nullptr);
 
   // For the tokens of the last dispatch, with float32 accumulation rounded once into out [T, hidden] (shape().type)
   // on the dispatching rank; a token with no expert gets zeros. Every rank must call it; it may be called again
@@ -177,7 +209,14 @@ class MoeBuffer {
   // weights applied), and weighted must be false (kInvalidArgument naming it). When y is not the dispatch's
   // combine_input, combine first copies y's received rows there. Peers read combine_input during combine: before
   // a second combine of one dispatch writes combine_input, every rank's first combine must have completed.
-  void combine(const void* y, void* out, bool weighted, Stream stream);
+  // `hook` (rank-major only): as for dispatch; the sending half copies y when it must and tells the peers that
+  // this rank's rows are ready, the receiving half reads theirs and writes out.
+  void combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook = nullptr);
+
+  // One cudaMemcpyAsync of the last dispatch's expert_counts ([local_experts] int64) into host_counts, on
+  // `stream`: after a dispatch on that stream (or its receiving half), read host_counts once the stream has
+  // synchronised. Capturable in a graph when host_counts is pinned (cudaMallocHost).
+  void copy_expert_counts(int64_t* host_counts, Stream stream);
 
  private:
   explicit MoeBuffer(std::unique_ptr<detail::MoeState> state);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "collectives/call_checks.hpp"
@@ -37,6 +38,10 @@ struct MoeState {
   moe::MoeLaunch base{};  // everything but the inputs of a call
   size_t last_host_tokens = 0;
   bool last_tokens_on_device = false;
+  // A call split by a MoeHook whose receiving half is still to be enqueued: its launch (phase kReceivingHalf) and
+  // which call it was ("MoeBuffer::dispatch" or "MoeBuffer::combine"); null when none.
+  moe::MoeLaunch pending{};
+  const char* pending_call = nullptr;
 
   ~MoeState() {
     if (local != nullptr) {
@@ -137,6 +142,7 @@ void validate_shape(const MoeShape& shape, int world) {
   if (shape.layout != MoeLayout::kExpertMajor && shape.layout != MoeLayout::kRankMajor) {
     raise_invalid_argument(function, "shape.layout", "is {}; must be kExpertMajor or kRankMajor", static_cast<int>(shape.layout));
   }
+  if (shape.max_sms < 0) raise_invalid_argument(function, "shape.max_sms", "is {}; must be >= 0 (0: every multiprocessor)", shape.max_sms);
   if (rank_major(shape) && shape.expert_alignment != 1) {
     raise_invalid_argument(function, "shape.expert_alignment", "is {}; the rank-major layout has no expert blocks (must be 1)",
                            shape.expert_alignment);
@@ -158,7 +164,8 @@ std::string describe(const MoeShape& shape) {
   return fmt::format("hidden {} type {} dispatch {} index {} max_tokens {} top_k {} experts {} alignment {} capacity {} {}",
                      shape.hidden, datatype_name(shape.type), datatype_name(dispatch_type_of(shape)),
                      datatype_name(shape.index_type), shape.max_tokens, shape.top_k, shape.experts,
-                     shape.expert_alignment, shape.capacity_rows, rank_major(shape) ? "rank-major" : "expert-major");
+                     shape.expert_alignment, shape.capacity_rows, rank_major(shape) ? "rank-major" : "expert-major") +
+         fmt::format(" max_sms {}", shape.max_sms);
 }
 
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
@@ -170,19 +177,61 @@ std::vector<std::string> host_allgather(collectives::CollectiveContext& context,
   return context.bootstrap->allgather(mine, "MoeBuffer::create");
 }
 
-int agreed_blocks(collectives::CollectiveContext& context) {
+int agreed_blocks(collectives::CollectiveContext& context, int max_sms) {
   int multiprocessors = 0;
   BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
+  if (max_sms > 0) multiprocessors = std::min(multiprocessors, max_sms);
   int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * multiprocessors);
   for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;
 }
 
-detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function) {
+// `call`: a dispatch, combine or copy, which waits for a pending receiving half; the getters do not.
+detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, bool call = true) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
   set_log_rank(state->comm->rank);
   state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // a timeout: the communicator is unusable
+  if (call && state->pending_call != nullptr) {
+    raise_invalid_argument(function, "hook", "the receiving half of the last {} (its MoeHook) is still to be called: "
+                           "call MoeHook::receive first", state->pending_call);
+  }
   return *state;
+}
+
+// A call with a hook: rank-major only, and the hook must hold nothing pending.
+void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* function) {
+  if (hook == nullptr) return;
+  if (!state.base.rank_major) {
+    raise_invalid_argument(function, "hook", "is given, but the buffer's layout is expert-major; hooks split rank-major calls");
+  }
+  if (hook->pending()) raise_invalid_argument(function, "hook", "still holds a receiving half to call (MoeHook::receive)");
+}
+
+// Enqueues `launch` (dispatch when `dispatch`, else combine) whole, or its sending half with the receiving half
+// left to `hook`.
+void enqueue(detail::MoeState& state, moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
+             detail::MoeState** hook_state, cudaStream_t stream) {
+  launch.phase = hook != nullptr ? moe::kSendingHalf : moe::kWholeCall;
+  {
+    const auto order = collectives::ordered(*state.comm, stream);
+    if (dispatch) {
+      if (launch.rank_major) {
+        moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
+      } else {
+        moe::launch_dispatch(launch, state.shape.index_type, stream);
+      }
+    } else if (launch.rank_major) {
+      moe::launch_rank_combine(launch, state.shape.type, stream);
+    } else {
+      moe::launch_combine(launch, state.shape.type, stream);
+    }
+    collectives::check_launch(dispatch ? "MoE dispatch launch" : "MoE combine launch");
+  }
+  if (hook == nullptr) return;
+  launch.phase = moe::kReceivingHalf;
+  state.pending = launch;
+  state.pending_call = function;
+  *hook_state = &state;
 }
 
 }  // namespace
@@ -265,7 +314,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
   b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
-  b.blocks = agreed_blocks(comm_state);
+  b.blocks = agreed_blocks(comm_state, shape.max_sms);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
   b.pad.data_error = comm_state.sync->pad().data_error;
@@ -280,19 +329,44 @@ MoeBuffer::MoeBuffer(MoeBuffer&&) noexcept = default;
 MoeBuffer& MoeBuffer::operator=(MoeBuffer&&) noexcept = default;
 MoeBuffer::~MoeBuffer() = default;
 
-const MoeShape& MoeBuffer::shape() const { return checked(state_, "MoeBuffer::shape").shape; }
-size_t MoeBuffer::capacity_rows() const { return checked(state_, "MoeBuffer::capacity_rows").capacity; }
+const MoeShape& MoeBuffer::shape() const { return checked(state_, "MoeBuffer::shape", false).shape; }
+size_t MoeBuffer::capacity_rows() const { return checked(state_, "MoeBuffer::capacity_rows", false).capacity; }
+
+MoeHook::MoeHook(MoeHook&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
+MoeHook& MoeHook::operator=(MoeHook&& other) noexcept {
+  state_ = std::exchange(other.state_, nullptr);
+  return *this;
+}
+
+void MoeHook::receive(Stream stream) {
+  const char* function = "MoeHook::receive";
+  if (state_ == nullptr) raise_invalid_argument(function, "hook", "holds no receiving half (received already, or never given to a call)");
+  detail::MoeState& state = *std::exchange(state_, nullptr);
+  set_log_rank(state.comm->rank);
+  state.comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
+  const bool dispatch = std::string(state.pending_call) == "MoeBuffer::dispatch";
+  const moe::MoeLaunch launch = state.pending;
+  state.pending_call = nullptr;
+  const auto order = collectives::ordered(*state.comm, stream);
+  if (dispatch) {
+    moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
+  } else {
+    moe::launch_rank_combine(launch, state.shape.type, stream);
+  }
+  collectives::check_launch("MoE receiving half launch");
+}
 
 MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
-                                      const int64_t* num_tokens_device, Stream stream) {
-  return dispatch(x, nullptr, topk_idx, topk_weights, num_tokens, num_tokens_device, stream);
+                                      const int64_t* num_tokens_device, Stream stream, MoeHook* hook) {
+  return dispatch(x, nullptr, topk_idx, topk_weights, num_tokens, num_tokens_device, stream, hook);
 }
 
 MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, const void* topk_idx,
                                       const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
-                                      Stream stream) {
+                                      Stream stream, MoeHook* hook) {
   const char* function = "MoeBuffer::dispatch";
   detail::MoeState& state = checked(state_, function);
+  check_hook(state, hook, function);
   const int device = state.comm->device;
   const bool fp8 = state.shape.dispatch_type.has_value();
   if (!fp8 && x_scales != nullptr) {
@@ -325,15 +399,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   launch.topk_weights = topk_weights;
   launch.num_tokens = num_tokens;
   launch.num_tokens_device = num_tokens_device;
-  {
-    const auto order = collectives::ordered(*state.comm, stream);
-    if (launch.rank_major) {
-      moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
-    } else {
-      moe::launch_dispatch(launch, state.shape.index_type, stream);
-    }
-    collectives::check_launch("MoE dispatch launch");
-  }
+  enqueue(state, launch, true, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
   state.last_host_tokens = num_tokens;
   state.last_tokens_on_device = num_tokens_device != nullptr;
 
@@ -359,9 +425,10 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   return output;
 }
 
-void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) {
+void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
   const char* function = "MoeBuffer::combine";
   detail::MoeState& state = checked(state_, function);
+  check_hook(state, hook, function);
   const int device = state.comm->device;
   if (y == nullptr) raise_invalid_argument(function, "y", "is null");
   if (state.base.rank_major && weighted) {
@@ -380,13 +447,16 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream) 
   launch.weighted = weighted;
   const char* combine_input = static_cast<const char*>(state.memory->peer_pointers[state.memory->rank]) + launch.layout.combine;
   launch.copy_y = launch.rank_major && launch.y != combine_input;
-  const auto order = collectives::ordered(*state.comm, stream);
-  if (launch.rank_major) {
-    moe::launch_rank_combine(launch, state.shape.type, stream);
-  } else {
-    moe::launch_combine(launch, state.shape.type, stream);
-  }
-  collectives::check_launch("MoE combine launch");
+  enqueue(state, launch, false, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
+}
+
+void MoeBuffer::copy_expert_counts(int64_t* host_counts, Stream stream) {
+  const char* function = "MoeBuffer::copy_expert_counts";
+  detail::MoeState& state = checked(state_, function);
+  if (host_counts == nullptr) raise_invalid_argument(function, "host_counts", "is null");
+  DeviceGuard guard(state.comm->device);
+  BRAID_CUDA(cudaMemcpyAsync(host_counts, state.base.expert_counts, state.base.local_experts * sizeof(int64_t),
+                             cudaMemcpyDeviceToHost, stream));
 }
 
 }  // namespace braid

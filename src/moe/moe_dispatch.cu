@@ -48,13 +48,14 @@ struct RawIds {
 };
 
 // Token t's ids as the routing uses them (decode_expert_ids, moe_layout.cuh), from its raw ids.
+// Returns the repeated ids' bit mask of k.
 template <typename Index>
-__device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
-                                           bool reporter, int32_t (&ids)[kMaxTopK]) {
+__device__ __forceinline__ uint32_t decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
+                                               bool reporter, int32_t (&ids)[kMaxTopK]) {
   int64_t loaded[kMaxTopK];
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < launch.top_k && t < tokens ? reinterpret_cast<const Index*>(raw.v)[k] : -1;
-  decode_expert_ids(launch, loaded, t, reporter, ids);
+  return decode_expert_ids(launch, loaded, t, reporter, ids);
 }
 
 template <typename Index>
@@ -91,8 +92,9 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
   };
+  uint32_t repeats = 0;  // of the chunk's token: its repeated ids (bits of k)
   auto decode = [&](size_t t, const RawIds& raw, int32_t (&ids)[kMaxTopK]) {
-    decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
+    repeats = decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
   // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
@@ -123,7 +125,11 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
         }
       } else {
         if (mine) launch.slot_token[size_t(target) * launch.max_tokens + slot] = static_cast<int32_t>(t);
-        if (reporter) launch.token_ranks[t] = ranks;
+        if (reporter) {
+          launch.token_ranks[t] = ranks;
+          // A repeated id's pair has no slot: scatter sends no row for it.
+          for (uint32_t left = repeats; left != 0; left &= left - 1) launch.pair_slot[t * K + __ffs(left) - 1] = -1;
+        }
       }
     }
     running += total;
@@ -233,7 +239,7 @@ __device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Lay
   const int32_t slot = launch.pair_slot[size_t(pair.token) * launch.top_k + k];  // meaningful only where the expert is on r
   if (weights) pair.weight = launch.topk_weights[size_t(pair.token) * launch.top_k + k];
   pair.expert = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
-  if (pair.expert >= r * L && pair.expert < (r + 1) * L) {
+  if (pair.expert >= r * L && pair.expert < (r + 1) * L && slot >= 0) {  // slot -1: a repeated id (the route's)
     pair.row = layout.expert_start[pair.expert] + layout.mine_before[pair.expert] + slot;
   }
   return pair;
@@ -257,13 +263,6 @@ __device__ __forceinline__ void for_each_sent_pass(const MoeLaunch& launch, cons
     if (group < per_pass && first + group <= first_end && i < rounds.sent[r]) {
       pair = sent_pair<Index>(launch, layout, i, r, k, weights);
     }
-    // A repeat of an id the token named at a smaller k has no row (the route skipped and reported it).
-    bool repeated = false;
-    for (int j = 0; j < K; ++j) {
-      const int other = __shfl_sync(kFullWarp, pair.expert, (group * K + j) & 31);
-      repeated |= j < k && other == pair.expert && pair.expert >= 0;
-    }
-    if (repeated) pair.expert = -1, pair.row = -1;
     visit(first, pair, __ballot_sync(kFullWarp, pair.row >= 0));
   }
 }

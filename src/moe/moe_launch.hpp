@@ -61,6 +61,10 @@ struct SymmetricLayout {
   size_t bytes;          // all of it
 };
 
+// The halves of a rank-major call split by a MoeHook: the sending half ends after its signals, the receiving half
+// starts at the waits.
+constexpr int kWholeCall = 0, kSendingHalf = 1, kReceivingHalf = 2;
+
 struct MoeLaunch {
   // Shape.
   int world, rank, experts, local_experts, top_k, alignment;
@@ -99,6 +103,7 @@ struct MoeLaunch {
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   bool rank_major;            // MoeLayout::kRankMajor
   bool copy_y;                // rank-major combine: y is not combine_input, so combine copies it there first
+  int phase;                  // rank-major: kWholeCall, or one half of a call split by a MoeHook
   device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
   unsigned int dispatch_id, combine_id;  // collective ids for error reports
 };

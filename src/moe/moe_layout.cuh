@@ -68,18 +68,23 @@ __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, 
 
 // The ids of token t as every routing step uses them: `loaded` (-1 past K) with an id outside [-1, E) and the
 // repeat of an id the token named at a smaller k replaced by -1 ("no expert"); the `reporter` records each.
-__device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK], size_t t,
-                                                  bool reporter, int32_t (&ids)[kMaxTopK]) {
+// Returns the repeats as a bit mask of k.
+__device__ __forceinline__ uint32_t decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK],
+                                                      size_t t, bool reporter, int32_t (&ids)[kMaxTopK]) {
+  uint32_t repeats = 0;
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) {
     const int64_t e = loaded[k];
     bool repeated = false;
+    if (k < launch.top_k && e >= 0 && e < launch.experts) {
 #pragma unroll
-    for (int j = 0; j < k; ++j) repeated |= e >= 0 && loaded[j] == e;
+      for (int j = 0; j < k; ++j) repeated |= ids[j] == static_cast<int32_t>(e);  // ids[j]: -1 unless a valid id
+    }
     if (e < -1 || e >= launch.experts) {
       if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
       ids[k] = -1;
     } else if (repeated) {
+      repeats |= 1u << k;
       if (reporter) {
         device::record_data_error(launch.pad, device::kErrorRepeatedExpert, launch.dispatch_id, -1, e,
                                   static_cast<long long>(t));
@@ -89,6 +94,7 @@ __device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, const
       ids[k] = static_cast<int32_t>(e);
     }
   }
+  return repeats;
 }
 
 // Where every expert's rows start on its rank, where this rank's pairs start inside each block, and how many

@@ -170,14 +170,44 @@ __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
 }
 
 template <typename Index>
+__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_tokens)[kMaxWorld],
+                          int64_t* before, int64_t* in_range);
+
+template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatch(MoeLaunch launch) {
   __shared__ uint32_t block_pairs[kMaxExperts];           // this block's pairs per expert
   __shared__ uint32_t warp_tokens[kMoeWarps][kMaxWorld];  // a chunk's tokens per warp and destination
   __shared__ int64_t before[kMaxWorld];                   // tokens of earlier chunks per destination
   __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
-  __shared__ int failed;
   kernels::wait_for_prior_grid();  // the last call on the buffer (combine_plan, token_row)
   kernels::allow_dependent_grid();
+  const int me = launch.rank, W = launch.world, L = launch.local_experts;
+  if (launch.phase != kReceivingHalf) send_rows<Index>(launch, block_pairs, warp_tokens, before, in_range);
+  if (launch.phase == kSendingHalf) return;
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me &&
+      !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
+    failed = 1;
+  }
+  __syncthreads();
+  if (failed) return;
+  if (!last_block(launch.blocks_done)) return;
+  unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
+  for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
+  if (threadIdx.x == 0) {
+    launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
+    *launch.blocks_done = 0;
+  }
+}
+
+// Dispatch's sending half, by every block: the entry barrier when it follows a dispatch, the numbering, the rows
+// into the peers and the signal, then the rows that stay here. Returns early (the receiving half's wait then
+// gives up too) when the barrier failed.
+template <typename Index>
+__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_tokens)[kMaxWorld],
+                          int64_t* before, int64_t* in_range) {
   const int me = launch.rank, W = launch.world, K = launch.top_k;
   // The last call on the buffer was a dispatch: peers may still read the rows this one overwrites. After a
   // combine that is implied (its barrier came after every rank's use of the rows).
@@ -188,7 +218,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
   if (threadIdx.x < kMaxWorld) before[threadIdx.x] = in_range[threadIdx.x] = 0;
-  if (threadIdx.x == 0) failed = 0;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);  // for combine
   __syncthreads();
   if (after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) return;
 
@@ -271,20 +301,6 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   }
   // The tokens that stay here, while the peers' stores land.
   move_tokens<Index>(launch, range, 1u << me);
-  if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me &&
-      !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
-    failed = 1;
-  }
-  __syncthreads();
-  if (failed) return;
-  if (!last_block(launch.blocks_done)) return;
-  unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
-  for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
-  if (threadIdx.x == 0) {
-    *launch.tokens = static_cast<int64_t>(tokens);
-    launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
-    *launch.blocks_done = 0;
-  }
 }
 
 // Sources' vectors loaded together (one memory latency for up to this many ranks, not one each).
@@ -350,20 +366,31 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   kernels::wait_for_prior_grid();  // the kernels that wrote y
   kernels::allow_dependent_grid();
   const int me = launch.rank, W = launch.world;
-  // Two combines in a row: peers may still read the rows of combine_input this one rewrites.
-  const bool after_combine = launch.combine_plan[2] == 0;
-  if (after_combine && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+  const bool peer_thread = threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me;
   const size_t row_bytes = launch.hidden * sizeof(T);
-  if (launch.copy_y) {
-    char* base = launch.peers[me];
-    for (int s = 0; s < W; ++s) {
-      if (s == me) continue;  // this rank reads its own tokens' rows from y
-      const uint64_t word = at_offset<const uint64_t>(base, launch.layout.block_rows)[size_t(s) * launch.blocks + blockIdx.x];
-      const size_t first = size_t(s) * launch.max_tokens + (word >> 32), count = word & 0xffffffffu;
-      kernels::block_copy(base + launch.layout.combine + first * row_bytes, launch.y + first * row_bytes, count * row_bytes);
+  if (launch.phase != kReceivingHalf) {
+    // Two combines in a row: peers may still read the rows of combine_input this one rewrites.
+    const bool after_combine = launch.combine_plan[2] == 0;
+    if (after_combine && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+    if (launch.copy_y) {
+      char* base = launch.peers[me];
+      for (int s = 0; s < W; ++s) {
+        if (s == me) continue;  // this rank reads its own tokens' rows from y
+        const uint64_t word = at_offset<const uint64_t>(base, launch.layout.block_rows)[size_t(s) * launch.blocks + blockIdx.x];
+        const size_t first = size_t(s) * launch.max_tokens + (word >> 32), count = word & 0xffffffffu;
+        kernels::block_copy(base + launch.layout.combine + first * row_bytes, launch.y + first * row_bytes, count * row_bytes);
+      }
     }
+    __syncthreads();
+    if (peer_thread) device::signal(launch.pad, blockIdx.x, threadIdx.x);  // this block's rows for the peers are in
+    if (launch.phase == kSendingHalf) return;
   }
-  if (!device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteMiddleBarrier)) return;
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  if (peer_thread && !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
+  __syncthreads();
+  if (failed) return;
   const TokenRange range = block_tokens(static_cast<size_t>(*launch.tokens), blockIdx.x, gridDim.x);
   constexpr int kVector = kernels::Vector<T>::kCount;
   const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&

@@ -112,6 +112,9 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape.capacity_rows = 0;
   shape.layout = static_cast<MoeLayout>(5);
   expect_refused(shape, "layout");
+  shape = deepseek_like();
+  shape.max_sms = -1;
+  expect_refused(shape, "max_sms");
 }
 
 TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {

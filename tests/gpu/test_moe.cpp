@@ -453,6 +453,7 @@ struct Outcome {
 struct Repeats {
   int dispatches = 1, combines = 1;
   uint64_t pause_seed = 0;  // 0: no pauses
+  bool hooks = false;       // rank-major: every call split by a MoeHook, other work enqueued between the halves
 };
 
 class Rig {
@@ -478,7 +479,8 @@ class Rig {
         weights_((shape.max_tokens + kGuardTokens) * shape.top_k * sizeof(float)),
         out_((shape.max_tokens + kGuardTokens) * out_row_bytes_),
         y_(std::max<size_t>(capacity_, 1) * out_row_bytes_),
-        tokens_device_(sizeof(int64_t)) {}
+        tokens_device_(sizeof(int64_t)),
+        scratch_(size_t(1) << 20) {}
 
   MoeBuffer& moe() { return moe_; }
   const MoeShape& shape() const { return shape_; }
@@ -543,9 +545,12 @@ class Rig {
       maybe_pause();
       const int64_t* tokens_device = device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr;
       const float* weights = static_cast<const float*>(weights_.get());
+      MoeHook hook;
+      MoeHook* split = repeats.hooks ? &hook : nullptr;
       view = scale_count_ > 0 ? moe_.dispatch(x_.get(), static_cast<const float*>(scales_.get()), ids_.get(), weights,
-                                              tokens, tokens_device, stream)
-                              : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream);
+                                              tokens, tokens_device, stream, split)
+                              : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream, split);
+      if (repeats.hooks) between_halves(hook, stream);
     }
     remember(view);
     if (rank_major(shape_)) {
@@ -557,7 +562,9 @@ class Rig {
                  "expert kernel launch");
       for (int c = 0; c < repeats.combines; ++c) {
         maybe_pause();
-        moe_.combine(y, out_.get(), false, stream);
+        MoeHook hook;
+        moe_.combine(y, out_.get(), false, stream, repeats.hooks ? &hook : nullptr);
+        if (repeats.hooks) between_halves(hook, stream);
       }
       return view;
     }
@@ -639,6 +646,15 @@ class Rig {
 
   bool run_and_judge(const Round& round, size_t& failed_rounds, Repeats repeats = {}) {
     return judge(round, run(round, repeats), failed_rounds);
+  }
+
+  // A call's receiving half after other work on the stream (a fill of a scratch buffer): the hook must hold it
+  // until then.
+  void between_halves(MoeHook& hook, cudaStream_t stream) {
+    if (!hook.pending()) throw std::logic_error("moe test: a call with a hook left nothing to receive");
+    cuda_check(cudaMemsetAsync(scratch_.get(), 0x3C, scratch_.bytes(), stream), "cudaMemsetAsync (between halves)");
+    hook.receive(stream);
+    if (hook.pending()) throw std::logic_error("moe test: MoeHook::receive left the hook pending");
   }
 
   // out's rows [0, tokens) as combine left them (after the stream synchronised).
@@ -989,7 +1005,7 @@ class Rig {
   cudaStream_t stream_;
   MoeBuffer moe_;
   size_t capacity_;
-  DeviceBuffer x_, scales_, ids_, weights_, out_, y_, tokens_device_;
+  DeviceBuffer x_, scales_, ids_, weights_, out_, y_, tokens_device_, scratch_;
   std::vector<MoeDispatchOutput> views_;  // every view dispatch has returned (poisoned before each round)
   std::vector<unsigned char> host_ids_;
   int64_t host_tokens_ = 0;
@@ -1475,6 +1491,104 @@ TEST(MoeErrors, ScalesGoWithFp8DispatchOnly) {
       comm.barrier();
     }
     EXPECT_EQ(failed, 0u) << "rank " << me << ": " << failed << " rounds wrong";
+  });
+}
+
+// Every rank-major dispatch and combine split by a MoeHook, a fill of another buffer between the halves: the
+// matrix's results, with repeated calls and rank skew too.
+TEST(MoeRankMajor, CallsSplitByAHookMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    run_matrix(comm, {0, 5, 11}, 0x400Cull, [](size_t i, uint64_t seed) {
+      Repeats repeats = i % 2 == 0 ? Repeats{} : skewed_repeats(i, seed);
+      repeats.hooks = true;
+      return repeats;
+    }, MoeLayout::kRankMajor);
+  });
+}
+
+// A call on the buffer while a hook holds a receiving half, a hook received twice, and a hook on an expert-major
+// buffer are refused naming the hook (on every rank alike: nothing was launched); the buffer then works.
+TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    auto refused = [&](const char* what, const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << what << ": " << error.what();
+        EXPECT_TRUE(names_field(error.what(), "hook")) << what << ": " << error.what();
+      }
+    };
+    const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
+    {
+      Rig expert(comm, make_shape(config, world, MoeLayout::kExpertMajor), stream.get());
+      MoeHook hook;
+      refused("a hook on an expert-major dispatch", [&] {
+        expert.moe().dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get(), &hook);
+      });
+      EXPECT_FALSE(hook.pending());
+      refused("receive() of an empty hook", [&] { hook.receive(stream.get()); });
+      for (const Round& round : device_token_rounds(expert.shape(), world, seed, 2)) expert.run_and_judge(round, failed);
+      comm.barrier();
+    }
+    Rig rig(comm, make_shape(config, world, MoeLayout::kRankMajor), stream.get());
+    MoeHook hook;
+    const MoeDispatchOutput view = rig.moe().dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get(), &hook);
+    EXPECT_TRUE(hook.pending());
+    refused("a combine while a dispatch's receiving half is pending", [&] {
+      rig.moe().combine(view.combine_input, nullptr, false, stream.get());
+    });
+    refused("a dispatch while a dispatch's receiving half is pending", [&] {
+      rig.moe().dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get());
+    });
+    MoeHook moved = std::move(hook);
+    EXPECT_FALSE(hook.pending());
+    EXPECT_TRUE(moved.pending());
+    moved.receive(stream.get());
+    refused("receive() twice", [&] { moved.receive(stream.get()); });
+    rig.moe().combine(view.combine_input, nullptr, false, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    comm.check();
+    for (const Round& round : device_token_rounds(rig.shape(), world, mix64(seed + 1), 2)) rig.run_and_judge(round, failed);
+    EXPECT_EQ(failed, 0u) << "rank " << me;
+    comm.barrier();
+  });
+}
+
+// A buffer limited to 3 multiprocessors (6 blocks, far fewer than the tokens) in both layouts, and
+// copy_expert_counts: the host copy equals expert_counts.
+TEST(Moe, FewMultiprocessorsAndExpertCountsOnTheHost) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    int64_t* host = nullptr;
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host), kMoeMaxExperts * sizeof(int64_t)), "cudaMallocHost");
+    for (MoeLayout layout : {MoeLayout::kExpertMajor, MoeLayout::kRankMajor}) {
+      MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt32, 256, 8, 64, 1, 128}, world, layout);
+      shape.max_sms = 3;
+      Rig rig(comm, shape, stream.get());
+      for (const Round& round : device_token_rounds(shape, world, mix64(seed + static_cast<uint64_t>(layout)), 4)) {
+        rig.prepare(round);
+        const MoeDispatchOutput view = rig.enqueue(round, rig.stream());
+        const int L = view.local_experts;
+        std::fill(host, host + L, int64_t(-7));
+        rig.moe().copy_expert_counts(host, rig.stream());
+        Outcome outcome = rig.finish(round, view);
+        std::vector<int64_t> device(L);
+        cuda_check(cudaMemcpy(device.data(), view.expert_counts, L * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        if (!std::equal(device.begin(), device.end(), host)) outcome.problems.add("copy_expert_counts differs from expert_counts");
+        rig.judge(round, outcome, failed);
+      }
+      comm.barrier();
+    }
+    cudaFreeHost(host);
+    EXPECT_EQ(failed, 0u) << "rank " << me;
   });
 }
 
