@@ -48,14 +48,13 @@ struct RawIds {
 };
 
 // Token t's ids as the routing uses them (decode_expert_ids, moe_layout.cuh), from its raw ids.
-// Returns the repeated ids' bit mask of k.
 template <typename Index>
-__device__ __forceinline__ uint32_t decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
-                                               bool reporter, int32_t (&ids)[kMaxTopK]) {
+__device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
+                                           bool reporter, int32_t (&ids)[kMaxTopK]) {
   int64_t loaded[kMaxTopK];
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < launch.top_k && t < tokens ? reinterpret_cast<const Index*>(raw.v)[k] : -1;
-  return decode_expert_ids(launch, loaded, t, reporter, ids);
+  decode_expert_ids(launch, loaded, reporter, ids);
 }
 
 template <typename Index>
@@ -92,9 +91,8 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
   };
-  uint32_t repeats = 0;  // of the chunk's token: its repeated ids (bits of k)
   auto decode = [&](size_t t, const RawIds& raw, int32_t (&ids)[kMaxTopK]) {
-    repeats = decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
+    decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
   // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
@@ -107,13 +105,15 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     const size_t t = chunk + threadIdx.x;
     load_raw(t + kMoeThreads, raw);
     uint32_t ranks = 0;
-    int mine = 0;  // this block's share of token t: its pairs of expert `target`, or 1 when a pair goes to rank `target`
+    // This block's share of token t: 1 when it names expert `target` (a repeat is refused), or when a pair goes to
+    // rank `target`: a 0/1 share needs no search for repeats.
+    int mine = 0;
 #pragma unroll
     for (int k = 0; k < kMaxTopK; ++k) {
       mine += ids[k] >= low && ids[k] < high;
       if (reporter && ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
     }
-    if (!expert_block) mine = mine > 0;
+    mine = mine > 0;
     int before = 0, total = 0;
     Scan(scan).ExclusiveSum(mine, before, total);
     int64_t slot = running + before;  // numbered in token order, then k
@@ -121,13 +121,17 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       if (expert_block) {
 #pragma unroll
         for (int k = 0; k < kMaxTopK; ++k) {
-          if (ids[k] == target) launch.pair_slot[t * K + k] = static_cast<int32_t>(slot++);
+          if (ids[k] == target && mine) {  // the first pair naming the expert; the reporter marks any repeat
+            launch.pair_slot[t * K + k] = static_cast<int32_t>(slot);
+            mine = 0;
+          }
         }
       } else {
         if (mine) launch.slot_token[size_t(target) * launch.max_tokens + slot] = static_cast<int32_t>(t);
         if (reporter) {
           launch.token_ranks[t] = ranks;
           // A repeated id's pair has no slot: scatter sends no row for it.
+          const uint32_t repeats = repeated_ids(launch, ids, t, true);
           for (uint32_t left = repeats; left != 0; left &= left - 1) launch.pair_slot[t * K + __ffs(left) - 1] = -1;
         }
       }

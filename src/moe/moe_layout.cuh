@@ -66,33 +66,40 @@ __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, 
   return static_cast<int64_t>(static_cast<const Index*>(launch.topk_idx)[t * launch.top_k + k]);
 }
 
-// The ids of token t as every routing step uses them: `loaded` (-1 past K) with an id outside [-1, E) and the
-// repeat of an id the token named at a smaller k replaced by -1 ("no expert"); the `reporter` records each.
-// Returns the repeats as a bit mask of k.
-__device__ __forceinline__ uint32_t decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK],
-                                                      size_t t, bool reporter, int32_t (&ids)[kMaxTopK]) {
-  uint32_t repeats = 0;
+// The ids of token t as the routing uses them: `loaded` (-1 past K) with an id outside [-1, E) replaced by -1
+// ("no expert"), which the `reporter` records. Repeats stay: repeated_ids finds them only where they matter (the
+// search, inlined into every decode, slows the expert-major route even where it is skipped at run time).
+__device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK], bool reporter,
+                                                  int32_t (&ids)[kMaxTopK]) {
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) {
     const int64_t e = loaded[k];
-    bool repeated = false;
-    if (k < launch.top_k && e >= 0 && e < launch.experts) {
-#pragma unroll
-      for (int j = 0; j < k; ++j) repeated |= ids[j] == static_cast<int32_t>(e);  // ids[j]: -1 unless a valid id
-    }
     if (e < -1 || e >= launch.experts) {
       if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
-      ids[k] = -1;
-    } else if (repeated) {
-      repeats |= 1u << k;
-      if (reporter) {
-        device::record_data_error(launch.pad, device::kErrorRepeatedExpert, launch.dispatch_id, -1, e,
-                                  static_cast<long long>(t));
-      }
       ids[k] = -1;
     } else {
       ids[k] = static_cast<int32_t>(e);
     }
+  }
+}
+
+// The pairs of a token (decoded ids) that name an expert it named at a smaller k, as a bit mask of k; with
+// `report`, the first is recorded (kErrorRepeatedExpert) for token t.
+__device__ __forceinline__ uint32_t repeated_ids(const MoeLaunch& launch, const int32_t (&ids)[kMaxTopK], size_t t,
+                                                 bool report) {
+  uint32_t repeats = 0;
+#pragma unroll
+  for (int k = 1; k < kMaxTopK; ++k) {
+    if (k >= launch.top_k || ids[k] < 0) continue;
+#pragma unroll
+    for (int j = 0; j < k; ++j) repeats |= ids[j] == ids[k] ? 1u << k : 0u;
+  }
+  if (report && repeats != 0) {
+    const int k = __ffs(repeats) - 1;
+    long long id = 0;
+#pragma unroll
+    for (int i = 0; i < kMaxTopK; ++i) id = i == k ? ids[i] : id;  // ids stays in registers: constant indices
+    device::record_data_error(launch.pad, device::kErrorRepeatedExpert, launch.dispatch_id, -1, id, static_cast<long long>(t));
   }
   return repeats;
 }
