@@ -1,5 +1,5 @@
 // MoE dispatch, two launches on the caller's stream (moe_buffer.cpp enqueues them):
-//   1. route (experts + world blocks): counts this rank's pairs per expert and tokens per destination rank, and
+//   1. route (experts + world blocks, and one that marks repeated ids): counts this rank's pairs per expert and tokens per destination rank, and
 //      numbers them in token order (pair_slot, slot_token) with block scans, so the layout is the same for the
 //      same routing every time. Each block writes its count into every rank's count matrix (parity =
 //      dispatches so far, so a fast rank's next dispatch never overwrites counts a slow rank still reads),
@@ -57,6 +57,23 @@ __device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds
   decode_expert_ids(launch, loaded, reporter, ids);
 }
 
+// The route's last block: a token per thread, the pairs that repeat an id of their token get slot -1 (scatter
+// sends no row for them) and are reported. A block of its own, beside those that count, keeps the search off
+// their path.
+template <typename Index>
+__device__ void mark_repeats(const MoeLaunch& launch, size_t tokens) {
+  const int K = launch.top_k;
+  for (size_t t = threadIdx.x; t < tokens; t += blockDim.x) {
+    int64_t loaded[kMaxTopK];
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < K ? expert_of<Index>(launch, t, k) : -1;
+    int32_t ids[kMaxTopK];
+    decode_expert_ids(launch, loaded, false, ids);
+    const uint32_t repeats = repeated_ids(launch, ids, t, true);
+    for (uint32_t left = repeats; left != 0; left &= left - 1) launch.pair_slot[t * K + __ffs(left) - 1] = -1;
+  }
+}
+
 template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   using Scan = cub::BlockScan<int, kMoeThreads>;
@@ -64,6 +81,10 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   kernels::wait_for_prior_grid();  // the last combine or dispatch on the stream (combine_plan, epoch)
   kernels::allow_dependent_grid();  // scatter's blocks may be scheduled: they wait for this grid
   const size_t tokens = call_tokens(launch);
+  if (blockIdx.x == static_cast<unsigned>(launch.experts + launch.world)) {
+    mark_repeats<Index>(launch, tokens);
+    return;
+  }
   const int K = launch.top_k, L = launch.local_experts;
   const bool expert_block = blockIdx.x < static_cast<unsigned>(launch.experts);
   const int target = expert_block ? blockIdx.x : blockIdx.x - launch.experts;  // expert, or destination rank
@@ -128,12 +149,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
         }
       } else {
         if (mine) launch.slot_token[size_t(target) * launch.max_tokens + slot] = static_cast<int32_t>(t);
-        if (reporter) {
-          launch.token_ranks[t] = ranks;
-          // A repeated id's pair has no slot: scatter sends no row for it.
-          const uint32_t repeats = repeated_ids(launch, ids, t, true);
-          for (uint32_t left = repeats; left != 0; left &= left - 1) launch.pair_slot[t * K + __ffs(left) - 1] = -1;
-        }
+        if (reporter) launch.token_ranks[t] = ranks;
       }
     }
     running += total;
@@ -605,7 +621,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
 
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream) {
   const bool wide = index_type == DataType::kInt64;
-  const int route_blocks = launch.experts + launch.world;
+  const int route_blocks = launch.experts + launch.world + 1;  // the last one marks repeated ids (mark_repeats)
   // Each launch may be scheduled while the kernel before it finishes (dependent_launch.cuh): scatter's blocks
   // all wait on every peer, and are all resident by the time the next kernel's blocks may take a place.
   kernels::launch_dependent(wide ? moe_route<int64_t> : moe_route<int32_t>, route_blocks, kMoeThreads, stream, launch);

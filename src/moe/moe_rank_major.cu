@@ -232,9 +232,9 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
     for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1;
     int32_t ids[kMaxTopK];
     decode_expert_ids(launch, loaded, reporter, ids);
-    // Repeats matter for this block's own tokens' pairs (and are reported once); the others' ranks do not change.
-    if ((t >= range.begin && t < range.end) || reporter) {
-      const uint32_t repeats = repeated_ids(launch, ids, t, reporter);
+    // Repeats matter for this block's own tokens' pairs (and are reported by it); the others' ranks do not change.
+    if (t >= range.begin && t < range.end) {
+      const uint32_t repeats = repeated_ids(launch, ids, t, true);
 #pragma unroll
       for (int k = 0; k < kMaxTopK; ++k) ids[k] = (repeats >> k) & 1u ? -1 : ids[k];
     }
