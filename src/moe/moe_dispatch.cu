@@ -51,10 +51,9 @@ struct RawIds {
 template <typename Index>
 __device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
                                            bool reporter, int32_t (&ids)[kMaxTopK]) {
-  int64_t loaded[kMaxTopK];
-#pragma unroll
-  for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < launch.top_k && t < tokens ? reinterpret_cast<const Index*>(raw.v)[k] : -1;
-  decode_expert_ids(launch, loaded, reporter, ids);
+  decode_expert_ids(launch, [&](int k) -> int64_t {
+    return k < launch.top_k && t < tokens ? reinterpret_cast<const Index*>(raw.v)[k] : -1;
+  }, reporter, ids);
 }
 
 // The route's last block: a token per thread, the pairs that repeat an id of their token get slot -1 (scatter
@@ -64,11 +63,8 @@ template <typename Index>
 __device__ void mark_repeats(const MoeLaunch& launch, size_t tokens) {
   const int K = launch.top_k;
   for (size_t t = threadIdx.x; t < tokens; t += blockDim.x) {
-    int64_t loaded[kMaxTopK];
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < K ? expert_of<Index>(launch, t, k) : -1;
     int32_t ids[kMaxTopK];
-    decode_expert_ids(launch, loaded, false, ids);
+    decode_expert_ids(launch, [&](int k) -> int64_t { return k < K ? expert_of<Index>(launch, t, k) : -1; }, false, ids);
     const uint32_t repeats = repeated_ids(launch, ids, t, true);
     for (uint32_t left = repeats; left != 0; left &= left - 1) launch.pair_slot[t * K + __ffs(left) - 1] = -1;
   }

@@ -66,14 +66,15 @@ __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, 
   return static_cast<int64_t>(static_cast<const Index*>(launch.topk_idx)[t * launch.top_k + k]);
 }
 
-// The ids of token t as the routing uses them: `loaded` (-1 past K) with an id outside [-1, E) replaced by -1
-// ("no expert"), which the `reporter` records. Repeats stay: repeated_ids finds them only where they matter (the
-// search, inlined into every decode, slows the expert-major route even where it is skipped at run time).
-__device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, const int64_t (&loaded)[kMaxTopK], bool reporter,
-                                                  int32_t (&ids)[kMaxTopK]) {
+// The ids of a token as the routing uses them: `id(k)` (an int64; -1 past K) with an id outside [-1, E)
+// replaced by -1 ("no expert"), which the `reporter` records. Repeats stay: repeated_ids finds them only where
+// they matter (the search, inlined into every decode, slows the expert-major route even where it is skipped at
+// run time).
+template <typename Id>
+__device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, Id&& id, bool reporter, int32_t (&ids)[kMaxTopK]) {
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) {
-    const int64_t e = loaded[k];
+    const int64_t e = id(k);
     if (e < -1 || e >= launch.experts) {
       if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
       ids[k] = -1;

@@ -170,19 +170,19 @@ __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
 }
 
 template <typename Index>
-__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_tokens)[kMaxWorld],
+__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range);
 
 template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatch(MoeLaunch launch) {
   __shared__ uint32_t block_pairs[kMaxExperts];           // this block's pairs per expert
-  __shared__ uint32_t warp_tokens[kMoeWarps][kMaxWorld];  // a chunk's tokens per warp and destination
+  __shared__ uint32_t warp_votes[kMoeWarps][kMaxWorld];  // per warp and destination: lanes whose token goes there
   __shared__ int64_t before[kMaxWorld];                   // tokens of earlier chunks per destination
   __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
   kernels::wait_for_prior_grid();  // the last call on the buffer (combine_plan, token_row)
   kernels::allow_dependent_grid();
   const int me = launch.rank, W = launch.world, L = launch.local_experts;
-  if (launch.phase != kReceivingHalf) send_rows<Index>(launch, block_pairs, warp_tokens, before, in_range);
+  if (launch.phase != kReceivingHalf) send_rows<Index>(launch, block_pairs, warp_votes, before, in_range);
   if (launch.phase == kSendingHalf) return;
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
 // into the peers and the signal, then the rows that stay here. Returns early (the receiving half's wait then
 // gives up too) when the barrier failed.
 template <typename Index>
-__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_tokens)[kMaxWorld],
+__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range) {
   const int me = launch.rank, W = launch.world, K = launch.top_k;
   // The last call on the buffer was a dispatch: peers may still read the rows this one overwrites. After a
@@ -227,28 +227,19 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   const unsigned int warp = threadIdx.x / 32, lane = lane_id();
   for (size_t chunk = 0; chunk < range.end; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
-    int64_t loaded[kMaxTopK];
-#pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) loaded[k] = k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1;
     int32_t ids[kMaxTopK];
-    decode_expert_ids(launch, loaded, reporter, ids);
-    // Repeats matter for this block's own tokens' pairs (and are reported by it); the others' ranks do not change.
-    if (t >= range.begin && t < range.end) {
-      const uint32_t repeats = repeated_ids(launch, ids, t, true);
-#pragma unroll
-      for (int k = 0; k < kMaxTopK; ++k) ids[k] = (repeats >> k) & 1u ? -1 : ids[k];
-    }
+    // Repeats stay: a token's ranks are the same without them.
+    decode_expert_ids(launch, [&](int k) -> int64_t { return k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1; },
+                      reporter, ids);
     uint32_t ranks = 0;
 #pragma unroll
     for (int k = 0; k < kMaxTopK; ++k) {
       if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
     }
-    uint32_t below[kMaxWorld];  // lanes below this one whose token goes to each destination
 #pragma unroll
     for (int r = 0; r < kMaxWorld; ++r) {
       const unsigned int votes = __ballot_sync(kFullWarp, r < W && ((ranks >> r) & 1u));
-      below[r] = __popc(votes & ((1u << lane) - 1u));
-      if (lane == 0 && r < W) warp_tokens[warp][r] = __popc(votes);
+      if (lane == 0 && r < W) warp_votes[warp][r] = votes;
     }
     __syncthreads();
     if (t >= range.begin && t < range.end) {
@@ -256,20 +247,22 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
 #pragma unroll
       for (int r = 0; r < kMaxWorld; ++r) {
         if (r >= W || ((ranks >> r) & 1u) == 0) continue;
-        int64_t row = before[r] + below[r];
-        for (unsigned int w = 0; w < warp; ++w) row += warp_tokens[w][r];
+        int64_t row = before[r] + __popc(warp_votes[warp][r] & ((1u << lane) - 1u));  // the lanes below this one
+        for (unsigned int w = 0; w < warp; ++w) row += __popc(warp_votes[w][r]);
         launch.token_row[size_t(r) * launch.max_tokens + t] = static_cast<int32_t>(row);
         atomicAdd(reinterpret_cast<unsigned long long*>(&in_range[r]), 1ull);
       }
+      // A pair repeating an id of its token is refused (reported by this block, its token's owner).
+      const uint32_t repeats = repeated_ids(launch, ids, t, true);
 #pragma unroll
       for (int k = 0; k < kMaxTopK; ++k) {
-        if (ids[k] >= 0) atomicAdd(&block_pairs[ids[k]], 1u);
+        if (ids[k] >= 0 && ((repeats >> k) & 1u) == 0) atomicAdd(&block_pairs[ids[k]], 1u);
       }
     }
     __syncthreads();
     if (threadIdx.x < static_cast<unsigned>(W)) {
       int64_t chunk_tokens = 0;
-      for (int w = 0; w < kMoeWarps; ++w) chunk_tokens += warp_tokens[w][threadIdx.x];
+      for (int w = 0; w < kMoeWarps; ++w) chunk_tokens += __popc(warp_votes[w][threadIdx.x]);
       before[threadIdx.x] += chunk_tokens;
     }
     __syncthreads();
