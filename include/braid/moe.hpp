@@ -87,6 +87,12 @@ constexpr int kMaxTopK = 16;
 constexpr int kMoeMaxExperts = 1024;
 constexpr size_t kMoeScaleColumns = 128;  // columns of a token row that share one scale in fp8 dispatch
 
+// Names one routed dispatch of a MoeBuffer (MoeDispatchOutput::handle): combine and redispatch check that it is
+// still the buffer's last one.
+struct MoeHandle {
+  uint64_t dispatch = 0;  // the buffer's routed dispatches up to and including this one; 0: none
+};
+
 // What dispatch returns: views of the MoeBuffer's memory on this rank, at the same addresses for every dispatch
 // of the buffer (a captured graph may read them), holding the last dispatch's results until the next dispatch.
 // Everything is device memory, written by the device: read counts and offsets on the device (or after
@@ -126,6 +132,7 @@ struct MoeDispatchOutput {
                                          // combine a copy (peers read it during combine)
   size_t capacity_rows = 0;
   int local_experts = 0;
+  MoeHandle handle;  // this dispatch's routing, for combine and redispatch
 };
 
 // The receiving half of a rank-major dispatch or combine called with a hook: the call enqueued its sends (rows
@@ -212,6 +219,18 @@ class MoeBuffer {
   // `hook` (rank-major only): as for dispatch; the sending half copies y when it must and tells the peers that
   // this rank's rows are ready, the receiving half reads theirs and writes out.
   void combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook = nullptr);
+  // The same, for the dispatch `handle` names, which must be the buffer's last routed one (kInvalidArgument
+  // naming handle otherwise): the backward pass of a redispatch, or a combine the caller ties to its dispatch.
+  void combine(const MoeHandle& handle, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook = nullptr);
+
+  // Rank-major only (kInvalidArgument naming handle otherwise): dispatches new rows x (and fp8 scales) with the
+  // routing of the dispatch `handle` names, which must be the buffer's last routed one: its T, destinations and
+  // rows. Only the data moves; the metadata, received_tokens and expert_counts stay those of that dispatch. The
+  // backward pass of a combine (the gradient of each token goes where its rows went) and a second tensor on one
+  // routing. Otherwise as dispatch (ordering, hook, x_scales exactly when the shape dispatches fp8); a dispatch
+  // may follow it with new routing.
+  MoeDispatchOutput redispatch(const MoeHandle& handle, const void* x, const float* x_scales, Stream stream,
+                               MoeHook* hook = nullptr);
 
   // One cudaMemcpyAsync of the last dispatch's expert_counts ([local_experts] int64) into host_counts, on
   // `stream`: after a dispatch on that stream (or its receiving half), read host_counts once the stream has

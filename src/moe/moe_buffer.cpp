@@ -42,6 +42,7 @@ struct MoeState {
   // which call it was ("MoeBuffer::dispatch" or "MoeBuffer::combine"); null when none.
   moe::MoeLaunch pending{};
   const char* pending_call = nullptr;
+  uint64_t routed = 0;  // routed dispatches so far (MoeHandle::dispatch of the last one)
 
   ~MoeState() {
     if (local != nullptr) {
@@ -356,6 +357,73 @@ void MoeHook::receive(Stream stream) {
   collectives::check_launch("MoE receiving half launch");
 }
 
+namespace {
+
+// The views of this rank's buffer a dispatch returns.
+MoeDispatchOutput output_of(const detail::MoeState& state, const moe::MoeLaunch& launch) {
+  const bool fp8 = state.shape.dispatch_type.has_value();
+  char* base = static_cast<char*>(state.memory->peer_pointers[state.memory->rank]);
+  MoeDispatchOutput output;
+  output.x = base + launch.layout.rows;
+  output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
+  output.expert_counts = launch.expert_counts;
+  output.source_rank = moe::at_offset<int32_t>(base, launch.layout.row_rank);
+  output.source_token = moe::at_offset<int32_t>(base, launch.layout.row_token);
+  if (launch.rank_major) {
+    output.received_tokens = moe::at_offset<int64_t>(base, launch.layout.received);
+    output.topk_expert = moe::at_offset<int32_t>(base, launch.layout.topk_expert);
+    output.topk_weights = moe::at_offset<float>(base, launch.layout.topk_weight);
+    output.combine_input = base + launch.layout.combine;
+  } else {
+    output.expert_offsets = launch.expert_offsets;
+    output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
+    output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
+  }
+  output.capacity_rows = state.capacity;
+  output.local_experts = launch.local_experts;
+  output.handle.dispatch = state.routed;
+  return output;
+}
+
+// A handle must name the buffer's last routed dispatch.
+void check_handle(const detail::MoeState& state, const MoeHandle& handle, const char* function) {
+  if (handle.dispatch == 0 || handle.dispatch != state.routed) {
+    raise_invalid_argument(function, "handle", "names routed dispatch {}; the buffer's last one is {} (0: none yet)",
+                           handle.dispatch, state.routed);
+  }
+}
+
+}  // namespace
+
+MoeDispatchOutput MoeBuffer::redispatch(const MoeHandle& handle, const void* x, const float* x_scales, Stream stream,
+                                        MoeHook* hook) {
+  const char* function = "MoeBuffer::redispatch";
+  detail::MoeState& state = checked(state_, function);
+  if (!state.base.rank_major) raise_invalid_argument(function, "handle", "redispatch takes a rank-major buffer's handle");
+  check_handle(state, handle, function);
+  check_hook(state, hook, function);
+  const int device = state.comm->device;
+  const bool fp8 = state.shape.dispatch_type.has_value();
+  if (!fp8 && x_scales != nullptr) {
+    raise_invalid_argument(function, "x_scales", "is given, but the shape moves {} rows (shape.dispatch_type unset)",
+                           datatype_name(state.shape.type));
+  }
+  if (state.last_tokens_on_device || state.last_host_tokens > 0) {
+    if (x == nullptr) raise_invalid_argument(function, "x", "is null");
+    collectives::check_device_pointer(function, x, "x", device);
+    if (fp8) {
+      if (x_scales == nullptr) raise_invalid_argument(function, "x_scales", "is null; the shape moves fp8 rows with float32 scales");
+      collectives::check_device_pointer(function, x_scales, "x_scales", device);
+    }
+  }
+  moe::MoeLaunch launch = state.base;
+  launch.x = static_cast<const char*>(x);
+  launch.x_scales = reinterpret_cast<const char*>(x_scales);
+  launch.reuse_routing = true;
+  enqueue(state, launch, true, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
+  return output_of(state, launch);
+}
+
 MoeDispatchOutput MoeBuffer::dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
                                       const int64_t* num_tokens_device, Stream stream, MoeHook* hook) {
   return dispatch(x, nullptr, topk_idx, topk_weights, num_tokens, num_tokens_device, stream, hook);
@@ -402,27 +470,13 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   enqueue(state, launch, true, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
   state.last_host_tokens = num_tokens;
   state.last_tokens_on_device = num_tokens_device != nullptr;
+  ++state.routed;
+  return output_of(state, launch);
+}
 
-  char* base = static_cast<char*>(state.memory->peer_pointers[state.memory->rank]);
-  MoeDispatchOutput output;
-  output.x = base + launch.layout.rows;
-  output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
-  output.expert_counts = launch.expert_counts;
-  output.source_rank = moe::at_offset<int32_t>(base, launch.layout.row_rank);
-  output.source_token = moe::at_offset<int32_t>(base, launch.layout.row_token);
-  if (launch.rank_major) {
-    output.received_tokens = moe::at_offset<int64_t>(base, launch.layout.received);
-    output.topk_expert = moe::at_offset<int32_t>(base, launch.layout.topk_expert);
-    output.topk_weights = moe::at_offset<float>(base, launch.layout.topk_weight);
-    output.combine_input = base + launch.layout.combine;
-  } else {
-    output.expert_offsets = launch.expert_offsets;
-    output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
-    output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
-  }
-  output.capacity_rows = state.capacity;
-  output.local_experts = launch.local_experts;
-  return output;
+void MoeBuffer::combine(const MoeHandle& handle, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
+  check_handle(checked(state_, "MoeBuffer::combine"), handle, "MoeBuffer::combine");
+  combine(y, out, weighted, stream, hook);
 }
 
 void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {

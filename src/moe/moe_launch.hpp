@@ -104,6 +104,7 @@ struct MoeLaunch {
   bool rank_major;            // MoeLayout::kRankMajor
   bool copy_y;                // rank-major combine: y is not combine_input, so combine copies it there first
   int phase;                  // rank-major: kWholeCall, or one half of a call split by a MoeHook
+  bool reuse_routing;         // rank-major dispatch: the last dispatch's routing (T, ranks, rows); only data moves
   device::SignalPad pad;     // this MoeBuffer's own channels; errors go to the communicator's words
   unsigned int dispatch_id, combine_id;  // collective ids for error reports
 };

@@ -113,7 +113,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, in
   });
   if (n == 0) return;
   group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
-  if (slice == 0) {
+  if (slice == 0 && !launch.reuse_routing) {  // a redispatch leaves the metadata as it is
     const int expert = lane_expert<Index>(launch, t);
     const float weight = static_cast<int>(lane) < K ? launch.topk_weights[t * K + lane] : 0.0f;
     for (int r = 0; r < W; ++r) {
@@ -195,7 +195,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   if (failed) return;
   if (!last_block(launch.blocks_done)) return;
   unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
-  for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
+  if (!launch.reuse_routing) {
+    for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
+  }
   if (threadIdx.x == 0) {
     launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
     *launch.blocks_done = 0;
@@ -204,7 +206,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
 
 // Dispatch's sending half, by every block: the entry barrier when it follows a dispatch, the numbering, the rows
 // into the peers and the signal, then the rows that stay here. Returns early (the receiving half's wait then
-// gives up too) when the barrier failed.
+// gives up too) when the barrier failed. A redispatch (reuse_routing) takes T and the numbering of the last
+// dispatch and moves the rows (and scales) only.
 template <typename Index>
 __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range) {
@@ -212,20 +215,21 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // The last call on the buffer was a dispatch: peers may still read the rows this one overwrites. After a
   // combine that is implied (its barrier came after every rank's use of the rows).
   const bool after_dispatch = launch.combine_plan[2] != 0;
-  const size_t tokens = call_tokens(launch);
+  const bool reuse = launch.reuse_routing;
+  const size_t tokens = reuse ? static_cast<size_t>(*launch.tokens) : call_tokens(launch);
   const TokenRange range = block_tokens(tokens, blockIdx.x, gridDim.x);
   // The block holding the last token scans every token: it reports refused ids (once) and the totals.
   const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
   if (threadIdx.x < kMaxWorld) before[threadIdx.x] = in_range[threadIdx.x] = 0;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);  // for combine
+  if (!reuse && blockIdx.x == 0 && threadIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);  // for combine
   __syncthreads();
   if (after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) return;
 
   // Number this block's tokens per destination: a thread per token, a ballot per destination and warp.
   const ExpertRanks expert_ranks(launch.local_experts);
   const unsigned int warp = threadIdx.x / 32, lane = lane_id();
-  for (size_t chunk = 0; chunk < range.end; chunk += kMoeThreads) {
+  for (size_t chunk = 0; !reuse && chunk < range.end; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
     int32_t ids[kMaxTopK];
     // Repeats stay: a token's ranks are the same without them.
@@ -283,7 +287,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
       atomicAdd_system(pairs, block_pairs[e]);
     }
   }
-  if (threadIdx.x < static_cast<unsigned>(W)) {
+  if (!reuse && threadIdx.x < static_cast<unsigned>(W)) {
     const int r = static_cast<int>(threadIdx.x);
     char* base = launch.peers[r];
     const uint64_t first = static_cast<uint64_t>(before[r] - in_range[r]);

@@ -298,6 +298,7 @@ struct Round {
   std::vector<int64_t> device_tokens;  // per rank, T passed on the device (may exceed max_tokens); empty: host T
   bool weighted = true;
   bool in_place_expert = false;  // the expert writes over the dispatched rows; combine reads them there
+  bool redispatch = false;       // rank-major: new rows on the last round's routing (MoeBuffer::redispatch)
 };
 
 Round make_round(const MoeShape& s, int world, uint64_t seed, const std::vector<RankPlan>& plans, std::string label,
@@ -492,7 +493,7 @@ class Rig {
   void prepare(const Round& round) {
     cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
     comm_.barrier();
-    for (const MoeDispatchOutput& view : views_) poison(view);
+    for (const MoeDispatchOutput& view : views_) poison(view, round.redispatch);
     cuda_check(cudaMemsetAsync(out_.get(), kPoison, out_.bytes(), stream_), "cudaMemsetAsync (out)");
     const RankInput& in = round.inputs[me_];
     const size_t K = static_cast<size_t>(shape_.top_k);
@@ -547,9 +548,14 @@ class Rig {
       const float* weights = static_cast<const float*>(weights_.get());
       MoeHook hook;
       MoeHook* split = repeats.hooks ? &hook : nullptr;
-      view = scale_count_ > 0 ? moe_.dispatch(x_.get(), static_cast<const float*>(scales_.get()), ids_.get(), weights,
-                                              tokens, tokens_device, stream, split)
-                              : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream, split);
+      const float* scales = scale_count_ > 0 ? static_cast<const float*>(scales_.get()) : nullptr;
+      if (round.redispatch) {
+        view = moe_.redispatch(handle_, x_.get(), scales, stream, split);
+      } else {
+        view = scale_count_ > 0 ? moe_.dispatch(x_.get(), scales, ids_.get(), weights, tokens, tokens_device, stream, split)
+                                : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream, split);
+      }
+      handle_ = view.handle;
       if (repeats.hooks) between_halves(hook, stream);
     }
     remember(view);
@@ -563,7 +569,7 @@ class Rig {
       for (int c = 0; c < repeats.combines; ++c) {
         maybe_pause();
         MoeHook hook;
-        moe_.combine(y, out_.get(), false, stream, repeats.hooks ? &hook : nullptr);
+        moe_.combine(view.handle, y, out_.get(), false, stream, repeats.hooks ? &hook : nullptr);
         if (repeats.hooks) between_halves(hook, stream);
       }
       return view;
@@ -676,7 +682,8 @@ class Rig {
     views_.push_back(view);
   }
 
-  void poison(const MoeDispatchOutput& v) {
+  // `rows_only`: before a redispatch, which leaves the metadata and counts as they are, only what it writes.
+  void poison(const MoeDispatchOutput& v, bool rows_only = false) {
     const size_t rows = v.capacity_rows;
     auto set = [&](const void* p, size_t bytes) {
       if (p != nullptr && bytes > 0) {
@@ -685,6 +692,8 @@ class Rig {
     };
     set(v.x, rows * row_bytes_);
     set(v.scales, rows * scale_count_ * sizeof(float));
+    set(v.combine_input, rows * out_row_bytes_);
+    if (rows_only) return;
     set(v.weights, rows * sizeof(float));
     set(v.local_expert, rows * sizeof(int32_t));
     set(v.source_rank, rows * sizeof(int32_t));
@@ -1009,6 +1018,7 @@ class Rig {
   std::vector<MoeDispatchOutput> views_;  // every view dispatch has returned (poisoned before each round)
   std::vector<unsigned char> host_ids_;
   int64_t host_tokens_ = 0;
+  MoeHandle handle_;  // of the last dispatch (redispatch rounds reuse it)
 };
 
 // ---- The rounds of the matrix ----
@@ -1588,6 +1598,70 @@ TEST(Moe, FewMultiprocessorsAndExpertCountsOnTheHost) {
       comm.barrier();
     }
     cudaFreeHost(host);
+    EXPECT_EQ(failed, 0u) << "rank " << me;
+  });
+}
+
+// Rank-major redispatch: after each routed round, the same routing (every rank's ids, weights and T, on the host
+// or the device) with new rows, dispatched by MoeBuffer::redispatch through the first round's handle and combined
+// through it (the backward pass of a combine, and of a dispatch); the rows and the combine must be those of the new
+// inputs, the metadata and counts those of the routing. Plain and fp8, with and without hooks. Then stale handles
+// and an expert-major buffer are refused naming the handle.
+TEST(MoeRankMajor, RedispatchMovesNewRowsOnTheSameRouting) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0;
+    for (size_t c : {size_t(0), size_t(11)}) {
+      Rig rig(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
+      const MoeShape& shape = rig.shape();
+      std::vector<Round> firsts = device_token_rounds(shape, world, mix64(seed + c), 2);
+      firsts.push_back(make_round(shape, world, mix64(seed ^ c), plans_of(different_tokens(mix64(seed + 7 * c), world, 1, shape.max_tokens),
+                                                                     Route::kRandom, 6), "host T", false));
+      for (size_t i = 0; i < firsts.size(); ++i) {
+        const Round& first = firsts[i];
+        rig.run_and_judge(first, failed);
+        Round second = first;
+        second.redispatch = true;
+        second.label += ", redispatched with new rows";
+        for (int r = 0; r < world; ++r) {
+          const RankInput fresh = make_input(shape, world, mix64(first.seed ^ 0xBAC4ull ^ mix64(r)), RankPlan{first.inputs[r].tokens});
+          second.inputs[r].x = fresh.x;
+          second.inputs[r].scales = fresh.scales;
+        }
+        Repeats repeats;
+        repeats.hooks = i % 2 == 1;
+        rig.run_and_judge(second, failed, repeats);
+      }
+      comm.barrier();
+    }
+    auto refused = [&](const char* what, const std::function<void()>& call) {
+      try {
+        call();
+        ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << what << ": " << error.what();
+        EXPECT_TRUE(names_field(error.what(), "handle")) << what << ": " << error.what();
+      }
+    };
+    const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
+    MoeBuffer rank_major = MoeBuffer::create(comm, make_shape(config, world, MoeLayout::kRankMajor));
+    refused("a redispatch before any dispatch", [&] { rank_major.redispatch(MoeHandle{}, nullptr, nullptr, stream.get()); });
+    const MoeHandle old = rank_major.dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get()).handle;
+    const MoeDispatchOutput last = rank_major.dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get());
+    EXPECT_EQ(last.handle.dispatch, old.dispatch + 1);
+    refused("a redispatch through a stale handle", [&] { rank_major.redispatch(old, nullptr, nullptr, stream.get()); });
+    refused("a combine through a stale handle", [&] { rank_major.combine(old, last.combine_input, nullptr, false, stream.get()); });
+    rank_major.combine(last.handle, last.combine_input, nullptr, false, stream.get());
+    MoeBuffer expert_major = MoeBuffer::create(comm, make_shape(config, world, MoeLayout::kExpertMajor));
+    const MoeHandle expert = expert_major.dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get()).handle;
+    refused("a redispatch on an expert-major buffer", [&] { expert_major.redispatch(expert, nullptr, nullptr, stream.get()); });
+    DeviceBuffer y(128 * 64 * 2);
+    expert_major.combine(expert, y.get(), nullptr, true, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    comm.check();
+    comm.barrier();
     EXPECT_EQ(failed, 0u) << "rank " << me;
   });
 }
