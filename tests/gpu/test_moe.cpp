@@ -533,8 +533,6 @@ class Rig {
   // that many times in a row, so every call after the first follows a call of its own kind (the order in which
   // MoE skips no entry barrier), with host pauses between calls that differ between ranks (not capturable).
   MoeDispatchOutput enqueue(const Round& round, cudaStream_t stream, Repeats repeats = {}) {
-    const bool device_tokens = !round.device_tokens.empty();
-    const size_t tokens = device_tokens ? 0 : round.inputs[me_].tokens;
     uint64_t pause = repeats.pause_seed;
     auto maybe_pause = [&] {
       if (repeats.pause_seed == 0) return;
@@ -544,45 +542,65 @@ class Rig {
     MoeDispatchOutput view{};
     for (int d = 0; d < repeats.dispatches; ++d) {
       maybe_pause();
-      const int64_t* tokens_device = device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr;
-      const float* weights = static_cast<const float*>(weights_.get());
       MoeHook hook;
-      MoeHook* split = repeats.hooks ? &hook : nullptr;
-      const float* scales = scale_count_ > 0 ? static_cast<const float*>(scales_.get()) : nullptr;
-      if (round.redispatch) {
-        view = moe_.redispatch(handle_, x_.get(), scales, stream, split);
-      } else {
-        view = scale_count_ > 0 ? moe_.dispatch(x_.get(), scales, ids_.get(), weights, tokens, tokens_device, stream, split)
-                                : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream, split);
-      }
-      handle_ = view.handle;
+      view = dispatch(round, stream, repeats.hooks ? &hook : nullptr);
       if (repeats.hooks) between_halves(hook, stream);
     }
+    const void* y = expert(round, view, stream);
+    for (int c = 0; c < repeats.combines; ++c) {
+      maybe_pause();
+      MoeHook hook;
+      combine(round, view, y, stream, repeats.hooks ? &hook : nullptr);
+      if (repeats.hooks) between_halves(hook, stream);
+    }
+    return view;
+  }
+
+  // The round's dispatch (or redispatch) on `stream`, split by `hook` when given. With device tokens the host
+  // count passed is 0.
+  MoeDispatchOutput dispatch(const Round& round, cudaStream_t stream, MoeHook* hook) {
+    const bool device_tokens = !round.device_tokens.empty();
+    const size_t tokens = device_tokens ? 0 : round.inputs[me_].tokens;
+    const int64_t* tokens_device = device_tokens ? static_cast<const int64_t*>(tokens_device_.get()) : nullptr;
+    const float* weights = static_cast<const float*>(weights_.get());
+    const float* scales = scale_count_ > 0 ? static_cast<const float*>(scales_.get()) : nullptr;
+    MoeDispatchOutput view;
+    if (round.redispatch) {
+      view = moe_.redispatch(handle_, x_.get(), scales, stream, hook);
+    } else {
+      view = scale_count_ > 0 ? moe_.dispatch(x_.get(), scales, ids_.get(), weights, tokens, tokens_device, stream, hook)
+                              : moe_.dispatch(x_.get(), ids_.get(), weights, tokens, tokens_device, stream, hook);
+    }
+    handle_ = view.handle;
     remember(view);
+    return view;
+  }
+
+  // The experts' output for a dispatch received (the test's expert kernel on `stream`); returns the y to combine.
+  // Rank-major: the experts' sums straight into combine_input (no copy in combine) or into a buffer of the test's.
+  const void* expert(const Round& round, const MoeDispatchOutput& view, cudaStream_t stream) {
     if (rank_major(shape_)) {
-      // The experts' sums straight into combine_input (no copy in combine), or into a buffer of the test's.
       void* y = round.in_place_expert ? view.combine_input : y_.get();
       cuda_check(moe_expert_tokens(dispatch_type_, view.x, view.scales, kMoeScaleColumns, shape_.type, y, view.topk_expert,
                                    round.weighted ? view.topk_weights : nullptr, shape_.top_k, shape_.max_tokens,
                                    view.received_tokens, world_, shape_.hidden, L_, stream),
                  "expert kernel launch");
-      for (int c = 0; c < repeats.combines; ++c) {
-        maybe_pause();
-        MoeHook hook;
-        moe_.combine(view.handle, y, out_.get(), false, stream, repeats.hooks ? &hook : nullptr);
-        if (repeats.hooks) between_halves(hook, stream);
-      }
-      return view;
+      return y;
     }
     void* y = round.in_place_expert ? view.x : y_.get();
     cuda_check(moe_expert_rows(dispatch_type_, view.x, view.scales, kMoeScaleColumns, shape_.type, y, view.local_expert,
                                view.expert_offsets + L_, view.capacity_rows, shape_.hidden, L_, stream),
                "expert kernel launch");
-    for (int c = 0; c < repeats.combines; ++c) {
-      maybe_pause();
-      moe_.combine(y, out_.get(), round.weighted, stream);
+    return y;
+  }
+
+  // The round's combine of y (rank-major: through the dispatch's handle, the weights already in y).
+  void combine(const Round& round, const MoeDispatchOutput& view, const void* y, cudaStream_t stream, MoeHook* hook) {
+    if (rank_major(shape_)) {
+      moe_.combine(view.handle, y, out_.get(), false, stream, hook);
+    } else {
+      moe_.combine(y, out_.get(), round.weighted, stream, hook);
     }
-    return view;
   }
 
   // Synchronises, takes what check() raises, reads the outputs back and compares them with the reference.
@@ -1663,6 +1681,42 @@ TEST(MoeRankMajor, RedispatchMovesNewRowsOnTheSameRouting) {
     comm.check();
     comm.barrier();
     EXPECT_EQ(failed, 0u) << "rank " << me;
+  });
+}
+
+// Two batches in flight on one communicator, as a pipelined MoE layer runs them: two rank-major MoeBuffers, every
+// call split by a hook and the halves interleaved on one stream (batch A's dispatch sends, B's sends, A's
+// receives, A's expert and combine sends, B's receives, ...), 20 rounds with fresh routings, both checked.
+TEST(MoeRankMajor, TwoBatchesInFlightWithInterleavedHooks) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 256, 8, 64, 1, 96}, world, MoeLayout::kRankMajor);
+    Rig a(comm, shape, stream.get()), b(comm, shape, stream.get());
+    size_t failed = 0;
+    for (int i = 0; i < 20; ++i) {
+      Round ra = replay_round(shape, world, mix64(seed ^ 0xA0ull), i), rb = replay_round(shape, world, mix64(seed ^ 0xB0ull), i);
+      ra.in_place_expert = i % 2 == 0;
+      a.prepare(ra);
+      b.prepare(rb);
+      const cudaStream_t s = stream.get();
+      MoeHook dispatch_a, dispatch_b, combine_a, combine_b;
+      const MoeDispatchOutput va = a.dispatch(ra, s, &dispatch_a);
+      const MoeDispatchOutput vb = b.dispatch(rb, s, &dispatch_b);
+      dispatch_a.receive(s);
+      a.combine(ra, va, a.expert(ra, va, s), s, &combine_a);
+      dispatch_b.receive(s);
+      b.combine(rb, vb, b.expert(rb, vb, s), s, &combine_b);
+      combine_a.receive(s);
+      combine_b.receive(s);
+      const Outcome oa = a.finish(ra, va);
+      const Outcome ob = b.finish(rb, vb);
+      a.judge(ra, oa, failed);
+      b.judge(rb, ob, failed);
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of 40 rounds wrong";
+    comm.barrier();
   });
 }
 
