@@ -385,6 +385,24 @@ MoeDispatchOutput output_of(const detail::MoeState& state, const moe::MoeLaunch&
   return output;
 }
 
+// The rows a dispatch or redispatch sends: x_scales exactly when the shape dispatches fp8; with `needed` (the call
+// may have tokens), both given and on this rank's device.
+void check_rows(const detail::MoeState& state, const void* x, const float* x_scales, bool needed, const char* function) {
+  const bool fp8 = state.shape.dispatch_type.has_value();
+  if (!fp8 && x_scales != nullptr) {
+    raise_invalid_argument(function, "x_scales", "is given, but the shape moves {} rows (shape.dispatch_type unset)",
+                           datatype_name(state.shape.type));
+  }
+  if (!needed) return;
+  if (x == nullptr) raise_invalid_argument(function, "x", "is null");
+  if (fp8 && x_scales == nullptr) {
+    raise_invalid_argument(function, "x_scales", "is null; the shape moves {} rows with float32 scales",
+                           datatype_name(*state.shape.dispatch_type));
+  }
+  collectives::check_device_pointer(function, x, "x", state.comm->device);
+  if (fp8) collectives::check_device_pointer(function, x_scales, "x_scales", state.comm->device);
+}
+
 // A handle must name the buffer's last routed dispatch.
 void check_handle(const detail::MoeState& state, const MoeHandle& handle, const char* function) {
   if (handle.dispatch == 0 || handle.dispatch != state.routed) {
@@ -402,20 +420,7 @@ MoeDispatchOutput MoeBuffer::redispatch(const MoeHandle& handle, const void* x, 
   if (!state.base.rank_major) raise_invalid_argument(function, "handle", "redispatch takes a rank-major buffer's handle");
   check_handle(state, handle, function);
   check_hook(state, hook, function);
-  const int device = state.comm->device;
-  const bool fp8 = state.shape.dispatch_type.has_value();
-  if (!fp8 && x_scales != nullptr) {
-    raise_invalid_argument(function, "x_scales", "is given, but the shape moves {} rows (shape.dispatch_type unset)",
-                           datatype_name(state.shape.type));
-  }
-  if (state.last_tokens_on_device || state.last_host_tokens > 0) {
-    if (x == nullptr) raise_invalid_argument(function, "x", "is null");
-    collectives::check_device_pointer(function, x, "x", device);
-    if (fp8) {
-      if (x_scales == nullptr) raise_invalid_argument(function, "x_scales", "is null; the shape moves fp8 rows with float32 scales");
-      collectives::check_device_pointer(function, x_scales, "x_scales", device);
-    }
-  }
+  check_rows(state, x, x_scales, state.last_tokens_on_device || state.last_host_tokens > 0, function);
   moe::MoeLaunch launch = state.base;
   launch.x = static_cast<const char*>(x);
   launch.x_scales = reinterpret_cast<const char*>(x_scales);
@@ -436,27 +441,17 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   detail::MoeState& state = checked(state_, function);
   check_hook(state, hook, function);
   const int device = state.comm->device;
-  const bool fp8 = state.shape.dispatch_type.has_value();
-  if (!fp8 && x_scales != nullptr) {
-    raise_invalid_argument(function, "x_scales", "is given, but the shape moves {} rows (shape.dispatch_type unset)",
-                           datatype_name(state.shape.type));
-  }
   if (num_tokens_device == nullptr && num_tokens > state.shape.max_tokens) {
     raise_invalid_argument(function, "num_tokens", "is {}; the buffer holds at most {} (shape.max_tokens)", num_tokens,
                            state.shape.max_tokens);
   }
   if (num_tokens_device != nullptr) collectives::check_device_pointer(function, num_tokens_device, "num_tokens_device", device);
   // With T on the device any T up to max_tokens may come: the inputs must be there.
-  if (num_tokens_device != nullptr || num_tokens > 0) {
-    if (x == nullptr) raise_invalid_argument(function, "x", "is null");
+  const bool tokens_possible = num_tokens_device != nullptr || num_tokens > 0;
+  check_rows(state, x, x_scales, tokens_possible, function);
+  if (tokens_possible) {
     if (topk_idx == nullptr) raise_invalid_argument(function, "topk_idx", "is null");
     if (topk_weights == nullptr) raise_invalid_argument(function, "topk_weights", "is null");
-    if (fp8 && x_scales == nullptr) {
-      raise_invalid_argument(function, "x_scales", "is null; the shape moves {} rows with float32 scales",
-                             datatype_name(*state.shape.dispatch_type));
-    }
-    collectives::check_device_pointer(function, x, "x", device);
-    if (fp8) collectives::check_device_pointer(function, x_scales, "x_scales", device);
     collectives::check_device_pointer(function, topk_idx, "topk_idx", device);
     collectives::check_device_pointer(function, topk_weights, "topk_weights", device);
   }

@@ -1534,6 +1534,17 @@ TEST(MoeRankMajor, CallsSplitByAHookMatchTheReference) {
   });
 }
 
+// `call` throws kInvalidArgument naming `field`.
+void expect_refused_naming(int me, const char* what, const char* field, const std::function<void()>& call) {
+  try {
+    call();
+    ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << what << ": " << error.what();
+    EXPECT_TRUE(names_field(error.what(), field)) << what << ": " << error.what();
+  }
+}
+
 // A call on the buffer while a hook holds a receiving half, a hook received twice, and a hook on an expert-major
 // buffer are refused naming the hook (on every rank alike: nothing was launched); the buffer then works.
 TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
@@ -1542,15 +1553,7 @@ TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    auto refused = [&](const char* what, const std::function<void()>& call) {
-      try {
-        call();
-        ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << what << ": " << error.what();
-        EXPECT_TRUE(names_field(error.what(), "hook")) << what << ": " << error.what();
-      }
-    };
+    auto refused = [&](const char* what, const std::function<void()>& call) { expect_refused_naming(me, what, "hook", call); };
     const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
     {
       Rig expert(comm, make_shape(config, world, MoeLayout::kExpertMajor), stream.get());
@@ -1654,15 +1657,7 @@ TEST(MoeRankMajor, RedispatchMovesNewRowsOnTheSameRouting) {
       }
       comm.barrier();
     }
-    auto refused = [&](const char* what, const std::function<void()>& call) {
-      try {
-        call();
-        ADD_FAILURE() << "rank " << me << ": " << what << " was accepted";
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << what << ": " << error.what();
-        EXPECT_TRUE(names_field(error.what(), "handle")) << what << ": " << error.what();
-      }
-    };
+    auto refused = [&](const char* what, const std::function<void()>& call) { expect_refused_naming(me, what, "handle", call); };
     const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
     MoeBuffer rank_major = MoeBuffer::create(comm, make_shape(config, world, MoeLayout::kRankMajor));
     refused("a redispatch before any dispatch", [&] { rank_major.redispatch(MoeHandle{}, nullptr, nullptr, stream.get()); });

@@ -603,26 +603,37 @@ class MoeBench {
     comm_.barrier();  // no rank frees its MoeBuffer while a peer may still use it
   }
 
-  // Rank-major: all views poisoned with every rank idle, one dispatch, then received_tokens, every row's source
-  // token, the pairs of kSampledRows rows and their data.
-  uint64_t check_rank_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
-    const int K = options_.moe_top_k, L = local_experts();
-    const uint64_t seed = mix(seed_ + tokens);
-    comm_.barrier();
-    const size_t capacity = view.capacity_rows;
-    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * dispatch_row_bytes(), stream()), "cudaMemsetAsync");
-    if (view.scales != nullptr) {
-      cuda(cudaMemsetAsync(const_cast<float*>(view.scales), kRowPoison, capacity * scale_bytes(), stream()), "cudaMemsetAsync");
-    }
-    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.source_token), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
-    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.topk_expert), kRowPoison, capacity * K * 4, stream()), "cudaMemsetAsync");
-    cuda(cudaMemsetAsync(const_cast<int64_t*>(view.received_tokens), kRowPoison, ranks_ * sizeof(int64_t), stream()),
-         "cudaMemsetAsync");
+  // After the poisoning, with every rank idle: one dispatch, synchronised, and what check() raises thrown.
+  void dispatch_once(const Call& dispatch) {
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     comm_.barrier();
     dispatch(stream());
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     comm_.check();
+  }
+
+  // With every rank idle (a barrier first), the dispatched rows and their scales poisoned on the stream.
+  void poison_rows(const MoeDispatchOutput& view) {
+    comm_.barrier();
+    cuda(cudaMemsetAsync(view.x, kRowPoison, view.capacity_rows * dispatch_row_bytes(), stream()), "cudaMemsetAsync");
+    if (view.scales != nullptr) {
+      cuda(cudaMemsetAsync(const_cast<float*>(view.scales), kRowPoison, view.capacity_rows * scale_bytes(), stream()),
+           "cudaMemsetAsync");
+    }
+  }
+
+  // Rank-major: all views poisoned with every rank idle, one dispatch, then received_tokens, every row's source
+  // token, the pairs of kSampledRows rows and their data.
+  uint64_t check_rank_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
+    const int K = options_.moe_top_k, L = local_experts();
+    const uint64_t seed = mix(seed_ + tokens);
+    const size_t capacity = view.capacity_rows;
+    poison_rows(view);
+    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.source_token), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(const_cast<int32_t*>(view.topk_expert), kRowPoison, capacity * K * 4, stream()), "cudaMemsetAsync");
+    cuda(cudaMemsetAsync(const_cast<int64_t*>(view.received_tokens), kRowPoison, ranks_ * sizeof(int64_t), stream()),
+         "cudaMemsetAsync");
+    dispatch_once(dispatch);
     std::vector<int64_t> received(ranks_);
     std::vector<int32_t> token(capacity), experts(capacity * K);
     cuda(cudaMemcpy(received.data(), view.received_tokens, ranks_ * sizeof(int64_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -728,12 +739,8 @@ class MoeBench {
   uint64_t check_braid_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
     const int K = options_.moe_top_k, L = local_experts();
     const uint64_t seed = mix(seed_ + tokens);
-    comm_.barrier();
     const size_t capacity = view.capacity_rows;
-    cuda(cudaMemsetAsync(view.x, kRowPoison, capacity * dispatch_row_bytes(), stream()), "cudaMemsetAsync");
-    if (view.scales != nullptr) {
-      cuda(cudaMemsetAsync(const_cast<float*>(view.scales), kRowPoison, capacity * scale_bytes(), stream()), "cudaMemsetAsync");
-    }
+    poison_rows(view);
     for (const void* p : {static_cast<const void*>(view.weights), static_cast<const void*>(view.local_expert),
                           static_cast<const void*>(view.source_rank), static_cast<const void*>(view.source_token)}) {
       cuda(cudaMemsetAsync(const_cast<void*>(p), kRowPoison, capacity * 4, stream()), "cudaMemsetAsync");
@@ -741,11 +748,7 @@ class MoeBench {
     cuda(cudaMemsetAsync(const_cast<int64_t*>(view.expert_counts), kRowPoison, L * sizeof(int64_t), stream()), "cudaMemsetAsync");
     cuda(cudaMemsetAsync(const_cast<int64_t*>(view.expert_offsets), kRowPoison, (L + 1) * sizeof(int64_t), stream()),
          "cudaMemsetAsync");
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.barrier();
-    dispatch(stream());
-    cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
-    comm_.check();
+    dispatch_once(dispatch);
 
     // The reference: rows of expert j = every (s, t, k) with id == rank * L + j, in (s, t, k) order, then padding.
     struct Row {
