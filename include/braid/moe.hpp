@@ -152,7 +152,7 @@ class MoeHook {
   bool pending() const { return state_ != nullptr; }
   // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
   // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Until it is called, the MoeBuffer
-  // refuses every other call (kInvalidArgument naming the hook).
+  // refuses every dispatch, redispatch, combine and copy_expert_counts (kInvalidArgument naming the hook).
   void receive(Stream stream);
 
  private:
