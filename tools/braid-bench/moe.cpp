@@ -385,11 +385,11 @@ class MoeBench {
     if (rank_ != 0) return;
     std::string layouts;
     for (MoeLayout layout : options_.moe_layouts) layouts += (layouts.empty() ? "" : ",") + std::string(layout_name(layout));
-    std::printf("# braid-bench --moe: ranks=%d type=%s dispatch=%s H=%zu K=%d E=%d (%d per rank) alignment=%d ids=int64 "
+    std::printf("# braid-bench --moe: ranks=%d type=%s dispatch=%s H=%zu K=%d E=%d (%d per rank) alignment=%d max_sms=%d ids=int64 "
                 "layouts=%s graph=%d nccl=%s\n",
                 ranks_, datatype_name(options_.type), fp8() ? (std::string(datatype_name(*fp8())) + "+scales").c_str() : "type",
                 options_.moe_hidden, options_.moe_top_k, options_.moe_experts,
-                local_experts(), options_.moe_alignment, layouts.c_str(), options_.graph_calls,
+                local_experts(), options_.moe_alignment, options_.moe_max_sms, layouts.c_str(), options_.graph_calls,
                 library_ ? library_->version().c_str() : "off");
     if (const char* commit = std::getenv("BRAID_COMMIT")) std::printf("# commit %s\n", commit);
     if (library_) std::printf("# nccl library %s\n", library_->path().c_str());
@@ -533,6 +533,7 @@ class MoeBench {
     shape.expert_alignment = rank ? 1 : options_.moe_alignment;
     shape.dispatch_type = fp8();
     shape.layout = layout;
+    shape.max_sms = options_.moe_max_sms;
     MoeBuffer buffer = MoeBuffer::create(comm_, shape);
     if (rank_ == 0) {
       std::printf("# T=%zu %s: MoeBuffer capacity_rows=%zu, symmetric_bytes=%.1f MiB per rank\n", tokens, layout_name(layout),
@@ -997,6 +998,7 @@ class MoeBench {
                           {"top_k", options_.moe_top_k},
                           {"experts", options_.moe_experts},
                           {"alignment", options_.moe_alignment},
+                          {"max_sms", options_.moe_max_sms},
                           {"layouts", [&] {
                              nlohmann::json names = nlohmann::json::array();
                              for (MoeLayout layout : options_.moe_layouts) names.push_back(layout_name(layout));

@@ -97,6 +97,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   std::vector<std::string> layouts;
   app.add_option("--layout", layouts, "--moe: expert-major, rank-major, or both (comma-separated; default both)")
       ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major"}));
+  app.add_option("--max-sms", options.moe_max_sms, "--moe: multiprocessors dispatch and combine may occupy (0: all)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   std::string dispatch_type;
   app.add_option("--dispatch-type", dispatch_type,
                  "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");

@@ -26,6 +26,7 @@ struct Options {
   int moe_alignment = 1;
   std::vector<MoeLayout> moe_layouts{MoeLayout::kExpertMajor, MoeLayout::kRankMajor};
   std::optional<DataType> moe_dispatch_type;  // --dispatch-type: fp8 dispatch (rows of -d's type come back)
+  int moe_max_sms = 0;                         // --max-sms: MoeShape::max_sms (0: every multiprocessor)
 
   std::vector<Collective> collectives{Collective::kAllReduce};
   std::string coll = "allreduce";  // as given: one name or "all"
