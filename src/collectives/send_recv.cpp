@@ -116,6 +116,17 @@ uint64_t chunks_of(const kernels::BulkLayout& layout, uint64_t bytes) {
   return (bytes + layout.slot_payload - 1) / layout.slot_payload;
 }
 
+// A copy-engine step of one pair of this call (either side), with the fields both sides share set.
+template <typename Step>
+Step pair_step(const CollectiveContext& state, const BulkPair& pair, uint64_t plan) {
+  Step step{};
+  step.pad = state.sync->pad();
+  step.peer = pair.peer;
+  step.total_bytes = pair.bytes;
+  step.plan = plan;
+  return step;
+}
+
 // The sender's side of one pair: a drain step, then the engine's copies back to back on `copies` (chunk c into
 // slot c % 2 of the peer: whole rows in one 2D copy, then the rest), and per chunk on `steps` the step that posts
 // it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in
@@ -125,11 +136,7 @@ void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layo
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
   const uint64_t chunks = chunks_of(layout, pair.bytes);
-  kernels::BulkSendStep step{};
-  step.pad = state.sync->pad();
-  step.peer = pair.peer;
-  step.total_bytes = pair.bytes;
-  step.plan = plan;
+  auto step = pair_step<kernels::BulkSendStep>(state, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
   check_launch("send_recv copy-engine step launch");
@@ -168,11 +175,7 @@ void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layo
                        cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
   const uint64_t chunks = chunks_of(layout, pair.bytes);
-  kernels::BulkRecvStep step{};
-  step.pad = state.sync->pad();
-  step.peer = pair.peer;
-  step.total_bytes = pair.bytes;
-  step.plan = plan;
+  auto step = pair_step<kernels::BulkRecvStep>(state, pair, plan);
   kernels::BulkCopyOut copy{};
   copy.layout = layout;
   copy.total_bytes = pair.bytes;

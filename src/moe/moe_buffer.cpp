@@ -38,9 +38,10 @@ struct MoeState {
   moe::MoeLaunch base{};  // everything but the inputs of a call
   size_t last_host_tokens = 0;
   bool last_tokens_on_device = false;
-  // A call split by a MoeHook whose receiving half is still to be enqueued: its launch (phase kReceivingHalf) and
-  // which call it was ("MoeBuffer::dispatch" or "MoeBuffer::combine"); null when none.
+  // A call split by a MoeHook whose receiving half is still to be enqueued: its launch (phase kReceivingHalf),
+  // whether it is a dispatch's (a redispatch's too), and the call's name for errors; null when none.
   moe::MoeLaunch pending{};
+  bool pending_dispatch = false;
   const char* pending_call = nullptr;
   uint64_t routed = 0;  // routed dispatches so far (MoeHandle::dispatch of the last one)
 
@@ -208,30 +209,34 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
   if (hook->pending()) raise_invalid_argument(function, "hook", "still holds a receiving half to call (MoeHook::receive)");
 }
 
+// Launches `launch` (dispatch when `dispatch`, else combine) on `stream`, in the communicator's order of calls.
+void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
+  const auto order = collectives::ordered(*state.comm, stream);
+  if (dispatch) {
+    if (launch.rank_major) {
+      moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
+    } else {
+      moe::launch_dispatch(launch, state.shape.index_type, stream);
+    }
+  } else if (launch.rank_major) {
+    moe::launch_rank_combine(launch, state.shape.type, stream);
+  } else {
+    moe::launch_combine(launch, state.shape.type, stream);
+  }
+  collectives::check_launch(dispatch ? "MoE dispatch launch" : "MoE combine launch");
+}
+
 // Enqueues `launch` (dispatch when `dispatch`, else combine) whole, or its sending half with the receiving half
 // left to `hook`.
 void enqueue(detail::MoeState& state, moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
              detail::MoeState** hook_state, cudaStream_t stream) {
   launch.phase = hook != nullptr ? moe::kSendingHalf : moe::kWholeCall;
-  {
-    const auto order = collectives::ordered(*state.comm, stream);
-    if (dispatch) {
-      if (launch.rank_major) {
-        moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
-      } else {
-        moe::launch_dispatch(launch, state.shape.index_type, stream);
-      }
-    } else if (launch.rank_major) {
-      moe::launch_rank_combine(launch, state.shape.type, stream);
-    } else {
-      moe::launch_combine(launch, state.shape.type, stream);
-    }
-    collectives::check_launch(dispatch ? "MoE dispatch launch" : "MoE combine launch");
-  }
+  launch_call(state, launch, dispatch, stream);
   if (hook == nullptr) return;
   launch.phase = moe::kReceivingHalf;
   state.pending = launch;
   state.pending_call = function;
+  state.pending_dispatch = dispatch;
   *hook_state = &state;
 }
 
@@ -345,16 +350,8 @@ void MoeHook::receive(Stream stream) {
   detail::MoeState& state = *std::exchange(state_, nullptr);
   set_log_rank(state.comm->rank);
   state.comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
-  const bool dispatch = std::string(state.pending_call) == "MoeBuffer::dispatch";
-  const moe::MoeLaunch launch = state.pending;
   state.pending_call = nullptr;
-  const auto order = collectives::ordered(*state.comm, stream);
-  if (dispatch) {
-    moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
-  } else {
-    moe::launch_rank_combine(launch, state.shape.type, stream);
-  }
-  collectives::check_launch("MoE receiving half launch");
+  launch_call(state, state.pending, state.pending_dispatch, stream);
 }
 
 namespace {

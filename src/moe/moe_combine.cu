@@ -82,17 +82,6 @@ __device__ __forceinline__ void accumulate_rows(int n, Source source, Weight wei
   }
 }
 
-// Elements [begin, end) of piece `piece` of `pieces` of a row of H: whole vectors of N, so aligned stays aligned.
-struct Piece {
-  size_t begin, end;
-};
-template <int N>
-__device__ __forceinline__ Piece piece_of(size_t H, int piece, int pieces) {
-  const size_t length = ((H + pieces - 1) / pieces + N - 1) / N * N;
-  const size_t begin = min(H, size_t(piece) * length);
-  return {begin, min(H, begin + length)};
-}
-
 // Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
 // here and its stores to peers (NVLink) overlap instead of one phase following the other. Each group takes one
 // piece by its index, then claims more one at a time from a counter (the next claim in flight while a piece is
@@ -120,7 +109,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
        flat = claimed[group_id][parity]) {
     // The next claim's slot was last read before the previous group.sync(): free to overwrite.
     if (lane == 0) claimed[group_id][parity ^ 1] = groups + atomicAdd(launch.combine_claims, 1ull);
-    const Piece piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
+    const Span piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
     const int s = (me + 1 + static_cast<int>(flat / pieces % W)) % W;
     const int64_t i = flat / pieces / W;
     parity ^= 1;
@@ -183,7 +172,7 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
   while (pieces < kCombineSlices && tokens * pieces * 2 <= groups) pieces *= 2;
   for (size_t flat = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < tokens * pieces; flat += groups) {
     const size_t t = flat / pieces;
-    const Piece piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
+    const Span piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
     const uint32_t ranks = launch.token_ranks[t] & delivered;
     const T* parts[kMaxWorld];  // the partials of the ranks the token went to
     int n = 0;

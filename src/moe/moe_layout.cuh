@@ -25,6 +25,18 @@ __device__ inline size_t call_tokens(const MoeLaunch& launch) {
   return static_cast<size_t>(tokens);
 }
 
+// Piece `piece` of `pieces` of `total` units, cut in whole multiples of Unit: [begin, end), empty past the end. A
+// block's tokens (Unit 1), a warp's slice of a row (whole vectors).
+struct Span {
+  size_t begin, end;
+};
+template <size_t Unit>
+__device__ __forceinline__ Span piece_of(size_t total, int piece, int pieces) {
+  const size_t length = ((total + pieces - 1) / pieces + Unit - 1) / Unit * Unit;
+  const size_t begin = min(total, size_t(piece) * length);
+  return {begin, min(total, begin + length)};
+}
+
 // Rows rounded up to the expert alignment; a 64-bit division (a long software sequence on the GPU) only for an
 // alignment that is not a power of two.
 __device__ __forceinline__ int64_t align_rows(int64_t rows, int alignment) {

@@ -35,31 +35,11 @@ constexpr unsigned int kFullWarp = 0xffffffffu;
 
 __device__ __forceinline__ unsigned int lane_id() { return threadIdx.x & 31u; }
 
-// Tokens [begin, end) of this rank that block `block` of `blocks` moves (dispatch) and sums (combine).
-struct TokenRange {
-  size_t begin, end;
-};
-__device__ __forceinline__ TokenRange block_tokens(size_t tokens, unsigned int block, unsigned int blocks) {
-  const size_t per_block = (tokens + blocks - 1) / blocks;
-  const size_t begin = min(tokens, size_t(block) * per_block);
-  return {begin, min(tokens, begin + per_block)};
-}
-
 // A warp moves one slice of a row: as many slices a token as keep every warp of the block busy (a power of two).
 __device__ __forceinline__ int slices_for(size_t tokens_here) {
   int slices = 1;
   while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
   return slices;
-}
-
-// [begin, end) of slice `slice` of `slices` of `total` units, cut in whole multiples of `unit`.
-struct Span {
-  size_t begin, end;
-};
-__device__ __forceinline__ Span slice_span(size_t total, int slice, int slices, size_t unit) {
-  const size_t length = ((total + slices - 1) / slices + unit - 1) / unit * unit;
-  const size_t begin = min(total, size_t(slice) * length);
-  return {begin, min(total, begin + length)};
 }
 
 // Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
@@ -142,14 +122,14 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, in
 
 // Every (token, slice) of the block's range into the ranks of each token's mask & `which`.
 template <typename Index>
-__device__ void move_tokens(const MoeLaunch& launch, TokenRange range, uint32_t which) {
+__device__ void move_tokens(const MoeLaunch& launch, Span range, uint32_t which) {
   __shared__ WarpAddresses<char*> rows;
   const int slices = slices_for(range.end - range.begin);
   const size_t items = (range.end - range.begin) * slices;
   for (size_t item = threadIdx.x / 32; item < items; item += kMoeWarps) {
     const size_t t = range.begin + item / slices;
     const int slice = static_cast<int>(item % slices);
-    const Span bytes = slice_span(launch.row_bytes, slice, slices, kernels::kVectorBytes);
+    const Span bytes = piece_of<kernels::kVectorBytes>(launch.row_bytes, slice, slices);
     move_token<Index>(launch, t, launch.token_ranks[t] & which, slice, slices, bytes, rows[threadIdx.x / 32]);
   }
 }
@@ -217,7 +197,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   const bool after_dispatch = launch.combine_plan[2] != 0;
   const bool reuse = launch.reuse_routing;
   const size_t tokens = reuse ? static_cast<size_t>(*launch.tokens) : call_tokens(launch);
-  const TokenRange range = block_tokens(tokens, blockIdx.x, gridDim.x);
+  const Span range = piece_of<1>(tokens, blockIdx.x, gridDim.x);
   // The block holding the last token scans every token: it reports refused ids (once) and the totals.
   const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
@@ -343,7 +323,7 @@ __device__ __forceinline__ void sum_rows(const T* const* sources, int n, T* out,
 }
 
 template <typename T, int N>
-__device__ void sum_tokens(const MoeLaunch& launch, TokenRange range) {
+__device__ void sum_tokens(const MoeLaunch& launch, Span range) {
   const int me = launch.rank, W = launch.world;
   const size_t H = launch.hidden;
   const T* y = reinterpret_cast<const T*>(launch.y);
@@ -354,7 +334,7 @@ __device__ void sum_tokens(const MoeLaunch& launch, TokenRange range) {
   const size_t items = (range.end - range.begin) * slices;
   for (size_t item = threadIdx.x / 32; item < items; item += kMoeWarps) {
     const size_t t = range.begin + item / slices;
-    const Span elements = slice_span(H, static_cast<int>(item % slices), slices, N);
+    const Span elements = piece_of<N>(H, static_cast<int>(item % slices), slices);
     __syncwarp();  // the last item's readers of `sources` are done
     const int n = gather_addresses(sources, launch.token_ranks[t], W, [&](int r) {
       const int64_t row = row_on(launch, r, t);
@@ -394,7 +374,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   if (peer_thread && !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
   __syncthreads();
   if (failed) return;
-  const TokenRange range = block_tokens(static_cast<size_t>(*launch.tokens), blockIdx.x, gridDim.x);
+  const Span range = piece_of<1>(static_cast<size_t>(*launch.tokens), blockIdx.x, gridDim.x);
   constexpr int kVector = kernels::Vector<T>::kCount;
   const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&
                        reinterpret_cast<uintptr_t>(launch.out) % kernels::kVectorBytes == 0;
