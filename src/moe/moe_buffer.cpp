@@ -270,7 +270,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   state->comm = context;
   state->shape = shape;
   state->capacity = capacity_of(shape, world);
-  state->sync = std::make_unique<DeviceSync>(context, comm_state.timeout_s, moe::kScatterBlocks);
+  state->sync = std::make_unique<DeviceSync>(context, comm_state.timeout_s, moe::kGridChannel + 1);
   const moe::SymmetricLayout layout = symmetric_layout(shape, world);
   state->memory = allocate_symmetric(context, layout.bytes, AllocOptions{});  // zeroed
 
@@ -283,7 +283,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   const size_t tokens = carve.take(sizeof(int64_t));
   const size_t received = carve.take(W * sizeof(int64_t)), expert_counts = carve.take(L * sizeof(int64_t));
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
-  const size_t blocks_done = carve.take(sizeof(unsigned int));
+  const size_t blocks_done = carve.take(sizeof(unsigned int)), copies_done = carve.take(sizeof(unsigned int));
   const size_t combine_claims = carve.take(sizeof(unsigned long long));
   {
     DeviceGuard guard(comm_state.device);
@@ -319,6 +319,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.expert_offsets = reinterpret_cast<int64_t*>(local + expert_offsets);
   b.epoch = reinterpret_cast<uint64_t*>(local + epoch);
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
+  b.copies_done = reinterpret_cast<unsigned int*>(local + copies_done);
   b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
   b.blocks = agreed_blocks(comm_state, shape.max_sms);
   b.pad = state->sync->pad();

@@ -501,8 +501,7 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
   }
   if (threadIdx.x < launch.world) launch.received_tokens[threadIdx.x] = rounds.received[threadIdx.x];
   if (overflow && threadIdx.x == 0) {
-    device::record_data_error(launch.pad, device::kErrorOverflow, launch.dispatch_id, -1, used,
-                              static_cast<long long>(launch.capacity));
+    report_data_error(launch, device::kErrorOverflow, used, static_cast<long long>(launch.capacity));
   }
   if (threadIdx.x == 0) {
     uint32_t delivered = 0;

@@ -23,6 +23,9 @@ constexpr int kMoeWarps = kMoeThreads / 32;
 // channel of the MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (64 blocks
 // left the first version latency-bound at 87 GB/s).
 constexpr int kScatterBlocks = 256;
+// The channel after the blocks' own: one signal that every block of a launch waits for (a rank-major combine
+// whose rows earlier kernels wrote).
+constexpr int kGridChannel = kScatterBlocks;
 constexpr int kMoeBlocksPerSm = 2;
 constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
 constexpr int kCombineSlices = 8;   // at most, pieces of a token that combine's groups sum apart
@@ -99,6 +102,7 @@ struct MoeLaunch {
   int64_t* expert_offsets;   // [local_experts + 1] output
   uint64_t* epoch;           // dispatches so far (parity of the count matrix)
   unsigned int* blocks_done;  // the last block of a scatter advances epoch
+  unsigned int* copies_done;  // rank-major combine: blocks that copied y into combine_input (the last one signals)
   unsigned long long* combine_claims;  // [1]: pieces of tokens combine's send groups have claimed (reduce resets it)
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   bool rank_major;            // MoeLayout::kRankMajor

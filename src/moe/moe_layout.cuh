@@ -12,13 +12,28 @@ __device__ __forceinline__ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+// Records a refused-data failure of this dispatch (device::record_data_error) out of line, so that its code
+// stays off the hot paths' instruction-cache lines; it takes what the record needs by value (a reference to
+// the launch would copy the launch to the stack in every kernel that calls it).
+__device__ __noinline__ inline void record_refused(device::ErrorWord* word, int rank, unsigned int collective,
+                                                   unsigned int code, long long value, long long limit) {
+  device::SignalPad pad{};
+  pad.data_error = word;
+  pad.rank = rank;
+  device::record_data_error(pad, code, collective, -1, value, limit);
+}
+
+__device__ __forceinline__ void report_data_error(const MoeLaunch& launch, unsigned int code, long long value,
+                                                  long long limit) {
+  record_refused(launch.pad.data_error, launch.pad.rank, launch.dispatch_id, code, value, limit);
+}
+
 // T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
 __device__ inline size_t call_tokens(const MoeLaunch& launch) {
   int64_t tokens = launch.num_tokens_device != nullptr ? *launch.num_tokens_device : static_cast<int64_t>(launch.num_tokens);
   if (tokens < 0 || static_cast<uint64_t>(tokens) > launch.max_tokens) {
     if (blockIdx.x == 0 && threadIdx.x == 0) {
-      device::record_data_error(launch.pad, device::kErrorTooManyTokens, launch.dispatch_id, -1, tokens,
-                                static_cast<long long>(launch.max_tokens));
+      report_data_error(launch, device::kErrorTooManyTokens, tokens, static_cast<long long>(launch.max_tokens));
     }
     tokens = 0;
   }
@@ -79,40 +94,45 @@ __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, 
 }
 
 // The ids of a token as the routing uses them: `id(k)` (an int64; -1 past K) with an id outside [-1, E)
-// replaced by -1 ("no expert"), which the `reporter` records. Repeats stay: repeated_ids finds them only where
-// they matter (the search, inlined into every decode, slows the expert-major route even where it is skipped at
-// run time).
+// replaced by -1 ("no expert"), which the `reporter` records (the first of the token's). Repeats stay:
+// repeated_ids finds them only where they matter. The ids are loaded together, then checked without a branch,
+// and the report is one call after the loop: a report in the unrolled loop puts its code between every two ids,
+// so the check of each id jumps to another instruction-cache line (a miss per id, microseconds a call in all).
 template <typename Id>
 __device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, Id&& id, bool reporter, int32_t (&ids)[kMaxTopK]) {
+  int64_t loaded[kMaxTopK];
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) loaded[k] = id(k);
+  bool refused = false;
+  int64_t first_refused = 0;
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) {
-    const int64_t e = id(k);
-    if (e < -1 || e >= launch.experts) {
-      if (reporter) device::record_data_error(launch.pad, device::kErrorBadExpert, launch.dispatch_id, -1, e, launch.experts);
-      ids[k] = -1;
-    } else {
-      ids[k] = static_cast<int32_t>(e);
-    }
+    const int64_t e = loaded[k];
+    const bool bad = e < -1 || e >= launch.experts;
+    first_refused = bad && !refused ? e : first_refused;
+    refused = refused || bad;
+    ids[k] = bad ? -1 : static_cast<int32_t>(e);
   }
+  if (refused && reporter) report_data_error(launch, device::kErrorBadExpert, first_refused, launch.experts);
 }
 
-// The pairs of a token (decoded ids) that name an expert it named at a smaller k, as a bit mask of k; with
-// `report`, the first is recorded (kErrorRepeatedExpert) for token t.
+// The pairs of a token (decoded ids, -1 past K) that name an expert it named at a smaller k, as a bit mask of k;
+// with `report`, the first is recorded (kErrorRepeatedExpert) for token t. Straight-line code: a branch per k
+// would jump over the comparisons of the ids past K, to another instruction-cache line each time.
 __device__ __forceinline__ uint32_t repeated_ids(const MoeLaunch& launch, const int32_t (&ids)[kMaxTopK], size_t t,
                                                  bool report) {
   uint32_t repeats = 0;
 #pragma unroll
   for (int k = 1; k < kMaxTopK; ++k) {
-    if (k >= launch.top_k || ids[k] < 0) continue;
 #pragma unroll
-    for (int j = 0; j < k; ++j) repeats |= ids[j] == ids[k] ? 1u << k : 0u;
+    for (int j = 0; j < k; ++j) repeats |= ids[k] >= 0 && ids[j] == ids[k] ? 1u << k : 0u;
   }
   if (report && repeats != 0) {
     const int k = __ffs(repeats) - 1;
     long long id = 0;
 #pragma unroll
     for (int i = 0; i < kMaxTopK; ++i) id = i == k ? ids[i] : id;  // ids stays in registers: constant indices
-    device::record_data_error(launch.pad, device::kErrorRepeatedExpert, launch.dispatch_id, -1, id, static_cast<long long>(t));
+    report_data_error(launch, device::kErrorRepeatedExpert, id, static_cast<long long>(t));
   }
   return repeats;
 }

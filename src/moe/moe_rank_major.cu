@@ -5,18 +5,21 @@
 //   dispatch (launch.blocks blocks): block b takes tokens [b * c, (b + 1) * c) of this rank, c = ceil(T / blocks).
 //     It counts the tokens before them that go to each rank (one pass over tokens [0, its end), a ballot per rank)
 //     to number its own, then stores each token's row and metadata (the token's local experts and weights on
-//     that rank, its index) into every peer it goes to, adds its pairs per expert into the receiver's
-//     expert_pairs, records the rows it wrote there (block_rows, which combine reads) and signals block b of
-//     every peer. While those stores land it copies the tokens that stay on this rank, then waits for block b of
-//     every peer. The last block to finish moves the expert counts out and records T for combine.
-//   combine (launch.blocks blocks): block b copies the rows of y that block b of each peer will read (those that
-//     peer's block b wrote in the dispatch) into combine_input unless y is combine_input, passes a barrier with
-//     block b of every peer, then sums, for each of its own tokens, the row of every rank the token went to (its
-//     own from y, a peer's from the peer's combine_input over NVLink) and writes out.
+//     that rank, its index) into every rank it goes to, this one included (a row is read once for all of them),
+//     adds its pairs per expert into the receivers' expert_pairs, records the rows it wrote there (block_rows,
+//     which combine reads) and signals block b of every peer, then waits for block b of every peer. The last
+//     block to finish moves the expert counts out and records T for combine.
+//   combine (launch.blocks blocks): unless y is combine_input, block b copies the rows of y that block b of each
+//     peer will read (those that peer's block b wrote in the dispatch) into combine_input. Once every row the
+//     peers read is in, one block signals every peer once (kGridChannel), and every block waits for every
+//     peer's signal. Then block b sums, for each of its own tokens, the row of every rank the token went to (its
+//     own from y, a peer's from the peer's combine_input over NVLink) and writes out; with fewer tokens than
+//     blocks, a block sums a part of a token's row (parts_per_token).
 // Ordering between calls: a peer writes this rank's rows only in a dispatch, which follows its last combine
-// (whose barrier this rank passed after its own use of the rows) or, after a dispatch, an entry barrier. A peer
-// rewrites its combine_input in a combine only after its next dispatch, which waits for this rank's blocks (so
-// this rank's reads of the last combine are over), or after a barrier when two combines follow each other.
+// (which waited for this rank's signal, given after its own use of the rows) or, after a dispatch, an entry
+// barrier. A peer rewrites its combine_input in a combine only after its next dispatch, which waits for this
+// rank's blocks (so this rank's reads of the last combine are over), or after a barrier when two combines follow
+// each other.
 #include "braid/moe.hpp"
 #include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
@@ -40,6 +43,27 @@ __device__ __forceinline__ int slices_for(size_t tokens_here) {
   int slices = 1;
   while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
   return slices;
+}
+
+// Parts combine cuts each of `tokens` rows into, so that every block has one when there are fewer tokens than
+// blocks (a block's warps then each have fewer loads to wait for one after the other): the largest power of two
+// up to kMoeWarps with tokens * parts <= blocks, at least 1. Block b takes parts (units)
+// piece_of<1>(tokens * parts, b, blocks); unit u is part u % parts of token u / parts. (Dispatch keeps whole
+// tokens per block: a part would make every block number its tokens, and the numbering is what the first store
+// waits for.)
+__device__ __forceinline__ int parts_per_token(size_t tokens, int blocks) {
+  int parts = 1;
+  while (parts < kMoeWarps && tokens * size_t(parts) * 2 <= size_t(blocks)) parts *= 2;
+  return parts;
+}
+
+// What a warp moves or sums of a row of `length` (bytes or elements, in whole Units): slice `slice` of `slices`
+// of part `part` of `parts`.
+template <size_t Unit>
+__device__ __forceinline__ Span slice_of_part(size_t length, int part, int parts, int slice, int slices) {
+  const Span whole = piece_of<Unit>(length, part, parts);
+  const Span piece = piece_of<Unit>(whole.end - whole.begin, slice, slices);
+  return {whole.begin + piece.begin, whole.begin + piece.end};
 }
 
 // Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
@@ -80,10 +104,10 @@ __device__ __forceinline__ int gather_addresses(Pointer* addresses, uint32_t ran
   return __popc(votes);
 }
 
-// One warp: slice `slice` of token t into the ranks of `ranks` (bits), with the token's metadata (slice 0) and
-// scales (the last slice, fp8 dispatch) there. `rows`: this warp's addresses.
+// One warp: `bytes` of token t's row into the ranks of `ranks` (bits), with the token's metadata (by the warp
+// with its `first` bytes) and scales (the `last` bytes, fp8 dispatch) there. `rows`: this warp's addresses.
 template <typename Index>
-__device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, int slice, int slices, Span bytes,
+__device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, bool first, bool last, Span bytes,
                            char** rows) {
   const int W = launch.world, K = launch.top_k, L = launch.local_experts;
   const unsigned int lane = lane_id();
@@ -93,7 +117,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, in
   });
   if (n == 0) return;
   group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
-  if (slice == 0 && !launch.reuse_routing) {  // a redispatch leaves the metadata as it is
+  if (first && !launch.reuse_routing) {  // a redispatch leaves the metadata as it is
     const int expert = lane_expert<Index>(launch, t);
     const float weight = static_cast<int>(lane) < K ? launch.topk_weights[t * K + lane] : 0.0f;
     for (int r = 0; r < W; ++r) {
@@ -111,7 +135,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, in
       }
     }
   }
-  if (launch.scale_bytes != 0 && slice == slices - 1) {
+  if (launch.scale_bytes != 0 && last) {
     __syncwarp();
     n = gather_addresses(rows, ranks, W, [&](int r) {
       return launch.peers[r] + launch.layout.row_scales + row_on(launch, r, t) * launch.scale_bytes;
@@ -130,18 +154,19 @@ __device__ void move_tokens(const MoeLaunch& launch, Span range, uint32_t which)
     const size_t t = range.begin + item / slices;
     const int slice = static_cast<int>(item % slices);
     const Span bytes = piece_of<kernels::kVectorBytes>(launch.row_bytes, slice, slices);
-    move_token<Index>(launch, t, launch.token_ranks[t] & which, slice, slices, bytes, rows[threadIdx.x / 32]);
+    move_token<Index>(launch, t, launch.token_ranks[t] & which, slice == 0, slice == slices - 1, bytes,
+                      rows[threadIdx.x / 32]);
   }
 }
 
-// The last block of a launch to get here (after the block's own work) returns true, with every other block's
-// writes visible to it.
-__device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
+// Every block calls it once its work is done; the one that brings `blocks_done` to `arrivals` returns true, with
+// every other block's writes visible to it.
+__device__ __forceinline__ bool last_block(unsigned int* blocks_done, unsigned int arrivals) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+    last = atomicAdd(blocks_done, 1u) == arrivals - 1;
   }
   __syncthreads();
   if (!last) return false;
@@ -173,7 +198,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   }
   __syncthreads();
   if (failed) return;
-  if (!last_block(launch.blocks_done)) return;
+  if (!last_block(launch.blocks_done, gridDim.x)) return;
   unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
   if (!launch.reuse_routing) {
     for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
@@ -206,31 +231,40 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   __syncthreads();
   if (after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) return;
 
-  // Number this block's tokens per destination: a thread per token, a ballot per destination and warp.
+  // Number this block's tokens per destination: a thread per token, a ballot per destination and warp. A block
+  // with no tokens numbers nothing, and a warp past the block's last token only clears its votes (the pass is
+  // issue-bound when T is small: every block scans the tokens before its own).
   const ExpertRanks expert_ranks(launch.local_experts);
   const unsigned int warp = threadIdx.x / 32, lane = lane_id();
-  for (size_t chunk = 0; !reuse && chunk < range.end; chunk += kMoeThreads) {
+  const bool numbering = !reuse && range.begin < range.end;
+  for (size_t chunk = 0; numbering && chunk < range.end; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
     int32_t ids[kMaxTopK];
-    // Repeats stay: a token's ranks are the same without them.
-    decode_expert_ids(launch, [&](int k) -> int64_t { return k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1; },
-                      reporter, ids);
-    uint32_t ranks = 0;
+    if (chunk + warp * 32 < range.end) {
+      // Repeats stay: a token's ranks are the same without them.
+      decode_expert_ids(launch, [&](int k) -> int64_t { return k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1; },
+                        reporter, ids);
+      uint32_t ranks = 0;
 #pragma unroll
-    for (int k = 0; k < kMaxTopK; ++k) {
-      if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
-    }
-#pragma unroll
-    for (int r = 0; r < kMaxWorld; ++r) {
-      const unsigned int votes = __ballot_sync(kFullWarp, r < W && ((ranks >> r) & 1u));
-      if (lane == 0 && r < W) warp_votes[warp][r] = votes;
+      for (int k = 0; k < kMaxTopK; ++k) {
+        if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
+      }
+      // Loops over the ranks stay rolled: unrolled to kMaxWorld, the iterations past W would be jumped over,
+      // each to another instruction-cache line (microseconds a call in all).
+#pragma unroll 1
+      for (int r = 0; r < W; ++r) {
+        const unsigned int votes = __ballot_sync(kFullWarp, (ranks >> r) & 1u);
+        if (lane == 0) warp_votes[warp][r] = votes;
+      }
+      if (t >= range.begin && t < range.end) launch.token_ranks[t] = ranks;
+    } else if (lane < static_cast<unsigned>(W)) {
+      warp_votes[warp][lane] = 0;
     }
     __syncthreads();
     if (t >= range.begin && t < range.end) {
-      launch.token_ranks[t] = ranks;
-#pragma unroll
-      for (int r = 0; r < kMaxWorld; ++r) {
-        if (r >= W || ((ranks >> r) & 1u) == 0) continue;
+#pragma unroll 1
+      for (int r = 0; r < W; ++r) {
+        if (((warp_votes[warp][r] >> lane) & 1u) == 0) continue;
         int64_t row = before[r] + __popc(warp_votes[warp][r] & ((1u << lane) - 1u));  // the lanes below this one
         for (unsigned int w = 0; w < warp; ++w) row += __popc(warp_votes[w][r]);
         launch.token_row[size_t(r) * launch.max_tokens + t] = static_cast<int32_t>(row);
@@ -252,10 +286,10 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
     __syncthreads();
   }
 
-  // Into the peers: rows and metadata, the pairs per expert, the rows this block wrote (and, by the reporter,
-  // the totals); then the signal, whose release covers them all.
-  const uint32_t peers = ((1u << W) - 1u) & ~(1u << me);
-  move_tokens<Index>(launch, range, peers);
+  // Rows and metadata into every rank they go to, this one included (a row read once is stored to all of them);
+  // the pairs per expert and the rows this block wrote (and, by the reporter, the totals) into the peers; then
+  // the signal, whose release covers them all.
+  move_tokens<Index>(launch, range, (1u << W) - 1u);
   const int L = launch.local_experts;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
     if (block_pairs[e] == 0) continue;
@@ -282,8 +316,6 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me) {
     device::signal(launch.pad, blockIdx.x, threadIdx.x);
   }
-  // The tokens that stay here, while the peers' stores land.
-  move_tokens<Index>(launch, range, 1u << me);
 }
 
 // Sources' vectors loaded together (one memory latency for up to this many ranks, not one each).
@@ -322,19 +354,20 @@ __device__ __forceinline__ void sum_rows(const T* const* sources, int n, T* out,
   }
 }
 
+// The block's `units` (parts_per_token), each summed by one or more warps (slices).
 template <typename T, int N>
-__device__ void sum_tokens(const MoeLaunch& launch, Span range) {
+__device__ void sum_tokens(const MoeLaunch& launch, Span units, int parts) {
   const int me = launch.rank, W = launch.world;
   const size_t H = launch.hidden;
   const T* y = reinterpret_cast<const T*>(launch.y);
   T* out = reinterpret_cast<T*>(launch.out);
   __shared__ WarpAddresses<const T*> addresses;
   const T** sources = addresses[threadIdx.x / 32];
-  const int slices = slices_for(range.end - range.begin);
-  const size_t items = (range.end - range.begin) * slices;
+  const int slices = slices_for(units.end - units.begin);
+  const size_t items = (units.end - units.begin) * slices;
   for (size_t item = threadIdx.x / 32; item < items; item += kMoeWarps) {
-    const size_t t = range.begin + item / slices;
-    const Span elements = piece_of<N>(H, static_cast<int>(item % slices), slices);
+    const size_t unit = units.begin + item / slices, t = unit / parts;
+    const Span elements = slice_of_part<N>(H, static_cast<int>(unit % parts), parts, static_cast<int>(item % slices), slices);
     __syncwarp();  // the last item's readers of `sources` are done
     const int n = gather_addresses(sources, launch.token_ranks[t], W, [&](int r) {
       const int64_t row = row_on(launch, r, t);
@@ -342,6 +375,20 @@ __device__ void sum_tokens(const MoeLaunch& launch, Span range) {
     });
     sum_rows<T, N>(sources, n, out + t * H, elements);
   }
+}
+
+// kGridChannel's signal from `peer`, waited for by one thread of every block: the count after the one the last
+// such wait reached (pad.expected, which these waits read and leave; advance_grid_wait moves it on once every
+// block has waited).
+__device__ inline bool wait_grid_signal(const device::SignalPad& pad, int peer, unsigned int collective, unsigned int site) {
+  const size_t slot = size_t(kGridChannel) * pad.world + peer;
+  const uint64_t target = pad.expected[slot] + 1;
+  return device::spin_until(pad, [&] { return device::reached(device::load_acquire_system(pad.local + slot), target); },
+                            collective, site, peer, kGridChannel);
+}
+
+__device__ inline void advance_grid_wait(const device::SignalPad& pad, int peer) {
+  pad.expected[size_t(kGridChannel) * pad.world + peer] += 1;
 }
 
 template <typename T>
@@ -364,26 +411,35 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
         kernels::block_copy(base + launch.layout.combine + first * row_bytes, launch.y + first * row_bytes, count * row_bytes);
       }
     }
-    __syncthreads();
-    if (peer_thread) device::signal(launch.pad, blockIdx.x, threadIdx.x);  // this block's rows for the peers are in
+    // The rows the peers read are all in: written by earlier kernels (complete: wait_for_prior_grid), or copied
+    // by every block, the last of which says so (a counter of its own: a block may reach the end of the kernel
+    // before another one is done copying). One signal to each peer either way (a signal from each block would
+    // cost each a system-scope release), whichever the peer's y is.
+    if (launch.copy_y ? last_block(launch.copies_done, gridDim.x) : blockIdx.x == 0) {
+      if (launch.copy_y && threadIdx.x == 0) *launch.copies_done = 0;  // every block has added
+      if (peer_thread) device::signal(launch.pad, kGridChannel, threadIdx.x);
+    }
     if (launch.phase == kSendingHalf) return;
   }
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  if (peer_thread && !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
+  if (peer_thread && !wait_grid_signal(launch.pad, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
   __syncthreads();
   if (failed) return;
-  const Span range = piece_of<1>(static_cast<size_t>(*launch.tokens), blockIdx.x, gridDim.x);
+  const size_t tokens = static_cast<size_t>(*launch.tokens);
+  const int parts = parts_per_token(tokens, gridDim.x);
+  const Span units = piece_of<1>(tokens * parts, blockIdx.x, gridDim.x);
   constexpr int kVector = kernels::Vector<T>::kCount;
   const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&
                        reinterpret_cast<uintptr_t>(launch.out) % kernels::kVectorBytes == 0;
   if (vectors) {
-    sum_tokens<T, kVector>(launch, range);
+    sum_tokens<T, kVector>(launch, units, parts);
   } else {
-    sum_tokens<T, 1>(launch, range);
+    sum_tokens<T, 1>(launch, units, parts);
   }
-  if (!last_block(launch.blocks_done)) return;
+  if (!last_block(launch.blocks_done, gridDim.x)) return;
+  if (peer_thread) advance_grid_wait(launch.pad, threadIdx.x);
   if (threadIdx.x == 0) {
     launch.combine_plan[2] = 0;  // a combine followed the last dispatch
     *launch.blocks_done = 0;
