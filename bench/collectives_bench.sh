@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine after bench/gpu_run.sh has set up build/: braid-bench against NCCL (--compare nccl)
-# for the sizes issue 3 names. Every row is also checked against a host reference (-z 1). Outputs to $OUT.
+# for the sizes issue 3 names. Every row is also checked against a host reference (-c 1). Outputs to $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never multicast there
 cd /work/main
@@ -14,7 +14,7 @@ run() {  # seconds, name, then braid-bench arguments
   timeout "$seconds" stdbuf -oL $bench "$@" --json "$out/$name.json" >> "$out/$name.txt" 2>&1
   echo "## exit code $?" >> "$out/$name.txt"
 }
-run 120 allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 512M -f 4 -G 20
-run 90 allreduce-f32 -c allreduce -d float32 -b 2M -e 512M -f 4
-run 45 allgather-f32 -c allgather -d float32 -b 512M -e 512M
-run 45 reducescatter-f32 -c reducescatter -d float32 -b 512M -e 512M
+run 120 allreduce-bf16-graph --coll allreduce -d bfloat16 -b 8K -e 512M -f 4 -G 20
+run 90 allreduce-f32 --coll allreduce -d float32 -b 2M -e 512M -f 4
+run 45 allgather-f32 --coll allgather -d float32 -b 512M -e 512M
+run 45 reducescatter-f32 --coll reducescatter -d float32 -b 512M -e 512M

@@ -49,17 +49,17 @@ run_case() {  # tag, limit, grace, then the command
 for case in "$@"; do
   case "$case" in
     graph4)  # braid only, 4 threads, bf16 sweep with CUDA graphs: the shape of the stuck algos runs
-      run_case graph4 60 40 env BRAID_LOG_LEVEL=debug $bench -t 4 -c allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
+      run_case graph4 60 40 env BRAID_LOG_LEVEL=debug $bench -t 4 --coll allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
     graph2)
-      run_case graph2 60 40 env BRAID_LOG_LEVEL=debug $bench -t 2 -c allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
+      run_case graph2 60 40 env BRAID_LOG_LEVEL=debug $bench -t 2 --coll allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
     nccl4)   # NCCL beside braid, 4 threads, one size: the shape of the stuck probe and compare runs
       run_case nccl4 60 40 env NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$out/nccl4-nccl.%h.%p.log" BRAID_LOG_LEVEL=debug \
-        $bench -t 4 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" -c allreduce -b 1M -e 1M -w 1 -n 2 --repeats 1 ;;
+        $bench -t 4 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" --coll allreduce -b 1M -e 1M -w 1 -n 2 --repeats 1 ;;
     nccl2)
       run_case nccl2 60 40 env NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$out/nccl2-nccl.%h.%p.log" \
-        $bench -t 2 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" -c allreduce -b 1M -e 1M -w 1 -n 2 --repeats 1 ;;
+        $bench -t 2 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" --coll allreduce -b 1M -e 1M -w 1 -n 2 --repeats 1 ;;
     smoke4)
-      run_case smoke4 40 30 $bench -t 4 -c allreduce -b 8 -e 8 -w 0 -n 1 --repeats 1 ;;
+      run_case smoke4 40 30 $bench -t 4 --coll allreduce -b 8 -e 8 -w 0 -n 1 --repeats 1 ;;
     *) echo "unknown case $case" ;;
   esac
 done

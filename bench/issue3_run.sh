@@ -43,34 +43,34 @@ for phase in "$@"; do
       grep -E "FAILED|Failure|PASSED|tests ran|SKIPPED" "$out/gpu-$phase-threads.txt" | head -20
       ;;
     copy-engines)
-      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1 -d float32 -b 32M -e 512M -f 4 -z 0"
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1 -d float32 -b 32M -e 512M -f 4 -c 0"
       for c in allgather broadcast; do
-        BRAID_ALGO=$c=copyengine bench 60 copy-engine-$c -c $c $cmp
-        bench 60 table-$c -c $c $cmp
+        BRAID_ALGO=$c=copyengine bench 60 copy-engine-$c --coll $c $cmp
+        bench 60 table-$c --coll $c $cmp
       done
       ;;
     probe)
-      timeout 60 env NCCL_DEBUG=INFO $run_bench --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" -c allreduce -b 1M -e 1M \
+      timeout 60 env NCCL_DEBUG=INFO $run_bench --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" --coll allreduce -b 1M -e 1M \
         > "$out/nccl-probe.txt" 2>&1
       echo "nccl probe exit $?" | tee -a "$out/nccl-probe.txt"
       grep -v "NCCL INFO" "$out/nccl-probe.txt" | grep -v '^\[[1-9]' | tail -12
       ;;
     algos)
       for algo in ll oneshot twoshot; do
-        BRAID_ALGO=allreduce=$algo bench 60 "algo-$algo" -c allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
+        BRAID_ALGO=allreduce=$algo bench 60 "algo-$algo" --coll allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
       done
       ;;
     compare)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
-      bench 130 compare-allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
-      bench 60 compare-allreduce-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 $cmp
-      bench 40 compare-allgather-f32 -c allgather -d float32 -b 512M -e 512M -z 0 $cmp
-      bench 40 compare-reducescatter-f32 -c reducescatter -d float32 -b 512M -e 512M -z 0 $cmp
+      bench 130 compare-allreduce-bf16-graph --coll allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
+      bench 60 compare-allreduce-f32 --coll allreduce -d float32 -b 128M -e 512M -f 4 -c 0 $cmp
+      bench 40 compare-allgather-f32 --coll allgather -d float32 -b 512M -e 512M -c 0 $cmp
+      bench 40 compare-reducescatter-f32 --coll reducescatter -d float32 -b 512M -e 512M -c 0 $cmp
       ;;
     compare-symmetric)  # the same on buffers from comm.alloc (braid zero copy; NCCL runs on them as plain memory)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0 --symmetric 1"
-      bench 130 compare-symmetric-allreduce-bf16-graph -c allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
-      bench 60 compare-symmetric-allreduce-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 $cmp
+      bench 130 compare-symmetric-allreduce-bf16-graph --coll allreduce -d bfloat16 -b 8K -e 128M -f 4 -G 20 $cmp
+      bench 60 compare-symmetric-allreduce-f32 --coll allreduce -d float32 -b 128M -e 512M -f 4 -c 0 $cmp
       ;;
     zero-copy)  # after a zero-copy kernel change: its tests (symmetric and registered buffers), then compare-symmetric
       timeout 150 stdbuf -oL build/tests/gpu/braid_gpu_tests \
@@ -93,9 +93,9 @@ for phase in "$@"; do
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/zero-copy-rs-ag-tests.log" | head -30
       for coll in reducescatter allgather; do
         for algo in staged pipelined; do
-          BRAID_ALGO=$coll=$algo bench 40 "symmetric-$coll-$algo" -c $coll -d float32 -b 64K -e 256M -f 4 -G 20 -z 0 --inplace 0 --symmetric 1
+          BRAID_ALGO=$coll=$algo bench 40 "symmetric-$coll-$algo" --coll $coll -d float32 -b 64K -e 256M -f 4 -G 20 -c 0 --inplace 0 --symmetric 1
         done
-        bench 40 "compare-symmetric-$coll-f32" -c $coll -d float32 -b 128M -e 512M -f 4 -z 0 --inplace 0 --symmetric 1 \
+        bench 40 "compare-symmetric-$coll-f32" --coll $coll -d float32 -b 128M -e 512M -f 4 -c 0 --inplace 0 --symmetric 1 \
           --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2"
       done
       ;;
@@ -119,23 +119,23 @@ for phase in "$@"; do
       echo "symmetric tests (threads, $gpus ranks) exit $?" | tee -a "$out/symmetric-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/symmetric-tests.log" | head -30
       for algo in ll oneshot twoshot; do
-        BRAID_ALGO=allreduce=$algo bench 40 "symmetric-algo-$algo" -c allreduce -d bfloat16 -b 8K -e 64M -f 2 -G 20 --inplace 0 --symmetric 1
+        BRAID_ALGO=allreduce=$algo bench 40 "symmetric-algo-$algo" --coll allreduce -d bfloat16 -b 8K -e 64M -f 2 -G 20 --inplace 0 --symmetric 1
       done
-      bench 40 symmetric-twoshot-f32 -c allreduce -d float32 -b 128M -e 512M -f 4 -z 0 -n 10 --inplace 0 --symmetric 1
+      bench 40 symmetric-twoshot-f32 --coll allreduce -d float32 -b 128M -e 512M -f 4 -c 0 -n 10 --inplace 0 --symmetric 1
       ;;
     fp8)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
-      bench 120 compare-allreduce-f8e4m3-graph -c allreduce -d f8e4m3 -b 8K -e 128M -f 4 -G 20 --inplace 0 $cmp
-      bench 60 compare-allreduce-f8e5m2-graph -c allreduce -d f8e5m2 -b 8K -e 32M -f 16 -G 20 -o max $cmp
-      bench 60 compare-allreduce-f8e4m3 -c allreduce -d f8e4m3 -b 128M -e 512M -f 4 --inplace 0 $cmp
-      bench 60 compare-reducescatter-f8e4m3 -c reducescatter -d f8e4m3 -b 64K -e 512M -f 8 --inplace 0 $cmp
-      bench 60 compare-allgather-f8e5m2 -c allgather -d f8e5m2 -b 64K -e 512M -f 8 --inplace 0 $cmp
+      bench 120 compare-allreduce-f8e4m3-graph --coll allreduce -d f8e4m3 -b 8K -e 128M -f 4 -G 20 --inplace 0 $cmp
+      bench 60 compare-allreduce-f8e5m2-graph --coll allreduce -d f8e5m2 -b 8K -e 32M -f 16 -G 20 -o max $cmp
+      bench 60 compare-allreduce-f8e4m3 --coll allreduce -d f8e4m3 -b 128M -e 512M -f 4 --inplace 0 $cmp
+      bench 60 compare-reducescatter-f8e4m3 --coll reducescatter -d f8e4m3 -b 64K -e 512M -f 8 --inplace 0 $cmp
+      bench 60 compare-allgather-f8e5m2 --coll allgather -d f8e5m2 -b 64K -e 512M -f 8 --inplace 0 $cmp
       ;;
     small-rs-ag)  # reduce-scatter and all-gather at small sizes against NCCL, CUDA graphs (and symmetric buffers)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
       for coll in reducescatter allgather; do
-        bench 60 "compare-small-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
-        bench 60 "compare-small-symmetric-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
+        bench 60 "compare-small-$coll-graph" --coll $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+        bench 60 "compare-small-symmetric-$coll-graph" --coll $coll -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
       done
       ;;
     ll-rs-ag)  # LL reduce-scatter/all-gather: their tests, then LL against staged and NCCL (graphs), to set the cut-offs
@@ -147,10 +147,10 @@ for phase in "$@"; do
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
       for coll in reducescatter allgather; do
         for algo in ll staged; do
-          BRAID_ALGO=$coll=$algo bench 60 "ll-$coll-$algo-graph" -c $coll -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
+          BRAID_ALGO=$coll=$algo bench 60 "ll-$coll-$algo-graph" --coll $coll -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
         done
-        BRAID_ALGO=$coll=ll bench 60 "ll-symmetric-$coll-graph" -c $coll -d float32 -b 8K -e 8M -f 2 -G 20 --symmetric 1 $cmp
-        BRAID_ALGO=$coll=ll bench 60 "ll-$coll-bf16-eager" -c $coll -d bfloat16 -b 8K -e 8M -f 4 $cmp
+        BRAID_ALGO=$coll=ll bench 60 "ll-symmetric-$coll-graph" --coll $coll -d float32 -b 8K -e 8M -f 2 -G 20 --symmetric 1 $cmp
+        BRAID_ALGO=$coll=ll bench 60 "ll-$coll-bf16-eager" --coll $coll -d bfloat16 -b 8K -e 8M -f 4 $cmp
       done
       ;;
     ll-reduce)  # LL reduce: its tests, LL against staged and NCCL (graphs); broadcast against NCCL
@@ -160,36 +160,36 @@ for phase in "$@"; do
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/ll-reduce-tests.log" | head -20
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
       for algo in ll staged; do
-        BRAID_ALGO=reduce=$algo bench 60 "ll-reduce-$algo-graph" -c reduce -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
+        BRAID_ALGO=reduce=$algo bench 60 "ll-reduce-$algo-graph" --coll reduce -d float32 -b 8K -e 8M -f 2 -G 20 $cmp
       done
-      bench 60 "broadcast-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
-      bench 60 "broadcast-symmetric-graph" -c broadcast -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
+      bench 60 "broadcast-graph" --coll broadcast -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+      bench 60 "broadcast-symmetric-graph" --coll broadcast -d float32 -b 8K -e 16M -f 4 -G 20 --symmetric 1 $cmp
       ;;
     small-compare)  # every collective 8 KiB-16 MiB against NCCL with CUDA graphs, the table's choices, checked
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
       for coll in reduce broadcast reducescatter allgather; do
-        bench 60 "compare-small-$coll-graph" -c $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
+        bench 60 "compare-small-$coll-graph" --coll $coll -d float32 -b 8K -e 16M -f 4 -G 20 $cmp
       done
       ;;
     dtype-algos)
       for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do
         for algo in ll oneshot twoshot; do
-          BRAID_ALGO=allreduce=$algo bench 40 "dtype-$dtype-$algo" -c allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -z 0 --inplace 0
-          BRAID_ALGO=allreduce=$algo bench 40 "dtype-symmetric-$dtype-$algo" -c allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -z 0 --inplace 0 --symmetric 1
+          BRAID_ALGO=allreduce=$algo bench 40 "dtype-$dtype-$algo" --coll allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -c 0 --inplace 0
+          BRAID_ALGO=allreduce=$algo bench 40 "dtype-symmetric-$dtype-$algo" --coll allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -c 0 --inplace 0 --symmetric 1
         done
       done
       ;;
     explore)  # AREAS (label:bytes ...) picks the pipeline areas; STAGED=0 skips the staged rows
       for area in ${AREAS:-256M:268435456 512M:536870912}; do
         export BRAID_PIPELINE_BYTES=${area#*:}
-        bench 40 "explore-twoshot-f32-area${area%:*}" -c allreduce -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+        bench 40 "explore-twoshot-f32-area${area%:*}" --coll allreduce -d float32 -b 16M -e 512M -f 4 -c 0 -n 10 --inplace 0
         for coll in reducescatter allgather; do
-          BRAID_ALGO=$coll=pipelined bench 30 "explore-$coll-pipelined-area${area%:*}" -c $coll -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+          BRAID_ALGO=$coll=pipelined bench 30 "explore-$coll-pipelined-area${area%:*}" --coll $coll -d float32 -b 16M -e 512M -f 4 -c 0 -n 10 --inplace 0
         done
         unset BRAID_PIPELINE_BYTES
       done
       [ "${STAGED:-1}" = 0 ] || for coll in reducescatter allgather; do
-        BRAID_ALGO=$coll=staged bench 30 "explore-$coll-staged" -c $coll -d float32 -b 16M -e 512M -f 4 -z 0 -n 10 --inplace 0
+        BRAID_ALGO=$coll=staged bench 30 "explore-$coll-staged" --coll $coll -d float32 -b 16M -e 512M -f 4 -c 0 -n 10 --inplace 0
       done
       ;;
     *) echo "unknown phase $phase" ;;

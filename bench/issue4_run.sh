@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4 (all-to-all, MoE) on the GPU machine (device tool), after bench/stage_build.sh staged the build:
 #   tests     the AllToAll* and Moe* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
-#   compare   braid-bench -c alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
+#   compare   braid-bench --coll alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
 #   moe-tests the Moe* GPU tests alone, as threads (all GPUs) and as braid-run processes
 #   moe       braid-bench --moe --compare nccl: T=128 and T=4096, H=7168, K=8, E=64, bf16, CUDA graphs
@@ -37,17 +37,17 @@ for phase in "$@"; do
       ;;
     compare)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2 --inplace 0"
-      bench 90 compare-alltoall-graph -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 $cmp
-      bench 120 compare-alltoall -c alltoall -d float32 -b 16M -e 512M -f 2 $cmp
-      bench 90 compare-symmetric-alltoall-graph -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 --symmetric 1 $cmp
-      bench 90 compare-symmetric-alltoall -c alltoall -d float32 -b 16M -e 512M -f 4 --symmetric 1 $cmp
+      bench 90 compare-alltoall-graph --coll alltoall -d float32 -b 8K -e 4M -f 4 -G 20 $cmp
+      bench 120 compare-alltoall --coll alltoall -d float32 -b 16M -e 512M -f 2 $cmp
+      bench 90 compare-symmetric-alltoall-graph --coll alltoall -d float32 -b 8K -e 4M -f 4 -G 20 --symmetric 1 $cmp
+      bench 90 compare-symmetric-alltoall --coll alltoall -d float32 -b 16M -e 512M -f 4 --symmetric 1 $cmp
       ;;
     algos)
       for algo in ll pipelined copyengine; do
-        BRAID_ALGO=alltoall=$algo bench 60 "symmetric-alltoall-$algo" -c alltoall -d float32 -b 8K -e 64M -f 4 -G 20 -z 0 --inplace 0 --symmetric 1
+        BRAID_ALGO=alltoall=$algo bench 60 "symmetric-alltoall-$algo" --coll alltoall -d float32 -b 8K -e 64M -f 4 -G 20 -c 0 --inplace 0 --symmetric 1
       done
       for algo in ll pipelined; do
-        BRAID_ALGO=alltoall=$algo bench 60 "alltoall-$algo" -c alltoall -d float32 -b 8K -e 4M -f 4 -G 20 -z 0 --inplace 0
+        BRAID_ALGO=alltoall=$algo bench 60 "alltoall-$algo" --coll alltoall -d float32 -b 8K -e 4M -f 4 -G 20 -c 0 --inplace 0
       done
       ;;
     moe)

@@ -36,15 +36,15 @@ for phase in "$@"; do
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
       for buffers in 0 1; do
         name=$([ $buffers = 1 ] && echo registered || echo cudamalloc)
-        bench 150 allreduce-$name -c allreduce -d bfloat16 -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
-        bench 150 alltoall-$name -c alltoall -d float -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
+        bench 150 allreduce-$name --coll allreduce -d bfloat16 -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
+        bench 150 alltoall-$name --coll alltoall -d float -b 8K -e 256M -f 4 -G 20 --register $buffers $cmp
       done
-      BRAID_BACKEND=nccl bench 120 allreduce-nccl-backend -c allreduce -d bfloat16 -b 8K -e 64M -f 8 -z 1
+      BRAID_BACKEND=nccl bench 120 allreduce-nccl-backend --coll allreduce -d bfloat16 -b 8K -e 64M -f 8 -c 1
       ;;
     bench-allreduce)  # the allreduce half of bench alone (short device budgets)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
-      bench 140 allreduce-cudamalloc -c allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 0 $cmp
-      bench 140 allreduce-registered -c allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 1 $cmp
+      bench 140 allreduce-cudamalloc --coll allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 0 $cmp
+      bench 140 allreduce-registered --coll allreduce -d bfloat16 -b 64K -e 256M -f 4 -G 20 --register 1 $cmp
       ;;
     *) echo "unknown phase $phase" ;;
   esac

@@ -67,7 +67,7 @@ for phase in "$@"; do
         --id-file /tmp/nccl-bench-id -b 8K -e 512M -f 2 --json "$out/shim-vs-nccl.json" > "$out/shim-vs-nccl.log" 2>&1
       echo "nccl_shim_bench exit $?" | tee -a "$out/shim-vs-nccl.log"
       grep -v '^\[[1-9]' "$out/shim-vs-nccl.log" | tail -n 40
-      bench 200 braid-allreduce -c allreduce -d bfloat16 -b 8K -e 512M -f 2 -G 20
+      bench 200 braid-allreduce --coll allreduce -d bfloat16 -b 8K -e 512M -f 2 -G 20
       ;;
     symbols)
       lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'))")

@@ -16,7 +16,7 @@ timeout -k 5 100 build/tools/braid-run/braid-run -n $gpus -- $T --gtest_filter='
 echo "== timeout test (processes) exit $?"; grep -E "OK \]|FAILED|Failure|PASSED|tests ran" $out/nccl-timeout-processes.txt | head
 timeout -k 5 150 $T --gtest_filter='Registration.*:MemoryHandles.*' > $out/reg-handles.txt 2>&1
 echo "== Registration + MemoryHandles exit $?"; grep -E "FAILED|Failure|threw|PASSED|tests ran" $out/reg-handles.txt | head
-BRAID_BACKEND=nccl timeout 120 build/tools/braid-bench/braid-bench -t $gpus -c allreduce -b 8 -e 1M -f 32 --inplace 0 -z 0 \
+BRAID_BACKEND=nccl timeout 120 build/tools/braid-bench/braid-bench -t $gpus --coll allreduce -b 8 -e 1M -f 32 --inplace 0 -c 0 \
   --compare nccl --nccl-lib $nccl_dir/libnccl.so.2 -n 200 -w 50 --json $out/nccl-backend-eager.json > $out/nccl-backend-eager.txt 2>&1
 echo "== braid-bench, NCCL backend, eager: exit $?"; grep -v "^\[[1-9]\|NCCL INFO" $out/nccl-backend-eager.txt | tail -15
 archive_logs run-logs.tgz

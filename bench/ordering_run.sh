@@ -89,22 +89,22 @@ for step in "$@"; do
       all="base new ${variants[*]}"
       if [ "$step" = sweep ]; then
         for collective in allreduce reduce reducescatter allgather broadcast alltoall; do
-          ab "sweep-$collective" "base new" -c "$collective" -d float32 -b 8K -e 256M -f 8 -G 20 --symmetric 1
+          ab "sweep-$collective" "base new" --coll "$collective" -d float32 -b 8K -e 256M -f 8 -G 20 --symmetric 1
         done
         cat "$out"/bench-sweep-*.txt | grep -E "^##|^ +[0-9]" | grep -v "## exit" | awk '/^##/{print $2, $6} !/^##/{print $1, $6, $10}'
         continue
       fi
-      ab allreduce-bf16-graph-small "$all $all" -c allreduce -d bfloat16 -b 8K -e 8M -f 4 -G 20
+      ab allreduce-bf16-graph-small "$all $all" --coll allreduce -d bfloat16 -b 8K -e 8M -f 4 -G 20
       if [ "$step" = small ]; then
         grep -E "^##|^ +[0-9]" "$out/bench-allreduce-bf16-graph-small.txt" | grep -v "## exit" | awk '/^##/{print $2} !/^##/{print $1, $6, $10}'
         continue
       fi
-      ab allreduce-bf16-graph "base new" -c allreduce -d bfloat16 -b 32M -e 128M -f 4 -G 20
-      ab allreduce-bf16-eager "base new" -c allreduce -d bfloat16 -b 8K -e 512K -f 4
-      ab allreduce-f32-512M "base new" -c allreduce -d float32 -b 512M -e 512M
-      ab allgather-f32-512M "base new" -c allgather -d float32 -b 512M -e 512M
-      ab reducescatter-f32-512M "base new" -c reducescatter -d float32 -b 512M -e 512M
-      ab alltoall-f32-512M "base new" -c alltoall -d float32 -b 512M -e 512M
+      ab allreduce-bf16-graph "base new" --coll allreduce -d bfloat16 -b 32M -e 128M -f 4 -G 20
+      ab allreduce-bf16-eager "base new" --coll allreduce -d bfloat16 -b 8K -e 512K -f 4
+      ab allreduce-f32-512M "base new" --coll allreduce -d float32 -b 512M -e 512M
+      ab allgather-f32-512M "base new" --coll allgather -d float32 -b 512M -e 512M
+      ab reducescatter-f32-512M "base new" --coll reducescatter -d float32 -b 512M -e 512M
+      ab alltoall-f32-512M "base new" --coll alltoall -d float32 -b 512M -e 512M
       cat "$out"/bench-*.txt | grep -v "^\[1\]" | grep -E "^##|^ +[0-9]" | head -120
       ;;
   esac

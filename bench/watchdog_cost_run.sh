@@ -20,9 +20,9 @@ for pass in $(seq ${PASSES:-3}); do
   for variant in $variants; do
     name=$variant-$pass; lib_path=""; watchdog=${variant#*-}
     [ "${variant%-*}" = base ] && lib_path=$PWD/.carry/base
-    echo "## $variant: BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog braid-bench -t $gpus -c allreduce -b 8 -e 256K -f 32 --inplace 0 -z 0 -n 500 -w 100 --compare nccl" > $out/$name.txt
+    echo "## $variant: BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog braid-bench -t $gpus --coll allreduce -b 8 -e 256K -f 32 --inplace 0 -c 0 -n 500 -w 100 --compare nccl" > $out/$name.txt
     LD_LIBRARY_PATH=$lib_path BRAID_BACKEND=nccl BRAID_NCCL_WATCHDOG=$watchdog timeout 60 build/tools/braid-bench/braid-bench -t $gpus \
-      -c allreduce -b 8 -e 256K -f 32 --inplace 0 -z 0 -n 500 -w 100 --compare nccl --nccl-lib $nccl_dir/libnccl.so.2 >> $out/$name.txt 2>&1
+      --coll allreduce -b 8 -e 256K -f 32 --inplace 0 -c 0 -n 500 -w 100 --compare nccl --nccl-lib $nccl_dir/libnccl.so.2 >> $out/$name.txt 2>&1
     echo "## exit code $?" >> $out/$name.txt
     echo "== $name"; grep -v "NCCL INFO" $out/$name.txt | grep -E "^ +[0-9]|exit code"
   done

@@ -92,17 +92,20 @@ class RankBench {
     const size_t bytes = std::max(options_.max_bytes, datatype_size(options_.type));
     send_ = std::make_unique<Buffer>(comm_, bytes, options_);
     recv_ = std::make_unique<Buffer>(comm_, bytes, options_);
-    // With -z 0 nothing else writes the inputs: start from harmless finite values (0x3C bytes are about 1.06
+    // With -c 0 nothing else writes the inputs: start from harmless finite values (0x3C bytes are about 1.06
     // in float16, 0.0115 in float32 and bfloat16), never from whatever the allocator left.
     cuda(cudaMemsetAsync(send_->data(), 0x3C, bytes, stream()), "cudaMemsetAsync");
     cuda(cudaMemsetAsync(recv_->data(), 0x3C, bytes, stream()), "cudaMemsetAsync");
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     host_.resize(kHostChunkBytes);
 
-    for (Collective coll : options_.collectives) run_collective(coll);
+    for (int cycle = 0; options_.run_cycles == 0 || cycle < options_.run_cycles; ++cycle) {  // -N
+      for (Collective coll : options_.collectives) run_collective(coll);
+    }
 
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     comm_.barrier();  // nobody frees buffers (symmetric ones are mapped by peers) while a peer still works
+    if (report_) report_->summary();
     if (report_ && !options_.json_path.empty()) report_->write_json(options_.json_path);
     return wrong_total_;
   }
@@ -212,7 +215,10 @@ class RankBench {
                                   datatype_name(options_.type) + (has_op(coll) ? std::string(" ") + reduce_op_name(options_.op) : "") +
                                   (in_place ? " in-place" : " out-of-place") + (impl == 0 ? " braid" : " nccl");
         Slot& slot = slots[placement * 2 + impl];
-        const std::optional<uint64_t> wrong = check(spec, call, send, recv, in_place, label);
+        std::optional<uint64_t> wrong;  // summed over the -c checked calls
+        for (int i = 0; i < options_.check_iters; ++i) {
+          if (const std::optional<uint64_t> once = check(spec, call, send, recv, in_place, label)) wrong = wrong.value_or(0) + *once;
+        }
         slot.time_us = time_calls(call);
         slot.wrong = wrong.value_or(0);
         slot.state = wrong ? 2 : 1;
@@ -221,21 +227,23 @@ class RankBench {
     finish_row(coll, shape, root, slots);
   }
 
-  // Max time and summed #wrong over ranks; rank 0 prints the row.
+  // The ranks' times combined as -a asks (the max by default) and #wrong summed over ranks; rank 0 prints the row.
   void finish_row(Collective coll, const Shape& shape, int root, const Slot (&slots)[kSlots]) {
     std::vector<std::string> all =
         comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
     Slot total[kSlots];
+    std::vector<double> times[kSlots];  // every rank's, in rank order
     for (const std::string& text : all) {
       Slot theirs[kSlots];
       if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
       std::memcpy(theirs, text.data(), sizeof(theirs));
       for (int i = 0; i < kSlots; ++i) {
-        total[i].time_us = std::max(total[i].time_us, theirs[i].time_us);
+        times[i].push_back(theirs[i].time_us);
         total[i].wrong += theirs[i].wrong;
         total[i].state = theirs[i].state;
       }
     }
+    for (int i = 0; i < kSlots; ++i) total[i].time_us = combine_rank_times(times[i], options_.average);
     for (const Slot& slot : total) wrong_total_ += slot.wrong;
     if (!report_) return;
     auto timing = [&](const Slot& slot) {
@@ -306,7 +314,8 @@ class RankBench {
   // Per-call time of this rank, in microseconds: the median over repetitions (cuda_objects.hpp).
   double time_calls(const Call& call) {
     return bench::time_calls(comm_, stream(), call,
-                             TimingPlan{options_.warmup_iters, options_.iters, options_.repeats, options_.graph_calls});
+                             TimingPlan{options_.warmup_iters, options_.iters, options_.repeats, options_.graph_calls,
+                                        options_.blocking});
   }
 
   Communicator& comm_;

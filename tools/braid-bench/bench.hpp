@@ -4,8 +4,8 @@
 // Timing, per (size, placement, implementation): warm-up calls; then `repeats` repetitions, each after a
 // stream synchronise, a host barrier and one untimed call (it absorbs the barrier's skew between ranks, so
 // the timed calls start together), of `iters` calls (or ceil(iters / G) replays of a graph of G calls)
-// between two CUDA events on the rank's stream. A rank's time is its median repetition per call; the row
-// shows the max over ranks.
+// between two CUDA events on the rank's stream (with -z 1 the host waits for each call in between). A rank's
+// time is its median repetition per call; the row shows the max over ranks, or what -a asks for.
 #pragma once
 
 #include <cstdint>

@@ -104,6 +104,7 @@ struct TimingPlan {
   int iters;
   int repeats;
   int graph_calls;
+  bool blocking;  // the host waits for each call (or graph replay) inside the timed region (-z 1)
 };
 
 // Per-call time of this rank, in microseconds: the median over repetitions. Collective (host barriers).
@@ -134,6 +135,7 @@ inline double time_calls(Communicator& comm, cudaStream_t stream, const Call& ca
       } else {
         call(stream);
       }
+      if (plan.blocking) cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     }
     cuda(cudaEventRecord(stops[repeat], stream), "cudaEventRecord");
   }

@@ -339,9 +339,15 @@ class MoeBench {
       nccl_ = std::make_unique<NcclComm>(library_, comm_);
     }
     header();
-    for (size_t tokens : options_.moe_tokens) run_tokens(tokens);
+    for (int cycle = 0; options_.run_cycles == 0 || cycle < options_.run_cycles; ++cycle) {  // -N
+      for (size_t tokens : options_.moe_tokens) run_tokens(tokens);
+    }
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
     comm_.barrier();
+    if (rank_ == 0) {  // nccl-tests' closing line (#wrong summed over every row, braid's and NCCL's)
+      std::printf("# Out of bounds values : %llu %s\n#\n", static_cast<unsigned long long>(wrong_total_),
+                  wrong_total_ == 0 ? "OK" : "FAILED");
+    }
     if (rank_ == 0 && !options_.json_path.empty()) write_json();
     return wrong_total_;
   }
@@ -411,7 +417,7 @@ class MoeBench {
                 "# max(bytes sent to, received from other ranks) / time (a token crosses once per destination rank);\n"
                 "# logical = T*K*(row bytes) / time, a dispatched row %zu B, a combined row %zu B; #wrong = entries and "
                 "sampled elements outside the reference, summed over ranks%s\n",
-                dispatch_token_bytes(), row_bytes(), options_.check ? "" : " (N/A: -z 0)");
+                dispatch_token_bytes(), row_bytes(), options_.check ? "" : " (N/A: -c 0)");
     if (fp8()) {
       std::printf("# fp8 dispatch: rows of %s with a float32 scale per %zu columns (moved with the row; nccl: packed "
                   "after it, one alltoallv of bytes);\n# combine takes %s rows, the experts' stand-in dequantising the "
@@ -695,7 +701,7 @@ class MoeBench {
   double time_calls(const Call& call, bool graphable) {
     return bench::time_calls(comm_, stream(), call,
                              TimingPlan{options_.warmup_iters, options_.iters, options_.repeats,
-                                        graphable ? options_.graph_calls : 0});
+                                        graphable ? options_.graph_calls : 0, options_.blocking});
   }
 
   // ---- Checks ----
@@ -927,16 +933,18 @@ class MoeBench {
     std::vector<std::string> all =
         comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
     Slot total[kSlots];
+    std::vector<double> times[kSlots];  // every rank's, in rank order
     for (const std::string& text : all) {
       Slot theirs[kSlots];
       if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
       std::memcpy(theirs, text.data(), sizeof(theirs));
       for (int i = 0; i < kSlots; ++i) {
-        total[i].time_us = std::max(total[i].time_us, theirs[i].time_us);
+        times[i].push_back(theirs[i].time_us);
         total[i].wrong += theirs[i].wrong;
         total[i].state = theirs[i].state;
       }
     }
+    for (int i = 0; i < kSlots; ++i) total[i].time_us = combine_rank_times(times[i], options_.average);
     for (const Slot& slot : total) wrong_total_ += slot.wrong;
     if (rank_ != 0) return;
     auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };

@@ -2,8 +2,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <map>
 
@@ -36,11 +38,32 @@ std::optional<size_t> parse_bytes(const std::string& text) {
 
 std::vector<size_t> Options::sizes() const {
   std::vector<size_t> sizes;
+  if (step_bytes > 0) {
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes += step_bytes) {
+      sizes.push_back(bytes);
+      if (bytes > max_bytes - step_bytes) break;
+    }
+    return sizes;
+  }
   for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= step_factor) {
     sizes.push_back(bytes);
     if (step_factor < 2 || bytes > max_bytes / step_factor) break;
   }
   return sizes;
+}
+
+double combine_rank_times(const std::vector<double>& times, int average) {
+  if (times.empty()) return 0;
+  switch (average) {
+    case 0: return times[0];
+    case 1: {
+      double sum = 0;
+      for (double time : times) sum += time;
+      return sum / static_cast<double>(times.size());
+    }
+    case 2: return *std::min_element(times.begin(), times.end());
+    default: return *std::max_element(times.begin(), times.end());
+  }
 }
 
 namespace {
@@ -50,6 +73,25 @@ std::vector<std::string> names(const std::map<std::string, T>& table) {
   std::vector<std::string> keys;
   for (const auto& entry : table) keys.push_back(entry.first);
   return keys;
+}
+
+// An integer in [low, high] (high: none when it is the type's maximum), with a message that says so.
+CLI::Validator integer_in(long long low, long long high = std::numeric_limits<long long>::max()) {
+  const std::string range = high == std::numeric_limits<long long>::max() ? "an integer >= " + std::to_string(low)
+                                                                          : "an integer from " + std::to_string(low) + " to " + std::to_string(high);
+  return CLI::Validator(
+      [low, high, range](std::string& text) -> std::string {
+        size_t end = 0;
+        long long value = 0;
+        try {
+          value = std::stoll(text, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (text.empty() || end != text.size() || value < low || value > high) return "expected " + range + ", got '" + text + "'";
+        return "";
+      },
+      range);
 }
 
 }  // namespace
@@ -79,30 +121,30 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       },
       "BYTES");
 
-  std::string min_bytes, max_bytes, compare, type = "float32", op = "sum";
-  int check = 1, symmetric = 0, registered = 0;
+  std::string min_bytes, max_bytes, step_bytes, compare, type = "float32", op = "sum";
+  int symmetric = 0, registered = 0, blocking = 0, local_register = -1, gpus_per_thread = 0;
   app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
   app.add_flag("--moe", options.moe,
                "benchmark MoE dispatch and combine (braid::MoeBuffer) instead of the collectives; -d defaults to bfloat16");
   app.add_option("--tokens", options.moe_tokens, "--moe: tokens per rank (T), one row per value: 128,4096")
-      ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--hidden", options.moe_hidden, "--moe: elements of one token row (H)")->check(CLI::PositiveNumber)
+      ->delimiter(',')->check(integer_in(1))->capture_default_str();
+  app.add_option("--hidden", options.moe_hidden, "--moe: elements of one token row (H)")->check(integer_in(1))
       ->capture_default_str();
-  app.add_option("--top-k", options.moe_top_k, "--moe: experts per token (K), distinct, 1..16")->check(CLI::Range(1, 16))
+  app.add_option("--top-k", options.moe_top_k, "--moe: experts per token (K), distinct, 1..16")->check(integer_in(1, 16))
       ->capture_default_str();
   app.add_option("--experts", options.moe_experts, "--moe: experts in all (E), a multiple of the ranks")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(integer_in(1))->capture_default_str();
   app.add_option("--alignment", options.moe_alignment, "--moe: each local expert's block of rows starts at a multiple of this")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(integer_in(1))->capture_default_str();
   std::vector<std::string> layouts;
   app.add_option("--layout", layouts, "--moe: expert-major, rank-major, or both (comma-separated; default both)")
       ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major"}));
   app.add_option("--max-sms", options.moe_max_sms, "--moe: multiprocessors dispatch and combine may occupy (0: all)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(integer_in(0))->capture_default_str();
   std::string dispatch_type;
   app.add_option("--dispatch-type", dispatch_type,
                  "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");
-  app.add_option("-c,--coll", options.coll,
+  app.add_option("--coll", options.coll,
                  "collective: allreduce, reduce, reducescatter, allgather, broadcast, alltoall, sendrecv (to the next "
                  "rank, from the previous one), all")
       ->check(CLI::IsMember({"allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv", "all"}))
@@ -111,39 +153,65 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(bytes_validator);
   app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes [128M; smoke: 64M]")->check(bytes_validator);
   app.add_option("-f,--stepfactor", options.step_factor, "multiply the size by this between rows [2; smoke: 64]")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1));
+  app.add_option("-i,--stepbytes", step_bytes, "add this many bytes between rows instead of multiplying (excludes -f)")
+      ->check(bytes_validator);
   app.add_option("-d,--datatype", type, "element type (half = float16, float = float32, double = float64)")
       ->check(CLI::IsMember(names(types)))->capture_default_str();
   app.add_option("-o,--op", op, "reduction")->check(CLI::IsMember(names(ops)))->capture_default_str();
-  app.add_option("-r,--root", options.root, "root rank of reduce and broadcast")->check(CLI::NonNegativeNumber)
+  app.add_option("-r,--root", options.root, "root rank of reduce and broadcast")->check(integer_in(0))
       ->capture_default_str();
-  app.add_option("-n,--iters", options.iters, "calls per timed repetition")->check(CLI::PositiveNumber)
+  app.add_option("-n,--iters", options.iters, "calls per timed repetition")->check(integer_in(1))
       ->capture_default_str();
-  app.add_option("-w,--warmup_iters", options.warmup_iters, "untimed calls first")->check(CLI::NonNegativeNumber)
+  app.add_option("-w,--warmup_iters", options.warmup_iters, "untimed calls first")->check(integer_in(0))
       ->capture_default_str();
   app.add_option("--repeats", options.repeats, "timed repetitions of -n calls; the median is reported")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(integer_in(1))->capture_default_str();
   app.add_option("-G,--cudagraph", options.graph_calls,
                  "capture N back-to-back calls in a CUDA graph and time its replays (ceil(iters/N) per repetition); "
                  "0: plain launches")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("-z,--check", check, "check every result against a host reference (0|1)")->check(CLI::Range(0, 1))
-      ->capture_default_str();
+      ->check(integer_in(0))->capture_default_str();
+  app.add_option("-c,--check", options.check_iters,
+                 "checked calls per size, placement and implementation, against a host reference (0: none; --moe "
+                 "checks once)")
+      ->check(integer_in(0))->capture_default_str();
+  app.add_option("-z,--blocking", blocking, "1: the host waits for each call (or graph replay) before the next")
+      ->check(integer_in(0, 1))->capture_default_str();
+  app.add_option("-a,--average", options.average,
+                 "a row's time over ranks (each rank's median): 0 rank 0's, 1 the mean, 2 the min, 3 the max")
+      ->check(integer_in(0, 3))->capture_default_str();
+  app.add_option("-N,--run_cycles", options.run_cycles, "runs of the whole sweep (0: until interrupted)")
+      ->check(integer_in(0))->capture_default_str();
   app.add_option("--json", options.json_path, "also write the configuration and every row to this JSON file");
-  app.add_option("-t,--threads", options.threads, "ranks as threads of this process [every visible GPU]")
-      ->check(CLI::PositiveNumber);
+  app.add_option("-t,--nthreads,--threads", options.threads,
+                 "ranks as threads of this process, one GPU each [every visible GPU]")
+      ->check(integer_in(1));
+  app.add_option("-g,--ngpus", gpus_per_thread, "GPUs per thread (nccl-tests): -t x -g ranks as threads")
+      ->check(integer_in(1));
   app.add_option("--compare", compare, "run NCCL on the same GPUs, buffers and stream beside braid")
       ->check(CLI::IsMember({"nccl"}));
   app.add_option("--nccl-lib", options.nccl_lib, "NCCL library to dlopen")->capture_default_str();
   app.add_option("--inplace", options.in_place,
                  "0: out-of-place only, 1: in-place only, 2: both (sendrecv has no in-place form: n/a)")
-      ->check(CLI::Range(0, 2))->capture_default_str();
+      ->check(integer_in(0, 2))->capture_default_str();
   app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
-      ->check(CLI::Range(0, 1))->capture_default_str();
+      ->check(integer_in(0, 1))->capture_default_str();
   app.add_option("--register", registered, "1: cudaMalloc buffers registered with comm.register_buffer (zero copy)")
-      ->check(CLI::Range(0, 1))->capture_default_str();
-  app.add_option("--timeout-s", options.timeout_s, "bound on every wait for a peer [BRAID_TIMEOUT_S]")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(0, 1))->capture_default_str();
+  app.add_option("-R,--local_register", local_register,
+                 "nccl-tests' registration: 0 cudaMalloc, 1 --register 1, 2 --symmetric 1")
+      ->check(integer_in(0, 2));
+  app.add_option("-T,--timeout,--timeout-s", options.timeout_s, "bound on every wait for a peer, seconds [BRAID_TIMEOUT_S]")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            try {
+              size_t end = 0;
+              if (std::stod(text, &end) > 0 && end == text.size()) return "";
+            } catch (const std::exception&) {
+            }
+            return "expected a number of seconds above 0, got '" + text + "'";
+          },
+          "SECONDS"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
@@ -187,10 +255,41 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
     }
   }
   options.op = ops.at(op);
-  options.check = check != 0;
+  options.check = options.check_iters > 0;
+  options.blocking = blocking != 0;
   options.symmetric = symmetric != 0;
   options.registered = registered != 0;
-  if (options.symmetric && options.registered) throw std::invalid_argument("--symmetric 1 and --register 1 exclude each other");
+  if (local_register >= 0) {
+    if (app.count("--symmetric") + app.count("--register") > 0) {
+      std::fprintf(stderr, "braid-bench: -R/--local_register says what --symmetric and --register say: give one of them\n");
+      return 2;
+    }
+    options.registered = local_register == 1;
+    options.symmetric = local_register == 2;
+  }
+  if (options.symmetric && options.registered) {
+    std::fprintf(stderr, "braid-bench: --symmetric 1 and --register 1 exclude each other\n");
+    return 2;
+  }
+  if (gpus_per_thread > 0) options.threads = (options.threads > 0 ? options.threads : 1) * gpus_per_thread;
+  if (!step_bytes.empty()) {
+    if (app.count("--stepfactor") > 0) {
+      std::fprintf(stderr, "braid-bench: -i/--stepbytes and -f/--stepfactor exclude each other\n");
+      return 2;
+    }
+    options.step_bytes = *parse_bytes(step_bytes);
+    if (options.step_bytes == 0) {
+      std::fprintf(stderr, "braid-bench: -i/--stepbytes must be above 0\n");
+      return 2;
+    }
+  }
+  if (!options.json_path.empty()) {  // a path that cannot be written fails now, not after the run
+    std::ofstream probe(options.json_path, std::ios::app);
+    if (!probe) {
+      std::fprintf(stderr, "braid-bench: --json %s cannot be opened for writing\n", options.json_path.c_str());
+      return 2;
+    }
+  }
   options.compare_nccl = compare == "nccl";
   if (options.coll == "all") {
     options.collectives.assign(std::begin(kAllCollectives), std::end(kAllCollectives));

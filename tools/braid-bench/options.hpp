@@ -33,6 +33,7 @@ struct Options {
   size_t min_bytes = 8;
   size_t max_bytes = size_t(128) << 20;
   size_t step_factor = 2;
+  size_t step_bytes = 0;  // -i: add this between sizes instead of multiplying by step_factor (0: multiply)
   DataType type = DataType::kFloat32;  // --moe: bfloat16 unless -d says otherwise
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
@@ -40,9 +41,13 @@ struct Options {
   int warmup_iters = 5;  // untimed calls before the first repetition
   int repeats = 5;       // timed repetitions; the reported time is their median
   int graph_calls = 0;   // -G N: N calls per CUDA graph, replayed; 0: eager launches
-  bool check = true;
+  int check_iters = 1;   // -c N: checked calls per (size, placement, implementation); 0: none
+  bool check = true;     // check_iters > 0
+  bool blocking = false;  // -z 1: the host waits for every call (or graph replay) before the next
+  int average = 3;        // -a: a row's time over ranks: 0 rank 0's, 1 mean, 2 min, 3 max
+  int run_cycles = 1;     // -N: runs of the whole sweep; 0: until interrupted
   std::string json_path;
-  int threads = 0;  // ranks as threads; 0: every visible GPU (ignored under braid-run)
+  int threads = 0;  // ranks as threads (-t x -g); 0: every visible GPU (ignored under braid-run)
   bool compare_nccl = false;
   std::string nccl_lib = "libnccl.so.2";
   int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both (never in place: alltoall)
@@ -52,7 +57,7 @@ struct Options {
 
   bool out_of_place() const { return in_place != 1; }
   bool in_place_too() const { return in_place != 0; }
-  std::vector<size_t> sizes() const;  // min, min*f, ... up to max
+  std::vector<size_t> sizes() const;  // min, min*f (or min+i), ... up to max
 };
 
 // Parses argv into `options`. Returns an exit code when the program should stop now (--help: 0, a bad
@@ -61,6 +66,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options);
 
 // "8", "8K", "128M", "1G" (powers of 1024, as nccl-tests reads them); nothing for anything else.
 std::optional<size_t> parse_bytes(const std::string& text);
+
+// A row's time from every rank's (in rank order), as -a asks: rank 0's, the mean, the min or the max.
+double combine_rank_times(const std::vector<double>& times, int average);
 
 // The kind of buffers the run uses, for the header and the JSON: "symmetric", "registered" or "cudaMalloc".
 inline const char* buffers_name(const Options& options) {

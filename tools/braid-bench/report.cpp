@@ -73,7 +73,7 @@ void Report::header() const {
   }
   std::printf("\n# time = per-call time, the max over ranks of each rank's median repetition; algbw = size / time;\n");
   std::printf("# busbw = algbw * nccl-tests' factor; #wrong = elements outside the reference, summed over ranks%s\n",
-              options_.check ? "" : " (N/A: -z 0)");
+              options_.check ? "" : " (N/A: -c 0)");
   if (!info_.nccl_version.empty()) {
     std::printf("# nccl_* columns: NCCL on the same GPUs, buffers and stream; ratio = braid time / NCCL time\n");
   }
@@ -148,6 +148,30 @@ void Report::row(const Row& row) {
   std::printf("\n");
   std::fflush(stdout);
   rows_.push_back(row);
+}
+
+void Report::summary() const {
+  const bool nccl = !info_.nccl_version.empty();
+  uint64_t wrong[2] = {0, 0};
+  double busbw[2] = {0, 0};
+  int timed[2] = {0, 0};
+  for (const Row& row : rows_) {
+    for (const Placement* placement : {&row.out_of_place, &row.in_place}) {
+      const Timing* impls[2] = {&placement->braid, &placement->nccl};
+      for (int i = 0; i < 2; ++i) {
+        if (!impls[i]->ran) continue;
+        wrong[i] += impls[i]->wrong.value_or(0);
+        busbw[i] += impls[i]->busbw;
+        ++timed[i];
+      }
+    }
+  }
+  std::printf("# Out of bounds values : %llu %s", static_cast<unsigned long long>(wrong[0]), wrong[0] == 0 ? "OK" : "FAILED");
+  if (nccl) std::printf(" (NCCL: %llu)", static_cast<unsigned long long>(wrong[1]));
+  std::printf("\n# Avg bus bandwidth    : %g\n", timed[0] > 0 ? busbw[0] / timed[0] : 0.0);
+  if (nccl) std::printf("# Avg bus bandwidth (NCCL) : %g\n", timed[1] > 0 ? busbw[1] / timed[1] : 0.0);
+  std::printf("#\n");
+  std::fflush(stdout);
 }
 
 void Report::write_json(const std::string& path) const {

@@ -53,6 +53,9 @@ class Report {
   void begin(Collective coll) const;            // a collective's column headers
   void note(const std::string& text) const;     // one '#' line
   void row(const Row& row);                     // prints it and keeps it for the JSON file
+  // nccl-tests' closing lines: the wrong elements of every row (braid's; NCCL's beside them when compared) and
+  // the mean bus bandwidth over every row and placement that ran.
+  void summary() const;
   void write_json(const std::string& path) const;  // throws std::runtime_error when it cannot write
 
  private:
