@@ -108,11 +108,18 @@ class Communicator {
 
   // ---- Collectives (stream-ordered, CUDA-graph capturable; NCCL's argument order) ----
   // Every rank calls them in the same order with the same count, datatype, op and root. Any device buffer
-  // works; in-place where NCCL allows it (recv == send, or send at recv's own rank slot for all_gather and
-  // reduce_scatter). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming the
-  // argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers that are not device memory
-  // this rank's GPU can use. A device-side failure (a peer that never arrives) is recorded and raised by the next
-  // call or by check().
+  // works. In place as NCCL takes it: recv == send (all_reduce; reduce and broadcast on the root); recv == send
+  // + rank() * recv_count elements (reduce_scatter: the output is this rank's block of the input); send == recv
+  // + rank() * send_count elements (all_gather: the input is this rank's block of the output). Buffers that
+  // overlap in any other way are refused (kInvalidArgument naming recv). reduce reads send on every rank and
+  // writes recv on the root only: a non-root's recv is never written and may be null. broadcast reads send on
+  // the root only (a non-root's may be null) and writes recv on every rank. A count of 0 moves nothing: after
+  // the checks of the datatype, op and root the call returns without enqueuing or waiting for anything, and its
+  // buffers may be null. ReduceOp::kAvg is the sum divided by size() once, at the end (types.hpp:
+  // reduction_supported). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming
+  // the argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers that are not device
+  // memory this rank's GPU can use. A device-side failure (a peer that never arrives) is recorded and raised by
+  // the next call or by check().
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
@@ -150,8 +157,9 @@ class Communicator {
   // send_counts[q] elements at send + send_displs[q] to rank q and receives recv_counts[q] elements from rank q at
   // recv + recv_displs[q]. Null displacements: packed in rank order. recv_counts[rank()] must equal
   // send_counts[rank()] (kInvalidArgument at the call). recv_counts[q] must equal rank q's send_counts[rank()];
-  // where it does not, nothing from q is written and check() raises kMismatch naming both counts. send and recv
-  // must not overlap.
+  // where it does not, nothing from q is written and the receiving rank's check() raises kMismatch naming both
+  // counts (the NCCL backend does not detect it: as with NCCL, the result is then undefined). send and recv must
+  // not overlap (kInvalidArgument naming recv).
   void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                    const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
   // The same with the send counts in device memory (int64 elements, size() entries; routing decided on the GPU,
@@ -170,7 +178,7 @@ class Communicator {
   // NCCL's group of ncclSend/ncclRecv: every op of the batch is in flight together (a send to q and a receive from
   // q in one batch never deadlock). The k-th send this rank makes to q (counting across batches in call order)
   // matches the k-th receive q makes from this rank; their byte sizes must be equal (a mismatch writes nothing of
-  // that pair and check() raises kMismatch; above 64 MiB, where a pair moves in chunks through the copy engines
+  // that pair and the receiving rank's check() raises kMismatch; the NCCL backend does not detect it; above 64 MiB, where a pair moves in chunks through the copy engines
   // (32 MiB on 2 ranks with the default BRAID_PIPELINE_BYTES), sizes whose chunk counts differ also leave the
   // longer side waiting until it fails with kTimeout, and the communicator is unusable). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
@@ -180,7 +188,8 @@ class Communicator {
   // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs.
   void send(const void* buffer, size_t count, DataType type, int peer, Stream stream);  // a batch of one
   void recv(void* buffer, size_t count, DataType type, int peer, Stream stream);        // a batch of one
-  void send_recv(const PointToPoint* ops, size_t count, Stream stream);
+  // `op_count` ops at `ops` (each op's count is in elements); ops may be null when op_count is 0.
+  void send_recv(const PointToPoint* ops, size_t op_count, Stream stream);
 
   // ---- User buffers (zero copy without symmetric allocation) ----
   // Registers [pointer, pointer + bytes) of this rank's GPU: local and cheap (nothing is exchanged). The first
@@ -215,15 +224,20 @@ class Communicator {
   // size() * count elements.
   void all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream);
 
-  // Raises (braid::Error) a failure that a collective's kernel recorded: a wait that timed out (kTimeout, naming
-  // the collective, the wait and the peer; the communicator is then unusable), or bad data a kernel refused
-  // (kMismatch, kInvalidArgument: raised once, the communicator stays usable). Does not synchronise: it sees
-  // what has completed so far.
+  // Raises (braid::Error) a failure that a kernel recorded. Two kinds, kept apart:
+  //   - fatal: a wait that timed out (kTimeout, naming the collective, the wait and the peer) or ranks that
+  //     disagreed on a call's plan (kMismatch naming both plans). The communicator is then unusable; check()
+  //     and every later call raise it again, each time.
+  //   - refused data (kMismatch, kInvalidArgument; a count mismatch, an overflow, a bad expert id...): the
+  //     communicator stays usable; check() raises it once and clears it. Only the first refusal is kept until
+  //     then; later ones are dropped.
+  // With both pending, the fatal one is raised (the refused data is not reported). Calls raise only the fatal
+  // kind at their entry. Does not synchronise: it sees what has completed so far.
   void check();
 
  private:
   friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)
-  friend struct detail::TestAccess;  // the tests' hooks into the state (src/comm/test_hooks.hpp), not installed
+  friend struct detail::TestAccess;  // the tests' hooks into the state (not installed)
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   // The collective context of a CUDA-backend communicator, shared with it (an NCCL-backend one is refused with
   // kUnsupported naming `function`): what MoeBuffer builds on. Private: braid's own code only.

@@ -70,13 +70,32 @@ bool validate(const CollectiveCall& call, const CallPlace& place) {
   const size_t recv_bytes = call.recv_elements(place.world) * size;
   if (call.uses_send(place.rank)) check_buffer(function, call.send, "send", send_bytes, place.device);
   if (call.uses_recv(place.rank)) check_buffer(function, call.recv, "recv", recv_bytes, place.device);
-  // In place (recv == send) is served, as ncclAlltoAll serves it; a partial overlap has no meaning.
-  if (call.collective == Collective::kAllToAll && call.recv != call.send &&
-      overlap(call.send, send_bytes, call.recv, recv_bytes)) {
-    raise_invalid_argument(function, "recv", "({}) overlaps send ({}) without being it; all-to-all in place takes recv == send",
-                           call.recv, call.send);
-  }
+  check_in_place(call, place);
   return true;
+}
+
+void check_in_place(const CollectiveCall& call, const CallPlace& place) {
+  if (call.count == 0 || !call.uses_send(place.rank) || !call.uses_recv(place.rank)) return;
+  const size_t size = datatype_size(call.type);
+  const size_t send_bytes = call.send_elements(place.world) * size, recv_bytes = call.recv_elements(place.world) * size;
+  if (!overlap(call.send, send_bytes, call.recv, recv_bytes)) return;
+  // In place as NCCL serves it: recv == send (all-reduce, all-to-all, and the root of reduce and broadcast), recv
+  // as this rank's block of send (reduce-scatter), send as this rank's block of recv (all-gather).
+  const intptr_t from_send = reinterpret_cast<intptr_t>(call.recv) - reinterpret_cast<intptr_t>(call.send);
+  const intptr_t block = static_cast<intptr_t>(place.rank) * static_cast<intptr_t>(call.count * size);
+  const char* rule = "recv == send";
+  intptr_t in_place = 0;
+  if (call.collective == Collective::kReduceScatter) {
+    rule = "recv == send + rank * recv_count";
+    in_place = block;
+  } else if (call.collective == Collective::kAllGather) {
+    rule = "send == recv + rank * send_count";
+    in_place = -block;
+  }
+  if (from_send != in_place) {
+    raise_invalid_argument(call.function, "recv", "({}) overlaps send ({}) without being in place; in place takes {}",
+                           call.recv, call.send, rule);
+  }
 }
 
 AllToAllvCall validate_all_to_allv(const char* function, const void* send, const size_t* send_counts,

@@ -48,9 +48,14 @@ struct CollectiveCall {
 
 // Checks `call` at `place`: a datatype and (for reductions) an operator braid applies to it, the root in range,
 // byte sizes that do not overflow, and for count > 0 the buffers the call uses: not null, device memory this
-// rank's GPU can use, and (all-to-all, which is not in place) not overlapping. Returns false for a call with
+// rank's GPU can use, and overlapping only in place as NCCL takes it (recv == send; reduce-scatter's recv at
+// send + rank * recv_count; all-gather's send at recv + rank * send_count). Returns false for a call with
 // nothing to move (count 0), which enqueues nothing.
 bool validate(const CollectiveCall& call, const CallPlace& place);
+
+// validate's overlap rule alone (it asks CUDA nothing): kInvalidArgument naming recv when the buffers the call
+// uses on this rank overlap other than in place.
+void check_in_place(const CollectiveCall& call, const CallPlace& place);
 
 // An all-to-all-v with host counts, checked: every block's bytes and offset, in the launch's layout.
 struct AllToAllvCall {

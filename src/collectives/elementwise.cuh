@@ -46,7 +46,7 @@ __device__ __forceinline__ A combine(A a, A b) {
   else return a < b ? a : b;
 }
 
-// avg divides the sum once, at the end (floating types only; the host refuses avg for integers).
+// avg divides the sum once, at the end (integers: truncating toward zero, as ncclAvg).
 template <ReduceOp Op, typename A>
 __device__ __forceinline__ A finish(A value, int world) {
   if constexpr (Op == ReduceOp::kAvg) return static_cast<A>(value / static_cast<A>(world));

@@ -22,6 +22,16 @@ void raise_driver(CUresult result, const char* call, const char* file, int line)
 int require_cuda_devices(const char* what) {
   int count = 0;
   cudaError_t result = cudaGetDeviceCount(&count);
+  if (result == cudaErrorInsufficientDriver) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);  // 0: no driver at all
+    cudaRuntimeGetVersion(&runtime);
+    if (driver == 0) raise(ErrorCode::kNoDevice, "{}: no CUDA device on this machine (no NVIDIA driver is installed)", what);
+    raise(ErrorCode::kNoDevice,
+          "{}: no CUDA device usable: the NVIDIA driver supports CUDA {}.{}, older than the CUDA {}.{} runtime braid is "
+          "built with; install a driver of the R580 series or newer (CUDA 13)",
+          what, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+  }
   if (result == cudaErrorNoDevice || result == cudaErrorInsufficientDriver || (result == cudaSuccess && count == 0)) {
     raise(ErrorCode::kNoDevice, "{}: no CUDA device on this machine ({})", what,
           result == cudaSuccess ? "device count is 0" : cudaGetErrorName(result));

@@ -60,6 +60,44 @@ TEST(CallChecks, NullBuffersThatTheCallUsesAreNamed) {
   expect_refused([&] { validate(reduce, kPlace); }, "send", "test_call", "reduce off the root, null send");
 }
 
+TEST(CallChecks, OverlapsAreServedOnlyInPlaceAsNcclTakesIt) {
+  // Addresses only compared, never dereferenced: rank 1 of 4, 8 float32 per block (32 bytes).
+  static char arena[4096];
+  char* base = arena + 1024;
+  const size_t block = 8 * sizeof(float);
+  auto call = [&](Collective collective, const void* send, void* recv) {
+    CollectiveCall c = call_of(collective, 8, send, recv);
+    c.root = kPlace.rank;
+    return c;
+  };
+  // In place: accepted.
+  for (Collective collective : {Collective::kAllReduce, Collective::kReduce, Collective::kBroadcast, Collective::kAllToAll}) {
+    EXPECT_NO_THROW(check_in_place(call(collective, base, base), kPlace)) << collective_name(static_cast<unsigned>(collective));
+  }
+  EXPECT_NO_THROW(check_in_place(call(Collective::kReduceScatter, base, base + block), kPlace));  // recv = send + 1 block
+  EXPECT_NO_THROW(check_in_place(call(Collective::kAllGather, base + block, base), kPlace));      // send = recv + 1 block
+  // Apart: accepted.
+  EXPECT_NO_THROW(check_in_place(call(Collective::kAllReduce, base, base + block), kPlace));
+  EXPECT_NO_THROW(check_in_place(call(Collective::kReduceScatter, base, base + 4 * block), kPlace));
+  // Any other overlap: refused naming recv.
+  for (Collective collective : kCollectives) {
+    const std::string name = collective_name(static_cast<unsigned>(collective));
+    expect_refused([&] { check_in_place(call(collective, base, base + 4), kPlace); }, "recv", "test_call",
+                   name + " recv 4 bytes past send");
+  }
+  expect_refused([&] { check_in_place(call(Collective::kReduceScatter, base, base), kPlace); }, "recv", "test_call",
+                 "reduce_scatter recv == send off rank 0");
+  expect_refused([&] { check_in_place(call(Collective::kAllGather, base, base), kPlace); }, "recv", "test_call",
+                 "all_gather send == recv off rank 0");
+  // Off the root a reduce writes no output and a broadcast reads no input: their overlaps are not looked at.
+  CollectiveCall reduce = call(Collective::kReduce, base, base + 4);
+  reduce.root = 0;
+  EXPECT_NO_THROW(check_in_place(reduce, kPlace));
+  CollectiveCall broadcast = call(Collective::kBroadcast, base, base + 4);
+  broadcast.root = 0;
+  EXPECT_NO_THROW(check_in_place(broadcast, kPlace));
+}
+
 TEST(CallChecks, TypesOpsAndRootsOutsideTheirRangesAreNamed) {
   for (Collective collective : kCollectives) {
     const std::string name = collective_name(static_cast<unsigned>(collective));

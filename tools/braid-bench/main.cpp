@@ -65,8 +65,17 @@ int run_threads(const Options& options, const std::shared_ptr<braid::bench::Nccl
   int gpus = 0;
   cudaError_t result = cudaGetDeviceCount(&gpus);
   if (result != cudaSuccess || gpus == 0) {
-    std::fprintf(stderr, "braid-bench: no CUDA device on this machine (%s)\n",
-                 result == cudaSuccess ? "device count is 0" : cudaGetErrorName(result));
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (result == cudaErrorInsufficientDriver && driver > 0) {
+      std::fprintf(stderr, "braid-bench: no CUDA device usable: the NVIDIA driver supports CUDA %d.%d, older than the "
+                   "CUDA %d.%d runtime braid is built with; install a driver of the R580 series or newer\n",
+                   driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    } else {
+      std::fprintf(stderr, "braid-bench: no CUDA device on this machine (%s)\n",
+                   result == cudaSuccess ? "device count is 0" : driver == 0 ? "no NVIDIA driver is installed" : cudaGetErrorName(result));
+    }
     return 1;
   }
   const int world = options.threads > 0 ? options.threads : gpus;

@@ -1,5 +1,6 @@
 // Device primitives for NVLink multicast (NVLS, sm_90+): through a multicast address (a mapping of a multicast
-// object, memory/multicast.hpp), one instruction reaches the copy of every GPU bound to the object.
+// object, which braid makes only with BRAID_ENABLE_MULTICAST=1: docs/multicast.md), one instruction reaches the
+// copy of every GPU bound to the object.
 //   - multimem_load_reduce<T, Op>(address): loads the 16-byte vector at `address` from every GPU's copy and
 //     returns their reduction (the NVSwitch reduces; each byte crosses NVLink once);
 //   - multimem_store(address, value): stores a 16-byte vector into every GPU's copy.
@@ -8,7 +9,8 @@
 //
 // Which reductions the hardware does (PTX multimem.ld_reduce): float32 sum only (no min or max); float16 and
 // bfloat16 sum (accumulated in float32, .acc::f32), min and max. multimem_reduces<T, Op>() says which; other
-// pairs must take the unicast algorithms. Never run these on a shared GPU host (DESIGN.md rule 6).
+// pairs must take the unicast algorithms. Never run these on a GPU host shared with other users: a multicast
+// program can take the host's GPUs out of service (docs/multicast.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,7 +32,7 @@ __host__ __device__ constexpr bool multimem_reduces() {
   return false;
 }
 
-// The same table for a run-time (type, op), for host code choosing an algorithm (multicast_serves).
+// The same table for a run-time (type, op), for host code choosing an algorithm.
 template <typename T>
 __host__ __device__ constexpr bool multimem_reduces_with(ReduceOp op) {
   switch (op) {

@@ -1,6 +1,5 @@
 // Device-side synchronisation between the ranks of a communicator: signal, wait and barrier over the
-// communicator's signal pad, bounded by a timeout. Usable from braid's collectives and from users' kernels
-// (DESIGN.md "Synchronisation"):
+// communicator's signal pad, bounded by a timeout. Usable from braid's collectives and from users' kernels:
 //   - signal(peer): system-scope release add on the peer's slot for (channel, me);
 //   - wait(peer): acquire spin until my slot for (channel, peer) reaches the count this channel expects next.
 // Counters only grow and expected counts live in device memory, so back-to-back calls and CUDA-graph replays
@@ -20,9 +19,9 @@ namespace braid::device {
 //      acquire) sees the fields. No kernel writes the word after that.
 // The host reads `code` with acquire, and the fields only when it is nonzero: a word with `claimed` 1 and
 // `code` 0 is still being written and is not reported yet.
-// Clearing: kernels never clear a word. The fatal word (SignalPad::error, timeouts) is never cleared: the
-// communicator is unusable. The data-error word (SignalPad::data_error) is cleared by the host alone, in
-// Communicator::check(): it swaps `code` to 0 (so one caller takes the record), copies the fields, then stores 0
+// Clearing: kernels never clear a word. The fatal word (SignalPad::error: timeouts, plan mismatches) is never
+// cleared: the communicator is unusable. The data-error word (SignalPad::data_error) is cleared by the host
+// alone, in Communicator::check() when no fatal failure is recorded (check() raises that one first): it swaps `code` to 0 (so one caller takes the record), copies the fields, then stores 0
 // to `claimed` (release). Until then every claim fails, so no kernel writes a field the host still reads, and a
 // new record is claimed only after the old one's `code` is 0 (it cannot be wiped by the old one's clearing).
 struct ErrorWord {
@@ -40,7 +39,8 @@ struct ErrorWord {
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
 // Data errors: a kernel refused data it was given and wrote none of it, but kept every counter in step, so the
-// communicator stays usable. Communicator::check() raises them once and clears the word (collectives do not:
+// communicator stays usable. Communicator::check() raises them once and clears the word, unless a fatal failure
+// is recorded, which it raises instead (collectives do not:
 // a rank that threw at a call's entry would leave its peers waiting in that call).
 constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
@@ -62,7 +62,7 @@ struct SignalPad {
                                  // barriers on c, by the parity of the barrier's count
   uint64_t* const* peers;        // device array [world]: every rank's pad (same layout), mapped here
   uint64_t* expected;            // [channels][world], device memory private to this rank
-  ErrorWord* error;              // host-mapped: fatal failures (timeouts)
+  ErrorWord* error;              // host-mapped: fatal failures (timeouts, plan mismatches)
   ErrorWord* data_error;         // host-mapped: refused data (kErrorOverflow, ...), which does not stop waits
   int rank;
   int world;
@@ -75,7 +75,7 @@ struct SignalPad {
 constexpr int kBarrierChannels = 64;
 
 // The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
-// (collectives/plan.cpp never sets all bits), so every peer that meets it fails with kMismatch too.
+// (no plan word has every bit set), so every peer that meets it fails with kMismatch too.
 constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 
 #if defined(__CUDACC__)
@@ -273,7 +273,7 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
 // the block's writes before it are visible to peers after it. Returns false (for every thread) on failure;
 // the kernel should then return.
 //
-// `plan` (not 0): what this rank's call will do (collectives/plan.hpp), announced to every peer right after the
+// `plan` (not 0): what this rank's call will do (a word braid derives from the call), announced to every peer right after the
 // signal. The rank polls the peer's signal and its announcement for this very barrier together (one round of
 // loads, not two after each other), then clears the announcement and compares it with its own; on a difference
 // it records kErrorPlanMismatch and fails: ranks that disagree on a
