@@ -82,10 +82,29 @@ __device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
   return repeated ? -1 : expert;
 }
 
-// Row of token t in rank r's region for this rank.
-__device__ __forceinline__ int64_t row_on(const MoeLaunch& launch, int r, size_t t) {
-  return int64_t(launch.rank) * int64_t(launch.max_tokens) + launch.token_row[size_t(r) * launch.max_tokens + t];
-}
+// A block's tokens' numbers (each token's ranks, as bits, and its place on each of them), in shared memory for
+// up to kBlockTokens tokens from `first`: dispatch keeps those it computed, and combine loads them while it
+// waits for the peers' signal, so neither waits for a load from global memory to learn where a row is.
+constexpr int kBlockTokens = 32;
+struct TokenNumbers {
+  uint32_t ranks[kBlockTokens];
+  int32_t places[kMaxWorld][kBlockTokens];
+};
+
+// Where token t's numbers are read: `shared` when it holds them, else the buffer's token_ranks and token_row.
+struct Numbers {
+  const TokenNumbers* shared;  // null: global memory
+  size_t first;                // shared holds tokens [first, first + kBlockTokens)
+
+  __device__ __forceinline__ uint32_t ranks(const MoeLaunch& launch, size_t t) const {
+    return shared != nullptr ? shared->ranks[t - first] : launch.token_ranks[t];
+  }
+  // Row of token t in rank r's region for this rank.
+  __device__ __forceinline__ int64_t row(const MoeLaunch& launch, int r, size_t t) const {
+    const int32_t place = shared != nullptr ? shared->places[r][t - first] : launch.token_row[size_t(r) * launch.max_tokens + t];
+    return int64_t(launch.rank) * int64_t(launch.max_tokens) + place;
+  }
+};
 
 // Per warp, the addresses one item reads or writes on each rank it involves, compacted: in shared memory, since
 // an array in registers indexed by a count lives on the stack.
@@ -107,13 +126,13 @@ __device__ __forceinline__ int gather_addresses(Pointer* addresses, uint32_t ran
 // One warp: `bytes` of token t's row into the ranks of `ranks` (bits), with the token's metadata (by the warp
 // with its `first` bytes) and scales (the `last` bytes, fp8 dispatch) there. `rows`: this warp's addresses.
 template <typename Index>
-__device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, bool first, bool last, Span bytes,
-                           char** rows) {
+__device__ void move_token(const MoeLaunch& launch, const Numbers& numbers, size_t t, uint32_t ranks, bool first,
+                           bool last, Span bytes, char** rows) {
   const int W = launch.world, K = launch.top_k, L = launch.local_experts;
   const unsigned int lane = lane_id();
   __syncwarp();  // the last item's readers of `rows` are done
   int n = gather_addresses(rows, ranks, W, [&](int r) {
-    return launch.peers[r] + launch.layout.rows + row_on(launch, r, t) * launch.row_bytes + bytes.begin;
+    return launch.peers[r] + launch.layout.rows + numbers.row(launch, r, t) * launch.row_bytes + bytes.begin;
   });
   if (n == 0) return;
   group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
@@ -123,7 +142,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, bo
     for (int r = 0; r < W; ++r) {
       if (((ranks >> r) & 1u) == 0) continue;
       char* base = launch.peers[r];
-      const int64_t row = row_on(launch, r, t);
+      const int64_t row = numbers.row(launch, r, t);
       if (static_cast<int>(lane) < K) {
         const bool here = expert >= r * L && expert < (r + 1) * L;
         at_offset<int32_t>(base, launch.layout.topk_expert)[row * K + lane] = here ? expert - r * L : -1;
@@ -138,7 +157,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, bo
   if (launch.scale_bytes != 0 && last) {
     __syncwarp();
     n = gather_addresses(rows, ranks, W, [&](int r) {
-      return launch.peers[r] + launch.layout.row_scales + row_on(launch, r, t) * launch.scale_bytes;
+      return launch.peers[r] + launch.layout.row_scales + numbers.row(launch, r, t) * launch.scale_bytes;
     });
     group_copy_to(rows, n, launch.x_scales + t * launch.scale_bytes, launch.scale_bytes, lane, 32);
   }
@@ -146,7 +165,7 @@ __device__ void move_token(const MoeLaunch& launch, size_t t, uint32_t ranks, bo
 
 // Every (token, slice) of the block's range into the ranks of each token's mask & `which`.
 template <typename Index>
-__device__ void move_tokens(const MoeLaunch& launch, Span range, uint32_t which) {
+__device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Span range, uint32_t which) {
   __shared__ WarpAddresses<char*> rows;
   const int slices = slices_for(range.end - range.begin);
   const size_t items = (range.end - range.begin) * slices;
@@ -154,7 +173,7 @@ __device__ void move_tokens(const MoeLaunch& launch, Span range, uint32_t which)
     const size_t t = range.begin + item / slices;
     const int slice = static_cast<int>(item % slices);
     const Span bytes = piece_of<kernels::kVectorBytes>(launch.row_bytes, slice, slices);
-    move_token<Index>(launch, t, launch.token_ranks[t] & which, slice == 0, slice == slices - 1, bytes,
+    move_token<Index>(launch, numbers, t, numbers.ranks(launch, t) & which, slice == 0, slice == slices - 1, bytes,
                       rows[threadIdx.x / 32]);
   }
 }
@@ -210,7 +229,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
 }
 
 // Dispatch's sending half, by every block: the entry barrier when it follows a dispatch, the numbering, the rows
-// into the peers and the signal, then the rows that stay here. Returns early (the receiving half's wait then
+// into every rank they go to and the signal. Returns early (the receiving half's wait then
 // gives up too) when the barrier failed. A redispatch (reuse_routing) takes T and the numbering of the last
 // dispatch and moves the rows (and scales) only.
 template <typename Index>
@@ -223,6 +242,10 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   const bool reuse = launch.reuse_routing;
   const size_t tokens = reuse ? static_cast<size_t>(*launch.tokens) : call_tokens(launch);
   const Span range = piece_of<1>(tokens, blockIdx.x, gridDim.x);
+  // The numbers the moves read: this block's own, kept in shared memory, unless a redispatch numbers nothing or
+  // the block has more tokens than that holds.
+  __shared__ TokenNumbers numbered;
+  const Numbers numbers{!reuse && range.end - range.begin <= kBlockTokens ? &numbered : nullptr, range.begin};
   // The block holding the last token scans every token: it reports refused ids (once) and the totals.
   const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
@@ -256,7 +279,10 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
         const unsigned int votes = __ballot_sync(kFullWarp, (ranks >> r) & 1u);
         if (lane == 0) warp_votes[warp][r] = votes;
       }
-      if (t >= range.begin && t < range.end) launch.token_ranks[t] = ranks;
+      if (t >= range.begin && t < range.end) {
+        launch.token_ranks[t] = ranks;
+        if (numbers.shared != nullptr) numbered.ranks[t - range.begin] = ranks;
+      }
     } else if (lane < static_cast<unsigned>(W)) {
       warp_votes[warp][lane] = 0;
     }
@@ -268,6 +294,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
         int64_t row = before[r] + __popc(warp_votes[warp][r] & ((1u << lane) - 1u));  // the lanes below this one
         for (unsigned int w = 0; w < warp; ++w) row += __popc(warp_votes[w][r]);
         launch.token_row[size_t(r) * launch.max_tokens + t] = static_cast<int32_t>(row);
+        if (numbers.shared != nullptr) numbered.places[r][t - range.begin] = static_cast<int32_t>(row);
         atomicAdd(reinterpret_cast<unsigned long long*>(&in_range[r]), 1ull);
       }
       // A pair repeating an id of its token is refused (reported by this block, its token's owner).
@@ -289,7 +316,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // Rows and metadata into every rank they go to, this one included (a row read once is stored to all of them);
   // the pairs per expert and the rows this block wrote (and, by the reporter, the totals) into the peers; then
   // the signal, whose release covers them all.
-  move_tokens<Index>(launch, range, (1u << W) - 1u);
+  move_tokens<Index>(launch, numbers, range, (1u << W) - 1u);
   const int L = launch.local_experts;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
     if (block_pairs[e] == 0) continue;
@@ -356,7 +383,7 @@ __device__ __forceinline__ void sum_rows(const T* const* sources, int n, T* out,
 
 // The block's `units` (parts_per_token), each summed by one or more warps (slices).
 template <typename T, int N>
-__device__ void sum_tokens(const MoeLaunch& launch, Span units, int parts) {
+__device__ void sum_tokens(const MoeLaunch& launch, const Numbers& numbers, Span units, int parts) {
   const int me = launch.rank, W = launch.world;
   const size_t H = launch.hidden;
   const T* y = reinterpret_cast<const T*>(launch.y);
@@ -369,8 +396,8 @@ __device__ void sum_tokens(const MoeLaunch& launch, Span units, int parts) {
     const size_t unit = units.begin + item / slices, t = unit / parts;
     const Span elements = slice_of_part<N>(H, static_cast<int>(unit % parts), parts, static_cast<int>(item % slices), slices);
     __syncwarp();  // the last item's readers of `sources` are done
-    const int n = gather_addresses(sources, launch.token_ranks[t], W, [&](int r) {
-      const int64_t row = row_on(launch, r, t);
+    const int n = gather_addresses(sources, numbers.ranks(launch, t), W, [&](int r) {
+      const int64_t row = numbers.row(launch, r, t);
       return r == me ? y + row * H : at_offset<const T>(launch.peers[r], launch.layout.combine) + row * H;
     });
     sum_rows<T, N>(sources, n, out + t * H, elements);
@@ -423,20 +450,34 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   }
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
+  const size_t tokens = static_cast<size_t>(*launch.tokens);
+  const int parts = parts_per_token(tokens, gridDim.x);
+  const Span units = piece_of<1>(tokens * parts, blockIdx.x, gridDim.x);
+  // The numbers of the block's tokens (the last dispatch's, in global memory) into shared memory while the
+  // peers' signal is on its way.
+  const Span mine{units.begin / parts, (units.end + parts - 1) / parts};
+  const size_t count = mine.end - mine.begin;
+  __shared__ TokenNumbers numbered;
+  const Numbers numbers{count <= kBlockTokens ? &numbered : nullptr, mine.begin};
+  for (size_t i = threadIdx.x; numbers.shared != nullptr && i < count * (W + 1); i += blockDim.x) {
+    if (i < count) {
+      numbered.ranks[i] = launch.token_ranks[mine.begin + i];
+    } else {
+      const size_t r = (i - count) / count, j = (i - count) % count;
+      numbered.places[r][j] = launch.token_row[r * launch.max_tokens + mine.begin + j];
+    }
+  }
   __syncthreads();
   if (peer_thread && !wait_grid_signal(launch.pad, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
   __syncthreads();
   if (failed) return;
-  const size_t tokens = static_cast<size_t>(*launch.tokens);
-  const int parts = parts_per_token(tokens, gridDim.x);
-  const Span units = piece_of<1>(tokens * parts, blockIdx.x, gridDim.x);
   constexpr int kVector = kernels::Vector<T>::kCount;
   const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&
                        reinterpret_cast<uintptr_t>(launch.out) % kernels::kVectorBytes == 0;
   if (vectors) {
-    sum_tokens<T, kVector>(launch, units, parts);
+    sum_tokens<T, kVector>(launch, numbers, units, parts);
   } else {
-    sum_tokens<T, 1>(launch, units, parts);
+    sum_tokens<T, 1>(launch, numbers, units, parts);
   }
   if (!last_block(launch.blocks_done, gridDim.x)) return;
   if (peer_thread) advance_grid_wait(launch.pad, threadIdx.x);
