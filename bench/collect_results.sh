@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Files the logs of one device run (bench/issue3_run.sh, extracted from its issue3-logs.tgz) into bench/results:
+# Files the logs of one device run (bench/collectives_run.sh, extracted from its collectives-logs.tgz) into bench/results:
 # the named logs concatenated, as printed, into <date>-<kind>-<what>.txt, and each log's JSON beside it as
 # <date>-<kind>-<what>-<log>.json.
 #   bench/collect_results.sh LOG_DIR KIND WHAT "NOTE" LOG...      (LOG: a log's name without .txt)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 7 (NCCL shim) and the send/recv it stands on, on the GPU machine (device tool), after bench/stage_build.sh
+# The NCCL shim and the send/recv it stands on, on the GPU machine (device tool), after bench/stage_build.sh
 # staged the build:
 #   p2p       the SendRecv* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs); the
 #             AllToAll* tests (their kernel now takes peer masks) as threads
@@ -9,9 +9,9 @@
 #   bench     nccl_shim_bench: allreduce bf16 8 KB - 512 MB in CUDA graphs, shim and real NCCL in one process;
 #             braid-bench's allreduce on the same sizes (braid's own API) for the 3% comparison
 #   symbols   which NCCL symbols libtorch_cuda.so imports (the shim must export each)
-# Usage: bench/issue7_run.sh KIND PHASE...   Logs go to $OUT (issue7-logs.tgz).
+# Usage: bench/shim_send_recv_run.sh KIND PHASE...   Logs go to $OUT (shim-logs.tgz).
 set -u
-RUN_TITLE=issue-7 source "$(dirname "$0")/run_common.sh"
+RUN_TITLE=shim source "$(dirname "$0")/run_common.sh"
 shift
 shim=$PWD/build/nccl_shim/libnccl.so.2
 check=build/nccl_shim/tests/nccl_check
@@ -79,4 +79,4 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" ;;
   esac
 done
-archive_logs issue7-logs.tgz
+archive_logs shim-logs.tgz

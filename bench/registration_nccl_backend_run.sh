@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 5 (registration, memory handles, NCCL backend) on the GPU machine (device tool), after
+# Registration, memory handles and the NCCL backend: tests and benchmarks on the GPU machine (device tool), after
 # bench/stage_build.sh staged the build:
 #   tests     the Registration*, MemoryHandles*, NcclBackend* and NcclCommunicator* GPU tests as threads (all GPUs, then 2) and as
 #             braid-run processes (all GPUs)
@@ -7,9 +7,9 @@
 #   bench     braid-bench --compare nccl, allreduce bf16 and alltoall float32 on cudaMalloc buffers, plain
 #             (staged) and registered (zero copy), CUDA graphs; and allreduce on a communicator with
 #             BRAID_BACKEND=nccl, checked
-# Usage: bench/issue5_run.sh KIND PHASE...   Logs go to $OUT (issue5-logs.tgz).
+# Usage: bench/registration_nccl_backend_run.sh KIND PHASE...   Logs go to $OUT (registration-logs.tgz).
 set -u
-RUN_TITLE=issue-5 source "$(dirname "$0")/run_common.sh"
+RUN_TITLE=registration source "$(dirname "$0")/run_common.sh"
 shift
 export BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
 for phase in "$@"; do
@@ -17,14 +17,14 @@ for phase in "$@"; do
     tests)
       filter='--gtest_filter=Registration*:MemoryHandles*:NcclBackend*:NcclCommunicator*'
       for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
-        timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/issue5-tests-threads-$world.log" 2>&1
-        echo "issue-5 tests (threads, $world ranks) exit $?" | tee -a "$out/issue5-tests-threads-$world.log"
-        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED|threw|Error" "$out/issue5-tests-threads-$world.log" | head -60
+        timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/registration-tests-threads-$world.log" 2>&1
+        echo "registration tests (threads, $world ranks) exit $?" | tee -a "$out/registration-tests-threads-$world.log"
+        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED|threw|Error" "$out/registration-tests-threads-$world.log" | head -60
       done
       timeout 240 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests "$filter" \
-        > "$out/issue5-tests-processes-$gpus.log" 2>&1
-      echo "issue-5 tests (processes, $gpus ranks) exit $?" | tee -a "$out/issue5-tests-processes-$gpus.log"
-      grep -E "FAILED|Failure|PASSED|threw" "$out/issue5-tests-processes-$gpus.log" | head -40
+        > "$out/registration-tests-processes-$gpus.log" 2>&1
+      echo "registration tests (processes, $gpus ranks) exit $?" | tee -a "$out/registration-tests-processes-$gpus.log"
+      grep -E "FAILED|Failure|PASSED|threw" "$out/registration-tests-processes-$gpus.log" | head -40
       ;;
     regress)
       timeout 400 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=Collectives*:AllToAll*' --world=2 \
@@ -49,4 +49,4 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" ;;
   esac
 done
-archive_logs issue5-logs.tgz
+archive_logs registration-logs.tgz

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Issue 3 on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
+# Collectives: the GPU suite, the collectives beside NCCL and the selection sweeps, on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
 #   tests    the gpu-labelled CTest suite (threads and braid-run processes, all GPUs and 2)
 #   suite-a, suite-b  the GPU suite as threads on all GPUs in two halves (b: Registration, MemoryHandles,
 #            SendRecv, SymmetricMemory), each within one device command (the whole took over 290 s on 2 ranks)
 #   copy-engines  the copy-engine all-gather, reduce-scatter, broadcast and reduce forced (BRAID_ALGO) against the
-#            table and NCCL on symmetric buffers, float32, 32 MiB-512 MiB: the candidates for the issue's 4-rank
+#            table and NCCL on symmetric buffers, float32, 32 MiB-512 MiB: the candidates for 4-rank
 #            all-gather and reduce-scatter targets, and the check of the all-gather row set on 2 ranks
 #   probe    NCCL init under braid-run with NCCL_DEBUG=INFO (does --compare nccl work here?)
 #   algos    braid-only all-reduce sweeps with each algorithm forced (BRAID_ALGO), bf16, CUDA graphs
-#   compare  braid-bench --compare nccl for the sizes the issue names
+#   compare  braid-bench --compare nccl for the large-message sizes
 #   compare-symmetric  the same all-reduce rows on buffers from comm.alloc (zero copy)
 #   collective-tests  the Collectives* GPU tests, ranks as threads, 100 s at most
 #   symmetric  the zero-copy GPU tests (threads), then per-algorithm sweeps on symmetric buffers (--symmetric 1)
@@ -25,9 +25,9 @@
 #            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
-# Usage: bench/issue3_run.sh KIND PHASE...   Logs and JSON go to $OUT.
+# Usage: bench/collectives_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
-RUN_TITLE=issue-3 source "$(dirname "$0")/run_common.sh"
+RUN_TITLE=collectives source "$(dirname "$0")/run_common.sh"
 shift
 for phase in "$@"; do
   case "$phase" in
@@ -195,4 +195,4 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" ;;
   esac
 done
-archive_logs issue3-logs.tgz
+archive_logs collectives-logs.tgz

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4 (all-to-all, MoE) on the GPU machine (device tool), after bench/stage_build.sh staged the build:
+# All-to-all and MoE tests and benchmarks on the GPU machine (device tool), after bench/stage_build.sh staged the build:
 #   tests     the AllToAll* and Moe* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
 #   compare   braid-bench --coll alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
@@ -8,9 +8,9 @@
 #   moe-fp8   the same workload at T=128, 512, 4096 with fp8 e4m3 dispatch (scales per 128 columns), then bf16
 #   algos     braid only, each all-to-all algorithm forced (BRAID_ALGO), symmetric and cudaMalloc buffers, to set
 #             the cut-offs (LL falls back to stores or pipelined where a block exceeds its LL slot)
-# Usage: bench/issue4_run.sh KIND PHASE...   Logs and JSON go to $OUT.
+# Usage: bench/all_to_all_moe_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
-RUN_TITLE=issue-4 source "$(dirname "$0")/run_common.sh"
+RUN_TITLE=all-to-all-moe source "$(dirname "$0")/run_common.sh"
 shift
 for phase in "$@"; do
   case "$phase" in
@@ -63,4 +63,4 @@ for phase in "$@"; do
     *) echo "unknown phase $phase" ;;
   esac
 done
-archive_logs issue4-logs.tgz
+archive_logs all-to-all-moe-logs.tgz
