@@ -15,16 +15,7 @@ shift
 for phase in "$@"; do
   case "$phase" in
     tests)
-      filter='--gtest_filter=AllToAll*:Moe*'
-      for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
-        timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/alltoall-tests-threads-$world.log" 2>&1
-        echo "all-to-all tests (threads, $world ranks) exit $?" | tee -a "$out/alltoall-tests-threads-$world.log"
-        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED" "$out/alltoall-tests-threads-$world.log" | head -40
-      done
-      timeout 200 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests "$filter" \
-        > "$out/alltoall-tests-processes-$gpus.log" 2>&1
-      echo "all-to-all tests (processes, $gpus ranks) exit $?" | tee -a "$out/alltoall-tests-processes-$gpus.log"
-      grep -E "FAILED|Failure|PASSED" "$out/alltoall-tests-processes-$gpus.log" | head -20
+      gpu_tests 200 alltoall 'AllToAll*:Moe*'
       ;;
     moe-tests)
       timeout 200 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=Moe*' --world=$gpus > "$out/moe-tests-threads-$gpus.log" 2>&1

@@ -15,16 +15,7 @@ export BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2"
 for phase in "$@"; do
   case "$phase" in
     tests)
-      filter='--gtest_filter=Registration*:MemoryHandles*:NcclBackend*:NcclCommunicator*'
-      for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
-        timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/registration-tests-threads-$world.log" 2>&1
-        echo "registration tests (threads, $world ranks) exit $?" | tee -a "$out/registration-tests-threads-$world.log"
-        grep -E "OK \]|FAILED|Failure|PASSED|SKIPPED|threw|Error" "$out/registration-tests-threads-$world.log" | head -60
-      done
-      timeout 240 build/tools/braid-run/braid-run -n "$gpus" -- build/tests/gpu/braid_gpu_tests "$filter" \
-        > "$out/registration-tests-processes-$gpus.log" 2>&1
-      echo "registration tests (processes, $gpus ranks) exit $?" | tee -a "$out/registration-tests-processes-$gpus.log"
-      grep -E "FAILED|Failure|PASSED|threw" "$out/registration-tests-processes-$gpus.log" | head -40
+      gpu_tests 240 registration 'Registration*:MemoryHandles*:NcclBackend*:NcclCommunicator*'
       ;;
     regress)
       timeout 400 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=Collectives*:AllToAll*' --world=2 \

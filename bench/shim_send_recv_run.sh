@@ -20,16 +20,7 @@ export BRAID_TIMEOUT_S=60
 for phase in "$@"; do
   case "$phase" in
     p2p)
-      filter='--gtest_filter=SendRecv*'
-      for world in $(printf '%s\n' "$gpus" 2 | sort -u); do
-        timeout 240 stdbuf -oL build/tests/gpu/braid_gpu_tests "$filter" --world=$world > "$out/p2p-threads-$world.log" 2>&1
-        echo "send/recv tests (threads, $world ranks) exit $?" | tee -a "$out/p2p-threads-$world.log"
-        grep -E "FAILED|Failure|PASSED|threw" "$out/p2p-threads-$world.log" | head -30
-      done
-      BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2" timeout 240 build/tools/braid-run/braid-run -n "$gpus" -- \
-        build/tests/gpu/braid_gpu_tests "$filter" > "$out/p2p-processes-$gpus.log" 2>&1
-      echo "send/recv tests (processes, $gpus ranks) exit $?" | tee -a "$out/p2p-processes-$gpus.log"
-      grep -E "FAILED|Failure|PASSED|threw" "$out/p2p-processes-$gpus.log" | head -30
+      BRAID_NCCL_LIBRARY="$nccl_dir/libnccl.so.2" gpu_tests 240 p2p 'SendRecv*'
       timeout 300 stdbuf -oL build/tests/gpu/braid_gpu_tests '--gtest_filter=AllToAll*' --world=$gpus > "$out/alltoall-threads.log" 2>&1
       echo "all-to-all tests (threads, $gpus ranks) exit $?" | tee -a "$out/alltoall-threads.log"
       grep -E "FAILED|PASSED" "$out/alltoall-threads.log" | head -20
