@@ -79,7 +79,8 @@ struct MoeShape {
   size_t capacity_rows = 0;
   MoeLayout layout = MoeLayout::kExpertMajor;
   // Multiprocessors dispatch and combine may occupy (2 blocks each, every block resident at once), so the rest of
-  // the GPU stays free for kernels that overlap them. 0: every multiprocessor (at most 128 are used).
+  // the GPU stays free for kernels that overlap them. 0: every multiprocessor (at most 128 are used), except in
+  // a rank-major buffer with max_tokens <= 512, which takes 64: its batches are faster on fewer blocks.
   int max_sms = 0;
 };
 

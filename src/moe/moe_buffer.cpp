@@ -179,11 +179,10 @@ std::vector<std::string> host_allgather(collectives::CollectiveContext& context,
   return context.bootstrap->allgather(mine, "MoeBuffer::create");
 }
 
-int agreed_blocks(collectives::CollectiveContext& context, int max_sms) {
+int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape) {
   int multiprocessors = 0;
   BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
-  if (max_sms > 0) multiprocessors = std::min(multiprocessors, max_sms);
-  int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * multiprocessors);
+  int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * moe::moe_sms(shape, multiprocessors));
   for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;
 }
@@ -321,7 +320,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
   b.copies_done = reinterpret_cast<unsigned int*>(local + copies_done);
   b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
-  b.blocks = agreed_blocks(comm_state, shape.max_sms);
+  b.blocks = agreed_blocks(comm_state, shape);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
   b.pad.data_error = comm_state.sync->pad().data_error;

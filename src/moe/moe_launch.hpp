@@ -6,6 +6,9 @@
 // every token of this rank). Local: what this rank's routing computed, and the outputs dispatch hands back.
 #pragma once
 
+#include <cuda_runtime.h>  // __host__ __device__
+
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -27,6 +30,18 @@ constexpr int kScatterBlocks = 256;
 // whose rows earlier kernels wrote).
 constexpr int kGridChannel = kScatterBlocks;
 constexpr int kMoeBlocksPerSm = 2;
+// A rank-major buffer for batches of at most kDecodeTokens tokens a rank takes kDecodeSms multiprocessors unless
+// its shape names a budget: its dispatch and combine are faster on fewer blocks (fewer handshakes, and a block
+// per token or two), while training-sized batches need every block to keep the links busy.
+constexpr size_t kDecodeTokens = 512;
+constexpr int kDecodeSms = 64;
+
+// Multiprocessors a buffer of `shape` occupies on a GPU with `multiprocessors` of them (MoeShape::max_sms).
+inline int moe_sms(const MoeShape& shape, int multiprocessors) {
+  if (shape.max_sms > 0) return std::min(multiprocessors, shape.max_sms);
+  if (shape.layout == MoeLayout::kRankMajor && shape.max_tokens <= kDecodeTokens) return std::min(multiprocessors, kDecodeSms);
+  return multiprocessors;
+}
 constexpr int kCombineGroup = 128;  // threads summing one token's rows in combine (a warp alone loops too long)
 constexpr int kCombineSlices = 8;   // at most, pieces of a token that combine's groups sum apart
 // A row is moved in slices of about this many bytes, one warp a slice, so a few tokens keep every warp busy

@@ -139,7 +139,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   std::vector<std::string> layouts;
   app.add_option("--layout", layouts, "--moe: expert-major, rank-major, or both (comma-separated; default both)")
       ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major"}));
-  app.add_option("--max-sms", options.moe_max_sms, "--moe: multiprocessors dispatch and combine may occupy (0: all)")
+  app.add_option("--max-sms", options.moe_max_sms,
+                 "--moe: multiprocessors dispatch and combine may occupy (MoeShape::max_sms; 0: braid picks)")
       ->check(integer_in(0))->capture_default_str();
   std::string dispatch_type;
   app.add_option("--dispatch-type", dispatch_type,
