@@ -74,10 +74,7 @@ int main() {
     comm.barrier();  // every rank is done with the call before any frees its buffers
     EXAMPLE_CUDA(cudaGraphExecDestroy(exec));
     EXAMPLE_CUDA(cudaGraphDestroy(graph));
-    for (void* p : {static_cast<void*>(round), static_cast<void*>(send_counts), static_cast<void*>(recv_counts),
-                    static_cast<void*>(recv_displs), static_cast<void*>(send), static_cast<void*>(recv)}) {
-      EXAMPLE_CUDA(cudaFree(p));
-    }
+    free_all(round, send_counts, recv_counts, recv_displs, send, recv);
     EXAMPLE_CUDA(cudaStreamDestroy(stream));
     return wrong == 0 ? 0 : 1;
   } catch (const braid::Error& error) {

@@ -1,4 +1,5 @@
-// What every example needs beside braid: a CUDA check that stops the program with the call's name.
+// What every example needs beside braid: a CUDA check that stops the program with the call's name, and a
+// cudaFree of several buffers.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,3 +15,8 @@
       std::exit(1);                                                                                  \
     }                                                                                                \
   } while (0)
+
+template <typename... Pointers>
+void free_all(Pointers... pointers) {
+  for (void* pointer : {static_cast<void*>(pointers)...}) EXAMPLE_CUDA(cudaFree(pointer));
+}

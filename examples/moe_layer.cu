@@ -87,9 +87,7 @@ int main() {
     std::printf("rank %d: MoE layer of %zu tokens, %d experts on %d ranks: %s\n", me, tokens, experts, world,
                 wrong == 0 ? "OK" : "WRONG");
     comm.barrier();  // no rank frees the buffer while a peer may still read it
-    for (void* p : {static_cast<void*>(d_x), static_cast<void*>(d_weights), static_cast<void*>(d_ids), static_cast<void*>(d_out)}) {
-      EXAMPLE_CUDA(cudaFree(p));
-    }
+    free_all(d_x, d_weights, d_ids, d_out);
     EXAMPLE_CUDA(cudaStreamDestroy(stream));
     return wrong == 0 ? 0 : 1;
   } catch (const braid::Error& error) {
