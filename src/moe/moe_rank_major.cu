@@ -163,9 +163,9 @@ __device__ void move_token(const MoeLaunch& launch, const Numbers& numbers, size
   }
 }
 
-// Every (token, slice) of the block's range into the ranks of each token's mask & `which`.
+// Every (token, slice) of the block's range into every rank the token goes to, this one included.
 template <typename Index>
-__device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Span range, uint32_t which) {
+__device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Span range) {
   __shared__ WarpAddresses<char*> rows;
   const int slices = slices_for(range.end - range.begin);
   const size_t items = (range.end - range.begin) * slices;
@@ -173,19 +173,19 @@ __device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Spa
     const size_t t = range.begin + item / slices;
     const int slice = static_cast<int>(item % slices);
     const Span bytes = piece_of<kernels::kVectorBytes>(launch.row_bytes, slice, slices);
-    move_token<Index>(launch, numbers, t, numbers.ranks(launch, t) & which, slice == 0, slice == slices - 1, bytes,
+    move_token<Index>(launch, numbers, t, numbers.ranks(launch, t), slice == 0, slice == slices - 1, bytes,
                       rows[threadIdx.x / 32]);
   }
 }
 
-// Every block calls it once its work is done; the one that brings `blocks_done` to `arrivals` returns true, with
-// every other block's writes visible to it.
-__device__ __forceinline__ bool last_block(unsigned int* blocks_done, unsigned int arrivals) {
+// Every block calls it once its work is done; the last of the launch to get here returns true, with every other
+// block's writes visible to it.
+__device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
   __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    last = atomicAdd(blocks_done, 1u) == arrivals - 1;
+    last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
   }
   __syncthreads();
   if (!last) return false;
@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   }
   __syncthreads();
   if (failed) return;
-  if (!last_block(launch.blocks_done, gridDim.x)) return;
+  if (!last_block(launch.blocks_done)) return;
   unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
   if (!launch.reuse_routing) {
     for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
@@ -316,7 +316,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // Rows and metadata into every rank they go to, this one included (a row read once is stored to all of them);
   // the pairs per expert and the rows this block wrote (and, by the reporter, the totals) into the peers; then
   // the signal, whose release covers them all.
-  move_tokens<Index>(launch, numbers, range, (1u << W) - 1u);
+  move_tokens<Index>(launch, numbers, range);
   const int L = launch.local_experts;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
     if (block_pairs[e] == 0) continue;
@@ -442,7 +442,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
     // by every block, the last of which says so (a counter of its own: a block may reach the end of the kernel
     // before another one is done copying). One signal to each peer either way (a signal from each block would
     // cost each a system-scope release), whichever the peer's y is.
-    if (launch.copy_y ? last_block(launch.copies_done, gridDim.x) : blockIdx.x == 0) {
+    if (launch.copy_y ? last_block(launch.copies_done) : blockIdx.x == 0) {
       if (launch.copy_y && threadIdx.x == 0) *launch.copies_done = 0;  // every block has added
       if (peer_thread) device::signal(launch.pad, kGridChannel, threadIdx.x);
     }
@@ -479,7 +479,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   } else {
     sum_tokens<T, 1>(launch, numbers, units, parts);
   }
-  if (!last_block(launch.blocks_done, gridDim.x)) return;
+  if (!last_block(launch.blocks_done)) return;
   if (peer_thread) advance_grid_wait(launch.pad, threadIdx.x);
   if (threadIdx.x == 0) {
     launch.combine_plan[2] = 0;  // a combine followed the last dispatch
