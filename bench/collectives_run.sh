@@ -2,7 +2,7 @@
 # Collectives: the GPU suite, the collectives beside NCCL and the selection sweeps, on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
 #   tests    the gpu-labelled CTest suite (threads and braid-run processes, all GPUs and 2)
 #   suite-a, suite-b  the GPU suite as threads on all GPUs in two halves (b: Registration, MemoryHandles,
-#            SendRecv, SymmetricMemory), each within one device command (the whole took over 290 s on 2 ranks)
+#            SendRecv, SymmetricMemory), each within one device command (the whole may not fit in one)
 #   copy-engines  the copy-engine all-gather, reduce-scatter, broadcast and reduce forced (BRAID_ALGO) against the
 #            table and NCCL on symmetric buffers, float32, 32 MiB-512 MiB: the candidates for 4-rank
 #            all-gather and reduce-scatter targets, and the check of the all-gather row set on 2 ranks

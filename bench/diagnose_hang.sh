@@ -48,11 +48,11 @@ run_case() {  # tag, limit, grace, then the command
 
 for case in "$@"; do
   case "$case" in
-    graph4)  # braid only, 4 threads, bf16 sweep with CUDA graphs: the shape of the stuck algos runs
+    graph4)  # braid only, 4 threads, bf16 sweep with CUDA graphs: the shape of collectives_run.sh's algos phase
       run_case graph4 60 40 env BRAID_LOG_LEVEL=debug $bench -t 4 --coll allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
     graph2)
       run_case graph2 60 40 env BRAID_LOG_LEVEL=debug $bench -t 2 --coll allreduce -d bfloat16 -b 8K -e 16M -f 4 -G 20 --inplace 0 ;;
-    nccl4)   # NCCL beside braid, 4 threads, one size: the shape of the stuck probe and compare runs
+    nccl4)   # NCCL beside braid, 4 threads, one size: the shape of collectives_run.sh's probe and compare phases
       run_case nccl4 60 40 env NCCL_DEBUG=INFO NCCL_DEBUG_FILE="$out/nccl4-nccl.%h.%p.log" BRAID_LOG_LEVEL=debug \
         $bench -t 4 --compare nccl --nccl-lib "$nccl_dir/libnccl.so.2" --coll allreduce -b 1M -e 1M -w 1 -n 2 --repeats 1 ;;
     nccl2)

@@ -3,7 +3,7 @@
 # the GPU tests gzipped), in phases. "preload": the KernelPreload tests alone with the preload on, off (the
 # busy-GPU check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER
 # (skipped: nothing to show), and what the preload costs communicator init. "suite": the whole GPU suite as
-# threads, with the ranks this machine has. (The NCCL watchdog's cost, once a phase here: watchdog_cost_run.sh.)
+# threads, with the ranks this machine has. (The NCCL watchdog's cost: watchdog_cost_run.sh.)
 #   bash bench/preload_run.sh KIND PHASE...
 export out=$OUT
 kind_arg=${1:?kind, e.g. nvidia-h100-x1}; shift

@@ -2,12 +2,12 @@
 # The NCCL shim and the send/recv it stands on, on the GPU machine (device tool), after bench/stage_build.sh
 # staged the build:
 #   p2p       the SendRecv* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs); the
-#             AllToAll* tests (their kernel now takes peer masks) as threads
+#             AllToAll* tests (send/recv shares their kernel) as threads
 #   check     nccl_check (a C program against nccl.h only) with the shim and with the real NCCL: one process
 #             driving every GPU (-t), and one process per GPU under braid-run; compare_runs.sh diffs the hashes
 #   torch     the torchrun script with and without the shim (nccl_shim/tests/run_torch_check.sh)
 #   bench     nccl_shim_bench: allreduce bf16 8 KB - 512 MB in CUDA graphs, shim and real NCCL in one process;
-#             braid-bench's allreduce on the same sizes (braid's own API) for the 3% comparison
+#             braid-bench's allreduce on the same sizes (braid's own API), to compare the shim's overhead
 #   symbols   which NCCL symbols libtorch_cuda.so imports (the shim must export each)
 # Usage: bench/shim_send_recv_run.sh KIND PHASE...   Logs go to $OUT (shim-logs.tgz).
 set -u

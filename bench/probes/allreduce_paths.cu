@@ -7,7 +7,7 @@
 //   - ag-stores:   all-gather only, by stores into every peer;
 //   - ag-ce-pull:  all-gather only, by copy engines pulling every peer's shard (one stream per peer);
 //   - two-shot:    both fused, as braid's zero-copy two shot (block-contiguous parts, unrolled loads):
-//       seq        loads of source s issued after source s-1 arrived (braid's block_reduce as of ad27cee);
+//       seq        loads of source s issued after source s-1 arrived (braid's block_reduce with Batch 1);
 //       batched    every source's loads issued before any is combined;
 //       rotated    batched, and each rank starts with its next peer (loads and stores), so no GPU serves
 //                  every reader at once;

@@ -1,12 +1,11 @@
-// Probe: why braid's copy-engine reduce-scatter and reduce (src/collectives/copy_engine.cpp) move 10-16% less
-// than bare copy-engine pulls. Those collectives pull each peer's block into a staging half in chunks and reduce
-// every chunk with this rank's own block by an SM kernel while the next chunk is pulled. This probe takes that
-// pipeline apart, outside braid, on GPUs 0 and 1 of one process (peer access on, VMM memory as braid's
-// symmetric allocator makes):
+// Probe: what a copy-engine reduce-scatter or reduce loses against bare copy-engine pulls. Such a collective
+// pulls each peer's block into a staging half in chunks and reduces every chunk with this rank's own block by an
+// SM kernel while the next chunk is pulled. This probe takes that pipeline apart, outside braid, on GPUs 0 and 1
+// of one process (peer access on, VMM memory as braid's symmetric allocator makes):
 //   - one copy:          the whole block pulled by one cudaMemcpyAsync (the bound);
 //   - serial C:          the block pulled in chunks of C bytes, back to back on one stream, nothing else;
 //   - serial+reduce C:   each chunk pulled, then reduced, on one stream (no overlap at all);
-//   - lanes C:           braid's pipeline: chunk c on stream c % 2, pulled into half c % 2 and reduced there;
+//   - lanes C:           the pipeline above: chunk c on stream c % 2, pulled into half c % 2 and reduced there;
 //   - decoupled C /N:    every pull on one stream, every reduction (N blocks) on another; pull c + 2 waits
 //                        for reduction c (the half it overwrites), reduction c for pull c;
 //   - pairs C:           chunks pulled on two streams in turn, nothing between them (two pulls in flight);
@@ -15,7 +14,7 @@
 //   - halving C:         the block pulled straight into a destination as big as itself, in pieces that halve
 //                        from half the block down to C (then the rest), back to back on one stream;
 //   - halving+reduce C /N: the same, and each piece reduced in place with the own block on another stream
-//                        after its pull (braid's copy-engine reduce with one peer, not landed).
+//                        after its pull (a copy-engine reduce with one peer).
 // One-way: GPU 1 pulls from GPU 0 (reduce to a root). Two-way: both pull at once (reduce-scatter on 2 ranks).
 // Each row: microseconds and GB/s per direction, the median of 11 after 3 warm-ups, timed with events on the
 // pulling GPU's first stream (the max over GPUs for two-way).

@@ -1,7 +1,7 @@
 // Probe: how fast copy engines move data between two GPUs of one NVLink host, by the kind of memory and how the
 // copy is issued; measured outside braid. Braid's copy-engine collectives copy between VMM mappings
-// (symmetric memory) with cudaMemcpyAsync on the caller's GPU; GPU-HOST-FACTS.md has 397 GB/s for
-// cudaMemcpyPeerAsync between cudaMalloc buffers.
+// (symmetric memory) with cudaMemcpyAsync on the caller's GPU; cudaMemcpyPeerAsync between cudaMalloc buffers
+// (the first variant) is the reference they are compared with.
 //
 // One process drives GPUs 0 and 1 (peer access on). Each variant moves `bytes` from GPU 0 to GPU 1 (and, for
 // the two-way ones, GPU 1 to GPU 0 at the same time) and reports GB/s per direction: bytes / time, the median

@@ -17,8 +17,8 @@ namespace braid::kernels {
 namespace {
 
 // A broadcast's root pushes with half its threads (the other half copies its own input), the other ranks copy
-// out with all of theirs: on 2xH200 (float32, bench/results/*-x2-broadcast-root-pushers.txt) 512 MiB took 1598 us
-// with all-gather's 128 pushers, 1533 with 256, 1525 with 384 (but 384 was slower at 64-128 MiB).
+// out with all of theirs. The root's copy group has only its own input to copy (no peers' pieces), so it can
+// spare more threads for the pushes than all-gather's does; more than half would slow its copy at mid sizes.
 constexpr int kBroadcastRootPushThreads = 256;
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch launch) {

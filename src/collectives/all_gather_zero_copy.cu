@@ -6,8 +6,8 @@
 //
 // Block r of any output is written by rank r alone; in place (input = block r of its own output) skips that
 // copy. Each block stores its part to the peers in rotated order (rank + 1 first), one source read once for
-// every destination. The traffic is NVLink stores only: 349 GB/s busbw at 512 MB on 4×H200 for the same loop
-// outside braid (bench/probes/allreduce_paths.cu, ag-stores), against NCCL's 316.
+// every destination. The traffic is NVLink stores only; the same loop outside braid is
+// bench/probes/allreduce_paths.cu's ag-stores.
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged_launch.hpp"

@@ -3,8 +3,8 @@
 //
 // Each round, block b owns world pieces of the buffer, piece q belonging to shard q. Per round:
 //   1. scatter: piece q of this rank's input is stored into rank q's phase-1 FIFO (NVLink); its own piece is
-//      read in place where it is 16-byte aligned, otherwise copied into a slot of its own (the copy cost 7% at
-//      128-512 MiB on 2×H200, -x2-pipelined-own-direct-ab.txt);
+//      read in place where it is 16-byte aligned, otherwise copied into a slot of its own (the copy is an extra
+//      HBM read and write that large messages feel);
 //   2. reduce: once every peer's piece of this rank's shard arrived, the rank reduces them (rank order, so every
 //      rank computes bit-identical results) into its output and stores the result into every peer's phase-2 FIFO;
 //   3. gather: the reduced pieces of the other shards arrive and are copied into the output.

@@ -13,8 +13,7 @@
 //
 // The two shot keeps its halves apart in each block (all of its part's loads, then all of its stores) rather
 // than storing each reduced vector to every peer as it goes: mixed, each thread's stores wait behind its loads'
-// NVLink round trips. Measured on 4×H200 (bench/probes/allreduce_paths.cu, float32, 64 blocks of 512 threads):
-// 279 → 293 GB/s busbw at 32 MB, 307 → 327 at 128 MB, 316 → 337 at 512 MB.
+// NVLink round trips (bench/probes/allreduce_paths.cu compares the two).
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"

@@ -27,9 +27,8 @@ constexpr size_t kAllToAllHeaderBytes = sizeof(AllToAllHeader);
 // vectors. At least kMinPairRounds rounds where the slots allow (in one round a sender pushes everything before
 // its receiver copies any of it out: nothing overlaps); never more than a slot holds; never below
 // kMinPiecePayload (a piece's post and wait cost the same whatever its size). Sender (from its count) and
-// receiver (from round 0's header) compute it from the same bytes. 2×H200, float32, CUDA graphs
-// (bench/results/*-x2-alltoall-pieces.txt): 4 rounds took 32 MiB from 91 to 81 µs, but pieces of 16 KiB took 2
-// and 8 MiB from 15.6 and 26.4 µs to 20.4 and 39.5 (32 KiB: 16.0 and 30.8).
+// receiver (from round 0's header) compute it from the same bytes. Several rounds let a large pair's copy-out
+// overlap its pushes; the floor keeps mid-size pairs from paying a post and a wait for many small pieces.
 constexpr uint64_t kMinPairRounds = 4;
 constexpr uint64_t kMinPiecePayload = 64 << 10;
 

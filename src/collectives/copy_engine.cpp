@@ -25,9 +25,7 @@ int local_blocks(size_t bytes) {
 }
 
 // The own block's copy runs beside the engines for the whole call, so it needs only to finish before them; with
-// fewer blocks it takes less of the HBM bandwidth the engines' copies write into. 2×H200, float32, symmetric,
-// 512 MiB (bench/results/*-x2-own-copy-blocks.txt): all-to-all 788 µs with 128 blocks, 741 with 64, 738 with 32
-// or 16; all-gather 714 → 703, broadcast 1381 → 1368.
+// fewer blocks it takes less of the HBM bandwidth the engines' copies write into, and 16 still finish in time.
 constexpr int kOwnCopyMaxBlocks = 16;
 
 // Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.

@@ -1,14 +1,14 @@
 // Collectives by copy engines on buffers every peer maps (symmetric allocations, registered buffers): the host
 // enqueues cudaMemcpyAsync copies between two one-block barrier kernels, so no kernel sits on the NVLink data
-// path (a copy engine moves ~397 GB/s over a link where SM stores reach ~369, GPU-HOST-FACTS.md). The entry
-// barrier: every peer reached the call (its input is written, its output no longer in use). The exit barrier:
-// every copy into or out of this rank's buffers has completed before its stream goes on.
+// path (a copy engine moves more over a link than SM stores do). The entry barrier: every peer reached the call
+// (its input is written, its output no longer in use). The exit barrier: every copy into or out of this rank's
+// buffers has completed before its stream goes on.
 //
 // Who copies, and from where to where:
 //   - all-to-all: pulls block `rank` of every peer's input (needs the inputs mapped);
 //   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
-// Reductions have none: pulls into staging and a local reduction lost to the zero-copy loads at every size
-// measured (selection.cpp).
+// Reductions have none: pulls into staging and a local reduction are slower than the zero-copy loads
+// (docs/dev/selection.md).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
 // This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //

@@ -137,8 +137,8 @@ __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks
 
 // Sources whose loads a thread may issue together before it combines any of them (block_reduce's Batch), for
 // kernels that load straight from peers: a load from a peer takes an NVLink round trip, and combining each
-// source before loading the next waits one round trip per source (bench/probes/allreduce_paths.cu, 4×H200,
-// zero-copy two shot: 307 → 310 GB/s busbw at 128 MB). The batch shrinks as the accumulators grow (registers of
+// source before loading the next waits one round trip per source (bench/probes/allreduce_paths.cu compares the
+// two). The batch shrinks as the accumulators grow (registers of
 // kUnroll vectors: float32 16, bf16 32, int8 64) so 512-thread blocks do not spill: 4 sources for 4- and 8-byte
 // types, 2 for 16-bit types, 1 for 8-bit ones. The zero-copy and staged kernels (which read peers' buffers or
 // staging) use it; the pipelined ones reduce from their own memory and keep Batch 1: their loads are short,

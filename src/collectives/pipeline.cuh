@@ -63,9 +63,9 @@ struct WarpGroup {
 
 // Threads of a block that push into the peers' FIFOs where a pipelined kernel splits its blocks (all-to-all,
 // all-gather); the rest copy out of this rank's FIFOs. Stores to a peer are posted and forgotten while a copy
-// out waits on its HBM loads, so the copy needs more threads: on 2×H200 (all-to-all, float32, 512 MiB;
-// bench/results/*-x2-alltoall-pieces.txt) 64 pushers of 512 took 1005 µs, 128 took 906, 256 took 1007 and
-// 384 took 1363; one group doing both in turn took 1049. Not yet swept on 4 ranks (three pushes a round there).
+// out waits on its HBM loads, so the copy needs more threads: a quarter of the block pushes. Fewer pushers
+// leave NVLink idle, more starve the copy, and one group doing both in turn is slower than this split. Tuned
+// on 2 ranks only (on 4 there are three pushes a round).
 constexpr int kPushThreads = 128;
 static_assert(kPushThreads % 32 == 0 && kPushThreads < kThreadsPerBlock, "the push group is whole warps, the copy group too");
 

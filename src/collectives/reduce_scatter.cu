@@ -2,8 +2,8 @@
 // block q) is stored into rank q's FIFO (NVLink), and once every peer's piece of this rank's block arrived the
 // rank reduces them with its own piece (rank order) into its output: its own piece straight from the input where
 // it is 16-byte aligned, from a copy in a slot of its own otherwise (an extra HBM read and write of 1/world of
-// the input: 512 MiB float32 on 2×H200 took 952 µs with it, 868 without, -x2-pipelined-own-direct-ab.txt). The
-// next round's pieces are sent before this round's are awaited. (world-1)/world of the input crosses NVLink, once.
+// the input, which large messages feel, so the aligned case skips it). The next round's pieces are sent before
+// this round's are awaited. (world-1)/world of the input crosses NVLink, once.
 //
 // launch.count: elements of one rank block (the output); launch.rank_stride: bytes between input rank blocks.
 #include "collectives/dispatch.cuh"

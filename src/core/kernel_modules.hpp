@@ -2,15 +2,15 @@
 //
 // Under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's default on Linux since 12.2) a module is loaded into a
 // context when one of its kernels is first launched, and that load waits until the GPU is idle (CUDA Programming
-// Guide, "Lazy Loading", Potential Hazards; on 1×H100 with CUDA 13 a first launch waited the whole 3 s a kernel
-// held the GPU, bench/results/2026-11-25-nvidia-h100-x1-kernel-preload.txt). A braid rank's GPU is often busy: its
-// last collective may still spin in a barrier for a peer. Its first launch of another collective would then block
-// the host thread until the peers arrive, and one thread driving several GPUs (ncclCommInitAll through the shim)
-// would wait on its own next launch until BRAID_TIMEOUT_S. NCCL loads its kernels at init for the same reason.
+// Guide, "Lazy Loading", Potential Hazards; tests/gpu/test_kernel_preload.cpp shows it). A braid rank's GPU is
+// often busy: its last collective may still spin in a barrier for a peer. Its first launch of another collective
+// would then block the host thread until the peers arrive, and one thread driving several GPUs (ncclCommInitAll
+// through the shim) would wait on its own next launch until BRAID_TIMEOUT_S. NCCL loads its kernels at init for
+// the same reason.
 //
 // So every .cu file of libbraid ends with BRAID_KERNEL_MODULE(), which registers its module (one per .cu
 // translation unit); communicator init calls preload_kernels() with the communicator's GPU current, which loads
-// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it; 57–81 ms on 1×H100 for 637).
+// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it and saves init that load time).
 // It runs before init's first exchange with the peers, so the one wait it may have (for work the caller already
 // queued on the GPU) holds up no peer's braid collective: none can be in flight on a context with nothing loaded.
 #pragma once

@@ -65,7 +65,7 @@ bool log_enabled(LogLevel level) {
     const LogLevel parsed = parse_level();
     // The configuration's warnings go out here, once the level is known, and through log_line: a BRAID_WARN
     // would call back into this initialiser, and a thread re-entering its own static initialisation waits on
-    // itself for ever (this hung every process started with an unknown BRAID_* variable set).
+    // itself for ever (any process started with an unknown BRAID_* variable set would hang).
     if (LogLevel::kWarn <= parsed) {
       for (const std::string& warning : Config::environment_warnings()) log_line(LogLevel::kWarn, warning);
     }

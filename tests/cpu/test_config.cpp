@@ -65,8 +65,8 @@ TEST(Config, TimeoutsOutsideTheirRangeNameTheOption) {
   }
 }
 
-// A value outside a variable's range is refused naming the variable, never narrowed (BRAID_DEVICE=4294967296
-// was GPU 0).
+// A value outside a variable's range is refused naming the variable, never narrowed (narrowed,
+// BRAID_DEVICE=4294967296 would be GPU 0).
 TEST(Config, IntegersOutsideTheirRangeNameTheVariable) {
   Config config = Config::parse({{"BRAID_DEVICE", "4294967296"}, {"BRAID_RANK", "-1"}, {"BRAID_LOCAL_RANK", "3"}}, nullptr);
   expect_invalid([&] { config.integer_in("BRAID_DEVICE", 0, INT_MAX); }, "BRAID_DEVICE=4294967296 is out of range");
@@ -97,8 +97,8 @@ TEST(Config, UnknownBraidNamesWarnWithCloseMatches) {
   EXPECT_NE(all.find("unknown environment variable BRAID_ZZZZZZZZZZZZZZZ is ignored\n"), std::string::npos) << all;
 }
 
-// Regression: the first log call of a process with an unknown BRAID_* variable set used to warn from inside
-// the log level's own static initialisation and wait on itself for ever. The death test's child is a fresh
+// The first log call of a process with an unknown BRAID_* variable set warns and returns, rather than warn from
+// inside the log level's own static initialisation and wait on itself for ever. The death test's child is a fresh
 // process (threadsafe style re-executes the binary), so its first log call is really the first; an alarm turns
 // a hang into a failure.
 TEST(ConfigDeathTest, FirstLogCallWithAnUnknownVariableWarnsAndReturns) {

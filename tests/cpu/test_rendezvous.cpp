@@ -346,7 +346,7 @@ TEST(Rendezvous, AtStoreValidates) {
 }
 
 }  // namespace
-// Rank 0 binds the loopback alias the others dial (it bound 127.0.0.1 for 127.0.1.1 and ::1, and the others were
+// Rank 0 binds the loopback alias the others dial (binding 127.0.0.1 for 127.0.1.1 or ::1 would leave the others
 // refused until the timeout); other hosts bind every interface.
 TEST(Rendezvous, TheStoreBindsTheLoopbackAliasTheRanksDial) {
   EXPECT_EQ(store_bind_host("127.0.1.1"), "127.0.1.1");

@@ -124,7 +124,7 @@ TEST(Selection, AllReduceTakesTheOneShotFurtherOnTwoRanks) {
   const auto pick = [](size_t bytes, int world, Buffers buffers = Buffers::kAny) {
     return select_algorithm(Collective::kAllReduce, bytes, world, DataType::kBFloat16, "", buffers).algorithm;
   };
-  // On 2 ranks a one shot moves what a two shot moves, with one barrier: it wins through 16 MiB (2xH200).
+  // On 2 ranks a one shot moves what a two shot moves, with one barrier: it wins through 16 MiB.
   EXPECT_EQ(pick(512 << 10, 2), Algorithm::kLL);
   EXPECT_EQ(pick(2 << 20, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick(size_t(16) << 20, 2), Algorithm::kOneShot);
@@ -168,7 +168,7 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
-  // Reductions have no copy-engine algorithm (the zero-copy loads and the pipelined reduce won or tied), and
+  // Reductions have no copy-engine algorithm (the zero-copy loads and the pipelined reduce are as fast or faster), and
   // BRAID_ALGO cannot ask for one.
   EXPECT_EQ(pick(Collective::kReduceScatter, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
@@ -210,7 +210,7 @@ TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
   const auto pick = [](size_t bytes, int world, Buffers buffers) {
     return select_algorithm(Collective::kAllToAll, bytes, world, DataType::kFloat32, "", buffers).algorithm;
   };
-  // 2 MiB on 2 ranks is a 1 MiB block: one LL slot holds it, and LL beat FIFO pushes there (2xH200).
+  // 2 MiB on 2 ranks is a 1 MiB block: one LL slot holds it, and LL beats FIFO pushes there.
   EXPECT_EQ(pick(size_t(1) << 20, 2, Buffers::kAny), Algorithm::kLL);
   EXPECT_EQ(pick(size_t(2) << 20, 2, Buffers::kAny), Algorithm::kLL);
   EXPECT_EQ(pick(size_t(2) << 20, 2, Buffers::kSymmetric), Algorithm::kLL);

@@ -430,7 +430,7 @@ TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   });
 }
 
-// The multicast gate on real GPUs (issue 6, DESIGN.md rule 6): with BRAID_ENABLE_MULTICAST unset, making the
+// The multicast gate on real GPUs (DESIGN.md rule 6): with BRAID_ENABLE_MULTICAST unset, making the
 // communicators and running what multicast would serve (all-reduce, reduce and all-gather of float32 and
 // bfloat16 in whole 16-byte vectors, beyond LL's sizes; the unaligned variants too) never reaches the driver's
 // multicast entry points. The real driver table serves, its multicast entries replaced by counters that refuse
@@ -481,7 +481,7 @@ TEST(Collectives, MulticastGateHoldsWithTheVariableUnset) {
 }
 
 // Each all-reduce algorithm forced on symmetric buffers, with sizes that fill every block and leave tails; the
-// largest (many blocks, 9 MiB + 5) for one type of each width, where it took two thirds of the test's time.
+// largest (many blocks, 9 MiB + 5) for one type of each width only, since it is the slowest case by far.
 TEST(Collectives, SymmetricMemoryAllReduceEveryAlgorithm) {
   with_each_all_reduce_algorithm([](Communicator& comm, const char* label) {
     std::vector<Case> cases = cases_of({Collective::kAllReduce}, kEveryType, {1, 33, 4097, kOneMiBPlus3});

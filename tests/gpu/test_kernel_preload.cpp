@@ -60,7 +60,7 @@ TEST(KernelPreload, InitLoadsEveryFunctionOfEveryModule) {
 }
 
 // Under lazy loading the first launch of a module's kernel loads the module, which waits for the busy GPU (the
-// fresh test kernel, alone in its module, shows whether it does here; 1xH100 with CUDA 13: 3 s, the whole hold);
+// fresh test kernel, alone in its module, shows whether it does here: where it does, it waits the whole hold);
 // a braid collective's first launch must not, since init loaded its kernels.
 TEST(KernelPreload, FirstCollectiveLaunchDoesNotWaitForABusyGpu) {
   with_communicator([](Communicator& comm) {

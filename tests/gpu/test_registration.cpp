@@ -279,7 +279,7 @@ TEST(Registration, ThousandCyclesLeakNothing) {
     };
     // Ranks that are threads share the process's fds: each count waits until every rank's cycles are done. A
     // leak grows with the cycles (one fd a cycle: 1000 more); the driver may still open one or two of its own
-    // after the warm cycles (seen: one more, on 2 and 4 ranks as threads), so a few are allowed.
+    // after the warm cycles, so a few are allowed.
     constexpr size_t kDriverFds = 4;
     for (int i = 0; i < 20; ++i) cycle(i);  // warm: the driver's own pools settle
     cuda(cudaDeviceSynchronize(), "sync");

@@ -1,5 +1,5 @@
 // Runs a test body on every rank: as threads of this process (one per GPU), or, under braid-run, as this
-// process's one rank. The same test source covers both, as the issue asks.
+// process's one rank. The same test source covers both, so every test runs in both modes.
 #pragma once
 
 #include <functional>

@@ -10,10 +10,9 @@
 // An operation's clock starts when it is enqueued, or when the watchdog saw the previous watched operation on the
 // same stream finish, whichever is later: other work queued on the stream in between counts against the timeout
 // (as in PyTorch's NCCL watchdog, whose clock starts at the enqueue), a slow watched predecessor does not. One
-// event per operation (an earlier start-and-end pair measured no dearer, but needs twice the driver calls). An
-// eager call costs about 0.9 µs more watched than not (1×H100, one rank, median of 10 interleaved passes:
-// bench/results/*-nccl-watchdog-bulk-retire-not-landed.txt; runs of 3 passes read 2–4 µs, which was noise);
-// retiring a stream's operations in bulk from one query saved no more than the noise. BRAID_NCCL_WATCHDOG=off
+// event per operation: a start-and-end pair would cost twice the driver calls for no gain. Watching adds one
+// event record to an eager call, a small cost beside the call itself (docs/dev/tuning-notes.md); each operation
+// is retired by its own query, which costs no more than retiring a stream's in bulk. BRAID_NCCL_WATCHDOG=off
 // turns the watchdog off.
 //
 // Not watched: operations enqueued while their stream is being captured into a CUDA graph (a captured event
