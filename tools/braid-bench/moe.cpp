@@ -22,6 +22,7 @@
 
 #include "braid/braid.hpp"  // with braid/moe.hpp
 #include "moe_kernels.hpp"
+#include "report.hpp"
 
 namespace braid::bench {
 namespace {
@@ -1025,6 +1026,7 @@ class MoeBench {
                           {"nvlink", "max over ranks of max(bytes sent to, received from other ranks) / time"},
                           {"logical", "tokens * top_k * (row bytes, scales included) / time"}};
     const char* commit = std::getenv("BRAID_COMMIT");
+    config["settings"] = braid_settings();
     config["commit"] = commit != nullptr ? nlohmann::json(commit) : nlohmann::json(nullptr);
     config["nccl_version"] = library_ ? nlohmann::json(library_->version()) : nlohmann::json(nullptr);
     std::ofstream file(options_.json_path);

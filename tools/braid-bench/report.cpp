@@ -2,7 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>  // environ
+
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 
@@ -40,6 +43,17 @@ nlohmann::json placement_json(const Placement& placement) {
 std::optional<double> Placement::ratio() const {
   if (!braid.ran || !nccl.ran || nccl.time_us <= 0) return std::nullopt;
   return braid.time_us / nccl.time_us;
+}
+
+std::map<std::string, std::string> braid_settings() {
+  std::map<std::string, std::string> settings;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    const char* equals = std::strchr(*entry, '=');
+    if (equals == nullptr || std::strncmp(*entry, "BRAID_", 6) != 0) continue;
+    const std::string name(*entry, static_cast<size_t>(equals - *entry));
+    if (name != "BRAID_COMMIT") settings[name] = equals + 1;
+  }
+  return settings;
 }
 
 Timing make_timing(Collective coll, size_t bytes, int ranks, double time_us, std::optional<uint64_t> wrong) {
@@ -194,6 +208,7 @@ void Report::write_json(const std::string& path) const {
       {"gpus", info_.gpus},
       {"time", "per call: max over ranks of each rank's median repetition"},
   };
+  config["settings"] = braid_settings();
   config["commit"] = info_.commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(info_.commit);
   config["nccl_version"] = info_.nccl_version.empty() ? nlohmann::json(nullptr) : nlohmann::json(info_.nccl_version);
   nlohmann::json rows = nlohmann::json::array();

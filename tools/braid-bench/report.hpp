@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ struct RunInfo {
   std::string nccl_path;
   std::string commit;             // BRAID_COMMIT, when set
 };
+
+// The BRAID_* variables of this process's environment other than BRAID_COMMIT: written into
+// --json files so that a run under changed settings (a forced algorithm, say) is never read as the defaults.
+std::map<std::string, std::string> braid_settings();
 
 Timing make_timing(Collective coll, size_t bytes, int ranks, double time_us, std::optional<uint64_t> wrong);
 
