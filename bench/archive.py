@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The results archive: bench/results/archive.jsonl, one JSON object per measured point.
+
+    bench/archive.py add --gpu KIND [--date YYYY-MM-DD] [--commit SHA] RUN.json...
+    bench/archive.py list [--gpu KIND]
+
+`add` reads braid-bench --json files and appends one row per measured point that is not in the archive yet.
+A file whose run changed BRAID_* settings (a forced algorithm, say) is refused: the archive holds measurements
+of braid as it ships. A file without a commit needs --commit, which also overrides the file's.
+
+A collective row:
+    date, commit, gpu (the machine kind, e.g. nvidia-h100-x2), gpu_name, world, nccl_version, kind="collective",
+    collective, dtype, op, root, bytes, count, buffers (cudaMalloc | registered | symmetric),
+    mode (graph | eager), graph_calls, placement (out-of-place | in-place),
+    braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong
+An MoE row:
+    the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,
+    hidden, top_k, experts, dtype (the dispatched type), bytes (tokens * top_k rows), nvlink_bytes,
+    braid_us, braid_nvlink_gbs, nccl_us, nccl_nvlink_gbs, wrong
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import sys
+
+ARCHIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "archive.jsonl")
+GPU_KIND = re.compile(r"^nvidia-[a-z0-9]+(-x[0-9]+)?$")
+
+
+def gpu_name(config):
+    gpus = config.get("gpus") or []
+    names = {re.sub(r"^GPU [0-9]+ (.*) \([^)]*\)$", r"\1", g) for g in gpus}
+    return " / ".join(sorted(names)) if names else None
+
+
+def full_commit(name):
+    """The full hash of a commit of this repository; a name git does not know is refused."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = subprocess.run(["git", "-C", here, "rev-parse", "--verify", "--quiet", name + "^{commit}"],
+                           capture_output=True, text=True)
+    if found.returncode != 0:
+        raise SystemExit(f"archive: commit {name!r} is not in this repository")
+    return found.stdout.strip()
+
+
+def identity(config, args):
+    commit = args.commit or config.get("commit")
+    if not commit:
+        raise SystemExit("archive: the run has no commit (BRAID_COMMIT was unset): pass --commit")
+    commit = full_commit(commit)
+    return {
+        "date": args.date,
+        "commit": commit,
+        "gpu": args.gpu,
+        "gpu_name": gpu_name(config),
+        "world": config["ranks"],
+        "nccl_version": config.get("nccl_version"),
+    }
+
+
+def timing(side, key):
+    if side is None:
+        return None, None
+    return side.get("time_us"), side.get(key)
+
+
+def collective_rows(run, args):
+    config = run["config"]
+    base = identity(config, args)
+    graph = int(config.get("graph") or 0)
+    for row in run["rows"]:
+        for placement_key, placement in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
+            measured = row.get(placement_key)
+            if not measured:
+                continue
+            braid_us, braid_busbw = timing(measured.get("braid"), "busbw_gbs")
+            nccl_us, nccl_busbw = timing(measured.get("nccl"), "busbw_gbs")
+            if braid_us is None:
+                continue
+            wrong = [side.get("wrong") for side in (measured.get("braid"), measured.get("nccl")) if side]
+            yield dict(base, kind="collective", collective=row["coll"], dtype=row["type"], op=row["redop"],
+                       root=row["root"], bytes=row["size"], count=row["count"], buffers=config["buffers"],
+                       mode="graph" if graph else "eager", graph_calls=graph, placement=placement,
+                       braid_us=braid_us, braid_busbw_gbs=braid_busbw, nccl_us=nccl_us, nccl_busbw_gbs=nccl_busbw,
+                       wrong=None if any(w is None for w in wrong) else sum(wrong))
+
+
+def moe_rows(run, args):
+    config = run["config"]
+    base = identity(config, args)
+    for row in run["rows"]:
+        braid_us, braid_gbs = timing(row.get("braid"), "nvlink_gbs")
+        nccl_us, nccl_gbs = timing(row.get("nccl"), "nvlink_gbs")
+        if braid_us is None:
+            continue
+        wrong = [side.get("wrong") for side in (row.get("braid"), row.get("nccl")) if side]
+        yield dict(base, kind="moe", collective="moe-" + row["phase"], layout=row.get("layout", "expert-major"),
+                   tokens=row["tokens"], hidden=config["hidden"], top_k=config["top_k"], experts=config["experts"],
+                   dtype=config.get("dispatch_type") or config["type"], bytes=row["logical_bytes"],
+                   nvlink_bytes=row["nvlink_bytes_max_per_rank"], mode="graph" if config.get("graph") else "eager",
+                   graph_calls=int(config.get("graph") or 0), max_sms=config.get("max_sms", 0),
+                   braid_us=braid_us, braid_nvlink_gbs=braid_gbs, nccl_us=nccl_us, nccl_nvlink_gbs=nccl_gbs,
+                   wrong=None if any(w is None for w in wrong) else sum(wrong))
+
+
+def rows_of(path, args):
+    with open(path) as f:
+        run = json.load(f)
+    if not isinstance(run, dict) or "config" not in run or "rows" not in run:
+        raise SystemExit(f"archive: {path} is not a braid-bench --json file")
+    settings = run["config"].get("settings") or {}
+    if settings:
+        raise SystemExit(f"archive: {path} ran with changed settings {settings}; the archive holds defaults")
+    if run["config"].get("mode") == "moe":
+        return list(moe_rows(run, args))
+    return list(collective_rows(run, args))
+
+
+def load(path=ARCHIVE):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def add(args):
+    if not GPU_KIND.match(args.gpu):
+        raise SystemExit(f"archive: --gpu {args.gpu!r} is not a machine kind such as nvidia-h100-x2")
+    datetime.date.fromisoformat(args.date)
+    existing = {json.dumps(row, sort_keys=True) for row in load(args.archive)}
+    added = 0
+    with open(args.archive, "a") as out:
+        for path in args.files:
+            for row in rows_of(path, args):
+                line = json.dumps(row, sort_keys=True)
+                if line in existing:
+                    continue
+                existing.add(line)
+                out.write(line + "\n")
+                added += 1
+    print(f"archive: {added} rows added to {args.archive}")
+
+
+def list_rows(args):
+    for row in load(args.archive):
+        if args.gpu and row["gpu"] != args.gpu:
+            continue
+        print(row["date"], row["commit"][:8], row["gpu"], row["world"], row["collective"], row["dtype"],
+              row["bytes"], row.get("buffers", row.get("layout")), row["mode"], row["braid_us"], row["nccl_us"])
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archive", default=ARCHIVE, help="the JSONL file (default: %(default)s)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("add", help="append the points of braid-bench --json files")
+    p.add_argument("--gpu", required=True, help="the machine kind, e.g. nvidia-h100-x2")
+    p.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+    p.add_argument("--commit", help="the commit measured (default: the file's)")
+    p.add_argument("files", nargs="+")
+    p.set_defaults(run=add)
+    p = sub.add_parser("list", help="print the archive's rows, one line each")
+    p.add_argument("--gpu")
+    p.set_defaults(run=list_rows)
+    args = parser.parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

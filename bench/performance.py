@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""Writes docs/performance.md and its plots (docs/img/performance-*.png) from the results archive.
+
+    bench/performance.py            the page and the plots (needs matplotlib: pip install matplotlib)
+    bench/performance.py --no-plots the page alone
+    bench/performance.py --check    exit 1 when docs/performance.md is not what the archive gives
+
+For each machine kind, the page shows the newest measurement of every point (collective, datatype, size,
+buffer kind, graph or eager): tables per collective and buffer kind against NCCL, the goals of
+bench/performance_goals.json met or missed, and MoE dispatch and combine.
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import archive  # noqa: E402
+
+PAGE = os.path.join(ROOT, "docs", "performance.md")
+IMAGES = os.path.join(ROOT, "docs", "img")
+GOALS = os.path.join(HERE, "performance_goals.json")
+
+COLLECTIVES = ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv"]
+TITLES = {"allreduce": "All-reduce", "allgather": "All-gather", "reducescatter": "Reduce-scatter",
+          "alltoall": "All-to-all", "broadcast": "Broadcast", "reduce": "Reduce", "sendrecv": "Send/recv"}
+BUFFERS = ["cudaMalloc", "registered", "symmetric"]
+# The machine kinds the goals are stated for come first; the rest follow by name.
+PREFERRED = ["nvidia-h100-x2", "nvidia-h200-x2"]
+
+
+def size_name(n):
+    n = int(n)
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def point_key(row):
+    if row["kind"] == "moe":
+        return (row["gpu"], row["world"], "moe", row["collective"], row["layout"], row["dtype"], row["tokens"],
+                row["hidden"], row["top_k"], row["experts"], row["mode"], row.get("max_sms", 0))
+    return (row["gpu"], row["world"], "collective", row["collective"], row["dtype"], row["op"], row["bytes"],
+            row["buffers"], row["mode"], row["placement"])
+
+
+def newest(rows):
+    """The newest row of every point: later dates win, and on one date the later line of the archive."""
+    best = {}
+    for row in rows:
+        key = point_key(row)
+        if key not in best or row["date"] >= best[key]["date"]:
+            best[key] = row
+    return list(best.values())
+
+
+def matches(row, select):
+    for field, want in select.items():
+        if field == "bytes_min":
+            if row["bytes"] < want:
+                return False
+        elif field == "bytes_max":
+            if row["bytes"] > want:
+                return False
+        elif row.get(field) != want:
+            return False
+    return True
+
+
+def fmt(value, digits=1):
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def short(commit):
+    return commit[:7]
+
+
+def provenance(rows):
+    pairs = sorted({(r["date"], short(r["commit"])) for r in rows})
+    return ", ".join(f"{commit} ({date})" for date, commit in pairs)
+
+
+def goal_results(goal, rows):
+    """(label, measured text, met) for each group the goal's rows fall in; nothing when none was measured."""
+    selected = [r for r in rows if matches(r, goal["select"])]
+    groups = {}
+    for row in selected:
+        groups.setdefault(row.get(goal.get("per", "")) if goal.get("per") else "", []).append(row)
+    results = []
+    for label, group in sorted(groups.items()):
+        kind = goal["kind"]
+        if kind == "max":
+            worst = max(group, key=lambda r: r["braid_us"])
+            results.append((label, f"{worst['braid_us']:.2f} µs", worst["braid_us"] <= goal["value"], group))
+        elif kind == "min":
+            worst = min(group, key=lambda r: r["braid_busbw_gbs"])
+            best = max(group, key=lambda r: r["braid_busbw_gbs"])
+            low, high = f"{worst['braid_busbw_gbs']:.0f}", f"{best['braid_busbw_gbs']:.0f}"
+            text = (low if low == high else f"{low}–{high}") + " GB/s"
+            results.append((label, text, worst["braid_busbw_gbs"] >= goal["value"], group))
+        elif kind == "nccl":
+            compared = [r for r in group if r["nccl_us"] is not None]
+            if not compared:
+                continue
+            slower = [r for r in compared if r["braid_us"] > r["nccl_us"]]
+            worst = max(compared, key=lambda r: r["braid_us"] / r["nccl_us"])
+            text = f"{len(compared) - len(slower)} of {len(compared)} points faster; worst braid/NCCL time " \
+                   f"{worst['braid_us'] / worst['nccl_us']:.2f}"
+            results.append((label, text, not slower, compared))
+        elif kind == "slower_than_none":
+            others = [r for r in rows if matches(r, goal["other"])]
+            if not others:
+                continue
+            mine, other = group[0], others[0]
+            text = f"{mine['braid_us']:.1f} µs against {other['braid_us']:.1f} µs"
+            results.append((label, text, mine["braid_us"] <= other["braid_us"], [mine, other]))
+        else:
+            raise SystemExit(f"performance: goal {goal['name']!r} has an unknown kind {kind!r}")
+    return results
+
+
+def goal_target(goal):
+    return {"max": lambda g: f"≤ {g['value']:g} µs", "min": lambda g: f"≥ {g['value']:g} GB/s busbw",
+            "nccl": lambda g: "no slower than NCCL", "slower_than_none": lambda g: "no slower"}[goal["kind"]](goal)
+
+
+def collective_table(rows):
+    lines = ["| size | mode | braid µs | NCCL µs | braid/NCCL time | braid busbw GB/s | NCCL busbw GB/s |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["bytes"], r["mode"])):
+        ratio = r["braid_us"] / r["nccl_us"] if r["nccl_us"] else None
+        lines.append(f"| {size_name(r['bytes'])} | {r['mode']} | {fmt(r['braid_us'], 2)} | {fmt(r['nccl_us'], 2)} | "
+                     f"{fmt(ratio, 2)} | {fmt(r['braid_busbw_gbs'])} | {fmt(r['nccl_busbw_gbs'])} |")
+    return lines
+
+
+def moe_table(rows):
+    lines = ["| T | layout | dispatch type | E | phase | braid µs | NCCL path µs | braid/NCCL | braid NVLink GB/s |",
+             "|---:|---|---|---:|---|---:|---:|---:|---:|"]
+    order = {"moe-dispatch": 0, "moe-combine": 1, "moe-layer": 2}
+    for r in sorted(rows, key=lambda r: (r["experts"], r["dtype"], r["layout"], r["tokens"], order[r["collective"]])):
+        ratio = r["braid_us"] / r["nccl_us"] if r["nccl_us"] else None
+        lines.append(f"| {r['tokens']} | {r['layout']} | {r['dtype']} | {r['experts']} | {r['collective'][4:]} | "
+                     f"{fmt(r['braid_us'])} | {fmt(r['nccl_us'])} | {fmt(ratio, 2)} | {fmt(r['braid_nvlink_gbs'])} |")
+    return lines
+
+
+def image_name(gpu, what):
+    return f"performance-{gpu}-{what}.png"
+
+
+def page(rows, goals):
+    current = newest(rows)
+    kinds = sorted({r["gpu"] for r in current}, key=lambda k: (PREFERRED.index(k) if k in PREFERRED else 99, k))
+    out = ["# Performance", "",
+           "<!-- Written by bench/performance.py from bench/results/archive.jsonl: edit those, not this page. -->", "",
+           "braid against NCCL on the same GPUs, data and buffers, measured by `braid-bench` with NCCL's library "
+           "loaded beside braid (`--compare nccl`). Times are per call: CUDA events around a run of calls after a "
+           "warm-up, the median of five runs on each rank, the slowest rank's median. Small messages run as CUDA "
+           "graphs of 20 calls (`-G 20`), large ones eagerly. Bus bandwidth (busbw) is nccl-tests': the data a rank "
+           "must move over its links per second, comparable across collectives and world sizes.", "",
+           "Each table shows the newest measurement of every point with the commit and date it was taken at. "
+           "To add results: run `bench/performance_run.sh` on a GPU machine, file its JSON with "
+           "`bench/archive.py add --gpu <kind> <files>`, then run `bench/performance.py`.", ""]
+    out += ["## Goals", "",
+            "| goal | target | GPUs | measured | met |", "|---|---|---|---|---|"]
+    missed = []
+    for goal in goals:
+        for gpu in kinds:
+            mine = [r for r in current if r["gpu"] == gpu]
+            for label, text, met, group in goal_results(goal, mine):
+                name = goal["name"] + (f" ({label})" if label else "")
+                out.append(f"| {name} | {goal_target(goal)} | {gpu} | {text} | {'yes' if met else '**no**'} |")
+                if not met and goal.get("reason"):
+                    missed.append((name, gpu, goal["reason"]))
+    out.append("")
+    if missed:
+        out += ["Why the goals marked **no** are missed:", ""]
+        for name, gpu, reason in missed:
+            out.append(f"- {name}, {gpu}: {reason}")
+        out.append("")
+    for gpu in kinds:
+        mine = [r for r in current if r["gpu"] == gpu]
+        names = sorted({r["gpu_name"] for r in mine if r.get("gpu_name")})
+        out += [f"## {gpu}: {', '.join(names)}", ""]
+        for world in sorted({r["world"] for r in mine}):
+            here = [r for r in mine if r["world"] == world]
+            colls = [c for c in COLLECTIVES if any(r["kind"] == "collective" and r["collective"] == c for r in here)]
+            for coll in colls:
+                out += [f"### {TITLES[coll]}, {world} ranks", ""]
+                out += [f"![{TITLES[coll]} on {gpu}](img/{image_name(gpu, f'{coll}-{world}')})", ""]
+                for buffers in BUFFERS:
+                    table = [r for r in here if r["kind"] == "collective" and r["collective"] == coll
+                             and r["buffers"] == buffers]
+                    if not table:
+                        continue
+                    for dtype in sorted({r["dtype"] for r in table}):
+                        typed = [r for r in table if r["dtype"] == dtype]
+                        out += [f"{buffers} buffers, {dtype}, {typed[0]['op'] if coll not in ('allgather', 'alltoall', 'broadcast', 'sendrecv') else 'no op'}"
+                                f", {typed[0]['placement']}; commit {provenance(typed)}:", ""]
+                        out += collective_table(typed) + [""]
+            moe = [r for r in here if r["kind"] == "moe"]
+            if moe:
+                out += [f"### MoE dispatch and combine, {world} ranks", "",
+                        f"H = {moe[0]['hidden']}, K = {moe[0]['top_k']}, CUDA graphs of {moe[0]['graph_calls']} "
+                        f"calls. The NCCL path is `ncclAlltoAll` of the counts, a host synchronisation and grouped "
+                        f"send/recv; NVLink GB/s is the bytes a rank sends or receives over its links per second. "
+                        f"Commit {provenance(moe)}.", ""]
+                if any(r["layout"] == "rank-major" and r["experts"] == 64 for r in moe):
+                    out += [f"![MoE on {gpu}](img/{image_name(gpu, f'moe-{world}')})", ""]
+                out += moe_table(moe) + [""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def plots(rows):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(IMAGES, exist_ok=True)
+    current = newest(rows)
+    written = []
+    for gpu in sorted({r["gpu"] for r in current}):
+        mine = [r for r in current if r["gpu"] == gpu]
+        for world in sorted({r["world"] for r in mine}):
+            here = [r for r in mine if r["world"] == world]
+            for coll in COLLECTIVES:
+                rows_c = [r for r in here if r["kind"] == "collective" and r["collective"] == coll]
+                if not rows_c:
+                    continue
+                fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4))
+                for buffers in BUFFERS:
+                    for dtype in sorted({r["dtype"] for r in rows_c}):
+                        line = sorted((r for r in rows_c if r["buffers"] == buffers and r["dtype"] == dtype),
+                                      key=lambda r: (r["bytes"], r["mode"] != "graph"))
+                        if not line:
+                            continue
+                        sizes = [r["bytes"] for r in line]
+                        label = f"braid, {buffers}, {dtype}"
+                        bw.plot(sizes, [r["braid_busbw_gbs"] for r in line], marker="o", label=label)
+                        lat.plot(sizes, [r["braid_us"] for r in line], marker="o", label=label)
+                        nccl = [r for r in line if r["nccl_us"] is not None]
+                        if nccl and buffers == "cudaMalloc":
+                            bw.plot([r["bytes"] for r in nccl], [r["nccl_busbw_gbs"] for r in nccl], marker="x",
+                                    linestyle="--", label=f"NCCL, {dtype}")
+                            lat.plot([r["bytes"] for r in nccl], [r["nccl_us"] for r in nccl], marker="x",
+                                     linestyle="--", label=f"NCCL, {dtype}")
+                for axis, ylabel in ((bw, "bus bandwidth (GB/s)"), (lat, "time per call (µs)")):
+                    axis.set_xscale("log", base=2)
+                    axis.set_xlabel("message size (bytes)")
+                    axis.set_ylabel(ylabel)
+                    axis.grid(True, which="both", alpha=0.3)
+                lat.set_yscale("log")
+                bw.legend(fontsize=8)
+                fig.suptitle(f"{TITLES[coll]}, {world} ranks, {gpu} (graphs up to 16 MiB, eager above)")
+                fig.tight_layout()
+                path = os.path.join(IMAGES, image_name(gpu, f"{coll}-{world}"))
+                fig.savefig(path, dpi=90)
+                plt.close(fig)
+                written.append(path)
+            moe = [r for r in here if r["kind"] == "moe" and r["layout"] == "rank-major" and r["experts"] == 64
+                   and r["dtype"] == "bfloat16"]
+            if moe:
+                fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+                for axis, phase in zip(axes, ("moe-dispatch", "moe-combine")):
+                    line = sorted((r for r in moe if r["collective"] == phase), key=lambda r: r["tokens"])
+                    axis.plot([r["tokens"] for r in line], [r["braid_us"] for r in line], marker="o",
+                              label="braid, rank-major")
+                    nccl = [r for r in line if r["nccl_us"] is not None]
+                    axis.plot([r["tokens"] for r in nccl], [r["nccl_us"] for r in nccl], marker="x", linestyle="--",
+                              label="NCCL path")
+                    axis.set_xscale("log", base=2)
+                    axis.set_yscale("log")
+                    axis.set_xlabel("tokens per rank (T)")
+                    axis.set_ylabel("time per call (µs)")
+                    axis.set_title(phase[4:])
+                    axis.grid(True, which="both", alpha=0.3)
+                    axis.legend(fontsize=8)
+                fig.suptitle(f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}")
+                fig.tight_layout()
+                path = os.path.join(IMAGES, image_name(gpu, f"moe-{world}"))
+                fig.savefig(path, dpi=90)
+                plt.close(fig)
+                written.append(path)
+    return written
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archive", default=archive.ARCHIVE)
+    parser.add_argument("--page", default=PAGE)
+    parser.add_argument("--no-plots", action="store_true", help="write the page only")
+    parser.add_argument("--check", action="store_true", help="compare the page with what the archive gives")
+    args = parser.parse_args(argv)
+    rows = archive.load(args.archive)
+    with open(GOALS) as f:
+        goals = json.load(f)["goals"]
+    text = page(rows, goals)
+    if args.check:
+        with open(args.page) as f:
+            if f.read() != text:
+                print(f"performance: {args.page} is not what {args.archive} gives: run bench/performance.py")
+                return 1
+        print(f"performance: {args.page} matches {args.archive}")
+        return 0
+    with open(args.page, "w") as f:
+        f.write(text)
+    print(f"performance: wrote {args.page}")
+    if not args.no_plots:
+        try:
+            written = plots(rows)
+        except ImportError:
+            raise SystemExit("performance: the plots need matplotlib (pip install matplotlib), or pass --no-plots")
+        for path in written:
+            print(f"performance: wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""bench/archive.py files braid-bench --json runs as archive rows and refuses what is not a default measurement;
+bench/performance.py turns rows into the page's tables and goals."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import archive  # noqa: E402
+import performance  # noqa: E402
+
+HEAD = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+
+
+def collective_run(settings=None, commit=HEAD):
+    side = {"algbw_gbs": 100.0, "busbw_gbs": 150.0, "time_us": 10.0, "wrong": 0}
+    nccl = dict(side, time_us=20.0, busbw_gbs=75.0)
+    config = {"buffers": "cudaMalloc", "graph": 20, "ranks": 2, "commit": commit, "nccl_version": "2.28.9",
+              "gpus": ["GPU 0 NVIDIA H100 80GB HBM3 (0000:00:06.0)", "GPU 1 NVIDIA H100 80GB HBM3 (0000:00:07.0)"]}
+    if settings is not None:
+        config["settings"] = settings
+    rows = [{"coll": "allreduce", "size": 8192, "count": 4096, "type": "bfloat16", "redop": "sum", "root": -1,
+             "out_of_place": {"braid": side, "nccl": nccl}, "in_place": None}]
+    return {"tool": "braid-bench", "config": config, "rows": rows}
+
+
+class ArchiveTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.archive = os.path.join(self.dir.name, "archive.jsonl")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def write(self, run):
+        path = os.path.join(self.dir.name, f"run{len(os.listdir(self.dir.name))}.json")
+        with open(path, "w") as f:
+            json.dump(run, f)
+        return path
+
+    def add(self, *paths, extra=()):
+        archive.main(["--archive", self.archive, "add", "--gpu", "nvidia-h100-x2", "--date", "2026-01-02", *extra,
+                      *paths])
+        return archive.load(self.archive)
+
+    def test_a_collective_row_carries_identity_and_both_sides(self):
+        rows = self.add(self.write(collective_run()))
+        self.assertEqual(len(rows), 1)
+        row = rows[0]
+        self.assertEqual((row["commit"], row["gpu"], row["world"], row["gpu_name"]),
+                         (HEAD, "nvidia-h100-x2", 2, "NVIDIA H100 80GB HBM3"))
+        self.assertEqual((row["collective"], row["dtype"], row["bytes"], row["buffers"], row["mode"]),
+                         ("allreduce", "bfloat16", 8192, "cudaMalloc", "graph"))
+        self.assertEqual((row["braid_us"], row["nccl_us"], row["braid_busbw_gbs"], row["nccl_busbw_gbs"]),
+                         (10.0, 20.0, 150.0, 75.0))
+
+    def test_the_same_run_twice_adds_nothing(self):
+        path = self.write(collective_run())
+        self.add(path)
+        self.assertEqual(len(self.add(path)), 1)
+
+    def test_a_run_with_changed_settings_is_refused(self):
+        with self.assertRaises(SystemExit) as refused:
+            self.add(self.write(collective_run(settings={"BRAID_ALGO": "allreduce=ll"})))
+        self.assertIn("BRAID_ALGO", str(refused.exception))
+        self.assertEqual(archive.load(self.archive), [])
+
+    def test_a_run_without_commit_needs_one(self):
+        with self.assertRaises(SystemExit) as refused:
+            self.add(self.write(collective_run(commit=None)))
+        self.assertIn("--commit", str(refused.exception))
+        rows = self.add(self.write(collective_run(commit=None)), extra=("--commit", HEAD[:9]))
+        self.assertEqual(rows[0]["commit"], HEAD)
+
+    def test_an_unknown_commit_and_a_bad_kind_are_refused(self):
+        with self.assertRaises(SystemExit):
+            self.add(self.write(collective_run(commit="0" * 40)))
+        with self.assertRaises(SystemExit):
+            archive.main(["--archive", self.archive, "add", "--gpu", "h100", self.write(collective_run())])
+
+
+class PerformanceTest(unittest.TestCase):
+    def rows(self, braid_us, date="2026-01-02"):
+        row = {"kind": "collective", "gpu": "nvidia-h100-x2", "gpu_name": "NVIDIA H100", "world": 2,
+               "collective": "allreduce", "dtype": "bfloat16", "op": "sum", "bytes": 8192, "buffers": "cudaMalloc",
+               "mode": "graph", "placement": "out-of-place", "commit": HEAD, "date": date, "braid_us": braid_us,
+               "nccl_us": 6.0, "braid_busbw_gbs": 2.0, "nccl_busbw_gbs": 1.0, "graph_calls": 20}
+        return row
+
+    def test_the_newest_measurement_of_a_point_wins(self):
+        current = performance.newest([self.rows(5.0, "2026-01-01"), self.rows(4.0, "2026-01-03"),
+                                      self.rows(3.0, "2026-01-02")])
+        self.assertEqual([r["braid_us"] for r in current], [4.0])
+
+    def test_goals_report_met_and_missed_with_the_reason(self):
+        goal = {"name": "small", "kind": "max", "value": 3.0, "reason": "the floor",
+                "select": {"world": 2, "collective": "allreduce", "bytes": 8192}}
+        text = performance.page([self.rows(4.0)], [goal])
+        self.assertIn("| small | ≤ 3 µs | nvidia-h100-x2 | 4.00 µs | **no** |", text)
+        self.assertIn("- small, nvidia-h100-x2: the floor", text)
+        text = performance.page([self.rows(2.5)], [goal])
+        self.assertIn("| 2.50 µs | yes |", text)
+        self.assertNotIn("the floor", text)
+
+    def test_the_checked_in_page_is_what_the_archive_gives(self):
+        self.assertEqual(performance.main(["--check"]), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
