@@ -32,10 +32,12 @@ struct CollectiveContext;
 
 struct CommOptions {
   int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
-  double timeout_s = 0.0;  // bound on every wait for a peer, in (0, 1e6] s; 0: BRAID_TIMEOUT_S
+  double timeout_s = 0.0;  // bound on every wait for a peer, in [0.001, 1e6] s; 0: BRAID_TIMEOUT_S (other values:
+                           // init fails with kInvalidArgument naming options.timeout_s)
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
   int max_blocks = 0;      // cap, 1..64, on the thread blocks of every collective and send/recv launch (the SMs
-                           // braid's kernels may take beside the caller's); 0: BRAID_MAX_BLOCKS, else no cap
+                           // braid's kernels may take beside the caller's); 0: BRAID_MAX_BLOCKS, else no cap.
+                           // The CUDA backend's kernels only: the NCCL backend does not pass it to NCCL
   std::string backend;     // "auto", "cuda" or "nccl" (see BRAID_BACKEND); empty: BRAID_BACKEND
   std::string nccl_library;  // the NCCL the NCCL backend loads (path or name); empty: BRAID_NCCL_LIBRARY
 };
@@ -68,13 +70,16 @@ class MoeBuffer;
 // by one host thread at a time.
 class Communicator {
  public:
-  // Collective over the ranks of `rendezvous`. Backend: CUDA (symmetric memory) where every rank is on one host
-  // with every pair P2P-reachable; otherwise, or when asked (options.backend, BRAID_BACKEND), NCCL, loaded at run
-  // time (BRAID_NCCL_LIBRARY), which serves the collectives and all-to-all(v) (symmetric memory, MoE, device-count
-  // all-to-all and global memory need the CUDA backend: kUnsupported). Refuses two ranks on one GPU
-  // (kInvalidArgument) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the
-  // rendezvous' store, proving BRAID_JOB_SECRET where it is set (braid-run sets one): a store that refuses this
-  // rank, or that does not know the secret, fails init with kRemoteError.
+  // Collective over the ranks of `rendezvous`: at most 16 ranks (more fail with kUnsupported, whatever the
+  // backend). Backend: CUDA (symmetric memory) where every rank is on one host with every pair P2P-reachable;
+  // otherwise, or when asked (options.backend, BRAID_BACKEND), NCCL, loaded at run time (BRAID_NCCL_LIBRARY),
+  // which serves the collectives, all_to_all and all_to_allv (host counts), send/recv/send_recv, and
+  // register_buffer (the buffer is registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric
+  // memory, MoE, all_to_allv_device, import_global and all_to_all on GlobalMemory need the CUDA backend
+  // (kUnsupported). Refuses two ranks on one GPU (kInvalidArgument) and, with backend "cuda", ranks it cannot
+  // serve (kPeerUnreachable). The ranks meet at the rendezvous' store, proving BRAID_JOB_SECRET where it is set
+  // (braid-run sets one): a store that refuses this rank, or that does not know the secret, fails init with
+  // kRemoteError.
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
 
   Communicator(Communicator&&) noexcept;
@@ -143,10 +148,11 @@ class Communicator {
   // ---- All-to-all (stream-ordered, CUDA-graph capturable) ----
   // send holds size() blocks of `count` elements: block q goes to rank q, which receives it as its block
   // rank(). In place when recv == send (every block is replaced by the one its rank sent here, as ncclAlltoAll
-  // in place does); a recv that overlaps send without being it is kInvalidArgument. Buffers from comm.alloc()
-  // take the zero-copy paths out of place; every rank must then pass its buffers at the same offsets in the same
-  // allocations. In place the call runs the staged paths whatever the buffers, so a call in place on some ranks
-  // only fails with kMismatch where the others run zero copy (see Agreement above).
+  // in place does); a recv that overlaps send without being it is kInvalidArgument. Out of place and beyond the
+  // LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer (register_buffer)
+  // takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric ones at the same
+  // offsets in the same allocations. In place the call runs the staged paths whatever the buffers, so a call in
+  // place on some ranks only fails with kMismatch where the others run zero copy (see Agreement above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it
@@ -227,7 +233,7 @@ class Communicator {
   // Raises (braid::Error) a failure that a kernel recorded. Two kinds, kept apart:
   //   - fatal: a wait that timed out (kTimeout, naming the collective, the wait and the peer) or ranks that
   //     disagreed on a call's plan (kMismatch naming both plans). The communicator is then unusable; check()
-  //     and every later call raise it again, each time.
+  //     and every later call that takes a stream (those listed under Ordering above) raise it again, each time.
   //   - refused data (kMismatch, kInvalidArgument; a count mismatch, an overflow, a bad expert id...): the
   //     communicator stays usable; check() raises it once and clears it. Only the first refusal is kept until
   //     then; later ones are dropped.

@@ -19,7 +19,10 @@ struct Rendezvous {
   int store_port = 0;
   bool serve_store = false;  // this rank serves the store at store_host:store_port (binds all interfaces
                              // unless store_host is a loopback address)
-  std::string job_id;        // names host-local sockets; empty: derived when the communicator is made
+  std::string job_id;        // namespaces the job's keys in the store, so communicators of jobs that share a store
+                             // never mix (it names no socket). from_env(): BRAID_JOB_ID where set, else derived
+                             // from the launcher's job variables (braid-run sets BRAID_JOB_ID). Empty (as at_store
+                             // makes it): the fixed namespace "job"
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 

@@ -7,7 +7,7 @@
 // (and, for ncclGetErrorString, the kind of error its text names) must be equal; both are printed.
 //
 // Skipped, never passed, where there is nothing to compare: the real NCCL cannot be loaded
-// (BRAID_TEST_REAL_NCCL overrides its path), it crashed or hung, or it answered ncclUnhandledCudaError, which
+// (SHIM_TEST_REAL_NCCL overrides its path), it crashed or hung, or it answered ncclUnhandledCudaError, which
 // means it stopped at its own CUDA set-up before looking at the arguments (ncclCommInitRank, ncclCommInitAll and
 // ncclMemFree do so on a machine without a GPU; on a GPU machine the same entries are compared).
 #include <dlfcn.h>
@@ -188,7 +188,7 @@ Outcome run_in_child(const char* path, Call call) {
 }
 
 const char* real_nccl_path() {
-  const char* env = std::getenv("BRAID_TEST_REAL_NCCL");
+  const char* env = std::getenv("SHIM_TEST_REAL_NCCL");
   return env && *env ? env : REAL_NCCL_PATH;
 }
 
@@ -224,7 +224,7 @@ TEST_P(ShimArguments, SameResultAsRealNccl) {
   const Entry& e = GetParam();
   if (real_loadable_->kind != Outcome::kReturned)
     GTEST_SKIP() << "the real NCCL " << real_nccl_path() << " " << describe(*real_loadable_)
-                 << " (set BRAID_TEST_REAL_NCCL to its path)";
+                 << " (set SHIM_TEST_REAL_NCCL to its path)";
   ASSERT_EQ(shim_loadable_->kind, Outcome::kReturned) << "the shim " << NCCL_SHIM_PATH << " "
                                                       << describe(*shim_loadable_);
   const Outcome real = run_in_child(real_nccl_path(), e.call);

@@ -1,6 +1,6 @@
 // Passing file descriptors between the processes (or threads) of one host over Unix domain sockets
-// (SCM_RIGHTS). Each rank listens on an abstract-namespace socket whose name carries the job and
-// communicator identity, so two jobs on one host never collide.
+// (SCM_RIGHTS). Each rank listens on an abstract-namespace socket whose name carries the communicator's
+// random id (not the job id), so two communicators on one host, of one job or of two, never collide.
 #pragma once
 
 #include <chrono>

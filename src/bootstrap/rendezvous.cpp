@@ -284,7 +284,7 @@ std::optional<Rendezvous> from_torchrun(const EnvReader& reader) {
     result.store_port = master_store_port(reader, "torchrun");
   }
   // torchrun's default run id is the literal "none" (static rendezvous), shared by every job on the
-  // host, so it cannot name host-local sockets; the master address and port can.
+  // host, so it cannot tell jobs apart in the store's keys; the master address and port can.
   std::optional<std::string> run_id = reader.text("TORCHELASTIC_RUN_ID");
   if (run_id && *run_id != "none") {
     result.job_id = "torchrun-" + *run_id;

@@ -162,15 +162,15 @@ AllToAllvDeviceCall validate_all_to_allv_device(const char* function, const void
   return AllToAllvDeviceCall{send, send_counts, send_displs, recv, capacity_bytes, recv_counts, recv_displs, type};
 }
 
-PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t count,
+PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t op_count,
                                           const CallPlace& place) {
   // How errors name an op's fields.
   auto name = [&](size_t i, const char* field) { return single ? std::string(field) : fmt::format("ops[{}].{}", i, field); };
-  if (ops == nullptr && count > 0) raise_invalid_argument(function, "ops", "is null but count is {}", count);
-  PointToPointBatch batch{ops, count, {}};
+  if (ops == nullptr && op_count > 0) raise_invalid_argument(function, "ops", "is null but op_count is {}", op_count);
+  PointToPointBatch batch{ops, op_count, {}};
   std::vector<CheckedOp>& checked = batch.checked;
-  checked.reserve(count);
-  for (size_t i = 0; i < count; ++i) {
+  checked.reserve(op_count);
+  for (size_t i = 0; i < op_count; ++i) {
     const PointToPoint& op = ops[i];
     if (op.kind != PointToPoint::kSend && op.kind != PointToPoint::kRecv) {
       raise_invalid_argument(function, name(i, "kind").c_str(), "is {}, neither kSend (0) nor kRecv (1)",
@@ -187,7 +187,7 @@ PointToPointBatch validate_point_to_point(const char* function, bool single, con
   // Sends to self are this rank's own block of a launch: the k-th needs the k-th receive from self of this batch
   // (no later call could supply it), of the same size (the host sees both, so it is refused here, not on the GPU).
   std::vector<size_t> self_sends, self_recvs;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < op_count; ++i) {
     if (checked[i].peer == place.rank) (checked[i].send ? self_sends : self_recvs).push_back(i);
   }
   if (self_sends.size() != self_recvs.size()) {

@@ -106,7 +106,7 @@ struct CheckedOp {
   size_t bytes;
 };
 
-// A point-to-point batch of `count` ops, checked: every op's kind, peer, datatype, size and buffer, and every
+// A point-to-point batch of `op_count` ops, checked: every op's kind, peer, datatype, size and buffer, and every
 // send to this rank matched by a receive from it of the same size. `single`: send() or recv(), whose errors
 // name their own parameters ("peer"); otherwise errors name the op ("ops[2].peer").
 struct PointToPointBatch {
@@ -114,7 +114,7 @@ struct PointToPointBatch {
   size_t count;
   std::vector<CheckedOp> checked;
 };
-PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t count,
+PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t op_count,
                                           const CallPlace& place);
 
 // Bytes of one element of `type`; a value outside the enum is refused naming the argument `argument`.

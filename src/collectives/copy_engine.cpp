@@ -26,6 +26,7 @@ int local_blocks(size_t bytes) {
 
 // The own block's copy runs beside the engines for the whole call, so it needs only to finish before them; with
 // fewer blocks it takes less of the HBM bandwidth the engines' copies write into, and 16 still finish in time.
+// It also stays within the communicator's cap on a launch's blocks (CommOptions::max_blocks).
 constexpr int kOwnCopyMaxBlocks = 16;
 
 // Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.
@@ -44,8 +45,8 @@ void between_barriers(CollectiveContext& state, Collective collective, uint64_t 
   const bool own = own_bytes != 0 && own_destination != own_source;
   if (own) {
     state.side->order(stream, state.side->get());
-    kernels::launch_copy_local(own_destination, own_source, own_bytes, std::min(local_blocks(own_bytes), kOwnCopyMaxBlocks),
-                               state.side->get());
+    const int blocks = std::min({local_blocks(own_bytes), kOwnCopyMaxBlocks, state.max_blocks});
+    kernels::launch_copy_local(own_destination, own_source, own_bytes, blocks, state.side->get());
     check_launch("copy-engine local copy launch");
   }
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);

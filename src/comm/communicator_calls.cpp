@@ -23,11 +23,11 @@ void run_collective(const std::shared_ptr<detail::CommState>& state_ptr, const C
 }
 
 void run_point_to_point(const std::shared_ptr<detail::CommState>& state_ptr, const char* function, bool single,
-                        const PointToPoint* ops, size_t count, Stream stream) {
+                        const PointToPoint* ops, size_t op_count, Stream stream) {
   detail::CommState& state = detail::enter(state_ptr, function);
   const collectives::PointToPointBatch batch =
-      collectives::validate_point_to_point(function, single, ops, count, detail::place_of(state));
-  if (count == 0) return;
+      collectives::validate_point_to_point(function, single, ops, op_count, detail::place_of(state));
+  if (op_count == 0) return;
   const auto order = collectives::ordered(state, stream);
   state.backend->send_recv(batch, stream);
 }
@@ -125,8 +125,8 @@ void Communicator::recv(void* buffer, size_t count, DataType type, int peer, Str
   run_point_to_point(state_, "Communicator::recv", true, &op, 1, stream);
 }
 
-void Communicator::send_recv(const PointToPoint* ops, size_t count, Stream stream) {
-  run_point_to_point(state_, "Communicator::send_recv", false, ops, count, stream);
+void Communicator::send_recv(const PointToPoint* ops, size_t op_count, Stream stream) {
+  run_point_to_point(state_, "Communicator::send_recv", false, ops, op_count, stream);
 }
 
 void Communicator::check() { detail::usable(state_, "Communicator::check").backend->check(); }

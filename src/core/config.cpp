@@ -36,7 +36,8 @@ constexpr ConfigVar kTable[] = {
      "Secret every connection to the job's store proves it knows (an HMAC challenge both ways; never sent, never "
      "logged); at least 16 bytes. Set by braid-run; unset: the store takes any client that reaches it."},
     {"BRAID_JOB_ID", ConfigType::kString, nullptr, nullptr,
-     "Identifier of the job, used to name host-local sockets (set by braid-run; derived when unset)."},
+     "Identifier of the job, used to namespace its keys in the bootstrap store (set by braid-run; derived from the "
+     "launcher's job variables when unset)."},
     {"BRAID_DEVICE", ConfigType::kInt, nullptr, nullptr,
      "CUDA device ordinal for this rank; default: local rank."},
     {"BRAID_STAGING_BYTES", ConfigType::kInt, "33554432", nullptr,

@@ -3,7 +3,10 @@
 // else bytes), with several loads in flight per thread, which NVLink needs to reach its bandwidth. One source may
 // go to several destinations (a row pushed to every peer's buffer is read once). Destinations may be peers'
 // memory (a symmetric allocation's peer pointers); the copies are plain stores: order them against the peers
-// with device::signal or device::barrier (sync_device.hpp) after a system-scope fence.
+// with device::barrier (sync_device.hpp), which every thread of the block calls after its copies, or with
+// device::signal from one thread after a __syncthreads that follows the copies. No fence is needed in between:
+// the signal's system-scope release is cumulative and covers the block's stores (braid's own kernels rely on
+// it). Multicast stores (multimem_device.hpp) are different: they need a system-scope fence first.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,8 @@
 // Device primitives for NVLink multicast (NVLS, sm_90+): through a multicast address (a mapping of a multicast
-// object, which braid makes only with BRAID_ENABLE_MULTICAST=1: docs/multicast.md), one instruction reaches the
-// copy of every GPU bound to the object.
+// object), one instruction reaches the copy of every GPU bound to the object. No public call returns a multicast
+// mapping: the one braid makes (only with BRAID_ENABLE_MULTICAST=1: docs/multicast.md) serves its own
+// collectives. A user's kernel needs a multicast object its program made, bound and mapped itself (the CUDA
+// driver's cuMulticastCreate, cuMulticastAddDevice, cuMulticastBindMem, cuMemMap).
 //   - multimem_load_reduce<T, Op>(address): loads the 16-byte vector at `address` from every GPU's copy and
 //     returns their reduction (the NVSwitch reduces; each byte crosses NVLink once);
 //   - multimem_store(address, value): stores a 16-byte vector into every GPU's copy.

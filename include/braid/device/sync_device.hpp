@@ -1,9 +1,21 @@
-// Device-side synchronisation between the ranks of a communicator: signal, wait and barrier over the
-// communicator's signal pad, bounded by a timeout. Usable from braid's collectives and from users' kernels:
+// Device-side synchronisation between the ranks of a communicator: signal, wait and barrier over a signal pad,
+// bounded by a timeout. Usable from braid's collectives and from users' kernels:
 //   - signal(peer): system-scope release add on the peer's slot for (channel, me);
 //   - wait(peer): acquire spin until my slot for (channel, peer) reaches the count this channel expects next.
 // Counters only grow and expected counts live in device memory, so back-to-back calls and CUDA-graph replays
 // stay in step. A channel is one thread block's private set of slots; one thread per (channel, peer) waits.
+//
+// No public call returns a communicator's own pad (braid's calls alone use it). A user's kernel uses a pad of
+// its own, which the host builds once on every rank, as braid builds its own, with `channels` of its choice:
+//   - counters and plan words: SymmetricMemory m = comm.alloc(3 * channels * comm.size() * sizeof(uint64_t))
+//     (zeroed; a pad whose barriers announce no plan needs only the first third); local = m.local(),
+//     peers = m.device_peers() (both cast to the SignalPad field's type);
+//   - expected: channels * comm.size() uint64_t of this rank's device memory, zeroed (cudaMalloc, cudaMemset);
+//   - error, data_error: two zeroed ErrorWords that kernels write and this rank's host reads (host-mapped memory:
+//     cudaHostAlloc with cudaHostAllocMapped, then cudaHostGetDevicePointer); neither may be null;
+//   - rank = comm.rank(), world = comm.size(), channels, timeout_ns (e.g. comm.timeout_s() * 1e9).
+// Communicator::check() and braid's calls never read such a pad's words: the user's host code reads them as said
+// under ErrorWord below, and decides what a failure there means. docs/api.md (sync_device.hpp) has the code.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +31,13 @@ namespace braid::device {
 //      acquire) sees the fields. No kernel writes the word after that.
 // The host reads `code` with acquire, and the fields only when it is nonzero: a word with `claimed` 1 and
 // `code` 0 is still being written and is not reported yet.
-// Clearing: kernels never clear a word. The fatal word (SignalPad::error: timeouts, plan mismatches) is never
-// cleared: the communicator is unusable. The data-error word (SignalPad::data_error) is cleared by the host
-// alone, in Communicator::check() when no fatal failure is recorded (check() raises that one first): it swaps `code` to 0 (so one caller takes the record), copies the fields, then stores 0
-// to `claimed` (release). Until then every claim fails, so no kernel writes a field the host still reads, and a
-// new record is claimed only after the old one's `code` is 0 (it cannot be wiped by the old one's clearing).
+// Clearing: kernels never clear a word. In a communicator's own pad, the fatal word (SignalPad::error: timeouts,
+// plan mismatches) is never cleared: the communicator is unusable. The data-error word (SignalPad::data_error)
+// is cleared by the host alone, in Communicator::check() when no fatal failure is recorded (check() raises that
+// one first): it swaps `code` to 0 (so one caller takes the record), copies the fields, then stores 0 to
+// `claimed` (release); a user's host code clears a word of its own pad the same way. Until then every claim
+// fails, so no kernel writes a field the host still reads, and a new record is claimed only after the old one's
+// `code` is 0 (it cannot be wiped by the old one's clearing).
 struct ErrorWord {
   unsigned int code;        // 0: none published; one of the kError* codes below; stored last (release)
   unsigned int claimed;     // 0: free; 1: a kernel won the word (it is writing or has published a record)

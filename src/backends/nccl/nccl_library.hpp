@@ -124,8 +124,9 @@ const char* nccl_result_name(ncclResult_t result);  // "ncclInvalidUsage"; "unkn
 // kNoDevice -> ncclUnhandledCudaError; kSystemError, kPeerUnreachable -> ncclSystemError; kTimeout, kRemoteError ->
 // ncclRemoteError (a peer did not arrive or went away); kInternal -> ncclInternalError.
 ncclResult_t to_nccl_result(ErrorCode code);
-// NCCL's datatypes and operators as braid's: false where braid has no such datatype (fp8) or operator (PreMulSum,
-// operators made by ncclRedOpCreatePreMulSum, out of range).
+// NCCL's datatypes and operators as braid's: false where braid has no such datatype (braid has each of NCCL's,
+// the two fp8 ones included, so only a value out of range) or operator (PreMulSum, operators made by
+// ncclRedOpCreatePreMulSum, out of range).
 bool from_nccl(ncclDataType_t type, DataType* out);
 bool from_nccl(ncclRedOp_t op, ReduceOp* out);
 
