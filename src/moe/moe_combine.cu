@@ -85,8 +85,8 @@ __device__ __forceinline__ void accumulate_rows(int n, Source source, Weight wei
 // Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
 // here and its stores to peers (NVLink) overlap instead of one phase following the other. Each group takes one
 // piece by its index, then claims more one at a time from a counter (the next claim in flight while a piece is
-// summed): tokens have 1 to K rows, and with a fixed share per group the last send blocks ended some 50 us after
-// the median one at T = 4096 on 2xH200 (the reduce launch waits for the last).
+// summed): tokens have 1 to K rows here, so fixed shares would leave some groups far more rows than others, and
+// the reduce launch waits for the last block.
 template <typename T, int N>
 __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
@@ -125,7 +125,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
     T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
     for (size_t h = piece.begin + lane * N; h < piece.end; h += kStep) {
       // The group's next stretch of every row into L2 while this one is summed: more loads in flight than the
-      // registers hold (T = 4096 on 2xH200: 283 -> 257 us; two or three stretches ahead were slower).
+      // registers hold, and the loads, not the stores, bound the send. One stretch ahead: further gains nothing.
       if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {
         for (int q = 0; q < n; ++q) kernels::prefetch_l2(y + size_t(rows[q]) * H + h + kStep);
       }
@@ -181,7 +181,7 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
     }
     constexpr size_t kStep = size_t(kCombineGroup) * N;
     for (size_t h = piece.begin + lane * N; h < piece.end; h += kStep) {
-      if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {  // as in send: 256.5 -> 251 us at T = 4096
+      if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {  // as in send: the next stretch into L2
         for (int q = 0; q < n; ++q) kernels::prefetch_l2(parts[q] + h + kStep);
       }
       Lanes<T, N> sum{};

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
   };
   // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
-  // ids (8 tokens a thread, read in turn, took half as long again at T = 4096 on 2xH200).
+  // ids, so a warp's loads coalesce and no thread waits on several tokens' loads in turn.
   int32_t ids[kMaxTopK];
   RawIds raw{};
   load_raw(threadIdx.x, raw);
@@ -179,8 +179,8 @@ static_assert(kRowVectorBytes == kernels::kVectorBytes, "slices are whole vector
 // From the tokens every rank sends every rank (pairs[s * world + r], in shared memory), in two steps:
 // plan_rounds_early by one warp beside the layout's scans (it needs the counts alone), assuming every rank's rows
 // fit; plan_rounds_late by the first warp after the layout, which leaves out ranks whose rows overflow (and
-// only then plans combine again, by thread 0). Thread 0 alone, after the layout, took 1.5 us at T = 128 on
-// 2xH200 (globaltimer stamps); beside the scans the plan ends about 0.5 us later than the layout.
+// only then plans combine again, by thread 0). Planned by one thread after the layout, it would sit between the
+// layout and every block's first store; beside the scans most of it is hidden.
 __device__ __forceinline__ int64_t warp_max(int64_t value) {
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) value = max(value, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, value, d)));
@@ -390,8 +390,8 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
 }
 
 // fp8 dispatch moves each token's scales apart from its rows, by the warp of the row's last slice (the first one
-// writes the records): inside the row loops above, the scales' copies made scatter spill two to nine times as
-// many registers. A warp loads a token's scales once and stores them into every row they go to.
+// writes the records): inside the row loops above, the scales' copies would add to the loops' registers and make
+// scatter spill. A warp loads a token's scales once and stores them into every row they go to.
 
 // One warp: `bytes` (whole Words) from `from` into the rows of `area` (`bytes` apart) that lanes first_lane + j
 // hold in `row`, for the bits j of `rows` (the same on every lane).
@@ -586,7 +586,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
         __syncthreads();
         if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
           // No fence first: the signal's release is cumulative over the block's rows and records, which the
-          // __syncthreads ordered before it (a fence.sc.sys here cost 2 us at T = 128 on 2xH200).
+          // __syncthreads ordered before it (a system-scope fence would only add a second wait for them).
           device::signal(launch.pad, blockIdx.x, threadIdx.x);
         }
       }

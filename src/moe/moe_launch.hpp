@@ -23,8 +23,8 @@ constexpr int kMoeThreads = 512;
 constexpr int kMoeWarps = kMoeThreads / 32;
 // Dispatch's scatter and combine's send launch up to this many blocks on every rank (two per multiprocessor at
 // most: their blocks wait for the same block of every peer, so all must be resident at once), each a signal
-// channel of the MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (64 blocks
-// left the first version latency-bound at 87 GB/s).
+// channel of the MoeBuffer's own pad: enough to keep a row per warp in flight for thousands of tokens (with far
+// fewer blocks a training batch is bound by latency, too few rows in flight to fill the links).
 constexpr int kScatterBlocks = 256;
 // The channel after the blocks' own: one signal that every block of a launch waits for (a rank-major combine
 // whose rows earlier kernels wrote).

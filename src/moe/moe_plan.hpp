@@ -37,7 +37,7 @@ __host__ __device__ inline ScatterPlan plan_senders(size_t row_bytes, uint32_t l
   int log_slices = 0;
   while (log_slices < kLogMoeWarps && row_bytes >= (size_t(2) << log_slices) * kSliceBytes) ++log_slices;
   // ... and thinner while every token still fits one round (ceil(longest / per_round) <= blocks), so that a
-  // decode batch spreads over more blocks (T = 128 on 2 ranks left 32 of 256 blocks with work, each moving 4).
+  // decode batch spreads over more blocks instead of a few blocks moving several tokens each while the rest idle.
   while (log_slices < kLogMoeWarps && uint64_t(longest) <= uint64_t(blocks) * (kMoeWarps >> (log_slices + 1))) {
     ++log_slices;
   }
@@ -75,9 +75,9 @@ struct CombinePlan {
   int blocks;  // of the send with work (the others return at once: no barrier either)
 };
 
-// Tokens are cut into pieces until every group has about kCombinePiecesPerGroup of them: whole tokens left a few
-// groups with the long ones (2xH200: T = 1024 94.5 -> 86.0 us, T = 512 59.0 -> 54.3 with 4 a group; 8 a group
-// gained nothing more). `most_received`: the tokens of the rank that received most; `blocks`: the send's blocks.
+// Tokens are cut into pieces until every group has about kCombinePiecesPerGroup of them: with whole tokens a few
+// groups get the long ones (up to K rows here) and the others wait for them; more pieces a group than that only
+// add claims. `most_received`: the tokens of the rank that received most; `blocks`: the send's blocks.
 constexpr int kCombinePiecesPerGroup = 4;
 __host__ __device__ inline CombinePlan plan_combine(int64_t most_received, uint32_t blocks) {
   constexpr int kGroups = kMoeThreads / kCombineGroup;
