@@ -78,9 +78,11 @@ struct MoeShape {
   // reports it. Must be 0 with kRankMajor, whose rows are always world * max_tokens (no routing overflows them).
   size_t capacity_rows = 0;
   MoeLayout layout = MoeLayout::kExpertMajor;
-  // Multiprocessors dispatch and combine may occupy (2 blocks each, every block resident at once), so the rest of
-  // the GPU stays free for kernels that overlap them. 0: every multiprocessor (at most 128 are used), except in
-  // a rank-major buffer with max_tokens <= 512, which takes 64: its batches are faster on fewer blocks.
+  // Multiprocessors the kernels that move rows may occupy (2 blocks each, every block resident at once): every
+  // rank-major kernel, and expert-major's scatter, send and reduce, so the rest of the GPU stays free for kernels
+  // that overlap them. Expert-major's routing kernel, one short block per expert plus world + 1, does not follow
+  // it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with max_tokens <= 512,
+  // which takes 64: its batches are faster on fewer blocks.
   int max_sms = 0;
 };
 
@@ -100,7 +102,9 @@ struct MoeHandle {
 // synchronising). Fields marked with a layout are null (0) in the other one.
 //
 // Expert-major: the caller may overwrite x in place (an expert writing its output there) between dispatch and
-// combine; the metadata arrays are read by combine and must be left as they are.
+// combine. Combine reads its own copy of the routing, not these arrays: changing weights does not change a
+// weighted combine. Only rows below expert_offsets[local_experts] belong to the last dispatch; the rows past it,
+// and every row on a rank whose dispatch overflowed, keep what an earlier dispatch left.
 // Rank-major: row s * max_tokens + i holds the i-th token (in token order) rank s sent this rank, for
 // i < received_tokens[s]; the contents of the other rows (and their metadata) are unspecified.
 struct MoeDispatchOutput {
@@ -138,7 +142,8 @@ struct MoeDispatchOutput {
 
 // The receiving half of a rank-major dispatch or combine called with a hook: the call enqueued its sends (rows
 // into the peers, then a signal) and returned; receive() enqueues the rest (wait for the peers, then the outputs:
-// dispatch's counts and metadata, combine's out). The caller's kernels enqueued between the two run while the
+// dispatch's expert_counts, combine's out; a rank-major dispatch's other metadata is written by the peers'
+// sending halves). The caller's kernels enqueued between the two run while the
 // rows travel, and may take every multiprocessor: the sending half has ended by then. Valid while its MoeBuffer
 // lives; movable, not copyable.
 class MoeHook {
@@ -154,6 +159,8 @@ class MoeHook {
   // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
   // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Until it is called, the MoeBuffer
   // refuses every dispatch, redispatch, combine and copy_expert_counts (kInvalidArgument naming the hook).
+  // Destroying a pending hook, or moving another hook into it, drops its receiving half: the peers' signals
+  // for it are never consumed, so that MoeBuffer refuses every later call; make a new one.
   void receive(Stream stream);
 
  private:
@@ -163,7 +170,8 @@ class MoeHook {
 
 // Symmetric buffers for one shape class on one communicator, made once and reused by every dispatch/combine
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
-// Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows and max_tokens < 2^31.
+// Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows, max_tokens and the receive rows
+// (capacity_rows, or the worst case when it is 0) < 2^31, and a buffer's byte sizes within size_t.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
@@ -188,7 +196,7 @@ class MoeBuffer {
   // out there in shape().layout. topk_weights [T, K] float32. T = num_tokens, or, when num_tokens_device is not null,
   // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size.
   // A host num_tokens above max_tokens throws at the call. Expert ids outside [-1, E) and a device T above
-  // max_tokens, and a token's repeated id, are refused on the device (the pair, or the rank's whole call, is
+  // max_tokens or negative, and a token's repeated id, are refused on the device (the pair, or the rank's whole call, is
   // skipped; combine then sums the valid pairs only) and reported by comm.check(). Expert-major: a rank whose
   // rows would exceed capacity_rows receives none:
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
@@ -199,14 +207,16 @@ class MoeBuffer {
   MoeDispatchOutput dispatch(const void* x, const void* topk_idx, const float* topk_weights, size_t num_tokens,
                              const int64_t* num_tokens_device, Stream stream, MoeHook* hook = nullptr);
   // fp8 dispatch (shape().dispatch_type set): as above, x [T, hidden] fp8 rows and x_scales [T, hidden /
-  // kMoeScaleColumns] float32, row-major; each received row comes with its token's scales (output.scales). The
-  // overload above refuses an fp8 shape, and this one a shape without dispatch_type (kInvalidArgument naming
-  // x_scales).
+  // kMoeScaleColumns] float32, row-major; each received row comes with its token's scales (output.scales).
+  // x_scales is required (kInvalidArgument naming it) when the shape dispatches fp8 and the call may carry tokens
+  // (host T > 0 or num_tokens_device given), so the overload above refuses such a call; x_scales given for a
+  // shape without dispatch_type is refused too. A null x_scales makes this overload the one above.
   MoeDispatchOutput dispatch(const void* x, const float* x_scales, const void* topk_idx, const float* topk_weights,
                              size_t num_tokens, const int64_t* num_tokens_device, Stream stream, MoeHook* hook = nullptr);
 
-  // For the tokens of the last dispatch, with float32 accumulation rounded once into out [T, hidden] (shape().type)
-  // on the dispatching rank; a token with no expert gets zeros. Every rank must call it; it may be called again
+  // For the tokens of the last dispatch, accumulated in float32 into out [T, hidden] (shape().type) on the
+  // dispatching rank: rank-major rounds once into out; expert-major rounds each rank's partial sum to
+  // shape().type, then the sum of the partials once more; a token with no expert gets zeros. Every rank must call it; it may be called again
   // for the same dispatch (with other y).
   // Expert-major: out[t] = sum over k of w[t, k] * y[row of (t, k)] (weighted), or the plain sum (the caller
   // applied the weights). y is [capacity_rows, hidden] in the layout dispatch returned (the experts' outputs,
@@ -215,8 +225,9 @@ class MoeBuffer {
   // Rank-major: out[t] = sum over the ranks r token t went to of y on r at the row of t there; y is
   // [capacity_rows, hidden] of shape().type, a row per received token (the caller's sum of its experts' outputs,
   // weights applied), and weighted must be false (kInvalidArgument naming it). When y is not the dispatch's
-  // combine_input, combine first copies y's received rows there. Peers read combine_input during combine: before
-  // a second combine of one dispatch writes combine_input, every rank's first combine must have completed.
+  // combine_input, combine first copies there the rows peers read (this rank's own rows are read from y). Peers
+  // read combine_input during combine: before a second combine of one dispatch writes combine_input, every
+  // rank's first combine must have completed.
   // `hook` (rank-major only): as for dispatch; the sending half copies y when it must and tells the peers that
   // this rank's rows are ready, the receiving half reads theirs and writes out.
   void combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook = nullptr);

@@ -214,7 +214,8 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
       kernels::launch_dependent(moe_combine_send<T>, launch.blocks, kMoeThreads, stream, launch);
-      kernels::launch_dependent(moe_combine_reduce<T>, kReduceBlocks, kMoeThreads, stream, launch);
+      // The reduction strides over its tokens, so it keeps within the buffer's blocks (MoeShape::max_sms) too.
+      kernels::launch_dependent(moe_combine_reduce<T>, std::min(kReduceBlocks, launch.blocks), kMoeThreads, stream, launch);
     } else {
       raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));
     }
