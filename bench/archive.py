@@ -2,6 +2,7 @@
 """The results archive: bench/results/archive.jsonl, one JSON object per measured point.
 
     bench/archive.py add --gpu KIND [--date YYYY-MM-DD] [--commit SHA] RUN.json...
+    bench/archive.py add-floor --gpu KIND [--date YYYY-MM-DD] --commit SHA GRAPH_FLOOR_OUTPUT
     bench/archive.py list [--gpu KIND]
 
 `add` reads braid-bench --json files and appends one row per measured point that is not in the archive yet.
@@ -13,6 +14,8 @@ A collective row:
     collective, dtype, op, root, bytes, count, buffers (cudaMalloc | registered | symmetric),
     mode (graph | eager), graph_calls, placement (out-of-place | in-place),
     braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong
+A floor row (bench/probes/graph_floor's output): the identity fields, kind="floor", collective (the probe's
+case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
 An MoE row:
     the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,
     hidden, top_k, experts, dtype (the dispatched type), bytes (tokens * top_k rows), nvlink_bytes,
@@ -144,12 +147,36 @@ def add(args):
     print(f"archive: {added} rows added to {args.archive}")
 
 
+FLOOR_LINE = re.compile(r"^(empty node|signal\+wait node)\s+([0-9.]+) us per node")
+
+
+def add_floor(args):
+    """Files the two figures of a graph_floor run: the cost of an empty graph node, and of one with a round trip."""
+    if not GPU_KIND.match(args.gpu):
+        raise SystemExit(f"archive: --gpu {args.gpu!r} is not a machine kind such as nvidia-h100-x2")
+    with open(args.file) as f:
+        found = [FLOOR_LINE.match(line) for line in f]
+    found = [m for m in found if m]
+    if len(found) != 2:
+        raise SystemExit(f"archive: {args.file} is not the output of bench/probes/graph_floor")
+    base = {"date": args.date, "commit": full_commit(args.commit), "gpu": args.gpu, "gpu_name": None, "world": 2,
+            "nccl_version": None}
+    existing = {json.dumps(row, sort_keys=True) for row in load(args.archive)}
+    with open(args.archive, "a") as out:
+        for m in found:
+            line = json.dumps(dict(base, kind="floor", collective=m.group(1), mode="graph", braid_us=float(m.group(2)),
+                                   nccl_us=None), sort_keys=True)
+            if line not in existing:
+                out.write(line + "\n")
+    print(f"archive: the graph floor of {args.gpu} filed in {args.archive}")
+
+
 def list_rows(args):
     for row in load(args.archive):
         if args.gpu and row["gpu"] != args.gpu:
             continue
-        print(row["date"], row["commit"][:8], row["gpu"], row["world"], row["collective"], row["dtype"],
-              row["bytes"], row.get("buffers", row.get("layout")), row["mode"], row["braid_us"], row["nccl_us"])
+        print(row["date"], row["commit"][:8], row["gpu"], row["world"], row["collective"], row.get("dtype"),
+              row.get("bytes"), row.get("buffers", row.get("layout")), row["mode"], row["braid_us"], row["nccl_us"])
 
 
 def main(argv=None):
@@ -162,6 +189,12 @@ def main(argv=None):
     p.add_argument("--commit", help="the commit measured (default: the file's)")
     p.add_argument("files", nargs="+")
     p.set_defaults(run=add)
+    p = sub.add_parser("add-floor", help="append the figures of a bench/probes/graph_floor run")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+    p.add_argument("--commit", required=True, help="the commit whose probe ran")
+    p.add_argument("file")
+    p.set_defaults(run=add_floor)
     p = sub.add_parser("list", help="print the archive's rows, one line each")
     p.add_argument("--gpu")
     p.set_defaults(run=list_rows)

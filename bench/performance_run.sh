@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The measurements behind docs/performance.md, on the GPU machine (device tool), after bench/stage_build.sh
 # staged the build as .carry/build. Every run beside NCCL (the nvidia-nccl-cu13 wheel's libnccl), its results
-checked against a host reference except the eager 32 MiB-512 MiB rows (the GPU tests cover those sizes):
+# checked against a host reference except the eager 32 MiB-512 MiB rows (the GPU tests cover those sizes):
 #   collectives  every collective on cudaMalloc buffers and on symmetric buffers (comm.alloc), bf16 sum,
 #                out of place: 8 KiB-16 MiB in CUDA graphs of 20 calls, 32 MiB-512 MiB eager
 #   moe          MoE dispatch and combine, both layouts, CUDA graphs: DeepEP's shapes (H=7168, K=8, E=256,
