@@ -25,6 +25,8 @@ if command -v nvidia-smi >/dev/null 2>&1; then  # a note only: building needs no
 fi
 
 packages=(cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev)
+# Debian's own python3 needs its headers (python3-dev) for the Python package's extension, and pip.
+if [ "$(command -v python3 || true)" = /usr/bin/python3 ]; then packages+=(python3-dev python3-pip); fi
 missing=()
 for package in "${packages[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
@@ -54,5 +56,19 @@ if [ ! -f /usr/local/cuda/include/nccl.h ] && [ ! -f "${NCCL_HOME:-/nonexistent}
   nccl_args=(-DBRAID_NCCL_INCLUDE_DIR="$(dirname "$(find "$wheel_dir" -name nccl.h | head -1)")")
 fi
 
-cmake -S . -B "$build_dir" -G Ninja "${nccl_args[@]}" "$@"
+# The Python package (python/, docs/python.md) and its pytest suite: nanobind, scikit-build-core and pytest for
+# python3, installed into the build folder (as the NCCL wheel is: no system or user site is touched) when python3
+# lacks them. Without them CMake leaves the package out and says so.
+python_args=()
+if command -v python3 >/dev/null 2>&1; then
+  python_deps="$PWD/$build_dir/_deps/python"
+  if ! PYTHONPATH="$python_deps" python3 -c "import nanobind, pytest, scikit_build_core" >/dev/null 2>&1; then
+    echo "build.sh: installing nanobind, scikit-build-core and pytest for python3 into $python_deps"
+    python3 -m pip install --quiet --target "$python_deps" nanobind scikit-build-core pytest ||
+      echo "build.sh: note: pip could not install them: the Python package is left out of this build" >&2
+  fi
+  python_args=(-DBRAID_PYTHON_DEPS="$python_deps")
+fi
+
+cmake -S . -B "$build_dir" -G Ninja "${nccl_args[@]}" "${python_args[@]}" "$@"
 cmake --build "$build_dir" -j "$(nproc)"

@@ -1,0 +1,133 @@
+"""Collectives on tensors, in torch.distributed's shape: they enqueue on the current CUDA stream of the
+communicator's GPU and return (no Work objects: order later work by stream, as with async_op=False under NCCL).
+In place where NCCL allows: all_reduce, reduce and broadcast always; all_gather_into_tensor when the input is the
+output's block of this rank; reduce_scatter_tensor when the output is the input's block of this rank."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ._braid import Communicator, ReduceOp
+from ._dtypes import reduce_op
+from ._error import Error, ErrorCode, argument_error
+from ._state import communicator
+from ._tensors import buffer, same_dtype
+from ._torch import current_stream, torch as import_torch
+
+
+def _setup(function: str, comm: Optional[Communicator]):
+    return import_torch(function), communicator(comm, function)
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, comm: Optional[Communicator] = None) -> None:
+    """Reduces `tensor` over every rank, in place."""
+    function = "braid.all_reduce"
+    torch, c = _setup(function, comm)
+    t = buffer(torch, tensor, c, function, "tensor")
+    c.all_reduce(t.pointer, t.pointer, t.count, t.dtype, reduce_op(op, function), current_stream(torch, c.device))
+
+
+def reduce(tensor, dst: int, op=ReduceOp.SUM, comm: Optional[Communicator] = None) -> None:
+    """Reduces `tensor` over every rank into rank dst's `tensor` (in place); other ranks' tensors are unchanged."""
+    function = "braid.reduce"
+    torch, c = _setup(function, comm)
+    t = buffer(torch, tensor, c, function, "tensor")
+    recv = t.pointer if c.rank == dst else 0  # braid writes recv on the root only
+    c.reduce(t.pointer, recv, t.count, t.dtype, reduce_op(op, function), dst, current_stream(torch, c.device))
+
+
+def broadcast(tensor, src: int, comm: Optional[Communicator] = None) -> None:
+    """Copies rank src's `tensor` into every rank's `tensor`."""
+    function = "braid.broadcast"
+    torch, c = _setup(function, comm)
+    t = buffer(torch, tensor, c, function, "tensor")
+    send = t.pointer if c.rank == src else 0  # braid reads send on the root only
+    c.broadcast(send, t.pointer, t.count, t.dtype, src, current_stream(torch, c.device))
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, comm: Optional[Communicator] = None) -> None:
+    """output_tensor (world * input's elements) gets every rank's input_tensor, in rank order."""
+    function = "braid.all_gather_into_tensor"
+    torch, c = _setup(function, comm)
+    out = buffer(torch, output_tensor, c, function, "output_tensor")
+    inp = buffer(torch, input_tensor, c, function, "input_tensor")
+    same_dtype(input_tensor, output_tensor, function, "output_tensor")
+    if out.count != c.size * inp.count:
+        raise argument_error(function, "output_tensor", f"has {out.count} elements; it needs world size ({c.size}) "
+                             f"x input_tensor's {inp.count}")
+    c.all_gather(inp.pointer, out.pointer, inp.count, inp.dtype, current_stream(torch, c.device))
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, comm: Optional[Communicator] = None) -> None:
+    """output gets block rank of input (world blocks of output's elements) reduced over every rank."""
+    function = "braid.reduce_scatter_tensor"
+    torch, c = _setup(function, comm)
+    out = buffer(torch, output, c, function, "output")
+    inp = buffer(torch, input, c, function, "input")
+    same_dtype(input, output, function, "output")
+    if inp.count != c.size * out.count:
+        raise argument_error(function, "input", f"has {inp.count} elements; it needs world size ({c.size}) x "
+                             f"output's {out.count}")
+    c.reduce_scatter(inp.pointer, out.pointer, out.count, out.dtype, reduce_op(op, function),
+                     current_stream(torch, c.device))
+
+
+def all_gather(tensor_list: Sequence, tensor, comm: Optional[Communicator] = None) -> None:
+    """tensor_list[r] gets rank r's `tensor` (torch's list form: gathers into one buffer, then copies out)."""
+    function = "braid.all_gather"
+    torch, c = _setup(function, comm)
+    if len(tensor_list) != c.size:
+        raise argument_error(function, "tensor_list", f"has {len(tensor_list)} tensors; it needs {c.size} (world size)")
+    gathered = torch.empty((c.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
+    all_gather_into_tensor(gathered, tensor, c)
+    for rank, out in enumerate(tensor_list):
+        out.copy_(gathered[rank])
+
+
+def reduce_scatter(output, input_list: Sequence, op=ReduceOp.SUM, comm: Optional[Communicator] = None) -> None:
+    """output gets input_list[rank] reduced over every rank (torch's list form: concatenates, then reduces)."""
+    function = "braid.reduce_scatter"
+    torch, c = _setup(function, comm)
+    if len(input_list) != c.size:
+        raise argument_error(function, "input_list", f"has {len(input_list)} tensors; it needs {c.size} (world size)")
+    joined = torch.cat([t.reshape(-1) for t in input_list])
+    reduce_scatter_tensor(output, joined, op, c)
+
+
+def _splits(splits, tensor, world: int, function: str, argument: str, tensor_name: str) -> Optional[list]:
+    """Element counts per rank from split sizes along dim 0 (None: equal blocks)."""
+    rows = tensor.shape[0] if tensor.dim() > 0 else 0
+    row = tensor.numel() // rows if rows else 0
+    if splits is None:
+        if rows % world:
+            raise argument_error(function, tensor_name, f"has {rows} rows (dim 0); without {argument} they must "
+                                 f"split evenly over {world} ranks")
+        return [rows // world * row] * world
+    if hasattr(splits, "device") and hasattr(splits, "tolist"):
+        raise Error(f"{function}: argument '{argument}' is a tensor; split sizes as tensors (device counts) are not "
+                    "supported yet: pass a list of ints", ErrorCode.UNSUPPORTED)
+    splits = [int(s) for s in splits]
+    if len(splits) != world or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise argument_error(function, argument, f"is {splits}; it needs {world} sizes (one per rank), none negative, "
+                             f"summing to {tensor_name}'s {rows} rows")
+    return [s * row for s in splits]
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None,
+                      comm: Optional[Communicator] = None) -> None:
+    """torch.distributed.all_to_all_single: block r of input goes to rank r, which receives it as its block of
+    this rank. Without split sizes, equal blocks; with them (host lists, rows of dim 0), MPI's all-to-all-v."""
+    function = "braid.all_to_all_single"
+    torch, c = _setup(function, comm)
+    out = buffer(torch, output, c, function, "output")
+    inp = buffer(torch, input, c, function, "input")
+    same_dtype(input, output, function, "output")
+    stream = current_stream(torch, c.device)
+    if output_split_sizes is None and input_split_sizes is None:
+        if inp.count != out.count or inp.count % c.size:
+            raise argument_error(function, "output", f"has {out.count} elements and input {inp.count}; without split "
+                                 f"sizes they must be equal and divide by the world size ({c.size})")
+        c.all_to_all(inp.pointer, out.pointer, inp.count // c.size, inp.dtype, stream)
+        return
+    send_counts = _splits(input_split_sizes, input, c.size, function, "input_split_sizes", "input")
+    recv_counts = _splits(output_split_sizes, output, c.size, function, "output_split_sizes", "output")
+    c.all_to_allv(inp.pointer, send_counts, None, out.pointer, recv_counts, None, inp.dtype, stream)

@@ -1,0 +1,39 @@
+// braid._braid: the nanobind extension over libbraid.so's C++ API. Each bind_* function adds one part of the
+// API to the module (a file each); module.cpp calls them in order. Pointers and streams cross as Python ints,
+// so the extension never links torch: the pure-Python package (python/braid/) turns tensors into them.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <string>
+
+#include "braid/memory.hpp"
+
+namespace braid::python {
+
+namespace nb = nanobind;
+
+// Throws braid::Error(kInvalidArgument) worded as braid's own checks are: "<function>: argument '<name>' <problem>".
+[[noreturn]] void raise_argument(const char* function, const char* argument, const std::string& problem);
+
+// An integer from Python as a pointer (0 is null).
+template <typename T = void>
+T* pointer_from(uintptr_t address) {
+  return reinterpret_cast<T*>(address);
+}
+inline uintptr_t address_of(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
+
+// A symmetric allocation and the GPU it lives on (what a DLPack export of it must name).
+struct Symmetric {
+  SymmetricMemory memory;
+  int device = -1;
+};
+
+void bind_errors(nb::module_& m);        // braid::Error -> braid.Error (errors.cpp)
+void bind_types(nb::module_& m);         // DataType, ReduceOp, PointToPoint (types.cpp)
+void bind_rendezvous(nb::module_& m);    // Rendezvous, StoreHost (rendezvous.cpp)
+void bind_memory(nb::module_& m);        // SymmetricMemory (memory.cpp)
+void bind_communicator(nb::module_& m);  // Communicator (communicator.cpp)
+
+}  // namespace braid::python

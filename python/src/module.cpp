@@ -1,0 +1,11 @@
+// The module braid._braid (imported by braid/__init__.py; use the package, not this module, directly).
+#include "bindings.hpp"
+
+NB_MODULE(_braid, m) {
+  m.doc() = "braid's C++ API for Python: pointers and CUDA streams as integers (the braid package wraps tensors)";
+  braid::python::bind_errors(m);  // first: the translator must exist before any other binding can throw
+  braid::python::bind_types(m);
+  braid::python::bind_rendezvous(m);
+  braid::python::bind_memory(m);
+  braid::python::bind_communicator(m);
+}

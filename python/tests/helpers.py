@@ -1,0 +1,29 @@
+"""Shared by the tests: run Python in a fresh interpreter (environment variables and blocked imports that must
+not leak into the test process)."""
+import os
+import subprocess
+import sys
+
+
+def run_python(code: str, env: dict | None = None, block_torch: bool = False, timeout: float = 120):
+    """Runs `code` in a new interpreter with this process's sys.path and `env` over this environment (None
+    unsets a variable); returns the CompletedProcess."""
+    prelude = "import sys\n"
+    if block_torch:  # `import torch` then fails as it does where torch is not installed
+        prelude += "sys.modules['torch'] = None\n"
+    full_env = {k: v for k, v in os.environ.items()}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    for name, value in (env or {}).items():  # None: unset
+        if value is None:
+            full_env.pop(name, None)
+        else:
+            full_env[name] = value
+    return subprocess.run([sys.executable, "-c", prelude + code], env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+# Launcher variables Rendezvous.from_env() reads: cleared so a test sees only what it sets.
+LAUNCHER_VARIABLES = ["BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_STORE_ADDR", "BRAID_LOCAL_RANK", "BRAID_LOCAL_WORLD_SIZE",
+                      "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
+                      "SLURM_NTASKS"]

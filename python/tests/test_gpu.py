@@ -1,0 +1,52 @@
+"""GPU tests: ranks under torchrun on 2 GPUs run python/tests/gpu/worker.py, which checks every collective on
+tensors against torch.distributed (NCCL) on the same random data, point to point, symmetric tensors (.peer,
+.view_all) and a captured all_reduce. Skipped, with the reason, without torch or with fewer than 2 GPUs."""
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+WORKER = Path(__file__).with_name("gpu") / "worker.py"
+RANKS = 2
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 1 free: torchrun's store takes MASTER_PORT, braid's MASTER_PORT + 1."""
+    for _ in range(50):
+        with socket.socket() as a:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                with socket.socket() as b:
+                    b.bind(("127.0.0.1", port + 1))
+                    return port
+            except OSError:
+                continue
+    raise RuntimeError("no pair of free ports")
+
+
+@pytest.fixture(scope="module")
+def torchrun():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < RANKS:
+        pytest.skip(f"needs {RANKS} CUDA GPUs; torch sees {torch.cuda.device_count()}")
+
+    def run(section: str):
+        command = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={RANKS}",
+                   "--master-addr=127.0.0.1", f"--master-port={_free_port_pair()}", str(WORKER), section]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), BRAID_TIMEOUT_S="60")
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output
+        assert output.count(f"{section} OK") == RANKS, output
+    return run
+
+
+@pytest.mark.parametrize("section", ["collectives", "all_to_all", "p2p", "symmetric", "graph"])
+def test_on_two_gpus(torchrun, section):
+    torchrun(section)
