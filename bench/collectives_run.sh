@@ -21,8 +21,9 @@
 #   ll-rs-ag LL reduce-scatter and all-gather: tests, sweeps against staged and NCCL
 #   ll-reduce LL reduce: tests, sweeps against staged and NCCL; broadcast against NCCL
 #   small-compare  reduce, broadcast, reduce-scatter, all-gather 8 KiB-16 MiB against NCCL (graphs)
-#   dtype-algos  braid-only all-reduce sweeps with each algorithm forced, per datatype (DTYPES, default bfloat16
-#            float32 f8e4m3 float64), cudaMalloc and symmetric buffers: do the cut-offs depend on the type?
+#   dtype-algos  braid-only sweeps with each algorithm of a reduction forced, per datatype (DTYPES, default bfloat16
+#            f8e4m3 float32) and collective (COLLS, default allreduce reducescatter reduce), cudaMalloc and
+#            symmetric buffers, 128 KiB-8 MiB in CUDA graphs: where the selection table's cut-offs depend on the type
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
 # Usage: bench/collectives_run.sh KIND PHASE...   Logs and JSON go to $OUT.
@@ -172,10 +173,15 @@ for phase in "$@"; do
       done
       ;;
     dtype-algos)
-      for dtype in ${DTYPES:-bfloat16 float32 f8e4m3 float64}; do
-        for algo in ll oneshot twoshot; do
-          BRAID_ALGO=allreduce=$algo bench 40 "dtype-$dtype-$algo" --coll allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -c 0 --inplace 0
-          BRAID_ALGO=allreduce=$algo bench 40 "dtype-symmetric-$dtype-$algo" --coll allreduce -d $dtype -b 64K -e 8M -f 2 -G 20 -c 0 --inplace 0 --symmetric 1
+      for coll in ${COLLS:-allreduce reducescatter reduce}; do
+        algos=$([ $coll = allreduce ] && echo "ll oneshot twoshot" || echo "ll staged pipelined")
+        for dtype in ${DTYPES:-bfloat16 f8e4m3 float32}; do
+          for algo in $algos; do
+            for symmetric in 0 1; do
+              BRAID_ALGO=$coll=$algo bench 40 "dtype-$coll-$dtype-$algo-s$symmetric" --coll $coll -d $dtype -b 128K -e 8M -f 2 \
+                -G 20 -c 0 --inplace 0 --symmetric $symmetric | grep -E '^ +[0-9]' | awk -v n="$coll $dtype $algo s$symmetric" '{printf "%s %s:%s\n", n, $1, $6}' | paste -sd' '
+            done
+          done
         done
       done
       ;;

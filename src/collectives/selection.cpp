@@ -9,17 +9,27 @@
 namespace braid {
 namespace {
 
+// The datatypes a row serves: every type, or the fp8 types alone (their reductions convert every element to
+// float32 and back, which moves some cut-offs).
+enum class Types { kAny, kFp8 };
+
 struct Row {
   Collective collective;
   size_t max_bytes;  // the row serves sizes up to this
   Algorithm algorithm;
   Buffers buffers = Buffers::kAny;  // kSymmetric: only for symmetric buffers (zero copy); kAny: for every buffer
   int max_world = INT_MAX;          // the row serves world sizes up to this
+  Types types = Types::kAny;
 };
 
+bool serves_type(Types types, DataType type) {
+  return types == Types::kAny || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
+}
+
 // THE table, first matching row wins. Each cut-off is where two algorithms' sweeps crossed on 2 or 4 H200s (the
-// measurements behind every row: docs/dev/selection.md). LL rows never depend on the buffers:
-// ranks choose between LL lines and barrier kernels from the call alone, since LL polls compare no plans.
+// measurements behind every row, per datatype where it matters: docs/dev/selection.md). LL rows never depend on
+// the buffers: ranks choose between LL lines and barrier kernels from the call alone, since LL polls compare no
+// plans.
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
@@ -33,11 +43,13 @@ constexpr Row kTable[] = {
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
-    {Collective::kReduceScatter, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kReduceScatter, size_t(2) << 20, Algorithm::kStaged, Buffers::kAny, 2},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric, 2},
     {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
-    {Collective::kReduceScatter, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2},
+    {Collective::kReduceScatter, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2, Types::kFp8},
+    {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged, Buffers::kAny, 2},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
@@ -224,12 +236,13 @@ bool gate_open(Algorithm algorithm, const Gates& gates) {
 
 }  // namespace
 
-Choice select_algorithm(Collective collective, size_t bytes, int world, DataType, const std::string& override_text,
+Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers, Gates gates) {
   Algorithm algorithm = Algorithm::kStaged;
   for (const Row& row : kTable) {
     if (row.collective == collective && bytes <= row.max_bytes && world <= row.max_world &&
-        (row.buffers == Buffers::kAny || row.buffers == buffers) && gate_open(row.algorithm, gates)) {
+        (row.buffers == Buffers::kAny || row.buffers == buffers) && serves_type(row.types, type) &&
+        gate_open(row.algorithm, gates)) {
       algorithm = row.algorithm;
       break;
     }

@@ -63,8 +63,9 @@ struct Gates {
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
 // reduce-scatter and all-to-all: the input). All-to-all-v ignores it: its sizes differ between ranks, and the
 // launch width must be the same on all of them. `override_text` is BRAID_ALGO's value ("" for none); errors name
-// the variable. No row keys on the datatype yet: every cut-off was measured in bytes, on bfloat16 and float32, and
-// the types the multicast kernels serve reach the table through `gates.multicast`.
+// the variable. The cut-offs are in bytes; a row may serve the fp8 types alone, where their reductions' cost moves a
+// cut-off (the sweeps per datatype: docs/dev/selection.md). The types the multicast kernels serve reach the table
+// through `gates.multicast`.
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers = Buffers::kAny, Gates gates = {});
 
