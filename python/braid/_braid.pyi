@@ -1,6 +1,6 @@
 # Typing stub of the extension braid._braid: made by `python -m nanobind.stubgen -m braid._braid`, then the
-# *_buffer() results typed Any (DLPack arrays: pass them to torch.from_dlpack). python/tests/test_stub.py checks
-# that it names what the module holds.
+# *_buffer() and MoeBuffer.arrays() results typed Any (DLPack arrays: pass them to torch.from_dlpack).
+# python/tests/test_stub.py checks that it names what the module holds.
 """
 braid's C++ API for Python: pointers and CUDA streams as integers (the braid package wraps tensors)
 """
@@ -338,6 +338,230 @@ class Communicator:
     def send_recv(self, ops: Sequence[PointToPoint], stream: int) -> None:
         """
         A batch of sends and receives in flight together (NCCL's group of ncclSend/ncclRecv).
+        """
+
+    def __repr__(self) -> str: ...
+
+MAX_TOP_K: int = 16
+
+MOE_MAX_EXPERTS: int = 1024
+
+MOE_SCALE_COLUMNS: int = 128
+
+class MoeLayout(enum.Enum):
+    """How dispatch lays out the rows a rank receives (braid::MoeLayout)."""
+
+    EXPERT_MAJOR = 0
+
+    RANK_MAJOR = 1
+
+class MoeShape:
+    """
+    What a MoeBuffer is made for (braid::MoeShape); every rank passes the same.
+    """
+
+    def __init__(self) -> None: ...
+
+    @property
+    def hidden(self) -> int: ...
+
+    @hidden.setter
+    def hidden(self, arg: int, /) -> None: ...
+
+    @property
+    def type(self) -> DataType: ...
+
+    @type.setter
+    def type(self, arg: DataType, /) -> None: ...
+
+    @property
+    def dispatch_type(self) -> DataType | None: ...
+
+    @dispatch_type.setter
+    def dispatch_type(self, arg: DataType | None, /) -> None: ...
+
+    @property
+    def index_type(self) -> DataType: ...
+
+    @index_type.setter
+    def index_type(self, arg: DataType, /) -> None: ...
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @max_tokens.setter
+    def max_tokens(self, arg: int, /) -> None: ...
+
+    @property
+    def top_k(self) -> int: ...
+
+    @top_k.setter
+    def top_k(self, arg: int, /) -> None: ...
+
+    @property
+    def experts(self) -> int: ...
+
+    @experts.setter
+    def experts(self, arg: int, /) -> None: ...
+
+    @property
+    def expert_alignment(self) -> int: ...
+
+    @expert_alignment.setter
+    def expert_alignment(self, arg: int, /) -> None: ...
+
+    @property
+    def capacity_rows(self) -> int: ...
+
+    @capacity_rows.setter
+    def capacity_rows(self, arg: int, /) -> None: ...
+
+    @property
+    def layout(self) -> MoeLayout: ...
+
+    @layout.setter
+    def layout(self, arg: MoeLayout, /) -> None: ...
+
+    @property
+    def max_sms(self) -> int: ...
+
+    @max_sms.setter
+    def max_sms(self, arg: int, /) -> None: ...
+
+    def __repr__(self) -> str: ...
+
+class MoeHandle:
+    """Names one routed dispatch of a MoeBuffer (braid::MoeHandle)."""
+
+    def __init__(self) -> None: ...
+
+    @property
+    def dispatch(self) -> int:
+        """The buffer's routed dispatches up to and including this one."""
+
+    @dispatch.setter
+    def dispatch(self, arg: int, /) -> None: ...
+
+    def __repr__(self) -> str: ...
+
+class MoeHook:
+    """
+    The receiving half of a rank-major dispatch, redispatch or combine called with it (braid::MoeHook). Valid while its MoeBuffer lives.
+    """
+
+    def __init__(self) -> None: ...
+
+    @property
+    def pending(self) -> bool:
+        """Whether a receiving half is still to be enqueued."""
+
+    def receive(self, stream: int) -> None:
+        """Enqueues the receiving half on `stream`; once per hook."""
+
+class MoeDispatchOutput:
+    """
+    What dispatch returns (braid::MoeDispatchOutput): addresses of views of the buffer's memory, 0 for fields of the other layout.
+    """
+
+    @property
+    def x(self) -> int: ...
+
+    @property
+    def scales(self) -> int: ...
+
+    @property
+    def expert_counts(self) -> int: ...
+
+    @property
+    def expert_offsets(self) -> int: ...
+
+    @property
+    def weights(self) -> int: ...
+
+    @property
+    def local_expert(self) -> int: ...
+
+    @property
+    def source_rank(self) -> int: ...
+
+    @property
+    def source_token(self) -> int: ...
+
+    @property
+    def received_tokens(self) -> int: ...
+
+    @property
+    def topk_expert(self) -> int: ...
+
+    @property
+    def topk_weights(self) -> int: ...
+
+    @property
+    def combine_input(self) -> int: ...
+
+    @property
+    def capacity_rows(self) -> int: ...
+
+    @property
+    def local_experts(self) -> int: ...
+
+    @property
+    def handle(self) -> MoeHandle: ...
+
+class MoeBuffer:
+    """
+    Symmetric buffers for one MoE shape class on one communicator (braid::MoeBuffer). Buffers are device addresses, streams cudaStream_t ints.
+    """
+
+    @staticmethod
+    def create(comm: Communicator, shape: MoeShape) -> MoeBuffer:
+        """
+        Collective over comm's ranks, every rank with the same shape. The buffer keeps comm alive.
+        """
+
+    @staticmethod
+    def worst_case_rows(shape: MoeShape, world: int) -> int:
+        """Receive rows that no routing can exceed."""
+
+    @staticmethod
+    def symmetric_bytes(shape: MoeShape, world: int) -> int:
+        """
+        Symmetric memory one MoeBuffer of this shape holds on each rank; validates the shape.
+        """
+
+    @property
+    def shape(self) -> MoeShape: ...
+
+    @property
+    def capacity_rows(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def device(self) -> int: ...
+
+    def dispatch(self, x: int, x_scales: int, topk_idx: int, topk_weights: int, num_tokens: int, num_tokens_device: int, stream: int, hook: MoeHook | None = None) -> MoeDispatchOutput:
+        """
+        x_scales 0 unless the shape dispatches fp8; num_tokens_device 0: T is num_tokens.
+        """
+
+    def redispatch(self, handle: MoeHandle, x: int, x_scales: int, stream: int, hook: MoeHook | None = None) -> MoeDispatchOutput:
+        """Rank-major: new rows with the routing of the dispatch `handle` names."""
+
+    def combine(self, y: int, out: int, weighted: bool, stream: int, hook: MoeHook | None = None, handle: MoeHandle | None = None) -> None:
+        """
+        For the tokens of the last dispatch (or the one `handle` names, which must be the last).
+        """
+
+    def copy_expert_counts(self, host_counts: int, stream: int) -> None:
+        """
+        One cudaMemcpyAsync of the last dispatch's expert_counts into host memory (pinned: capturable).
+        """
+
+    def arrays(self, output: MoeDispatchOutput) -> dict[str, Any]:
+        """
+        Each non-null field of a dispatch's output as uint8 DLPack arrays (of the byte sizes moe.hpp gives them) on this rank's GPU, each holding this buffer.
         """
 
     def __repr__(self) -> str: ...

@@ -6,10 +6,17 @@ import importlib
 from types import ModuleType
 
 
+_module = None  # torch once imported: a plain global read, which torch.compile traces (an import call it does not)
+
+
 def torch(function: str) -> ModuleType:
     """The torch module, or ImportError naming the braid call that needs it."""
+    global _module
+    if _module is not None:
+        return _module
     try:
-        return importlib.import_module("torch")
+        _module = importlib.import_module("torch")
+        return _module
     except ImportError as error:
         raise ImportError(f"{function} needs PyTorch (pip install torch); braid itself imports without it") from error
 

@@ -6,8 +6,12 @@
 #include <nanobind/nanobind.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "braid/braid.hpp"
 #include "braid/memory.hpp"
 
 namespace braid::python {
@@ -23,6 +27,28 @@ T* pointer_from(uintptr_t address) {
   return reinterpret_cast<T*>(address);
 }
 inline uintptr_t address_of(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
+// A cudaStream_t from Python (torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream).
+inline Stream stream_from(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// The Python object Communicator: braid::Communicator until destroy() (communicator.cpp; moe.cpp builds on it).
+class PyCommunicator {
+ public:
+  explicit PyCommunicator(Communicator comm) : comm_(std::move(comm)) {}
+
+  // The communicator, or braid.Error naming `function` after destroy().
+  Communicator& get(const char* function) {
+    if (!comm_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("Communicator.{}: the communicator was destroyed (destroy())", function));
+    }
+    return *comm_;
+  }
+  bool alive() const { return comm_.has_value(); }
+  void destroy() { comm_.reset(); }
+
+ private:
+  std::optional<Communicator> comm_;
+};
 
 // A symmetric allocation and the GPU it lives on (what a DLPack export of it must name).
 struct Symmetric {
@@ -35,5 +61,6 @@ void bind_types(nb::module_& m);         // DataType, ReduceOp, PointToPoint (ty
 void bind_rendezvous(nb::module_& m);    // Rendezvous, StoreHost (rendezvous.cpp)
 void bind_memory(nb::module_& m);        // SymmetricMemory (memory.cpp)
 void bind_communicator(nb::module_& m);  // Communicator (communicator.cpp)
+void bind_moe(nb::module_& m);           // MoeShape, MoeBuffer, MoeHook (moe.cpp)
 
 }  // namespace braid::python

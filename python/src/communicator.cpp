@@ -19,27 +19,6 @@ namespace {
 
 using release_gil = nb::call_guard<nb::gil_scoped_release>;
 
-class PyCommunicator {
- public:
-  explicit PyCommunicator(Communicator comm) : comm_(std::move(comm)) {}
-
-  // The communicator, or braid.Error naming `function` after destroy().
-  Communicator& get(const char* function) {
-    if (!comm_) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("Communicator.{}: the communicator was destroyed (destroy())", function));
-    }
-    return *comm_;
-  }
-  bool alive() const { return comm_.has_value(); }
-  void destroy() { comm_.reset(); }
-
- private:
-  std::optional<Communicator> comm_;
-};
-
-Stream stream_from(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
-
 // A host array of counts or displacements must hold one entry per rank: the C++ call reads size() of them.
 const size_t* per_rank(const std::optional<std::vector<size_t>>& values, int size, const char* function,
                        const char* argument, bool required) {

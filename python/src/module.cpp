@@ -8,4 +8,5 @@ NB_MODULE(_braid, m) {
   braid::python::bind_rendezvous(m);
   braid::python::bind_memory(m);
   braid::python::bind_communicator(m);
+  braid::python::bind_moe(m);  // after Communicator: MoeBuffer.create takes one
 }

@@ -19,6 +19,8 @@ def stub_names():
                     collect(node.body, inner, prefix + node.name + ".")
             elif isinstance(node, ast.Assign):
                 into.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):  # constants: `NAME: int = 16`
+                into.add(node.target.id)
             elif isinstance(node, ast.ImportFrom) and node.module == "braid._error":
                 into.update(alias.asname or alias.name for alias in node.names)
     collect(tree.body, top, "")

@@ -161,6 +161,233 @@ def graph(rank, world):
     same(x, torch.full_like(x, float(world ** 3)), "all_reduce captured in torch.cuda.graph, replayed 3 times")
 
 
+# MoE ---------------------------------------------------------------------------------------------------------
+MOE_T, MOE_H, MOE_K = 37, 256, 4
+
+
+def routing(rows, experts, k, seed, hot=0, empty=()):
+    """Distinct expert ids per token (some -1), experts in `empty` never chosen, expert `hot` chosen by most."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    scores = torch.rand(rows, experts, generator=generator)
+    scores[:, hot] += 0.7  # hot
+    for e in empty:
+        scores[:, e] = -1.0  # never in the top k
+    weights, index = scores.topk(k, dim=1)
+    drop = torch.rand(rows, k, generator=generator) < 0.1
+    index[drop] = -1
+    weights = torch.rand(rows, k, generator=generator)
+    return index.cuda(), weights.float().cuda()
+
+
+def gathered(tensor, world):
+    parts = [torch.empty_like(tensor) for _ in range(world)]
+    dist.all_gather(parts, tensor.contiguous())
+    return parts
+
+
+def moe_reference_out(x, index, weights, experts):
+    """out[t] = sum over valid k of w[t, k] * (e + 1) * x[t], in float32."""
+    scale = torch.where(index >= 0, weights * (index.float() + 1), torch.zeros_like(weights)).sum(1, keepdim=True)
+    return x.float() * scale
+
+
+def moe(rank, world):
+    E = 4 * world
+    x = random(MOE_T * MOE_H, torch.float32, rank).view(MOE_T, MOE_H).to(torch.bfloat16)
+    index, weights = routing(MOE_T, E, MOE_K, seed=rank, hot=rank % E, empty=(E - 1,))
+    xs, idxs, ws = gathered(x, world), gathered(index, world), gathered(weights, world)
+    lo = rank * (E // world)
+    for layout in ("expert_major", "rank_major"):
+        buffer = braid.MoeBuffer(MOE_H, MOE_T, MOE_K, E, layout=layout, expert_alignment=1 if layout == "rank_major"
+                                 else 8)
+        got = buffer.dispatch(x, index, weights)
+        torch.cuda.synchronize()
+        counts = got.expert_counts.cpu()
+        for j in range(E // world):  # the pairs each local expert receives, from every rank
+            expected = sum(int((idxs[s] == lo + j).sum()) for s in range(world))
+            assert counts[j] == expected, f"{layout} expert {j}: {counts[j]} rows, expected {expected}"
+        if layout == "expert_major":
+            offsets = got.expert_offsets.cpu()
+            for j in range(E // world):
+                assert offsets[j] % 8 == 0
+                for row in range(offsets[j], offsets[j] + counts[j]):
+                    s, t = int(got.source_rank[row]), int(got.source_token[row])
+                    assert int(got.local_expert[row]) == j and lo + j in idxs[s][t].tolist()
+                    same(got.x[row], xs[s][t], f"{layout} row {row}")
+            y = torch.zeros_like(got.x)
+            used = int(offsets[-1])
+            y[:used] = (got.x[:used].float() * (got.local_expert[:used, None].float() + lo + 1)).to(y.dtype)
+            out = buffer.combine(y)  # weighted
+        else:
+            received = got.received_tokens.cpu()
+            for s in range(world):
+                mine = ((idxs[s] >= lo) & (idxs[s] < lo + E // world)).any(1).nonzero().flatten()
+                assert received[s] == len(mine), f"rank-major: {received[s]} tokens from {s}, expected {len(mine)}"
+                for i, t in enumerate(mine.tolist()):
+                    row = s * MOE_T + i
+                    assert (int(got.source_rank[row]), int(got.source_token[row])) == (s, t)
+                    same(got.x[row], xs[s][t], f"rank-major row {row}")
+            valid = (torch.arange(world * MOE_T, device="cuda") % MOE_T
+                     < got.received_tokens.repeat_interleave(MOE_T))[:, None]
+            te = got.topk_expert
+            scale = torch.where(te >= 0, got.topk_weights * (te.float() + lo + 1), 0.0).sum(1, keepdim=True)
+            got.combine_input.copy_(torch.where(valid, got.x.float() * scale, 0.0).to(torch.bfloat16))
+            out = buffer.combine(got.combine_input)
+        same(out, moe_reference_out(x, index, weights, E), f"{layout} combine")
+        pinned = buffer.copy_expert_counts()
+        torch.cuda.synchronize()
+        assert torch.equal(pinned, counts), "copy_expert_counts"
+        torch.cuda.synchronize()
+        braid.barrier()
+    # fp8 rank-major dispatch: rows and scales arrive bit for bit.
+    buffer = braid.MoeBuffer(MOE_H, MOE_T, MOE_K, E, layout="rank_major", dispatch_dtype=torch.float8_e4m3fn)
+    x8 = x.float().to(torch.float8_e4m3fn)
+    scales = torch.rand(MOE_T, MOE_H // 128, device="cuda")
+    got = buffer.dispatch(x8, index, weights, x_scales=scales)
+    torch.cuda.synchronize()
+    x8s, scs = gathered(x8.view(torch.uint8), world), gathered(scales, world)
+    for row in range(world * MOE_T):
+        if row % MOE_T < int(got.received_tokens[row // MOE_T]):
+            s, t = int(got.source_rank[row]), int(got.source_token[row])
+            assert torch.equal(got.x[row].view(torch.uint8), x8s[s][t]) and torch.equal(got.scales[row], scs[s][t])
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def moe_graph(rank, world):
+    """200 replays of a captured dispatch + combine with T (and the routing) changed on the device."""
+    E, T = 4 * world, 64
+    buffer = braid.MoeBuffer(MOE_H, T, MOE_K, E)
+    x = torch.empty(T, MOE_H, dtype=torch.bfloat16, device="cuda")
+    index = torch.full((T, MOE_K), -1, dtype=torch.int64, device="cuda")
+    weights = torch.zeros(T, MOE_K, device="cuda")
+    tokens = torch.zeros(1, dtype=torch.int64, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        got = buffer.dispatch(x, index, weights, tokens)
+        out = buffer.combine(got.x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        got = buffer.dispatch(x, index, weights, tokens)
+        out = buffer.combine(got.x)  # y = the dispatched rows: out[t] = sum_k w * x[t]
+    for replay in range(200):
+        generator = torch.Generator(device="cpu").manual_seed(replay * 100 + rank)
+        t = int(torch.randint(0, T + 1, (1,), generator=generator))
+        new_index, new_weights = routing(T, E, MOE_K, seed=replay * 100 + rank, hot=replay % E)
+        x.copy_(random(T * MOE_H, torch.float32, replay + rank).view(T, MOE_H))
+        index.copy_(new_index)
+        weights.copy_(new_weights)
+        tokens.fill_(t)
+        graph.replay()
+        expected = x[:t].float() * torch.where(index[:t] >= 0, weights[:t], 0.0).sum(1, keepdim=True)
+        same(out[:t], expected, f"replay {replay} T={t}")
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+class _Dispatch(torch.autograd.Function):
+    """x -> the received rows; backward: combine of their gradients (each token's rows summed back)."""
+
+    @staticmethod
+    def forward(ctx, x, index, weights, buffer):
+        ctx.buffer = buffer
+        got = buffer.dispatch(x, index, weights)
+        return got.x.clone(), got.topk_expert.clone(), got.topk_weights.clone(), got.received_tokens.clone()
+
+    @staticmethod
+    def backward(ctx, grad_rows, *unused):
+        return ctx.buffer.combine(grad_rows.contiguous()), None, None, None
+
+
+class _Combine(torch.autograd.Function):
+    """rows -> each token's rows summed over ranks; backward: redispatch of the output gradient."""
+
+    @staticmethod
+    def forward(ctx, y, buffer):
+        ctx.buffer = buffer
+        return buffer.combine(y)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        return ctx.buffer.redispatch(None, grad_out.contiguous()).x.clone(), None
+
+
+def moe_layer(x, router, experts, buffer, lo, autograd):
+    """Router, dispatch, per-expert matmul (rank-major), combine."""
+    T = buffer.max_tokens
+    weights, index = (x.float() @ router).softmax(-1).topk(buffer.top_k, dim=-1)
+    if autograd:
+        rows, te, tw, received = _Dispatch.apply(x, index, weights, buffer)
+    else:
+        got = buffer.dispatch(x, index, weights)
+        rows, te, tw, received = got.x, got.topk_expert, got.topk_weights, got.received_tokens
+    R = rows.shape[0]
+    valid = (torch.arange(R, device=rows.device) % T < received.repeat_interleave(T))[:, None]
+    outs = torch.einsum("rh,lhd->rld", torch.where(valid, rows.float(), 0.0), experts)
+    pick = outs.gather(1, te.long().clamp(min=0)[:, :, None].expand(R, te.shape[1], outs.shape[2]))
+    y = (pick * torch.where(te >= 0, tw, 0.0)[:, :, None]).sum(1).to(x.dtype)
+    return _Combine.apply(y, buffer) if autograd else buffer.combine(y)
+
+
+def moe_compile(rank, world):
+    E, T, H = 4 * world, 32, 128
+    buffer = braid.MoeBuffer(H, T, 2, E, layout="rank_major")
+    generator = torch.Generator(device="cuda").manual_seed(7)
+    router = torch.randn(H, E, device="cuda", generator=generator)
+    experts = torch.randn(E // world, H, H, device="cuda", generator=generator) / H ** 0.5
+    x = random(T * H, torch.float32, rank).view(T, H).to(torch.bfloat16)
+    lo = rank * (E // world)
+    eager = moe_layer(x, router, experts, buffer, lo, autograd=False).clone()
+    compiled = torch.compile(moe_layer, fullgraph=True)
+    got = compiled(x, router, experts, buffer, lo, False)
+    same(got, eager, "torch.compile'd MoE layer against eager")
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(moe_layer)(x, router, experts, buffer, lo, False)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    # functional collectives compile too
+    fn = torch.compile(lambda t: braid.functional.all_reduce(t * 2), fullgraph=True)
+    same(fn(torch.ones(1000, device="cuda")), torch.full((1000,), 2.0 * world, device="cuda"), "compiled all_reduce")
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def moe_backward(rank, world):
+    """The layer's input gradient through autograd.Functions (combine's backward a redispatch, dispatch's a
+    combine) against the same layer on torch.distributed: a reference built from all-gathered tokens."""
+    E, T, H, K = 4 * world, 32, 128, 2
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    router = torch.randn(H, E, device="cuda", generator=generator)
+    experts_all = torch.randn(E, H, H, device="cuda", generator=generator) / H ** 0.5
+    lo = rank * (E // world)
+    x = random(T * H, torch.float32, rank).view(T, H).to(torch.float32).requires_grad_()
+    buffer32 = braid.MoeBuffer(H, T, K, E, layout="rank_major", dtype=torch.float32)
+    out = moe_layer(x, router, experts_all[lo:lo + E // world], buffer32, lo, autograd=True)
+    grad_out = random(T * H, torch.float32, rank + 99).view(T, H)
+    out.backward(grad_out)
+    # Reference: every expert here, on this rank's tokens alone.
+    xr = x.detach().clone().requires_grad_()
+    weights, index = (xr.float() @ router).softmax(-1).topk(K, dim=-1)
+    per = torch.einsum("th,ehd->ted", xr, experts_all)
+    ref = (per.gather(1, index[:, :, None].expand(T, K, H)) * weights.detach()[:, :, None]).sum(1)
+    same(out, ref, "MoE layer forward (float32) against a local reference")
+    ref.backward(grad_out)
+    same(x.grad, xr.grad, "MoE layer input gradient against a local reference")
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def init_group(rank, world):
+    """braid.init(group=dist.group.WORLD) after torch.distributed: a second communicator through its store."""
+    braid.destroy()
+    comm = braid.init(group=dist.group.WORLD)
+    assert (comm.rank, comm.size) == (rank, world)
+    x = torch.full((100,), float(rank + 1), device="cuda")
+    braid.all_reduce(x)
+    same(x, torch.full((100,), world * (world + 1) / 2, device="cuda"), "all_reduce after init(group=)")
+
+
 def main() -> int:
     section = sys.argv[1]
     comm = braid.init()
@@ -168,8 +395,10 @@ def main() -> int:
     dist.init_process_group("nccl", device_id=torch.device("cuda", comm.device))
     rank, world = comm.rank, comm.size
     assert (rank, world) == (dist.get_rank(), dist.get_world_size())
-    {"collectives": collectives, "all_to_all": all_to_all, "p2p": p2p, "symmetric": symmetric, "graph": graph}[section](
-        rank, world)
+    sections = {"collectives": collectives, "all_to_all": all_to_all, "p2p": p2p, "symmetric": symmetric, "graph": graph,
+                "moe": moe, "moe_graph": moe_graph, "moe_compile": moe_compile, "moe_backward": moe_backward,
+                "init_group": init_group}
+    sections[section](rank, world)
     torch.cuda.synchronize()
     braid.check()
     print(f"{section} OK", flush=True)

@@ -1,0 +1,218 @@
+"""braid's calls as torch.library custom ops (namespace `braid`), with fake implementations, so that they capture in
+torch.cuda.graph and trace under torch.compile without graph breaks. Registered on first use (register_ops(), a
+braid.MoeBuffer, or a call of braid.functional), never at `import braid`: torch stays an optional import.
+
+Custom ops take no Python objects, so a communicator or a MoeBuffer crosses as an int handle (op_handle(); 0 is
+the default communicator as it is when the op runs). The collectives are functional, as torch's _c10d_functional
+ops are: they return a new tensor (all_reduce_ is the in-place form, a mutating op). Every op runs on
+torch.cuda.current_stream() and is marked side-effectful, so a collective whose result goes unused is never
+removed from a graph (the peers would wait for it)."""
+# No `from __future__ import annotations`: custom_op reads the ops' annotations as types.
+
+import itertools
+from typing import Any, Optional
+
+from ._dtypes import reduce_op
+from ._error import argument_error
+from ._state import communicator
+from ._torch import current_stream, torch as import_torch
+
+_registered = False
+_objects: dict[int, Any] = {}  # handle -> Communicator or braid.MoeBuffer (kept alive while registered)
+_handles: dict[int, int] = {}  # id(object) -> handle
+_next = itertools.count(1)
+
+
+def op_handle(obj) -> int:
+    """The int that names `obj` (a Communicator or a braid.MoeBuffer) to braid's ops; None: 0, the default
+    communicator. The registry holds obj until release_handle()."""
+    if obj is None:
+        return 0
+    if isinstance(obj, int):
+        return obj
+    handle = _handles.get(id(obj))
+    if handle is None:
+        handle = next(_next)
+        _handles[id(obj)] = handle
+        _objects[handle] = obj
+    return handle
+
+
+def release_handle(obj) -> None:
+    handle = _handles.pop(id(obj), None)
+    if handle is not None:
+        _objects.pop(handle, None)
+
+
+def resolve(handle: int, function: str):
+    """The object a handle names (0: the default communicator)."""
+    if handle == 0:
+        return communicator(None, function)
+    found = _objects.get(handle)
+    if found is None:
+        raise argument_error(function, "comm", f"is handle {handle}, which names no live communicator or MoeBuffer")
+    return found
+
+
+def _comm(handle: int, function: str):
+    found = resolve(handle, function)
+    return getattr(found, "_comm", found)  # a MoeBuffer names its communicator
+
+
+def register_ops():
+    """Registers braid's custom ops (once) and returns torch.ops.braid."""
+    global _registered
+    torch = import_torch("braid.register_ops")
+    if _registered:
+        return torch.ops.braid
+    _register(torch)
+    _registered = True
+    return torch.ops.braid
+
+
+def _side_effect(torch, op) -> None:
+    try:
+        from torch.fx.node import has_side_effect
+        has_side_effect(op._opoverload)
+    except (ImportError, AttributeError):  # older torch: ops that return a tensor may be removed when unused
+        pass
+
+
+def _register(torch) -> None:
+    from torch import Tensor
+    from torch.library import custom_op
+
+    from ._tensors import buffer
+
+    def stream(c):
+        return current_stream(torch, c.device)
+
+    # Collectives --------------------------------------------------------------------------------------------
+    @custom_op("braid::all_reduce", mutates_args=(), device_types="cuda")
+    def all_reduce(input: Tensor, op: str, comm: int) -> Tensor:
+        function = "braid.functional.all_reduce"
+        c = _comm(comm, function)
+        out = torch.empty_like(input, memory_format=torch.contiguous_format)
+        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        c.all_reduce(t.pointer, o.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
+        return out
+
+    @all_reduce.register_fake
+    def _(input, op, comm):
+        return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+    @custom_op("braid::all_reduce_", mutates_args=("tensor",), device_types="cuda")
+    def all_reduce_(tensor: Tensor, op: str, comm: int) -> None:
+        function = "braid.functional.all_reduce_"
+        c = _comm(comm, function)
+        t = buffer(torch, tensor, c, function, "tensor")
+        c.all_reduce(t.pointer, t.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
+
+    @all_reduce_.register_fake
+    def _(tensor, op, comm):
+        return None
+
+    def world(comm: int, function: str) -> int:
+        return _comm(comm, function).size
+
+    @custom_op("braid::all_gather_into_tensor", mutates_args=(), device_types="cuda")
+    def all_gather_into_tensor(input: Tensor, comm: int) -> Tensor:
+        function = "braid.functional.all_gather_into_tensor"
+        c = _comm(comm, function)
+        out = input.new_empty((c.size * input.shape[0], *input.shape[1:]) if input.dim() else (c.size,))
+        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        c.all_gather(t.pointer, o.pointer, t.count, t.dtype, stream(c))
+        return out
+
+    @all_gather_into_tensor.register_fake
+    def _(input, comm):
+        w = world(comm, "braid.functional.all_gather_into_tensor")
+        return input.new_empty((w * input.shape[0], *input.shape[1:]) if input.dim() else (w,))
+
+    def scattered_shape(input, w: int, function: str):
+        if input.dim() == 0 or input.shape[0] % w:
+            raise argument_error(function, "input", f"has shape {tuple(input.shape)}; dim 0 must divide by the world "
+                                 f"size ({w})")
+        return (input.shape[0] // w, *input.shape[1:])
+
+    @custom_op("braid::reduce_scatter_tensor", mutates_args=(), device_types="cuda")
+    def reduce_scatter_tensor(input: Tensor, op: str, comm: int) -> Tensor:
+        function = "braid.functional.reduce_scatter_tensor"
+        c = _comm(comm, function)
+        out = input.new_empty(scattered_shape(input, c.size, function))
+        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        c.reduce_scatter(t.pointer, o.pointer, o.count, t.dtype, reduce_op(op, function), stream(c))
+        return out
+
+    @reduce_scatter_tensor.register_fake
+    def _(input, op, comm):
+        function = "braid.functional.reduce_scatter_tensor"
+        return input.new_empty(scattered_shape(input, world(comm, function), function))
+
+    @custom_op("braid::broadcast", mutates_args=(), device_types="cuda")
+    def broadcast(input: Tensor, src: int, comm: int) -> Tensor:
+        function = "braid.functional.broadcast"
+        c = _comm(comm, function)
+        out = torch.empty_like(input, memory_format=torch.contiguous_format)
+        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        c.broadcast(t.pointer if c.rank == src else 0, o.pointer, t.count, t.dtype, src, stream(c))
+        return out
+
+    @broadcast.register_fake
+    def _(input, src, comm):
+        return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+    @custom_op("braid::all_to_all_single", mutates_args=(), device_types="cuda")
+    def all_to_all_single(input: Tensor, output_split_sizes: Optional[list[int]],
+                          input_split_sizes: Optional[list[int]], comm: int) -> Tensor:
+        from ._collectives import all_to_all_single as eager
+        c = _comm(comm, "braid.functional.all_to_all_single")
+        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
+        out = input.new_empty((rows, *input.shape[1:]))
+        eager(out, input.contiguous(), output_split_sizes, input_split_sizes, comm=c)
+        return out
+
+    @all_to_all_single.register_fake
+    def _(input, output_split_sizes, input_split_sizes, comm):
+        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
+        return input.new_empty((rows, *input.shape[1:]))
+
+    # MoE ----------------------------------------------------------------------------------------------------
+    # A dispatch returns the views of the buffer's memory (the same tensors every call, as braid's dispatch
+    # returns the same addresses), in the order MoeBuffer.output_fields() gives.
+    @custom_op("braid::moe_dispatch", mutates_args=(), device_types="cuda")
+    def moe_dispatch(x: Tensor, x_scales: Optional[Tensor], topk_idx: Tensor, topk_weights: Tensor,
+                     num_tokens_device: Optional[Tensor], num_tokens: int, buffer: int) -> list[Tensor]:
+        moe = resolve(buffer, "braid.MoeBuffer.dispatch")
+        got = moe._dispatch_eager(x, topk_idx, topk_weights, num_tokens_device if num_tokens_device is not None
+                                  else (None if num_tokens < 0 else num_tokens), x_scales, False)
+        return [getattr(got, name).detach() for name in moe.output_fields()]
+
+    @moe_dispatch.register_fake
+    def _(x, x_scales, topk_idx, topk_weights, num_tokens_device, num_tokens, buffer):
+        return resolve(buffer, "braid.MoeBuffer.dispatch")._fake_outputs(x.device)
+
+    @custom_op("braid::moe_redispatch", mutates_args=(), device_types="cuda")
+    def moe_redispatch(x: Tensor, x_scales: Optional[Tensor], buffer: int) -> list[Tensor]:
+        moe = resolve(buffer, "braid.MoeBuffer.redispatch")
+        got = moe._redispatch_eager(None, x, x_scales, False)
+        return [getattr(got, name).detach() for name in moe.output_fields()]
+
+    @moe_redispatch.register_fake
+    def _(x, x_scales, buffer):
+        return resolve(buffer, "braid.MoeBuffer.redispatch")._fake_outputs(x.device)
+
+    @custom_op("braid::moe_combine", mutates_args=(), device_types="cuda")
+    def moe_combine(y: Tensor, weighted: bool, rows: int, buffer: int) -> Tensor:
+        moe = resolve(buffer, "braid.MoeBuffer.combine")
+        out = y.new_empty((rows, moe.hidden))
+        moe._combine_eager(y, out, weighted, None, False)
+        return out
+
+    @moe_combine.register_fake
+    def _(y, weighted, rows, buffer):
+        return y.new_empty((rows, resolve(buffer, "braid.MoeBuffer.combine").hidden))
+
+    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single, moe_dispatch,
+               moe_redispatch, moe_combine):
+        _side_effect(torch, op)

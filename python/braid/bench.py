@@ -1,0 +1,126 @@
+"""python -m braid.bench: braid's calls timed from Python, so the cost of the Python layer per call can be set beside
+braid-bench's numbers for the same cases. Run one process per GPU (torchrun --nproc-per-node N -m braid.bench, or
+braid-run). Each case is timed two ways, with torch.cuda.Event around `--calls` calls: captured in one CUDA graph
+and replayed (the GPU time per call, no host cost) and eagerly (what a Python caller pays: the host's time per
+call whenever it exceeds the GPU's). Prints one line per case and mode on rank 0: the median over `--repeats`
+timings, per call, in microseconds.
+
+Cases: all_reduce in place (bfloat16, sizes from --sizes), and MoE dispatch, combine and both, expert-major and
+rank-major, at T=128, H=7168, K=8, E=64 bfloat16 with random routing (DeepSeek's decode shape)."""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import braid
+
+
+def _time(torch, body, calls: int, repeats: int, graph: bool) -> float:
+    """Median microseconds per call of `body` (one call), run `calls` times per timing."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):  # warm-up, outside any capture
+            body()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            for _ in range(calls):
+                body()
+        captured.replay()
+        run = captured.replay
+    else:
+        def run():
+            for _ in range(calls):
+                body()
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        braid.barrier()  # ranks start together (the host barrier waits for no GPU work: synchronised above)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / calls)
+    return statistics.median(times)
+
+
+def _routing(torch, tokens: int, experts: int, top_k: int, seed: int):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    scores = torch.rand(tokens, experts, device="cuda", generator=generator)
+    weights, index = scores.topk(top_k, dim=1)
+    return index.to(torch.int64).contiguous(), (weights / weights.sum(1, keepdim=True)).float().contiguous()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m braid.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="8K,64K,1M,16M,64M", help="all_reduce sizes in bytes (K, M suffixes)")
+    parser.add_argument("--calls", type=int, default=20, help="calls per timing (and per captured graph)")
+    parser.add_argument("--repeats", type=int, default=20, help="timings per case; the median is printed")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=7168)
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--experts", type=int, default=64)
+    parser.add_argument("--skip-moe", action="store_true")
+    parser.add_argument("--group", action="store_true", help="braid.init(group=WORLD) after init_process_group")
+    args = parser.parse_args(argv)
+
+    import torch
+    if args.group:
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        comm = braid.init(group=dist.group.WORLD)
+    else:
+        comm = braid.init()
+    torch.cuda.set_device(comm.device)
+    rank, world = comm.rank, comm.size
+
+    def report(case: str, mode: str, micros: float) -> None:
+        if rank == 0:
+            print(f"{case:<44} {mode:<6} {micros:10.2f} us/call  (world {world}, {torch.cuda.get_device_name()})",
+                  flush=True)
+
+    if rank == 0:
+        print(f"# braid {braid.__version__} from Python: median of {args.repeats} timings of {args.calls} calls",
+              flush=True)
+    for text in args.sizes.split(","):
+        text = text.strip().upper()
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        size = int(text.rstrip("KMG")) * scale
+        x = torch.ones(max(size // 2, 1), dtype=torch.bfloat16, device="cuda")
+        for graph in (True, False):
+            report(f"all_reduce bf16 {size} B", "graph" if graph else "eager",
+                   _time(torch, lambda: braid.all_reduce(x), args.calls, args.repeats, graph))
+
+    if not args.skip_moe:
+        T, H, K, E = args.tokens, args.hidden, args.top_k, args.experts
+        x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
+        index, weights = _routing(torch, T, E, K, seed=rank)
+        for layout in ("expert_major", "rank_major"):
+            moe = braid.MoeBuffer(H, T, K, E, layout=layout)
+            got = moe.dispatch(x, index, weights)
+            y = got.combine_input if moe.rank_major else got.x
+            out = torch.empty_like(x)
+            cases = {"dispatch": lambda: moe.dispatch(x, index, weights),
+                     "combine": lambda: moe.combine(y, out),
+                     "dispatch+combine": lambda: (moe.dispatch(x, index, weights), moe.combine(y, out))}
+            for name, body in cases.items():
+                for graph in (True, False):
+                    report(f"moe {layout} {name} T={T} H={H} K={K} E={E}", "graph" if graph else "eager",
+                           _time(torch, body, args.calls, args.repeats, graph))
+            torch.cuda.synchronize()
+            braid.barrier()
+            moe.close()
+    torch.cuda.synchronize()
+    braid.check()
+    braid.barrier()
+    braid.destroy()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

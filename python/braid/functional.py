@@ -1,0 +1,53 @@
+"""Functional collectives through braid's custom ops (torch.ops.braid.*): each returns a new tensor, as torch's
+_c10d_functional ops do, so they trace under torch.compile without graph breaks and capture in torch.cuda.graph.
+They run on torch.cuda.current_stream(). comm: None (the default communicator when the op runs), a
+Communicator, or its braid.op_handle() (an int, which is what traces without a guard on the object)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from ._braid import ReduceOp
+from ._ops import op_handle, register_ops
+
+__all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
+           "all_to_all_single"]
+
+
+def _op_name(op) -> str:
+    if isinstance(op, str):
+        return op
+    return str(getattr(op, "name", op)).rsplit(".", 1)[-1]
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, comm=None):
+    """`tensor` reduced over every rank, as a new tensor."""
+    return register_ops().all_reduce(tensor, _op_name(op), op_handle(comm))
+
+
+def all_reduce_(tensor, op=ReduceOp.SUM, comm=None):
+    """Reduces `tensor` over every rank in place (a mutating op); returns it."""
+    register_ops().all_reduce_(tensor, _op_name(op), op_handle(comm))
+    return tensor
+
+
+def all_gather_into_tensor(tensor, comm=None):
+    """Every rank's `tensor` concatenated along dim 0 in rank order: [world * rows, ...]."""
+    return register_ops().all_gather_into_tensor(tensor, op_handle(comm))
+
+
+def reduce_scatter_tensor(tensor, op=ReduceOp.SUM, comm=None):
+    """Block `rank` (dim 0 split into world blocks) of `tensor` reduced over every rank."""
+    return register_ops().reduce_scatter_tensor(tensor, _op_name(op), op_handle(comm))
+
+
+def broadcast(tensor, src: int, comm=None):
+    """Rank src's `tensor` on every rank, as a new tensor."""
+    return register_ops().broadcast(tensor, src, op_handle(comm))
+
+
+def all_to_all_single(tensor, output_split_sizes: Optional[Sequence[int]] = None,
+                      input_split_sizes: Optional[Sequence[int]] = None, comm=None):
+    """torch's all_to_all_single as a function: rows of dim 0 (equal blocks, or host lists of split sizes)."""
+    return register_ops().all_to_all_single(
+        tensor, None if output_split_sizes is None else [int(s) for s in output_split_sizes],
+        None if input_split_sizes is None else [int(s) for s in input_split_sizes], op_handle(comm))

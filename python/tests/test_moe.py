@@ -1,0 +1,190 @@
+"""braid.MoeBuffer and braid's custom ops without a GPU: shape and argument errors naming the argument, the fake
+implementations' output shapes (on meta tensors, through a MoeBuffer.meta), and tracing under torch.compile's
+front end without graph breaks. Tests that need torch skip without it."""
+import types
+
+import pytest
+
+import braid
+from braid import Error, ErrorCode
+
+from helpers import run_python
+
+T, H, K, E, W = 6, 256, 4, 8, 2
+
+
+def test_shape_errors_name_the_field():
+    with pytest.raises(Error, match="argument 'shape.experts'") as caught:
+        braid.MoeBuffer.meta(H, T, K, 3, world_size=W)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(Error, match="braid.MoeBuffer.meta: argument 'layout'"):
+        braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="diagonal")
+    with pytest.raises(Error, match="argument 'hidden'"):
+        braid.MoeBuffer.meta(-1, T, K, E, world_size=W)
+    with pytest.raises(Error, match="argument 'dispatch_dtype'"):
+        braid.MoeBuffer.meta(H, T, K, E, world_size=W, dispatch_dtype="complex64")
+    with pytest.raises(Error, match="argument 'colour'"):
+        braid.MoeBuffer.meta(H, T, K, E, world_size=W, colour=1)
+
+
+def test_meta_buffer_sizes():
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, expert_alignment=4)
+    assert moe.local_experts == E // W and not moe.rank_major
+    assert moe.capacity_rows == W * T * min(K, E // W) + (E // W) * 3  # worst_case_rows
+    rank_major = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major")
+    assert rank_major.capacity_rows == W * T and rank_major.output_fields()[-1] == "combine_input"
+
+
+def test_moe_buffer_needs_a_communicator(monkeypatch):
+    with pytest.raises(Error, match="braid.MoeBuffer: no communicator") as caught:
+        braid.MoeBuffer(H, T, K, E)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_meta_buffer_without_torch():
+    code = """
+import braid
+moe = braid.MoeBuffer.meta(256, 4, 2, 4, world_size=2)
+try:
+    moe.dispatch(None, None, None)
+except ImportError as error:
+    print(error)
+"""
+    result = run_python(code, block_torch=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("braid.MoeBuffer.dispatch needs PyTorch")
+
+
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch", reason="torch is not installed: the ops' fake implementations are not tested")
+
+
+def inputs(torch, rows=T, dtype=None, index_dtype=None):
+    x = torch.empty(rows, H, dtype=dtype or torch.bfloat16, device="meta")
+    idx = torch.empty(rows, K, dtype=index_dtype or torch.int64, device="meta")
+    return x, idx, torch.empty(rows, K, dtype=torch.float32, device="meta")
+
+
+def test_fake_dispatch_expert_major(torch):
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W)
+    got = moe.dispatch(*inputs(torch))
+    R, L = moe.capacity_rows, E // W
+    assert got.x.shape == (R, H) and got.x.dtype == torch.bfloat16 and got.x.device.type == "meta"
+    assert got.expert_counts.shape == (L,) and got.expert_counts.dtype == torch.int64
+    assert got.expert_offsets.shape == (L + 1,)
+    assert got.weights.shape == (R,) and got.weights.dtype == torch.float32
+    assert got.local_expert.dtype == got.source_rank.dtype == got.source_token.dtype == torch.int32
+    assert got.scales is None and got.combine_input is None and got.received_tokens is None
+    out = moe.combine(got.x)
+    assert out.shape == (T, H) and out.dtype == torch.bfloat16
+    assert moe.combine(got.x, num_tokens=3).shape == (3, H)
+
+
+def test_fake_dispatch_rank_major_fp8(torch):
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", dispatch_dtype=torch.float8_e4m3fn,
+                               index_dtype=torch.int32)
+    x, idx, w = inputs(torch, dtype=torch.float8_e4m3fn, index_dtype=torch.int32)
+    scales = torch.empty(T, H // 128, device="meta")
+    got = moe.dispatch(x, idx, w, x_scales=scales)
+    R = W * T
+    assert got.x.shape == (R, H) and got.x.dtype == torch.float8_e4m3fn
+    assert got.scales.shape == (R, H // 128) and got.scales.dtype == torch.float32
+    assert got.received_tokens.shape == (W,) and got.received_tokens.dtype == torch.int64
+    assert got.topk_expert.shape == (R, K) and got.topk_expert.dtype == torch.int32
+    assert got.topk_weights.shape == (R, K)
+    assert got.combine_input.shape == (R, H) and got.combine_input.dtype == torch.bfloat16
+    assert got.expert_offsets is None and got.weights is None
+    again = moe.redispatch(None, x, x_scales=scales)
+    assert again.x.shape == (R, H)
+    assert moe.combine(got.combine_input).shape == (T, H)
+
+
+def test_dispatch_argument_errors(torch):
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W)
+    x, idx, w = inputs(torch)
+    cases = [
+        ((x.float(), idx, w), {}, "argument 'x' has dtype torch.float32"),
+        ((x[:, :8], idx, w), {}, "argument 'x' has shape"),
+        ((x, idx.int(), w), {}, "argument 'topk_idx' has dtype torch.int32"),
+        ((x, idx[:2], w), {}, "argument 'topk_idx' has shape"),
+        ((x, idx, w.half()), {}, "argument 'topk_weights' has dtype"),
+        ((x, idx, w), {"num_tokens": T + 1}, "argument 'num_tokens' is 7"),
+        ((x, idx, w), {"num_tokens": torch.empty(1, dtype=torch.int32, device="meta")}, "argument 'num_tokens'"),
+        ((x, idx, w), {"x_scales": torch.empty(T, 2, device="meta")}, "argument 'x_scales' is given"),
+        ((torch.empty(T, H, dtype=torch.bfloat16), idx, w), {}, "argument 'x' is on cpu"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(Error, match=message) as caught:
+            moe.dispatch(*args, **kwargs)
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+        assert str(caught.value).startswith("braid.MoeBuffer.dispatch: ")
+    small = braid.MoeBuffer.meta(H, 16, K, E, world_size=W)
+    with pytest.raises(Error, match="argument 'x' has 6 rows; with T on the device"):
+        small.dispatch(x, idx, w, torch.empty(1, dtype=torch.int64, device="meta"))
+    fp8 = braid.MoeBuffer.meta(H, T, K, E, world_size=W, dispatch_dtype="float8_e5m2")
+    with pytest.raises(Error, match="argument 'x_scales' is None"):
+        fp8.dispatch(torch.empty(T, H, dtype=torch.float8_e5m2, device="meta"), idx, w)
+    with pytest.raises(Error, match="braid.MoeBuffer.combine: argument 'y' has shape"):
+        moe.combine(x)
+
+
+def test_device_tokens_trace(torch):
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W)
+    got = moe.dispatch(*inputs(torch), torch.empty(1, dtype=torch.int64, device="meta"))
+    assert got.num_tokens == T and moe.combine(got.x).shape == (T, H)
+
+
+def test_functional_fakes(torch):
+    stand_in = types.SimpleNamespace(size=4, rank=1, device=0)  # the fake implementations read only .size
+    handle = braid.op_handle(stand_in)
+    try:
+        x = torch.empty(8, 3, device="meta", dtype=torch.bfloat16)
+        ops = braid.register_ops()
+        assert ops.all_reduce(x, "sum", handle).shape == (8, 3)
+        assert ops.all_gather_into_tensor(x, handle).shape == (32, 3)
+        assert ops.reduce_scatter_tensor(x, "sum", handle).shape == (2, 3)
+        assert ops.broadcast(x, 0, handle).shape == (8, 3)
+        assert ops.all_to_all_single(x, [1, 2, 3, 4], None, handle).shape == (10, 3)
+        assert braid.functional.all_gather_into_tensor(x, comm=handle).dtype == torch.bfloat16
+        with pytest.raises(Error, match="argument 'input' has shape \\(6, 3\\); dim 0 must divide"):
+            ops.reduce_scatter_tensor(x[:6], "sum", handle)
+    finally:
+        braid._ops.release_handle(stand_in)
+
+
+def test_ops_registered_lazily():
+    result = run_python("import braid, sys\nprint('torch' in sys.modules)\n"
+                        "import torch\nprint(hasattr(torch.ops.braid, 'moe_dispatch'))\n"
+                        "braid.register_ops()\nprint(hasattr(torch.ops.braid, 'moe_dispatch'))")
+    if "ModuleNotFoundError" in result.stderr:
+        pytest.skip("torch is not installed")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "True"]
+
+
+def test_layer_traces_without_graph_breaks(torch):
+    """torch.compile's front end (dynamo) captures a MoE layer on a meta buffer in one graph."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major")
+    stand_in = types.SimpleNamespace(size=W)
+    handle = braid.op_handle(stand_in)
+
+    def layer(x, router):
+        scores = (x.float() @ router).softmax(-1)
+        weights, idx = scores.topk(K, dim=-1)
+        got = moe.dispatch(x, idx, weights)
+        rows = got.x.float().sum(-1, keepdim=True) * got.topk_weights.sum(-1, keepdim=True)
+        y = (got.x.float() * rows).to(torch.bfloat16)
+        out = moe.combine(y)
+        return braid.functional.all_reduce(out, comm=handle)
+
+    try:
+        x = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+        router = torch.empty(H, E, device="meta")
+        explained = torch._dynamo.explain(layer)(x, router)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert explained.graph_count == 1
+        code = explained.graphs[0].code
+        assert "braid.moe_dispatch" in code and "braid.moe_combine" in code and "braid.all_reduce" in code
+    finally:
+        braid._ops.release_handle(stand_in)
