@@ -231,6 +231,24 @@ def page(rows, goals):
     return "\n".join(out).rstrip() + "\n"
 
 
+def style(axis, xlabel, ylabel):
+    """Log-2 sizes on x, a grid, the labels."""
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.grid(True, which="both", alpha=0.3)
+
+
+def save(plt, fig, title, gpu, what):
+    """Writes the figure as docs/img/performance-<gpu>-<what>.png; returns its path."""
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = os.path.join(IMAGES, image_name(gpu, what))
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def plots(rows):
     import matplotlib
     matplotlib.use("Agg")
@@ -264,19 +282,12 @@ def plots(rows):
                                     linestyle="--", label=f"NCCL, {dtype}")
                             lat.plot([r["bytes"] for r in nccl], [r["nccl_us"] for r in nccl], marker="x",
                                      linestyle="--", label=f"NCCL, {dtype}")
-                for axis, ylabel in ((bw, "bus bandwidth (GB/s)"), (lat, "time per call (µs)")):
-                    axis.set_xscale("log", base=2)
-                    axis.set_xlabel("message size (bytes)")
-                    axis.set_ylabel(ylabel)
-                    axis.grid(True, which="both", alpha=0.3)
+                style(bw, "message size (bytes)", "bus bandwidth (GB/s)")
+                style(lat, "message size (bytes)", "time per call (µs)")
                 lat.set_yscale("log")
                 bw.legend(fontsize=8)
-                fig.suptitle(f"{TITLES[coll]}, {world} ranks, {gpu} (graphs up to 16 MiB, eager above)")
-                fig.tight_layout()
-                path = os.path.join(IMAGES, image_name(gpu, f"{coll}-{world}"))
-                fig.savefig(path, dpi=90)
-                plt.close(fig)
-                written.append(path)
+                written.append(save(plt, fig, f"{TITLES[coll]}, {world} ranks, {gpu} (graphs up to 16 MiB, eager above)",
+                                    gpu, f"{coll}-{world}"))
             moe = [r for r in here if r["kind"] == "moe" and r["layout"] == "rank-major" and r["experts"] == 64
                    and r["dtype"] == "bfloat16"]
             if moe:
@@ -288,19 +299,12 @@ def plots(rows):
                     nccl = [r for r in line if r["nccl_us"] is not None]
                     axis.plot([r["tokens"] for r in nccl], [r["nccl_us"] for r in nccl], marker="x", linestyle="--",
                               label="NCCL path")
-                    axis.set_xscale("log", base=2)
+                    style(axis, "tokens per rank (T)", "time per call (µs)")
                     axis.set_yscale("log")
-                    axis.set_xlabel("tokens per rank (T)")
-                    axis.set_ylabel("time per call (µs)")
                     axis.set_title(phase[4:])
-                    axis.grid(True, which="both", alpha=0.3)
                     axis.legend(fontsize=8)
-                fig.suptitle(f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}")
-                fig.tight_layout()
-                path = os.path.join(IMAGES, image_name(gpu, f"moe-{world}"))
-                fig.savefig(path, dpi=90)
-                plt.close(fig)
-                written.append(path)
+                written.append(save(plt, fig, f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}", gpu,
+                                    f"moe-{world}"))
     return written
 
 
