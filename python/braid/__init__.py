@@ -13,8 +13,8 @@ from ._braid import (Communicator, DataType, MoeHandle, MoeLayout, MoeShape, Poi
                      StoreHost, SymmetricMemory, datatype_name, datatype_size, error_code_name)
 from ._dtypes import datatype, reduce_op
 from ._state import barrier, check, default_communicator, destroy, get_rank, get_world_size, init, is_initialized
-from ._collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, broadcast, reduce,
-                           reduce_scatter, reduce_scatter_tensor)
+from ._collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, all_to_all_v_device,
+                           broadcast, reduce, reduce_scatter, reduce_scatter_tensor)
 from ._p2p import P2POp, batch_isend_irecv, recv, send
 from ._symmetric import empty, peer, view_all
 from ._moe import MoeBuffer, MoeDispatch
@@ -24,10 +24,10 @@ from . import functional
 __version__ = "0.1.0"
 
 __all__ = [
-    "Communicator", "DataType", "Error", "ErrorCode", "MoeBuffer", "MoeDispatch", "MoeHandle", "MoeLayout",
-    "MoeShape", "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "StoreHost", "SymmetricMemory", "all_gather",
-    "all_gather_into_tensor", "all_reduce", "all_to_all_single", "barrier", "batch_isend_irecv", "broadcast",
-    "check", "datatype", "datatype_name", "datatype_size", "default_communicator", "destroy", "empty",
+    "Communicator", "DataType", "Error", "ErrorCode", "MoeBuffer", "MoeDispatch", "MoeHandle", "MoeLayout", "MoeShape",
+    "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "StoreHost", "SymmetricMemory", "all_gather",
+    "all_gather_into_tensor", "all_reduce", "all_to_all_single", "all_to_all_v_device", "barrier", "batch_isend_irecv",
+    "broadcast", "check", "datatype", "datatype_name", "datatype_size", "default_communicator", "destroy", "empty",
     "error_code_name", "functional", "get_rank", "get_world_size", "init", "is_initialized", "op_handle", "peer",
-    "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "register_ops", "send", "view_all",
+    "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "register_ops", "send", "view_all"
 ]

@@ -331,6 +331,11 @@ class Communicator:
         MPI_Alltoallv's shape: host lists of one count (and displacement) per rank, in elements; None displacements: packed in rank order.
         """
 
+    def all_to_allv_device(self, send: int, send_counts: int, send_displs: int, recv: int, recv_capacity: int, recv_counts: int, recv_displs: int, dtype: DataType, stream: int) -> None:
+        """
+        All-to-all-v with the send counts in device memory (int64, one per rank, in elements; decided on the GPU, capturable): send_displs a device array or 0 (packed). What arrives is packed in rank order into recv (recv_capacity elements); the counts received are written to the device array recv_counts and their offsets to recv_displs (or 0). A total above the capacity writes nothing into recv; check() reports it.
+        """
+
     def send(self, buffer: int, count: int, dtype: DataType, peer: int, stream: int) -> None: ...
 
     def recv(self, buffer: int, count: int, dtype: DataType, peer: int, stream: int) -> None: ...

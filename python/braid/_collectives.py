@@ -103,8 +103,8 @@ def _splits(splits, tensor, world: int, function: str, argument: str, tensor_nam
                                  f"split evenly over {world} ranks")
         return [rows // world * row] * world
     if hasattr(splits, "device") and hasattr(splits, "tolist"):
-        raise Error(f"{function}: argument '{argument}' is a tensor; split sizes as tensors (device counts) are not "
-                    "supported yet: pass a list of ints", ErrorCode.UNSUPPORTED)
+        raise Error(f"{function}: argument '{argument}' is a tensor; here split sizes are host lists of ints (split "
+                    "sizes on the GPU: braid.all_to_all_v_device)", ErrorCode.UNSUPPORTED)
     splits = [int(s) for s in splits]
     if len(splits) != world or any(s < 0 for s in splits) or sum(splits) != rows:
         raise argument_error(function, argument, f"is {splits}; it needs {world} sizes (one per rank), none negative, "
@@ -131,3 +131,84 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     send_counts = _splits(input_split_sizes, input, c.size, function, "input_split_sizes", "input")
     recv_counts = _splits(output_split_sizes, output, c.size, function, "output_split_sizes", "output")
     c.all_to_allv(inp.pointer, send_counts, None, out.pointer, recv_counts, None, inp.dtype, stream)
+
+
+def _device_counts(torch, tensor, c, function: str, argument: str, required: bool):
+    """A per-rank int64 array (split sizes or offsets, in rows): its type, dtype and length (where it lives is
+    checked with the other tensors)."""
+    if tensor is None:
+        if required:
+            raise argument_error(function, argument, f"is None; it needs {c.size} int64 entries (one per rank) on the "
+                                 "GPU")
+        return None
+    if not isinstance(tensor, torch.Tensor):
+        raise argument_error(function, argument, f"is a {type(tensor).__name__}; it must be an int64 CUDA tensor of "
+                             f"{c.size} entries (host lists of split sizes: braid.all_to_all_single)")
+    if tensor.dtype != torch.int64 or tensor.dim() != 1 or tensor.numel() != c.size:
+        raise argument_error(function, argument, f"is a {tensor.dtype} tensor of shape {tuple(tensor.shape)}; it "
+                             f"must be int64 of shape ({c.size},) (one entry per rank)")
+    return tensor
+
+
+def all_to_all_v_device(output, input, input_split_sizes, output_split_sizes=None, *, input_offsets=None,
+                        output_offsets=None, comm: Optional[Communicator] = None):
+    """All-to-all-v with the split sizes on the GPU (Communicator.all_to_allv_device): no host round trip, so
+    the routing can be decided by a kernel and the call captured in a CUDA graph with any counts.
+
+    input: [N, ...]; this rank sends input_split_sizes[q] rows (an int64 CUDA tensor of world entries) to rank q,
+    starting at row input_offsets[q] (an int64 CUDA tensor; None: packed in rank order). output: [capacity, ...]
+    of input's dtype and row shape; what arrives is packed in rank order from row 0, and the rows received from
+    each rank and their first rows are written to output_split_sizes and output_offsets (int64 CUDA tensors of
+    world entries; None: new ones). Returns (output_split_sizes, output_offsets). Rows past the received ones
+    are not written. A total above capacity writes no rows (the counts and offsets still are), and a negative
+    count or offset sends nothing to that rank: braid.check() reports either once the stream has reached the
+    call."""
+    function = "braid.all_to_all_v_device"
+    torch, c = _setup(function, comm)
+    send_counts = _device_counts(torch, input_split_sizes, c, function, "input_split_sizes", True)
+    send_displs = _device_counts(torch, input_offsets, c, function, "input_offsets", False)
+    recv_counts = _device_counts(torch, output_split_sizes, c, function, "output_split_sizes", False)
+    recv_displs = _device_counts(torch, output_offsets, c, function, "output_offsets", False)
+    for name, tensor in (("output", output), ("input", input)):
+        if not isinstance(tensor, torch.Tensor):
+            raise argument_error(function, name, f"must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dim() == 0:
+            raise argument_error(function, name, "is a scalar; it needs rows (dim 0)")
+    same_dtype(input, output, function, "output")
+    if tuple(output.shape[1:]) != tuple(input.shape[1:]):
+        raise argument_error(function, "output", f"has rows of shape {tuple(output.shape[1:])}; input's are "
+                             f"{tuple(input.shape[1:])}")
+    for name, tensor in (("input_split_sizes", send_counts), ("input_offsets", send_displs),
+                         ("output_split_sizes", recv_counts), ("output_offsets", recv_displs)):
+        if tensor is not None:
+            buffer(torch, tensor, c, function, name)  # a contiguous CUDA tensor on the communicator's GPU
+    out = buffer(torch, output, c, function, "output")
+    inp = buffer(torch, input, c, function, "input")
+    for name, tensor in (("output_split_sizes", recv_counts), ("output_offsets", recv_displs)):
+        if tensor is not None and any(tensor is other for other in (send_counts, send_displs)):
+            raise argument_error(function, name, "is one of the input's split sizes or offsets; it is written")
+    new = dict(dtype=torch.int64, device=input.device)
+    if recv_counts is None:
+        recv_counts = torch.empty(c.size, **new)
+    if recv_displs is None:
+        recv_displs = torch.empty(c.size, **new)
+    # braid counts elements; the splits here are rows: scale them on the device when a row is several elements.
+    row = 1
+    for extent in input.shape[1:]:
+        row *= extent
+    if row == 1:
+        counts_in, displs_in, counts_out, displs_out = send_counts, send_displs, recv_counts, recv_displs
+    else:
+        counts_in = send_counts * row
+        displs_in = None if send_displs is None else send_displs * row
+        counts_out, displs_out = torch.empty(c.size, **new), torch.empty(c.size, **new)
+    # braid needs device addresses even for empty tensors (it cannot see the counts): one element stands in.
+    send = input if input.numel() else torch.empty(1, dtype=input.dtype, device=input.device)
+    recv = output if output.numel() else torch.empty(1, dtype=output.dtype, device=output.device)
+    c.all_to_allv_device(send.data_ptr(), counts_in.data_ptr(), 0 if displs_in is None else displs_in.data_ptr(),
+                         recv.data_ptr(), out.count, counts_out.data_ptr(), displs_out.data_ptr(), inp.dtype,
+                         current_stream(torch, c.device))
+    if row != 1:
+        torch.floor_divide(counts_out, row, out=recv_counts)
+        torch.floor_divide(displs_out, row, out=recv_displs)
+    return recv_counts, recv_displs

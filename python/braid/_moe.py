@@ -156,6 +156,11 @@ class MoeBuffer:
         self._views: Optional[dict] = None  # name -> tensor over the buffer's memory, made by the first dispatch
         self._addresses: Optional[tuple] = None
         self._last_handle: Optional[MoeHandle] = None
+        # The last dispatch's routing (topk_idx, topk_weights, device T, host T): expert-major combine's backward
+        # dispatches the output gradient with it.
+        self._routing: Optional[tuple] = None
+        # (the dispatch number a combine's backward made, the forward dispatch whose routing it repeated)
+        self._replay: Optional[tuple] = None
         self._out_rows = 0  # combine's rows: the last dispatch's T (host) or x's rows (device T)
         from ._ops import op_handle, register_ops
         if buffer is not None or _torch_available():
@@ -196,6 +201,44 @@ class MoeBuffer:
                 "source_token": ((rows,), i32), "received_tokens": ((self.world_size,), i64),
                 "topk_expert": ((rows, k), i32), "topk_weights": ((rows, k), f32),
                 "combine_input": ((rows, hidden), typ)}
+
+    def torch_dtype(self, torch):
+        """The torch dtype of the token rows combine takes and returns (the shape's dtype)."""
+        return _dtype_of(torch, self._type)
+
+    def _valid_rows(self, torch, outputs: dict):
+        """[capacity_rows, 1] bool on the device: the rows that belong to the dispatch whose outputs these are
+        (rank-major: the received tokens of each source; expert-major: the rows of a local expert below the rows
+        in use, none where they overflowed the capacity)."""
+        rows = self.capacity_rows
+        index = torch.arange(rows, device=outputs["x"].device)
+        if self.rank_major:
+            valid = index % self.max_tokens < outputs["received_tokens"].repeat_interleave(self.max_tokens)
+        else:
+            used = outputs["expert_offsets"][-1]
+            valid = (index < used) & (used <= rows) & (outputs["local_expert"] >= 0)
+        return valid[:, None]
+
+    def _backward_handle(self, forward: int, function: str) -> int:
+        """The dispatch number a backward call passes to braid for the forward dispatch `forward` (-1, traced:
+        the last one). Raises when the buffer has been dispatched with another routing since."""
+        if forward < 0:
+            return -1
+        last = self._last_handle.dispatch if self._last_handle is not None else -1
+        if last == forward or self._replay == (last, forward):
+            return last
+        raise Error(f"{function}: this buffer's last routed dispatch is number {last}, not the forward's {forward}: "
+                    "it was dispatched again after the forward pass, and a backward pass needs its forward's routing "
+                    "(use one braid.MoeBuffer per MoE layer)", ErrorCode.INVALID_ARGUMENT)
+
+    def _replayed(self, forward: int) -> None:
+        """Records that the last dispatch (a combine's backward, expert-major) repeated the routing of `forward`,
+        so the matching dispatch's backward may combine on it."""
+        if forward >= 0 and self._last_handle is not None:
+            self._replay = (self._last_handle.dispatch, forward)
+
+    def _grad_mode(self, torch) -> bool:
+        return torch.is_grad_enabled()  # False under torch.no_grad() and torch.inference_mode()
 
     def _typed(self, torch, name: str, flat):
         shape, dtype = self._shapes(torch)[name]
@@ -263,17 +306,30 @@ class MoeBuffer:
         function = "braid.MoeBuffer.dispatch"
         torch = import_torch(function)
         self._check_dispatch(torch, function, x, topk_idx, topk_weights, num_tokens, x_scales)
-        if self._traced(torch, x):
+        device_t = num_tokens if isinstance(num_tokens, torch.Tensor) else None
+        host_t = -1 if num_tokens is None or device_t is not None else num_tokens
+        grad = self._grad_mode(torch) and not hook and not self.fp8  # fp8 rows are not differentiable
+        if hook and self._grad_mode(torch) and x.requires_grad:
+            raise Error(f"{function}: argument 'hook' is True and x requires grad; hooks record no autograd: "
+                        "dispatch without a hook, or under torch.no_grad()", ErrorCode.UNSUPPORTED)
+        if self._traced(torch, x) or (grad and x.requires_grad):
             if hook:
                 raise Error(f"{function}: argument 'hook' is True under torch.compile; hooks run eagerly only",
                             ErrorCode.UNSUPPORTED)
-            device_t = num_tokens if isinstance(num_tokens, torch.Tensor) else None
-            host_t = -1 if num_tokens is None or device_t is not None else num_tokens
             outputs = torch.ops.braid.moe_dispatch(x, x_scales, topk_idx, topk_weights, device_t, host_t,
                                                    self._handle)
             self._out_rows = x.shape[0] if host_t < 0 else host_t
-            return MoeDispatch(num_tokens=self._out_rows, **dict(zip(self._fields, outputs)))
-        return self._dispatch_eager(x, topk_idx, topk_weights, num_tokens, x_scales, hook)
+            got = MoeDispatch(num_tokens=self._out_rows, **dict(zip(self._fields, outputs)))
+            if self._buffer is not None and not torch.compiler.is_compiling():
+                got.handle = self._last_handle
+        else:
+            got = self._dispatch_eager(x, topk_idx, topk_weights, num_tokens, x_scales, hook)
+        self._routing = (topk_idx, topk_weights, device_t, host_t)
+        if grad:
+            # Under autograd the rows are a copy (rows outside the dispatch zeroed): a backward pass moves the
+            # gradient through the buffer's rows, which would otherwise change what autograd saved of them.
+            got.x = got.x.masked_fill(~self._valid_rows(torch, vars(got)), 0)
+        return got
 
     def _pointers(self, torch, function, *named):
         from ._tensors import buffer
@@ -307,7 +363,7 @@ class MoeBuffer:
             if hook:
                 raise Error(f"{function}: argument 'hook' is True under torch.compile; hooks run eagerly only",
                             ErrorCode.UNSUPPORTED)
-            outputs = torch.ops.braid.moe_redispatch(x, x_scales, self._handle)
+            outputs = torch.ops.braid.moe_redispatch(x, x_scales, self._handle, -1)
             return MoeDispatch(num_tokens=self._out_rows, **dict(zip(self._fields, outputs)))
         return self._redispatch_eager(handle, x, x_scales, hook)
 
@@ -347,11 +403,26 @@ class MoeBuffer:
         rows = out.shape[0] if out is not None else (self._out_rows if num_tokens is None else num_tokens)
         if out is not None:
             self._check_rows(torch, out, "out", function, self._type, self.hidden)
-        if self._traced(torch, y):
-            if hook or out is not None:
-                raise Error(f"{function}: argument '{'hook' if hook else 'out'}' is given under torch.compile; "
-                            "there combine returns a new tensor and runs without hooks", ErrorCode.UNSUPPORTED)
-            return torch.ops.braid.moe_combine(y, bool(weighted), rows, self._handle)
+        traced = self._traced(torch, y)
+        if traced and (hook or out is not None):
+            raise Error(f"{function}: argument '{'hook' if hook else 'out'}' is given under torch.compile; "
+                        "there combine returns a new tensor and runs without hooks", ErrorCode.UNSUPPORTED)
+        grad = self._grad_mode(torch) and y.requires_grad
+        if grad and hook:
+            raise Error(f"{function}: argument 'hook' is True and y requires grad; hooks record no autograd: "
+                        "combine without a hook, or under torch.no_grad()", ErrorCode.UNSUPPORTED)
+        if traced or grad:
+            if handle is not None and not isinstance(handle, MoeHandle):
+                raise argument_error(function, "handle", f"is a {type(handle).__name__}; pass a dispatch's .handle")
+            number = -1 if handle is None or torch.compiler.is_compiling() else handle.dispatch
+            idx, weights, device_t, host_t = (None, None, None, -1) if self.rank_major or self._routing is None \
+                else self._routing
+            result = torch.ops.braid.moe_combine(y, bool(weighted), rows, self._handle, number, idx, weights,
+                                                 device_t, host_t)
+            if out is None:
+                return result
+            out.copy_(result)
+            return out
         if out is None:
             out = y.new_empty((rows, self.hidden))
         native = self._combine_eager(y, out, weighted, handle, hook)

@@ -54,6 +54,16 @@ def resolve(handle: int, function: str):
     return found
 
 
+def native_handle(number: int):
+    """A MoeHandle from its dispatch number as the ops take it; None for -1 (the buffer's last routed dispatch)."""
+    if number < 0:
+        return None
+    from ._braid import MoeHandle
+    handle = MoeHandle()
+    handle.dispatch = number
+    return handle
+
+
 def _comm(handle: int, function: str):
     found = resolve(handle, function)
     return getattr(found, "_comm", found)  # a MoeBuffer names its communicator
@@ -179,7 +189,8 @@ def _register(torch) -> None:
 
     # MoE ----------------------------------------------------------------------------------------------------
     # A dispatch returns the views of the buffer's memory (the same tensors every call, as braid's dispatch
-    # returns the same addresses), in the order MoeBuffer.output_fields() gives.
+    # returns the same addresses), in the order MoeBuffer.output_fields() gives. `handle` is a MoeHandle's
+    # dispatch number for braid to check (-1: none, the buffer's last routed dispatch).
     @custom_op("braid::moe_dispatch", mutates_args=(), device_types="cuda")
     def moe_dispatch(x: Tensor, x_scales: Optional[Tensor], topk_idx: Tensor, topk_weights: Tensor,
                      num_tokens_device: Optional[Tensor], num_tokens: int, buffer: int) -> list[Tensor]:
@@ -193,25 +204,31 @@ def _register(torch) -> None:
         return resolve(buffer, "braid.MoeBuffer.dispatch")._fake_outputs(x.device)
 
     @custom_op("braid::moe_redispatch", mutates_args=(), device_types="cuda")
-    def moe_redispatch(x: Tensor, x_scales: Optional[Tensor], buffer: int) -> list[Tensor]:
+    def moe_redispatch(x: Tensor, x_scales: Optional[Tensor], buffer: int, handle: int) -> list[Tensor]:
         moe = resolve(buffer, "braid.MoeBuffer.redispatch")
-        got = moe._redispatch_eager(None, x, x_scales, False)
+        got = moe._redispatch_eager(native_handle(handle), x, x_scales, False)
         return [getattr(got, name).detach() for name in moe.output_fields()]
 
     @moe_redispatch.register_fake
-    def _(x, x_scales, buffer):
+    def _(x, x_scales, buffer, handle):
         return resolve(buffer, "braid.MoeBuffer.redispatch")._fake_outputs(x.device)
 
+    # Combine takes the routing of the dispatch it follows (expert-major: topk_idx, topk_weights and T) only for
+    # its backward pass, which dispatches the output gradient again with that routing; None on rank-major buffers.
     @custom_op("braid::moe_combine", mutates_args=(), device_types="cuda")
-    def moe_combine(y: Tensor, weighted: bool, rows: int, buffer: int) -> Tensor:
+    def moe_combine(y: Tensor, weighted: bool, rows: int, buffer: int, handle: int, topk_idx: Optional[Tensor],
+                    topk_weights: Optional[Tensor], num_tokens_device: Optional[Tensor], num_tokens: int) -> Tensor:
         moe = resolve(buffer, "braid.MoeBuffer.combine")
         out = y.new_empty((rows, moe.hidden))
-        moe._combine_eager(y, out, weighted, None, False)
+        moe._combine_eager(y, out, weighted, native_handle(handle), False)
         return out
 
     @moe_combine.register_fake
-    def _(y, weighted, rows, buffer):
+    def _(y, weighted, rows, buffer, handle, topk_idx, topk_weights, num_tokens_device, num_tokens):
         return y.new_empty((rows, resolve(buffer, "braid.MoeBuffer.combine").hidden))
+
+    from ._autograd import register_moe_autograd
+    register_moe_autograd(torch, moe_dispatch, moe_combine)
 
     for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single, moe_dispatch,
                moe_redispatch, moe_combine):

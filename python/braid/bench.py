@@ -97,6 +97,7 @@ def main(argv=None) -> int:
                    _time(torch, lambda: braid.all_reduce(x), args.calls, args.repeats, graph))
 
     if not args.skip_moe:
+        torch.set_grad_enabled(False)  # braid's calls alone: under grad mode dispatch would also copy its rows out
         T, H, K, E = args.tokens, args.hidden, args.top_k, args.experts
         x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
         index, weights = _routing(torch, T, E, K, seed=rank)

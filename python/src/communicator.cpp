@@ -158,6 +158,22 @@ void bind_communicator(nb::module_& m) {
           "MPI_Alltoallv's shape: host lists of one count (and displacement) per rank, in elements; None "
           "displacements: packed in rank order.")
       .def(
+          "all_to_allv_device",
+          [](PyCommunicator& c, uintptr_t send, uintptr_t send_counts, uintptr_t send_displs, uintptr_t recv,
+             size_t recv_capacity, uintptr_t recv_counts, uintptr_t recv_displs, DataType type, uintptr_t stream) {
+            c.get("all_to_allv_device")
+                .all_to_allv_device(pointer_from(send), pointer_from<const int64_t>(send_counts),
+                                    pointer_from<const int64_t>(send_displs), pointer_from(recv), recv_capacity,
+                                    pointer_from<int64_t>(recv_counts), pointer_from<int64_t>(recv_displs), type,
+                                    stream_from(stream));
+          },
+          nb::arg("send"), nb::arg("send_counts"), nb::arg("send_displs"), nb::arg("recv"), nb::arg("recv_capacity"),
+          nb::arg("recv_counts"), nb::arg("recv_displs"), nb::arg("dtype"), nb::arg("stream"), release_gil(),
+          "All-to-all-v with the send counts in device memory (int64, one per rank, in elements; decided on the "
+          "GPU, capturable): send_displs a device array or 0 (packed). What arrives is packed in rank order into "
+          "recv (recv_capacity elements); the counts received are written to the device array recv_counts and their "
+          "offsets to recv_displs (or 0). A total above the capacity writes nothing into recv; check() reports it.")
+      .def(
           "send",
           [](PyCommunicator& c, uintptr_t buffer, size_t count, DataType type, int peer, uintptr_t stream) {
             c.get("send").send(pointer_from(buffer), count, type, peer, stream_from(stream));

@@ -1,8 +1,10 @@
 """GPU tests: ranks under torchrun on 2 GPUs run python/tests/gpu/worker.py, which checks every collective on
-tensors against torch.distributed (NCCL) on the same random data, point to point, symmetric tensors (.peer,
-.view_all), a captured all_reduce, MoE dispatch and combine on both layouts against a reference (and fp8), 200
-replays of a captured dispatch + combine with T on the device, torch.compile of a MoE layer against eager, its
-backward through autograd.Functions, and braid.init(group=). Skipped, with the reason, without torch or with fewer than 2 GPUs."""
+tensors against torch.distributed (NCCL) on the same random data (all_to_all_v_device, split sizes on the GPU,
+too), point to point, symmetric tensors (.peer, .view_all), a captured all_reduce, MoE dispatch and combine on
+both layouts against a reference (and fp8), 200 replays of a captured dispatch + combine with T on the device,
+torch.compile of a MoE layer against eager, its backward through plain autograd on both layouts against an
+all-gathered reference, and braid.init(group=). Skipped, with the reason, without torch or with fewer than 2
+GPUs."""
 import os
 import socket
 import subprocess
@@ -49,7 +51,7 @@ def torchrun():
     return run
 
 
-@pytest.mark.parametrize("section", ["collectives", "all_to_all", "p2p", "symmetric", "graph", "moe", "moe_graph",
-                                     "moe_compile", "moe_backward", "init_group"])
+@pytest.mark.parametrize("section", ["collectives", "all_to_all", "all_to_all_device", "p2p", "symmetric", "graph",
+                                     "moe", "moe_graph", "moe_compile", "moe_backward", "init_group"])
 def test_on_two_gpus(torchrun, section):
     torchrun(section)

@@ -188,3 +188,139 @@ def test_layer_traces_without_graph_breaks(torch):
         assert "braid.moe_dispatch" in code and "braid.moe_combine" in code and "braid.all_reduce" in code
     finally:
         braid._ops.release_handle(stand_in)
+
+
+# Autograd (the ops' registered formulas, run on meta tensors through the fake implementations) -----------------
+class _OpLog:
+    """Records the braid ops that run (with their arguments) under a TorchDispatchMode."""
+
+    def __init__(self, torch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        calls = self.calls = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.namespace == "braid":
+                    calls.append((func._opname, args))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+    def names(self):
+        return [name for name, _ in self.calls]
+
+
+def grad_inputs(torch, rows=T, dtype=None):
+    dtype = dtype or torch.float32
+    x = torch.empty(rows, H, dtype=dtype, device="meta", requires_grad=True)
+    idx = torch.empty(rows, K, dtype=torch.int64, device="meta")
+    return x, idx, torch.empty(rows, K, dtype=torch.float32, device="meta", requires_grad=True)
+
+
+@pytest.mark.parametrize("layout", ["expert_major", "rank_major"])
+def test_autograd_through_dispatch_and_combine(torch, layout):
+    """A layer's gradient reaches x through combine's backward (rank-major: a redispatch; expert-major: a dispatch
+    with the forward's routing) and dispatch's (a plain combine); the routing weights get none."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout=layout, dtype=torch.bfloat16)
+    x, idx, w = grad_inputs(torch, dtype=torch.bfloat16)
+    got = moe.dispatch(x, idx, w)
+    assert got.x.requires_grad and got.x.shape == (moe.capacity_rows, H)
+    for name in moe.output_fields():
+        if name != "x":
+            assert not getattr(got, name).requires_grad, name
+    expert = torch.empty(H, H, dtype=torch.bfloat16, device="meta", requires_grad=True)
+    y = got.x @ expert
+    out = moe.combine(y)
+    assert out.requires_grad and out.shape == (T, H)
+    log = _OpLog(torch)
+    with log.mode:
+        out.backward(torch.empty_like(out))
+    forward_kind = "moe_redispatch" if layout == "rank_major" else "moe_dispatch"
+    assert log.names() == [forward_kind, "moe_combine"]
+    name, args = log.calls[1]
+    assert args[1] is False  # dispatch's backward combines unweighted
+    if layout == "expert_major":
+        assert log.calls[0][1][2] is idx  # the gradient goes by the forward's routing
+    assert x.grad.shape == (T, H) and x.grad.dtype == torch.bfloat16
+    assert expert.grad.shape == (H, H)
+    assert w.grad is None
+
+
+def test_autograd_host_tokens_pad_the_gradient(torch):
+    """x's rows past a host T were not dispatched: their gradient rows are zeros (padded), not missing."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    out = moe.combine(moe.dispatch(x, idx, w, 3).x * 2)
+    assert out.shape == (3, H)
+    out.sum().backward()
+    assert x.grad.shape == (T, H)
+
+
+def test_autograd_device_tokens(torch):
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    tokens = torch.empty(1, dtype=torch.int64, device="meta")
+    out = moe.combine(moe.dispatch(x, idx, w, tokens).x)
+    out.sum().backward()
+    assert out.shape == x.grad.shape == (T, H)
+
+
+def test_autograd_only_combine(torch):
+    """x without grad (the layer's input) but the experts' parameters with: combine's backward still runs, and
+    the dispatched rows are a copy the backward pass does not overwrite."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    got = moe.dispatch(x.detach(), idx, w)
+    assert not got.x.requires_grad and got.x.grad_fn is None
+    scale = torch.empty(H, device="meta", requires_grad=True)
+    log = _OpLog(torch)
+    out = moe.combine(got.x * scale, weighted=False)
+    with log.mode:
+        out.sum().backward()
+    assert log.names() == ["moe_dispatch"] and scale.grad.shape == (H,)
+    with torch.no_grad():  # inference: the rows are the buffer's own (no copy)
+        assert not moe.dispatch(x, idx, w).x.requires_grad
+
+
+def test_autograd_refusals(torch):
+    rank_major = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    with pytest.raises(Error, match="hooks record no autograd") as caught:
+        rank_major.dispatch(x, idx, w, hook=True)
+    assert caught.value.code is ErrorCode.UNSUPPORTED
+    fp8 = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", dispatch_dtype="float8_e4m3fn",
+                               dtype=torch.float32)
+    fp8.dispatch(torch.empty(T, H, dtype=torch.float8_e4m3fn, device="meta"), idx, w,
+                 x_scales=torch.empty(T, H // 128, device="meta"))
+    out = fp8.combine(torch.empty(fp8.capacity_rows, H, device="meta", requires_grad=True))
+    with pytest.raises(Error, match="does not quantise") as caught:
+        out.sum().backward()
+    assert caught.value.code is ErrorCode.UNSUPPORTED
+
+
+def test_backward_handle_check():
+    """Eagerly a backward pass names its forward dispatch; a buffer dispatched again since is refused."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W)
+    moe._last_handle = types.SimpleNamespace(dispatch=5)
+    assert moe._backward_handle(5, "f") == 5 and moe._backward_handle(-1, "f") == -1
+    with pytest.raises(Error, match="dispatched again after the forward pass") as caught:
+        moe._backward_handle(4, "f")
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+    moe._replayed(4)  # dispatch 5 repeated the routing of dispatch 4 (expert-major combine's backward)
+    assert moe._backward_handle(4, "f") == 5
+
+
+@pytest.mark.parametrize("layout", ["expert_major", "rank_major"])
+def test_autograd_compiles(torch, layout):
+    """torch.compile (AOTAutograd, eager backend) traces the forward and the registered backward in full graphs."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout=layout, dtype=torch.float32)
+
+    def layer(x, idx, w, expert):
+        return moe.combine(moe.dispatch(x, idx, w).x @ expert)
+
+    x, idx, w = grad_inputs(torch)
+    expert = torch.empty(H, H, device="meta", requires_grad=True)
+    torch._dynamo.reset()  # a second buffer's op handle would otherwise trace as a dynamic (symbolic) int
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    compiled(x, idx, w.detach(), expert).sum().backward()
+    assert x.grad.shape == (T, H) and expert.grad.shape == (H, H)

@@ -95,6 +95,95 @@ def all_to_all(rank, world):
     same(out, reference, "all_to_all_single with split sizes")
 
 
+def all_to_all_device(rank, world):
+    """braid.all_to_all_v_device (split sizes on the GPU) against torch.distributed.all_to_all_single with the same
+    splits: the packed output, the received counts and offsets, rows past them untouched; input blocks at given
+    offsets; nothing to send; an overflow of the capacity (no rows written, counts written, check() raises); and a
+    captured CUDA graph replayed with the counts changed on the device."""
+    def exchange(send_splits):
+        everyone = gathered(torch.tensor(send_splits, device="cuda"), world)
+        return [int(everyone[q][rank]) for q in range(world)]
+
+    def offsets_of(splits):
+        return [sum(splits[:q]) for q in range(len(splits))]
+
+    for dtype, row_shape in [(torch.float32, (3,)), (torch.bfloat16, ()), (torch.int64, (2, 5))]:
+        row = 1
+        for extent in row_shape:
+            row *= extent
+        send_splits = [(rank + 2 * q + 1) % 5 for q in range(world)]
+        recv_splits = exchange(send_splits)
+        source = random(sum(send_splits) * row, dtype, rank + 7).view(-1, *row_shape)
+        reference = torch.empty(sum(recv_splits), *row_shape, dtype=dtype, device="cuda")
+        dist.all_to_all_single(reference, source, recv_splits, send_splits)
+        out = torch.full((sum(recv_splits) + 3, *row_shape), 7, dtype=dtype, device="cuda")
+        counts, offsets = braid.all_to_all_v_device(out, source, torch.tensor(send_splits, device="cuda"))
+        what = f"all_to_all_v_device {dtype} rows {row_shape}"
+        same(out[:sum(recv_splits)], reference, what)
+        same(out[sum(recv_splits):], torch.full_like(out[sum(recv_splits):], 7), f"{what}: rows past the received")
+        assert counts.tolist() == recv_splits, f"{what}: counts {counts.tolist()}, expected {recv_splits}"
+        assert offsets.tolist() == offsets_of(recv_splits), f"{what}: offsets {offsets.tolist()}"
+        # The same blocks laid out in reverse rank order in the input, sent from their offsets.
+        blocks = list(source.split(send_splits))
+        reversed_source = torch.cat(blocks[::-1])
+        starts = [sum(send_splits[q + 1:]) for q in range(world)]
+        out2, counts2, offsets2 = torch.empty_like(out), torch.empty_like(counts), torch.empty_like(offsets)
+        got = braid.all_to_all_v_device(out2, reversed_source, torch.tensor(send_splits, device="cuda"), counts2,
+                                        input_offsets=torch.tensor(starts, device="cuda"), output_offsets=offsets2)
+        assert got[0] is counts2 and got[1] is offsets2
+        same(out2[:sum(recv_splits)], reference, f"{what} from input_offsets")
+        assert counts2.tolist() == recv_splits and offsets2.tolist() == offsets_of(recv_splits)
+    # Nothing to send (an empty input), and nothing to receive.
+    empty = torch.empty(0, 4, device="cuda")
+    counts, offsets = braid.all_to_all_v_device(torch.empty(2, 4, device="cuda"), empty,
+                                                torch.zeros(world, dtype=torch.int64, device="cuda"))
+    assert counts.tolist() == [0] * world and offsets.tolist() == [0] * world, "all_to_all_v_device of nothing"
+    # Capacity overflow: one row short. No row is written, the counts are, and check() reports it once.
+    send_splits = [q + 1 for q in range(world)]
+    recv_splits = exchange(send_splits)
+    short = torch.full((sum(recv_splits) - 1, 3), -1.0, device="cuda")
+    counts, _ = braid.all_to_all_v_device(short, torch.ones(sum(send_splits), 3, device="cuda"),
+                                          torch.tensor(send_splits, device="cuda"))
+    torch.cuda.synchronize()
+    same(short, torch.full_like(short, -1.0), "all_to_all_v_device overflow writes no rows")
+    assert counts.tolist() == recv_splits, "all_to_all_v_device overflow still writes the counts"
+    try:
+        braid.check()
+        raise AssertionError("all_to_all_v_device overflow: check() raised nothing")
+    except braid.Error:
+        pass
+    braid.check()  # reported once
+    torch.cuda.synchronize()
+    braid.barrier()
+    # Captured once, replayed with other counts written on the device.
+    capacity = 8 * world
+    source = torch.empty(capacity, 3, device="cuda")
+    splits = torch.zeros(world, dtype=torch.int64, device="cuda")
+    out = torch.zeros(capacity, 3, device="cuda")
+    counts = torch.empty(world, dtype=torch.int64, device="cuda")
+    offsets = torch.empty_like(counts)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        braid.all_to_all_v_device(out, source, splits, counts, output_offsets=offsets)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        braid.all_to_all_v_device(out, source, splits, counts, output_offsets=offsets)
+    for replay in range(5):
+        send_splits = [(replay + rank + q) % 8 for q in range(world)]
+        recv_splits = exchange(send_splits)
+        source.copy_(random(capacity * 3, torch.float32, replay * 10 + rank).view(capacity, 3))
+        splits.copy_(torch.tensor(send_splits))
+        graph.replay()
+        reference = torch.empty(sum(recv_splits), 3, device="cuda")
+        dist.all_to_all_single(reference, source[:sum(send_splits)], recv_splits, send_splits)
+        same(out[:sum(recv_splits)], reference, f"all_to_all_v_device replay {replay}")
+        assert counts.tolist() == recv_splits and offsets.tolist() == offsets_of(recv_splits), f"replay {replay}"
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
 def p2p(rank, world):
     right, left = (rank + 1) % world, (rank - 1) % world
     for count in SIZES:
@@ -287,48 +376,28 @@ def moe_graph(rank, world):
     braid.barrier()
 
 
-class _Dispatch(torch.autograd.Function):
-    """x -> the received rows; backward: combine of their gradients (each token's rows summed back)."""
-
-    @staticmethod
-    def forward(ctx, x, index, weights, buffer):
-        ctx.buffer = buffer
-        got = buffer.dispatch(x, index, weights)
-        return got.x.clone(), got.topk_expert.clone(), got.topk_weights.clone(), got.received_tokens.clone()
-
-    @staticmethod
-    def backward(ctx, grad_rows, *unused):
-        return ctx.buffer.combine(grad_rows.contiguous()), None, None, None
-
-
-class _Combine(torch.autograd.Function):
-    """rows -> each token's rows summed over ranks; backward: redispatch of the output gradient."""
-
-    @staticmethod
-    def forward(ctx, y, buffer):
-        ctx.buffer = buffer
-        return buffer.combine(y)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        return ctx.buffer.redispatch(None, grad_out.contiguous()).x.clone(), None
-
-
-def moe_layer(x, router, experts, buffer, lo, autograd):
-    """Router, dispatch, per-expert matmul (rank-major), combine."""
+def moe_layer(x, router, experts, buffer, lo):
+    """Router, dispatch, per-expert matmul (rank-major: each received token through this rank's experts of its
+    top k, weighted, summed), combine."""
     T = buffer.max_tokens
     weights, index = (x.float() @ router).softmax(-1).topk(buffer.top_k, dim=-1)
-    if autograd:
-        rows, te, tw, received = _Dispatch.apply(x, index, weights, buffer)
-    else:
-        got = buffer.dispatch(x, index, weights)
-        rows, te, tw, received = got.x, got.topk_expert, got.topk_weights, got.received_tokens
+    got = buffer.dispatch(x, index, weights)
+    rows, te, tw, received = got.x, got.topk_expert, got.topk_weights, got.received_tokens
     R = rows.shape[0]
     valid = (torch.arange(R, device=rows.device) % T < received.repeat_interleave(T))[:, None]
     outs = torch.einsum("rh,lhd->rld", torch.where(valid, rows.float(), 0.0), experts)
     pick = outs.gather(1, te.long().clamp(min=0)[:, :, None].expand(R, te.shape[1], outs.shape[2]))
     y = (pick * torch.where(te >= 0, tw, 0.0)[:, :, None]).sum(1).to(x.dtype)
-    return _Combine.apply(y, buffer) if autograd else buffer.combine(y)
+    return buffer.combine(y)
+
+
+def moe_layer_expert_major(x, router, experts, buffer):
+    """The same layer on an expert-major buffer: each received row through its local expert, then a weighted
+    combine (braid applies the routing weights)."""
+    weights, index = (x.float() @ router).softmax(-1).topk(buffer.top_k, dim=-1)
+    got = buffer.dispatch(x, index, weights)
+    expert_of_row = experts[got.local_expert.long().clamp(min=0)]  # [R, H, H]; padding rows of x are zeros
+    return buffer.combine(torch.einsum("rh,rhd->rd", got.x, expert_of_row), weighted=True)
 
 
 def moe_compile(rank, world):
@@ -339,12 +408,12 @@ def moe_compile(rank, world):
     experts = torch.randn(E // world, H, H, device="cuda", generator=generator) / H ** 0.5
     x = random(T * H, torch.float32, rank).view(T, H).to(torch.bfloat16)
     lo = rank * (E // world)
-    eager = moe_layer(x, router, experts, buffer, lo, autograd=False).clone()
+    eager = moe_layer(x, router, experts, buffer, lo).clone()
     compiled = torch.compile(moe_layer, fullgraph=True)
-    got = compiled(x, router, experts, buffer, lo, False)
+    got = compiled(x, router, experts, buffer, lo)
     same(got, eager, "torch.compile'd MoE layer against eager")
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(moe_layer)(x, router, experts, buffer, lo, False)
+    explained = torch._dynamo.explain(moe_layer)(x, router, experts, buffer, lo)
     assert explained.graph_break_count == 0, explained.break_reasons
     # functional collectives compile too
     fn = torch.compile(lambda t: braid.functional.all_reduce(t * 2), fullgraph=True)
@@ -354,28 +423,39 @@ def moe_compile(rank, world):
 
 
 def moe_backward(rank, world):
-    """The layer's input gradient through autograd.Functions (combine's backward a redispatch, dispatch's a
-    combine) against the same layer on torch.distributed: a reference built from all-gathered tokens."""
+    """Plain autograd through dispatch and combine (the ops' registered formulas: combine's backward a redispatch
+    or a dispatch of the output gradient, dispatch's a combine), on both layouts, in float32: the output, the
+    input gradient and the gradient of this rank's experts against a reference on every rank's tokens and
+    experts, all-gathered here. The routing weights get no gradient through braid, so the reference detaches
+    them."""
     E, T, H, K = 4 * world, 32, 128, 2
-    generator = torch.Generator(device="cuda").manual_seed(11)
-    router = torch.randn(H, E, device="cuda", generator=generator)
-    experts_all = torch.randn(E, H, H, device="cuda", generator=generator) / H ** 0.5
-    lo = rank * (E // world)
-    x = random(T * H, torch.float32, rank).view(T, H).to(torch.float32).requires_grad_()
-    buffer32 = braid.MoeBuffer(H, T, K, E, layout="rank_major", dtype=torch.float32)
-    out = moe_layer(x, router, experts_all[lo:lo + E // world], buffer32, lo, autograd=True)
-    grad_out = random(T * H, torch.float32, rank + 99).view(T, H)
-    out.backward(grad_out)
-    # Reference: every expert here, on this rank's tokens alone.
-    xr = x.detach().clone().requires_grad_()
-    weights, index = (xr.float() @ router).softmax(-1).topk(K, dim=-1)
-    per = torch.einsum("th,ehd->ted", xr, experts_all)
-    ref = (per.gather(1, index[:, :, None].expand(T, K, H)) * weights.detach()[:, :, None]).sum(1)
-    same(out, ref, "MoE layer forward (float32) against a local reference")
-    ref.backward(grad_out)
-    same(x.grad, xr.grad, "MoE layer input gradient against a local reference")
-    torch.cuda.synchronize()
-    braid.barrier()
+    L, lo = E // world, rank * (E // world)
+    router = torch.randn(H, E, device="cuda", generator=torch.Generator(device="cuda").manual_seed(11))
+    for layout in ("rank_major", "expert_major"):
+        mine = torch.randn(L, H, H, device="cuda", generator=torch.Generator(device="cuda").manual_seed(100 + rank))
+        experts = (mine / H ** 0.5).requires_grad_()
+        x = random(T * H, torch.float32, rank).view(T, H).requires_grad_()
+        grad_out = random(T * H, torch.float32, rank + 99).view(T, H)
+        buffer = braid.MoeBuffer(H, T, K, E, layout=layout, dtype=torch.float32)
+        if layout == "rank_major":
+            out = moe_layer(x, router, experts, buffer, lo)
+        else:
+            out = moe_layer_expert_major(x, router, experts, buffer)
+        out.backward(grad_out)
+        # Reference: every rank's tokens through every expert, on this GPU alone.
+        xs = torch.cat(gathered(x.detach(), world)).requires_grad_()
+        experts_all = torch.cat(gathered(experts.detach(), world)).requires_grad_()
+        weights, index = (xs @ router).softmax(-1).topk(K, dim=-1)
+        per = torch.einsum("th,ehd->ted", xs, experts_all)
+        ref = (per.gather(1, index[:, :, None].expand(-1, K, H)) * weights.detach()[:, :, None]).sum(1)
+        ref.backward(torch.cat(gathered(grad_out, world)))
+        block = slice(rank * T, (rank + 1) * T)
+        same(out, ref[block], f"{layout} MoE layer forward against the all-gathered reference")
+        same(x.grad, xs.grad[block], f"{layout} input gradient against the all-gathered reference")
+        same(experts.grad, experts_all.grad[lo:lo + L], f"{layout} experts' gradient against the reference")
+        torch.cuda.synchronize()
+        braid.barrier()
+        buffer.close()
 
 
 def init_group(rank, world):
@@ -395,9 +475,9 @@ def main() -> int:
     dist.init_process_group("nccl", device_id=torch.device("cuda", comm.device))
     rank, world = comm.rank, comm.size
     assert (rank, world) == (dist.get_rank(), dist.get_world_size())
-    sections = {"collectives": collectives, "all_to_all": all_to_all, "p2p": p2p, "symmetric": symmetric, "graph": graph,
-                "moe": moe, "moe_graph": moe_graph, "moe_compile": moe_compile, "moe_backward": moe_backward,
-                "init_group": init_group}
+    sections = {"collectives": collectives, "all_to_all": all_to_all, "all_to_all_device": all_to_all_device,
+                "p2p": p2p, "symmetric": symmetric, "graph": graph, "moe": moe, "moe_graph": moe_graph,
+                "moe_compile": moe_compile, "moe_backward": moe_backward, "init_group": init_group}
     sections[section](rank, world)
     torch.cuda.synchronize()
     braid.check()
