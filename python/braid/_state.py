@@ -10,7 +10,10 @@ from ._braid import Communicator, Rendezvous, StoreHost
 from ._error import Error, ErrorCode, argument_error
 
 _default: Optional[Communicator] = None
-_store_host: Optional[StoreHost] = None  # serves the default communicator's store when init(group=) made it here
+_store_host: Optional[StoreHost] = None
+# Stores this process served for communicators since destroyed: kept until the process exits, since another rank
+# may still be finishing a request to one when this rank destroys its communicator.
+_retired_store_hosts: list = []  # serves the default communicator's store when init(group=) made it here
 _generations: dict = {}  # process group name -> inits through it so far (fresh keys in its store each time)
 
 
@@ -89,11 +92,15 @@ def is_initialized() -> bool:
 
 
 def destroy() -> None:
-    """Frees the default communicator (tensors from braid.empty stay valid); braid.init() may then run again."""
+    """Frees the default communicator (tensors from braid.empty stay valid); braid.init() may then run again.
+    After init(group=...), rank 0 keeps serving the store it made until the process exits, so the other ranks
+    may destroy theirs in any order."""
     global _default, _store_host
     if _default is not None:
         _default.destroy()
         _default = None
+    if _store_host is not None:
+        _retired_store_hosts.append(_store_host)
     _store_host = None
 
 
