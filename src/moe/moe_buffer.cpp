@@ -154,7 +154,15 @@ void validate_shape(const MoeShape& shape, int world) {
                            shape.capacity_rows);
   }
   const size_t capacity = capacity_of(shape, world);
-  if (capacity > INT32_MAX) raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
+  if (capacity > INT32_MAX) {
+    // An explicit capacity names its own field; the worst case (capacity_rows 0, or rank-major) follows from
+    // max_tokens, the world and the experts a token may reach.
+    if (shape.capacity_rows != 0) {
+      raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
+    }
+    raise_invalid_argument(function, "shape.max_tokens", "is {}: the receive rows it needs on {} ranks, {}, exceed the "
+                           "2^31 - 1 that rows are indexed in", shape.max_tokens, world, capacity);
+  }
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
   if (row_bytes / datatype_size(shape.type) != shape.hidden || capacity > SIZE_MAX / 2 / row_bytes ||
       shape.max_tokens * size_t(world) > SIZE_MAX / 2 / row_bytes) {

@@ -104,6 +104,12 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape.hidden = 7168 + 64;  // not a multiple of the 128 columns a scale covers
   expect_refused(shape, "hidden");
   shape = deepseek_like();
+  shape.capacity_rows = size_t(1) << 31;  // past the 32-bit row index
+  expect_refused(shape, "capacity_rows");
+  shape = deepseek_like();
+  shape.max_tokens = size_t(1) << 30;  // the worst case it implies is past the 32-bit row index
+  expect_refused(shape, "max_tokens");
+  shape = deepseek_like();
   shape.layout = MoeLayout::kRankMajor;
   shape.expert_alignment = 128;  // no expert blocks to align
   expect_refused(shape, "expert_alignment");
