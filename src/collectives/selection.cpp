@@ -41,6 +41,8 @@ constexpr Row kTable[] = {
     {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
+    {Collective::kReduce, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2},
+    {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduce, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},

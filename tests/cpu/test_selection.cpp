@@ -147,8 +147,10 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: staged, then the two shot gathered by the root.
-  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 2), Algorithm::kStaged);
+  // Reduce: staged, then the two shot gathered by the root (beyond 8 MiB on 2 ranks, 16 MiB on more).
+  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 2), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 4), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
 }
 
