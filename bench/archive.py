@@ -129,22 +129,31 @@ def load(path=ARCHIVE):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def add(args):
+def check_identity(args):
+    """The machine kind and date every added row carries, refused when malformed."""
     if not GPU_KIND.match(args.gpu):
         raise SystemExit(f"archive: --gpu {args.gpu!r} is not a machine kind such as nvidia-h100-x2")
     datetime.date.fromisoformat(args.date)
-    existing = {json.dumps(row, sort_keys=True) for row in load(args.archive)}
+
+
+def append(archive, rows):
+    """Appends the rows the archive does not hold yet; returns how many were added."""
+    existing = {json.dumps(row, sort_keys=True) for row in load(archive)}
     added = 0
-    with open(args.archive, "a") as out:
-        for path in args.files:
-            for row in rows_of(path, args):
-                line = json.dumps(row, sort_keys=True)
-                if line in existing:
-                    continue
+    with open(archive, "a") as out:
+        for row in rows:
+            line = json.dumps(row, sort_keys=True)
+            if line not in existing:
                 existing.add(line)
                 out.write(line + "\n")
                 added += 1
-    print(f"archive: {added} rows added to {args.archive}")
+    return added
+
+
+def add(args):
+    check_identity(args)
+    rows = [row for path in args.files for row in rows_of(path, args)]
+    print(f"archive: {append(args.archive, rows)} rows added to {args.archive}")
 
 
 FLOOR_LINE = re.compile(r"^(empty node|signal\+wait node)\s+([0-9.]+) us per node")
@@ -152,23 +161,16 @@ FLOOR_LINE = re.compile(r"^(empty node|signal\+wait node)\s+([0-9.]+) us per nod
 
 def add_floor(args):
     """Files the two figures of a graph_floor run: the cost of an empty graph node, and of one with a round trip."""
-    if not GPU_KIND.match(args.gpu):
-        raise SystemExit(f"archive: --gpu {args.gpu!r} is not a machine kind such as nvidia-h100-x2")
+    check_identity(args)
     with open(args.file) as f:
-        found = [FLOOR_LINE.match(line) for line in f]
-    found = [m for m in found if m]
+        found = [m for m in (FLOOR_LINE.match(line) for line in f) if m]
     if len(found) != 2:
         raise SystemExit(f"archive: {args.file} is not the output of bench/probes/graph_floor")
     base = {"date": args.date, "commit": full_commit(args.commit), "gpu": args.gpu, "gpu_name": None, "world": 2,
             "nccl_version": None}
-    existing = {json.dumps(row, sort_keys=True) for row in load(args.archive)}
-    with open(args.archive, "a") as out:
-        for m in found:
-            line = json.dumps(dict(base, kind="floor", collective=m.group(1), mode="graph", braid_us=float(m.group(2)),
-                                   nccl_us=None), sort_keys=True)
-            if line not in existing:
-                out.write(line + "\n")
-    print(f"archive: the graph floor of {args.gpu} filed in {args.archive}")
+    rows = [dict(base, kind="floor", collective=m.group(1), mode="graph", braid_us=float(m.group(2)), nccl_us=None)
+            for m in found]
+    print(f"archive: {append(args.archive, rows)} graph-floor rows of {args.gpu} added to {args.archive}")
 
 
 def list_rows(args):

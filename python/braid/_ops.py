@@ -125,19 +125,21 @@ def _register(torch) -> None:
     def world(comm: int, function: str) -> int:
         return _comm(comm, function).size
 
+    def gathered_shape(input, w: int):
+        return (w * input.shape[0], *input.shape[1:]) if input.dim() else (w,)
+
     @custom_op("braid::all_gather_into_tensor", mutates_args=(), device_types="cuda")
     def all_gather_into_tensor(input: Tensor, comm: int) -> Tensor:
         function = "braid.functional.all_gather_into_tensor"
         c = _comm(comm, function)
-        out = input.new_empty((c.size * input.shape[0], *input.shape[1:]) if input.dim() else (c.size,))
+        out = input.new_empty(gathered_shape(input, c.size))
         t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
         c.all_gather(t.pointer, o.pointer, t.count, t.dtype, stream(c))
         return out
 
     @all_gather_into_tensor.register_fake
     def _(input, comm):
-        w = world(comm, "braid.functional.all_gather_into_tensor")
-        return input.new_empty((w * input.shape[0], *input.shape[1:]) if input.dim() else (w,))
+        return input.new_empty(gathered_shape(input, world(comm, "braid.functional.all_gather_into_tensor")))
 
     def scattered_shape(input, w: int, function: str):
         if input.dim() == 0 or input.shape[0] % w:
@@ -172,20 +174,22 @@ def _register(torch) -> None:
     def _(input, src, comm):
         return torch.empty_like(input, memory_format=torch.contiguous_format)
 
+    def exchanged(input, output_split_sizes):  # the output: the received rows, or as many as sent
+        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
+        return input.new_empty((rows, *input.shape[1:]))
+
     @custom_op("braid::all_to_all_single", mutates_args=(), device_types="cuda")
     def all_to_all_single(input: Tensor, output_split_sizes: Optional[list[int]],
                           input_split_sizes: Optional[list[int]], comm: int) -> Tensor:
         from ._collectives import all_to_all_single as eager
         c = _comm(comm, "braid.functional.all_to_all_single")
-        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
-        out = input.new_empty((rows, *input.shape[1:]))
+        out = exchanged(input, output_split_sizes)
         eager(out, input.contiguous(), output_split_sizes, input_split_sizes, comm=c)
         return out
 
     @all_to_all_single.register_fake
     def _(input, output_split_sizes, input_split_sizes, comm):
-        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
-        return input.new_empty((rows, *input.shape[1:]))
+        return exchanged(input, output_split_sizes)
 
     # MoE ----------------------------------------------------------------------------------------------------
     # A dispatch returns the views of the buffer's memory (the same tensors every call, as braid's dispatch

@@ -51,7 +51,6 @@ constexpr Row kTable[] = {
     {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kReduceScatter, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2, Types::kFp8},
-    {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged, Buffers::kAny, 2},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
