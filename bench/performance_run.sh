@@ -4,8 +4,9 @@
 # checked against a host reference except the eager 32 MiB-512 MiB rows (the GPU tests cover those sizes):
 #   collectives  every collective on cudaMalloc buffers and on symmetric buffers (comm.alloc), bf16 sum,
 #                out of place: 8 KiB-16 MiB in CUDA graphs of 20 calls, 32 MiB-512 MiB eager
-#   moe          MoE dispatch and combine, both layouts, CUDA graphs: DeepEP's shapes (H=7168, K=8, E=256,
-#                T=128 and 4096) and T=1..8192 at E=64 (rank-major), bf16; T=128, 512, 4096 with fp8 dispatch
+#   moe          MoE dispatch and combine, every layout, CUDA graphs: DeepEP's shapes (H=7168, K=8, E=256,
+#                T=128 and 4096), T=1..8192 at E=64 (rank-major) and T=1..512 (low latency), bf16; T=128, 512,
+#                4096 with fp8 dispatch
 # Usage: bench/performance_run.sh KIND PHASE...   JSON (one file per braid-bench run) and logs go to $OUT as
 # performance-logs.tgz; file them with bench/archive.py add --gpu <kind> perf-*.json.
 set -u
@@ -25,6 +26,7 @@ for phase in "$@"; do
       shape="--moe --hidden 7168 --top-k 8 -d bfloat16 -G 20"
       bench 200 perf-moe-deepep $shape --experts 256 --tokens 128,4096 $cmp
       bench 300 perf-moe-sweep $shape --experts 64 --layout rank-major --tokens 1,2,4,8,16,32,64,128,256,512,1024,2048,4096,8192 $cmp
+      bench 200 perf-moe-decode $shape --experts 64 --layout low-latency --tokens 1,2,4,8,16,32,64,128,256,512 $cmp
       bench 200 perf-moe-fp8 $shape --experts 64 --tokens 128,512,4096 --dispatch-type f8e4m3 $cmp
       ;;
     *) echo "unknown phase $phase" ;;

@@ -29,6 +29,9 @@
 //       got = moe.dispatch(x, topk_idx, topk_weights, T, nullptr, stream);
 //       // rows of source s: [s * max_tokens, + got.received_tokens[s]); experts' sums into got.combine_input
 //       moe.combine(got.combine_input, out, /*weighted=*/false, stream);
+//     With shape.low_latency (decode batches) a rank-major token keeps its index: row s * max_tokens + t holds
+//     token t of rank s, or nothing when that token has no expert here (source_rank -1), so dispatch stores every
+//     row at once, with no numbering pass before the first store.
 //
 // braid/braid.hpp includes this header; the Communicator a MoeBuffer is made on is declared there.
 #pragma once
@@ -84,6 +87,11 @@ struct MoeShape {
   // it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with max_tokens <= 512,
   // which takes 64: its batches are faster on fewer blocks.
   int max_sms = 0;
+  // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
+  // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
+  // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput). Combine's result is
+  // the same as without it. Costs no memory.
+  bool low_latency = false;
 };
 
 constexpr int kMaxTopK = 16;
@@ -107,6 +115,10 @@ struct MoeHandle {
 // and every row on a rank whose dispatch overflowed, keep what an earlier dispatch left.
 // Rank-major: row s * max_tokens + i holds the i-th token (in token order) rank s sent this rank, for
 // i < received_tokens[s]; the contents of the other rows (and their metadata) are unspecified.
+// Rank-major with shape.low_latency: row s * max_tokens + t holds token t of rank s for t < received_tokens[s]
+// (rank s's T) when that token has an expert here. A row whose token has none is a hole: its source_rank and
+// source_token are -1, its topk_expert all -1 and topk_weights 0, and its x (and scales) unspecified; combine never
+// reads a hole's combine_input row. Rows at or past received_tokens[s] are unspecified.
 struct MoeDispatchOutput {
   void* x = nullptr;                        // [capacity_rows, hidden] of the dispatch type. Expert-major: the rows
                                             // for this rank's experts, each expert's block contiguous and ordered by
@@ -124,10 +136,11 @@ struct MoeDispatchOutput {
                                             // padding)
   const int32_t* local_expert = nullptr;    // expert-major: [capacity_rows]: the row's expert, local index; -1 for
                                             // padding
-  const int32_t* source_rank = nullptr;     // [capacity_rows]: the rank its token came from; -1 for padding
-  const int32_t* source_token = nullptr;    // [capacity_rows]: the token's index there; -1 for padding
+  const int32_t* source_rank = nullptr;     // [capacity_rows]: the rank its token came from; -1 for padding and holes
+  const int32_t* source_token = nullptr;    // [capacity_rows]: the token's index there; -1 for padding and holes
   // Rank-major:
-  const int64_t* received_tokens = nullptr;  // [world]: tokens received from each source rank
+  const int64_t* received_tokens = nullptr;  // [world]: tokens received from each source rank (with low_latency:
+                                             // each source rank's T, holes included)
   const int32_t* topk_expert = nullptr;  // [capacity_rows, top_k]: the local index of the row's token's k-th expert
                                          // where this rank holds it, else -1 (another rank's, none, or refused)
   const float* topk_weights = nullptr;   // [capacity_rows, top_k]: that pair's weight where topk_expert is not -1,

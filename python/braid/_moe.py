@@ -84,14 +84,15 @@ class MoeBuffer:
     by every dispatch/combine pair. Arguments are braid::MoeShape's fields; dtypes are torch dtypes (or names):
     dtype the rows' (bfloat16, float16, float32: what combine takes and returns), dispatch_dtype fp8
     (float8_e4m3fn, float8_e5m2) to dispatch fp8 rows with scales, index_dtype topk_idx's (int64 or int32).
-    layout: 'expert_major' (default) or 'rank_major'."""
+    layout: 'expert_major' (default) or 'rank_major'; low_latency=True (rank-major only) gives each token a fixed
+    row, s * max_tokens + t, for decode batches (braid::MoeShape::low_latency)."""
 
     def __init__(self, hidden: int, max_tokens: int, top_k: int, experts: int, *, dtype="bfloat16",
                  dispatch_dtype=None, index_dtype="int64", expert_alignment: int = 1, capacity_rows: int = 0,
-                 layout="expert_major", max_sms: int = 0, comm=None) -> None:
+                 layout="expert_major", max_sms: int = 0, low_latency: bool = False, comm=None) -> None:
         function = "braid.MoeBuffer"
         shape = self._make_shape(function, hidden, max_tokens, top_k, experts, dtype, dispatch_dtype, index_dtype,
-                                 expert_alignment, capacity_rows, layout, max_sms)
+                                 expert_alignment, capacity_rows, layout, max_sms, low_latency)
         comm = communicator(comm, function)
         _MoeBuffer.symmetric_bytes(shape, comm.size)  # validates the shape (naming the field) before any collective
         buffer = _MoeBuffer.create(comm, shape)
@@ -106,7 +107,7 @@ class MoeBuffer:
         function = "braid.MoeBuffer.meta"
         self = cls.__new__(cls)
         defaults = dict(dtype="bfloat16", dispatch_dtype=None, index_dtype="int64", expert_alignment=1, capacity_rows=0,
-                        layout="expert_major", max_sms=0)
+                        layout="expert_major", max_sms=0, low_latency=False)
         unknown = set(options) - set(defaults)
         if unknown:
             raise argument_error(function, sorted(unknown)[0], "is not an option of braid.MoeBuffer")
@@ -119,7 +120,7 @@ class MoeBuffer:
 
     @staticmethod
     def _make_shape(function, hidden, max_tokens, top_k, experts, dtype, dispatch_dtype, index_dtype,
-                    expert_alignment, capacity_rows, layout, max_sms) -> MoeShape:
+                    expert_alignment, capacity_rows, layout, max_sms, low_latency) -> MoeShape:
         shape = MoeShape()
         for name, value in (("hidden", hidden), ("max_tokens", max_tokens), ("top_k", top_k), ("experts", experts),
                             ("expert_alignment", expert_alignment), ("capacity_rows", capacity_rows),
@@ -138,6 +139,9 @@ class MoeBuffer:
             shape.layout = layouts[str(layout).lower()]
         else:
             raise argument_error(function, "layout", f"is {layout!r}; it must be 'expert_major' or 'rank_major'")
+        if not isinstance(low_latency, bool):
+            raise argument_error(function, "low_latency", f"is {low_latency!r}; it must be a bool")
+        shape.low_latency = low_latency
         return shape
 
     def _setup(self, shape, comm, buffer, world, rank, device, capacity_rows) -> None:

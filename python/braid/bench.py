@@ -101,8 +101,10 @@ def main(argv=None) -> int:
         T, H, K, E = args.tokens, args.hidden, args.top_k, args.experts
         x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
         index, weights = _routing(torch, T, E, K, seed=rank)
-        for layout in ("expert_major", "rank_major"):
-            moe = braid.MoeBuffer(H, T, K, E, layout=layout)
+        for layout, fixed in (("expert_major", False), ("rank_major", False), ("rank_major", True)):
+            moe = braid.MoeBuffer(H, T, K, E, layout=layout, low_latency=fixed)
+            if fixed:
+                layout = "low_latency"
             got = moe.dispatch(x, index, weights)
             y = got.combine_input if moe.rank_major else got.x
             out = torch.empty_like(x)

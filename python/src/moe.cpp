@@ -61,13 +61,14 @@ void bind_moe(nb::module_& m) {
       .def_rw("capacity_rows", &MoeShape::capacity_rows)
       .def_rw("layout", &MoeShape::layout)
       .def_rw("max_sms", &MoeShape::max_sms)
+      .def_rw("low_latency", &MoeShape::low_latency)
       .def("__repr__", [](const MoeShape& s) {
         return fmt::format("MoeShape(hidden={}, type={}, dispatch_type={}, index_type={}, max_tokens={}, top_k={}, "
-                           "experts={}, expert_alignment={}, capacity_rows={}, layout={}, max_sms={})",
+                           "experts={}, expert_alignment={}, capacity_rows={}, layout={}, max_sms={}, low_latency={})",
                            s.hidden, datatype_name(s.type), s.dispatch_type ? datatype_name(*s.dispatch_type) : "None",
                            datatype_name(s.index_type), s.max_tokens, s.top_k, s.experts, s.expert_alignment,
                            s.capacity_rows, s.layout == MoeLayout::kRankMajor ? "RANK_MAJOR" : "EXPERT_MAJOR",
-                           s.max_sms);
+                           s.max_sms, s.low_latency ? "True" : "False");
       });
 
   nb::class_<MoeHandle>(m, "MoeHandle", "Names one routed dispatch of a MoeBuffer (braid::MoeHandle).")

@@ -25,6 +25,10 @@ def test_shape_errors_name_the_field():
         braid.MoeBuffer.meta(H, T, K, E, world_size=W, dispatch_dtype="complex64")
     with pytest.raises(Error, match="argument 'colour'"):
         braid.MoeBuffer.meta(H, T, K, E, world_size=W, colour=1)
+    with pytest.raises(Error, match="argument 'shape.low_latency'"):  # fixed rows are rank-major's
+        braid.MoeBuffer.meta(H, T, K, E, world_size=W, low_latency=True)
+    with pytest.raises(Error, match="argument 'low_latency'"):
+        braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", low_latency=1)
 
 
 def test_meta_buffer_sizes():
@@ -33,6 +37,8 @@ def test_meta_buffer_sizes():
     assert moe.capacity_rows == W * T * min(K, E // W) + (E // W) * 3  # worst_case_rows
     rank_major = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major")
     assert rank_major.capacity_rows == W * T and rank_major.output_fields()[-1] == "combine_input"
+    fixed = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="rank_major", low_latency=True)
+    assert fixed.rank_major and fixed.shape.low_latency and fixed.capacity_rows == W * T
 
 
 def test_moe_buffer_needs_a_communicator(monkeypatch):

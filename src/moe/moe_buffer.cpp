@@ -149,6 +149,10 @@ void validate_shape(const MoeShape& shape, int world) {
     raise_invalid_argument(function, "shape.expert_alignment", "is {}; the rank-major layout has no expert blocks (must be 1)",
                            shape.expert_alignment);
   }
+  if (shape.low_latency && !rank_major(shape)) {
+    raise_invalid_argument(function, "shape.low_latency", "is true with the expert-major layout; its fixed rows are "
+                           "rank-major's (set layout = kRankMajor)");
+  }
   if (rank_major(shape) && shape.capacity_rows != 0) {
     raise_invalid_argument(function, "shape.capacity_rows", "is {}; the rank-major layout always holds world * max_tokens rows (must be 0)",
                            shape.capacity_rows);
@@ -175,7 +179,7 @@ std::string describe(const MoeShape& shape) {
                      shape.hidden, datatype_name(shape.type), datatype_name(dispatch_type_of(shape)),
                      datatype_name(shape.index_type), shape.max_tokens, shape.top_k, shape.experts,
                      shape.expert_alignment, shape.capacity_rows, rank_major(shape) ? "rank-major" : "expert-major") +
-         fmt::format(" max_sms {}", shape.max_sms);
+         fmt::format(" max_sms {}{}", shape.max_sms, shape.low_latency ? " low-latency" : "");
 }
 
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
@@ -284,7 +288,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
   Carver carve;
   const size_t pair_slot = carve.take(T * K * sizeof(int32_t)), slot_token = carve.take(W * T * sizeof(int32_t));
-  const size_t token_row = carve.take(rank_major(shape) ? W * T * sizeof(int32_t) : 0);
+  const size_t token_row = carve.take(rank_major(shape) && !shape.low_latency ? W * T * sizeof(int32_t) : 0);
   const size_t token_ranks = carve.take(T * sizeof(uint32_t)), delivered = carve.take(sizeof(uint32_t));
   const size_t combine_plan = carve.take(4 * sizeof(int32_t));
   const size_t tokens = carve.take(sizeof(int64_t));
@@ -317,6 +321,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.slot_token = reinterpret_cast<int32_t*>(local + slot_token);
   b.token_row = reinterpret_cast<int32_t*>(local + token_row);
   b.rank_major = rank_major(shape);
+  b.fixed_rows = shape.low_latency;
   b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
   b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
   b.combine_plan = reinterpret_cast<int32_t*>(local + combine_plan);

@@ -106,6 +106,7 @@ struct MoeLaunch {
   int32_t* pair_slot;        // [max_tokens][top_k]: index of the pair among this rank's pairs of its expert
   int32_t* slot_token;       // [world][max_tokens]: the token this rank sends to that rank as its i-th
   int32_t* token_row;        // rank-major: [world][max_tokens]: the row of token t in that rank's region for this rank
+                             // (unused with fixed rows)
   uint32_t* token_ranks;     // [max_tokens]: ranks each token went to (bit mask), for combine
   uint32_t* delivered_ranks; // [1]: ranks whose rows fitted their capacity in the last dispatch
   int32_t* combine_plan;     // [4]: blocks of combine's send with work after the last dispatch (the same on every
@@ -121,6 +122,7 @@ struct MoeLaunch {
   unsigned long long* combine_claims;  // [1]: pieces of tokens combine's send groups have claimed (reduce resets it)
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   bool rank_major;            // MoeLayout::kRankMajor
+  bool fixed_rows;            // rank-major with MoeShape::low_latency: token t of source s is row s * max_tokens + t
   bool copy_y;                // rank-major combine: y is not combine_input, so combine copies it there first
   int phase;                  // rank-major: kWholeCall, or one half of a call split by a MoeHook
   bool reuse_routing;         // rank-major dispatch: the last dispatch's routing (T, ranks, rows); only data moves

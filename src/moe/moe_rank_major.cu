@@ -1,7 +1,9 @@
 // MoE dispatch and combine in the rank-major layout (MoeLayout::kRankMajor), one launch each on the caller's
 // stream. A token goes once to each rank holding one of its experts, into row source * max_tokens + i there, i
 // its place among the tokens the source sends that rank (in token order). The source numbers its tokens itself,
-// so no count exchange comes before the first store.
+// so no count exchange comes before the first store. With fixed rows (MoeShape::low_latency) i is the token's
+// index: nothing is numbered, every block stores at once, and the rows of tokens a rank does not receive carry
+// metadata that says so (source rank and token -1, no local expert).
 //   dispatch (launch.blocks blocks): block b takes tokens [b * c, (b + 1) * c) of this rank, c = ceil(T / blocks).
 //     It counts the tokens before them that go to each rank (one pass over tokens [0, its end), a ballot per rank)
 //     to number its own, then stores each token's row and metadata (the token's local experts and weights on
@@ -92,15 +94,18 @@ struct TokenNumbers {
 };
 
 // Where token t's numbers are read: `shared` when it holds them, else the buffer's token_ranks and token_row.
+// With fixed rows a token's place is its index, and only its ranks are kept.
 struct Numbers {
   const TokenNumbers* shared;  // null: global memory
   size_t first;                // shared holds tokens [first, first + kBlockTokens)
+  bool fixed;                  // launch.fixed_rows
 
   __device__ __forceinline__ uint32_t ranks(const MoeLaunch& launch, size_t t) const {
     return shared != nullptr ? shared->ranks[t - first] : launch.token_ranks[t];
   }
   // Row of token t in rank r's region for this rank.
   __device__ __forceinline__ int64_t row(const MoeLaunch& launch, int r, size_t t) const {
+    if (fixed) return int64_t(launch.rank) * int64_t(launch.max_tokens) + int64_t(t);
     const int32_t place = shared != nullptr ? shared->places[r][t - first] : launch.token_row[size_t(r) * launch.max_tokens + t];
     return int64_t(launch.rank) * int64_t(launch.max_tokens) + place;
   }
@@ -134,26 +139,30 @@ __device__ void move_token(const MoeLaunch& launch, const Numbers& numbers, size
   int n = gather_addresses(rows, ranks, W, [&](int r) {
     return launch.peers[r] + launch.layout.rows + numbers.row(launch, r, t) * launch.row_bytes + bytes.begin;
   });
-  if (n == 0) return;
-  group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
+  // With fixed rows every rank's row of the token gets metadata, "not here" on the ranks it does not go to.
+  if (n == 0 && !(launch.fixed_rows && first && !launch.reuse_routing)) return;
+  if (n > 0) group_copy_to(rows, n, launch.x + t * launch.row_bytes + bytes.begin, bytes.end - bytes.begin, lane, 32);
   if (first && !launch.reuse_routing) {  // a redispatch leaves the metadata as it is
     const int expert = lane_expert<Index>(launch, t);
     const float weight = static_cast<int>(lane) < K ? launch.topk_weights[t * K + lane] : 0.0f;
     for (int r = 0; r < W; ++r) {
-      if (((ranks >> r) & 1u) == 0) continue;
+      const bool sent = (ranks >> r) & 1u;
+      if (!sent && !launch.fixed_rows) continue;
       char* base = launch.peers[r];
       const int64_t row = numbers.row(launch, r, t);
       if (static_cast<int>(lane) < K) {
+        // A rank the token does not go to holds none of its (valid, distinct) experts.
         const bool here = expert >= r * L && expert < (r + 1) * L;
         at_offset<int32_t>(base, launch.layout.topk_expert)[row * K + lane] = here ? expert - r * L : -1;
         at_offset<float>(base, launch.layout.topk_weight)[row * K + lane] = here ? weight : 0.0f;
       }
       if (lane == 0) {
-        at_offset<int32_t>(base, launch.layout.row_token)[row] = static_cast<int32_t>(t);
-        at_offset<int32_t>(base, launch.layout.row_rank)[row] = launch.rank;
+        at_offset<int32_t>(base, launch.layout.row_token)[row] = sent ? static_cast<int32_t>(t) : -1;
+        at_offset<int32_t>(base, launch.layout.row_rank)[row] = sent ? launch.rank : -1;
       }
     }
   }
+  if (n == 0) return;
   if (launch.scale_bytes != 0 && last) {
     __syncwarp();
     n = gather_addresses(rows, ranks, W, [&](int r) {
@@ -245,7 +254,8 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // The numbers the moves read: this block's own, kept in shared memory, unless a redispatch numbers nothing or
   // the block has more tokens than that holds.
   __shared__ TokenNumbers numbered;
-  const Numbers numbers{!reuse && range.end - range.begin <= kBlockTokens ? &numbered : nullptr, range.begin};
+  const Numbers numbers{!reuse && range.end - range.begin <= kBlockTokens ? &numbered : nullptr, range.begin,
+                        launch.fixed_rows};
   // The block holding the last token scans every token: it reports refused ids (once) and the totals.
   const bool reporter = tokens > 0 ? range.begin < range.end && range.end == tokens : blockIdx.x == 0;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) block_pairs[e] = 0;
@@ -259,7 +269,33 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // issue-bound when T is small: every block scans the tokens before its own).
   const ExpertRanks expert_ranks(launch.local_experts);
   const unsigned int warp = threadIdx.x / 32, lane = lane_id();
-  const bool numbering = !reuse && range.begin < range.end;
+  const bool numbering = !reuse && range.begin < range.end && !launch.fixed_rows;
+  if (launch.fixed_rows && !reuse) {
+    // Fixed rows: a thread per token of the block finds its ranks and pairs; no token before the block's is read.
+    // Every block reports its own tokens' refused ids (the communicator keeps the first report).
+    for (size_t t = range.begin + threadIdx.x; t < range.end; t += blockDim.x) {
+      int32_t ids[kMaxTopK];
+      decode_expert_ids(launch, [&](int k) -> int64_t { return k < K ? expert_of<Index>(launch, t, k) : -1; }, true, ids);
+      uint32_t ranks = 0;
+#pragma unroll
+      for (int k = 0; k < kMaxTopK; ++k) {
+        if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
+      }
+      launch.token_ranks[t] = ranks;
+      if (numbers.shared != nullptr) numbered.ranks[t - range.begin] = ranks;
+      const uint32_t repeats = repeated_ids(launch, ids, t, true);
+#pragma unroll
+      for (int k = 0; k < kMaxTopK; ++k) {
+        if (ids[k] >= 0 && ((repeats >> k) & 1u) == 0) atomicAdd(&block_pairs[ids[k]], 1u);
+      }
+    }
+    // The block's rows on every rank are its tokens' (holes included), for combine's copies and received.
+    if (threadIdx.x < static_cast<unsigned>(W)) {
+      before[threadIdx.x] = static_cast<int64_t>(range.end);
+      in_range[threadIdx.x] = static_cast<int64_t>(range.end - range.begin);
+    }
+    __syncthreads();
+  }
   for (size_t chunk = 0; numbering && chunk < range.end; chunk += kMoeThreads) {
     const size_t t = chunk + threadIdx.x;
     int32_t ids[kMaxTopK];
@@ -458,8 +494,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   const Span mine{units.begin / parts, (units.end + parts - 1) / parts};
   const size_t count = mine.end - mine.begin;
   __shared__ TokenNumbers numbered;
-  const Numbers numbers{count <= kBlockTokens ? &numbered : nullptr, mine.begin};
-  for (size_t i = threadIdx.x; numbers.shared != nullptr && i < count * (W + 1); i += blockDim.x) {
+  const Numbers numbers{count <= kBlockTokens ? &numbered : nullptr, mine.begin, launch.fixed_rows};
+  const size_t loads = count * (launch.fixed_rows ? 1 : W + 1);
+  for (size_t i = threadIdx.x; numbers.shared != nullptr && i < loads; i += blockDim.x) {
     if (i < count) {
       numbered.ranks[i] = launch.token_ranks[mine.begin + i];
     } else {

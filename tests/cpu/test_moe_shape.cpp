@@ -122,6 +122,9 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape = deepseek_like();
   shape.max_sms = -1;
   expect_refused(shape, "max_sms");
+  shape = deepseek_like();
+  shape.low_latency = true;  // fixed rows are rank-major's
+  expect_refused(shape, "low_latency");
 }
 
 TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {
@@ -139,6 +142,10 @@ TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {
   // A fraction of the expert-major worst case (a token once per rank, not once per expert).
   MoeShape expert_major = deepseek_like();
   EXPECT_LT(bytes, MoeBuffer::symmetric_bytes(expert_major, 4) / 3);
+  // Fixed rows take the same rows.
+  shape.low_latency = true;
+  EXPECT_EQ(MoeBuffer::symmetric_bytes(shape, 4), bytes);
+  EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 4), size_t(4) * 4096);
 }
 
 }  // namespace

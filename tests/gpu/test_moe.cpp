@@ -113,17 +113,27 @@ constexpr Config kConfigs[] = {
     {DataType::kFloat32, DataType::kInt64, 512, 1, 16, 8, 80, DataType::kFloat8E4M3},
 };
 
-// `layout`: kRankMajor takes the config with expert_alignment 1 (the layout has no expert blocks).
-MoeShape make_shape(const Config& c, int world, MoeLayout layout = MoeLayout::kExpertMajor) {
+// A buffer's layout as the tests name it: MoeShape::layout, and low_latency (rank-major's fixed rows).
+struct Layout {
+  MoeLayout layout = MoeLayout::kExpertMajor;
+  bool low_latency = false;
+  Layout() = default;
+  Layout(MoeLayout l, bool fixed = false) : layout(l), low_latency(fixed) {}  // NOLINT: a MoeLayout is a Layout
+};
+const Layout kLowLatency{MoeLayout::kRankMajor, true};
+
+// `layout`: a rank-major one takes the config with expert_alignment 1 (the layout has no expert blocks).
+MoeShape make_shape(const Config& c, int world, Layout layout = {}) {
   MoeShape shape;
-  shape.layout = layout;
+  shape.layout = layout.layout;
+  shape.low_latency = layout.low_latency;
   shape.hidden = c.hidden;
   shape.type = c.type;
   shape.index_type = c.index_type;
   shape.max_tokens = c.max_tokens;
   shape.top_k = c.top_k;
   shape.experts = (c.experts + world - 1) / world * world;
-  shape.expert_alignment = layout == MoeLayout::kRankMajor ? 1 : c.alignment;
+  shape.expert_alignment = layout.layout == MoeLayout::kRankMajor ? 1 : c.alignment;
   shape.dispatch_type = c.dispatch_type;
   return shape;
 }
@@ -136,7 +146,7 @@ bool rank_major(const MoeShape& s) { return s.layout == MoeLayout::kRankMajor; }
 std::string describe(const MoeShape& s) {
   char text[260];
   std::snprintf(text, sizeof text, "%s %s%s%s H=%zu K=%d E=%d alignment=%d max_tokens=%zu ids=%s capacity_rows=%zu",
-                rank_major(s) ? "rank-major" : "expert-major", datatype_name(s.type), s.dispatch_type ? " dispatched as " : "",
+                !rank_major(s) ? "expert-major" : s.low_latency ? "rank-major low-latency" : "rank-major", datatype_name(s.type), s.dispatch_type ? " dispatched as " : "",
                 s.dispatch_type ? datatype_name(*s.dispatch_type) : "", s.hidden, s.top_k, s.experts, s.expert_alignment, s.max_tokens,
                 datatype_name(s.index_type), s.capacity_rows);
   return text;
@@ -747,6 +757,8 @@ class Rig {
   // Rank-major: received_tokens, expert_counts (pairs per local expert), and every row s * max_tokens + i with
   // i < received_tokens[s]: bit for bit source s's i-th token for this rank (in token order), its source rank and
   // token, its top_k local experts (-1 where not here) and weights (0 there), and its scales with fp8 dispatch.
+  // Low-latency (fixed rows): received_tokens[s] is s's T, row s * max_tokens + t is token t of s when it has an
+  // expert here, else a hole (source rank and token -1, every expert -1, every weight 0).
   void compare_rank_major_dispatch(const Round& round, const MoeDispatchOutput& view, Problems& problems) {
     compare_fields(view, problems);
     const size_t K = static_cast<size_t>(shape_.top_k), M = shape_.max_tokens, rows = M * world_;
@@ -784,13 +796,31 @@ class Rig {
           if (here) tokens.push_back(t);
         }
       }
-      if (received[source] != static_cast<int64_t>(tokens.size())) {
-        problems.add("received_tokens[" + std::to_string(source) + "]: expected " + std::to_string(tokens.size()) + ", got " +
+      const size_t want_received = !shape_.low_latency ? tokens.size() : sends(shape_, round, source) ? in.tokens : 0;
+      if (received[source] != static_cast<int64_t>(want_received)) {
+        problems.add("received_tokens[" + std::to_string(source) + "]: expected " + std::to_string(want_received) + ", got " +
                      std::to_string(received[source]));
         continue;
       }
+      if (shape_.low_latency) {  // the holes: the tokens below s's T with no expert here
+        size_t next = 0;
+        for (size_t t = 0; t < want_received; ++t) {
+          if (next < tokens.size() && tokens[next] == t) {
+            ++next;
+            continue;
+          }
+          const size_t row = source * M + t;
+          bool hole = source_rank[row] == -1 && source_token[row] == -1;
+          for (size_t k = 0; k < K; ++k) hole = hole && experts[row * K + k] == -1 && weights[row * K + k] == 0.0f;
+          if (!hole && bad_rows++ == 0) {
+            first_bad = "row " + std::to_string(row) + " (rank " + std::to_string(source) + " token " + std::to_string(t) +
+                        "): not marked a hole (source rank " + std::to_string(source_rank[row]) + " token " +
+                        std::to_string(source_token[row]) + ")";
+          }
+        }
+      }
       for (size_t i = 0; i < tokens.size(); ++i) {
-        const size_t t = tokens[i], row = source * M + i;
+        const size_t t = tokens[i], row = source * M + (shape_.low_latency ? t : i);
         std::string wrong;
         if (std::memcmp(x.data() + row * row_bytes_, in.x.data() + t * row_bytes_, row_bytes_) != 0) wrong += " data";
         if (source_rank[row] != source || source_token[row] != static_cast<int32_t>(t)) {
@@ -1088,7 +1118,7 @@ std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
 // Every matrix round of the configurations `configs` (indices into kConfigs), round i called as repeats_of(i,
 // the shared seed) says; fails the test when a round is wrong.
 void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t seed_offset,
-                const std::function<Repeats(size_t, uint64_t)>& repeats_of, MoeLayout layout = MoeLayout::kExpertMajor) {
+                const std::function<Repeats(size_t, uint64_t)>& repeats_of, Layout layout = {}) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream;
@@ -1161,7 +1191,7 @@ std::vector<Round> device_token_rounds(const MoeShape& s, int world, uint64_t se
   return rounds;
 }
 
-void token_count_on_the_device(Communicator& comm, MoeLayout layout) {
+void token_count_on_the_device(Communicator& comm, Layout layout) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream;
@@ -1229,7 +1259,7 @@ Round replay_round(const MoeShape& s, int world, uint64_t seed, int r) {
 // dispatch (T on the device) + the expert kernel + weighted combine in one graph, replayed 100 times with the
 // ids, weights, rows and device T rewritten between replays (copies on the stream, outside the graph), each
 // checked; then 1,000 replays back to back on one routing, checked at the end.
-void replays_with_changing_routing(Communicator& comm, MoeLayout layout) {
+void replays_with_changing_routing(Communicator& comm, Layout layout) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   constexpr int kReplays = 100, kBackToBack = 1000;
@@ -1272,7 +1302,7 @@ TEST(MoeRankMajorGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
 // captured once and replayed with new routing, else enqueued eagerly with pauses that differ between ranks.
 // `layout_b`: the second buffer's layout.
 void two_buffers_on_two_streams(Communicator& comm, int iterations, bool graphs,
-                                MoeLayout layout_b = MoeLayout::kExpertMajor) {
+                                Layout layout_b = {}) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream_a, stream_b;
@@ -1383,12 +1413,14 @@ TEST(MoeErrors, ExpertIdOutOfRangeIsReportedAndSkipped) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    for (const auto [index_type, layout] : {std::pair{DataType::kInt64, MoeLayout::kExpertMajor},
-                                            std::pair{DataType::kInt32, MoeLayout::kExpertMajor},
-                                            std::pair{DataType::kInt64, MoeLayout::kRankMajor}}) {
+    for (const auto [index_type, layout] : {std::pair{DataType::kInt64, Layout(MoeLayout::kExpertMajor)},
+                                            std::pair{DataType::kInt32, Layout(MoeLayout::kExpertMajor)},
+                                            std::pair{DataType::kInt64, Layout(MoeLayout::kRankMajor)},
+                                            std::pair{DataType::kInt32, kLowLatency}}) {
       const MoeShape shape = make_shape({DataType::kBFloat16, index_type, 72, 4, 16, 8, 64}, world, layout);
       Rig rig(comm, shape, stream.get());
-      const uint64_t s = mix64(seed + static_cast<uint64_t>(index_type) + 7 * static_cast<uint64_t>(layout));
+      const uint64_t s = mix64(seed + static_cast<uint64_t>(index_type) + 7 * static_cast<uint64_t>(layout.layout) +
+                               13 * static_cast<uint64_t>(layout.low_latency));
       std::vector<RankPlan> plans = plans_of(different_tokens(s, world, 8, shape.max_tokens), Route::kRandom, 9);
       plans[world - 1].invalid = 5;
       rig.run_and_judge(make_round(shape, world, s, plans, "rank " + std::to_string(world - 1) + " sends 5 ids outside [-1, E)"),
@@ -1408,7 +1440,7 @@ TEST(MoeErrors, DeviceTokenCountAboveMaxTokensIsReported) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    for (MoeLayout layout : {MoeLayout::kExpertMajor, MoeLayout::kRankMajor}) {
+    for (Layout layout : {Layout(MoeLayout::kExpertMajor), Layout(MoeLayout::kRankMajor), kLowLatency}) {
       const MoeShape shape = make_shape({DataType::kFloat16, DataType::kInt64, 128, 2, 16, 4, 64}, world, layout);
       Rig rig(comm, shape, stream.get());
       std::vector<Round> rounds = device_token_rounds(shape, world, seed, 3);
@@ -1534,6 +1566,76 @@ TEST(MoeRankMajor, CallsSplitByAHookMatchTheReference) {
   });
 }
 
+// ---- Low latency: rank-major with fixed rows (MoeShape::low_latency) ----
+
+// The whole matrix (every config, route, T and buffer kind of y), rows and holes checked.
+TEST(MoeLowLatency, DispatchAndCombineMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    std::vector<size_t> every(std::size(kConfigs));
+    std::iota(every.begin(), every.end(), size_t(0));
+    run_matrix(comm, every, 0x10C1ull, [](size_t, uint64_t) { return Repeats{}; }, kLowLatency);
+  });
+}
+
+// Calls of one kind in a row with rank skew, and every call split by a hook.
+TEST(MoeLowLatency, RepeatedCallsWithRankSkewAndHooks) {
+  with_communicator([](Communicator& comm) {
+    run_matrix(comm, {0, 5, 11}, 0x5CE11ull, skewed_repeats, kLowLatency);
+    run_matrix(comm, {0, 5, 11}, 0x400Dull, [](size_t i, uint64_t seed) {
+      Repeats repeats = i % 2 == 0 ? Repeats{} : skewed_repeats(i, seed);
+      repeats.hooks = true;
+      return repeats;
+    }, kLowLatency);
+  });
+}
+
+TEST(MoeLowLatency, TokenCountOnTheDevice) {
+  with_communicator([](Communicator& comm) { token_count_on_the_device(comm, kLowLatency); });
+}
+
+TEST(MoeLowLatencyGraph, ReplaysWithChangingRoutingRowsAndTokenCounts) {
+  with_communicator([](Communicator& comm) { replays_with_changing_routing(comm, kLowLatency); });
+}
+
+TEST(MoeLowLatencyGraph, BesideAnExpertMajorBufferInTwoGraphsAtOnce) {
+  with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, true, kLowLatency); });
+}
+
+// Fixed rows change where a token lands, never what combine returns: a rank-major buffer and a low-latency one
+// of the same shape give out bit for bit alike for the same routing (empty and hot experts, fp8 dispatch).
+TEST(MoeLayouts, LowLatencyGivesTheSameOutputAsRankMajor) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0, differing = 0;
+    for (size_t c : {size_t(0), size_t(4), size_t(11)}) {
+      Rig plain(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
+      Rig fixed(comm, make_shape(kConfigs[c], world, kLowLatency), stream.get());
+      const MoeShape& shape = fixed.shape();
+      for (int i = 0; i < 6; ++i) {
+        const uint64_t round_seed = mix64(seed + c * 100 + static_cast<uint64_t>(i) + 0x77);
+        std::vector<RankPlan> plans = plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 6);
+        if (i % 3 == 1) {
+          for (RankPlan& p : plans) p.route = Route::kToRank;
+        }
+        if (i % 3 == 2) plans[0].route = Route::kFirstToRankZero;
+        const Round round = make_round(shape, world, round_seed, plans, "fixed rows " + std::to_string(i), i % 2 == 0);
+        const bool plain_right = plain.run_and_judge(round, failed);
+        const std::vector<unsigned char> plain_out = plain.out_rows(round.inputs[me].tokens);
+        const bool fixed_right = fixed.run_and_judge(round, failed);
+        const std::vector<unsigned char> fixed_out = fixed.out_rows(round.inputs[me].tokens);
+        if (plain_right && fixed_right && plain_out != fixed_out) {
+          ADD_FAILURE() << "rank " << me << ": " << describe(shape) << ", round " << i << ": out differs from rank-major's";
+          ++differing;
+        }
+      }
+      comm.barrier();
+    }
+    EXPECT_EQ(failed + differing, 0u) << "rank " << me;
+  });
+}
+
 // `call` throws kInvalidArgument naming `field`.
 void expect_refused_naming(int me, const char* what, const char* field, const std::function<void()>& call) {
   try {
@@ -1634,8 +1736,9 @@ TEST(MoeRankMajor, RedispatchMovesNewRowsOnTheSameRouting) {
     const uint64_t seed = shared_seed(comm);
     StreamHandle stream;
     size_t failed = 0;
-    for (size_t c : {size_t(0), size_t(11)}) {
-      Rig rig(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
+    for (const auto [c, layout] : {std::pair{size_t(0), Layout(MoeLayout::kRankMajor)}, std::pair{size_t(11), Layout(MoeLayout::kRankMajor)},
+                                   std::pair{size_t(0), kLowLatency}, std::pair{size_t(11), kLowLatency}}) {
+      Rig rig(comm, make_shape(kConfigs[c], world, layout), stream.get());
       const MoeShape& shape = rig.shape();
       std::vector<Round> firsts = device_token_rounds(shape, world, mix64(seed + c), 2);
       firsts.push_back(make_round(shape, world, mix64(seed ^ c), plans_of(different_tokens(mix64(seed + 7 * c), world, 1, shape.max_tokens),
@@ -1784,6 +1887,7 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
       s.hidden = 192;
     });
     with("expert_alignment", "rank-major with expert_alignment = 8", [](MoeShape& s) { s.layout = MoeLayout::kRankMajor; });
+    with("low_latency", "low_latency with the expert-major layout", [](MoeShape& s) { s.low_latency = true; });
     with("capacity_rows", "rank-major with capacity_rows = 100", [](MoeShape& s) {
       s.layout = MoeLayout::kRankMajor;
       s.expert_alignment = 1;

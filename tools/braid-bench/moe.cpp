@@ -195,14 +195,28 @@ struct Bytes {
   double dispatch_nvlink = 0, combine_nvlink = 0, dispatch_logical = 0, combine_logical = 0;
 };
 // "layer" is a dispatch followed by a combine, as an MoE layer calls them (with no expert computation between).
-// braid's slots per layout: expert-major, then rank-major.
+// braid's slots per layout (dispatch, combine, layer): expert-major, rank-major, low-latency (first_slot).
 enum SlotIndex {
   kBraidDispatch, kBraidCombine, kBraidLayer,
   kRankDispatch, kRankCombine, kRankLayer,
+  kLowLatencyDispatch, kLowLatencyCombine, kLowLatencyLayer,
   kNcclDispatch, kNcclCombine, kNcclLayer,
   kSlots
 };
-const char* layout_name(MoeLayout layout) { return layout == MoeLayout::kRankMajor ? "rank-major" : "expert-major"; }
+const char* layout_name(MoeBenchLayout layout) {
+  switch (layout) {
+    case MoeBenchLayout::kRankMajor: return "rank-major";
+    case MoeBenchLayout::kLowLatency: return "low-latency";
+    default: return "expert-major";
+  }
+}
+int first_slot(MoeBenchLayout layout) {
+  switch (layout) {
+    case MoeBenchLayout::kRankMajor: return kRankDispatch;
+    case MoeBenchLayout::kLowLatency: return kLowLatencyDispatch;
+    default: return kBraidDispatch;
+  }
+}
 
 // ---- The NCCL baseline on one rank ----
 
@@ -391,7 +405,7 @@ class MoeBench {
     gpus_ = comm_.host_allgather(gpu);
     if (rank_ != 0) return;
     std::string layouts;
-    for (MoeLayout layout : options_.moe_layouts) layouts += (layouts.empty() ? "" : ",") + std::string(layout_name(layout));
+    for (MoeBenchLayout layout : options_.moe_layouts) layouts += (layouts.empty() ? "" : ",") + std::string(layout_name(layout));
     std::printf("# braid-bench --moe: ranks=%d type=%s dispatch=%s H=%zu K=%d E=%d (%d per rank) alignment=%d max_sms=%d ids=int64 "
                 "layouts=%s graph=%d nccl=%s\n",
                 ranks_, datatype_name(options_.type), fp8() ? (std::string(datatype_name(*fp8())) + "+scales").c_str() : "type",
@@ -480,7 +494,7 @@ class MoeBench {
     cuda(cudaStreamSynchronize(stream()), "cudaStreamSynchronize (inputs)");
 
     Slot slots[kSlots];
-    for (MoeLayout layout : options_.moe_layouts) run_braid(layout, tokens, x, scales, ids, weights, out, slots);
+    for (MoeBenchLayout layout : options_.moe_layouts) run_braid(layout, tokens, x, scales, ids, weights, out, slots);
     if (nccl_) {
       NcclMoe baseline(*nccl_, W, options_.type, fp8(), options_.moe_hidden, tokens, K, E);
       const Call dispatch = [&](cudaStream_t s) {
@@ -522,11 +536,11 @@ class MoeBench {
   }
 
   // braid's phases in one layout: a checked dispatch and combine, then each timed alone and as a layer.
-  void run_braid(MoeLayout layout, size_t tokens, DeviceMemory& x, DeviceMemory& scales, DeviceMemory& ids,
+  void run_braid(MoeBenchLayout layout, size_t tokens, DeviceMemory& x, DeviceMemory& scales, DeviceMemory& ids,
                  DeviceMemory& weights, DeviceMemory& out, Slot (&slots)[kSlots]) {
     const int K = options_.moe_top_k, W = ranks_;
-    const bool rank = layout == MoeLayout::kRankMajor;
-    const int first = rank ? kRankDispatch : kBraidDispatch;
+    const bool rank = layout != MoeBenchLayout::kExpertMajor;
+    const int first = first_slot(layout);
     Slot& dispatch_slot = slots[first];
     Slot& combine_slot = slots[first + 1];
     Slot& layer_slot = slots[first + 2];
@@ -539,7 +553,8 @@ class MoeBench {
     shape.experts = options_.moe_experts;
     shape.expert_alignment = rank ? 1 : options_.moe_alignment;
     shape.dispatch_type = fp8();
-    shape.layout = layout;
+    shape.layout = rank ? MoeLayout::kRankMajor : MoeLayout::kExpertMajor;
+    shape.low_latency = layout == MoeBenchLayout::kLowLatency;
     shape.max_sms = options_.moe_max_sms;
     MoeBuffer buffer = MoeBuffer::create(comm_, shape);
     if (rank_ == 0) {
@@ -583,7 +598,8 @@ class MoeBench {
     const void* y = nullptr;
     auto y_of = [&] { return rank ? static_cast<const void*>(view.combine_input) : fp8() ? dequantised->get() : view.x; };
     if (options_.check) {
-      dispatch_slot.wrong = rank ? check_rank_dispatch(dispatch, view, tokens) : check_braid_dispatch(dispatch, view, tokens);
+      dispatch_slot.wrong = rank ? check_rank_dispatch(dispatch, view, tokens, shape.low_latency)
+                                 : check_braid_dispatch(dispatch, view, tokens);
       dispatch_slot.state = 2;
       expert();
       cuda(cudaMemsetAsync(out.get(), kOutPoison, out.bytes(), stream()), "cudaMemsetAsync");
@@ -631,8 +647,9 @@ class MoeBench {
   }
 
   // Rank-major: all views poisoned with every rank idle, one dispatch, then received_tokens, every row's source
-  // token, the pairs of kSampledRows rows and their data.
-  uint64_t check_rank_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens) {
+  // token, the pairs of kSampledRows rows and their data. `fixed`: low-latency rows (token t of s at row
+  // s * tokens + t, a hole's source token -1).
+  uint64_t check_rank_dispatch(const Call& dispatch, MoeDispatchOutput& view, size_t tokens, bool fixed) {
     const int K = options_.moe_top_k, L = local_experts();
     const uint64_t seed = mix(seed_ + tokens);
     const size_t capacity = view.capacity_rows;
@@ -659,15 +676,23 @@ class MoeBench {
       for (size_t t = 0; t < tokens; ++t) {
         bool here = false;
         for (int k = 0; k < K; ++k) here = here || routings_[s].ids[t * K + k] / L == rank_;
-        if (!here) continue;
-        const size_t row = s * tokens + i++;
+        if (!here) {
+          if (fixed && token[s * tokens + t] != -1 && wrong++ == 0) {
+            first = "row " + std::to_string(s * tokens + t) + ": source_token " + std::to_string(token[s * tokens + t]) +
+                    ", expected -1 (a hole)";
+          }
+          continue;
+        }
+        const size_t row = s * tokens + (fixed ? t : i);
+        ++i;
         rows.push_back({s, t, row});
         if (token[row] != static_cast<int32_t>(t) && wrong++ == 0) {
           first = "row " + std::to_string(row) + ": source_token " + std::to_string(token[row]) + ", expected " + std::to_string(t);
         }
       }
-      if (received[s] != static_cast<int64_t>(i) && wrong++ == 0) {
-        first = "received_tokens[" + std::to_string(s) + "] = " + std::to_string(received[s]) + ", expected " + std::to_string(i);
+      const size_t want = fixed ? tokens : i;
+      if (received[s] != static_cast<int64_t>(want) && wrong++ == 0) {
+        first = "received_tokens[" + std::to_string(s) + "] = " + std::to_string(received[s]) + ", expected " + std::to_string(want);
       }
     }
     std::vector<unsigned char> data(dispatch_row_bytes());
@@ -961,9 +986,9 @@ class MoeBench {
                             {1, kNcclCombine, "combine", bytes.combine_nvlink, bytes.combine_logical},
                             {2, kNcclLayer, "layer", bytes.dispatch_nvlink + bytes.combine_nvlink,
                              bytes.dispatch_logical + bytes.combine_logical}};
-    for (MoeLayout layout : options_.moe_layouts) {
+    for (MoeBenchLayout layout : options_.moe_layouts) {
       for (const Phase& phase : phases) {
-        const Slot& b = total[(layout == MoeLayout::kRankMajor ? kRankDispatch : kBraidDispatch) + phase.braid];
+        const Slot& b = total[first_slot(layout) + phase.braid];
         const Slot& n = total[phase.nccl];
         const char* name = phase.name;
         const double nvlink_bytes = phase.nvlink_bytes;
@@ -1010,7 +1035,7 @@ class MoeBench {
                           {"max_sms", options_.moe_max_sms},
                           {"layouts", [&] {
                              nlohmann::json names = nlohmann::json::array();
-                             for (MoeLayout layout : options_.moe_layouts) names.push_back(layout_name(layout));
+                             for (MoeBenchLayout layout : options_.moe_layouts) names.push_back(layout_name(layout));
                              return names;
                            }()},
                           {"tokens", options_.moe_tokens},

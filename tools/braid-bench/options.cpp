@@ -137,8 +137,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   app.add_option("--alignment", options.moe_alignment, "--moe: each local expert's block of rows starts at a multiple of this")
       ->check(integer_in(1))->capture_default_str();
   std::vector<std::string> layouts;
-  app.add_option("--layout", layouts, "--moe: expert-major, rank-major, or both (comma-separated; default both)")
-      ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major"}));
+  app.add_option("--layout", layouts, "--moe: expert-major, rank-major, low-latency (rank-major with fixed rows), "
+                 "comma-separated; default all three")
+      ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major", "low-latency"}));
   app.add_option("--max-sms", options.moe_max_sms,
                  "--moe: multiprocessors dispatch and combine may occupy (MoeShape::max_sms; 0: braid picks)")
       ->check(integer_in(0))->capture_default_str();
@@ -246,7 +247,9 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
     if (!layouts.empty()) {
       options.moe_layouts.clear();
       for (const std::string& layout : layouts) {
-        options.moe_layouts.push_back(layout == "rank-major" ? MoeLayout::kRankMajor : MoeLayout::kExpertMajor);
+        options.moe_layouts.push_back(layout == "rank-major"    ? MoeBenchLayout::kRankMajor
+                                      : layout == "low-latency" ? MoeBenchLayout::kLowLatency
+                                                                : MoeBenchLayout::kExpertMajor);
       }
     }
     if (options.moe_top_k > options.moe_experts) {

@@ -12,6 +12,9 @@
 
 namespace braid::bench {
 
+// The MoE layouts --moe times: MoeShape::layout, and the rank-major layout with fixed rows (MoeShape::low_latency).
+enum class MoeBenchLayout { kExpertMajor, kRankMajor, kLowLatency };
+
 struct Options {
   bool smoke = false;  // --smoke: the symmetric-memory smoke run instead of the collectives
   bool moe = false;    // --moe: MoE dispatch and combine (MoeBuffer) instead of the collectives
@@ -24,7 +27,7 @@ struct Options {
   int moe_top_k = 8;
   int moe_experts = 256;
   int moe_alignment = 1;
-  std::vector<MoeLayout> moe_layouts{MoeLayout::kExpertMajor, MoeLayout::kRankMajor};
+  std::vector<MoeBenchLayout> moe_layouts{MoeBenchLayout::kExpertMajor, MoeBenchLayout::kRankMajor, MoeBenchLayout::kLowLatency};
   std::optional<DataType> moe_dispatch_type;  // --dispatch-type: fp8 dispatch (rows of -d's type come back)
   int moe_max_sms = 0;                         // --max-sms: MoeShape::max_sms (0: every multiprocessor)
 

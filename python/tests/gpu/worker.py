@@ -286,9 +286,9 @@ def moe(rank, world):
     index, weights = routing(MOE_T, E, MOE_K, seed=rank, hot=rank % E, empty=(E - 1,))
     xs, idxs, ws = gathered(x, world), gathered(index, world), gathered(weights, world)
     lo = rank * (E // world)
-    for layout in ("expert_major", "rank_major"):
+    for layout, fixed in (("expert_major", False), ("rank_major", False), ("rank_major", True)):
         buffer = braid.MoeBuffer(MOE_H, MOE_T, MOE_K, E, layout=layout, expert_alignment=1 if layout == "rank_major"
-                                 else 8)
+                                 else 8, low_latency=fixed)
         got = buffer.dispatch(x, index, weights)
         torch.cuda.synchronize()
         counts = got.expert_counts.cpu()
@@ -310,19 +310,27 @@ def moe(rank, world):
         else:
             received = got.received_tokens.cpu()
             for s in range(world):
-                mine = ((idxs[s] >= lo) & (idxs[s] < lo + E // world)).any(1).nonzero().flatten()
-                assert received[s] == len(mine), f"rank-major: {received[s]} tokens from {s}, expected {len(mine)}"
+                here = ((idxs[s] >= lo) & (idxs[s] < lo + E // world)).any(1)
+                mine = here.nonzero().flatten()
+                want = MOE_T if fixed else len(mine)  # low latency: the source's T, holes included
+                assert received[s] == want, f"rank-major: {received[s]} tokens from {s}, expected {want}"
                 for i, t in enumerate(mine.tolist()):
-                    row = s * MOE_T + i
+                    row = s * MOE_T + (t if fixed else i)
                     assert (int(got.source_rank[row]), int(got.source_token[row])) == (s, t)
                     same(got.x[row], xs[s][t], f"rank-major row {row}")
+                if fixed:
+                    for t in (~here).nonzero().flatten().tolist():
+                        row = s * MOE_T + t
+                        assert int(got.source_rank[row]) == -1 and bool((got.topk_expert[row] == -1).all()), \
+                            f"low-latency row {row} is not a hole"
+
             valid = (torch.arange(world * MOE_T, device="cuda") % MOE_T
                      < got.received_tokens.repeat_interleave(MOE_T))[:, None]
             te = got.topk_expert
             scale = torch.where(te >= 0, got.topk_weights * (te.float() + lo + 1), 0.0).sum(1, keepdim=True)
             got.combine_input.copy_(torch.where(valid, got.x.float() * scale, 0.0).to(torch.bfloat16))
             out = buffer.combine(got.combine_input)
-        same(out, moe_reference_out(x, index, weights, E), f"{layout} combine")
+        same(out, moe_reference_out(x, index, weights, E), f"{layout}{' low-latency' if fixed else ''} combine")
         pinned = buffer.copy_expert_counts()
         torch.cuda.synchronize()
         assert torch.equal(pinned, counts), "copy_expert_counts"
