@@ -9,8 +9,8 @@
 //     to number its own, then stores each token's row and metadata (the token's local experts and weights on
 //     that rank, its index) into every rank it goes to, this one included (a row is read once for all of them),
 //     adds its pairs per expert into the receivers' expert_pairs, records the rows it wrote there (block_rows,
-//     which combine reads) and signals block b of every peer, then waits for block b of every peer. The last
-//     block to finish moves the expert counts out and records T for combine.
+//     which combine reads) and signals block b of every peer. Block 0 then waits for every block of every peer
+//     and moves the expert counts out.
 //   combine (launch.blocks blocks): unless y is combine_input, block b copies the rows of y that block b of each
 //     peer will read (those that peer's block b wrote in the dispatch) into combine_input. Once every row the
 //     peers read is in, one block signals every peer once (kGridChannel), and every block waits for every
@@ -215,26 +215,40 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   kernels::wait_for_prior_grid();  // the last call on the buffer (combine_plan, token_row)
   kernels::allow_dependent_grid();
   const int me = launch.rank, W = launch.world, L = launch.local_experts;
-  if (launch.phase != kReceivingHalf) send_rows<Index>(launch, block_pairs, warp_votes, before, in_range);
-  if (launch.phase == kSendingHalf) return;
+  if (launch.phase != kReceivingHalf) {
+    send_rows<Index>(launch, block_pairs, warp_votes, before, in_range);
+    // This rank's own pairs are added by its blocks, not behind a peer's signal: each block counts itself in.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      atomicAdd(launch.blocks_done, 1u);
+    }
+  }
+  // Block 0 waits for every block of every peer, a thread per (channel, peer), and for every block of this rank;
+  // the other blocks end after their sends. Then every row, pair count and record of this dispatch is here, and
+  // the kernel's end tells the next kernel so.
+  if (launch.phase == kSendingHalf || blockIdx.x != 0) return;
   __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
+  if (threadIdx.x == 0) {
+    failed = 0;
+    // Every block is resident and counts itself in whatever its sends did, so this ends.
+    while (atomicAdd(launch.blocks_done, 0u) != gridDim.x) {
+    }
+    *launch.blocks_done = 0;
+    __threadfence();
+  }
   __syncthreads();
-  if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me &&
-      !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
-    failed = 1;
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x) * W; i += blockDim.x) {
+    const int channel = i / W, peer = i % W;
+    if (peer != me && !device::wait(launch.pad, channel, peer, launch.dispatch_id, kSiteMoeRows)) failed = 1;
   }
   __syncthreads();
   if (failed) return;
-  if (!last_block(launch.blocks_done)) return;
   unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
   if (!launch.reuse_routing) {
     for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
   }
-  if (threadIdx.x == 0) {
-    launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
-    *launch.blocks_done = 0;
-  }
+  if (threadIdx.x == 0) launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
 }
 
 // Dispatch's sending half, by every block: the entry barrier when it follows a dispatch, the numbering, the rows
