@@ -7,8 +7,8 @@ K experts; braid.MoeBuffer.dispatch sends the token to the ranks holding them, e
 rows it received, and combine sums the expert outputs back on the token's rank, weighted by the router. The loss
 is the mean squared error against a fixed target map, so it has a minimum the experts can reach. Autograd flows
 through dispatch and combine by braid's registered formulas (docs/python.md, "Autograd through MoE"), so the
-training loop is plain PyTorch: loss.backward(), then SGD on the experts. Prints the loss per step on rank 0 and
-exits non-zero where it did not decrease."""
+training loop is plain PyTorch: loss.backward(), then SGD on the experts and the router. Prints the loss per step
+on rank 0 and exits non-zero where it did not decrease."""
 import sys
 
 import torch
@@ -16,7 +16,7 @@ import torch
 import braid
 
 T, H, K, E = 64, 128, 2, 8  # tokens per rank, hidden size, experts per token, experts in all
-STEPS, LR = 20, 2.0
+STEPS, LR, ROUTER_LR = 20, 2.0, 0.1
 
 
 def main() -> int:
@@ -28,7 +28,7 @@ def main() -> int:
     # The router and the target map are the same on every rank (one seed); each rank's experts and tokens are its
     # own (seeded by rank).
     shared = torch.Generator(device="cuda").manual_seed(0)
-    router = torch.randn(H, E, device="cuda", generator=shared)
+    router = torch.randn(H, E, device="cuda", generator=shared).requires_grad_()
     target = torch.randn(H, H, device="cuda", generator=shared) / H ** 0.5
     mine = torch.Generator(device="cuda").manual_seed(1 + rank)
     experts = (torch.randn(local, H, H, device="cuda", generator=mine) / H ** 0.5).requires_grad_()
@@ -39,10 +39,11 @@ def main() -> int:
     # numbers simple (bfloat16 works the same way). One buffer per layer: a backward pass needs its forward's
     # routing, which the buffer holds until its next dispatch.
     moe = braid.MoeBuffer(H, T, K, E, layout="rank_major", dtype=torch.float32)
-    optimizer = torch.optim.SGD([experts], lr=LR)
+    optimizer = torch.optim.SGD([{"params": [experts]}, {"params": [router], "lr": ROUTER_LR}], lr=LR)
 
     def layer(tokens):
-        # The routing is not differentiated here: braid gives the routing weights no gradient (docs/python.md).
+        # The routing weights are differentiable: their gradient comes back from the experts' ranks through
+        # dispatch's backward (docs/python.md), and trains the router.
         weights, index = (tokens @ router).softmax(-1).topk(K, dim=-1)
         got = moe.dispatch(tokens, index, weights)
         # Under autograd got.x is a copy of the received rows, zero outside them, so the expert's matmul can
@@ -59,6 +60,7 @@ def main() -> int:
         out = layer(x)
         loss = ((out - x @ target) ** 2).mean()
         loss.backward()  # combine's backward redispatches the gradient; no autograd.Function of our own
+        braid.all_reduce(router.grad, braid.ReduceOp.AVG)  # one router on every rank, as data parallelism keeps it
         optimizer.step()
         # The mean over every rank's tokens (each rank's experts learn from every rank's tokens).
         total = loss.detach().reshape(1)

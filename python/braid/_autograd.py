@@ -5,9 +5,12 @@ backward pass"):
   forward's handle; expert-major, a dispatch of the gradient with the forward's routing (the same routing gives
   the same layout, row for row), each row scaled by its routing weight after a weighted combine.
 - dispatch's backward is a combine, unweighted, of the received rows' gradient: each token's rows summed back.
-Only the token rows get gradients (dispatch's x, combine's y). The routing weights get none: braid applies them
-on the rank that holds the expert (expert-major weighted combine) or the caller does with the dispatched
-`topk_weights` (rank-major), and carrying a gradient back to the token's rank would take an exchange of its own.
+- the routing weights (topk_weights) get a gradient wherever they act: through the dispatched weights the caller
+  uses (rank-major `topk_weights`, expert-major `weights`: dispatch's backward), and through an expert-major
+  weighted combine (combine's backward: out[t] = sum_k w[t, k] y[row of (t, k)], so the gradient of w[t, k] is
+  the dot product of out's gradient at t with that row, taken on the expert's rank). Either way each pair's value
+  is computed on the rank holding its expert and goes back to the token's rank through braid::moe_to_sources, one
+  equal-block all-to-all of [world * max_tokens, local_experts] float32.
 
 Both formulas call braid's ops, so they run eagerly and trace under torch.compile alike. Eagerly, the forward's
 MoeHandle is kept, and a backward pass whose buffer has been dispatched again since (the buffer then holds
@@ -44,61 +47,114 @@ def _unsupported_fp8(moe, function: str):
                  "gradient; braid does not quantise: dispatch the gradient yourself", ErrorCode.UNSUPPORTED)
 
 
+def _repeated(torch, idx):
+    """[T, K] bool: the pairs naming an expert their token named at a smaller k (braid refuses them)."""
+    K = idx.shape[1]
+    earlier = torch.ones(K, K, dtype=torch.bool, device=idx.device).tril(-1)  # [k, j]: j < k
+    return ((idx[:, :, None] == idx[:, None, :]) & earlier).any(-1)
+
+
+def routing_weights_grad(torch, moe, buffer, meta, per_pair, topk_idx, host_t, device_t):
+    """The gradient of the routing weights topk_idx was dispatched with ([x rows, K] float32), from a value per
+    received pair on this rank: per_pair [capacity_rows, K] (rank-major, by the dispatched topk_expert) or
+    [capacity_rows] (expert-major, a row's pair). meta: the dispatch's source_rank, source_token, and
+    topk_expert (rank-major) or local_expert and expert_offsets (expert-major). Pairs that were not dispatched
+    (ids -1, out of range or repeated; tokens from T on) get 0."""
+    M, E = moe.max_tokens, moe.experts
+    valid = moe._valid_rows(torch, meta)[:, 0] & (meta["source_rank"] >= 0)
+    token_row = meta["source_rank"].long() * M + meta["source_token"].long()
+    if moe.rank_major:
+        expert = meta["topk_expert"].long()
+        values_in = per_pair.float()
+    else:
+        expert = meta["local_expert"].long()[:, None]
+        values_in = per_pair.float()[:, None]
+    keep = valid[:, None] & (expert >= 0)
+    values = torch.zeros(moe.world_size * M, moe.local_experts, dtype=torch.float32, device=per_pair.device)
+    values.index_put_((torch.where(keep, token_row[:, None], 0).flatten(), torch.where(keep, expert, 0).flatten()),
+                      torch.where(keep, values_in, 0.0).flatten(), accumulate=True)
+    back = torch.ops.braid.moe_to_sources(values, buffer)  # [M, E]
+    rows = topk_idx.shape[0]
+    back = back[:rows] if rows <= M else torch.nn.functional.pad(back, (0, 0, 0, rows - M))
+    idx = topk_idx.long()
+    ok = (idx >= 0) & (idx < E) & ~_repeated(torch, idx)
+    token = torch.arange(rows, device=idx.device)[:, None]
+    if device_t is not None:
+        ok = ok & (token < device_t)
+    elif host_t >= 0:
+        ok = ok & (token < host_t)
+    return torch.where(ok, back.gather(1, torch.where(ok, idx, 0)), 0.0)
+
+
+_META_FIELDS = {True: ("source_rank", "source_token", "received_tokens", "topk_expert"),
+                False: ("source_rank", "source_token", "local_expert", "expert_offsets")}
+
+
 def register_moe_autograd(torch, moe_dispatch, moe_combine) -> None:
     ops = torch.ops.braid
 
-    # Dispatch: only the received rows are differentiable (and not fp8 ones); the metadata, weights, scales and
-    # the rank-major combine_input are not functions of x.
+    # Dispatch: the received rows (not fp8 ones) are functions of x, and the dispatched weights (rank-major
+    # topk_weights, expert-major weights) of topk_weights; the metadata, scales and the rank-major combine_input
+    # are functions of neither.
     def dispatch_setup(ctx, inputs, output):
-        x, _, _, _, device_t, host_t, buffer = inputs
+        x, _, topk_idx, topk_weights, device_t, host_t, buffer = inputs
         moe = resolve(buffer, "braid.MoeBuffer.dispatch")
         fields = moe.output_fields()
         ctx.x_index = None if moe.fp8 or not x.requires_grad else fields.index("x")
-        ctx.mark_non_differentiable(*[t for i, t in enumerate(output) if i != ctx.x_index])
+        ctx.w_index = None if moe.fp8 or not topk_weights.requires_grad else \
+            fields.index("topk_weights" if moe.rank_major else "weights")
+        ctx.mark_non_differentiable(*[t for i, t in enumerate(output) if i not in (ctx.x_index, ctx.w_index)])
+        ctx.set_materialize_grads(False)  # an output the layer never used brings None, not zeros to move
         ctx.buffer, ctx.x_rows, ctx.host_t = buffer, x.shape[0], host_t
-        ctx.save_for_backward(device_t)
+        meta = [output[fields.index(name)] for name in _META_FIELDS[moe.rank_major]] if ctx.w_index is not None else []
+        ctx.save_for_backward(device_t, topk_idx, *meta)
         ctx.forward = _forward_handle(torch, moe, output[0])
 
     def dispatch_backward(ctx, grads):
-        nothing = (None,) * 6
-        if ctx.x_index is None or grads[ctx.x_index] is None:
-            return (None, *nothing)
         function = "braid.MoeBuffer.dispatch (backward)"
         moe = resolve(ctx.buffer, function)
-        (device_t,) = ctx.saved_tensors
-        handle = moe._backward_handle(ctx.forward, function)
-        rows = ctx.x_rows if ctx.host_t < 0 or device_t is not None else ctx.host_t
-        grad_rows = grads[ctx.x_index].to(moe.torch_dtype(torch)).contiguous()
-        grad_x = ops.moe_combine(grad_rows, False, rows, ctx.buffer, handle, None, None, None, -1)
-        if device_t is not None:  # combine leaves rows from T on unwritten: they got no rows, so no gradient
-            index = torch.arange(rows, device=grad_x.device)[:, None]
-            grad_x = grad_x.masked_fill(index >= device_t, 0)
-        elif rows < ctx.x_rows:  # x's rows past a host T were not dispatched
-            grad_x = torch.nn.functional.pad(grad_x, (0, 0, 0, ctx.x_rows - rows))
-        return (grad_x, *nothing)
+        device_t, topk_idx, *meta = ctx.saved_tensors
+        grad_x = grad_w = None
+        if ctx.x_index is not None and grads[ctx.x_index] is not None:
+            handle = moe._backward_handle(ctx.forward, function)
+            rows = ctx.x_rows if ctx.host_t < 0 or device_t is not None else ctx.host_t
+            grad_rows = grads[ctx.x_index].to(moe.torch_dtype(torch)).contiguous()
+            grad_x = ops.moe_combine(grad_rows, False, rows, ctx.buffer, handle, None, None, None, -1)
+            if device_t is not None:  # combine leaves rows from T on unwritten: they got no rows, so no gradient
+                index = torch.arange(rows, device=grad_x.device)[:, None]
+                grad_x = grad_x.masked_fill(index >= device_t, 0)
+            elif rows < ctx.x_rows:  # x's rows past a host T were not dispatched
+                grad_x = torch.nn.functional.pad(grad_x, (0, 0, 0, ctx.x_rows - rows))
+        if ctx.w_index is not None and grads[ctx.w_index] is not None:
+            moe._backward_handle(ctx.forward, function)  # the metadata must still be the forward's
+            grad_w = routing_weights_grad(torch, moe, ctx.buffer, dict(zip(_META_FIELDS[moe.rank_major], meta)),
+                                          grads[ctx.w_index], topk_idx, ctx.host_t, device_t)
+        return (grad_x, None, None, grad_w, None, None, None)
 
     moe_dispatch.register_autograd(dispatch_backward, setup_context=dispatch_setup)
 
     def combine_setup(ctx, inputs, output):
-        _, weighted, _, buffer, handle, topk_idx, topk_weights, device_t, host_t = inputs
+        y, weighted, _, buffer, handle, topk_idx, topk_weights, device_t, host_t = inputs
         moe = resolve(buffer, "braid.MoeBuffer.combine")
         ctx.buffer, ctx.weighted, ctx.host_t = buffer, weighted, host_t
-        ctx.save_for_backward(topk_idx, topk_weights, device_t)
+        # The routing weights' gradient of a weighted combine needs y (each row's dot product with out's gradient).
+        ctx.weights_grad = bool(weighted) and topk_weights is not None and topk_weights.requires_grad
+        ctx.save_for_backward(topk_idx, topk_weights, device_t, y if ctx.weights_grad else None)
         ctx.forward = _forward_handle(torch, moe, output, handle)
 
     def combine_backward(ctx, grad_out):
-        nothing = (None,) * 8
         function = "braid.MoeBuffer.combine (backward)"
         moe = resolve(ctx.buffer, function)
         if moe.fp8:
             raise _unsupported_fp8(moe, function)
         grad_out = grad_out.to(moe.torch_dtype(torch)).contiguous()
         handle = moe._backward_handle(ctx.forward, function)
+        grad_w = None
         if moe.rank_major:
             outputs = dict(zip(moe.output_fields(), ops.moe_redispatch(grad_out, None, ctx.buffer, handle)))
             rows = outputs["x"]
         else:
-            topk_idx, topk_weights, device_t = ctx.saved_tensors
+            topk_idx, topk_weights, device_t, y = ctx.saved_tensors
             if topk_idx is None:
                 raise Error(f"{function}: the combine was made without the routing of its dispatch (a dispatch "
                             "through this braid.MoeBuffer object must precede it)", ErrorCode.INVALID_ARGUMENT)
@@ -106,11 +162,14 @@ def register_moe_autograd(torch, moe_dispatch, moe_combine) -> None:
                                                                      device_t, ctx.host_t, ctx.buffer)))
             moe._replayed(ctx.forward)
             rows = outputs["x"]
+            if ctx.weights_grad:  # d out[t] / d w[t, k] = y[row of (t, k)], dotted with out's gradient there
+                dots = (rows.float() * y.float()).sum(-1)
+                grad_w = routing_weights_grad(torch, moe, ctx.buffer, outputs, dots, topk_idx, ctx.host_t, device_t)
             if ctx.weighted:  # out[t] = sum_k w[t, k] y[row of (t, k)]: each row's gradient is w times out's
                 rows = rows.float() * outputs["weights"][:, None]
         # Rows outside the dispatch (padding, rows never received) took no part in the forward: zero, not
         # whatever the buffer holds there.
         grad_y = rows.masked_fill(~moe._valid_rows(torch, outputs), 0).to(grad_out.dtype)
-        return (grad_y, *nothing)
+        return (grad_y, None, None, None, None, None, grad_w, None, None)
 
     moe_combine.register_autograd(combine_backward, setup_context=combine_setup)

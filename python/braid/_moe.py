@@ -215,7 +215,7 @@ class MoeBuffer:
         (rank-major: the received tokens of each source; expert-major: the rows of a local expert below the rows
         in use, none where they overflowed the capacity)."""
         rows = self.capacity_rows
-        index = torch.arange(rows, device=outputs["x"].device)
+        index = torch.arange(rows, device=outputs["source_rank"].device)
         if self.rank_major:
             valid = index % self.max_tokens < outputs["received_tokens"].repeat_interleave(self.max_tokens)
         else:
@@ -313,10 +313,11 @@ class MoeBuffer:
         device_t = num_tokens if isinstance(num_tokens, torch.Tensor) else None
         host_t = -1 if num_tokens is None or device_t is not None else num_tokens
         grad = self._grad_mode(torch) and not hook and not self.fp8  # fp8 rows are not differentiable
-        if hook and self._grad_mode(torch) and x.requires_grad:
-            raise Error(f"{function}: argument 'hook' is True and x requires grad; hooks record no autograd: "
+        if hook and self._grad_mode(torch) and (x.requires_grad or topk_weights.requires_grad):
+            raise Error(f"{function}: argument 'hook' is True and x or topk_weights requires grad; hooks record no "
+                        "autograd: "
                         "dispatch without a hook, or under torch.no_grad()", ErrorCode.UNSUPPORTED)
-        if self._traced(torch, x) or (grad and x.requires_grad):
+        if self._traced(torch, x) or (grad and (x.requires_grad or topk_weights.requires_grad)):
             if hook:
                 raise Error(f"{function}: argument 'hook' is True under torch.compile; hooks run eagerly only",
                             ErrorCode.UNSUPPORTED)
@@ -332,7 +333,12 @@ class MoeBuffer:
         if grad:
             # Under autograd the rows are a copy (rows outside the dispatch zeroed): a backward pass moves the
             # gradient through the buffer's rows, which would otherwise change what autograd saved of them.
-            got.x = got.x.masked_fill(~self._valid_rows(torch, vars(got)), 0)
+            valid = self._valid_rows(torch, vars(got))
+            got.x = got.x.masked_fill(~valid, 0)
+            if topk_weights.requires_grad:  # the dispatched weights are differentiable too: a copy as well
+                name = "topk_weights" if self.rank_major else "weights"
+                weights = getattr(got, name)
+                setattr(got, name, weights.masked_fill(~(valid if self.rank_major else valid[:, 0]), 0))
         return got
 
     def _pointers(self, torch, function, *named):
@@ -411,9 +417,12 @@ class MoeBuffer:
         if traced and (hook or out is not None):
             raise Error(f"{function}: argument '{'hook' if hook else 'out'}' is given under torch.compile; "
                         "there combine returns a new tensor and runs without hooks", ErrorCode.UNSUPPORTED)
-        grad = self._grad_mode(torch) and y.requires_grad
+        routing_weights = None if self.rank_major or self._routing is None else self._routing[1]
+        grad = self._grad_mode(torch) and (y.requires_grad or (bool(weighted) and routing_weights is not None and
+                                                               routing_weights.requires_grad))
         if grad and hook:
-            raise Error(f"{function}: argument 'hook' is True and y requires grad; hooks record no autograd: "
+            raise Error(f"{function}: argument 'hook' is True and y (or the routing weights of a weighted combine) "
+                        "requires grad; hooks record no autograd: "
                         "combine without a hook, or under torch.no_grad()", ErrorCode.UNSUPPORTED)
         if traced or grad:
             if handle is not None and not isinstance(handle, MoeHandle):

@@ -191,6 +191,30 @@ def _register(torch) -> None:
     def _(input, output_split_sizes, input_split_sizes, comm):
         return exchanged(input, output_split_sizes)
 
+    # The split sizes on the GPU: the output has `output_rows` rows (what arrives, packed from row 0; the rows past
+    # it are unspecified), and the received counts and their offsets come back as [world] int64 tensors.
+    def device_exchanged(input, output_rows: int, comm: int):
+        function = "braid.functional.all_to_all_v_device"
+        if output_rows < 0:
+            raise argument_error(function, "output_rows", f"is {output_rows}; it must be >= 0")
+        w = world(comm, function)
+        counts = input.new_empty((w,), dtype=torch.int64)
+        return input.new_empty((output_rows, *input.shape[1:])), counts, torch.empty_like(counts)
+
+    @custom_op("braid::all_to_all_v_device", mutates_args=(), device_types="cuda")
+    def all_to_all_v_device(input: Tensor, input_split_sizes: Tensor, input_offsets: Optional[Tensor], output_rows: int,
+                            comm: int) -> tuple[Tensor, Tensor, Tensor]:
+        from ._collectives import all_to_all_v_device as eager
+        c = _comm(comm, "braid.functional.all_to_all_v_device")
+        out, counts, offsets = device_exchanged(input, output_rows, comm)
+        eager(out, input.contiguous(), input_split_sizes, counts, input_offsets=input_offsets, output_offsets=offsets,
+              comm=c)
+        return out, counts, offsets
+
+    @all_to_all_v_device.register_fake
+    def _(input, input_split_sizes, input_offsets, output_rows, comm):
+        return device_exchanged(input, output_rows, comm)
+
     # MoE ----------------------------------------------------------------------------------------------------
     # A dispatch returns the views of the buffer's memory (the same tensors every call, as braid's dispatch
     # returns the same addresses), in the order MoeBuffer.output_fields() gives. `handle` is a MoeHandle's
@@ -231,9 +255,27 @@ def _register(torch) -> None:
     def _(y, weighted, rows, buffer, handle, topk_idx, topk_weights, num_tokens_device, num_tokens):
         return y.new_empty((rows, resolve(buffer, "braid.MoeBuffer.combine").hidden))
 
+    # A value per (source token, local expert) on every rank back to the tokens' ranks: values [world *
+    # max_tokens, local_experts] float32 (row s * max_tokens + t: token t of rank s) in; out [max_tokens, experts]
+    # float32: each of this rank's tokens' value from every expert (expert e on rank e // local_experts). One
+    # equal-block all-to-all on the buffer's communicator; the routing weights' gradient goes back through it.
+    @custom_op("braid::moe_to_sources", mutates_args=(), device_types="cuda")
+    def moe_to_sources(values: Tensor, buffer: int) -> Tensor:
+        from ._collectives import all_to_all_single as eager
+        moe = resolve(buffer, "braid.MoeBuffer (routing weights' gradient)")
+        W, M, L = moe.world_size, moe.max_tokens, moe.local_experts
+        received = torch.empty((W * M, L), dtype=torch.float32, device=values.device)
+        eager(received, values.float().contiguous(), comm=moe._comm)
+        return received.view(W, M, L).permute(1, 0, 2).reshape(M, W * L)
+
+    @moe_to_sources.register_fake
+    def _(values, buffer):
+        moe = resolve(buffer, "braid.MoeBuffer (routing weights' gradient)")
+        return values.new_empty((moe.max_tokens, moe.experts), dtype=torch.float32)
+
     from ._autograd import register_moe_autograd
     register_moe_autograd(torch, moe_dispatch, moe_combine)
 
-    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single, moe_dispatch,
-               moe_redispatch, moe_combine):
+    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single,
+               all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources):
         _side_effect(torch, op)

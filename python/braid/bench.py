@@ -2,11 +2,12 @@
 braid-bench's numbers for the same cases. Run one process per GPU (torchrun --nproc-per-node N -m braid.bench, or
 braid-run). Each case is timed two ways, with torch.cuda.Event around `--calls` calls: captured in one CUDA graph
 and replayed (the GPU time per call, no host cost) and eagerly (what a Python caller pays: the host's time per
-call whenever it exceeds the GPU's). Prints one line per case and mode on rank 0: the median over `--repeats`
-timings, per call, in microseconds.
+call whenever it exceeds the GPU's). Prints one line per case and mode on rank 0: per call, in microseconds, the
+slowest rank's median over `--repeats` timings (as braid-bench reports).
 
-Cases: all_reduce in place (bfloat16, sizes from --sizes), and MoE dispatch, combine and both, expert-major and
-rank-major, at T=128, H=7168, K=8, E=64 bfloat16 with random routing (DeepSeek's decode shape)."""
+Cases: all_reduce in place (bfloat16, sizes from --sizes), and MoE dispatch, combine and both, expert-major,
+rank-major and low-latency, at T=128, H=7168, K=8, E=64 bfloat16 (DeepSeek's decode shape), routed as
+braid-bench --moe routes: `--seed S` here and `braid-bench --moe --seed S` time the same routing."""
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,45 @@ def _time(torch, body, calls: int, repeats: int, graph: bool) -> float:
     return statistics.median(times)
 
 
-def _routing(torch, tokens: int, experts: int, top_k: int, seed: int):
-    generator = torch.Generator(device="cuda").manual_seed(seed)
-    scores = torch.rand(tokens, experts, device="cuda", generator=generator)
-    weights, index = scores.topk(top_k, dim=1)
-    return index.to(torch.int64).contiguous(), (weights / weights.sum(1, keepdim=True)).float().contiguous()
+_MASK = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix(z: int) -> int:
+    """splitmix64's finaliser, as braid-bench's mix()."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
+
+
+def bench_routing(seed: int, rank: int, tokens: int, top_k: int, experts: int):
+    """braid-bench --moe --seed `seed`'s routing of `rank` at T = tokens (tools/braid-bench/moe.cpp,
+    make_routing): K distinct experts per token, uniform over E, weights (1 + u % 1024) / 1024. Lists of
+    [tokens * top_k] ids and weights."""
+    state = _mix(_mix((seed + tokens) & _MASK) ^ _mix(0xE0E0 + rank))
+    ids, weights = [], []
+
+    def draw() -> int:
+        nonlocal state
+        state = (state + _GOLDEN) & _MASK
+        return _mix(state)
+
+    for _ in range(tokens):
+        mine = []
+        for _ in range(top_k):
+            e = draw() % experts
+            while e in mine:
+                e = draw() % experts
+            mine.append(e)
+            weights.append((1 + draw() % 1024) / 1024.0)
+        ids.extend(mine)
+    return ids, weights
+
+
+def _routing(torch, tokens: int, experts: int, top_k: int, seed: int, rank: int):
+    ids, weights = bench_routing(seed, rank, tokens, top_k, experts)
+    return (torch.tensor(ids, dtype=torch.int64, device="cuda").view(tokens, top_k),
+            torch.tensor(weights, dtype=torch.float32, device="cuda").view(tokens, top_k))
 
 
 def main(argv=None) -> int:
@@ -65,6 +100,7 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden", type=int, default=7168)
     parser.add_argument("--top-k", type=int, default=8)
     parser.add_argument("--experts", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=1, help="the routing's seed (braid-bench --moe --seed)")
     parser.add_argument("--skip-moe", action="store_true")
     parser.add_argument("--group", action="store_true", help="braid.init(group=WORLD) after init_process_group")
     args = parser.parse_args(argv)
@@ -80,12 +116,14 @@ def main(argv=None) -> int:
     rank, world = comm.rank, comm.size
 
     def report(case: str, mode: str, micros: float) -> None:
+        micros = max(float(v) for v in comm.host_allgather(repr(micros).encode()))  # the slowest rank's
         if rank == 0:
             print(f"{case:<44} {mode:<6} {micros:10.2f} us/call  (world {world}, {torch.cuda.get_device_name()})",
                   flush=True)
 
     if rank == 0:
-        print(f"# braid {braid.__version__} from Python: median of {args.repeats} timings of {args.calls} calls",
+        print(f"# braid {braid.__version__} from Python: the slowest rank's median of {args.repeats} timings of "
+              f"{args.calls} calls, routing seed {args.seed}",
               flush=True)
     for text in args.sizes.split(","):
         text = text.strip().upper()
@@ -100,7 +138,7 @@ def main(argv=None) -> int:
         torch.set_grad_enabled(False)  # braid's calls alone: under grad mode dispatch would also copy its rows out
         T, H, K, E = args.tokens, args.hidden, args.top_k, args.experts
         x = torch.randn(T, H, device="cuda").to(torch.bfloat16)
-        index, weights = _routing(torch, T, E, K, seed=rank)
+        index, weights = _routing(torch, T, E, K, args.seed, rank)
         for layout, fixed in (("expert_major", False), ("rank_major", False), ("rank_major", True)):
             moe = braid.MoeBuffer(H, T, K, E, layout=layout, low_latency=fixed)
             if fixed:

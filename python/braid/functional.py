@@ -10,7 +10,7 @@ from ._braid import ReduceOp
 from ._ops import op_handle, register_ops
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
-           "all_to_all_single"]
+           "all_to_all_single", "all_to_all_v_device"]
 
 
 def _op_name(op) -> str:
@@ -51,3 +51,14 @@ def all_to_all_single(tensor, output_split_sizes: Optional[Sequence[int]] = None
     return register_ops().all_to_all_single(
         tensor, None if output_split_sizes is None else [int(s) for s in output_split_sizes],
         None if input_split_sizes is None else [int(s) for s in input_split_sizes], op_handle(comm))
+
+
+def all_to_all_v_device(tensor, input_split_sizes, output_rows: int, input_offsets=None, comm=None):
+    """braid.all_to_all_v_device as a function: the split sizes are an int64 CUDA tensor of one entry per rank
+    (rows of dim 0 to each rank; input_offsets: where each block starts, None: packed in rank order), so a kernel
+    can decide them and the call captures in a graph. Returns (output, output_split_sizes, output_offsets):
+    output has output_rows rows, the received ones packed in rank order from row 0 (rows past them unspecified);
+    the counts and offsets are new [world] int64 tensors. A total above output_rows writes no rows (the counts
+    and offsets still are) and braid.check() reports it."""
+    return register_ops().all_to_all_v_device(tensor, input_split_sizes, input_offsets, int(output_rows),
+                                              op_handle(comm))

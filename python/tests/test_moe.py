@@ -155,6 +155,33 @@ def test_functional_fakes(torch):
         assert braid.functional.all_gather_into_tensor(x, comm=handle).dtype == torch.bfloat16
         with pytest.raises(Error, match="argument 'input' has shape \\(6, 3\\); dim 0 must divide"):
             ops.reduce_scatter_tensor(x[:6], "sum", handle)
+        splits = torch.empty(4, dtype=torch.int64, device="meta")
+        out, counts, offsets = braid.functional.all_to_all_v_device(x, splits, 20, comm=handle)
+        assert out.shape == (20, 3) and out.dtype == torch.bfloat16
+        assert counts.shape == offsets.shape == (4,) and counts.dtype == offsets.dtype == torch.int64
+        with pytest.raises(Error, match="argument 'output_rows' is -1"):
+            ops.all_to_all_v_device(x, splits, None, -1, handle)
+    finally:
+        braid._ops.release_handle(stand_in)
+
+
+def test_device_counts_all_to_all_traces_without_graph_breaks(torch):
+    """A router's counts go straight into the functional all-to-all-v, all in one graph under dynamo."""
+    stand_in = types.SimpleNamespace(size=W)
+    handle = braid.op_handle(stand_in)
+
+    def route(x, destination):
+        counts = (destination[:, None] == torch.arange(W, device=x.device)).sum(0)
+        order = destination.argsort()
+        out, received, _ = braid.functional.all_to_all_v_device(x[order], counts, 2 * x.shape[0], comm=handle)
+        return out * 2, received
+
+    try:
+        x = torch.empty(T, H, device="meta")
+        destination = torch.empty(T, dtype=torch.int64, device="meta")
+        explained = torch._dynamo.explain(route)(x, destination)
+        assert explained.graph_break_count == 0, explained.break_reasons
+        assert "braid.all_to_all_v_device" in explained.graphs[0].code
     finally:
         braid._ops.release_handle(stand_in)
 
@@ -226,14 +253,16 @@ def grad_inputs(torch, rows=T, dtype=None):
 @pytest.mark.parametrize("layout", ["expert_major", "rank_major"])
 def test_autograd_through_dispatch_and_combine(torch, layout):
     """A layer's gradient reaches x through combine's backward (rank-major: a redispatch; expert-major: a dispatch
-    with the forward's routing) and dispatch's (a plain combine); the routing weights get none."""
+    with the forward's routing) and dispatch's (a plain combine). The routing weights get theirs where they act:
+    expert-major's weighted combine (one moe_to_sources after its backward dispatch); a rank-major layer that
+    never reads the dispatched weights gives them none."""
     moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout=layout, dtype=torch.bfloat16)
     x, idx, w = grad_inputs(torch, dtype=torch.bfloat16)
     got = moe.dispatch(x, idx, w)
     assert got.x.requires_grad and got.x.shape == (moe.capacity_rows, H)
+    differentiable = {"x", "topk_weights" if layout == "rank_major" else "weights"}
     for name in moe.output_fields():
-        if name != "x":
-            assert not getattr(got, name).requires_grad, name
+        assert getattr(got, name).requires_grad == (name in differentiable), name
     expert = torch.empty(H, H, dtype=torch.bfloat16, device="meta", requires_grad=True)
     y = got.x @ expert
     out = moe.combine(y)
@@ -241,15 +270,39 @@ def test_autograd_through_dispatch_and_combine(torch, layout):
     log = _OpLog(torch)
     with log.mode:
         out.backward(torch.empty_like(out))
-    forward_kind = "moe_redispatch" if layout == "rank_major" else "moe_dispatch"
-    assert log.names() == [forward_kind, "moe_combine"]
-    name, args = log.calls[1]
-    assert args[1] is False  # dispatch's backward combines unweighted
-    if layout == "expert_major":
+    if layout == "rank_major":
+        assert log.names() == ["moe_redispatch", "moe_combine"]
+        assert w.grad is None
+    else:
+        assert log.names() == ["moe_dispatch", "moe_to_sources", "moe_combine"]  # combine's backward, dispatch's
         assert log.calls[0][1][2] is idx  # the gradient goes by the forward's routing
+        assert w.grad.shape == (T, K) and w.grad.dtype == torch.float32
+    name, args = log.calls[-1]
+    assert args[1] is False  # dispatch's backward combines unweighted
     assert x.grad.shape == (T, H) and x.grad.dtype == torch.bfloat16
     assert expert.grad.shape == (H, H)
-    assert w.grad is None
+
+
+@pytest.mark.parametrize("layout", ["expert_major", "rank_major"])
+def test_autograd_routing_weights_through_the_dispatched_weights(torch, layout):
+    """A layer that applies the dispatched weights itself (rank-major topk_weights; expert-major weights with an
+    unweighted combine) gives the routing weights a gradient through dispatch's backward: one moe_to_sources,
+    and none of it when only the weights need one."""
+    moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout=layout, dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    for rows_grad in (True, False):
+        w.grad = None
+        got = moe.dispatch(x if rows_grad else x.detach(), idx, w)
+        if layout == "rank_major":
+            y = got.x * got.topk_weights.sum(-1, keepdim=True)
+        else:
+            y = got.x * got.weights[:, None]
+        out = moe.combine(y, weighted=False)
+        log = _OpLog(torch)
+        with log.mode:
+            out.sum().backward()
+        assert "moe_to_sources" in log.names() and ("moe_combine" in log.names()) == rows_grad
+        assert w.grad.shape == (T, K) and w.grad.dtype == torch.float32
 
 
 def test_autograd_host_tokens_pad_the_gradient(torch):
@@ -330,3 +383,16 @@ def test_autograd_compiles(torch, layout):
     compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
     compiled(x, idx, w.detach(), expert).sum().backward()
     assert x.grad.shape == (T, H) and expert.grad.shape == (H, H)
+    # With the routing weights' gradient too (expert-major: the weighted combine's; rank-major: through the
+    # dispatched weights the layer applies).
+    def weighted_layer(x, idx, w, expert):
+        got = moe.dispatch(x, idx, w)
+        y = got.x @ expert
+        if layout == "rank_major":
+            y = y * got.topk_weights.sum(-1, keepdim=True)
+        return moe.combine(y)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(weighted_layer, backend="aot_eager", fullgraph=True)
+    compiled(x, idx, w, expert).sum().backward()
+    assert w.grad.shape == (T, K)

@@ -133,6 +133,20 @@ def all_to_all_device(rank, world):
         assert got[0] is counts2 and got[1] is offsets2
         same(out2[:sum(recv_splits)], reference, f"{what} from input_offsets")
         assert counts2.tolist() == recv_splits and offsets2.tolist() == offsets_of(recv_splits)
+    # The functional op (a torch.library custom op), eager and under torch.compile (full graph), against the same
+    # reference: the rows, the received counts and offsets.
+    send_splits = [(rank + q + 2) % 4 for q in range(world)]
+    recv_splits = exchange(send_splits)
+    source = random(sum(send_splits) * 3, torch.float32, rank + 11).view(-1, 3)
+    reference = torch.empty(sum(recv_splits), 3, device="cuda")
+    dist.all_to_all_single(reference, source, recv_splits, send_splits)
+    splits = torch.tensor(send_splits, device="cuda")
+    for name, fn in (("eager", braid.functional.all_to_all_v_device),
+                     ("compiled", torch.compile(braid.functional.all_to_all_v_device, backend="aot_eager",
+                                                fullgraph=True))):
+        out, counts, offsets = fn(source, splits, sum(recv_splits) + 2)
+        same(out[:sum(recv_splits)], reference, f"functional all_to_all_v_device ({name})")
+        assert counts.tolist() == recv_splits and offsets.tolist() == offsets_of(recv_splits), name
     # Nothing to send (an empty input), and nothing to receive.
     empty = torch.empty(0, 4, device="cuda")
     counts, offsets = braid.all_to_all_v_device(torch.empty(2, 4, device="cuda"), empty,
@@ -432,19 +446,20 @@ def moe_compile(rank, world):
 
 def moe_backward(rank, world):
     """Plain autograd through dispatch and combine (the ops' registered formulas: combine's backward a redispatch
-    or a dispatch of the output gradient, dispatch's a combine), on both layouts, in float32: the output, the
-    input gradient and the gradient of this rank's experts against a reference on every rank's tokens and
-    experts, all-gathered here. The routing weights get no gradient through braid, so the reference detaches
-    them."""
+    or a dispatch of the output gradient, dispatch's a combine, the routing weights' gradient back through
+    moe_to_sources), on every layout, in float32: the output, the input gradient (through the rows and through
+    the router), the gradient of this rank's experts and the router's (summed over ranks) against a reference on
+    every rank's tokens and experts, all-gathered here."""
     E, T, H, K = 4 * world, 32, 128, 2
     L, lo = E // world, rank * (E // world)
-    router = torch.randn(H, E, device="cuda", generator=torch.Generator(device="cuda").manual_seed(11))
-    for layout in ("rank_major", "expert_major"):
+    router_init = torch.randn(H, E, device="cuda", generator=torch.Generator(device="cuda").manual_seed(11))
+    for layout, fixed in (("rank_major", False), ("rank_major", True), ("expert_major", False)):
+        router = router_init.clone().requires_grad_()
         mine = torch.randn(L, H, H, device="cuda", generator=torch.Generator(device="cuda").manual_seed(100 + rank))
         experts = (mine / H ** 0.5).requires_grad_()
         x = random(T * H, torch.float32, rank).view(T, H).requires_grad_()
         grad_out = random(T * H, torch.float32, rank + 99).view(T, H)
-        buffer = braid.MoeBuffer(H, T, K, E, layout=layout, dtype=torch.float32)
+        buffer = braid.MoeBuffer(H, T, K, E, layout=layout, dtype=torch.float32, low_latency=fixed)
         if layout == "rank_major":
             out = moe_layer(x, router, experts, buffer, lo)
         else:
@@ -453,14 +468,19 @@ def moe_backward(rank, world):
         # Reference: every rank's tokens through every expert, on this GPU alone.
         xs = torch.cat(gathered(x.detach(), world)).requires_grad_()
         experts_all = torch.cat(gathered(experts.detach(), world)).requires_grad_()
-        weights, index = (xs @ router).softmax(-1).topk(K, dim=-1)
+        router_ref = router_init.clone().requires_grad_()
+        weights, index = (xs @ router_ref).softmax(-1).topk(K, dim=-1)
         per = torch.einsum("th,ehd->ted", xs, experts_all)
-        ref = (per.gather(1, index[:, :, None].expand(-1, K, H)) * weights.detach()[:, :, None]).sum(1)
+        ref = (per.gather(1, index[:, :, None].expand(-1, K, H)) * weights[:, :, None]).sum(1)
         ref.backward(torch.cat(gathered(grad_out, world)))
         block = slice(rank * T, (rank + 1) * T)
-        same(out, ref[block], f"{layout} MoE layer forward against the all-gathered reference")
-        same(x.grad, xs.grad[block], f"{layout} input gradient against the all-gathered reference")
-        same(experts.grad, experts_all.grad[lo:lo + L], f"{layout} experts' gradient against the reference")
+        name = layout + (" low-latency" if fixed else "")
+        same(out, ref[block], f"{name} MoE layer forward against the all-gathered reference")
+        same(x.grad, xs.grad[block], f"{name} input gradient against the all-gathered reference")
+        same(experts.grad, experts_all.grad[lo:lo + L], f"{name} experts' gradient against the reference")
+        router_grad = router.grad.clone()
+        dist.all_reduce(router_grad)
+        same(router_grad, router_ref.grad, f"{name} router gradient (the routing weights') against the reference")
         torch.cuda.synchronize()
         braid.barrier()
         buffer.close()
