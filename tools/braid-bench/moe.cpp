@@ -388,8 +388,8 @@ class MoeBench {
   }
 
   void share_seed() {
-    uint64_t mine = 0;
-    if (rank_ == 0) {
+    uint64_t mine = options_.moe_seed;
+    if (rank_ == 0 && mine == 0) {
       std::random_device entropy;
       mine = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
     }
@@ -415,12 +415,13 @@ class MoeBench {
     if (const char* commit = std::getenv("BRAID_COMMIT")) std::printf("# commit %s\n", commit);
     if (library_) std::printf("# nccl library %s\n", library_->path().c_str());
     for (size_t r = 0; r < gpus_.size(); ++r) std::printf("#   rank %zu: %s\n", r, gpus_[r].c_str());
-    std::printf("# routing: K distinct experts per token, uniform, weights in (0, 1], from a shared seed; braid: "
-                "MoeBuffer::dispatch, then\n# expert-major: MoeBuffer::combine(y = the dispatched rows, weighted); "
+    std::printf("# routing: K distinct experts per token, uniform, weights in (0, 1], from the shared seed %llu (--seed); "
+                "braid: MoeBuffer::dispatch, then\n# expert-major: MoeBuffer::combine(y = the dispatched rows, weighted); "
                 "rank-major: combine(y = combine_input, holding each token's rows\n# times its weights here); nccl: routing "
                 "kernel, ncclAlltoAll of the counts, counts to the host\n# (stream synchronise), gather kernel, grouped "
                 "ncclSend/ncclRecv alltoallv; combine: the reverse alltoallv, weighted-sum kernel\n# layer: a dispatch "
-                "then a combine, as an MoE layer calls them (bytes: both ways); dispatch and combine: each alone, back to back\n");
+                "then a combine, as an MoE layer calls them (bytes: both ways); dispatch and combine: each alone, back to back\n",
+                static_cast<unsigned long long>(seed_));
     std::printf("# %d warm-up calls; %d repetitions of %d calls per phase%s\n", options_.warmup_iters, options_.repeats,
                 options_.iters,
                 options_.graph_calls > 0 ? (" (braid's phases and nccl's combine as replays of a CUDA graph of " +

@@ -143,6 +143,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   app.add_option("--max-sms", options.moe_max_sms,
                  "--moe: multiprocessors dispatch and combine may occupy (MoeShape::max_sms; 0: braid picks)")
       ->check(integer_in(0))->capture_default_str();
+  app.add_option("--seed", options.moe_seed,
+                 "--moe: the routing's seed (0: a random one, shared by the ranks); python -m braid.bench --seed "
+                 "draws the same routing")
+      ->capture_default_str();
   std::string dispatch_type;
   app.add_option("--dispatch-type", dispatch_type,
                  "--moe: fp8 dispatch, f8e4m3 or f8e5m2 rows with a float32 scale per 128 columns (combine stays -d)");

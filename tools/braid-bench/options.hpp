@@ -30,6 +30,7 @@ struct Options {
   std::vector<MoeBenchLayout> moe_layouts{MoeBenchLayout::kExpertMajor, MoeBenchLayout::kRankMajor, MoeBenchLayout::kLowLatency};
   std::optional<DataType> moe_dispatch_type;  // --dispatch-type: fp8 dispatch (rows of -d's type come back)
   int moe_max_sms = 0;                         // --max-sms: MoeShape::max_sms (0: every multiprocessor)
+  uint64_t moe_seed = 0;                       // --seed: the routing's seed (0: random, shared by the ranks)
 
   std::vector<Collective> collectives{Collective::kAllReduce};
   std::string coll = "allreduce";  // as given: one name or "all"
