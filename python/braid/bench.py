@@ -16,6 +16,9 @@ import statistics
 import braid
 
 
+_SLEEP_CYCLES = 200_000  # about 100 us at the GPU's clock: longer than the host takes to launch a replay
+
+
 def _time(torch, body, calls: int, repeats: int, graph: bool) -> float:
     """Median microseconds per call of `body` (one call), run `calls` times per timing."""
     stream = torch.cuda.Stream()
@@ -41,7 +44,12 @@ def _time(torch, body, calls: int, repeats: int, graph: bool) -> float:
     times = []
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        braid.barrier()  # ranks start together (the host barrier waits for no GPU work: synchronised above)
+        braid.barrier()  # no GPU work is pending (synchronised above)
+        body()  # untimed: it waits for the last rank out of the barrier, so the timed calls start together
+        if graph:
+            # The GPU busy while the host records the start and launches the replay, so that the time between the
+            # two (Python's, tens of microseconds) is not counted as the calls'. Both ranks sleep alike.
+            torch.cuda._sleep(_SLEEP_CYCLES)
         start.record()
         run()
         end.record()
