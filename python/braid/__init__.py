@@ -18,6 +18,7 @@ from ._collectives import (all_gather, all_gather_into_tensor, all_reduce, all_t
 from ._p2p import P2POp, batch_isend_irecv, recv, send
 from ._symmetric import empty, peer, view_all
 from ._moe import MoeBuffer, MoeDispatch
+from ._signal import SignalPad
 from ._ops import op_handle, register_ops
 from . import functional
 
@@ -25,7 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Communicator", "DataType", "Error", "ErrorCode", "MoeBuffer", "MoeDispatch", "MoeHandle", "MoeLayout", "MoeShape",
-    "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "StoreHost", "SymmetricMemory", "all_gather",
+    "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "SignalPad", "StoreHost", "SymmetricMemory", "all_gather",
     "all_gather_into_tensor", "all_reduce", "all_to_all_single", "all_to_all_v_device", "barrier", "batch_isend_irecv",
     "broadcast", "check", "datatype", "datatype_name", "datatype_size", "default_communicator", "destroy", "empty",
     "error_code_name", "functional", "get_rank", "get_world_size", "init", "is_initialized", "op_handle", "peer",

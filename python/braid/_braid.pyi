@@ -1,5 +1,5 @@
 # Typing stub of the extension braid._braid: made by `python -m nanobind.stubgen -m braid._braid`, then the
-# *_buffer() and MoeBuffer.arrays() results typed Any (DLPack arrays: pass them to torch.from_dlpack).
+# *_buffer(), *_array() and MoeBuffer.arrays() results typed Any (DLPack arrays: pass them to torch.from_dlpack).
 # python/tests/test_stub.py checks that it names what the module holds.
 """
 braid's C++ API for Python: pointers and CUDA streams as integers (the braid package wraps tensors)
@@ -576,3 +576,82 @@ class MoeBuffer:
         """
 
     def __repr__(self) -> str: ...
+
+class SignalPad:
+    """
+    A signal pad for your kernels (braid/device/sync_device.hpp), made collectively on a communicator with `channels` channels: addresses as integers, arrays as DLPack int64.
+    """
+
+    def __init__(self, comm: Communicator, channels: int) -> None:
+        """Collective: every rank, the same channels."""
+
+    @property
+    def local(self) -> int:
+        """This rank's counters: uint64 [channels][world], then the plan words."""
+
+    @property
+    def peers(self) -> int:
+        """
+        A device array of world pointers: every rank's counters as mapped here.
+        """
+
+    @property
+    def expected(self) -> int:
+        """
+        uint64 [channels][world] of this rank's device memory: the counts its waits reached.
+        """
+
+    @property
+    def error(self) -> int:
+        """The fatal ErrorWord (host-mapped), as kernels address it."""
+
+    @property
+    def data_error(self) -> int:
+        """The data-error ErrorWord (host-mapped), as kernels address it."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world(self) -> int: ...
+
+    @property
+    def channels(self) -> int: ...
+
+    @property
+    def timeout_ns(self) -> int: ...
+
+    @property
+    def device(self) -> int: ...
+
+    @property
+    def struct(self) -> bytes:
+        """The braid::device::SignalPad itself, to pass a kernel by value."""
+
+    @property
+    def device_struct(self) -> int:
+        """
+        A copy of the struct in device memory, for a kernel that takes `const SignalPad*`.
+        """
+
+    def counters_array(self) -> Any:
+        """
+        This rank's counters, [channels * world] int64 (slot c * world + q: signals received from q on c).
+        """
+
+    def expected_array(self) -> Any:
+        """This rank's expected counts, [channels * world] int64."""
+
+    def peers_array(self) -> Any:
+        """
+        Every rank's counters' address as mapped here, [world] int64 on the GPU.
+        """
+
+    def check(self) -> None:
+        """
+        Raises braid.Error for a failure a kernel recorded in this pad: a timeout (TIMEOUT; recorded for good) or a data error (cleared once raised).
+        """
+
+    def __repr__(self) -> str: ...
+
+SIGNAL_PAD_STRUCT_BYTES: int = 64

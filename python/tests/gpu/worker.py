@@ -486,6 +486,63 @@ def moe_backward(rank, world):
         buffer.close()
 
 
+def signal_pad(rank, world):
+    """braid.SignalPad from Triton kernels, as docs/python.md shows them: each round every rank writes its peer's
+    copy of a symmetric tensor, signals it on channel 1 and waits for its own writer's signal, reads, and then the
+    ranks pass a barrier of signals on channel 0 before the next round overwrites anything. 50 rounds; the
+    counters and expected counts end in step; check() finds nothing."""
+    triton = required_module("triton")
+    import triton.language as tl
+
+    @triton.jit
+    def signal(peers, channel, me, peer, world):
+        counters = tl.load(peers + peer).to(tl.pointer_type(tl.int64))
+        tl.atomic_add(counters + channel * world + me, 1, sem="release", scope="sys")
+
+    @triton.jit
+    def wait(counters, expected, channel, peer, world):
+        slot = channel * world + peer
+        target = tl.load(expected + slot) + 1
+        tl.store(expected + slot, target)
+        seen = tl.atomic_add(counters + slot, 0, sem="acquire", scope="sys")
+        while seen < target:
+            seen = tl.atomic_add(counters + slot, 0, sem="acquire", scope="sys")
+
+    pad = braid.SignalPad(2)
+    assert (pad.rank, pad.world, pad.channels) == (rank, world, 2) and len(pad.struct) == 64
+    counters, expected, peers = pad.counters(), pad.expected(), pad.peers()
+    assert counters.shape == expected.shape == (2, world) and peers.shape == (world,)
+    data = braid.empty(4096, dtype=torch.float32)
+    nxt, prev = (rank + 1) % world, (rank - 1) % world
+    rounds = 50
+    for r in range(1, rounds + 1):
+        data.peer(nxt).fill_(float(rank * 1000 + r))  # into the next rank's copy, then the signal (stream order)
+        signal[(1,)](peers, 1, rank, nxt, world)
+        wait[(1,)](counters, expected, 1, prev, world)
+        same(data, torch.full_like(data, float(prev * 1000 + r)), f"signal_pad round {r}: the writer's data")
+        for q in range(world):  # a barrier: nobody writes the next round before everyone has read this one
+            if q != rank:
+                signal[(1,)](peers, 0, rank, q, world)
+        for q in range(world):
+            if q != rank:
+                wait[(1,)](counters, expected, 0, q, world)
+    torch.cuda.synchronize()
+    want = torch.zeros(2, world, dtype=torch.int64)
+    want[0, :] = rounds
+    want[1, prev] = rounds
+    want[:, rank] = 0
+    assert torch.equal(counters.cpu(), want) and torch.equal(expected.cpu(), want), (counters, expected)
+    pad.check()
+    braid.barrier()
+
+
+def required_module(name):
+    try:
+        return __import__(name)
+    except ImportError:
+        raise AssertionError(f"{name} is not installed: the signal_pad section needs it") from None
+
+
 def init_group(rank, world):
     """braid.init(group=dist.group.WORLD) after torch.distributed: a second communicator through its store."""
     braid.destroy()
@@ -505,7 +562,8 @@ def main() -> int:
     assert (rank, world) == (dist.get_rank(), dist.get_world_size())
     sections = {"collectives": collectives, "all_to_all": all_to_all, "all_to_all_device": all_to_all_device,
                 "p2p": p2p, "symmetric": symmetric, "graph": graph, "moe": moe, "moe_graph": moe_graph,
-                "moe_compile": moe_compile, "moe_backward": moe_backward, "init_group": init_group}
+                "moe_compile": moe_compile, "moe_backward": moe_backward, "signal_pad": signal_pad,
+                "init_group": init_group}
     sections[section](rank, world)
     torch.cuda.synchronize()
     braid.check()
