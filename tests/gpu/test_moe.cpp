@@ -1357,43 +1357,50 @@ TEST(MoeRankMajor, ExpertMajorAndRankMajorBuffersEagerOnTwoStreams) {
   with_communicator([](Communicator& comm) { two_buffers_on_two_streams(comm, 20, false, MoeLayout::kRankMajor); });
 }
 
+// Buffers of layouts `a` and `b` (each config's shape) run the same rounds, random routings with empty and hot
+// experts, weighted and not: each must match the reference, and their outs must be bit for bit the same.
+void same_out_in_two_layouts(Communicator& comm, Layout a, Layout b, std::initializer_list<size_t> configs,
+                             uint64_t seed_offset) {
+  const int world = comm.size(), me = comm.rank();
+  const uint64_t seed = shared_seed(comm);
+  StreamHandle stream;
+  size_t failed = 0, differing = 0;
+  for (size_t c : configs) {
+    Rig first(comm, make_shape(kConfigs[c], world, a), stream.get());
+    Rig second(comm, make_shape(kConfigs[c], world, b), stream.get());
+    const MoeShape& shape = second.shape();
+    for (int i = 0; i < 6; ++i) {
+      const uint64_t round_seed = mix64(seed + c * 100 + static_cast<uint64_t>(i) + seed_offset);
+      std::vector<RankPlan> plans = plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 6);
+      if (i % 3 == 1) {  // hot experts: every token's experts on rank 0
+        for (RankPlan& p : plans) p.route = Route::kToRank;
+      }
+      if (i % 3 == 2) plans[0].route = Route::kFirstToRankZero;
+      const Round round = make_round(shape, world, round_seed, plans, "layouts " + std::to_string(i), i % 2 == 0);
+      const bool first_right = first.run_and_judge(round, failed);
+      const std::vector<unsigned char> first_out = first.out_rows(round.inputs[me].tokens);
+      const bool second_right = second.run_and_judge(round, failed);
+      const std::vector<unsigned char> second_out = second.out_rows(round.inputs[me].tokens);
+      if (first_right && second_right && first_out != second_out) {
+        size_t bytes = 0;
+        for (size_t byte = 0; byte < second_out.size(); ++byte) bytes += second_out[byte] != first_out[byte] ? 1 : 0;
+        ADD_FAILURE() << "rank " << me << ": " << describe(shape) << ", round " << i << ": out differs between the layouts in "
+                      << bytes << " of " << second_out.size() << " bytes";
+        ++differing;
+      }
+    }
+    comm.barrier();
+  }
+  EXPECT_EQ(failed + differing, 0u) << "rank " << me;
+}
+
 // The two layouts give the same results for the same routing: a rank-major MoeBuffer and an expert-major one of
 // the same shape (alignment 1) dispatch the same tokens, and out after combine is bit for bit the same when the
 // rank-major experts' sums are what an expert-major combine computes per rank (moe_expert_tokens). Random
 // routings with empty and hot experts, weighted and not, in bf16, float32 and fp8 dispatch.
 TEST(MoeLayouts, RankMajorGivesTheSameOutputAsExpertMajor) {
   with_communicator([](Communicator& comm) {
-    const int world = comm.size(), me = comm.rank();
-    const uint64_t seed = shared_seed(comm);
-    StreamHandle stream;
-    size_t failed = 0, differing = 0;
-    for (size_t c : {size_t(0), size_t(5), size_t(10)}) {
-      Rig expert(comm, make_shape(kConfigs[c], world, MoeLayout::kExpertMajor), stream.get());
-      Rig rank(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
-      const MoeShape& shape = rank.shape();
-      for (int i = 0; i < 6; ++i) {
-        const uint64_t round_seed = mix64(seed + c * 100 + static_cast<uint64_t>(i));
-        std::vector<RankPlan> plans = plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 6);
-        if (i % 3 == 1) {  // hot experts: every token's experts on rank 0
-          for (RankPlan& p : plans) p.route = Route::kToRank;
-        }
-        if (i % 3 == 2) plans[0].route = Route::kFirstToRankZero;
-        const Round round = make_round(shape, world, round_seed, plans, "layouts " + std::to_string(i), i % 2 == 0);
-        const bool expert_right = expert.run_and_judge(round, failed);
-        const std::vector<unsigned char> expert_out = expert.out_rows(round.inputs[me].tokens);
-        const bool rank_right = rank.run_and_judge(round, failed);
-        const std::vector<unsigned char> rank_out = rank.out_rows(round.inputs[me].tokens);
-        if (expert_right && rank_right && expert_out != rank_out) {
-          size_t bytes = 0;
-          for (size_t b = 0; b < rank_out.size(); ++b) bytes += rank_out[b] != expert_out[b] ? 1 : 0;
-          ADD_FAILURE() << "rank " << me << ": " << describe(shape) << ", round " << i << ": out differs between the layouts in "
-                        << bytes << " of " << rank_out.size() << " bytes";
-          ++differing;
-        }
-      }
-      comm.barrier();
-    }
-    EXPECT_EQ(failed + differing, 0u) << "rank " << me;
+    same_out_in_two_layouts(comm, MoeLayout::kExpertMajor, MoeLayout::kRankMajor, {0, 5, 10}, 0);
   });
 }
 
@@ -1605,34 +1612,7 @@ TEST(MoeLowLatencyGraph, BesideAnExpertMajorBufferInTwoGraphsAtOnce) {
 // of the same shape give out bit for bit alike for the same routing (empty and hot experts, fp8 dispatch).
 TEST(MoeLayouts, LowLatencyGivesTheSameOutputAsRankMajor) {
   with_communicator([](Communicator& comm) {
-    const int world = comm.size(), me = comm.rank();
-    const uint64_t seed = shared_seed(comm);
-    StreamHandle stream;
-    size_t failed = 0, differing = 0;
-    for (size_t c : {size_t(0), size_t(4), size_t(11)}) {
-      Rig plain(comm, make_shape(kConfigs[c], world, MoeLayout::kRankMajor), stream.get());
-      Rig fixed(comm, make_shape(kConfigs[c], world, kLowLatency), stream.get());
-      const MoeShape& shape = fixed.shape();
-      for (int i = 0; i < 6; ++i) {
-        const uint64_t round_seed = mix64(seed + c * 100 + static_cast<uint64_t>(i) + 0x77);
-        std::vector<RankPlan> plans = plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 6);
-        if (i % 3 == 1) {
-          for (RankPlan& p : plans) p.route = Route::kToRank;
-        }
-        if (i % 3 == 2) plans[0].route = Route::kFirstToRankZero;
-        const Round round = make_round(shape, world, round_seed, plans, "fixed rows " + std::to_string(i), i % 2 == 0);
-        const bool plain_right = plain.run_and_judge(round, failed);
-        const std::vector<unsigned char> plain_out = plain.out_rows(round.inputs[me].tokens);
-        const bool fixed_right = fixed.run_and_judge(round, failed);
-        const std::vector<unsigned char> fixed_out = fixed.out_rows(round.inputs[me].tokens);
-        if (plain_right && fixed_right && plain_out != fixed_out) {
-          ADD_FAILURE() << "rank " << me << ": " << describe(shape) << ", round " << i << ": out differs from rank-major's";
-          ++differing;
-        }
-      }
-      comm.barrier();
-    }
-    EXPECT_EQ(failed + differing, 0u) << "rank " << me;
+    same_out_in_two_layouts(comm, MoeLayout::kRankMajor, kLowLatency, {0, 4, 11}, 0x77);
   });
 }
 
