@@ -212,12 +212,13 @@ class MoeBuffer:
 
     def _valid_rows(self, torch, outputs: dict):
         """[capacity_rows, 1] bool on the device: the rows that belong to the dispatch whose outputs these are
-        (rank-major: the received tokens of each source; expert-major: the rows of a local expert below the rows
-        in use, none where they overflowed the capacity)."""
+        (rank-major: the received tokens of each source, not a low-latency buffer's holes; expert-major: the rows
+        of a local expert below the rows in use, none where they overflowed the capacity)."""
         rows = self.capacity_rows
         index = torch.arange(rows, device=outputs["source_rank"].device)
         if self.rank_major:
             valid = index % self.max_tokens < outputs["received_tokens"].repeat_interleave(self.max_tokens)
+            valid = valid & (outputs["source_rank"] >= 0)  # a hole's source rank is -1
         else:
             used = outputs["expert_offsets"][-1]
             valid = (index < used) & (used <= rows) & (outputs["local_expert"] >= 0)
