@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 
 #include <cstdint>
 #include <optional>
@@ -29,6 +30,14 @@ T* pointer_from(uintptr_t address) {
 inline uintptr_t address_of(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer); }
 // A cudaStream_t from Python (torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream).
 inline Stream stream_from(uintptr_t stream) { return reinterpret_cast<Stream>(stream); }
+
+// `count` elements of T at `pointer` on CUDA device `device`, as a one-dimensional DLPack array that keeps `owner`
+// alive (torch.from_dlpack makes it a tensor).
+template <typename T>
+nb::ndarray<> device_array(void* pointer, size_t count, int device, nb::handle owner) {
+  const size_t shape[1] = {count};
+  return nb::ndarray<>(pointer, 1, shape, owner, nullptr, nb::dtype<T>(), nb::device::cuda::value, device);
+}
 
 // The Python object Communicator: braid::Communicator until destroy() (communicator.cpp; moe.cpp builds on it).
 class PyCommunicator {

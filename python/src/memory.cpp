@@ -11,16 +11,6 @@
 #include "bindings.hpp"
 
 namespace braid::python {
-namespace {
-
-// bytes at `pointer` on CUDA device `device`, as a uint8 array that keeps `owner` alive.
-nb::ndarray<> byte_array(void* pointer, size_t bytes, int device, nb::handle owner) {
-  const size_t shape[1] = {bytes};
-  return nb::ndarray<>(pointer, 1, shape, owner, nullptr, nb::dtype<uint8_t>(), nb::device::cuda::value, device);
-}
-
-}  // namespace
-
 void bind_memory(nb::module_& m) {
   nb::class_<Symmetric>(m, "SymmetricMemory",
                         "One symmetric allocation (Communicator.alloc): the same size on every rank, every rank's "
@@ -51,12 +41,12 @@ void bind_memory(nb::module_& m) {
                    "Bytes between consecutive ranks in the view (bytes rounded up to the mapping granularity).")
       .def(
           "local_buffer",
-          [](Symmetric& s) { return byte_array(s.memory.local(), s.memory.bytes(), s.device, nb::find(&s)); },
+          [](Symmetric& s) { return device_array<uint8_t>(s.memory.local(), s.memory.bytes(), s.device, nb::find(&s)); },
           "This rank's copy: `bytes` uint8 on this rank's GPU (DLPack).")
       .def(
           "peer_buffer",
           [](Symmetric& s, int rank) {
-            return byte_array(s.memory.peer(rank), s.memory.bytes(), s.device, nb::find(&s));
+            return device_array<uint8_t>(s.memory.peer(rank), s.memory.bytes(), s.device, nb::find(&s));
           },
           nb::arg("rank"), "Rank's copy as mapped here: `bytes` uint8 on this rank's GPU (DLPack).")
       .def(
@@ -66,7 +56,7 @@ void bind_memory(nb::module_& m) {
               raise_argument("SymmetricMemory.view_buffer", "self",
                              "has no contiguous view: allocate it with contiguous_view=True");
             }
-            return byte_array(s.memory.view(), s.memory.view_stride() * s.memory.world_size(), s.device,
+            return device_array<uint8_t>(s.memory.view(), s.memory.view_stride() * s.memory.world_size(), s.device,
                               nb::find(&s));
           },
           "The contiguous view: world_size * view_stride uint8 on this rank's GPU (DLPack).")

@@ -29,12 +29,6 @@ struct PyMoeBuffer {
   int device = -1;
 };
 
-nb::ndarray<> byte_array(const void* pointer, size_t bytes, int device, nb::handle owner) {
-  const size_t shape[1] = {bytes};
-  return nb::ndarray<>(const_cast<void*>(pointer), 1, shape, owner, nullptr, nb::dtype<uint8_t>(),
-                       nb::device::cuda::value, device);
-}
-
 MoeHook* hook_from(std::optional<MoeHook*> hook) { return hook ? *hook : nullptr; }
 
 }  // namespace
@@ -178,7 +172,8 @@ void bind_moe(nb::module_& m) {
             nb::handle owner = nb::find(&b);
             nb::dict arrays;
             auto add = [&](const char* name, const void* pointer, size_t bytes) {
-              if (pointer != nullptr) arrays[name] = byte_array(pointer, bytes, b.device, owner);
+              if (pointer == nullptr) return;
+              arrays[name] = device_array<uint8_t>(const_cast<void*>(pointer), bytes, b.device, owner);
             };
             add("x", o.x, rows * shape.hidden * moved_bytes);
             add("scales", o.scales, rows * (shape.hidden / kMoeScaleColumns) * sizeof(float));

@@ -38,7 +38,8 @@ class UserSignalPad {
     try {
       cuda_check(cudaMalloc(&expected_, slots * sizeof(uint64_t)), "cudaMalloc (expected)");
       cuda_check(cudaMemset(expected_, 0, slots * sizeof(uint64_t)), "cudaMemset (expected)");
-      cuda_check(cudaHostAlloc(&words_, 2 * sizeof(device::ErrorWord), cudaHostAllocMapped), "cudaHostAlloc (error words)");
+      cuda_check(cudaHostAlloc(&words_, 2 * sizeof(device::ErrorWord), cudaHostAllocMapped),
+                 "cudaHostAlloc (error words)");
       std::memset(words_, 0, 2 * sizeof(device::ErrorWord));
       void* mapped = nullptr;
       cuda_check(cudaHostGetDevicePointer(&mapped, words_, 0), "cudaHostGetDevicePointer");
@@ -109,12 +110,6 @@ class UserSignalPad {
   void* device_struct_ = nullptr;
 };
 
-// `count` int64 at `pointer` on CUDA device `device`, as an array that keeps `owner` alive.
-nb::ndarray<> int64_array(void* pointer, size_t count, int device, nb::handle owner) {
-  const size_t shape[1] = {count};
-  return nb::ndarray<>(pointer, 1, shape, owner, nullptr, nb::dtype<int64_t>(), nb::device::cuda::value, device);
-}
-
 }  // namespace
 
 void bind_signal_pad(nb::module_& m) {
@@ -147,19 +142,19 @@ void bind_signal_pad(nb::module_& m) {
       .def(
           "counters_array",
           [](UserSignalPad& p) {
-            return int64_array(p.pad().local, size_t(p.pad().channels) * p.pad().world, p.device(), nb::find(&p));
+            return device_array<int64_t>(p.pad().local, size_t(p.pad().channels) * p.pad().world, p.device(), nb::find(&p));
           },
           "This rank's counters, [channels * world] int64 (slot c * world + q: signals received from q on c).")
       .def(
           "expected_array",
           [](UserSignalPad& p) {
-            return int64_array(p.pad().expected, size_t(p.pad().channels) * p.pad().world, p.device(), nb::find(&p));
+            return device_array<int64_t>(p.pad().expected, size_t(p.pad().channels) * p.pad().world, p.device(), nb::find(&p));
           },
           "This rank's expected counts, [channels * world] int64.")
       .def(
           "peers_array",
           [](UserSignalPad& p) {
-            return int64_array(const_cast<uint64_t**>(p.pad().peers), size_t(p.pad().world), p.device(), nb::find(&p));
+            return device_array<int64_t>(const_cast<uint64_t**>(p.pad().peers), size_t(p.pad().world), p.device(), nb::find(&p));
           },
           "Every rank's counters' address as mapped here, [world] int64 on the GPU.")
       .def("check", &UserSignalPad::check,
