@@ -161,6 +161,42 @@ def _register(torch) -> None:
         function = "braid.functional.reduce_scatter_tensor"
         return input.new_empty(scattered_shape(input, world(comm, function), function))
 
+    # On rank dst the reduction over every rank; on the others a copy of input (nothing arrives there).
+    @custom_op("braid::reduce", mutates_args=(), device_types="cuda")
+    def reduce(input: Tensor, dst: int, op: str, comm: int) -> Tensor:
+        from ._collectives import reduce as eager
+        out = input.clone(memory_format=torch.contiguous_format)
+        eager(out, dst, op, comm=_comm(comm, "braid.functional.reduce"))
+        return out
+
+    @reduce.register_fake
+    def _(input, dst, op, comm):
+        return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+    # A batch of point-to-point transfers in flight together: `sends` go to `send_peers`, and a new tensor shaped
+    # like each of `recv_like` receives from the matching entry of `recv_peers`; returns those.
+    def received(function, sends, send_peers, recv_like, recv_peers):  # the outputs, after the lists' checks
+        if len(sends) != len(send_peers) or len(recv_like) != len(recv_peers):
+            raise argument_error(function, "send_peers" if len(sends) != len(send_peers) else "recv_peers",
+                                 "must have one peer per tensor")
+        return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in recv_like]
+
+    @custom_op("braid::send_recv", mutates_args=(), device_types="cuda")
+    def send_recv(sends: list[Tensor], send_peers: list[int], recv_like: list[Tensor], recv_peers: list[int],
+                  comm: int) -> list[Tensor]:
+        from ._p2p import P2POp, batch_isend_irecv, recv as recv_kind, send as send_kind
+        function = "braid.functional.send_recv"
+        outs = received(function, sends, send_peers, recv_like, recv_peers)
+        ops = [P2POp(send_kind, t.contiguous(), p) for t, p in zip(sends, send_peers)]
+        ops += [P2POp(recv_kind, t, p) for t, p in zip(outs, recv_peers)]
+        if ops:
+            batch_isend_irecv(ops, _comm(comm, function), function=function)
+        return outs
+
+    @send_recv.register_fake
+    def _(sends, send_peers, recv_like, recv_peers, comm):
+        return received("braid.functional.send_recv", sends, send_peers, recv_like, recv_peers)
+
     @custom_op("braid::broadcast", mutates_args=(), device_types="cuda")
     def broadcast(input: Tensor, src: int, comm: int) -> Tensor:
         function = "braid.functional.broadcast"
@@ -276,6 +312,6 @@ def _register(torch) -> None:
     from ._autograd import register_moe_autograd
     register_moe_autograd(torch, moe_dispatch, moe_combine)
 
-    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single,
-               all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources):
+    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, reduce, send_recv, broadcast,
+               all_to_all_single, all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources):
         _side_effect(torch, op)

@@ -9,8 +9,8 @@ from typing import Optional, Sequence
 from ._braid import ReduceOp
 from ._ops import op_handle, register_ops
 
-__all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "broadcast",
-           "all_to_all_single", "all_to_all_v_device"]
+__all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "broadcast",
+           "all_to_all_single", "all_to_all_v_device", "send_recv", "send", "recv"]
 
 
 def _op_name(op) -> str:
@@ -38,6 +38,30 @@ def all_gather_into_tensor(tensor, comm=None):
 def reduce_scatter_tensor(tensor, op=ReduceOp.SUM, comm=None):
     """Block `rank` (dim 0 split into world blocks) of `tensor` reduced over every rank."""
     return register_ops().reduce_scatter_tensor(tensor, _op_name(op), op_handle(comm))
+
+
+def reduce(tensor, dst: int, op=ReduceOp.SUM, comm=None):
+    """On rank dst, `tensor` reduced over every rank, as a new tensor; on the other ranks a copy of `tensor`."""
+    return register_ops().reduce(tensor, int(dst), _op_name(op), op_handle(comm))
+
+
+def send_recv(sends: Sequence = (), send_peers: Sequence[int] = (), recv_like: Sequence = (),
+              recv_peers: Sequence[int] = (), comm=None):
+    """A batch of point-to-point transfers in flight together (batch_isend_irecv as a function): sends[i] goes to
+    rank send_peers[i], and a new tensor shaped like recv_like[i] receives from rank recv_peers[i]; returns the
+    received tensors in that order. The k-th send to q matches the k-th receive q makes from this rank."""
+    return register_ops().send_recv(list(sends), [int(p) for p in send_peers], list(recv_like),
+                                    [int(p) for p in recv_peers], op_handle(comm))
+
+
+def send(tensor, dst: int, comm=None) -> None:
+    """Sends `tensor` to rank dst (a send_recv of one send)."""
+    send_recv([tensor], [dst], comm=comm)
+
+
+def recv(like, src: int, comm=None):
+    """A new tensor shaped like `like`, received from rank src (a send_recv of one receive)."""
+    return send_recv(recv_like=[like], recv_peers=[src], comm=comm)[0]
 
 
 def broadcast(tensor, src: int, comm=None):

@@ -155,12 +155,37 @@ def test_functional_fakes(torch):
         assert braid.functional.all_gather_into_tensor(x, comm=handle).dtype == torch.bfloat16
         with pytest.raises(Error, match="argument 'input' has shape \\(6, 3\\); dim 0 must divide"):
             ops.reduce_scatter_tensor(x[:6], "sum", handle)
+        assert braid.functional.reduce(x, 1, comm=handle).shape == (8, 3)
+        got = braid.functional.send_recv([x], [1], [x[:2], x.float()], [3, 2], comm=handle)
+        assert [t.shape for t in got] == [(2, 3), (8, 3)] and got[1].dtype == torch.float32
+        assert braid.functional.recv(x, 2, comm=handle).shape == (8, 3)
+        braid.functional.send(x, 2, comm=handle)
+        with pytest.raises(Error, match="braid.functional.send_recv: argument 'recv_peers' must have one peer per"):
+            ops.send_recv([], [], [x], [], handle)
         splits = torch.empty(4, dtype=torch.int64, device="meta")
         out, counts, offsets = braid.functional.all_to_all_v_device(x, splits, 20, comm=handle)
         assert out.shape == (20, 3) and out.dtype == torch.bfloat16
         assert counts.shape == offsets.shape == (4,) and counts.dtype == offsets.dtype == torch.int64
         with pytest.raises(Error, match="argument 'output_rows' is -1"):
             ops.all_to_all_v_device(x, splits, None, -1, handle)
+    finally:
+        braid._ops.release_handle(stand_in)
+
+
+def test_point_to_point_and_reduce_trace_without_graph_breaks(torch):
+    """A ring exchange and a reduce, as functions, in one graph under dynamo."""
+    stand_in = types.SimpleNamespace(size=W)
+    handle = braid.op_handle(stand_in)
+
+    def ring(x):
+        (left,) = braid.functional.send_recv([x * 2], [1], [x], [1], comm=handle)
+        return braid.functional.reduce(left + 1, 0, comm=handle)
+
+    try:
+        explained = torch._dynamo.explain(ring)(torch.empty(T, H, device="meta"))
+        assert explained.graph_break_count == 0, explained.break_reasons
+        code = explained.graphs[0].code
+        assert "braid.send_recv" in code and "braid.reduce" in code
     finally:
         braid._ops.release_handle(stand_in)
 

@@ -215,6 +215,31 @@ def p2p(rank, world):
         else:
             braid.recv(x, 0)
         same(x, torch.zeros(10, device="cuda"), "send/recv")
+    # The functional forms (custom ops), eager and compiled: a ring exchange of two tensors and a reduce.
+    mine, second = random(1000, torch.float32, rank + 5), random(77, torch.bfloat16, rank + 6)
+    references = [torch.empty_like(mine), torch.empty_like(second)]
+    for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.isend, second, right),
+                                           dist.P2POp(dist.irecv, references[0], left),
+                                           dist.P2POp(dist.irecv, references[1], left)]):
+        request.wait()
+
+    def ring(a, b):
+        return braid.functional.send_recv([a, b], [right, right], [a, b], [left, left])
+
+    for name, fn in (("eager", ring), ("compiled", torch.compile(ring, backend="aot_eager", fullgraph=True))):
+        got = fn(mine, second)
+        same(got[0], references[0], f"functional send_recv ({name})")
+        same(got[1], references[1], f"functional send_recv, second tensor ({name})")
+    if world >= 2 and rank < 2:
+        if rank == 0:
+            braid.functional.send(mine, 1)
+        else:
+            same(braid.functional.recv(mine, 0), random(1000, torch.float32, 5), "functional send/recv")
+    for dst in range(world):
+        reference = mine.clone()
+        dist.reduce(reference, dst)
+        got = braid.functional.reduce(mine, dst)
+        same(got, reference if rank == dst else mine, f"functional reduce to {dst}")
 
 
 def symmetric(rank, world):
