@@ -61,7 +61,7 @@ def routing_weights_grad(torch, moe, buffer, meta, per_pair, topk_idx, host_t, d
     topk_expert (rank-major) or local_expert and expert_offsets (expert-major). Pairs that were not dispatched
     (ids -1, out of range or repeated; tokens from T on) get 0."""
     M, E = moe.max_tokens, moe.experts
-    valid = moe._valid_rows(torch, meta)[:, 0] & (meta["source_rank"] >= 0)
+    valid = moe._valid_rows(torch, meta)[:, 0]
     token_row = meta["source_rank"].long() * M + meta["source_token"].long()
     if moe.rank_major:
         expert = meta["topk_expert"].long()

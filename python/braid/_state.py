@@ -10,10 +10,10 @@ from ._braid import Communicator, Rendezvous, StoreHost
 from ._error import Error, ErrorCode, argument_error
 
 _default: Optional[Communicator] = None
-_store_host: Optional[StoreHost] = None
+_store_host: Optional[StoreHost] = None  # serves the default communicator's store when init(group=) made it here
 # Stores this process served for communicators since destroyed: kept until the process exits, since another rank
 # may still be finishing a request to one when this rank destroys its communicator.
-_retired_store_hosts: list = []  # serves the default communicator's store when init(group=) made it here
+_retired_store_hosts: list = []
 _generations: dict = {}  # process group name -> inits through it so far (fresh keys in its store each time)
 
 
