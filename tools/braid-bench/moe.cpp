@@ -203,20 +203,9 @@ enum SlotIndex {
   kNcclDispatch, kNcclCombine, kNcclLayer,
   kSlots
 };
-const char* layout_name(MoeBenchLayout layout) {
-  switch (layout) {
-    case MoeBenchLayout::kRankMajor: return "rank-major";
-    case MoeBenchLayout::kLowLatency: return "low-latency";
-    default: return "expert-major";
-  }
-}
-int first_slot(MoeBenchLayout layout) {
-  switch (layout) {
-    case MoeBenchLayout::kRankMajor: return kRankDispatch;
-    case MoeBenchLayout::kLowLatency: return kLowLatencyDispatch;
-    default: return kBraidDispatch;
-  }
-}
+// A layout's first slot: the layouts' slots follow each other in the enum's order.
+static_assert(kRankDispatch == kBraidDispatch + 3 && kLowLatencyDispatch == kBraidDispatch + 6);
+int first_slot(MoeBenchLayout layout) { return kBraidDispatch + 3 * static_cast<int>(layout); }
 
 // ---- The NCCL baseline on one rank ----
 

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -139,7 +140,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   std::vector<std::string> layouts;
   app.add_option("--layout", layouts, "--moe: expert-major, rank-major, low-latency (rank-major with fixed rows), "
                  "comma-separated; default all three")
-      ->delimiter(',')->check(CLI::IsMember({"expert-major", "rank-major", "low-latency"}));
+      ->delimiter(',')->check(CLI::IsMember(std::vector<std::string>(std::begin(kMoeBenchLayoutNames),
+                                                                   std::end(kMoeBenchLayoutNames))));
   app.add_option("--max-sms", options.moe_max_sms,
                  "--moe: multiprocessors dispatch and combine may occupy (MoeShape::max_sms; 0: braid picks)")
       ->check(integer_in(0))->capture_default_str();
@@ -251,9 +253,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
     if (!layouts.empty()) {
       options.moe_layouts.clear();
       for (const std::string& layout : layouts) {
-        options.moe_layouts.push_back(layout == "rank-major"    ? MoeBenchLayout::kRankMajor
-                                      : layout == "low-latency" ? MoeBenchLayout::kLowLatency
-                                                                : MoeBenchLayout::kExpertMajor);
+        const auto named = std::find(std::begin(kMoeBenchLayoutNames), std::end(kMoeBenchLayoutNames), layout);
+        options.moe_layouts.push_back(static_cast<MoeBenchLayout>(named - std::begin(kMoeBenchLayoutNames)));
       }
     }
     if (options.moe_top_k > options.moe_experts) {

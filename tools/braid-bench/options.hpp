@@ -14,6 +14,9 @@ namespace braid::bench {
 
 // The MoE layouts --moe times: MoeShape::layout, and the rank-major layout with fixed rows (MoeShape::low_latency).
 enum class MoeBenchLayout { kExpertMajor, kRankMajor, kLowLatency };
+// Each layout's name on the command line and in the output, in the enum's order.
+inline constexpr const char* kMoeBenchLayoutNames[] = {"expert-major", "rank-major", "low-latency"};
+inline const char* layout_name(MoeBenchLayout layout) { return kMoeBenchLayoutNames[static_cast<int>(layout)]; }
 
 struct Options {
   bool smoke = false;  // --smoke: the symmetric-memory smoke run instead of the collectives
