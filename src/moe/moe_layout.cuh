@@ -85,6 +85,15 @@ struct ExpertRanks {
   __device__ explicit ExpertRanks(int local_experts)
       : magic(((uint64_t(1) << 32) + local_experts - 1) / static_cast<uint64_t>(local_experts)) {}
   __device__ __forceinline__ int of(int expert) const { return static_cast<int>((uint64_t(expert) * magic) >> 32); }
+  // The ranks a token's decoded ids (-1: none) go to, as bits.
+  __device__ __forceinline__ uint32_t ranks_of(const int32_t (&ids)[kMaxTopK]) const {
+    uint32_t ranks = 0;
+#pragma unroll
+    for (int k = 0; k < kMaxTopK; ++k) {
+      if (ids[k] >= 0) ranks |= 1u << of(ids[k]);
+    }
+    return ranks;
+  }
 };
 
 // Expert id of pair (t, k), widened; -1 for "no expert".

@@ -206,6 +206,15 @@ template <typename Index>
 __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range);
 
+// A token's pairs (decoded ids, -1 past K) into the block's count per expert, but those repeating an id (bits of
+// `repeats`), which are refused.
+__device__ __forceinline__ void add_pairs(uint32_t* block_pairs, const int32_t (&ids)[kMaxTopK], uint32_t repeats) {
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) {
+    if (ids[k] >= 0 && ((repeats >> k) & 1u) == 0) atomicAdd(&block_pairs[ids[k]], 1u);
+  }
+}
+
 template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatch(MoeLaunch launch) {
   __shared__ uint32_t block_pairs[kMaxExperts];           // this block's pairs per expert
@@ -290,18 +299,10 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
     for (size_t t = range.begin + threadIdx.x; t < range.end; t += blockDim.x) {
       int32_t ids[kMaxTopK];
       decode_expert_ids(launch, [&](int k) -> int64_t { return k < K ? expert_of<Index>(launch, t, k) : -1; }, true, ids);
-      uint32_t ranks = 0;
-#pragma unroll
-      for (int k = 0; k < kMaxTopK; ++k) {
-        if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
-      }
+      const uint32_t ranks = expert_ranks.ranks_of(ids);
       launch.token_ranks[t] = ranks;
       if (numbers.shared != nullptr) numbered.ranks[t - range.begin] = ranks;
-      const uint32_t repeats = repeated_ids(launch, ids, t, true);
-#pragma unroll
-      for (int k = 0; k < kMaxTopK; ++k) {
-        if (ids[k] >= 0 && ((repeats >> k) & 1u) == 0) atomicAdd(&block_pairs[ids[k]], 1u);
-      }
+      add_pairs(block_pairs, ids, repeated_ids(launch, ids, t, true));
     }
     // The block's rows on every rank are its tokens' (holes included), for combine's copies and received.
     if (threadIdx.x < static_cast<unsigned>(W)) {
@@ -317,11 +318,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
       // Repeats stay: a token's ranks are the same without them.
       decode_expert_ids(launch, [&](int k) -> int64_t { return k < K && t < range.end ? expert_of<Index>(launch, t, k) : -1; },
                         reporter, ids);
-      uint32_t ranks = 0;
-#pragma unroll
-      for (int k = 0; k < kMaxTopK; ++k) {
-        if (ids[k] >= 0) ranks |= 1u << expert_ranks.of(ids[k]);
-      }
+      const uint32_t ranks = expert_ranks.ranks_of(ids);
       // Loops over the ranks stay rolled: unrolled to kMaxWorld, the iterations past W would be jumped over,
       // each to another instruction-cache line (microseconds a call in all).
 #pragma unroll 1
@@ -348,11 +345,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
         atomicAdd(reinterpret_cast<unsigned long long*>(&in_range[r]), 1ull);
       }
       // A pair repeating an id of its token is refused (reported by this block, its token's owner).
-      const uint32_t repeats = repeated_ids(launch, ids, t, true);
-#pragma unroll
-      for (int k = 0; k < kMaxTopK; ++k) {
-        if (ids[k] >= 0 && ((repeats >> k) & 1u) == 0) atomicAdd(&block_pairs[ids[k]], 1u);
-      }
+      add_pairs(block_pairs, ids, repeated_ids(launch, ids, t, true));
     }
     __syncthreads();
     if (threadIdx.x < static_cast<unsigned>(W)) {
