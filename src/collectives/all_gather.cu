@@ -9,6 +9,7 @@
 // copy the root's pieces out of their FIFOs, the root its own input (unless in place). One copy a byte into the
 // peers' memory, by stores, where a staged broadcast has every peer load the root's staging in chunks behind
 // barriers.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
 #include "core/kernel_modules.hpp"
@@ -22,6 +23,7 @@ namespace {
 constexpr int kBroadcastRootPushThreads = 256;
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);
@@ -64,11 +66,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
 }  // namespace
 
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
-  all_gather<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_gather, blocks, kThreadsPerBlock, stream, launch);
 }
 
 void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
-  all_gather<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);  // launch.root >= 0
+  launch_dependent(all_gather, blocks, kThreadsPerBlock, stream, launch);  // launch.root >= 0
 }
 
 }  // namespace braid::kernels

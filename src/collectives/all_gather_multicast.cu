@@ -2,6 +2,7 @@
 // region with one multimem.st per vector (each byte crosses NVLink once, the switch fanning it out); after a
 // barrier each rank copies every rank's block out into its output. Runs only behind BRAID_ENABLE_MULTICAST
 // (memory/multicast.hpp); never on a shared GPU host.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
 #include "core/kernel_modules.hpp"
@@ -11,6 +12,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_multicast(MulticastLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   const size_t block = launch.count;  // bytes of each rank's block in this launch, whole vectors
@@ -31,7 +33,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_multicast(Multica
 }  // namespace
 
 void launch_all_gather_multicast(const MulticastLaunch& launch, int blocks, cudaStream_t stream) {
-  all_gather_multicast<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_gather_multicast, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

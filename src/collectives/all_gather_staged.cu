@@ -3,6 +3,7 @@
 //
 // launch.send/recv point at the chunk's start (recv inside rank block 0); rank q's block is
 // launch.rank_stride bytes further per q. launch.count is in bytes.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
 #include "core/kernel_modules.hpp"
@@ -12,6 +13,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   run_staged<uint8_t>(
       launch,
@@ -28,7 +30,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaun
 }  // namespace
 
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream) {
-  all_gather_staged<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_gather_staged, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

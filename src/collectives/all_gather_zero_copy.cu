@@ -8,6 +8,7 @@
 // copy. Each block stores its part to the peers in rotated order (rank + 1 first), one source read once for
 // every destination. The traffic is NVLink stores only; the same loop outside braid is
 // bench/probes/allreduce_paths.cu's ag-stores.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged_launch.hpp"
@@ -19,6 +20,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_zero_copy(ZeroCopyLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const Slice part = block_slice<uint8_t>(launch.count, blockIdx.x, gridDim.x);  // count: bytes of one rank
@@ -36,7 +38,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_zero_copy(ZeroCop
 }  // namespace
 
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream) {
-  all_gather_zero_copy<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_gather_zero_copy, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

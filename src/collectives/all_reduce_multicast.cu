@@ -4,6 +4,7 @@
 // second barrier each rank copies the whole slice out. Each byte crosses NVLink once each way, where the
 // unicast two shot sends 2 (world - 1) / world of the buffer. Runs only behind BRAID_ENABLE_MULTICAST
 // (memory/multicast.hpp); never on a shared GPU host.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
 #include "core/kernel_modules.hpp"
@@ -14,6 +15,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_multicast(MulticastLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   char* const local = launch.local + half;

@@ -1,6 +1,7 @@
 // All-reduce, one shot: every rank copies its input into its staging, and after one barrier every rank reads
 // all peers' staging and reduces (rank order, so every rank computes identical results). Least latency for
 // small messages: one barrier, and each rank reads (world-1) × size over NVLink.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
@@ -12,6 +13,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot(StagedLaunch launch) {
+  start_dependent_kernel();
   run_staged<T>(
       launch,
       [&](const StagingView& staging, const Slice& slice) { copy_slice_in<T>(launch, staging, slice); },

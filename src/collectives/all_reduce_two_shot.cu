@@ -19,6 +19,7 @@
 // rank + 1, rank + 2, ...: in rank order,
 // every rank would push to rank 0 first, then rank 1, ..., and one GPU's ingress would take three senders while
 // the others' idle.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
@@ -29,6 +30,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot(PipelineLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, world);

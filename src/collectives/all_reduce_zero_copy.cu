@@ -14,6 +14,7 @@
 // The two shot keeps its halves apart in each block (all of its part's loads, then all of its stores) rather
 // than storing each reduced vector to every peer as it goes: mixed, each thread's stores wait behind its loads'
 // NVLink round trips (bench/probes/allreduce_paths.cu compares the two).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
@@ -27,6 +28,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_copy(ZeroCopyLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];
@@ -38,6 +40,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_cop
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_copy(ZeroCopyLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];

@@ -10,6 +10,7 @@
 // The exit barrier: every peer finished writing into (stores) or reading from (copies) this rank's buffers
 // before this rank's stream goes on and may reuse them.
 #include "collectives/all_to_all_launch.hpp"
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "core/kernel_modules.hpp"
@@ -19,6 +20,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_direct(AllToAllDirectLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const Slice part = block_slice<uint8_t>(launch.block_bytes, blockIdx.x, gridDim.x);
@@ -35,18 +37,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_direct(AllToAllDi
 
 // One block: a barrier of signal channel 0 with every peer, announcing `plan`.
 __global__ void barrier_kernel(device::SignalPad pad, unsigned int collective, unsigned int site, uint64_t plan) {
+  start_dependent_kernel();
   device::barrier(pad, 0, collective, site, plan);
 }
 
 }  // namespace
 
 void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream) {
-  all_to_all_direct<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_to_all_direct, blocks, kThreadsPerBlock, stream, launch);
 }
 
 void launch_barrier(const device::SignalPad& pad, unsigned int collective, unsigned int site, uint64_t plan,
                     cudaStream_t stream) {
-  barrier_kernel<<<1, 32, 0, stream>>>(pad, collective, site, plan);
+  launch_dependent(barrier_kernel, 1, 32, stream, pad, collective, site, plan);
 }
 
 }  // namespace braid::kernels

@@ -22,6 +22,7 @@
 // FIFO stream, so a pair whose two sides name each other in matching launches stays in step whatever other
 // pairs do.
 #include "collectives/all_to_all_launch.hpp"
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
 #include "core/kernel_modules.hpp"
@@ -161,6 +162,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
 }
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAllLaunch launch) {
+  start_dependent_kernel();
   const PipelineLaunch& fifo = launch.fifo;
   const int world = fifo.pad.world, rank = fifo.pad.rank;
   __shared__ Sizes sizes;
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 }  // namespace
 
 void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaStream_t stream) {
-  all_to_all_pipelined<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(all_to_all_pipelined, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

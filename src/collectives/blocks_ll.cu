@@ -7,10 +7,10 @@
 // rewrites parity p only after every peer finished reading it.
 //
 // launch.count: bytes of one block (each rank sends one to every rank).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/ll.cuh"
-#include "collectives/staged.cuh"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
@@ -18,6 +18,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   const LLCall call = ll_call(launch);
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
@@ -32,6 +33,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
     store_line(launch.recv + rank * launch.recv_rank_stride + offset,
                load_line(launch.send + rank * launch.send_rank_stride + offset, left), left);
   }
+  count_ll_call(launch, call);
   bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
   for (size_t i = first; arrived && i < lines; i += stride) {
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
@@ -45,13 +47,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
     }
   }
   restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
-  advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
 }  // namespace
 
 void launch_blocks_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
-  blocks_ll<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(blocks_ll, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

@@ -1,5 +1,6 @@
 // Broadcast: the root copies its input into staging; after one barrier every rank copies the root's staging
 // into its output (the root too, unless in place). Datatype-blind: launch.count is in bytes.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
 #include "core/kernel_modules.hpp"
@@ -9,6 +10,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launch) {
+  start_dependent_kernel();
   run_staged<uint8_t>(
       launch,
       [&](const StagingView& staging, const Slice& slice) {
@@ -22,7 +24,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast(StagedLaunch launc
 }  // namespace
 
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream) {
-  broadcast<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(broadcast, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

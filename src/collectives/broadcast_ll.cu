@@ -9,10 +9,10 @@
 // its lines, and a non-root that heard only from the root could overwrite what another non-root still reads.
 //
 // launch.count: bytes (datatype-blind); launch.root: the root; launch.send: the root's input (null elsewhere).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/ll.cuh"
-#include "collectives/staged.cuh"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
@@ -20,6 +20,7 @@ namespace braid::kernels {
 namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, root = launch.root;
   const LLCall call = ll_call(launch);
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
@@ -39,6 +40,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
       if (launch.recv != launch.send) store_line(launch.recv + offset, line, left);
     }
   }
+  count_ll_call(launch, call);
   bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
   if (token_thread && peer != root) {
     uint2 token;
@@ -57,13 +59,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   }
   // The root sent `lines` lines, every other rank its token (line 0).
   restamp_unwritten_lines(launch, call, [&](int sender) { return sender == root ? lines : size_t(1); });
-  advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
 }  // namespace
 
 void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream) {
-  broadcast_ll<<<blocks, kThreadsPerBlock, 0, stream>>>(launch);
+  launch_dependent(broadcast_ll, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

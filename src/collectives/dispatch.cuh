@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "braid/types.hpp"
+#include "collectives/dependent_launch.cuh"
 #include "core/error.hpp"
 
 namespace braid::kernels {
@@ -60,7 +61,7 @@ void dispatch_op(ReduceOp op, F&& body) {
     ::braid::kernels::dispatch_op(op, [&](auto op_tag) {                                                      \
       using T = typename decltype(type_tag)::type;                                                            \
       if constexpr (::braid::reduction_supported(decltype(type_tag)::value, decltype(op_tag)::value)) {       \
-        kernel<T, decltype(op_tag)::value><<<blocks, ::braid::kernels::kThreadsPerBlock, 0, stream>>>(__VA_ARGS__); \
+        ::braid::kernels::launch_dependent(kernel<T, decltype(op_tag)::value>, blocks, ::braid::kernels::kThreadsPerBlock, stream, __VA_ARGS__); \
       } else {                                                                                                \
         ::braid::raise(::braid::ErrorCode::kInternal, "{} of {} reached a kernel launcher",                   \
                        ::braid::reduce_op_name(op), ::braid::datatype_name(type));                            \

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "collectives/launch_counter.cuh"
 #include "collectives/ll_launch.hpp"
 
 namespace braid::kernels {
@@ -20,16 +21,21 @@ using device::store_wire;
 // This call's flag (its sequence number among LL calls, from 1, cut to 32 bits), its parity, and whether it
 // re-stamps (restamp_unwritten_lines), read once per block.
 struct LLCall {
+  uint64_t epoch;  // LL calls before this one (launch.epoch as read); this call's sequence is epoch + 1
   uint32_t flag;
   size_t parity;
   bool restamps;
 };
 
 __device__ inline LLCall ll_call(const LLLaunch& launch) {
-  __shared__ uint64_t sequence;
-  if (threadIdx.x == 0) sequence = *launch.epoch + 1;
-  __syncthreads();
-  return LLCall{static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1), sequence % kLLRestampPeriod < 2};
+  const uint64_t epoch = read_launch_counter(launch.epoch), sequence = epoch + 1;
+  return LLCall{epoch, static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1), sequence % kLLRestampPeriod < 2};
+}
+
+// Counts this block in for the next LL call's sequence (advance_once_read): every block calls it once its
+// stores to the peers are issued and before it polls.
+__device__ inline void count_ll_call(const LLLaunch& launch, const LLCall& call) {
+  advance_once_read(launch.epoch, launch.blocks_done, call.epoch);
 }
 
 // The slot `sender` fills in `receiver`'s LL area in this call's parity.

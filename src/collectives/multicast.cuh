@@ -65,7 +65,7 @@ void dispatch_multimem(DataType type, ReduceOp op, F&& body) {
 #define BRAID_LAUNCH_MULTIMEM(kernel, type, op, blocks, stream, launch)                                        \
   ::braid::kernels::dispatch_multimem(type, op, [&](auto type_tag, auto op_tag) {                             \
     using T = typename decltype(type_tag)::type;                                                              \
-    kernel<T, decltype(op_tag)::value><<<blocks, ::braid::kernels::kThreadsPerBlock, 0, stream>>>(launch);    \
+    ::braid::kernels::launch_dependent(kernel<T, decltype(op_tag)::value>, blocks, ::braid::kernels::kThreadsPerBlock, stream, launch);    \
   })
 
 }  // namespace braid::kernels

@@ -1,5 +1,6 @@
 // Reduce to a root: every rank copies its input into staging; after one barrier the root reads every peer's
 // staging and reduces into its output. The other ranks' outputs are not touched.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
@@ -11,6 +12,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_to_root(StagedLaunch launch) {
+  start_dependent_kernel();
   run_staged<T>(
       launch,
       [&](const StagingView& staging, const Slice& slice) { copy_slice_in<T>(launch, staging, slice); },

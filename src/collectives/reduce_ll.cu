@@ -10,12 +10,11 @@
 // every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
 // order), i.e. after it read its parity-p lines of call k. Stale lines never match: a flag is the sequence
 // cut to 32 bits, and every kLLRestampPeriod calls each rank re-stamps the lines no call wrote lately (ll.cuh).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/ll.cuh"
-#include "collectives/staged.cuh"
-#include "collectives/staged_launch.hpp"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
 
@@ -26,6 +25,7 @@ template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   static_assert(kLLLineBytes % sizeof(T) == 0, "a line holds whole elements");
   constexpr int kPerLine = kLLLineBytes / sizeof(T);
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       store_wire(slot(peer, rank) + i * kLLWireBytes, line, flag);
     }
   }
+  count_ll_call(launch, call);
   bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
   for (size_t i = first; arrived && i < lines; i += stride) {
     acc_t<T> acc[kPerLine];
@@ -78,7 +79,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
     }
   }
   restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
-  advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
 }  // namespace

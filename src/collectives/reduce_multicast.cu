@@ -4,6 +4,7 @@
 // is needed before the region is reused: calls alternate halves, and a rank rewrites this half only after the
 // next call's entry barrier, which the root enters once it has finished reading (staged.cuh). Runs only
 // behind BRAID_ENABLE_MULTICAST (memory/multicast.hpp); never on a shared GPU host.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/multicast.cuh"
 #include "core/kernel_modules.hpp"
@@ -14,6 +15,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_multicast(MulticastLaunch launch) {
+  start_dependent_kernel();
   const int channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors: count * size % 16 == 0

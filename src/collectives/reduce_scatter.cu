@@ -6,6 +6,7 @@
 // this round's are awaited. (world-1)/world of the input crosses NVLink, once.
 //
 // launch.count: elements of one rank block (the output); launch.rank_stride: bytes between input rank blocks.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/pipeline.cuh"
@@ -16,6 +17,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);

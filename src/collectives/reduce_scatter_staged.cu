@@ -3,6 +3,7 @@
 //
 // launch.send points at the chunk's start inside rank block 0 of the user's input; block q of the chunk is
 // launch.rank_stride elements further per q. Staging half: block q of the chunk at q × block_bytes.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/staged.cuh"
@@ -14,6 +15,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_staged(StagedLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t block_bytes = (launch.count * sizeof(T) + 255) / 256 * 256;
   run_staged<T>(

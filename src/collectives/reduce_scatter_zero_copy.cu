@@ -8,6 +8,7 @@
 // thread that stores an element has loaded it first. Reduction is in rank order, as everywhere. The traffic is
 // NVLink loads only, (world-1)/world of the input a rank; the same loop outside braid is
 // bench/probes/allreduce_paths.cu's rs-loads.
+#include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
@@ -21,6 +22,7 @@ namespace {
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_zero_copy(ZeroCopyLaunch launch) {
+  start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   const char* sources[kMaxWorld];

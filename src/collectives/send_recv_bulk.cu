@@ -1,5 +1,6 @@
 // Copy-engine send/recv, device side: the small kernels that post and wait for the chunks the copy engines
 // move, and the SM copy of a chunk out of the receiver's slot (layout and protocol: send_recv_bulk_launch.hpp).
+#include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/selection.hpp"
@@ -22,6 +23,7 @@ __device__ bool fifo_drained(const device::SignalPad& pad, int channel, int peer
 }
 
 __global__ void bulk_send_step(BulkSendStep step) {
+  start_dependent_kernel();
   if (step.drain) {  // both phases' FIFOs: thread t, channel t % kPipelineChannels of phase t / kPipelineChannels
     const int set = threadIdx.x < kPipelineChannels ? kFree1 : kFree2;
     fifo_drained(step.pad, set * kPipelineChannels + threadIdx.x % kPipelineChannels, step.peer);
@@ -40,6 +42,7 @@ __global__ void bulk_send_step(BulkSendStep step) {
 }
 
 __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
+  start_dependent_kernel();
   if (step.free_slot >= 0) device::signal(step.pad, kBulkFreeChannels + step.free_slot, step.peer);  // copied out
   if (step.wait_chunk < 0) return;
   const int slot = static_cast<int>(step.wait_chunk % kBulkSlots);
@@ -58,6 +61,7 @@ __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
 // Unit u (of kBulkRowsPerSlot × kBulkCopyBlocksPerRow, spread over the blocks) copies part u %
 // kBulkCopyBlocksPerRow of row u / kBulkCopyBlocksPerRow: payload byte i sits in row i / row_bytes.
 __global__ void __launch_bounds__(kThreadsPerBlock) bulk_copy_out(BulkCopyOut copy) {
+  start_dependent_kernel();
   const BulkHeader header = *copy.header;  // the step kernel before this one waited for it
   if (header.total_bytes != copy.total_bytes || header.chunk != copy.chunk) return;  // refused: nothing written
   for (int unit = blockIdx.x; unit < kBulkRowsPerSlot * kBulkCopyBlocksPerRow; unit += gridDim.x) {
@@ -75,13 +79,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) bulk_copy_out(BulkCopyOut co
 }  // namespace
 
 void launch_bulk_send_step(const BulkSendStep& step, cudaStream_t stream) {
-  bulk_send_step<<<1, 2 * kPipelineChannels, 0, stream>>>(step);
+  launch_dependent(bulk_send_step, 1, 2 * kPipelineChannels, stream, step);
 }
 
-void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream) { bulk_recv_step<<<1, 1, 0, stream>>>(step); }
+void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream) { launch_dependent(bulk_recv_step, 1, 1, stream, step); }
 
 void launch_bulk_copy_out(const BulkCopyOut& copy, int blocks, cudaStream_t stream) {
-  bulk_copy_out<<<blocks, kThreadsPerBlock, 0, stream>>>(copy);
+  launch_dependent(bulk_copy_out, blocks, kThreadsPerBlock, stream, copy);
 }
 
 }  // namespace braid::kernels

@@ -1,6 +1,6 @@
 // What every staged collective kernel receives, and the skeleton they share (run_staged): copy this block's
 // slice of the input into this rank's staging half, one entry barrier with every peer, read the peers' staging
-// (copy or reduce into the output), then advance the epoch once the whole launch is done.
+// (copy or reduce into the output); the epoch advances once every block has read it.
 //
 // Why parity halves: a rank copies its input into its own staging before the entry barrier, while a slow peer
 // may still be reading that staging from the previous call. Calls alternate halves, and a rank reaches call
@@ -9,47 +9,29 @@
 #pragma once
 
 #include "collectives/elementwise.cuh"
+#include "collectives/launch_counter.cuh"
 #include "collectives/staged_launch.hpp"
 #include "sync/device_sync.hpp"  // wait sites
 
 namespace braid::kernels {
 
-// The staging half this launch uses, of `rank`. Read once per block at kernel start.
+// The staging half this launch uses, of `rank`. Read once per block at kernel start (staging_view).
 struct StagingView {
-  size_t offset;  // of this call's half within every rank's staging
+  uint64_t epoch;  // launch.epoch as this launch read it: its parity picks the half
+  size_t offset;   // of this call's half within every rank's staging
   __device__ char* of(const StagedLaunch& launch, int rank) const { return launch.staging[rank] + offset; }
 };
 
 // Offset of the half a launch uses in a two-half buffer whose calls alternate by `epoch`'s parity (staging here,
-// the multicast region in multicast.cuh). Every thread of the block calls it; one load per block.
+// the multicast region in multicast.cuh). Every thread of the block calls it.
 __device__ inline size_t parity_half(const uint64_t* epoch, size_t half_bytes) {
-  __shared__ uint64_t value;
-  if (threadIdx.x == 0) value = *epoch;
-  __syncthreads();
-  return (value & 1) * half_bytes;
+  return (read_launch_counter(epoch) & 1) * half_bytes;
 }
 
 __device__ inline StagingView staging_view(const StagedLaunch& launch) {
-  return StagingView{parity_half(launch.epoch, launch.half_bytes)};
+  const uint64_t epoch = read_launch_counter(launch.epoch);
+  return StagingView{epoch, (epoch & 1) * launch.half_bytes};
 }
-
-// Called by every block at its end: the last block of the launch to finish advances `counter` (a per-launch
-// sequence in device memory, so graph replays advance it too) and re-arms `blocks_done`. A launch of one block
-// (the smallest calls) advances it directly: no atomic round trip at the end of the kernel.
-__device__ inline void advance_after_last_block(uint64_t* counter, unsigned int* blocks_done) {
-  __syncthreads();
-  if (threadIdx.x == 0 && gridDim.x == 1) {
-    *counter += 1;
-  } else if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(blocks_done, 1u) == gridDim.x - 1) {
-      *blocks_done = 0;
-      *counter += 1;
-    }
-  }
-}
-
-__device__ inline void finish_launch(const StagedLaunch& launch) { advance_after_last_block(launch.epoch, launch.blocks_done); }
 
 // The staged skeleton, run by every block of a staged kernel: `copy_in(staging, slice)` writes this block's
 // slice (of launch.count elements of Element, split between the blocks in whole vectors) into this rank's
@@ -61,9 +43,9 @@ __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& 
   const StagingView staging = staging_view(launch);
   const Slice slice = block_slice<Element>(launch.count, blockIdx.x, gridDim.x);
   copy_in(staging, slice);
+  advance_once_read(launch.epoch, launch.blocks_done, staging.epoch);
   if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan)) return;
   read_out(staging, slice);
-  finish_launch(launch);
 }
 
 // The copy-in step of the kernels whose staging holds the input as it is: this block's slice of the input into the
