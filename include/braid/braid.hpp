@@ -59,15 +59,19 @@ class MoeBuffer;
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
 //
-// Ordering (NCCL's rule): a communicator's calls that take a stream (collectives, all-to-all(v), send/recv,
-// put/get, MoE dispatch and combine) run on the GPU in the order they were made, whatever stream each names:
-// a call's work starts after the previous call's work is done, and work the caller enqueues on a call's
-// stream after it still follows it. An event is recorded after each call; a call waits on it when it names
-// another stream than the previous call, and every eager call does once a graph holding this communicator's
-// calls has been captured (calls on one stream, with no such graph, add no wait). Inside a CUDA graph capture
-// the captured calls are ordered the same way, and every replay of the graph runs after the communicator's
-// calls made before it was launched and before the calls made after it was launched. A communicator is driven
-// by one host thread at a time.
+// Ordering (NCCL's rule): a communicator's calls that take a stream (collectives, all-to-all(v), send/recv, put/get,
+// MoE dispatch and combine) run on the GPU in the order they were made, whatever stream each names: a call's work
+// starts after the previous call's work is done, and work the caller enqueues on a call's stream after it still follows
+// it. An event is recorded after each call; a call waits on it when it names another stream than the previous call, and
+// every eager call does once a graph holding this communicator's calls has been captured (calls on one stream, with no
+// such graph, add no wait). Inside a CUDA graph capture the captured calls are ordered the same way, and every replay
+// of the graph runs after the communicator's calls made before it was launched and before the calls made after it was
+// launched. A communicator is driven by one host thread at a time. The CUDA backend's kernels (collectives,
+// all-to-all(v), send/recv, MoE) are programmatic dependent launches that let the next kernel on the stream be
+// scheduled before they end: a kernel of yours launched with programmatic stream serialization
+// (cudaLaunchAttributeProgrammaticStreamSerialization) right after such a call must call
+// cudaGridDependencySynchronize() before it touches the call's buffers, as CUDA asks of any kernel launched so; other
+// work on the stream starts after the call's work is done.
 class Communicator {
  public:
   // Collective over the ranks of `rendezvous`: at most 16 ranks (more fail with kUnsupported, whatever the
