@@ -266,10 +266,11 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
       check_launch("reduce kernel launch");
       return;
     }
-    default: {  // staged
+    default: {  // staged, in one phase or two (split)
+      const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_reduce_split : kernels::launch_reduce;
       kernels::StagedLaunch launch = base_launch(state, call, plan);
       launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type), "reduce kernel launch",
-                       [&](const auto& chunk) { kernels::launch_reduce(type, op, chunk, plan.blocks, stream); });
+                       [&](const auto& chunk) { kernel(type, op, chunk, plan.blocks, stream); });
       return;
     }
   }
@@ -420,10 +421,11 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
       check_launch("broadcast kernel launch");
       return;
     }
-    default: {  // staged
+    default: {  // staged, in one phase or two (split)
+      const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_broadcast_split : kernels::launch_broadcast;
       kernels::StagedLaunch launch = base_launch(state, call, plan);
       launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "broadcast kernel launch",
-                       [&](const auto& chunk) { kernels::launch_broadcast(chunk, plan.blocks, stream); });
+                       [&](const auto& chunk) { kernel(chunk, plan.blocks, stream); });
       return;
     }
   }

@@ -31,6 +31,8 @@ void launch_all_reduce_one_shot_zero_copy(DataType type, ReduceOp op, const Zero
 void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
                                           cudaStream_t stream);
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce and broadcast staged in two phases, one part per rank (Algorithm::kSplit; reduce.cu, broadcast.cu).
+void launch_reduce_split(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 // Reduce as the pipelined two shot whose gather goes to launch.root alone (all_reduce_two_shot.cu).
 void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
@@ -43,6 +45,7 @@ void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaSt
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);
+void launch_broadcast_split(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 // LL broadcast: the root's input to every peer as LL lines, tokens between the other ranks (broadcast_ll.cu).
 void launch_broadcast_ll(const LLLaunch& launch, int blocks, cudaStream_t stream);
 // LL blocks, one from every rank to every rank: all-to-all and all-gather (blocks_ll.cu).

@@ -58,6 +58,7 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, BufferMode mode, co
     case Algorithm::kOneShot:
       return mode == BufferMode::kZeroCopy ? SIZE_MAX : capacities.staging_half / unit;
     case Algorithm::kStaged:
+    case Algorithm::kSplit:
       // Reduce-scatter: the half holds the chunk's block of every rank, each rounded up to 256 bytes.
       if (shape.collective == Collective::kReduceScatter) {
         const size_t per_rank = capacities.staging_half / shape.world;

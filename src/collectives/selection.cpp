@@ -43,7 +43,8 @@ constexpr Row kTable[] = {
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
-    {Collective::kReduce, size_t(16) << 20, Algorithm::kStaged},
+    {Collective::kReduce, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kReduce, size_t(16) << 20, Algorithm::kSplit},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
     {Collective::kReduceScatter, size_t(2) << 20, Algorithm::kStaged, Buffers::kAny, 2},
@@ -65,11 +66,13 @@ constexpr Row kTable[] = {
     {Collective::kAllGather, size_t(64) << 20, Algorithm::kStaged},
     {Collective::kAllGather, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kBroadcast, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2},
-    {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
-    {Collective::kBroadcast, size_t(16) << 20, Algorithm::kStaged},
-    {Collective::kBroadcast, size_t(32) << 20, Algorithm::kPipelined},
+    {Collective::kBroadcast, size_t(16) << 20, Algorithm::kStaged, Buffers::kAny, 2},
+    {Collective::kBroadcast, size_t(32) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kBroadcast, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric, 2},
-    {Collective::kBroadcast, SIZE_MAX, Algorithm::kPipelined},
+    {Collective::kBroadcast, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
+    {Collective::kBroadcast, size_t(256) << 10, Algorithm::kLL},
+    {Collective::kBroadcast, size_t(1) << 20, Algorithm::kStaged},
+    {Collective::kBroadcast, SIZE_MAX, Algorithm::kSplit},
     {Collective::kAllToAll, size_t(2) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
@@ -102,6 +105,7 @@ constexpr Serves kServes[] = {
     {Collective::kBroadcast, Algorithm::kCopyEngine},   {Collective::kAllReduce, Algorithm::kMulticast},
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
     {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
+    {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
@@ -109,7 +113,7 @@ constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kRedu
                                        Collective::kAllToAllv, Collective::kSendRecv};
 constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,        Algorithm::kOneShot,    Algorithm::kTwoShot,
                                      Algorithm::kPipelined, Algorithm::kStaged,     Algorithm::kCopyEngine,
-                                     Algorithm::kMulticast};
+                                     Algorithm::kMulticast, Algorithm::kSplit};
 
 // All-to-all-v launches this many blocks whatever its size: a block is a channel paired with the same block of
 // every peer, and ranks that send different amounts must still launch the same number.
@@ -132,9 +136,9 @@ bool serves(Collective collective, Algorithm algorithm) {
 // measurements behind these sizes: docs/dev/selection.md.
 int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
   constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
-  if (algorithm == Algorithm::kStaged && bytes <= kOneStagedBlockBytes) return 1;
-  const bool loads_from_peers =
-      buffers == Buffers::kSymmetric || algorithm == Algorithm::kStaged || algorithm == Algorithm::kOneShot;
+  const bool staged = algorithm == Algorithm::kStaged || algorithm == Algorithm::kSplit;
+  if (staged && bytes <= kOneStagedBlockBytes) return 1;
+  const bool loads_from_peers = buffers == Buffers::kSymmetric || staged || algorithm == Algorithm::kOneShot;
   const size_t per_block = algorithm == Algorithm::kLL ? size_t(8) << 10
                            : loads_from_peers          ? size_t(16) << 10
                                                        : size_t(64) << 10;
@@ -182,7 +186,7 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (value == algorithm_name(candidate)) parsed = &candidate;
     }
     if (parsed == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine, multicast)", text, value);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine, multicast, split)", text, value);
     }
     if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
     if (*named == collective) {
@@ -219,6 +223,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kPipelined: return "pipelined";
     case Algorithm::kStaged: return "staged";
     case Algorithm::kCopyEngine: return "copyengine";
+    case Algorithm::kSplit: return "split";
     case Algorithm::kMulticast: return "multicast";
   }
   return "?";

@@ -32,8 +32,11 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // pulls from the peers' inputs, all-gather and broadcast push into their outputs; a send/recv pair's chunks go
 // into the receiver's pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp);
 // kMulticast: NVLink multicast through the communicator's multicast region (all-reduce, reduce, all-gather),
-// only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp).
-enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast };
+// only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp);
+// kSplit: staged in two phases, one part of the data per rank (reduce, broadcast): rank r reduces part r of every
+// rank's copy, or fetches part r from the root, into its staging; after a second barrier the root gathers the
+// parts, or every rank fetches the others' parts from their owners.
+enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast, kSplit };
 const char* algorithm_name(Algorithm algorithm);
 
 constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)

@@ -48,6 +48,37 @@ __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& 
   read_out(staging, slice);
 }
 
+// Part `part` of `parts` of a block's slice, in whole vectors of T (the slice's scalar tail goes with the last part).
+template <typename T>
+__device__ __forceinline__ Slice slice_part(const Slice& slice, int part, int parts) {
+  constexpr size_t kPer = Vector<T>::kCount;
+  const size_t vectors = (slice.vector_end - slice.begin) / kPer;
+  const size_t base = vectors / parts, extra = vectors % parts, p = static_cast<size_t>(part);
+  Slice piece;
+  piece.begin = slice.begin + (p * base + (p < extra ? p : extra)) * kPer;
+  piece.vector_end = piece.begin + (base + (p < extra ? 1 : 0)) * kPer;
+  piece.end = part == parts - 1 ? slice.end : piece.vector_end;
+  return piece;
+}
+
+// The staged skeleton in two phases (Algorithm::kSplit): `copy_in` as in run_staged; after the entry barrier `first(staging, slice)`
+// (each rank works on its own part of the slice, slice_part), and after a second barrier on the same channel
+// `second(staging, slice)` (each rank reads the parts the others made). The staging half is the same in both
+// phases, so run_staged's argument for reusing halves holds: a peer reads this rank's part of the half in
+// `second`, and this rank rewrites the half only two calls later.
+template <typename Element, typename CopyIn, typename First, typename Second>
+__device__ __forceinline__ void run_staged_split(const StagedLaunch& launch, CopyIn&& copy_in, First&& first,
+                                                 Second&& second) {
+  const StagingView staging = staging_view(launch);
+  const Slice slice = block_slice<Element>(launch.count, blockIdx.x, gridDim.x);
+  copy_in(staging, slice);
+  advance_once_read(launch.epoch, launch.blocks_done, staging.epoch);
+  if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan)) return;
+  first(staging, slice);
+  if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
+  second(staging, slice);
+}
+
 // The copy-in step of the kernels whose staging holds the input as it is: this block's slice of the input into the
 // same place in this rank's staging half.
 template <typename Element>

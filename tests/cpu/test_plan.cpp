@@ -90,7 +90,8 @@ TEST(PlanWord, TheFirstUseOfARegisteredBufferHasAPlanOfItsOwn) {
   EXPECT_NE(send, exchange_plan_word(Collective::kAllReduce, ExchangedBuffer::kSend, 2 << 20));
   EXPECT_NE(send, exchange_plan_word(Collective::kAllGather, ExchangedBuffer::kSend, 1 << 20));
   for (const Algorithm algorithm : {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
-                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast}) {
+                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast,
+                                    Algorithm::kSplit}) {
     PlanArguments call = one_shot();
     call.algorithm = algorithm;
     EXPECT_NE(plan_word(call) >> 60, send >> 60) << algorithm_name(algorithm);
@@ -106,7 +107,8 @@ TEST(PlanWord, TheFirstUseOfARegisteredBufferHasAPlanOfItsOwn) {
 // what it is.
 TEST(PlanWord, TheStoppedPlanIsNoCallsPlan) {
   for (const Algorithm algorithm : {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
-                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast}) {
+                                    Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast,
+                                    Algorithm::kSplit}) {
     PlanArguments call = one_shot();
     call.algorithm = algorithm;
     call.collective = Collective::kSendRecv;

@@ -44,8 +44,16 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kBroadcast, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kBroadcast, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
       {Collective::kBroadcast, 2 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kBroadcast, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kBroadcast, size_t(32) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kBroadcast, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, size_t(2) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kBroadcast, size_t(512) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kBroadcast, size_t(16) << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, size_t(64) << 20, 2, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduce, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kReduce, size_t(32) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, size_t(2) << 20, 4, DataType::kFloat32, "reduce=staged", Algorithm::kStaged},
+      {Collective::kBroadcast, size_t(8) << 10, 2, DataType::kFloat32, "broadcast=split", Algorithm::kSplit},
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
       {Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
@@ -149,10 +157,11 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: staged, then the two shot gathered by the root (beyond 8 MiB on 2 ranks, 16 MiB on more).
+  // Reduce: staged (split beyond 1 MiB on more than 2 ranks), then the two shot gathered by the root (beyond 8 MiB
+  // on 2 ranks, 16 MiB on more).
   EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 2), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 4), Algorithm::kStaged);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 4), Algorithm::kSplit);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
 }
 
@@ -171,7 +180,7 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(32) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kSplit);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reductions have no copy-engine algorithm (the zero-copy loads and the pipelined reduce are as fast or faster), and
   // BRAID_ALGO cannot ask for one.

@@ -307,6 +307,11 @@ TEST(Collectives, LLReduceScatterAllGatherReduceAndBroadcastMatrices) {
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
+// Reduce and broadcast in two phases (the table's choice from three ranks and 1 MiB on), forced at every size and
+// on every world: parts of one vector or none, tails, every root.
+TEST(Collectives, SplitReduceAndBroadcastMatrices) {
+  run_forced_matrices("reduce=split,broadcast=split", "split", {Collective::kReduce, Collective::kBroadcast});
+}
 
 // Every datatype of `types` × op × size (bytes, rounded up to whole elements) × variant of `collectives`.
 const std::vector<DataType> kEveryType(std::begin(kAllDataTypes), std::end(kAllDataTypes));
