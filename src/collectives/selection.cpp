@@ -44,7 +44,7 @@ constexpr Row kTable[] = {
     {Collective::kReduce, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduce, size_t(1) << 20, Algorithm::kStaged},
-    {Collective::kReduce, size_t(16) << 20, Algorithm::kSplit},
+    {Collective::kReduce, size_t(8) << 20, Algorithm::kSplit},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
     {Collective::kReduceScatter, size_t(2) << 20, Algorithm::kStaged, Buffers::kAny, 2},

@@ -50,8 +50,8 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kBroadcast, size_t(16) << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(64) << 20, 2, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kReduce, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
-      {Collective::kReduce, size_t(32) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, size_t(8) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kReduce, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, size_t(2) << 20, 4, DataType::kFloat32, "reduce=staged", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(8) << 10, 2, DataType::kFloat32, "broadcast=split", Algorithm::kSplit},
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
@@ -157,11 +157,11 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: staged (split beyond 1 MiB on more than 2 ranks), then the two shot gathered by the root (beyond 8 MiB
-  // on 2 ranks, 16 MiB on more).
+  // Reduce: staged (split beyond 1 MiB on more than 2 ranks), then the two shot gathered by the root (beyond 8 MiB).
   EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 2), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, size_t(16) << 20, 4), Algorithm::kSplit);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 4), Algorithm::kSplit);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 4), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
 }
 
