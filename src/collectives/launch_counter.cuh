@@ -32,8 +32,8 @@ __device__ inline void advance_once_read(uint64_t* counter, unsigned int* blocks
 }
 
 // Called by every block at its end: the last block of the launch to finish advances `counter` and re-arms
-// `blocks_done` (multicast kernels; the others advance theirs earlier, advance_once_read). A launch of one block
-// advances it directly.
+// `blocks_done`; a launch of one block advances it directly. The fence and the atomic then end the kernel:
+// kernels that can count their blocks in earlier use advance_once_read.
 __device__ inline void advance_after_last_block(uint64_t* counter, unsigned int* blocks_done) {
   __syncthreads();
   if (threadIdx.x == 0 && gridDim.x == 1) {

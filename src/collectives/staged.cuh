@@ -69,14 +69,11 @@ __device__ __forceinline__ Slice slice_part(const Slice& slice, int part, int pa
 template <typename Element, typename CopyIn, typename First, typename Second>
 __device__ __forceinline__ void run_staged_split(const StagedLaunch& launch, CopyIn&& copy_in, First&& first,
                                                  Second&& second) {
-  const StagingView staging = staging_view(launch);
-  const Slice slice = block_slice<Element>(launch.count, blockIdx.x, gridDim.x);
-  copy_in(staging, slice);
-  advance_once_read(launch.epoch, launch.blocks_done, staging.epoch);
-  if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  first(staging, slice);
-  if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
-  second(staging, slice);
+  run_staged<Element>(launch, copy_in, [&](const StagingView& staging, const Slice& slice) {
+    first(staging, slice);
+    if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
+    second(staging, slice);
+  });
 }
 
 // The copy-in step of the kernels whose staging holds the input as it is: this block's slice of the input into the
