@@ -1,15 +1,14 @@
-// All-reduce on buffers in symmetric memory (zero copy): the kernels read, and the two-shot also writes, the
-// peers' own buffers over NVLink, so no byte goes through staging. Two barriers per call, both on the block's
-// own channel with the same block of every peer:
+// All-reduce on buffers in symmetric memory (zero copy): the two shot reads and writes the peers' own buffers
+// over NVLink, so no byte goes through staging. Two barriers per call, both on the block's own channel with the
+// same block of every peer:
 //   - entry: every peer's input is written (its stream reached this call) before anyone reads it;
-//   - exit: every peer has finished reading this rank's input (and, two shot, writing its output) before this
-//     rank's stream goes on and may overwrite either. A kernel ends only after all its blocks passed their exit
-//     barriers, so the whole buffer is covered.
-// One shot: every rank reads all of every peer's input and reduces into its own output (which must not
-// overlap its input: peers still read it). Two shot: rank r reduces shard r from every peer's input into its
-// own output, then stores the result into every peer's output. Shard r of any rank is touched by rank r alone,
-// and a block loads its whole part before it stores any of it into a peer, so in place is safe. Reduction is in
-// rank order everywhere, so every rank gets bit-identical results.
+//   - exit: every peer has finished reading this rank's input and writing its output before this rank's stream
+//     goes on and may overwrite either. A kernel ends only after all its blocks passed their exit barriers, so
+//     the whole buffer is covered.
+// Rank r reduces shard r from every peer's input into its own output, then stores the result into every peer's
+// output. Shard r of any rank is touched by rank r alone, and a block loads its whole part before it stores any
+// of it into a peer, so in place is safe. Reduction is in rank order everywhere, so every rank gets bit-identical
+// results.
 //
 // The two shot keeps its halves apart in each block (all of its part's loads, then all of its stores) rather
 // than storing each reduced vector to every peer as it goes: mixed, each thread's stores wait behind its loads'
@@ -25,18 +24,6 @@
 
 namespace braid::kernels {
 namespace {
-
-template <typename T, ReduceOp Op>
-__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_one_shot_zero_copy(ZeroCopyLaunch launch) {
-  start_dependent_kernel();
-  const int world = launch.pad.world, channel = blockIdx.x;
-  if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r];
-  char* destination = launch.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x), 0, 0, world);
-  device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
-}
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_copy(ZeroCopyLaunch launch) {
@@ -64,11 +51,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_cop
 }
 
 }  // namespace
-
-void launch_all_reduce_one_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
-                                          cudaStream_t stream) {
-  BRAID_LAUNCH_TYPED(all_reduce_one_shot_zero_copy, type, op, blocks, stream, launch);
-}
 
 void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
                                           cudaStream_t stream) {

@@ -220,11 +220,7 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   if (plan.mode == BufferMode::kZeroCopy) {
     kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
     launch.plan = plan_of(call, plan, zero_copy.send, zero_copy.recv);
-    if (plan.algorithm == Algorithm::kOneShot) {
-      kernels::launch_all_reduce_one_shot_zero_copy(type, op, launch, plan.blocks, stream);
-    } else {
-      kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, plan.blocks, stream);
-    }
+    kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, plan.blocks, stream);
     check_launch("all_reduce kernel launch");
     return;
   }

@@ -27,8 +27,8 @@ BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts
   if (!facts.peers_map) return BufferMode::kStagedCopy;
   switch (collective) {
     case Collective::kAllReduce:
-      // One shot writes this rank's output while peers still read its input: in place it stays staged.
-      if (algorithm == Algorithm::kOneShot) return facts.in_place ? BufferMode::kStagedCopy : BufferMode::kZeroCopy;
+      // The one shot always stages: reading the peers' inputs in place needs an exit barrier, and lost to the
+      // staged one shot at every size measured (docs/dev/selection.md).
       return algorithm == Algorithm::kTwoShot ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
     case Collective::kReduceScatter:
       return algorithm == Algorithm::kPipelined ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
@@ -56,7 +56,6 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, BufferMode mode, co
       if (shape.collective == Collective::kAllGather) return capacities.multicast_half / shape.world / 16 * 16;
       return capacities.multicast_half / unit;
     case Algorithm::kOneShot:
-      return mode == BufferMode::kZeroCopy ? SIZE_MAX : capacities.staging_half / unit;
     case Algorithm::kStaged:
     case Algorithm::kSplit:
       // Reduce-scatter: the half holds the chunk's block of every rank, each rounded up to 256 bytes.

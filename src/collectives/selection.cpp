@@ -34,6 +34,7 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
+    {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(16) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot},

@@ -50,13 +50,13 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
 }
 
-TEST(Planner, AnInPlaceOneShotStaysStaged) {
+TEST(Planner, TheOneShotAlwaysStages) {
   const std::string forced = "allreduce=oneshot";
   const CallShape call = shape(Collective::kAllReduce, size_t(4) << 20, 2, DataType::kBFloat16, &forced);
   const CallPlan apart = plan_call(call, kAreas, mapped());
   EXPECT_EQ(apart.algorithm, Algorithm::kOneShot);
-  EXPECT_EQ(apart.mode, BufferMode::kZeroCopy);
-  EXPECT_EQ(apart.chunk, SIZE_MAX);
+  EXPECT_EQ(apart.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(apart.chunk, kAreas.staging_half / 2);
   const CallPlan in_place = plan_call(call, kAreas, mapped(false, true));
   EXPECT_EQ(in_place.algorithm, Algorithm::kOneShot);
   EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy);

@@ -80,6 +80,12 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
+  // On 2 ranks the staged one shot beats the zero-copy two shot through 1 MiB on symmetric buffers too.
+  const auto pick2 = [](size_t bytes, Buffers buffers) {
+    return select_algorithm(Collective::kAllReduce, bytes, 2, DataType::kBFloat16, "", buffers).algorithm;
+  };
+  EXPECT_EQ(pick2(1 << 20, Buffers::kSymmetric), Algorithm::kOneShot);
+  EXPECT_EQ(pick2((1 << 20) + 2, Buffers::kSymmetric), Algorithm::kTwoShot);
   // Rows without a buffers column serve both.
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).algorithm,
             Algorithm::kStaged);

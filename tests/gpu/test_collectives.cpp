@@ -351,7 +351,8 @@ void run_cases_on(Communicator& comm, const std::vector<Case>& cases, const Aren
 }
 
 // Cases on buffers in symmetric memory (comm.alloc), at the same offsets on every rank: aligned all-reduces
-// take the zero-copy kernels, unaligned ones (offset by one element) and in-place one shot the staged path;
+// take the zero-copy two shot where the table picks it (unaligned ones, offset by one element, and the one shot
+// stage);
 // reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
 // picks "pipelined".
 void run_symmetric_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
