@@ -56,16 +56,17 @@ std::string describe(const Scenario& s) {
 }
 
 // Sizes where the selection table gives symmetric buffers zero-copy kernels and other buffers different ones,
-// on 2 ranks and on more: barrier kernels against barrier kernels (all-reduce of 1 MiB: staged one shot; 8 MiB
-// all-gather output and reduce-scatter input: staged) and against FIFO pushes (all-reduce of 64 MiB,
+// on 2 ranks and on more: barrier kernels against barrier kernels (all-reduce of 2 MiB: the zero-copy two shot
+// against the staged one shot on 2 ranks, the pipelined two shot on more; 8 MiB all-gather output and
+// reduce-scatter input: staged) and against FIFO pushes (all-reduce of 64 MiB,
 // reduce-scatter of 32 MiB, all-to-all of 8 MiB); symmetric buffers at unequal offsets; and kinds that lead to
 // the same kernels (equal kinds, and LL sizes: all-reduce of 64 and 384 KiB, all-gather and all-to-all of
 // 256 KiB, where any mix runs LL lines and looks up no buffer), which must work. A registered buffer's first use beyond LL's sizes exchanges mappings on the
 // host: a peer that passes another kind fails with it instead of leaving it waiting.
 constexpr size_t kKiB = size_t(1) << 10, kMiB = size_t(1) << 20;
 const Scenario kScenarios[] = {
-    {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kSymmetric, true},
-    {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kSymmetricShifted, true},
+    {Call::kAllReduce, 2 * kMiB, Kind::kDevice, Kind::kSymmetric, true},
+    {Call::kAllReduce, 2 * kMiB, Kind::kSymmetric, Kind::kSymmetricShifted, true},
     {Call::kAllReduce, kMiB, Kind::kSymmetric, Kind::kSymmetric, false},
     {Call::kAllReduce, kMiB, Kind::kDevice, Kind::kDevice, false},
     {Call::kAllReduce, 64 * kKiB, Kind::kDevice, Kind::kSymmetric, false},
