@@ -18,7 +18,7 @@ namespace braid::kernels {
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// The first statement of every collective kernel (each is launched with launch_dependent): wait for the kernel
+// The first statement of every kernel braid launches with launch_dependent (collectives, MoE): wait for the kernel
 // before it on the stream, then let the next one be scheduled. The next kernel's launch then overlaps this one's
 // run, and only one kernel waits ahead of the one running.
 __device__ __forceinline__ void start_dependent_kernel() {

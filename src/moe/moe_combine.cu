@@ -141,8 +141,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
 
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
-  kernels::wait_for_prior_grid();  // the kernel before on the stream (the dispatch, or the user's)
-  kernels::allow_dependent_grid();
+  kernels::start_dependent_kernel();  // the kernel before on the stream (the dispatch, or the user's)
   const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
                                                                                // to sum: no barrier either
   if (static_cast<int>(blockIdx.x) >= blocks) return;
@@ -194,8 +193,7 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads) moe_combine_reduce(MoeLaunch launch) {
   constexpr int kVector = kernels::Vector<T>::kCount;
-  kernels::wait_for_prior_grid();  // send
-  kernels::allow_dependent_grid();
+  kernels::start_dependent_kernel();  // send
   if (blockIdx.x == 0 && threadIdx.x == 0) {  // send is over: every block read the plan and made its last claim
     launch.combine_plan[2] = 0;
     *launch.combine_claims = 0;

@@ -74,8 +74,7 @@ template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   using Scan = cub::BlockScan<int, kMoeThreads>;
   __shared__ typename Scan::TempStorage scan;
-  kernels::wait_for_prior_grid();  // the last combine or dispatch on the stream (combine_plan, epoch)
-  kernels::allow_dependent_grid();  // scatter's blocks may be scheduled: they wait for this grid
+  kernels::start_dependent_kernel();  // the last combine or dispatch on the stream (combine_plan, epoch)
   const size_t tokens = call_tokens(launch);
   if (blockIdx.x == static_cast<unsigned>(launch.experts + launch.world)) {
     mark_repeats<Index>(launch, tokens);
@@ -519,8 +518,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   __shared__ Rounds rounds;
   __shared__ uint64_t epoch;
   __shared__ int failed;
-  kernels::wait_for_prior_grid();  // route
-  kernels::allow_dependent_grid();
+  kernels::start_dependent_kernel();  // route
   if (threadIdx.x == 0) {
     epoch = *launch.epoch;
     failed = 0;

@@ -221,8 +221,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   __shared__ uint32_t warp_votes[kMoeWarps][kMaxWorld];  // per warp and destination: lanes whose token goes there
   __shared__ int64_t before[kMaxWorld];                   // tokens of earlier chunks per destination
   __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
-  kernels::wait_for_prior_grid();  // the last call on the buffer (combine_plan, token_row)
-  kernels::allow_dependent_grid();
+  kernels::start_dependent_kernel();  // the last call on the buffer (combine_plan, token_row)
   const int me = launch.rank, W = launch.world, L = launch.local_experts;
   if (launch.phase != kReceivingHalf) {
     send_rows<Index>(launch, block_pairs, warp_votes, before, in_range);
@@ -463,8 +462,7 @@ __device__ inline void advance_grid_wait(const device::SignalPad& pad, int peer)
 
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine(MoeLaunch launch) {
-  kernels::wait_for_prior_grid();  // the kernels that wrote y
-  kernels::allow_dependent_grid();
+  kernels::start_dependent_kernel();  // the kernels that wrote y
   const int me = launch.rank, W = launch.world;
   const bool peer_thread = threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me;
   const size_t row_bytes = launch.hidden * sizeof(T);
