@@ -17,12 +17,13 @@ __device__ inline uint64_t read_launch_counter(const uint64_t* counter) {
 }
 
 // Advances `counter` past `read`, the value every block of this launch read at its start (read_launch_counter),
-// once they all have: thread 0 of each block counts its block in, and the last one stores read + 1 and re-arms
-// `blocks_done` (a launch of one block stores it directly). The next launch reads the counter only after this one
-// has completed. Call it right after the block's first stores and ahead of its waits for peers, so that the
-// atomic's round trip overlaps those waits instead of ending the kernel.
-__device__ inline void advance_once_read(uint64_t* counter, unsigned int* blocks_done, uint64_t read) {
-  if (threadIdx.x != 0) return;
+// once they all have: thread `thread` of each block counts its block in, and the last one stores read + 1 and
+// re-arms `blocks_done` (a launch of one block stores it directly). The next launch reads the counter only after
+// this one has completed. Call it right after the block's first stores and ahead of its waits for peers, so that
+// the atomic's round trip overlaps those waits instead of ending the kernel (`thread`: one that does not wait).
+__device__ inline void advance_once_read(uint64_t* counter, unsigned int* blocks_done, uint64_t read,
+                                         unsigned int thread = 0) {
+  if (threadIdx.x != thread) return;
   if (gridDim.x == 1) {
     *counter = read + 1;
   } else if (atomicAdd(blocks_done, 1u) == gridDim.x - 1) {

@@ -17,7 +17,7 @@
 //      peers' round m - 1 (which block b of every rank sent alike, so it knows which tokens arrived) and expands
 //      it: copies the arrived slice into the token's other rows here and writes the rows' metadata. Expanding one
 //      round while the next is on the wire keeps HBM copies under NVLink time. The block ends after the last
-//      round's expansion; the last block to finish writes nothing more but advances the dispatch count.
+//      round's expansion. The dispatch count advances once every block has read it (before the count waits).
 // A destination whose rows would exceed the capacity gets none (every sender sees the same layout) and reports
 // it; expert ids outside [-1, E) are skipped and reported; T above max_tokens makes the call send nothing.
 #include <cub/block/block_scan.cuh>
@@ -530,6 +530,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   if (launch.combine_plan[3] != 0 && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) {
     return;
   }
+  // The epoch moves on once every block has read it, by the block's last thread (the count waits below take the
+  // first ones), so no fence and atomic end the kernel.
+  kernels::advance_once_read(launch.epoch, launch.blocks_done, epoch, blockDim.x - 1);
   // Every rank's counts: each thread waits, with acquire loads, for some words of the matrix to carry this
   // dispatch's tag. The tag and the count travel in one word, so the word that matched is the count: the tokens
   // source s sends to rank r go to pairs[s][r] as observed, not read again.
@@ -607,7 +610,6 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
     }
   }
   write_outputs(launch, layout, rounds);
-  kernels::advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ struct MoeLaunch {
   int64_t* expert_counts;    // [local_experts] output
   int64_t* expert_offsets;   // [local_experts + 1] output
   uint64_t* epoch;           // dispatches so far (parity of the count matrix)
-  unsigned int* blocks_done;  // the last block of a scatter advances epoch
+  unsigned int* blocks_done;  // blocks of a scatter that read epoch (the last advances it); rank-major: blocks done
   unsigned int* copies_done;  // rank-major combine: blocks that copied y into combine_input (the last one signals)
   unsigned long long* combine_claims;  // [1]: pieces of tokens combine's send groups have claimed (reduce resets it)
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
