@@ -187,6 +187,33 @@ __device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Spa
   }
 }
 
+// A combine's entry barrier (block b with block b of every peer, on channel b) in two halves, so that the work
+// before the block's first access to peer memory runs while the signals cross: arrive_at_entry signals, and
+// await_entry (or a wait beside the peers' rows signal) waits. Together they are device::barrier on the channel.
+// The lanes of the block's last warp signal: a release stalls the warp that issues it.
+__device__ __forceinline__ int entry_peer(const device::SignalPad& pad) {
+  const int peer = static_cast<int>(threadIdx.x) - static_cast<int>(blockDim.x) + 32;
+  return peer >= 0 && peer < pad.world && peer != pad.rank ? peer : -1;
+}
+
+// What the entry barrier promises the peers (this rank is done with what they will overwrite) holds at the
+// kernel's start: the kernels before it are complete (start_dependent_kernel).
+__device__ __forceinline__ void arrive_at_entry(const device::SignalPad& pad) {
+  const int peer = entry_peer(pad);
+  if (peer >= 0) device::signal(pad, blockIdx.x, peer);
+}
+
+// Every thread of the block calls it; false (on every thread) when a wait failed, recorded for the host.
+__device__ inline bool await_entry(const device::SignalPad& pad, unsigned int collective) {
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  const int peer = entry_peer(pad);
+  if (peer >= 0 && !device::wait(pad, blockIdx.x, peer, collective, kSiteEntryBarrier)) failed = 1;
+  __syncthreads();
+  return failed == 0;
+}
+
 // Every block calls it once its work is done; the last of the launch to get here returns true, with every other
 // block's writes visible to it.
 __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
@@ -237,16 +264,18 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   // the kernel's end tells the next kernel so.
   if (launch.phase == kSendingHalf || blockIdx.x != 0) return;
   __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
+  __syncthreads();
+  // Thread 0 waits for this rank's blocks while the threads past the first warp wait for the peers' at once.
   if (threadIdx.x == 0) {
-    failed = 0;
     // Every block is resident and counts itself in whatever its sends did, so this ends.
     while (atomicAdd(launch.blocks_done, 0u) != gridDim.x) {
     }
     *launch.blocks_done = 0;
     __threadfence();
   }
-  __syncthreads();
-  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x) * W; i += blockDim.x) {
+  const int waits = static_cast<int>(gridDim.x) * W;
+  for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < waits; i += static_cast<int>(blockDim.x) - 32) {
     const int channel = i / W, peer = i % W;
     if (peer != me && !device::wait(launch.pad, channel, peer, launch.dispatch_id, kSiteMoeRows)) failed = 1;
   }
@@ -466,10 +495,12 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   const int me = launch.rank, W = launch.world;
   const bool peer_thread = threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me;
   const size_t row_bytes = launch.hidden * sizeof(T);
+  const bool after_combine = launch.phase != kReceivingHalf && launch.combine_plan[2] == 0;
   if (launch.phase != kReceivingHalf) {
-    // Two combines in a row: peers may still read the rows of combine_input this one rewrites.
-    const bool after_combine = launch.combine_plan[2] == 0;
-    if (after_combine && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
+    // Two combines in a row: peers may still read the rows of combine_input this one rewrites. A combine that
+    // rewrites none (y is combine_input) awaits the barrier with the peers' rows signal, below.
+    if (after_combine) arrive_at_entry(launch.pad);
+    if (after_combine && launch.copy_y && !await_entry(launch.pad, launch.combine_id)) return;
     if (launch.copy_y) {
       char* base = launch.peers[me];
       for (int s = 0; s < W; ++s) {
@@ -487,7 +518,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
       if (launch.copy_y && threadIdx.x == 0) *launch.copies_done = 0;  // every block has added
       if (peer_thread) device::signal(launch.pad, kGridChannel, threadIdx.x);
     }
-    if (launch.phase == kSendingHalf) return;
+    if (launch.phase == kSendingHalf) {
+      if (after_combine && !launch.copy_y) await_entry(launch.pad, launch.combine_id);
+      return;
+    }
   }
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
@@ -510,9 +544,19 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
     }
   }
   __syncthreads();
+  // A combine that copied nothing awaits its entry barrier here, beside the peers' rows signal.
+  if (peer_thread && after_combine && !launch.copy_y &&
+      !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.combine_id, kSiteEntryBarrier)) {
+    failed = 1;
+  }
   if (peer_thread && !wait_grid_signal(launch.pad, threadIdx.x, launch.combine_id, kSiteMiddleBarrier)) failed = 1;
   __syncthreads();
   if (failed) return;
+  // The block has read what the launch's last block rewrites (combine_plan[2] and the expected grid signals):
+  // it counts itself in now, and learns whether it was the last only after its sums, so that the atomic's round
+  // trip overlaps them instead of ending the kernel.
+  unsigned int counted_before = 0;
+  if (threadIdx.x == 0) counted_before = atomicAdd(launch.blocks_done, 1u);
   constexpr int kVector = kernels::Vector<T>::kCount;
   const bool vectors = row_bytes % kernels::kVectorBytes == 0 && reinterpret_cast<uintptr_t>(launch.y) % kernels::kVectorBytes == 0 &&
                        reinterpret_cast<uintptr_t>(launch.out) % kernels::kVectorBytes == 0;
@@ -521,11 +565,12 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   } else {
     sum_tokens<T, 1>(launch, numbers, units, parts);
   }
-  if (!last_block(launch.blocks_done)) return;
-  if (peer_thread) advance_grid_wait(launch.pad, threadIdx.x);
-  if (threadIdx.x == 0) {
-    launch.combine_plan[2] = 0;  // a combine followed the last dispatch
+  if (threadIdx.x == 0 && counted_before == gridDim.x - 1) {
     *launch.blocks_done = 0;
+    for (int peer = 0; peer < W; ++peer) {
+      if (peer != me) advance_grid_wait(launch.pad, peer);
+    }
+    launch.combine_plan[2] = 0;  // a combine followed the last dispatch
   }
 }
 
