@@ -495,6 +495,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
   const int me = launch.rank, W = launch.world;
   const bool peer_thread = threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me;
   const size_t row_bytes = launch.hidden * sizeof(T);
+  // y is combine_input: the rows the peers read were written by earlier kernels (complete: start_dependent_kernel),
+  // so block 0 tells the peers first, before any load of this call's state that the release would wait for.
+  if (launch.phase != kReceivingHalf && !launch.copy_y && blockIdx.x == 0 && peer_thread) {
+    device::signal(launch.pad, kGridChannel, threadIdx.x);
+  }
   const bool after_combine = launch.phase != kReceivingHalf && launch.combine_plan[2] == 0;
   if (launch.phase != kReceivingHalf) {
     // Two combines in a row: peers may still read the rows of combine_input this one rewrites. A combine that
@@ -510,12 +515,12 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine
         kernels::block_copy(base + launch.layout.combine + first * row_bytes, launch.y + first * row_bytes, count * row_bytes);
       }
     }
-    // The rows the peers read are all in: written by earlier kernels (complete: wait_for_prior_grid), or copied
-    // by every block, the last of which says so (a counter of its own: a block may reach the end of the kernel
+    // The rows the peers read are all in: written by earlier kernels (block 0 signalled above), or copied by
+    // every block, the last of which says so (a counter of its own: a block may reach the end of the kernel
     // before another one is done copying). One signal to each peer either way (a signal from each block would
     // cost each a system-scope release), whichever the peer's y is.
-    if (launch.copy_y ? last_block(launch.copies_done) : blockIdx.x == 0) {
-      if (launch.copy_y && threadIdx.x == 0) *launch.copies_done = 0;  // every block has added
+    if (launch.copy_y && last_block(launch.copies_done)) {
+      if (threadIdx.x == 0) *launch.copies_done = 0;  // every block has added
       if (peer_thread) device::signal(launch.pad, kGridChannel, threadIdx.x);
     }
     if (launch.phase == kSendingHalf) {
