@@ -187,9 +187,10 @@ __device__ void move_tokens(const MoeLaunch& launch, const Numbers& numbers, Spa
   }
 }
 
-// A combine's entry barrier (block b with block b of every peer, on channel b) in two halves, so that the work
-// before the block's first access to peer memory runs while the signals cross: arrive_at_entry signals, and
-// await_entry (or a wait beside the peers' rows signal) waits. Together they are device::barrier on the channel.
+// The entry barrier of a dispatch or combine (block b with block b of every peer, on channel b) in two halves, so
+// that the work before the block's first access to peer memory runs while the signals cross: arrive_at_entry
+// signals, and await_entry (or, in a combine, a wait beside the peers' rows signal) waits. Together they are
+// device::barrier on the channel.
 // The lanes of the block's last warp signal: a release stalls the warp that issues it.
 __device__ __forceinline__ int entry_peer(const device::SignalPad& pad) {
   const int peer = static_cast<int>(threadIdx.x) - static_cast<int>(blockDim.x) + 32;
@@ -288,10 +289,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   if (threadIdx.x == 0) launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
 }
 
-// Dispatch's sending half, by every block: the entry barrier when it follows a dispatch, the numbering, the rows
-// into every rank they go to and the signal. Returns early (the receiving half's wait then
-// gives up too) when the barrier failed. A redispatch (reuse_routing) takes T and the numbering of the last
-// dispatch and moves the rows (and scales) only.
+// Dispatch's sending half, by every block: the entry barrier when it follows a dispatch (signalled before the
+// numbering, awaited after it), the numbering, the rows into every rank they go to and the signal. Returns early
+// (the receiving half's wait then gives up too) when the barrier failed. A redispatch (reuse_routing) takes T and
+// the numbering of the last dispatch and moves the rows (and scales) only.
 template <typename Index, bool kFixed>
 __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range) {
@@ -313,7 +314,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   if (threadIdx.x < kMaxWorld) before[threadIdx.x] = in_range[threadIdx.x] = 0;
   if (!reuse && blockIdx.x == 0 && threadIdx.x == 0) *launch.tokens = static_cast<int64_t>(tokens);  // for combine
   __syncthreads();
-  if (after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) return;
+  if (after_dispatch) arrive_at_entry(launch.pad);  // awaited before the first store into a peer
 
   // Number this block's tokens per destination: a thread per token, a ballot per destination and warp. A block
   // with no tokens numbers nothing, and a warp past the block's last token only clears its votes (the pass is
@@ -386,7 +387,9 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
 
   // Rows and metadata into every rank they go to, this one included (a row read once is stored to all of them);
   // the pairs per expert and the rows this block wrote (and, by the reporter, the totals) into the peers; then
-  // the signal, whose release covers them all.
+  // the signal, whose release covers them all. The numbering touched no peer's memory, so the entry barrier's
+  // signals crossed meanwhile.
+  if (after_dispatch && !await_entry(launch.pad, launch.dispatch_id)) return;
   move_tokens<Index, kFixed>(launch, numbers, range);
   const int L = launch.local_experts;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
