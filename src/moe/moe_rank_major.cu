@@ -231,7 +231,7 @@ __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
 }
 
 template <typename Index, bool kFixed>
-__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
+__device__ bool send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range);
 
 // A token's pairs (decoded ids, -1 past K) into the block's count per expert, but those repeating an id (bits of
@@ -251,8 +251,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
   kernels::start_dependent_kernel();  // the last call on the buffer (combine_plan, token_row)
   const int me = launch.rank, W = launch.world, L = launch.local_experts;
+  bool entry_barrier = false;  // this launch's blocks wait on their channels at an entry barrier
   if (launch.phase != kReceivingHalf) {
-    send_rows<Index, kFixed>(launch, block_pairs, warp_votes, before, in_range);
+    entry_barrier = send_rows<Index, kFixed>(launch, block_pairs, warp_votes, before, in_range);
     // This rank's own pairs are added by its blocks, not behind a peer's signal: each block counts itself in.
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -267,7 +268,9 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  // Thread 0 waits for this rank's blocks while the threads past the first warp wait for the peers' at once.
+  // Thread 0 waits for this rank's blocks, and the threads past the first warp wait for the peers' meanwhile. Not
+  // after an entry barrier: block b waited on channel b there, and one thread waits per channel and peer at a
+  // time, so block 0 takes the channels only once every block has counted itself in (after its wait).
   if (threadIdx.x == 0) {
     // Every block is resident and counts itself in whatever its sends did, so this ends.
     while (atomicAdd(launch.blocks_done, 0u) != gridDim.x) {
@@ -275,6 +278,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
     *launch.blocks_done = 0;
     __threadfence();
   }
+  if (entry_barrier) __syncthreads();
   const int waits = static_cast<int>(gridDim.x) * W;
   for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < waits; i += static_cast<int>(blockDim.x) - 32) {
     const int channel = i / W, peer = i % W;
@@ -290,11 +294,11 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
 }
 
 // Dispatch's sending half, by every block: the entry barrier when it follows a dispatch (signalled before the
-// numbering, awaited after it), the numbering, the rows into every rank they go to and the signal. Returns early
-// (the receiving half's wait then gives up too) when the barrier failed. A redispatch (reuse_routing) takes T and
-// the numbering of the last dispatch and moves the rows (and scales) only.
+// numbering, awaited after it), the numbering, the rows into every rank they go to and the signal. Returns whether
+// it passed an entry barrier, early (the receiving half's wait then gives up too) when the barrier failed. A
+// redispatch (reuse_routing) takes T and the numbering of the last dispatch and moves the rows (and scales) only.
 template <typename Index, bool kFixed>
-__device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
+__device__ bool send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32_t (*warp_votes)[kMaxWorld],
                           int64_t* before, int64_t* in_range) {
   const int me = launch.rank, W = launch.world, K = launch.top_k;
   // The last call on the buffer was a dispatch: peers may still read the rows this one overwrites. After a
@@ -389,7 +393,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   // the pairs per expert and the rows this block wrote (and, by the reporter, the totals) into the peers; then
   // the signal, whose release covers them all. The numbering touched no peer's memory, so the entry barrier's
   // signals crossed meanwhile.
-  if (after_dispatch && !await_entry(launch.pad, launch.dispatch_id)) return;
+  if (after_dispatch && !await_entry(launch.pad, launch.dispatch_id)) return true;
   move_tokens<Index, kFixed>(launch, numbers, range);
   const int L = launch.local_experts;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
@@ -417,6 +421,7 @@ __device__ void send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
   if (threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me) {
     device::signal(launch.pad, blockIdx.x, threadIdx.x);
   }
+  return after_dispatch;
 }
 
 // Sources' vectors loaded together (one memory latency for up to this many ranks, not one each).
