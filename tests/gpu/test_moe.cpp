@@ -1117,14 +1117,20 @@ std::vector<Round> matrix_rounds(const MoeShape& s, int world, uint64_t seed) {
 
 // Every matrix round of the configurations `configs` (indices into kConfigs), round i called as repeats_of(i,
 // the shared seed) says; fails the test when a round is wrong.
-void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t seed_offset,
-                const std::function<Repeats(size_t, uint64_t)>& repeats_of, Layout layout = {}) {
+// A config of a test and the salt of its rounds' seeds (the index of a kConfigs entry).
+struct SaltedConfig {
+  Config config;
+  size_t salt;
+};
+
+void run_configs(Communicator& comm, const std::vector<SaltedConfig>& configs, uint64_t seed_offset,
+                 const std::function<Repeats(size_t, uint64_t)>& repeats_of, Layout layout = {}) {
   const int world = comm.size();
   const uint64_t seed = shared_seed(comm);
   StreamHandle stream;
   size_t failed = 0, rounds = 0;
-  for (size_t c : configs) {
-    const MoeShape shape = make_shape(kConfigs[c], world, layout);
+  for (const auto& [config, c] : configs) {
+    const MoeShape shape = make_shape(config, world, layout);
     Rig rig(comm, shape, stream.get());
     const std::vector<Round> all = matrix_rounds(shape, world, mix64(seed + seed_offset + c));
     for (size_t i = 0; i < all.size(); ++i) {
@@ -1134,6 +1140,13 @@ void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t
     comm.barrier();  // nobody frees a MoeBuffer a peer still uses
   }
   EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+}
+
+void run_matrix(Communicator& comm, const std::vector<size_t>& configs, uint64_t seed_offset,
+                const std::function<Repeats(size_t, uint64_t)>& repeats_of, Layout layout = {}) {
+  std::vector<SaltedConfig> salted;
+  for (size_t c : configs) salted.push_back({kConfigs[c], c});
+  run_configs(comm, salted, seed_offset, repeats_of, layout);
 }
 
 TEST(Moe, DispatchAndCombineMatchTheReference) {
@@ -1172,6 +1185,18 @@ TEST(Moe, RepeatedDispatchesAndCombinesWithRankSkew) {
 
 TEST(MoeRankMajor, RepeatedDispatchesAndCombinesWithRankSkew) {
   with_communicator([](Communicator& comm) { run_matrix(comm, {0, 5, 11}, 0xD15Cull, skewed_repeats, MoeLayout::kRankMajor); });
+}
+
+// The same with a training-sized max_tokens, so the buffer runs on every multiprocessor (hundreds of blocks): in a
+// dispatch after a dispatch, a block with many tokens before its own waits at the entry barrier long after block
+// 0 has sent its rows and waits for the peers' (on every block's channel). Each channel's entry wait must come
+// first, or a dispatch ends before its rows land and a later wait times out.
+TEST(MoeRankMajor, RepeatedDispatchesOfATrainingSizedBufferWithRankSkew) {
+  constexpr Config kTraining{DataType::kBFloat16, DataType::kInt64, 64, 8, 64, 1, 4096};
+  with_communicator([&](Communicator& comm) {
+    run_configs(comm, {{kTraining, 0}}, 0x7A1Dull, skewed_repeats, MoeLayout::kRankMajor);
+    run_configs(comm, {{kTraining, 1}}, 0x7A1Dull, skewed_repeats, kLowLatency);
+  });
 }
 
 // ---- T on the device ----
