@@ -44,7 +44,7 @@ BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts
 
 // The units one launch carries through the area the protocol uses; SIZE_MAX where one launch carries the call
 // (zero copy, the FIFO pipelines and the copy engines stream the whole call through one launch).
-size_t chunk_of(const CallShape& shape, Algorithm algorithm, BufferMode mode, const AreaCapacities& capacities) {
+size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacities& capacities) {
   const size_t size = datatype_size(shape.type);
   const bool moves_bytes = shape.collective == Collective::kAllGather || shape.collective == Collective::kBroadcast;
   const size_t unit = moves_bytes ? 1 : size;
@@ -105,7 +105,7 @@ CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, con
   plan.algorithm = choice.algorithm;
   plan.mode = mode_of(shape.collective, choice.algorithm, facts);
   plan.blocks = std::min(choice.blocks, shape.max_blocks);
-  plan.chunk = chunk_of(shape, choice.algorithm, plan.mode, capacities);
+  plan.chunk = chunk_of(shape, choice.algorithm, capacities);
   if (plan.chunk == 0) {
     raise(ErrorCode::kInternal, "{}: the communicator's {} area holds less than one element of {}",
           collective_name(static_cast<unsigned int>(shape.collective)), algorithm_name(choice.algorithm),
