@@ -30,6 +30,8 @@ struct RegistrationStats {
   uint64_t buffers = 0;        // registrations alive
   uint64_t exchanges = 0;      // host exchanges made by first uses of a registered buffer at an address
   uint64_t cache_hits = 0;     // uses that found the peers' mappings cached (no host exchange)
+  uint64_t automatic_exchanges = 0;  // exchanges made by automatic registration (calls captured into CUDA graphs
+                                     // with buffers neither symmetric nor registered; BRAID_AUTO_REGISTER)
   uint64_t peer_mappings = 0;  // peers' allocations mapped here now
   uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now
 };

@@ -5,6 +5,8 @@
 #include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
+#include "memory/automatic_registration.hpp"
+#include "memory/deferred_release.hpp"
 
 namespace braid::collectives {
 namespace {
@@ -22,39 +24,83 @@ class OwnStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// What the barrier before an exchange announces: the call's collective, which buffer, its size.
+// What the barrier before an exchange announces: the call's collective, which buffer, its size, and why.
 struct Exchange {
   Collective collective;
   ExchangedBuffer buffer;
   size_t bytes;
+  ExchangeKind kind;
 };
 
 // Every peer is about to exchange the same buffer, or this throws (kMismatch, or kTimeout when a peer never
 // arrives) with the failure recorded for the whole communicator.
 void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
-  const auto [collective, buffer, bytes] = exchange;
+  const auto [collective, buffer, bytes, kind] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
   OwnStream stream;
   state.order->follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(collective), kSiteExchangeBarrier,
-                          exchange_plan_word(collective, buffer, bytes), stream.get());
+                          exchange_plan_word(collective, buffer, bytes, kind), stream.get());
   BRAID_CUDA(cudaGetLastError());
   BRAID_CUDA(cudaStreamSynchronize(stream.get()));  // bounded: the barrier gives up at the communicator's timeout
   state.sync->raise_recorded_error(collective_name, describe_plan);
 }
 
+// The graph `stream` is capturing into, or null when it is not capturing.
+cudaGraph_t capturing_graph(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, nullptr, nullptr, nullptr));
+  return status == cudaStreamCaptureStatusActive ? graph : nullptr;
+}
+
+// What a graph's user object owns: released, once the graph is destroyed and its launches are complete, on a
+// thread where CUDA calls are allowed.
+void release_graph_held(void* owned) {
+  auto* held = static_cast<std::shared_ptr<const void>*>(owned);
+  detail::release_later(std::move(*held));
+  delete held;
+}
+
+// `graph` holds `mappings` for as long as it (or an executable graph made from it) exists.
+void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
+  RelaxedCaptureMode relaxed;
+  auto* held = new std::shared_ptr<const void>(std::move(mappings));
+  cudaUserObject_t object = nullptr;
+  if (cudaError_t error = cudaUserObjectCreate(&object, held, release_graph_held, 1, cudaUserObjectNoDestructorSync);
+      error != cudaSuccess) {
+    delete held;
+    BRAID_CUDA(error);
+  }
+  // The graph takes the one reference: destroying the last graph that holds the object runs release_graph_held.
+  if (cudaError_t error = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove); error != cudaSuccess) {
+    cudaUserObjectRelease(object, 1);
+    BRAID_CUDA(error);
+  }
+}
+
 }  // namespace
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes) {
+                                           const void* pointer, size_t bytes, cudaStream_t stream) {
   // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
   // few ever run it.
-  const Exchange exchange{collective, buffer, bytes};
+  const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
   CollectiveContext* const communicator = &state;
-  const Exchange* const announced = &exchange;
-  return find_peer_range(state, pointer, bytes,
-                         [communicator, announced] { agree_on_exchange(*communicator, *announced); });
+  const Exchange* announced = &registered;
+  std::optional<PeerRange> found =
+      find_peer_range(state, pointer, bytes, [communicator, announced] { agree_on_exchange(*communicator, *announced); });
+  if (found || bytes == 0 || !detail::automatic_registration_on()) return found;
+  const cudaGraph_t graph = capturing_graph(stream);
+  if (graph == nullptr) return std::nullopt;  // eager calls of unregistered buffers are staged
+  const Exchange automatic{collective, buffer, bytes, ExchangeKind::kAutomatic};
+  announced = &automatic;
+  std::optional<detail::AutomaticRange> range = detail::exchange_automatically(
+      state, pointer, bytes, [communicator, announced] { agree_on_exchange(*communicator, *announced); });
+  if (!range) return std::nullopt;
+  hold_in_graph(graph, std::move(range->mappings));
+  return range->range;
 }
 
 }  // namespace braid::collectives

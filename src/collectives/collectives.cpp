@@ -209,8 +209,8 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   ZeroCopyBuffers zero_copy;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes),
-                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes)};
+    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes, stream),
+                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes, stream)};
     facts.peers_map = zero_copy.usable();
     facts.in_place = overlap(send, bytes, recv, bytes);
   }
@@ -282,7 +282,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
+    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes, stream);
   }
   BufferFacts facts{};
   facts.peers_map = send_range && send_range->aligned16;
@@ -331,7 +331,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   // answer on every rank. The input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
-    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size);
+    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size, stream);
   }
   BufferFacts facts{};
   facts.peers_map = recv_range && recv_range->aligned16;
@@ -391,7 +391,7 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
   const AreaCapacities capacities = area_capacities(state);
   // Copy engines when every peer maps the output (the root pushes into it).
   std::optional<PeerRange> recv_range;
-  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes);
+  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes, stream);
   BufferFacts facts{};
   facts.peers_map = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;

@@ -10,6 +10,8 @@ namespace braid::collectives {
 namespace {
 constexpr uint64_t kExchangeAlgorithmBits = 0xF;
 constexpr uint64_t kHashBits = (uint64_t(1) << 48) - 1;
+// Bits 48-54 of an exchange's word: the buffer, and whether the exchange is an automatic registration.
+constexpr uint64_t kAutomaticExchangeBit = 4;
 }  // namespace
 
 uint64_t plan_word(const PlanArguments& plan) {
@@ -22,10 +24,10 @@ uint64_t plan_word(const PlanArguments& plan) {
          (hash & kHashBits);
 }
 
-uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes) {
-  const uint64_t hash = mix64(mix64(bytes) ^ static_cast<uint64_t>(buffer));
-  return kExchangeAlgorithmBits << 60 | (static_cast<uint64_t>(collective) & 0xF) << 56 |
-         static_cast<uint64_t>(buffer) << 48 | (hash & kHashBits);
+uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes, ExchangeKind kind) {
+  const uint64_t field = static_cast<uint64_t>(buffer) | (kind == ExchangeKind::kAutomatic ? kAutomaticExchangeBit : 0);
+  const uint64_t hash = mix64(mix64(bytes) ^ field);
+  return kExchangeAlgorithmBits << 60 | (static_cast<uint64_t>(collective) & 0xF) << 56 | field << 48 | (hash & kHashBits);
 }
 
 std::string describe_plan(uint64_t word) {
@@ -33,11 +35,16 @@ std::string describe_plan(uint64_t word) {
   if (word == device::kStoppedPlan) return "none: it had stopped after a mismatch with another rank";
   const unsigned int collective = static_cast<unsigned int>(word >> 56 & 0xF);
   if (word >> 60 == kExchangeAlgorithmBits) {
+    const uint64_t field = word >> 48 & 0x7F;
+    const char* buffer = (field & ~kAutomaticExchangeBit) == static_cast<uint64_t>(ExchangedBuffer::kSend) ? "send" : "recv";
+    if (field & kAutomaticExchangeBit) {
+      return fmt::format("{}: the automatic registration of an unregistered {} buffer in a captured call, whose "
+                         "mappings the ranks exchange (arguments 0x{:012x})",
+                         collective_name(collective), buffer, word & kHashBits);
+    }
     return fmt::format("{}: the first use of a registered {} buffer at this address, whose mappings the ranks "
                        "exchange (arguments 0x{:012x})",
-                       collective_name(collective),
-                       (word >> 48 & 0x7F) == static_cast<uint64_t>(ExchangedBuffer::kSend) ? "send" : "recv",
-                       word & kHashBits);
+                       collective_name(collective), buffer, word & kHashBits);
   }
   const auto algorithm = static_cast<Algorithm>((word >> 60) - 1);
   const bool zero_copy = (word >> 55 & 1) != 0;

@@ -3,7 +3,7 @@
 // same call, or that passed another size, datatype, op, root or symmetric-buffer offset, fail the call with
 // kMismatch before they touch each other's data (DESIGN.md rule 9).
 //
-// Layout: bits 60-63 the algorithm + 1 (15: a registered buffer's first use, exchange_plan_word), 56-59 the
+// Layout: bits 60-63 the algorithm + 1 (15: the barrier before a buffer's exchange, exchange_plan_word), 56-59 the
 // collective, 55 zero copy (the kernels read or write the peers' own buffers), 48-54 the blocks of a launch, 0-47 a
 // hash of the call's arguments and of the identity of every buffer the peers map (the same on every rank that passes
 // the same symmetric or registered buffer).
@@ -31,13 +31,17 @@ struct PlanArguments {
 
 uint64_t plan_word(const PlanArguments& plan);
 
-// Which buffer of a call a registered-buffer exchange maps (exchange_plan_word).
+// Which buffer of a call an exchange maps (exchange_plan_word).
 enum class ExchangedBuffer { kSend = 1, kRecv = 2 };
+// Why the buffer's mappings are exchanged: the first use of a registered buffer at an address, or the automatic
+// registration of a buffer that is neither symmetric nor registered, in a call being captured into a CUDA graph.
+enum class ExchangeKind { kRegistered = 0, kAutomatic = 1 };
 
-// The plan of the barrier that precedes the first use of a registered buffer at an address (its mappings are
-// exchanged then, on the host): a rank whose buffer there is not registered runs the call's kernels instead, and
-// the two plans differ, so both fail with kMismatch rather than one waiting in an exchange the other never joins.
-uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes);
+// The plan of the barrier that precedes an exchange of a buffer's mappings (on the host): a rank that does not
+// join the same kind of exchange runs the call's kernels (or another exchange) instead, and the two plans differ,
+// so both fail with kMismatch rather than one waiting in an exchange the other never joins.
+uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes,
+                            ExchangeKind kind = ExchangeKind::kRegistered);
 
 // "all_reduce two_shot zero copy, 32 blocks": what a word says in words (the hash only as "arguments 0x...").
 std::string describe_plan(uint64_t word);

@@ -84,13 +84,29 @@ std::shared_ptr<PeerMapping> RegistrationCache::mapping(int peer, uint64_t peer_
   return it == mappings_.end() ? nullptr : it->second.lock();
 }
 
+void RegistrationCache::remember_locked(const std::vector<std::shared_ptr<PeerMapping>>& mappings,
+                                        const std::vector<int>& peers, const std::vector<uint64_t>& peer_ids) {
+  for (size_t i = 0; i < peers.size(); ++i) mappings_[{peers[i], peer_ids[i]}] = mappings[i];
+  for (auto it = mappings_.begin(); it != mappings_.end();) it = it->second.expired() ? mappings_.erase(it) : std::next(it);
+}
+
+void RegistrationCache::remember_automatic(const ExchangedTable& table) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++automatic_exchanges_;
+  remember_locked(table.mappings, table.peers, table.peer_ids);
+}
+
+void RegistrationCache::count_automatic_exchange() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++automatic_exchanges_;
+}
+
 void RegistrationCache::insert(uint64_t id, uintptr_t pointer, const PeerRange& range,
                                std::vector<std::shared_ptr<PeerMapping>> mappings, const std::vector<int>& peers,
                                const std::vector<uint64_t>& peer_ids) {
   std::vector<std::shared_ptr<PeerMapping>> unused;  // declared before the lock: released after it (unmapping waits)
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < peers.size(); ++i) mappings_[{peers[i], peer_ids[i]}] = mappings[i];
-  for (auto it = mappings_.begin(); it != mappings_.end();) it = it->second.expired() ? mappings_.erase(it) : std::next(it);
+  remember_locked(mappings, peers, peer_ids);
   auto record = records_.find(id);
   if (record == records_.end()) {  // deregistered meanwhile: nothing keeps the mappings
     unused = std::move(mappings);
@@ -105,10 +121,63 @@ RegistrationStats RegistrationCache::stats() {
   stats.buffers = records_.size();
   stats.exchanges = exchanges_;
   stats.cache_hits = hits_;
+  stats.automatic_exchanges = automatic_exchanges_;
   for (const auto& [key, mapping] : mappings_) {
     if (!mapping.expired()) ++stats.peer_mappings;
   }
   return stats;
+}
+
+std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const MemoryDescriptor* mine, uintptr_t address,
+                                              const char* what, bool graph_held) {
+  RegistrationCache& cache = *state.registrations;
+  std::lock_guard<std::mutex> setup(state.setup_mutex);
+  FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
+  MemoryDescriptor own = mine ? *mine : MemoryDescriptor{};
+  if (mine && own.kind == MemoryKind::kPosixFd) own.fd = exported.fd = export_allocation_fd(own, state.device);
+  const std::vector<std::string> blobs = state.bootstrap->allgather(mine ? pack(own, job_secret()) : std::string(), what);
+  // Every rank reads the same blobs: either all map, or none does (an empty blob is a rank that cannot share).
+  for (const std::string& blob : blobs) {
+    if (blob.empty()) return std::nullopt;
+  }
+  const uint64_t tag = state.alloc_sequence++;
+  std::vector<MemoryDescriptor> theirs(state.size);
+  for (int q = 0; q < state.size; ++q) {
+    if (q == state.rank) continue;
+    theirs[q] = unpack(blobs[q], what, "peer descriptor", this_host_id(), job_secret());
+  }
+  if (exported.fd >= 0) {
+    for (int q = 0; q < state.size; ++q) {
+      if (q != state.rank) state.fds->send(q, exported.fd, tag);
+    }
+  }
+  ExchangedTable table;
+  PeerRange& range = table.range;
+  range.aligned16 = true;
+  range.same_process_peers = false;
+  range.identity = 0;
+  for (int q = 0; q < state.size; ++q) {
+    const MemoryDescriptor& d = q == state.rank ? own : theirs[q];
+    range.aligned16 = range.aligned16 && d.address % 16 == 0;
+    range.identity = mix64(range.identity ^ mix64(d.id ^ mix64(d.address + static_cast<uint64_t>(q))));
+    if (q == state.rank) {
+      range.buffers.at[q] = reinterpret_cast<char*>(address);
+      continue;
+    }
+    const int fd = d.kind == MemoryKind::kPosixFd ? state.fds->receive(q, tag) : -1;
+    std::shared_ptr<PeerMapping> mapping = cache.mapping(q, d.id);
+    if (mapping) {
+      if (fd >= 0) FdOwner unused(fd);
+    } else {
+      mapping = PeerMapping::open(d, fd, state.device, graph_held);
+    }
+    range.buffers.at[q] = mapping->at(d.address);
+    range.same_process_peers = range.same_process_peers || mapping->in_place();
+    table.mappings.push_back(std::move(mapping));
+    table.peers.push_back(q);
+    table.peer_ids.push_back(d.id);
+  }
+  return table;
 }
 
 std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,
@@ -126,51 +195,11 @@ std::optional<PeerRange> find_registered_range(MemoryContext& state, const void*
   MemoryDescriptor mine = registered;
   mine.address = address;
   mine.bytes = bytes;
-  std::lock_guard<std::mutex> setup(state.setup_mutex);
-  FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
-  if (mine.kind == MemoryKind::kPosixFd) mine.fd = exported.fd = export_allocation_fd(mine, state.device);
-  const std::vector<std::string> blobs = state.bootstrap->allgather(pack(mine, job_secret()), "registered buffer exchange");
-  const uint64_t tag = state.alloc_sequence++;
-  std::vector<MemoryDescriptor> theirs(state.size);
-  for (int q = 0; q < state.size; ++q) {
-    if (q == state.rank) continue;
-    theirs[q] = unpack(blobs[q], "registered buffer exchange", "peer descriptor", this_host_id(), job_secret());
-  }
-  if (exported.fd >= 0) {
-    for (int q = 0; q < state.size; ++q) {
-      if (q != state.rank) state.fds->send(q, exported.fd, tag);
-    }
-  }
-  PeerRange range{};
-  range.aligned16 = true;
-  range.same_process_peers = false;
-  range.identity = 0;
-  std::vector<std::shared_ptr<PeerMapping>> mappings;
-  std::vector<int> peers;
-  std::vector<uint64_t> peer_ids;
-  for (int q = 0; q < state.size; ++q) {
-    const MemoryDescriptor& d = q == state.rank ? mine : theirs[q];
-    range.aligned16 = range.aligned16 && d.address % 16 == 0;
-    range.identity = mix64(range.identity ^ mix64(d.id ^ mix64(d.address + static_cast<uint64_t>(q))));
-    if (q == state.rank) {
-      range.buffers.at[q] = reinterpret_cast<char*>(address);
-      continue;
-    }
-    const int fd = d.kind == MemoryKind::kPosixFd ? state.fds->receive(q, tag) : -1;
-    std::shared_ptr<PeerMapping> mapping = cache.mapping(q, d.id);
-    if (mapping) {
-      if (fd >= 0) FdOwner unused(fd);
-    } else {
-      mapping = PeerMapping::open(d, fd, state.device);
-    }
-    range.buffers.at[q] = mapping->at(d.address);
-    range.same_process_peers = range.same_process_peers || mapping->in_place();
-    mappings.push_back(std::move(mapping));
-    peers.push_back(q);
-    peer_ids.push_back(d.id);
-  }
+  std::optional<ExchangedTable> table = exchange_tables(state, &mine, address, "registered buffer exchange", false);
+  if (!table) raise(ErrorCode::kInternal, "a peer sent no descriptor in a registered buffer's exchange");
   cache.count_exchange();
-  cache.insert(id, address, range, std::move(mappings), peers, peer_ids);
+  const PeerRange range = table->range;
+  cache.insert(id, address, range, std::move(table->mappings), table->peers, table->peer_ids);
   BRAID_DEBUG("registered buffer {} ({} bytes, registration {}): peers' mappings exchanged and cached", pointer, bytes, id);
   return range;
 }

@@ -27,6 +27,7 @@ namespace braid::detail {
 
 class RegistrationCache;
 struct MemoryContext;
+struct ExchangedTable;
 
 // One register_buffer call.
 struct Registration {
@@ -56,6 +57,11 @@ class RegistrationCache {
   void insert(uint64_t id, uintptr_t pointer, const PeerRange& range, std::vector<std::shared_ptr<PeerMapping>> mappings,
               const std::vector<int>& peers, const std::vector<uint64_t>& peer_ids);
 
+  // An automatic registration's exchange (exchange_automatically): counted, and its mappings kept findable for
+  // later exchanges while anything holds them; or counted alone when some rank could not share its buffer.
+  void remember_automatic(const ExchangedTable& table);
+  void count_automatic_exchange();
+
   RegistrationStats stats();
   // Called (outside the cache's lock) with the id of every registration removed: the NCCL backend deregisters it.
   void on_remove(std::function<void(uint64_t)> hook);
@@ -75,6 +81,10 @@ class RegistrationCache {
   std::map<std::pair<int, uint64_t>, std::weak_ptr<PeerMapping>> mappings_;  // (peer, peer's registration id)
   uint64_t exchanges_ = 0;
   uint64_t hits_ = 0;
+  uint64_t automatic_exchanges_ = 0;
+
+  void remember_locked(const std::vector<std::shared_ptr<PeerMapping>>& mappings, const std::vector<int>& peers,
+                       const std::vector<uint64_t>& peer_ids);
 
   friend std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,
                                                         const std::function<void()>& before_exchange);
@@ -83,6 +93,22 @@ class RegistrationCache {
     ++exchanges_;
   }
 };
+
+// What one exchange of a buffer's descriptors made: every rank's copy mapped here, and the mappings that keep the
+// peers' allocations mapped (shared with every other table that uses them).
+struct ExchangedTable {
+  PeerRange range;
+  std::vector<std::shared_ptr<PeerMapping>> mappings;
+  std::vector<int> peers;          // whose allocation each mapping is
+  std::vector<uint64_t> peer_ids;  // and its id there (the mapping cache's key with the peer)
+};
+
+// Collective: every rank sends its descriptor of the buffer it passes at `address` (`mine`; null: this rank cannot
+// share it), all gather, and each maps the peers' allocations it has not mapped yet (VMM fds travel over the fd
+// sockets). nullopt on every rank when some rank sent none. `what` names the exchange in errors.
+// `graph_held`: the mappings opened will be held by CUDA graphs only (PeerMapping::open).
+std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const MemoryDescriptor* mine, uintptr_t address,
+                                              const char* what, bool graph_held);
 
 // The registered-buffer half of find_peer_range.
 std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,

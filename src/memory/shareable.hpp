@@ -21,13 +21,16 @@ MemoryDescriptor describe_shareable(const char* function, const char* argument, 
 int export_allocation_fd(const MemoryDescriptor& descriptor, int device);
 
 // Another rank's range, mapped here read/write for `device`. Destroying it waits for `device` to go idle (no
-// kernel of ours may still use the mapping), then unmaps.
+// kernel of ours may still use the mapping), then unmaps; a mapping held only by CUDA graphs (automatic
+// registration) unmaps at once, since a graph releases what it holds after its launches complete.
 class PeerMapping {
  public:
   // `fd` (kPosixFd): a descriptor of the allocation valid in this process; the mapping takes and closes it.
   // A range of this very process is used where it lies (peer access enabled between the two GPUs) rather than
   // mapped again: CUDA IPC cannot open a handle of its own process.
-  static std::shared_ptr<PeerMapping> open(const MemoryDescriptor& descriptor, int fd, int device);
+  // `graph_held`: only CUDA graphs will hold the mapping, so its destructor need not wait for the device.
+  static std::shared_ptr<PeerMapping> open(const MemoryDescriptor& descriptor, int fd, int device,
+                                           bool graph_held = false);
   ~PeerMapping();
   PeerMapping(const PeerMapping&) = delete;
   PeerMapping& operator=(const PeerMapping&) = delete;
@@ -43,6 +46,7 @@ class PeerMapping {
   PeerMapping() = default;
   MemoryDescriptor descriptor_;
   int device_ = -1;
+  bool graph_held_ = false;
   char* address_ = nullptr;
   void* ipc_base_ = nullptr;             // kLegacyIpc from another process: what cudaIpcOpenMemHandle returned
   unsigned long long vmm_handle_ = 0;    // kPosixFd: the imported allocation
