@@ -114,7 +114,10 @@ def rows_of(path, args):
         run = json.load(f)
     if not isinstance(run, dict) or "config" not in run or "rows" not in run:
         raise SystemExit(f"archive: {path} is not a braid-bench --json file")
-    settings = run["config"].get("settings") or {}
+    # braid-run sets these for every rank (older braid-bench builds wrote them): where the ranks are, not how braid runs.
+    launch = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_JOB_ID",
+              "BRAID_JOB_SECRET"}
+    settings = {k: v for k, v in (run["config"].get("settings") or {}).items() if k not in launch}
     if settings:
         raise SystemExit(f"archive: {path} ran with changed settings {settings}; the archive holds defaults")
     if run["config"].get("mode") == "moe":

@@ -69,6 +69,13 @@ class ArchiveTest(unittest.TestCase):
         self.assertIn("BRAID_ALGO", str(refused.exception))
         self.assertEqual(archive.load(self.archive), [])
 
+    def test_the_launchers_variables_are_not_settings(self):
+        launch = {"BRAID_RANK": "0", "BRAID_WORLD_SIZE": "2", "BRAID_LOCAL_RANK": "0", "BRAID_LOCAL_SIZE": "2",
+                  "BRAID_STORE_ADDR": "127.0.0.1:1", "BRAID_JOB_ID": "run-1", "BRAID_JOB_SECRET": "x" * 64}
+        self.assertEqual(len(self.add(self.write(collective_run(settings=launch)))), 1)
+        with self.assertRaises(SystemExit):
+            self.add(self.write(collective_run(settings=dict(launch, BRAID_ALGO="allreduce=ll"))))
+
     def test_a_run_without_commit_needs_one(self):
         with self.assertRaises(SystemExit) as refused:
             self.add(self.write(collective_run(commit=None)))

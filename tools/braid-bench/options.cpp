@@ -202,7 +202,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   app.add_option("--inplace", options.in_place,
                  "0: out-of-place only, 1: in-place only, 2: both (sendrecv has no in-place form: n/a)")
       ->check(integer_in(0, 2))->capture_default_str();
-  app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged)")
+  app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged eagerly; with -G registered automatically at capture unless BRAID_AUTO_REGISTER=0)")
       ->check(integer_in(0, 1))->capture_default_str();
   app.add_option("--register", registered, "1: cudaMalloc buffers registered with comm.register_buffer (zero copy)")
       ->check(integer_in(0, 1))->capture_default_str();

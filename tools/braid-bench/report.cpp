@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 namespace braid::bench {
@@ -46,12 +47,16 @@ std::optional<double> Placement::ratio() const {
 }
 
 std::map<std::string, std::string> braid_settings() {
+  // Where the ranks are and how they meet (set by braid-run for every rank), which no measurement depends on,
+  // and the job's secret, which no file may hold.
+  static const std::set<std::string> kLaunch = {"BRAID_COMMIT",     "BRAID_RANK",      "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK",
+                                                "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_JOB_ID",     "BRAID_JOB_SECRET"};
   std::map<std::string, std::string> settings;
   for (char** entry = environ; *entry != nullptr; ++entry) {
     const char* equals = std::strchr(*entry, '=');
     if (equals == nullptr || std::strncmp(*entry, "BRAID_", 6) != 0) continue;
     const std::string name(*entry, static_cast<size_t>(equals - *entry));
-    if (name != "BRAID_COMMIT") settings[name] = equals + 1;
+    if (kLaunch.count(name) == 0) settings[name] = equals + 1;
   }
   return settings;
 }

@@ -45,8 +45,9 @@ struct RunInfo {
   std::string commit;             // BRAID_COMMIT, when set
 };
 
-// The BRAID_* variables of this process's environment other than BRAID_COMMIT: written into
-// --json files so that a run under changed settings (a forced algorithm, say) is never read as the defaults.
+// The BRAID_* variables of this process's environment but BRAID_COMMIT, those braid-run sets for every rank and the
+// job's secret: written into --json files so that a run under changed settings (a forced algorithm, say) is never
+// read as the defaults.
 std::map<std::string, std::string> braid_settings();
 
 Timing make_timing(Collective coll, size_t bytes, int ranks, double time_us, std::optional<uint64_t> wrong);
