@@ -227,8 +227,8 @@ class Check:
         self.sync()
 
     # ---- the same sequence in a CUDA graph ----
-    def graph(self):
-        W, r, n, dt = self.world, self.rank, GRAPH_COUNT, torch.bfloat16
+    def graph(self, count=GRAPH_COUNT):
+        W, r, n, dt = self.world, self.rank, count, torch.bfloat16
         # Two input sets, alternated between replays: a replay must read the buffers as they are when it runs.
         sets = []
         for s in range(2):
@@ -570,6 +570,9 @@ def main():
     parser.add_argument("--mode", choices=["shim", "nccl"], required=True, help="names the output files")
     parser.add_argument("--out", required=True, help="folder for rank<r>-<mode>.pt")
     parser.add_argument("--no-graph", action="store_true", help="leave the CUDA graph section out")
+    parser.add_argument("--graph-count", type=int, default=GRAPH_COUNT,
+                        help="elements of the CUDA graph section's calls (beyond the LL sizes, the captured calls "
+                             "register their buffers automatically)")
     parser.add_argument("--no-ddp", action="store_true", help="leave the DDP training section out")
     parser.add_argument("--no-fsdp", action="store_true", help="leave the FSDP2 training section out")
     parser.add_argument("--no-compile", action="store_true", help="leave the torch.compile'd DDP section out")
@@ -605,7 +608,7 @@ def main():
     check = Check(rank, world, device, lenient=args.cpu_gloo)
     check.eager()
     if not args.no_graph and not args.cpu_gloo:
-        check.graph()
+        check.graph(args.graph_count)
     if not args.no_ddp:
         check.ddp()
     if not args.no_fsdp:
