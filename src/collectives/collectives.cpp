@@ -410,10 +410,11 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
                        [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });
       return;
     }
-    case Algorithm::kPipelined: {  // the pipelined all-gather, pushed by the root alone
+    case Algorithm::kPipelined: {  // two ranks: the pipelined all-gather, pushed by the root alone; more: a chain
       kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0, plan);
       launch.root = root;
-      kernels::launch_broadcast_pipelined(launch, plan.blocks, stream);
+      const auto kernel = state.size > 2 ? kernels::launch_broadcast_chain : kernels::launch_broadcast_pipelined;
+      kernel(launch, plan.blocks, stream);
       check_launch("broadcast kernel launch");
       return;
     }

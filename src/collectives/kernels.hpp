@@ -38,8 +38,10 @@ void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch
 void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,
                                      cudaStream_t stream);
 void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
-// Broadcast as the pipelined all-gather with the root alone pushing (all_gather.cu).
+// Broadcast as the pipelined all-gather with the root alone pushing (all_gather.cu): two ranks.
 void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+// Broadcast pipelined along a chain of the ranks from the root (broadcast_chain.cu): three ranks or more.
+void launch_broadcast_chain(const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_staged(const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_gather_zero_copy(const ZeroCopyLaunch& launch, int blocks, cudaStream_t stream);
 void launch_broadcast(const StagedLaunch& launch, int blocks, cudaStream_t stream);

@@ -40,13 +40,13 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kReduceScatter, 8 << 10, 4, DataType::kFloat32, "reducescatter=pipelined", Algorithm::kPipelined},
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kBroadcast, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
-      {Collective::kBroadcast, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kBroadcast, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kBroadcast, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kBroadcast, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
       {Collective::kBroadcast, 2 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kBroadcast, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kBroadcast, size_t(2) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
-      {Collective::kBroadcast, size_t(512) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kBroadcast, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kBroadcast, size_t(2) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kBroadcast, size_t(512) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kBroadcast, size_t(16) << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(64) << 20, 2, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
@@ -186,7 +186,7 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(32) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kSplit);
+  EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reductions have no copy-engine algorithm (the zero-copy loads and the pipelined reduce are as fast or faster), and
   // BRAID_ALGO cannot ask for one.

@@ -305,6 +305,11 @@ TEST(Collectives, LLReduceScatterAllGatherReduceAndBroadcastMatrices) {
                       {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce, Collective::kBroadcast});
 }
 TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
+// The pipelined broadcast forced at every size: on two ranks the root pushes into its peer's FIFOs, on more the
+// pieces go down a chain of every rank from the root (every root, so every position in the chain).
+TEST(Collectives, PipelinedBroadcastMatrix) {
+  run_forced_matrices("broadcast=pipelined", "pipelined", {Collective::kBroadcast});
+}
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
 // Reduce and broadcast in two phases (the table's choice from three ranks and 1 MiB on), forced at every size and
