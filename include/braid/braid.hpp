@@ -220,7 +220,8 @@ class Communicator {
   // buffer's allocation (identified by its CUDA buffer id, so memory freed and allocated again at an address is
   // mapped anew); the replays run the zero-copy paths with no host call. The graph holds the peers' mappings until
   // it (and every executable graph made from it) is destroyed. A rank whose memory cannot be shared (host,
-  // managed, a cudaMallocAsync pool without IPC handle types) makes that call staged on every rank. A rank that
+  // managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations) makes that call
+  // staged on every rank. A rank that
   // passes a symmetric or registered buffer to that call, or runs it eagerly, makes it fail on every rank with
   // kMismatch. Eager calls of unregistered buffers are staged and exchange nothing.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);

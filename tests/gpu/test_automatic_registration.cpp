@@ -7,6 +7,8 @@
 //   - PyTorch's caching-allocator pattern: a range of one allocation captured at one size, then at another size
 //     from the same address, then the allocation freed and a new one made (a new CUDA buffer id, most often at the
 //     same address) and captured again: every graph reads the memory its ranks passed;
+//   - VMM memory made with POSIX-fd handles is mapped too; a buffer across two VMM allocations mapped side by side
+//     (as PyTorch's expandable segments grow) is staged;
 //   - a rank whose memory cannot be shared (a cudaMallocAsync pool without IPC handle types) makes the call staged
 //     on every rank, with the right result.
 // With BRAID_AUTO_REGISTER=0 in the environment the same tests expect no exchange and no mapping.
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "vmm_buffer.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -235,11 +238,13 @@ TEST(AutomaticRegistration, CapturedCallsExchangeOnceAndReplayRight) {
 }
 
 // all_reduce in place on `count` elements at `pointer`, captured and replayed twice with inputs of `seed`; returns
-// the wrong elements.
-size_t captured_all_reduce(Communicator& comm, int32_t* pointer, size_t count, uint32_t seed, cudaStream_t stream) {
+// the wrong elements. `mapped`, when given, receives the peer allocations mapped here while the graph lived.
+size_t captured_all_reduce(Communicator& comm, int32_t* pointer, size_t count, uint32_t seed, cudaStream_t stream,
+                           uint64_t* mapped = nullptr) {
   Graph graph(stream, [&] {
     comm.all_reduce(pointer, pointer, count, DataType::kInt32, ReduceOp::kSum, reinterpret_cast<Stream>(stream));
   });
+  if (mapped != nullptr) *mapped = comm.registration_stats().peer_mappings;
   size_t wrong = 0;
   for (int round = 0; round < 2; ++round) {
     upload(pointer, seed + round, comm.rank(), count);
@@ -283,6 +288,48 @@ TEST(AutomaticRegistration, CachingAllocatorReusesAndReallocatesAnAddress) {
     expect_mappings_released(comm, baseline);
     comm.barrier();
     cudaFree(again);
+  });
+}
+
+TEST(AutomaticRegistration, VmmMemoryIsMappedToo) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    StreamHandle stream;
+    const RegistrationStats before = comm.registration_stats();
+    {
+      VmmBuffer vmm(kCount * 4, comm.device());
+      uint64_t mapped = 0;
+      EXPECT_EQ(captured_all_reduce(comm, static_cast<int32_t*>(vmm.pointer()), kCount, seed, stream.stream, &mapped), 0u)
+          << "rank " << comm.rank();
+      EXPECT_EQ(comm.registration_stats().automatic_exchanges - before.automatic_exchanges, automatic_on() ? 2u : 0u);
+      if (automatic_on()) {
+        EXPECT_GT(mapped, before.peer_mappings) << "the peers' VMM allocations are mapped while the graph lives";
+      } else {
+        EXPECT_EQ(mapped, before.peer_mappings);
+      }
+      expect_mappings_released(comm, before.peer_mappings);
+      comm.barrier();  // no peer maps this rank's allocation any more
+    }
+  });
+}
+
+// A tensor across two VMM allocations mapped side by side (PyTorch's expandable segments grow that way) lies in no
+// one allocation, so it cannot be described for the peers: the call is staged on every rank, and right.
+TEST(AutomaticRegistration, BufferAcrossTwoVmmAllocationsIsStaged) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    StreamHandle stream;
+    const RegistrationStats before = comm.registration_stats();
+    VmmBuffer pair(kCount * 2, comm.device(), 2);
+    uint64_t mapped = 0;
+    // From the middle of the first allocation to the middle of the second.
+    int32_t* tensor = reinterpret_cast<int32_t*>(static_cast<char*>(pair.pointer()) + pair.each / 2);
+    EXPECT_EQ(captured_all_reduce(comm, tensor, pair.each / sizeof(int32_t), seed, stream.stream, &mapped), 0u)
+        << "rank " << comm.rank();
+    EXPECT_EQ(mapped, before.peer_mappings) << "nothing is mapped for a buffer no allocation holds";
+    comm.barrier();
   });
 }
 

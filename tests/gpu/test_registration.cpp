@@ -33,6 +33,7 @@
 #include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
 #include "memory/memory_handle.hpp"
+#include "vmm_buffer.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -114,44 +115,6 @@ struct DeviceBuffer {
   explicit DeviceBuffer(size_t bytes) { cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
   ~DeviceBuffer() { cudaFree(pointer); }
   char* bytes() const { return static_cast<char*>(pointer); }
-};
-
-// VMM memory made with POSIX-fd handles, as PyTorch's expandable segments make it.
-struct VmmBuffer {
-  CUdeviceptr address = 0;
-  size_t bytes = 0;
-  CUmemGenericAllocationHandle handle = 0;
-  template <typename F>
-  static F entry(const char* name) {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult status;
-    cuda(cudaGetDriverEntryPointByVersion(name, &function, 12000, cudaEnableDefault, &status), name);
-    return reinterpret_cast<F>(function);
-  }
-  VmmBuffer(size_t wanted, int device) {
-    CUmemAllocationProp prop = {};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    size_t granularity = 0;
-    entry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity")(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-    bytes = (wanted + granularity - 1) / granularity * granularity;
-    if (entry<decltype(&cuMemCreate)>("cuMemCreate")(&handle, bytes, &prop, 0) != CUDA_SUCCESS) throw std::runtime_error("cuMemCreate");
-    entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve")(&address, bytes, 0, 0, 0);
-    entry<decltype(&cuMemMap)>("cuMemMap")(address, bytes, 0, handle, 0);
-    CUmemAccessDesc access = {};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    entry<decltype(&cuMemSetAccess)>("cuMemSetAccess")(address, bytes, &access, 1);
-  }
-  ~VmmBuffer() {
-    cudaDeviceSynchronize();
-    entry<decltype(&cuMemUnmap)>("cuMemUnmap")(address, bytes);
-    entry<decltype(&cuMemAddressFree)>("cuMemAddressFree")(address, bytes);
-    entry<decltype(&cuMemRelease)>("cuMemRelease")(handle);
-  }
-  void* pointer() const { return reinterpret_cast<void*>(address); }
 };
 
 size_t open_fds() {
