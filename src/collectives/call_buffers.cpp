@@ -86,18 +86,18 @@ std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective 
                                            const void* pointer, size_t bytes, cudaStream_t stream) {
   // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
   // few ever run it.
-  const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
   CollectiveContext* const communicator = &state;
-  const Exchange* announced = &registered;
+  const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
+  const Exchange* const first_use = &registered;
   std::optional<PeerRange> found =
-      find_peer_range(state, pointer, bytes, [communicator, announced] { agree_on_exchange(*communicator, *announced); });
+      find_peer_range(state, pointer, bytes, [communicator, first_use] { agree_on_exchange(*communicator, *first_use); });
   if (found || bytes == 0 || !detail::automatic_registration_on()) return found;
   const cudaGraph_t graph = capturing_graph(stream);
   if (graph == nullptr) return std::nullopt;  // eager calls of unregistered buffers are staged
   const Exchange automatic{collective, buffer, bytes, ExchangeKind::kAutomatic};
-  announced = &automatic;
+  const Exchange* const captured = &automatic;
   std::optional<detail::AutomaticRange> range = detail::exchange_automatically(
-      state, pointer, bytes, [communicator, announced] { agree_on_exchange(*communicator, *announced); });
+      state, pointer, bytes, [communicator, captured] { agree_on_exchange(*communicator, *captured); });
   if (!range) return std::nullopt;
   hold_in_graph(graph, std::move(range->mappings));
   return range->range;

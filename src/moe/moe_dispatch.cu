@@ -25,6 +25,7 @@
 #include "braid/moe.hpp"
 #include "collectives/dependent_launch.cuh"
 #include "collectives/elementwise.cuh"
+#include "collectives/launch_counter.cuh"
 #include "collectives/staged.cuh"
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
@@ -516,14 +517,10 @@ template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeLaunch launch) {
   __shared__ Layout layout;
   __shared__ Rounds rounds;
-  __shared__ uint64_t epoch;
   __shared__ int failed;
   kernels::start_dependent_kernel();  // route
-  if (threadIdx.x == 0) {
-    epoch = *launch.epoch;
-    failed = 0;
-  }
-  __syncthreads();
+  if (threadIdx.x == 0) failed = 0;
+  const uint64_t epoch = kernels::read_launch_counter(launch.epoch);
   // The last call on this buffer was a dispatch: a peer may still expand it in the rows and records this one
   // overwrites. Every peer in this launch means it left that one. After a combine that is implied: peers left
   // the last dispatch before they entered the combine this rank waited for.

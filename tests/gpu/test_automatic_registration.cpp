@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -124,6 +125,23 @@ void expect_mappings_released(Communicator& comm, uint64_t baseline) {
   EXPECT_EQ(comm.registration_stats().peer_mappings, baseline) << "rank " << comm.rank() << ": mappings outlive their graphs";
 }
 
+// The sum over the ranks of element i of the inputs of `seed`.
+int32_t rank_sum(uint32_t seed, int world, size_t i) {
+  int32_t sum = 0;
+  for (int r = 0; r < world; ++r) sum += input_value(seed, r, i);
+  return sum;
+}
+
+// Runs `body` on every rank with the communicator's GPU current, a seed the ranks share and a stream of its own.
+void on_every_rank(const std::function<void(Communicator&, uint32_t, StreamHandle&)>& body) {
+  with_communicator([&](Communicator& comm) {
+    make_current(comm);
+    const uint32_t seed = shared_seed(comm);
+    StreamHandle stream;
+    body(comm, seed, stream);
+  });
+}
+
 // Beyond every LL size: the calls look their buffers up.
 constexpr size_t kCount = size_t(1) << 22;  // 16 MiB of int32
 
@@ -175,18 +193,11 @@ struct FiveCalls {
       for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != expected(i);
       if (wrong != 0) report += std::string(" ") + name + ": " + std::to_string(wrong) + " of " + std::to_string(got.size()) + " wrong;";
     };
-    count("all_reduce", download(reduce_recv.pointer, kCount), [&](size_t i) {
-      int32_t sum = 0;
-      for (int r = 0; r < world; ++r) sum += input_value(seed, r, i);
-      return sum;
-    });
+    count("all_reduce", download(reduce_recv.pointer, kCount), [&](size_t i) { return rank_sum(seed, world, i); });
     count("all_gather", download(gather_recv.pointer, block * world),
           [&](size_t i) { return input_value(seed + 1, static_cast<int>(i / block), i % block); });
-    count("reduce_scatter", download(scatter_recv.pointer, block), [&](size_t i) {
-      int32_t sum = 0;
-      for (int r = 0; r < world; ++r) sum += input_value(seed + 2, r, size_t(rank) * block + i);
-      return sum;
-    });
+    count("reduce_scatter", download(scatter_recv.pointer, block),
+          [&](size_t i) { return rank_sum(seed + 2, world, size_t(rank) * block + i); });
     count("all_to_all", download(a2a_recv.pointer, pair * world),
           [&](size_t i) { return input_value(seed + 3, static_cast<int>(i / pair), size_t(rank) * pair + i % pair); });
     count("broadcast", download(bcast_recv.pointer, kCount), [&](size_t i) { return input_value(seed + 4, root, i); });
@@ -195,10 +206,7 @@ struct FiveCalls {
 };
 
 TEST(AutomaticRegistration, CapturedCallsExchangeOnceAndReplayRight) {
-  with_communicator([](Communicator& comm) {
-    make_current(comm);
-    const uint32_t seed = shared_seed(comm);
-    StreamHandle stream;
+  on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     FiveCalls calls(comm);
     const RegistrationStats before = comm.registration_stats();
 
@@ -253,21 +261,14 @@ size_t captured_all_reduce(Communicator& comm, int32_t* pointer, size_t count, u
     graph.replay(stream, 1);  // in place: one replay, since a second would sum the sums
     comm.check();
     const std::vector<int32_t> got = download(pointer, count);
-    for (size_t i = 0; i < count; ++i) {
-      int32_t sum = 0;
-      for (int r = 0; r < comm.size(); ++r) sum += input_value(seed + round, r, i);
-      wrong += got[i] != sum;
-    }
+    for (size_t i = 0; i < count; ++i) wrong += got[i] != rank_sum(seed + round, comm.size(), i);
     comm.barrier();
   }
   return wrong;
 }
 
 TEST(AutomaticRegistration, CachingAllocatorReusesAndReallocatesAnAddress) {
-  with_communicator([](Communicator& comm) {
-    make_current(comm);
-    const uint32_t seed = shared_seed(comm);
-    StreamHandle stream;
+  on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     const uint64_t baseline = comm.registration_stats().peer_mappings;
     // One segment serves two tensors in turn from its start: 16 MiB, then 12 MiB + 256 bytes.
     void* segment = nullptr;
@@ -292,10 +293,7 @@ TEST(AutomaticRegistration, CachingAllocatorReusesAndReallocatesAnAddress) {
 }
 
 TEST(AutomaticRegistration, VmmMemoryIsMappedToo) {
-  with_communicator([](Communicator& comm) {
-    make_current(comm);
-    const uint32_t seed = shared_seed(comm);
-    StreamHandle stream;
+  on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     const RegistrationStats before = comm.registration_stats();
     {
       VmmBuffer vmm(kCount * 4, comm.device());
@@ -317,10 +315,7 @@ TEST(AutomaticRegistration, VmmMemoryIsMappedToo) {
 // A tensor across two VMM allocations mapped side by side (PyTorch's expandable segments grow that way) lies in no
 // one allocation, so it cannot be described for the peers: the call is staged on every rank, and right.
 TEST(AutomaticRegistration, BufferAcrossTwoVmmAllocationsIsStaged) {
-  with_communicator([](Communicator& comm) {
-    make_current(comm);
-    const uint32_t seed = shared_seed(comm);
-    StreamHandle stream;
+  on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     const RegistrationStats before = comm.registration_stats();
     VmmBuffer pair(kCount * 2, comm.device(), 2);
     uint64_t mapped = 0;
@@ -334,10 +329,7 @@ TEST(AutomaticRegistration, BufferAcrossTwoVmmAllocationsIsStaged) {
 }
 
 TEST(AutomaticRegistration, MemoryOneRankCannotShareIsStagedOnEveryRank) {
-  with_communicator([](Communicator& comm) {
-    make_current(comm);
-    const uint32_t seed = shared_seed(comm);
-    StreamHandle stream;
+  on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     const RegistrationStats before = comm.registration_stats();
     // Rank 0 passes memory of the default cudaMallocAsync pool, which has no IPC handle types.
     void* buffer = nullptr;
