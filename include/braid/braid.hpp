@@ -214,16 +214,17 @@ class Communicator {
   // argument: null, zero length, a range past its allocation's end, host or managed memory, another GPU's memory
   // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.
   //
-  // Automatic registration (on unless BRAID_AUTO_REGISTER=0): a call captured into a CUDA graph, beyond the LL
-  // sizes, whose buffer is neither symmetric nor registered on this rank maps the peers' buffers at capture time
+  // Automatic registration (on unless BRAID_AUTO_REGISTER=0): in a call captured into a CUDA graph, beyond the LL
+  // sizes, a buffer the call's zero-copy paths would use (docs/registration.md lists them per collective; reduce
+  // uses none) that is neither symmetric nor registered on this rank has the peers' buffers mapped at capture time
   // without register_buffer. Every rank runs one barrier announcing the exchange and one host exchange of the
   // buffer's allocation (identified by its CUDA buffer id, so memory freed and allocated again at an address is
-  // mapped anew); the replays run the zero-copy paths with no host call. The graph holds the peers' mappings until
-  // it (and every executable graph made from it) is destroyed. A rank whose memory cannot be shared (host,
-  // managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations) makes that call
-  // staged on every rank. A rank that
-  // passes a symmetric or registered buffer to that call, or runs it eagerly, makes it fail on every rank with
-  // kMismatch. Eager calls of unregistered buffers are staged and exchange nothing.
+  // mapped anew); the replays then take the paths of registered buffers, with no host call. The graph holds the
+  // peers' mappings until it (and every executable graph made from it) is destroyed. A rank whose memory cannot be
+  // shared (host, managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations)
+  // makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
+  // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
+  // exchange nothing.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after

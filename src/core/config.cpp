@@ -58,8 +58,9 @@ constexpr ConfigVar kTable[] = {
      "folders and in python3's site-packages (nvidia/nccl/lib)."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "
-     "allocations at capture time (every rank joins one exchange per buffer), so its replays run zero copy; the "
-     "graph holds the mappings until it is destroyed. 0: such calls are staged. Eager calls are not affected."},
+     "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "
+     "registered buffers; the graph holds the mappings until it is destroyed. 0: such calls are staged. Eager "
+     "calls are not affected."},
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},
