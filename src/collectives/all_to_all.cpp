@@ -100,7 +100,6 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     launch.count = block_bytes;
     launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
     kernels::launch_blocks_ll(launch, plan.blocks, stream);
-    check_launch("all_to_all kernel launch");
     return;
   }
   if (plan.algorithm == Algorithm::kCopyEngine) {
@@ -117,7 +116,6 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     launch.pad = state.sync->pad();
     launch.plan = plan_word;
     kernels::launch_all_to_all_direct(launch, plan.blocks, stream);
-    check_launch("all_to_all kernel launch");
     return;
   }
   // Any buffer: FIFO pushes with every pair's size known.
@@ -129,7 +127,6 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   }
   launch.fifo.plan = plan_word;
   kernels::launch_all_to_all_pipelined(launch, plan.blocks, stream);
-  check_launch("all_to_all kernel launch");
 }
 
 void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool same_process_peers, void* recv,
@@ -153,7 +150,6 @@ void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool 
   const int blocks = std::min(choice.blocks, state.max_blocks);  // as many as symmetric buffers get, within the cap
   launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, blocks, count, type, true);
   kernels::launch_all_to_all_direct(launch, blocks, stream);
-  check_launch("all_to_all kernel launch");
 }
 
 void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream stream) {
@@ -172,7 +168,6 @@ void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream str
               algorithm_name(choice.algorithm), choice.blocks);
   DeviceGuard guard(state.device);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
-  check_launch("all_to_allv kernel launch");
 }
 
 void all_to_allv_device(CollectiveContext& state, const AllToAllvDeviceCall& call, Stream stream) {
@@ -188,7 +183,6 @@ void all_to_allv_device(CollectiveContext& state, const AllToAllvDeviceCall& cal
   BRAID_TRACE("all_to_allv_device: capacity {} bytes, {} with {} blocks", call.recv_capacity_bytes,
               algorithm_name(choice.algorithm), choice.blocks);
   kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
-  check_launch("all_to_allv_device kernel launch");
 }
 
 }  // namespace braid::collectives

@@ -42,7 +42,6 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   state.order->follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(collective), kSiteExchangeBarrier,
                           exchange_plan_word(collective, buffer, bytes, kind), stream.get());
-  BRAID_CUDA(cudaGetLastError());
   BRAID_CUDA(cudaStreamSynchronize(stream.get()));  // bounded: the barrier gives up at the communicator's timeout
   state.sync->raise_recorded_error(collective_name, describe_plan);
 }

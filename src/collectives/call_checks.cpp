@@ -246,9 +246,4 @@ void check_device_pointer(const char* function, const void* pointer, const char*
   }
 }
 
-void check_launch(const char* what) {
-  cudaError_t result = cudaGetLastError();
-  if (result != cudaSuccess) raise_cuda(result, what, __FILE__, __LINE__);
-}
-
 }  // namespace braid::collectives

@@ -136,8 +136,6 @@ void check_device_pointer(const char* function, const void* pointer, const char*
 // BRAID_CHECK_POINTERS of the process environment, read once: whether check_device_pointer asks CUDA.
 bool pointer_checks_on();
 
-// Raises the launch error CUDA recorded for the kernel just enqueued (bad configuration, no kernel image).
-void check_launch(const char* what);
 
 inline const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
 inline char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }

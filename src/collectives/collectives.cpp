@@ -120,24 +120,22 @@ kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const Co
 
 // Enqueues `enqueue(launch)` once per chunk of at most `chunk` of `total` units (elements, or bytes; `unit`
 // bytes each), with the launch's send, recv and count set to the chunk (a null buffer stays null: a rank whose
-// buffer the call does not use). `what` names a launch that failed.
+// buffer the call does not use).
 template <typename Launch, typename Enqueue>
 void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total, size_t chunk, size_t unit,
-                      const char* what, Enqueue&& enqueue) {
+                      Enqueue&& enqueue) {
   for (size_t offset = 0; offset < total; offset += chunk) {
     launch.send = send == nullptr ? nullptr : at(send, offset * unit);
     launch.recv = recv == nullptr ? nullptr : at(recv, offset * unit);
     launch.count = std::min(chunk, total - offset);
     enqueue(static_cast<const Launch&>(launch));
-    check_launch(what);
   }
 }
 
 // Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of the
 // call's count a block, in the plan's chunks, each its own LL call. `recv` may be null (reduce, off the root).
-void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream,
-                   const char* what) {
-  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type), what,
+void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream) {
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
                    [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
@@ -196,7 +194,7 @@ void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& 
   const auto kernel = call.collective == Collective::kAllReduce ? kernels::launch_all_reduce_multicast
                                                                  : kernels::launch_reduce_multicast;
   launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
-                   "multicast kernel launch", [&](const auto& chunk) { kernel(call.type, call.op, chunk, plan.blocks, stream); });
+                   [&](const auto& chunk) { kernel(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
 }  // namespace
@@ -221,19 +219,17 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
     kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
     launch.plan = plan_of(call, plan, zero_copy.send, zero_copy.recv);
     kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, plan.blocks, stream);
-    check_launch("all_reduce kernel launch");
     return;
   }
   switch (plan.algorithm) {
     case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
-    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call), call, plan, stream, "all_reduce kernel launch"); return;
+    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call), call, plan, stream); return;
     case Algorithm::kTwoShot:
       kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, plan), plan.blocks, stream);
-      check_launch("all_reduce kernel launch");
       return;
     default: {  // the staged one shot
       kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type), "all_reduce kernel launch",
+      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
                        [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, plan.blocks, stream); });
       return;
     }
@@ -252,20 +248,19 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
     case Algorithm::kLL: {  // the LL all-reduce, whose result only the root stores
       kernels::LLLaunch launch = ll_launch(state, call);
       launch.root = root;
-      run_reduce_ll(launch, call, plan, stream, "reduce kernel launch");
+      run_reduce_ll(launch, call, plan, stream);
       return;
     }
     case Algorithm::kPipelined: {  // the two shot, gathered by the root alone
       kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
       launch.root = root;
       kernels::launch_reduce_pipelined(type, op, launch, plan.blocks, stream);
-      check_launch("reduce kernel launch");
       return;
     }
     default: {  // staged, in one phase or two (split)
       const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_reduce_split : kernels::launch_reduce;
       kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type), "reduce kernel launch",
+      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
                        [&](const auto& chunk) { kernel(type, op, chunk, plan.blocks, stream); });
       return;
     }
@@ -295,25 +290,23 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
     launch.rank_stride = recv_count * size;
     launch.plan = plan_of(call, plan, send_range);
     kernels::launch_reduce_scatter_zero_copy(type, op, launch, plan.blocks, stream);
-    check_launch("reduce_scatter kernel launch");
     return;
   }
   switch (plan.algorithm) {
     case Algorithm::kPipelined:
       kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size, plan),
                                      plan.blocks, stream);
-      check_launch("reduce_scatter kernel launch");
       return;
     case Algorithm::kLL: {  // each peer's block of the input to that peer, reduced there
       kernels::LLLaunch launch = ll_launch(state, call);
       launch.send_rank_stride = recv_count * size;
-      run_reduce_ll(launch, call, plan, stream, "reduce_scatter kernel launch");
+      run_reduce_ll(launch, call, plan, stream);
       return;
     }
     default: {  // staged
       kernels::StagedLaunch launch = base_launch(state, call, plan);
       launch.rank_stride = recv_count;
-      launch_in_chunks(launch, send, recv, recv_count, plan.chunk, size, "reduce_scatter kernel launch",
+      launch_in_chunks(launch, send, recv, recv_count, plan.chunk, size,
                        [&](const auto& chunk) {
                          kernels::launch_reduce_scatter_staged(type, op, chunk, plan.blocks, stream);
                        });
@@ -351,7 +344,6 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
     launch.rank_stride = bytes;
     launch.plan = plan_of(call, plan, std::nullopt, recv_range);
     kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
-    check_launch("all_gather kernel launch");
     return;
   }
   switch (plan.algorithm) {
@@ -359,25 +351,24 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
       kernels::MulticastLaunch launch = multicast_launch(state, call);
       launch.plan = plan_of(call, plan);
       launch.rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "multicast kernel launch",
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, plan.blocks, stream); });
       return;
     }
     case Algorithm::kPipelined:
       kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, plan), plan.blocks, stream);
-      check_launch("all_gather kernel launch");
       return;
     case Algorithm::kLL: {  // the input to every peer, as an all-to-all of identical blocks
       kernels::LLLaunch launch = ll_launch(state, call);
       launch.recv_rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "all_gather kernel launch",
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, plan.blocks, stream); });
       return;
     }
     default: {  // staged
       kernels::StagedLaunch launch = base_launch(state, call, plan);
       launch.rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "all_gather kernel launch",
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, plan.blocks, stream); });
       return;
     }
@@ -406,7 +397,7 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
     case Algorithm::kLL: {
       kernels::LLLaunch launch = ll_launch(state, call);
       launch.root = root;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "broadcast kernel launch",
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });
       return;
     }
@@ -415,13 +406,12 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
       launch.root = root;
       const auto kernel = state.size > 2 ? kernels::launch_broadcast_chain : kernels::launch_broadcast_pipelined;
       kernel(launch, plan.blocks, stream);
-      check_launch("broadcast kernel launch");
       return;
     }
     default: {  // staged, in one phase or two (split)
       const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_broadcast_split : kernels::launch_broadcast;
       kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1, "broadcast kernel launch",
+      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernel(chunk, plan.blocks, stream); });
       return;
     }

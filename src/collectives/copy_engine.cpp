@@ -47,14 +47,11 @@ void between_barriers(CollectiveContext& state, Collective collective, uint64_t 
     state.side->order(stream, state.side->get());
     const int blocks = std::min({local_blocks(own_bytes), kOwnCopyMaxBlocks, state.max_blocks});
     kernels::launch_copy_local(own_destination, own_source, own_bytes, blocks, state.side->get());
-    check_launch("copy-engine local copy launch");
   }
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
-  check_launch("copy-engine barrier launch");
   between();
   if (own) state.side->order(state.side->get(), stream);
   kernels::launch_barrier(pad, id, kSiteExitBarrier, plan, stream);
-  check_launch("copy-engine barrier launch");
 }
 
 }  // namespace

@@ -139,7 +139,6 @@ void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layo
   auto step = pair_step<kernels::BulkSendStep>(state, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
-  check_launch("send_recv copy-engine step launch");
   step.drain = false;
   auto post = [&](uint64_t c) {  // on `steps`, which waits for the copy of chunk c already
     const int slot_index = static_cast<int>(c % kernels::kBulkSlots);
@@ -147,7 +146,6 @@ void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layo
     step.post_slot = step.wait_slot = slot_index;
     step.header = layout.header(area, state.rank, slot_index);
     kernels::launch_bulk_send_step(step, steps);
-    check_launch("send_recv copy-engine step launch");
   };
   for (uint64_t c = 0; c < chunks; ++c) {
     if (c >= kernels::kBulkSlots) handover.order(steps, copies);  // the step of chunk c - 2: the slot is back
@@ -187,7 +185,6 @@ void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layo
     step.wait_chunk = c == chunks ? -1 : static_cast<int64_t>(c);
     step.header = layout.header(area, pair.peer, slot_index);
     kernels::launch_bulk_recv_step(step, stream);
-    check_launch("send_recv copy-engine step launch");
     if (c == chunks) break;
     copy.slot = layout.slot(area, state.size, pair.peer, slot_index);
     copy.header = step.header;
@@ -195,7 +192,6 @@ void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layo
     copy.bytes = std::min<uint64_t>(layout.slot_payload, pair.bytes - c * layout.slot_payload);
     copy.chunk = c;
     kernels::launch_bulk_copy_out(copy, copy_blocks, stream);
-    check_launch("send_recv copy-out launch");
   }
 }
 
@@ -218,7 +214,6 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
     if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
         (sends.empty() && recvs.empty())) {
       kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
-      check_launch("send_recv kernel launch");
     }
     for (const BulkPair& pair : sends) enqueue_bulk_send(state, layout, pair, plan, stream, steps, *state.second_side);
     for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, layout, pair, plan, side);

@@ -234,7 +234,6 @@ void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dis
   } else {
     moe::launch_combine(launch, state.shape.type, stream);
   }
-  collectives::check_launch(dispatch ? "MoE dispatch launch" : "MoE combine launch");
 }
 
 // Enqueues `launch` (dispatch when `dispatch`, else combine) whole, or its sending half with the receiving half

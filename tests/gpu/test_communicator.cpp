@@ -1,9 +1,12 @@
-// Communicator init on real GPUs: topology, refused configurations, a missing rank, the C API.
+// Communicator init on real GPUs: topology, refused configurations, a missing rank, the C API; a CUDA error the
+// caller left pending is the caller's.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "braid/braid.h"
 #include "braid/braid.hpp"
@@ -116,6 +119,35 @@ TEST(CApi, InitAllocPeersViewFreeDestroy) {
     EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
     EXPECT_EQ(braidCommDestroy(comm), braidSuccess);  // communicator first, memory after
     EXPECT_EQ(braidSymmetricFree(memory), braidSuccess);
+  });
+}
+
+// A CUDA error the caller left in its thread (a failed runtime call it did not check) belongs to the caller:
+// collectives of LL and staged sizes neither raise it as their own nor clear it, and compute the right result.
+TEST(Communicator, ACallersPendingCudaErrorIsLeftToTheCaller) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    for (size_t count : {size_t(4096), size_t(1) << 20}) {  // 16 KiB (LL) and 4 MiB of float (staged, barriers)
+      float *send = nullptr, *recv = nullptr;
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), count * sizeof(float)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), count * sizeof(float)), cudaSuccess);
+      const std::vector<float> ones(count, 1.0f);
+      ASSERT_EQ(cudaMemcpy(send, ones.data(), count * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaSetDevice(1 << 20), cudaErrorInvalidDevice);  // left pending, as a caller might
+      EXPECT_NO_THROW(comm.all_reduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum, nullptr))
+          << "rank " << comm.rank() << ", " << count << " elements";
+      EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidDevice) << "the caller's error is still pending after the call";
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      comm.check();
+      std::vector<float> got(count);
+      ASSERT_EQ(cudaMemcpy(got.data(), recv, count * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      size_t wrong = 0;
+      for (float value : got) wrong += value != static_cast<float>(comm.size());
+      EXPECT_EQ(wrong, 0u) << "rank " << comm.rank() << ", " << count << " elements";
+      cudaFree(send);
+      cudaFree(recv);
+      comm.barrier();
+    }
   });
 }
 
