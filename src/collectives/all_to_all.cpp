@@ -80,8 +80,8 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   std::optional<PeerRange> send_range, recv_range;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, send, bytes, stream);
-    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes, stream);
+    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, send, bytes);
+    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes);
     facts.peers_map = send_range && recv_range;
     facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
     facts.in_place = send == recv;

@@ -46,14 +46,6 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   state.sync->raise_recorded_error(collective_name, describe_plan);
 }
 
-// The graph `stream` is capturing into, or null when it is not capturing.
-cudaGraph_t capturing_graph(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  cudaGraph_t graph = nullptr;
-  BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, nullptr, nullptr, nullptr));
-  return status == cudaStreamCaptureStatusActive ? graph : nullptr;
-}
-
 // What a graph's user object owns: released, once the graph is destroyed and its launches are complete, on a
 // thread where CUDA calls are allowed.
 void release_graph_held(void* owned) {
@@ -82,17 +74,17 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 }  // namespace
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes, cudaStream_t stream) {
+                                           const void* pointer, size_t bytes) {
   // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
   // few ever run it.
   CollectiveContext* const communicator = &state;
   const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
   const Exchange* const first_use = &registered;
-  std::optional<PeerRange> found =
-      find_peer_range(state, pointer, bytes, [communicator, first_use] { agree_on_exchange(*communicator, *first_use); });
+  std::optional<PeerRange> found = find_peer_range(
+      state, pointer, bytes, [communicator, first_use] { agree_on_exchange(*communicator, *first_use); });
   if (found || bytes == 0 || !detail::automatic_registration_on()) return found;
-  const cudaGraph_t graph = capturing_graph(stream);
-  if (graph == nullptr) return std::nullopt;  // eager calls of unregistered buffers are staged
+  const cudaGraph_t graph = state.order->call_graph();  // the call's ordering scope asked CUDA already
+  if (graph == nullptr) return std::nullopt;            // eager calls of unregistered buffers are staged
   const Exchange automatic{collective, buffer, bytes, ExchangeKind::kAutomatic};
   const Exchange* const captured = &automatic;
   std::optional<detail::AutomaticRange> range = detail::exchange_automatically(

@@ -207,8 +207,8 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   ZeroCopyBuffers zero_copy;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes, stream),
-                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes, stream)};
+    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes),
+                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes)};
     facts.peers_map = zero_copy.usable();
     facts.in_place = overlap(send, bytes, recv, bytes);
   }
@@ -277,7 +277,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
   if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes, stream);
+    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
   }
   BufferFacts facts{};
   facts.peers_map = send_range && send_range->aligned16;
@@ -324,7 +324,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   // answer on every rank. The input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
-    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size, stream);
+    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size);
   }
   BufferFacts facts{};
   facts.peers_map = recv_range && recv_range->aligned16;
@@ -382,7 +382,7 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
   const AreaCapacities capacities = area_capacities(state);
   // Copy engines when every peer maps the output (the root pushes into it).
   std::optional<PeerRange> recv_range;
-  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes, stream);
+  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes);
   BufferFacts facts{};
   facts.peers_map = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;

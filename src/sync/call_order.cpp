@@ -41,6 +41,7 @@ CallOrder::Capture CallOrder::capture_of(cudaStream_t stream) {
 
 bool CallOrder::begin(cudaStream_t stream) {
   const Capture capture = capture_of(stream);
+  call_graph_ = capture.graph;
   // cudaStreamPerThread names another stream in every host thread: never taken for the same stream.
   const bool same_stream = stream == last_stream_ && stream != cudaStreamPerThread;
   if (capture.id == 0) {
@@ -61,6 +62,7 @@ bool CallOrder::begin(cudaStream_t stream) {
 }
 
 void CallOrder::end(cudaStream_t stream, bool captured) {
+  call_graph_ = nullptr;
   const Capture capture = captured ? capture_of(stream) : Capture{};
   if (capture.id == 0) {
     BRAID_CUDA(cudaEventRecord(eager_done_, stream));

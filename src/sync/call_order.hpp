@@ -38,6 +38,8 @@ class CallOrder {
   // launched so far of a graph with the communicator's calls). For work that runs outside the call order, at
   // once, while a call is being made or captured.
   void follow_eager(cudaStream_t stream);
+  // The graph the call in progress (between begin and end) is being captured into; null for an eager call.
+  cudaGraph_t call_graph() const { return call_graph_; }
 
   // The scope of one call, with the communicator's GPU current: begin at construction, end at destruction
   // (also when the call throws after enqueuing part of its work, so the next call still waits for that part).
@@ -71,6 +73,7 @@ class CallOrder {
   bool any_call_ = false;
   cudaStream_t last_stream_ = nullptr;
   unsigned long long last_capture_ = 0;  // capture id of the last call; 0 when it was eager
+  cudaGraph_t call_graph_ = nullptr;     // call_graph()
   cudaGraphNode_t last_record_ = nullptr;  // the current capture's record node
   bool graphs_made_ = false;                   // a capture holds braid calls: eager calls always wait
   std::vector<cudaGraphNode_t> record_after_;  // what the record node depends on: the latest call's frontier
