@@ -57,7 +57,7 @@ for phase in "$@"; do
       grep -v "NCCL INFO" "$out/nccl-probe.txt" | grep -v '^\[[1-9]' | tail -12
       ;;
     algos)
-      for algo in ll oneshot twoshot; do
+      for algo in ll ll128 oneshot twoshot; do
         BRAID_ALGO=allreduce=$algo bench 60 "algo-$algo" --coll allreduce -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0
       done
       ;;
@@ -119,7 +119,7 @@ for phase in "$@"; do
         > "$out/symmetric-tests.log" 2>&1
       echo "symmetric tests (threads, $gpus ranks) exit $?" | tee -a "$out/symmetric-tests.log"
       grep -E "OK \]|FAILED|Failure|PASSED" "$out/symmetric-tests.log" | head -30
-      for algo in ll oneshot twoshot; do
+      for algo in ll ll128 oneshot twoshot; do
         BRAID_ALGO=allreduce=$algo bench 40 "symmetric-algo-$algo" --coll allreduce -d bfloat16 -b 8K -e 64M -f 2 -G 20 --inplace 0 --symmetric 1
       done
       bench 40 symmetric-twoshot-f32 --coll allreduce -d float32 -b 128M -e 512M -f 4 -c 0 -n 10 --inplace 0 --symmetric 1
@@ -174,7 +174,7 @@ for phase in "$@"; do
       ;;
     dtype-algos)
       for coll in ${COLLS:-allreduce reducescatter reduce}; do
-        algos=$([ $coll = allreduce ] && echo "ll oneshot twoshot" || echo "ll staged pipelined")
+        algos=$([ $coll = allreduce ] && echo "ll ll128 oneshot twoshot" || echo "ll staged pipelined")
         for dtype in ${DTYPES:-bfloat16 f8e4m3 float32}; do
           for algo in $algos; do
             for symmetric in 0 1; do

@@ -132,17 +132,18 @@ class Communicator {
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
-  // symmetric buffers at unequal offsets, a call in place on some ranks where the one-shot all-reduce runs zero
-  // copy) compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and
+  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there)
+  // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and
   // fail on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
   // then unusable) instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier
   // too (see register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
-  // selection table's LL rows, docs/collectives.md) run the same LL kernels whatever the buffers and look up no
-  // buffer, so any mix of buffer kinds gives the right answer there. LL kernels compare no plans: ranks that
-  // break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not told so; a rank
-  // left waiting for lines that never come fails with kTimeout, and results may be wrong, as with NCCL.
+  // selection table's LL and LL128 rows, docs/collectives.md) run the same kernels whatever the buffers and
+  // look up no buffer, so any mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
+  // plans: ranks that break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not
+  // told so; a rank left waiting for lines that never come fails with kTimeout, and results may be wrong, as
+  // with NCCL.
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
   void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);

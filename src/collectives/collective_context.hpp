@@ -32,6 +32,7 @@ struct CollectiveContext : detail::MemoryContext {
   SymmetricMemory staging;
   SymmetricMemory pipeline;
   SymmetricMemory ll;
+  SymmetricMemory ll128;
   // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block, and
   // every other chunk of the pulls, run there beside the caller's stream.
   std::unique_ptr<SideStream> side;
@@ -41,6 +42,9 @@ struct CollectiveContext : detail::MemoryContext {
   // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
   // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.
   std::unique_ptr<detail::MulticastRegion> multicast;
+  // Whether LL128 may run: every pair of GPUs reports native P2P atomics, which NVLink gives and PCIe peers do
+  // not, and NVLink delivers a warp's 128-byte line whole (all_reduce_ll128.cu). Agreed at init.
+  bool ll128_lines = false;
 };
 
 // The ordering scope of one call that enqueues work on `stream`: every such call holds one while it enqueues

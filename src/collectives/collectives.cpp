@@ -10,6 +10,7 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/multicast_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
@@ -29,7 +30,8 @@ namespace {
 
 // What every rank knows of the call before its buffers are looked up (`bytes`: its size as the table counts it).
 CallShape shape_of(const CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
-  return CallShape{call.collective, bytes, state.size, call.type, &state.algorithm_override, multicast, state.max_blocks};
+  return CallShape{call.collective, bytes,     state.size,      call.type, &state.algorithm_override,
+                   multicast,       state.max_blocks, state.ll128_lines};
 }
 
 size_t staging_half_bytes(const CollectiveContext& state) { return state.staging.bytes() / 2 / 256 * 256; }
@@ -45,6 +47,7 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   capacities.staging_half = staging_half_bytes(state);
   capacities.ll_payload = ll_slot_bytes(state) / kernels::kLLWireBytes * kernels::kLLLineBytes;
   capacities.multicast_half = multicast_half_bytes(state);
+  capacities.ll128_payload = kernels::kLL128MaxPayloadBytes;
   return capacities;
 }
 
@@ -60,6 +63,19 @@ kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall
   launch.root = -1;
   return launch;
 }
+
+namespace {
+
+// An LL128 launch without its buffers and count: LL's arguments over the LL128 area and call counter.
+kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveCall& call) {
+  kernels::LLLaunch launch = ll_launch(state, call);
+  launch.area = reinterpret_cast<char* const*>(state.ll128.device_peers());
+  launch.slot_bytes = kernels::kLL128SlotBytes;
+  launch.epoch = state.sync->ll128_epoch();
+  return launch;
+}
+
+}  // namespace
 
 namespace {
 
@@ -224,6 +240,12 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   switch (plan.algorithm) {
     case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
     case Algorithm::kLL: run_reduce_ll(ll_launch(state, call), call, plan, stream); return;
+    case Algorithm::kLL128: {
+      const kernels::LLLaunch launch = ll128_launch(state, call);
+      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
+                       [&](const auto& chunk) { kernels::launch_all_reduce_ll128(type, op, chunk, plan.blocks, stream); });
+      return;
+    }
     case Algorithm::kTwoShot:
       kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, plan), plan.blocks, stream);
       return;

@@ -24,6 +24,8 @@ struct BulkCopyOut;
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
 // (reduce_ll.cu).
 void launch_reduce_ll(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
+// LL128 all-reduce (all_reduce_ll128.cu): LLLaunch over the LL128 area (ll128_launch.hpp).
+void launch_all_reduce_ll128(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_one_shot(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,

@@ -51,6 +51,7 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
   if (shape.collective == Collective::kAllToAll || shape.collective == Collective::kAllToAllv) return SIZE_MAX;
   switch (algorithm) {
     case Algorithm::kLL: return capacities.ll_payload / unit;
+    case Algorithm::kLL128: return capacities.ll128_payload / unit;
     case Algorithm::kMulticast:
       // All-gather: every rank's block of a chunk sits in the half, each in whole 16-byte vectors.
       if (shape.collective == Collective::kAllGather) return capacities.multicast_half / shape.world / 16 * 16;
@@ -75,6 +76,7 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   gates.multicast = shape.multicast;
   gates.copy_engines = facts.peers_map && !facts.same_process_peers;
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  gates.ll128 = shape.ll128;
   return gates;
 }
 

@@ -35,6 +35,7 @@ struct CallShape {
   const std::string* algorithm_override;  // BRAID_ALGO's value, "" for none; never null
   bool multicast;  // the communicator has a multicast region and its kernels serve this call (multicast_launch.hpp)
   int max_blocks = kMaxBlocks;  // the communicator's cap on a launch's blocks (CommOptions::max_blocks)
+  bool ll128 = true;  // every pair of the communicator's GPUs delivers a 128-byte line whole (selection.hpp, Gates)
 };
 
 // How much one launch can carry through the communicator's areas, in bytes.
@@ -42,6 +43,7 @@ struct AreaCapacities {
   size_t staging_half;    // one half of the staging area (staged kernels alternate halves)
   size_t ll_payload;      // payload an LL launch carries from each sender (its slot, less the flags)
   size_t multicast_half;  // one half of the multicast region (0 without one)
+  size_t ll128_payload;   // payload an LL128 launch carries from each sender
 };
 
 // What the lookups found about the call's buffers; every fact holds for every rank's buffers, so it is the same

@@ -31,6 +31,10 @@ bool serves_type(Types types, DataType type) {
 // the buffers: ranks choose between LL lines and barrier kernels from the call alone, since LL polls compare no
 // plans.
 constexpr Row kTable[] = {
+    {Collective::kAllReduce, size_t(128) << 10, Algorithm::kLL, Buffers::kAny, 2},
+    {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL128, Buffers::kAny, 2, Types::kFp8},
+    {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot, Buffers::kAny, 2, Types::kFp8},
+    {Collective::kAllReduce, size_t(1) << 20, Algorithm::kLL128, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
@@ -106,6 +110,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
     {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
     {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
+    {Collective::kAllReduce, Algorithm::kLL128},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
@@ -113,7 +118,7 @@ constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kRedu
                                        Collective::kAllToAllv, Collective::kSendRecv};
 constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,        Algorithm::kOneShot,    Algorithm::kTwoShot,
                                      Algorithm::kPipelined, Algorithm::kStaged,     Algorithm::kCopyEngine,
-                                     Algorithm::kMulticast, Algorithm::kSplit};
+                                     Algorithm::kMulticast, Algorithm::kSplit,      Algorithm::kLL128};
 
 // All-to-all-v launches this many blocks whatever its size: a block is a channel paired with the same block of
 // every peer, and ranks that send different amounts must still launch the same number.
@@ -130,7 +135,8 @@ bool serves(Collective collective, Algorithm algorithm) {
 }
 
 // Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
-// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each; zero-copy blocks and
+// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, LL128 blocks 15 KiB (what
+// each of its warps moves in one round: all_reduce_ll128.cu); zero-copy blocks and
 // the staged one shot 16 KB (their loads come straight from peers' memory or staging: more blocks keep more of
 // them in flight); staged ones 16 KB beyond 32 KiB and one block through it; the others 64 KB. The
 // measurements behind these sizes: docs/dev/selection.md.
@@ -139,9 +145,10 @@ int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
   const bool staged = algorithm == Algorithm::kStaged || algorithm == Algorithm::kSplit;
   if (staged && bytes <= kOneStagedBlockBytes) return 1;
   const bool loads_from_peers = buffers == Buffers::kSymmetric || staged || algorithm == Algorithm::kOneShot;
-  const size_t per_block = algorithm == Algorithm::kLL ? size_t(8) << 10
-                           : loads_from_peers          ? size_t(16) << 10
-                                                       : size_t(64) << 10;
+  const size_t per_block = algorithm == Algorithm::kLL    ? size_t(8) << 10
+                           : algorithm == Algorithm::kLL128 ? size_t(15) << 10
+                           : loads_from_peers            ? size_t(16) << 10
+                                                         : size_t(64) << 10;
   const size_t blocks = (bytes + per_block - 1) / per_block;
   return static_cast<int>(std::clamp<size_t>(blocks, 1, kMaxBlocks));
 }
@@ -186,7 +193,7 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (value == algorithm_name(candidate)) parsed = &candidate;
     }
     if (parsed == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, oneshot, twoshot, pipelined, staged, copyengine, multicast, split)", text, value);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, ll128, oneshot, twoshot, pipelined, staged, copyengine, multicast, split)", text, value);
     }
     if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
     if (*named == collective) {
@@ -218,6 +225,7 @@ const char* collective_name(unsigned int collective) {
 const char* algorithm_name(Algorithm algorithm) {
   switch (algorithm) {
     case Algorithm::kLL: return "ll";
+    case Algorithm::kLL128: return "ll128";
     case Algorithm::kOneShot: return "oneshot";
     case Algorithm::kTwoShot: return "twoshot";
     case Algorithm::kPipelined: return "pipelined";
@@ -236,6 +244,7 @@ bool gate_open(Algorithm algorithm, const Gates& gates) {
     case Algorithm::kMulticast: return gates.multicast;
     case Algorithm::kCopyEngine: return gates.copy_engines;
     case Algorithm::kLL: return gates.ll_fits;
+    case Algorithm::kLL128: return gates.ll128;
     default: return true;
   }
 }
@@ -268,8 +277,9 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
              Gates gates) {
   gates.copy_engines = false;
-  return select_algorithm(collective, bytes, world, type, override_text, Buffers::kAny, gates).algorithm ==
-         Algorithm::kLL;
+  const Algorithm algorithm =
+      select_algorithm(collective, bytes, world, type, override_text, Buffers::kAny, gates).algorithm;
+  return algorithm == Algorithm::kLL || algorithm == Algorithm::kLL128;
 }
 
 }  // namespace braid

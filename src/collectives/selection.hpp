@@ -23,7 +23,8 @@ enum class Collective : unsigned int {
 };
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 
-// kLL: flag-in-data pushes, no barrier (all-reduce, small); kOneShot: every rank reads every peer's staged copy;
+// kLL: flag-in-data pushes, no barrier (all-reduce, small); kLL128: the same in 128-byte lines of 120 payload
+// bytes (all-reduce); kOneShot: every rank reads every peer's staged copy;
 // kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
 // all-gather, all-to-all; on buffers peers map, zero copy: all-to-all and all-gather store straight into the
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
@@ -36,7 +37,7 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // kSplit: staged in two phases, one part of the data per rank (reduce, broadcast): rank r reduces part r of every
 // rank's copy, or fetches part r from the root, into its staging; after a second barrier the root gathers the
 // parts, or every rank fetches the others' parts from their owners.
-enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast, kSplit };
+enum class Algorithm { kLL, kOneShot, kTwoShot, kPipelined, kStaged, kCopyEngine, kMulticast, kSplit, kLL128 };
 const char* algorithm_name(Algorithm algorithm);
 
 constexpr int kMaxBlocks = 64;  // channels of one launch, for every algorithm (the signal pad has this many per set)
@@ -61,6 +62,8 @@ struct Gates {
   bool copy_engines = false;  // every peer maps the buffers the copy engines use, none of them another GPU's
                               // cudaMalloc memory of this process (copy_engine.hpp)
   bool ll_fits = true;        // one LL launch carries the call (all-to-all: a rank block fits an LL slot)
+  bool ll128 = true;          // every pair of GPUs delivers a warp's 128-byte line whole (NVLink; not PCIe):
+                              // agreed at communicator init, so the same on every rank
 };
 
 // `bytes`: the collective's size as nccl-tests counts it (all-reduce: the buffer; all-gather: the output;
@@ -72,7 +75,8 @@ struct Gates {
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers = Buffers::kAny, Gates gates = {});
 
-// Whether the call runs LL, whatever its buffers are: the table's LL rows serve every buffer kind
+// Whether the call runs LL or LL128 (lines that carry their flags), whatever its buffers are: the table's LL and
+// LL128 rows serve every buffer kind
 // (tests/cpu/test_selection.cpp checks it), so ranks agree on LL from the call alone, and an LL call looks up no
 // buffer (no peer mapping, no first-use exchange of a registered buffer). `gates.copy_engines` plays no part.
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,

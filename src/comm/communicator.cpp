@@ -10,6 +10,7 @@
 #include <random>
 
 #include "bootstrap/rendezvous.hpp"
+#include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
@@ -105,6 +106,7 @@ void require_vmm_support(int device) {
 struct Topology {
   std::vector<PeerInfo> peers;
   std::string problem;
+  bool native_atomics_everywhere = false;  // every rank reports native P2P atomics with every peer (NVLink)
 };
 
 Topology agree_on_topology(detail::CommState& state) {
@@ -116,6 +118,11 @@ Topology agree_on_topology(detail::CommState& state) {
   topology.peers = probe_peers(ranks, state.rank, state.device);
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows);
+  bool mine = true;
+  for (const PeerInfo& peer : topology.peers) mine = mine && peer.p2p && peer.native_atomics;
+  const std::vector<std::string> atomics = state.bootstrap->allgather(mine ? "1" : "0", "native atomics");
+  topology.native_atomics_everywhere =
+      std::all_of(atomics.begin(), atomics.end(), [](const std::string& a) { return a == "1"; });
   return topology;
 }
 
@@ -261,6 +268,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
   const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   state->peers = topology.peers;
+  state->ll128_lines = topology.native_atomics_everywhere;
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   state->max_blocks = max_blocks(options.max_blocks);
   agree_on_settings(*state);
@@ -294,6 +302,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   }
   state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
+  state->ll128 = comm.alloc(kernels::ll128_area_bytes(state->size));
   state->side = std::make_unique<SideStream>(state->device);
   state->second_side = std::make_unique<SideStream>(state->device);
   state->multicast = detail::open_multicast(Config::get(), multicast_team(*state, comm), multicast_bytes());

@@ -47,6 +47,7 @@ class DeviceSync {
   device::SignalPad pad() const { return pad_; }
   uint64_t* epoch() const { return &counters_->staging_epoch; }  // staging parity counter, advanced by kernels
   uint64_t* ll_epoch() const { return &counters_->ll_epoch; }     // LL calls so far, advanced by kernels
+  uint64_t* ll128_epoch() const { return &counters_->ll128_epoch; }  // LL128 calls so far, advanced by kernels
   uint64_t* multicast_epoch() const { return &counters_->multicast_epoch; }  // multicast region parity counter
   unsigned int* blocks_done() const { return &counters_->blocks_done; }  // the last block of a launch advances a counter
 
@@ -77,6 +78,7 @@ class DeviceSync {
     uint64_t ll_epoch;
     uint64_t multicast_epoch;
     unsigned int blocks_done;
+    uint64_t ll128_epoch;
   };
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;

@@ -80,11 +80,11 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
-  // On 2 ranks the staged one shot beats the zero-copy two shot through 1 MiB on symmetric buffers too.
+  // On 2 ranks LL128 serves every buffer through 1 MiB, and the zero-copy two shot symmetric buffers beyond.
   const auto pick2 = [](size_t bytes, Buffers buffers) {
     return select_algorithm(Collective::kAllReduce, bytes, 2, DataType::kBFloat16, "", buffers).algorithm;
   };
-  EXPECT_EQ(pick2(1 << 20, Buffers::kSymmetric), Algorithm::kOneShot);
+  EXPECT_EQ(pick2(1 << 20, Buffers::kSymmetric), Algorithm::kLL128);
   EXPECT_EQ(pick2((1 << 20) + 2, Buffers::kSymmetric), Algorithm::kTwoShot);
   // Rows without a buffers column serve both.
   EXPECT_EQ(select_algorithm(Collective::kAllGather, 1 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).algorithm,
@@ -141,8 +141,12 @@ TEST(Selection, AllReduceTakesTheOneShotFurtherOnTwoRanks) {
   const auto pick = [](size_t bytes, int world, Buffers buffers = Buffers::kAny) {
     return select_algorithm(Collective::kAllReduce, bytes, world, DataType::kBFloat16, "", buffers).algorithm;
   };
-  // On 2 ranks a one shot moves what a two shot moves, with one barrier: it wins through 16 MiB.
-  EXPECT_EQ(pick(512 << 10, 2), Algorithm::kLL);
+  // On 2 ranks LL through 128 KiB, LL128 through 1 MiB; then a one shot, which moves what a two shot moves with
+  // one barrier, wins through 16 MiB.
+  EXPECT_EQ(pick(128 << 10, 2), Algorithm::kLL);
+  EXPECT_EQ(pick((128 << 10) + 2, 2), Algorithm::kLL128);
+  EXPECT_EQ(pick(1 << 20, 2, Buffers::kSymmetric), Algorithm::kLL128);
+  EXPECT_EQ(pick((1 << 20) + 2, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick(2 << 20, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick(size_t(16) << 20, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick((size_t(16) << 20) + 2, 2), Algorithm::kTwoShot);
@@ -247,7 +251,7 @@ TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
 TEST(Selection, LLNeverDependsOnTheBuffers) {
   const Collective collectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
                                     Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll};
-  const char* overrides[] = {"", "allreduce=ll", "allreduce=twoshot", "reduce=ll", "reducescatter=pipelined",
+  const char* overrides[] = {"", "allreduce=ll", "allreduce=ll128", "allreduce=twoshot", "reduce=ll", "reducescatter=pipelined",
                              "allgather=ll", "broadcast=copyengine", "alltoall=ll", "alltoall=copyengine"};
   std::vector<size_t> sizes;
   for (int shift = 0; shift <= 30; ++shift) {
@@ -267,16 +271,17 @@ TEST(Selection, LLNeverDependsOnTheBuffers) {
                 const Gates gates{.multicast = multicast, .copy_engines = copy_engines, .ll_fits = ll_fits};
                 return select_algorithm(collective, bytes, world, DataType::kBFloat16, text, buffers, gates).algorithm;
               };
-              const bool any = algorithm(Buffers::kAny, false) == Algorithm::kLL;
+              const auto lines = [](Algorithm a) { return a == Algorithm::kLL || a == Algorithm::kLL128; };
+              const bool any = lines(algorithm(Buffers::kAny, false));
               for (bool copy_engines : {false, true}) {
-                ASSERT_EQ(any, algorithm(Buffers::kSymmetric, copy_engines) == Algorithm::kLL)
+                ASSERT_EQ(any, lines(algorithm(Buffers::kSymmetric, copy_engines)))
                     << collective_name(static_cast<unsigned int>(collective)) << ", " << bytes << " bytes, world "
                     << world << ", override '" << text << "', multicast " << multicast << ", copy engines "
                     << copy_engines << ", LL fits " << ll_fits;
               }
               ASSERT_EQ(any, runs_ll(collective, bytes, world, DataType::kBFloat16, text,
                                      Gates{.multicast = multicast, .ll_fits = ll_fits}));
-              if (!ll_fits) ASSERT_FALSE(any);
+              if (!ll_fits) ASSERT_NE(algorithm(Buffers::kAny, false), Algorithm::kLL);  // the gate is LL's alone
               ++checked;
               ll += any;
             }
@@ -357,6 +362,37 @@ TEST(Selection, ReductionTable) {
 
 // The datatype is a key of the table: the fp8 types' reductions convert every element, which keeps the staged
 // reduce-scatter ahead of the pipelined one up to 8 MiB on 2 ranks; other types and other rows ignore it.
+// Where the GPUs cannot deliver a 128-byte line whole (PCIe peers), the LL128 rows do not apply: LL and the one
+// shot serve those sizes, as before LL128.
+TEST(Selection, LL128NeedsLinesThatLandWhole) {
+  const auto pick = [](size_t bytes, bool ll128, const std::string& text = "") {
+    Gates gates;
+    gates.ll128 = ll128;
+    return select_algorithm(Collective::kAllReduce, bytes, 2, DataType::kBFloat16, text, Buffers::kAny, gates).algorithm;
+  };
+  EXPECT_EQ(pick(size_t(512) << 10, true), Algorithm::kLL128);
+  EXPECT_EQ(pick(size_t(512) << 10, false), Algorithm::kLL);
+  EXPECT_EQ(pick(size_t(1) << 20, false), Algorithm::kOneShot);
+  EXPECT_EQ(pick(size_t(1) << 20, false, "allreduce=ll128"), Algorithm::kOneShot);  // forced: the table's choice
+  EXPECT_FALSE(runs_ll(Collective::kAllReduce, size_t(1) << 20, 2, DataType::kBFloat16, "", Gates{.ll128 = false}));
+}
+
+// LL128 on 2 ranks: the fp8 types (two 480-byte groups a warp a round) hand 1 MiB to the one shot.
+TEST(Selection, Fp8AllReduceLeavesLL128SoonerOnTwoRanks) {
+  const auto pick = [](DataType type, size_t bytes, Buffers buffers = Buffers::kAny) {
+    return select_algorithm(Collective::kAllReduce, bytes, 2, type, "", buffers).algorithm;
+  };
+  for (DataType fp8 : {DataType::kFloat8E4M3, DataType::kFloat8E5M2}) {
+    EXPECT_EQ(pick(fp8, size_t(128) << 10), Algorithm::kLL);
+    EXPECT_EQ(pick(fp8, size_t(512) << 10), Algorithm::kLL128);
+    EXPECT_EQ(pick(fp8, size_t(1) << 20), Algorithm::kOneShot);
+    EXPECT_EQ(pick(fp8, size_t(1) << 20, Buffers::kSymmetric), Algorithm::kOneShot);
+  }
+  for (DataType type : {DataType::kBFloat16, DataType::kFloat16, DataType::kFloat32, DataType::kInt8}) {
+    EXPECT_EQ(pick(type, size_t(1) << 20), Algorithm::kLL128);
+  }
+}
+
 TEST(Selection, Fp8ReduceScatterStagesFurtherOnTwoRanks) {
   const auto pick = [](DataType type, size_t bytes, int world, Buffers buffers = Buffers::kAny) {
     return select_algorithm(Collective::kReduceScatter, bytes, world, type, "", buffers).algorithm;

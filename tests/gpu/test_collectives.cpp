@@ -259,7 +259,7 @@ TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }
 // Runs body(comm, label) on a fresh communicator once per all-reduce algorithm, forced through
 // CommOptions::algorithms; label names the forcing.
 void with_each_all_reduce_algorithm(const std::function<void(Communicator&, const char*)>& body) {
-  for (const char* algorithm : {"ll", "oneshot", "twoshot"}) {
+  for (const char* algorithm : {"ll", "ll128", "oneshot", "twoshot"}) {
     const std::string algorithms = std::string("allreduce=") + algorithm;
     with_algorithms(algorithms, [&](Communicator& comm) { body(comm, algorithms.c_str()); });
   }

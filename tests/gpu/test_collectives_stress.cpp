@@ -127,7 +127,7 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
     Communicator keeper = Communicator::init(context.rendezvous, test_options());
     make_current(keeper);
     // Every all-reduce algorithm waits in its own way (barriers, FIFO pieces, LL lines): each must give up.
-    for (const char* algorithm : {"allreduce=ll", "allreduce=oneshot", "allreduce=twoshot"}) {
+    for (const char* algorithm : {"allreduce=ll", "allreduce=ll128", "allreduce=oneshot", "allreduce=twoshot"}) {
       keeper.barrier();  // the skipping rank is back in step: it skipped the previous call and came here
       constexpr double kTimeoutS = 2.0;
       constexpr double kMarginS = 8.0;

@@ -1,0 +1,232 @@
+// All-reduce, LL128: LL's one shot (reduce_ll.cu) in lines of 128 bytes that carry 120 payload bytes and an
+// 8-byte flag, where LL's lines carry 8 and 8. Every rank stores its input into its slot of every peer's LL128
+// area, each warp 4 lines with one 16-byte store a lane; each rank polls its own area, a warp 4 lines with one
+// 16-byte load a lane, until every line's flag is this call's sequence, and reduces the peers' payload with its
+// own input in rank order (bit-identical results on every rank). No barrier and no signal: one NVLink crossing of
+// latency, and 1.07 bytes on the wire per payload byte where LL sends 2.
+//
+// Why a line is whole once its flag is there: a warp's 16-byte stores to one 128-byte aligned line leave as one
+// NVLink write of the line, which lands whole, and a warp's 16-byte loads of a line read it in one request, so a
+// load that sees the flag sees the payload stored with it. That holds between GPUs joined by NVLink (NCCL's
+// LL128 protocol rests on the same property there), not over PCIe: the table takes LL128 only where every pair of
+// GPUs reports native P2P atomics, as NVLink peers do and PCIe peers do not (CollectiveContext::ll128_lines,
+// agreed at init). The warp polls and stores converged: every lane of a line takes part in each load and store.
+//
+// Flags are the 64-bit sequence (LL128 calls so far, plus one): a line from an earlier call, or never written (the
+// area starts zeroed), never carries this call's. Two parities suffice for the reason given in reduce_ll.cu: a
+// rank writes parity p again only in the call after next, after every peer has finished this one.
+#include "collectives/dependent_launch.cuh"
+#include "collectives/dispatch.cuh"
+#include "collectives/elementwise.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/launch_counter.cuh"
+#include "collectives/ll128_launch.hpp"
+#include "collectives/ll_launch.hpp"
+#include "core/kernel_modules.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+constexpr unsigned int kFullWarp = 0xffffffffu;
+
+// A lane's 16 bytes of a 4-line group: payload bytes [part_offset, part_offset + part_bytes) of the group's 480.
+struct LanePart {
+  size_t offset;     // in the group's payload
+  size_t bytes;      // 16, or 8 for the lane that also carries its line's flag
+  bool carries_flag;
+};
+
+__device__ __forceinline__ LanePart lane_part() {
+  const unsigned int lane = threadIdx.x & 31u, in_line = lane & 7u;
+  return LanePart{(lane >> 3) * kLL128LinePayload + in_line * 16, in_line == 7 ? size_t(8) : size_t(16), in_line == 7};
+}
+
+__device__ __forceinline__ void store_wire16(char* address, uint64_t low, uint64_t high) {
+  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(address), "l"(low), "l"(high) : "memory");
+}
+
+__device__ __forceinline__ void load_wire16(const char* address, uint64_t* low, uint64_t* high) {
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(address) : "memory");
+}
+
+// Up to `size` (16 or 8) bytes of a buffer at `source`, `left` bytes before its end, zero-padded, into `words`.
+// Any alignment; the bytes are gathered in registers (no local memory).
+__device__ __forceinline__ void load_part(const char* source, size_t left, size_t size, uint64_t* words) {
+  if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
+    words[0] = reinterpret_cast<const uint64_t*>(source)[0];
+    words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
+    return;
+  }
+  uint64_t low = 0, high = 0;
+  for (size_t i = 0; i < size && i < left; ++i) {
+    const uint64_t byte = static_cast<unsigned char>(source[i]);
+    if (i < 8) {
+      low |= byte << (8 * i);
+    } else {
+      high |= byte << (8 * (i - 8));
+    }
+  }
+  words[0] = low, words[1] = high;
+}
+
+// Writes at most `left` of `size` bytes of `words` to `destination`. Any alignment.
+__device__ __forceinline__ void store_part(char* destination, size_t left, size_t size, const uint64_t* words) {
+  if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
+    reinterpret_cast<uint64_t*>(destination)[0] = words[0];
+    if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
+    return;
+  }
+  const uint64_t low = words[0], high = words[1];
+  for (size_t i = 0; i < size && i < left; ++i) {
+    destination[i] = static_cast<char>((i < 8 ? low >> (8 * i) : high >> (8 * (i - 8))) & 0xff);
+  }
+}
+
+// Groups a warp moves per round: their payload stays in registers from the stores to the reduction, and their
+// polls are in flight together; a second round waits out another poll's latency. Fewer for types narrower than
+// 4 bytes, whose float32 accumulators take more registers a group (a 512-thread block leaves a thread 128): with
+// 3, a 1 MiB launch of 64 blocks is one round for 2-byte types. Every type moves at least 2 × 480 bytes a warp,
+// 15 KiB a block, in one round (selection.cpp sizes LL128 launches by it).
+template <typename T>
+constexpr int kGroupsPerRound = sizeof(T) == 1 ? 2 : sizeof(T) == 2 ? 3 : 4;
+
+// A lane's 16 bytes of one group, as words (wire) or elements (reduction).
+template <typename T>
+union Part {
+  uint64_t words[2];
+  T values[16 / sizeof(T)];
+};
+
+// Polls this lane's 16 bytes of `count` groups, `stride` bytes apart from `wire`, until every line of every
+// group carries `flag`; then parts[i] holds the lane's payload of group i. Every lane of the warp calls it
+// together (`count` is the same for the warp), so each load reads a group's lines in one request. False once
+// the wait timed out (recorded for the host) or another wait of this communicator failed.
+template <typename T, int kGroups>
+__device__ bool wait_groups(const LLLaunch& launch, const char* wire, size_t stride, int count, uint64_t flag,
+                            bool carries_flag, int peer, Part<T> (&parts)[kGroups]) {
+  bool ready[kGroups];
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) ready[i] = i >= count;
+  const bool timer = (threadIdx.x & 31u) == 0;
+  unsigned long long start = 0;
+  for (unsigned int spins = 0;; ++spins) {
+    bool all = true;
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      if (!ready[i]) load_wire16(wire + i * stride, &parts[i].words[0], &parts[i].words[1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      if (!ready[i]) ready[i] = __all_sync(kFullWarp, !carries_flag || parts[i].words[1] == flag) != 0;
+      all = all && ready[i];
+    }
+    if (all) return true;
+    if (spins == 0 && timer) start = device::global_time_ns();
+    if ((spins & 1023u) == 1023u) {
+      int stop = 0;
+      if (timer) {
+        const unsigned long long waited = device::global_time_ns() - start;
+        if (waited > launch.pad.timeout_ns) {
+          device::record_error(launch.pad, device::kErrorTimeout, launch.collective, kSiteLLData, peer, blockIdx.x, waited);
+          stop = 1;
+        } else if (*static_cast<volatile unsigned int*>(&launch.pad.error->code) != 0) {
+          stop = 1;  // another wait failed
+        }
+      }
+      if (__shfl_sync(kFullWarp, stop, 0) != 0) return false;
+    }
+  }
+}
+
+template <typename T, ReduceOp Op>
+__global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch launch) {
+  static_assert(16 % sizeof(T) == 0 && 8 % sizeof(T) == 0, "a lane's part holds whole elements");
+  constexpr int kPerPart = 16 / sizeof(T);
+  constexpr int kGroups = kGroupsPerRound<T>;
+  start_dependent_kernel();
+  const int world = launch.pad.world, rank = launch.pad.rank;
+  const size_t bytes = launch.count * sizeof(T), groups = (bytes + kLL128WarpPayload - 1) / kLL128WarpPayload;
+  const size_t warp = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32, warps = size_t(gridDim.x) * blockDim.x / 32;
+  const LanePart part = lane_part();
+  const unsigned int lane = threadIdx.x & 31u;
+  const int elements = static_cast<int>(part.bytes / sizeof(T));
+  auto left_at = [&](size_t offset) { return offset < bytes ? bytes - offset : size_t(0); };
+  // A round: groups first + i * warps, i < kGroups, those below `groups` (the same count for the whole warp).
+  auto count_from = [&](size_t first) {
+    int count = 0;
+    while (count < kGroups && first + count * warps < groups) ++count;
+    return count;
+  };
+  Part<T> own[kGroups];
+  auto load_own = [&](size_t first, int count) {
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      const size_t offset = (first + i * warps) * kLL128WarpPayload + part.offset;
+      if (i < count) load_part(launch.send + offset, left_at(offset), part.bytes, own[i].words);
+    }
+  };
+  // The first round's input is loaded before the call's sequence is read: the two round trips overlap.
+  load_own(warp, count_from(warp));
+  const uint64_t epoch = read_launch_counter(launch.epoch), flag = epoch + 1;
+  const size_t parity = flag & 1;
+  auto slot = [&](int receiver, int sender) {
+    return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes;
+  };
+  const size_t wire_stride = warps * kLL128WarpWire;  // between a round's groups in a slot
+
+  for (size_t first = warp, round = 0; round == 0 || first < groups; first += kGroups * warps, ++round) {
+    const int count = count_from(first);
+    if (round > 0) load_own(first, count);
+    const size_t wire_offset = first * kLL128WarpWire + lane * 16;
+    for (int p = 1; p < world; ++p) {
+      char* wire = slot((rank + p) % world, rank) + wire_offset;
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) {
+        if (i < count) store_wire16(wire + i * wire_stride, own[i].words[0], part.carries_flag ? flag : own[i].words[1]);
+      }
+    }
+    // Every block counts itself in once, after its first stores and ahead of its polls.
+    if (round == 0) advance_once_read(launch.epoch, launch.blocks_done, epoch);
+    if (count == 0) continue;
+    acc_t<T> acc[kGroups][kPerPart];
+    for (int r = 0; r < world; ++r) {
+      Part<T> got[kGroups];
+      if (r == rank) {
+#pragma unroll
+        for (int i = 0; i < kGroups; ++i) got[i] = own[i];
+      } else if (!wait_groups<T, kGroups>(launch, slot(rank, r) + wire_offset, wire_stride, count, flag,
+                                          part.carries_flag, r, got)) {
+        return;  // warp-uniform: every lane of the warp gives up together
+      }
+#pragma unroll
+      for (int i = 0; i < kGroups; ++i) {
+#pragma unroll
+        for (int e = 0; e < kPerPart; ++e) {
+          if (e < elements) acc[i][e] = r == 0 ? to_acc(got[i].values[e]) : combine<Op>(acc[i][e], to_acc(got[i].values[e]));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      if (i >= count) continue;
+      Part<T> out;
+#pragma unroll
+      for (int e = 0; e < kPerPart; ++e) {
+        if (e < elements) out.values[e] = from_acc<T>(finish<Op>(acc[i][e], world));  // store_part writes these alone
+      }
+      const size_t offset = (first + i * warps) * kLL128WarpPayload + part.offset;
+      store_part(launch.recv + offset, left_at(offset), part.bytes, out.words);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_all_reduce_ll128(DataType type, ReduceOp op, const LLLaunch& launch, int blocks, cudaStream_t stream) {
+  BRAID_LAUNCH_TYPED(all_reduce_ll128, type, op, blocks, stream, launch);
+}
+
+}  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()
