@@ -226,6 +226,12 @@ class Communicator {
   // makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
   // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
   // exchange nothing.
+  //
+  // Freeing: the peers map a cudaMalloc buffer through CUDA IPC, and CUDA leaves a cudaFree of memory that
+  // another process still has open undefined. So free a registered cudaMalloc buffer only after every rank has
+  // deregistered it, and a cudaMalloc buffer of an automatically registered call only after every rank has
+  // destroyed the graphs that use it (PyTorch keeps a captured graph's memory pool until then). VMM memory has no
+  // such rule: a peer's mapping keeps the allocation alive.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
