@@ -71,14 +71,18 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   const auto pick = [](size_t bytes, Buffers buffers) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
   };
-  // At 1 MiB staged one shot beats the pipelined two shot, but the zero-copy two shot beats both. LL's sizes
-  // are LL on every buffer.
-  EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL);
-  EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kLL);
+  // On 4 ranks LL128 serves every buffer through 512 KiB (LL through 64 KiB); beyond, the two shot: zero copy
+  // on symmetric buffers, pipelined on others. On 8, LL through 512 KiB.
+  EXPECT_EQ(pick(64 << 10, Buffers::kSymmetric), Algorithm::kLL);
+  EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL128);
+  EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kLL128);
   EXPECT_EQ(pick((512 << 10) + 2, Buffers::kSymmetric), Algorithm::kTwoShot);
-  EXPECT_EQ(pick(512 << 10, Buffers::kAny), Algorithm::kLL);
-  EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kOneShot);
+  EXPECT_EQ(pick(512 << 10, Buffers::kAny), Algorithm::kLL128);
+  EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kTwoShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 512 << 10, 8, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1 << 20, 8, DataType::kBFloat16, "").algorithm,
+            Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   // On 2 ranks LL128 serves every buffer through 1 MiB, and the zero-copy two shot symmetric buffers beyond.
   const auto pick2 = [](size_t bytes, Buffers buffers) {
@@ -110,7 +114,8 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   // whose loads also come straight from peers (its staging).
   EXPECT_GT(select_algorithm(Collective::kAllReduce, 2 << 20, 4, DataType::kFloat32, "", Buffers::kSymmetric).blocks,
             select_algorithm(Collective::kAllReduce, 2 << 20, 4, DataType::kFloat32, "", Buffers::kAny).blocks);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1 << 20, 4, DataType::kFloat32, "", Buffers::kAny).blocks, kMaxBlocks);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1 << 20, 2, DataType::kFloat32, "allreduce=oneshot").blocks,
+            kMaxBlocks);
   // BRAID_ALGO still wins.
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "allreduce=twoshot", Buffers::kSymmetric)
                 .algorithm,
@@ -150,10 +155,10 @@ TEST(Selection, AllReduceTakesTheOneShotFurtherOnTwoRanks) {
   EXPECT_EQ(pick(2 << 20, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick(size_t(16) << 20, 2), Algorithm::kOneShot);
   EXPECT_EQ(pick((size_t(16) << 20) + 2, 2), Algorithm::kTwoShot);
-  // Symmetric buffers keep the zero-copy two shot; more ranks keep the 1 MiB cut-off.
+  // Symmetric buffers keep the zero-copy two shot; more ranks take the two shot beyond LL128 (4) or LL (8).
   EXPECT_EQ(pick(2 << 20, 2, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(pick(2 << 20, 4), Algorithm::kTwoShot);
-  EXPECT_EQ(pick(1 << 20, 4), Algorithm::kOneShot);
+  EXPECT_EQ(pick(1 << 20, 4), Algorithm::kTwoShot);
 }
 
 TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
