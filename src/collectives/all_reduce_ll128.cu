@@ -9,8 +9,8 @@
 // NVLink write of the line, which lands whole, and a warp's 16-byte loads of a line read it in one request, so a
 // load that sees the flag sees the payload stored with it. That holds between GPUs joined by NVLink (NCCL's
 // LL128 protocol rests on the same property there), not over PCIe: the table takes LL128 only where every pair of
-// GPUs reports native P2P atomics, as NVLink peers do and PCIe peers do not (CollectiveContext::ll128_lines,
-// agreed at init). The warp polls and stores converged: every lane of a line takes part in each load and store.
+// GPUs reports native P2P atomics, as NVLink peers do and PCIe peers in general do not (a proxy for NVLink that
+// CUDA answers without NVML; CollectiveContext::ll128_lines, agreed at init). The warp polls and stores converged: every lane of a line takes part in each load and store.
 //
 // Flags are the 64-bit sequence (LL128 calls so far, plus one): a line from an earlier call, or never written (the
 // area starts zeroed), never carries this call's. Two parities suffice for the reason given in reduce_ll.cu: a

@@ -42,8 +42,8 @@ struct CollectiveContext : detail::MemoryContext {
   // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
   // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.
   std::unique_ptr<detail::MulticastRegion> multicast;
-  // Whether LL128 may run: every pair of GPUs reports native P2P atomics, which NVLink gives and PCIe peers do
-  // not, and NVLink delivers a warp's 128-byte line whole (all_reduce_ll128.cu). Agreed at init.
+  // Whether LL128 may run: every pair of GPUs reports native P2P atomics, which NVLink gives and PCIe peers in
+  // general do not, and NVLink delivers a warp's 128-byte line whole (all_reduce_ll128.cu). Agreed at init.
   bool ll128_lines = false;
 };
 
