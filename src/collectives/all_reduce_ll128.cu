@@ -5,12 +5,7 @@
 // own input in rank order (bit-identical results on every rank). No barrier and no signal: one NVLink crossing of
 // latency, and 1.07 bytes on the wire per payload byte where LL sends 2.
 //
-// Why a line is whole once its flag is there: a warp's 16-byte stores to one 128-byte aligned line leave as one
-// NVLink write of the line, which lands whole, and a warp's 16-byte loads of a line read it in one request, so a
-// load that sees the flag sees the payload stored with it. That holds between GPUs joined by NVLink (NCCL's
-// LL128 protocol rests on the same property there), not over PCIe: the table takes LL128 only where every pair of
-// GPUs reports native P2P atomics, as NVLink peers do and PCIe peers in general do not (a proxy for NVLink that
-// CUDA answers without NVML; CollectiveContext::ll128_lines, agreed at init). The warp polls and stores converged: every lane of a line takes part in each load and store.
+// Why a line is whole once its flag is there, and where LL128 may run: ll128.cuh.
 //
 // Flags are the 64-bit sequence (LL128 calls so far, plus one): a line from an earlier call, or never written (the
 // area starts zeroed), never carries this call's. Two parities suffice for the reason given in reduce_ll.cu: a
@@ -20,6 +15,7 @@
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/launch_counter.cuh"
+#include "collectives/ll128.cuh"
 #include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
 #include "core/kernel_modules.hpp"
@@ -29,59 +25,6 @@ namespace braid::kernels {
 namespace {
 
 constexpr unsigned int kFullWarp = 0xffffffffu;
-
-// A lane's 16 bytes of a 4-line group: payload bytes [part_offset, part_offset + part_bytes) of the group's 480.
-struct LanePart {
-  size_t offset;     // in the group's payload
-  size_t bytes;      // 16, or 8 for the lane that also carries its line's flag
-  bool carries_flag;
-};
-
-__device__ __forceinline__ LanePart lane_part() {
-  const unsigned int lane = threadIdx.x & 31u, in_line = lane & 7u;
-  return LanePart{(lane >> 3) * kLL128LinePayload + in_line * 16, in_line == 7 ? size_t(8) : size_t(16), in_line == 7};
-}
-
-__device__ __forceinline__ void store_wire16(char* address, uint64_t low, uint64_t high) {
-  asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(address), "l"(low), "l"(high) : "memory");
-}
-
-__device__ __forceinline__ void load_wire16(const char* address, uint64_t* low, uint64_t* high) {
-  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(address) : "memory");
-}
-
-// Up to `size` (16 or 8) bytes of a buffer at `source`, `left` bytes before its end, zero-padded, into `words`.
-// Any alignment; the bytes are gathered in registers (no local memory).
-__device__ __forceinline__ void load_part(const char* source, size_t left, size_t size, uint64_t* words) {
-  if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
-    words[0] = reinterpret_cast<const uint64_t*>(source)[0];
-    words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
-    return;
-  }
-  uint64_t low = 0, high = 0;
-  for (size_t i = 0; i < size && i < left; ++i) {
-    const uint64_t byte = static_cast<unsigned char>(source[i]);
-    if (i < 8) {
-      low |= byte << (8 * i);
-    } else {
-      high |= byte << (8 * (i - 8));
-    }
-  }
-  words[0] = low, words[1] = high;
-}
-
-// Writes at most `left` of `size` bytes of `words` to `destination`. Any alignment.
-__device__ __forceinline__ void store_part(char* destination, size_t left, size_t size, const uint64_t* words) {
-  if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
-    reinterpret_cast<uint64_t*>(destination)[0] = words[0];
-    if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
-    return;
-  }
-  const uint64_t low = words[0], high = words[1];
-  for (size_t i = 0; i < size && i < left; ++i) {
-    destination[i] = static_cast<char>((i < 8 ? low >> (8 * i) : high >> (8 * (i - 8))) & 0xff);
-  }
-}
 
 // Groups a warp moves per round: their payload stays in registers from the stores to the reduction, and their
 // polls are in flight together; a second round waits out another poll's latency. Fewer for types narrower than
@@ -108,9 +51,8 @@ __device__ bool wait_groups(const LLLaunch& launch, const char* wire, size_t str
   bool ready[kGroups];
 #pragma unroll
   for (int i = 0; i < kGroups; ++i) ready[i] = i >= count;
-  const bool timer = (threadIdx.x & 31u) == 0;
-  unsigned long long start = 0;
-  for (unsigned int spins = 0;; ++spins) {
+  WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, peer);
+  for (;;) {
     bool all = true;
 #pragma unroll
     for (int i = 0; i < kGroups; ++i) {
@@ -122,20 +64,7 @@ __device__ bool wait_groups(const LLLaunch& launch, const char* wire, size_t str
       all = all && ready[i];
     }
     if (all) return true;
-    if (spins == 0 && timer) start = device::global_time_ns();
-    if ((spins & 1023u) == 1023u) {
-      int stop = 0;
-      if (timer) {
-        const unsigned long long waited = device::global_time_ns() - start;
-        if (waited > launch.pad.timeout_ns) {
-          device::record_error(launch.pad, device::kErrorTimeout, launch.collective, kSiteLLData, peer, blockIdx.x, waited);
-          stop = 1;
-        } else if (*static_cast<volatile unsigned int*>(&launch.pad.error->code) != 0) {
-          stop = 1;  // another wait failed
-        }
-      }
-      if (__shfl_sync(kFullWarp, stop, 0) != 0) return false;
-    }
+    if (bound.give_up()) return false;
   }
 }
 

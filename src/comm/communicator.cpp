@@ -106,7 +106,7 @@ void require_vmm_support(int device) {
 struct Topology {
   std::vector<PeerInfo> peers;
   std::string problem;
-  bool native_atomics_everywhere = false;  // every rank reports native P2P atomics with every peer (NVLink)
+  bool ll128_lines = false;  // every rank reports native P2P atomics with every peer (NVLink), BRAID_LL128 on
 };
 
 Topology agree_on_topology(detail::CommState& state) {
@@ -118,10 +118,12 @@ Topology agree_on_topology(detail::CommState& state) {
   topology.peers = probe_peers(ranks, state.rank, state.device);
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows);
-  bool mine = true;
+  // LL128 lines land whole over NVLink, whose peers report native P2P atomics (collectives/ll128.cuh); any rank
+  // with BRAID_LL128=off turns them off for all.
+  bool mine = Config::get().string("BRAID_LL128").value_or("on") == "on";
   for (const PeerInfo& peer : topology.peers) mine = mine && peer.p2p && peer.native_atomics;
   const std::vector<std::string> atomics = state.bootstrap->allgather(mine ? "1" : "0", "native atomics");
-  topology.native_atomics_everywhere =
+  topology.ll128_lines =
       std::all_of(atomics.begin(), atomics.end(), [](const std::string& a) { return a == "1"; });
   return topology;
 }
@@ -268,7 +270,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
   const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   state->peers = topology.peers;
-  state->ll128_lines = topology.native_atomics_everywhere;
+  state->ll128_lines = topology.ll128_lines;
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   state->max_blocks = max_blocks(options.max_blocks);
   agree_on_settings(*state);

@@ -70,6 +70,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_PRELOAD_KERNELS", ConfigType::kEnum, "on", "on|off",
      "on: communicator init loads every braid kernel into its GPU's context, so no later launch waits for a lazy "
      "load (which can wait for the GPU to go idle); off: kernels load on first launch (CUDA_MODULE_LOADING)."},
+    {"BRAID_LL128", ConfigType::kEnum, "on", "on|off",
+     "on: LL128 lines (the all-reduce's ll128 rows, MoE low-latency dispatch) where every pair of GPUs reports "
+     "native P2P atomics (NVLink); off: never on this communicator (any rank's off turns them off on all)."},
     {"BRAID_CHECK_POINTERS", ConfigType::kEnum, "on", "on|off",
      "on: every call asks CUDA (cudaPointerGetAttributes) whether each buffer is device memory this rank's GPU can "
      "use, and refuses one that is not naming the argument; off: only null buffers are refused (NCCL's default)."},
