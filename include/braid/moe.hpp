@@ -90,7 +90,10 @@ struct MoeShape {
   // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
   // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
   // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput). Combine's result is
-  // the same as without it. Costs no memory.
+  // the same as without it. With max_tokens <= 128 the buffer also holds a line area (docs/moe.md, "What a shape
+  // costs"), and where every pair of GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row
+  // there with its metadata in 128-byte lines that carry their own flags, and the receiver copies them out: no
+  // signal and no barrier. Otherwise it stores the rows into the peers' rows and signals, as without it.
   bool low_latency = false;
 };
 
@@ -154,9 +157,10 @@ struct MoeDispatchOutput {
 };
 
 // The receiving half of a rank-major dispatch or combine called with a hook: the call enqueued its sends (rows
-// into the peers, then a signal) and returned; receive() enqueues the rest (wait for the peers, then the outputs:
-// dispatch's expert_counts, combine's out; a rank-major dispatch's other metadata is written by the peers'
-// sending halves). The caller's kernels enqueued between the two run while the
+// into the peers, then a signal; a low-latency dispatch in lines: its rows in lines) and returned; receive()
+// enqueues the rest (wait for the peers, then the outputs: dispatch's expert_counts, combine's out; a rank-major
+// dispatch's other metadata is written by the peers' sending halves, or, in lines, by this receiving half, which
+// also copies the rows out of the line area). The caller's kernels enqueued between the two run while the
 // rows travel, and may take every multiprocessor: the sending half has ended by then. Valid while its MoeBuffer
 // lives; movable, not copyable.
 class MoeHook {

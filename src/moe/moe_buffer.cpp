@@ -15,6 +15,7 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
+#include "collectives/ll128_launch.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
@@ -84,6 +85,18 @@ size_t scale_bytes(const MoeShape& shape) {
   return shape.dispatch_type ? shape.hidden / kMoeScaleColumns * sizeof(float) : 0;
 }
 
+// Whether a shape's dispatch may move its rows in LL128 lines (moe_lines.cu), where the communicator's GPUs carry
+// them: low-latency buffers of at most kLineTokens tokens a rank.
+bool line_rows(const MoeShape& shape) { return shape.low_latency && shape.max_tokens <= moe::kLineTokens; }
+
+// LL128 lines of a token's slot in the line area of a low-latency shape (moe_lines.cu): line 0 its metadata, then
+// its row, then its scales, each from a line of its own, rounded up to whole groups of 4 lines (a warp's).
+size_t slot_lines(const MoeShape& shape) {
+  const size_t payload = kernels::kLL128LinePayload;
+  const size_t lines = 1 + (dispatch_row_bytes(shape) + payload - 1) / payload + (scale_bytes(shape) + payload - 1) / payload;
+  return round_up(lines, kernels::kLL128LinesPerWarp);
+}
+
 moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
@@ -105,6 +118,9 @@ moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   layout.received = carve.take(ranks * 2 * W * sizeof(int64_t));
   layout.block_rows = carve.take(ranks * W * moe::kScatterBlocks * sizeof(uint64_t));
   layout.expert_pairs = carve.take(ranks * (shape.experts / std::max(world, 1)) * sizeof(uint32_t));
+  const size_t lines = line_rows(shape) ? 1 : 0;
+  layout.line_tokens = carve.take(lines * 2 * W * kernels::kLL128LineBytes);
+  layout.lines = carve.take(lines * 2 * W * T * slot_lines(shape) * kernels::kLL128LineBytes);
   layout.bytes = carve.used;
   return layout;
 }
@@ -224,7 +240,9 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
 void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
   const auto order = collectives::ordered(*state.comm, stream);
   if (dispatch) {
-    if (launch.rank_major) {
+    if (launch.slot_lines != 0) {
+      moe::launch_line_dispatch(launch, state.shape.index_type, stream);
+    } else if (launch.rank_major) {
       moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
     } else {
       moe::launch_dispatch(launch, state.shape.index_type, stream);
@@ -295,6 +313,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
   const size_t blocks_done = carve.take(sizeof(unsigned int)), copies_done = carve.take(sizeof(unsigned int));
   const size_t combine_claims = carve.take(sizeof(unsigned long long));
+  const size_t line_epochs = carve.take(moe::kScatterBlocks * sizeof(uint64_t)), counts_cleared = carve.take(sizeof(uint64_t));
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
@@ -321,6 +340,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.token_row = reinterpret_cast<int32_t*>(local + token_row);
   b.rank_major = rank_major(shape);
   b.fixed_rows = shape.low_latency;
+  b.slot_lines = line_rows(shape) && comm_state.ll128_lines ? slot_lines(shape) : 0;
   b.token_ranks = reinterpret_cast<uint32_t*>(local + token_ranks);
   b.delivered_ranks = reinterpret_cast<uint32_t*>(local + delivered);
   b.combine_plan = reinterpret_cast<int32_t*>(local + combine_plan);
@@ -332,6 +352,8 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.blocks_done = reinterpret_cast<unsigned int*>(local + blocks_done);
   b.copies_done = reinterpret_cast<unsigned int*>(local + copies_done);
   b.combine_claims = reinterpret_cast<unsigned long long*>(local + combine_claims);
+  b.line_epochs = reinterpret_cast<uint64_t*>(local + line_epochs);
+  b.counts_cleared = reinterpret_cast<uint64_t*>(local + counts_cleared);
   b.blocks = agreed_blocks(comm_state, shape);
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks

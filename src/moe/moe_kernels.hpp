@@ -15,5 +15,7 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
 // The rank-major layout (moe_rank_major.cu): one launch each.
 void launch_rank_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
+// Fixed rows in LL128 lines (moe_lines.cu), where MoeLaunch::slot_lines is not 0: one launch.
+void launch_line_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 
 }  // namespace braid::moe

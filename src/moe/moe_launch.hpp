@@ -35,6 +35,10 @@ constexpr int kMoeBlocksPerSm = 2;
 // per token or two), while training-sized batches need every block to keep the links busy.
 constexpr size_t kDecodeTokens = 512;
 constexpr int kDecodeSms = 64;
+// A low-latency buffer of at most this many tokens a rank dispatches in LL128 lines (moe_lines.cu) where the GPUs
+// carry them: faster from 1 to 128 tokens, alone and in a layer; from 256 on, copying the rows out of the line
+// area costs more than the signal it saves.
+constexpr size_t kLineTokens = 128;
 
 // Multiprocessors a buffer of `shape` occupies on a GPU with `multiprocessors` of them (MoeShape::max_sms).
 inline int moe_sms(const MoeShape& shape, int multiprocessors) {
@@ -76,6 +80,9 @@ struct SymmetricLayout {
                          // wrote here in the last dispatch, which that source's block b reads back in combine
   size_t expert_pairs;   // rank-major: uint32[local experts]: pairs each source added for this dispatch (the last
                          // block moves them to expert_counts and clears them)
+  size_t line_tokens;    // fixed rows in lines (moe_lines.cu): [2][world] LL128 lines, each source's T
+  size_t lines;          // fixed rows in lines: [2][world][max_tokens][slot_lines] LL128 lines, each source's token
+                         // slots (metadata, row, scales)
   size_t bytes;          // all of it
 };
 
@@ -117,12 +124,16 @@ struct MoeLaunch {
   int64_t* expert_counts;    // [local_experts] output
   int64_t* expert_offsets;   // [local_experts + 1] output
   uint64_t* epoch;           // dispatches so far (parity of the count matrix)
+  uint64_t* line_epochs;     // [kScatterBlocks]: dispatches in lines so far, per block (moe_lines.cu: block b's alone)
+  uint64_t* counts_cleared;  // [1]: the sequence of the last dispatch in lines whose expert counts block 0 cleared
   unsigned int* blocks_done;  // blocks of a scatter that read epoch (the last advances it); rank-major: blocks done
   unsigned int* copies_done;  // rank-major combine: blocks that copied y into combine_input (the last one signals)
   unsigned long long* combine_claims;  // [1]: pieces of tokens combine's send groups have claimed (reduce resets it)
   int blocks;                 // of scatter and combine's send: the same on every rank (agreed at create)
   bool rank_major;            // MoeLayout::kRankMajor
   bool fixed_rows;            // rank-major with MoeShape::low_latency: token t of source s is row s * max_tokens + t
+  size_t slot_lines;          // fixed rows whose dispatch moves LL128 lines (moe_lines.cu): lines of a token's slot (a
+                              // multiple of 4); 0: the dispatch of moe_rank_major.cu
   bool copy_y;                // rank-major combine: y is not combine_input, so combine copies it there first
   int phase;                  // rank-major: kWholeCall, or one half of a call split by a MoeHook
   bool reuse_routing;         // rank-major dispatch: the last dispatch's routing (T, ranks, rows); only data moves

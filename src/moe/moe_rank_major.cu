@@ -29,23 +29,13 @@
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"
+#include "moe/moe_warp.cuh"
 #include "sync/device_sync.hpp"
 
 namespace braid::moe {
 namespace {
 
 using kernels::group_copy_to;
-
-constexpr unsigned int kFullWarp = 0xffffffffu;
-
-__device__ __forceinline__ unsigned int lane_id() { return threadIdx.x & 31u; }
-
-// A warp moves one slice of a row: as many slices a token as keep every warp of the block busy (a power of two).
-__device__ __forceinline__ int slices_for(size_t tokens_here) {
-  int slices = 1;
-  while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
-  return slices;
-}
 
 // Parts combine cuts each of `tokens` rows into, so that every block has one when there are fewer tokens than
 // blocks (a block's warps then each have fewer loads to wait for one after the other): the largest power of two
@@ -66,22 +56,6 @@ __device__ __forceinline__ Span slice_of_part(size_t length, int part, int parts
   const Span whole = piece_of<Unit>(length, part, parts);
   const Span piece = piece_of<Unit>(whole.end - whole.begin, slice, slices);
   return {whole.begin + piece.begin, whole.begin + piece.end};
-}
-
-// Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
-// of an id at a smaller k (the route pass reported those). Every lane of the warp calls it.
-template <typename Index>
-__device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
-  const int k = static_cast<int>(lane_id());
-  int64_t id = k < launch.top_k ? expert_of<Index>(launch, t, k) : -1;
-  if (id < -1 || id >= launch.experts) id = -1;
-  const int expert = static_cast<int>(id);
-  bool repeated = false;
-  for (int j = 0; j < launch.top_k; ++j) {
-    const int other = __shfl_sync(kFullWarp, expert, j);
-    repeated |= j < k && other == expert && expert >= 0;
-  }
-  return repeated ? -1 : expert;
 }
 
 // A block's tokens' numbers (each token's ranks, as bits, and its place on each of them), in shared memory for
@@ -213,21 +187,6 @@ __device__ inline bool await_entry(const device::SignalPad& pad, unsigned int co
   if (peer >= 0 && !device::wait(pad, blockIdx.x, peer, collective, kSiteEntryBarrier)) failed = 1;
   __syncthreads();
   return failed == 0;
-}
-
-// Every block calls it once its work is done; the last of the launch to get here returns true, with every other
-// block's writes visible to it.
-__device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
-  __shared__ bool last;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!last) return false;
-  __threadfence();
-  return true;
 }
 
 template <typename Index, bool kFixed>

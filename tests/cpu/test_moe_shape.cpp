@@ -146,6 +146,13 @@ TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {
   shape.low_latency = true;
   EXPECT_EQ(MoeBuffer::symmetric_bytes(shape, 4), bytes);
   EXPECT_EQ(MoeBuffer::worst_case_rows(shape, 4), size_t(4) * 4096);
+  // A decode-sized low-latency buffer adds a line area: two parities of a slot per (source, token) of 128-byte
+  // lines (120 payload bytes each: one of metadata, then the row; 121 lines, rounded up to 124) and a T line per
+  // source.
+  shape.max_tokens = 128;
+  const size_t decode_bytes = MoeBuffer::symmetric_bytes(shape, 4);
+  shape.low_latency = false;
+  EXPECT_EQ(decode_bytes, MoeBuffer::symmetric_bytes(shape, 4) + 2 * size_t(4) * 128 * 124 * 128 + 2 * 4 * 128);
 }
 
 }  // namespace

@@ -1621,6 +1621,27 @@ TEST(MoeLowLatency, RepeatedCallsWithRankSkewAndHooks) {
   });
 }
 
+// A decode-sized low-latency buffer moves its rows in LL128 lines whose first line packs the token's metadata (16
+// local expert ids as int16, 16 weights) where NVLink carries them whole; a larger one stores its rows and signals.
+// Both against the reference at the edges of that packing: K = 16, local expert ids past 255, rows of 14 bytes
+// (not 8-byte aligned, and shorter than a line), fp8 scales of 12 bytes, and buffers above the line size.
+TEST(MoeLowLatency, SixteenExpertsATokenWideIdsAndBothPathsMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    const std::vector<SaltedConfig> configs = {
+        {{DataType::kBFloat16, DataType::kInt64, 7, 16, 1024, 1, 64}, 101},
+        {{DataType::kFloat32, DataType::kInt32, 136, 16, 640, 1, 128}, 102},
+        {{DataType::kFloat16, DataType::kInt64, 384, 16, 1024, 1, 96, DataType::kFloat8E5M2}, 103},
+        {{DataType::kBFloat16, DataType::kInt32, 72, 16, 1024, 1, 200}, 104},  // above the line size
+        {{DataType::kFloat16, DataType::kInt64, 128, 3, 64, 1, 520, DataType::kFloat8E4M3}, 105},
+    };
+    run_configs(comm, configs, 0x16E5ull, [](size_t i, uint64_t seed) {
+      Repeats repeats = i % 2 == 0 ? Repeats{} : skewed_repeats(i, seed);
+      repeats.hooks = i % 3 == 1;
+      return repeats;
+    }, kLowLatency);
+  });
+}
+
 TEST(MoeLowLatency, TokenCountOnTheDevice) {
   with_communicator([](Communicator& comm) { token_count_on_the_device(comm, kLowLatency); });
 }

@@ -1,0 +1,54 @@
+// Warp and block helpers shared by the rank-major MoE kernels (moe_rank_major.cu, moe_lines.cu): how a block's
+// warps cut its tokens' rows, a token's expert ids one per lane, and the last block of a launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "moe/moe_launch.hpp"
+#include "moe/moe_layout.cuh"
+
+namespace braid::moe {
+
+constexpr unsigned int kFullWarp = 0xffffffffu;
+
+__device__ __forceinline__ unsigned int lane_id() { return threadIdx.x & 31u; }
+
+// A warp moves one slice of a row: as many slices a token as keep every warp of the block busy (a power of two).
+__device__ __forceinline__ int slices_for(size_t tokens_here) {
+  int slices = 1;
+  while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
+  return slices;
+}
+
+// Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
+// of an id at a smaller k (the route pass reported those). Every lane of the warp calls it.
+template <typename Index>
+__device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
+  const int k = static_cast<int>(lane_id());
+  int64_t id = k < launch.top_k ? expert_of<Index>(launch, t, k) : -1;
+  if (id < -1 || id >= launch.experts) id = -1;
+  const int expert = static_cast<int>(id);
+  bool repeated = false;
+  for (int j = 0; j < launch.top_k; ++j) {
+    const int other = __shfl_sync(kFullWarp, expert, j);
+    repeated |= j < k && other == expert && expert >= 0;
+  }
+  return repeated ? -1 : expert;
+}
+
+// Every block calls it once its work is done; the last of the launch to get here returns true, with every other
+// block's writes visible to it.
+__device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    last = atomicAdd(blocks_done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!last) return false;
+  __threadfence();
+  return true;
+}
+
+}  // namespace braid::moe
