@@ -1630,7 +1630,8 @@ TEST(MoeLowLatency, SixteenExpertsATokenWideIdsAndBothPathsMatchTheReference) {
     const std::vector<SaltedConfig> configs = {
         {{DataType::kBFloat16, DataType::kInt64, 7, 16, 1024, 1, 64}, 101},
         {{DataType::kFloat32, DataType::kInt32, 136, 16, 640, 1, 128}, 102},
-        {{DataType::kFloat16, DataType::kInt64, 384, 16, 1024, 1, 96, DataType::kFloat8E5M2}, 103},
+        // bfloat16 rows: an unweighted sum of 16 e5m2-sized outputs exceeds float16's range.
+        {{DataType::kBFloat16, DataType::kInt64, 384, 16, 1024, 1, 96, DataType::kFloat8E5M2}, 103},
         {{DataType::kBFloat16, DataType::kInt32, 72, 16, 1024, 1, 200}, 104},  // above the line size
         {{DataType::kFloat16, DataType::kInt64, 128, 3, 64, 1, 520, DataType::kFloat8E4M3}, 105},
     };
