@@ -300,20 +300,22 @@ struct PeerTokens {
   int state;                   // 0: not read yet, 1: read, 2: a wait gave up
 };
 
-// One warp: polls every peer's T line (lanes 0-7 a line), keeps the T in `peers` and writes this rank's records of
-// it (received_tokens, and the rows block b of the peer sends here).
+// One warp: polls every peer's T line, up to 4 at once (lanes 8j to 8j + 7 the line of the j-th peer of a round),
+// keeps the T in `peers` and writes this rank's records of it (received_tokens, and the rows block b of the peer
+// sends here). A wait that times out names the round's first peer.
 __device__ __forceinline__ void read_peer_tokens(const MoeLaunch& launch, uint64_t flag, PeerTokens* peers) {
   const int me = launch.rank, W = launch.world;
   const unsigned int lane = lane_id();
   bool ok = true;
 #pragma unroll 1
-  for (int p = 1; p < W && ok; ++p) {
-    const int s = (me + p) % W;
-    kernels::WarpPollBound bound(launch.pad, launch.dispatch_id, kSiteMoeRows, s);
-    uint64_t words[1][2];
-    ok = poll_groups(tokens_line(launch, me, flag & 1, s) + lane * 16, 1, lane < 8, flag, bound, words);
-    const size_t tokens = min(static_cast<size_t>(__shfl_sync(kFullWarp, words[0][0], 0)), launch.max_tokens);
-    if (ok && lane == 0) {
+  for (int first = 1; first < W && ok; first += 4) {
+    const int p = first + static_cast<int>(lane / 8), s = (me + p) % W;
+    const bool mine = p < W;
+    kernels::WarpPollBound bound(launch.pad, launch.dispatch_id, kSiteMoeRows, (me + first) % W);
+    uint64_t words[1][2] = {{0, 0}};
+    ok = poll_groups(tokens_line(launch, me, flag & 1, s) + (lane & 7u) * 16, 1, mine, flag, bound, words);
+    if (ok && mine && (lane & 7u) == 0) {
+      const size_t tokens = min(static_cast<size_t>(words[0][0]), launch.max_tokens);
       peers->tokens[p] = static_cast<uint32_t>(tokens);
       if (blockIdx.x == 0) {
         int64_t* received = at_offset<int64_t>(launch.peers[me], launch.layout.received);
