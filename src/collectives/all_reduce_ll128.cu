@@ -41,33 +41,6 @@ union Part {
   T values[16 / sizeof(T)];
 };
 
-// Polls this lane's 16 bytes of `count` groups, `stride` bytes apart from `wire`, until every line of every
-// group carries `flag`; then parts[i] holds the lane's payload of group i. Every lane of the warp calls it
-// together (`count` is the same for the warp), so each load reads a group's lines in one request. False once
-// the wait timed out (recorded for the host) or another wait of this communicator failed.
-template <typename T, int kGroups>
-__device__ bool wait_groups(const LLLaunch& launch, const char* wire, size_t stride, int count, uint64_t flag,
-                            bool carries_flag, int peer, Part<T> (&parts)[kGroups]) {
-  bool ready[kGroups];
-#pragma unroll
-  for (int i = 0; i < kGroups; ++i) ready[i] = i >= count;
-  WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, peer);
-  for (;;) {
-    bool all = true;
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      if (!ready[i]) load_wire16(wire + i * stride, &parts[i].words[0], &parts[i].words[1]);
-    }
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      if (!ready[i]) ready[i] = __all_sync(kFullWarp, !carries_flag || parts[i].words[1] == flag) != 0;
-      all = all && ready[i];
-    }
-    if (all) return true;
-    if (bound.give_up()) return false;
-  }
-}
-
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch launch) {
   static_assert(16 % sizeof(T) == 0 && 8 % sizeof(T) == 0, "a lane's part holds whole elements");
@@ -124,9 +97,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
       if (r == rank) {
 #pragma unroll
         for (int i = 0; i < kGroups; ++i) got[i] = own[i];
-      } else if (!wait_groups<T, kGroups>(launch, slot(rank, r) + wire_offset, wire_stride, count, flag,
-                                          part.carries_flag, r, got)) {
-        return;  // warp-uniform: every lane of the warp gives up together
+      } else {
+        WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, r);
+        if (!poll_groups(slot(rank, r) + wire_offset, wire_stride, count, true, flag, bound, got)) {
+          return;  // warp-uniform: every lane of the warp gives up together
+        }
       }
 #pragma unroll
       for (int i = 0; i < kGroups; ++i) {

@@ -106,4 +106,39 @@ class WarpPollBound {
   unsigned long long start_ = 0;
 };
 
+// The two words a lane holds of a group: a plain uint64_t[2], or a union with a `words` member (a type's view).
+__device__ __forceinline__ uint64_t* part_words(uint64_t (&words)[2]) { return words; }
+template <typename Part>
+__device__ __forceinline__ uint64_t* part_words(Part& part) {
+  return part.words;
+}
+
+// Polls this lane's 16 bytes of `count` (at most kGroups) groups, `stride` bytes apart from `wire` (the lane's address
+// in the first), until every line that the warp's `active` lanes read carries `flag`; parts[i] then holds the
+// lane's 16 bytes of group i. Every lane of the warp calls it together (`count` the same for the warp), so each load
+// reads a group's lines in one request. False (on every lane) once `bound` gave up.
+template <int kGroups, typename Part>
+__device__ __forceinline__ bool poll_groups(const char* wire, size_t stride, int count, bool active, uint64_t flag,
+                                            WarpPollBound& bound, Part (&parts)[kGroups]) {
+  const bool carries_flag = (threadIdx.x & 7u) == 7u;
+  bool ready[kGroups];
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) ready[i] = i >= count;
+  for (;;) {
+    bool all = true;
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      uint64_t* words = part_words(parts[i]);
+      if (!ready[i] && active) load_wire16(wire + i * stride, &words[0], &words[1]);
+    }
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+      if (!ready[i]) ready[i] = __all_sync(0xffffffffu, !active || !carries_flag || part_words(parts[i])[1] == flag) != 0;
+      all = all && ready[i];
+    }
+    if (all) return true;
+    if (bound.give_up()) return false;
+  }
+}
+
 }  // namespace braid::kernels

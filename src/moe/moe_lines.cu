@@ -153,32 +153,6 @@ __device__ __forceinline__ void metadata_line(int expert, float weight, int r, i
   }
 }
 
-// Polls `count` (at most kBatch) groups of 4 lines, kLL128WarpWire bytes apart from `wire`, until every line
-// a lane of the warp reads (`active`: lanes 0-7 alone poll line 0) carries `flag`; words[i] then holds the lane's
-// part of group i. Every lane calls it together. False (on every lane) once the wait gave up.
-template <int kBatch>
-__device__ __forceinline__ bool poll_groups(const char* wire, int count, bool active, uint64_t flag,
-                                            kernels::WarpPollBound& bound, uint64_t (&words)[kBatch][2]) {
-  const bool carries_flag = (lane_id() & 7u) == 7u;
-  bool ready[kBatch];
-#pragma unroll
-  for (int i = 0; i < kBatch; ++i) ready[i] = i >= count;
-  for (;;) {
-    bool all = true;
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (!ready[i] && active) kernels::load_wire16(wire + i * kLL128WarpWire, &words[i][0], &words[i][1]);
-    }
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      if (!ready[i]) ready[i] = __all_sync(kFullWarp, !active || !carries_flag || words[i][1] == flag) != 0;
-      all = all && ready[i];
-    }
-    if (all) return true;
-    if (bound.give_up()) return false;
-  }
-}
-
 // Polls line 0 of a slot (`line0`: lanes 0-7 read it into `metadata`) and `count` groups from `wire` together,
 // until line 0 carries `flag` and either says the token has no row here (a hole, whose other lines never come;
 // `token` -1) or every group carries it too. One round trip where line 0 first, then the row, would take two.
@@ -313,7 +287,7 @@ __device__ __forceinline__ void read_peer_tokens(const MoeLaunch& launch, uint64
     const bool mine = p < W;
     kernels::WarpPollBound bound(launch.pad, launch.dispatch_id, kSiteMoeRows, (me + first) % W);
     uint64_t words[1][2] = {{0, 0}};
-    ok = poll_groups(tokens_line(launch, me, flag & 1, s) + (lane & 7u) * 16, 1, mine, flag, bound, words);
+    ok = kernels::poll_groups(tokens_line(launch, me, flag & 1, s) + (lane & 7u) * 16, kLL128WarpWire, 1, mine, flag, bound, words);
     if (ok && mine && (lane & 7u) == 0) {
       const size_t tokens = min(static_cast<size_t>(words[0][0]), launch.max_tokens);
       peers->tokens[p] = static_cast<uint32_t>(tokens);
@@ -541,7 +515,7 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
     for (uint32_t first = begin; first < end; first += kPollBatch) {
       if (first != begin) {
         count = static_cast<int>(min(uint32_t(kPollBatch), end - first));
-        if (!poll_groups(wire + first * kLL128WarpWire, count, true, flag, bound, words)) {
+        if (!kernels::poll_groups(wire + first * kLL128WarpWire, kLL128WarpWire, count, true, flag, bound, words)) {
           stop = true;
           break;
         }
