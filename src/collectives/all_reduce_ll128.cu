@@ -24,7 +24,6 @@
 namespace braid::kernels {
 namespace {
 
-constexpr unsigned int kFullWarp = 0xffffffffu;
 
 // Groups a warp moves per round: their payload stays in registers from the stores to the reduction, and their
 // polls are in flight together; a second round waits out another poll's latency. Fewer for types narrower than

@@ -1,10 +1,12 @@
-// All-to-all(v) of the CUDA backend, host side: choose the path for a checked call and enqueue it. Four paths:
+// All-to-all(v) of the CUDA backend, host side: choose the path for a checked call and enqueue it. Five paths:
 //   - LL lines (blocks_ll.cu): uniform blocks that fit an LL slot, any buffer;
 //   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
 //   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
 //     direct loads from the peers' inputs for the one-sided all-to-all on same-process cudaMalloc memory;
-//   - copy engines pulling from the peers' inputs between two barrier kernels: uniform blocks on symmetric
-//     buffers, large sizes.
+//   - copy engines pushing into the peers' outputs between two barrier kernels (copy_engine.hpp): uniform blocks
+//     on symmetric buffers, large sizes (the one-sided all-to-all pulls from the peers' inputs);
+//   - copy engines pushing into the peers' pipeline areas, as send/recv's large pairs do (send_recv.cpp):
+//     uniform blocks on buffers no peer maps, large sizes.
 // In place (send == recv), only the LL lines and the pipelined pushes serve it (planner.cpp, usable_facts).
 // All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
 // displacements), and its FIFO headers carry the counts a receiver needs.
@@ -102,8 +104,12 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     kernels::launch_blocks_ll(launch, plan.blocks, stream);
     return;
   }
+  if (plan.algorithm == Algorithm::kCopyEngine && zero_copy) {
+    all_to_all_copy_engine(state, send, recv_range->buffers, block_bytes, plan_word, stream);
+    return;
+  }
   if (plan.algorithm == Algorithm::kCopyEngine) {
-    all_to_all_copy_engine(state, send_range->buffers, recv, block_bytes, plan_word, stream);
+    all_to_all_bulk(state, send, recv, block_bytes, plan_word, stream);
     return;
   }
   if (zero_copy) {  // pipelined on buffers peers map: direct stores into their outputs
@@ -135,8 +141,9 @@ void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool 
   const size_t bytes = block_bytes * state.size;
   BRAID_TRACE("all_to_all (one-sided): {} elements a block, {}", count, same_process_peers ? "SM loads" : "copy engines");
   if (!same_process_peers) {
-    all_to_all_copy_engine(state, table, recv, block_bytes,
-                           all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, 0, count, type, true), stream);
+    all_to_all_pull_copy_engine(state, table, recv, block_bytes,
+                                all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, 0, count, type, true),
+                                stream);
     return;
   }
   kernels::AllToAllDirectLaunch launch{};

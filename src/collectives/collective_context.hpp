@@ -33,12 +33,15 @@ struct CollectiveContext : detail::MemoryContext {
   SymmetricMemory pipeline;
   SymmetricMemory ll;
   SymmetricMemory ll128;
-  // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block, and
-  // every other chunk of the pulls, run there beside the caller's stream.
+  // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block runs
+  // there beside the caller's stream.
   std::unique_ptr<SideStream> side;
   // A third stream: the copy-engine send/recv's sender kernels run there beside its copies on the caller's stream
   // (send_recv_bulk_launch.hpp), while its receives run on `side`.
   std::unique_ptr<SideStream> second_side;
+  // A fourth: the own block of an all-to-all whose pairs move as send/recv's copy-engine chunks (all_to_all.hpp)
+  // is copied there, beside the other three.
+  std::unique_ptr<SideStream> third_side;
   // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
   // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.
   std::unique_ptr<detail::MulticastRegion> multicast;

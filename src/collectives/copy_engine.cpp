@@ -24,11 +24,6 @@ int local_blocks(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((bytes + kLocalBlockBytes - 1) / kLocalBlockBytes, 1, kLocalMaxBlocks));
 }
 
-// The own block's copy runs beside the engines for the whole call, so it needs only to finish before them; with
-// fewer blocks it takes less of the HBM bandwidth the engines' copies write into, and 16 still finish in time.
-// It also stays within the communicator's cap on a launch's blocks (CommOptions::max_blocks).
-constexpr int kOwnCopyMaxBlocks = 16;
-
 // Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.
 void copy(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
@@ -45,8 +40,7 @@ void between_barriers(CollectiveContext& state, Collective collective, uint64_t 
   const bool own = own_bytes != 0 && own_destination != own_source;
   if (own) {
     state.side->order(stream, state.side->get());
-    const int blocks = std::min({local_blocks(own_bytes), kOwnCopyMaxBlocks, state.max_blocks});
-    kernels::launch_copy_local(own_destination, own_source, own_bytes, blocks, state.side->get());
+    copy_own_block(state, own_destination, own_source, own_bytes, state.side->get());
   }
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
   between();
@@ -56,8 +50,28 @@ void between_barriers(CollectiveContext& state, Collective collective, uint64_t 
 
 }  // namespace
 
-void all_to_all_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+// 16 blocks still finish in time; the communicator's cap on a launch's blocks (CommOptions::max_blocks) holds too.
+void copy_own_block(const CollectiveContext& state, void* destination, const void* source, size_t bytes,
+                    cudaStream_t stream) {
+  constexpr int kOwnCopyMaxBlocks = 16;
+  const int blocks = std::min({local_blocks(bytes), kOwnCopyMaxBlocks, state.max_blocks});
+  kernels::launch_copy_local(destination, source, bytes, blocks, stream);
+}
+
+void all_to_all_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t block_bytes,
                             uint64_t plan, Stream stream) {
+  const char* const input = static_cast<const char*>(send);
+  const size_t at = state.rank * block_bytes;
+  between_barriers(state, Collective::kAllToAll, plan, stream, recv.at[state.rank] + at, input + at, block_bytes, [&] {
+    for (int step = 1; step < state.size; ++step) {
+      const int q = (state.rank + step) % state.size;
+      copy(recv.at[q] + at, input + q * block_bytes, block_bytes, stream);
+    }
+  });
+}
+
+void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+                                 uint64_t plan, Stream stream) {
   char* const output = static_cast<char*>(recv);
   between_barriers(state, Collective::kAllToAll, plan, stream, output + state.rank * block_bytes,
                    send.at[state.rank] + state.rank * block_bytes, block_bytes, [&] {

@@ -5,7 +5,10 @@
 // buffers has completed before its stream goes on.
 //
 // Who copies, and from where to where:
-//   - all-to-all: pulls block `rank` of every peer's input (needs the inputs mapped);
+//   - all-to-all: pushes block q of this rank's input into block `rank` of every peer q's output (needs the
+//     outputs mapped); the one-sided all-to-all, whose outputs no peer maps, pulls block `rank` of every peer's
+//     input instead (needs the inputs mapped). Pushes move more: with both directions of a link busy, the
+//     engines push about 388 GB/s each way and pull about 371 (docs/dev/collectives.md);
 //   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
 // Reductions have none: pulls into staging and a local reduction are slower than the zero-copy loads
 // (docs/dev/selection.md).
@@ -18,6 +21,8 @@
 // kernels there.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 
@@ -28,9 +33,20 @@ namespace braid::collectives {
 
 struct CollectiveContext;
 
-// Uniform blocks of `block_bytes`: block q of this rank's output comes from block `rank` of rank q's input.
-void all_to_all_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+// This rank's own block of a copy-engine collective: an SM kernel of at most 16 blocks on `stream`, a side stream
+// where it runs beside the engines' copies (it needs only to finish before them, and takes less of the HBM
+// bandwidth they write into with fewer blocks).
+void copy_own_block(const CollectiveContext& state, void* destination, const void* source, size_t bytes,
+                    cudaStream_t stream);
+
+// Uniform blocks of `block_bytes`: block q of this rank's input lands in block `rank` of rank q's output (out of
+// place only: a peer's output must not be its input). By pushes.
+void all_to_all_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t block_bytes,
                             uint64_t plan, Stream stream);
+// The same exchange by pulls, for the one-sided all-to-all: block q of this rank's output comes from block `rank`
+// of rank q's input.
+void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
+                                 uint64_t plan, Stream stream);
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);

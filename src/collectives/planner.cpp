@@ -74,7 +74,11 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
 Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
   Gates gates{};
   gates.multicast = shape.multicast;
-  gates.copy_engines = facts.peers_map && !facts.same_process_peers;
+  // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
+  // this process). An all-to-all whose buffers no peer maps, out of place, takes them into the peers' pipeline
+  // areas instead, the communicator's own symmetric memory (all_to_all.hpp).
+  gates.copy_engines = facts.peers_map ? !facts.same_process_peers
+                                       : shape.collective == Collective::kAllToAll && !facts.in_place;
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
   gates.ll128 = shape.ll128;
   return gates;

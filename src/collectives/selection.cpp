@@ -82,6 +82,8 @@ constexpr Row kTable[] = {
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
+    {Collective::kAllToAll, size_t(128) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
+    {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
     // Send/recv: the table is asked once per pair, with the pair's bytes (send_recv.cpp); copy engines where

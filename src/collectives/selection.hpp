@@ -29,9 +29,10 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // all-gather, all-to-all; on buffers peers map, zero copy: all-to-all and all-gather store straight into the
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
-// kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all
-// pulls from the peers' inputs, all-gather and broadcast push into their outputs; a send/recv pair's chunks go
-// into the receiver's pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp);
+// kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all,
+// all-gather and broadcast push into the peers' outputs; a send/recv pair's chunks go into the receiver's
+// pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp), as do an all-to-all's blocks on
+// buffers no peer maps;
 // kMulticast: NVLink multicast through the communicator's multicast region (all-reduce, reduce, all-gather),
 // only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp);
 // kSplit: staged in two phases, one part of the data per rank (reduce, broadcast): rank r reduces part r of every
@@ -59,8 +60,9 @@ struct Choice {
 // never depends on the buffers (runs_ll).
 struct Gates {
   bool multicast = false;     // the communicator has a multicast region and its kernels serve the call
-  bool copy_engines = false;  // every peer maps the buffers the copy engines use, none of them another GPU's
-                              // cudaMalloc memory of this process (copy_engine.hpp)
+  bool copy_engines = false;  // every peer maps the buffers the copy engines write or read there, none of them
+                              // another GPU's cudaMalloc memory of this process (copy_engine.hpp), or the
+                              // engines write into the peers' pipeline areas (send/recv; all_to_all.hpp)
   bool ll_fits = true;        // one LL launch carries the call (all-to-all: a rank block fits an LL slot)
   bool ll128 = true;          // every pair of GPUs delivers a warp's 128-byte line whole (NVLink; not PCIe):
                               // agreed at communicator init, so the same on every rank

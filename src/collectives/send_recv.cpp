@@ -29,6 +29,7 @@
 #include "collectives/all_to_all.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/collectives.hpp"
+#include "collectives/copy_engine.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
@@ -195,6 +196,25 @@ void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layo
   }
 }
 
+// Enqueues one launch's copy-engine pairs: the recvs on `side`, forked from `stream` before anything of the
+// launch (the caller's work there, the FIFO launch, runs beside them), the sends' copies on `stream` after that
+// work and their kernels on `second_side`; both joined back into `stream`.
+void enqueue_bulk_pairs(CollectiveContext& state, const kernels::BulkLayout& layout, const std::vector<BulkPair>& sends,
+                        const std::vector<BulkPair>& recvs, uint64_t plan, cudaStream_t stream,
+                        const std::function<void()>& on_stream) {
+  const cudaStream_t side = state.side->get(), steps = state.second_side->get();
+  if (!recvs.empty()) state.side->order(stream, side);
+  on_stream();
+  for (const BulkPair& pair : sends) enqueue_bulk_send(state, layout, pair, plan, stream, steps, *state.second_side);
+  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, layout, pair, plan, side);
+  if (!sends.empty()) state.second_side->order(steps, stream);
+  if (!recvs.empty()) state.side->order(side, stream);
+}
+
+kernels::BulkLayout bulk_layout(const CollectiveContext& state) {
+  return kernels::BulkLayout::of(kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size), state.size);
+}
+
 }  // namespace
 
 void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream stream) {
@@ -203,23 +223,44 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   const uint64_t plan = all_to_all_plan(Collective::kSendRecv, choice.algorithm, choice.blocks, 0, DataType::kUint8, false);
   for (kernels::AllToAllLaunch& launch : launches) launch.fifo.plan = plan;
   BRAID_TRACE("send_recv: {} op(s) in {} launch(es) of {} blocks", batch.count, launches.size(), choice.blocks);
-  const kernels::BulkLayout layout = kernels::BulkLayout::of(kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size), state.size);
+  const kernels::BulkLayout layout = bulk_layout(state);
   DeviceGuard guard(state.device);
   for (kernels::AllToAllLaunch& launch : launches) {
     std::vector<BulkPair> sends, recvs;
     take_bulk_pairs(state, layout, launch, sends, recvs);
-    const cudaStream_t side = state.side->get(), steps = state.second_side->get();
-    if (!recvs.empty()) state.side->order(stream, side);
-    // A launch left with no peer and nothing for this rank itself has nothing to do.
-    if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
-        (sends.empty() && recvs.empty())) {
-      kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
-    }
-    for (const BulkPair& pair : sends) enqueue_bulk_send(state, layout, pair, plan, stream, steps, *state.second_side);
-    for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, layout, pair, plan, side);
-    if (!sends.empty()) state.second_side->order(steps, stream);
-    if (!recvs.empty()) state.side->order(side, stream);
+    enqueue_bulk_pairs(state, layout, sends, recvs, plan, stream, [&] {
+      // A launch left with no peer and nothing for this rank itself has nothing to do.
+      if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
+          (sends.empty() && recvs.empty())) {
+        kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
+      }
+    });
   }
+}
+
+void all_to_all_bulk(CollectiveContext& state, const void* send, void* recv, size_t block_bytes, uint64_t plan,
+                     Stream stream) {
+  const kernels::BulkLayout layout = bulk_layout(state);
+  const char* const input = static_cast<const char*>(send);
+  char* const output = static_cast<char*>(recv);
+  std::vector<BulkPair> sends, recvs;
+  // Pairs in rank order from this rank on: each rank's first send is to the next rank, whose first receive is
+  // from it (a pair at a time per direction; two ranks move both directions at once).
+  for (int step = 1; step < state.size; ++step) {
+    const int to = (state.rank + step) % state.size, from = (state.rank - step + state.size) % state.size;
+    sends.push_back({to, const_cast<char*>(input) + to * block_bytes, block_bytes});
+    recvs.push_back({from, output + from * block_bytes, block_bytes});
+  }
+  DeviceGuard guard(state.device);
+  const size_t at = state.rank * block_bytes;
+  const bool own = block_bytes != 0 && send != recv;
+  if (own) {
+    const cudaStream_t copier = state.third_side->get();
+    state.third_side->order(stream, copier);
+    copy_own_block(state, output + at, input + at, block_bytes, copier);
+  }
+  enqueue_bulk_pairs(state, layout, sends, recvs, plan, stream, [] {});
+  if (own) state.third_side->order(state.third_side->get(), stream);
 }
 
 }  // namespace braid::collectives

@@ -307,6 +307,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->ll128 = comm.alloc(kernels::ll128_area_bytes(state->size));
   state->side = std::make_unique<SideStream>(state->device);
   state->second_side = std::make_unique<SideStream>(state->device);
+  state->third_side = std::make_unique<SideStream>(state->device);
   state->multicast = detail::open_multicast(Config::get(), multicast_team(*state, comm), multicast_bytes());
   state->backend = std::make_unique<detail::CudaBackend>(*state);
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,

@@ -252,7 +252,7 @@ __device__ __forceinline__ void clear_counts(const MoeLaunch& launch, uint64_t f
 __device__ __forceinline__ bool counts_are_cleared(const MoeLaunch& launch, uint64_t flag) {
   if (blockIdx.x == 0 && launch.phase != kReceivingHalf) return true;
   return device::spin_until(launch.pad, [&] { return device::load_acquire_system(launch.counts_cleared) == flag; },
-                            launch.dispatch_id, kSiteMoeRows, launch.rank, blockIdx.x);
+                            launch.dispatch_id, kSiteMoeCountsCleared, launch.rank, blockIdx.x);
 }
 
 // Adds the block's pairs per local expert into the expert counts (once `cleared`, thread 0's counts_are_cleared,

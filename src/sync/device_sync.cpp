@@ -24,6 +24,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteMoeRows: return "MoE rows round";
     case kSiteMoeCounts: return "MoE routing counts";
     case kSiteExchangeBarrier: return "barrier before a registered buffer's exchange";
+    case kSiteMoeCountsCleared: return "wait for block 0 to clear the MoE expert counts";
   }
   return "wait";
 }
@@ -131,6 +132,13 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
           "the peers' data was used. The communicator is unusable; destroy it.",
           collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
           plan(error.limit));
+  }
+  if (error.code != 0 && error.peer == error.rank) {  // a wait within this rank's own kernel
+    raise(ErrorCode::kTimeout,
+          "{}: rank {} waited {:.1f} s at the {} (channel {}) and gave up: its own kernel did not get there within "
+          "the timeout. The communicator is unusable; destroy it.",
+          collective_name(error.collective), error.rank, error.waited_ns * 1e-9, wait_site_name(error.site),
+          error.channel);
   }
   if (error.code != 0) {
     raise(ErrorCode::kTimeout,

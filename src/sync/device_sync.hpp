@@ -23,6 +23,7 @@ enum WaitSite : unsigned int {
   kSiteMoeRows = 7,     // MoE dispatch waiting for a peer's round of rows
   kSiteMoeCounts = 8,   // MoE dispatch waiting for a peer's routing counts
   kSiteExchangeBarrier = 9,  // the barrier before a registered buffer's mappings are exchanged
+  kSiteMoeCountsCleared = 10,  // MoE dispatch waiting for its own kernel's block 0 to clear the expert counts
 };
 const char* wait_site_name(unsigned int site);
 

@@ -183,6 +183,36 @@ TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
             Algorithm::kCopyEngine);
 }
 
+// An all-to-all on buffers no peer maps moves its blocks as send/recv's copy-engine pairs into the peers'
+// pipeline areas beyond 128 MiB on 2 ranks (a 64 MiB block a pair, where send/recv's pairs cross over too), out of
+// place only; FIFO pushes below that, in place, and on more ranks (not measured there).
+TEST(Planner, AllToAllOnBuffersNoPeerMapsTakesTheCopyEnginesBeyond128MiBOnTwoRanks) {
+  const size_t cut = size_t(128) << 20;
+  const CallPlan below = plan_call(shape(Collective::kAllToAll, cut), kAreas, {});
+  EXPECT_EQ(below.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(below.mode, BufferMode::kStagedCopy);
+  const CallPlan beyond = plan_call(shape(Collective::kAllToAll, cut + 16), kAreas, {});
+  EXPECT_EQ(beyond.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(beyond.mode, BufferMode::kStagedCopy);  // through the pipeline areas, not the peers' buffers
+  EXPECT_EQ(beyond.chunk, SIZE_MAX);
+  const BufferFacts in_place{.in_place = true};
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, in_place).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
+  // Buffers peers map stay on their own rows: pushes into the peers' outputs, or, from another GPU's cudaMalloc
+  // memory of this process, the direct stores.
+  const CallPlan pushes = plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, mapped());
+  EXPECT_EQ(pushes.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(pushes.mode, BufferMode::kZeroCopy);
+  const CallPlan stores = plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, mapped(true));
+  EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
+  // Forced, the pairs serve any size out of place, and an in-place call still runs the FIFO pushes.
+  const std::string forced = "alltoall=copyengine";
+  const CallShape small = shape(Collective::kAllToAll, size_t(1) << 20, 2, DataType::kFloat32, &forced);
+  EXPECT_EQ(plan_call(small, kAreas, {}).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(small, kAreas, in_place).algorithm, Algorithm::kPipelined);
+}
+
 TEST(Planner, AllToAllvAndSendRecvAlwaysRunTheirFifoPipelineAtOneWidth) {
   for (Collective collective : {Collective::kAllToAllv, Collective::kSendRecv}) {
     const CallPlan plan = plan_call(shape(collective, 0), kAreas);

@@ -2,8 +2,8 @@
 //   - all_to_all: int8, bfloat16, float32, int64 × per-peer counts {0, 1, 7, 4097, 1 MiB + 3 bytes' worth, and
 //     (for a few) one over 64 MiB per rank in total} × cudaMalloc'd buffers aligned and offset by one element ×
 //     symmetric buffers (comm.alloc, the same offset on every rank) aligned and offset; with the selection
-//     table, and with "alltoall=pipelined" and "alltoall=copyengine" forced (copy engines serve symmetric buffers
-//     only; other buffers fall back to pipelined);
+//     table, and with "alltoall=pipelined" and "alltoall=copyengine" forced (copy engines push into the peers'
+//     outputs on symmetric buffers, and into the peers' pipeline areas as send/recv pairs on cudaMalloc'd ones);
 //   - all_to_allv with host counts: random uneven counts per (sender, receiver) from a seed every rank shares,
 //     zero counts, a rank that sends nothing, a rank that receives nothing, packed (null) and explicit
 //     displacements with gaps in a shuffled order; a recv_counts entry that disagrees with the sender (kMismatch,
@@ -830,7 +830,8 @@ TEST(AllToAll, MatrixPipelined) {
       options);
 }
 
-// Copy engines serve symmetric buffers; cudaMalloc'd ones fall back to the pipelined path and must still be right.
+// Copy engines push into symmetric outputs, and cudaMalloc'd blocks go as send/recv's copy-engine pairs through
+// the peers' pipeline areas (with ranks as threads too: each engine reads this GPU's own memory).
 TEST(AllToAll, MatrixCopyEngine) {
   CommOptions options = test_options();
   options.algorithms = "alltoall=copyengine";

@@ -3,7 +3,8 @@
 //   - collectives of every kind, datatype and size class (LL, staged, pipelined, zero copy on symmetric
 //     arenas) spread over 2 and 4 streams of one communicator with no event between them, random per-rank
 //     delays on the streams, every call checked against the host reference; the same on the NCCL backend;
-//   - all-to-all, all-to-all-v (host and device counts) and send/recv batches spread over several streams;
+//   - all-to-all, all-to-all-v (host and device counts) and send/recv batches spread over several streams, with
+//     the table's protocols and with every all-to-all and send/recv pair on the copy engines;
 //   - eager calls and replays of a captured graph on different streams, each depending on the one before
 //     through the data (a call reads what the previous call wrote), checked every iteration.
 #include <cuda_runtime_api.h>
@@ -151,10 +152,10 @@ int32_t block_value(uint64_t seed, int round, int from, int to, size_t i) {
 
 // All-to-all, all-to-all-v (host counts), all-to-all-v (device counts) and a send/recv ring, four at a time,
 // each on a random stream, with per-rank delays; after each round every output is compared with what the
-// senders' values must give.
-TEST(Ordering, AllToAllAndSendRecvOnFourStreams) {
-  with_communicator([](Communicator& comm) {
-    constexpr int kRounds = 250;
+// senders' values must give. `rounds` of them, with the communicator's `options` (a forced protocol).
+void all_to_all_and_send_recv_on_four_streams(int rounds, const CommOptions& options) {
+  with_communicator([rounds](Communicator& comm) {
+    const int kRounds = rounds;
     constexpr int kOpsPerRound = 4;
     constexpr size_t kMaxElements = size_t(1) << 17;  // per peer block, int32
     const int rank = comm.rank(), world = comm.size();
@@ -264,7 +265,17 @@ TEST(Ordering, AllToAllAndSendRecvOnFourStreams) {
         }
       }
     }
-  });
+  }, options);
+}
+
+TEST(Ordering, AllToAllAndSendRecvOnFourStreams) { all_to_all_and_send_recv_on_four_streams(250, test_options()); }
+
+// The same with every all-to-all and send/recv pair on the copy engines (through the peers' pipeline areas, on
+// these cudaMalloc'd buffers): four streams of the caller's and the communicator's three side streams.
+TEST(Ordering, AllToAllAndSendRecvOnFourStreamsThroughTheCopyEngines) {
+  CommOptions options = test_options();
+  options.algorithms = "alltoall=copyengine,sendrecv=copyengine";
+  all_to_all_and_send_recv_on_four_streams(60, options);
 }
 
 // Eager calls and replays of a captured graph, each on its own stream, each reading what the previous one wrote:
