@@ -82,7 +82,7 @@ constexpr Row kTable[] = {
     {Collective::kAllToAll, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
-    {Collective::kAllToAll, size_t(128) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
+    {Collective::kAllToAll, size_t(64) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},

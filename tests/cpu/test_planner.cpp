@@ -184,10 +184,10 @@ TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
 }
 
 // An all-to-all on buffers no peer maps moves its blocks as send/recv's copy-engine pairs into the peers'
-// pipeline areas beyond 128 MiB on 2 ranks (a 64 MiB block a pair, where send/recv's pairs cross over too), out of
-// place only; FIFO pushes below that, in place, and on more ranks (not measured there).
-TEST(Planner, AllToAllOnBuffersNoPeerMapsTakesTheCopyEnginesBeyond128MiBOnTwoRanks) {
-  const size_t cut = size_t(128) << 20;
+// pipeline areas beyond 64 MiB on 2 ranks, out of place only; FIFO pushes below that, in place, and on more ranks
+// (not measured there).
+TEST(Planner, AllToAllOnBuffersNoPeerMapsTakesTheCopyEnginesBeyond64MiBOnTwoRanks) {
+  const size_t cut = size_t(64) << 20;
   const CallPlan below = plan_call(shape(Collective::kAllToAll, cut), kAreas, {});
   EXPECT_EQ(below.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(below.mode, BufferMode::kStagedCopy);
