@@ -5,8 +5,8 @@
 //     direct loads from the peers' inputs for the one-sided all-to-all on same-process cudaMalloc memory;
 //   - copy engines pushing into the peers' outputs between two barrier kernels (copy_engine.hpp): uniform blocks
 //     on symmetric buffers, large sizes (the one-sided all-to-all pulls from the peers' inputs);
-//   - copy engines pushing into the peers' pipeline areas, as send/recv's large pairs do (send_recv.cpp):
-//     uniform blocks on buffers no peer maps, large sizes.
+//   - copy engines pushing into the peers' pipeline areas, as send/recv's large pairs do
+//     (copy_engine_pairs.hpp): uniform blocks on buffers no peer maps, large sizes.
 // In place (send == recv), only the LL lines and the pipelined pushes serve it (planner.cpp, usable_facts).
 // All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
 // displacements), and its FIFO headers carry the counts a receiver needs.
@@ -21,6 +21,7 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/collectives.hpp"
 #include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_pairs.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/plan.hpp"
@@ -109,7 +110,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     return;
   }
   if (plan.algorithm == Algorithm::kCopyEngine) {
-    all_to_all_bulk(state, send, recv, block_bytes, plan_word, stream);
+    all_to_all_copy_engine_pairs(state, send, recv, block_bytes, plan_word, stream);
     return;
   }
   if (zero_copy) {  // pipelined on buffers peers map: direct stores into their outputs

@@ -1,4 +1,4 @@
-// Host side of the all-to-all paths that all_to_all.cpp and send_recv.cpp share.
+// Host side of the pipelined all-to-all that all_to_all.cpp and send_recv.cpp share.
 #pragma once
 
 #include <cstddef>
@@ -22,14 +22,6 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
 // peers' buffers, which `send` and `recv` identify (0: none, or global memory).
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
                          bool zero_copy, uint64_t send = 0, uint64_t recv = 0);
-
-// All-to-all of uniform blocks (`block_bytes` each) on buffers no peer maps, out of place: the block for each
-// peer moves as a send/recv pair of copy-engine chunks into that peer's pipeline area, copied out there by SMs
-// (send_recv_bulk_launch.hpp), the pairs in a rotated order (step k: to rank + k, from rank - k), and this rank's
-// own block is copied by SMs on the communicator's fourth stream beside them. In send_recv.cpp, beside the pairs'
-// machinery.
-void all_to_all_bulk(CollectiveContext& state, const void* send, void* recv, size_t block_bytes, uint64_t plan,
-                     Stream stream);
 
 // The plan of all-to-all-v (collective kAllToAllv) or a send/recv batch (kSendRecv): FIFO pushes at the table's
 // width for that collective whatever the sizes (ranks moving different amounts launch alike), within the

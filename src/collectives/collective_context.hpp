@@ -39,8 +39,8 @@ struct CollectiveContext : detail::MemoryContext {
   // A third stream: the copy-engine send/recv's sender kernels run there beside its copies on the caller's stream
   // (send_recv_bulk_launch.hpp), while its receives run on `side`.
   std::unique_ptr<SideStream> second_side;
-  // A fourth: the own block of an all-to-all whose pairs move as send/recv's copy-engine chunks (all_to_all.hpp)
-  // is copied there, beside the other three.
+  // A fourth: the own block of a collective whose pairs move as send/recv's copy-engine chunks
+  // (copy_engine_pairs.hpp) is copied there, beside the other three.
   std::unique_ptr<SideStream> third_side;
   // NVLink multicast (all-reduce, reduce, all-gather): only where BRAID_ENABLE_MULTICAST=1 and every rank could
   // set it up (memory/multicast.hpp); null otherwise, and the collectives run unicast.

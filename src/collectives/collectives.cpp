@@ -9,6 +9,7 @@
 #include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_pairs.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
@@ -354,9 +355,13 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   const CallPlan plan = plan_call(shape, capacities, facts);
   trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kCopyEngine) {
+  if (plan.algorithm == Algorithm::kCopyEngine && plan.mode == BufferMode::kZeroCopy) {
     all_gather_copy_engine(state, send, recv_range->buffers, bytes, plan_of(call, plan, std::nullopt, recv_range),
                            stream);
+    return;
+  }
+  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peers' pipeline areas
+    all_gather_copy_engine_pairs(state, send, recv, bytes, plan_of(call, plan), stream);
     return;
   }
   if (plan.mode == BufferMode::kZeroCopy) {  // pipelined on buffers peers map: stores into their outputs
@@ -413,8 +418,12 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
   DeviceGuard guard(state.device);
   switch (plan.algorithm) {
     case Algorithm::kCopyEngine:
-      broadcast_copy_engine(state, send, recv_range->buffers, bytes, root, plan_of(call, plan, std::nullopt, recv_range),
-                            stream);
+      if (plan.mode == BufferMode::kZeroCopy) {
+        broadcast_copy_engine(state, send, recv_range->buffers, bytes, root,
+                              plan_of(call, plan, std::nullopt, recv_range), stream);
+      } else {  // pairs through the peers' pipeline areas
+        broadcast_copy_engine_pairs(state, send, recv, bytes, root, plan_of(call, plan), stream);
+      }
       return;
     case Algorithm::kLL: {
       kernels::LLLaunch launch = ll_launch(state, call);

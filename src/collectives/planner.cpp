@@ -69,16 +69,25 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
   }
 }
 
+// Whether the call's blocks can go as copy-engine pairs through the peers' pipeline areas (copy_engine_pairs.hpp).
+bool moves_pairs(Collective collective, const BufferFacts& facts) {
+  switch (collective) {
+    case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
+    case Collective::kAllGather:
+    case Collective::kBroadcast: return true;
+    default: return false;
+  }
+}
+
 // Which protocols the call and its buffers allow (selection.hpp): copy engines that reach every peer, an LL slot
 // that holds an all-to-all's rank block, an open multicast region.
 Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
   Gates gates{};
   gates.multicast = shape.multicast;
   // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
-  // this process). An all-to-all whose buffers no peer maps, out of place, takes them into the peers' pipeline
-  // areas instead, the communicator's own symmetric memory (all_to_all.hpp).
-  gates.copy_engines = facts.peers_map ? !facts.same_process_peers
-                                       : shape.collective == Collective::kAllToAll && !facts.in_place;
+  // this process). On buffers no peer maps, all-to-all (out of place), all-gather and broadcast take them into the
+  // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp).
+  gates.copy_engines = facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, facts);
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
   gates.ll128 = shape.ll128;
   return gates;

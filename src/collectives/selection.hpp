@@ -31,8 +31,8 @@ const char* collective_name(unsigned int collective);  // "all_reduce", ... (als
 // kStaged: copy into staging halves, barrier, read (reduce-scatter, all-gather, reduce, broadcast);
 // kCopyEngine: copy engines between two barrier kernels, on buffers peers map (copy_engine.hpp): all-to-all,
 // all-gather and broadcast push into the peers' outputs; a send/recv pair's chunks go into the receiver's
-// pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp), as do an all-to-all's blocks on
-// buffers no peer maps;
+// pipeline area, and SMs copy them out there (send_recv_bulk_launch.hpp), as do the blocks of an all-to-all,
+// an all-gather or a broadcast on buffers no peer maps (copy_engine_pairs.hpp);
 // kMulticast: NVLink multicast through the communicator's multicast region (all-reduce, reduce, all-gather),
 // only where BRAID_ENABLE_MULTICAST opened it and the call is one the kernels serve (multicast_launch.hpp);
 // kSplit: staged in two phases, one part of the data per rank (reduce, broadcast): rank r reduces part r of every
@@ -62,7 +62,7 @@ struct Gates {
   bool multicast = false;     // the communicator has a multicast region and its kernels serve the call
   bool copy_engines = false;  // every peer maps the buffers the copy engines write or read there, none of them
                               // another GPU's cudaMalloc memory of this process (copy_engine.hpp), or the
-                              // engines write into the peers' pipeline areas (send/recv; all_to_all.hpp)
+                              // engines write into the peers' pipeline areas (send/recv; copy_engine_pairs.hpp)
   bool ll_fits = true;        // one LL launch carries the call (all-to-all: a rank block fits an LL slot)
   bool ll128 = true;          // every pair of GPUs delivers a warp's 128-byte line whole (NVLink; not PCIe):
                               // agreed at communicator init, so the same on every rank

@@ -30,6 +30,7 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/collectives.hpp"
 #include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_pairs.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
@@ -238,29 +239,81 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   }
 }
 
-void all_to_all_bulk(CollectiveContext& state, const void* send, void* recv, size_t block_bytes, uint64_t plan,
-                     Stream stream) {
-  const kernels::BulkLayout layout = bulk_layout(state);
-  const char* const input = static_cast<const char*>(send);
-  char* const output = static_cast<char*>(recv);
+namespace {
+
+// The pairs of one call in the rotated order (copy_engine_pairs.hpp), and this rank's own block; empty pairs are
+// left out on both sides alike (every rank knows every pair's size).
+struct PairExchange {
   std::vector<BulkPair> sends, recvs;
-  // Pairs in rank order from this rank on: each rank's first send is to the next rank, whose first receive is
-  // from it (a pair at a time per direction; two ranks move both directions at once).
-  for (int step = 1; step < state.size; ++step) {
-    const int to = (state.rank + step) % state.size, from = (state.rank - step + state.size) % state.size;
-    sends.push_back({to, const_cast<char*>(input) + to * block_bytes, block_bytes});
-    recvs.push_back({from, output + from * block_bytes, block_bytes});
-  }
+  char* own_destination = nullptr;
+  const char* own_source = nullptr;
+  size_t own_bytes = 0;
+};
+
+void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint64_t plan, Stream stream) {
+  const kernels::BulkLayout layout = bulk_layout(state);
   DeviceGuard guard(state.device);
-  const size_t at = state.rank * block_bytes;
-  const bool own = block_bytes != 0 && send != recv;
+  const bool own = exchange.own_bytes != 0 && exchange.own_destination != exchange.own_source;
   if (own) {
     const cudaStream_t copier = state.third_side->get();
     state.third_side->order(stream, copier);
-    copy_own_block(state, output + at, input + at, block_bytes, copier);
+    copy_own_block(state, exchange.own_destination, exchange.own_source, exchange.own_bytes, copier);
   }
-  enqueue_bulk_pairs(state, layout, sends, recvs, plan, stream, [] {});
+  enqueue_bulk_pairs(state, layout, exchange.sends, exchange.recvs, plan, stream, [] {});
   if (own) state.third_side->order(state.third_side->get(), stream);
+}
+
+int step_to(const CollectiveContext& state, int step) { return (state.rank + step) % state.size; }
+int step_from(const CollectiveContext& state, int step) { return (state.rank - step + state.size) % state.size; }
+
+}  // namespace
+
+void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
+                                  uint64_t plan, Stream stream) {
+  char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
+  char* const output = static_cast<char*>(recv);
+  PairExchange exchange;
+  for (int step = 1; step < state.size && block_bytes != 0; ++step) {
+    const int to = step_to(state, step), from = step_from(state, step);
+    exchange.sends.push_back({to, input + to * block_bytes, block_bytes});
+    exchange.recvs.push_back({from, output + from * block_bytes, block_bytes});
+  }
+  exchange.own_destination = output + state.rank * block_bytes;
+  exchange.own_source = input + state.rank * block_bytes;
+  exchange.own_bytes = block_bytes;
+  exchange_pairs(state, exchange, plan, stream);
+}
+
+void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, uint64_t plan,
+                                  Stream stream) {
+  char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
+  char* const output = static_cast<char*>(recv);
+  PairExchange exchange;
+  for (int step = 1; step < state.size && bytes != 0; ++step) {
+    const int from = step_from(state, step);
+    exchange.sends.push_back({step_to(state, step), input, bytes});
+    exchange.recvs.push_back({from, output + from * bytes, bytes});
+  }
+  exchange.own_destination = output + state.rank * bytes;
+  exchange.own_source = input;
+  exchange.own_bytes = bytes;
+  exchange_pairs(state, exchange, plan, stream);
+}
+
+void broadcast_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, int root,
+                                 uint64_t plan, Stream stream) {
+  PairExchange exchange;
+  if (state.rank == root) {
+    for (int step = 1; step < state.size && bytes != 0; ++step) {
+      exchange.sends.push_back({step_to(state, step), const_cast<char*>(static_cast<const char*>(send)), bytes});
+    }
+    exchange.own_destination = static_cast<char*>(recv);
+    exchange.own_source = static_cast<const char*>(send);
+    exchange.own_bytes = bytes;
+  } else if (bytes != 0) {
+    exchange.recvs.push_back({root, static_cast<char*>(recv), bytes});
+  }
+  exchange_pairs(state, exchange, plan, stream);
 }
 
 }  // namespace braid::collectives

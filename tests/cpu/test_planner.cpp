@@ -36,8 +36,13 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   const CallPlan stores = plan_call(large, kAreas, mapped(true));
   EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
-  // Buffers peers cannot map: FIFO pushes through the communicator's own area.
-  const CallPlan fifo = plan_call(large, kAreas, {});
+  // Buffers peers cannot map: copy-engine pairs through the peers' pipeline areas on 2 ranks, FIFO pushes through
+  // them on more.
+  const CallPlan pairs = plan_call(large, kAreas, {});
+  EXPECT_EQ(pairs.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(pairs.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(pairs.chunk, SIZE_MAX);
+  const CallPlan fifo = plan_call(shape(Collective::kAllGather, size_t(512) << 20, 4), kAreas, {});
   EXPECT_EQ(fifo.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(fifo.mode, BufferMode::kStagedCopy);
   EXPECT_EQ(fifo.chunk, SIZE_MAX);
@@ -185,8 +190,8 @@ TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
 
 // An all-to-all on buffers no peer maps moves its blocks as send/recv's copy-engine pairs into the peers'
 // pipeline areas beyond 64 MiB on 2 ranks, out of place only; FIFO pushes below that, in place, and on more ranks
-// (not measured there).
-TEST(Planner, AllToAllOnBuffersNoPeerMapsTakesTheCopyEnginesBeyond64MiBOnTwoRanks) {
+// (not measured there). All-gather and broadcast alike, from their own cut-offs.
+TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   const size_t cut = size_t(64) << 20;
   const CallPlan below = plan_call(shape(Collective::kAllToAll, cut), kAreas, {});
   EXPECT_EQ(below.algorithm, Algorithm::kPipelined);
@@ -206,6 +211,17 @@ TEST(Planner, AllToAllOnBuffersNoPeerMapsTakesTheCopyEnginesBeyond64MiBOnTwoRank
   const CallPlan stores = plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, mapped(true));
   EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
+  // All-gather and broadcast take the pairs beyond 64 MiB and 32 MiB on 2 ranks, in place too (no pair reads what
+  // another writes).
+  EXPECT_EQ(plan_call(shape(Collective::kAllGather, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllGather, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(32) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, (size_t(32) << 20) + 4), kAreas, in_place).algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
+  // Reductions have no pairs.
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
   // Forced, the pairs serve any size out of place, and an in-place call still runs the FIFO pushes.
   const std::string forced = "alltoall=copyengine";
   const CallShape small = shape(Collective::kAllToAll, size_t(1) << 20, 2, DataType::kFloat32, &forced);

@@ -310,6 +310,12 @@ TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 TEST(Collectives, PipelinedBroadcastMatrix) {
   run_forced_matrices("broadcast=pipelined", "pipelined", {Collective::kBroadcast});
 }
+// Copy engines forced on cudaMalloc'd buffers: all-gather and broadcast move as send/recv's copy-engine pairs
+// through the peers' pipeline areas (copy_engine_pairs.hpp), at every size, in place and out, aligned or not,
+// every root.
+TEST(Collectives, CopyEnginePairsMatrices) {
+  run_forced_matrices(kCopyEngineEverywhere, "copy-engine pairs", {Collective::kAllGather, Collective::kBroadcast});
+}
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
 // Reduce and broadcast in two phases (the table's choice from three ranks and 1 MiB on), forced at every size and
@@ -808,6 +814,23 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
                                     },
                                     true);
+  });
+}
+
+// The same on cudaMalloc'd buffers. With automatic registration the captured calls take the engines into the
+// registered outputs (ranks as processes) or the zero-copy kernels (threads); with BRAID_AUTO_REGISTER=0, the
+// pairs through the peers' pipeline areas, whose forks and joins of the communicator's side streams the capture
+// must follow.
+TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
+  with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
+    const int last = comm.size() - 1;
+    check_graph_replays_match_eager(comm,
+                                    {
+                                        {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+                                        {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4 + 3, last, false, true, 0},
+                                        {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4 + 1, 0, true, true, 0},
+                                    },
+                                    false);
   });
 }
 

@@ -1,0 +1,31 @@
+// Collectives on buffers no peer maps, moved by copy engines as send/recv's large pairs are (send_recv.cpp,
+// send_recv_bulk_launch.hpp): each pair's bytes go as chunks from this rank's buffer into the receiver's pipeline
+// area, where SMs copy them out into the receiver's buffer. Rank order of the steps: a rank's k-th send goes to
+// rank + k and its k-th receive comes from rank - k, so the k-th send of every rank meets the k-th receive of its
+// receiver and no pair waits on a later one. This rank's own block is copied by SMs on the communicator's fourth
+// stream beside the pairs.
+//   - all-to-all: block q of the input to rank q, block q of the output from rank q;
+//   - all-gather: the input to every rank, block q of the output from rank q;
+//   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks).
+// Out of place for all-to-all (its pairs read blocks the receives overwrite); all-gather and broadcast in place
+// too (the own block is then where it belongs already).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "braid/types.hpp"
+
+namespace braid::collectives {
+
+struct CollectiveContext;
+
+void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
+                                  uint64_t plan, Stream stream);
+// `bytes` of this rank's input land at rank × bytes of every rank's output.
+void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, uint64_t plan,
+                                  Stream stream);
+void broadcast_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, int root,
+                                 uint64_t plan, Stream stream);
+
+}  // namespace braid::collectives
