@@ -190,7 +190,7 @@ TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
 
 // An all-to-all on buffers no peer maps moves its blocks as send/recv's copy-engine pairs into the peers'
 // pipeline areas beyond 64 MiB on 2 ranks, out of place only; FIFO pushes below that, in place, and on more ranks
-// (not measured there). All-gather and broadcast alike, from their own cut-offs.
+// (not measured there). All-gather and broadcast alike beyond 128 MiB.
 TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   const size_t cut = size_t(64) << 20;
   const CallPlan below = plan_call(shape(Collective::kAllToAll, cut), kAreas, {});
@@ -211,14 +211,17 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   const CallPlan stores = plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, mapped(true));
   EXPECT_EQ(stores.algorithm, Algorithm::kPipelined);
   EXPECT_EQ(stores.mode, BufferMode::kZeroCopy);
-  // All-gather and broadcast take the pairs beyond 64 MiB and 32 MiB on 2 ranks, in place too (no pair reads what
-  // another writes).
-  EXPECT_EQ(plan_call(shape(Collective::kAllGather, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kAllGather, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
+  // All-gather and broadcast take the pairs beyond 128 MiB on 2 ranks, in place too (no pair reads what another
+  // writes); symmetric broadcasts keep their pushes into the peers' outputs from 32 MiB.
+  EXPECT_EQ(plan_call(shape(Collective::kAllGather, size_t(128) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllGather, (size_t(128) << 20) + 16), kAreas, in_place).algorithm,
             Algorithm::kCopyEngine);
-  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(32) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, (size_t(32) << 20) + 4), kAreas, in_place).algorithm,
+  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(128) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kBroadcast, (size_t(128) << 20) + 4), kAreas, in_place).algorithm,
             Algorithm::kCopyEngine);
+  const CallPlan symmetric_broadcast = plan_call(shape(Collective::kBroadcast, (size_t(32) << 20) + 4), kAreas, mapped());
+  EXPECT_EQ(symmetric_broadcast.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(symmetric_broadcast.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
   // Reductions have no pairs.
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
