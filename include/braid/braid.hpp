@@ -157,7 +157,8 @@ class Communicator {
   // LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer (register_buffer)
   // takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric ones at the same
   // offsets in the same allocations. In place the call runs the staged paths whatever the buffers, so a call in
-  // place on some ranks only fails with kMismatch where the others run zero copy (see Agreement above).
+  // place on some ranks only fails with kMismatch where the others run zero copy, or, on 2 ranks beyond 64 MiB,
+  // move their blocks through the copy engines (see Agreement above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it

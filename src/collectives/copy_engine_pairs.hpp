@@ -3,7 +3,8 @@
 // area, where SMs copy them out into the receiver's buffer. Rank order of the steps: a rank's k-th send goes to
 // rank + k and its k-th receive comes from rank - k, so the k-th send of every rank meets the k-th receive of its
 // receiver and no pair waits on a later one. This rank's own block is copied by SMs on the communicator's fourth
-// stream beside the pairs.
+// stream beside the pairs. An entry barrier first announces the call's plan, so a peer that planned the call
+// otherwise fails with kMismatch, as with the other barrier kernels.
 //   - all-to-all: block q of the input to rank q, block q of the output from rank q;
 //   - all-gather: the input to every rank, block q of the output from rank q;
 //   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks).

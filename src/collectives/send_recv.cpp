@@ -39,6 +39,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "sync/device_sync.hpp"
 
 namespace braid::collectives {
 namespace {
@@ -120,9 +121,10 @@ uint64_t chunks_of(const kernels::BulkLayout& layout, uint64_t bytes) {
 
 // A copy-engine step of one pair of this call (either side), with the fields both sides share set.
 template <typename Step>
-Step pair_step(const CollectiveContext& state, const BulkPair& pair, uint64_t plan) {
+Step pair_step(const CollectiveContext& state, Collective collective, const BulkPair& pair, uint64_t plan) {
   Step step{};
   step.pad = state.sync->pad();
+  step.collective = static_cast<unsigned int>(collective);
   step.peer = pair.peer;
   step.total_bytes = pair.bytes;
   step.plan = plan;
@@ -134,11 +136,12 @@ Step pair_step(const CollectiveContext& state, const BulkPair& pair, uint64_t pl
 // it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in
 // before that copy is enqueued, while the step of chunk c - 1 is not enqueued yet: the engine waits for no more
 // than the slot it needs.
-void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layout, const BulkPair& pair, uint64_t plan,
+void enqueue_bulk_send(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
+                       const BulkPair& pair, uint64_t plan,
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
   const uint64_t chunks = chunks_of(layout, pair.bytes);
-  auto step = pair_step<kernels::BulkSendStep>(state, pair, plan);
+  auto step = pair_step<kernels::BulkSendStep>(state, collective, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
   step.drain = false;
@@ -171,11 +174,12 @@ void enqueue_bulk_send(CollectiveContext& state, const kernels::BulkLayout& layo
 
 // The receiver's side of one pair: per chunk, the step kernel (hand back the previous chunk's slot, wait for
 // this one and check its header), then the SM copy out of the slot; a last step hands back the last slot.
-void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layout, const BulkPair& pair, uint64_t plan,
+void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
+                       const BulkPair& pair, uint64_t plan,
                        cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
   const uint64_t chunks = chunks_of(layout, pair.bytes);
-  auto step = pair_step<kernels::BulkRecvStep>(state, pair, plan);
+  auto step = pair_step<kernels::BulkRecvStep>(state, collective, pair, plan);
   kernels::BulkCopyOut copy{};
   copy.layout = layout;
   copy.total_bytes = pair.bytes;
@@ -200,14 +204,16 @@ void enqueue_bulk_recv(CollectiveContext& state, const kernels::BulkLayout& layo
 // Enqueues one launch's copy-engine pairs: the recvs on `side`, forked from `stream` before anything of the
 // launch (the caller's work there, the FIFO launch, runs beside them), the sends' copies on `stream` after that
 // work and their kernels on `second_side`; both joined back into `stream`.
-void enqueue_bulk_pairs(CollectiveContext& state, const kernels::BulkLayout& layout, const std::vector<BulkPair>& sends,
-                        const std::vector<BulkPair>& recvs, uint64_t plan, cudaStream_t stream,
-                        const std::function<void()>& on_stream) {
+void enqueue_bulk_pairs(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
+                        const std::vector<BulkPair>& sends, const std::vector<BulkPair>& recvs, uint64_t plan,
+                        cudaStream_t stream, const std::function<void()>& on_stream) {
   const cudaStream_t side = state.side->get(), steps = state.second_side->get();
   if (!recvs.empty()) state.side->order(stream, side);
   on_stream();
-  for (const BulkPair& pair : sends) enqueue_bulk_send(state, layout, pair, plan, stream, steps, *state.second_side);
-  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, layout, pair, plan, side);
+  for (const BulkPair& pair : sends) {
+    enqueue_bulk_send(state, collective, layout, pair, plan, stream, steps, *state.second_side);
+  }
+  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, collective, layout, pair, plan, side);
   if (!sends.empty()) state.second_side->order(steps, stream);
   if (!recvs.empty()) state.side->order(side, stream);
 }
@@ -229,7 +235,7 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   for (kernels::AllToAllLaunch& launch : launches) {
     std::vector<BulkPair> sends, recvs;
     take_bulk_pairs(state, layout, launch, sends, recvs);
-    enqueue_bulk_pairs(state, layout, sends, recvs, plan, stream, [&] {
+    enqueue_bulk_pairs(state, Collective::kSendRecv, layout, sends, recvs, plan, stream, [&] {
       // A launch left with no peer and nothing for this rank itself has nothing to do.
       if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
           (sends.empty() && recvs.empty())) {
@@ -244,22 +250,29 @@ namespace {
 // The pairs of one call in the rotated order (copy_engine_pairs.hpp), and this rank's own block; empty pairs are
 // left out on both sides alike (every rank knows every pair's size).
 struct PairExchange {
+  Collective collective;
   std::vector<BulkPair> sends, recvs;
   char* own_destination = nullptr;
   const char* own_source = nullptr;
   size_t own_bytes = 0;
 };
 
+// An entry barrier announces the call's plan first: the pairs' waits have no barrier of their own, so a peer that
+// took FIFO pushes for the call (an all-to-all in place there) would otherwise wait for pieces that never come
+// until the timeout; it sees this plan announced and both fail with kMismatch (a peer with a barrier of its own
+// is caught there as well).
 void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint64_t plan, Stream stream) {
   const kernels::BulkLayout layout = bulk_layout(state);
   DeviceGuard guard(state.device);
   const bool own = exchange.own_bytes != 0 && exchange.own_destination != exchange.own_source;
-  if (own) {
+  if (own) {  // a local copy waits for no peer
     const cudaStream_t copier = state.third_side->get();
     state.third_side->order(stream, copier);
     copy_own_block(state, exchange.own_destination, exchange.own_source, exchange.own_bytes, copier);
   }
-  enqueue_bulk_pairs(state, layout, exchange.sends, exchange.recvs, plan, stream, [] {});
+  kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(exchange.collective), kSiteEntryBarrier, plan,
+                          stream);
+  enqueue_bulk_pairs(state, exchange.collective, layout, exchange.sends, exchange.recvs, plan, stream, [] {});
   if (own) state.third_side->order(state.third_side->get(), stream);
 }
 
@@ -272,7 +285,7 @@ void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, vo
                                   uint64_t plan, Stream stream) {
   char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
   char* const output = static_cast<char*>(recv);
-  PairExchange exchange;
+  PairExchange exchange{Collective::kAllToAll};
   for (int step = 1; step < state.size && block_bytes != 0; ++step) {
     const int to = step_to(state, step), from = step_from(state, step);
     exchange.sends.push_back({to, input + to * block_bytes, block_bytes});
@@ -288,7 +301,7 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
                                   Stream stream) {
   char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
   char* const output = static_cast<char*>(recv);
-  PairExchange exchange;
+  PairExchange exchange{Collective::kAllGather};
   for (int step = 1; step < state.size && bytes != 0; ++step) {
     const int from = step_from(state, step);
     exchange.sends.push_back({step_to(state, step), input, bytes});
@@ -302,7 +315,7 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 
 void broadcast_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, int root,
                                  uint64_t plan, Stream stream) {
-  PairExchange exchange;
+  PairExchange exchange{Collective::kBroadcast};
   if (state.rank == root) {
     for (int step = 1; step < state.size && bytes != 0; ++step) {
       exchange.sends.push_back({step_to(state, step), const_cast<char*>(static_cast<const char*>(send)), bytes});

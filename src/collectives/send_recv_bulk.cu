@@ -11,22 +11,20 @@
 namespace braid::kernels {
 namespace {
 
-constexpr unsigned int kSendRecvId = static_cast<unsigned int>(Collective::kSendRecv);
-
 // Whether the receiver consumed every phase-1 FIFO piece this rank sent it: all of the channel's credits are
 // back (the sender's expected free count runs kFifoDepth behind the pieces it sent). Nothing is consumed.
-__device__ bool fifo_drained(const device::SignalPad& pad, int channel, int peer) {
+__device__ bool fifo_drained(const device::SignalPad& pad, unsigned int collective, int channel, int peer) {
   const uint64_t* slot = pad.local + channel * pad.world + peer;
   const uint64_t all_back = pad.expected[channel * pad.world + peer] + kFifoDepth;
   return device::spin_until(pad, [&] { return device::reached(device::load_acquire_system(slot), all_back); },
-                            kSendRecvId, kSiteFifoCredit, peer, channel);
+                            collective, kSiteFifoCredit, peer, channel);
 }
 
 __global__ void bulk_send_step(BulkSendStep step) {
   start_dependent_kernel();
   if (step.drain) {  // both phases' FIFOs: thread t, channel t % kPipelineChannels of phase t / kPipelineChannels
     const int set = threadIdx.x < kPipelineChannels ? kFree1 : kFree2;
-    fifo_drained(step.pad, set * kPipelineChannels + threadIdx.x % kPipelineChannels, step.peer);
+    fifo_drained(step.pad, step.collective, set * kPipelineChannels + threadIdx.x % kPipelineChannels, step.peer);
     return;  // a failed wait is recorded: the steps after it fail at once
   }
   if (threadIdx.x != 0) return;
@@ -36,7 +34,7 @@ __global__ void bulk_send_step(BulkSendStep step) {
     device::signal(step.pad, kBulkDataChannels + step.post_slot, step.peer);
   }
   if (step.wait_slot >= 0) {
-    device::wait(step.pad, kBulkFreeChannels + step.wait_slot, step.peer, kSendRecvId, kSiteFifoCredit, nullptr,
+    device::wait(step.pad, kBulkFreeChannels + step.wait_slot, step.peer, step.collective, kSiteFifoCredit, nullptr,
                  device::PlanCheck{step.plan, 0});
   }
 }
@@ -46,14 +44,14 @@ __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
   if (step.free_slot >= 0) device::signal(step.pad, kBulkFreeChannels + step.free_slot, step.peer);  // copied out
   if (step.wait_chunk < 0) return;
   const int slot = static_cast<int>(step.wait_chunk % kBulkSlots);
-  if (!device::wait(step.pad, kBulkDataChannels + slot, step.peer, kSendRecvId, kSiteFifoData, nullptr,
+  if (!device::wait(step.pad, kBulkDataChannels + slot, step.peer, step.collective, kSiteFifoData, nullptr,
                     device::PlanCheck{step.plan, 0})) {
     return;
   }
   const volatile BulkHeader* arrived = step.header;
   const BulkHeader header{arrived->total_bytes, arrived->chunk};
   if (header.total_bytes != step.total_bytes || header.chunk != static_cast<uint64_t>(step.wait_chunk)) {
-    device::record_data_error(step.pad, device::kErrorSizeMismatch, kSendRecvId, step.peer,
+    device::record_data_error(step.pad, device::kErrorSizeMismatch, step.collective, step.peer,
                               static_cast<long long>(header.total_bytes), static_cast<long long>(step.total_bytes));
   }
 }

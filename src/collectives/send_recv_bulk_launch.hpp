@@ -77,6 +77,7 @@ inline BulkHeader* BulkLayout::header(char* area, int sender, int slot_index) co
 // to come back.
 struct BulkSendStep {
   device::SignalPad pad;
+  unsigned int collective;  // what errors and timeouts name: send/recv, or the collective whose pairs these are
   int peer;
   bool drain;
   int64_t post_chunk;    // -1: nothing to post
@@ -91,6 +92,7 @@ struct BulkSendStep {
 // then waits for chunk wait_chunk in its slot and checks its header (a refused chunk is recorded here).
 struct BulkRecvStep {
   device::SignalPad pad;
+  unsigned int collective;
   int peer;
   int free_slot;             // -1: nothing to hand back
   int64_t wait_chunk;        // -1: nothing to wait for
