@@ -44,7 +44,7 @@ const char* kind_name(Kind kind) {
 
 struct Scenario {
   Call call;
-  size_t bytes;           // the call's size as the selection table counts it (all-gather: the output)
+  size_t bytes;           // all-reduce and reduce-scatter: the input; all-gather: the output; all-to-all: world x its input
   Kind even;              // the buffers of even ranks
   Kind odd;               // of odd ranks
   bool mismatch;          // the kinds lead to different plans
@@ -97,12 +97,12 @@ const Scenario kScenarios[] = {
     // that peers still read): in place on some ranks only, symmetric buffers plan differently.
     {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true},
     {Call::kAllToAll, 8 * kMiB, Kind::kDevice, Kind::kDevice, false, true},
-    // Copy-engine pairs through the pipeline areas (2 ranks, buffers no peer maps: an all-to-all beyond 64 MiB,
-    // an all-gather output beyond 128 MiB) have an entry barrier that announces the plan: against FIFO pushes (an
-    // all-to-all in place on odd ranks) and against the copy engines into symmetric outputs, a mismatch; pairs on
-    // both sides, right.
-    {Call::kAllToAll, 72 * kMiB, Kind::kDevice, Kind::kDevice, true, true, true},
-    {Call::kAllToAll, 72 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
+    // Copy-engine pairs through the pipeline areas (2 ranks, buffers no peer maps: an all-to-all input beyond
+    // 64 MiB, an all-gather output beyond 128 MiB) have an entry barrier that announces the plan: against FIFO
+    // pushes (an all-to-all in place on odd ranks) and against the copy engines into symmetric outputs, a
+    // mismatch; pairs on both sides, right. (An all-to-all input is bytes / world here.)
+    {Call::kAllToAll, 144 * kMiB, Kind::kDevice, Kind::kDevice, true, true, true},
+    {Call::kAllToAll, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
 };
