@@ -17,6 +17,9 @@
 // their sizes agree. A launch's bulk sends go in rank order, and so do its bulk receives: a pair whose sender is
 // busy with a lower receiver, or whose receiver with a lower sender, waits only on pairs that do progress, so
 // they never wait on each other in a cycle.
+//
+// The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps
+// (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they share.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -263,6 +266,10 @@ struct PairExchange {
 // is caught there as well).
 void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint64_t plan, Stream stream) {
   const kernels::BulkLayout layout = bulk_layout(state);
+  if (layout.slot_payload == 0) {  // init refuses a pipeline area too small for FIFO pieces, which has no slots
+    raise(ErrorCode::kInternal, "{}: the pipeline area has no copy-engine slots",
+          collective_name(static_cast<unsigned int>(exchange.collective)));
+  }
   DeviceGuard guard(state.device);
   const bool own = exchange.own_bytes != 0 && exchange.own_destination != exchange.own_source;
   if (own) {  // a local copy waits for no peer
