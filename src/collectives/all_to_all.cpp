@@ -66,7 +66,8 @@ uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks,
 }
 
 CallPlan pairwise_plan(const CollectiveContext& state, Collective collective, DataType type) {
-  const CallShape shape{collective, 0, state.size, type, &state.algorithm_override, false, state.max_blocks};
+  // The FIFO launch's own plan: pairs in LL128 lines leave it (send_recv.cpp), as pairs for the copy engines do.
+  const CallShape shape{collective, 0, state.size, type, &state.algorithm_override, false, state.max_blocks, false};
   return plan_call(shape, area_capacities(state));
 }
 

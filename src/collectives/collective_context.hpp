@@ -33,6 +33,8 @@ struct CollectiveContext : detail::MemoryContext {
   SymmetricMemory pipeline;
   SymmetricMemory ll;
   SymmetricMemory ll128;
+  // Send/recv pairs in LL128 lines (send_recv_lines_launch.hpp): made only where ll128_lines holds.
+  SymmetricMemory send_recv_lines;
   // The second stream of the copy-engine collectives (collectives/copy_engine.hpp): this rank's own block runs
   // there beside the caller's stream.
   std::unique_ptr<SideStream> side;

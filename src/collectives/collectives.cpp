@@ -18,6 +18,7 @@
 #include "collectives/plan.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
+#include "collectives/send_recv_lines_launch.hpp"
 #include "collectives/staged_launch.hpp"
 #include "collectives/zero_copy_launch.hpp"
 #include "core/config.hpp"
@@ -49,6 +50,7 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   capacities.ll_payload = ll_slot_bytes(state) / kernels::kLLWireBytes * kernels::kLLLineBytes;
   capacities.multicast_half = multicast_half_bytes(state);
   capacities.ll128_payload = kernels::kLL128MaxPayloadBytes;
+  capacities.send_recv_lines_payload = state.send_recv_lines ? kernels::kSendRecvLinesMaxPayload : 0;
   return capacities;
 }
 

@@ -90,6 +90,9 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   gates.copy_engines = facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, facts);
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
   gates.ll128 = shape.ll128;
+  if (shape.collective == Collective::kSendRecv) {  // a pair's message must fit its slot of lines
+    gates.ll128 = gates.ll128 && capacities.send_recv_lines_payload != 0 && shape.bytes <= capacities.send_recv_lines_payload;
+  }
   return gates;
 }
 

@@ -44,6 +44,7 @@ struct AreaCapacities {
   size_t ll_payload;      // payload an LL launch carries from each sender (its slot, less the flags)
   size_t multicast_half;  // one half of the multicast region (0 without one)
   size_t ll128_payload;   // payload an LL128 launch carries from each sender
+  size_t send_recv_lines_payload = 0;  // a send/recv message in LL128 lines, at most (0: no area for them)
 };
 
 // What the lookups found about the call's buffers; every fact holds for every rank's buffers, so it is the same

@@ -92,6 +92,7 @@ constexpr Row kTable[] = {
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
     // Send/recv: the table is asked once per pair, with the pair's bytes (send_recv.cpp); copy engines where
     // they reach the peer's pipeline area (always: it is the communicator's own symmetric memory).
+    {Collective::kSendRecv, size_t(256) << 10, Algorithm::kLL128},
     {Collective::kSendRecv, size_t(64) << 20, Algorithm::kPipelined},
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kCopyEngine},
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kPipelined},
@@ -117,7 +118,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
     {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
     {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
-    {Collective::kAllReduce, Algorithm::kLL128},
+    {Collective::kAllReduce, Algorithm::kLL128},       {Collective::kSendRecv, Algorithm::kLL128},
 };
 
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,

@@ -38,6 +38,7 @@
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/send_recv_bulk_launch.hpp"
+#include "collectives/send_recv_lines_launch.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
@@ -112,6 +113,34 @@ void take_bulk_pairs(const CollectiveContext& state, const kernels::BulkLayout& 
     }
     if (((launch.recv_peers >> q) & 1u) && takes_copy_engines(state, layout, launch.recv_bytes[q])) {
       recvs.push_back({q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q]});
+      launch.recv_peers &= ~(1u << q);
+      launch.recv_bytes[q] = 0;
+    }
+  }
+}
+
+// Whether a pair of `bytes` goes in LL128 lines: the table's choice for its size, where the GPUs carry lines whole
+// and the communicator has their area (send_recv_lines_launch.hpp).
+bool takes_lines(const CollectiveContext& state, uint64_t bytes) {
+  const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
+                        state.max_blocks, state.ll128_lines};
+  BufferFacts facts{};
+  facts.peers_map = true;  // the lines go into the communicator's own area, which every peer maps
+  return plan_call(shape, area_capacities(state), facts).algorithm == Algorithm::kLL128;
+}
+
+// Takes the pairs of `launch` that go in lines out of it (their bytes 0, their peers unnamed) into `lines`.
+void take_line_pairs(const CollectiveContext& state, kernels::AllToAllLaunch& launch, kernels::SendRecvLinesLaunch& lines) {
+  lines.send_count = lines.recv_count = 0;
+  for (int q = 0; q < state.size; ++q) {
+    if (q == state.rank) continue;
+    if (((launch.send_peers >> q) & 1u) && takes_lines(state, launch.send_bytes[q])) {
+      lines.sends[lines.send_count++] = {q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q]};
+      launch.send_peers &= ~(1u << q);
+      launch.send_bytes[q] = 0;
+    }
+    if (((launch.recv_peers >> q) & 1u) && takes_lines(state, launch.recv_bytes[q])) {
+      lines.recvs[lines.recv_count++] = {q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q]};
       launch.recv_peers &= ~(1u << q);
       launch.recv_bytes[q] = 0;
     }
@@ -238,10 +267,18 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   for (kernels::AllToAllLaunch& launch : launches) {
     std::vector<BulkPair> sends, recvs;
     take_bulk_pairs(state, layout, launch, sends, recvs);
+    kernels::SendRecvLinesLaunch lines{};
+    take_line_pairs(state, launch, lines);
+    const bool in_lines = lines.send_count + lines.recv_count > 0;
     enqueue_bulk_pairs(state, Collective::kSendRecv, layout, sends, recvs, plan, stream, [&] {
+      if (in_lines) {
+        lines.area = reinterpret_cast<char* const*>(state.send_recv_lines.device_peers());
+        lines.pad = state.sync->pad();
+        kernels::launch_send_recv_lines(lines, stream);
+      }
       // A launch left with no peer and nothing for this rank itself has nothing to do.
       if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
-          (sends.empty() && recvs.empty())) {
+          (sends.empty() && recvs.empty() && !in_lines)) {
         kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
       }
     });

@@ -14,6 +14,7 @@
 #include "collectives/ll_launch.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
+#include "collectives/send_recv_lines_launch.hpp"
 #include "collectives/staged_launch.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/nccl/nccl_collectives.hpp"
@@ -305,6 +306,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
   state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
   state->ll128 = comm.alloc(kernels::ll128_area_bytes(state->size));
+  if (state->ll128_lines) state->send_recv_lines = comm.alloc(kernels::send_recv_lines_area_bytes(state->size));
   state->side = std::make_unique<SideStream>(state->device);
   state->second_side = std::make_unique<SideStream>(state->device);
   state->third_side = std::make_unique<SideStream>(state->device);

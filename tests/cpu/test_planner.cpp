@@ -232,6 +232,27 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   EXPECT_EQ(plan_call(small, kAreas, in_place).algorithm, Algorithm::kPipelined);
 }
 
+// A send/recv pair of at most 256 KiB goes in LL128 lines where the GPUs carry them whole and the communicator has
+// their area; beyond, and without either, the FIFO pushes. Forced onto lines, a pair larger than a slot stays on
+// the FIFOs.
+TEST(Planner, SmallSendRecvPairsGoInLines) {
+  AreaCapacities areas = kAreas;
+  areas.send_recv_lines_payload = size_t(256) << 10;
+  const BufferFacts area = mapped();
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, 0), areas, area).algorithm, Algorithm::kLL128);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(256) << 10), areas, area).algorithm, Algorithm::kLL128);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, (size_t(256) << 10) + 1), areas, area).algorithm, Algorithm::kPipelined);
+  CallShape no_lines = shape(Collective::kSendRecv, 8 << 10);
+  no_lines.ll128 = false;  // PCIe peers, or BRAID_LL128=off
+  EXPECT_EQ(plan_call(no_lines, areas, area).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, 8 << 10), kAreas, area).algorithm, Algorithm::kPipelined);  // no area
+  const std::string lines = "sendrecv=ll128", fifo = "sendrecv=pipelined";
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, size_t(1) << 20, 2, DataType::kUint8, &lines), areas, area).algorithm,
+            Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kSendRecv, 8 << 10, 2, DataType::kUint8, &fifo), areas, area).algorithm,
+            Algorithm::kPipelined);
+}
+
 TEST(Planner, AllToAllvAndSendRecvAlwaysRunTheirFifoPipelineAtOneWidth) {
   for (Collective collective : {Collective::kAllToAllv, Collective::kSendRecv}) {
     const CallPlan plan = plan_call(shape(collective, 0), kAreas);

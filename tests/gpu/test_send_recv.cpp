@@ -1,6 +1,7 @@
 // Point-to-point batches (Communicator::send_recv, send, recv; braidSend, braidRecv) on every rank (threads or
 // braid-run processes), against a host reference: a ring in one batch, a pair exchanging both ways in one batch,
-// sizes 0 .. past the pipeline area over several datatypes, several sends to one peer (order kept), sends to self,
+// sizes 0 .. past the pipeline area over several datatypes (with the table, and forced onto the FIFOs and into
+// LL128 lines), several sends to one peer (order kept), sends to self,
 // two ranks of the world alone followed by a collective of all, 200 random batches back to back with random
 // delays, a CUDA graph replayed 100 times, a size mismatch (kMismatch, the communicator still usable), the NCCL
 // backend, pairs through the copy engines (alone, mixed with FIFO pairs, in graphs, a size mismatch), and
@@ -184,6 +185,27 @@ TEST(SendRecv, RingOverSizesAndDatatypes) {
     }
     run(comm, batches, "ring");
   });
+}
+
+// Small pairs go in LL128 lines on NVLink hosts; the same ring forced onto the FIFOs, and forced onto lines (where
+// a pair larger than a slot of lines stays on the FIFOs), at sizes around the slot's 256 KiB too.
+TEST(SendRecv, RingOverSizesOnTheFifosAndInLines) {
+  for (const char* algorithms : {"sendrecv=pipelined", "sendrecv=ll128"}) {
+    CommOptions options = test_options();
+    options.algorithms = algorithms;
+    with_communicator(
+        [](Communicator& comm) {
+          std::vector<MessageBatch> batches;
+          for (DataType type : {DataType::kInt8, DataType::kBFloat16, DataType::kFloat32}) {
+            for (size_t bytes : {size_t(0), size_t(1), size_t(7), size_t(481), size_t(30) << 10, (size_t(256) << 10) - 3,
+                                 size_t(256) << 10, (size_t(256) << 10) + 5}) {
+              batches.push_back(ring(comm.size(), type, elements(bytes, type), batches.size() % 3 != 0));
+            }
+          }
+          run(comm, batches, "ring");
+        },
+        options);
+  }
 }
 
 // A send to q and a receive from q in one batch, far beyond what the FIFOs hold, on both ranks at once.

@@ -1,0 +1,147 @@
+// Send/recv pairs in LL128 lines, device side (the protocol and layout: send_recv_lines_launch.hpp). One block a
+// pair direction: a sending block stores the message's groups of 4 lines, group 0 its byte count, each warp its
+// share with one 16-byte store a lane; a receiving block's warps poll their groups until every line carries the
+// pair's sequence, then store the payload into the receive buffer. A warp's 16-byte accesses of one group are
+// one line each, converged, so a line lands and is read whole (ll128.cuh).
+#include "collectives/dependent_launch.cuh"
+#include "collectives/kernels.hpp"
+#include "collectives/ll128.cuh"
+#include "collectives/selection.hpp"
+#include "collectives/send_recv_lines_launch.hpp"
+#include "core/kernel_modules.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::kernels {
+namespace {
+
+constexpr unsigned int kSendRecvId = static_cast<unsigned int>(Collective::kSendRecv);
+constexpr int kLinesThreads = 512;
+constexpr int kLinesWarps = kLinesThreads / 32;
+constexpr int kGroupsPerRound = 4;  // a warp's groups whose loads (or polls) are in flight together
+
+__device__ __forceinline__ SendRecvLinesCounts* counts_of(char* area) { return reinterpret_cast<SendRecvLinesCounts*>(area); }
+
+// Rank `receiver`'s slot for messages of `sender` whose sequence has parity `parity`.
+__device__ __forceinline__ char* slot_of(const SendRecvLinesLaunch& launch, int receiver, int sender, uint64_t parity) {
+  return launch.area[receiver] + kSendRecvLinesCountsBytes +
+         (parity * launch.pad.world + static_cast<uint64_t>(sender)) * kSendRecvLinesSlotBytes;
+}
+
+// Groups of a message of `bytes`: the count's group, then the payload's.
+__device__ __forceinline__ uint64_t groups_of(uint64_t bytes) { return 1 + (bytes + kLL128WarpPayload - 1) / kLL128WarpPayload; }
+
+__device__ void send_lines(const SendRecvLinesLaunch& launch, const SendRecvLinesPair& pair) {
+  const int me = launch.pad.rank, warp = threadIdx.x / 32;
+  SendRecvLinesCounts* mine = counts_of(launch.area[me]);
+  __shared__ uint64_t sequence;
+  __shared__ int ready;
+  if (threadIdx.x == 0) {
+    sequence = mine->sent[pair.peer] + 1;
+    // Message n - 2 used this parity: the receiver must have consumed it (normally long done).
+    const uint64_t needed = sequence > 2 ? sequence - 2 : 0;
+    ready = device::spin_until(launch.pad, [&] { return device::load_acquire_system(&mine->consumed[pair.peer]) >= needed; },
+                               kSendRecvId, kSiteFifoCredit, pair.peer, blockIdx.x)
+                ? 1
+                : 0;
+  }
+  __syncthreads();
+  if (!ready) return;
+  const uint64_t flag = sequence;
+  char* slot = slot_of(launch, pair.peer, me, flag & 1);
+  const LanePart part = lane_part();
+  const unsigned int lane = threadIdx.x & 31u;
+  const uint64_t groups = groups_of(pair.bytes);
+  for (uint64_t first = warp; first < groups; first += kGroupsPerRound * kLinesWarps) {
+    uint64_t words[kGroupsPerRound][2];
+#pragma unroll
+    for (int i = 0; i < kGroupsPerRound; ++i) {
+      const uint64_t group = first + uint64_t(i) * kLinesWarps;
+      words[i][0] = words[i][1] = 0;
+      if (group == 0) {
+        if (lane == 0) words[i][0] = pair.bytes;
+      } else if (group < groups) {
+        const uint64_t offset = (group - 1) * kLL128WarpPayload + part.offset;
+        load_part(pair.buffer + offset, offset < pair.bytes ? pair.bytes - offset : 0, part.bytes, words[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kGroupsPerRound; ++i) {
+      const uint64_t group = first + uint64_t(i) * kLinesWarps;
+      if (group < groups) {
+        store_wire16(slot + group * kLL128WarpWire + lane * 16, words[i][0], part.carries_flag ? flag : words[i][1]);
+      }
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) mine->sent[pair.peer] = sequence;
+}
+
+__device__ void receive_lines(const SendRecvLinesLaunch& launch, const SendRecvLinesPair& pair) {
+  const int me = launch.pad.rank, warp = threadIdx.x / 32;
+  SendRecvLinesCounts* mine = counts_of(launch.area[me]);
+  __shared__ uint64_t sequence;
+  __shared__ int failed;
+  if (threadIdx.x == 0) {
+    sequence = mine->received[pair.peer] + 1;
+    failed = 0;
+  }
+  __syncthreads();
+  const uint64_t flag = sequence;
+  const char* slot = slot_of(launch, me, pair.peer, flag & 1);
+  const LanePart part = lane_part();
+  const unsigned int lane = threadIdx.x & 31u;
+  WarpPollBound bound(launch.pad, kSendRecvId, kSiteLLData, pair.peer);
+  // Every warp reads the sender's count itself (group 0), so no warp waits on another before its own polls.
+  uint64_t header[1][2];
+  bool ok = poll_groups<1>(slot + lane * 16, kLL128WarpWire, 1, true, flag, bound, header);
+  const uint64_t sent = __shfl_sync(0xffffffffu, header[0][0], 0);
+  const bool refused = ok && sent != pair.bytes;
+  if (ok && !refused) {
+    const uint64_t groups = groups_of(pair.bytes);
+    const size_t stride = size_t(kLinesWarps) * kLL128WarpWire;
+    for (uint64_t first = 1 + warp; first < groups && ok; first += kGroupsPerRound * kLinesWarps) {
+      int count = 0;
+      while (count < kGroupsPerRound && first + uint64_t(count) * kLinesWarps < groups) ++count;
+      uint64_t words[kGroupsPerRound][2];
+      ok = poll_groups<kGroupsPerRound>(slot + first * kLL128WarpWire + lane * 16, stride, count, true, flag, bound, words);
+      if (!ok) break;
+#pragma unroll
+      for (int i = 0; i < kGroupsPerRound; ++i) {
+        if (i >= count) continue;
+        const uint64_t offset = (first + uint64_t(i) * kLinesWarps - 1) * kLL128WarpPayload + part.offset;
+        store_part(pair.buffer + offset, offset < pair.bytes ? pair.bytes - offset : 0, part.bytes, words[i]);
+      }
+    }
+  }
+  if (!ok && lane == 0) failed = 1;
+  if (refused && threadIdx.x == 0) {
+    device::record_data_error(launch.pad, device::kErrorSizeMismatch, kSendRecvId, pair.peer,
+                              static_cast<long long>(sent), static_cast<long long>(pair.bytes));
+  }
+  __syncthreads();
+  if (failed || threadIdx.x != 0) return;  // a wait that gave up is recorded: the communicator is unusable
+  mine->received[pair.peer] = sequence;
+  // The slot is read (every warp's loads are done: the barrier above): the sender may write this parity again.
+  __threadfence_system();
+  device::store_relaxed_system(&counts_of(launch.area[pair.peer])->consumed[me], sequence);
+}
+
+__global__ void __launch_bounds__(kLinesThreads) send_recv_lines(SendRecvLinesLaunch launch) {
+  start_dependent_kernel();
+  const int b = blockIdx.x;
+  if (b < launch.send_count) {
+    send_lines(launch, launch.sends[b]);
+  } else {
+    receive_lines(launch, launch.recvs[b - launch.send_count]);
+  }
+}
+
+}  // namespace
+
+void launch_send_recv_lines(const SendRecvLinesLaunch& launch, cudaStream_t stream) {
+  launch_dependent(send_recv_lines, launch.send_count + launch.recv_count, kLinesThreads, stream, launch);
+}
+
+}  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()
