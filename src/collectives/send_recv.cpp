@@ -131,16 +131,20 @@ bool takes_lines(const CollectiveContext& state, uint64_t bytes) {
 
 // Takes the pairs of `launch` that go in lines out of it (their bytes 0, their peers unnamed) into `lines`.
 void take_line_pairs(const CollectiveContext& state, kernels::AllToAllLaunch& launch, kernels::SendRecvLinesLaunch& lines) {
-  lines.send_count = lines.recv_count = 0;
+  lines.send_count = lines.recv_count = lines.blocks = 0;
   for (int q = 0; q < state.size; ++q) {
     if (q == state.rank) continue;
     if (((launch.send_peers >> q) & 1u) && takes_lines(state, launch.send_bytes[q])) {
-      lines.sends[lines.send_count++] = {q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q]};
+      const int blocks = kernels::send_recv_lines_blocks(launch.send_bytes[q]);
+      lines.sends[lines.send_count++] = {q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q], blocks};
+      lines.blocks += blocks;
       launch.send_peers &= ~(1u << q);
       launch.send_bytes[q] = 0;
     }
     if (((launch.recv_peers >> q) & 1u) && takes_lines(state, launch.recv_bytes[q])) {
-      lines.recvs[lines.recv_count++] = {q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q]};
+      const int blocks = kernels::send_recv_lines_blocks(launch.recv_bytes[q]);
+      lines.recvs[lines.recv_count++] = {q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q], blocks};
+      lines.blocks += blocks;
       launch.recv_peers &= ~(1u << q);
       launch.recv_bytes[q] = 0;
     }

@@ -43,25 +43,44 @@ struct SendRecvLinesCounts {
   uint64_t sent[kSendRecvLinesMaxPeers];      // messages in lines this rank sent each peer (this rank's alone)
   uint64_t received[kSendRecvLinesMaxPeers];  // messages in lines this rank received from each peer (likewise)
   uint64_t consumed[kSendRecvLinesMaxPeers];  // [r]: this rank's messages that receiver r has consumed (r stores)
+  // Blocks of the launch in flight that finished their part of the message to / from each peer: the last one
+  // advances the count above (every block of the pair has read it by then) and re-arms this.
+  unsigned int sends_finished[kSendRecvLinesMaxPeers];
+  unsigned int receives_finished[kSendRecvLinesMaxPeers];
 };
 constexpr size_t kSendRecvLinesCountsBytes = (sizeof(SendRecvLinesCounts) + kLL128WarpWire - 1) / kLL128WarpWire * kLL128WarpWire;
 constexpr size_t send_recv_lines_area_bytes(int world) {
   return kSendRecvLinesCountsBytes + 2 * static_cast<size_t>(world) * kSendRecvLinesSlotBytes;
 }
 
-// One direction of a pair: the peer and this rank's buffer and bytes.
+// One direction of a pair: the peer and this rank's buffer and bytes, and the blocks that move it (each its share
+// of the groups; the two sides may use different numbers).
 struct SendRecvLinesPair {
   int peer;
   char* buffer;  // send: read only
   uint64_t bytes;
+  int blocks;
 };
 
-// Blocks [0, sends) send, one a pair; blocks [sends, sends + recvs) receive.
+// Groups of 4 lines a block's warps move in one round, and the blocks a message of `bytes` takes: one round each
+// where it can, at most kSendRecvLinesMaxBlocks.
+constexpr int kSendRecvLinesThreads = 512;
+constexpr int kSendRecvLinesGroupsPerWarp = 4;
+constexpr uint64_t kSendRecvLinesBlockGroups = uint64_t(kSendRecvLinesThreads / 32) * kSendRecvLinesGroupsPerWarp;
+constexpr int kSendRecvLinesMaxBlocks = 8;
+__host__ __device__ constexpr uint64_t send_recv_lines_groups(uint64_t bytes) { return 1 + (bytes + kLL128WarpPayload - 1) / kLL128WarpPayload; }
+__host__ __device__ constexpr int send_recv_lines_blocks(uint64_t bytes) {
+  const uint64_t blocks = (send_recv_lines_groups(bytes) + kSendRecvLinesBlockGroups - 1) / kSendRecvLinesBlockGroups;
+  return blocks < uint64_t(kSendRecvLinesMaxBlocks) ? static_cast<int>(blocks) : kSendRecvLinesMaxBlocks;
+}
+
+// The sends' blocks first, in order, then the receives'.
 struct SendRecvLinesLaunch {
   SendRecvLinesPair sends[kSendRecvLinesMaxPeers];
   SendRecvLinesPair recvs[kSendRecvLinesMaxPeers];
   int send_count;
   int recv_count;
+  int blocks;  // in all
   char* const* area;  // device array [world]: every rank's area
   device::SignalPad pad;
 };
