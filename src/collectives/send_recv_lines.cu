@@ -39,7 +39,9 @@ __device__ __forceinline__ Share share_of(int block, int blocks) {
 }
 
 // Whether this block is the last of the pair direction's `blocks` to finish (thread 0; `finished` re-armed then).
+// A pair direction of one block is (no fence and atomic at its end: they cost a small message about 0.6 us).
 __device__ __forceinline__ bool last_to_finish(unsigned int* finished, int blocks) {
+  if (blocks == 1) return true;
   __threadfence();
   if (atomicAdd(finished, 1u) != static_cast<unsigned int>(blocks) - 1) return false;
   *finished = 0;
