@@ -192,12 +192,15 @@ class Communicator {
   // matches the k-th receive q makes from this rank; their byte sizes must be equal (a mismatch writes nothing of
   // that pair and the receiving rank's check() raises kMismatch; the NCCL backend does not detect it; above 64 MiB, where a pair moves in chunks through the copy engines
   // (32 MiB on 2 ranks with the default BRAID_PIPELINE_BYTES), sizes whose chunk counts differ also leave the
-  // longer side waiting until it fails with kTimeout, and the communicator is unusable). Only the ranks named take part (not collective over the
+  // longer side waiting until it fails with kTimeout, and the communicator is unusable; on NVLink hosts a pair of at
+  // most 256 KiB moves as one message of LL128 lines, so sizes on both sides of 256 KiB leave the receiver waiting
+  // until it fails with kTimeout too). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
   // (kInvalidArgument at the call otherwise). Ops of count 0 still take part (the pair exchanges its sizes); a
   // batch of none is a no-op. Errors of arguments name the op ("ops[2].peer") and are raised before anything is
   // enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
-  // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs.
+  // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs, or once a third
+  // message in lines to one peer waits for the first to be received.
   void send(const void* buffer, size_t count, DataType type, int peer, Stream stream);  // a batch of one
   void recv(void* buffer, size_t count, DataType type, int peer, Stream stream);        // a batch of one
   // `op_count` ops at `ops` (each op's count is in elements); ops may be null when op_count is 0.

@@ -24,7 +24,7 @@ enum class Collective : unsigned int {
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 
 // kLL: flag-in-data pushes, no barrier (all-reduce, small); kLL128: the same in 128-byte lines of 120 payload
-// bytes (all-reduce); kOneShot: every rank reads every peer's staged copy;
+// bytes (all-reduce; a send/recv pair's message, send_recv_lines_launch.hpp); kOneShot: every rank reads every peer's staged copy;
 // kTwoShot: pipelined reduce-scatter + all-gather by pushes; kPipelined: pushes through FIFOs (reduce-scatter,
 // all-gather, all-to-all; on buffers peers map, zero copy: all-to-all and all-gather store straight into the
 // peers' outputs, reduce-scatter loads straight from the peers' inputs);
