@@ -80,7 +80,8 @@ bool moves_pairs(Collective collective, const BufferFacts& facts) {
 }
 
 // Which protocols the call and its buffers allow (selection.hpp): copy engines that reach every peer, an LL slot
-// that holds an all-to-all's rank block, an open multicast region.
+// that holds an all-to-all's rank block, an open multicast region, LL128 lines (for send/recv, a slot of lines
+// that holds the pair's message).
 Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
   Gates gates{};
   gates.multicast = shape.multicast;
