@@ -91,63 +91,50 @@ struct BulkPair {
   uint64_t bytes;
 };
 
-// Whether a pair of `bytes` takes the copy engines: the table's choice for its size, where the area has slots.
-bool takes_copy_engines(const CollectiveContext& state, const kernels::BulkLayout& layout, uint64_t bytes) {
-  if (layout.slot_payload == 0) return false;  // an area too small for FIFO pieces has no slots either
-  const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
-                        state.max_blocks};
-  BufferFacts facts{};
-  facts.peers_map = true;  // the chunks go into the communicator's own area, which every peer maps
-  return plan_call(shape, area_capacities(state), facts).algorithm == Algorithm::kCopyEngine;
-}
-
-// Takes the pairs of `launch` that go through the copy engines out of it (their bytes 0, their peers unnamed).
-void take_bulk_pairs(const CollectiveContext& state, const kernels::BulkLayout& layout, kernels::AllToAllLaunch& launch,
-                     std::vector<BulkPair>& sends, std::vector<BulkPair>& recvs) {
-  for (int q = 0; q < state.size; ++q) {
-    if (q == state.rank) continue;
-    if (((launch.send_peers >> q) & 1u) && takes_copy_engines(state, layout, launch.send_bytes[q])) {
-      sends.push_back({q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q]});
-      launch.send_peers &= ~(1u << q);
-      launch.send_bytes[q] = 0;
-    }
-    if (((launch.recv_peers >> q) & 1u) && takes_copy_engines(state, layout, launch.recv_bytes[q])) {
-      recvs.push_back({q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q]});
-      launch.recv_peers &= ~(1u << q);
-      launch.recv_bytes[q] = 0;
-    }
-  }
-}
-
-// Whether a pair of `bytes` goes in LL128 lines: the table's choice for its size, where the GPUs carry lines whole
-// and the communicator has their area (send_recv_lines_launch.hpp).
-bool takes_lines(const CollectiveContext& state, uint64_t bytes) {
+// The protocol of a pair of `bytes`, one plan per pair: LL128 lines (where the GPUs carry lines whole and the
+// communicator has their area, send_recv_lines_launch.hpp), the copy engines (where the pipeline area has slots),
+// or the FIFOs.
+Algorithm pair_protocol(const CollectiveContext& state, const AreaCapacities& capacities,
+                        const kernels::BulkLayout& layout, uint64_t bytes) {
   const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
                         state.max_blocks, state.ll128_lines};
   BufferFacts facts{};
-  facts.peers_map = true;  // the lines go into the communicator's own area, which every peer maps
-  return plan_call(shape, area_capacities(state), facts).algorithm == Algorithm::kLL128;
+  facts.peers_map = true;  // lines and chunks go into the communicator's own areas, which every peer maps
+  const Algorithm algorithm = plan_call(shape, capacities, facts).algorithm;
+  // An area too small for FIFO pieces has no slots either.
+  if (algorithm == Algorithm::kCopyEngine && layout.slot_payload == 0) return Algorithm::kPipelined;
+  return algorithm;
 }
 
-// Takes the pairs of `launch` that go in lines out of it (their bytes 0, their peers unnamed) into `lines`.
-void take_line_pairs(const CollectiveContext& state, kernels::AllToAllLaunch& launch, kernels::SendRecvLinesLaunch& lines) {
+// Takes the pairs of `launch` that go through the copy engines (into `sends`, `recvs`) or in lines (into `lines`)
+// out of it: their bytes 0, their peers unnamed. The FIFO launch keeps the rest.
+void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layout, kernels::AllToAllLaunch& launch,
+                std::vector<BulkPair>& sends, std::vector<BulkPair>& recvs, kernels::SendRecvLinesLaunch& lines) {
+  const AreaCapacities capacities = area_capacities(state);
   lines.send_count = lines.recv_count = lines.blocks = 0;
+  // One direction of the pair with `peer`: its bit in `peers`, its bytes and its buffer.
+  auto take = [&](int peer, unsigned int& peers, uint64_t& bytes, char* buffer, std::vector<BulkPair>& bulk,
+                  kernels::SendRecvLinesPair* line_pairs, int& line_count) {
+    if (((peers >> peer) & 1u) == 0) return;
+    const Algorithm algorithm = pair_protocol(state, capacities, layout, bytes);
+    if (algorithm == Algorithm::kCopyEngine) {
+      bulk.push_back({peer, buffer, bytes});
+    } else if (algorithm == Algorithm::kLL128) {
+      const int blocks = kernels::send_recv_lines_blocks(bytes);
+      line_pairs[line_count++] = {peer, buffer, bytes, blocks};
+      lines.blocks += blocks;
+    } else {
+      return;
+    }
+    peers &= ~(1u << peer);
+    bytes = 0;
+  };
   for (int q = 0; q < state.size; ++q) {
     if (q == state.rank) continue;
-    if (((launch.send_peers >> q) & 1u) && takes_lines(state, launch.send_bytes[q])) {
-      const int blocks = kernels::send_recv_lines_blocks(launch.send_bytes[q]);
-      lines.sends[lines.send_count++] = {q, const_cast<char*>(launch.fifo.send) + launch.send_offset[q], launch.send_bytes[q], blocks};
-      lines.blocks += blocks;
-      launch.send_peers &= ~(1u << q);
-      launch.send_bytes[q] = 0;
-    }
-    if (((launch.recv_peers >> q) & 1u) && takes_lines(state, launch.recv_bytes[q])) {
-      const int blocks = kernels::send_recv_lines_blocks(launch.recv_bytes[q]);
-      lines.recvs[lines.recv_count++] = {q, launch.fifo.recv + launch.recv_offset[q], launch.recv_bytes[q], blocks};
-      lines.blocks += blocks;
-      launch.recv_peers &= ~(1u << q);
-      launch.recv_bytes[q] = 0;
-    }
+    take(q, launch.send_peers, launch.send_bytes[q], const_cast<char*>(launch.fifo.send) + launch.send_offset[q], sends,
+         lines.sends, lines.send_count);
+    take(q, launch.recv_peers, launch.recv_bytes[q], launch.fifo.recv + launch.recv_offset[q], recvs, lines.recvs,
+         lines.recv_count);
   }
 }
 
@@ -270,9 +257,8 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   DeviceGuard guard(state.device);
   for (kernels::AllToAllLaunch& launch : launches) {
     std::vector<BulkPair> sends, recvs;
-    take_bulk_pairs(state, layout, launch, sends, recvs);
     kernels::SendRecvLinesLaunch lines{};
-    take_line_pairs(state, launch, lines);
+    take_pairs(state, layout, launch, sends, recvs, lines);
     const bool in_lines = lines.send_count + lines.recv_count > 0;
     enqueue_bulk_pairs(state, Collective::kSendRecv, layout, sends, recvs, plan, stream, [&] {
       if (in_lines) {
