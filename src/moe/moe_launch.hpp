@@ -106,8 +106,9 @@ struct MoeLaunch {
   const char* y;                     // combine
   char* out;                         // combine
   bool weighted;
-  // Symmetric memory: every rank's base (device array [world]), and where things are in it.
-  char* const* peers;
+  // Symmetric memory: every rank's base ([world] of them), and where things are in it. Held by value: a kernel reads
+  // a base from its parameters (the constant cache), not by a load from memory ahead of every store to a peer.
+  char* peers[kMaxWorld];
   SymmetricLayout layout;
   // Local memory.
   int32_t* pair_slot;        // [max_tokens][top_k]: index of the pair among this rank's pairs of its expert

@@ -83,7 +83,7 @@ __device__ __forceinline__ uint64_t* count_row(const MoeLaunch& launch, int owne
 struct ExpertRanks {
   uint64_t magic;
   __device__ explicit ExpertRanks(int local_experts)
-      : magic(((uint64_t(1) << 32) + local_experts - 1) / static_cast<uint64_t>(local_experts)) {}
+      : magic(uint64_t(0xffffffffu / static_cast<uint32_t>(local_experts)) + 1) {}  // ceil(2^32 / L), 32-bit division
   __device__ __forceinline__ int of(int expert) const { return static_cast<int>((uint64_t(expert) * magic) >> 32); }
   // The ranks a token's decoded ids (-1: none) go to, as bits.
   __device__ __forceinline__ uint32_t ranks_of(const int32_t (&ids)[kMaxTopK]) const {

@@ -13,8 +13,9 @@
 //   (token, slice of its lines), each warp decoding its token's ids itself; then it receives the same tokens of
 //   every peer, a warp per (slot, slice): line 0 (written out as the row's metadata, its pairs counted per local
 //   expert) together with the slice's first lines, then the rest, written out as the row and its scales. The
-//   peers' T, which say which slots block b receives, are read by its last warp while its first loads are in
-//   flight. Block 0 clears the expert counts first; every block adds its pairs into them once it sees that done.
+//   peers' T, which say which slots block b receives, are read by its last warp once its rows are on their way.
+//   Block 0 clears the expert counts once it has sent; every block adds its pairs into them once it has received
+//   and sees that done.
 //
 // Sequence: block b's dispatches in lines so far plus one (MoeLaunch::line_epochs[b]: block b alone reads and
 // advances it, so no grid-wide step ends the launch). Every block of every rank runs every dispatch, so the
@@ -96,30 +97,37 @@ __device__ __forceinline__ LinePart line_part(const MoeLaunch& launch, uint32_t 
   return where;
 }
 
-// A lane's part of a row or its scales, in and out of registers: the whole 8-byte aligned part inline, anything
-// else (a row's tail, a row not 8-byte aligned) out of line, which keeps the unrolled loops' code short.
-__device__ __noinline__ void load_part_slowly(const char* source, uint32_t left, uint32_t size, uint64_t* words) {
-  kernels::load_part(source, left, size, words);
+// A lane's part of a row or its scales, in and out of registers: a whole part (kernels::whole_part) inline, any
+// other (a row's tail, a row not 8-byte aligned) out of line, which keeps the unrolled loops' code short. The out of
+// line parts take and give the words by value: an array whose address a call takes lives in local memory, and
+// each group's loads would then wait to be stored there before the next group's are issued.
+struct PartWords {
+  uint64_t low, high;
+};
+__device__ __noinline__ PartWords load_part_slowly(const char* source, uint32_t left, uint32_t size) {
+  uint64_t words[2];
+  kernels::load_part_bytes(source, left, size, words);
+  return {words[0], words[1]};
 }
-__device__ __noinline__ void store_part_slowly(char* destination, uint32_t left, uint32_t size, const uint64_t* words) {
-  kernels::store_part(destination, left, size, words);
+__device__ __noinline__ void store_part_slowly(char* destination, uint32_t left, uint32_t size, uint64_t low, uint64_t high) {
+  const uint64_t words[2] = {low, high};
+  kernels::store_part_bytes(destination, left, size, words);
 }
 __device__ __forceinline__ void load_row_part(const char* source, uint32_t left, uint64_t (&words)[2]) {
   const uint32_t size = part_bytes();
-  if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
-    words[0] = reinterpret_cast<const uint64_t*>(source)[0];
-    words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
+  if (kernels::whole_part(source, left, size)) {
+    kernels::load_whole_part(source, size, words);
   } else {
-    load_part_slowly(source, left, size, words);
+    const PartWords part = load_part_slowly(source, left, size);
+    words[0] = part.low, words[1] = part.high;
   }
 }
 __device__ __forceinline__ void store_row_part(char* destination, uint32_t left, const uint64_t (&words)[2]) {
   const uint32_t size = part_bytes();
-  if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
-    reinterpret_cast<uint64_t*>(destination)[0] = words[0];
-    if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
+  if (kernels::whole_part(destination, left, size)) {
+    kernels::store_whole_part(destination, size, words);
   } else {
-    store_part_slowly(destination, left, size, words);
+    store_part_slowly(destination, left, size, words[0], words[1]);
   }
 }
 
@@ -235,9 +243,9 @@ __device__ __forceinline__ void write_metadata(const MoeLaunch& launch, int64_t 
   }
 }
 
-// This dispatch's expert counts start at 0: block 0 clears them first thing in the sending half and then
-// publishes `flag` (MoeLaunch::counts_cleared); every block adds its pairs straight into them, after seeing it.
-// All blocks are resident, so block 0 is running.
+// This dispatch's expert counts start at 0: block 0 clears them once its sending half is done (its sequence is
+// known then, and its rows are on their way) and then publishes `flag` (MoeLaunch::counts_cleared); every block
+// adds its pairs straight into them, after seeing it. All blocks are resident, so block 0 is running.
 __device__ __forceinline__ void clear_counts(const MoeLaunch& launch, uint64_t flag) {
   for (int j = threadIdx.x; j < launch.local_experts; j += blockDim.x) launch.expert_counts[j] = 0;
   __syncthreads();
@@ -267,8 +275,8 @@ __device__ __forceinline__ bool add_pairs_to_counts(const MoeLaunch& launch, con
   return true;
 }
 
-// The peers' T as this block received them, read once per launch by one warp: the last warp, during its first
-// send while its loads are in flight, or, when it sends nothing, warp 0 at the start of the receiving half.
+// The peers' T as this block received them, read once per launch by one warp: the last warp once its sends are
+// issued, or, in the receiving half of a call split by a hook, warp 0 at its start.
 struct PeerTokens {
   uint32_t tokens[kMaxWorld];  // [p]: the T of peer me + p
   int state;                   // 0: not read yet, 1: read, 2: a wait gave up
@@ -336,26 +344,16 @@ __device__ __forceinline__ int warp_expert(const MoeLaunch& launch, int64_t id, 
 // pairs, and line 0 (the token's metadata there) into every peer. A redispatch takes the last dispatch's T and
 // ranks and moves the rows and scales only.
 template <typename Index, bool kScales>
-__device__ void send_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* block_pairs, PeerTokens* peers) {
+__device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, PeerTokens* peers) {
   const int me = launch.rank, W = launch.world, K = launch.top_k, L = launch.local_experts;
   const bool reuse = launch.reuse_routing;
-  const uint32_t parity = flag & 1;
   const unsigned int lane = lane_id(), warp = threadIdx.x / 32;
   const size_t tokens = reuse ? static_cast<size_t>(*launch.tokens) : call_tokens(launch);
   const Span range = block_tokens(tokens);
-  if (blockIdx.x == 0) {
-    // The last warp stores T into every peer's T line (lanes 0-7: one line); thread 0 this rank's own entries.
-    if (warp == kMoeWarps - 1) {
-#pragma unroll 1
-      for (int p = 1; p < W; ++p) {
-        if (lane < 8) kernels::store_wire16(tokens_line(launch, (me + p) % W, parity, me) + lane * 16, lane == 0 ? tokens : 0, lane == 7 ? flag : 0);
-      }
-    }
-    if (threadIdx.x == 0) {
-      if (!reuse) *launch.tokens = static_cast<int64_t>(tokens);  // for combine and a redispatch
-      int64_t* received = at_offset<int64_t>(launch.peers[me], launch.layout.received);
-      received[me] = received[W + me] = static_cast<int64_t>(tokens);
-    }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (!reuse) *launch.tokens = static_cast<int64_t>(tokens);  // for combine and a redispatch
+    int64_t* received = at_offset<int64_t>(launch.peers[me], launch.layout.received);
+    received[me] = received[W + me] = static_cast<int64_t>(tokens);
   }
   if (threadIdx.x == 0) {
     at_offset<uint64_t>(launch.peers[me], launch.layout.block_rows)[size_t(me) * launch.blocks + blockIdx.x] =
@@ -366,7 +364,13 @@ __device__ void send_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* blo
   const uint32_t groups = static_cast<uint32_t>(launch.slot_lines / 4);
   const int slices = slices_for(range.end - range.begin), slice_bits = __ffs(slices) - 1;
   const uint32_t items = static_cast<uint32_t>(range.end - range.begin) * slices;
-  for (uint32_t item = warp; item < items; item += kMoeWarps) {
+  // This block's sequence, loaded in the warp's first round together with its first item's loads: a load of its
+  // own would put one more memory latency before the first store.
+  uint64_t flag = 0;
+  uint32_t parity = 0;
+  for (uint32_t item = warp;; item += kMoeWarps) {
+    const bool first_round = item == warp, has_item = item < items;
+    if (!first_round && !has_item) break;
     const uint32_t t = static_cast<uint32_t>(range.begin) + (item >> slice_bits);  // slices is a power of two
     const int slice = static_cast<int>(item & (slices - 1));
     const uint32_t per_slice = (groups + slices - 1) >> slice_bits;
@@ -376,7 +380,8 @@ __device__ void send_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* blo
     int64_t id = -1;
     float weight = 0.0f;
     uint32_t ranks = 0;
-    if (reuse) {
+    if (!has_item) {
+    } else if (reuse) {
       ranks = launch.token_ranks[t];
     } else if (static_cast<int>(lane) < K) {
       id = expert_of<Index>(launch, t, static_cast<int>(lane));
@@ -393,10 +398,20 @@ __device__ void send_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* blo
         if (where.scales) load_row_part(launch.x_scales + t * launch.scale_bytes + where.offset, where.left, words[i]);
       }
     };
-    int count = static_cast<int>(min(uint32_t(kGroupBatch), end - begin));
+    int count = has_item ? static_cast<int>(min(uint32_t(kGroupBatch), end - begin)) : 0;
     load_groups(begin, count);
-    // The last warp reads the peers' T for the receiving half meanwhile (their lines left at the peers' start).
-    if (warp == kMoeWarps - 1 && item == warp && launch.phase == kWholeCall) read_peer_tokens(launch, flag, peers);
+    if (first_round) {
+      flag = launch.line_epochs[blockIdx.x] + 1;
+      parity = flag & 1;
+      // Block 0's last warp stores T into every peer's T line (lanes 0-7: one line).
+      if (blockIdx.x == 0 && warp == kMoeWarps - 1) {
+#pragma unroll 1
+        for (int p = 1; p < W; ++p) {
+          if (lane < 8) kernels::store_wire16(tokens_line(launch, (me + p) % W, parity, me) + lane * 16, lane == 0 ? tokens : 0, lane == 7 ? flag : 0);
+        }
+      }
+      if (!has_item) break;
+    }
     // Slice 0 decodes the experts (and reports refused ids); the other slices need the token's ranks alone.
     int expert = -1;
     if (!reuse && first_slice) {
@@ -453,13 +468,18 @@ __device__ void send_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* blo
       }
     }
   }
+  // The last warp reads the peers' T for the receiving half (their lines left at the peers' start) once its rows
+  // are on their way, while the other warps may still be sending: a wait for a peer does not hold back its stores.
+  if (warp == kMoeWarps - 1 && launch.phase == kWholeCall) read_peer_tokens(launch, flag, peers);
+  return flag;
 }
 
 // The receiving half, by block b: tokens [b * c, (b + 1) * c) of every peer, c = ceil(T of that peer / blocks).
-// Every warp reads the peers' T itself (no block barrier before its first slot). False once a wait gave up (on
-// every thread).
+// Every warp reads the peers' T itself (no block barrier before its first slot). With `cleared`, thread 0 then
+// waits for the cleared expert counts (counts_are_cleared) while the other warps may still be receiving. False
+// once a wait gave up (on every thread).
 template <typename Index, bool kScales>
-__device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* block_pairs, PeerTokens* peers) {
+__device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* block_pairs, PeerTokens* peers, int* cleared) {
   const int me = launch.rank, W = launch.world;
   const bool reuse = launch.reuse_routing;
   const uint32_t parity = flag & 1;
@@ -467,7 +487,7 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  if (peers->state == 0) {  // no warp read the peers' T while sending
+  if (peers->state == 0) {  // the receiving half of a split call: no warp read the peers' T while sending
     if (warp == 0) read_peer_tokens(launch, flag, peers);
     __syncthreads();
   }
@@ -533,6 +553,7 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
       break;
     }
   }
+  if (cleared != nullptr && threadIdx.x == 0) *cleared = counts_are_cleared(launch, flag) ? 1 : 0;
   __syncthreads();
   return failed == 0;
 }
@@ -541,24 +562,26 @@ template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_line_dispatch(MoeLaunch launch) {
   __shared__ uint32_t block_pairs[kMaxExperts];  // this block's pairs per local expert
   kernels::start_dependent_kernel();  // the last call on the buffer, and this block's last sequence
-  const uint64_t flag = launch.line_epochs[blockIdx.x] + 1;
   const bool routed = !launch.reuse_routing;
   __shared__ int cleared;  // this dispatch's expert counts are cleared (block 0): pairs may be added
   __shared__ PeerTokens peers;
   if (threadIdx.x == 0) peers.state = 0;
   for (int j = threadIdx.x; j < launch.local_experts; j += blockDim.x) block_pairs[j] = 0;
+  uint64_t flag;
   if (launch.phase != kReceivingHalf) {
-    if (routed && blockIdx.x == 0) clear_counts(launch, flag);
     __syncthreads();
-    send_lines<Index, kScales>(launch, flag, block_pairs, &peers);
+    flag = send_lines<Index, kScales>(launch, block_pairs, &peers);
+    if (routed && blockIdx.x == 0) clear_counts(launch, flag);
+  } else {
+    flag = launch.line_epochs[blockIdx.x] + 1;
   }
-  // Block 0 cleared the counts at its start: by now the wait is one load, off the path of the other warps.
-  if (routed && threadIdx.x == 0) cleared = counts_are_cleared(launch, flag) ? 1 : 0;
   if (launch.phase == kSendingHalf) {
+    if (routed && threadIdx.x == 0) cleared = counts_are_cleared(launch, flag) ? 1 : 0;
     if (routed) add_pairs_to_counts(launch, cleared, block_pairs);
     return;
   }
-  if (!receive_lines<Index, kScales>(launch, flag, block_pairs, &peers)) return;
+  // Block 0 cleared the counts once it had sent: by the end of thread 0's receiving the wait is one load.
+  if (!receive_lines<Index, kScales>(launch, flag, block_pairs, &peers, routed ? &cleared : nullptr)) return;
   if (routed && !add_pairs_to_counts(launch, cleared, block_pairs)) return;
   // Only this block reads its sequence, at its start.
   if (threadIdx.x == 0) {
