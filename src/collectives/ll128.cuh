@@ -38,19 +38,14 @@ __device__ __forceinline__ void load_wire16(const char* address, uint64_t* low, 
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(address) : "memory");
 }
 
-// A lane's part of a buffer (`size`, 16 or 8, bytes at `address`, `left` bytes before the buffer's end) is whole
-// when all of it lies in the buffer and it is 8-byte aligned: it moves as one or two 8-byte words.
-__device__ __forceinline__ bool whole_part(const void* address, size_t left, size_t size) {
-  return left >= size && (reinterpret_cast<uintptr_t>(address) & 7) == 0;
-}
-
-__device__ __forceinline__ void load_whole_part(const char* source, size_t size, uint64_t* words) {
-  words[0] = reinterpret_cast<const uint64_t*>(source)[0];
-  words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
-}
-
-// Any other part, byte by byte, zero-padded; the bytes are gathered in registers (no local memory).
-__device__ __forceinline__ void load_part_bytes(const char* source, size_t left, size_t size, uint64_t* words) {
+// Up to `size` (16 or 8) bytes of a buffer at `source`, `left` bytes before its end, zero-padded, into `words`.
+// Any alignment; the bytes are gathered in registers (no local memory).
+__device__ __forceinline__ void load_part(const char* source, size_t left, size_t size, uint64_t* words) {
+  if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
+    words[0] = reinterpret_cast<const uint64_t*>(source)[0];
+    words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
+    return;
+  }
   uint64_t low = 0, high = 0;
   for (size_t i = 0; i < size && i < left; ++i) {
     const uint64_t byte = static_cast<unsigned char>(source[i]);
@@ -63,35 +58,17 @@ __device__ __forceinline__ void load_part_bytes(const char* source, size_t left,
   words[0] = low, words[1] = high;
 }
 
-// Up to `size` (16 or 8) bytes of a buffer at `source`, `left` bytes before its end, zero-padded, into `words`.
-// Any alignment.
-__device__ __forceinline__ void load_part(const char* source, size_t left, size_t size, uint64_t* words) {
-  if (whole_part(source, left, size)) {
-    load_whole_part(source, size, words);
+// Writes at most `left` of `size` bytes of `words` to `destination`. Any alignment.
+__device__ __forceinline__ void store_part(char* destination, size_t left, size_t size, const uint64_t* words) {
+  if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
+    reinterpret_cast<uint64_t*>(destination)[0] = words[0];
+    if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
     return;
   }
-  load_part_bytes(source, left, size, words);
-}
-
-__device__ __forceinline__ void store_whole_part(char* destination, size_t size, const uint64_t* words) {
-  reinterpret_cast<uint64_t*>(destination)[0] = words[0];
-  if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
-}
-
-__device__ __forceinline__ void store_part_bytes(char* destination, size_t left, size_t size, const uint64_t* words) {
   const uint64_t low = words[0], high = words[1];
   for (size_t i = 0; i < size && i < left; ++i) {
     destination[i] = static_cast<char>((i < 8 ? low >> (8 * i) : high >> (8 * (i - 8))) & 0xff);
   }
-}
-
-// Writes at most `left` of `size` bytes of `words` to `destination`. Any alignment.
-__device__ __forceinline__ void store_part(char* destination, size_t left, size_t size, const uint64_t* words) {
-  if (whole_part(destination, left, size)) {
-    store_whole_part(destination, size, words);
-    return;
-  }
-  store_part_bytes(destination, left, size, words);
 }
 
 // The bound on a warp's poll of lines, decided for the whole warp: lane 0 keeps the clock and broadcasts. A poll

@@ -97,8 +97,8 @@ __device__ __forceinline__ LinePart line_part(const MoeLaunch& launch, uint32_t 
   return where;
 }
 
-// A lane's part of a row or its scales, in and out of registers: a whole part (kernels::whole_part) inline, any
-// other (a row's tail, a row not 8-byte aligned) out of line, which keeps the unrolled loops' code short. The out of
+// A lane's part of a row or its scales, in and out of registers: the whole 8-byte aligned part inline, anything
+// else (a row's tail, a row not 8-byte aligned) out of line, which keeps the unrolled loops' code short. The out of
 // line parts take and give the words by value: an array whose address a call takes lives in local memory, and
 // each group's loads would then wait to be stored there before the next group's are issued.
 struct PartWords {
@@ -106,17 +106,18 @@ struct PartWords {
 };
 __device__ __noinline__ PartWords load_part_slowly(const char* source, uint32_t left, uint32_t size) {
   uint64_t words[2];
-  kernels::load_part_bytes(source, left, size, words);
+  kernels::load_part(source, left, size, words);
   return {words[0], words[1]};
 }
 __device__ __noinline__ void store_part_slowly(char* destination, uint32_t left, uint32_t size, uint64_t low, uint64_t high) {
   const uint64_t words[2] = {low, high};
-  kernels::store_part_bytes(destination, left, size, words);
+  kernels::store_part(destination, left, size, words);
 }
 __device__ __forceinline__ void load_row_part(const char* source, uint32_t left, uint64_t (&words)[2]) {
   const uint32_t size = part_bytes();
-  if (kernels::whole_part(source, left, size)) {
-    kernels::load_whole_part(source, size, words);
+  if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
+    words[0] = reinterpret_cast<const uint64_t*>(source)[0];
+    words[1] = size == 16 ? reinterpret_cast<const uint64_t*>(source)[1] : 0;
   } else {
     const PartWords part = load_part_slowly(source, left, size);
     words[0] = part.low, words[1] = part.high;
@@ -124,8 +125,9 @@ __device__ __forceinline__ void load_row_part(const char* source, uint32_t left,
 }
 __device__ __forceinline__ void store_row_part(char* destination, uint32_t left, const uint64_t (&words)[2]) {
   const uint32_t size = part_bytes();
-  if (kernels::whole_part(destination, left, size)) {
-    kernels::store_whole_part(destination, size, words);
+  if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
+    reinterpret_cast<uint64_t*>(destination)[0] = words[0];
+    if (size == 16) reinterpret_cast<uint64_t*>(destination)[1] = words[1];
   } else {
     store_part_slowly(destination, left, size, words[0], words[1]);
   }
