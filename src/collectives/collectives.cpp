@@ -14,6 +14,7 @@
 #include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
 #include "collectives/multicast_launch.hpp"
+#include "collectives/peer_bases.hpp"
 #include "collectives/pipeline_launch.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/planner.hpp"
@@ -58,7 +59,7 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
 kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
-  launch.area = reinterpret_cast<char* const*>(state.ll.device_peers());
+  copy_peer_bases(state.ll, launch.area);
   launch.slot_bytes = ll_slot_bytes(state);
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->ll_epoch();
@@ -72,7 +73,7 @@ namespace {
 // An LL128 launch without its buffers and count: LL's arguments over the LL128 area and call counter.
 kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::LLLaunch launch = ll_launch(state, call);
-  launch.area = reinterpret_cast<char* const*>(state.ll128.device_peers());
+  copy_peer_bases(state.ll128, launch.area);
   launch.slot_bytes = kernels::kLL128SlotBytes;
   launch.epoch = state.sync->ll128_epoch();
   return launch;

@@ -8,6 +8,7 @@
 
 #include "braid/device/ll_device.hpp"
 #include "braid/device/sync_device.hpp"
+#include "core/limits.hpp"
 
 namespace braid::kernels {
 
@@ -36,7 +37,7 @@ struct LLLaunch {
   size_t recv_rank_stride;
   int root;  // reductions: the one rank that stores the result (reduce), or -1: every rank (all-reduce, reduce-scatter)
   unsigned int collective;
-  char* const* area;   // device array [world]: every rank's LL area
+  char* area[kMaxWorld];  // every rank's LL area (collectives/peer_bases.hpp)
   size_t slot_bytes;   // bytes of one (parity, sender) slot
   device::SignalPad pad;
   uint64_t* epoch;     // LL calls so far (device memory); this call's sequence is epoch + 1 (flag: its low 32 bits)

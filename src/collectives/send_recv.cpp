@@ -35,6 +35,7 @@
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
 #include "collectives/kernels.hpp"
+#include "collectives/peer_bases.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/send_recv_bulk_launch.hpp"
@@ -262,7 +263,7 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
     const bool in_lines = lines.send_count + lines.recv_count > 0;
     enqueue_bulk_pairs(state, Collective::kSendRecv, layout, sends, recvs, plan, stream, [&] {
       if (in_lines) {
-        lines.area = reinterpret_cast<char* const*>(state.send_recv_lines.device_peers());
+        copy_peer_bases(state.send_recv_lines, lines.area);
         lines.pad = state.sync->pad();
         kernels::launch_send_recv_lines(lines, stream);
       }

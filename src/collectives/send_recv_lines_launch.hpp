@@ -81,7 +81,7 @@ struct SendRecvLinesLaunch {
   int send_count;
   int recv_count;
   int blocks;  // in all
-  char* const* area;  // device array [world]: every rank's area
+  char* area[kMaxWorld];  // every rank's area (collectives/peer_bases.hpp)
   device::SignalPad pad;
 };
 

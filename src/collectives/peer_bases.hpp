@@ -1,0 +1,16 @@
+// Every rank's base of one of the communicator's symmetric areas, for a kernel's launch arguments.
+#pragma once
+
+#include "braid/memory.hpp"
+#include "core/limits.hpp"
+
+namespace braid::collectives {
+
+// Held by value in the arguments, a peer's base is read from the kernel's parameters (the constant cache); from
+// the area's device table it would cost a load from memory ahead of the kernel's first store to that peer.
+inline void copy_peer_bases(const SymmetricMemory& area, char* (&bases)[kMaxWorld]) {
+  void* const* peers = area.peers();
+  for (int r = 0; r < area.world_size(); ++r) bases[r] = static_cast<char*>(peers[r]);
+}
+
+}  // namespace braid::collectives
