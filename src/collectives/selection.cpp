@@ -143,17 +143,22 @@ bool serves(Collective collective, Algorithm algorithm) {
 }
 
 // Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
-// block is a channel of signals with every peer). LL blocks carry 8 KB of payload each, LL128 blocks 15 KiB (what
+// block is a channel of signals with every peer). LL blocks of a collective whose every peer gets the whole
+// buffer (all-reduce, reduce, broadcast) carry 4 KB each, a line a thread: a thread's second line would be loaded
+// and stored only after its first, and arrive that much later; the others' LL blocks 8 KB (of the output or the
+// input, 4 KB to each peer on 2 ranks). LL128 blocks 15 KiB (what
 // each of its warps moves in one round: all_reduce_ll128.cu); zero-copy blocks and
 // the staged one shot 16 KB (their loads come straight from peers' memory or staging: more blocks keep more of
 // them in flight); staged ones 16 KB beyond 32 KiB and one block through it; the others 64 KB. The
 // measurements behind these sizes: docs/dev/selection.md.
-int blocks_for(Algorithm algorithm, size_t bytes, Buffers buffers) {
+int blocks_for(Algorithm algorithm, Collective collective, size_t bytes, Buffers buffers) {
   constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
   const bool staged = algorithm == Algorithm::kStaged || algorithm == Algorithm::kSplit;
   if (staged && bytes <= kOneStagedBlockBytes) return 1;
   const bool loads_from_peers = buffers == Buffers::kSymmetric || staged || algorithm == Algorithm::kOneShot;
-  const size_t per_block = algorithm == Algorithm::kLL    ? size_t(8) << 10
+  const bool whole_buffer_to_peers = collective == Collective::kAllReduce || collective == Collective::kReduce ||
+                                     collective == Collective::kBroadcast;
+  const size_t per_block = algorithm == Algorithm::kLL    ? (whole_buffer_to_peers ? size_t(4) : size_t(8)) << 10
                            : algorithm == Algorithm::kLL128 ? size_t(15) << 10
                            : loads_from_peers            ? size_t(16) << 10
                                                          : size_t(64) << 10;
@@ -279,7 +284,7 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
   algorithm = forced;
   if (collective == Collective::kAllToAllv) return Choice{algorithm, kAllToAllvBlocks};
   if (collective == Collective::kSendRecv) return Choice{algorithm, kSendRecvBlocks};
-  return Choice{algorithm, blocks_for(algorithm, bytes, buffers)};
+  return Choice{algorithm, blocks_for(algorithm, collective, bytes, buffers)};
 }
 
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,

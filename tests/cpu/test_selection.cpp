@@ -307,6 +307,24 @@ TEST(Selection, BlocksGrowWithSizeWithinTheChannelLimit) {
   EXPECT_LE(large, 64);
 }
 
+// LL blocks: a line (8 payload bytes) a thread of each peer's payload, 4 KB a block, where every peer gets the
+// whole buffer; 8 KB of the output or input (4 KB to each peer on 2 ranks) for the others.
+TEST(Selection, LLBlocksCarryALineAThread) {
+  auto blocks = [](Collective collective, size_t bytes) {
+    const Choice choice = select_algorithm(collective, bytes, 2, DataType::kBFloat16, "");
+    EXPECT_EQ(choice.algorithm, Algorithm::kLL) << collective_name(static_cast<unsigned int>(collective));
+    return choice.blocks;
+  };
+  EXPECT_EQ(blocks(Collective::kAllReduce, 8 << 10), 2);
+  EXPECT_EQ(blocks(Collective::kAllReduce, 64 << 10), 16);
+  EXPECT_EQ(blocks(Collective::kReduce, 8 << 10), 2);
+  EXPECT_EQ(blocks(Collective::kBroadcast, 8 << 10), 2);
+  EXPECT_EQ(blocks(Collective::kAllReduce, 1 << 10), 1);
+  EXPECT_EQ(blocks(Collective::kAllGather, 8 << 10), 1);
+  EXPECT_EQ(blocks(Collective::kAllToAll, 8 << 10), 1);
+  EXPECT_EQ(blocks(Collective::kReduceScatter, 8 << 10), 1);
+}
+
 TEST(Selection, OverrideChangesOnlyTheNamedCollective) {
   const std::string text = "allreduce=twoshot,allgather=pipelined";
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, text).algorithm, Algorithm::kTwoShot);
