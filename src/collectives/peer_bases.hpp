@@ -8,9 +8,13 @@ namespace braid::collectives {
 
 // Held by value in the arguments, a peer's base is read from the kernel's parameters (the constant cache); from
 // the area's device table it would cost a load from memory ahead of the kernel's first store to that peer.
+// `peers`: the area's host table of `world` bases.
+inline void copy_peer_bases(void* const* peers, int world, char* (&bases)[kMaxWorld]) {
+  for (int r = 0; r < world; ++r) bases[r] = static_cast<char*>(peers[r]);
+}
+
 inline void copy_peer_bases(const SymmetricMemory& area, char* (&bases)[kMaxWorld]) {
-  void* const* peers = area.peers();
-  for (int r = 0; r < area.world_size(); ++r) bases[r] = static_cast<char*>(peers[r]);
+  copy_peer_bases(area.peers(), area.world_size(), bases);
 }
 
 }  // namespace braid::collectives

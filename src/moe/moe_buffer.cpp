@@ -16,12 +16,12 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
 #include "collectives/ll128_launch.hpp"
+#include "collectives/peer_bases.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
-#include "core/limits.hpp"
 #include "core/log.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "moe/moe_kernels.hpp"
@@ -334,8 +334,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.scale_bytes = scale_bytes(shape);
   b.max_tokens = shape.max_tokens;
   b.capacity = state->capacity;
-  static_assert(moe::kMaxWorld >= kMaxWorld, "MoeLaunch::peers holds a base per rank of any communicator");
-  for (int r = 0; r < world; ++r) b.peers[r] = static_cast<char*>(state->memory->peer_pointers[r]);
+  collectives::copy_peer_bases(state->memory->peer_pointers.data(), world, b.peers);
   b.layout = layout;
   b.pair_slot = reinterpret_cast<int32_t*>(local + pair_slot);
   b.slot_token = reinterpret_cast<int32_t*>(local + slot_token);

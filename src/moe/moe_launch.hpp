@@ -14,10 +14,11 @@
 
 #include "braid/device/sync_device.hpp"
 #include "braid/moe.hpp"
+#include "core/limits.hpp"
 
 namespace braid::moe {
 
-constexpr int kMaxWorld = 16;
+constexpr int kMaxWorld = braid::kMaxWorld;  // ranks of any communicator (core/limits.hpp)
 constexpr int kMaxExperts = kMoeMaxExperts;  // the layout of every rank's experts is computed in shared memory
 constexpr int kMoeThreads = 512;
 constexpr int kMoeWarps = kMoeThreads / 32;
@@ -106,8 +107,8 @@ struct MoeLaunch {
   const char* y;                     // combine
   char* out;                         // combine
   bool weighted;
-  // Symmetric memory: every rank's base ([world] of them), and where things are in it. Held by value: a kernel reads
-  // a base from its parameters (the constant cache), not by a load from memory ahead of every store to a peer.
+  // Symmetric memory: every rank's base ([world] of them, by value: collectives/peer_bases.hpp), and where things
+  // are in it.
   char* peers[kMaxWorld];
   SymmetricLayout layout;
   // Local memory.
