@@ -310,6 +310,10 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   const CallPlan plan = plan_call(shape, capacities, facts);
   trace_plan(call, plan);
   DeviceGuard guard(state.device);
+  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peer's pipeline area, whatever the buffers
+    reduce_scatter_copy_engine_pairs(state, send, recv, recv_count * size, type, op, plan_of(call, plan), stream);
+    return;
+  }
   if (plan.mode == BufferMode::kZeroCopy) {
     kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
     launch.send = send_range->buffers;

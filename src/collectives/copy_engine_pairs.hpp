@@ -7,9 +7,13 @@
 // otherwise fails with kMismatch, as with the other barrier kernels.
 //   - all-to-all: block q of the input to rank q, block q of the output from rank q;
 //   - all-gather: the input to every rank, block q of the output from rank q;
-//   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks).
+//   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks);
+//   - reduce-scatter, 2 ranks: block q of the input to rank q, reduced there with the receiver's own block into
+//     its output as each chunk arrives (reduce_scatter_pairs.cu). On more ranks the output would hold partial
+//     results, rounded to the datatype, between one peer's block and the next, so the planner keeps it to 2.
 // Out of place for all-to-all (its pairs read blocks the receives overwrite); all-gather and broadcast in place
-// too (the own block is then where it belongs already).
+// too (the own block is then where it belongs already), and reduce-scatter (each element of the own block is read
+// before the same thread writes its result there).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +30,9 @@ void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // `bytes` of this rank's input land at rank × bytes of every rank's output.
 void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, uint64_t plan,
                                   Stream stream);
+// Blocks of `block_bytes`; state.size must be 2.
+void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
+                                      DataType type, ReduceOp op, uint64_t plan, Stream stream);
 void broadcast_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, int root,
                                  uint64_t plan, Stream stream);
 

@@ -20,6 +20,7 @@ struct MulticastLaunch;
 struct BulkSendStep;
 struct BulkRecvStep;
 struct BulkCopyOut;
+struct BulkReduceOut;
 
 // LL reduction: all-reduce (launch.send_rank_stride 0), reduce (and launch.root) and reduce-scatter
 // (reduce_ll.cu).
@@ -56,10 +57,12 @@ void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaS
 // Stores into every peer's recv, or loads from every peer's send (AllToAllDirectLaunch::loads), between barriers.
 void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
 // Copy-engine send/recv (send_recv_bulk.cu; send_recv_bulk_launch.hpp): the sender's and the receiver's kernels
-// between chunks, and the receiver's copy of a chunk out of its slot.
+// between chunks, and the receiver's copy of a chunk out of its slot, or reduction with its own block
+// (reduce-scatter, reduce_scatter_pairs.cu).
 void launch_bulk_send_step(const BulkSendStep& step, cudaStream_t stream);
 void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream);
 void launch_bulk_copy_out(const BulkCopyOut& copy, int blocks, cudaStream_t stream);
+void launch_bulk_reduce_out(DataType type, ReduceOp op, const BulkReduceOut& reduce, int blocks, cudaStream_t stream);
 // A copy on this GPU's own memory, no peer involved, beside copy engines (local_kernels.cu).
 void launch_copy_local(void* destination, const void* source, size_t bytes, int blocks, cudaStream_t stream);
 // NVLink multicast, behind BRAID_ENABLE_MULTICAST (all_reduce_multicast.cu, reduce_multicast.cu,

@@ -70,11 +70,12 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
 }
 
 // Whether the call's blocks can go as copy-engine pairs through the peers' pipeline areas (copy_engine_pairs.hpp).
-bool moves_pairs(Collective collective, const BufferFacts& facts) {
+bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
   switch (collective) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
     case Collective::kAllGather:
     case Collective::kBroadcast: return true;
+    case Collective::kReduceScatter: return world == 2;  // one peer's block completes the output
     default: return false;
   }
 }
@@ -87,8 +88,14 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   gates.multicast = shape.multicast;
   // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
   // this process). On buffers no peer maps, all-to-all (out of place), all-gather and broadcast take them into the
-  // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp).
-  gates.copy_engines = facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, facts);
+  // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp). Reduce-scatter
+  // has only the pairs, on any buffer, and only on 2 ranks.
+  if (shape.collective == Collective::kReduceScatter) {
+    gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
+  } else {
+    gates.copy_engines =
+        facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);
+  }
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
   gates.ll128 = shape.ll128;
   if (shape.collective == Collective::kSendRecv) {  // a pair's message must fit its slot of lines

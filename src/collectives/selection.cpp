@@ -54,10 +54,13 @@ constexpr Row kTable[] = {
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
     {Collective::kReduceScatter, size_t(2) << 20, Algorithm::kStaged, Buffers::kAny, 2},
-    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric, 2},
+    {Collective::kReduceScatter, size_t(256) << 20, Algorithm::kPipelined, Buffers::kSymmetric, 2},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric, 2},
     {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kReduceScatter, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2, Types::kFp8},
+    {Collective::kReduceScatter, size_t(64) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
@@ -118,6 +121,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
     {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
     {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
+    {Collective::kReduceScatter, Algorithm::kCopyEngine},
     {Collective::kAllReduce, Algorithm::kLL128},       {Collective::kSendRecv, Algorithm::kLL128},
 };
 

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -139,9 +140,6 @@ void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layou
   }
 }
 
-uint64_t chunks_of(const kernels::BulkLayout& layout, uint64_t bytes) {
-  return (bytes + layout.slot_payload - 1) / layout.slot_payload;
-}
 
 // A copy-engine step of one pair of this call (either side), with the fields both sides share set.
 template <typename Step>
@@ -164,7 +162,8 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
                        const BulkPair& pair, uint64_t plan,
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
-  const uint64_t chunks = chunks_of(layout, pair.bytes);
+  const std::vector<kernels::BulkChunk> pieces = kernels::bulk_chunks(layout, pair.bytes);
+  const uint64_t chunks = pieces.size();
   auto step = pair_step<kernels::BulkSendStep>(state, collective, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
@@ -178,8 +177,8 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   };
   for (uint64_t c = 0; c < chunks; ++c) {
     if (c >= kernels::kBulkSlots) handover.order(steps, copies);  // the step of chunk c - 2: the slot is back
-    const char* source = pair.buffer + c * layout.slot_payload;
-    const uint64_t bytes = std::min<uint64_t>(layout.slot_payload, pair.bytes - c * layout.slot_payload);
+    const char* source = pair.buffer + pieces[c].offset;
+    const uint64_t bytes = pieces[c].bytes;
     char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
     const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
     if (rows > 0) {
@@ -196,17 +195,30 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   if (chunks > 0) post(chunks - 1);
 }
 
+// What a receiver does with each chunk instead of copying it out (reduce-scatter): reduce it with `own`, this
+// rank's block of the input, into the pair's buffer.
+struct PairReduction {
+  DataType type;
+  ReduceOp op;
+  const char* own;
+};
+
 // The receiver's side of one pair: per chunk, the step kernel (hand back the previous chunk's slot, wait for
-// this one and check its header), then the SM copy out of the slot; a last step hands back the last slot.
+// this one and check its header), then the SM copy (or reduction) out of the slot; a last step hands back the
+// last slot.
 void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
-                       const BulkPair& pair, uint64_t plan,
-                       cudaStream_t stream) {
+                       const BulkPair& pair, uint64_t plan, const PairReduction* reduction, cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
-  const uint64_t chunks = chunks_of(layout, pair.bytes);
+  const std::vector<kernels::BulkChunk> pieces = kernels::bulk_chunks(layout, pair.bytes);
+  const uint64_t chunks = pieces.size();
   auto step = pair_step<kernels::BulkRecvStep>(state, collective, pair, plan);
   kernels::BulkCopyOut copy{};
   copy.layout = layout;
   copy.total_bytes = pair.bytes;
+  kernels::BulkReduceOut reduce{};
+  reduce.layout = layout;
+  reduce.total_bytes = pair.bytes;
+  reduce.world = state.size;
   // Every unit of a slot its own block, within the communicator's cap.
   const int copy_blocks = std::min(kernels::kBulkRowsPerSlot * kernels::kBulkCopyBlocksPerRow, state.max_blocks);
   for (uint64_t c = 0; c <= chunks; ++c) {
@@ -216,10 +228,21 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
     step.header = layout.header(area, pair.peer, slot_index);
     kernels::launch_bulk_recv_step(step, stream);
     if (c == chunks) break;
-    copy.slot = layout.slot(area, state.size, pair.peer, slot_index);
+    const char* slot = layout.slot(area, state.size, pair.peer, slot_index);
+    if (reduction != nullptr) {
+      reduce.slot = slot;
+      reduce.header = step.header;
+      reduce.own = reduction->own + pieces[c].offset;
+      reduce.recv = pair.buffer + pieces[c].offset;
+      reduce.bytes = pieces[c].bytes;
+      reduce.chunk = c;
+      kernels::launch_bulk_reduce_out(reduction->type, reduction->op, reduce, copy_blocks, stream);
+      continue;
+    }
+    copy.slot = slot;
     copy.header = step.header;
-    copy.recv = pair.buffer + c * layout.slot_payload;
-    copy.bytes = std::min<uint64_t>(layout.slot_payload, pair.bytes - c * layout.slot_payload);
+    copy.recv = pair.buffer + pieces[c].offset;
+    copy.bytes = pieces[c].bytes;
     copy.chunk = c;
     kernels::launch_bulk_copy_out(copy, copy_blocks, stream);
   }
@@ -230,14 +253,15 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
 // work and their kernels on `second_side`; both joined back into `stream`.
 void enqueue_bulk_pairs(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                         const std::vector<BulkPair>& sends, const std::vector<BulkPair>& recvs, uint64_t plan,
-                        cudaStream_t stream, const std::function<void()>& on_stream) {
+                        cudaStream_t stream, const std::function<void()>& on_stream,
+                        const PairReduction* reduction = nullptr) {
   const cudaStream_t side = state.side->get(), steps = state.second_side->get();
   if (!recvs.empty()) state.side->order(stream, side);
   on_stream();
   for (const BulkPair& pair : sends) {
     enqueue_bulk_send(state, collective, layout, pair, plan, stream, steps, *state.second_side);
   }
-  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, collective, layout, pair, plan, side);
+  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, collective, layout, pair, plan, reduction, side);
   if (!sends.empty()) state.second_side->order(steps, stream);
   if (!recvs.empty()) state.side->order(side, stream);
 }
@@ -286,6 +310,7 @@ struct PairExchange {
   char* own_destination = nullptr;
   const char* own_source = nullptr;
   size_t own_bytes = 0;
+  std::optional<PairReduction> reduction;  // reduce-scatter: receives reduce instead of copying out
 };
 
 // An entry barrier announces the call's plan first: the pairs' waits have no barrier of their own, so a peer that
@@ -307,7 +332,8 @@ void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint
   }
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(exchange.collective), kSiteEntryBarrier, plan,
                           stream);
-  enqueue_bulk_pairs(state, exchange.collective, layout, exchange.sends, exchange.recvs, plan, stream, [] {});
+  enqueue_bulk_pairs(state, exchange.collective, layout, exchange.sends, exchange.recvs, plan, stream, [] {},
+                     exchange.reduction ? &*exchange.reduction : nullptr);
   if (own) state.third_side->order(state.third_side->get(), stream);
 }
 
@@ -345,6 +371,22 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
   exchange.own_destination = output + state.rank * bytes;
   exchange.own_source = input;
   exchange.own_bytes = bytes;
+  exchange_pairs(state, exchange, plan, stream);
+}
+
+void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
+                                      DataType type, ReduceOp op, uint64_t plan, Stream stream) {
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "reduce_scatter: copy-engine pairs serve 2 ranks, not {}", state.size);
+  }
+  const char* const input = static_cast<const char*>(send);
+  const int peer = 1 - state.rank;
+  PairExchange exchange{Collective::kReduceScatter};
+  if (block_bytes != 0) {
+    exchange.sends.push_back({peer, const_cast<char*>(input) + peer * block_bytes, block_bytes});  // only read
+    exchange.recvs.push_back({peer, static_cast<char*>(recv), block_bytes});
+  }
+  exchange.reduction = PairReduction{type, op, input + state.rank * block_bytes};
   exchange_pairs(state, exchange, plan, stream);
 }
 

@@ -1,15 +1,15 @@
 // The arguments of the copy-engine send/recv kernels (send_recv_bulk.cu), plain data passed by value, and the
 // layout they share with the host side (send_recv.cpp).
 //
-// A pair of a send/recv batch whose size takes the copy engines (the selection table's kSendRecv rows) moves as
-// chunks of one slot each: the sender's copy engine writes chunk c into slot c mod 2 of the receiver's pipeline
-// area, a small kernel then posts it (the chunk's header, then a count on the slot's data channel) and waits for
-// the slot to come back; the receiver's kernels wait for that count, copy the slot out with SMs into the receive
-// buffer and hand the slot back (a count on the slot's free channel). The copies go back to back on the caller's
-// stream and the kernels on a second one: the kernel of chunk c runs while the engine writes chunk c + 1, and the
-// copy of chunk c + 2 waits for it (its slot back), so the engine waits for no kernel launch. The last kernel waits
-// for the last slot, so the area is free when the call ends. Both sides wait for exactly as many counts of a
-// channel as the other posts, so the counters stay in step across calls (DESIGN.md rules 3 and 10).
+// A pair of a send/recv batch whose size takes the copy engines (the selection table's kSendRecv rows) moves as chunks
+// of at most one slot each (bulk_chunks): the sender's copy engine writes chunk c into slot c mod 2 of the receiver's
+// pipeline area, a small kernel then posts it (the chunk's header, then a count on the slot's data channel) and waits
+// for the slot to come back; the receiver's kernels wait for that count, copy the slot out with SMs into the receive
+// buffer and hand the slot back (a count on the slot's free channel). The copies go back to back on the caller's stream
+// and the kernels on a second one: the kernel of chunk c runs while the engine writes chunk c + 1, and the copy of
+// chunk c + 2 waits for it (its slot back), so the engine waits for no kernel launch. The last kernel waits for the
+// last slot, so the area is free when the call ends. Both sides wait for exactly as many counts of a channel as the
+// other posts, so the counters stay in step across calls (DESIGN.md rules 3 and 10).
 //
 // The slots are the sender's own phase-1 FIFO slots in the receiver's area: for channel b, the kFifoDepth
 // pieces of (phase 1, channel b, sender) are one row of kFifoDepth × piece_bytes bytes, rows are
@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "braid/device/sync_device.hpp"
 #include "collectives/pipeline_launch.hpp"
@@ -71,6 +72,22 @@ inline BulkHeader* BulkLayout::header(char* area, int sender, int slot_index) co
   return reinterpret_cast<BulkHeader*>(area + size_t(sender) * row_bytes) + slot_index;  // phase 0, channel 0
 }
 
+// The chunks of a pair, the same on both sides: whole slots, the last one what is left. Every chunk but the last
+// starts and ends on a slot boundary (a multiple of 256 bytes), so no element straddles two and vectors stay
+// aligned. Whole slots, as few chunks as can be: each chunk costs the engine a handover between streams, which
+// weighs more than the copy out of the last chunk that nothing overlaps (docs/dev/selection.md).
+struct BulkChunk {
+  uint64_t offset, bytes;
+};
+
+inline std::vector<BulkChunk> bulk_chunks(const BulkLayout& layout, uint64_t bytes) {
+  std::vector<BulkChunk> chunks;
+  for (uint64_t offset = 0; offset < bytes; offset += layout.slot_payload) {
+    chunks.push_back({offset, bytes - offset < layout.slot_payload ? bytes - offset : layout.slot_payload});
+  }
+  return chunks;
+}
+
 // The sender's kernel (one block): with `drain`, waits until the receiver consumed every FIFO piece this rank
 // sent it (before the pair's first chunk); otherwise posts chunk post_chunk, if any, into post_slot (its
 // header into the receiver's slot, then a count on the slot's data channel), then waits for wait_slot, if any,
@@ -110,6 +127,21 @@ struct BulkCopyOut {
   const BulkHeader* header;
   uint64_t total_bytes;
   uint64_t chunk;
+};
+
+// Reduce-scatter's receiver (reduce_scatter_pairs.cu): instead of copying a chunk out, reduces it with this rank's
+// own block of the input into the output, element by element at the same offsets (so in place works too). The
+// output is then final: on 2 ranks, the only ones reduce-scatter's pairs serve, one peer's block completes it.
+struct BulkReduceOut {
+  const char* slot;  // row 0 of the slot
+  BulkLayout layout;
+  const char* own;   // this chunk's part of this rank's own block of the input
+  char* recv;        // this chunk's part of the output
+  size_t bytes;      // this chunk's data
+  const BulkHeader* header;
+  uint64_t total_bytes;
+  uint64_t chunk;
+  int world;  // what avg divides by
 };
 
 constexpr int kBulkCopyBlocksPerRow = 4;

@@ -55,6 +55,24 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
 }
 
+// Reduce-scatter's copy-engine pairs go through the peer's pipeline area whatever the buffers (staged, in the
+// plan's words), on 2 ranks only: forced on 4, the call takes the FIFOs.
+TEST(Planner, ReduceScatterPairsOnTwoRanksWhateverTheBuffers) {
+  for (const BufferFacts& facts : {mapped(), mapped(true), BufferFacts{}}) {
+    const CallPlan pairs = plan_call(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas, facts);
+    EXPECT_EQ(pairs.algorithm, Algorithm::kCopyEngine);
+    EXPECT_EQ(pairs.mode, BufferMode::kStagedCopy);
+    EXPECT_EQ(pairs.chunk, SIZE_MAX);
+  }
+  const std::string forced = "reducescatter=copyengine";
+  const CallPlan two = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 2, DataType::kFloat32, &forced),
+                                 kAreas, {});
+  EXPECT_EQ(two.algorithm, Algorithm::kCopyEngine);
+  const CallPlan four = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 4, DataType::kFloat32, &forced),
+                                  kAreas, mapped());
+  EXPECT_EQ(four.algorithm, Algorithm::kPipelined);
+}
+
 TEST(Planner, TheOneShotAlwaysStages) {
   const std::string forced = "allreduce=oneshot";
   const CallShape call = shape(Collective::kAllReduce, size_t(4) << 20, 2, DataType::kBFloat16, &forced);
@@ -223,8 +241,13 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   EXPECT_EQ(symmetric_broadcast.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(symmetric_broadcast.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
-  // Reductions have no pairs.
-  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  // Reduce-scatter takes them beyond 64 MiB on 2 ranks; all-reduce and reduce have none.
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas, {}).algorithm,
+            Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
   // Forced, the pairs serve any size out of place, and an in-place call still runs the FIFO pushes.
   const std::string forced = "alltoall=copyengine";
   const CallShape small = shape(Collective::kAllToAll, size_t(1) << 20, 2, DataType::kFloat32, &forced);

@@ -1,0 +1,44 @@
+// How a copy-engine pair is cut into chunks (bulk_chunks): both sides compute the same list, the chunks cover the
+// pair once in order, none is larger than a slot, every chunk but the last starts and ends on 256 bytes (no element
+// straddles two, vectors stay aligned), and there are as few as can be. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "collectives/pipeline_launch.hpp"
+#include "collectives/send_recv_bulk_launch.hpp"
+
+namespace braid::kernels {
+namespace {
+
+TEST(BulkChunks, ChunksCoverThePairFitASlotAndShrinkAtTheEnd) {
+  const BulkLayout layout = BulkLayout::of(pipeline_piece_bytes(size_t(256) << 20, 2), 2);
+  const uint64_t slot = layout.slot_payload;
+  ASSERT_EQ(slot, uint64_t(32) << 20);
+  std::vector<uint64_t> sizes = {1, 7, 255, 256, 257, 4097};
+  for (uint64_t mib : {1, 2, 3, 4, 5, 13, 31, 32, 33, 64, 100, 256, 512}) {
+    sizes.push_back(mib << 20);
+    sizes.push_back((mib << 20) + 3);
+    sizes.push_back((mib << 20) - 256);
+  }
+  for (uint64_t bytes : sizes) {
+    const std::vector<BulkChunk> chunks = bulk_chunks(layout, bytes);
+    ASSERT_FALSE(chunks.empty()) << bytes;
+    uint64_t offset = 0;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      EXPECT_EQ(chunks[c].offset, offset) << bytes << " chunk " << c;
+      EXPECT_GT(chunks[c].bytes, 0u) << bytes << " chunk " << c;
+      EXPECT_LE(chunks[c].bytes, slot) << bytes << " chunk " << c;
+      if (c + 1 < chunks.size()) EXPECT_EQ(chunks[c].bytes % 256, 0u) << bytes << " chunk " << c;
+      offset += chunks[c].bytes;
+    }
+    EXPECT_EQ(offset, bytes);
+    // Whole slots, as few chunks as can be.
+    EXPECT_EQ(chunks.size(), (bytes + slot - 1) / slot) << bytes;
+  }
+  EXPECT_TRUE(bulk_chunks(layout, 0).empty());
+}
+
+}  // namespace
+}  // namespace braid::kernels
