@@ -10,8 +10,9 @@
 //     input instead (needs the inputs mapped). Pushes move more: with both directions of a link busy, the
 //     engines push about 388 GB/s each way and pull about 371 (docs/dev/collectives.md);
 //   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
-// Reductions have none: pulls into staging and a local reduction are slower than the zero-copy loads
-// (docs/dev/selection.md).
+// Reductions have none here: pulls into staging and a local reduction are slower than the zero-copy loads
+// (docs/dev/selection.md). Reduce-scatter's copy engines push into the peer's pipeline area instead
+// (copy_engine_pairs.hpp).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
 // This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //

@@ -18,8 +18,9 @@
 // busy with a lower receiver, or whose receiver with a lower sender, waits only on pairs that do progress, so
 // they never wait on each other in a cycle.
 //
-// The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps
-// (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they share.
+// The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps, and
+// reduce-scatter on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they
+// share.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
