@@ -156,26 +156,31 @@ Step pair_step(const CollectiveContext& state, Collective collective, const Bulk
 
 // The sender's side of one pair: a drain step, then the engine's copies back to back on `copies` (chunk c into
 // slot c % 2 of the peer: whole rows in one 2D copy, then the rest), and per chunk on `steps` the step that posts
-// it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back) and for nothing
-// enqueued on `steps` after that step (a mark of `handover`): waiting for all of `steps` would take in its wait for
-// the copy of chunk c - 1, and the engine would idle at every chunk while that completion crossed to `steps` and
-// back.
+// it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in
+// before that copy is enqueued, while the step of chunk c - 1 is not enqueued yet: the engine waits for no more
+// than the slot it needs.
 void enqueue_bulk_send(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                        const BulkPair& pair, uint64_t plan,
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
-  static_assert(kernels::kBulkSlots <= SideStream::kMarks, "a mark per slot");
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
   const std::vector<kernels::BulkChunk> pieces = kernels::bulk_chunks(layout, pair.bytes);
+  const uint64_t chunks = pieces.size();
   auto step = pair_step<kernels::BulkSendStep>(state, collective, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
   step.drain = false;
-  for (uint64_t c = 0; c < pieces.size(); ++c) {
+  auto post = [&](uint64_t c) {  // on `steps`, which waits for the copy of chunk c already
     const int slot_index = static_cast<int>(c % kernels::kBulkSlots);
-    if (c >= kernels::kBulkSlots) handover.after_mark(slot_index, copies);  // the step of chunk c - 2: the slot is back
+    step.post_chunk = static_cast<int64_t>(c);
+    step.post_slot = step.wait_slot = slot_index;
+    step.header = layout.header(area, state.rank, slot_index);
+    kernels::launch_bulk_send_step(step, steps);
+  };
+  for (uint64_t c = 0; c < chunks; ++c) {
+    if (c >= kernels::kBulkSlots) handover.order(steps, copies);  // the step of chunk c - 2: the slot is back
     const char* source = pair.buffer + pieces[c].offset;
     const uint64_t bytes = pieces[c].bytes;
-    char* const slot = layout.slot(area, state.size, state.rank, slot_index);
+    char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
     const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
     if (rows > 0) {
       BRAID_CUDA(cudaMemcpy2DAsync(slot, layout.row_pitch, source, layout.row_bytes, layout.row_bytes, rows,
@@ -185,13 +190,10 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
       BRAID_CUDA(cudaMemcpyAsync(slot + rows * layout.row_pitch, source + rows * layout.row_bytes, tail,
                                  cudaMemcpyDefault, copies));
     }
+    if (c >= 1) post(c - 1);
     handover.order(copies, steps);  // the step of chunk c follows its copy
-    step.post_chunk = static_cast<int64_t>(c);
-    step.post_slot = step.wait_slot = slot_index;
-    step.header = layout.header(area, state.rank, slot_index);
-    kernels::launch_bulk_send_step(step, steps);
-    handover.mark(slot_index, steps);
   }
+  if (chunks > 0) post(chunks - 1);
 }
 
 // What a receiver does with each chunk instead of copying it out (reduce-scatter): reduce it with `own`, this

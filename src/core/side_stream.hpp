@@ -22,20 +22,10 @@ class SideStream {
   // Everything enqueued on `before` so far happens before anything enqueued on `after` from now on.
   void order(cudaStream_t before, cudaStream_t after);
 
-  // Marks: the same hand-over split in two, for work that must wait for a point of another stream, not for what
-  // was enqueued there after it. mark(i, s) records mark i at the current end of s; after_mark(i, s) makes what
-  // is enqueued on s from then on wait for that point. Mark i may be recorded again once its wait is enqueued.
-  static constexpr int kMarks = 2;
-  void mark(int index, cudaStream_t stream);
-  void after_mark(int index, cudaStream_t stream);
-
  private:
-  void destroy();  // what the constructor made, in either state
-
   int device_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t handover_ = nullptr;
-  cudaEvent_t marks_[kMarks] = {};
 };
 
 }  // namespace braid
