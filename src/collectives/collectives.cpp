@@ -277,6 +277,9 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
       run_reduce_ll(launch, call, plan, stream);
       return;
     }
+    case Algorithm::kCopyEngine:  // the other rank's input into the root's pipeline area, reduced there
+      reduce_copy_engine_pairs(state, send, recv, bytes, type, op, root, plan_of(call, plan), stream);
+      return;
     case Algorithm::kPipelined: {  // the two shot, gathered by the root alone
       kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
       launch.root = root;

@@ -9,11 +9,13 @@
 //   - all-gather: the input to every rank, block q of the output from rank q;
 //   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks);
 //   - reduce-scatter, 2 ranks: block q of the input to rank q, reduced there with the receiver's own block into
-//     its output as each chunk arrives (reduce_scatter_pairs.cu). On more ranks the output would hold partial
-//     results, rounded to the datatype, between one peer's block and the next, so the planner keeps it to 2.
+//     its output as each chunk arrives (reduce_scatter_pairs.cu);
+//   - reduce, 2 ranks: the other rank's input to the root, reduced there with the root's own input the same way.
+//   On more ranks the output of these two would hold partial results, rounded to the datatype, between one peer's
+//   data and the next, so the planner keeps them to 2.
 // Out of place for all-to-all (its pairs read blocks the receives overwrite); all-gather and broadcast in place
-// too (the own block is then where it belongs already), and reduce-scatter (each element of the own block is read
-// before the same thread writes its result there).
+// too (the own block is then where it belongs already), and reduce-scatter and reduce (each element of the own
+// data is read before the same thread writes its result there).
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,9 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // Blocks of `block_bytes`; state.size must be 2.
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream);
+// The root's output receives the reduction; the other rank's output is not written. state.size must be 2.
+void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
+                              ReduceOp op, int root, uint64_t plan, Stream stream);
 void broadcast_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, int root,
                                  uint64_t plan, Stream stream);
 

@@ -75,7 +75,8 @@ bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
     case Collective::kAllGather:
     case Collective::kBroadcast: return true;
-    case Collective::kReduceScatter: return world == 2;  // one peer's block completes the output
+    case Collective::kReduceScatter:
+    case Collective::kReduce: return world == 2;  // one peer's data completes the output
     default: return false;
   }
 }
@@ -89,8 +90,8 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
   // this process). On buffers no peer maps, all-to-all (out of place), all-gather and broadcast take them into the
   // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp). Reduce-scatter
-  // has only the pairs, on any buffer, and only on 2 ranks.
-  if (shape.collective == Collective::kReduceScatter) {
+  // and reduce have only the pairs, on any buffer, and only on 2 ranks.
+  if (shape.collective == Collective::kReduceScatter || shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else {
     gates.copy_engines =

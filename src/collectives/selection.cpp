@@ -48,6 +48,8 @@ constexpr Row kTable[] = {
     {Collective::kReduce, size_t(256) << 10, Algorithm::kLL},
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(8) << 20, Algorithm::kStaged, Buffers::kAny, 2},
+    {Collective::kReduce, size_t(128) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
+    {Collective::kReduce, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduce, size_t(1) << 20, Algorithm::kStaged},
     {Collective::kReduce, size_t(8) << 20, Algorithm::kSplit},
@@ -121,7 +123,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
     {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
     {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
-    {Collective::kReduceScatter, Algorithm::kCopyEngine},
+    {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kReduce, Algorithm::kCopyEngine},
     {Collective::kAllReduce, Algorithm::kLL128},       {Collective::kSendRecv, Algorithm::kLL128},
 };
 

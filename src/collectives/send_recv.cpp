@@ -19,7 +19,7 @@
 // they never wait on each other in a cycle.
 //
 // The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps, and
-// reduce-scatter on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they
+// reduce-scatter and reduce on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they
 // share.
 #include <cuda_runtime_api.h>
 
@@ -196,8 +196,8 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   if (chunks > 0) post(chunks - 1);
 }
 
-// What a receiver does with each chunk instead of copying it out (reduce-scatter): reduce it with `own`, this
-// rank's block of the input, into the pair's buffer.
+// What a receiver does with each chunk instead of copying it out (reduce-scatter, reduce): reduce it with `own`,
+// the same part of this rank's own input, into the pair's buffer.
 struct PairReduction {
   DataType type;
   ReduceOp op;
@@ -311,7 +311,7 @@ struct PairExchange {
   char* own_destination = nullptr;
   const char* own_source = nullptr;
   size_t own_bytes = 0;
-  std::optional<PairReduction> reduction;  // reduce-scatter: receives reduce instead of copying out
+  std::optional<PairReduction> reduction;  // reduce-scatter, reduce: receives reduce instead of copying out
 };
 
 // An entry barrier announces the call's plan first: the pairs' waits have no barrier of their own, so a peer that
@@ -336,6 +336,14 @@ void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint
   enqueue_bulk_pairs(state, exchange.collective, layout, exchange.sends, exchange.recvs, plan, stream, [] {},
                      exchange.reduction ? &*exchange.reduction : nullptr);
   if (own) state.third_side->order(state.third_side->get(), stream);
+}
+
+// Reduce-scatter's and reduce's pairs: one peer's data completes a result only where there is one peer.
+void require_two_ranks(const CollectiveContext& state, Collective collective) {
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "{}: copy-engine pairs serve 2 ranks, not {}",
+          collective_name(static_cast<unsigned int>(collective)), state.size);
+  }
 }
 
 int step_to(const CollectiveContext& state, int step) { return (state.rank + step) % state.size; }
@@ -377,17 +385,29 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream) {
-  if (state.size != 2) {
-    raise(ErrorCode::kInternal, "reduce_scatter: copy-engine pairs serve 2 ranks, not {}", state.size);
-  }
-  const char* const input = static_cast<const char*>(send);
+  require_two_ranks(state, Collective::kReduceScatter);
+  char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
   const int peer = 1 - state.rank;
   PairExchange exchange{Collective::kReduceScatter};
   if (block_bytes != 0) {
-    exchange.sends.push_back({peer, const_cast<char*>(input) + peer * block_bytes, block_bytes});  // only read
+    exchange.sends.push_back({peer, input + peer * block_bytes, block_bytes});
     exchange.recvs.push_back({peer, static_cast<char*>(recv), block_bytes});
   }
   exchange.reduction = PairReduction{type, op, input + state.rank * block_bytes};
+  exchange_pairs(state, exchange, plan, stream);
+}
+
+void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
+                              ReduceOp op, int root, uint64_t plan, Stream stream) {
+  require_two_ranks(state, Collective::kReduce);
+  char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
+  PairExchange exchange{Collective::kReduce};
+  if (bytes != 0 && state.rank == root) {
+    exchange.recvs.push_back({1 - root, static_cast<char*>(recv), bytes});
+  } else if (bytes != 0) {
+    exchange.sends.push_back({root, input, bytes});
+  }
+  exchange.reduction = PairReduction{type, op, input};
   exchange_pairs(state, exchange, plan, stream);
 }
 

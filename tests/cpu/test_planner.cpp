@@ -241,13 +241,17 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   EXPECT_EQ(symmetric_broadcast.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(symmetric_broadcast.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
-  // Reduce-scatter takes them beyond 64 MiB on 2 ranks; all-reduce and reduce have none.
+  // Reduce-scatter takes them beyond 64 MiB on 2 ranks, reduce beyond 128 MiB; all-reduce has none.
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
             Algorithm::kCopyEngine);
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas, {}).algorithm,
             Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(128) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kReduce, (size_t(128) << 20) + 4), kAreas, mapped()).algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kTwoShot);
   // Forced, the pairs serve any size out of place, and an in-place call still runs the FIFO pushes.
   const std::string forced = "alltoall=copyengine";
   const CallShape small = shape(Collective::kAllToAll, size_t(1) << 20, 2, DataType::kFloat32, &forced);

@@ -198,8 +198,8 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reduce-scatter: copy-engine pairs on 2 ranks, on buffers peers map beyond 256 MiB (zero-copy loads up to
-  // there), on the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. All-reduce and reduce have
-  // no copy-engine algorithm, and BRAID_ALGO cannot ask for one.
+  // there), on the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: pairs beyond
+  // 128 MiB on 2 ranks. All-reduce has no copy-engine algorithm, and BRAID_ALGO cannot ask for one.
   const auto pick_reduce_scatter = [](size_t bytes, int world, Buffers buffers) {
     return select_algorithm(Collective::kReduceScatter, bytes, world, DataType::kBFloat16, "", buffers,
                             Gates{.copy_engines = world == 2})
@@ -214,7 +214,9 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, size_t(512) << 20, 2, DataType::kBFloat16, "", Buffers::kAny)
                 .algorithm,
             Algorithm::kPipelined);  // the gate closed: the next row
-  EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(128) << 20) + 2, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   const std::pair<Collective, const char*> forced[] = {{Collective::kAllGather, "allgather=copyengine"},
                                                        {Collective::kBroadcast, "broadcast=copyengine"},
                                                        {Collective::kAllToAll, "alltoall=copyengine"}};
@@ -238,7 +240,7 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(select_algorithm(Collective::kAllToAll, size_t(512) << 20, 2, DataType::kFloat32, "", Buffers::kSymmetric)
                 .algorithm,
             Algorithm::kPipelined);
-  for (const char* text : {"allreduce=copyengine", "reduce=copyengine"}) {
+  for (const char* text : {"allreduce=copyengine"}) {
     try {
       select_algorithm(Collective::kAllReduce, 1 << 20, 2, DataType::kFloat32, text);
       ADD_FAILURE() << text << " was accepted";

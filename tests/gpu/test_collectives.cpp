@@ -45,7 +45,7 @@ constexpr size_t kZeroCopyBlock = (size_t(2) << 20) + 16;
 constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
 // Every collective that has a copy-engine algorithm, forced onto it (CommOptions::algorithms).
 const char* const kCopyEngineEverywhere =
-    "allgather=copyengine,broadcast=copyengine,alltoall=copyengine,reducescatter=copyengine";
+    "allgather=copyengine,broadcast=copyengine,alltoall=copyengine,reducescatter=copyengine,reduce=copyengine";
 
 // Runs body on a fresh communicator whose selection table is overridden by `algorithms` (CommOptions::algorithms).
 void with_algorithms(const std::string& algorithms, const std::function<void(Communicator&)>& body) {
@@ -310,13 +310,13 @@ TEST(Collectives, BroadcastMatrix) { run_matrix(Collective::kBroadcast); }
 TEST(Collectives, PipelinedBroadcastMatrix) {
   run_forced_matrices("broadcast=pipelined", "pipelined", {Collective::kBroadcast});
 }
-// Copy engines forced on cudaMalloc'd buffers: all-gather, broadcast and reduce-scatter move as send/recv's
-// copy-engine pairs through the peers' pipeline areas (copy_engine_pairs.hpp), at every size, in place and out,
-// aligned or not, every root, every datatype and op (reduce-scatter: on 2 ranks; on more the planner falls back
-// to the FIFOs).
+// Copy engines forced on cudaMalloc'd buffers: all-gather, broadcast, reduce-scatter and reduce move as
+// send/recv's copy-engine pairs through the peers' pipeline areas (copy_engine_pairs.hpp), at every size, in place
+// and out, aligned or not, every root, every datatype and op (reduce-scatter and reduce: on 2 ranks; on more the
+// planner takes their other algorithms).
 TEST(Collectives, CopyEnginePairsMatrices) {
   run_forced_matrices(kCopyEngineEverywhere, "copy-engine pairs",
-                      {Collective::kAllGather, Collective::kBroadcast, Collective::kReduceScatter});
+                      {Collective::kAllGather, Collective::kBroadcast, Collective::kReduceScatter, Collective::kReduce});
 }
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
