@@ -105,6 +105,10 @@ const Scenario kScenarios[] = {
     {Call::kAllToAll, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
+    // Reduce-scatter's pairs (2 ranks, an input beyond 64 MiB on buffers no peer maps; symmetric inputs keep the
+    // zero-copy loads through 256 MiB): against the loads, a mismatch; pairs on both sides, right.
+    {Call::kReduceScatter, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, false, true},
+    {Call::kReduceScatter, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
 };
 
 int32_t input_value(uint64_t seed, int rank, size_t i) {
