@@ -9,7 +9,7 @@
 //   - all-gather: the input to every rank, block q of the output from rank q;
 //   - broadcast: the root's input to every rank (its sends go one after another, hence the table's 2 ranks);
 //   - reduce-scatter, 2 ranks: block q of the input to rank q, reduced there with the receiver's own block into
-//     its output as each chunk arrives (reduce_scatter_pairs.cu);
+//     its output as each chunk arrives (send_recv_bulk_reduce.cu);
 //   - reduce, 2 ranks: the other rank's input to the root, reduced there with the root's own input the same way.
 //   On more ranks the output of these two would hold partial results, rounded to the datatype, between one peer's
 //   data and the next, so the planner keeps them to 2.

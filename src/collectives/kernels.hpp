@@ -58,7 +58,7 @@ void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaS
 void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
 // Copy-engine send/recv (send_recv_bulk.cu; send_recv_bulk_launch.hpp): the sender's and the receiver's kernels
 // between chunks, and the receiver's copy of a chunk out of its slot, or reduction with its own block
-// (reduce-scatter, reduce_scatter_pairs.cu).
+// (reduce-scatter, reduce: send_recv_bulk_reduce.cu).
 void launch_bulk_send_step(const BulkSendStep& step, cudaStream_t stream);
 void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream);
 void launch_bulk_copy_out(const BulkCopyOut& copy, int blocks, cudaStream_t stream);

@@ -129,13 +129,14 @@ struct BulkCopyOut {
   uint64_t chunk;
 };
 
-// Reduce-scatter's receiver (reduce_scatter_pairs.cu): instead of copying a chunk out, reduces it with this rank's
-// own block of the input into the output, element by element at the same offsets (so in place works too). The
-// output is then final: on 2 ranks, the only ones reduce-scatter's pairs serve, one peer's block completes it.
+// Reduce-scatter's and reduce's receiver (send_recv_bulk_reduce.cu): instead of copying a chunk out, reduces it
+// with the same part of this rank's own input (reduce-scatter: its own block) into the output, element by element
+// at the same offsets (so in place works too). The output is then final: on 2 ranks, the only ones these pairs
+// serve, one peer's data completes it.
 struct BulkReduceOut {
   const char* slot;  // row 0 of the slot
   BulkLayout layout;
-  const char* own;   // this chunk's part of this rank's own block of the input
+  const char* own;   // this chunk's part of this rank's own input (reduce-scatter: its own block)
   char* recv;        // this chunk's part of the output
   size_t bytes;      // this chunk's data
   const BulkHeader* header;

@@ -1,5 +1,5 @@
-// Reduce-scatter as copy-engine pairs (copy_engine_pairs.hpp), the receiver's side: each chunk of the peer's block
-// that arrived in this rank's slot is reduced with the same part of this rank's own block of the input into the
+// The receiver's side of reduce-scatter's and reduce's copy-engine pairs (copy_engine_pairs.hpp): each chunk of the
+// peer's data that arrived in this rank's slot is reduced with the same part of this rank's own input into the
 // output. A slot's payload lies in rows (send_recv_bulk_launch.hpp), and chunks start on 256-byte boundaries, so an
 // element never straddles two rows.
 #include "collectives/dependent_launch.cuh"
