@@ -139,8 +139,9 @@ class Communicator {
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier
   // too (see register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
-  // selection table's LL and LL128 rows, docs/collectives.md) run the same kernels whatever the buffers and
-  // look up no buffer, so any mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
+  // selection table's LL and LL128 rows, docs/collectives.md), and reduce-scatters of more than 256 MiB of input
+  // on 2 ranks (copy-engine pairs through the peer's pipeline area), run the same kernels whatever the buffers
+  // and look up no buffer, so any mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
   // plans: ranks that break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not
   // told so; a rank left waiting for lines that never come fails with kTimeout, and results may be wrong, as
   // with NCCL.
@@ -208,13 +209,13 @@ class Communicator {
 
   // ---- User buffers (zero copy without symmetric allocation) ----
   // Registers [pointer, pointer + bytes) of this rank's GPU: local and cheap (nothing is exchanged). The first
-  // collective that passes a registered buffer at a given address exchanges mappings with the peers (collective:
-  // every rank must pass registered buffers there, registered and deregistered in step, as with
-  // ncclCommRegister) and caches them; later calls with that address make no host exchange and move data
-  // straight between the users' buffers. A rank that passes another kind of buffer to that first call, or
-  // whose mappings for the address are cached from an earlier registration, makes the call fail on every rank
-  // with kMismatch (the ranks meet at a barrier before the exchange; the first use waits for the
-  // communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc
+  // collective that passes a registered buffer at a given address (beyond the calls that look up no buffer: see
+  // Agreement above) exchanges mappings with the peers (collective: every rank must pass registered buffers there,
+  // registered and deregistered in step, as with ncclCommRegister) and caches them; later calls with that address
+  // make no host exchange and move data straight between the users' buffers. A rank that passes another kind of
+  // buffer to that first call, or whose mappings for the address are cached from an earlier registration, makes the
+  // call fail on every rank with kMismatch (the ranks meet at a barrier before the exchange; the first use waits for
+  // the communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc
   // memory (legacy CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the
   // argument: null, zero length, a range past its allocation's end, host or managed memory, another GPU's memory
   // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.

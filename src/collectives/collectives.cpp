@@ -305,7 +305,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
   // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
   std::optional<PeerRange> send_range;
-  if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
+  if (recv_count * size % 16 == 0 && !plans_ignore_buffers(shape, capacities)) {
     send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
   }
   BufferFacts facts{};

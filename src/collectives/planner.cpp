@@ -123,6 +123,21 @@ bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
                  gates_of(shape, capacities, {}));
 }
 
+bool plans_ignore_buffers(const CallShape& shape, const AreaCapacities& capacities) {
+  if (plans_ll(shape, capacities)) return true;
+  const CallPlan unmapped = plan_call(shape, capacities, {});
+  for (const bool same_process_peers : {false, true}) {
+    BufferFacts mapped{};
+    mapped.peers_map = true;
+    mapped.same_process_peers = same_process_peers;
+    const CallPlan plan = plan_call(shape, capacities, mapped);
+    if (plan.algorithm != unmapped.algorithm || plan.mode != unmapped.mode || plan.blocks != unmapped.blocks) {
+      return false;
+    }
+  }
+  return true;
+}
+
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
   const BufferFacts facts = usable_facts(shape.collective, call_facts);
   const Gates gates = gates_of(shape, capacities, facts);

@@ -73,6 +73,11 @@ struct CallPlan {
 // up no buffer: callers ask this first and pass no facts then.
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities);
 
+// Whether the plan is the same whatever the call's buffers: LL calls, and rows that serve every buffer alike
+// (reduce-scatter's copy-engine pairs on 2 ranks). Such a call looks up no buffer either, so it exchanges nothing
+// for a registered buffer and maps nothing automatically. The same answer on every rank: it reads only the call.
+bool plans_ignore_buffers(const CallShape& shape, const AreaCapacities& capacities);
+
 // The plan of a call, for every collective the table holds. `facts`: what the lookups found (none for an LL call).
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts = {});
 

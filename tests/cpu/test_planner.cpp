@@ -73,6 +73,17 @@ TEST(Planner, ReduceScatterPairsOnTwoRanksWhateverTheBuffers) {
   EXPECT_EQ(four.algorithm, Algorithm::kPipelined);
 }
 
+// A call whose plan is the same on every buffer looks no buffer up: LL sizes, and reduce-scatter's pairs beyond
+// 256 MiB on 2 ranks; not where symmetric buffers take other kernels.
+TEST(Planner, PlansThatIgnoreTheBuffers) {
+  EXPECT_TRUE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(64) << 10), kAreas));  // LL
+  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(128) << 20), kAreas));
+  EXPECT_TRUE(plans_ignore_buffers(shape(Collective::kReduceScatter, (size_t(256) << 20) + 16), kAreas));
+  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas));
+  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kAllGather, size_t(512) << 20), kAreas));
+  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kAllReduce, size_t(512) << 20), kAreas));
+}
+
 TEST(Planner, TheOneShotAlwaysStages) {
   const std::string forced = "allreduce=oneshot";
   const CallShape call = shape(Collective::kAllReduce, size_t(4) << 20, 2, DataType::kBFloat16, &forced);
