@@ -19,8 +19,8 @@
 // they never wait on each other in a cycle.
 //
 // The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps, and
-// reduce-scatter and reduce on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the machinery they
-// share.
+// reduce-scatter and reduce on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the
+// machinery they share.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -140,7 +140,6 @@ void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layou
          lines.recv_count);
   }
 }
-
 
 // A copy-engine step of one pair of this call (either side), with the fields both sides share set.
 template <typename Step>
