@@ -162,8 +162,7 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
                        const BulkPair& pair, uint64_t plan,
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
-  const std::vector<kernels::BulkChunk> pieces = kernels::bulk_chunks(layout, pair.bytes);
-  const uint64_t chunks = pieces.size();
+  const uint64_t chunks = kernels::bulk_chunk_count(layout, pair.bytes);
   auto step = pair_step<kernels::BulkSendStep>(state, collective, pair, plan);
   step.drain = true;
   kernels::launch_bulk_send_step(step, copies);
@@ -177,8 +176,9 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   };
   for (uint64_t c = 0; c < chunks; ++c) {
     if (c >= kernels::kBulkSlots) handover.order(steps, copies);  // the step of chunk c - 2: the slot is back
-    const char* source = pair.buffer + pieces[c].offset;
-    const uint64_t bytes = pieces[c].bytes;
+    const kernels::BulkChunk chunk = kernels::bulk_chunk(layout, pair.bytes, c);
+    const char* source = pair.buffer + chunk.offset;
+    const uint64_t bytes = chunk.bytes;
     char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
     const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
     if (rows > 0) {
@@ -209,8 +209,7 @@ struct PairReduction {
 void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                        const BulkPair& pair, uint64_t plan, const PairReduction* reduction, cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
-  const std::vector<kernels::BulkChunk> pieces = kernels::bulk_chunks(layout, pair.bytes);
-  const uint64_t chunks = pieces.size();
+  const uint64_t chunks = kernels::bulk_chunk_count(layout, pair.bytes);
   auto step = pair_step<kernels::BulkRecvStep>(state, collective, pair, plan);
   kernels::BulkCopyOut copy{};
   copy.layout = layout;
@@ -229,20 +228,21 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
     kernels::launch_bulk_recv_step(step, stream);
     if (c == chunks) break;
     const char* slot = layout.slot(area, state.size, pair.peer, slot_index);
+    const kernels::BulkChunk chunk = kernels::bulk_chunk(layout, pair.bytes, c);
     if (reduction != nullptr) {
       reduce.slot = slot;
       reduce.header = step.header;
-      reduce.own = reduction->own + pieces[c].offset;
-      reduce.recv = pair.buffer + pieces[c].offset;
-      reduce.bytes = pieces[c].bytes;
+      reduce.own = reduction->own + chunk.offset;
+      reduce.recv = pair.buffer + chunk.offset;
+      reduce.bytes = chunk.bytes;
       reduce.chunk = c;
       kernels::launch_bulk_reduce_out(reduction->type, reduction->op, reduce, copy_blocks, stream);
       continue;
     }
     copy.slot = slot;
     copy.header = step.header;
-    copy.recv = pair.buffer + pieces[c].offset;
-    copy.bytes = pieces[c].bytes;
+    copy.recv = pair.buffer + chunk.offset;
+    copy.bytes = chunk.bytes;
     copy.chunk = c;
     kernels::launch_bulk_copy_out(copy, copy_blocks, stream);
   }

@@ -2,7 +2,7 @@
 // layout they share with the host side (send_recv.cpp).
 //
 // A pair of a send/recv batch whose size takes the copy engines (the selection table's kSendRecv rows) moves as chunks
-// of at most one slot each (bulk_chunks): the sender's copy engine writes chunk c into slot c mod 2 of the receiver's
+// of at most one slot each (bulk_chunk): the sender's copy engine writes chunk c into slot c mod 2 of the receiver's
 // pipeline area, a small kernel then posts it (the chunk's header, then a count on the slot's data channel) and waits
 // for the slot to come back; the receiver's kernels wait for that count, copy the slot out with SMs into the receive
 // buffer and hand the slot back (a count on the slot's free channel). The copies go back to back on the caller's stream
@@ -26,7 +26,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "braid/device/sync_device.hpp"
 #include "collectives/pipeline_launch.hpp"
@@ -80,12 +79,14 @@ struct BulkChunk {
   uint64_t offset, bytes;
 };
 
-inline std::vector<BulkChunk> bulk_chunks(const BulkLayout& layout, uint64_t bytes) {
-  std::vector<BulkChunk> chunks;
-  for (uint64_t offset = 0; offset < bytes; offset += layout.slot_payload) {
-    chunks.push_back({offset, bytes - offset < layout.slot_payload ? bytes - offset : layout.slot_payload});
-  }
-  return chunks;
+inline uint64_t bulk_chunk_count(const BulkLayout& layout, uint64_t bytes) {
+  return (bytes + layout.slot_payload - 1) / layout.slot_payload;
+}
+
+// Chunk c (< bulk_chunk_count) of a pair of `bytes`.
+inline BulkChunk bulk_chunk(const BulkLayout& layout, uint64_t bytes, uint64_t c) {
+  const uint64_t offset = c * layout.slot_payload;
+  return {offset, bytes - offset < layout.slot_payload ? bytes - offset : layout.slot_payload};
 }
 
 // The sender's kernel (one block): with `drain`, waits until the receiver consumed every FIFO piece this rank
