@@ -280,10 +280,11 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
     case Algorithm::kCopyEngine:  // the other rank's input into the root's pipeline area, reduced there
       reduce_copy_engine_pairs(state, send, recv, bytes, type, op, root, plan_of(call, plan), stream);
       return;
-    case Algorithm::kPipelined: {  // the two shot, gathered by the root alone
+    case Algorithm::kPipelined: {  // two ranks: the other's input pushed to the root; more: the two shot to the root
       kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
       launch.root = root;
-      kernels::launch_reduce_pipelined(type, op, launch, plan.blocks, stream);
+      const auto kernel = state.size == 2 ? kernels::launch_reduce_pushed : kernels::launch_reduce_pipelined;
+      kernel(type, op, launch, plan.blocks, stream);
       return;
     }
     default: {  // staged, in one phase or two (split)

@@ -36,6 +36,9 @@ void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int b
 void launch_reduce_split(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 // Reduce as the pipelined two shot whose gather goes to launch.root alone (all_reduce_two_shot.cu).
 void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce on two ranks as pushes of the other rank's whole input into the root's FIFOs, reduced there
+// (reduce_pushed.cu).
+void launch_reduce_pushed(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,

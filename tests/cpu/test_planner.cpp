@@ -252,15 +252,13 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   EXPECT_EQ(symmetric_broadcast.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(symmetric_broadcast.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
-  // Reduce-scatter takes them beyond 64 MiB on 2 ranks, reduce beyond 128 MiB; all-reduce has none.
+  // Reduce-scatter takes them beyond 64 MiB on 2 ranks; reduce and all-reduce never.
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
             Algorithm::kCopyEngine);
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas, {}).algorithm,
             Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(128) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kReduce, (size_t(128) << 20) + 4), kAreas, mapped()).algorithm,
-            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20), kAreas, mapped()).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kTwoShot);
   // Forced, the pairs serve any size out of place, and an in-place call still runs the FIFO pushes.

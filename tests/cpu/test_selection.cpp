@@ -57,8 +57,11 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
       {Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
-      {Collective::kReduce, 1 << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduce, 256 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, 512 << 10, 2, DataType::kFloat8E4M3, "", Algorithm::kLL},
+      {Collective::kReduce, 1 << 20, 2, DataType::kFloat8E4M3, "", Algorithm::kStaged},
+      {Collective::kReduce, 2 << 20, 2, DataType::kFloat8E4M3, "", Algorithm::kPipelined},
   };
   for (const Expected& row : expected) {
     SCOPED_TRACE(testing::Message() << collective_name(static_cast<unsigned int>(row.collective)) << ", " << row.bytes
@@ -172,9 +175,10 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: staged (split beyond 1 MiB on more than 2 ranks), then the two shot gathered by the root (beyond 8 MiB).
-  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kStaged);
-  EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 2), Algorithm::kPipelined);
+  // Reduce: on 2 ranks the other rank's pushes beyond LL's sizes; on more staged (split beyond 1 MiB), then the
+  // two shot gathered by the root (beyond 8 MiB).
+  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 4), Algorithm::kSplit);
   EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 4), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
@@ -198,8 +202,9 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reduce-scatter: copy-engine pairs on 2 ranks, on buffers peers map beyond 256 MiB (zero-copy loads up to
-  // there), on the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: pairs beyond
-  // 128 MiB on 2 ranks. All-reduce has no copy-engine algorithm, and BRAID_ALGO cannot ask for one.
+  // there), on the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: never (on 2 ranks
+  // the other rank's pushes to the root, whatever the size). All-reduce has no copy-engine algorithm, and
+  // BRAID_ALGO cannot ask for one.
   const auto pick_reduce_scatter = [](size_t bytes, int world, Buffers buffers) {
     return select_algorithm(Collective::kReduceScatter, bytes, world, DataType::kBFloat16, "", buffers,
                             Gates{.copy_engines = world == 2})
@@ -214,8 +219,7 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, size_t(512) << 20, 2, DataType::kBFloat16, "", Buffers::kAny)
                 .algorithm,
             Algorithm::kPipelined);  // the gate closed: the next row
-  EXPECT_EQ(pick(Collective::kReduce, size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, (size_t(128) << 20) + 2, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   const std::pair<Collective, const char*> forced[] = {{Collective::kAllGather, "allgather=copyengine"},
                                                        {Collective::kBroadcast, "broadcast=copyengine"},
