@@ -139,9 +139,10 @@ class Communicator {
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier
   // too (see register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
-  // selection table's LL and LL128 rows, docs/collectives.md), and reduce-scatters of more than 256 MiB of input
-  // on 2 ranks (copy-engine pairs through the peer's pipeline area), run the same kernels whatever the buffers
-  // and look up no buffer, so any mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
+  // selection table's LL and LL128 rows, docs/collectives.md), reduce at every size (no reduce kernel reads or
+  // writes a peer's input or output), and reduce-scatters of more than 256 MiB of input on 2 ranks (copy-engine pairs
+  // through the peer's pipeline area), run the same kernels whatever the buffers and look up no buffer, so any
+  // mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
   // plans: ranks that break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not
   // told so; a rank left waiting for lines that never come fails with kTimeout, and results may be wrong, as
   // with NCCL.
