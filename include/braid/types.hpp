@@ -1,5 +1,7 @@
 // Datatypes and reduction operators of braid's collectives (the NCCL set, NCCL's numbering). Half, bfloat16
-// and fp8 reduce in float32 and round once, at the end.
+// and fp8 reduce in float32 and round once, at the end; except reduce (to one root) on more than two ranks, which
+// may pass partial results along a chain of the ranks in the datatype and so round after each of its world - 1
+// steps, as NCCL's ring does (BRAID_ALGO=reduce=twoshot rounds once there too).
 #pragma once
 
 #include <cstddef>

@@ -94,7 +94,7 @@ void launch_all_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch
   BRAID_LAUNCH_TYPED(all_reduce_two_shot, type, op, blocks, stream, launch);
 }
 
-void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
+void launch_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
   BRAID_LAUNCH_TYPED(all_reduce_two_shot, type, op, blocks, stream, launch);  // launch.root >= 0
 }
 

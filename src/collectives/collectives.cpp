@@ -280,10 +280,13 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
     case Algorithm::kCopyEngine:  // the other rank's input into the root's pipeline area, reduced there
       reduce_copy_engine_pairs(state, send, recv, bytes, type, op, root, plan_of(call, plan), stream);
       return;
-    case Algorithm::kPipelined: {  // two ranks: the other's input pushed to the root; more: the two shot to the root
+    case Algorithm::kPipelined:  // a chain of every rank that ends at the root; on two ranks, the other's pushes
+    case Algorithm::kTwoShot: {  // the two shot gathered by the root
       kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
       launch.root = root;
-      const auto kernel = state.size == 2 ? kernels::launch_reduce_pushed : kernels::launch_reduce_pipelined;
+      const auto kernel = plan.algorithm == Algorithm::kTwoShot ? kernels::launch_reduce_two_shot
+                          : state.size == 2                     ? kernels::launch_reduce_pushed
+                                                                : kernels::launch_reduce_chain;
       kernel(type, op, launch, plan.blocks, stream);
       return;
     }

@@ -34,11 +34,15 @@ void launch_all_reduce_two_shot_zero_copy(DataType type, ReduceOp op, const Zero
 void launch_reduce(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 // Reduce and broadcast staged in two phases, one part per rank (Algorithm::kSplit; reduce.cu, broadcast.cu).
 void launch_reduce_split(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
-// Reduce as the pipelined two shot whose gather goes to launch.root alone (all_reduce_two_shot.cu).
-void launch_reduce_pipelined(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce as the pipelined two shot whose gather goes to launch.root alone (all_reduce_two_shot.cu): partial
+// results never leave float32 for half, bfloat16 and fp8, so they round once.
+void launch_reduce_two_shot(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 // Reduce on two ranks as pushes of the other rank's whole input into the root's FIFOs, reduced there
 // (reduce_pushed.cu).
 void launch_reduce_pushed(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce pipelined along a chain of the ranks that ends at the root, each adding its input (reduce_chain.cu):
+// three ranks or more.
+void launch_reduce_chain(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter(DataType type, ReduceOp op, const PipelineLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_staged(DataType type, ReduceOp op, const StagedLaunch& launch, int blocks, cudaStream_t stream);
 void launch_reduce_scatter_zero_copy(DataType type, ReduceOp op, const ZeroCopyLaunch& launch, int blocks,

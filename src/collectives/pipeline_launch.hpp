@@ -42,7 +42,7 @@ struct PipelineLaunch {
   char* const* area;   // device array [world]: every rank's pipeline area
   size_t piece_bytes;  // bytes of one FIFO slot
   device::SignalPad pad;
-  int root = -1;       // the two shot: -1 (all-reduce, every rank gathers), or the one rank that does (reduce)
+  int root = -1;       // reduce, broadcast: the root; -1 for the others
   uint64_t plan = 0;   // collectives/plan.hpp: checked against a peer's barrier announcements while waiting
 };
 

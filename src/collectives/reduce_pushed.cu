@@ -3,7 +3,7 @@
 // output. Every byte crosses NVLink once, toward the root, by stores from every thread of the sender; the
 // pipelined two shot (all_reduce_two_shot.cu) would also send half the buffer the other way and gather the
 // root's half back, both directions busy. On more ranks the root would take in every peer's whole input, so
-// they keep the two shot.
+// they pass partial results along a chain instead (reduce_chain.cu).
 //
 // The root reads its own piece in place where 16-byte vector loads may read it (pieces start on whole vectors);
 // otherwise it copies the piece into a slot of its own first. The other rank's output is not touched.

@@ -49,14 +49,14 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kBroadcast, size_t(512) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kBroadcast, size_t(16) << 20, 2, DataType::kFloat32, "", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(64) << 20, 2, DataType::kFloat32, "", Algorithm::kPipelined},
-      {Collective::kReduce, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kStaged},
-      {Collective::kReduce, size_t(8) << 20, 4, DataType::kFloat32, "", Algorithm::kSplit},
+      {Collective::kReduce, size_t(1) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, size_t(8) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, size_t(16) << 20, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, size_t(2) << 20, 4, DataType::kFloat32, "reduce=staged", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(8) << 10, 2, DataType::kFloat32, "broadcast=split", Algorithm::kSplit},
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
-      {Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
-      {Collective::kReduce, 512 << 10, 4, DataType::kFloat32, "", Algorithm::kStaged},
+      {Collective::kReduce, 64 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduce, 128 << 10, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, 256 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, 512 << 10, 2, DataType::kFloat8E4M3, "", Algorithm::kLL},
@@ -175,13 +175,13 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: on 2 ranks the other rank's pushes beyond LL's sizes; on more staged (split beyond 1 MiB), then the
-  // two shot gathered by the root (beyond 8 MiB).
-  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 2), Algorithm::kPipelined);
+  // Reduce: the chain to the root beyond LL's sizes (256 KiB on 2 ranks, 64 KiB on more).
+  EXPECT_EQ(pick(Collective::kReduce, size_t(256) << 10, 2), Algorithm::kLL);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(256) << 10) + 2, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, size_t(8) << 20, 4), Algorithm::kSplit);
-  EXPECT_EQ(pick(Collective::kReduce, (size_t(8) << 20) + 2, 4), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 4), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 10, 4), Algorithm::kLL);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(64) << 10) + 2, 4), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 8), Algorithm::kPipelined);
 }
 
 TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
@@ -371,7 +371,18 @@ TEST(Selection, BadOverridesAreRefusedNamingTheVariable) {
   expect_rejected("allreduce=staged", "allreduce cannot run as staged");
   expect_rejected("broadcast=twoshot", "broadcast cannot run as twoshot");
   expect_rejected("allgather=oneshot", "allgather cannot run as oneshot");
-  expect_rejected("reduce=twoshot", "reduce cannot run as twoshot");
+  expect_rejected("reduce=oneshot", "reduce cannot run as oneshot");
+}
+
+// The two shot gathered by the root serves reduce only when forced (it rounds once where the chain rounds per step).
+TEST(Selection, ReduceRunsAsTheTwoShotOnlyWhenForced) {
+  const auto pick = [](int world, const char* overrides) {
+    return select_algorithm(Collective::kReduce, size_t(64) << 20, world, DataType::kBFloat16, overrides).algorithm;
+  };
+  for (int world : {2, 4, 8}) {
+    EXPECT_EQ(pick(world, "reduce=twoshot"), Algorithm::kTwoShot);
+    EXPECT_EQ(pick(world, ""), Algorithm::kPipelined);
+  }
 }
 
 TEST(Selection, DatatypeTable) {

@@ -298,6 +298,9 @@ TEST(Collectives, PipelinedReduceScatterAllGatherReduceAndBroadcastMatrices) {
 }
 // Staged reduce, forced: the table takes LL below it and the pipelined two shot above it.
 TEST(Collectives, StagedReduceMatrix) { run_forced_matrices("reduce=staged", "staged", {Collective::kReduce}); }
+// The two shot gathered by the root (BRAID_ALGO only: the chain rounds per step, this one once), forced at every
+// size: every root, unaligned inputs read through a slot of the rank's own.
+TEST(Collectives, TwoShotReduceMatrix) { run_forced_matrices("reduce=twoshot", "two shot", {Collective::kReduce}); }
 // The same with LL forced: the table takes LL only for small calls; forced, every size must still be right,
 // including blocks larger than an LL slot (several LL launches, each its own flag).
 TEST(Collectives, LLReduceScatterAllGatherReduceAndBroadcastMatrices) {
@@ -320,8 +323,8 @@ TEST(Collectives, CopyEnginePairsMatrices) {
 }
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
-// Reduce and broadcast in two phases (the table's choice from three ranks and 1 MiB on), forced at every size and
-// on every world: parts of one vector or none, tails, every root.
+// Reduce and broadcast in two phases (BRAID_ALGO only), forced at every size and on every world: parts of one
+// vector or none, tails, every root.
 TEST(Collectives, SplitReduceAndBroadcastMatrices) {
   run_forced_matrices("reduce=split,broadcast=split", "split", {Collective::kReduce, Collective::kBroadcast});
 }
