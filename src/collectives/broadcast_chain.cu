@@ -13,44 +13,23 @@
 namespace braid::kernels {
 namespace {
 
-// The threads that wait for the previous rank's piece and for the next rank's free slot: one in each of two
-// warps, so that both waits run at once and the two signals after the copy leave from different warps.
-constexpr int kDataThread = 0, kCreditThread = 32;
-
 __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_chain(PipelineLaunch launch) {
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
-  const int position = (rank - launch.root + world) % world;  // in the chain; the root's is 0
-  const int previous = (rank + world - 1) % world, next = (rank + 1) % world;
-  const bool receives = position > 0, forwards = position < world - 1;
+  const ChainLink link = ChainLink::at(launch, (rank - launch.root + world) % world);  // the root: first
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);
   const size_t rounds = grid.rounds();
-  const device::PlanCheck plan{launch.plan, static_cast<int>(blockIdx.x)};
-  __shared__ int failed, pull_slot, push_slot;
-  if (threadIdx.x == 0) failed = 0;
   for (size_t round = 0; round < rounds; ++round) {
     const Slice piece = grid.slice(round, 0);
-    __syncthreads();  // the last round's readers of the slots are done (and `failed` is set)
-    uint64_t count = 0;
-    if (receives && threadIdx.x == kDataThread) {
-      if (!device::wait(launch.pad, pad_channel(kData1), previous, launch.collective, kSiteFifoData, &count, plan)) failed = 1;
-      pull_slot = fifo_slot(count);
-    }
-    if (forwards && threadIdx.x == kCreditThread) {
-      if (!device::wait(launch.pad, pad_channel(kFree1), next, launch.collective, kSiteFifoCredit, &count, plan)) failed = 1;
-      push_slot = fifo_slot(count);
-    }
-    __syncthreads();
-    if (failed) return;
-    const char* source = receives ? fifo_piece(launch, rank, 0, previous, pull_slot) : launch.send + piece.begin;
+    int pull = 0, push = 0;
+    if (!link.wait(launch, &pull, &push)) return;
+    const char* source = link.receives ? fifo_piece(launch, rank, 0, link.previous, pull) : launch.send + piece.begin;
     char* destinations[2];
     int targets = 0;
-    if (forwards) destinations[targets++] = fifo_piece(launch, next, 0, rank, push_slot);
+    if (link.forwards) destinations[targets++] = fifo_piece(launch, link.next, 0, rank, push);
     if (launch.recv + piece.begin != source) destinations[targets++] = launch.recv + piece.begin;  // not the root in place
     group_copy_to(destinations, targets, source, piece.end - piece.begin, threadIdx.x, blockDim.x);
-    __syncthreads();  // the block's stores and loads of the piece come before the signals' releases
-    if (forwards && threadIdx.x == kDataThread) device::signal(launch.pad, pad_channel(kData1), next);
-    if (receives && threadIdx.x == kCreditThread) device::signal(launch.pad, pad_channel(kFree1), previous);
+    link.post(launch);
   }
 }
 

@@ -105,6 +105,53 @@ __device__ inline void post_peers(const PipelineLaunch& launch, PadChannelSet se
   }
 }
 
+// A rank's link in a chain of every rank (broadcast_chain.cu, reduce_chain.cu): pieces arrive from `previous`
+// through this rank's phase-1 FIFO of that sender and go on into `next`'s. Each round, every thread of the block
+// calls wait() (after which it may read the piece and write the next rank's slot), then post() once it is done
+// with both. The two waits of a round run at once, in one thread of each of two warps, and the two signals leave
+// from different warps.
+struct ChainLink {
+  static constexpr int kDataThread = 0, kCreditThread = 32;
+  int previous, next;
+  bool receives, forwards;  // the first rank of the chain only forwards, the last only receives
+
+  // The link of the rank at `position` in the chain (0: its first rank) of rank order from that first rank on.
+  __device__ static ChainLink at(const PipelineLaunch& launch, int position) {
+    const int world = launch.pad.world, rank = launch.pad.rank;
+    return ChainLink{(rank + world - 1) % world, (rank + 1) % world, position > 0, position < world - 1};
+  }
+
+  // Waits for the previous rank's next piece (receives) and for a free slot of the next rank's FIFO (forwards);
+  // *pull and *push are their slots. Returns false, for every thread, when a wait failed (timed out).
+  __device__ bool wait(const PipelineLaunch& launch, int* pull, int* push) const {
+    __shared__ int arrived[2], slots[2];
+    const device::PlanCheck plan{launch.plan, static_cast<int>(blockIdx.x)};
+    uint64_t count = 0;
+    if (threadIdx.x == kDataThread) {
+      arrived[0] = !receives || device::wait(launch.pad, pad_channel(kData1), previous, launch.collective,
+                                             kSiteFifoData, &count, plan);
+      slots[0] = fifo_slot(count);
+    }
+    if (threadIdx.x == kCreditThread) {
+      arrived[1] = !forwards || device::wait(launch.pad, pad_channel(kFree1), next, launch.collective,
+                                             kSiteFifoCredit, &count, plan);
+      slots[1] = fifo_slot(count);
+    }
+    __syncthreads();  // also makes what the block wrote before the call visible to all its threads
+    *pull = slots[0];
+    *push = slots[1];
+    return arrived[0] && arrived[1];
+  }
+
+  // Hands the previous rank's slot back and posts the piece to the next rank, after the block's loads and stores
+  // of the round (the barrier); the next wait() may follow at once.
+  __device__ void post(const PipelineLaunch& launch) const {
+    __syncthreads();
+    if (forwards && threadIdx.x == kDataThread) device::signal(launch.pad, pad_channel(kData1), next);
+    if (receives && threadIdx.x == kCreditThread) device::signal(launch.pad, pad_channel(kFree1), previous);
+  }
+};
+
 // How a launch splits `count` elements into pieces: rounds of gridDim.x × per_block pieces, piece k of a
 // round for block k / per_block. Full rounds use pieces of the FIFO slot's size; the last round spreads what is
 // left evenly in whole vectors. Every rank computes the same split, so a block's pieces match its peers'.

@@ -21,59 +21,38 @@
 namespace braid::kernels {
 namespace {
 
-// The threads that wait for the previous rank's piece and for the next rank's free slot: one in each of two
-// warps, so that both waits run at once and the two signals after the piece leave from different warps.
-constexpr int kDataThread = 0, kCreditThread = 32;
-
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_chain(PipelineLaunch launch) {
   start_dependent_kernel();
   constexpr ReduceOp kPartialOp = Op == ReduceOp::kAvg ? ReduceOp::kSum : Op;  // avg divides at the root only
   const int world = launch.pad.world, rank = launch.pad.rank;
-  const int position = (rank - launch.root - 1 + 2 * world) % world;  // in the chain; the root's is world - 1
-  const int previous = (rank + world - 1) % world, next = (rank + 1) % world;
-  const bool receives = position > 0, forwards = position < world - 1;
+  const ChainLink link = ChainLink::at(launch, (rank - launch.root - 1 + 2 * world) % world);  // the root: last
   const bool own_in_place = (reinterpret_cast<uintptr_t>(launch.send) & (kVectorBytes - 1)) == 0;
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);
   const size_t rounds = grid.rounds();
-  const device::PlanCheck plan{launch.plan, static_cast<int>(blockIdx.x)};
-  __shared__ int failed, pull_slot, push_slot;
-  if (threadIdx.x == 0) failed = 0;
   for (size_t round = 0; round < rounds; ++round) {
     const Slice piece = grid.slice(round, 0);
     const size_t elements = piece.end - piece.begin, bytes = elements * sizeof(T);
     const char* own = launch.send + piece.begin * sizeof(T);
-    __syncthreads();  // the last round's readers of the slots are done (and `failed` is set)
-    if (receives && !own_in_place) {  // before the waits, which it overlaps
+    if (link.receives && !own_in_place) {  // before the waits, which it overlaps
       char* copy = own_piece(launch, 0, round);
       block_copy(copy, own, bytes);
       own = copy;
     }
-    uint64_t count = 0;
-    if (receives && threadIdx.x == kDataThread) {
-      if (!device::wait(launch.pad, pad_channel(kData1), previous, launch.collective, kSiteFifoData, &count, plan)) failed = 1;
-      pull_slot = fifo_slot(count);
-    }
-    if (forwards && threadIdx.x == kCreditThread) {
-      if (!device::wait(launch.pad, pad_channel(kFree1), next, launch.collective, kSiteFifoCredit, &count, plan)) failed = 1;
-      push_slot = fifo_slot(count);
-    }
-    __syncthreads();  // the waits are done, and the own copy is visible to the block
-    if (failed) return;
-    char* destination = forwards ? fifo_piece(launch, next, 0, rank, push_slot) : launch.recv + piece.begin * sizeof(T);
-    if (!receives) {
+    int pull = 0, push = 0;
+    if (!link.wait(launch, &pull, &push)) return;
+    char* destination = link.forwards ? fifo_piece(launch, link.next, 0, rank, push) : launch.recv + piece.begin * sizeof(T);
+    if (!link.receives) {
       block_copy(destination, own, bytes);
     } else {
-      const char* sources[2] = {fifo_piece(launch, rank, 0, previous, pull_slot), own};
-      if (forwards) {
+      const char* sources[2] = {fifo_piece(launch, rank, 0, link.previous, pull), own};
+      if (link.forwards) {
         block_reduce<T, kPartialOp>(sources, 2, &destination, 1, slot_slice<T>(elements), 0, 0, world);
       } else {
         block_reduce<T, Op>(sources, 2, &destination, 1, slot_slice<T>(elements), 0, 0, world);
       }
     }
-    __syncthreads();  // the block's stores and loads of the piece come before the signals' releases
-    if (forwards && threadIdx.x == kDataThread) device::signal(launch.pad, pad_channel(kData1), next);
-    if (receives && threadIdx.x == kCreditThread) device::signal(launch.pad, pad_channel(kFree1), previous);
+    link.post(launch);
   }
 }
 
