@@ -47,7 +47,7 @@ constexpr Row kTable[] = {
     {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2, Types::kFp8},
     {Collective::kReduce, size_t(256) << 10, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kReduce, size_t(64) << 10, Algorithm::kLL},
-    {Collective::kReduce, size_t(256) << 10, Algorithm::kPipelined},
+    {Collective::kReduce, size_t(256) << 10, Algorithm::kPipelined},  // more ranks: the chain below multicast's sizes
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(1) << 20, Algorithm::kStaged, Buffers::kAny, 2, Types::kFp8},
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
