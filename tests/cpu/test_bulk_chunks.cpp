@@ -1,6 +1,6 @@
-// How a copy-engine pair is cut into chunks (bulk_chunk_count, bulk_chunk): both sides compute the same list, the chunks cover the
-// pair once in order, none is larger than a slot, every chunk but the last starts and ends on 256 bytes (no element
-// straddles two, vectors stay aligned), and there are as few as can be. No GPU needed.
+// How a copy-engine pair is cut into chunks (bulk_chunk_count, bulk_chunk): both sides compute the same list, the
+// chunks cover the pair once in order, none is larger than a slot, every chunk but the last starts and ends on 256
+// bytes (no element straddles two, vectors stay aligned), and there are as few as can be. No GPU needed.
 #include <gtest/gtest.h>
 
 #include <cstdint>
