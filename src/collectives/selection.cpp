@@ -46,7 +46,7 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
     {Collective::kReduce, size_t(512) << 10, Algorithm::kLL, Buffers::kAny, 2, Types::kFp8},
     {Collective::kReduce, size_t(256) << 10, Algorithm::kLL, Buffers::kAny, 2},
-    {Collective::kReduce, size_t(64) << 10, Algorithm::kLL},
+    {Collective::kReduce, size_t(128) << 10, Algorithm::kLL},
     {Collective::kReduce, size_t(256) << 10, Algorithm::kPipelined},  // more ranks: the chain below multicast's sizes
     {Collective::kReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kReduce, size_t(1) << 20, Algorithm::kStaged, Buffers::kAny, 2, Types::kFp8},
@@ -89,7 +89,8 @@ constexpr Row kTable[] = {
     {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kSymmetric},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric},
     {Collective::kAllToAll, size_t(64) << 20, Algorithm::kPipelined, Buffers::kAny, 2},
-    {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
+    {Collective::kAllToAll, size_t(32) << 20, Algorithm::kPipelined, Buffers::kAny},
+    {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 4},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
     // Send/recv: the table is asked once per pair, with the pair's bytes (send_recv.cpp); copy engines where

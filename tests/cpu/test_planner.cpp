@@ -218,9 +218,9 @@ TEST(Planner, SendRecvPairsTakeTheCopyEnginesFrom64MiB) {
 }
 
 // An all-to-all on buffers no peer maps moves its blocks as send/recv's copy-engine pairs into the peers'
-// pipeline areas beyond 64 MiB on 2 ranks, out of place only; FIFO pushes below that, in place, and on more ranks
-// (not measured there). All-gather and broadcast alike beyond 128 MiB.
-TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
+// pipeline areas beyond 64 MiB on 2 ranks and beyond 32 MiB on 3-4, out of place only; FIFO pushes below that, in
+// place, and on more ranks (not measured there). All-gather and broadcast alike beyond 128 MiB on 2 ranks.
+TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairs) {
   const size_t cut = size_t(64) << 20;
   const CallPlan below = plan_call(shape(Collective::kAllToAll, cut), kAreas, {});
   EXPECT_EQ(below.algorithm, Algorithm::kPipelined);
@@ -231,7 +231,12 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairsOnTwoRanks) {
   EXPECT_EQ(beyond.chunk, SIZE_MAX);
   const BufferFacts in_place{.in_place = true};
   EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, in_place).algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(32) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
+  const CallPlan four = plan_call(shape(Collective::kAllToAll, (size_t(32) << 20) + 16, 4), kAreas, {});
+  EXPECT_EQ(four.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(four.mode, BufferMode::kStagedCopy);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20, 4), kAreas, in_place).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(512) << 20, 8), kAreas, {}).algorithm, Algorithm::kPipelined);
   // Buffers peers map stay on their own rows: pushes into the peers' outputs, or, from another GPU's cudaMalloc
   // memory of this process, the direct stores.
   const CallPlan pushes = plan_call(shape(Collective::kAllToAll, size_t(512) << 20), kAreas, mapped());

@@ -55,8 +55,8 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
       {Collective::kReduce, size_t(2) << 20, 4, DataType::kFloat32, "reduce=staged", Algorithm::kStaged},
       {Collective::kBroadcast, size_t(8) << 10, 2, DataType::kFloat32, "broadcast=split", Algorithm::kSplit},
       {Collective::kBroadcast, 8 << 10, 4, DataType::kFloat32, "broadcast=staged", Algorithm::kStaged},
-      {Collective::kReduce, 64 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
-      {Collective::kReduce, 128 << 10, 4, DataType::kFloat32, "", Algorithm::kPipelined},
+      {Collective::kReduce, 128 << 10, 4, DataType::kFloat32, "", Algorithm::kLL},
+      {Collective::kReduce, 256 << 10, 4, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, 256 << 10, 2, DataType::kFloat32, "", Algorithm::kLL},
       {Collective::kReduce, 512 << 10, 2, DataType::kFloat32, "", Algorithm::kPipelined},
       {Collective::kReduce, 512 << 10, 2, DataType::kFloat8E4M3, "", Algorithm::kLL},
@@ -175,12 +175,12 @@ TEST(Selection, LargeCallsOnAnyBufferGoPipelinedSoonerOnTwoRanks) {
   EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, 2), Algorithm::kStaged);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, 4), Algorithm::kStaged);
-  // Reduce: the chain to the root beyond LL's sizes (256 KiB on 2 ranks, 64 KiB on more).
+  // Reduce: the chain to the root beyond LL's sizes (256 KiB on 2 ranks, 128 KiB on more).
   EXPECT_EQ(pick(Collective::kReduce, size_t(256) << 10, 2), Algorithm::kLL);
   EXPECT_EQ(pick(Collective::kReduce, (size_t(256) << 10) + 2, 2), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(512) << 20, 2), Algorithm::kPipelined);
-  EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 10, 4), Algorithm::kLL);
-  EXPECT_EQ(pick(Collective::kReduce, (size_t(64) << 10) + 2, 4), Algorithm::kPipelined);
+  EXPECT_EQ(pick(Collective::kReduce, size_t(128) << 10, 4), Algorithm::kLL);
+  EXPECT_EQ(pick(Collective::kReduce, (size_t(128) << 10) + 2, 4), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kReduce, size_t(64) << 20, 8), Algorithm::kPipelined);
 }
 
@@ -253,6 +253,29 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
       EXPECT_NE(std::string(error.what()).find("cannot run as copyengine"), std::string::npos) << error.what();
     }
   }
+}
+
+// On buffers no peer maps the copy engines' gate opens for an all-to-all out of place (send/recv's pairs into the
+// peers' pipeline areas): beyond 64 MiB on 2 ranks, beyond 32 MiB on 3-4 ranks, never on more (not measured).
+TEST(Selection, AllToAllTakesCopyEnginePairsOnBuffersNoPeerMaps) {
+  const auto pick = [](size_t bytes, int world) {
+    return select_algorithm(Collective::kAllToAll, bytes, world, DataType::kBFloat16, "", Buffers::kAny,
+                            Gates{.copy_engines = true})
+        .algorithm;
+  };
+  EXPECT_EQ(pick(size_t(64) << 20, 2), Algorithm::kPipelined);
+  EXPECT_EQ(pick((size_t(64) << 20) + 2, 2), Algorithm::kCopyEngine);
+  for (int world : {3, 4}) {
+    EXPECT_EQ(pick(size_t(32) << 20, world), Algorithm::kPipelined) << world;
+    EXPECT_EQ(pick((size_t(32) << 20) + 2, world), Algorithm::kCopyEngine) << world;
+    EXPECT_EQ(pick(size_t(512) << 20, world), Algorithm::kCopyEngine) << world;
+  }
+  EXPECT_EQ(pick(size_t(512) << 20, 8), Algorithm::kPipelined);
+  // An all-to-all in place keeps the gate closed (its pairs would read blocks its receives overwrite).
+  EXPECT_EQ(select_algorithm(Collective::kAllToAll, size_t(512) << 20, 4, DataType::kBFloat16, "", Buffers::kAny,
+                             Gates{.copy_engines = false})
+                .algorithm,
+            Algorithm::kPipelined);
 }
 
 TEST(Selection, AllToAllTakesLLFurtherOnTwoRanks) {
