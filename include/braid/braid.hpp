@@ -132,8 +132,9 @@ class Communicator {
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
-  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there)
-  // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and
+  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there, an
+  // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, which keeps its SM kernels where the other
+  // takes the copy engines) compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and
   // fail on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
   // then unusable) instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier

@@ -230,11 +230,18 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
     zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes),
                                 call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes)};
     facts.peers_map = zero_copy.usable();
+    facts.same_process_peers =
+        facts.peers_map && (zero_copy.send->same_process_peers || zero_copy.recv->same_process_peers);
     facts.in_place = overlap(send, bytes, recv, bytes);
   }
   const CallPlan plan = plan_call(shape, capacities, facts);
   trace_plan(call, plan);
   DeviceGuard guard(state.device);
+  if (plan.algorithm == Algorithm::kCopyEngine) {  // 2 ranks, out of place: pushes into the peer's output
+    all_reduce_copy_engine(state, send, zero_copy.recv->buffers, bytes, type, op,
+                           plan_of(call, plan, zero_copy.send, zero_copy.recv), stream);
+    return;
+  }
   if (plan.mode == BufferMode::kZeroCopy) {
     kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
     launch.plan = plan_of(call, plan, zero_copy.send, zero_copy.recv);

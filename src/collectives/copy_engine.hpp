@@ -10,7 +10,10 @@
 //     input instead (needs the inputs mapped). Pushes move more: with both directions of a link busy, the
 //     engines push about 388 GB/s each way and pull about 371 (docs/dev/collectives.md);
 //   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
-// Reductions have none here: pulls into staging and a local reduction are slower than the zero-copy loads
+//   - all-reduce, 2 ranks, out of place: pushes the peer's half of this rank's input into the peer's output,
+//     where the peer's SMs reduce it with the peer's own input, and then pushes this rank's reduced half into the
+//     peer's output (all_reduce_copy_engine.cpp: in chunks, with a post per chunk between the barriers).
+// Other reductions have none here: pulls into staging and a local reduction are slower than the zero-copy loads
 // (docs/dev/selection.md). Reduce-scatter's copy engines push into the peer's pipeline area instead
 // (copy_engine_pairs.hpp).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
@@ -51,6 +54,10 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);
+// The reduction of both ranks' `bytes` of input lands in both outputs (recv.at[rank] is this rank's); 2 ranks, out
+// of place.
+void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
+                            DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
 void broadcast_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
                            uint64_t plan, Stream stream);

@@ -29,7 +29,8 @@ BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts
     case Collective::kAllReduce:
       // The one shot always stages: reading the peers' inputs in place needs an exit barrier, and lost to the
       // staged one shot at every size measured (docs/dev/selection.md).
-      return algorithm == Algorithm::kTwoShot ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
+      return algorithm == Algorithm::kTwoShot || algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy
+                                                                                        : BufferMode::kStagedCopy;
     case Collective::kReduceScatter:
       return algorithm == Algorithm::kPipelined ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
     case Collective::kAllGather:
@@ -93,6 +94,8 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   // and reduce have only the pairs, on any buffer, and only on 2 ranks.
   if (shape.collective == Collective::kReduceScatter || shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
+  } else if (shape.collective == Collective::kAllReduce) {  // pushes into the peer's output: 2 ranks, out of place
+    gates.copy_engines = facts.peers_map && !facts.same_process_peers && !facts.in_place && shape.world == 2;
   } else {
     gates.copy_engines =
         facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);

@@ -41,6 +41,8 @@ constexpr Row kTable[] = {
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kMulticast},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL},
     {Collective::kAllReduce, size_t(1) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
+    {Collective::kAllReduce, size_t(64) << 20, Algorithm::kTwoShot, Buffers::kSymmetric, 2},
+    {Collective::kAllReduce, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric, 2},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot, Buffers::kSymmetric},
     {Collective::kAllReduce, size_t(16) << 20, Algorithm::kOneShot, Buffers::kAny, 2},
     {Collective::kAllReduce, SIZE_MAX, Algorithm::kTwoShot},
@@ -123,6 +125,7 @@ constexpr Serves kServes[] = {
     {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
     {Collective::kReduce, Algorithm::kTwoShot},
     {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kReduce, Algorithm::kCopyEngine},
+    {Collective::kAllReduce, Algorithm::kCopyEngine},
     {Collective::kAllReduce, Algorithm::kLL128},       {Collective::kSendRecv, Algorithm::kLL128},
 };
 

@@ -101,6 +101,31 @@ TEST(Planner, TheOneShotAlwaysStages) {
             BufferMode::kZeroCopy);
 }
 
+// On 2 ranks an all-reduce on buffers the peer maps goes by copy engines beyond 64 MiB: pushes into the peer's
+// output, so out of place only and never from another GPU's cudaMalloc memory of this process; those calls, and
+// more ranks, keep the zero-copy two shot. Buffers no peer maps have no copy-engine all-reduce.
+TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
+  const CallPlan below = plan_call(shape(Collective::kAllReduce, size_t(64) << 20), kAreas, mapped());
+  EXPECT_EQ(below.algorithm, Algorithm::kTwoShot);
+  EXPECT_EQ(below.mode, BufferMode::kZeroCopy);
+  const CallPlan beyond = plan_call(shape(Collective::kAllReduce, (size_t(64) << 20) + 2), kAreas, mapped());
+  EXPECT_EQ(beyond.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(beyond.mode, BufferMode::kZeroCopy);
+  EXPECT_EQ(beyond.chunk, SIZE_MAX);
+  const CallShape large = shape(Collective::kAllReduce, size_t(512) << 20);
+  EXPECT_EQ(plan_call(large, kAreas, mapped(false, true)).algorithm, Algorithm::kTwoShot);  // in place
+  EXPECT_EQ(plan_call(large, kAreas, mapped(true)).algorithm, Algorithm::kTwoShot);         // same-process peers
+  EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20, 4), kAreas, mapped()).algorithm,
+            Algorithm::kTwoShot);
+  EXPECT_EQ(plan_call(large, kAreas, {}).algorithm, Algorithm::kTwoShot);
+  EXPECT_EQ(plan_call(large, kAreas, {}).mode, BufferMode::kStagedCopy);
+  // Forced where the engines cannot serve: the table's choice.
+  const std::string forced = "allreduce=copyengine";
+  const CallShape small = shape(Collective::kAllReduce, size_t(1) << 20, 2, DataType::kBFloat16, &forced);
+  EXPECT_EQ(plan_call(small, kAreas, mapped()).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(small, kAreas, mapped(false, true)).algorithm, Algorithm::kLL128);
+}
+
 // In place, an all-to-all's zero-copy stores and copy engines would overwrite blocks peers still read: it runs
 // the FIFO pushes (or LL lines) whatever the buffers, forced protocols included.
 TEST(Planner, AnInPlaceAllToAllNeverRunsZeroCopy) {

@@ -45,7 +45,8 @@ constexpr size_t kZeroCopyBlock = (size_t(2) << 20) + 16;
 constexpr size_t kLargerThanStaging = size_t(48) << 20;  // bytes; the default staging buffer is 32 MiB per rank
 // Every collective that has a copy-engine algorithm, forced onto it (CommOptions::algorithms).
 const char* const kCopyEngineEverywhere =
-    "allgather=copyengine,broadcast=copyengine,alltoall=copyengine,reducescatter=copyengine,reduce=copyengine";
+    "allgather=copyengine,broadcast=copyengine,alltoall=copyengine,reducescatter=copyengine,reduce=copyengine,"
+    "allreduce=copyengine";
 
 // Runs body on a fresh communicator whose selection table is overridden by `algorithms` (CommOptions::algorithms).
 void with_algorithms(const std::string& algorithms, const std::function<void(Communicator&)>& body) {
@@ -435,12 +436,14 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
   });
 }
 
-// Copy engines forced for all-gather and broadcast on symmetric buffers: they push into the peers' outputs
-// (larger than a staging half too). Sizes that are not whole 16-byte rank blocks, and the unaligned variants,
-// check the fallbacks (zero-copy kernels or FIFOs).
+// Copy engines forced for all-gather, broadcast and all-reduce on symmetric buffers: they push into the peers'
+// outputs (larger than a staging half too; all-reduce on 2 ranks out of place, its halves in chunks). Sizes that
+// are not whole 16-byte rank blocks, and the unaligned and in-place variants, check the fallbacks (zero-copy
+// kernels or FIFOs; for all-reduce, the table's choice).
 TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
-    const std::vector<Collective> collectives = {Collective::kAllGather, Collective::kBroadcast};
+    const std::vector<Collective> collectives = {Collective::kAllGather, Collective::kBroadcast,
+                                                 Collective::kAllReduce};
     std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
     for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
       if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
@@ -808,13 +811,15 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
   });
 }
 
-// The copy-engine collectives captured: the side stream's fork and join of the own block's copy.
+// The copy-engine collectives captured: the side stream's fork and join of the own block's copy, and the
+// all-reduce's three side streams.
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
     check_graph_replays_match_eager(comm,
                                     {
                                         {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
+                                        {C::kAllReduce, D::kBFloat16, O::kSum, (6u << 20) / 2 + 5, 0, false, true, 0},
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
                                     },
@@ -825,7 +830,7 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
 // The same on cudaMalloc'd buffers. With automatic registration the captured calls take the engines into the
 // registered outputs (ranks as processes) or the zero-copy kernels (threads); with BRAID_AUTO_REGISTER=0, the
 // pairs through the peers' pipeline areas, whose forks and joins of the communicator's side streams the capture
-// must follow.
+// must follow (the all-reduce, which has no pairs, then takes the table's choice).
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
@@ -834,6 +839,7 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
                                         {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4 + 3, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4 + 1, 0, true, true, 0},
+                                        {C::kAllReduce, D::kFloat32, O::kAvg, (6u << 20) / 4 + 3, 0, false, true, 0},
                                     },
                                     false);
   });
