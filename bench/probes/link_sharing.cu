@@ -22,23 +22,13 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_copy.cuh"
 
+// Blocks take contiguous parts of the vectors, 4 loads in flight a thread.
 __global__ void __launch_bounds__(512) copy_vectors(const uint4* __restrict__ from, uint4* __restrict__ to, size_t vectors) {
-  constexpr int U = 4;
   const size_t per_block = (vectors + gridDim.x - 1) / gridDim.x;
   const size_t begin = min(vectors, blockIdx.x * per_block), end = min(vectors, begin + per_block);
-  const size_t stride = blockDim.x;
-  for (size_t i = begin + threadIdx.x; i < end; i += U * stride) {
-    uint4 value[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (i + u * stride < end) value[u] = from[i + u * stride];
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (i + u * stride < end) to[i + u * stride] = value[u];
-    }
-  }
+  copy_range<4>(from, to, begin, end);
 }
 
 struct Gpu {
