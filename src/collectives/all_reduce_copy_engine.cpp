@@ -7,8 +7,8 @@
 //      place, with the same part of this rank's own input (the side stream);
 //   3. the engine pushes that reduced chunk into the peer's output (the third side stream).
 // Every byte crosses NVLink once each way by copy engines, which move more than SM loads and stores
-// (docs/dev/collectives.md), and the SMs only reduce locally. The peer writes only this rank's output, at
-// offsets no other part of the call reads before the peer's post says they are there, hence out of place only.
+// (docs/dev/collectives.md), and the SMs only reduce locally. The peer's push lands in this rank's output before
+// this rank has read its own input there, hence out of place only (the planner's gate).
 // An entry barrier (the peer's output is free) and an exit barrier (every push into this rank's output completed)
 // enclose it; both announce the call's plan.
 //
