@@ -5,8 +5,8 @@
 // rank's FIFO (the root: into its output), and hands the slot back. Each link of the chain carries the buffer
 // once, in one direction, by stores; the root takes in one copy of it, where the two shot gathered by the root
 // takes in 2 (world - 1) / world. On two ranks the chain would be the other rank pushing its whole input into
-// the root's FIFOs: reduce_pushed.cu's kernel does that, 0.2-0.4 us a call faster in CUDA graphs of 512 KiB to
-// 4 MiB.
+// the root's FIFOs: reduce_pushed.cu's kernel does that, and a fraction of a microsecond a call faster
+// (docs/dev/selection.md).
 //
 // Partial reductions travel in the datatype, so a result is rounded once per hop (world - 1 times), as NCCL's
 // ring rounds (BRAID_ALGO=reduce=twoshot rounds once); avg divides once, at the root. A rank that receives reads

@@ -297,7 +297,7 @@ TEST(Collectives, PipelinedReduceScatterAllGatherReduceAndBroadcastMatrices) {
   run_forced_matrices("reducescatter=pipelined,allgather=pipelined,reduce=pipelined,broadcast=pipelined", "pipelined",
                       {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce, Collective::kBroadcast});
 }
-// Staged reduce, forced: the table takes LL below it and the pipelined two shot above it.
+// Staged reduce, forced: the table takes LL below it and the pipelined reduce (pushes or the chain) above it.
 TEST(Collectives, StagedReduceMatrix) { run_forced_matrices("reduce=staged", "staged", {Collective::kReduce}); }
 // The two shot gathered by the root (BRAID_ALGO only: the chain rounds per step, this one once), forced at every
 // size: every root, unaligned inputs read through a slot of the rank's own.
