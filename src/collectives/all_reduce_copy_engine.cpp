@@ -22,6 +22,7 @@
 
 #include "collectives/collective_context.hpp"
 #include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_pairs.hpp"
 #include "collectives/kernels.hpp"
 #include "collectives/selection.hpp"
 #include "collectives/send_recv_bulk_launch.hpp"
@@ -63,8 +64,7 @@ void all_reduce_copy_engine(CollectiveContext& state, const void* send, const Pe
     raise(ErrorCode::kInternal, "all_reduce: the copy-engine all-reduce serves 2 ranks, not {}", state.size);
   }
   const unsigned int id = static_cast<unsigned int>(Collective::kAllReduce);
-  const kernels::BulkLayout area_layout =
-      kernels::BulkLayout::of(kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size), state.size);
+  const kernels::BulkLayout area_layout = bulk_layout(state);
   const size_t max_chunks = area_layout.row_bytes / sizeof(kernels::BulkHeader);
   if (max_chunks == 0) raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no room for chunk headers");
 

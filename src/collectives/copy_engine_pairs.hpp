@@ -22,10 +22,14 @@
 #include <cstdint>
 
 #include "braid/types.hpp"
+#include "collectives/send_recv_bulk_launch.hpp"
 
 namespace braid::collectives {
 
 struct CollectiveContext;
+
+// Where the copy-engine chunks' slots and headers lie in every rank's pipeline area (send_recv_bulk_launch.hpp).
+kernels::BulkLayout bulk_layout(const CollectiveContext& state);
 
 void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                   uint64_t plan, Stream stream);

@@ -266,11 +266,11 @@ void enqueue_bulk_pairs(CollectiveContext& state, Collective collective, const k
   if (!recvs.empty()) state.side->order(side, stream);
 }
 
+}  // namespace
+
 kernels::BulkLayout bulk_layout(const CollectiveContext& state) {
   return kernels::BulkLayout::of(kernels::pipeline_piece_bytes(state.pipeline.bytes(), state.size), state.size);
 }
-
-}  // namespace
 
 void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream stream) {
   std::vector<kernels::AllToAllLaunch> launches = plan_launches(state, batch.checked);
