@@ -313,18 +313,30 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   const size_t input_bytes = recv_count * state.size * size;
   const CallShape shape = shape_of(state, call, input_bytes, false);
   const AreaCapacities capacities = area_capacities(state);
-  // Zero copy when every peer maps the whole input and every rank block starts on a 16-byte boundary (the kernel
-  // loads whole vectors from the peers' blocks): the same answer on every rank. The output may be any buffer.
-  std::optional<PeerRange> send_range;
-  if (recv_count * size % 16 == 0 && !plans_ignore_buffers(shape, capacities)) {
-    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
-  }
+  // Zero-copy loads where every peer maps the whole input and every rank block starts on a 16-byte boundary (the
+  // kernel loads whole vectors from the peers' blocks); on 2 ranks out of place, copy-engine pushes where the peer
+  // maps the output too. The same answers on every rank.
   BufferFacts facts{};
+  facts.in_place = overlap(send, input_bytes, recv, recv_count * size);
+  std::optional<PeerRange> send_range, recv_range;
+  if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
+    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
+    if (state.size == 2 && !facts.in_place) {
+      recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, recv_count * size);
+    }
+  }
   facts.peers_map = send_range && send_range->aligned16;
+  facts.peers_map_output = recv_range.has_value();
+  facts.same_process_peers = recv_range && recv_range->same_process_peers;
   const CallPlan plan = plan_call(shape, capacities, facts);
   trace_plan(call, plan);
   DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peer's pipeline area, whatever the buffers
+  if (plan.algorithm == Algorithm::kCopyEngine && plan.mode == BufferMode::kZeroCopy) {  // into the peer's output
+    reduce_scatter_copy_engine(state, send, recv_range->buffers, recv_count * size, type, op,
+                               plan_of(call, plan, std::nullopt, recv_range), stream);
+    return;
+  }
+  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peer's pipeline area
     reduce_scatter_copy_engine_pairs(state, send, recv, recv_count * size, type, op, plan_of(call, plan), stream);
     return;
   }

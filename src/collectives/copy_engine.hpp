@@ -12,10 +12,12 @@
 //   - all-gather, broadcast: push this rank's input into every peer's output (needs the outputs mapped).
 //   - all-reduce, 2 ranks, out of place: pushes the peer's half of this rank's input into the peer's output,
 //     where the peer's SMs reduce it with the peer's own input, and then pushes this rank's reduced half into the
-//     peer's output (all_reduce_copy_engine.cpp: in chunks, with a post per chunk between the barriers).
+//     peer's output (copy_engine_push_reduce.cpp: in chunks, with a post per chunk between the barriers);
+//   - reduce-scatter, 2 ranks, out of place: pushes the peer's block of this rank's input into the peer's output,
+//     where the peer's SMs reduce it with the peer's own block (the same file, the same steps but the push back).
 // Other reductions have none here: pulls into staging and a local reduction are slower than the zero-copy loads
-// (docs/dev/selection.md). Reduce-scatter's copy engines push into the peer's pipeline area instead
-// (copy_engine_pairs.hpp).
+// (docs/dev/selection.md). On outputs no peer maps, reduce-scatter's copy engines push into the peer's pipeline
+// area instead (copy_engine_pairs.hpp).
 // Peers are visited in a rotated order (rank + 1, rank + 2, ...), so at each step every GPU serves one copy.
 // This rank's own block is copied by an SM kernel on the communicator's side stream, beside the peers' copies.
 //
@@ -58,6 +60,10 @@ void all_gather_copy_engine(CollectiveContext& state, const void* send, const Pe
 // of place.
 void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             DataType type, ReduceOp op, uint64_t plan, Stream stream);
+// Blocks of `block_bytes`: block q of the input of both ranks, reduced, lands in rank q's output (recv.at[q]);
+// 2 ranks, out of place.
+void reduce_scatter_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv,
+                                size_t block_bytes, DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // The root's `bytes` land in every rank's output; the other ranks only pass the barriers.
 void broadcast_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes, int root,
                            uint64_t plan, Stream stream);

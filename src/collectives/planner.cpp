@@ -24,6 +24,11 @@ Buffers table_key(Collective collective, const BufferFacts& facts) {
 
 // Whether the chosen protocol runs on the peers' own buffers.
 BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
+  if (collective == Collective::kReduceScatter && algorithm == Algorithm::kCopyEngine) {
+    // Pushes into the peer's output where it maps it (2 ranks: the gate), pairs through its pipeline area else.
+    return facts.peers_map_output && !facts.same_process_peers && !facts.in_place ? BufferMode::kZeroCopy
+                                                                                   : BufferMode::kStagedCopy;
+  }
   if (!facts.peers_map) return BufferMode::kStagedCopy;
   switch (collective) {
     case Collective::kAllReduce:
@@ -91,7 +96,8 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
   // this process). On buffers no peer maps, all-to-all (out of place), all-gather and broadcast take them into the
   // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp). Reduce-scatter
-  // and reduce have only the pairs, on any buffer, and only on 2 ranks.
+  // and reduce take them on 2 ranks only, on any buffer: reduce has only the pairs; reduce-scatter pushes into the
+  // peer's output where it maps it out of place (the plan's mode), the pairs else.
   if (shape.collective == Collective::kReduceScatter || shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else if (shape.collective == Collective::kAllReduce) {  // pushes into the peer's output: 2 ranks, out of place
@@ -124,21 +130,6 @@ const char* buffer_mode_name(BufferMode mode) {
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
   return runs_ll(shape.collective, shape.bytes, shape.world, shape.type, *shape.algorithm_override,
                  gates_of(shape, capacities, {}));
-}
-
-bool plans_ignore_buffers(const CallShape& shape, const AreaCapacities& capacities) {
-  if (plans_ll(shape, capacities)) return true;
-  const CallPlan unmapped = plan_call(shape, capacities, {});
-  for (const bool same_process_peers : {false, true}) {
-    BufferFacts mapped{};
-    mapped.peers_map = true;
-    mapped.same_process_peers = same_process_peers;
-    const CallPlan plan = plan_call(shape, capacities, mapped);
-    if (plan.algorithm != unmapped.algorithm || plan.mode != unmapped.mode || plan.blocks != unmapped.blocks) {
-      return false;
-    }
-  }
-  return true;
 }
 
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {

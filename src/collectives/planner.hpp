@@ -53,8 +53,11 @@ struct BufferFacts {
   // Every peer maps the buffers the zero-copy kernels use, at offsets they can load and store whole vectors
   // from: all-reduce, all-to-all, both buffers; reduce-scatter, the input; all-gather and broadcast, the output.
   bool peers_map = false;
-  // Some peer's buffer is another GPU's cudaMalloc memory of this process (PeerRange::same_process_peers):
-  // copy engines do not serve it (copy_engine.hpp).
+  // Reduce-scatter: every peer maps the output too, where the copy engines push the peer's block
+  // (copy_engine.hpp).
+  bool peers_map_output = false;
+  // Some peer's buffer the copy engines would use (reduce-scatter: the output) is another GPU's cudaMalloc memory
+  // of this process (PeerRange::same_process_peers): copy engines do not serve it (copy_engine.hpp).
   bool same_process_peers = false;
   // The input and output overlap (in place). An all-to-all in place runs staged, whatever the other facts say.
   bool in_place = false;
@@ -72,11 +75,6 @@ struct CallPlan {
 // Whether the call runs LL lines. LL never depends on the buffers (selection.hpp, runs_ll), so an LL call looks
 // up no buffer: callers ask this first and pass no facts then.
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities);
-
-// Whether the plan is the same whatever the call's buffers: LL calls, and rows that serve every buffer alike
-// (reduce-scatter's copy-engine pairs on 2 ranks). Such a call looks up no buffer either, so it exchanges nothing
-// for a registered buffer and maps nothing automatically. The same answer on every rank: it reads only the call.
-bool plans_ignore_buffers(const CallShape& shape, const AreaCapacities& capacities);
 
 // The plan of a call, for every collective the table holds. `facts`: what the lookups found (none for an LL call).
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts = {});

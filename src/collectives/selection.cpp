@@ -55,7 +55,7 @@ constexpr Row kTable[] = {
     {Collective::kReduce, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kReduceScatter, size_t(512) << 10, Algorithm::kLL},
     {Collective::kReduceScatter, size_t(2) << 20, Algorithm::kStaged, Buffers::kAny, 2},
-    {Collective::kReduceScatter, size_t(256) << 20, Algorithm::kPipelined, Buffers::kSymmetric, 2},
+    {Collective::kReduceScatter, size_t(128) << 20, Algorithm::kPipelined, Buffers::kSymmetric, 2},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kSymmetric, 2},
     {Collective::kReduceScatter, size_t(4) << 20, Algorithm::kStaged},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kSymmetric},

@@ -55,33 +55,45 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
 }
 
-// Reduce-scatter's copy-engine pairs go through the peer's pipeline area whatever the buffers (staged, in the
-// plan's words), on 2 ranks only: forced on 4, the call takes the FIFOs.
-TEST(Planner, ReduceScatterPairsOnTwoRanksWhateverTheBuffers) {
-  for (const BufferFacts& facts : {mapped(), mapped(true), BufferFacts{}}) {
-    const CallPlan pairs = plan_call(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas, facts);
+BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bool in_place = false) {
+  return BufferFacts{.peers_map = input_mapped, .peers_map_output = true, .same_process_peers = same_process_peers,
+                     .in_place = in_place};
+}
+
+// Reduce-scatter's copy engines serve 2 ranks only (forced on 4, the call takes the FIFOs) and any buffer: pushes
+// into the peer's output where the peer maps it, out of place and not another GPU's cudaMalloc memory of this
+// process (zero copy, in the plan's words); pairs through the peer's pipeline area else (staged).
+TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
+  const CallShape large = shape(Collective::kReduceScatter, size_t(512) << 20);
+  for (bool input_mapped : {false, true}) {
+    const CallPlan pushes = plan_call(large, kAreas, output_mapped(input_mapped));
+    EXPECT_EQ(pushes.algorithm, Algorithm::kCopyEngine);
+    EXPECT_EQ(pushes.mode, BufferMode::kZeroCopy);
+    EXPECT_EQ(pushes.chunk, SIZE_MAX);
+  }
+  for (const BufferFacts& facts : {mapped(), mapped(true), BufferFacts{}, output_mapped(true, true),
+                                   output_mapped(true, false, true), output_mapped(false, false, true)}) {
+    const CallPlan pairs = plan_call(large, kAreas, facts);
     EXPECT_EQ(pairs.algorithm, Algorithm::kCopyEngine);
     EXPECT_EQ(pairs.mode, BufferMode::kStagedCopy);
     EXPECT_EQ(pairs.chunk, SIZE_MAX);
   }
+  // Beyond 128 MiB where the peers map the input; beyond 64 MiB where they do not.
+  const CallShape medium = shape(Collective::kReduceScatter, size_t(128) << 20);
+  EXPECT_EQ(plan_call(medium, kAreas, output_mapped(true)).algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(medium, kAreas, output_mapped(true)).mode, BufferMode::kZeroCopy);  // loads of the inputs
+  EXPECT_EQ(plan_call(medium, kAreas, output_mapped(false)).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(medium, kAreas, output_mapped(false)).mode, BufferMode::kZeroCopy);
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(128) << 20) + 16), kAreas, output_mapped(true)).algorithm,
+            Algorithm::kCopyEngine);
+
   const std::string forced = "reducescatter=copyengine";
   const CallPlan two = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 2, DataType::kFloat32, &forced),
                                  kAreas, {});
   EXPECT_EQ(two.algorithm, Algorithm::kCopyEngine);
   const CallPlan four = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 4, DataType::kFloat32, &forced),
-                                  kAreas, mapped());
+                                  kAreas, output_mapped(true));
   EXPECT_EQ(four.algorithm, Algorithm::kPipelined);
-}
-
-// A call whose plan is the same on every buffer looks no buffer up: LL sizes, and reduce-scatter's pairs beyond
-// 256 MiB on 2 ranks; not where symmetric buffers take other kernels.
-TEST(Planner, PlansThatIgnoreTheBuffers) {
-  EXPECT_TRUE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(64) << 10), kAreas));  // LL
-  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(128) << 20), kAreas));
-  EXPECT_TRUE(plans_ignore_buffers(shape(Collective::kReduceScatter, (size_t(256) << 20) + 16), kAreas));
-  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas));
-  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kAllGather, size_t(512) << 20), kAreas));
-  EXPECT_FALSE(plans_ignore_buffers(shape(Collective::kAllReduce, size_t(512) << 20), kAreas));
 }
 
 TEST(Planner, TheOneShotAlwaysStages) {

@@ -210,8 +210,8 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, (size_t(32) << 20) + 4, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
-  // Reduce-scatter: copy-engine pairs on 2 ranks, on buffers peers map beyond 256 MiB (zero-copy loads up to
-  // there), on the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: never (on 2 ranks
+  // Reduce-scatter: copy engines on 2 ranks, on inputs peers map beyond 128 MiB (zero-copy loads up to there), on
+  // the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: never (on 2 ranks
   // the other rank's pushes to the root, whatever the size). All-reduce: beyond 64 MiB on 2 ranks (its own test
   // above); forced where its gate is closed, the table's choice (it has no FIFO pushes to fall back to).
   const auto pick_reduce_scatter = [](size_t bytes, int world, Buffers buffers) {
@@ -219,8 +219,8 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
                             Gates{.copy_engines = world == 2})
         .algorithm;
   };
-  EXPECT_EQ(pick_reduce_scatter(size_t(256) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
-  EXPECT_EQ(pick_reduce_scatter((size_t(256) << 20) + 64, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick_reduce_scatter(size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
+  EXPECT_EQ(pick_reduce_scatter((size_t(128) << 20) + 64, 2, Buffers::kSymmetric), Algorithm::kCopyEngine);
   EXPECT_EQ(pick_reduce_scatter(size_t(64) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick_reduce_scatter((size_t(64) << 20) + 64, 2, Buffers::kAny), Algorithm::kCopyEngine);
   EXPECT_EQ(pick_reduce_scatter(size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);

@@ -105,10 +105,16 @@ const Scenario kScenarios[] = {
     {Call::kAllToAll, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, false, true},
     {Call::kAllGather, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
-    // Reduce-scatter's pairs (2 ranks, an input beyond 64 MiB on buffers no peer maps; symmetric inputs keep the
-    // zero-copy loads through 256 MiB): against the loads, a mismatch; pairs on both sides, right.
+    // Reduce-scatter's copy engines (2 ranks, an input beyond 64 MiB on buffers no peer maps, beyond 128 MiB on
+    // symmetric ones): pairs through the pipeline area against pushes into symmetric outputs, against pushes into
+    // outputs at unequal offsets, and pushes against the pairs of a rank in place, a mismatch; pairs or pushes on
+    // both sides, right (registered buffers: processes push, threads take the pairs, the same on every rank).
     {Call::kReduceScatter, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, false, true},
+    {Call::kReduceScatter, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetricShifted, true, false, true},
+    {Call::kReduceScatter, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},
     {Call::kReduceScatter, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
+    {Call::kReduceScatter, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false, false, true},
+    {Call::kReduceScatter, 144 * kMiB, Kind::kRegistered, Kind::kRegistered, false, false, true},
     // The copy-engine all-reduce (2 ranks, beyond 64 MiB, out of place on buffers the peer maps) has barriers that
     // announce the plan: against the FIFO two shot of cudaMalloc buffers and against the zero-copy two shot of a
     // rank in place, a mismatch; on both sides, right (registered buffers too: processes take the engines, threads

@@ -436,14 +436,15 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
   });
 }
 
-// Copy engines forced for all-gather, broadcast and all-reduce on symmetric buffers: they push into the peers'
-// outputs (larger than a staging half too; all-reduce on 2 ranks out of place, its halves in chunks). Sizes that
-// are not whole 16-byte rank blocks, and the unaligned and in-place variants, check the fallbacks (zero-copy
-// kernels or FIFOs; for all-reduce, the table's choice).
+// Copy engines forced for all-gather, broadcast, all-reduce and reduce-scatter on symmetric buffers: they push
+// into the peers' outputs (larger than a staging half too; all-reduce and reduce-scatter on 2 ranks out of place,
+// in chunks; the unaligned variants reduce element by element). Sizes that are not whole 16-byte rank blocks, and
+// the in-place variants, check the fallbacks (zero-copy kernels or FIFOs; reduce-scatter's pairs through the
+// pipeline area; for all-reduce, the table's choice).
 TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const std::vector<Collective> collectives = {Collective::kAllGather, Collective::kBroadcast,
-                                                 Collective::kAllReduce};
+                                                 Collective::kAllReduce, Collective::kReduceScatter};
     std::vector<Case> cases = cases_of(collectives, kEveryType, {16, 4096 + 16, kOneMiBPlus3, kZeroCopyBlock});
     for (const Case& c : cases_of(collectives, {DataType::kFloat32, DataType::kInt8}, {kLargerThanStaging + 16})) {
       if (c.op == ReduceOp::kSum && (c.in_place != c.aligned)) cases.push_back(c);  // two variants, as the matrix
@@ -812,7 +813,7 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
 }
 
 // The copy-engine collectives captured: the side stream's fork and join of the own block's copy, and the
-// all-reduce's three side streams.
+// reductions' side streams (reduce-scatter's 20 MiB blocks: tapered chunks of 12 and 8 MiB).
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
@@ -822,6 +823,8 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
                                         {C::kAllReduce, D::kBFloat16, O::kSum, (6u << 20) / 2 + 5, 0, false, true, 0},
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kBFloat16, O::kSum, (20u << 20) / 2 + 8, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kFloat32, O::kMax, (1u << 20) / 4, 0, false, false, 0},
                                     },
                                     true);
   });
@@ -840,6 +843,8 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4 + 3, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4 + 1, 0, true, true, 0},
                                         {C::kAllReduce, D::kFloat32, O::kAvg, (6u << 20) / 4 + 3, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kBFloat16, O::kSum, (20u << 20) / 2 + 8, 0, false, true, 0},
+                                        {C::kReduceScatter, D::kFloat32, O::kAvg, (1u << 20) / 4 + 4, 0, true, true, 0},
                                     },
                                     false);
   });

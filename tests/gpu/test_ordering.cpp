@@ -138,12 +138,13 @@ TEST(Ordering, CollectivesOnFourStreamsSymmetricBuffers) {
   with_communicator([](Communicator& comm) { collectives_on_streams(comm, 4, true, 1000); });
 }
 
-// The copy-engine collectives forced on symmetric buffers (all-reduce, all-gather, broadcast and all-to-all push
-// into the peers' outputs where their gates open): their side streams, forked and joined inside each call, must
-// keep the communicator's order across the caller's streams too.
+// The copy-engine collectives forced on symmetric buffers (all-reduce, reduce-scatter, all-gather, broadcast and
+// all-to-all push into the peers' outputs where their gates open): their side streams, forked and joined inside
+// each call, must keep the communicator's order across the caller's streams too.
 TEST(Ordering, CollectivesOnFourStreamsThroughTheCopyEngines) {
   CommOptions options = test_options();
-  options.algorithms = "allreduce=copyengine,allgather=copyengine,broadcast=copyengine,alltoall=copyengine";
+  options.algorithms =
+      "allreduce=copyengine,reducescatter=copyengine,allgather=copyengine,broadcast=copyengine,alltoall=copyengine";
   with_communicator([](Communicator& comm) { collectives_on_streams(comm, 4, true, 400); }, options);
 }
 

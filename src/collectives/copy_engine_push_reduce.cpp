@@ -1,0 +1,260 @@
+// Reductions of 2 ranks by copy engines (copy_engine.hpp), on outputs the peer maps, out of place. Each rank owns
+// a part of the result (all-reduce: half `rank` of the buffer, split at a 256-byte boundary; reduce-scatter: block
+// `rank`). Per chunk c of a part, in up to three streams:
+//   1. this rank's engine pushes chunk c of the peer's part of its input into the place of the peer's output where
+//      the peer's part of the result goes, and a step kernel then posts the chunk (the caller's stream for the
+//      copies, the second side stream for the steps, as send/recv's copy-engine pairs do:
+//      send_recv_bulk_launch.hpp);
+//   2. once the peer posted chunk c of this rank's part, landed in this rank's output, SMs reduce it there, in
+//      place, with the same part of this rank's own input (the side stream);
+//   3. all-reduce only: the engine pushes that reduced chunk into the peer's output (the third side stream).
+// Every byte crosses NVLink once each way by copy engines, which move more than SM loads and stores
+// (docs/dev/collectives.md), and the SMs only reduce locally. The peer's push lands in this rank's output before
+// this rank has read its own input there, hence out of place only (the planner's gate).
+// An entry barrier (the peer's output is free) and an exit barrier (every push into this rank's output completed)
+// enclose it; both announce the call's plan.
+//
+// The posts use the pairs' signal channels (a chunk's channel alternates as a pair's slots do) and one header a
+// chunk in the receiver's pipeline area, where a pair's headers lie, checked by the receiver as a pair's are; no
+// slot is used or handed back, so the pairs' counters stay in step. The sender first waits until the receiver
+// consumed every FIFO piece it sent it, as a pair's sender does, since FIFO pieces share the headers' rows.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "collectives/collective_context.hpp"
+#include "collectives/copy_engine.hpp"
+#include "collectives/copy_engine_pairs.hpp"
+#include "collectives/kernels.hpp"
+#include "collectives/selection.hpp"
+#include "collectives/send_recv_bulk_launch.hpp"
+#include "core/cuda_check.hpp"
+#include "core/error.hpp"
+#include "core/side_stream.hpp"
+#include "sync/device_sync.hpp"
+
+namespace braid::collectives {
+namespace {
+
+// Every copy costs the engine about 4 us beyond its bytes, so chunks are as large as the overlap allows
+// (docs/dev/selection.md):
+//   - all-reduce: even chunks of at most 64 MiB, at least two a half, so that the reduction and push back of one
+//     overlap the push of the next;
+//   - reduce-scatter: nothing follows the reduction of the last chunk, so the chunks halve towards the end of the
+//     part, from at most 128 MiB down to two of 8 MiB, the reduction nothing overlaps.
+constexpr size_t kMaxEvenChunkBytes = size_t(64) << 20;
+constexpr size_t kMaxTaperedChunkBytes = size_t(128) << 20;
+constexpr size_t kLastTaperedChunkBytes = size_t(8) << 20;
+constexpr size_t kChunkAlignment = 256;
+
+size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// The chunks of a part of `bytes`, the same on both ranks: every chunk but the last starts and ends on a 256-byte
+// boundary (no element straddles two); at most `max_chunks` of them (one header each).
+class Chunks {
+ public:
+  static Chunks even(size_t bytes, size_t max_chunks) {
+    Chunks chunks;
+    if (bytes == 0) return chunks;
+    const size_t wanted = std::max<size_t>(2, (bytes + kMaxEvenChunkBytes - 1) / kMaxEvenChunkBytes);
+    size_t chunk_bytes = round_up((bytes + wanted - 1) / wanted, kChunkAlignment);
+    chunk_bytes = std::max(chunk_bytes, round_up((bytes + max_chunks - 1) / max_chunks, kChunkAlignment));
+    for (size_t end = chunk_bytes; ; end += chunk_bytes) {
+      chunks.ends_.push_back(std::min(end, bytes));
+      if (end >= bytes) break;
+    }
+    return chunks;
+  }
+
+  // From the end of the part: two chunks of kLastTaperedChunkBytes, then each twice the one after it, up to the
+  // largest (kMaxTaperedChunkBytes, more where the headers would not suffice); a first chunk smaller than the last
+  // joins the one after it. The bytes beyond the last 256-byte boundary go with the last chunk.
+  static Chunks tapered(size_t bytes, size_t max_chunks) {
+    const size_t aligned = bytes / kChunkAlignment * kChunkAlignment;
+    if (aligned == 0) return even(bytes, max_chunks);
+    for (size_t largest = kMaxTaperedChunkBytes;; largest *= 2) {
+      std::vector<size_t> from_end;
+      size_t next = kLastTaperedChunkBytes;
+      for (size_t left = aligned; left > 0;) {
+        const size_t chunk = std::min(next, left);
+        from_end.push_back(chunk);
+        left -= chunk;
+        if (from_end.size() >= 2) next = std::min(next * 2, largest);
+      }
+      if (from_end.size() >= 2 && from_end.back() < kLastTaperedChunkBytes) {
+        const size_t first = from_end.back();
+        from_end.pop_back();
+        from_end.back() += first;
+      }
+      if (from_end.size() <= max_chunks) {
+        Chunks chunks;
+        size_t end = 0;
+        for (auto chunk = from_end.rbegin(); chunk != from_end.rend(); ++chunk) chunks.ends_.push_back(end += *chunk);
+        chunks.ends_.back() = bytes;
+        return chunks;
+      }
+      if (largest >= aligned) return even(bytes, max_chunks);  // no larger chunk would cut the count
+    }
+  }
+
+  size_t count() const { return ends_.size(); }
+  size_t offset(size_t c) const { return c == 0 ? 0 : ends_[c - 1]; }
+  size_t bytes_of(size_t c) const { return ends_[c] - offset(c); }
+  size_t total() const { return ends_.empty() ? 0 : ends_.back(); }
+
+ private:
+  std::vector<size_t> ends_;
+};
+
+// One call: this rank's pushes into the peer's output and the reductions of the peer's pushes into its own.
+struct PushReduce {
+  Collective collective;
+  const char* push_source;     // the peer's part of this rank's input
+  char* push_destination;      // where the peer's part of the result goes in the peer's output (peer memory)
+  Chunks push_chunks;          // of the peer's part
+  const char* own;             // this rank's own part of its input
+  char* result;                // where this rank's part of the result goes in its output
+  Chunks own_chunks;           // of this rank's part
+  char* push_back_destination; // all-reduce: where this rank's part of the result goes in the peer's output
+  DataType type;
+  ReduceOp op;
+  uint64_t plan;
+};
+
+void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream) {
+  const unsigned int id = static_cast<unsigned int>(call.collective);
+  const int rank = state.rank, peer = 1 - rank;
+  const size_t push_bytes = call.push_chunks.total(), own_bytes = call.own_chunks.total();
+  const kernels::BulkLayout area_layout = bulk_layout(state);
+  char* const local_area = static_cast<char*>(state.pipeline.local());
+  char* const peer_area = static_cast<char*>(state.pipeline.peer(peer));
+  const device::SignalPad pad = state.sync->pad();
+  const cudaStream_t reduces = state.side->get(), steps = state.second_side->get(), gathers = state.third_side->get();
+
+  kernels::launch_barrier(pad, id, kSiteEntryBarrier, call.plan, stream);
+  state.side->order(stream, reduces);
+  state.side->order(stream, steps);
+  if (call.push_back_destination != nullptr) state.side->order(stream, gathers);
+
+  // 1. The peer's part of this rank's input into the peer's output, each chunk posted after its copy.
+  kernels::BulkSendStep send_step{};
+  send_step.pad = pad;
+  send_step.collective = id;
+  send_step.peer = peer;
+  send_step.total_bytes = push_bytes;
+  send_step.plan = call.plan;
+  send_step.wait_slot = -1;
+  if (call.push_chunks.count() > 0) {
+    send_step.drain = true;
+    kernels::launch_bulk_send_step(send_step, stream);
+    send_step.drain = false;
+  }
+  for (size_t c = 0; c < call.push_chunks.count(); ++c) {
+    const size_t at = call.push_chunks.offset(c);
+    BRAID_CUDA(cudaMemcpyAsync(call.push_destination + at, call.push_source + at, call.push_chunks.bytes_of(c),
+                               cudaMemcpyDefault, stream));
+    state.second_side->order(stream, steps);
+    send_step.post_chunk = static_cast<int64_t>(c);
+    send_step.post_slot = static_cast<int>(c % kernels::kBulkSlots);
+    send_step.header = area_layout.header(peer_area, rank, static_cast<int>(c));
+    kernels::launch_bulk_send_step(send_step, steps);
+  }
+
+  // 2. and 3. Each chunk of this rank's part, once posted: reduced in place, then pushed back where asked.
+  kernels::BulkRecvStep recv_step{};
+  recv_step.pad = pad;
+  recv_step.collective = id;
+  recv_step.peer = peer;
+  recv_step.free_slot = -1;
+  recv_step.total_bytes = own_bytes;
+  recv_step.plan = call.plan;
+  kernels::BulkReduceOut reduce{};
+  reduce.total_bytes = own_bytes;
+  reduce.world = state.size;
+  const int reduce_blocks = std::min(kernels::kBulkRowsPerSlot * kernels::kBulkCopyBlocksPerRow, state.max_blocks);
+  for (size_t c = 0; c < call.own_chunks.count(); ++c) {
+    const size_t at = call.own_chunks.offset(c), chunk_bytes = call.own_chunks.bytes_of(c);
+    recv_step.wait_chunk = static_cast<int64_t>(c);
+    recv_step.header = area_layout.header(local_area, peer, static_cast<int>(c));
+    kernels::launch_bulk_recv_step(recv_step, reduces);
+    // The chunk as the kernel's rows: contiguous, each a multiple of 256 bytes (no element straddles two).
+    reduce.layout.row_bytes = round_up((chunk_bytes + kernels::kBulkRowsPerSlot - 1) / kernels::kBulkRowsPerSlot,
+                                       kChunkAlignment);
+    reduce.layout.row_pitch = reduce.layout.row_bytes;
+    reduce.layout.slot_payload = reduce.layout.row_bytes * kernels::kBulkRowsPerSlot;
+    reduce.slot = call.result + at;
+    reduce.own = call.own + at;
+    reduce.recv = call.result + at;
+    reduce.bytes = chunk_bytes;
+    reduce.header = recv_step.header;
+    reduce.chunk = c;
+    kernels::launch_bulk_reduce_out(call.type, call.op, reduce, reduce_blocks, reduces);
+    if (call.push_back_destination == nullptr) continue;
+    state.third_side->order(reduces, gathers);
+    BRAID_CUDA(cudaMemcpyAsync(call.push_back_destination + at, call.result + at, chunk_bytes, cudaMemcpyDefault,
+                               gathers));
+  }
+
+  state.second_side->order(steps, stream);
+  state.side->order(reduces, stream);
+  if (call.push_back_destination != nullptr) state.third_side->order(gathers, stream);
+  kernels::launch_barrier(pad, id, kSiteExitBarrier, call.plan, stream);
+}
+
+// The most chunks a part may take: one header each in a row of the receiver's pipeline area.
+size_t max_chunks_of(const CollectiveContext& state, Collective collective) {
+  const char* const name = collective_name(static_cast<unsigned int>(collective));
+  const size_t max_chunks = bulk_layout(state).row_bytes / sizeof(kernels::BulkHeader);
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "{}: the copy-engine pushes into the peer's output serve 2 ranks, not {}", name,
+          state.size);
+  }
+  if (max_chunks < 2) raise(ErrorCode::kInternal, "{}: the pipeline area has no room for chunk headers", name);
+  return max_chunks;
+}
+
+}  // namespace
+
+void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
+                            DataType type, ReduceOp op, uint64_t plan, Stream stream) {
+  const size_t max_chunks = max_chunks_of(state, Collective::kAllReduce);
+  const int rank = state.rank, peer = 1 - rank;
+  const size_t boundary = std::min(bytes, round_up((bytes + 1) / 2, kChunkAlignment));
+  const size_t own_offset = rank == 0 ? 0 : boundary, own_bytes = rank == 0 ? boundary : bytes - boundary;
+  const size_t peer_offset = rank == 0 ? boundary : 0, peer_bytes = bytes - own_bytes;
+  const char* const input = static_cast<const char*>(send);
+  PushReduce call{Collective::kAllReduce};
+  call.push_source = input + peer_offset;
+  call.push_destination = recv.at[peer] + peer_offset;
+  call.push_chunks = Chunks::even(peer_bytes, max_chunks);
+  call.own = input + own_offset;
+  call.result = recv.at[rank] + own_offset;
+  call.own_chunks = Chunks::even(own_bytes, max_chunks);
+  call.push_back_destination = recv.at[peer] + own_offset;
+  call.type = type;
+  call.op = op;
+  call.plan = plan;
+  push_reduce(state, call, stream);
+}
+
+void reduce_scatter_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv,
+                                size_t block_bytes, DataType type, ReduceOp op, uint64_t plan, Stream stream) {
+  const size_t max_chunks = max_chunks_of(state, Collective::kReduceScatter);
+  const int rank = state.rank, peer = 1 - rank;
+  const char* const input = static_cast<const char*>(send);
+  PushReduce call{Collective::kReduceScatter};
+  call.push_source = input + peer * block_bytes;
+  call.push_destination = recv.at[peer];
+  call.push_chunks = Chunks::tapered(block_bytes, max_chunks);
+  call.own = input + rank * block_bytes;
+  call.result = recv.at[rank];
+  call.own_chunks = call.push_chunks;
+  call.push_back_destination = nullptr;
+  call.type = type;
+  call.op = op;
+  call.plan = plan;
+  push_reduce(state, call, stream);
+}
+
+}  // namespace braid::collectives
