@@ -48,7 +48,7 @@ struct Scenario {
   Kind even;              // the buffers of even ranks
   Kind odd;               // of odd ranks
   bool mismatch;          // the kinds lead to different plans
-  bool odd_in_place = false;  // odd ranks call in place (recv = send)
+  bool odd_in_place = false;  // odd ranks call in place (recv = send; reduce-scatter: send + rank x count)
   bool two_ranks_only = false;  // the plans differ on 2 ranks alone (rows of the table for 2 ranks)
 };
 
@@ -157,7 +157,8 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
       RegisteredBuffer registered;  // released before comm
       if (kind == Kind::kRegistered) registered = comm.register_buffer(device.get(), bytes);
       int32_t* send = reinterpret_cast<int32_t*>(base_pointer);
-      int32_t* recv = s.odd_in_place && rank % 2 == 1 ? send : send + in_count;
+      int32_t* recv = send + in_count;
+      if (s.odd_in_place && rank % 2 == 1) recv = s.call == Call::kReduceScatter ? send + rank * count : send;
       std::vector<int32_t> input(in_count);
       for (size_t i = 0; i < in_count; ++i) input[i] = input_value(seed, rank, i);
       StreamHandle stream;

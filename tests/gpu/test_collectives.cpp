@@ -844,7 +844,7 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4 + 1, 0, true, true, 0},
                                         {C::kAllReduce, D::kFloat32, O::kAvg, (6u << 20) / 4 + 3, 0, false, true, 0},
                                         {C::kReduceScatter, D::kBFloat16, O::kSum, (20u << 20) / 2 + 8, 0, false, true, 0},
-                                        {C::kReduceScatter, D::kFloat32, O::kAvg, (1u << 20) / 4 + 4, 0, true, true, 0},
+                                        {C::kReduceScatter, D::kFloat32, O::kAvg, (1u << 20) / 4 + 4, 0, false, false, 0},
                                     },
                                     false);
   });
