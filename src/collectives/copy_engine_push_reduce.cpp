@@ -16,8 +16,9 @@
 //
 // The posts use the pairs' signal channels (a chunk's channel alternates as a pair's slots do) and one header a
 // chunk in the receiver's pipeline area, where a pair's headers lie, checked by the receiver as a pair's are; no
-// slot is used or handed back, so the pairs' counters stay in step. The sender first waits until the receiver
-// consumed every FIFO piece it sent it, as a pair's sender does, since FIFO pieces share the headers' rows.
+// slot is used or handed back, so the pairs' counters stay in step. Before its first post the sender waits until
+// the receiver consumed every FIFO piece it sent it, as a pair's sender does, since FIFO pieces share the headers'
+// rows; the copies, which land in the output, do not wait for that.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -145,9 +146,9 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
   send_step.total_bytes = push_bytes;
   send_step.plan = call.plan;
   send_step.wait_slot = -1;
-  if (call.push_chunks.count() > 0) {
+  if (call.push_chunks.count() > 0) {  // before the first header, not the first copy: the copies miss the area
     send_step.drain = true;
-    kernels::launch_bulk_send_step(send_step, stream);
+    kernels::launch_bulk_send_step(send_step, steps);
     send_step.drain = false;
   }
   for (size_t c = 0; c < call.push_chunks.count(); ++c) {
