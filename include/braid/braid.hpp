@@ -134,15 +134,16 @@ class Communicator {
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
   // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there, an
   // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, which keeps its SM kernels where the other
-  // takes the copy engines) compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and
-  // fail on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
+  // takes the copy engines, a reduce-scatter on 2 ranks beyond 64 MiB, or 128 MiB of symmetric input, in place on
+  // one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
+  // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and fail
+  // on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
   // then unusable) instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier
   // too (see register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
-  // selection table's LL and LL128 rows, docs/collectives.md), reduce at every size (no reduce kernel reads or
-  // writes a peer's input or output), and reduce-scatters of more than 256 MiB of input on 2 ranks (copy-engine pairs
-  // through the peer's pipeline area), run the same kernels whatever the buffers and look up no buffer, so any
+  // selection table's LL and LL128 rows, docs/collectives.md) and reduce at every size (no reduce kernel reads or
+  // writes a peer's input or output) run the same kernels whatever the buffers and look up no buffer, so any
   // mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
   // plans: ranks that break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not
   // told so; a rank left waiting for lines that never come fails with kTimeout, and results may be wrong, as
