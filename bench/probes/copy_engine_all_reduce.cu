@@ -25,24 +25,10 @@
 #include <vector>
 
 #include "probe_check.cuh"
+#include "probe_reduce.cuh"
 
 constexpr size_t kMiB = size_t(1) << 20;
 constexpr int kMaxChunks = 64;
-
-__global__ void __launch_bounds__(512) add_into(const float4* __restrict__ a, const float4* __restrict__ b,
-                                                float4* __restrict__ out, size_t vectors) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vectors; i += size_t(gridDim.x) * blockDim.x) {
-    const float4 x = a[i], y = b[i];
-    out[i] = make_float4(x.x + y.x, x.y + y.y, x.z + y.z, x.w + y.w);
-  }
-}
-
-// Every element of GPU g's input: g + 1 + (index mod 7); the sum is 3 + 2 (index mod 7).
-__global__ void fill(float* data, size_t count, int g) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-    data[i] = float(g + 1 + int(i % 7));
-  }
-}
 
 struct Gpu {
   char* in;
@@ -56,13 +42,9 @@ Gpu gpu[2];
 int main() {
   const size_t max_bytes = size_t(512) << 20;
   for (int g = 0; g < 2; ++g) {
-    CHECK(cudaSetDevice(g));
-    CHECK(cudaDeviceEnablePeerAccess(1 - g, 0));
-    CHECK(cudaMalloc(&gpu[g].in, max_bytes));
+    gpu[g].in = filled_input(g, max_bytes);
     CHECK(cudaMalloc(&gpu[g].out, max_bytes));
     CHECK(cudaMalloc(&gpu[g].scratch, max_bytes / 2));
-    fill<<<1024, 256>>>(reinterpret_cast<float*>(gpu[g].in), max_bytes / 4, g);
-    CHECK(cudaGetLastError());
     for (cudaStream_t* s : {&gpu[g].push, &gpu[g].reduce, &gpu[g].gather}) {
       CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
     }
@@ -119,35 +101,19 @@ int main() {
         CHECK(cudaEventRecord(gpu[g].stop, gpu[g].gather));
       }
     };
-    std::vector<float> times[2];
-    for (int it = 0; it < 9; ++it) {
-      for (int g = 0; g < 2; ++g) {
-        CHECK(cudaSetDevice(g));
-        CHECK(cudaMemsetAsync(gpu[g].out, 0xff, bytes, gpu[g].push));
-        CHECK(cudaDeviceSynchronize());
-      }
-      issue();
-      for (int g = 0; g < 2; ++g) {
-        const float ms = elapsed_ms(g, gpu[g].start, gpu[g].stop);
-        if (it >= 2) times[g].push_back(ms * 1000.f);
-      }
-    }
+    const auto poison = [&](int g) { CHECK(cudaMemsetAsync(gpu[g].out, 0xff, bytes, gpu[g].push)); };
+    const float worst = slower_gpu_median_us(poison, issue, {gpu[0].start, gpu[1].start}, {gpu[0].stop, gpu[1].stop});
     for (int g = 0; g < 2; ++g) {  // both outputs hold the sum everywhere (sampled)
       CHECK(cudaSetDevice(g));
       CHECK(cudaDeviceSynchronize());
       std::vector<float> host(bytes / 4);
       CHECK(cudaMemcpy(host.data(), gpu[g].out, bytes, cudaMemcpyDeviceToHost));
       for (size_t i = 0; i < host.size(); i += 997) {
-        if (host[i] != float(3 + 2 * int(i % 7))) {
+        if (host[i] != two_gpu_sum(i)) {
           std::printf("check failed: GPU %d element %zu holds %g\n", g, i, host[i]);
           std::exit(1);
         }
       }
-    }
-    float worst = 0;
-    for (int g = 0; g < 2; ++g) {
-      std::sort(times[g].begin(), times[g].end());
-      worst = std::max(worst, times[g][times[g].size() / 2]);
     }
     std::printf("%10zu %10zu %6s %10.1f %8.1f\n", bytes, chunk, slots == 0 ? "all" : std::to_string(slots).c_str(),
                 worst, bytes / (worst * 1e3));
