@@ -314,12 +314,15 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   const CallShape shape = shape_of(state, call, input_bytes, false);
   const AreaCapacities capacities = area_capacities(state);
   // Zero-copy loads where every peer maps the whole input and every rank block starts on a 16-byte boundary (the
-  // kernel loads whole vectors from the peers' blocks); on 2 ranks, out of place, copy-engine pushes where the
-  // peer maps the output too. The same lookups on every rank, so the same answers.
+  // kernel loads whole vectors from the peers' blocks); where the call may push into the peers' outputs (2 ranks,
+  // large), copy-engine pushes, out of place, where the peer maps the output too. The same lookups on every rank,
+  // in place or not, so the same answers.
   std::optional<PeerRange> send_range, recv_range;
   if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
     send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
-    if (state.size == 2) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, recv_count * size);
+    if (plans_output_pushes(shape, capacities)) {
+      recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, recv_count * size);
+    }
   }
   BufferFacts facts{};
   facts.in_place = overlap(send, input_bytes, recv, recv_count * size);

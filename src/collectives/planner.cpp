@@ -132,6 +132,18 @@ bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
                  gates_of(shape, capacities, {}));
 }
 
+bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacities) {
+  if (shape.collective != Collective::kReduceScatter || plans_ll(shape, capacities)) return false;
+  for (const bool input_mapped : {false, true}) {
+    BufferFacts facts{};
+    facts.peers_map = input_mapped;
+    facts.peers_map_output = true;
+    const CallPlan plan = plan_call(shape, capacities, facts);
+    if (plan.algorithm == Algorithm::kCopyEngine && plan.mode == BufferMode::kZeroCopy) return true;
+  }
+  return false;
+}
+
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
   const BufferFacts facts = usable_facts(shape.collective, call_facts);
   const Gates gates = gates_of(shape, capacities, facts);

@@ -76,6 +76,11 @@ struct CallPlan {
 // up no buffer: callers ask this first and pass no facts then.
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities);
 
+// Whether the call would push into the peers' outputs with copy engines if they mapped them (a reduce-scatter on 2
+// ranks beyond the table's cut-off, or forced): only such a call looks up a reduce-scatter's output, so smaller
+// ones exchange and map nothing for it. The same answer on every rank: it reads only the call.
+bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacities);
+
 // The plan of a call, for every collective the table holds. `facts`: what the lookups found (none for an LL call).
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts = {});
 

@@ -96,6 +96,21 @@ TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
   EXPECT_EQ(four.algorithm, Algorithm::kPipelined);
 }
 
+// A reduce-scatter looks its output up only where it may push into it: on 2 ranks beyond the copy-engine cut-off
+// (64 MiB of input, or forced), never at LL sizes, on more ranks or for other collectives.
+TEST(Planner, OnlyReduceScattersThatMayPushLookUpTheirOutput) {
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(64) << 10), kAreas));
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(16) << 20), kAreas));
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(64) << 20), kAreas));
+  EXPECT_TRUE(plans_output_pushes(shape(Collective::kReduceScatter, (size_t(64) << 20) + 16), kAreas));
+  EXPECT_TRUE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(512) << 20), kAreas));
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas));
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kAllGather, size_t(512) << 20), kAreas));
+  const std::string forced = "reducescatter=copyengine";
+  EXPECT_TRUE(plans_output_pushes(
+      shape(Collective::kReduceScatter, size_t(4) << 20, 2, DataType::kFloat32, &forced), kAreas));
+}
+
 TEST(Planner, TheOneShotAlwaysStages) {
   const std::string forced = "allreduce=oneshot";
   const CallShape call = shape(Collective::kAllReduce, size_t(4) << 20, 2, DataType::kBFloat16, &forced);
