@@ -29,6 +29,8 @@ TITLES = {"allreduce": "All-reduce", "allgather": "All-gather", "reducescatter":
 BUFFERS = ["cudaMalloc", "registered", "symmetric"]
 # The machine kinds the goals are stated for come first; the rest follow by name.
 PREFERRED = ["nvidia-h100-x2", "nvidia-h200-x2"]
+# Small calls are measured in CUDA graphs up to this size, large ones eagerly (performance_run.sh).
+GRAPH_MAX_BYTES = 16 << 20
 
 
 def size_name(n):
@@ -268,14 +270,23 @@ def plots(rows):
                 fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4))
                 for buffers in BUFFERS:
                     for dtype in sorted({r["dtype"] for r in rows_c}):
-                        line = sorted((r for r in rows_c if r["buffers"] == buffers and r["dtype"] == dtype),
-                                      key=lambda r: (r["bytes"], r["mode"] != "graph"))
-                        if not line:
-                            continue
-                        sizes = [r["bytes"] for r in line]
-                        label = f"braid, {buffers}, {dtype}"
-                        bw.plot(sizes, [r["braid_busbw_gbs"] for r in line], marker="o", label=label)
-                        lat.plot(sizes, [r["braid_us"] for r in line], marker="o", label=label)
+                        mine_b = [r for r in rows_c if r["buffers"] == buffers and r["dtype"] == dtype]
+                        # The title's modes (graphs through 16 MiB, eager above) make the line; larger calls
+                        # captured into graphs are a series of their own.
+                        line = sorted((r for r in mine_b if (r["mode"] == "graph") == (r["bytes"] <= GRAPH_MAX_BYTES)),
+                                      key=lambda r: r["bytes"])
+                        captured = sorted((r for r in mine_b if r["mode"] == "graph" and r["bytes"] > GRAPH_MAX_BYTES),
+                                          key=lambda r: r["bytes"])
+                        for series, suffix, marker, linestyle in ((line, "", "o", "-"),
+                                                                  (captured, ", CUDA graphs", "s", ":")):
+                            if not series:
+                                continue
+                            sizes = [r["bytes"] for r in series]
+                            label = f"braid, {buffers}, {dtype}{suffix}"
+                            bw.plot(sizes, [r["braid_busbw_gbs"] for r in series], marker=marker, linestyle=linestyle,
+                                    label=label)
+                            lat.plot(sizes, [r["braid_us"] for r in series], marker=marker, linestyle=linestyle,
+                                     label=label)
                         nccl = [r for r in line if r["nccl_us"] is not None]
                         if nccl and buffers == "cudaMalloc":
                             bw.plot([r["bytes"] for r in nccl], [r["nccl_busbw_gbs"] for r in nccl], marker="x",
