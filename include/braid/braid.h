@@ -1,5 +1,7 @@
 /* braid — C API. Every call returns a braidResult_t; braidGetLastError() gives the message of this
- * thread's last failure (the same text braid::Error carries in C++). */
+ * thread's last failure (the same text braid::Error carries in C++). A braid::Error maps to its code, a failed
+ * host allocation (std::bad_alloc) to braidSystemError, any other C++ exception to braidInternalError with its
+ * message. */
 #ifndef BRAID_BRAID_H_
 #define BRAID_BRAID_H_
 
@@ -50,7 +52,8 @@ typedef struct CUstream_st* braidStream_t;
 const char* braidGetErrorString(braidResult_t result); /* name of a code */
 const char* braidGetLastError(void);                   /* message of this thread's last failure, or "" */
 
-/* Rendezvous from the environment (braid-run, torchrun, Open MPI, MPICH, Slurm). device < 0: local rank. */
+/* Rendezvous from the environment (braid-run, torchrun, Open MPI, MPICH, Slurm). device < 0 (here and in
+ * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, int device);
 /* Explicit: every rank names the same store "host:port"; rank 0 serves it when rank0_serves_store. */
 braidResult_t braidCommInitRank(braidComm_t* comm, const char* store_address, int rank, int size,
@@ -67,6 +70,8 @@ braidResult_t braidSymmetricFree(braidSymmetricMemory_t memory);
 braidResult_t braidSymmetricLocal(braidSymmetricMemory_t memory, void** pointer);
 braidResult_t braidSymmetricPeer(braidSymmetricMemory_t memory, int rank, void** pointer);
 braidResult_t braidSymmetricDevicePeers(braidSymmetricMemory_t memory, void* const** device_array);
+/* *view: NULL unless allocated with contiguous_view. stride may be NULL; otherwise it receives the bytes between
+ * consecutive ranks in the view (each rank's mapped size, also without a view). */
 braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, size_t* stride);
 
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer

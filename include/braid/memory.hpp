@@ -52,8 +52,9 @@ class SymmetricMemory {
   void* view() const;                   // contiguous view, or nullptr when not asked for
   size_t view_stride() const;           // bytes between consecutive ranks in view()
 
-  // Unmaps and releases this rank's mappings (local; peers keep theirs). Also done by the destructor
-  // of the last copy. Safe after the communicator is destroyed.
+  // Drops this copy. When the last copy is reset or destroyed, this rank's mappings are unmapped and released
+  // (local; peers keep theirs), after a synchronisation of this rank's GPU (cudaFree). Safe after the
+  // communicator is destroyed.
   void reset();
 
  private:
@@ -118,7 +119,12 @@ class ImportedMemory {
 };
 
 // Maps an export_handle() blob of another process of this host on `device` (-1: the current device). Refused
-// (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot.
+// (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot;
+// unsigned, or signed with another key, where this process has BRAID_JOB_SECRET; naming this process as its
+// exporter without being one of its live exports. Also refused: a cudaMalloc handle stating a larger allocation
+// than its IPC handle opens (kInvalidArgument), VMM memory whose exporter's fd cannot be taken (the exporter gone,
+// or no ptrace permission over it for pidfd_getfd: kSystemError), a VMM handle stating more than its allocation
+// (kDriverError from cuMemMap).
 ImportedMemory import_handle(const std::string& blob, int device = -1);
 
 // Every rank's exported range, mapped here (Communicator::import_global).

@@ -192,7 +192,7 @@ class MoeHook {
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
-  // disagree on it.
+  // disagree on it, kUnsupported on a communicator of the NCCL backend.
   static MoeBuffer create(Communicator& comm, const MoeShape& shape);
   // Receive rows that no routing can exceed. Expert-major: every token of every rank sent to one rank's experts,
   // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert. Rank-major: W * max_tokens.

@@ -58,10 +58,10 @@ constexpr unsigned int kErrorTimeout = 1;
 // a rank that threw at a call's entry would leave its peers waiting in that call).
 constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
-constexpr unsigned int kErrorNegativeCount = 4;  // a device-side count below zero
+constexpr unsigned int kErrorNegativeCount = 4;  // a device-side send count below zero (all_to_allv_device)
 constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displacement below zero
 constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
-constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum
+constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum or below zero
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
 constexpr unsigned int kErrorRepeatedExpert = 10;       // a token naming one expert twice (value: the id, limit: the token)
 // Fatal: at a barrier, a peer announced another plan for the call than this rank's (another algorithm, buffer
@@ -283,8 +283,9 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
                     check);
 }
 
-// Barrier of this block's channel with the same channel of every peer. Every thread of the block calls it;
-// the block's writes before it are visible to peers after it. Returns false (for every thread) on failure;
+// Barrier of this block's channel with the same channel of every peer. Every thread of a one-dimensional block
+// of at least pad.world threads calls it (thread p signals and waits for peer p); the block's writes before it
+// are visible to peers after it. Returns false (for every thread) on failure;
 // the kernel should then return.
 //
 // `plan` (not 0): what this rank's call will do (a word braid derives from the call), announced to every peer right after the
