@@ -37,6 +37,8 @@ struct CommOptions {
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
   int max_blocks = 0;      // cap, 1..64, on the thread blocks of every collective and send/recv launch (the SMs
                            // braid's kernels may take beside the caller's); 0: BRAID_MAX_BLOCKS, else no cap.
+                           // Not capped: send/recv pairs of at most 256 KiB moved as LL128 lines (up to 8
+                           // blocks a pair and direction).
                            // The CUDA backend's kernels only: the NCCL backend does not pass it to NCCL
   std::string backend;     // "auto", "cuda" or "nccl" (see BRAID_BACKEND); empty: BRAID_BACKEND
   std::string nccl_library;  // the NCCL the NCCL backend loads (path or name); empty: BRAID_NCCL_LIBRARY
@@ -134,8 +136,8 @@ class Communicator {
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
   // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there, an
   // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, which keeps its SM kernels where the other
-  // takes the copy engines, a reduce-scatter on 2 ranks beyond 64 MiB, or 128 MiB of symmetric input, in place on
-  // one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
+  // takes the copy engines, a reduce-scatter on 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
+  // input (symmetric or registered, whole 16-byte rank blocks), in place on one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
   // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and fail
   // on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
   // then unusable) instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where
@@ -161,8 +163,9 @@ class Communicator {
   // LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer (register_buffer)
   // takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric ones at the same
   // offsets in the same allocations. In place the call runs the staged paths whatever the buffers, so a call in
-  // place on some ranks only fails with kMismatch where the others run zero copy, or, on 2 ranks beyond 64 MiB,
-  // move their blocks through the copy engines (see Agreement above).
+  // place on some ranks only fails with kMismatch where the others run zero copy, or, on buffers no peer maps,
+  // move their blocks through the copy engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond 32 MiB; see Agreement
+  // above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it
@@ -196,7 +199,8 @@ class Communicator {
   // matches the k-th receive q makes from this rank; their byte sizes must be equal (a mismatch writes nothing of
   // that pair and the receiving rank's check() raises kMismatch; the NCCL backend does not detect it; above 64 MiB, where a pair moves in chunks through the copy engines
   // (32 MiB on 2 ranks with the default BRAID_PIPELINE_BYTES), sizes whose chunk counts differ also leave the
-  // longer side waiting until it fails with kTimeout, and the communicator is unusable; on NVLink hosts a pair of at
+  // longer side waiting until it fails with kTimeout, and the communicator is unusable, and so do sizes on both
+  // sides of 64 MiB (each side picks chunks or FIFOs from its own size); on NVLink hosts a pair of at
   // most 256 KiB moves as one message of LL128 lines, so sizes on both sides of 256 KiB leave the receiver waiting
   // until it fails with kTimeout too). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
