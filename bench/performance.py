@@ -179,8 +179,10 @@ def page(rows, goals):
                 name = goal["name"] + (f" ({label})" if label else "")
                 out.append(f"| {name} | {goal_target(goal)} | {gpu} | {text} | {'yes' if met else '**no**'} |")
                 reason = goal.get("reason")
-                if isinstance(reason, dict):
+                if isinstance(reason, dict):  # one per value of `per`
                     reason = reason.get(label)
+                if isinstance(reason, dict):  # one per machine kind, "other" for the rest
+                    reason = reason.get(gpu, reason.get("other"))
                 if not met and reason:
                     missed.append((name, gpu, reason))
     out.append("")

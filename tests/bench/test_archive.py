@@ -113,6 +113,15 @@ class PerformanceTest(unittest.TestCase):
         self.assertIn("| 2.50 µs | yes |", text)
         self.assertNotIn("the floor", text)
 
+    def test_a_reason_may_differ_per_machine_kind(self):
+        goal = {"name": "small", "kind": "max", "value": 3.0, "per": "buffers",
+                "reason": {"cudaMalloc": {"nvidia-h100-x2": "the H100 floor", "other": "the floor"}},
+                "select": {"world": 2, "collective": "allreduce", "bytes": 8192}}
+        other = dict(self.rows(4.0), gpu="nvidia-h200-x2", gpu_name="NVIDIA H200")
+        text = performance.page([self.rows(4.0), other], [goal])
+        self.assertIn("- small (cudaMalloc), nvidia-h100-x2: the H100 floor", text)
+        self.assertIn("- small (cudaMalloc), nvidia-h200-x2: the floor", text)
+
     def test_the_checked_in_page_is_what_the_archive_gives(self):
         self.assertEqual(performance.main(["--check"]), 0)
 
