@@ -18,7 +18,9 @@
 // its last reduction, the slower GPU's; busbw = bytes / 2 / time (nccl-tests' reduce-scatter busbw on 2 ranks).
 // "one copy" is the push of a whole block with no reduction, the engine's bound. The output is checked once per
 // case.
-// Usage: copy_engine_reduce_scatter
+// With `blocks`, only 256 and 512 MiB: one copy, and tapers 128/8 and 128/4 with each chunk's reduction on 16, 32,
+// 64, 132 or 264 blocks of 512 threads (264 elsewhere).
+// Usage: copy_engine_reduce_scatter [blocks]
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 bench/probes/copy_engine_reduce_scatter.cu -o build/probes/copy_engine_reduce_scatter
 #include <cuda_runtime.h>
@@ -48,6 +50,7 @@ struct Schedule {
   size_t pulled = 0;           // bytes at the end of the block that SMs load instead
   int pull_blocks = 0;
   bool reduce = true;
+  int reduce_blocks = 264;  // blocks of 512 threads of each chunk's reduction
 };
 
 Schedule uniform(size_t block, size_t chunk) {
@@ -76,7 +79,8 @@ Schedule taper(size_t block, size_t max_chunk, size_t floor, size_t pulled = 0, 
   return s;
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool sweep_blocks = argc > 1 && std::string(argv[1]) == "blocks";
   const size_t max_bytes = size_t(512) << 20;
   for (int g = 0; g < 2; ++g) {
     gpu[g].in = filled_input(g, max_bytes);
@@ -125,7 +129,7 @@ int main() {
           const int p = 1 - g;
           CHECK(cudaSetDevice(g));
           CHECK(cudaStreamWaitEvent(gpu[g].reduce, gpu[p].landed[k], 0));
-          add_into<<<264, 512, 0, gpu[g].reduce>>>(reinterpret_cast<const float4*>(gpu[g].in + g * block + at),
+          add_into<<<s.reduce_blocks, 512, 0, gpu[g].reduce>>>(reinterpret_cast<const float4*>(gpu[g].in + g * block + at),
                                                    reinterpret_cast<const float4*>(gpu[g].out + at),
                                                    reinterpret_cast<float4*>(gpu[g].out + at), chunk / 16);
           CHECK(cudaGetLastError());
@@ -165,7 +169,19 @@ int main() {
     Schedule one = uniform(block, block);
     one.name = "one copy";
     one.reduce = false;
+    if (sweep_blocks && bytes < (size_t(256) << 20)) continue;
     run(bytes, one);
+    if (sweep_blocks) {
+      for (size_t floor : {8 * kMiB, 4 * kMiB}) {
+        for (int blocks : {16, 32, 64, 132, 264}) {
+          Schedule s = taper(block, 128 * kMiB, floor);
+          s.reduce_blocks = blocks;
+          s.name += " reduce " + std::to_string(blocks);
+          run(bytes, s);
+        }
+      }
+      continue;
+    }
     run(bytes, uniform(block, 64 * kMiB));
     run(bytes, uniform(block, 32 * kMiB));
     run(bytes, taper(block, 64 * kMiB, 16 * kMiB));
