@@ -10,8 +10,8 @@
 //     which no SM runs;
 //   - a kernel before the copy and stream memory operations after it;
 //   - a stream write of the flag, then a one-block kernel that only waits for the peer's.
-// Each figure: 10 calls timed with events on each GPU's stream, the slower GPU, the median of 7 after 2
-// warm-ups, in us a call and busbw (the block over the time).
+// Each figure: 10 calls timed with events on each GPU's stream, the slower GPU's median of 7 after 2 warm-ups
+// (slower_gpu_median_us), in us a call and busbw (the block over the time).
 // Usage: copy_engine_barriers [block MiB ...]   (default 128 256: all-gathers of 256 and 512 MiB)
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 bench/probes/copy_engine_barriers.cu -lcuda -o build/probes/copy_engine_barriers
@@ -26,10 +26,11 @@
 
 #include "probe_check.cuh"
 #include "probe_copy.cuh"
+#include "probe_reduce.cuh"
 #include "probe_vmm.cuh"
 
 constexpr size_t kMiB = size_t(1) << 20;
-constexpr int kCalls = 10, kRuns = 7, kWarmups = 2;
+constexpr int kCalls = 10;
 
 // Stores `epoch` into the peer's flag (unless `signal` is off), then waits until this GPU's flag reaches it.
 __global__ void barrier_kernel(unsigned int* mine, unsigned int* peer, unsigned int epoch, bool signal) {
@@ -133,15 +134,10 @@ int main(int argc, char** argv) {
       {"write + kernel wait", Barrier::kWriteThenKernelWait, Barrier::kWriteThenKernelWait},
       {"kernel barriers (again)", Barrier::kKernel, Barrier::kKernel},
   };
-  std::printf("# copy_engine_barriers: us a call and busbw GB/s, %d calls, slower GPU, median of %d\n", kCalls, kRuns);
+  std::printf("# copy_engine_barriers: us a call and busbw GB/s, %d calls, the slower GPU's median of 7\n", kCalls);
   for (const size_t block : blocks) {
     for (const Variant& v : variants) {
-      std::vector<float> times;
-      for (int rep = 0; rep < kWarmups + kRuns; ++rep) {
-        for (int g = 0; g < 2; ++g) {
-          CHECK(cudaSetDevice(g));
-          CHECK(cudaDeviceSynchronize());
-        }
+      const auto issue = [&] {
         for (int g = 0; g < 2; ++g) {
           CHECK(cudaSetDevice(g));
           CHECK(cudaEventRecord(gpu[g].start, gpu[g].stream));
@@ -152,16 +148,14 @@ int main(int argc, char** argv) {
             call(g, v, block);
           }
         }
-        float ms = 0;
         for (int g = 0; g < 2; ++g) {
           CHECK(cudaSetDevice(g));
           CHECK(cudaEventRecord(gpu[g].stop, gpu[g].stream));
         }
-        for (int g = 0; g < 2; ++g) ms = std::max(ms, elapsed_ms(g, gpu[g].start, gpu[g].stop));
-        if (rep >= kWarmups) times.push_back(ms);
-      }
-      std::sort(times.begin(), times.end());
-      const double us = times[times.size() / 2] * 1e3 / kCalls;
+      };
+      const float total_us = slower_gpu_median_us([](int) {}, issue, {gpu[0].start, gpu[1].start},
+                                                  {gpu[0].stop, gpu[1].stop});
+      const double us = double(total_us) / kCalls;
       std::printf("block %4zu MiB  %-28s %9.1f us %7.1f GB/s\n", block / kMiB, v.name, us, block / us / 1e3);
     }
   }
