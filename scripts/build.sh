@@ -24,7 +24,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then  # a note only: building needs no
   fi
 fi
 
-packages=(cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev)
+packages=(cmake ninja-build g++ libgtest-dev libfmt-dev libcli11-dev nlohmann-json3-dev libssl-dev spin)
 # Debian's own python3 needs its headers (python3-dev) for the Python package's extension, and pip.
 if [ "$(command -v python3 || true)" = /usr/bin/python3 ]; then packages+=(python3-dev python3-pip); fi
 missing=()
