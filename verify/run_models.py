@@ -207,7 +207,9 @@ def main():
         first, _, rest = detail.partition("\n")
         print(f"{verdict}  {what} {run.label():48} {seconds:6.1f} s  {first}", flush=True)
         if rest:
-            print("      " + rest.replace("\n", "\n      "), flush=True)
+            lines = rest.splitlines()
+            lines = lines[:24] + (["..."] if len(lines) > 24 else [])
+            print("\n".join("      " + line for line in lines), flush=True)
         passed, failed = (passed + 1, failed) if ok else (passed, failed + 1)
     print(f"{passed} passed, {failed} failed ({time.monotonic() - started:.1f} s)")
     return 0 if failed == 0 else 1
