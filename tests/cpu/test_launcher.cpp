@@ -419,6 +419,71 @@ TEST_F(LauncherTest, RanksDieWithTheLauncherEvenByItsSigkill) {
   EXPECT_TRUE(all_gone_within(pids, 5.0)) << "a rank outlived braid-run";
 }
 
+// Pids that the ranks' scripts wrote to `name`0, `name`1, ... (each file renamed into place once whole).
+std::vector<pid_t> read_named_pids(const fs::path& dir, const std::string& name, int nprocs) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < nprocs; ++rank) {
+    std::ifstream file(dir / fmt::format("{}{}", name, rank));
+    pid_t pid = 0;
+    file >> pid;
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+// Kills whatever of `pids` a failed check left running, so a failure does not leak sleepers.
+void kill_survivors(const std::vector<pid_t>& pids) {
+  for (pid_t pid : pids) {
+    if (pid > 0 && process_alive(pid)) kill(pid, SIGKILL);
+  }
+}
+
+// A script that starts a background worker, records its pid, and waits for it.
+constexpr const char* kWorkerScript = R"(sleep 1000 &
+file="$WORKER_DIR/worker$BRAID_RANK"
+echo $! > "$file.part" && mv "$file.part" "$file"
+)";
+
+// The rank is a wrapper script whose worker is its child, so the rank's own death signal does not reach
+// it: the guardian kills the rank's whole process group when braid-run is SIGKILLed.
+TEST_F(LauncherTest, RankProcessTreeDiesWithTheLauncherBySigkill) {
+  const fs::path script = dir_ / "rank.sh";
+  std::ofstream(script) << "#!/bin/sh\n" << kWorkerScript << "wait\n";
+  fs::permissions(script, fs::perms::owner_all);
+  setenv("WORKER_DIR", dir_.c_str(), 1);
+  Launch launch = start_braid_run({"-n", "2", "--", script.string()});
+  unsetenv("WORKER_DIR");
+  const bool started = wait_for_files({path("worker0"), path("worker1")}, 10.0);
+  const std::vector<pid_t> workers = read_named_pids(dir_, "worker", 2);
+  kill(launch.pid, SIGKILL);
+  Outcome outcome = finish(launch);
+  const bool gone = all_gone_within(workers, 2.0);
+  kill_survivors(workers);
+  ASSERT_TRUE(started) << outcome.err;
+  EXPECT_EQ(outcome.exit_code, -SIGKILL);
+  for (pid_t worker : workers) EXPECT_GT(worker, 0);
+  EXPECT_TRUE(gone) << "a rank's worker outlived braid-run";
+}
+
+// A rank exits 0 while its background worker still runs: braid-run stops the worker (it is in the rank's
+// process group) before it exits, and still exits 0.
+TEST_F(LauncherTest, LeftoversOfRanksThatExitedZeroAreStoppedBeforeItExits) {
+  setenv("WORKER_DIR", dir_.c_str(), 1);
+  const auto start = Clock::now();
+  Outcome outcome = run_script(2, std::string(kWorkerScript) + "exit 0\n");
+  const double elapsed = seconds_since(start);
+  unsetenv("WORKER_DIR");
+  const std::vector<pid_t> workers = read_named_pids(dir_, "worker", 2);
+  EXPECT_EQ(outcome.exit_code, 0) << outcome.err;
+  EXPECT_LT(elapsed, 4.0);
+  EXPECT_NE(outcome.err.find("exited and left processes in their process group; stopping them"), std::string::npos)
+      << outcome.err;
+  const bool gone = std::none_of(workers.begin(), workers.end(), process_alive);  // already, not eventually
+  kill_survivors(workers);
+  for (pid_t worker : workers) EXPECT_GT(worker, 0);
+  EXPECT_TRUE(gone) << "a rank's worker outlived braid-run";
+}
+
 TEST_F(LauncherTest, SigquitToLauncherStopsRanks) {
   Launch launch = start_sleeping_ranks(2, dir_.string());
   ASSERT_TRUE(wait_for_files({path("pid0.tmp"), path("pid1.tmp")}, 10.0));

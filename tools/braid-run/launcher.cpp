@@ -1,9 +1,13 @@
 #include "launcher.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <string_view>
@@ -52,7 +57,11 @@ Ranks read stdin from /dev/null; each line they print is prefixed with "[rank] "
 When a rank fails, the others are stopped and braid-run exits with that rank's code (128 + signal if it
 was killed by one). When a rank exits 0 and others still run --grace-s later, they are stopped and
 braid-run exits with 124. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank and stop the job;
-SIGUSR1 and SIGUSR2 are forwarded only. A rank is killed when braid-run dies (even by SIGKILL).
+SIGUSR1 and SIGUSR2 are forwarded only.
+Each rank runs in its own process group, and that group (the rank's process tree) ends with braid-run:
+processes a rank leaves behind when it exits are stopped (SIGTERM, then SIGKILL after --timeout-s) before
+braid-run exits, and if braid-run itself is killed (even by SIGKILL) a guardian process SIGKILLs every
+rank's group. A descendant that leaves the group (setsid, setpgid) is not covered.
 
 options:
   -n, --nprocs N    number of ranks to start (required, 1 to 16)
@@ -316,6 +325,156 @@ std::string describe_exit(int status) {
 }
 
 // ------------------------------------------------------------------------------------------------
+// The guardian: kills every rank's process group when braid-run is gone, however it went.
+
+// NOTE [guardian]
+// braid-run forks the guardian first, before the store's thread, any signal handler or any rank. The two
+// share a SOCK_SEQPACKET socket pair: each rank, between its fork and its exec, sends its process-group id
+// (its pid) on braid-run's end, so the guardian knows the group before the group can have a descendant;
+// braid-run sends the id negated once it is done with the group, just before it reaps the group's leader
+// (NOTE [group ids]). The guardian reads until end of file, which comes when every copy of braid-run's end is
+// closed: braid-run exited in any way, SIGKILL included (a rank's copy is closed at its exec, or dies with it
+// through PR_SET_PDEATHSIG). Then it SIGKILLs every group it still knows and exits. It keeps nothing of the
+// job alive: its own process group and every signal blocked (a terminal's ^C or hangup reaches braid-run's
+// group only), /dev/null for stdin, stdout and stderr, no other descriptor, "/" as its directory. After fork
+// it makes only async-signal-safe calls.
+
+// The guardian's end of the socket pair, after it has rearranged its descriptors.
+constexpr int kGuardianChannelFd = 3;
+
+// A group id to watch (> 0) or to forget (< 0), as one message. Async-signal-safe; the guardian being gone
+// only loses the message (no SIGPIPE). The socket buffer holds far more messages than a job ever sends.
+void send_group_message(int channel, int32_t message) {
+  while (::send(channel, &message, sizeof message, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+}
+
+// Closes every descriptor from `first` on (up to `last` where close_range is missing).
+void close_descriptors_from(int first, int last) {
+#ifdef SYS_close_range
+  if (::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
+#endif
+  for (int fd = first; fd <= last; ++fd) ::close(fd);
+}
+
+[[noreturn]] void run_guardian(int launcher_end, int guardian_end, int last_fd) {
+  ::setpgid(0, 0);
+  ::close(launcher_end);
+  if (guardian_end != kGuardianChannelFd) ::dup2(guardian_end, kGuardianChannelFd);
+  close_descriptors_from(kGuardianChannelFd + 1, last_fd);
+  const int null_fd = ::open("/dev/null", O_RDWR);
+  if (null_fd >= 0) {
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(null_fd, fd);
+    if (null_fd > STDERR_FILENO) ::close(null_fd);
+  }
+  [[maybe_unused]] int ignored = ::chdir("/");
+  pid_t groups[kMaxRanks] = {};
+  for (;;) {
+    int32_t message = 0;
+    const ssize_t n = ::recv(kGuardianChannelFd, &message, sizeof message, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file: braid-run is gone
+    if (n != sizeof message || message == 0 || message == INT32_MIN) continue;
+    pid_t* slot = std::find(std::begin(groups), std::end(groups), message > 0 ? 0 : -message);
+    if (slot != std::end(groups)) *slot = message > 0 ? message : 0;
+  }
+  for (pid_t group : groups) {
+    if (group > 0) ::kill(-group, SIGKILL);
+  }
+  ::_exit(0);
+}
+
+class Guardian {
+ public:
+  Guardian() {
+    int ends[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ends) != 0) throw_errno("socketpair");
+    UniqueFd launcher_end(ends[0]), guardian_end(ends[1]);
+    rlimit files{};
+    const int last_fd = ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < (1u << 20)
+                            ? static_cast<int>(files.rlim_cur) - 1
+                            : (1 << 20) - 1;
+    // Every signal stays blocked in the guardian; in braid-run the mask is restored after fork.
+    sigset_t all, original;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &original);
+    pid_ = ::fork();
+    if (pid_ == 0) run_guardian(launcher_end.get(), guardian_end.get(), last_fd);
+    const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
+    if (pid_ < 0) {
+      errno = fork_errno;
+      throw_errno("fork for the guardian");
+    }
+    channel_ = std::move(launcher_end);
+  }
+
+  // Closing the channel lets the guardian exit (it kills the groups it still knows: none after a normal
+  // end); it is reaped here when it does so at once, else by whoever adopts it.
+  ~Guardian() {
+    channel_.reset();
+    if (gone_) return;
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (::waitpid(pid_, nullptr, WNOHANG) == 0 && Clock::now() < deadline) {
+      ::usleep(1000);
+    }
+  }
+
+  Guardian(const Guardian&) = delete;
+  Guardian& operator=(const Guardian&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // braid-run's end, which each rank inherits until its exec to announce its group.
+  int channel() const { return channel_.get(); }
+  // The group is done: the guardian no longer kills it.
+  void forget(pid_t group) const { send_group_message(channel_.get(), -static_cast<int32_t>(group)); }
+  // braid-run reaped the guardian (it died early: nothing kills the ranks if braid-run is killed now).
+  void mark_gone() { gone_ = true; }
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd channel_;
+  bool gone_ = false;
+};
+
+// ------------------------------------------------------------------------------------------------
+// Processes, as /proc shows them: who is left in a rank's group, and braid-run's zombie children.
+
+struct ProcessEntry {
+  pid_t pid;
+  pid_t parent;
+  pid_t group;
+  char state;  // 'Z' (zombie) or 'X' (dead): gone
+};
+
+// Every process of this pid namespace, or nullopt when /proc cannot be read. O(processes on the host); used
+// when a leader exits and, rate-limited, while groups are being stopped.
+std::optional<std::vector<ProcessEntry>> list_processes() {
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return std::nullopt;
+  std::vector<ProcessEntry> processes;
+  while (const dirent* entry = ::readdir(proc)) {
+    auto pid = parse_number<pid_t>(entry->d_name);
+    if (!pid || *pid <= 0) continue;
+    UniqueFd stat(::open(fmt::format("/proc/{}/stat", *pid).c_str(), O_RDONLY | O_CLOEXEC));
+    if (!stat) continue;  // it exited meanwhile
+    char text[512];
+    const ssize_t n = ::read(stat.get(), text, sizeof text - 1);
+    if (n <= 0) continue;
+    text[n] = '\0';
+    const char* name_end = std::strrchr(text, ')');  // the command name may hold anything, ')' included
+    ProcessEntry process{*pid, 0, 0, '?'};
+    if (name_end && std::sscanf(name_end + 1, " %c %d %d", &process.state, &process.parent, &process.group) == 3) {
+      processes.push_back(process);
+    }
+  }
+  ::closedir(proc);
+  return processes;
+}
+
+bool is_gone(const ProcessEntry& process) { return process.state == 'Z' || process.state == 'X'; }
+
+// ------------------------------------------------------------------------------------------------
 // Signals. Handlers only set a flag and write a byte to a self-pipe that the poll loop watches, so a
 // signal arriving at any moment (even just before poll()) wakes the loop; all real work happens there.
 
@@ -522,13 +681,17 @@ ExecPlan make_exec_plan(int rank, const JobInfo& job, const std::vector<std::str
 }
 
 // The forked child: own process group (so a signal to the group reaches the rank's whole process tree),
-// stdio onto the pipes, braid-run's original signal state, then exec. Only async-signal-safe calls.
+// the group announced to the guardian, stdio onto the pipes, braid-run's original signal state, then exec.
+// Only async-signal-safe calls.
 [[noreturn]] void exec_child(const ExecPlan& plan, int stdin_fd, int stdout_fd, int stderr_fd,
-                             const SignalPipe& signals, const sigset_t& original_mask, pid_t launcher) {
+                             const SignalPipe& signals, const sigset_t& original_mask, pid_t launcher,
+                             int guardian_channel) {
   ::setpgid(0, 0);
   // Killed when braid-run dies, however it dies; if it died before this line, the rank never starts.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(128 + SIGKILL);
+  // Before exec, so the guardian knows the group before it can have a descendant (NOTE [guardian]).
+  send_group_message(guardian_channel, ::getpid());
   signals.restore_in_child();
   ::sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   ::dup2(stdin_fd, STDIN_FILENO);  // dup2 clears close-on-exec on the new descriptors
@@ -550,25 +713,50 @@ struct Rank {
         err(std::move(err), standard_error(), prefix ? fmt::format("[{}] ", index) : "") {}
 
   int index;
-  pid_t pid;  // also the id of its process group
-  bool running = true;
+  pid_t pid;              // also the id of its process group
+  bool running = true;    // its leader has not exited
+  bool released = false;  // its leader is reaped: braid-run never signals the group again
   LineForwarder out, err;
 };
+
+// A wait status (as waitpid gives it) from waitid's report of an exit.
+int wait_status_of(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return (info.si_status & 0xff) << 8;
+  return (info.si_status & 0x7f) | (info.si_code == CLD_DUMPED ? 0x80 : 0);
+}
+
+// NOTE [group ids]
+// A rank's process-group id is its leader's pid, and the kernel gives that number to nobody else while the
+// leader is unreaped (or any member lives). So braid-run learns of a leader's exit with WNOWAIT and keeps the
+// zombie while the group may still have members: it signals only groups whose leader it has not reaped,
+// and it reaps a leader only once /proc shows no live member left in the group (or SIGKILL went out a while
+// ago), right after telling the guardian to forget the group. Neither braid-run nor the guardian thus
+// signals a recycled id; the one gap is braid-run dying while it holds a zombie whose group is empty, when
+// init may reap that zombie just before the guardian's kill.
+// Held zombies come first in braid-run's list of children, so waitid(P_ALL) stops at them; orphans behind
+// them are found in /proc.
+
+// When SIGKILL has gone out and a group still shows members (stuck in the kernel), braid-run waits this long,
+// then reaps the leader and exits anyway: the members die when the kernel lets them.
+constexpr double kKillSettleS = 1.0;
+// While groups are being stopped, /proc is scanned at most this often.
+constexpr auto kScanInterval = std::chrono::milliseconds(100);
 
 // ------------------------------------------------------------------------------------------------
 // The job: starts the ranks, then one poll loop forwards output, reaps ranks and reacts to signals.
 
 class Job {
  public:
-  Job(const LaunchOptions& options, JobInfo info) : options_(options), info_(std::move(info)) {}
+  Job(const LaunchOptions& options, JobInfo info, Guardian& guardian)
+      : options_(options), info_(std::move(info)), guardian_(guardian) {}
 
   ~Job() {
-    // Only reached with ranks still running when braid-run itself fails: take them down with it.
-    if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; })) {
-      signal_all(SIGKILL);
-      for (Rank& rank : ranks_) {
-        if (rank.running) ::waitpid(rank.pid, nullptr, 0);
-      }
+    // Only reached with groups not yet released when braid-run itself fails: take them down with it.
+    for (const Rank& rank : ranks_) {
+      if (!rank.released) ::kill(-rank.pid, SIGKILL);
+    }
+    for (Rank& rank : ranks_) {
+      if (!rank.released) release(rank);
     }
   }
 
@@ -583,8 +771,11 @@ class Job {
     while (!finished()) {
       poll_once(poll_timeout_ms());
       handle_signals();
-      reap();
+      collect_exits();
+      reap_others();
+      release_emptied_groups();
       enforce_grace();
+      stop_leftovers();
       enforce_deadline();
     }
     for (Rank& rank : ranks_) {
@@ -609,7 +800,9 @@ class Job {
     ::pthread_sigmask(SIG_SETMASK, &all, &original);
     const pid_t launcher = ::getpid();
     pid_t pid = ::fork();
-    if (pid == 0) exec_child(plan, stdin_fd, out_write.get(), err_write.get(), signals_, original, launcher);
+    if (pid == 0) {
+      exec_child(plan, stdin_fd, out_write.get(), err_write.get(), signals_, original, launcher, guardian_.channel());
+    }
     int fork_errno = errno;
     ::pthread_sigmask(SIG_SETMASK, &original, nullptr);
     if (pid < 0) {
@@ -622,29 +815,30 @@ class Job {
   }
 
   bool stopping() const { return kill_deadline_.has_value(); }
+  bool any_running() const {
+    return std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
+  }
+  // A rank whose leader exited and was not reaped yet: its zombie keeps the group id (NOTE [group ids]).
+  static bool held(const Rank& rank) { return !rank.running && !rank.released; }
+  bool any_held() const { return std::any_of(ranks_.begin(), ranks_.end(), held); }
 
-  // Done when every rank is reaped and, if the job is being stopped, nothing of it is left: leftover
-  // members of a rank's group get the rest of the grace period (a shell that forwarded SIGTERM and
-  // exited while its child still cleans up), then SIGKILL.
+  // Done when every leader is reaped, which happens once its group is empty (NOTE [group ids]).
   bool finished() const {
-    bool all_reaped = std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; });
-    if (!all_reaped || !stopping() || killed_) return all_reaped;
-    return std::none_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
-      return ::kill(-r.pid, 0) == 0 || errno == EPERM;
-    });
+    return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.released; });
   }
 
   int poll_timeout_ms() const {
-    // SIGCHLD and signals wake the loop through the self-pipe; after SIGKILL only reaping is left.
+    // SIGCHLD and signals wake the loop through the self-pipe.
     if (!stopping() && first_success_) {  // wake at the grace deadline
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(first_success_->deadline - Clock::now());
       return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 1000));
     }
-    if (!stopping() || killed_) return -1;
-    // While stopping, wake at the SIGKILL deadline, and every 100 ms to see whether the groups are empty
-    // (members that are not our children send no SIGCHLD).
+    if (!stopping()) return -1;
+    // While stopping, wake at the SIGKILL deadline, and every scan interval to see whether the groups are
+    // empty (members that are not our children send no SIGCHLD).
+    if (killed_) return any_held() ? static_cast<int>(kScanInterval.count()) : -1;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*kill_deadline_ - Clock::now());
-    return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 100));
+    return static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, kScanInterval.count()));
   }
 
   void poll_once(int timeout_ms) {
@@ -688,18 +882,61 @@ class Job {
     }
   }
 
-  // Reaps every exited child: the ranks and, since braid-run is a subreaper, orphans from their trees.
-  void reap() {
-    int status;
-    pid_t pid;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-      auto rank = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid; });
-      if (rank != ranks_.end()) on_rank_exit(*rank, status);
+  // Learns which leaders exited, leaving them unreaped (NOTE [group ids]).
+  void collect_exits() {
+    for (Rank& rank : ranks_) {
+      if (!rank.running) continue;
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(rank.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == rank.pid) {
+        on_rank_exit(rank, wait_status_of(info));
+      }
+    }
+  }
+
+  Rank* unreleased_rank_led_by(pid_t pid) {
+    auto rank = std::find_if(ranks_.begin(), ranks_.end(), [&](const Rank& r) { return r.pid == pid && !r.released; });
+    return rank == ranks_.end() ? nullptr : &*rank;
+  }
+
+  // Reaps every exited child but the leaders braid-run holds: orphans from the ranks' trees (braid-run is
+  // their subreaper) and the guardian. Runs after SIGCHLD only.
+  void reap_others() {
+    if (!signals_.take(SIGCHLD)) return;
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+      Rank* rank = unreleased_rank_led_by(info.si_pid);
+      if (rank == nullptr) {
+        reap_child(info.si_pid);
+        continue;
+      }
+      if (rank->running) on_rank_exit(*rank, wait_status_of(info));  // it exited after collect_exits
+      break;  // a held leader hides the zombies behind it
+    }
+    auto processes = list_processes();
+    if (!processes) return;
+    const pid_t self = ::getpid();
+    for (const ProcessEntry& process : *processes) {
+      if (process.parent == self && process.state == 'Z' && !unreleased_rank_led_by(process.pid)) {
+        reap_child(process.pid);
+      }
+    }
+  }
+
+  void reap_child(pid_t pid) {
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG) != 0 || info.si_pid != pid) return;
+    if (pid == guardian_.pid()) {
+      guardian_.mark_gone();
+      say(fmt::format("the guardian process {} {}; if braid-run is killed now, its ranks outlive it", pid,
+                      describe_exit(wait_status_of(info))));
     }
   }
 
   void on_rank_exit(Rank& rank, int status) {
     rank.running = false;
+    leader_exited_ = true;
     // Its last output first, so the failure message follows it.
     rank.out.read_available(true);
     rank.err.read_available(true);
@@ -711,6 +948,49 @@ class Job {
     if (!failed || exit_code_) return;  // only the first failure (or signal) decides the exit code
     exit_code_ = exit_code_of(status);
     say(fmt::format("rank {} {}", rank.index, describe_exit(status)));
+    begin_stop(SIGTERM);
+  }
+
+  // Tells the guardian to forget the group, then reaps its leader (waiting for it only after SIGKILL).
+  void release(Rank& rank) {
+    guardian_.forget(rank.pid);
+    while (::waitpid(rank.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    rank.running = false;
+    rank.released = true;
+  }
+
+  // Releases held ranks whose group has no live member left. /proc is read when a leader has just exited
+  // (once) and, while the job stops or ends, at most every kScanInterval; the job's run costs nothing.
+  // Leftover members of a group get the stop's grace (a shell that forwarded SIGTERM and exited while its
+  // child still cleans up), then SIGKILL, then kKillSettleS.
+  void release_emptied_groups() {
+    const bool ending = stopping() || !any_running();
+    const bool due = leader_exited_ || (ending && Clock::now() >= next_scan_);
+    if (!any_held() || !due) return;
+    leader_exited_ = false;
+    next_scan_ = Clock::now() + kScanInterval;
+    const auto processes = list_processes();  // unreadable: treat every group as occupied
+    const bool settled = killed_ && Clock::now() >= *kill_settled_;
+    for (Rank& rank : ranks_) {
+      if (!held(rank)) continue;
+      const bool occupied = !processes || std::any_of(processes->begin(), processes->end(), [&](const ProcessEntry& p) {
+        return p.group == rank.pid && p.pid != rank.pid && !is_gone(p);
+      });
+      if (!occupied || settled) release(rank);
+    }
+  }
+
+  // Every leader has exited and some groups still have processes (a rank's background child): they are
+  // stopped as a failed job's ranks are, without changing the exit code.
+  void stop_leftovers() {
+    if (stopping() || any_running() || !any_held()) return;
+    std::vector<int> left;
+    for (const Rank& rank : ranks_) {
+      if (held(rank)) left.push_back(rank.index);
+    }
+    say(fmt::format("rank(s) {} exited and left processes in their process group; stopping them",
+                    fmt::join(left, ", ")));
     begin_stop(SIGTERM);
   }
 
@@ -738,25 +1018,32 @@ class Job {
 
   void enforce_deadline() {
     if (!stopping() || killed_ || Clock::now() < *kill_deadline_) return;
-    say(fmt::format("ranks still running {} s after being stopped; sending SIGKILL", options_.timeout_s));
+    say(fmt::format("ranks' processes still running {} s after being stopped; sending SIGKILL", options_.timeout_s));
     signal_all(SIGKILL);
     killed_ = true;
+    kill_settled_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                       std::chrono::duration<double>(kKillSettleS));
   }
 
-  // Signals every rank's process group, including groups whose leader has exited, whose leftover members
-  // are part of the job too. (A group id is not reused while the group has members, and the stop takes
-  // seconds, so an emptied id is not handed to an unrelated group in between.)
+  // Signals every group braid-run has not released, whether its leader still runs or is a held zombie
+  // (NOTE [group ids]).
   void signal_all(int signo) {
-    for (const Rank& rank : ranks_) ::kill(-rank.pid, signo);
+    for (const Rank& rank : ranks_) {
+      if (!rank.released) ::kill(-rank.pid, signo);
+    }
   }
 
   const LaunchOptions& options_;
   JobInfo info_;
+  Guardian& guardian_;
   SignalPipe signals_;
   std::vector<Rank> ranks_;
   std::optional<int> exit_code_;                    // set by the first failing rank or received signal
   std::optional<Clock::time_point> kill_deadline_;  // set once the job is being stopped
   bool killed_ = false;                             // SIGKILL has been sent
+  std::optional<Clock::time_point> kill_settled_;   // after SIGKILL, when occupied groups are released anyway
+  bool leader_exited_ = false;                      // a leader exited since the last scan of /proc
+  Clock::time_point next_scan_{};                   // while stopping, the earliest next scan of /proc
   struct FirstSuccess {
     int rank;
     Clock::time_point deadline;  // the others must be done by then (--grace-s)
@@ -785,11 +1072,13 @@ int launch(const LaunchOptions& options) {
     // Orphans of the ranks' process trees become braid-run's children, so it reaps them (no zombies
     // under an init that does not reap) and can tell when a stopped rank's group is really empty.
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    // Before the store starts its thread and before any rank (NOTE [guardian]).
+    Guardian guardian;
     // The job's secret: the one this braid-run was given (BRAID_JOB_SECRET), else a new one for this job.
     std::string secret = job_secret();
     if (secret.empty()) secret = generate_job_secret();
     StoreServer store("127.0.0.1", 0, StoreLimits{}, secret);
-    Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id(), secret});
+    Job job(options, {options.nprocs, fmt::format("127.0.0.1:{}", store.port()), new_job_id(), secret}, guardian);
     job.start();
     const int code = job.wait();
     drain_outputs();

@@ -1,5 +1,6 @@
 // braid-run: starts N ranks of a program on this host, serves their bootstrap store, prefixes their output
-// with the rank, forwards signals, and tears the job down when one rank fails.
+// with the rank, forwards signals, tears the job down when one rank fails, and ends each rank's process tree
+// (its process group) with itself, however it exits.
 #pragma once
 
 #include <optional>
@@ -18,7 +19,7 @@ constexpr int kMaxRanks = 16;
 
 struct LaunchOptions {
   int nprocs = 0;                    // ranks to start (>= 1)
-  double timeout_s = 5.0;            // grace between SIGTERM and SIGKILL when stopping ranks
+  double timeout_s = 5.0;            // grace between SIGTERM and SIGKILL when stopping ranks or leftovers
   double grace_s = 300.0;            // once a rank exited 0, how long the others may still run (0: no limit)
   bool prefix = true;                // prefix every output line with "[rank] "
   std::vector<std::string> command;  // program and its arguments
@@ -36,7 +37,8 @@ ParsedArgs parse_args(int argc, char** argv);
 
 // Runs the job to completion and returns braid-run's exit code: 0 when every rank exits 0; the first
 // failing rank's code (128 + signal when it was killed by one); 128 + signal when braid-run itself was
-// interrupted first; kExitGraceExpired when ranks still ran --grace-s after one exited 0.
+// interrupted first; kExitGraceExpired when ranks still ran --grace-s after one exited 0. Processes left in a
+// rank's group are stopped before it returns.
 int launch(const LaunchOptions& options);
 
 }  // namespace braid::run
