@@ -1,20 +1,37 @@
-// File descriptor passing over abstract-namespace Unix sockets (SCM_RIGHTS).
+// File descriptor passing over Unix sockets (SCM_RIGHTS) whose files lie in a directory private to this user.
 //
-// Every message is one short-lived connection: the sender connects to the receiver's listener,
-// sends a 16-byte header with the fd attached, and closes. The kernel keeps the connection (and the
-// fd in flight) in the listener's backlog until the receiver accepts it, so a send never waits for
-// the receiver to be in receive(): only for its listener to exist. Every wait is bounded by timeout_s.
+// Every rank binds "<directory>/braid-fd-<scope>-<rank>" (NOTE [private socket directory]). Every message is one
+// short-lived connection: the sender connects to the receiver's listener, sends a 16-byte header with the fd
+// attached, and closes. The kernel keeps the connection (and the fd in flight) in the listener's backlog until
+// the receiver accepts it, so a send never waits for the receiver to be in receive(): only for its listener to
+// exist. Both ends also ask the kernel who is on the other side (SO_PEERCRED): only this uid, and once admit()
+// has named them, only the ranks' own processes. A socket file of a rank's name that nobody listens on (a rank
+// that died) is removed before bind; an exchanger removes its own file when it closes. Every wait is bounded by
+// timeout_s.
+//
+// NOTE [private socket directory]
+// The kernel checks search permission on every directory of a socket's path at connect() and bind(), so socket
+// files inside a directory of mode 0700 cannot be reached by another uid (root aside): it cannot fill a rank's
+// backlog, pose as a rank, or bind a rank's name first. The directory is $XDG_RUNTIME_DIR/braid when
+// XDG_RUNTIME_DIR is a directory owned by this user, else /tmp/braid-<euid>; it is made with mode 0700 when
+// missing, and trusted only when it is a real directory (not a symbolic link), owned by geteuid(), with no group
+// or other permission bits. Anything else is refused with an error naming the path; a directory this process did
+// not make is never chmod-ed. Every rank of a job on a host must resolve the same directory: one uid, one
+// XDG_RUNTIME_DIR (or none), one filesystem view. Ranks in different mount namespaces (containers without a
+// shared /tmp or XDG_RUNTIME_DIR) cannot pass fds to each other.
 #include "bootstrap/fd_passing.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -43,17 +60,66 @@ void close_quietly(int fd) {
   if (fd >= 0) ::close(fd);
 }
 
-// Abstract address for `name` (the leading NUL marks the abstract namespace; no file is created,
-// and the name disappears with the last socket bound to it).
-socklen_t abstract_address(const std::string& name, sockaddr_un* address) {
+// Longest path a socket address holds (sun_path, less its terminating NUL).
+constexpr size_t kMaxPathLength = sizeof(sockaddr_un::sun_path) - 1;
+constexpr const char* kNamePrefix = "braid-fd-";
+constexpr size_t kHashLength = 17;  // "~" and 16 hex digits: what socket_path puts in place of a long scope's tail
+
+// Address of the socket file at `path` (at most kMaxPathLength bytes).
+socklen_t path_address(const std::string& path, sockaddr_un* address) {
   std::memset(address, 0, sizeof(*address));
   address->sun_family = AF_UNIX;
-  std::memcpy(address->sun_path + 1, name.data(), name.size());
-  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  std::memcpy(address->sun_path, path.data(), path.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
 }
 
-// Longest name abstract_address can hold.
-constexpr size_t kMaxNameLength = sizeof(sockaddr_un::sun_path) - 1;
+// Makes `directory` (mode 0700) if it is missing, then refuses it unless it is private to this user (NOTE
+// [private socket directory]). Checked through an fd opened without following links, so what is checked is
+// what was opened.
+void prepare_private_directory(const std::string& directory) {
+  const bool made = ::mkdir(directory.c_str(), 0700) == 0;
+  if (!made && errno != EEXIST) {
+    raise_system("mkdir", errno, fmt::format("making the fd passing socket directory {}", directory));
+  }
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP || err == ENOTDIR) {
+      raise(ErrorCode::kSystemError,
+            "fd passing: socket directory {} is not a directory (a symbolic link or another file); refusing it, "
+            "since another user could have made it point anywhere",
+            directory);
+    }
+    raise_system("open", err, fmt::format("checking the fd passing socket directory {}", directory));
+  }
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    raise_system("fstat", err, fmt::format("checking the fd passing socket directory {}", directory));
+  }
+  if (made && (info.st_mode & 07777) != 0700) {  // ours, made just now: the umask may have taken owner bits
+    if (::fchmod(fd, 0700) != 0) {
+      const int err = errno;
+      ::close(fd);
+      raise_system("fchmod", err, fmt::format("setting mode 0700 on the fd passing socket directory {}", directory));
+    }
+    info.st_mode = (info.st_mode & ~07777) | 0700;
+  }
+  ::close(fd);
+  if (info.st_uid != ::geteuid()) {
+    raise(ErrorCode::kSystemError,
+          "fd passing: socket directory {} is owned by uid {}, not by this process's uid {}; refusing it (another "
+          "user may have made it first: remove it, or set XDG_RUNTIME_DIR to a directory of your own)",
+          directory, info.st_uid, ::geteuid());
+  }
+  if ((info.st_mode & 077) != 0) {
+    raise(ErrorCode::kSystemError,
+          "fd passing: socket directory {} has mode {:04o}: other users may enter it; refusing it (it must have no "
+          "group or other permissions, e.g. chmod 0700 {})",
+          directory, info.st_mode & 07777, directory);
+  }
+}
 
 
 // Waits until `fd` reports `events` or `timeout_ms` passes; false on timeout. EINTR just retries
@@ -65,20 +131,35 @@ bool wait_for(int fd, short events, int timeout_ms) {
   return ready > 0;
 }
 
-// Connects a non-blocking socket to `name`. Returns the socket, or -1 when the peer is not there
-// yet (not bound: ECONNREFUSED; backlog full: EAGAIN, then *backlog_full is set), so the caller retries. A
-// blocking connect would wait on a full backlog without bound.
-int try_connect(const std::string& name, bool* backlog_full) {
+// Connects a non-blocking socket to the socket file at `path`. Returns the socket, or -1 when the peer is not
+// there yet (no file: ENOENT; bound but not listening, or a stale file: ECONNREFUSED; backlog full: EAGAIN, then
+// *backlog_full is set), so the caller retries. A blocking connect would wait on a full backlog without bound.
+int try_connect(const std::string& path, bool* backlog_full) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
   sockaddr_un address;
-  socklen_t length = abstract_address(name, &address);
+  socklen_t length = path_address(path, &address);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), length) == 0) return fd;
   int err = errno;
   ::close(fd);
   *backlog_full = err == EAGAIN;
   if (err == ECONNREFUSED || err == EAGAIN || err == ENOENT || err == EINTR) return -1;
-  raise_system("connect", err, fmt::format("fd passing to socket @{}", name));
+  raise_system("connect", err, fmt::format("fd passing to socket {}", path));
+}
+
+// Removes the socket file at `path` when no listener is behind it (a rank that died without closing); false
+// when it is live (a connection gets through) or is not a socket file of this user, which stays.
+bool remove_stale_socket(const std::string& path) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return errno == ENOENT;
+  if (!S_ISSOCK(info.st_mode) || info.st_uid != ::geteuid()) return false;
+  const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (probe < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
+  sockaddr_un address;
+  const socklen_t length = path_address(path, &address);
+  const bool refused = ::connect(probe, reinterpret_cast<sockaddr*>(&address), length) != 0 && errno == ECONNREFUSED;
+  ::close(probe);  // a live listener sees an empty connection and drops it quietly (stash_message)
+  return refused && (::unlink(path.c_str()) == 0 || errno == ENOENT);
 }
 
 // Sends the header with `fd` attached (SCM_RIGHTS on the first byte), then any remainder.
@@ -120,6 +201,8 @@ struct Message {
   int fd = -1;
 };
 
+enum class ReadResult { kMessage, kEmpty, kMalformed };  // kEmpty: closed before its first byte (a probe)
+
 // Takes the fds out of a received control buffer: the first becomes *fd, any extra are closed
 // (a well-formed message carries exactly one).
 void take_fds(msghdr* message, int* fd) {
@@ -138,9 +221,9 @@ void take_fds(msghdr* message, int* fd) {
   }
 }
 
-// Reads a header and its fd from `connection`. Returns false (closing any fd received) when the
-// peer closes early, sends garbage, or the deadline passes.
-bool read_message(int connection, net::Deadline deadline, Message* out) {
+// Reads a header and its fd from `connection`. Anything but kMessage closes any fd received: the peer closed
+// before sending a byte (kEmpty), or closed early, sent garbage or let the deadline pass (kMalformed).
+ReadResult read_message(int connection, net::Deadline deadline, Message* out) {
   char* bytes = reinterpret_cast<char*>(&out->header);
   size_t received = 0;
   while (received < sizeof(Header)) {
@@ -163,19 +246,19 @@ bool read_message(int connection, net::Deadline deadline, Message* out) {
       break;  // closed early or failed
     }
   }
-  if (received == sizeof(Header) && out->header.magic == kMagic && out->fd >= 0) return true;
+  if (received == sizeof(Header) && out->header.magic == kMagic && out->fd >= 0) return ReadResult::kMessage;
   close_quietly(out->fd);
   out->fd = -1;
-  return false;
+  return received == 0 ? ReadResult::kEmpty : ReadResult::kMalformed;
 }
 
-// Connects to `name`, retrying until the deadline; -1 when it passes, with *backlog_full telling whether the
-// last attempt found the listener's backlog full (rather than no listener).
-int connect_until(const std::string& name, net::Deadline deadline, bool* backlog_full) {
+// Connects to the socket at `path`, retrying until the deadline; -1 when it passes, with *backlog_full telling
+// whether the last attempt found the listener's backlog full (rather than no listener).
+int connect_until(const std::string& path, net::Deadline deadline, bool* backlog_full) {
   // The peer may not have bound its listener yet: retry with a short, growing pause.
   int pause_ms = 1;
   while (true) {
-    int connection = try_connect(name, backlog_full);
+    int connection = try_connect(path, backlog_full);
     if (connection >= 0) return connection;
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) return -1;
@@ -185,8 +268,9 @@ int connect_until(const std::string& name, net::Deadline deadline, bool* backlog
 }
 
 // Who is on the other side of `connection`, as the kernel says (for a connection to a listener: the process
-// that called listen()); uid -1 when it cannot say. Abstract sockets have no file permissions, so without this
-// any local user could hand us fds posing as a rank, or listen on a rank's name and take ours.
+// that called listen()); uid -1 when it cannot say. The private directory already keeps other users out; this
+// check holds where a socket file was reached some other way (defence in depth), and tells the job's own
+// processes apart once admit() names them.
 ucred peer_credentials(int connection) {
   ucred credentials{};
   credentials.uid = static_cast<uid_t>(-1);
@@ -199,51 +283,95 @@ ucred peer_credentials(int connection) {
 
 }  // namespace
 
-FdExchanger::FdExchanger(std::string scope, int rank, int size, double timeout_s)
-    : scope_(std::move(scope)), rank_(rank), size_(size), timeout_s_(timeout_s) {
+FdExchanger::FdExchanger(std::string scope, int rank, int size, double timeout_s, std::string directory)
+    : scope_(std::move(scope)),
+      directory_(directory.empty() ? default_directory() : std::move(directory)),
+      rank_(rank),
+      size_(size),
+      timeout_s_(timeout_s) {
   if (size_ < 1) raise_invalid_argument("FdExchanger", "size", "must be at least 1, got {}", size_);
   if (rank_ < 0 || rank_ >= size_) {
     raise_invalid_argument("FdExchanger", "rank", "must be in [0, {}) (size), got {}", size_, rank_);
   }
   if (!(timeout_s_ > 0)) raise_invalid_argument("FdExchanger", "timeout_s", "must be positive, got {}", timeout_s_);
+  // The longest socket path, that of the highest rank with a shortened scope, must fit in sun_path.
+  const size_t name_room = 1 + std::strlen(kNamePrefix) + kHashLength + 1 + std::to_string(size_ - 1).size();
+  if (directory_.size() + name_room > kMaxPathLength) {
+    raise(ErrorCode::kSystemError,
+          "fd passing: socket directory {} is too long ({} bytes): a socket path holds at most {} bytes, and "
+          "the socket's name needs {} of them (set XDG_RUNTIME_DIR to a shorter path)",
+          directory_, directory_.size(), kMaxPathLength, name_room);
+  }
+  prepare_private_directory(directory_);
 
-  const std::string name = socket_name(rank_);
+  const std::string path = socket_path(rank_);
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) raise_system("socket(AF_UNIX)", errno, "fd passing");
   sockaddr_un address;
-  socklen_t length = abstract_address(name, &address);
-  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length) != 0) {
+  socklen_t length = path_address(path, &address);
+  int bound = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length);
+  if (bound != 0 && errno == EADDRINUSE && remove_stale_socket(path)) {
+    bound = ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), length);
+  }
+  if (bound != 0) {
     int err = errno;
     close_quietly(listen_fd_);
     if (err == EADDRINUSE) {
       raise(ErrorCode::kSystemError,
-            "fd passing: socket @{} is already in use: another exchanger with scope '{}' and rank {} exists on "
-            "this host (scopes must be unique per communicator)",
-            name, scope_, rank_);
+            "fd passing: socket {} is already in use: another exchanger with scope '{}' and rank {} exists on "
+            "this host (scopes must be unique per communicator), or a file that is not this user's socket has "
+            "its name",
+            path, scope_, rank_);
     }
-    raise_system("bind", err, fmt::format("fd passing on socket @{}", name));
+    raise_system("bind", err, fmt::format("fd passing on socket {}", path));
   }
-  if (::listen(listen_fd_, kListenBacklog) != 0) {
+  struct stat info {};
+  const char* failed = ::listen(listen_fd_, kListenBacklog) != 0 ? "listen"
+                       : ::lstat(path.c_str(), &info) != 0   ? "lstat"
+                                                             : nullptr;
+  if (failed != nullptr) {
     int err = errno;
     close_quietly(listen_fd_);
-    raise_system("listen", err, fmt::format("fd passing on socket @{}", name));
+    ::unlink(path.c_str());
+    raise_system(failed, err, fmt::format("fd passing on socket {}", path));
   }
+  socket_device_ = info.st_dev;
+  socket_inode_ = info.st_ino;
 }
 
 FdExchanger::~FdExchanger() {
   // Connections still in the backlog are dropped with the listener; the kernel releases their fds.
   close_quietly(listen_fd_);
+  // The socket file goes with it, unless another file has taken its name since.
+  const std::string path = socket_path(rank_);
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) == 0 && info.st_dev == socket_device_ && info.st_ino == socket_inode_) {
+    ::unlink(path.c_str());
+  }
   for (auto& [key, fd] : pending_) close_quietly(fd);
 }
 
-std::string FdExchanger::socket_name(int rank) const {
-  std::string suffix = "-" + std::to_string(rank);
-  std::string name = "braid-fd-" + scope_ + suffix;
-  if (name.size() <= kMaxNameLength) return name;
-  // Too long for sun_path: keep a readable prefix of the scope and make it unique with a hash.
-  std::string hash = fmt::format("~{:016x}", stable_hash(scope_));
-  size_t keep = kMaxNameLength - std::string("braid-fd-").size() - hash.size() - suffix.size();
-  return "braid-fd-" + scope_.substr(0, keep) + hash + suffix;
+std::string FdExchanger::default_directory() {
+  // XDG_RUNTIME_DIR is this user's per-login directory (usually /run/user/<uid>, mode 0700) where it is set.
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  struct stat info {};
+  if (runtime != nullptr && runtime[0] == '/' && ::stat(runtime, &info) == 0 && S_ISDIR(info.st_mode) &&
+      info.st_uid == ::geteuid()) {
+    return std::string(runtime) + "/braid";
+  }
+  return "/tmp/braid-" + std::to_string(::geteuid());
+}
+
+std::string FdExchanger::socket_path(int rank) const {
+  const std::string prefix = directory_ + "/" + kNamePrefix;
+  const std::string suffix = "-" + std::to_string(rank);
+  if (prefix.size() + scope_.size() + suffix.size() <= kMaxPathLength) return prefix + scope_ + suffix;
+  // Too long for sun_path: keep a readable prefix of the scope and make it unique with a hash (the constructor
+  // checked that the directory leaves room for one).
+  const std::string hash = fmt::format("~{:016x}", stable_hash(scope_));
+  const size_t fixed = prefix.size() + hash.size() + suffix.size();
+  const size_t keep = fixed < kMaxPathLength ? kMaxPathLength - fixed : 0;
+  return prefix + scope_.substr(0, keep) + hash + suffix;
 }
 
 void FdExchanger::send(int peer, int fd, uint64_t tag) {
@@ -252,39 +380,39 @@ void FdExchanger::send(int peer, int fd, uint64_t tag) {
   }
   if (fd < 0) raise_invalid_argument("FdExchanger::send", "fd", "must be an open file descriptor, got {}", fd);
 
-  const std::string name = socket_name(peer);
+  const std::string path = socket_path(peer);
   const net::Deadline deadline = net::deadline_after(timeout_s_);
   bool backlog_full = false;
-  int connection = connect_until(name, deadline, &backlog_full);
+  int connection = connect_until(path, deadline, &backlog_full);
   if (connection < 0 && backlog_full) {
     raise(ErrorCode::kTimeout,
-          "fd passing: the backlog of socket @{} (rank {}; up to {} connections) stayed full for {} s (a flood of "
+          "fd passing: the backlog of socket {} (rank {}; up to {} connections) stayed full for {} s (a flood of "
           "connections, or a rank that stopped receiving); rank {} sent nothing for tag {}",
-          name, peer, kListenBacklog, timeout_s_, rank_, tag);
+          path, peer, kListenBacklog, timeout_s_, rank_, tag);
   }
   if (connection < 0) {
     raise(ErrorCode::kTimeout,
-          "fd passing: rank {} is not listening on socket @{} after {} s (rank {} sending fd for tag {})", peer,
-          name, timeout_s_, rank_, tag);
+          "fd passing: rank {} is not listening on socket {} after {} s (rank {} sending fd for tag {})", peer,
+          path, timeout_s_, rank_, tag);
   }
-  // The listener's credentials date from its listen(): one of another user that bound the name first (abstract
-  // names are listed in /proc/net/unix and carry no permissions), or once the ranks' processes are known
-  // another process than the rank's, gets nothing of this rank's memory.
+  // The listener's credentials date from its listen(): one of another user (whose socket file reached the
+  // private directory some other way), or once the ranks' processes are known another process than the rank's,
+  // gets nothing of this rank's memory.
   const ucred listener = peer_credentials(connection);
-  if (listener.uid != ::getuid()) {
+  if (listener.uid != ::geteuid()) {
     ::close(connection);
     raise(ErrorCode::kSystemError,
-          "fd passing: the listener on socket @{} runs as another user than this process; rank {} sent nothing for "
-          "tag {} (another user may have bound rank {}'s socket name first)",
-          name, rank_, tag, peer);
+          "fd passing: the listener on socket {} runs as another user than this process; rank {} sent nothing for "
+          "tag {} (the socket file of rank {} is not its own)",
+          path, rank_, tag, peer);
   }
   const int expected = rank_pid(peer);
   if (expected != 0 && listener.pid != expected) {
     ::close(connection);
     raise(ErrorCode::kSystemError,
-          "fd passing: the listener on socket @{} is process {}, not rank {}'s process {}; rank {} sent nothing for "
+          "fd passing: the listener on socket {} is process {}, not rank {}'s process {}; rank {} sent nothing for "
           "tag {} (another process may have bound the rank's socket name first)",
-          name, listener.pid, peer, expected, rank_, tag);
+          path, listener.pid, peer, expected, rank_, tag);
   }
   Header header{kMagic, rank_, tag};
   bool sent = false;
@@ -296,8 +424,8 @@ void FdExchanger::send(int peer, int fd, uint64_t tag) {
   }
   ::close(connection);  // the message stays queued for the peer's accept
   if (!sent) {
-    raise(ErrorCode::kTimeout, "fd passing: could not send fd for tag {} to rank {} on socket @{} within {} s", tag,
-          peer, name, timeout_s_);
+    raise(ErrorCode::kTimeout, "fd passing: could not send fd for tag {} to rank {} on socket {} within {} s", tag,
+          peer, path, timeout_s_);
   }
 }
 
@@ -323,8 +451,8 @@ int FdExchanger::receive(int peer, uint64_t tag) {
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) {
       raise(ErrorCode::kTimeout,
-            "fd passing: rank {} did not send fd for tag {} within {} s (rank {} listening on socket @{})", peer,
-            tag, timeout_s_, rank_, socket_name(rank_));
+            "fd passing: rank {} did not send fd for tag {} within {} s (rank {} listening on socket {})", peer,
+            tag, timeout_s_, rank_, socket_path(rank_));
     }
     wait_for(listen_fd_, POLLIN, std::min(left_ms, kPollSliceMs));
   }
@@ -336,7 +464,7 @@ void FdExchanger::accept_pending_connections(net::Deadline deadline) {
     if (connection < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
       if (errno == EINTR || errno == ECONNABORTED) continue;
-      raise_system("accept", errno, fmt::format("fd passing on socket @{}", socket_name(rank_)));
+      raise_system("accept", errno, fmt::format("fd passing on socket {}", socket_path(rank_)));
     }
     stash_message(connection, std::max(deadline, net::deadline_after(kMinMessageReadS)));
     ::close(connection);
@@ -351,13 +479,15 @@ void FdExchanger::warn(const std::string& message) {
 void FdExchanger::stash_message(int connection, net::Deadline deadline) {
   Message message;
   const ucred sender_credentials = peer_credentials(connection);
-  if (sender_credentials.uid != ::getuid()) {
-    warn(fmt::format("fd passing: rank {} ignored a connection from another user on socket @{}", rank_,
-                     socket_name(rank_)));
+  if (sender_credentials.uid != ::geteuid()) {
+    warn(fmt::format("fd passing: rank {} ignored a connection from another user on socket {}", rank_,
+                     socket_path(rank_)));
     return;
   }
-  if (!read_message(connection, deadline, &message)) {
-    warn(fmt::format("fd passing: rank {} dropped a malformed message on socket @{}", rank_, socket_name(rank_)));
+  const ReadResult read = read_message(connection, deadline, &message);
+  if (read == ReadResult::kEmpty) return;  // a constructor probing whether this socket is live
+  if (read == ReadResult::kMalformed) {
+    warn(fmt::format("fd passing: rank {} dropped a malformed message on socket {}", rank_, socket_path(rank_)));
     return;
   }
   const int sender = message.header.sender;

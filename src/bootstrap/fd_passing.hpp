@@ -1,7 +1,10 @@
 // Passing file descriptors between the processes (or threads) of one host over Unix domain sockets
-// (SCM_RIGHTS). Each rank listens on an abstract-namespace socket whose name carries the communicator's
-// random id (not the job id), so two communicators on one host, of one job or of two, never collide.
+// (SCM_RIGHTS). Each rank listens on a socket file in a directory only this user may enter (mode 0700), named
+// after the communicator's random id (not the job id), so two communicators on one host, of one job or of two,
+// never collide, and processes of other users cannot connect.
 #pragma once
+
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -17,9 +20,11 @@ namespace braid {
 
 class FdExchanger {
  public:
-  // Listens on "\0braid-fd-<scope>-<rank>". `scope` must be unique per communicator on the host
-  // (the communicator's unique id). Throws Error(kSystemError) naming the socket if it is taken.
-  FdExchanger(std::string scope, int rank, int size, double timeout_s);
+  // Listens on "<directory>/braid-fd-<scope>-<rank>". `scope` must be unique per communicator on the host
+  // (the communicator's unique id). `directory` empty: default_directory(). Throws Error(kSystemError) naming
+  // the socket if it is taken, or naming the directory if it is not a private one (see NOTE [private socket
+  // directory] in fd_passing.cpp).
+  FdExchanger(std::string scope, int rank, int size, double timeout_s, std::string directory = "");
   ~FdExchanger();
   FdExchanger(const FdExchanger&) = delete;
   FdExchanger& operator=(const FdExchanger&) = delete;
@@ -40,8 +45,13 @@ class FdExchanger {
   // Result[r] is rank r's fd (caller owns them); result[rank] is -1.
   std::vector<int> all_exchange(int fd, uint64_t tag);
 
-  // Name of a rank's socket (without the leading NUL), for messages and tests.
-  std::string socket_name(int rank) const;
+  // Path of a rank's socket file, for messages and tests.
+  std::string socket_path(int rank) const;
+  const std::string& directory() const { return directory_; }
+
+  // Where every rank of this user on this host puts its socket: $XDG_RUNTIME_DIR/braid when XDG_RUNTIME_DIR is a
+  // directory owned by this user, else /tmp/braid-<euid>.
+  static std::string default_directory();
 
  private:
   using Deadline = std::chrono::steady_clock::time_point;
@@ -54,10 +64,13 @@ class FdExchanger {
   void warn(const std::string& message);  // rate-limited (warnings_); caller holds mutex_
 
   std::string scope_;
+  std::string directory_;
   int rank_;
   int size_;
   double timeout_s_;
   int listen_fd_ = -1;
+  dev_t socket_device_ = 0;  // the bound socket file, unlinked on close only if it is still this one
+  ino_t socket_inode_ = 0;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
   RateLimit warnings_{10, std::chrono::minutes(1)};  // under mutex_

@@ -8,9 +8,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "bootstrap/job_secret.hpp"
 #include "braid/memory.hpp"
@@ -33,9 +36,8 @@
 namespace braid {
 namespace detail {
 
-// The blobs of this process's live exports. A blob that names this process takes the same-process path (its
-// address used as it is, its descriptor number duplicated), so only a blob this process exported, and still
-// keeps alive, may: a forged one naming this process could otherwise point it at any address or descriptor.
+// The blobs naming this process that it accepts (NOTE [descriptors naming this process]): its live exports, and
+// the offers its thread-ranks make for their exchanges.
 class OwnExports {
  public:
   static OwnExports& get() {
@@ -56,26 +58,80 @@ class OwnExports {
     return blobs_.contains(blob);
   }
 
+  void offer(const MemoryContext& context, const std::string& blob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    forget_gone_communicators();
+    Offers& offers = offers_[{context.uid, context.rank}];
+    offers.communicator = context.registrations;
+    offers.blobs.push_back(blob);
+  }
+  void withdraw_all_but(const MemoryContext& context, const std::string& current) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    forget_gone_communicators();
+    const auto found = offers_.find({context.uid, context.rank});
+    if (found == offers_.end()) return;
+    std::vector<std::string>& blobs = found->second.blobs;
+    std::erase_if(blobs, [&](const std::string& blob) { return blob != current; });
+    if (blobs.empty()) offers_.erase(found);
+  }
+  bool offered(const std::string& communicator, int rank, const std::string& blob) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    forget_gone_communicators();
+    const auto found = offers_.find({communicator, rank});
+    if (found == offers_.end()) return false;
+    const std::vector<std::string>& blobs = found->second.blobs;
+    return std::find(blobs.begin(), blobs.end(), blob) != blobs.end();
+  }
+
  private:
+  struct Offers {
+    std::weak_ptr<const void> communicator;  // the offering rank's registration cache: gone with its communicator
+    std::vector<std::string> blobs;          // at most this exchange's and the one before
+  };
+  void forget_gone_communicators() {
+    std::erase_if(offers_, [](const auto& entry) { return entry.second.communicator.expired(); });
+  }
+
   std::mutex mutex_;
   std::multiset<std::string> blobs_;  // one entry a live export (two exports of one range pack alike)
+  std::map<std::pair<std::string, int>, Offers> offers_;  // by (communicator uid, offering rank)
 };
 
 ExportedRange::~ExportedRange() {
   if (!blob.empty()) OwnExports::get().remove(blob);
 }
 
-// The descriptor a blob of an import names, refused (kInvalidArgument naming `argument`) where it names this
-// process but is none of this process's live exports.
-MemoryDescriptor unpack_for_import(const std::string& blob, const char* function, const char* argument) {
+MemoryDescriptor unpack_for_import(const std::string& blob, const char* function, const char* argument,
+                                   std::optional<BlobOrigin> origin) {
   MemoryDescriptor descriptor = unpack(blob, function, argument, this_host_id(), job_secret());
-  if (descriptor.pid == static_cast<uint32_t>(getpid()) && !OwnExports::get().contains(blob)) {
+  if (descriptor.pid != static_cast<uint32_t>(getpid())) return descriptor;
+  if (!origin) {
+    if (OwnExports::get().contains(blob)) return descriptor;
     raise_invalid_argument(function, argument,
                            "names this process ({}) as its exporter, but this process has no such live export (a "
                            "forged blob, or one whose ExportedHandle is gone)",
                            getpid());
   }
-  return descriptor;
+  const MemoryContext& context = *origin->context;
+  if (origin->peer == context.rank) {
+    raise_invalid_argument(function, argument,
+                           "is rank {}'s own (this rank's) descriptor handed over as a peer's; a rank never takes "
+                           "its own memory from an exchange",
+                           context.rank);
+  }
+  if (OwnExports::get().offered(context.uid, origin->peer, blob)) return descriptor;
+  raise_invalid_argument(function, argument,
+                         "from rank {} names this process ({}) as its exporter, but rank {} is no thread of this "
+                         "process offering it for this exchange (a forged or replayed descriptor)",
+                         origin->peer, getpid(), origin->peer);
+}
+
+void offer_to_thread_ranks(const MemoryContext& context, const std::string& blob) {
+  if (!blob.empty()) OwnExports::get().offer(context, blob);
+}
+
+void withdraw_earlier_offers(const MemoryContext& context, const std::string& current) {
+  OwnExports::get().withdraw_all_but(context, current);
 }
 
 namespace {
@@ -170,11 +226,14 @@ size_t GlobalMemory::bytes(int rank) const {
 detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, const detail::ExportedRange& mine,
                                                 const char* function) {
   std::lock_guard<std::mutex> setup(context.setup_mutex);
+  offer_to_thread_ranks(context, mine.blob);
   const std::vector<std::string> blobs = context.bootstrap->allgather(mine.blob, "import_global");
+  withdraw_earlier_offers(context, mine.blob);
   const uint64_t tag = context.alloc_sequence++;
   std::vector<MemoryDescriptor> theirs(context.size);
-  for (int q = 0; q < context.size; ++q) {
-    theirs[q] = q == context.rank ? mine.descriptor : unpack_for_import(blobs[q], function, "peer handle");
+  for (int q = 0; q < context.size; ++q) {  // this rank's own entry is its own export, never one from the store
+    theirs[q] = q == context.rank ? mine.descriptor
+                                  : unpack_for_import(blobs[q], function, "peer handle", BlobOrigin{&context, q});
   }
   if (mine.descriptor.kind == MemoryKind::kPosixFd) {
     for (int q = 0; q < context.size; ++q) {

@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/log.hpp"
+#include "memory/export_import.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "memory/vmm.hpp"
@@ -135,7 +136,10 @@ std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const Memory
   FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
   MemoryDescriptor own = mine ? *mine : MemoryDescriptor{};
   if (mine && own.kind == MemoryKind::kPosixFd) own.fd = exported.fd = export_allocation_fd(own, state.device);
-  const std::vector<std::string> blobs = state.bootstrap->allgather(mine ? pack(own, job_secret()) : std::string(), what);
+  const std::string own_blob = mine ? pack(own, job_secret()) : std::string();
+  offer_to_thread_ranks(state, own_blob);  // NOTE [descriptors naming this process]
+  const std::vector<std::string> blobs = state.bootstrap->allgather(own_blob, what);
+  withdraw_earlier_offers(state, own_blob);
   // Every rank reads the same blobs: either all map, or none does (an empty blob is a rank that cannot share).
   for (const std::string& blob : blobs) {
     if (blob.empty()) return std::nullopt;
@@ -143,8 +147,8 @@ std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const Memory
   const uint64_t tag = state.alloc_sequence++;
   std::vector<MemoryDescriptor> theirs(state.size);
   for (int q = 0; q < state.size; ++q) {
-    if (q == state.rank) continue;
-    theirs[q] = unpack(blobs[q], what, "peer descriptor", this_host_id(), job_secret());
+    if (q == state.rank) continue;  // this rank's own entry is `own`, never one from the store
+    theirs[q] = unpack_for_import(blobs[q], what, "peer descriptor", BlobOrigin{&state, q});
   }
   if (exported.fd >= 0) {
     for (int q = 0; q < state.size; ++q) {

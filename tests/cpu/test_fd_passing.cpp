@@ -1,11 +1,14 @@
 // FdExchanger: ranks are threads of this process, each with its own exchanger on a fresh scope.
 // Identity of a received fd is checked through its content (memfd) or by writing through it (pipe).
+// Tests of other users are child processes that become uid 65534 (nobody): they need root, and skip without it.
 #include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -102,6 +106,72 @@ Error expect_error(Body body) {
 }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+
+constexpr uid_t kNobody = 65534;
+
+// Drops this (child) process to uid and gid 65534 with no supplementary groups; false when not allowed.
+// Only system calls: it runs between fork() and _exit().
+bool become_nobody() {
+  return ::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0;
+}
+
+// The address of the socket file at `path`.
+socklen_t socket_address(const std::string& path, sockaddr_un* address) {
+  *address = sockaddr_un{};
+  address->sun_family = AF_UNIX;
+  std::memcpy(address->sun_path, path.data(), path.size());
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
+}
+
+void close_quietly_all(std::initializer_list<int> fds) {
+  for (int fd : fds) {
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+// Waits at most `timeout_ms` for a byte on `fd`; 0 when none came.
+char read_byte_within(int fd, int timeout_ms) {
+  pollfd entry{fd, POLLIN, 0};
+  char byte = 0;
+  if (::poll(&entry, 1, timeout_ms) == 1 && ::read(fd, &byte, 1) == 1) return byte;
+  return 0;
+}
+
+// A fresh directory of mode 0700 under /tmp, removed with what the test left in it.
+class TemporaryDirectory {
+ public:
+  TemporaryDirectory() {
+    char pattern[] = "/tmp/braid-fd-test-XXXXXX";
+    const char* made = ::mkdtemp(pattern);
+    EXPECT_NE(made, nullptr) << std::strerror(errno);
+    path_ = made != nullptr ? made : "/nonexistent";
+  }
+  ~TemporaryDirectory() { remove_tree(path_); }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  static void remove_tree(const std::string& path) {
+    struct stat info {};
+    if (::lstat(path.c_str(), &info) != 0) return;
+    if (S_ISDIR(info.st_mode)) {
+      ::chmod(path.c_str(), 0700);
+      if (DIR* dir = ::opendir(path.c_str())) {
+        std::vector<std::string> names;
+        while (dirent* entry = ::readdir(dir)) {
+          const std::string name = entry->d_name;
+          if (name != "." && name != "..") names.push_back(name);
+        }
+        ::closedir(dir);
+        for (const std::string& name : names) remove_tree(path + "/" + name);
+      }
+      ::rmdir(path.c_str());
+    } else {
+      ::unlink(path.c_str());
+    }
+  }
+  std::string path_;
+};
 
 // Every rank shares a memfd with rank-specific content; every rank reads every other's.
 void exchange_memfds(int size) {
@@ -229,11 +299,8 @@ TEST(FdPassing, AFullBacklogIsNamed) {
   const std::string scope = fresh_scope();
   FdExchanger rank0(scope, 0, 2, 0.5);
   FdExchanger rank1(scope, 1, 2, 0.5);  // never receives
-  const std::string name = rank0.socket_name(1);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path + 1, name.data(), name.size());
-  const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  sockaddr_un address;
+  const socklen_t length = socket_address(rank0.socket_path(1), &address);
   std::vector<int> flood;
   bool full = false;
   for (int i = 0; i < 1024 && !full; ++i) {
@@ -262,17 +329,94 @@ TEST(FdPassing, AbsentPeerSendTimesOut) {
   int fd = memfd_with("x");
   Error error = expect_error([&] { rank0.send(1, fd, 3); });
   EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
-  EXPECT_TRUE(contains(error.what(), rank0.socket_name(1))) << error.what();
+  EXPECT_TRUE(contains(error.what(), rank0.socket_path(1))) << error.what();
   ::close(fd);
 }
 
-// Another user binds rank 1's socket name before rank 1 does (abstract names carry no permissions): rank 0's
-// send must refuse that listener and pass it nothing. The squatter is a child process of uid 65534 (nobody)
-// that accepts one connection and reports whether an fd came with it.
+// Another user floods rank 0's socket with connections (before the private directory, 257 of them filled its
+// backlog and rank 1's send failed): every connect() is refused with EACCES, and rank 1 still delivers an fd to
+// rank 0 within 1 s. The flooder is a child process of uid 65534 that keeps whatever connections it made open
+// until the delivery is over.
+TEST(FdPassing, OtherUsersCannotReachTheSocket) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to connect as another user (uid 65534)";
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 1.0);
+  FdExchanger rank1(scope, 1, 2, 1.0);
+  sockaddr_un address;
+  const socklen_t length = socket_address(rank0.socket_path(0), &address);
+  struct Report {
+    char status;  // 'u': may not change uid; 'd': done
+    int refused;  // EACCES
+    int connected;
+    int other;    // any other error
+  };
+  int report[2], release[2];
+  ASSERT_EQ(::pipe(report), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // the flooder: only system calls from here on
+    Report result{'u', 0, 0, 0};
+    if (become_nobody()) {
+      result.status = 'd';
+      for (int attempt = 0; attempt < 300; ++attempt) {
+        const int socket_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        if (::connect(socket_fd, reinterpret_cast<const sockaddr*>(&address), length) == 0) {
+          ++result.connected;  // kept open: it holds a place in the backlog
+          continue;
+        }
+        ++(errno == EACCES ? result.refused : result.other);
+        ::close(socket_fd);
+      }
+    }
+    (void)!::write(report[1], &result, sizeof(result));
+    pollfd entry{release[0], POLLIN, 0};
+    ::poll(&entry, 1, 10000);  // until the parent is done, at most 10 s
+    ::_exit(0);
+  }
+  ::close(report[1]);
+  ::close(release[0]);
+  Report result{};
+  pollfd entry{report[0], POLLIN, 0};
+  const bool reported = ::poll(&entry, 1, 10000) == 1 && ::read(report[0], &result, sizeof(result)) == sizeof(result);
+  if (reported && result.status == 'd') {
+    const int fd = memfd_with("rank 1's memory");
+    const auto start = std::chrono::steady_clock::now();
+    int got = -1;
+    try {
+      rank1.send(0, fd, 3);
+      got = rank0.receive(1, 3);
+    } catch (const Error& error) {
+      ADD_FAILURE() << "rank 1 could not pass an fd to rank 0 under the flood: " << error.what();
+    }
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (got >= 0) {
+      EXPECT_EQ(read_content(got), "rank 1's memory");
+    }
+    EXPECT_LT(elapsed, 1.0);
+    close_quietly_all({fd, got});
+  }
+  (void)!::write(release[1], "x", 1);
+  ::waitpid(child, nullptr, 0);
+  close_quietly_all({report[0], release[1]});
+  ASSERT_TRUE(reported) << "the flooder did not report";
+  if (result.status == 'u') GTEST_SKIP() << "this process may not change uid (setuid refused)";
+  EXPECT_EQ(result.refused, 300) << result.connected << " connections of uid 65534 got through, " << result.other
+                                 << " failed otherwise";
+  EXPECT_EQ(result.connected, 0);
+}
+
+// A socket file of another user that reached a rank's name some other way (here: renamed into the private
+// directory by this root process) is refused by the sender, which passes it nothing (the kernel's SO_PEERCRED,
+// checked behind the directory's permissions). The squatter is a child process of uid 65534 that listens in a
+// directory of its own, accepts one connection and reports whether an fd came with it.
 TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to start a listener as another user (uid 65534)";
-  const std::string scope = fresh_scope();
-  const std::string name = "braid-fd-" + scope + "-1";  // FdExchanger's name for rank 1 of a short scope
+  TemporaryDirectory theirs;
+  ASSERT_EQ(::chown(theirs.path().c_str(), kNobody, kNobody), 0) << std::strerror(errno);
+  const std::string squatter_path = theirs / "listener";
+  sockaddr_un address;
+  const socklen_t length = socket_address(squatter_path, &address);
   int report[2], ready[2];
   ASSERT_EQ(::pipe(report), 0);
   ASSERT_EQ(::pipe(ready), 0);
@@ -280,15 +424,11 @@ TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
   ASSERT_GE(child, 0);
   if (child == 0) {  // the squatter: only system calls from here on
     char result = 'e';
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) {
+    if (!become_nobody()) {
       (void)!::write(ready[1], "u", 1);  // root without the right to change uid (a restricted container)
     } else {
       const int listener = ::socket(AF_UNIX, SOCK_STREAM, 0);
-      sockaddr_un address{};
-      address.sun_family = AF_UNIX;
-      std::memcpy(address.sun_path + 1, name.data(), name.size());
-      const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-      if (::bind(listener, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(listener, 4) == 0) {
+      if (::bind(listener, reinterpret_cast<const sockaddr*>(&address), length) == 0 && ::listen(listener, 4) == 0) {
         (void)!::write(ready[1], "r", 1);
         pollfd entry{listener, POLLIN, 0};
         result = 'n';  // no connection
@@ -305,6 +445,8 @@ TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
           const ssize_t n = ::recvmsg(connection, &message, 0);
           result = n > 0 && message.msg_controllen > 0 ? 'f' : 'c';  // an fd came, or only a connection
         }
+      } else {
+        (void)!::write(ready[1], "e", 1);
       }
     }
     (void)!::write(report[1], &result, 1);
@@ -312,54 +454,59 @@ TEST(FdPassing, SenderRefusesAListenerOfAnotherUser) {
   }
   ::close(ready[1]);
   ::close(report[1]);
-  char byte = 0;
-  ASSERT_EQ(::read(ready[0], &byte, 1), 1) << "the squatter did not bind @" << name;
-  if (byte == 'u') {
+  const char state = read_byte_within(ready[0], 10000);
+  if (state != 'r') {
     ::waitpid(child, nullptr, 0);
-    GTEST_SKIP() << "this process may not change uid (setuid refused): no listener of another user could be made";
+    close_quietly_all({ready[0], report[0]});
+    if (state == 'u') GTEST_SKIP() << "this process may not change uid (setuid refused)";
+    FAIL() << "the squatter did not listen on " << squatter_path;
   }
+  const std::string scope = fresh_scope();
   FdExchanger rank0(scope, 0, 2, 5.0);
-  ASSERT_EQ(rank0.socket_name(1), name);
+  const std::string path = rank0.socket_path(1);
+  ASSERT_EQ(::rename(squatter_path.c_str(), path.c_str()), 0) << std::strerror(errno);
   const int fd = memfd_with("rank 0's memory");
   Error error = expect_error([&] { rank0.send(1, fd, 7); });
   EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
   EXPECT_TRUE(contains(error.what(), "another user")) << error.what();
-  EXPECT_TRUE(contains(error.what(), name)) << error.what();
-  char result = 0;
-  ASSERT_EQ(::read(report[0], &result, 1), 1);
+  EXPECT_TRUE(contains(error.what(), path)) << error.what();
+  const char result = read_byte_within(report[0], 15000);
   EXPECT_NE(result, 'f') << "the listener of another user received rank 0's fd";
-  EXPECT_EQ(result, 'c') << "the squatter saw no connection (n) or could not bind (e): the test did not run its case";
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  for (int descriptor : {fd, ready[0], report[0]}) ::close(descriptor);
+  EXPECT_EQ(result, 'c') << "the squatter saw no connection: the test did not run its case";
+  ::waitpid(child, nullptr, 0);
+  ::unlink(path.c_str());
+  close_quietly_all({fd, ready[0], report[0]});
 }
 
-// Another user connects to rank 0's socket first and sends a well-formed message posing as rank 1, with an fd of
-// its own: rank 0 drops it (another uid) and receives rank 1's real fd for that tag. The impostor is a child
-// process of uid 65534 (nobody).
+// A connection of another user that reached rank 0's listener some other way (here: through a hard link this
+// root process made in a directory the user may enter, to a socket it made writable) sends a well-formed message
+// posing as rank 1, with an fd of its own: rank 0 drops it (SO_PEERCRED: another uid) and receives rank 1's real
+// fd for that tag. The impostor is a child process of uid 65534.
 TEST(FdPassing, ReceiverDropsAMessageOfAnotherUser) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to send as another user (uid 65534)";
   const std::string scope = fresh_scope();
   FdExchanger rank0(scope, 0, 2, 5.0);
   FdExchanger rank1(scope, 1, 2, 5.0);
-  const std::string name = rank0.socket_name(0);
+  TemporaryDirectory open_to_them;
+  ASSERT_EQ(::chmod(open_to_them.path().c_str(), 0755), 0);
+  const std::string link = open_to_them / "rank0";
+  ASSERT_EQ(::link(rank0.socket_path(0).c_str(), link.c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(link.c_str(), 0777), 0);
+  sockaddr_un address;
+  const socklen_t length = socket_address(link, &address);
   int done[2];
   ASSERT_EQ(::pipe(done), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // the impostor: only system calls from here on
     char result = 'e';
-    if (::setgid(65534) != 0 || ::setuid(65534) != 0) {
+    if (!become_nobody()) {
       result = 'u';  // root without the right to change uid (a restricted container)
     } else {
       const int forged = ::memfd_create("forged", 0);
       (void)!::write(forged, "forged", 6);
       const int connection = ::socket(AF_UNIX, SOCK_STREAM, 0);
-      sockaddr_un address{};
-      address.sun_family = AF_UNIX;
-      std::memcpy(address.sun_path + 1, name.data(), name.size());
-      const socklen_t length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-      if (::connect(connection, reinterpret_cast<sockaddr*>(&address), length) == 0) {
+      if (::connect(connection, reinterpret_cast<const sockaddr*>(&address), length) == 0) {
         struct {
           uint32_t magic;
           int32_t sender;
@@ -384,8 +531,7 @@ TEST(FdPassing, ReceiverDropsAMessageOfAnotherUser) {
     ::_exit(0);
   }
   ::close(done[1]);
-  char result = 0;
-  ASSERT_EQ(::read(done[0], &result, 1), 1);
+  const char result = read_byte_within(done[0], 10000);
   ::waitpid(child, nullptr, 0);
   ::close(done[0]);
   if (result == 'u') GTEST_SKIP() << "this process may not change uid (setuid refused): no other user could send";
@@ -394,8 +540,132 @@ TEST(FdPassing, ReceiverDropsAMessageOfAnotherUser) {
   rank1.send(0, real, 5);
   const int got = rank0.receive(1, 5);
   EXPECT_EQ(read_content(got), "real") << "rank 0 took the other user's fd for rank 1's";
-  ::close(got);
-  ::close(real);
+  close_quietly_all({got, real});
+}
+
+// The socket directory is trusted only when it is a real directory of this user that no one else may enter;
+// otherwise the exchanger is not made, and the error names the directory.
+TEST(FdPassing, SocketDirectoryThatIsASymbolicLinkIsRefused) {
+  TemporaryDirectory base;
+  ASSERT_EQ(::mkdir((base / "real").c_str(), 0700), 0);
+  const std::string link = base / "link";
+  ASSERT_EQ(::symlink((base / "real").c_str(), link.c_str()), 0);
+  Error error = expect_error([&] { FdExchanger exchanger(fresh_scope(), 0, 1, 1.0, link); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), link)) << error.what();
+  EXPECT_TRUE(contains(error.what(), "symbolic link")) << error.what();
+}
+
+TEST(FdPassing, SocketDirectoryOthersMayEnterIsRefusedAndLeftAsItIs) {
+  TemporaryDirectory base;
+  const std::string open = base / "open";
+  ASSERT_EQ(::mkdir(open.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(open.c_str(), 0755), 0);
+  Error error = expect_error([&] { FdExchanger exchanger(fresh_scope(), 0, 1, 1.0, open); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), open)) << error.what();
+  EXPECT_TRUE(contains(error.what(), "mode 0755")) << error.what();
+  struct stat info {};
+  ASSERT_EQ(::stat(open.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0755u) << "the exchanger changed the mode of a directory it did not make";
+}
+
+TEST(FdPassing, SocketDirectoryOfAnotherUserIsRefused) {
+  TemporaryDirectory base;
+  std::string theirs = base / "theirs";
+  uid_t owner = kNobody;
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::mkdir(theirs.c_str(), 0700), 0);
+    ASSERT_EQ(::chown(theirs.c_str(), kNobody, kNobody), 0) << std::strerror(errno);
+  } else {
+    theirs = "/";  // root's
+    owner = 0;
+  }
+  Error error = expect_error([&] { FdExchanger exchanger(fresh_scope(), 0, 1, 1.0, theirs); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), theirs)) << error.what();
+  EXPECT_TRUE(contains(error.what(), "owned by uid " + std::to_string(owner))) << error.what();
+}
+
+// A missing directory is made with mode 0700 whatever the umask; the socket file goes when the exchanger does.
+TEST(FdPassing, MissingSocketDirectoryIsMadePrivate) {
+  TemporaryDirectory base;
+  const std::string directory = base / "made";
+  const mode_t umask_before = ::umask(0277);  // mkdir alone would make it 0500
+  std::string path;
+  {
+    FdExchanger exchanger(fresh_scope(), 0, 1, 1.0, directory);
+    ::umask(umask_before);
+    path = exchanger.socket_path(0);
+    EXPECT_EQ(path.rfind(directory + "/braid-fd-", 0), 0u) << path;
+    struct stat info {};
+    ASSERT_EQ(::lstat(directory.c_str(), &info), 0);
+    EXPECT_TRUE(S_ISDIR(info.st_mode));
+    EXPECT_EQ(info.st_mode & 07777, 0700u);
+    ASSERT_EQ(::lstat(path.c_str(), &info), 0);
+    EXPECT_TRUE(S_ISSOCK(info.st_mode));
+  }
+  ::umask(umask_before);
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << "the socket file stayed after its exchanger closed";
+}
+
+// A socket file left by a rank that died (bound, nobody listening) is replaced; a file that is not a socket is not.
+TEST(FdPassing, StaleSocketFileIsReplacedOtherFilesAreNot) {
+  TemporaryDirectory base;
+  const std::string scope = fresh_scope();
+  std::string path;
+  {
+    FdExchanger probe(scope, 0, 2, 1.0, base.path());
+    path = probe.socket_path(0);
+  }
+  const int dead = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un address;
+  const socklen_t length = socket_address(path, &address);
+  ASSERT_EQ(::bind(dead, reinterpret_cast<const sockaddr*>(&address), length), 0) << std::strerror(errno);
+  ::close(dead);  // the file stays, with no socket behind it
+  {
+    FdExchanger rank0(scope, 0, 2, 1.0, base.path());
+    FdExchanger rank1(scope, 1, 2, 1.0, base.path());
+    const int fd = memfd_with("after the stale file");
+    rank1.send(0, fd, 1);
+    const int got = rank0.receive(1, 1);
+    EXPECT_EQ(read_content(got), "after the stale file");
+    close_quietly_all({fd, got});
+  }
+  const int file = ::open(path.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(file, 0);
+  ::close(file);
+  Error error = expect_error([&] { FdExchanger rank0(scope, 0, 2, 1.0, base.path()); });
+  EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
+  EXPECT_TRUE(contains(error.what(), path)) << error.what();
+  struct stat info {};
+  ASSERT_EQ(::lstat(path.c_str(), &info), 0) << "a file that is not a socket was removed";
+  EXPECT_TRUE(S_ISREG(info.st_mode));
+}
+
+// The default directory: $XDG_RUNTIME_DIR/braid where XDG_RUNTIME_DIR is a directory of this user, else
+// /tmp/braid-<euid>.
+TEST(FdPassing, DefaultSocketDirectory) {
+  const char* saved = std::getenv("XDG_RUNTIME_DIR");
+  const std::string saved_value = saved != nullptr ? saved : "";
+  const std::string fallback = "/tmp/braid-" + std::to_string(::geteuid());
+  TemporaryDirectory runtime;
+  ::setenv("XDG_RUNTIME_DIR", runtime.path().c_str(), 1);
+  EXPECT_EQ(FdExchanger::default_directory(), runtime / "braid");
+  ::setenv("XDG_RUNTIME_DIR", (runtime / "missing").c_str(), 1);
+  EXPECT_EQ(FdExchanger::default_directory(), fallback);
+  if (::geteuid() == 0) {
+    ASSERT_EQ(::chown(runtime.path().c_str(), kNobody, kNobody), 0);
+    ::setenv("XDG_RUNTIME_DIR", runtime.path().c_str(), 1);
+  } else {
+    ::setenv("XDG_RUNTIME_DIR", "/", 1);  // root's
+  }
+  EXPECT_EQ(FdExchanger::default_directory(), fallback) << "took a runtime directory of another user";
+  ::unsetenv("XDG_RUNTIME_DIR");
+  EXPECT_EQ(FdExchanger::default_directory(), fallback);
+  if (saved != nullptr) ::setenv("XDG_RUNTIME_DIR", saved_value.c_str(), 1);
+  FdExchanger exchanger(fresh_scope(), 0, 1, 1.0);
+  EXPECT_EQ(exchanger.directory(), FdExchanger::default_directory());
 }
 
 TEST(FdPassing, ScopesDoNotCollide) {
@@ -403,11 +673,11 @@ TEST(FdPassing, ScopesDoNotCollide) {
   const std::string scope_b = fresh_scope();
   FdExchanger a(scope_a, 0, 2, kTimeoutS);
   FdExchanger b(scope_b, 0, 2, kTimeoutS);  // same rank, other scope: fine
-  EXPECT_NE(a.socket_name(0), b.socket_name(0));
+  EXPECT_NE(a.socket_path(0), b.socket_path(0));
 
   Error error = expect_error([&] { FdExchanger again(scope_a, 0, 2, kTimeoutS); });
   EXPECT_EQ(error.code(), ErrorCode::kSystemError) << error.what();
-  EXPECT_TRUE(contains(error.what(), a.socket_name(0))) << error.what();
+  EXPECT_TRUE(contains(error.what(), a.socket_path(0))) << error.what();
   EXPECT_TRUE(contains(error.what(), "already in use")) << error.what();
 }
 
@@ -415,8 +685,9 @@ TEST(FdPassing, LongScopeIsShortenedUniquely) {
   const std::string base = fresh_scope() + std::string(200, 'x');
   FdExchanger a(base + "a", 0, 1, kTimeoutS);
   FdExchanger b(base + "b", 0, 1, kTimeoutS);  // differs only past the truncation point
-  EXPECT_NE(a.socket_name(0), b.socket_name(0));
-  EXPECT_LE(a.socket_name(0).size(), 107u);
+  EXPECT_NE(a.socket_path(0), b.socket_path(0));
+  EXPECT_LE(a.socket_path(0).size(), 107u);  // sun_path's 108 bytes, less the terminating NUL
+  EXPECT_EQ(a.socket_path(0).rfind(a.directory() + "/braid-fd-", 0), 0u) << a.socket_path(0);
 }
 
 TEST(FdPassing, RejectsBadArguments) {
