@@ -94,7 +94,9 @@ def pan_verdict(output):
         found = "deadlock"
     elif "acceptance cycle" in output or "non-progress cycle" in output:
         found = "cycle"
-    truncated = "max search depth too small" in output or "depth-limit" in output.lower()
+    # A search cut short: by its depth bound, or by the memory bound (pan stops and still prints its error count).
+    truncated = any(sign in output for sign in ("max search depth too small", "reached -DMEMLIM bound",
+                                                "out of memory", "Search not completed"))
     return (int(errors.group(1)) if errors else None), found, truncated
 
 
@@ -147,7 +149,7 @@ def execute(run, path, spin, compiler):
             if errors != 0:
                 return False, f"{errors} error(s), {found}:\n" + out[-3000:]
             if truncated:
-                return False, "the search was cut short by its depth bound (raise MAX_DEPTH):\n" + out[-3000:]
+                return False, "the search was cut short (depth or memory bound):\n" + out[-3000:]
             return True, summary
         if errors == 0:
             return False, f"mutant not caught ({summary})"
