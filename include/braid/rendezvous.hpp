@@ -38,7 +38,10 @@ struct Rendezvous {
 };
 
 // A store served by this process until destroyed: for ranks that are threads of one process, or for a
-// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). With
+// custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). It listens on every
+// address `bind_host` resolves to ("localhost": 127.0.0.1 and ::1; "" or "0.0.0.0"/"::": every interface of that
+// family, "" both), so that no other process can hold one of them; throws kSystemError naming the address where
+// one is taken. With
 // BRAID_JOB_SECRET set in this process, it serves only clients that prove they know that secret (set it alike
 // in every process of the job); clients of this host that run as another user are closed whatever the secret
 // (docs/security.md). Throws kInvalidArgument naming BRAID_JOB_SECRET for a secret under 16 bytes.

@@ -24,8 +24,8 @@ def exchange_store_address(store, key: str, rank: int, size: int, multi_host: bo
     kept alive as long as the communicator."""
     host = None
     if rank == 0:
-        if multi_host:  # peers on other hosts connect: every interface, published under a name they reach
-            host = StoreHost("0.0.0.0", 0)
+        if multi_host:  # peers on other hosts connect: every interface of both families, under a name they reach
+            host = StoreHost("", 0)
             port = host.address.rsplit(":", 1)[1]
             address = f"{os.environ.get('MASTER_ADDR') or socket.gethostname()}:{port}"
         else:

@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "core/config.hpp"
@@ -55,6 +57,20 @@ std::string store_proof(const std::string& secret, StoreRole role, const std::st
   message += client_nonce;
   message += server_nonce;
   return job_mac(secret, message);
+}
+
+std::string store_session_key(const std::string& secret, const std::string& client_nonce,
+                              const std::string& server_nonce) {
+  return job_mac(secret, "braid store session" + client_nonce + server_nonce);
+}
+
+std::string store_frame_mac(const std::string& session_key, FrameDirection direction, uint64_t sequence,
+                            std::string_view body) {
+  std::string message(9 + body.size(), '\0');
+  message[0] = static_cast<char>(direction);
+  for (int i = 0; i < 8; ++i) message[1 + i] = static_cast<char>((sequence >> (8 * i)) & 0xff);
+  std::memcpy(message.data() + 9, body.data(), body.size());
+  return job_mac(session_key, message);
 }
 
 bool same_proof(const std::string& a, const std::string& b) {

@@ -9,6 +9,7 @@
 // the secret before it sends or reads any key (a process that took the store's port first gets nothing).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -36,6 +37,20 @@ enum class StoreRole { kServer, kClient };
 // HMAC-SHA256 of (role, client_nonce, server_nonce) keyed with the secret.
 std::string store_proof(const std::string& secret, StoreRole role, const std::string& client_nonce,
                         const std::string& server_nonce);
+
+// The key of one store connection's frame MACs, from the secret and both nonces of its handshake: a connection
+// whose handshake was relayed or recorded has a key nobody without the secret can compute.
+std::string store_session_key(const std::string& secret, const std::string& client_nonce,
+                              const std::string& server_nonce);
+
+// Which way a store frame goes: its MAC says so, so a request cannot be reflected as a reply.
+enum class FrameDirection : uint8_t { kRequest = 1, kReply = 2 };
+
+// The MAC a store frame carries after the handshake (32 bytes): HMAC-SHA256 keyed with the session key over the
+// direction, the frame's sequence number on its connection (each direction counts from 0) and its body.
+std::string store_frame_mac(const std::string& session_key, FrameDirection direction, uint64_t sequence,
+                            std::string_view body);
+constexpr size_t kStoreFrameMacBytes = 32;
 
 // HMAC-SHA256 of `message` keyed with the secret (32 bytes): what the store's proofs and signed memory handles
 // (memory/memory_handle.hpp) carry.

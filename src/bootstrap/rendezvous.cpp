@@ -430,8 +430,9 @@ Rendezvous Rendezvous::at_store(const std::string& store_address, int rank, int 
 std::string store_bind_host(const std::string& host) {
   std::string bare = host;
   if (bare.size() > 2 && bare.front() == '[' && bare.back() == ']') bare = bare.substr(1, bare.size() - 2);
-  if (bare == "localhost") return "127.0.0.1";
-  return net::is_loopback_host(bare) ? bare : "0.0.0.0";
+  // Every address of the name (localhost: 127.0.0.1 and ::1), so that no other process can take one the ranks
+  // dial; beyond loopback, every interface of both families ("").
+  return net::is_loopback_host(bare) ? bare : "";
 }
 
 }  // namespace braid

@@ -15,9 +15,10 @@ using Environment = std::map<std::string, std::string>;
 // Throws Error(kInvalidArgument) naming the variable that is missing or malformed.
 Rendezvous rendezvous_from_environment(const Environment& env);
 
-// The address rank 0's store binds for a store the ranks dial at `host`: a loopback alias binds exactly what
-// they dial (127.0.1.1, Debian's address for the host name, is not 127.0.0.1; ::1 is IPv6), "localhost" binds
-// 127.0.0.1 (clients try every address the name resolves to), and any other host every interface (0.0.0.0).
+// The address rank 0's store binds for a store the ranks dial at `host`: a loopback name binds every address it
+// resolves to (127.0.1.1, Debian's address for the host name, is not 127.0.0.1; "localhost" is both 127.0.0.1 and
+// ::1, and clients try every address of the name, so the store holds them all), any other host every interface of
+// both families ("").
 std::string store_bind_host(const std::string& host);
 
 // The process environment as a map.

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
@@ -153,40 +154,111 @@ int milliseconds_left(Deadline deadline) {
   return static_cast<int>(std::min<int64_t>(ms, INT_MAX));
 }
 
-int tcp_listen(const std::string& host, int port, int* bound_port) {
-  const std::string where = fmt::format("listening on {}:{}", host, port);
+namespace {
+
+// The addresses `host` names for listening, each once (a name may list one address twice).
+std::vector<sockaddr_storage> listen_addresses(const std::string& host, int port, const std::string& where) {
   std::string error;
   AddrInfoList addresses = resolve(host, port, /*passive=*/true, &error);
   if (!addresses) raise(ErrorCode::kSystemError, "{} failed: {}", where, error);
-
-  const char* failed_call = "socket";
-  int failed_errno = EADDRNOTAVAIL;
+  std::vector<sockaddr_storage> unique;
   for (const addrinfo* address = addresses.get(); address != nullptr; address = address->ai_next) {
-    const int fd = socket(address->ai_family, address->ai_socktype | SOCK_CLOEXEC, address->ai_protocol);
-    if (fd < 0) {
-      failed_call = "socket";
-      failed_errno = errno;
-      continue;
-    }
-    // A restarted server must be able to take its port back while old connections sit in TIME_WAIT.
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, address->ai_addr, address->ai_addrlen) != 0) {
-      failed_call = "bind";
-      failed_errno = errno;
-      close(fd);
-      continue;
-    }
-    if (listen(fd, SOMAXCONN) != 0) {
-      failed_call = "listen";
-      failed_errno = errno;
-      close(fd);
-      continue;
-    }
-    if (bound_port != nullptr) *bound_port = local_port(fd);
-    return fd;
+    sockaddr_storage entry{};
+    std::memcpy(&entry, address->ai_addr, std::min<size_t>(address->ai_addrlen, sizeof(entry)));
+    const bool seen = std::any_of(unique.begin(), unique.end(), [&](const sockaddr_storage& other) {
+      return std::memcmp(&other, &entry, sizeof(entry)) == 0;
+    });
+    if (!seen) unique.push_back(entry);
   }
-  raise_system(failed_call, failed_errno, where);
+  return unique;
+}
+
+void set_port(sockaddr_storage* address, int port) {
+  if (address->ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(address)->sin_port = htons(port);
+  if (address->ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(address)->sin6_port = htons(port);
+}
+
+std::string address_text(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (address.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(address).sin_addr, text, sizeof(text));
+    return text;
+  }
+  inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(address).sin6_addr, text, sizeof(text));
+  return fmt::format("[{}]", text);
+}
+
+// Whether a failed socket() or bind() means this host has no such address (IPv6 turned off, say): then nobody
+// can listen there, and the address is skipped.
+bool address_absent(int err) { return err == EAFNOSUPPORT || err == EADDRNOTAVAIL || err == EPROTONOSUPPORT; }
+
+// One listening socket on `address`; -1 with *err set when the address is absent here, -2 with *err set when it
+// is taken, throws otherwise. `v6_only`: an IPv6 socket takes IPv6 only (the name's IPv4 addresses get sockets
+// of their own).
+int listen_on(const sockaddr_storage& address, bool v6_only, const std::string& where, int* err) {
+  const int fd = socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *err = errno;
+    if (address_absent(*err)) return -1;
+    raise_system("socket", *err, where);
+  }
+  // A restarted server must be able to take its port back while old connections sit in TIME_WAIT.
+  const int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (address.ss_family == AF_INET6 && v6_only) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+  const socklen_t length = address.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0 || listen(fd, SOMAXCONN) != 0) {
+    *err = errno;
+    close(fd);
+    if (address_absent(*err)) return -1;
+    return -2;
+  }
+  return fd;
+}
+
+}  // namespace
+
+std::vector<int> tcp_listen(const std::string& host, int port, int* bound_port) {
+  const std::string where = fmt::format("listening on {}:{}", host.empty() ? "*" : host, port);
+  const std::vector<sockaddr_storage> addresses = listen_addresses(host, port, where);
+  const bool has_v4 = std::any_of(addresses.begin(), addresses.end(),
+                                  [](const sockaddr_storage& address) { return address.ss_family == AF_INET; });
+  // With port 0 the first address picks the port and the others take the same; where one of them is taken on
+  // that port by another process, pick again (a few times).
+  constexpr int kPortPicks = 8;
+  for (int pick = 0;; ++pick) {
+    std::vector<int> fds;
+    int chosen = port;
+    int failed_errno = EADDRNOTAVAIL;
+    std::string failed_address = host;
+    bool taken = false;
+    for (sockaddr_storage address : addresses) {
+      set_port(&address, chosen);
+      int err = 0;
+      const int fd = listen_on(address, has_v4, where, &err);
+      if (fd == -1) continue;  // no such address on this host
+      if (fd < 0) {
+        failed_errno = err;
+        failed_address = fmt::format("{}:{}", address_text(address), chosen);
+        taken = true;
+        break;
+      }
+      fds.push_back(fd);
+      if (chosen == 0) chosen = local_port(fd);
+    }
+    if (!taken && !fds.empty()) {
+      if (bound_port != nullptr) *bound_port = chosen;
+      return fds;
+    }
+    for (int fd : fds) close(fd);
+    if (taken && port == 0 && failed_errno == EADDRINUSE && pick + 1 < kPortPicks) continue;
+    if (taken) {
+      raise_system("bind", failed_errno,
+                   fmt::format("{} (on {}: every address of the name is taken, so that no other process can hold one "
+                               "of them and be dialled instead)", where, failed_address));
+    }
+    raise_system("bind", failed_errno, where);
+  }
 }
 
 bool is_loopback_host(const std::string& host) {
@@ -214,6 +286,7 @@ int tcp_connect(const std::string& host, int port, Deadline deadline, std::strin
                 double resolve_timeout) {
   std::string error;
   auto pause = std::chrono::duration_cast<Clock::duration>(kFirstRetryPause);
+  const Deadline started = Clock::now();
   const Deadline resolve_deadline = std::min(deadline, deadline_after(resolve_timeout));
   bool resolved_once = false;  // a name that resolved once and then not (DNS trouble) keeps the whole deadline
   // At least one attempt, even with a deadline already passed.
@@ -225,7 +298,9 @@ int tcp_connect(const std::string& host, int port, Deadline deadline, std::strin
         if (fd >= 0) return fd;
       }
     } else if (!resolved_once && Clock::now() >= resolve_deadline) {
-      error += fmt::format(" (for {:g} s, BRAID_RESOLVE_TIMEOUT_S)", resolve_timeout);
+      const double tried = std::chrono::duration<double>(Clock::now() - started).count();
+      error += fmt::format(" (for {:.3g} s{})", tried,
+                           resolve_deadline < deadline ? ", BRAID_RESOLVE_TIMEOUT_S" : ", the connection's timeout");
       break;
     }
     const auto now = Clock::now();

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace braid::net {
 
@@ -16,10 +17,13 @@ Deadline deadline_after(double seconds);
 // Milliseconds left until `deadline` (0 when passed), for poll().
 int milliseconds_left(Deadline deadline);
 
-// TCP: listen on host:port (port 0 picks one; *bound_port gets it); connect with retries until the deadline.
+// TCP: listen on host:port, on every address the name resolves to (an empty host: every interface, IPv4 and
+// IPv6), with one port for all of them (port 0 picks one; *bound_port gets it); addresses this host lacks are
+// skipped, one that another process holds fails the whole call (kSystemError naming it). Returns the listening
+// descriptors. Connect with retries until the deadline.
 // A host name that does not resolve is retried for resolve_timeout_s at most (BRAID_RESOLVE_TIMEOUT_S), which
 // covers a name that appears late (a pod's DNS record) without waiting the whole deadline on a typo.
-int tcp_listen(const std::string& host, int port, int* bound_port);
+std::vector<int> tcp_listen(const std::string& host, int port, int* bound_port);
 int tcp_connect(const std::string& host, int port, Deadline deadline);  // -1 when the deadline passes
 // As above; on failure *last_error (if given) says why the last attempt failed, for error messages.
 int tcp_connect(const std::string& host, int port, Deadline deadline, std::string* last_error);

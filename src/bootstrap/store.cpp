@@ -15,8 +15,18 @@
 //   reply   := u8 status, fields
 //   Any request may be answered REFUSED message:string, after which the server closes the connection.
 // A server with a job secret (bootstrap/job_secret.hpp) takes HELLO, then PROVE, then anything else from a
-// connection; before PROVE succeeded it refuses every other request and every frame over 256 bytes. Whatever
-// the secret, a client of this host whose socket another uid owns is closed at once (bootstrap/tcp_peer.hpp).
+// connection; before PROVE succeeded it refuses every other request and every frame over 256 bytes. After PROVE's
+// reply, every frame both ways ends in a 32-byte MAC (store_frame_mac: the connection's session key, the direction
+// and the frame's sequence number), which the receiver checks and strips: a frame altered, dropped, replayed,
+// reflected or injected by anyone between the ends (a relay that passed the handshake through) ends the
+// connection. Whatever the secret, a client of this host is served only when the kernel says its socket is the
+// store's own uid's, and closed at once otherwise, also when the kernel cannot say (bootstrap/tcp_peer.hpp).
+//
+// NOTE [store budget]
+// Everything a client can make the server hold counts against one budget (StoreLimits::budget_bytes): stored keys
+// and values, request bytes received and not yet handled (a frame's whole length is reserved as soon as its header
+// is in, and no more is read than the budget has room for), replies not yet sent, and parked keys. A request that
+// would take the server past it is refused, naming the limit; an allocation that fails anyway drops that client.
 // GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
 // never polls. ADD keeps the counter as decimal text, so GET returns it as such.
 #include "bootstrap/store.hpp"
@@ -26,11 +36,14 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+#include <mutex>
 #include <cmath>
 #include <string_view>
 #include <thread>
@@ -40,6 +53,7 @@
 #include "bootstrap/socket.hpp"
 #include "bootstrap/tcp_peer.hpp"
 #include "braid/rendezvous.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/rate_limit.hpp"
@@ -50,8 +64,15 @@ namespace {
 enum class Op : uint8_t { kSet = 1, kGet = 2, kTryGet = 3, kWait = 4, kAdd = 5, kDelete = 6, kHello = 7, kProve = 8 };
 enum class Status : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3, kRefused = 4 };
 
-// Largest frame either side accepts: a bound on what a confused or hostile peer can make us allocate.
+// Largest frame a client accepts: a bound on what a confused or hostile server can make it allocate. The server's
+// bound is smaller (max_request_frame_bytes).
 constexpr uint32_t kMaxFrameBytes = 1u << 30;
+// Room a request frame has beyond its value, for its key and fields: a SET of the largest value fits.
+constexpr size_t kRequestFrameOverhead = kStoreMaxKeyBytes + 64 + kStoreFrameMacBytes;
+// Request frames that carry no value (a WAIT for many keys) may still be this long.
+constexpr size_t kMinRequestFrameBytes = size_t(4) << 20;
+// What a stored key, a parked key or a reply costs the budget beyond its bytes (the containers' own memory).
+constexpr size_t kEntryOverhead = 64;
 // Largest frame a connection may send before it proved it knows the job secret (HELLO and PROVE are ~40 bytes).
 constexpr uint32_t kMaxUnprovenFrameBytes = 256;
 // A blocking GET/WAIT's reply is due when the server-side timeout passes; the client waits this much
@@ -59,14 +80,18 @@ constexpr uint32_t kMaxUnprovenFrameBytes = 256;
 constexpr double kWaitReplyMarginS = 2.0;
 // Requests that never wait server-side still get at least this long (a busy server is not a dead one).
 constexpr double kMinRequestTimeoutS = 1.0;
-// Bytes read from one client per poll round, so one large sender cannot starve the others.
+// Bytes read from one client per poll round, so one large sender cannot starve the others; less from one that has
+// not proved the job secret (its frames are at most kMaxUnprovenFrameBytes).
 constexpr size_t kMaxReadPerRound = 4u << 20;
+constexpr size_t kMaxUnprovenReadPerRound = 4096;
 // Replies a client may leave unread before the server stops taking its requests (until it reads): a client
 // that sends requests and never reads the replies cannot make the server buffer without bound.
 constexpr size_t kMaxUnsentReplyBytes = 16u << 20;
 // After accept() ran out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM), the listener rests this
 // long: the pending connection stays queued, and polling it again at once would spin.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// A connection's buffers larger than this are given back once they are mostly empty.
+constexpr size_t kShrinkAboveBytes = size_t(1) << 20;
 // Warnings a client can provoke: at most this many a minute.
 constexpr int kWarningsPerMinute = 10;
 
@@ -119,9 +144,11 @@ class Decoder {
   uint8_t u8() { return static_cast<uint8_t>(take(1)[0]); }
   uint32_t u32() { return static_cast<uint32_t>(read_little_endian(take(4), 4)); }
   int64_t i64() { return static_cast<int64_t>(read_little_endian(take(8), 8)); }
-  std::string bytes() {
+  std::string bytes() { return std::string(view()); }
+  // A field's bytes where they lie in the body (valid while the body is).
+  std::string_view view() {
     const uint32_t length = u32();
-    return std::string(take(length), length);
+    return std::string_view(take(length), length);
   }
   void expect_end() const {
     if (position_ != body_.size()) malformed("trailing bytes");
@@ -150,6 +177,21 @@ int64_t timeout_to_ms(double seconds) {
 // ---------------------------------------------------------------------------------------------------
 // Server side
 
+// Raises the soft limit on descriptors to the hard one (once a process): every rank holds a connection, and idle
+// strangers must not exhaust the descriptors before the unproven-connection bound closes them.
+void raise_descriptor_limit() {
+  static std::once_flag raised;
+  std::call_once(raised, [] {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+    const rlim_t wanted = limit.rlim_max;
+    limit.rlim_cur = wanted == RLIM_INFINITY ? rlim_t(1) << 20 : wanted;
+    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+      BRAID_DEBUG("cannot raise the descriptor limit to {}: {}", limit.rlim_cur, std::strerror(errno));
+    }
+  });
+}
+
 // A GET or WAIT waiting for keys. While a connection has one, its further requests stay buffered, so
 // replies keep the order of requests.
 struct Parked {
@@ -160,6 +202,8 @@ struct Parked {
 
 struct Connection {
   int fd = -1;
+  size_t frame_reserved = 0;  // the length of the frame whose header is in and whose body is not, from the budget
+  size_t parked_bytes = 0;    // what the parked request's keys cost the budget
   std::string input;       // bytes received; those from input_used on are not yet handled
   size_t input_used = 0;   // prefix of `input` already handled (dropped in bulk, so parsing stays linear)
   std::string output;      // replies not yet sent
@@ -171,8 +215,12 @@ struct Connection {
   bool closing = false;  // refused: its last reply is being sent, then it is dropped; no more requests are read
   bool proven = false;   // it proved it knows the job secret (from the start where the server has none)
   std::string client_nonce, server_nonce;  // the HELLO of a server with a secret
+  std::string session_key;  // set once the connection proved the secret: every frame after carries a MAC
+  uint64_t requests_seen = 0, replies_sent = 0;  // the MACs' sequence numbers
 
   size_t unparsed() const { return input.size() - input_used; }
+  // What the connection costs the budget (NOTE [store budget]).
+  size_t held_bytes() const { return std::max(unparsed(), frame_reserved) + unsent() + parked_bytes; }
   size_t unsent() const { return output.size() - output_sent; }
   // Replies pile up unread: take no more requests (nor read them) until the client reads.
   bool backed_up() const { return unsent() > kMaxUnsentReplyBytes; }
@@ -187,11 +235,20 @@ struct StoreServer::Impl {
   void run();
   void serve();
   int next_wakeup_ms() const;
-  void accept_clients();
-  void receive(Connection& connection);
+  void accept_clients(int listen_fd);
+  void receive(Connection& connection, size_t* room);
+  size_t bytes_in_use() const;
+  bool fits(size_t more) const { return bytes_in_use() + more <= limits.budget_bytes; }
+  void refuse_over_budget(Connection& connection, const std::string& what, size_t bytes);
+  size_t max_request_frame_bytes() const {
+    return std::max(limits.max_value_bytes, kMinRequestFrameBytes) + kRequestFrameOverhead;
+  }
+  void store(std::string key, std::string value);
+  bool erase(const std::string& key);
+  void admit_unproven(Connection& connection);
   void handle_pending_work();
   bool handle_buffered_requests(Connection& connection);
-  std::optional<std::string> next_frame(Connection& connection);
+  std::optional<std::string_view> next_frame(Connection& connection);
   void handle_request(Connection& connection, std::string_view body);
   void handle_handshake(Connection& connection, Op op, Decoder& in);
   void refuse(Connection& connection, const std::string& message, const std::string& why);
@@ -199,31 +256,45 @@ struct StoreServer::Impl {
   bool release_parked();
   bool try_answer(Connection& connection, net::Clock::time_point now);
   void add(Connection& connection, const std::string& key, int64_t delta);
+  void park(Connection& connection, Parked parked);
+  bool key_allowed(Connection& connection, const std::string& key);
+  static size_t entry_cost(const std::string& key, const std::string& value);
   void flush(Connection& connection);
   void drop_dead_connections();
   void track_unfinished_frame(Connection& connection, net::Clock::time_point now);
   void drop_slow_clients(net::Clock::time_point now);
-  void bound_buffered_input();
+  void make_room();
   void drop_client(Connection& connection, const std::string& why);
   void warn(const std::string& message);
 
   StoreLimits limits;
   std::string secret;  // the job secret clients prove they know; empty: none (every client is served)
   RateLimit warnings{kWarningsPerMinute, std::chrono::minutes(1)};
-  net::Clock::time_point accept_resumes{};  // the listener rests until then (kAcceptBackoff)
+  net::Clock::time_point accept_resumes{};  // the listeners rest until then (kAcceptBackoff)
   std::string address;  // "host:port", for logs
-  int listen_fd = -1;
+  std::vector<int> listen_fds;  // one for each address of the bind host
   int wake_fd = -1;  // eventfd: the destructor writes it to stop the thread
   int port = 0;
   std::unordered_map<std::string, std::string> data;
+  size_t stored_bytes = 0;  // what `data` costs the budget
+  bool starved = false;     // a connection was left unread this round for want of budget
   std::vector<std::unique_ptr<Connection>> connections;
   std::thread thread;
 };
 
 StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits store_limits, std::string job_secret)
     : limits(store_limits), secret(std::move(job_secret)) {
-  listen_fd = net::tcp_listen(host, requested_port, &port);
-  address = fmt::format("{}:{}", host, port);
+  if (limits.budget_bytes == 0) {
+    limits.budget_bytes = static_cast<size_t>(
+        *Config::get().integer_in("BRAID_STORE_BUDGET_BYTES", int64_t(1) << 20, int64_t(1) << 40));
+  }
+  if (limits.max_value_bytes == 0) {
+    limits.max_value_bytes = static_cast<size_t>(
+        *Config::get().integer_in("BRAID_STORE_MAX_VALUE_BYTES", 1, int64_t(1) << 32));
+  }
+  raise_descriptor_limit();
+  listen_fds = net::tcp_listen(host, requested_port, &port);
+  address = fmt::format("{}:{}", host.empty() ? "*" : host, port);
   if (secret.empty() && !net::is_loopback_host(host)) {
     static std::once_flag warned;
     std::call_once(warned, [&] {
@@ -233,11 +304,11 @@ StoreServer::Impl::Impl(const std::string& host, int requested_port, StoreLimits
     });
   }
   // Non-blocking, so accept_clients() can drain the backlog and stop at EAGAIN.
-  fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL, 0) | O_NONBLOCK);
+  for (int fd : listen_fds) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
   wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd < 0) {
     const int err = errno;
-    close(listen_fd);
+    for (int fd : listen_fds) close(fd);
     raise_system("eventfd", err, "starting the store server at " + address);
   }
   thread = std::thread([this] { run(); });
@@ -251,7 +322,7 @@ StoreServer::Impl::~Impl() {
   }
   thread.join();
   for (auto& connection : connections) close(connection->fd);
-  if (listen_fd >= 0) close(listen_fd);
+  for (int fd : listen_fds) close(fd);
   close(wake_fd);
   BRAID_DEBUG("store server {} stopped", address);
 }
@@ -270,8 +341,8 @@ void StoreServer::Impl::run() {
   // nobody serves until their timeout.
   for (auto& connection : connections) connection->dead = true;
   drop_dead_connections();
-  close(listen_fd);
-  listen_fd = -1;
+  for (int fd : listen_fds) close(fd);
+  listen_fds.clear();
 }
 
 void StoreServer::Impl::serve() {
@@ -280,10 +351,11 @@ void StoreServer::Impl::serve() {
     fds.clear();
     fds.push_back({wake_fd, POLLIN, 0});
     const bool accepting = net::Clock::now() >= accept_resumes;
-    fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});  // poll skips a negative fd
+    for (int fd : listen_fds) fds.push_back({accepting ? fd : -1, POLLIN, 0});  // poll skips a negative fd
     for (const auto& connection : connections) {
       const bool has_output = connection->output_sent < connection->output.size();
-      const short reading = connection->backed_up() ? 0 : POLLIN;  // POLLHUP and POLLERR still come
+      // POLLHUP and POLLERR still come
+      const short reading = connection->backed_up() || connection->closing ? 0 : POLLIN;
       fds.push_back({connection->fd, static_cast<short>(reading | (has_output ? POLLOUT : 0)), 0});
     }
     const int ready = poll(fds.data(), fds.size(), next_wakeup_ms());
@@ -293,15 +365,20 @@ void StoreServer::Impl::serve() {
     }
     if (fds[0].revents != 0) return;  // shutdown
     // Connections accepted below are appended after the ones polled, so indices stay aligned.
-    const size_t polled = fds.size() - 2;
-    if (fds[1].revents & POLLIN) accept_clients();
-    for (size_t i = 0; i < polled; ++i) {
-      const short events = fds[i + 2].revents;
-      if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i]);
-      if (events & POLLOUT) flush(*connections[i]);
+    const size_t first = 1 + listen_fds.size();
+    const size_t polled = fds.size() - first;
+    for (size_t i = 0; i < listen_fds.size(); ++i) {
+      if (fds[1 + i].revents & POLLIN) accept_clients(listen_fds[i]);
     }
-    bound_buffered_input();
+    starved = false;
+    size_t room = limits.budget_bytes - std::min(limits.budget_bytes, bytes_in_use());
+    for (size_t i = 0; i < polled; ++i) {
+      const short events = fds[first + i].revents;
+      if (events & POLLOUT) flush(*connections[i]);
+      if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i], &room);
+    }
     handle_pending_work();
+    if (starved) make_room();
     drop_slow_clients(net::Clock::now());
     drop_dead_connections();
   }
@@ -321,7 +398,10 @@ int StoreServer::Impl::next_wakeup_ms() const {
     const auto limit =
         std::chrono::duration_cast<net::Clock::duration>(std::chrono::duration<double>(limits.slow_client_s));
     if (connection->frame_started) consider(*connection->frame_started + limit);
-    if (!connection->proven) consider(connection->accepted + limit);
+    if (!connection->proven) {
+      consider(connection->accepted + std::chrono::duration_cast<net::Clock::duration>(
+                                          std::chrono::duration<double>(limits.prove_within_s)));
+    }
   }
   if (net::Clock::now() < accept_resumes) consider(accept_resumes);
   return timeout;
@@ -339,7 +419,7 @@ void StoreServer::Impl::drop_client(Connection& connection, const std::string& w
 
 // A client that begins a request frame and does not finish it within limits.slow_client_s is dropped (a
 // connection that trickles bytes would otherwise hold its buffer forever), and so is one that has not proved
-// the job secret that long after it connected (idle unproven connections would otherwise hold descriptors).
+// the job secret limits.prove_within_s after it connected (idle strangers would otherwise hold descriptors).
 // Only frames the server would parse now count: those behind a parked request or unread replies wait for the
 // server, not for the client.
 void StoreServer::Impl::track_unfinished_frame(Connection& connection, net::Clock::time_point now) {
@@ -358,31 +438,60 @@ void StoreServer::Impl::drop_slow_clients(net::Clock::time_point now) {
     track_unfinished_frame(*connection, now);
     if (connection->frame_started && now - *connection->frame_started >= limit) {
       drop_client(*connection, fmt::format("a request frame stayed unfinished for {} s", limits.slow_client_s));
-    } else if (!connection->dead && !connection->proven && now - connection->accepted >= limit) {
+    } else if (!connection->dead && !connection->proven &&
+               now - connection->accepted >= std::chrono::duration<double>(limits.prove_within_s)) {
       drop_client(*connection,
-                  fmt::format("it did not prove it knows the job secret within {} s", limits.slow_client_s));
+                  fmt::format("it did not prove it knows the job secret within {} s", limits.prove_within_s));
     }
   }
 }
 
-// The unparsed request bytes of all clients together stay within limits.buffered_input_bytes: beyond, the
-// client holding the most is dropped (a legitimate rank's requests are small and parsed as they arrive).
-void StoreServer::Impl::bound_buffered_input() {
-  for (;;) {
-    size_t total = 0;
-    Connection* largest = nullptr;
-    for (auto& connection : connections) {
-      if (connection->dead) continue;
-      total += connection->unparsed();
-      if (largest == nullptr || connection->unparsed() > largest->unparsed()) largest = connection.get();
-    }
-    if (total <= limits.buffered_input_bytes || largest == nullptr) return;
-    drop_client(*largest, fmt::format("its {} unparsed bytes took the store's request buffers past {} bytes",
-                                      largest->unparsed(), limits.buffered_input_bytes));
+size_t StoreServer::Impl::bytes_in_use() const {
+  size_t total = stored_bytes;
+  for (const auto& connection : connections) {
+    if (!connection->dead) total += connection->held_bytes();
+  }
+  return total;
+}
+
+// A connection was left unread for want of budget: drop the client holding the most of it, unless what it holds
+// is on its way out (replies being sent, refusals closing), so that the job's own small requests go on.
+void StoreServer::Impl::make_room() {
+  size_t transient = 0;
+  Connection* largest = nullptr;
+  for (auto& connection : connections) {
+    if (connection->dead || connection->closing) continue;
+    transient += connection->held_bytes();
+    if (largest == nullptr || connection->held_bytes() > largest->held_bytes()) largest = connection.get();
+  }
+  if (largest == nullptr || stored_bytes + transient < limits.budget_bytes / 2) return;
+  drop_client(*largest, fmt::format("the {} bytes it holds took the store to its budget of {} bytes "
+                                    "(BRAID_STORE_BUDGET_BYTES)", largest->held_bytes(), limits.budget_bytes));
+}
+
+void StoreServer::Impl::refuse_over_budget(Connection& connection, const std::string& what, size_t bytes) {
+  refuse(connection,
+         fmt::format("{} needs {} bytes that the store's budget of {} bytes (BRAID_STORE_BUDGET_BYTES) does not have "
+                     "now ({} in use)", what, bytes, limits.budget_bytes, bytes_in_use()),
+         fmt::format("{} of {} bytes does not fit the budget", what, bytes));
+}
+
+// With a job secret, unproven connections are few: beyond limits.max_unproven_connections the oldest is closed.
+void StoreServer::Impl::admit_unproven(Connection& newest) {
+  size_t unproven = 0;
+  Connection* oldest = nullptr;
+  for (auto& connection : connections) {
+    if (connection->dead || connection->proven || connection.get() == &newest) continue;
+    ++unproven;
+    if (oldest == nullptr || connection->accepted < oldest->accepted) oldest = connection.get();
+  }
+  if (unproven >= limits.max_unproven_connections && oldest != nullptr) {
+    drop_client(*oldest, fmt::format("{} connections had not proved the job secret yet; this was the oldest",
+                                     unproven + 1));
   }
 }
 
-void StoreServer::Impl::accept_clients() {
+void StoreServer::Impl::accept_clients(int listen_fd) {
   for (;;) {
     const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
@@ -395,11 +504,15 @@ void StoreServer::Impl::accept_clients() {
       warn(fmt::format("accept failed: {}", std::strerror(err)));
       return;
     }
-    // A client on this host is served only if it runs as this process's user (the kernel lists who owns its
-    // socket); clients of other hosts are not listed, and only the job secret tells about them.
-    if (const std::optional<uid_t> uid = net::local_peer_uid(fd); uid && *uid != ::geteuid()) {
+    // A client of this host is served only when the kernel attributes its socket to this process's user; one it
+    // cannot attribute is refused too (fail closed). Clients of other hosts: only the job secret tells.
+    const net::PeerOwner owner = net::peer_owner(fd);
+    if (!net::serves_peer(owner, ::geteuid())) {
       close(fd);
-      warn(fmt::format("refused a connection of this host's uid {}: the store serves uid {} only", *uid, ::geteuid()));
+      warn(owner.uid ? fmt::format("refused a connection of this host's uid {}: the store serves uid {} only",
+                                   *owner.uid, ::geteuid())
+                     : fmt::format("refused a connection of this host whose owner the kernel did not name ({}): the "
+                                   "store serves uid {} only", owner.unknown_why, ::geteuid()));
       continue;
     }
     const int one = 1;
@@ -409,25 +522,42 @@ void StoreServer::Impl::accept_clients() {
     connection->proven = secret.empty();
     connection->accepted = net::Clock::now();
     connections.push_back(std::move(connection));
+    if (!secret.empty()) admit_unproven(*connections.back());
   }
 }
 
-void StoreServer::Impl::receive(Connection& connection) {
+// Reads what the client sent, within the budget's `room` (a frame whose length was reserved reads into its
+// reservation); a connection left unread for want of room marks the round starved.
+void StoreServer::Impl::receive(Connection& connection, size_t* room) {
   char buffer[64 * 1024];
   size_t total = 0;
-  while (!connection.dead && total < kMaxReadPerRound) {
-    const ssize_t received = recv(connection.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (received > 0) {
-      connection.input.append(buffer, static_cast<size_t>(received));
-      total += static_cast<size_t>(received);
-    } else if (received == 0) {
-      connection.dead = true;  // the client went away (possibly mid-wait: its parked request goes too)
-    } else if (errno == EINTR) {
-      continue;
-    } else {
-      if (errno != EAGAIN && errno != EWOULDBLOCK) connection.dead = true;
-      return;
+  const size_t per_round = connection.proven ? kMaxReadPerRound : kMaxUnprovenReadPerRound;
+  try {
+    while (!connection.dead && !connection.closing && total < per_round) {
+      const size_t reserved = connection.frame_reserved > connection.unparsed()
+                                  ? connection.frame_reserved - connection.unparsed() : 0;
+      const size_t allowed = std::min({sizeof(buffer), per_round - total, reserved + *room});
+      if (allowed == 0) {
+        starved = true;
+        return;
+      }
+      const ssize_t received = recv(connection.fd, buffer, allowed, MSG_DONTWAIT);
+      if (received > 0) {
+        connection.input.append(buffer, static_cast<size_t>(received));
+        total += static_cast<size_t>(received);
+        const size_t beyond = static_cast<size_t>(received) > reserved ? static_cast<size_t>(received) - reserved : 0;
+        *room -= std::min(*room, beyond);
+      } else if (received == 0) {
+        connection.dead = true;  // the client went away (possibly mid-wait: its parked request goes too)
+      } else if (errno == EINTR) {
+        continue;
+      } else {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) connection.dead = true;
+        return;
+      }
     }
+  } catch (const std::bad_alloc&) {
+    drop_client(connection, "the store ran out of memory receiving its request");
   }
 }
 
@@ -444,48 +574,90 @@ void StoreServer::Impl::handle_pending_work() {
   for (auto& connection : connections) flush(*connection);
 }
 
+// A frame is handled where it lies in the input buffer and consumed afterwards, so that while a request is
+// handled its bytes still count against the budget beside what it makes (a SET's value, a WAIT's keys).
 bool StoreServer::Impl::handle_buffered_requests(Connection& connection) {
   bool handled = false;
   while (!connection.dead && !connection.closing && !connection.parked && !connection.backed_up()) {
-    std::optional<std::string> body = next_frame(connection);
+    const std::optional<std::string_view> body = next_frame(connection);
     if (!body) break;
     try {
       handle_request(connection, *body);
     } catch (const Error& error) {  // malformed request: this client is confused; drop it
       drop_client(connection, error.what());
+    } catch (const std::bad_alloc&) {
+      drop_client(connection, "the store ran out of memory serving its request");
     }
+    connection.input_used += 4 + body->size();
+    connection.frame_reserved = 0;
     handled = true;
   }
   return handled;
 }
 
-std::optional<std::string> StoreServer::Impl::next_frame(Connection& connection) {
-  const size_t available = connection.input.size() - connection.input_used;
-  std::optional<std::string> body;
-  if (available >= 4) {
-    const uint64_t length = read_little_endian(connection.input.data() + connection.input_used, 4);
-    if (length > kMaxFrameBytes) {
-      drop_client(connection, fmt::format("it sent a {}-byte frame", length));
-      return std::nullopt;
-    }
-    if (!connection.proven && length > kMaxUnprovenFrameBytes) {
-      drop_client(connection, fmt::format("it sent a {}-byte frame before proving it knows the job secret", length));
-      return std::nullopt;
-    }
-    if (available >= 4 + length) {
-      body = connection.input.substr(connection.input_used + 4, length);
-      connection.input_used += 4 + length;
-    }
-  }
-  // Drop what was handled once it is most of the buffer: each byte moves O(1) times in all.
+namespace {
+
+// Drops what was handled once it is most of the buffer (each byte moves O(1) times in all), and gives back the
+// memory of a large frame once it is handled.
+void compact_input(Connection& connection) {
   if (connection.input_used > 0 && connection.input_used * 2 >= connection.input.size()) {
     connection.input.erase(0, connection.input_used);
     connection.input_used = 0;
   }
-  return body;
+  if (connection.frame_reserved == 0 && connection.input.capacity() > kShrinkAboveBytes &&
+      connection.input.capacity() > 2 * connection.input.size()) {
+    connection.input.shrink_to_fit();
+  }
+}
+
+}  // namespace
+
+std::optional<std::string_view> StoreServer::Impl::next_frame(Connection& connection) {
+  compact_input(connection);
+  const size_t available = connection.unparsed();
+  if (available < 4) return std::nullopt;
+  const uint64_t length = read_little_endian(connection.input.data() + connection.input_used, 4);
+  if (!connection.proven && length > kMaxUnprovenFrameBytes) {
+    drop_client(connection, fmt::format("it sent a {}-byte frame before proving it knows the job secret", length));
+    return std::nullopt;
+  }
+  if (length > max_request_frame_bytes()) {
+    refuse(connection,
+           fmt::format("a request of {} bytes exceeds the store's limit of {} bytes (values of at most {} bytes, "
+                       "BRAID_STORE_MAX_VALUE_BYTES)", length, max_request_frame_bytes(), limits.max_value_bytes),
+           fmt::format("it sent a {}-byte frame", length));
+    return std::nullopt;
+  }
+  if (available >= 4 + length) {
+    return std::string_view(connection.input).substr(connection.input_used + 4, length);
+  }
+  if (connection.frame_reserved < 4 + length) {
+    // The whole frame is reserved from its header, before its body is read (NOTE [store budget]); its buffer is
+    // allocated once, at its size.
+    const size_t more = 4 + length - std::max(available, connection.frame_reserved);
+    if (!fits(more)) {
+      refuse_over_budget(connection, "a request frame", 4 + length);
+      return std::nullopt;
+    }
+    connection.frame_reserved = 4 + length;
+    connection.input.reserve(connection.input_used + 4 + length);
+  }
+  return std::nullopt;
 }
 
 void StoreServer::Impl::handle_request(Connection& connection, std::string_view body) {
+  if (!connection.session_key.empty()) {
+    const bool sealed = body.size() >= kStoreFrameMacBytes;
+    const std::string_view content = body.substr(0, sealed ? body.size() - kStoreFrameMacBytes : 0);
+    if (!sealed || !same_proof(std::string(body.substr(content.size())),
+                               store_frame_mac(connection.session_key, FrameDirection::kRequest,
+                                               connection.requests_seen, content))) {
+      drop_client(connection, "a request's MAC does not match (altered, replayed or injected on the way)");
+      return;
+    }
+    ++connection.requests_seen;
+    body = content;
+  }
   Decoder in(body, "request from a store client");
   const auto op = static_cast<Op>(in.u8());
   if (op == Op::kHello || op == Op::kProve) {
@@ -503,9 +675,24 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
       break;
     case Op::kSet: {
       std::string key = in.bytes();
-      std::string value = in.bytes();
+      const std::string_view value = in.view();  // copied only once it is known to fit
       in.expect_end();
-      data[std::move(key)] = std::move(value);
+      if (!key_allowed(connection, key)) return;
+      if (value.size() > limits.max_value_bytes) {
+        refuse(connection,
+               fmt::format("SET '{}': a value of {} bytes exceeds the store's limit of {} bytes "
+                           "(BRAID_STORE_MAX_VALUE_BYTES)", key, value.size(), limits.max_value_bytes),
+               fmt::format("it SET a value of {} bytes", value.size()));
+        return;
+      }
+      const auto old = data.find(key);
+      const size_t freed = old == data.end() ? 0 : entry_cost(old->first, old->second);
+      const size_t cost = key.size() + value.size() + kEntryOverhead;
+      if (cost > freed && !fits(cost - freed)) {
+        refuse_over_budget(connection, fmt::format("SET '{}'", key), cost);
+        return;
+      }
+      store(std::move(key), std::string(value));
       reply(connection, Encoder().u8(uint8_t(Status::kOk)));
       return;
     }
@@ -513,8 +700,8 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
       std::string key = in.bytes();
       const int64_t timeout_ms = in.i64();
       in.expect_end();
-      // Parked even when present: release_parked() answers it in this same round.
-      connection.parked = Parked{op, {std::move(key)}, net::deadline_after(timeout_ms / 1000.0)};
+      if (!key_allowed(connection, key)) return;
+      park(connection, Parked{op, {std::move(key)}, net::deadline_after(timeout_ms / 1000.0)});
       return;
     }
     case Op::kTryGet: {
@@ -533,11 +720,19 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
       if (count > kStoreMaxWaitKeys) {
         raise(ErrorCode::kRemoteError, "WAIT for {} keys (at most {})", count, kStoreMaxWaitKeys);
       }
+      // What the keys will cost, at most, before they are made (the frame's bytes and each key's overhead).
+      if (!fits(body.size() + size_t(count) * kEntryOverhead)) {
+        refuse_over_budget(connection, "a WAIT", body.size() + size_t(count) * kEntryOverhead);
+        return;
+      }
       std::vector<std::string> keys;
       for (uint32_t i = 0; i < count; ++i) keys.push_back(in.bytes());  // truncation throws, no huge reserve
       const int64_t timeout_ms = in.i64();
       in.expect_end();
-      connection.parked = Parked{op, std::move(keys), net::deadline_after(timeout_ms / 1000.0)};
+      for (const std::string& key : keys) {
+        if (!key_allowed(connection, key)) return;
+      }
+      park(connection, Parked{op, std::move(keys), net::deadline_after(timeout_ms / 1000.0)});
       return;
     }
     case Op::kAdd: {
@@ -550,7 +745,7 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
     case Op::kDelete: {
       const std::string key = in.bytes();
       in.expect_end();
-      const bool existed = data.erase(key) > 0;
+      const bool existed = erase(key);
       reply(connection, Encoder().u8(uint8_t(existed ? Status::kOk : Status::kNotFound)));
       return;
     }
@@ -580,9 +775,13 @@ void StoreServer::Impl::handle_handshake(Connection& connection, Op op, Decoder&
     reply(connection, Encoder().u8(uint8_t(Status::kOk)).bytes(connection.server_nonce).bytes(proof));
     return;
   }
-  const bool matches = !connection.proven && !connection.client_nonce.empty() &&
-                       same_proof(field, store_proof(secret, StoreRole::kClient, connection.client_nonce,
-                                                     connection.server_nonce));
+  if (connection.proven || connection.client_nonce.empty()) {
+    refuse(connection, "the handshake is out of order: PROVE came before HELLO, or a second time",
+           "it sent PROVE before HELLO, or twice");
+    return;
+  }
+  const bool matches = same_proof(
+      field, store_proof(secret, StoreRole::kClient, connection.client_nonce, connection.server_nonce));
   if (!matches) {
     refuse(connection, "the job secret does not match: BRAID_JOB_SECRET must be the same in every process of the job",
            "it does not know the job secret");
@@ -590,6 +789,8 @@ void StoreServer::Impl::handle_handshake(Connection& connection, Op op, Decoder&
   }
   connection.proven = true;
   reply(connection, Encoder().u8(uint8_t(Status::kOk)));
+  // From the next frame on, both ways: a MAC under this connection's key (the PROVE's reply is the last without).
+  connection.session_key = store_session_key(secret, connection.client_nonce, connection.server_nonce);
 }
 
 // Answers REFUSED `message` (which the client raises) and closes the connection once the answer is sent.
@@ -600,6 +801,7 @@ void StoreServer::Impl::refuse(Connection& connection, const std::string& messag
 }
 
 void StoreServer::Impl::add(Connection& connection, const std::string& key, int64_t delta) {
+  if (!key_allowed(connection, key)) return;
   int64_t value = 0;
   auto found = data.find(key);
   if (found != data.end()) {
@@ -617,12 +819,70 @@ void StoreServer::Impl::add(Connection& connection, const std::string& key, int6
     reply(connection, Encoder().u8(uint8_t(Status::kError)).bytes(message));
     return;
   }
-  data[key] = std::to_string(value);
+  std::string text = std::to_string(value);
+  const size_t freed = found == data.end() ? 0 : entry_cost(found->first, found->second);
+  const size_t cost = entry_cost(key, text);
+  if (cost > freed && !fits(cost - freed)) {
+    refuse_over_budget(connection, fmt::format("ADD '{}'", key), cost);
+    return;
+  }
+  store(key, std::move(text));
   reply(connection, Encoder().u8(uint8_t(Status::kOk)).i64(value));
 }
 
+// Queues a reply; after the handshake it carries the connection's MAC.
 void StoreServer::Impl::reply(Connection& connection, Encoder& encoder) {
-  connection.output += encoder.finish();
+  std::string frame = encoder.finish();
+  if (!connection.session_key.empty()) {
+    const std::string_view body(frame.data() + 4, frame.size() - 4);
+    const std::string mac =
+        store_frame_mac(connection.session_key, FrameDirection::kReply, connection.replies_sent++, body);
+    frame += mac;
+    const uint64_t length = frame.size() - 4;
+    for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  }
+  connection.output += frame;
+}
+
+// Parks a GET or WAIT, its keys counted against the budget; answered at once where its keys exist.
+void StoreServer::Impl::park(Connection& connection, Parked parked) {
+  size_t cost = 0;
+  for (const std::string& key : parked.keys) cost += key.size() + kEntryOverhead;
+  if (!fits(cost)) {
+    refuse_over_budget(connection, parked.op == Op::kGet ? "a GET" : "a WAIT", cost);
+    return;
+  }
+  // Parked even when present: release_parked() answers it in this same round.
+  connection.parked = std::move(parked);
+  connection.parked_bytes = cost;
+}
+
+bool StoreServer::Impl::key_allowed(Connection& connection, const std::string& key) {
+  if (key.size() <= kStoreMaxKeyBytes) return true;
+  refuse(connection, fmt::format("a key of {} bytes exceeds the store's limit of {} bytes", key.size(),
+                                 kStoreMaxKeyBytes),
+         fmt::format("it named a key of {} bytes", key.size()));
+  return false;
+}
+
+size_t StoreServer::Impl::entry_cost(const std::string& key, const std::string& value) {
+  return key.size() + value.size() + kEntryOverhead;
+}
+
+void StoreServer::Impl::store(std::string key, std::string value) {
+  const size_t cost = entry_cost(key, value);
+  auto [entry, inserted] = data.try_emplace(std::move(key));
+  if (!inserted) stored_bytes -= entry_cost(entry->first, entry->second);
+  entry->second = std::move(value);
+  stored_bytes += cost;
+}
+
+bool StoreServer::Impl::erase(const std::string& key) {
+  const auto found = data.find(key);
+  if (found == data.end()) return false;
+  stored_bytes -= entry_cost(found->first, found->second);
+  data.erase(found);
+  return true;
 }
 
 // Answers every parked request whose keys now exist or whose deadline has passed.
@@ -630,7 +890,12 @@ bool StoreServer::Impl::release_parked() {
   const auto now = net::Clock::now();
   bool released = false;
   for (auto& connection : connections) {
-    if (connection->parked && !connection->dead && try_answer(*connection, now)) released = true;
+    if (!connection->parked || connection->dead) continue;
+    try {
+      if (try_answer(*connection, now)) released = true;
+    } catch (const std::bad_alloc&) {
+      drop_client(*connection, "the store ran out of memory answering its request");
+    }
   }
   return released;
 }
@@ -641,6 +906,14 @@ bool StoreServer::Impl::try_answer(Connection& connection, net::Clock::time_poin
   if (parked.op == Op::kGet) {
     const auto found = data.find(parked.keys.front());
     if (found != data.end()) {
+      // The reply copies the value: it must fit the budget (less the parked key it replaces).
+      const size_t cost = found->second.size() + kEntryOverhead + kStoreFrameMacBytes;
+      if (cost > connection.parked_bytes && !fits(cost - connection.parked_bytes)) {
+        connection.parked.reset();
+        connection.parked_bytes = 0;
+        refuse_over_budget(connection, fmt::format("the reply to GET '{}'", found->first), cost);
+        return true;
+      }
       reply(connection, Encoder().u8(uint8_t(Status::kOk)).bytes(found->second));
     } else if (expired) {
       reply(connection, Encoder().u8(uint8_t(Status::kTimeout)));
@@ -659,6 +932,7 @@ bool StoreServer::Impl::try_answer(Connection& connection, net::Clock::time_poin
     reply(connection, encoder);
   }
   connection.parked.reset();
+  connection.parked_bytes = 0;
   return true;
 }
 
@@ -676,6 +950,7 @@ void StoreServer::Impl::flush(Connection& connection) {
   }
   connection.output.clear();
   connection.output_sent = 0;
+  if (connection.output.capacity() > kShrinkAboveBytes) connection.output.shrink_to_fit();
   if (connection.closing) connection.dead = true;  // its last reply is out
 }
 
@@ -706,7 +981,8 @@ namespace {
     raise(ErrorCode::kTimeout, "store {}: no reply to {} within {} s (server hung or overloaded?)", address,
           what, timeout_s);
   }
-  raise(ErrorCode::kRemoteError, "store {}: connection lost during {} (did the server exit?)", address, what);
+  raise(ErrorCode::kRemoteError, "store {}: the connection closed during {}: the server exited, dropped this "
+        "client, or is not braid's store (another process holding the port?)", address, what);
 }
 
 [[noreturn]] void raise_unexpected(const std::string& address, const std::string& what, Status status) {
@@ -765,6 +1041,7 @@ void StoreClient::prove(const std::string& secret) {
   Decoder answer(proven, address_);
   const Status prove_status = status_of(answer, address_, "PROVE");
   if (prove_status != Status::kOk) raise_unexpected(address_, "PROVE", prove_status);
+  session_key_ = store_session_key(secret, client_nonce, server_nonce);
 }
 
 StoreClient::~StoreClient() {
@@ -778,22 +1055,52 @@ std::string StoreClient::exchange(const std::string& request, double reply_timeo
           address_, what);
   }
   const net::Deadline deadline = net::deadline_after(reply_timeout_s);
+  std::string sealed;
+  if (!session_key_.empty()) {  // the request's MAC, its length in the frame's
+    sealed = request + store_frame_mac(session_key_, FrameDirection::kRequest, sent_frames_++,
+                                       std::string_view(request).substr(4));
+    const uint64_t length = sealed.size() - 4;
+    for (int i = 0; i < 4; ++i) sealed[i] = static_cast<char>((length >> (8 * i)) & 0xff);
+  }
+  const std::string& frame = session_key_.empty() ? request : sealed;
+  const bool sent = net::write_all(fd_, frame.data(), frame.size(), deadline);
+  // A server that refuses a request (one over its limits) answers and closes before reading all of it: look for
+  // that answer too, briefly, when sending failed.
+  const net::Deadline reply_deadline = sent ? deadline : std::min(deadline, net::deadline_after(1.0));
   char header[4];
-  bool ok = net::write_all(fd_, request.data(), request.size(), deadline) &&
-            net::read_all(fd_, header, sizeof(header), deadline);
+  bool ok = net::read_all(fd_, header, sizeof(header), reply_deadline);
   std::string body;
   if (ok) {
     const uint64_t length = read_little_endian(header, 4);
     ok = length <= kMaxFrameBytes;
     if (ok) {
       body.resize(length);
-      ok = net::read_all(fd_, body.data(), body.size(), deadline);
+      ok = net::read_all(fd_, body.data(), body.size(), reply_deadline);
     }
   }
-  if (!ok) {
+  if (ok && !session_key_.empty()) {
+    const bool authentic =
+        body.size() >= kStoreFrameMacBytes &&
+        same_proof(body.substr(body.size() - kStoreFrameMacBytes),
+                   store_frame_mac(session_key_, FrameDirection::kReply, received_frames_,
+                                   std::string_view(body).substr(0, body.size() - kStoreFrameMacBytes)));
+    if (!authentic) {
+      close(fd_);
+      fd_ = -1;
+      raise(ErrorCode::kRemoteError, "store {}: the reply to {} does not carry this connection's MAC: something "
+            "between this client and the store altered or injected it; the connection is given up", address_, what);
+    }
+    ++received_frames_;
+    body.resize(body.size() - kStoreFrameMacBytes);
+  }
+  if (!ok || (!sent && !body.empty() && static_cast<Status>(body[0]) != Status::kRefused)) {
     close(fd_);
     fd_ = -1;
     raise_exchange_failure(address_, what, deadline, reply_timeout_s);
+  }
+  if (!sent) {  // the refusal, raised by the caller's status_of; the server closes the connection
+    close(fd_);
+    fd_ = -1;
   }
   return body;
 }

@@ -14,23 +14,29 @@
 namespace braid {
 
 // Serves the store from a background thread until destroyed.
-// What clients may make the server hold, beyond the per-connection bounds of store.cpp (frame size, unread
-// replies): tests shrink them.
+// What clients may make the server hold (docs/security.md); tests shrink them.
 struct StoreLimits {
-  double slow_client_s = 60.0;  // a request frame begun and not finished for this long, or (with a job secret)
-                                // a connection that has not proved the secret this long: the client is dropped
-  size_t buffered_input_bytes = size_t(512) << 20;  // unparsed request bytes of all clients together; beyond,
-                                                     // the client holding the most is dropped
+  double slow_client_s = 60.0;  // a request frame begun and not finished for this long: the client is dropped
+  // One byte budget for the whole store: stored keys and values, request bytes received and not yet handled (a
+  // frame's whole length is reserved once its header is in), replies not yet sent, the keys of parked GET/WAITs.
+  // A request that does not fit is refused with an error naming the limit. 0: BRAID_STORE_BUDGET_BYTES.
+  size_t budget_bytes = 0;
+  size_t max_value_bytes = 0;  // largest value a SET may store; 0: BRAID_STORE_MAX_VALUE_BYTES
+  double prove_within_s = 5.0;  // with a job secret: a connection that has not proved it this long is closed
+  size_t max_unproven_connections = 64;  // with a job secret: beyond, the oldest unproven connection is closed
 };
 
 constexpr size_t kStoreMaxWaitKeys = 65536;  // keys one WAIT may name: the server rescans them every round
+constexpr size_t kStoreMaxKeyBytes = 4096;   // longest key a request may name
 
 class StoreServer {
  public:
-  // Listens on bind_host:port; port 0 picks a free port (see port()). `secret`: the job secret every client
+  // Listens on bind_host:port, on every address the name resolves to (so no other process can take one of
+  // them, e.g. [::1] beside 127.0.0.1 for localhost, and be dialled first); port 0 picks a free port (see port()). `secret`: the job secret every client
   // must prove it knows before it is served (bootstrap/job_secret.hpp); unset: BRAID_JOB_SECRET, and an empty
   // one serves every client (with a warning, once, where bind_host is not loopback).
-  // Throws Error(kSystemError) naming the address when it cannot listen.
+  // Throws Error(kSystemError) naming the address when it cannot listen on one of them (another process holds
+  // it). Raises the process's descriptor soft limit to its hard limit, so many ranks' connections fit.
   explicit StoreServer(const std::string& bind_host = "127.0.0.1", int port = 0, StoreLimits limits = {},
                        std::optional<std::string> secret = std::nullopt);
   ~StoreServer();
@@ -48,7 +54,9 @@ class StoreServer {
 class StoreClient {
  public:
   // Connects to host:port, retrying until timeout_s passes (the server may start after the client), then, with
-  // a job secret (`secret`; unset: BRAID_JOB_SECRET), proves it knows it and checks that the server does.
+  // a job secret (`secret`; unset: BRAID_JOB_SECRET), proves it knows it and checks that the server does; every
+  // frame after that carries a MAC under a key of this connection (store.cpp), so nobody between the two ends
+  // can alter, drop, replay or inject a request or a reply unnoticed.
   // Throws Error(kTimeout) naming the address when no server answers in time; kRemoteError when the server
   // refuses this client or does not know the secret (before any key is sent or read).
   StoreClient(const std::string& host, int port, double timeout_s, std::optional<std::string> secret = std::nullopt);
@@ -79,6 +87,8 @@ class StoreClient {
   void prove(const std::string& secret);
 
   std::string address_;
+  std::string session_key_;  // with a job secret: the key of this connection's frame MACs
+  uint64_t sent_frames_ = 0, received_frames_ = 0;  // the MACs' sequence numbers
   int fd_ = -1;  // -1 once a failed exchange left the stream in an unknown state
   double request_timeout_s_ = 0;  // bound on requests that never wait server-side
   std::mutex mutex_;

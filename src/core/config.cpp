@@ -35,6 +35,13 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_JOB_SECRET", ConfigType::kString, nullptr, nullptr,
      "Secret every connection to the job's store proves it knows (an HMAC challenge both ways; never sent, never "
      "logged); at least 16 bytes. Set by braid-run; unset: the store takes any client that reaches it."},
+    {"BRAID_STORE_BUDGET_BYTES", ConfigType::kInt, "268435456", nullptr,
+     "Bytes the bootstrap store served in this process may hold in all (stored keys and values, requests being "
+     "received, replies not yet read, keys of waiting requests); a request beyond is refused with an error naming "
+     "this variable."},
+    {"BRAID_STORE_MAX_VALUE_BYTES", ConfigType::kInt, "16777216", nullptr,
+     "Largest value one key of the bootstrap store served in this process may hold; a larger SET is refused with "
+     "an error naming this variable."},
     {"BRAID_JOB_ID", ConfigType::kString, nullptr, nullptr,
      "Identifier of the job, used to namespace its keys in the bootstrap store (set by braid-run; derived from the "
      "launcher's job variables when unset)."},

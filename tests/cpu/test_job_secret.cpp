@@ -117,11 +117,11 @@ TEST(JobSecret, AnUnprovenConnectionGetsNothingAndIsClosed) {
   EXPECT_EQ(client_of(server, kSecret)->try_get("key"), std::optional<std::string>("value"));
 }
 
-// A connection that never proves the secret (one that sends nothing, say) is closed after the slow-client
-// limit, so idle strangers cannot hold the store's descriptors; the job's proven idle connections stay.
+// A connection that never proves the secret (one that sends nothing, say) is closed after prove_within_s, so
+// idle strangers cannot hold the store's descriptors; the job's proven idle connections stay.
 TEST(JobSecret, AConnectionThatNeverProvesTheSecretIsClosed) {
   StoreLimits limits;
-  limits.slow_client_s = 0.3;
+  limits.prove_within_s = 0.3;
   StoreServer server("127.0.0.1", 0, limits, kSecret);
   auto job = client_of(server, kSecret);
   const auto start = std::chrono::steady_clock::now();
@@ -186,7 +186,9 @@ TEST(StoreUsers, TheKernelNamesTheOwnerOfALocalClient) {
   ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   const int accepted = ::accept(listener, nullptr, nullptr);
   ASSERT_GE(accepted, 0);
-  EXPECT_EQ(net::local_peer_uid(accepted), std::optional<uid_t>(::geteuid()));
+  const net::PeerOwner owner = net::peer_owner(accepted);
+  EXPECT_TRUE(owner.local);
+  EXPECT_EQ(owner.uid, std::optional<uid_t>(::geteuid())) << owner.unknown_why;
   close(client);
   close(accepted);
   close(listener);

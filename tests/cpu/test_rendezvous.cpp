@@ -353,9 +353,9 @@ TEST(Rendezvous, TheStoreBindsTheLoopbackAliasTheRanksDial) {
   EXPECT_EQ(store_bind_host("127.0.0.1"), "127.0.0.1");
   EXPECT_EQ(store_bind_host("::1"), "::1");
   EXPECT_EQ(store_bind_host("[::1]"), "::1");
-  EXPECT_EQ(store_bind_host("localhost"), "127.0.0.1");
-  EXPECT_EQ(store_bind_host("node0"), "0.0.0.0");
-  EXPECT_EQ(store_bind_host("10.1.2.3"), "0.0.0.0");
+  EXPECT_EQ(store_bind_host("localhost"), "localhost");
+  EXPECT_EQ(store_bind_host("node0"), "");
+  EXPECT_EQ(store_bind_host("10.1.2.3"), "");
   StoreServer server(store_bind_host("127.0.1.1"), 0);
   StoreClient client("127.0.1.1", server.port(), 2.0);
   client.set("k", "v");
