@@ -480,30 +480,53 @@ TEST(StoreAttacks, UnprovenConnectionsAreBoundedInNumberAndTime) {
   EXPECT_EQ(rank.try_get("rank"), std::optional<std::string>("in"));
 }
 
+// A store served by a forked child, so that its memory is measured, or limited, apart from the test's; `prepare`
+// runs in the child once the server listens. The child is killed when this goes.
+class ChildStore {
+ public:
+  explicit ChildStore(StoreLimits limits, const std::function<void()>& prepare = {}) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      StoreServer server("127.0.0.1", 0, limits, std::string());
+      if (prepare) prepare();
+      const int port = server.port();
+      (void)!write(pipe_fds[1], &port, sizeof(port));
+      sleep(120);
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    if (pid_ < 0 || read(pipe_fds[0], &port_, sizeof(port_)) != static_cast<ssize_t>(sizeof(port_))) port_ = 0;
+    close(pipe_fds[0]);
+  }
+  ~ChildStore() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  int port() const { return port_; }  // 0: the child did not start serving
+  bool alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
 // The memory floods of a proven client (no secret: any client of this uid is proven), against a server in a
 // child process with a 64 MiB budget: oversized values, many large values, replies never read, WAITs of many
 // keys, one huge frame. The child's peak resident memory stays within the budget (and a margin for the process
 // itself), and a rank is served throughout.
 TEST(StoreAttacks, MemoryFloodsStayWithinTheBudget) {
   constexpr size_t kBudget = size_t(64) << 20;
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    StoreLimits limits;
-    limits.budget_bytes = kBudget;
-    limits.max_value_bytes = size_t(16) << 20;
-    StoreServer server("127.0.0.1", 0, limits, std::string());
-    const int port = server.port();
-    (void)!write(pipe_fds[1], &port, sizeof(port));
-    sleep(120);
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  int port = 0;
-  ASSERT_EQ(read(pipe_fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-  close(pipe_fds[0]);
+  StoreLimits limits;
+  limits.budget_bytes = kBudget;
+  limits.max_value_bytes = size_t(16) << 20;
+  const ChildStore store(limits);
+  ASSERT_NE(store.port(), 0);
+  const pid_t child = store.pid();
+  const int port = store.port();
   const size_t baseline = peak_rss(child);
   StoreClient rank("127.0.0.1", port, 5.0, std::string());
   const std::string chunk(1 << 20, 'x');
@@ -560,8 +583,6 @@ TEST(StoreAttacks, MemoryFloodsStayWithinTheBudget) {
   const size_t peak = peak_rss(child);
   for (int fd : hogs) close(fd);
   EXPECT_EQ(StoreClient("127.0.0.1", port, 5.0, std::string()).try_get("after"), std::optional<std::string>("floods"));
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
   const size_t margin = size_t(32) << 20;  // the process's own growth: thread stacks, allocator slack
   EXPECT_LE(peak, baseline + kBudget + margin)
       << "peak resident memory " << (peak >> 20) << " MiB, baseline " << (baseline >> 20) << " MiB";
@@ -569,15 +590,10 @@ TEST(StoreAttacks, MemoryFloodsStayWithinTheBudget) {
 
 // An allocation that fails anyway (an address-space limit below the budget) drops that client, never the server.
 TEST(StoreAttacks, AnAllocationFailureDropsTheClientNotTheServer) {
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    StoreLimits limits;
-    limits.budget_bytes = size_t(4) << 30;  // beyond what the address space allows
-    limits.max_value_bytes = size_t(16) << 20;
-    StoreServer server("127.0.0.1", 0, limits, std::string());
+  StoreLimits limits;
+  limits.budget_bytes = size_t(4) << 30;  // beyond what the address space allows
+  limits.max_value_bytes = size_t(16) << 20;
+  const ChildStore store(limits, [] {
     std::ifstream status("/proc/self/status");
     size_t vm_size = 0;
     for (std::string line; std::getline(status, line);) {
@@ -585,15 +601,9 @@ TEST(StoreAttacks, AnAllocationFailureDropsTheClientNotTheServer) {
     }
     rlimit space{vm_size + (size_t(160) << 20), RLIM_INFINITY};
     setrlimit(RLIMIT_AS, &space);
-    const int port = server.port();
-    (void)!write(pipe_fds[1], &port, sizeof(port));
-    sleep(120);
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  int port = 0;
-  ASSERT_EQ(read(pipe_fds[0], &port, sizeof(port)), static_cast<ssize_t>(sizeof(port)));
-  close(pipe_fds[0]);
+  });
+  ASSERT_NE(store.port(), 0);
+  const int port = store.port();
   bool dropped = false;
   {
     StoreClient hog("127.0.0.1", port, 5.0, std::string());
@@ -609,10 +619,7 @@ TEST(StoreAttacks, AnAllocationFailureDropsTheClientNotTheServer) {
   StoreClient rank("127.0.0.1", port, 5.0, std::string());
   rank.set("rank", "served");
   EXPECT_EQ(rank.try_get("rank"), std::optional<std::string>("served"));
-  int status = 0;
-  EXPECT_EQ(waitpid(child, &status, WNOHANG), 0) << "the serving process died";
-  kill(child, SIGKILL);
-  waitpid(child, nullptr, 0);
+  EXPECT_TRUE(store.alive()) << "the serving process died";
   EXPECT_TRUE(dropped) << "40 values of 15 MiB fit an address space of 160 MiB more";
 }
 
