@@ -303,9 +303,25 @@ TEST(ModelConstants, CallOrder) {
   EXPECT_GE(constant(model, "OPS"), 7) << "the smallest program that holds a capture's two calls with a call between";
 }
 
+// The agreement model's failure code is the code's; its stopped plan is none of the plans it runs, as
+// kStoppedPlan (every bit set) is no call's plan word.
+TEST(ModelConstants, Agreement) {
+  const auto model = model_constants("agreement");
+  EXPECT_EQ(constant(model, "MISMATCH"), static_cast<long long>(device::kErrorPlanMismatch));
+  EXPECT_NE(device::kErrorPlanMismatch, device::kErrorTimeout);
+  EXPECT_EQ(device::kStoppedPlan, ~uint64_t(0));
+  const long long stopped = constant(model, "STOPPED_PLAN");
+  for (const char* plan : {"BARRIER_PLAN", "OTHER_BARRIER_PLAN", "FIFO_PLAN"}) {
+    EXPECT_NE(constant(model, plan), stopped) << plan;
+    EXPECT_NE(constant(model, plan), 0) << plan << ": plan 0 announces nothing";
+  }
+  EXPECT_GE(constant(model, "RANKS"), 3);
+  EXPECT_GE(constant(model, "CALLS"), 2) << "a call enqueued after the failing one";
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
-  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order"}) {
+  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }
