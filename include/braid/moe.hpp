@@ -48,6 +48,7 @@ namespace braid {
 
 namespace detail {
 struct MoeState;
+struct MoeTestAccess;
 }
 namespace collectives {
 struct CollectiveContext;
@@ -242,9 +243,15 @@ class MoeBuffer {
   // Rank-major: out[t] = sum over the ranks r token t went to of y on r at the row of t there; y is
   // [capacity_rows, hidden] of shape().type, a row per received token (the caller's sum of its experts' outputs,
   // weights applied), and weighted must be false (kInvalidArgument naming it). When y is not the dispatch's
-  // combine_input, combine first copies there the rows peers read (this rank's own rows are read from y). Peers
-  // read combine_input during combine: before a second combine of one dispatch writes combine_input, every
-  // rank's first combine must have completed.
+  // combine_input, combine first copies there the rows peers read (this rank's own rows are read from y), once
+  // every peer has completed the buffer's last combine when this one follows a combine. Peers read combine_input
+  // until their combine has completed, which the buffer's next dispatch or redispatch waits for: write
+  // combine_input only between a dispatch (or redispatch) and the first combine after it. So a combine whose y is
+  // combine_input, made right after a combine that copied another y there (no dispatch or redispatch between, in
+  // the order this rank made its calls), is refused with kInvalidArgument naming y: that copy holds only the peers'
+  // rows, and a write since may have raced with the peers' reads. A combine of combine_input right after a combine
+  // of combine_input is accepted and reads the same rows again; braid cannot see a write between the two, which
+  // the rule above forbids.
   // `hook` (rank-major only): as for dispatch; the sending half copies y when it must and tells the peers that
   // this rank's rows are ready, the receiving half reads theirs and writes out.
   void combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook = nullptr);
@@ -267,6 +274,7 @@ class MoeBuffer {
   void copy_expert_counts(int64_t* host_counts, Stream stream);
 
  private:
+  friend struct detail::MoeTestAccess;  // the tests' hooks into the state (not installed)
   explicit MoeBuffer(std::unique_ptr<detail::MoeState> state);
   // create() on the CUDA backend's context of the communicator (src/moe; create() itself is the communicator's).
   static MoeBuffer create_on(std::shared_ptr<collectives::CollectiveContext> context, const MoeShape& shape);

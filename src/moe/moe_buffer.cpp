@@ -25,6 +25,7 @@
 #include "core/log.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "moe/moe_kernels.hpp"
+#include "moe/moe_test_hooks.hpp"
 #include "sync/device_sync.hpp"
 
 namespace braid {
@@ -46,6 +47,8 @@ struct MoeState {
   bool pending_dispatch = false;
   const char* pending_call = nullptr;
   uint64_t routed = 0;  // routed dispatches so far (MoeHandle::dispatch of the last one)
+  // Rank-major: the buffer's last call was a combine that copied its y into combine_input (MoeBuffer::combine).
+  bool combine_copied_last = false;
 
   ~MoeState() {
     if (local != nullptr) {
@@ -458,6 +461,7 @@ MoeDispatchOutput MoeBuffer::redispatch(const MoeHandle& handle, const void* x, 
   launch.x_scales = reinterpret_cast<const char*>(x_scales);
   launch.reuse_routing = true;
   enqueue(state, launch, true, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
+  state.combine_copied_last = false;
   return output_of(state, launch);
 }
 
@@ -497,6 +501,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   enqueue(state, launch, true, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
   state.last_host_tokens = num_tokens;
   state.last_tokens_on_device = num_tokens_device != nullptr;
+  state.combine_copied_last = false;
   ++state.routed;
   return output_of(state, launch);
 }
@@ -528,7 +533,42 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, 
   launch.weighted = weighted;
   const char* combine_input = static_cast<const char*>(state.memory->peer_pointers[state.memory->rank]) + launch.layout.combine;
   launch.copy_y = launch.rank_major && launch.y != combine_input;
+  // NOTE [combine_input after a combine]
+  // Peers read this rank's combine_input until their combine has completed, and the caller's writes into it come
+  // before the combine that reads them, where no barrier of braid's can wait for the peers. A combine that copied
+  // y left combine_input holding y's rows for the peers only (never this rank's own, which it read from y), so
+  // a combine of combine_input right after it reads rows written while the peers may still read them: refused.
+  // A combine of combine_input after one of combine_input is accepted (it rereads the same rows), and a combine
+  // that copies y waits for every peer at its entry barrier before it writes.
+  if (launch.rank_major && !launch.copy_y && state.combine_copied_last) {
+    raise_invalid_argument(function, "y", "is the dispatch's combine_input, and the buffer's last call was a combine "
+                           "that copied another y there: that copy holds only the rows the peers read (not this "
+                           "rank's own), and peers may still be reading them, so no write into combine_input since "
+                           "then can have been safe. Write combine_input only between a dispatch (or redispatch) and "
+                           "the combine after it, or pass the rows in a buffer of your own (combine copies them there "
+                           "once every peer is done)");
+  }
   enqueue(state, launch, false, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
+  state.combine_copied_last = launch.copy_y;
+}
+
+namespace detail {
+struct MoeTestAccess {
+  static MoeState& state(MoeBuffer& buffer, const char* function) { return checked(buffer.state_, function); }
+};
+}  // namespace detail
+
+void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
+  const char* function = "testing::stall_next_moe_dispatch";
+  detail::MoeState& state = detail::MoeTestAccess::state(buffer, function);
+  if (!state.base.rank_major || state.base.slot_lines != 0) {
+    raise_invalid_argument(function, "buffer", "does not dispatch with moe_rank_major.cu's kernel (a rank-major buffer "
+                           "whose rows do not go in lines)");
+  }
+  DeviceGuard guard(state.comm->device);
+  BRAID_CUDA(cudaDeviceSynchronize());
+  const unsigned int offset = 1u << 31;  // blocks count in from here: the count never equals the launch's blocks
+  BRAID_CUDA(cudaMemcpy(state.base.blocks_done, &offset, sizeof offset, cudaMemcpyHostToDevice));
 }
 
 void MoeBuffer::copy_expert_counts(int64_t* host_counts, Stream stream) {

@@ -21,7 +21,15 @@
 // (which waited for this rank's signal, given after its own use of the rows) or, after a dispatch, an entry
 // barrier. A peer rewrites its combine_input in a combine only after its next dispatch, which waits for this
 // rank's blocks (so this rank's reads of the last combine are over), or after a barrier when two combines follow
-// each other.
+// each other. The caller's own writes into combine_input come before the combine, so no barrier of the combine can
+// cover them: they belong between a dispatch and the combine after it (moe.hpp), and the host refuses the one
+// call that would read such a write made after a combine (moe_buffer.cpp, MoeBuffer::combine).
+//
+// NOTE [expert_pairs scope]
+// A rank's expert_pairs words take adds from its own blocks and from every peer's at once. PTX makes atomics on
+// one location atomic with each other only when each one's scope includes the other's thread; a peer's thread is
+// on another GPU, outside .gpu scope, so every access to these words (the adds, and block 0's read-and-clear) is
+// a system-scope atomic, the rank's own included.
 #include "braid/moe.hpp"
 #include "collectives/dependent_launch.cuh"
 #include "collectives/dispatch.cuh"
@@ -230,14 +238,21 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   // Thread 0 waits for this rank's blocks, and the threads past the first warp wait for the peers' meanwhile. Not
   // after an entry barrier: block b waited on channel b there, and one thread waits per channel and peer at a
   // time, so block 0 takes the channels only once every block has counted itself in (after its wait).
+  // Every block counts itself in whatever its sends did, but one that is never scheduled (the GPU held by other
+  // work) would hold this wait forever: it is bounded like a wait for a peer, and names this rank as the peer.
   if (threadIdx.x == 0) {
-    // Every block is resident and counts itself in whatever its sends did, so this ends.
-    while (atomicAdd(launch.blocks_done, 0u) != gridDim.x) {
+    if (device::spin_until(launch.pad, [&] { return atomicAdd(launch.blocks_done, 0u) == gridDim.x; },
+                           launch.dispatch_id, kSiteMoeRows, me, blockIdx.x)) {
+      *launch.blocks_done = 0;
+      __threadfence();
+    } else {
+      failed = 1;
     }
-    *launch.blocks_done = 0;
-    __threadfence();
   }
-  if (entry_barrier) __syncthreads();
+  if (entry_barrier) {
+    __syncthreads();
+    if (failed) return;
+  }
   const int waits = static_cast<int>(gridDim.x) * W;
   for (int i = static_cast<int>(threadIdx.x) - 32; i >= 0 && i < waits; i += static_cast<int>(blockDim.x) - 32) {
     const int channel = i / W, peer = i % W;
@@ -246,8 +261,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   __syncthreads();
   if (failed) return;
   unsigned int* pairs = at_offset<unsigned int>(launch.peers[me], launch.layout.expert_pairs);
-  if (!launch.reuse_routing) {
-    for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch(pairs + j, 0u);
+  if (!launch.reuse_routing) {  // system scope: NOTE [expert_pairs scope]
+    for (int j = threadIdx.x; j < L; j += blockDim.x) launch.expert_counts[j] = atomicExch_system(pairs + j, 0u);
   }
   if (threadIdx.x == 0) launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
 }
@@ -359,11 +374,7 @@ __device__ bool send_rows(const MoeLaunch& launch, uint32_t* block_pairs, uint32
     if (block_pairs[e] == 0) continue;
     const int r = expert_ranks.of(e);
     unsigned int* pairs = at_offset<unsigned int>(launch.peers[r], launch.layout.expert_pairs) + (e - r * L);
-    if (r == me) {
-      atomicAdd(pairs, block_pairs[e]);
-    } else {
-      atomicAdd_system(pairs, block_pairs[e]);
-    }
+    atomicAdd_system(pairs, block_pairs[e]);  // this rank's own words too: NOTE [expert_pairs scope]
   }
   if (!reuse && threadIdx.x < static_cast<unsigned>(W)) {
     const int r = static_cast<int>(threadIdx.x);

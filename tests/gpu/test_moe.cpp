@@ -15,7 +15,11 @@
 //     raises kInvalidArgument on the rank at fault after the stream synchronised, everything else is as the API
 //     says, and a correct dispatch/combine follows;
 //   - MoeBuffer::create refuses bad shapes naming the field; dispatch refuses x_scales where the shape has none
-//     and wants them where it has; worst_case_rows and symmetric_bytes.
+//     and wants them where it has; worst_case_rows and symmetric_bytes;
+//   - rank-major synchronisation: every rank adding into one rank's expert counts at once; a dispatch whose wait for
+//     its own blocks is never met gives up at the timeout (kTimeout, no hang); a second combine of one dispatch
+//     waits for a late peer before it rewrites combine_input, and a combine of combine_input right after a combine
+//     that copied y is refused naming y.
 // What every rank checks after each dispatch (all its output views poisoned before it, with every rank idle):
 // expert_counts, expert_offsets, and every row in [0, offsets[L]): the data (bit for bit the source token's row)
 // and the metadata (weight, local expert, source rank, source token; 0 / -1 for padding), and with fp8 dispatch
@@ -58,7 +62,9 @@
 #include "braid/moe.hpp"
 #include "collective_reference.hpp"
 #include "test_helpers.hpp"
+#include "moe/moe_test_hooks.hpp"
 #include "moe_expert_kernel.hpp"
+#include "spin_kernel.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -1873,6 +1879,168 @@ TEST(MoeRankMajor, WeightedCombineIsRefusedNamingTheArgument) {
         << "rank " << me << ": tokens with no expert must combine to zeros";
     (void)world;
     comm.barrier();
+  });
+}
+
+// Every block of every rank adds into the same expert_pairs words of one rank at once: every token of every rank
+// names all 8 experts of that rank (K = L = 8), T = max_tokens = 4096 (hundreds of blocks a rank), the rank
+// rotating, numbered and fixed rows. expert_counts must be world * T for each of its experts, exactly, and the
+// rows and combine as the reference says. The rank's own blocks and its peers' add to one word, which PTX makes
+// atomic only when both sides are system-scope atomics (moe_rank_major.cu, NOTE [expert_pairs scope]). NVLink
+// GPUs perform both at the owner's L2, so no add is lost there at either scope and this cannot fail for the scope
+// alone: it checks that the counts stay exact under the heaviest contention.
+TEST(MoeRankMajor, ExpertCountsExactWhenEveryRankAddsToOneRanksExpertsAtOnce) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    size_t failed = 0, rounds = 0;
+    for (Layout layout : {Layout(MoeLayout::kRankMajor), kLowLatency}) {
+      MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 64, 8, 8, 1, 4096}, world, layout);
+      shape.experts = 8 * world;
+      Rig rig(comm, shape, stream.get());
+      for (int i = 0; i < 3 * world; ++i) {
+        const int target = i % world;
+        std::vector<RankPlan> plans(world, RankPlan{shape.max_tokens, Route::kToRank});
+        for (RankPlan& plan : plans) plan.target = target;
+        const uint64_t round_seed = mix64(seed + static_cast<uint64_t>(i) + (layout.low_latency ? 0x100ull : 0));
+        rig.run_and_judge(make_round(shape, world, round_seed, plans, "every token of every rank to all 8 experts of rank " +
+                                                                          std::to_string(target)),
+                          failed);
+        ++rounds;
+      }
+      comm.barrier();
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << rounds << " rounds wrong";
+  });
+}
+
+// A rank-major dispatch's block 0 waits until every block of its own launch has counted itself in. A block the GPU
+// never schedules (held by other work) would hold that wait forever, so it is bounded by the communicator's timeout
+// like a wait for a peer. testing::stall_next_moe_dispatch starts the count far from 0, so the wait is never met:
+// every rank's check() must raise kTimeout naming the MoE dispatch, the rows round and the rank's own kernel, after
+// about the timeout and never a hang. Numbered and fixed rows (max_tokens above 128: not the dispatch in lines). A
+// communicator is unusable after a timeout: each case has its own, lined up by a keeper communicator.
+TEST(MoeRankMajorErrors, DispatchWaitForItsOwnBlocksTimesOut) {
+  for_each_rank([](const RankContext& context) {
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    for (Layout layout : {Layout(MoeLayout::kRankMajor), kLowLatency}) {
+      keeper.barrier();
+      constexpr double kTimeoutS = 2.0;
+      constexpr double kMarginS = 8.0;
+      Communicator comm = Communicator::init(context.rendezvous, test_options(kTimeoutS));
+      const int world = comm.size(), me = comm.rank();
+      StreamHandle stream;
+      const MoeShape shape = make_shape({DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 256}, world, layout);
+      const std::string what = describe(shape);
+      std::optional<Error> error;
+      double seconds = 0;
+      {
+        Rig rig(comm, shape, stream.get());
+        const Round round = make_round(shape, world, 0x57A11ull, plans_of(std::vector<size_t>(world, 64), Route::kRandom),
+                                       "64 tokens a rank");
+        rig.prepare(round);
+        stall_next_moe_dispatch(rig.moe());
+        const auto start = std::chrono::steady_clock::now();
+        rig.dispatch(round, stream.get(), nullptr);
+        try {
+          cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize (the stalled dispatch)");
+          comm.check();
+        } catch (const Error& caught) {
+          error = caught;
+        }
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        keeper.barrier();  // every rank's kernels are over before any rank frees the buffer
+      }
+      ASSERT_TRUE(error.has_value()) << "rank " << me << ", " << what << ": no error " << seconds
+                                     << " s after a dispatch whose block 0 waits for a block that never counts in";
+      const std::string message = error->what();
+      EXPECT_EQ(error->code(), ErrorCode::kTimeout) << "rank " << me << ", " << what << ": " << message;
+      EXPECT_NE(message.find("dispatch"), std::string::npos) << "rank " << me << ": does not name the dispatch: " << message;
+      EXPECT_NE(message.find("rows"), std::string::npos) << "rank " << me << ": does not name the wait: " << message;
+      EXPECT_NE(message.find("own kernel"), std::string::npos)
+          << "rank " << me << ": does not say the rank's own kernel is late: " << message;
+      EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << me << ": gave up before the timeout: " << message;
+      EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << me << ": took " << seconds << " s to report: " << message;
+      // comm is unusable now; it is destroyed here without any further call.
+    }
+  });
+}
+
+constexpr uint32_t kLateNs = 50'000'000;  // a late rank's spin
+
+// Two combines of one rank-major dispatch, numbered and fixed rows. Peers read a rank's combine_input until their
+// combine has completed (moe.hpp, combine).
+//  - A combine that copies y after a combine waits for every peer (its entry barrier) before it writes
+//    combine_input. Provoked: the late rank splits its first combine by a hook and spins 50 ms between the halves,
+//    so it reads the others' combine_input 50 ms after their first combine is over, while their second combine
+//    copies NaN rows there unless it waits; the late rank's out of the first combine must be right. The first
+//    combine copies y or reads y = combine_input; every rank is the late one in turn.
+//  - A combine of combine_input right after a combine that copied y is refused naming y on every rank (with or
+//    without a hook on the first), with nothing enqueued: the round's outputs are then checked. One right after a
+//    combine of combine_input is accepted.
+TEST(MoeRankMajor, SecondCombineOfOneDispatchWaitsForThePeersOrIsRefused) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank();
+    const uint64_t seed = shared_seed(comm);
+    StreamHandle stream;
+    const cudaStream_t s = stream.get();
+    size_t failed = 0;
+    for (Layout layout : {Layout(MoeLayout::kRankMajor), kLowLatency}) {
+      Rig rig(comm, make_shape({DataType::kBFloat16, DataType::kInt64, 256, 4, 16, 1, 128}, world, layout), s);
+      const MoeShape& shape = rig.shape();
+      const size_t row_bytes = shape.hidden * datatype_size(shape.type);
+      DeviceBuffer nan_rows(rig.capacity() * row_bytes), other_out(shape.max_tokens * row_bytes);
+      cuda_check(cudaMemset(nan_rows.get(), 0xFF, nan_rows.bytes()), "cudaMemset (NaN rows)");
+      uint64_t n = layout.low_latency ? 0x1000 : 0;
+      auto round_of = [&](const std::string& label, bool in_place) {
+        const uint64_t round_seed = mix64(seed + ++n);
+        return make_round(shape, world, round_seed, plans_of(different_tokens(round_seed, world, 1, shape.max_tokens), Route::kRandom, 8),
+                          label, false, in_place);
+      };
+      for (const bool in_place : {false, true}) {
+        for (int late = 0; late < world; ++late) {
+          const Round round = round_of(std::string(in_place ? "y = combine_input" : "y copied") + ", rank " +
+                                           std::to_string(late) + " reads 50 ms late, then a combine copies NaN rows",
+                                       in_place);
+          rig.prepare(round);
+          const MoeDispatchOutput view = rig.dispatch(round, s, nullptr);
+          const void* y = rig.expert(round, view, s);
+          MoeHook hook;
+          rig.combine(round, view, y, s, me == late ? &hook : nullptr);
+          if (me == late) {
+            cuda_check(spin_on_stream(s, kLateNs), "spin_on_stream (between the halves)");
+            hook.receive(s);
+          }
+          rig.moe().combine(view.handle, nan_rows.get(), other_out.get(), false, s);
+          rig.judge(round, rig.finish(round, view), failed);
+        }
+      }
+      for (const bool hooked : {false, true}) {
+        const Round round = round_of(std::string("y copied") + (hooked ? " (by a hook)" : "") +
+                                         ", then a combine of combine_input (refused)",
+                                     false);
+        rig.prepare(round);
+        const MoeDispatchOutput view = rig.dispatch(round, s, nullptr);
+        const void* y = rig.expert(round, view, s);
+        MoeHook hook;
+        rig.combine(round, view, y, s, hooked ? &hook : nullptr);
+        if (hooked) hook.receive(s);
+        expect_refused_naming(me, "a combine of combine_input right after a combine that copied y", "y", [&] {
+          rig.moe().combine(view.handle, view.combine_input, other_out.get(), false, s);
+        });
+        rig.judge(round, rig.finish(round, view), failed);
+      }
+      const Round round = round_of("y = combine_input twice", true);
+      rig.prepare(round);
+      const MoeDispatchOutput view = rig.dispatch(round, s, nullptr);
+      rig.combine(round, view, rig.expert(round, view, s), s, nullptr);
+      rig.moe().combine(view.handle, view.combine_input, other_out.get(), false, s);
+      rig.judge(round, rig.finish(round, view), failed);
+      comm.barrier();
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << me << ": " << failed << " rounds wrong";
   });
 }
 
