@@ -206,7 +206,7 @@ def main():
         ok, detail = execute(run, path, spin, compiler)
         seconds = time.monotonic() - begin
         verdict = "ok  " if ok else "FAIL"
-        what = "model " if run.expect == "pass" else "mutant"
+        what = "model " if run.expect == "pass" else "mutant" if run.name.startswith("MUTANT_") else "limit "
         first, _, rest = detail.partition("\n")
         print(f"{verdict}  {what} {run.label():48} {seconds:6.1f} s  {first}", flush=True)
         if rest:
