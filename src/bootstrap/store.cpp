@@ -234,6 +234,8 @@ struct StoreServer::Impl {
 
   void run();
   void serve();
+  bool serve_round(std::vector<pollfd>& fds);
+  bool shed_largest_client();
   int next_wakeup_ms() const;
   void accept_clients(int listen_fd);
   void receive(Connection& connection, size_t* room);
@@ -348,40 +350,73 @@ void StoreServer::Impl::run() {
 void StoreServer::Impl::serve() {
   std::vector<pollfd> fds;
   for (;;) {
-    fds.clear();
-    fds.push_back({wake_fd, POLLIN, 0});
-    const bool accepting = net::Clock::now() >= accept_resumes;
-    for (int fd : listen_fds) fds.push_back({accepting ? fd : -1, POLLIN, 0});  // poll skips a negative fd
-    for (const auto& connection : connections) {
-      const bool has_output = connection->output_sent < connection->output.size();
-      // POLLHUP and POLLERR still come
-      const short reading = connection->backed_up() || connection->closing ? 0 : POLLIN;
-      fds.push_back({connection->fd, static_cast<short>(reading | (has_output ? POLLOUT : 0)), 0});
+    try {
+      if (!serve_round(fds)) return;
+    } catch (const std::bad_alloc&) {
+      // Out of memory where no one client's request was at fault (or while dropping one): shed the client holding
+      // the most memory and go on; with none to shed, stop serving (run() reports it).
+      if (!shed_largest_client()) throw;
     }
-    const int ready = poll(fds.data(), fds.size(), next_wakeup_ms());
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      raise_system("poll", errno, "serving the store at " + address);
-    }
-    if (fds[0].revents != 0) return;  // shutdown
-    // Connections accepted below are appended after the ones polled, so indices stay aligned.
-    const size_t first = 1 + listen_fds.size();
-    const size_t polled = fds.size() - first;
-    for (size_t i = 0; i < listen_fds.size(); ++i) {
-      if (fds[1 + i].revents & POLLIN) accept_clients(listen_fds[i]);
-    }
-    starved = false;
-    size_t room = limits.budget_bytes - std::min(limits.budget_bytes, bytes_in_use());
-    for (size_t i = 0; i < polled; ++i) {
-      const short events = fds[first + i].revents;
-      if (events & POLLOUT) flush(*connections[i]);
-      if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i], &room);
-    }
-    handle_pending_work();
-    if (starved) make_room();
-    drop_slow_clients(net::Clock::now());
-    drop_dead_connections();
   }
+}
+
+// Marks the client holding the most memory dead and drops it; false when there is none.
+bool StoreServer::Impl::shed_largest_client() {
+  Connection* largest = nullptr;
+  const auto footprint = [](const Connection& connection) {
+    return connection.input.capacity() + connection.output.capacity() + connection.parked_bytes;
+  };
+  for (auto& connection : connections) {
+    if (!connection->dead && (largest == nullptr || footprint(*connection) > footprint(*largest))) {
+      largest = connection.get();
+    }
+  }
+  if (largest == nullptr) return false;
+  largest->dead = true;
+  drop_dead_connections();
+  try {
+    warn("dropped the client holding the most memory: the store ran out of memory");
+  } catch (const std::bad_alloc&) {
+  }
+  return true;
+}
+
+// One round: wait for events, accept, read, handle, write, drop. False once the server is told to stop.
+bool StoreServer::Impl::serve_round(std::vector<pollfd>& fds) {
+  fds.clear();
+  fds.push_back({wake_fd, POLLIN, 0});
+  const bool accepting = net::Clock::now() >= accept_resumes;
+  for (int fd : listen_fds) fds.push_back({accepting ? fd : -1, POLLIN, 0});  // poll skips a negative fd
+  for (const auto& connection : connections) {
+    const bool has_output = connection->output_sent < connection->output.size();
+    // POLLHUP and POLLERR still come
+    const short reading = connection->backed_up() || connection->closing ? 0 : POLLIN;
+    fds.push_back({connection->fd, static_cast<short>(reading | (has_output ? POLLOUT : 0)), 0});
+  }
+  const int ready = poll(fds.data(), fds.size(), next_wakeup_ms());
+  if (ready < 0) {
+    if (errno == EINTR) return true;
+    raise_system("poll", errno, "serving the store at " + address);
+  }
+  if (fds[0].revents != 0) return false;  // shutdown
+  // Connections accepted below are appended after the ones polled, so indices stay aligned.
+  const size_t first = 1 + listen_fds.size();
+  const size_t polled = fds.size() - first;
+  for (size_t i = 0; i < listen_fds.size(); ++i) {
+    if (fds[1 + i].revents & POLLIN) accept_clients(listen_fds[i]);
+  }
+  starved = false;
+  size_t room = limits.budget_bytes - std::min(limits.budget_bytes, bytes_in_use());
+  for (size_t i = 0; i < polled; ++i) {
+    const short events = fds[first + i].revents;
+    if (events & POLLOUT) flush(*connections[i]);
+    if (events & (POLLIN | POLLHUP | POLLERR)) receive(*connections[i], &room);
+  }
+  handle_pending_work();
+  if (starved) make_room();
+  drop_slow_clients(net::Clock::now());
+  drop_dead_connections();
+  return true;
 }
 
 // poll() timeout: until the earliest parked deadline, slow-client deadline or the listener's rest, or forever
