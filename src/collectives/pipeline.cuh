@@ -7,7 +7,7 @@
 // counts start kFifoDepth below zero (DeviceSync::grant_credits), so the first kFifoDepth pieces need no credit.
 // The n-th piece (counted from 1 by either side's wait) lives in slot (n - 1) mod kFifoDepth. Counters only grow
 // and live across launches, so back-to-back calls and graph replays stay in step, and no slot is ever rewritten
-// while its receiver may still read it (DESIGN.md rule 3).
+// while its receiver may still read it (race-free reuse).
 #pragma once
 
 #include "collectives/elementwise.cuh"

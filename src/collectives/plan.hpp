@@ -1,7 +1,7 @@
 // What one rank's kernels will do for a call, as one 64-bit word that the ranks compare at the call's first
 // barrier (device::barrier's `plan`): ranks that chose another algorithm, launch width or buffer kind for the
 // same call, or that passed another size, datatype, op, root or symmetric-buffer offset, fail the call with
-// kMismatch before they touch each other's data (DESIGN.md rule 9).
+// kMismatch before they touch each other's data.
 //
 // Layout: bits 60-63 the algorithm + 1 (15: the barrier before a buffer's exchange, exchange_plan_word), 56-59 the
 // collective, 55 zero copy (the kernels read or write the peers' own buffers), 48-54 the blocks of a launch, 0-47 a

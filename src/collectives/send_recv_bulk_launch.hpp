@@ -9,7 +9,7 @@
 // and the kernels on a second one: the kernel of chunk c runs while the engine writes chunk c + 1, and the copy of
 // chunk c + 2 waits for it (its slot back), so the engine waits for no kernel launch. The last kernel waits for the
 // last slot, so the area is free when the call ends. Both sides wait for exactly as many counts of a channel as the
-// other posts, so the counters stay in step across calls (DESIGN.md rules 3 and 10).
+// other posts, so the counters stay in step across calls (no slot reused early; counters never repeat).
 //
 // The slots are the sender's own phase-1 FIFO slots in the receiver's area: for channel b, the kFifoDepth
 // pieces of (phase 1, channel b, sender) are one row of kFifoDepth × piece_bytes bytes, rows are

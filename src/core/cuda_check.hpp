@@ -1,5 +1,5 @@
 // Checking CUDA runtime and driver results: failures become braid::Error carrying the call,
-// the code's name and the rank (DESIGN.md, "core").
+// the code's name and the rank.
 #pragma once
 
 #include <cuda.h>

@@ -1,5 +1,5 @@
 // CUDA driver entry points, fetched through the runtime (cudaGetDriverEntryPointByVersion), so that
-// libbraid.so never links against libcuda (DESIGN.md rule 1) and loads on machines without a driver.
+// libbraid.so never links against libcuda and loads on machines without a driver.
 #pragma once
 
 #include <cuda.h>

@@ -1,4 +1,4 @@
-// NVLink multicast (NVLS), gated (DESIGN.md rule 6). A multicast object is made at communicator init only when
+// NVLink multicast (NVLS), gated: off unless BRAID_ENABLE_MULTICAST=1. A multicast object is made at communicator init only when
 // BRAID_ENABLE_MULTICAST=1 and every rank's GPU reports multicast support; with the variable unset nothing here
 // calls the driver. Never set it on a shared GPU host: a multicast program there can take the host's GPUs out
 // of service.

@@ -1,5 +1,5 @@
-// A communicator's calls run in the order they were made, whatever stream each one names (NCCL's rule,
-// DESIGN.md rule 8): call k+1 starts on the GPU only after call k's work is done, so no call touches a slot,
+// A communicator's calls run in the order they were made, whatever stream each one names (NCCL's rule):
+// call k+1 starts on the GPU only after call k's work is done, so no call touches a slot,
 // flag or counter of the call before it while that call still uses it.
 //
 // The work of a call is enqueued on the caller's stream; CallOrder joins that stream to the previous call:

@@ -1,4 +1,4 @@
-// The multicast gate (DESIGN.md rule 6), with a fake driver-entry-point table that counts every call:
+// The multicast gate (off unless BRAID_ENABLE_MULTICAST=1), with a fake driver-entry-point table that counts every call:
 // with BRAID_ENABLE_MULTICAST unset (or 0) setup makes no driver call at all; with it set on a device that
 // reports no support, braid warns and stays unicast; a failure on any rank undoes every step alike; a region
 // that was made is torn down call for call. Also the selection rows that only an open gate reaches.

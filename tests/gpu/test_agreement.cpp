@@ -1,5 +1,5 @@
-// Every rank runs the same plan for a call, or the call fails on every rank with kMismatch (braid.hpp, DESIGN.md
-// rule 9), on every rank (threads or braid-run processes): buffers of different kinds across ranks (cudaMalloc,
+// Every rank runs the same plan for a call, or the call fails on every rank with kMismatch (braid.hpp),
+// on every rank (threads or braid-run processes): buffers of different kinds across ranks (cudaMalloc,
 // symmetric memory at equal or unequal offsets, registered buffers) for calls whose algorithm depends on the buffer kind. Where the
 // kinds lead to the same kernels the result must be right; where they lead to different plans, every rank must
 // raise kMismatch naming both plans, and nothing must hang. A communicator is unusable after a mismatch, so each

@@ -456,7 +456,7 @@ TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   });
 }
 
-// The multicast gate on real GPUs (DESIGN.md rule 6): with BRAID_ENABLE_MULTICAST unset, making the
+// The multicast gate on real GPUs (off unless BRAID_ENABLE_MULTICAST=1): with BRAID_ENABLE_MULTICAST unset, making the
 // communicators and running what multicast would serve (all-reduce, reduce and all-gather of float32 and
 // bfloat16 in whole 16-byte vectors, beyond LL's sizes; the unaligned variants too) never reaches the driver's
 // multicast entry points. The real driver table serves, its multicast entries replaced by counters that refuse

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The multicast kernels carry NVLink multicast instructions, and no other kernel does (DESIGN.md rule 6).
+"""The multicast kernels carry NVLink multicast instructions, and no other kernel does (multicast stays gated).
 
 Disassembles the built library with cuobjdump and reads:
   - the SASS (cuobjdump -sass): every instantiation of the multicast reductions (all_reduce_multicast,

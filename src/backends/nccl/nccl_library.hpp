@@ -67,7 +67,7 @@ class NcclLibrary {
   // the loader does not find is also looked for in the CUDA toolkit's lib folders and in python3's site-packages
   // (nvidia/nccl/lib, where the nvidia-nccl wheels put it). Throws kUnsupported naming every path tried with its
   // dlerror(), or the missing required symbol. Also sets NCCL_NVLS_ENABLE=0 where the environment does not set
-  // it: NCCL would otherwise create NVLink multicast objects, which braid never does unless asked (DESIGN.md).
+  // it: NCCL would otherwise create NVLink multicast objects, which braid never does unless asked (BRAID_ENABLE_MULTICAST).
   // A bare name is first looked for as the dynamic loader would, then in every LD_LIBRARY_PATH folder, then in
   // the folders above; a library exporting kNcclShimMarkerSymbol is passed over. Where the shim is loaded in this
   // process, NCCL is opened with RTLD_DEEPBIND, so NCCL's calls to its own exported functions stay inside it
