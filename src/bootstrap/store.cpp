@@ -42,9 +42,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <mutex>
-#include <cmath>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -226,6 +226,18 @@ struct Connection {
   bool backed_up() const { return unsent() > kMaxUnsentReplyBytes; }
 };
 
+// The live connection whose `footprint` is largest (the client to drop when memory runs short); null when none.
+template <typename Footprint>
+Connection* holding_most(const std::vector<std::unique_ptr<Connection>>& connections, Footprint footprint) {
+  Connection* largest = nullptr;
+  for (const auto& connection : connections) {
+    if (!connection->dead && (largest == nullptr || footprint(*connection) > footprint(*largest))) {
+      largest = connection.get();
+    }
+  }
+  return largest;
+}
+
 }  // namespace
 
 struct StoreServer::Impl {
@@ -362,15 +374,9 @@ void StoreServer::Impl::serve() {
 
 // Marks the client holding the most memory dead and drops it; false when there is none.
 bool StoreServer::Impl::shed_largest_client() {
-  Connection* largest = nullptr;
-  const auto footprint = [](const Connection& connection) {
+  Connection* largest = holding_most(connections, [](const Connection& connection) {
     return connection.input.capacity() + connection.output.capacity() + connection.parked_bytes;
-  };
-  for (auto& connection : connections) {
-    if (!connection->dead && (largest == nullptr || footprint(*connection) > footprint(*largest))) {
-      largest = connection.get();
-    }
-  }
+  });
   if (largest == nullptr) return false;
   largest->dead = true;
   drop_dead_connections();
@@ -492,14 +498,10 @@ size_t StoreServer::Impl::bytes_in_use() const {
 // A connection was left unread for want of budget: drop the client holding the most of it, unless what it holds
 // is on its way out (replies being sent, refusals closing), so that the job's own small requests go on.
 void StoreServer::Impl::make_room() {
-  size_t transient = 0;
-  Connection* largest = nullptr;
-  for (auto& connection : connections) {
-    if (connection->dead || connection->closing) continue;
-    transient += connection->held_bytes();
-    if (largest == nullptr || connection->held_bytes() > largest->held_bytes()) largest = connection.get();
-  }
-  if (largest == nullptr || stored_bytes + transient < limits.budget_bytes / 2) return;
+  Connection* largest = holding_most(connections, [](const Connection& connection) {
+    return connection.closing ? 0 : connection.held_bytes();
+  });
+  if (largest == nullptr || largest->closing || bytes_in_use() < limits.budget_bytes / 2) return;
   drop_client(*largest, fmt::format("the {} bytes it holds took the store to its budget of {} bytes "
                                     "(BRAID_STORE_BUDGET_BYTES)", largest->held_bytes(), limits.budget_bytes));
 }
