@@ -24,6 +24,7 @@ constexpr int kBroadcastRootPushThreads = 256;
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);

@@ -13,6 +13,10 @@ namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_multicast(MulticastLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) {  // NOTE [stopped ranks]: no write to the region; the barrier answers
+    device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan);
+    return;
+  }
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   const size_t block = launch.count;  // bytes of each rank's block in this launch, whole vectors

@@ -15,6 +15,7 @@
 #include "collectives/elementwise.cuh"
 #include "collectives/kernels.hpp"
 #include "collectives/launch_counter.cuh"
+#include "collectives/ll.cuh"  // ll_plan_check
 #include "collectives/ll128.cuh"
 #include "collectives/ll128_launch.hpp"
 #include "collectives/ll_launch.hpp"
@@ -69,7 +70,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
   };
   // The first round's input is loaded before the call's sequence is read: the two round trips overlap.
   load_own(warp, count_from(warp));
-  const uint64_t epoch = read_launch_counter(launch.epoch), flag = epoch + 1;
+  const LaunchStart start = read_launch_start(launch.epoch, launch.pad);
+  if (start.stopped) return;  // NOTE [stopped ranks]: no line written or polled
+  const uint64_t epoch = start.counter, flag = epoch + 1;
   const size_t parity = flag & 1;
   auto slot = [&](int receiver, int sender) {
     return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes;
@@ -97,7 +100,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
 #pragma unroll
         for (int i = 0; i < kGroups; ++i) got[i] = own[i];
       } else {
-        WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, r);
+        WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, r, ll_plan_check(launch));
         if (!poll_groups(slot(rank, r) + wire_offset, wire_stride, count, true, flag, bound, got)) {
           return;  // warp-uniform: every lane of the warp gives up together
         }

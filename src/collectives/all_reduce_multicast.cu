@@ -16,6 +16,10 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_multicast(MulticastLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) {  // NOTE [stopped ranks]: no write to the region; the barrier answers
+    device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan);
+    return;
+  }
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   char* const local = launch.local + half;

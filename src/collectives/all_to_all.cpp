@@ -98,7 +98,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
                                              zero_copy ? send_range->identity : 0, zero_copy ? recv_range->identity : 0);
   DeviceGuard guard(state.device);
   if (plan.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call);
+    kernels::LLLaunch launch = ll_launch(state, call, plan_word);
     launch.send = static_cast<const char*>(send);
     launch.recv = static_cast<char*>(recv);
     launch.count = block_bytes;

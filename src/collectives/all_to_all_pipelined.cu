@@ -163,6 +163,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAllLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.fifo.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const PipelineLaunch& fifo = launch.fifo;
   const int world = fifo.pad.world, rank = fifo.pad.rank;
   __shared__ Sizes sizes;

@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank;
   const LLCall call = ll_call(launch);
+  if (call.stopped) return;  // NOTE [stopped ranks]
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   for (size_t i = first; i < lines; i += stride) {
@@ -42,7 +43,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
       const char* wire = ll_slot(launch, call, rank, r) + i * kLLWireBytes;
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
-                                   kSiteLLData, r, blockIdx.x);
+                                   kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
       if (arrived) store_line(launch.recv + r * launch.recv_rank_stride + offset, line, left);
     }
   }

@@ -15,6 +15,7 @@ namespace {
 
 __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_chain(PipelineLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int world = launch.pad.world, rank = launch.pad.rank;
   const ChainLink link = ChainLink::at(launch, (rank - launch.root + world) % world);  // the root: first
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);

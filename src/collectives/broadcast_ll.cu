@@ -23,6 +23,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, root = launch.root;
   const LLCall call = ll_call(launch);
+  if (call.stopped) return;  // NOTE [stopped ranks]
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   // Block 0 exchanges the tokens, a thread per peer (line 0 of this rank's slot in that peer's area).
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   if (token_thread && peer != root) {
     uint2 token;
     arrived = device::spin_until(launch.pad, [&] { return load_wire(ll_slot(launch, call, rank, peer), call.flag, &token); },
-                                 launch.collective, kSiteLLData, peer, blockIdx.x);
+                                 launch.collective, kSiteLLData, peer, blockIdx.x, ll_plan_check(launch));
   }
   if (rank != root) {
     for (size_t i = first; arrived && i < lines; i += stride) {
@@ -53,7 +54,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
       const char* wire = ll_slot(launch, call, rank, root) + i * kLLWireBytes;
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
-                                   kSiteLLData, root, blockIdx.x);
+                                   kSiteLLData, root, blockIdx.x, ll_plan_check(launch));
       if (arrived) store_line(launch.recv + offset, line, bytes - offset);
     }
   }

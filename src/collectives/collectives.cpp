@@ -55,10 +55,11 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   return capacities;
 }
 
-// An LL launch without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call) {
+// An LL launch without its buffers, count and strides (all zero); `plan`: the call's plan word.
+kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call, uint64_t plan) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
+  launch.plan = plan;
   copy_peer_bases(state.ll, launch.area);
   launch.slot_bytes = ll_slot_bytes(state);
   launch.pad = state.sync->pad();
@@ -71,8 +72,8 @@ kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall
 namespace {
 
 // An LL128 launch without its buffers and count: LL's arguments over the LL128 area and call counter.
-kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveCall& call) {
-  kernels::LLLaunch launch = ll_launch(state, call);
+kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveCall& call, uint64_t plan) {
+  kernels::LLLaunch launch = ll_launch(state, call, plan);
   copy_peer_bases(state.ll128, launch.area);
   launch.slot_bytes = kernels::kLL128SlotBytes;
   launch.epoch = state.sync->ll128_epoch();
@@ -250,9 +251,9 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   }
   switch (plan.algorithm) {
     case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
-    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call), call, plan, stream); return;
+    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call, plan_of(call, plan)), call, plan, stream); return;
     case Algorithm::kLL128: {
-      const kernels::LLLaunch launch = ll128_launch(state, call);
+      const kernels::LLLaunch launch = ll128_launch(state, call, plan_of(call, plan));
       launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
                        [&](const auto& chunk) { kernels::launch_all_reduce_ll128(type, op, chunk, plan.blocks, stream); });
       return;
@@ -279,7 +280,7 @@ void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream)
   switch (plan.algorithm) {
     case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
     case Algorithm::kLL: {  // the LL all-reduce, whose result only the root stores
-      kernels::LLLaunch launch = ll_launch(state, call);
+      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
       launch.root = root;
       run_reduce_ll(launch, call, plan, stream);
       return;
@@ -355,7 +356,7 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
                                      plan.blocks, stream);
       return;
     case Algorithm::kLL: {  // each peer's block of the input to that peer, reduced there
-      kernels::LLLaunch launch = ll_launch(state, call);
+      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
       launch.send_rank_stride = recv_count * size;
       run_reduce_ll(launch, call, plan, stream);
       return;
@@ -420,7 +421,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
       kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, plan), plan.blocks, stream);
       return;
     case Algorithm::kLL: {  // the input to every peer, as an all-to-all of identical blocks
-      kernels::LLLaunch launch = ll_launch(state, call);
+      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
       launch.recv_rank_stride = bytes;
       launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, plan.blocks, stream); });
@@ -460,7 +461,7 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
       }
       return;
     case Algorithm::kLL: {
-      kernels::LLLaunch launch = ll_launch(state, call);
+      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
       launch.root = root;
       launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
                        [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });

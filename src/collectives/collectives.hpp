@@ -16,8 +16,9 @@ namespace braid::collectives {
 
 // What one launch can carry through this communicator's staging, LL and multicast areas (the planner's input).
 AreaCapacities area_capacities(const CollectiveContext& context);
-// The LL launch of `call` on this communicator's LL area, without its buffers, count and strides (all zero).
-kernels::LLLaunch ll_launch(const CollectiveContext& context, const CollectiveCall& call);
+// The LL launch of `call` on this communicator's LL area, without its buffers, count and strides (all zero);
+// `plan`: the call's plan word (the polls check the peers' barrier announcements against it).
+kernels::LLLaunch ll_launch(const CollectiveContext& context, const CollectiveCall& call, uint64_t plan);
 
 // All-reduce, reduce, reduce-scatter, all-gather, broadcast (collectives.cpp) and all-to-all (all_to_all.cpp).
 void all_reduce(CollectiveContext& context, const CollectiveCall& call, Stream stream);

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "braid/device/sync_device.hpp"
+
 namespace braid::kernels {
 
 // A per-launch sequence in device memory (`counter`: launches so far, so graph replays advance it too) as this
@@ -14,6 +16,23 @@ __device__ inline uint64_t read_launch_counter(const uint64_t* counter) {
   if (threadIdx.x == 0) value = *counter;
   __syncthreads();
   return value;
+}
+
+// read_launch_counter, and whether this rank had stopped (NOTE [stopped ranks], device::rank_stopped) when the
+// block started, in one round of loads: a kernel whose first stores a peer may read decides on both at once.
+struct LaunchStart {
+  uint64_t counter;
+  bool stopped;
+};
+__device__ inline LaunchStart read_launch_start(const uint64_t* counter, const device::SignalPad& pad) {
+  __shared__ uint64_t value;
+  __shared__ int stopped;
+  if (threadIdx.x == 0) {
+    value = *counter;
+    stopped = device::rank_stopped(pad);
+  }
+  __syncthreads();
+  return LaunchStart{value, stopped != 0};
 }
 
 // Advances `counter` past `read`, the value every block of this launch read at its start (read_launch_counter),

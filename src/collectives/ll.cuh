@@ -19,17 +19,30 @@ using device::store_line;
 using device::store_wire;
 
 // This call's flag (its sequence number among LL calls, from 1, cut to 32 bits), its parity, and whether it
-// re-stamps (restamp_unwritten_lines), read once per block.
+// re-stamps (restamp_unwritten_lines), read once per block. A kernel whose call finds the rank stopped returns at
+// once: it writes no line and polls none (NOTE [stopped ranks]).
 struct LLCall {
   uint64_t epoch;  // LL calls before this one (launch.epoch as read); this call's sequence is epoch + 1
   uint32_t flag;
   size_t parity;
   bool restamps;
+  bool stopped;
 };
 
 __device__ inline LLCall ll_call(const LLLaunch& launch) {
-  const uint64_t epoch = read_launch_counter(launch.epoch), sequence = epoch + 1;
-  return LLCall{epoch, static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1), sequence % kLLRestampPeriod < 2};
+  const LaunchStart start = read_launch_start(launch.epoch, launch.pad);
+  const uint64_t epoch = start.counter, sequence = epoch + 1;
+  return LLCall{epoch, static_cast<uint32_t>(sequence), static_cast<size_t>(sequence & 1),
+                sequence % kLLRestampPeriod < 2, start.stopped};
+}
+
+// What an LL poll checks while it waits for a peer's lines: the call's plan against the peer's announcement for
+// its next barrier on this block's channel (a peer that runs a barrier kernel for this call announces another
+// plan there, and the poll answers it with kStoppedPlan: both fail with kMismatch instead of a timeout). A
+// peer's LL kernel of another plan announces nothing: its lines do not match, and the poll times out.
+__device__ __forceinline__ device::PlanCheck ll_plan_check(const LLLaunch& launch) {
+  const int channels = launch.pad.channels < device::kBarrierChannels ? launch.pad.channels : device::kBarrierChannels;
+  return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x % channels)};
 }
 
 // Counts this block in for the next LL call's sequence (advance_once_read): every block calls it once its

@@ -73,14 +73,16 @@ __device__ __forceinline__ void store_part(char* destination, size_t left, size_
 
 // The bound on a warp's poll of lines, decided for the whole warp: lane 0 keeps the clock and broadcasts. A poll
 // ends with a warp vote, so whether to give up must be the same on every lane (device::spin_until decides per
-// thread). Every lane calls give_up() after each unsuccessful round of loads.
+// thread). Every lane calls give_up() after each unsuccessful round of loads. With a PlanCheck, lane 0 also
+// watches the peer's barrier announcements, as spin_until does (device::MismatchWatch).
 class WarpPollBound {
  public:
-  __device__ WarpPollBound(const device::SignalPad& pad, unsigned int collective, unsigned int site, int peer)
-      : pad_(pad), collective_(collective), site_(site), peer_(peer) {}
+  __device__ WarpPollBound(const device::SignalPad& pad, unsigned int collective, unsigned int site, int peer,
+                           const device::PlanCheck& check = device::PlanCheck{})
+      : pad_(pad), check_(check), collective_(collective), site_(site), peer_(peer) {}
 
-  // True (on every lane) once the wait has timed out (recorded for the host) or another wait of the
-  // communicator has failed.
+  // True (on every lane) once the wait has timed out (recorded for the host), another wait of the communicator
+  // has failed, or the peer runs another plan (answered and recorded).
   __device__ __forceinline__ bool give_up() {
     const bool timer = (threadIdx.x & 31u) == 0;
     if (spins_ == 0 && timer) start_ = device::global_time_ns();
@@ -93,6 +95,10 @@ class WarpPollBound {
         stop = 1;
       } else if (*static_cast<volatile unsigned int*>(&pad_.error->code) != 0) {
         stop = 1;  // another wait failed
+      } else if (uint64_t theirs = 0; watch_.grace_over(pad_, check_, peer_, &theirs)) {
+        // the round of loads just before this call, after the first sighting, left the poll unmet
+        device::answer_mismatch(pad_, check_, peer_, theirs, collective_, site_);
+        stop = 1;
       }
     }
     return __shfl_sync(0xffffffffu, stop, 0) != 0;
@@ -100,6 +106,8 @@ class WarpPollBound {
 
  private:
   const device::SignalPad& pad_;
+  device::PlanCheck check_;
+  device::MismatchWatch watch_;
   unsigned int collective_, site_;
   int peer_;
   unsigned int spins_ = 0;

@@ -40,6 +40,7 @@ struct LLLaunch {
   char* area[kMaxWorld];  // every rank's LL area (collectives/peer_bases.hpp)
   size_t slot_bytes;   // bytes of one (parity, sender) slot
   device::SignalPad pad;
+  uint64_t plan;       // the call's plan word: polls check the peers' barrier announcements against it (PlanCheck)
   uint64_t* epoch;     // LL calls so far (device memory); this call's sequence is epoch + 1 (flag: its low 32 bits)
   unsigned int* blocks_done;
 };

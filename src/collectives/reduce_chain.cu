@@ -24,6 +24,7 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_chain(PipelineLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   constexpr ReduceOp kPartialOp = Op == ReduceOp::kAvg ? ReduceOp::kSum : Op;  // avg divides at the root only
   const int world = launch.pad.world, rank = launch.pad.rank;
   const ChainLink link = ChainLink::at(launch, (rank - launch.root - 1 + 2 * world) % world);  // the root: last

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   const uint2 first_line = first < lines ? load_line(own + first * kLLLineBytes, bytes - first * kLLLineBytes)
                                          : make_uint2(0, 0);
   const LLCall call = ll_call(launch);
+  if (call.stopped) return;  // NOTE [stopped ranks]
   const uint32_t flag = call.flag;
   auto slot = [&](int receiver, int sender) { return ll_slot(launch, call, receiver, sender); };
 
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
-                                     kSiteLLData, r, blockIdx.x);
+                                     kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
         if (!arrived) break;
       }
       const T* values = reinterpret_cast<const T*>(&line);

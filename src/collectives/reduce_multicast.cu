@@ -16,6 +16,10 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_multicast(MulticastLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) {  // NOTE [stopped ranks]: no write to the region; the barrier answers
+    device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan);
+    return;
+  }
   const int channel = blockIdx.x;
   const size_t half = multicast_half(launch);
   const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors: count * size % 16 == 0

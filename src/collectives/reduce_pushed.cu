@@ -19,6 +19,7 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_pushed(PipelineLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int rank = launch.pad.rank, root = launch.root, peer = 1 - rank;
   __shared__ int slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);

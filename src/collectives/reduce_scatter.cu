@@ -18,6 +18,7 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);

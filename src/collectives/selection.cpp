@@ -28,8 +28,8 @@ bool serves_type(Types types, DataType type) {
 
 // THE table, first matching row wins. Each cut-off is where two algorithms' sweeps crossed on 2 or 4 H200s (the
 // measurements behind every row, per datatype where it matters: docs/dev/selection.md). LL rows never depend on
-// the buffers: ranks choose between LL lines and barrier kernels from the call alone, since LL polls compare no
-// plans.
+// the buffers: ranks choose between LL lines and other kernels from the call alone, since an LL poll notices
+// another plan only where the peer runs a barrier kernel (docs/dev/protocol.md).
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(128) << 10, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL128, Buffers::kAny, 2, Types::kFp8},

@@ -22,6 +22,7 @@ __device__ bool fifo_drained(const device::SignalPad& pad, unsigned int collecti
 
 __global__ void bulk_send_step(BulkSendStep step) {
   start_dependent_kernel();
+  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]: nothing posted
   if (step.drain) {  // both phases' FIFOs: thread t, channel t % kPipelineChannels of phase t / kPipelineChannels
     const int set = threadIdx.x < kPipelineChannels ? kFree1 : kFree2;
     fifo_drained(step.pad, step.collective, set * kPipelineChannels + threadIdx.x % kPipelineChannels, step.peer);
@@ -41,6 +42,7 @@ __global__ void bulk_send_step(BulkSendStep step) {
 
 __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
   start_dependent_kernel();
+  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]: no slot handed back
   if (step.free_slot >= 0) device::signal(step.pad, kBulkFreeChannels + step.free_slot, step.peer);  // copied out
   if (step.wait_chunk < 0) return;
   const int slot = static_cast<int>(step.wait_chunk % kBulkSlots);

@@ -152,6 +152,7 @@ __device__ void receive_lines(const SendRecvLinesLaunch& launch, const SendRecvL
 
 __global__ void __launch_bounds__(kSendRecvLinesThreads) send_recv_lines(SendRecvLinesLaunch launch) {
   start_dependent_kernel();
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   int block = static_cast<int>(blockIdx.x);
   for (int i = 0; i < launch.send_count; ++i) {
     if (block < launch.sends[i].blocks) return send_lines(launch, launch.sends[i], block);

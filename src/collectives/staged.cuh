@@ -19,6 +19,7 @@ namespace braid::kernels {
 struct StagingView {
   uint64_t epoch;  // launch.epoch as this launch read it: its parity picks the half
   size_t offset;   // of this call's half within every rank's staging
+  bool stopped;    // this rank had stopped when the block started (NOTE [stopped ranks])
   __device__ char* of(const StagedLaunch& launch, int rank) const { return launch.staging[rank] + offset; }
 };
 
@@ -29,18 +30,23 @@ __device__ inline size_t parity_half(const uint64_t* epoch, size_t half_bytes) {
 }
 
 __device__ inline StagingView staging_view(const StagedLaunch& launch) {
-  const uint64_t epoch = read_launch_counter(launch.epoch);
-  return StagingView{epoch, (epoch & 1) * launch.half_bytes};
+  const LaunchStart start = read_launch_start(launch.epoch, launch.pad);
+  return StagingView{start.counter, (start.counter & 1) * launch.half_bytes, start.stopped};
 }
 
 // The staged skeleton, run by every block of a staged kernel: `copy_in(staging, slice)` writes this block's
 // slice (of launch.count elements of Element, split between the blocks in whole vectors) into this rank's
 // staging half; after the entry barrier (block b of every rank is channel b, announcing launch.plan),
 // `read_out(staging, slice)` reads the peers' halves into the output. A failed barrier (timeout, plan mismatch,
-// recorded for the host) ends the block before it reads anything.
+// recorded for the host) ends the block before it reads anything. On a stopped rank the block writes no staging
+// (a peer may still read the half from two calls ago) and its barrier only answers (NOTE [stopped ranks]).
 template <typename Element, typename CopyIn, typename ReadOut>
 __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& copy_in, ReadOut&& read_out) {
   const StagingView staging = staging_view(launch);
+  if (staging.stopped) {
+    device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteEntryBarrier, launch.plan);
+    return;
+  }
   const Slice slice = block_slice<Element>(launch.count, blockIdx.x, gridDim.x);
   copy_in(staging, slice);
   advance_once_read(launch.epoch, launch.blocks_done, staging.epoch);

@@ -362,6 +362,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   b.pad = state->sync->pad();
   b.pad.error = comm_state.sync->pad().error;  // failures go where comm.check() looks
   b.pad.data_error = comm_state.sync->pad().data_error;
+  b.pad.stopped = comm_state.sync->pad().stopped;  // the buffer's kernels stop with the communicator
   b.dispatch_id = static_cast<unsigned int>(Collective::kMoeDispatch);
   b.combine_id = static_cast<unsigned int>(Collective::kMoeCombine);
   BRAID_DEBUG("MoeBuffer: {}; {} receive rows, {} bytes of symmetric memory", describe(shape), state->capacity, layout.bytes);

@@ -142,6 +142,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
   kernels::start_dependent_kernel();  // the kernel before on the stream (the dispatch, or the user's)
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
                                                                                // to sum: no barrier either
   if (static_cast<int>(blockIdx.x) >= blocks) return;

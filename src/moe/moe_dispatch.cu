@@ -519,6 +519,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   __shared__ Rounds rounds;
   __shared__ int failed;
   kernels::start_dependent_kernel();  // route
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   if (threadIdx.x == 0) failed = 0;
   const uint64_t epoch = kernels::read_launch_counter(launch.epoch);
   // The last call on this buffer was a dispatch: a peer may still expand it in the rows and records this one

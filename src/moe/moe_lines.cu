@@ -564,6 +564,7 @@ template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_line_dispatch(MoeLaunch launch) {
   __shared__ uint32_t block_pairs[kMaxExperts];  // this block's pairs per local expert
   kernels::start_dependent_kernel();  // the last call on the buffer, and this block's last sequence
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const bool routed = !launch.reuse_routing;
   __shared__ int cleared;  // this dispatch's expert counts are cleared (block 0): pairs may be added
   __shared__ PeerTokens peers;

@@ -217,6 +217,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_dispatc
   __shared__ int64_t before[kMaxWorld];                   // tokens of earlier chunks per destination
   __shared__ int64_t in_range[kMaxWorld];                 // this block's tokens per destination
   kernels::start_dependent_kernel();  // the last call on the buffer (combine_plan, token_row)
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int me = launch.rank, W = launch.world, L = launch.local_experts;
   bool entry_barrier = false;  // this launch's blocks wait on their channels at an entry barrier
   if (launch.phase != kReceivingHalf) {
@@ -470,6 +471,7 @@ __device__ inline void advance_grid_wait(const device::SignalPad& pad, int peer)
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_rank_combine(MoeLaunch launch) {
   kernels::start_dependent_kernel();  // the kernels that wrote y
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const int me = launch.rank, W = launch.world;
   const bool peer_thread = threadIdx.x < static_cast<unsigned>(W) && static_cast<int>(threadIdx.x) != me;
   const size_t row_bytes = launch.hidden * sizeof(T);

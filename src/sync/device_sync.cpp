@@ -94,6 +94,7 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_.world = world;
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
+  pad_.stopped = &counters_->stopped;
 }
 
 DeviceSync::~DeviceSync() {

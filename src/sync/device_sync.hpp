@@ -80,6 +80,7 @@ class DeviceSync {
     uint64_t multicast_epoch;
     unsigned int blocks_done;
     uint64_t ll128_epoch;
+    unsigned int stopped;  // SignalPad::stopped (NOTE [stopped ranks]): beside the epochs kernels read at their start
   };
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;

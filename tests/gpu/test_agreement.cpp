@@ -8,11 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"  // DeviceBuffer, StreamHandle, mix64, shared_seed, kPoison
+#include "spin_kernel.hpp"  // hold_until_released
 #include "world.hpp"
 
 namespace braid::testing {
@@ -210,6 +214,125 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
         wrong += got[i] != expected;
       }
       EXPECT_EQ(wrong, 0u) << "rank " << rank << ", " << describe(s) << ": " << wrong << " of " << out_count << " wrong";
+    }
+    keeper.barrier();
+  });
+}
+
+// All-gathers whose output is 2 MiB run the staged kernel at every world size up to 8 (the selection table), and
+// one of 16 KiB runs LL lines: the calls these tests make disagree by giving odd ranks another count.
+constexpr size_t kStagedGatherBytes = 2 * kMiB, kLLGatherBytes = 16 * kKiB;
+
+// int32 elements of each rank's all-gather input for an output of about `output_bytes`, more on odd ranks when
+// `odd_ranks_differ` (a plan mismatch: another count).
+size_t gather_count(size_t output_bytes, int rank, int world, bool odd_ranks_differ) {
+  return output_bytes / 4 / world + (odd_ranks_differ && rank % 2 == 1 ? 64 : 0);
+}
+
+// A kernel that starts on a rank whose communicator has already failed (its host enqueued the call before the
+// failure landed) touches nothing: no output written, nothing sent to a peer. Each rank holds its stream, enqueues
+// a call whose plans differ between ranks (an all-gather of another count on the odd ranks: staged barrier
+// kernels on every rank), then a call every rank plans alike, then lets the stream go. The first call fails with
+// kMismatch on every rank; the second must leave its poisoned output as it was, on every rank: an LL all-reduce,
+// a staged all-gather and a pipelined all-reduce.
+TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    const uint64_t seed = shared_seed(keeper);
+    const int rank = keeper.rank(), world = keeper.size();
+    int* host_flag = nullptr;
+    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&host_flag), sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
+    const std::unique_ptr<int, cudaError_t (*)(void*)> flag_owner(host_flag, cudaFreeHost);
+    volatile int* const released = host_flag;
+    struct Second {
+      const char* what;
+      bool gather;
+      size_t bytes;  // all-reduce: the buffer; all-gather: the output
+    };
+    for (const Second& second : {Second{"LL all-reduce", false, 16 * kKiB}, Second{"staged all-gather", true, kStagedGatherBytes},
+                                 Second{"pipelined all-reduce", false, 64 * kMiB}}) {
+      keeper.barrier();
+      Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
+      const size_t first_count = gather_count(kStagedGatherBytes, rank, world, true);
+      const size_t in_count = second.gather ? gather_count(second.bytes, rank, world, false) : second.bytes / 4;
+      const size_t out_count = second.gather ? in_count * world : in_count;
+      DeviceBuffer first_send(first_count * 4), first_recv((first_count + 64) * 4 * world);
+      DeviceBuffer second_send(in_count * 4), second_recv(out_count * 4);
+      std::vector<int32_t> input(in_count);
+      for (size_t i = 0; i < in_count; ++i) input[i] = input_value(seed, rank, i);
+      cuda_check(cudaMemcpy(second_send.get(), input.data(), in_count * 4, cudaMemcpyHostToDevice), "upload");
+      cuda_check(cudaMemset(first_send.get(), 1, first_count * 4), "first input");
+      cuda_check(cudaMemset(second_recv.get(), kPoison, out_count * 4), "poison");
+      StreamHandle stream;
+      *released = 0;
+      cuda_check(hold_until_released(stream.get(), released, 5'000'000'000ull), "hold");
+      std::string outcome = "ok";
+      try {
+        comm.all_gather(first_send.get(), first_recv.get(), first_count, DataType::kInt32, stream.get());
+        if (second.gather) {
+          comm.all_gather(second_send.get(), second_recv.get(), in_count, DataType::kInt32, stream.get());
+        } else {
+          comm.all_reduce(second_send.get(), second_recv.get(), in_count, DataType::kInt32, ReduceOp::kSum, stream.get());
+        }
+      } catch (const Error& error) {
+        outcome = std::string("enqueue failed: ") + error.what();
+      }
+      *released = 1;
+      cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+      if (outcome == "ok") {
+        try {
+          comm.check();
+          outcome = "no failure";
+        } catch (const Error& error) {
+          outcome = error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
+        }
+      }
+      const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", then a " << second.what;
+      }
+      std::vector<int32_t> got(out_count);
+      cuda_check(cudaMemcpy(got.data(), second_recv.get(), out_count * 4, cudaMemcpyDeviceToHost), "download");
+      int32_t poison = 0;
+      std::memset(&poison, kPoison, sizeof poison);
+      size_t written = 0;
+      for (const int32_t value : got) written += value != poison;
+      EXPECT_EQ(written, 0u) << "rank " << rank << ": the " << second.what << " enqueued behind the failed call wrote "
+                             << written << " of " << out_count << " elements";
+    }
+    keeper.barrier();
+  });
+}
+
+// An LL call polls for its peers' lines and announces nothing; a peer that runs a barrier kernel for the same call
+// (another count: the staged all-gather) announces its plan, and the LL poll must answer it, so every rank fails
+// with kMismatch well within the communicator's timeout instead of timing out (kTimeout).
+TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    const int rank = keeper.rank(), world = keeper.size();
+    keeper.barrier();
+    Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
+    const size_t count = gather_count(rank % 2 == 0 ? kLLGatherBytes : kStagedGatherBytes, rank, world, false);
+    DeviceBuffer send(count * 4), recv(count * 4 * world);
+    cuda_check(cudaMemset(send.get(), 1, count * 4), "input");
+    StreamHandle stream;
+    std::string outcome = "ok";
+    try {
+      comm.all_gather(send.get(), recv.get(), count, DataType::kInt32, stream.get());
+      cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+      comm.check();
+    } catch (const Error& error) {
+      outcome = error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
+    }
+    const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ": all-gather of " << kLLGatherBytes
+                                         << " output bytes on even ranks, " << kStagedGatherBytes << " on odd ones";
     }
     keeper.barrier();
   });

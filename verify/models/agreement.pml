@@ -10,6 +10,9 @@
  *   src/collectives/pipeline.cuh: post_peers, wait_peers with PlanCheck (a FIFO kernel: posts, then waits)
  *   src/sync/device_sync.cpp: DeviceSync::raise_recorded_error (every call's entry: a recorded failure stops the
  *     host; calls it enqueued before the failure landed still run)
+ *   include/braid/device/sync_device.hpp: rank_stopped, claim_fatal_word, barrier_with_peer (NOTE [stopped
+ *     ranks]: a kernel that starts on a stopped rank announces kStoppedPlan at its barrier and posts nothing);
+ *     src/collectives/staged.cuh: run_staged (a stopped rank stages nothing); pipeline kernels (return at once)
  *
  * Each rank is a process running CALLS calls; a call runs a barrier kernel (staged: its input into its staging
  * half, the entry barrier with its plan, then loads of the peers' halves) or a FIFO kernel (pipelined: a piece
@@ -36,26 +39,26 @@
  *     with the same plan, or its own error word already holds a failure (assert in use_data);
  *   - at the end, every rank holds kErrorPlanMismatch if a rank deviated, and no failure otherwise (Verdict);
  *   - no deadlock: every rank ends without a timeout.
- * The code today breaks the first two (NOTE [stopped ranks]); with STOPPED_RANK_ANSWERS_ONLY, a kernel that
- * starts on a rank whose error word holds a failure announces kStoppedPlan and posts nothing, and all hold. The
- * mutants run on that protocol.
+ * A kernel that starts on a rank whose error word holds a failure (a stopped rank) stages nothing, announces
+ * kStoppedPlan at its barrier and posts nothing (sync_device.hpp, NOTE [stopped ranks]); without that rule the
+ * first two break (MUTANT_STOPPED_RANK_RUNS_ON, NOTE [kernels behind a failure]).
  *
- * @run current_code                    safety  assert
- *        the code today: a rank that stopped still runs the kernels its host enqueued before the failure
- *        landed, and they signal, announce and post as if nothing happened (see NOTE [stopped ranks])
- * @run stopped_rank_answers_only       safety  pass   -DSTOPPED_RANK_ANSWERS_ONLY
- * @run MUTANT_NO_STOPPED_ANSWER        safety  deadlock -DSTOPPED_RANK_ANSWERS_ONLY
+ * @run agreement                       safety  pass
+ * @run MUTANT_STOPPED_RANK_RUNS_ON     safety  assert
+ *        a kernel enqueued before its rank's failure landed runs as if nothing happened: it stages, signals,
+ *        announces its own plan and posts (NOTE [kernels behind a failure])
+ * @run MUTANT_NO_STOPPED_ANSWER        safety  deadlock
  *        answer_mismatch records the failure but answers no peer: a peer waits at its barrier forever
- * @run MUTANT_NO_PLAN_CHECK            safety  deadlock -DSTOPPED_RANK_ANSWERS_ONLY
+ * @run MUTANT_NO_PLAN_CHECK            safety  deadlock
  *        FIFO waits check no announcements: a FIFO rank waits forever for a peer parked at a barrier
- * @run MUTANT_PLAN_IN_OTHER_PARITY     safety  deadlock -DSTOPPED_RANK_ANSWERS_ONLY
+ * @run MUTANT_PLAN_IN_OTHER_PARITY     safety  deadlock
  *        the barrier announces its plan in the slot of the other parity: the peer's barrier never sees it
- * @run MUTANT_NO_GIVE_UP               safety  deadlock -DSTOPPED_RANK_ANSWERS_ONLY
+ * @run MUTANT_NO_GIVE_UP               safety  deadlock
  *        a wait does not give up when another wait of its rank failed: a failed rank's other waits hang
  *
- * NOTE [stopped ranks]
- *   Counterexamples of the code today (run current_code), both with a call enqueued on the deviating rank
- *   before its failure landed:
+ * NOTE [kernels behind a failure]
+ *   Counterexamples without the stopped-rank rule (MUTANT_STOPPED_RANK_RUNS_ON), both with a call enqueued on
+ *   the deviating rank before its failure landed:
  *   1. rank 0 runs a barrier kernel where ranks 1 and 2 run FIFO kernels. Rank 1's FIFO wait sees rank 0's
  *      announcement and answers (kStoppedPlan); rank 0's barrier fails, and its next kernel, a FIFO kernel,
  *      posts its piece to rank 2, whose call-0 wait (still inside its grace period) takes that piece of
@@ -123,15 +126,19 @@ inline answer_mismatch() {
   }
 }
 
-/* STOPPED_RANK_ANSWERS_ONLY (a proposed change, not the code today): a kernel that starts on a rank whose error
-   word holds a failure announces kStoppedPlan at its barriers and posts no FIFO piece. */
-#ifdef STOPPED_RANK_ANSWERS_ONLY
-#define announced_plan_of_kernel (stopped -> STOPPED_PLAN : plan)
-#define posts_pieces (!stopped)
-#else
+/* NOTE [stopped ranks] (sync_device.hpp): a kernel that starts on a rank whose error word holds a failure
+   stages nothing, announces kStoppedPlan at its barriers and posts no FIFO piece. */
+#ifdef MUTANT_STOPPED_RANK_RUNS_ON
 #define announced_plan_of_kernel plan
 #define posts_pieces true
+#define stages true
+#define waits_at_barrier true
+#else
+#define announced_plan_of_kernel (stopped -> STOPPED_PLAN : plan)
+#define posts_pieces (!stopped)
+#define stages (!stopped)
 #endif
+#define waits_at_barrier (!stopped)   /* a stopped rank's barrier answers and fails without waiting */
 
 #ifdef MUTANT_NO_GIVE_UP
 #define gives_up false
@@ -151,7 +158,7 @@ inline answer_mismatch() {
   :: !announcing[p] -> \
      atomic { barrier_count[at(p, r)]++; announced[plan_slot(p, r, announce_count(p))] = announced_plan_of_kernel; \
               announcing[p] = true } \
-  :: announcing[p] && !done[p] && barrier_count[at(r, p)] >= expected_barrier[p] + 1 && \
+  :: announcing[p] && !done[p] && waits_at_barrier && barrier_count[at(r, p)] >= expected_barrier[p] + 1 && \
      announced[plan_slot(r, p, expected_barrier[p] + 1)] != 0 -> \
      atomic { \
        theirs = announced[plan_slot(r, p, expected_barrier[p] + 1)]; \
@@ -197,7 +204,7 @@ proctype Rank(byte r) {
      if
      :: is_barrier(plan) ->
         /* run_staged: the input into this rank's half, the epoch advanced, the entry barrier */
-        atomic { staged_call[r * 2 + epoch % 2] = call + 1; epoch++ }
+        atomic { if :: stages -> staged_call[r * 2 + epoch % 2] = call + 1; epoch++ :: else -> skip fi }
         do
         barrier_thread(peer_of(r, 1))
         barrier_thread(peer_of(r, 2))

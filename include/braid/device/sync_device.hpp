@@ -13,7 +13,9 @@
 //   - expected: channels * comm.size() uint64_t of this rank's device memory, zeroed (cudaMalloc, cudaMemset);
 //   - error, data_error: two zeroed ErrorWords that kernels write and this rank's host reads (host-mapped memory:
 //     cudaHostAlloc with cudaHostAllocMapped, then cudaHostGetDevicePointer); neither may be null;
-//   - rank = comm.rank(), world = comm.size(), channels, timeout_ns (e.g. comm.timeout_s() * 1e9).
+//   - rank = comm.rank(), world = comm.size(), channels, timeout_ns (e.g. comm.timeout_s() * 1e9);
+//   - stopped (optional, may stay null): one zeroed unsigned int of this rank's device memory, set once a failure
+//     is recorded in `error`, so that barriers of later kernels answer kStoppedPlan (NOTE [stopped ranks]).
 // Communicator::check() and braid's calls never read such a pad's words: the user's host code reads them as said
 // under ErrorWord below, and decides what a failure there means. docs/api.md (sync_device.hpp) has the code.
 #pragma once
@@ -82,6 +84,7 @@ struct SignalPad {
   int world;
   int channels;
   unsigned long long timeout_ns;
+  unsigned int* stopped = nullptr;  // device memory private to this rank, or null: nonzero once `error` is claimed
 };
 
 // Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
@@ -91,6 +94,19 @@ constexpr int kBarrierChannels = 64;
 // The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
 // (no plan word has every bit set), so every peer that meets it fails with kMismatch too.
 constexpr uint64_t kStoppedPlan = ~uint64_t(0);
+
+// NOTE [stopped ranks]
+// A rank is stopped once its fatal word holds a failure. Its host then raises at every call's entry, but kernels
+// it enqueued before the failure landed still start, and they must not act on their call: peers may have failed
+// in the middle of a call, the counters are out of step, and a piece such a kernel posted or a plan it announced
+// could be taken by a peer as another call's (a peer would then finish with wrong data and no error). So a kernel
+// that starts on a stopped rank writes nothing a peer reads and posts nothing; at a barrier it announces
+// kStoppedPlan instead of its plan (so a peer parked there fails with kMismatch) and fails without waiting.
+// SignalPad::stopped holds the state in device memory, set by whoever claims the fatal word (record_error,
+// answer_mismatch) and read with a plain load: a kernel of the same stream that starts after the failure sees it
+// (the kernel boundary), and one of the same launch may see it or not, as it may see the failure or not.
+// verify/models/agreement.pml proves that with this rule every rank fails with kMismatch and none uses another
+// call's data.
 
 #if defined(__CUDACC__)
 
@@ -152,11 +168,23 @@ __device__ inline void write_error_fields(const SignalPad& pad, unsigned int col
   word->limit = limit;
 }
 
+// Whether this rank had stopped when the caller looked (NOTE [stopped ranks]); never with a null pad.stopped.
+__device__ __forceinline__ bool rank_stopped(const SignalPad& pad) {
+  return pad.stopped != nullptr && *static_cast<volatile unsigned int*>(pad.stopped) != 0;
+}
+
+// Step 1 for the fatal word: claims it and marks this rank stopped (NOTE [stopped ranks]).
+__device__ __forceinline__ bool claim_fatal_word(const SignalPad& pad) {
+  if (!claim_error_word(pad.error)) return false;
+  if (pad.stopped != nullptr) *static_cast<volatile unsigned int*>(pad.stopped) = 1u;
+  return true;
+}
+
 // Records the first failure of this communicator for the host; later ones are dropped.
 __device__ inline void record_error(const SignalPad& pad, unsigned int code, unsigned int collective, unsigned int site,
                                     int peer, int channel, unsigned long long waited_ns, long long value = 0,
                                     long long limit = 0) {
-  if (!claim_error_word(pad.error)) return;
+  if (!claim_fatal_word(pad)) return;
   write_error_fields(pad, collective, site, peer, channel, waited_ns, value, limit);
   publish_error_word(pad.error, code);
 }
@@ -214,7 +242,7 @@ __device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck&
 // barrier whichever call that is: this rank's communicator is unusable from now on.
 __device__ inline void answer_mismatch(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t theirs,
                                        unsigned int collective, unsigned int site) {
-  if (!claim_error_word(pad.error)) return;  // another failure is recorded (and answered) already
+  if (!claim_fatal_word(pad)) return;  // another failure is recorded (and answered) already
   const int channels = pad.channels < kBarrierChannels ? pad.channels : kBarrierChannels;
   for (int other = 0; other < pad.world; ++other) {
     if (other == pad.rank) continue;
@@ -235,15 +263,41 @@ __device__ __forceinline__ bool reached(uint64_t value, uint64_t target) {
   return static_cast<int64_t>(value - target) >= 0;
 }
 
+// The plan check of one wait while it is unmet (PlanCheck): it tells a peer that runs another plan for this call
+// from one that has finished the call and announced its next barrier. A peer past this call announces its next
+// barrier only after all it sent this call has landed (a kernel's stores are performed before the next kernel on
+// its stream starts), and a peer parked at a barrier of this call sends nothing more: another plan announced
+// for a grace period (kPlanGraceNs) while the wait stays unmet is a mismatch. Look every so often while unmet.
+struct MismatchWatch {
+  unsigned long long announced_at = 0;  // when another plan was first seen announced; 0: none seen
+
+  // True once `peer` has kept another plan announced for the grace period; `theirs` receives it. The caller
+  // tests its wait once more after that (unmet: a mismatch, answer_mismatch) or has tested it since the first
+  // sighting.
+  __device__ bool grace_over(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t* theirs) {
+    *theirs = announced_plan(pad, check, peer);
+    if (*theirs == 0 || *theirs == check.plan) {
+      announced_at = 0;
+      return false;
+    }
+    const unsigned long long now = global_time_ns();
+    if (announced_at == 0) {
+      announced_at = now;
+      return false;
+    }
+    return now - announced_at > kPlanGraceNs;
+  }
+};
+
 // Bounded spin of one thread until `ready()` holds. On timeout it records (collective, site, peer, channel) and
 // returns false; it also gives up when another wait of this rank already failed, and when `check` finds that
-// `peer` runs another plan for the call (announced_plan). Every device wait spins here.
+// `peer` runs another plan for the call (MismatchWatch). Every device wait spins here.
 template <typename Ready>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
                                   int peer, int channel, const PlanCheck& check = PlanCheck{}) {
   if (ready()) return true;
   const unsigned long long start = global_time_ns();
-  unsigned long long announced_at = 0;  // when another plan was first seen announced (announced_plan)
+  MismatchWatch watch;
   for (unsigned int spins = 1;; ++spins) {
     if (ready()) return true;
     if ((spins & 1023u) == 0) {
@@ -253,15 +307,8 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
         return false;
       }
       if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) return false;  // another wait failed
-      // A peer past this call announces its next barrier only after all it sent this call has landed, and
-      // a peer parked at a barrier of this call sends nothing more: another plan still there, with the wait
-      // still unmet, a grace period after it was first seen is a mismatch.
-      const uint64_t theirs = announced_plan(pad, check, peer);
-      if (theirs == 0 || theirs == check.plan) {
-        announced_at = 0;
-      } else if (announced_at == 0) {
-        announced_at = global_time_ns();
-      } else if (global_time_ns() - announced_at > kPlanGraceNs && !ready()) {
+      uint64_t theirs = 0;
+      if (watch.grace_over(pad, check, peer, &theirs) && !ready()) {
         answer_mismatch(pad, check, peer, theirs, collective, site);
         return false;
       }
@@ -283,6 +330,42 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
                     check);
 }
 
+// barrier's step for one peer, by the thread of that peer: true when the peer reached the barrier with this plan.
+__device__ inline bool barrier_with_peer(const SignalPad& pad, int channel, int peer, unsigned int collective,
+                                         unsigned int site, uint64_t plan) {
+  uint64_t* expected = pad.expected + channel * pad.world + peer;
+  const uint64_t count = *expected + 1;  // what the wait below reaches
+  if (rank_stopped(pad)) {
+    // NOTE [stopped ranks]: the answer, and no wait. Without a plan there is no answer to give, and a signal
+    // would let the peer on to this rank's data.
+    if (plan != 0) {
+      signal(pad, channel, peer);
+      store_relaxed_system(plan_slot(pad, pad.peers[peer], channel, pad.rank, count), kStoppedPlan);
+      *expected = count;
+    }
+    return false;
+  }
+  signal(pad, channel, peer);  // its release covers the block's writes (ordered by barrier's __syncthreads)
+  if (plan == 0) return wait(pad, channel, peer, collective, site);
+  // The announcement follows the signal: ahead of it, the release would wait for a store to the peer to land.
+  store_relaxed_system(plan_slot(pad, pad.peers[peer], channel, pad.rank, count), plan);
+  uint64_t* announced = plan_slot(pad, pad.local, channel, peer, count);
+  *expected = count;
+  const uint64_t* slot = pad.local + channel * pad.world + peer;
+  uint64_t theirs = 0;
+  if (!spin_until(pad, [&] {
+        theirs = load_relaxed_system(announced);
+        return reached(load_acquire_system(slot), count) && theirs != 0;
+      }, collective, site, peer, channel)) {
+    return false;
+  }
+  store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
+  if (theirs == plan) return true;
+  record_error(pad, kErrorPlanMismatch, collective, site, peer, channel, 0, static_cast<long long>(plan),
+               static_cast<long long>(theirs));
+  return false;
+}
+
 // Barrier of this block's channel with the same channel of every peer. Every thread of a one-dimensional block
 // of at least pad.world threads calls it (thread p signals and waits for peer p); the block's writes before it
 // are visible to peers after it. Returns false (for every thread) on failure;
@@ -296,40 +379,16 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
 // (barriers alone use its counters), so the announcement sits in the slot of the count's parity; the peer
 // writes that slot again only two barriers later, after this rank's next signal, which follows this read and
 // the clearing of the slot (what announced_plan relies on). Every barrier of a pad passes a plan, or none does
-// (plan 0: nothing announced or compared).
+// (plan 0: nothing announced or compared). On a stopped rank it announces kStoppedPlan (with a plan) and fails
+// without waiting (NOTE [stopped ranks]).
 __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int collective, unsigned int site,
                                uint64_t plan = 0) {
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
   const int peer = threadIdx.x;
-  if (peer < pad.world && peer != pad.rank) {
-    const uint64_t count = pad.expected[channel * pad.world + peer] + 1;  // what the wait below will reach
-    signal(pad, channel, peer);  // its release covers the block's writes (ordered by the __syncthreads above)
-    // The announcement follows the signal: ahead of it, the release would wait for a store to the peer to land.
-    if (plan != 0) store_relaxed_system(plan_slot(pad, pad.peers[peer], channel, pad.rank, count), plan);
-    if (plan == 0) {
-      if (!wait(pad, channel, peer, collective, site)) failed = 1;
-    } else {
-      uint64_t* announced = plan_slot(pad, pad.local, channel, peer, count);
-      uint64_t* expected = pad.expected + channel * pad.world + peer;
-      *expected = count;
-      const uint64_t* slot = pad.local + channel * pad.world + peer;
-      uint64_t theirs = 0;
-      if (!spin_until(pad, [&] {
-            theirs = load_relaxed_system(announced);
-            return reached(load_acquire_system(slot), count) && theirs != 0;
-          }, collective, site, peer, channel)) {
-        failed = 1;
-      } else {
-        store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
-        if (theirs != plan) {
-          record_error(pad, kErrorPlanMismatch, collective, site, peer, channel, 0, static_cast<long long>(plan),
-                       static_cast<long long>(theirs));
-          failed = 1;
-        }
-      }
-    }
+  if (peer < pad.world && peer != pad.rank && !barrier_with_peer(pad, channel, peer, collective, site, plan)) {
+    failed = 1;
   }
   __syncthreads();
   return failed == 0;
