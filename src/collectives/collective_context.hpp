@@ -23,6 +23,7 @@ struct CollectiveContext : detail::MemoryContext {
   std::unique_ptr<detail::CallOrder> order;
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
   int max_blocks = kMaxBlocks;     // CommOptions::max_blocks, else BRAID_MAX_BLOCKS, else kMaxBlocks; read once
+  int ranks_per_gpu = 1;           // the most ranks on one GPU (BRAID_ALLOW_SHARED_GPU=1), which share its SMs
 
   // Made at init on the CUDA backend (collectives never allocate), null or empty on the NCCL backend: the
   // signal pad, and the symmetric buffers that carry collectives on buffers peers cannot map: staging halves

@@ -45,6 +45,8 @@ std::shared_ptr<StoreServer> serve_store(const std::string& host, int port) {
   return server;
 }
 
+bool shared_gpus_allowed() { return Config::get().string("BRAID_ALLOW_SHARED_GPU").value_or("0") == "1"; }
+
 int choose_device(const Rendezvous& rendezvous, const CommOptions& options, int device_count) {
   int device = options.device;
   const char* source = "options.device";
@@ -55,6 +57,10 @@ int choose_device(const Rendezvous& rendezvous, const CommOptions& options, int 
     } else {
       device = rendezvous.local_rank >= 0 ? rendezvous.local_rank : rendezvous.rank;
       source = "the local rank";
+      if (shared_gpus_allowed()) {  // ranks beyond the GPUs take them round robin
+        device %= device_count;
+        source = "the local rank modulo the GPUs (BRAID_ALLOW_SHARED_GPU=1)";
+      }
     }
   }
   if (device < 0 || device >= device_count) {
@@ -108,6 +114,7 @@ struct Topology {
   std::vector<PeerInfo> peers;
   std::string problem;
   bool ll128_lines = false;  // every rank reports native P2P atomics with every peer (NVLink), BRAID_LL128 on
+  int ranks_per_gpu = 1;     // the most ranks on one GPU (more than 1 only with BRAID_ALLOW_SHARED_GPU=1)
 };
 
 Topology agree_on_topology(detail::CommState& state) {
@@ -118,7 +125,8 @@ Topology agree_on_topology(detail::CommState& state) {
   state.fds->admit(checkable_pids(ranks, ranks[state.rank]));  // fds pass only between the ranks' processes
   topology.peers = probe_peers(ranks, state.rank, state.device);
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
-  topology.problem = cuda_backend_topology_problem(ranks, rows);
+  topology.problem = cuda_backend_topology_problem(ranks, rows, shared_gpus_allowed());
+  topology.ranks_per_gpu = most_ranks_on_one_gpu(ranks);
   // LL128 lines land whole over NVLink, whose peers report native P2P atomics (collectives/ll128.cuh); any rank
   // with BRAID_LL128=off turns them off for all.
   bool mine = Config::get().string("BRAID_LL128").value_or("on") == "on";
@@ -176,6 +184,7 @@ void agree_on_settings(detail::CommState& state) {
       {"BRAID_MAX_BLOCKS (or CommOptions::max_blocks)", std::to_string(state.max_blocks)},
       {"BRAID_STAGING_BYTES", std::to_string(*config.integer("BRAID_STAGING_BYTES"))},
       {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
+      {"BRAID_ALLOW_SHARED_GPU", shared_gpus_allowed() ? "1" : "0"},
   };
   std::string mine;
   for (const auto& setting : settings) mine += setting.second + '\x1f';
@@ -275,6 +284,14 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   state->max_blocks = max_blocks(options.max_blocks);
   agree_on_settings(*state);
+  state->ranks_per_gpu = topology.ranks_per_gpu;
+  if (topology.ranks_per_gpu > 1) {
+    // NOTE [shared GPUs]: ranks on one GPU spin on each other, so every rank's blocks must be resident together:
+    // the ranks of a GPU share kMaxBlocks (one block an SM on a GPU of at least kMaxBlocks SMs).
+    state->max_blocks = std::min(state->max_blocks, std::max(1, kMaxBlocks / topology.ranks_per_gpu));
+    BRAID_INFO("shared-GPU mode (BRAID_ALLOW_SHARED_GPU=1): up to {} ranks on one GPU, launches capped at {} blocks; "
+               "a test mode, timings mean nothing", topology.ranks_per_gpu, state->max_blocks);
+  }
   state->order = std::make_unique<detail::CallOrder>(state->device);
   Communicator comm(state);
   if (use_nccl_backend(*state, topology, options)) {

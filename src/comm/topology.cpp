@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -95,7 +96,7 @@ std::vector<PeerInfo> probe_peers(const std::vector<RankIdentity>& ranks, int my
     }
     peer.device = device;
     if (device == my_device) {
-      peer.p2p = true;  // our own GPU (another rank on it is refused by the topology check)
+      peer.p2p = true;  // our own GPU (another rank on it only with BRAID_ALLOW_SHARED_GPU=1)
       peer.native_atomics = true;
       peer.performance_rank = 0;
       continue;
@@ -119,8 +120,19 @@ std::string reachability_row(const std::vector<PeerInfo>& peers) {
   return row;
 }
 
+int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks) {
+  int most = ranks.empty() ? 0 : 1;
+  for (const RankIdentity& rank : ranks) {
+    const auto same = std::count_if(ranks.begin(), ranks.end(), [&](const RankIdentity& other) {
+      return other.host == rank.host && other.boot_id == rank.boot_id && other.pci_bus_id == rank.pci_bus_id;
+    });
+    most = std::max(most, static_cast<int>(same));
+  }
+  return most;
+}
+
 std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks,
-                                          const std::vector<std::string>& rows) {
+                                          const std::vector<std::string>& rows, bool shared_gpus) {
   const size_t size = ranks.size();
   for (size_t r = 1; r < size; ++r) {
     if (ranks[r].boot_id != ranks[0].boot_id || ranks[r].host != ranks[0].host) {
@@ -130,9 +142,9 @@ std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks
   }
   for (size_t a = 0; a < size; ++a) {
     for (size_t b = a + 1; b < size; ++b) {
-      if (ranks[a].pci_bus_id == ranks[b].pci_bus_id) {
-        return fmt::format("ranks {} and {} both use GPU {}: each rank needs a GPU of its own", a, b,
-                           ranks[a].pci_bus_id);
+      if (!shared_gpus && ranks[a].pci_bus_id == ranks[b].pci_bus_id) {
+        return fmt::format("ranks {} and {} both use GPU {}: each rank needs a GPU of its own (BRAID_ALLOW_SHARED_GPU=1 "
+                           "lets ranks share one, for tests)", a, b, ranks[a].pci_bus_id);
       }
     }
   }

@@ -35,8 +35,12 @@ std::vector<PeerInfo> probe_peers(const std::vector<RankIdentity>& ranks, int my
 std::string reachability_row(const std::vector<PeerInfo>& peers);
 
 // Why ranks cannot form a CUDA-backend communicator, or "" when they can: ranks on different hosts, two
-// ranks on one GPU, or a pair (in either direction) that is not P2P-reachable. Pure, for cpu tests.
+// ranks on one GPU (unless `shared_gpus` allows it: BRAID_ALLOW_SHARED_GPU), or a pair (in either direction)
+// that is not P2P-reachable. Pure, for cpu tests.
 std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks,
-                                          const std::vector<std::string>& reachability_rows);
+                                          const std::vector<std::string>& reachability_rows, bool shared_gpus = false);
+
+// The most ranks that share one GPU (1: a GPU each).
+int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks);
 
 }  // namespace braid

@@ -83,6 +83,8 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_CHECK_POINTERS", ConfigType::kEnum, "on", "on|off",
      "on: every call asks CUDA (cudaPointerGetAttributes) whether each buffer is device memory this rank's GPU can "
      "use, and refuses one that is not naming the argument; off: only null buffers are refused (NCCL's default)."},
+    {"BRAID_ALLOW_SHARED_GPU", ConfigType::kEnum, "0", "0|1",
+     "1: ranks may share a GPU (to test N ranks on fewer GPUs; timings then mean nothing); 0: refused at init."},
     {"BRAID_ENABLE_MULTICAST", ConfigType::kEnum, "0", "0|1",
      "1: NVLink multicast (NVLS) collectives where every GPU reports support; never on a shared GPU host."},
     {"BRAID_MULTICAST_BYTES", ConfigType::kInt, "33554432", nullptr,

@@ -204,7 +204,7 @@ std::string describe(const MoeShape& shape) {
 
 // Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
 // resident at once on every rank (kMoeBlocksPerSm per multiprocessor, which their launch bounds guarantee), and
-// every rank must launch as many. The smallest GPU of the communicator decides.
+// every rank must launch as many. The smallest GPU of the communicator decides; ranks on one GPU share it.
 // A host allgather over the communicator's store, as Communicator::host_allgather makes it.
 std::vector<std::string> host_allgather(collectives::CollectiveContext& context, const std::string& mine) {
   std::lock_guard<std::mutex> lock(context.setup_mutex);
@@ -214,6 +214,7 @@ std::vector<std::string> host_allgather(collectives::CollectiveContext& context,
 int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape) {
   int multiprocessors = 0;
   BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
+  multiprocessors = std::max(1, multiprocessors / context.ranks_per_gpu);  // ranks on one GPU share it
   int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * moe::moe_sms(shape, multiprocessors));
   for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;

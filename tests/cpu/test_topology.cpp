@@ -43,6 +43,19 @@ TEST(Topology, TwoRanksOnOneGpuAreRefused) {
   ranks[2].pci_bus_id = ranks[0].pci_bus_id;
   std::string problem = cuda_backend_topology_problem(ranks, {"111", "111", "111"});
   EXPECT_NE(problem.find("ranks 0 and 2 both use GPU 0000:00:00.0"), std::string::npos) << problem;
+  EXPECT_NE(problem.find("BRAID_ALLOW_SHARED_GPU=1"), std::string::npos) << problem << ": names the way out";
+}
+
+TEST(Topology, RanksMayShareAGpuWhereAllowed) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(4);
+  ranks[2].pci_bus_id = ranks[0].pci_bus_id;
+  ranks[3].pci_bus_id = ranks[0].pci_bus_id;
+  EXPECT_EQ(cuda_backend_topology_problem(ranks, {"1111", "1111", "1111", "1111"}, true), "");
+  EXPECT_NE(cuda_backend_topology_problem(ranks, {"1111", "1101", "1111", "1111"}, true), "") << "P2P still counts";
+  EXPECT_EQ(most_ranks_on_one_gpu(ranks), 3);
+  EXPECT_EQ(most_ranks_on_one_gpu(ranks_on_one_host(4)), 1);
+  ranks[3].host = "node2";  // same bus id on another host: another GPU
+  EXPECT_EQ(most_ranks_on_one_gpu(ranks), 2);
 }
 
 TEST(Topology, IdentityRoundTripsThroughItsEncoding) {

@@ -67,21 +67,25 @@ int main(int argc, char** argv) {
     return kSkipped;
   }
 
+  // BRAID_ALLOW_SHARED_GPU=1: more ranks than GPUs, ranks sharing them round robin (a correctness mode).
+  const char* shared = std::getenv("BRAID_ALLOW_SHARED_GPU");
+  const bool shared_gpus = shared != nullptr && std::strcmp(shared, "1") == 0;
   if (braid::testing::in_process_mode()) {
-    if (braid::testing::world_size() > gpus) {
+    if (braid::testing::world_size() > gpus && !shared_gpus) {
       std::printf("SKIPPED: %d ranks but only %d GPUs\n", braid::testing::world_size(), gpus);
       return kSkipped;
     }
   } else {
     if (world < 0) world = gpus;
-    if (world > gpus) {
-      std::printf("SKIPPED: --world=%d but only %d GPUs\n", world, gpus);
+    if (world > gpus && !shared_gpus) {
+      std::printf("SKIPPED: --world=%d but only %d GPUs (BRAID_ALLOW_SHARED_GPU=1 lets ranks share them)\n", world, gpus);
       return kSkipped;
     }
     braid::testing::set_thread_world(world);
   }
-  std::printf("braid GPU tests: %d rank(s) as %s, %d GPU(s) visible\n", braid::testing::world_size(),
-              braid::testing::in_process_mode() ? "processes (braid-run)" : "threads", gpus);
+  std::printf("braid GPU tests: %d rank(s) as %s, %d GPU(s) visible%s\n", braid::testing::world_size(),
+              braid::testing::in_process_mode() ? "processes (braid-run)" : "threads", gpus,
+              shared_gpus && braid::testing::world_size() > gpus ? ", ranks sharing them" : "");
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -172,6 +172,7 @@ class NcclCaseRunner {
 };
 
 TEST(NcclBackend, CollectivesMatchTheReference) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   REQUIRE_NCCL(library);
   with_communicator([&](Communicator& comm) {
     std::unique_ptr<NcclBackend> nccl = make_backend(comm, library, NcclRegisterMode::kNo);
@@ -377,6 +378,7 @@ std::vector<VPlan> uneven_plans(int world, uint64_t seed) {
 }
 
 TEST(NcclBackend, AllToAllAndAllToAllvMatchTheReference) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   REQUIRE_NCCL(library);
   if (!library->has_all_to_all() && !library->has_send_recv()) {
     GTEST_SKIP() << "NCCL " << library->version() << " has neither ncclAlltoAll nor ncclSend/ncclRecv";
@@ -400,6 +402,7 @@ TEST(NcclBackend, AllToAllAndAllToAllvMatchTheReference) {
 // ---- Lazy registration ----
 
 TEST(NcclBackend, RegistrationIsLazyCachedAndForgotten) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   REQUIRE_NCCL(library);
   if (!library->has_register()) {
     GTEST_SKIP() << "NCCL " << library->version() << " (" << library->path()

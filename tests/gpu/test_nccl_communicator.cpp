@@ -135,6 +135,7 @@ size_t run_all(Communicator& comm, size_t count, uint32_t seed) {
 }
 
 TEST(NcclCommunicator, EveryCollectiveMatchesTheReference) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
@@ -143,6 +144,7 @@ TEST(NcclCommunicator, EveryCollectiveMatchesTheReference) {
 }
 
 TEST(NcclCommunicator, RegisteredBuffersRegisterWithNcclOnce) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
@@ -172,6 +174,7 @@ TEST(NcclCommunicator, RegisteredBuffersRegisterWithNcclOnce) {
 }
 
 TEST(NcclCommunicator, CudaOnlyFeaturesAreRefused) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   with_communicator([](Communicator& comm) {
     make_current(comm);
     try {
@@ -188,6 +191,7 @@ TEST(NcclCommunicator, CudaOnlyFeaturesAreRefused) {
 // NCCL kernels waiting: within the timeout the watchdog aborts their NCCL communicator, their stream
 // synchronisation returns, and check() and every later call raise kTimeout naming the operation.
 TEST(NcclCommunicator, TimeoutAbortsTheWaitAndNamesTheOperation) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for_each_rank([](const RankContext& context) {
     constexpr double kTimeoutS = 3.0;

@@ -149,6 +149,7 @@ TEST(Ordering, CollectivesOnFourStreamsThroughTheCopyEngines) {
 }
 
 TEST(Ordering, CollectivesOnTwoStreamsNcclBackend) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   CommOptions options = test_options();
   options.backend = "nccl";
   with_communicator([](Communicator& comm) { collectives_on_streams(comm, 2, false, 300); }, options);

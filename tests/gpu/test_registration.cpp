@@ -444,6 +444,7 @@ TEST(Registration, BadArgumentsNameTheArgument) {
 // ---- Exported handles ----
 
 TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   for_each_rank([](const RankContext& context) {
     Communicator comm = Communicator::init(context.rendezvous, test_options());
     CommOptions on_nccl = test_options();

@@ -404,6 +404,7 @@ TEST(SendRecv, SizeMismatchIsReportedAndTheCommunicatorStaysUsable) {
 }
 
 TEST(SendRecv, RingOnTheNcclBackend) {
+  SKIP_WHERE_RANKS_SHARE_GPUS();
   CommOptions options = test_options();
   options.backend = "nccl";
   with_communicator([](Communicator& comm) {

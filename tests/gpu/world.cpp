@@ -35,6 +35,12 @@ void make_current(const Communicator& comm) {
 
 bool in_process_mode() { return std::getenv("BRAID_RANK") != nullptr; }
 void set_thread_world(int world) { g_thread_world = world; }
+bool ranks_share_gpus() {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess) return false;
+  return world_size() > gpus;
+}
+
 int world_size() { return in_process_mode() ? std::atoi(std::getenv("BRAID_WORLD_SIZE")) : g_thread_world; }
 
 CommOptions test_options(double timeout_s) {

@@ -28,6 +28,13 @@ CommOptions test_options(double timeout_s = 30.0);
 // for_each_rank with a communicator made for the body (by default: timeout 30 s, the selection table).
 void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options = test_options());
 
+// More ranks than visible GPUs (BRAID_ALLOW_SHARED_GPU=1): some ranks share a GPU.
+bool ranks_share_gpus();
+// NCCL refuses two ranks on one GPU: a test that makes NCCL communicators starts with this.
+#define SKIP_WHERE_RANKS_SHARE_GPUS()                                                                     \
+  if (::braid::testing::ranks_share_gpus())                                                              \
+  GTEST_SKIP() << "NCCL refuses two ranks on one GPU, and ranks share GPUs in this run"
+
 // Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
 void make_current(const Communicator& comm);
 

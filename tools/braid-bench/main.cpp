@@ -79,6 +79,10 @@ int run_threads(const Options& options, const std::shared_ptr<braid::bench::Nccl
     return 1;
   }
   const int world = options.threads > 0 ? options.threads : gpus;
+  if (world > gpus) {
+    std::printf("# %d ranks on %d GPU(s): ranks share GPUs (BRAID_ALLOW_SHARED_GPU=1 must be set), a correctness mode "
+                "whose timings mean nothing\n", world, gpus);
+  }
   braid::StoreHost store;
   std::mutex mutex;
   std::condition_variable changed;
