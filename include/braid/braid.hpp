@@ -146,10 +146,11 @@ class Communicator {
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
   // selection table's LL and LL128 rows, docs/collectives.md) and reduce at every size (no reduce kernel reads or
   // writes a peer's input or output) run the same kernels whatever the buffers and look up no buffer, so any
-  // mix of buffer kinds gives the right answer there. LL and LL128 kernels compare no
-  // plans: ranks that break the rule above at LL sizes (different counts, datatypes, ops or collectives) are not
-  // told so; a rank left waiting for lines that never come fails with kTimeout, and results may be wrong, as
-  // with NCCL.
+  // mix of buffer kinds gives the right answer there. LL and LL128 calls send their plan to every peer and
+  // compare, and answer a peer that announces another plan at a barrier: ranks that break the rule above at LL
+  // sizes (different counts, datatypes, ops or collectives) fail on every rank with kMismatch too, unless one
+  // side runs a pipelined (FIFO) kernel, which compares no plan with an LL call: there a rank left waiting fails
+  // with kTimeout.
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
   void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);

@@ -1,6 +1,6 @@
 """braid.SignalPad without a GPU: its argument checks, and the packed struct's size (braid::device::SignalPad:
-five pointers, three ints and a 64-bit timeout). The pad itself is made and used on GPUs (tests/gpu/worker.py,
-section signal_pad)."""
+five pointers, three ints, a 64-bit timeout and the optional `stopped` pointer, null in these pads). The pad
+itself is made and used on GPUs (tests/gpu/worker.py, section signal_pad)."""
 import pytest
 
 import braid
@@ -20,4 +20,4 @@ def test_needs_a_communicator():
 
 
 def test_struct_size():
-    assert braid._braid.SIGNAL_PAD_STRUCT_BYTES == 5 * 8 + 3 * 4 + 4 + 8  # the ints padded to the timeout's 8
+    assert braid._braid.SIGNAL_PAD_STRUCT_BYTES == 5 * 8 + 3 * 4 + 4 + 8 + 8  # the ints padded to the timeout's 8

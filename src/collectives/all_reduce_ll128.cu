@@ -78,6 +78,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
     return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes;
   };
   const size_t wire_stride = warps * kLL128WarpWire;  // between a round's groups in a slot
+  // The plan line is an LL line (ll.cuh), whose flag is the sequence cut to 32 bits: written in every call, it is
+  // never older than the call before last, so the cut flag never matches a stale one.
+  send_plan_lines(launch, parity, static_cast<uint32_t>(flag));
 
   for (size_t first = warp, round = 0; round == 0 || first < groups; first += kGroups * warps, ++round) {
     const int count = count_from(first);
@@ -125,6 +128,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
       store_part(launch.recv + offset, left_at(offset), part.bytes, out.words);
     }
   }
+  PlanLineHold plan = plan_line_hold(launch, parity);  // polled alone here: LL128 polls whole warps of lines
+  check_plan_line(launch, plan, static_cast<uint32_t>(flag));  // NOTE [plan lines]
 }
 
 }  // namespace

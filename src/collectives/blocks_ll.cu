@@ -24,6 +24,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
   if (call.stopped) return;  // NOTE [stopped ranks]
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
+  send_plan_lines(launch, call.parity, call.flag);
+  PlanLineHold plan = plan_line_hold(launch, call.parity);
   for (size_t i = first; i < lines; i += stride) {
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
     for (int p = 1; p < world; ++p) {
@@ -42,11 +44,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
       const int r = (rank - p + world) % world;
       const char* wire = ll_slot(launch, call, rank, r) + i * kLLWireBytes;
       uint2 line;
-      arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
+      arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, call.flag, &line); }, launch.collective,
                                    kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
       if (arrived) store_line(launch.recv + r * launch.recv_rank_stride + offset, line, left);
     }
   }
+  if (arrived) check_plan_line(launch, plan, call.flag);  // NOTE [plan lines]
   restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
 }
 

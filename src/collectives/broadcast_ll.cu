@@ -2,11 +2,11 @@
 // flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, and every other rank polls its
 // own area until the root's lines carry the flag and copies them into its output.
 //
-// Every rank other than the root also stores one line, a token, into every peer's area, and every rank waits
-// for the tokens of every other non-root. LL reuses a parity only because every LL call receives from every
-// peer (reduce_ll.cu): a rank that finished call k+1 knows every peer began it, so finished call k and no longer
-// reads the parity call k+2 rewrites. A root that only sent could run two calls ahead of a peer still reading
-// its lines, and a non-root that heard only from the root could overwrite what another non-root still reads.
+// Every rank, the root too, also stores its plan line into every peer's area and waits for every peer's (ll.cuh,
+// NOTE [plan lines]). LL reuses a parity only because every LL call receives from every peer (reduce_ll.cu): a
+// rank that finished call k+1 knows every peer began it, so finished call k and no longer reads the parity call
+// k+2 rewrites. A root that only sent could run two calls ahead of a peer still reading its lines, and a
+// non-root that heard only from the root could overwrite what another non-root still reads.
 //
 // launch.count: bytes (datatype-blind); launch.root: the root; launch.send: the root's input (null elsewhere).
 #include "collectives/dependent_launch.cuh"
@@ -26,10 +26,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   if (call.stopped) return;  // NOTE [stopped ranks]
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
-  // Block 0 exchanges the tokens, a thread per peer (line 0 of this rank's slot in that peer's area).
-  const int peer = static_cast<int>(threadIdx.x);
-  const bool token_thread = blockIdx.x == 0 && peer < world && peer != rank;
-  if (token_thread && rank != root) store_wire(ll_slot(launch, call, peer, rank), make_uint2(0, 0), call.flag);
+  send_plan_lines(launch, call.parity, call.flag);  // every rank, the root too: what every peer receives of it
+  PlanLineHold plan = plan_line_hold(launch, call.parity);
   if (rank == root) {
     for (size_t i = first; i < lines; i += stride) {
       const size_t offset = i * kLLLineBytes, left = bytes - offset;
@@ -43,23 +41,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   }
   count_ll_call(launch, call);
   bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
-  if (token_thread && peer != root) {
-    uint2 token;
-    arrived = device::spin_until(launch.pad, [&] { return load_wire(ll_slot(launch, call, rank, peer), call.flag, &token); },
-                                 launch.collective, kSiteLLData, peer, blockIdx.x, ll_plan_check(launch));
-  }
   if (rank != root) {
     for (size_t i = first; arrived && i < lines; i += stride) {
       const size_t offset = i * kLLLineBytes;
       const char* wire = ll_slot(launch, call, rank, root) + i * kLLWireBytes;
       uint2 line;
-      arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, call.flag, &line); }, launch.collective,
+      arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, call.flag, &line); }, launch.collective,
                                    kSiteLLData, root, blockIdx.x, ll_plan_check(launch));
       if (arrived) store_line(launch.recv + offset, line, bytes - offset);
     }
   }
-  // The root sent `lines` lines, every other rank its token (line 0).
-  restamp_unwritten_lines(launch, call, [&](int sender) { return sender == root ? lines : size_t(1); });
+  if (arrived) check_plan_line(launch, plan, call.flag);  // NOTE [plan lines]
+  // The root sent `lines` lines, every other rank its plan line alone.
+  restamp_unwritten_lines(launch, call, [&](int sender) { return sender == root ? lines : size_t(0); });
 }
 
 }  // namespace

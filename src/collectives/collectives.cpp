@@ -48,7 +48,7 @@ size_t multicast_half_bytes(const CollectiveContext& state) {
 AreaCapacities area_capacities(const CollectiveContext& state) {
   AreaCapacities capacities{};
   capacities.staging_half = staging_half_bytes(state);
-  capacities.ll_payload = ll_slot_bytes(state) / kernels::kLLWireBytes * kernels::kLLLineBytes;
+  capacities.ll_payload = (ll_slot_bytes(state) / kernels::kLLWireBytes - 1) * kernels::kLLLineBytes;  // the plan line
   capacities.multicast_half = multicast_half_bytes(state);
   capacities.ll128_payload = kernels::kLL128MaxPayloadBytes;
   capacities.send_recv_lines_payload = state.send_recv_lines ? kernels::kSendRecvLinesMaxPayload : 0;
@@ -62,6 +62,7 @@ kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall
   launch.plan = plan;
   copy_peer_bases(state.ll, launch.area);
   launch.slot_bytes = ll_slot_bytes(state);
+  launch.plan_line = launch.slot_bytes - kernels::kLLWireBytes;
   launch.pad = state.sync->pad();
   launch.epoch = state.sync->ll_epoch();
   launch.blocks_done = state.sync->blocks_done();
@@ -76,6 +77,7 @@ kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveC
   kernels::LLLaunch launch = ll_launch(state, call, plan);
   copy_peer_bases(state.ll128, launch.area);
   launch.slot_bytes = kernels::kLL128SlotBytes;
+  launch.plan_line = kernels::kLL128PlanLine;
   launch.epoch = state.sync->ll128_epoch();
   return launch;
 }

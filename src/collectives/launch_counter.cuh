@@ -28,8 +28,10 @@ __device__ inline LaunchStart read_launch_start(const uint64_t* counter, const d
   __shared__ uint64_t value;
   __shared__ int stopped;
   if (threadIdx.x == 0) {
-    value = *counter;
-    stopped = device::rank_stopped(pad);
+    const uint64_t read = *counter;  // both loads in flight before either shared store waits for its value
+    const bool read_stopped = device::rank_stopped(pad);
+    value = read;
+    stopped = read_stopped;
   }
   __syncthreads();
   return LaunchStart{value, stopped != 0};

@@ -9,6 +9,7 @@
 
 #include "collectives/launch_counter.cuh"
 #include "collectives/ll_launch.hpp"
+#include "sync/device_sync.hpp"  // wait sites
 
 namespace braid::kernels {
 
@@ -45,6 +46,88 @@ __device__ __forceinline__ device::PlanCheck ll_plan_check(const LLLaunch& launc
   return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x % channels)};
 }
 
+// NOTE [plan lines]
+// Every LL call tells every peer its plan (the call's plan word) in a line of its own: block 0's thread p stores
+// it, as an LL line with the call's flag, into the plan line of this rank's slot in p's area (launch.plan_line,
+// past every line a call sends), and, once its data is done, waits for p's plan line in its own area and
+// compares (PlanLineHold). Another plan is a mismatch (answer_mismatch: recorded, and every peer's next barrier answered). So
+// ranks whose LL calls differ (another count, datatype, op, root, or another LL kernel) fail on every rank, and a
+// rank whose count is smaller cannot finish on a prefix of a longer peer's lines: its block 0 waits for the peer's
+// plan line first. The plan line is also the line through which every LL call receives from every peer
+// (broadcast's non-roots too), which the parity argument needs. Every sender writes its plan line in every call,
+// so restamp_unwritten_lines leaves it alone: its flag is never older than the call before last.
+__device__ __forceinline__ char* plan_line(const LLLaunch& launch, size_t parity, int receiver, int sender) {
+  return launch.area[receiver] + (parity * launch.pad.world + sender) * launch.slot_bytes + launch.plan_line;
+}
+
+// Block 0's thread p (a peer) stores this call's plan line into p's area; every thread of the block calls it,
+// ahead of the call's data.
+__device__ __forceinline__ void send_plan_lines(const LLLaunch& launch, size_t parity, uint32_t flag) {
+  const int peer = static_cast<int>(threadIdx.x);
+  if (blockIdx.x != 0 || peer >= launch.pad.world || peer == launch.pad.rank) return;
+  store_wire(plan_line(launch, parity, peer, launch.pad.rank),
+             make_uint2(static_cast<uint32_t>(launch.plan), static_cast<uint32_t>(launch.plan >> 32)), flag);
+}
+
+// The 16 bytes of a wire line as one volatile load, with no compiler barrier: two such loads go out together
+// (PlanLineHold::poll), where load_wire's first would wait for its value before the second left.
+__device__ __forceinline__ uint4 load_wire_bytes(const char* address) {
+  uint4 v;
+  asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(address));
+  return v;
+}
+__device__ __forceinline__ bool wire_holds(const uint4& wire, uint32_t flag) { return wire.y == flag && wire.w == flag; }
+
+// What block 0's thread p (a peer) holds of p's plan line (NOTE [plan lines]): it polls the plan line together
+// with its first data lines, in the same rounds of loads, so that the plan costs no round trip of its own where
+// the thread has lines to poll; check_plan_line finishes the wait and compares.
+struct PlanLineHold {
+  const char* wire = nullptr;  // p's plan line in this rank's area; null: this thread checks none
+  int peer = -1;
+  bool taken = false;
+  uint2 plan = make_uint2(0, 0);
+
+  // One round of a data poll: `data`'s line of this call (true, *line filled, once it carries `flag`), and the
+  // plan line while it has not been taken.
+  __device__ __forceinline__ bool poll(const char* data, uint32_t flag, uint2* line) {
+    const uint4 got = load_wire_bytes(data);
+    if (wire != nullptr && !taken) {
+      const uint4 theirs = load_wire_bytes(wire);
+      if (wire_holds(theirs, flag)) {
+        taken = true;
+        plan = make_uint2(theirs.x, theirs.z);
+      }
+    }
+    if (!wire_holds(got, flag)) return false;
+    *line = make_uint2(got.x, got.z);
+    return true;
+  }
+};
+
+__device__ __forceinline__ PlanLineHold plan_line_hold(const LLLaunch& launch, size_t parity) {
+  PlanLineHold hold;
+  const int peer = static_cast<int>(threadIdx.x);
+  if (blockIdx.x == 0 && peer < launch.pad.world && peer != launch.pad.rank) {
+    hold.wire = plan_line(launch, parity, launch.pad.rank, peer);
+    hold.peer = peer;
+  }
+  return hold;
+}
+
+// Finishes `hold`: waits for the plan line if its polls did not take it, and compares it with this call's plan.
+// False when this thread failed (a timeout, or another plan: recorded and answered).
+__device__ inline bool check_plan_line(const LLLaunch& launch, PlanLineHold& hold, uint32_t flag) {
+  if (hold.wire == nullptr) return true;
+  if (!hold.taken && !device::spin_until(launch.pad, [&] { return load_wire(hold.wire, flag, &hold.plan); },
+                                         launch.collective, kSiteLLData, hold.peer, 0, ll_plan_check(launch))) {
+    return false;
+  }
+  const uint64_t theirs = uint64_t(hold.plan.x) | uint64_t(hold.plan.y) << 32;
+  if (theirs == launch.plan) return true;
+  device::answer_mismatch(launch.pad, ll_plan_check(launch), hold.peer, theirs, launch.collective, kSiteLLData);
+  return false;
+}
+
 // Counts this block in for the next LL call's sequence (advance_once_read): every block calls it once its
 // stores to the peers are issued and before it polls.
 __device__ inline void count_ll_call(const LLLaunch& launch, const LLCall& call) {
@@ -60,8 +143,8 @@ __device__ __forceinline__ char* ll_slot(const LLLaunch& launch, const LLCall& c
 // zeroed: flag 0, the flag of sequence 2^32), would carry a later call's flag and pass for its data. So the calls
 // whose sequence is 0 or 1 modulo kLLRestampPeriod (one of each parity) also write this call's flag, with zero
 // data, into every line of this rank's own area, in this call's parity, that no peer writes in this call: lines
-// [written_lines(sender), end of slot) of every other sender's slot (every sender's lines [0, written_lines) arrive
-// with this call's flag anyway). Every line then carries the flag of a call at most about one period old, which
+// [written_lines(sender), plan line) of every other sender's slot (every sender's lines [0, written_lines) and its
+// plan line arrive with this call's flag anyway). Every line then carries the flag of a call at most about one period old, which
 // no call of the next 2^32 minus a period can carry. The common path pays one compare.
 //
 // Race-free wherever in the kernel it runs, with no ordering against this call's own stores and polls, and
@@ -69,13 +152,13 @@ __device__ __forceinline__ char* ll_slot(const LLLaunch& launch, const LLCall& c
 // writes these lines and no receiver reads them (receivers read only what their senders write in this call);
 // every earlier store into them was polled by this rank in its own call, so has landed; and a peer writes this
 // parity again only in the call after next, which it starts only after receiving this rank's lines of the next
-// call (every LL call receives from every peer, broadcast too, through its tokens), sent only once this kernel
+// call (every LL call receives every peer's plan line), sent only once this kernel
 // has completed (calls run in order). The fence orders the stores before anything after them.
 template <typename WrittenLines>
 __device__ void restamp_unwritten_lines(const LLLaunch& launch, const LLCall& call, WrittenLines written_lines) {
   if (!call.restamps) return;
   const int world = launch.pad.world, rank = launch.pad.rank;
-  const size_t slot_lines = launch.slot_bytes / kLLWireBytes;
+  const size_t slot_lines = launch.plan_line / kLLWireBytes;  // the plan line is written in every call
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   for (int sender = 0; sender < world; ++sender) {
     if (sender == rank) continue;  // no rank sends to itself: its own slot is never read

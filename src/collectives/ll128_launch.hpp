@@ -1,7 +1,8 @@
 // The layout of the LL128 area (all_reduce_ll128.cu): every rank's symmetric LL128 buffer holds
 // [parity 2][sender world] slots of kLL128SlotBytes. A slot is a run of 128-byte lines, each carrying 120 payload
-// bytes and, in its last 8 bytes, the call's 64-bit sequence as its flag. LL128 launches take LLLaunch
-// (ll_launch.hpp) with this area, its slot size and the LL128 call counter.
+// bytes and, in its last 8 bytes, the call's 64-bit sequence as its flag, then the sender's plan line (an LL
+// line, ll.cuh NOTE [plan lines]) in a 128-byte line of its own. LL128 launches take LLLaunch (ll_launch.hpp)
+// with this area, its slot size, the plan line's place and the LL128 call counter.
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,8 @@ constexpr size_t kLL128WarpPayload = kLL128LinesPerWarp * kLL128LinePayload;  //
 
 // Payload per launch and sender; larger calls run in chunks, each launch its own sequence.
 constexpr size_t kLL128MaxPayloadBytes = size_t(1) << 20;
-constexpr size_t kLL128SlotBytes = (kLL128MaxPayloadBytes + kLL128WarpPayload - 1) / kLL128WarpPayload * kLL128WarpWire;
+constexpr size_t kLL128PlanLine = (kLL128MaxPayloadBytes + kLL128WarpPayload - 1) / kLL128WarpPayload * kLL128WarpWire;
+constexpr size_t kLL128SlotBytes = kLL128PlanLine + kLL128LineBytes;
 
 // Bytes of each rank's LL128 area for `world` ranks.
 constexpr size_t ll128_area_bytes(int world) { return 2 * static_cast<size_t>(world) * kLL128SlotBytes; }

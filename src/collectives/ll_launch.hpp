@@ -1,6 +1,7 @@
 // The arguments of the low-latency (LL) kernels (plain data, passed by value), and the layout of the
 // LL area: every rank's symmetric LL buffer holds [parity 2][sender world] slots of slot_bytes, each line of 8
-// payload bytes travelling as 16 bytes {data, flag, data, flag}.
+// payload bytes travelling as 16 bytes {data, flag, data, flag}; a slot's last line is the sender's plan line
+// (ll.cuh, NOTE [plan lines]).
 #pragma once
 
 #include <cstddef>
@@ -24,8 +25,11 @@ constexpr size_t kLLMaxPayloadBytes = size_t(1) << 20;
 // re-stamp (one call of each parity).
 constexpr uint64_t kLLRestampPeriod = uint64_t(1) << 30;
 
+// Bytes of one slot: kLLMaxPayloadBytes of lines, then the plan line.
+constexpr size_t kLLSlotBytes = (kLLMaxPayloadBytes / kLLLineBytes + 1) * kLLWireBytes;
+
 // Bytes of each rank's LL area for `world` ranks.
-constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLMaxPayloadBytes / kLLLineBytes * kLLWireBytes; }
+constexpr size_t ll_area_bytes(int world) { return 2 * size_t(world) * kLLSlotBytes; }
 
 struct LLLaunch {
   const char* send;
@@ -39,6 +43,7 @@ struct LLLaunch {
   unsigned int collective;
   char* area[kMaxWorld];  // every rank's LL area (collectives/peer_bases.hpp)
   size_t slot_bytes;   // bytes of one (parity, sender) slot
+  size_t plan_line;    // where in a slot the sender's plan line lies (bytes; past the lines a call sends)
   device::SignalPad pad;
   uint64_t plan;       // the call's plan word: polls check the peers' barrier announcements against it (PlanCheck)
   uint64_t* epoch;     // LL calls so far (device memory); this call's sequence is epoch + 1 (flag: its low 32 bits)

@@ -42,6 +42,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   if (call.stopped) return;  // NOTE [stopped ranks]
   const uint32_t flag = call.flag;
   auto slot = [&](int receiver, int sender) { return ll_slot(launch, call, receiver, sender); };
+  send_plan_lines(launch, call.parity, flag);
+  PlanLineHold plan = plan_line_hold(launch, call.parity);
 
   for (size_t i = first; i < lines; i += stride) {
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
@@ -63,7 +65,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
         line = i == first ? first_line : load_line(own + i * kLLLineBytes, bytes - i * kLLLineBytes);
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
-        arrived = device::spin_until(launch.pad, [&] { return load_wire(wire, flag, &line); }, launch.collective,
+        arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, flag, &line); }, launch.collective,
                                      kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
         if (!arrived) break;
       }
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       store_line(launch.recv + i * kLLLineBytes, *reinterpret_cast<const uint2*>(out), bytes - i * kLLLineBytes);
     }
   }
+  if (arrived) check_plan_line(launch, plan, flag);  // NOTE [plan lines]
   restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
 }
 

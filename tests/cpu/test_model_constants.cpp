@@ -274,8 +274,9 @@ TEST(ModelConstants, LLLines) {
   EXPECT_LT(period, flag_mod) << "a polled line is at most a period old: the period must stay below the flag's range";
   EXPECT_GT(period, 2) << "a period of 2 would re-stamp on every call, which the code does not";
   const int world = 3;
-  const size_t slot = kernels::kLLMaxPayloadBytes / kernels::kLLLineBytes * kernels::kLLWireBytes;
-  EXPECT_EQ(kernels::ll_area_bytes(world) / (world * slot), static_cast<size_t>(constant(model, "PARITIES")));
+  const size_t slot = (kernels::kLLMaxPayloadBytes / kernels::kLLLineBytes + 1) * kernels::kLLWireBytes;
+  EXPECT_EQ(kernels::kLLSlotBytes, slot) << "a slot: the lines a call may send, then the plan line";
+  EXPECT_EQ(kernels::ll_area_bytes(world), world * slot * static_cast<size_t>(constant(model, "PARITIES")));
   EXPECT_GE(constant(model, "RANKS"), 3);
   EXPECT_GE(constant(model, "CALLS"), 3);
   // The wrap configuration runs past the flag of the zeroed area (sequence FLAG_MOD) and the first wrap.

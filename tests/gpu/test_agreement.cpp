@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -229,6 +230,25 @@ size_t gather_count(size_t output_bytes, int rank, int world, bool odd_ranks_dif
   return output_bytes / 4 / world + (odd_ranks_differ && rank % 2 == 1 ? 64 : 0);
 }
 
+// Runs `call` (which enqueues on `stream`), waits for the stream and checks the communicator: "ok", "mismatch"
+// (kMismatch) or "error " and the message.
+std::string outcome_of(Communicator& comm, cudaStream_t stream, const std::function<void()>& call) {
+  try {
+    call();
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    comm.check();
+  } catch (const Error& error) {
+    return error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
+  }
+  return "ok";
+}
+
+// Every rank's outcome (gathered through `keeper`) must be a mismatch; `what` names the case.
+void expect_mismatch_on_every_rank(Communicator& keeper, const std::string& outcome, const std::string& what) {
+  const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
+  for (int r = 0; r < keeper.size(); ++r) EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ": " << what;
+}
+
 // A kernel that starts on a rank whose communicator has already failed (its host enqueued the call before the
 // failure landed) touches nothing: no output written, nothing sent to a peer. Each rank holds its stream, enqueues
 // a call whose plans differ between ranks (an all-gather of another count on the odd ranks: staged barrier
@@ -289,10 +309,7 @@ TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
           outcome = error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
         }
       }
-      const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
-      for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", then a " << second.what;
-      }
+      expect_mismatch_on_every_rank(keeper, outcome, std::string("then a ") + second.what);
       std::vector<int32_t> got(out_count);
       cuda_check(cudaMemcpy(got.data(), second_recv.get(), out_count * 4, cudaMemcpyDeviceToHost), "download");
       int32_t poison = 0;
@@ -321,22 +338,56 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
     DeviceBuffer send(count * 4), recv(count * 4 * world);
     cuda_check(cudaMemset(send.get(), 1, count * 4), "input");
     StreamHandle stream;
-    std::string outcome = "ok";
-    try {
+    const std::string outcome = outcome_of(comm, stream.get(), [&] {
       comm.all_gather(send.get(), recv.get(), count, DataType::kInt32, stream.get());
-      cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
-      comm.check();
-    } catch (const Error& error) {
-      outcome = error.code() == ErrorCode::kMismatch ? "mismatch" : std::string("error ") + error.what();
-    }
-    const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
-    for (int r = 0; r < world; ++r) {
-      EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ": all-gather of " << kLLGatherBytes
-                                         << " output bytes on even ranks, " << kStagedGatherBytes << " on odd ones";
+    });
+    expect_mismatch_on_every_rank(keeper, outcome, "all-gather of " + std::to_string(kLLGatherBytes) +
+                                                       " output bytes on even ranks, " +
+                                                       std::to_string(kStagedGatherBytes) + " on odd ones");
+    keeper.barrier();
+  });
+}
+
+// LL calls that differ in their count (odd ranks pass more elements) fail with kMismatch on every rank, through
+// the plan lines every LL call exchanges: no rank finishes on a prefix of a longer peer's lines. Sizes that run
+// LL or LL128 lines at every world up to 8: an all-reduce of 4 KiB, one of 256 KiB (LL128 up to 4 ranks), an
+// all-gather of 16 KiB output, a broadcast of 8 KiB.
+TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([](const RankContext& context) {
+    Communicator keeper = Communicator::init(context.rendezvous, test_options());
+    make_current(keeper);
+    const int rank = keeper.rank(), world = keeper.size();
+    enum class Call { kAllReduce, kAllGather, kBroadcast };
+    struct Case {
+      const char* what;
+      Call call;
+      size_t bytes;  // all-reduce and broadcast: the buffer; all-gather: the output
+    };
+    for (const Case& c : {Case{"LL all-reduce", Call::kAllReduce, 4 * kKiB}, Case{"all-reduce of 256 KiB", Call::kAllReduce, 256 * kKiB},
+                          Case{"LL all-gather", Call::kAllGather, kLLGatherBytes}, Case{"LL broadcast", Call::kBroadcast, 8 * kKiB}}) {
+      keeper.barrier();
+      Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
+      const size_t extra = rank % 2 == 1 ? 16 : 0;  // elements
+      const size_t count = (c.call == Call::kAllGather ? c.bytes / 4 / world : c.bytes / 4) + extra;
+      DeviceBuffer send(count * 4), recv(count * 4 * world);
+      cuda_check(cudaMemset(send.get(), 1, count * 4), "input");
+      StreamHandle stream;
+      const std::string outcome = outcome_of(comm, stream.get(), [&] {
+        switch (c.call) {
+          case Call::kAllReduce:
+            comm.all_reduce(send.get(), recv.get(), count, DataType::kInt32, ReduceOp::kSum, stream.get());
+            break;
+          case Call::kAllGather: comm.all_gather(send.get(), recv.get(), count, DataType::kInt32, stream.get()); break;
+          case Call::kBroadcast: comm.broadcast(send.get(), recv.get(), count, DataType::kInt32, 0, stream.get()); break;
+        }
+      });
+      expect_mismatch_on_every_rank(keeper, outcome, std::string(c.what) + ", 16 more elements on odd ranks");
     }
     keeper.barrier();
   });
 }
+
 
 }  // namespace
 }  // namespace braid::testing

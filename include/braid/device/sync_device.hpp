@@ -168,15 +168,16 @@ __device__ inline void write_error_fields(const SignalPad& pad, unsigned int col
   word->limit = limit;
 }
 
-// Whether this rank had stopped when the caller looked (NOTE [stopped ranks]); never with a null pad.stopped.
-__device__ __forceinline__ bool rank_stopped(const SignalPad& pad) {
-  return pad.stopped != nullptr && *static_cast<volatile unsigned int*>(pad.stopped) != 0;
-}
+// Whether this rank had stopped when the caller looked (NOTE [stopped ranks]); never with a null pad.stopped. A
+// plain load, so that it overlaps the caller's other loads: what it must see was set by a kernel before this one
+// on the stream (visible at this kernel's start, as launch counters are); a set by another block of this launch
+// may be seen or not.
+__device__ __forceinline__ bool rank_stopped(const SignalPad& pad) { return pad.stopped != nullptr && *pad.stopped != 0; }
 
 // Step 1 for the fatal word: claims it and marks this rank stopped (NOTE [stopped ranks]).
 __device__ __forceinline__ bool claim_fatal_word(const SignalPad& pad) {
   if (!claim_error_word(pad.error)) return false;
-  if (pad.stopped != nullptr) *static_cast<volatile unsigned int*>(pad.stopped) = 1u;
+  if (pad.stopped != nullptr) *static_cast<volatile unsigned int*>(pad.stopped) = 1u;  // written through to L2
   return true;
 }
 
