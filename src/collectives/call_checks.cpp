@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/kernel_pairs.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
@@ -54,6 +55,12 @@ bool validate(const CollectiveCall& call, const CallPlace& place) {
     if (!reduction_supported(call.type, call.op)) {
       raise_invalid_argument(function, "op", "is {}, which braid does not apply to {}", reduce_op_name(call.op),
                              datatype_name(call.type));
+    }
+    if (!kernels::kernel_pair_built(call.type, call.op)) {
+      raise(ErrorCode::kUnsupported,
+            "{}: this braid is a developer build with reduction kernels for {} only (CMake BRAID_KERNEL_PAIRS): no "
+            "kernel reduces {} with {}", function, kernels::kKernelPairsOption, datatype_name(call.type),
+            reduce_op_name(call.op));
     }
   }
   if (call.rooted() && (call.root < 0 || call.root >= place.world)) {

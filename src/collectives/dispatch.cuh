@@ -10,6 +10,7 @@
 
 #include "braid/types.hpp"
 #include "collectives/dependent_launch.cuh"
+#include "collectives/kernel_pairs.hpp"
 #include "core/error.hpp"
 
 namespace braid::kernels {
@@ -54,13 +55,14 @@ void dispatch_op(ReduceOp op, F&& body) {
   raise(ErrorCode::kInternal, "op {} reached a kernel launcher", static_cast<int>(op));
 }
 
-// Instantiates `Kernel<T, Op>` for the run-time pair and launches it; only the pairs braid reduces
-// (reduction_supported, braid/types.hpp) are built: the host refuses the others before any launch.
+// Instantiates `Kernel<T, Op>` for the run-time pair and launches it; only the pairs this build has kernels for
+// (kernel_pair_built: every pair braid reduces, unless BRAID_KERNEL_PAIRS says otherwise) are built: the host
+// refuses the others before any launch.
 #define BRAID_LAUNCH_TYPED(kernel, type, op, blocks, stream, ...)                                              \
   ::braid::kernels::dispatch_type(type, [&](auto type_tag) {                                                  \
     ::braid::kernels::dispatch_op(op, [&](auto op_tag) {                                                      \
       using T = typename decltype(type_tag)::type;                                                            \
-      if constexpr (::braid::reduction_supported(decltype(type_tag)::value, decltype(op_tag)::value)) {       \
+      if constexpr (::braid::kernels::kernel_pair_built(decltype(type_tag)::value, decltype(op_tag)::value)) { \
         ::braid::kernels::launch_dependent(kernel<T, decltype(op_tag)::value>, blocks, ::braid::kernels::kThreadsPerBlock, stream, __VA_ARGS__); \
       } else {                                                                                                \
         ::braid::raise(::braid::ErrorCode::kInternal, "{} of {} reached a kernel launcher",                   \

@@ -1,10 +1,12 @@
 // The selection table and BRAID_ALGO overrides (no GPU needed).
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "braid/types.hpp"
+#include "collectives/kernel_pairs.hpp"
 #include "collectives/selection.hpp"
 #include "core/error.hpp"
 
@@ -443,6 +445,26 @@ TEST(Selection, ReductionTable) {
     for (int o = 0; o < kReduceOpCount; ++o) pairs += reduction_supported(static_cast<DataType>(t), static_cast<ReduceOp>(o));
   }
   EXPECT_EQ(pairs, kDataTypeCount * kReduceOpCount);
+}
+
+// A full build (BRAID_KERNEL_PAIRS=all, what CI builds) has a reduction kernel for every pair braid reduces; a
+// developer build has a subset of them, and never a pair braid does not reduce.
+TEST(Selection, KernelPairsOfThisBuild) {
+  int built = 0;
+  for (int t = 0; t < kDataTypeCount; ++t) {
+    for (int o = 0; o < kReduceOpCount; ++o) {
+      const auto type = static_cast<DataType>(t);
+      const auto op = static_cast<ReduceOp>(o);
+      if (kernels::kernel_pair_built(type, op)) EXPECT_TRUE(reduction_supported(type, op));
+      built += kernels::kernel_pair_built(type, op);
+    }
+  }
+  EXPECT_FALSE(kernels::kernel_pair_built(static_cast<DataType>(kDataTypeCount), ReduceOp::kSum));
+  if (std::string(kernels::kKernelPairsOption) != "all") {
+    GTEST_SKIP() << "a developer build (BRAID_KERNEL_PAIRS=" << kernels::kKernelPairsOption << "): " << built
+                 << " pairs built";
+  }
+  EXPECT_EQ(built, kDataTypeCount * kReduceOpCount);
 }
 
 // The datatype is a key of the table: the fp8 types' reductions convert every element, which keeps the staged
