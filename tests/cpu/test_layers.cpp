@@ -45,23 +45,30 @@ int layer_of_header(const std::string& header) {
   return layer_of(header.substr(0, header.find('/')));
 }
 
+// The quoted includes of one file.
+std::vector<std::string> includes_of(const fs::path& path) {
+  static const std::regex include(R"(^\s*#\s*include\s+"([^"]+)\")");
+  std::vector<std::string> headers;
+  std::ifstream in(path);
+  std::string line;
+  std::smatch match;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, match, include)) headers.push_back(match[1].str());
+  }
+  return headers;
+}
+
 // Every (file, header) under `root` whose header belongs to a higher layer than the file; `file_layer` gives the
 // layer of a file (its path relative to root), -1 to skip it.
 template <typename FileLayer>
 std::set<std::pair<std::string, std::string>> upward_includes(const fs::path& root, FileLayer file_layer) {
-  static const std::regex include(R"(^\s*#\s*include\s+"([^"]+)\")");
   std::set<std::pair<std::string, std::string>> found;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
     if (!entry.is_regular_file()) continue;
     const std::string file = fs::relative(entry.path(), root).generic_string();
     const int layer = file_layer(file);
     if (layer < 0) continue;
-    std::ifstream in(entry.path());
-    std::string line;
-    std::smatch match;
-    while (std::getline(in, line)) {
-      if (!std::regex_search(line, match, include)) continue;
-      const std::string header = match[1];
+    for (const std::string& header : includes_of(entry.path())) {
       if (layer_of_header(header) > layer) found.emplace(file, header);
     }
   }
@@ -96,6 +103,41 @@ TEST(Layers, EveryPublicHeaderIncludesOnlyThePublicHeadersOfItsLayerOrBelow) {
   EXPECT_GE(headers, 8u);
   for (const auto& [file, header] : found) {
     ADD_FAILURE() << "include/" << file << " includes \"" << header << "\", a header of a higher layer";
+  }
+}
+
+// The NCCL shim and the tools sit on the public API (docs/architecture.md); each may reach these internals of
+// src/ and no others. A header added to a list here is a decision to record in docs/architecture.md too.
+const std::map<std::string, std::set<std::string>> kInternalsAllowed = {
+    // errors, logging, device and driver guards, the config table, the VMM helpers (ncclMemAlloc), NCCL's loader,
+    // the launch cap (kMaxBlocks) and the topology rule (which ranks braid can serve)
+    {"nccl_shim",
+     {"core/error.hpp", "core/log.hpp", "core/device_guard.hpp", "core/cuda_check.hpp", "core/cuda_driver.hpp",
+      "core/config.hpp", "memory/vmm.hpp", "backends/nccl/nccl_library.hpp", "collectives/selection.hpp",
+      "comm/topology.hpp"}},
+    // braid-run serves the store and holds the job secret; braid-bench runs NCCL beside braid
+    {"tools", {"bootstrap/store.hpp", "bootstrap/job_secret.hpp", "backends/nccl/nccl_backend.hpp"}},
+};
+
+TEST(Layers, TheShimAndTheToolsReachOnlyTheInternalsTheyAreAllowed) {
+  for (const auto& [folder, allowed] : kInternalsAllowed) {
+    const fs::path root = fs::path(BRAID_SOURCE_DIR) / folder;
+    ASSERT_TRUE(fs::is_directory(root)) << root;
+    std::set<std::string> used;
+    for (const auto& entry : fs::recursive_directory_iterator(root)) {
+      if (!entry.is_regular_file()) continue;
+      for (const std::string& header : includes_of(entry.path())) {
+        const size_t slash = header.find('/');
+        if (slash == std::string::npos || layer_of(header.substr(0, slash)) < 0) continue;  // not an internal of src/
+        used.insert(header);
+        EXPECT_TRUE(allowed.count(header) > 0)
+            << fs::relative(entry.path(), BRAID_SOURCE_DIR).generic_string() << " includes \"" << header
+            << "\", an internal of src/ that " << folder << "/ may not use (kInternalsAllowed)";
+      }
+    }
+    for (const std::string& header : allowed) {
+      EXPECT_TRUE(used.count(header) > 0) << header << " is allowed to " << folder << "/ but nothing there uses it";
+    }
   }
 }
 
