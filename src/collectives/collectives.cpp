@@ -123,6 +123,7 @@ kernels::StagedLaunch base_launch(const CollectiveContext& state, const Collecti
 }
 
 static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
+static_assert(kMaxBlocks <= device::kBarrierChannels, "an LL poll checks the barrier channel of its block (ll.cuh)");
 
 // A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
 // between rank blocks of the user's buffer where the collective has them.

@@ -41,9 +41,9 @@ __device__ inline LLCall ll_call(const LLLaunch& launch) {
 // its next barrier on this block's channel (a peer that runs a barrier kernel for this call announces another
 // plan there, and the poll answers it with kStoppedPlan: both fail with kMismatch instead of a timeout). A
 // peer's LL kernel of another plan announces nothing: its lines do not match, and the poll times out.
+// A launch has at most kMaxBlocks blocks, each a barrier channel (collectives.cpp asserts it).
 __device__ __forceinline__ device::PlanCheck ll_plan_check(const LLLaunch& launch) {
-  const int channels = launch.pad.channels < device::kBarrierChannels ? launch.pad.channels : device::kBarrierChannels;
-  return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x % channels)};
+  return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x)};
 }
 
 // NOTE [plan lines]
@@ -60,11 +60,17 @@ __device__ __forceinline__ char* plan_line(const LLLaunch& launch, size_t parity
   return launch.area[receiver] + (parity * launch.pad.world + sender) * launch.slot_bytes + launch.plan_line;
 }
 
+// The peer whose plan lines this thread sends and checks: block 0's thread p handles peer p; -1 for the others.
+__device__ __forceinline__ int plan_line_peer(const LLLaunch& launch) {
+  const int peer = static_cast<int>(threadIdx.x);
+  return blockIdx.x == 0 && peer < launch.pad.world && peer != launch.pad.rank ? peer : -1;
+}
+
 // Block 0's thread p (a peer) stores this call's plan line into p's area; every thread of the block calls it,
 // ahead of the call's data.
 __device__ __forceinline__ void send_plan_lines(const LLLaunch& launch, size_t parity, uint32_t flag) {
-  const int peer = static_cast<int>(threadIdx.x);
-  if (blockIdx.x != 0 || peer >= launch.pad.world || peer == launch.pad.rank) return;
+  const int peer = plan_line_peer(launch);
+  if (peer < 0) return;
   store_wire(plan_line(launch, parity, peer, launch.pad.rank),
              make_uint2(static_cast<uint32_t>(launch.plan), static_cast<uint32_t>(launch.plan >> 32)), flag);
 }
@@ -106,11 +112,8 @@ struct PlanLineHold {
 
 __device__ __forceinline__ PlanLineHold plan_line_hold(const LLLaunch& launch, size_t parity) {
   PlanLineHold hold;
-  const int peer = static_cast<int>(threadIdx.x);
-  if (blockIdx.x == 0 && peer < launch.pad.world && peer != launch.pad.rank) {
-    hold.wire = plan_line(launch, parity, launch.pad.rank, peer);
-    hold.peer = peer;
-  }
+  hold.peer = plan_line_peer(launch);
+  if (hold.peer >= 0) hold.wire = plan_line(launch, parity, launch.pad.rank, hold.peer);
   return hold;
 }
 

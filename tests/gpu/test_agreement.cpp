@@ -134,11 +134,21 @@ int32_t input_value(uint64_t seed, int rank, size_t i) {
   return static_cast<int32_t>(mix64(seed ^ mix64(static_cast<uint64_t>(rank) * 7919 + i)) % 100001) - 50000;
 }
 
-TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
-  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for_each_rank([](const RankContext& context) {
+// Runs body(context, keeper) on every rank, with `keeper`, a communicator that lines the ranks up around the
+// communicators a case makes (each case needs its own: a communicator is unusable after a mismatch), current on
+// this thread; the ranks meet once more at the end.
+void for_each_rank_with_keeper(const std::function<void(const RankContext&, Communicator&)>& body) {
+  for_each_rank([&](const RankContext& context) {
     Communicator keeper = Communicator::init(context.rendezvous, test_options());
     make_current(keeper);
+    body(context, keeper);
+    keeper.barrier();
+  });
+}
+
+TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
     const uint64_t seed = shared_seed(keeper);
     const int rank = keeper.rank(), world = keeper.size();
     for (const Scenario& s : kScenarios) {
@@ -216,7 +226,6 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
       }
       EXPECT_EQ(wrong, 0u) << "rank " << rank << ", " << describe(s) << ": " << wrong << " of " << out_count << " wrong";
     }
-    keeper.barrier();
   });
 }
 
@@ -257,9 +266,7 @@ void expect_mismatch_on_every_rank(Communicator& keeper, const std::string& outc
 // a staged all-gather and a pipelined all-reduce.
 TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for_each_rank([](const RankContext& context) {
-    Communicator keeper = Communicator::init(context.rendezvous, test_options());
-    make_current(keeper);
+  for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
     const uint64_t seed = shared_seed(keeper);
     const int rank = keeper.rank(), world = keeper.size();
     int* host_flag = nullptr;
@@ -319,7 +326,6 @@ TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
       EXPECT_EQ(written, 0u) << "rank " << rank << ": the " << second.what << " enqueued behind the failed call wrote "
                              << written << " of " << out_count << " elements";
     }
-    keeper.barrier();
   });
 }
 
@@ -328,9 +334,7 @@ TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
 // with kMismatch well within the communicator's timeout instead of timing out (kTimeout).
 TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for_each_rank([](const RankContext& context) {
-    Communicator keeper = Communicator::init(context.rendezvous, test_options());
-    make_current(keeper);
+  for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
     const int rank = keeper.rank(), world = keeper.size();
     keeper.barrier();
     Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
@@ -344,7 +348,6 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
     expect_mismatch_on_every_rank(keeper, outcome, "all-gather of " + std::to_string(kLLGatherBytes) +
                                                        " output bytes on even ranks, " +
                                                        std::to_string(kStagedGatherBytes) + " on odd ones");
-    keeper.barrier();
   });
 }
 
@@ -354,9 +357,7 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
 // all-gather of 16 KiB output, a broadcast of 8 KiB.
 TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
-  for_each_rank([](const RankContext& context) {
-    Communicator keeper = Communicator::init(context.rendezvous, test_options());
-    make_current(keeper);
+  for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
     const int rank = keeper.rank(), world = keeper.size();
     enum class Call { kAllReduce, kAllGather, kBroadcast };
     struct Case {
@@ -384,7 +385,6 @@ TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
       });
       expect_mismatch_on_every_rank(keeper, outcome, std::string(c.what) + ", 16 more elements on odd ranks");
     }
-    keeper.barrier();
   });
 }
 
