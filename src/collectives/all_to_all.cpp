@@ -16,14 +16,14 @@
 #include <optional>
 
 #include "collectives/all_to_all.hpp"
-#include "collectives/all_to_all_launch.hpp"
+#include "kernels/all_to_all_launch.hpp"
 #include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
 #include "collectives/collectives.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
-#include "collectives/kernels.hpp"
-#include "collectives/ll_launch.hpp"
+#include "kernels/kernels.hpp"
+#include "kernels/ll_launch.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "collectives/all_to_all_launch.hpp"
+#include "kernels/all_to_all_launch.hpp"
 #include "collectives/collective_context.hpp"
 #include "collectives/planner.hpp"
 #include "collectives/selection.hpp"

@@ -1,7 +1,7 @@
 #include "collectives/call_buffers.hpp"
 
 #include "collectives/collective_context.hpp"
-#include "collectives/kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"

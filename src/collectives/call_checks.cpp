@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "collectives/kernel_pairs.hpp"
+#include "kernels/kernel_pairs.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"

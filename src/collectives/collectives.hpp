@@ -8,7 +8,7 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
-#include "collectives/ll_launch.hpp"
+#include "kernels/ll_launch.hpp"
 #include "collectives/planner.hpp"
 #include "memory/peer_range.hpp"
 

@@ -6,7 +6,7 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
-#include "collectives/kernels.hpp"
+#include "kernels/kernels.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
 #include "core/side_stream.hpp"

@@ -22,7 +22,7 @@
 #include <cstdint>
 
 #include "braid/types.hpp"
-#include "collectives/send_recv_bulk_launch.hpp"
+#include "kernels/send_recv_bulk_launch.hpp"
 
 namespace braid::collectives {
 

@@ -6,21 +6,10 @@
 #include <string>
 
 #include "braid/types.hpp"
+#include "kernels/collective_id.hpp"
 
 namespace braid {
 
-enum class Collective : unsigned int {
-  kAllReduce = 1,
-  kReduce = 2,
-  kReduceScatter = 3,
-  kAllGather = 4,
-  kBroadcast = 5,
-  kAllToAll = 6,   // uniform blocks
-  kAllToAllv = 7,  // per-peer counts (host or device arrays)
-  kMoeDispatch = 8,  // not in the table (src/moe has its own kernels); ids for error reports
-  kMoeCombine = 9,
-  kSendRecv = 10,  // not in the table: runs all-to-all-v's pipelined kernel (its row) on the peers of a batch
-};
 const char* collective_name(unsigned int collective);  // "all_reduce", ... (also for ids the device reports)
 
 // kLL: flag-in-data pushes, no barrier (all-reduce, small); kLL128: the same in 128-byte lines of 120 payload

@@ -10,12 +10,12 @@
 #include <random>
 
 #include "bootstrap/rendezvous.hpp"
-#include "collectives/ll128_launch.hpp"
-#include "collectives/ll_launch.hpp"
-#include "collectives/pipeline_launch.hpp"
+#include "kernels/ll128_launch.hpp"
+#include "kernels/ll_launch.hpp"
+#include "kernels/pipeline_launch.hpp"
 #include "collectives/selection.hpp"
-#include "collectives/send_recv_lines_launch.hpp"
-#include "collectives/staged_launch.hpp"
+#include "kernels/send_recv_lines_launch.hpp"
+#include "kernels/staged_launch.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 #include "backends/nccl/nccl_collectives.hpp"
 #include "comm/comm_state.hpp"
@@ -127,7 +127,7 @@ Topology agree_on_topology(detail::CommState& state) {
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows, shared_gpus_allowed());
   topology.ranks_per_gpu = most_ranks_on_one_gpu(ranks);
-  // LL128 lines land whole over NVLink, whose peers report native P2P atomics (collectives/ll128.cuh); any rank
+  // LL128 lines land whole over NVLink, whose peers report native P2P atomics (kernels/ll128.cuh); any rank
   // with BRAID_LL128=off turns them off for all.
   bool mine = Config::get().string("BRAID_LL128").value_or("on") == "on";
   for (const PeerInfo& peer : topology.peers) mine = mine && peer.p2p && peer.native_atomics;

@@ -15,7 +15,7 @@ namespace braid::testing {
 // `stamped_by` and `stamped_by` + 1 had written it (each line the flag of the one of its parity). Returns
 // once every rank has done so (host barrier).
 //
-// Calls leave every line stamped by one of the last kLLRestampPeriod or so calls (collectives/ll.cuh), so
+// Calls leave every line stamped by one of the last kLLRestampPeriod or so calls (kernels/ll.cuh), so
 // stamped_by = calls_so_far - 1 (the overload below) is a state calls reach. An older stamped_by (more than a
 // period, less than 2^32 calls below) plants lines calls never leave: they would pass for the data of LL calls
 // stamped_by + 2^32 and stamped_by + 2^32 + 1, unless the periodic re-stamping replaces them first.

@@ -15,7 +15,7 @@
 
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
-#include "collectives/ll128_launch.hpp"
+#include "kernels/ll128_launch.hpp"
 #include "collectives/peer_bases.hpp"
 #include "collectives/plan.hpp"
 #include "collectives/selection.hpp"

@@ -8,10 +8,10 @@
 //      block: every peer's partials for this rank are here.
 //   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
 //      a token with no expert).
-#include "collectives/dependent_launch.cuh"
-#include "collectives/dispatch.cuh"
-#include "collectives/elementwise.cuh"
-#include "collectives/pipeline.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/dispatch.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/pipeline.cuh"
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"

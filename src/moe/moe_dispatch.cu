@@ -23,10 +23,10 @@
 #include <cub/block/block_scan.cuh>
 
 #include "braid/moe.hpp"
-#include "collectives/dependent_launch.cuh"
-#include "collectives/elementwise.cuh"
-#include "collectives/launch_counter.cuh"
-#include "collectives/staged.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/launch_counter.cuh"
+#include "kernels/staged.cuh"
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"

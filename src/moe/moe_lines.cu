@@ -1,4 +1,4 @@
-// MoE dispatch with fixed rows (MoeShape::low_latency) in LL128 lines (collectives/ll128.cuh), for buffers of at
+// MoE dispatch with fixed rows (MoeShape::low_latency) in LL128 lines (kernels/ll128.cuh), for buffers of at
 // most kLineTokens tokens a rank where every pair of GPUs carries lines whole (CollectiveContext::ll128_lines);
 // other fixed-row buffers take moe_rank_major.cu. One launch, no barrier and no signal: the rows carry their own
 // flags, and the receiver copies them out of its line area.
@@ -27,8 +27,8 @@
 // receives a peer's lines only once the peer's last combine is complete. So a dispatch after a dispatch passes no
 // entry barrier.
 #include "braid/moe.hpp"
-#include "collectives/dependent_launch.cuh"
-#include "collectives/ll128.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/ll128.cuh"
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"

@@ -31,9 +31,9 @@
 // on another GPU, outside .gpu scope, so every access to these words (the adds, and block 0's read-and-clear) is
 // a system-scope atomic, the rank's own included.
 #include "braid/moe.hpp"
-#include "collectives/dependent_launch.cuh"
-#include "collectives/dispatch.cuh"
-#include "collectives/elementwise.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/dispatch.cuh"
+#include "kernels/elementwise.cuh"
 #include "core/kernel_modules.hpp"
 #include "moe/moe_kernels.hpp"
 #include "moe/moe_layout.cuh"

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/all_to_all_launch.hpp"
-#include "collectives/pipeline_launch.hpp"
+#include "kernels/all_to_all_launch.hpp"
+#include "kernels/pipeline_launch.hpp"
 
 namespace braid::kernels {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/pipeline_launch.hpp"
-#include "collectives/send_recv_bulk_launch.hpp"
+#include "kernels/pipeline_launch.hpp"
+#include "kernels/send_recv_bulk_launch.hpp"
 
 namespace braid::kernels {
 namespace {

@@ -21,8 +21,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // Bottom up: a layer may include itself and what comes before it.
-const std::vector<std::string> kLayers = {"core", "bootstrap", "memory", "sync", "collectives",
-                                          "moe", "backends", "comm", "api"};
+const std::vector<std::string> kLayers = {"core", "bootstrap", "memory", "sync", "kernels",
+                                          "collectives", "moe", "backends", "comm", "api"};
 // The layer of each public header (a path under include/); device/ headers are core's.
 const std::map<std::string, std::string> kPublicLayer = {
     {"braid/types.hpp", "core"},    {"braid/error.hpp", "core"},   {"braid/rendezvous.hpp", "bootstrap"},

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "braid/device/sync_device.hpp"
-#include "collectives/ll128_launch.hpp"
-#include "collectives/ll_launch.hpp"
-#include "collectives/pipeline_launch.hpp"
+#include "kernels/ll128_launch.hpp"
+#include "kernels/ll_launch.hpp"
+#include "kernels/pipeline_launch.hpp"
 
 namespace braid {
 namespace {

@@ -12,7 +12,7 @@
 #include <string>
 
 #include "braid/error.hpp"
-#include "collectives/multicast_launch.hpp"
+#include "kernels/multicast_launch.hpp"
 #include "collectives/selection.hpp"
 #include "core/config.hpp"
 #include "core/cuda_driver.hpp"

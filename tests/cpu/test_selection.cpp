@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "braid/types.hpp"
-#include "collectives/kernel_pairs.hpp"
+#include "kernels/kernel_pairs.hpp"
 #include "collectives/selection.hpp"
 #include "core/error.hpp"
 

@@ -23,7 +23,7 @@
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"
-#include "collectives/ll_launch.hpp"
+#include "kernels/ll_launch.hpp"
 #include "spin_kernel.hpp"
 #include "comm/test_hooks.hpp"
 #include "test_helpers.hpp"

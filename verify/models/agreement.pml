@@ -6,13 +6,13 @@
  *     spin_until (gives up once this rank's error word holds a failure; with a PlanCheck, answers a peer that
  *     announced another plan while the wait is unmet), announced_plan, answer_mismatch (kStoppedPlan and a
  *     signal to every peer), record_error, claim_error_word, publish_error_word, wait
- *   src/collectives/staged.cuh: run_staged (staging half by the epoch's parity, then the entry barrier)
- *   src/collectives/pipeline.cuh: post_peers, wait_peers with PlanCheck (a FIFO kernel: posts, then waits)
+ *   src/kernels/staged.cuh: run_staged (staging half by the epoch's parity, then the entry barrier)
+ *   src/kernels/pipeline.cuh: post_peers, wait_peers with PlanCheck (a FIFO kernel: posts, then waits)
  *   src/sync/device_sync.cpp: DeviceSync::raise_recorded_error (every call's entry: a recorded failure stops the
  *     host; calls it enqueued before the failure landed still run)
  *   include/braid/device/sync_device.hpp: rank_stopped, claim_fatal_word, barrier_with_peer (NOTE [stopped
  *     ranks]: a kernel that starts on a stopped rank announces kStoppedPlan at its barrier and posts nothing);
- *     src/collectives/staged.cuh: run_staged (a stopped rank stages nothing); pipeline kernels (return at once)
+ *     src/kernels/staged.cuh: run_staged (a stopped rank stages nothing); pipeline kernels (return at once)
  *
  * Each rank is a process running CALLS calls; a call runs a barrier kernel (staged: its input into its staging
  * half, the entry barrier with its plan, then loads of the peers' halves) or a FIFO kernel (pipelined: a piece

@@ -1,21 +1,21 @@
 /* LL and LL128 flag-in-data lines: two parities, a flag per call, re-stamping, and the flag's wrap-around.
  *
  * Models (file:function):
- *   src/collectives/ll.cuh: ll_call (sequence = LL calls so far + 1, flag = sequence cut to the flag's width,
+ *   src/kernels/ll.cuh: ll_call (sequence = LL calls so far + 1, flag = sequence cut to the flag's width,
  *     parity = sequence & 1, re-stamping calls = sequence mod kLLRestampPeriod < 2), count_ll_call, ll_slot,
  *     restamp_unwritten_lines
  *   include/braid/device/ll_device.hpp: store_wire, load_wire (a line is two 8-byte halves, each landing whole
  *     and each carrying the flag)
- *   src/collectives/reduce_ll.cu: reduce_ll (every rank sends `lines` lines to every peer and polls every peer's)
- *   src/collectives/broadcast_ll.cu: broadcast_ll (-DBROADCAST: the root sends the lines, every other rank a token
+ *   src/kernels/reduce_ll.cu: reduce_ll (every rank sends `lines` lines to every peer and polls every peer's)
+ *   src/kernels/broadcast_ll.cu: broadcast_ll (-DBROADCAST: the root sends the lines, every other rank a token
  *     line to every peer; every rank polls the root's lines and the other non-roots' tokens); the token is the
  *     non-root's plan line (ll.cuh, NOTE [plan lines]). The code's other plan lines (the root's, and every
  *     sender's in reduce_ll) are lines every sender writes in every call and every receiver polls: they follow
  *     the parity argument as the lines modelled here do, the re-stamping leaves them alone, and they add waits
  *     only, so the model leaves them out.
- *   src/collectives/all_reduce_ll128.cu, ll128.cuh: poll_groups (-DLL128: a 64-bit flag in the line's last
+ *   src/kernels/all_reduce_ll128.cu, ll128.cuh: poll_groups (-DLL128: a 64-bit flag in the line's last
  *     part, no re-stamping; the line lands whole)
- *   src/collectives/launch_counter.cuh: read_launch_counter, advance_once_read (the sequence lives in device
+ *   src/kernels/launch_counter.cuh: read_launch_counter, advance_once_read (the sequence lives in device
  *     memory and advances once a launch, replays included)
  *
  * Each rank is a process running CALLS calls. A call's length (lines a sender writes into each slot, 1 or 2 of

@@ -14,7 +14,7 @@
  *     area; exit barrier), moe_combine_reduce (start_dependent_kernel; combine_plan[2] = 0; reduce_partials reads
  *     this rank's combine area)
  *   src/moe/moe_layout.cuh: count_tag_of, count_value, count_matrix, count_row, compute_layout
- *   src/collectives/launch_counter.cuh: read_launch_counter, advance_once_read (the epoch, device memory)
+ *   src/kernels/launch_counter.cuh: read_launch_counter, advance_once_read (the epoch, device memory)
  *   include/braid/device/sync_device.hpp: barrier, signal, wait (one channel: block b of every rank)
  *
  * Each rank is a process making the same program of calls (D: a dispatch, route then scatter; C: a combine,

@@ -1,11 +1,11 @@
 /* The pipeline's FIFOs: pieces pushed into a peer's slots, handed back with credits, across back-to-back calls.
  *
  * Models (file:function):
- *   src/collectives/pipeline.cuh: wait_peers, post_peers, fifo_slot, fifo_piece, ChainLink::wait, ChainLink::post
+ *   src/kernels/pipeline.cuh: wait_peers, post_peers, fifo_slot, fifo_piece, ChainLink::wait, ChainLink::post
  *     (one channel, one phase)
- *   src/collectives/reduce_scatter.cu: reduce_scatter (every rank to every rank; the scatter of round + 1 goes
+ *   src/kernels/reduce_scatter.cu: reduce_scatter (every rank to every rank; the scatter of round + 1 goes
  *     out before the wait for round's pieces)
- *   src/collectives/broadcast_chain.cu: broadcast_chain (-DCHAIN: root 0 -> 1 -> 2; no piece flows back, so the
+ *   src/kernels/broadcast_chain.cu: broadcast_chain (-DCHAIN: root 0 -> 1 -> 2; no piece flows back, so the
  *     credits alone hold a fast sender back)
  *   src/sync/device_sync.cpp: DeviceSync::grant_credits (expected free counts start kFifoDepth below zero;
  *     src/comm/communicator.cpp grants them once, at init)

@@ -8,7 +8,7 @@
  *     slot of this rank's next barrier count on the check's channel), answer_mismatch (kStoppedPlan and a signal
  *     for the peer's next barrier), barrier (signal, then the plan as a relaxed store, then the wait for signal
  *     and plan together, the slot cleared once read), signal (a release add), wait
- *   src/collectives/pipeline.cuh: post_peers (a piece's data, then a release signal), wait_peers (a FIFO wait
+ *   src/kernels/pipeline.cuh: post_peers (a piece's data, then a release signal), wait_peers (a FIFO wait
  *     per piece, with a PlanCheck)
  *   the CUDA stream order: a kernel's stores are performed before the next kernel on its stream starts (the
  *     boundary acts as a fence)

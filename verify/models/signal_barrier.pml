@@ -4,8 +4,8 @@
  *   include/braid/device/sync_device.hpp: signal, wait, reached, barrier (plan 0: no announcement)
  *   src/sync/device_sync.cpp: DeviceSync::DeviceSync (counters and expected counts zeroed, expected counts in
  *     device memory that only this rank's kernels touch)
- *   src/collectives/staged.cuh: run_staged, staging_view (a call's half is its epoch's parity)
- *   src/collectives/launch_counter.cuh: read_launch_counter, advance_once_read (the epoch advances once a launch)
+ *   src/kernels/staged.cuh: run_staged, staging_view (a call's half is its epoch's parity)
+ *   src/kernels/launch_counter.cuh: read_launch_counter, advance_once_read (the epoch advances once a launch)
  *
  * Each rank is a process running CALLS back-to-back calls of run_staged on one block (channel 0): a relaxed
  * store of its input into its own staging half, the epoch advanced, the barrier, then loads of every peer's
