@@ -1,15 +1,8 @@
-// All-to-all(v) of the CUDA backend, host side: choose the path for a checked call and enqueue it. Five paths:
-//   - LL lines (blocks_ll.cu): uniform blocks that fit an LL slot, any buffer;
-//   - pipelined FIFO pushes (all_to_all_pipelined.cu): any buffer, any counts, host or device counts;
-//   - direct stores into the peers' outputs (all_to_all_direct.cu): uniform blocks on symmetric buffers;
-//     direct loads from the peers' inputs for the one-sided all-to-all on same-process cudaMalloc memory;
-//   - copy engines pushing into the peers' outputs between two barrier kernels (copy_engine.hpp): uniform blocks
-//     on symmetric buffers, large sizes (the one-sided all-to-all pulls from the peers' inputs);
-//   - copy engines pushing into the peers' pipeline areas, as send/recv's large pairs do
-//     (copy_engine_pairs.hpp): uniform blocks on buffers no peer maps, large sizes.
-// In place (send == recv), only the LL lines and the pipelined pushes serve it (planner.cpp, usable_facts).
-// All-to-all-v is always pipelined: no rank knows where its data sits in a peer's buffers (the peer's
-// displacements), and its FIFO headers carry the counts a receiver needs.
+// All-to-all(v) of the CUDA backend, host side. Paths: LL lines (blocks_ll.cu); FIFO pushes
+// (all_to_all_pipelined.cu), any buffer and counts; direct stores into the peers' outputs, or loads from their
+// inputs (all_to_all_direct.cu); copy engines into the peers' outputs (copy_engine.hpp) or pipeline areas
+// (copy_engine_pairs.hpp). In place, only LL and FIFO pushes serve (planner.cpp, usable_facts). All-to-all-v is
+// always pipelined: no rank knows the peers' displacements, and the FIFO headers carry the counts.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -66,7 +59,7 @@ uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks,
 }
 
 CallPlan pairwise_plan(const CollectiveContext& state, Collective collective, DataType type) {
-  // The FIFO launch's own plan: pairs in LL128 lines leave it (send_recv.cpp), as pairs for the copy engines do.
+  // The FIFO launch's own plan: pairs in LL128 lines or for the copy engines leave it (send_recv.cpp).
   const CallShape shape{collective, 0, state.size, type, &state.algorithm_override, false, state.max_blocks, false};
   return plan_call(shape, area_capacities(state));
 }
@@ -80,7 +73,6 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   const size_t bytes = block_bytes * state.size;
   const CallShape shape{Collective::kAllToAll, bytes, state.size, type, &state.algorithm_override, false, state.max_blocks};
   const AreaCapacities capacities = area_capacities(state);
-  // An LL call never depends on the buffers (plans_ll): it looks up nothing and exchanges nothing.
   std::optional<PeerRange> send_range, recv_range;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
@@ -126,7 +118,6 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     kernels::launch_all_to_all_direct(launch, plan.blocks, stream);
     return;
   }
-  // Any buffer: FIFO pushes with every pair's size known.
   kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, datatype_size(type));
   launch.in_place = send == recv;
   for (int q = 0; q < state.size; ++q) {
@@ -170,7 +161,7 @@ void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream str
     launch.recv_bytes[q] = call.recv_bytes[q];
     launch.recv_offset[q] = call.recv_offset[q];
   }
-  // Every rank launches, even one with nothing to move: its peers wait for its (empty) headers.
+  // Every rank launches, even with nothing to move: its peers wait for its (empty) headers.
   const CallPlan choice = pairwise_plan(state, Collective::kAllToAllv, call.type);
   launch.fifo.plan = all_to_all_plan(Collective::kAllToAllv, choice.algorithm, choice.blocks, 0, call.type, false);
   BRAID_TRACE("all_to_allv: {} bytes out, {} in, {} with {} blocks", call.send_extent, call.recv_extent,

@@ -11,7 +11,7 @@
 namespace braid::collectives {
 namespace {
 
-// A stream of its own, outside any capture, for work that must run now.
+// Outside any capture, for work that must run now.
 class OwnStream {
  public:
   OwnStream() { BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
@@ -24,7 +24,6 @@ class OwnStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// What the barrier before an exchange announces: the call's collective, which buffer, its size, and why.
 struct Exchange {
   Collective collective;
   ExchangedBuffer buffer;
@@ -32,8 +31,8 @@ struct Exchange {
   ExchangeKind kind;
 };
 
-// Every peer is about to exchange the same buffer, or this throws (kMismatch, or kTimeout when a peer never
-// arrives) with the failure recorded for the whole communicator.
+// Returns once every peer is about to exchange the same buffer; else throws (kMismatch, or kTimeout), the failure
+// recorded for the whole communicator.
 void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   const auto [collective, buffer, bytes, kind] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
@@ -46,8 +45,7 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   state.sync->raise_recorded_error(collective_name, describe_plan);
 }
 
-// What a graph's user object owns: released, once the graph is destroyed and its launches are complete, on a
-// thread where CUDA calls are allowed.
+// Runs once the graph is destroyed and its launches complete; releases on a thread where CUDA calls are allowed.
 void release_graph_held(void* owned) {
   auto* held = static_cast<std::shared_ptr<const void>*>(owned);
   detail::release_later(std::move(*held));
@@ -64,7 +62,7 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
     delete held;
     BRAID_CUDA(error);
   }
-  // The graph takes the one reference: destroying the last graph that holds the object runs release_graph_held.
+  // The graph takes the one reference.
   if (cudaError_t error = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove); error != cudaSuccess) {
     cudaUserObjectRelease(object, 1);
     BRAID_CUDA(error);
@@ -75,8 +73,7 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes) {
-  // The hook captures two pointers, which std::function holds without allocating: every call builds it, and
-  // few ever run it.
+  // Two pointers, which std::function holds without allocating: every call builds the hook, few run it.
   CollectiveContext* const communicator = &state;
   const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
   const Exchange* const first_use = &registered;

@@ -1,5 +1,4 @@
-// The zero-copy view of one buffer of a call, agreed on by every rank before a registered buffer's mappings are
-// exchanged.
+// The zero-copy view of one buffer of a call.
 #pragma once
 
 #include <cstddef>
@@ -13,17 +12,11 @@ namespace braid::collectives {
 
 struct CollectiveContext;
 
-// find_peer_range for the `buffer` argument of a `collective` call, made inside the call's ordering scope. The
-// first use of a registered buffer at an address exchanges mappings on the host, which every rank must join;
-// before it, this rank runs one barrier (signal channel 0) announcing exchange_plan_word. A peer that joins runs
-// the same barrier; a peer whose buffer there is not registered (or whose mappings are cached from before) runs
-// the call's kernels instead, whose plan differs, so both ranks fail with kMismatch (here: raised, nothing
-// exchanged) instead of one waiting in an exchange the other never joins. The barrier runs at once, after the
-// communicator's eager work, also while the call is being captured.
-// A buffer neither symmetric nor registered, in a call being captured (CallOrder::call_graph), is registered
-// automatically (unless BRAID_AUTO_REGISTER=0): the same barrier, announcing an automatic exchange, then
-// exchange_automatically; the capturing graph holds the peers' mappings. Eager calls of such buffers are staged
-// (nullopt).
+// find_peer_range inside the call's ordering scope. Before a registered buffer's first use exchanges mappings
+// (every rank must join), a barrier (signal channel 0) runs at once, after the eager work, even while capturing,
+// announcing exchange_plan_word: a peer that does not join runs other kernels, so both fail with kMismatch rather
+// than one waiting in an exchange. A captured call registers an unregistered buffer automatically (unless
+// BRAID_AUTO_REGISTER=0) after the same barrier, the graph holding the mappings; eager calls get nullopt.
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes);
 

@@ -16,7 +16,7 @@
 namespace braid::collectives {
 namespace {
 
-// How the caller's count argument is named: reduce-scatter counts its output, all-gather its input.
+// The name of the count argument.
 const char* count_name(Collective collective) {
   switch (collective) {
     case Collective::kReduceScatter: return "recv_count";
@@ -86,8 +86,6 @@ void check_in_place(const CollectiveCall& call, const CallPlace& place) {
   const size_t size = datatype_size(call.type);
   const size_t send_bytes = call.send_elements(place.world) * size, recv_bytes = call.recv_elements(place.world) * size;
   if (!overlap(call.send, send_bytes, call.recv, recv_bytes)) return;
-  // In place as NCCL serves it: recv == send (all-reduce, all-to-all, and the root of reduce and broadcast), recv
-  // as this rank's block of send (reduce-scatter), send as this rank's block of recv (all-gather).
   const intptr_t from_send = reinterpret_cast<intptr_t>(call.recv) - reinterpret_cast<intptr_t>(call.send);
   const intptr_t block = static_cast<intptr_t>(place.rank) * static_cast<intptr_t>(call.count * size);
   const char* rule = "recv == send";
@@ -119,7 +117,7 @@ AllToAllvCall validate_all_to_allv(const char* function, const void* send, const
   call.recv_counts = recv_counts;
   call.recv_displs = recv_displs;
   call.type = type;
-  // Each side's extent: the end of its furthest block, in bytes; packed blocks when no displacements are given.
+  // Returns the end of the furthest block; packed blocks where displs is null.
   auto lay_out = [&](const size_t* counts, const size_t* displs, const char* counts_name, const char* displs_name,
                      uint64_t* bytes, uint64_t* offsets) {
     size_t packed = 0, extent = 0;
@@ -153,7 +151,6 @@ AllToAllvDeviceCall validate_all_to_allv_device(const char* function, const void
                                                 const CallPlace& place) {
   const size_t size = element_size(function, type);
   const size_t capacity_bytes = checked_product(function, "recv_capacity", recv_capacity, size);
-  // The counts are only known on the device: send must be a device buffer whatever they turn out to be.
   if (send == nullptr) raise_invalid_argument(function, "send", "is null");
   check_device_pointer(function, send, "send", place.device);
   check_buffer(function, recv, "recv", capacity_bytes, place.device);
@@ -171,7 +168,6 @@ AllToAllvDeviceCall validate_all_to_allv_device(const char* function, const void
 
 PointToPointBatch validate_point_to_point(const char* function, bool single, const PointToPoint* ops, size_t op_count,
                                           const CallPlace& place) {
-  // How errors name an op's fields.
   auto name = [&](size_t i, const char* field) { return single ? std::string(field) : fmt::format("ops[{}].{}", i, field); };
   if (ops == nullptr && op_count > 0) raise_invalid_argument(function, "ops", "is null but op_count is {}", op_count);
   PointToPointBatch batch{ops, op_count, {}};
@@ -191,8 +187,8 @@ PointToPointBatch validate_point_to_point(const char* function, bool single, con
     check_buffer(function, op.buffer, name(i, "buffer").c_str(), bytes, place.device);
     checked.push_back(CheckedOp{op.kind == PointToPoint::kSend, op.peer, static_cast<char*>(op.buffer), bytes});
   }
-  // Sends to self are this rank's own block of a launch: the k-th needs the k-th receive from self of this batch
-  // (no later call could supply it), of the same size (the host sees both, so it is refused here, not on the GPU).
+  // The k-th send to self needs the k-th receive from self of this batch (no later call could supply it), of the
+  // same size: the host sees both, so it refuses a mismatch here, not the GPU.
   std::vector<size_t> self_sends, self_recvs;
   for (size_t i = 0; i < op_count; ++i) {
     if (checked[i].peer == place.rank) (checked[i].send ? self_sends : self_recvs).push_back(i);

@@ -1,5 +1,5 @@
-// The CUDA backend's collectives, host side: look up a checked call's buffers (unless it runs LL), plan it
-// (planner.hpp) and enqueue what the plan says: one launch, or one per chunk of the plan.
+// The CUDA backend's collectives, host side: look up a call's buffers (unless it runs LL), plan it, and enqueue
+// one launch, or one per chunk.
 #include "collectives/collectives.hpp"
 
 #include <cuda_runtime_api.h>
@@ -31,7 +31,6 @@
 namespace braid::collectives {
 namespace {
 
-// What every rank knows of the call before its buffers are looked up (`bytes`: its size as the table counts it).
 CallShape shape_of(const CollectiveContext& state, const CollectiveCall& call, size_t bytes, bool multicast) {
   return CallShape{call.collective, bytes,     state.size,      call.type, &state.algorithm_override,
                    multicast,       state.max_blocks, state.ll128_lines};
@@ -55,7 +54,6 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   return capacities;
 }
 
-// An LL launch without its buffers, count and strides (all zero); `plan`: the call's plan word.
 kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall& call, uint64_t plan) {
   kernels::LLLaunch launch{};
   launch.collective = static_cast<unsigned int>(call.collective);
@@ -72,7 +70,7 @@ kernels::LLLaunch ll_launch(const CollectiveContext& state, const CollectiveCall
 
 namespace {
 
-// An LL128 launch without its buffers and count: LL's arguments over the LL128 area and call counter.
+// LL's launch over the LL128 area and call counter.
 kernels::LLLaunch ll128_launch(const CollectiveContext& state, const CollectiveCall& call, uint64_t plan) {
   kernels::LLLaunch launch = ll_launch(state, call, plan);
   copy_peer_bases(state.ll128, launch.area);
@@ -91,8 +89,7 @@ void trace_plan(const CollectiveCall& call, const CallPlan& plan) {
               call.count, algorithm_name(plan.algorithm), buffer_mode_name(plan.mode), plan.blocks);
 }
 
-// The plan word of this call (collectives/plan.hpp), which its barriers compare across ranks: the same on every
-// rank that makes the same call with the same kind of buffers. `send`, `recv`: the ranges zero-copy kernels use.
+// `send`, `recv`: the ranges zero-copy kernels use.
 uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::optional<PeerRange>& send = std::nullopt,
                  const std::optional<PeerRange>& recv = std::nullopt) {
   PlanArguments arguments{};
@@ -125,8 +122,7 @@ kernels::StagedLaunch base_launch(const CollectiveContext& state, const Collecti
 static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
 static_assert(kMaxBlocks <= device::kBarrierChannels, "an LL poll checks the barrier channel of its block (ll.cuh)");
 
-// A whole call's pipelined launch: `count` elements (bytes for all-gather) per rank block, `rank_stride` bytes
-// between rank blocks of the user's buffer where the collective has them.
+// `count`: elements (bytes for all-gather) a rank block; `rank_stride`: bytes between rank blocks, if any.
 kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const CollectiveCall& call, size_t count,
                                         size_t rank_stride, const CallPlan& plan) {
   kernels::PipelineLaunch launch{};
@@ -142,9 +138,8 @@ kernels::PipelineLaunch pipeline_launch(const CollectiveContext& state, const Co
   return launch;
 }
 
-// Enqueues `enqueue(launch)` once per chunk of at most `chunk` of `total` units (elements, or bytes; `unit`
-// bytes each), with the launch's send, recv and count set to the chunk (a null buffer stays null: a rank whose
-// buffer the call does not use).
+// `enqueue(launch)` per chunk of at most `chunk` of `total` units (`unit` bytes each), the launch's send, recv and
+// count set to the chunk; a null buffer (one this rank does not use) stays null.
 template <typename Launch, typename Enqueue>
 void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total, size_t chunk, size_t unit,
                       Enqueue&& enqueue) {
@@ -156,23 +151,18 @@ void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total,
   }
 }
 
-// Enqueues an LL reduction (all-reduce, reduce, reduce-scatter: `launch` carries the strides and the root) of the
-// call's count a block, in the plan's chunks, each its own LL call. `recv` may be null (reduce, off the root).
+// `launch` carries the strides and root; recv may be null (reduce).
 void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream) {
   launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
                    [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
-// The zero-copy view of an all-reduce's buffers: both must be mapped by every peer (symmetric allocations of
-// this communicator, or registered buffers) and 16-byte aligned on every rank (the kernels load whole vectors
-// from the peers' buffers).
+// An all-reduce's buffers, usable where every peer maps both, 16-byte aligned (the kernels load whole vectors).
 struct ZeroCopyBuffers {
   std::optional<PeerRange> send, recv;
   bool usable() const { return send && recv && send->aligned16 && recv->aligned16; }
 };
 
-// What every zero-copy launch carries: this rank's buffers, the call's count, its id and the signal pad.
-// The caller adds the peers' buffers it uses (and the rank stride).
 kernels::ZeroCopyLaunch zero_copy_base(const CollectiveContext& state, const CollectiveCall& call) {
   kernels::ZeroCopyLaunch launch{};
   launch.local_send = static_cast<const char*>(call.send);
@@ -190,9 +180,7 @@ kernels::ZeroCopyLaunch zero_copy_launch(const CollectiveContext& state, const C
   return launch;
 }
 
-// NVLink multicast serves the call where the communicator has a multicast region (BRAID_ENABLE_MULTICAST) and
-// the kernels take it (`bytes`: all-reduce and reduce, the buffer; all-gather, one rank's block). What decides
-// is the same on every rank.
+// `bytes`: all-reduce and reduce, the buffer; all-gather, one rank's block. The same on every rank.
 bool multicast_ready(const CollectiveContext& state, const CollectiveCall& call, size_t bytes) {
   return state.multicast != nullptr && kernels::multicast_serves(call.collective, call.type, call.op, bytes);
 }
@@ -210,7 +198,6 @@ kernels::MulticastLaunch multicast_launch(const CollectiveContext& state, const 
   return launch;
 }
 
-// All-reduce or reduce through the multicast region, in the plan's chunks (a half each).
 void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan,
                           cudaStream_t stream) {
   kernels::MulticastLaunch launch = multicast_launch(state, call);
@@ -276,7 +263,7 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
 void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const auto& [function, collective, send, recv, count, type, op, root] = call;
   const size_t bytes = count * datatype_size(type);
-  // No reduce kernel reads a peer's buffer in place: the plan never depends on the buffers.
+  // No reduce kernel reads a peer's buffer: the plan never depends on the buffers.
   const CallPlan plan = plan_call(shape_of(state, call, bytes, multicast_ready(state, call, bytes)), area_capacities(state));
   trace_plan(call, plan);
   DeviceGuard guard(state.device);
@@ -317,10 +304,8 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   const size_t input_bytes = recv_count * state.size * size;
   const CallShape shape = shape_of(state, call, input_bytes, false);
   const AreaCapacities capacities = area_capacities(state);
-  // Zero-copy loads where every peer maps the whole input and every rank block starts on a 16-byte boundary (the
-  // kernel loads whole vectors from the peers' blocks); where the call may push into the peers' outputs (2 ranks,
-  // large), copy-engine pushes, out of place, where the peer maps the output too. The same lookups on every rank,
-  // in place or not, so the same answers.
+  // Zero-copy loads need every rank block 16-byte aligned; copy-engine pushes, the output mapped too. The same
+  // lookups on every rank, in place or not, so the same answers.
   std::optional<PeerRange> send_range, recv_range;
   if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
     send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
@@ -381,8 +366,7 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   const size_t bytes = send_count * datatype_size(type);
   const CallShape shape = shape_of(state, call, bytes * state.size, multicast_ready(state, call, bytes));
   const AreaCapacities capacities = area_capacities(state);
-  // Zero copy when every peer maps the whole output and every rank block starts on a 16-byte boundary: the same
-  // answer on every rank. The input may be any buffer (only this rank reads it).
+  // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
     recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size);
@@ -445,7 +429,6 @@ void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stre
   const size_t bytes = count * datatype_size(type);
   const CallShape shape = shape_of(state, call, bytes, false);
   const AreaCapacities capacities = area_capacities(state);
-  // Copy engines when every peer maps the output (the root pushes into it).
   std::optional<PeerRange> recv_range;
   if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes);
   BufferFacts facts{};

@@ -15,8 +15,8 @@
 namespace braid::collectives {
 namespace {
 
-// The local kernels have no channel on the signal pad, so they may use more blocks than a collective launch:
-// enough to finish a chunk (or the own block) well before the engines have moved the peers' ones.
+// Local kernels have no signal-pad channel, so they may use more blocks than a collective launch: enough to
+// finish well before the engines.
 constexpr int kLocalMaxBlocks = 2 * kMaxBlocks;
 constexpr size_t kLocalBlockBytes = size_t(64) << 10;
 
@@ -24,14 +24,13 @@ int local_blocks(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((bytes + kLocalBlockBytes - 1) / kLocalBlockBytes, 1, kLocalMaxBlocks));
 }
 
-// Default copy kind: a source or destination may be another process's memory mapped here, or a VMM mapping.
+// cudaMemcpyDefault: either side may be another process's memory mapped here, or a VMM mapping.
 void copy(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 
-// Runs `between` (copies on the caller's stream) between an entry and an exit barrier, with `own` (a local copy
-// by SMs, or nothing) on the side stream beside it. The side stream forks before the entry barrier (a local copy
-// waits for no peer) and joins before the exit barrier.
+// `between` (copies on the caller's stream) between the barriers, the own block's SM copy on the side stream,
+// forked before the entry barrier (a local copy waits for no peer) and joined before the exit barrier.
 template <typename Between>
 void between_barriers(CollectiveContext& state, Collective collective, uint64_t plan, cudaStream_t stream,
                       void* own_destination, const void* own_source, size_t own_bytes, Between&& between) {
@@ -50,7 +49,7 @@ void between_barriers(CollectiveContext& state, Collective collective, uint64_t 
 
 }  // namespace
 
-// 16 blocks still finish in time; the communicator's cap on a launch's blocks (CommOptions::max_blocks) holds too.
+// 16 blocks still finish in time (docs/dev/tuning-notes.md); the communicator's cap holds too.
 void copy_own_block(const CollectiveContext& state, void* destination, const void* source, size_t bytes,
                     cudaStream_t stream) {
   constexpr int kOwnCopyMaxBlocks = 16;

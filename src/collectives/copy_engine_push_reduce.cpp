@@ -1,24 +1,17 @@
-// Reductions of 2 ranks by copy engines (copy_engine.hpp), on outputs the peer maps, out of place. Each rank owns
-// a part of the result (all-reduce: half `rank` of the buffer, split at a 256-byte boundary; reduce-scatter: block
-// `rank`). Per chunk c of a part, in up to three streams:
-//   1. this rank's engine pushes chunk c of the peer's part of its input into the place of the peer's output where
-//      the peer's part of the result goes, and a step kernel then posts the chunk (the caller's stream for the
-//      copies, the second side stream for the steps, as send/recv's copy-engine pairs do:
-//      send_recv_bulk_launch.hpp);
-//   2. once the peer posted chunk c of this rank's part, landed in this rank's output, SMs reduce it there, in
-//      place, with the same part of this rank's own input (the side stream);
-//   3. all-reduce only: the engine pushes that reduced chunk into the peer's output (the third side stream).
-// Every byte crosses NVLink once each way by copy engines, which move more than SM loads and stores
-// (docs/dev/collectives.md), and the SMs only reduce locally. The peer's push lands in this rank's output before
-// this rank has read its own input there, hence out of place only (the planner's gate).
-// An entry barrier (the peer's output is free) and an exit barrier (every push into this rank's output completed)
-// enclose it; both announce the call's plan.
+// Reductions of 2 ranks by copy engines (copy_engine.hpp), out of place: the peer's push lands in this rank's
+// output before this rank has read its input there. Each rank owns a part of the result (all-reduce: half `rank`,
+// split at a 256-byte boundary; reduce-scatter: block `rank`). Per chunk c of a part:
+//   1. the engine pushes chunk c of the peer's part of the input to its place in the peer's output, then a step
+//      kernel posts it (copies on the caller's stream, steps on the second side stream);
+//   2. once the peer posted chunk c of this rank's part, SMs reduce it in place with this rank's own (side stream);
+//   3. all-reduce only: the engine pushes the reduced chunk into the peer's output (third side stream).
+// An entry barrier (the peer's output is free) and an exit barrier (every push into this rank's output
+// completed) announce the plan.
 //
-// The posts use the pairs' signal channels (a chunk's channel alternates as a pair's slots do) and one header a
-// chunk in the receiver's pipeline area, where a pair's headers lie, checked by the receiver as a pair's are; no
-// slot is used or handed back, so the pairs' counters stay in step. Before its first post the sender waits until
-// the receiver consumed every FIFO piece it sent it, as a pair's sender does, since FIFO pieces share the headers'
-// rows; the copies, which land in the output, do not wait for that.
+// The posts use the pairs' signal channels (alternating as a pair's slots do) and one header a chunk in the
+// receiver's pipeline area, checked as a pair's are; no slot is used or handed back, so the pairs' counters stay
+// in step. Before its first post the sender waits until the receiver consumed every FIFO piece it sent, since
+// FIFO pieces share the headers' rows; the copies, which land in the output, do not wait for that.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -38,12 +31,10 @@
 namespace braid::collectives {
 namespace {
 
-// Every copy costs the engine about 4 us beyond its bytes, so chunks are as large as the overlap allows
-// (docs/dev/selection.md):
-//   - all-reduce: even chunks of at most 64 MiB, at least two a half, so that the reduction and push back of one
-//     overlap the push of the next;
-//   - reduce-scatter: nothing follows the reduction of the last chunk, so the chunks halve towards the end of the
-//     part, from at most 128 MiB down to two of 8 MiB, the reduction nothing overlaps.
+// Every copy costs the engine a fixed time, so chunks are as large as the overlap allows (docs/dev/selection.md).
+// All-reduce: even chunks of at most 64 MiB, at least two a half, so one's reduction and push back overlap the
+// next's push. Reduce-scatter: nothing overlaps the last reduction, so chunks halve towards the end of the part,
+// from at most 128 MiB down to two of 8 MiB.
 constexpr size_t kMaxEvenChunkBytes = size_t(64) << 20;
 constexpr size_t kMaxTaperedChunkBytes = size_t(128) << 20;
 constexpr size_t kLastTaperedChunkBytes = size_t(8) << 20;
@@ -51,8 +42,8 @@ constexpr size_t kChunkAlignment = 256;
 
 size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-// The chunks of a part of `bytes`, the same on both ranks: every chunk but the last starts and ends on a 256-byte
-// boundary (no element straddles two); at most `max_chunks` of them (one header each).
+// The chunks of a part, the same on both ranks: all but the last end on a 256-byte boundary (no element
+// straddles two); at most `max_chunks` (one header each).
 class Chunks {
  public:
   static Chunks even(size_t bytes, size_t max_chunks) {
@@ -68,9 +59,9 @@ class Chunks {
     return chunks;
   }
 
-  // From the end of the part: two chunks of kLastTaperedChunkBytes, then each twice the one after it, up to the
-  // largest (kMaxTaperedChunkBytes, more where the headers would not suffice); a first chunk smaller than the last
-  // joins the one after it. The bytes beyond the last 256-byte boundary go with the last chunk.
+  // From the end: two of kLastTaperedChunkBytes, then each twice the next, up to the largest (more than
+  // kMaxTaperedChunkBytes where the headers would not suffice); a first chunk smaller than the last joins the
+  // next. The bytes beyond the last 256-byte boundary go with the last chunk.
   static Chunks tapered(size_t bytes, size_t max_chunks) {
     const size_t aligned = bytes / kChunkAlignment * kChunkAlignment;
     if (aligned == 0) return even(bytes, max_chunks);
@@ -108,16 +99,15 @@ class Chunks {
   std::vector<size_t> ends_;
 };
 
-// One call: this rank's pushes into the peer's output and the reductions of the peer's pushes into its own.
 struct PushReduce {
   Collective collective;
   const char* push_source;     // the peer's part of this rank's input
-  char* push_destination;      // where the peer's part of the result goes in the peer's output (peer memory)
-  Chunks push_chunks;          // of the peer's part
+  char* push_destination;      // its place in the peer's output
+  Chunks push_chunks;
   const char* own;             // this rank's own part of its input
-  char* result;                // where this rank's part of the result goes in its output
-  Chunks own_chunks;           // of this rank's part
-  char* push_back_destination; // all-reduce: where this rank's part of the result goes in the peer's output
+  char* result;                // its place in this rank's output
+  Chunks own_chunks;
+  char* push_back_destination; // all-reduce: this rank's part's place in the peer's output, else null
   DataType type;
   ReduceOp op;
   uint64_t plan;
@@ -138,7 +128,6 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
   state.side->order(stream, steps);
   if (call.push_back_destination != nullptr) state.side->order(stream, gathers);
 
-  // 1. The peer's part of this rank's input into the peer's output, each chunk posted after its copy.
   kernels::BulkSendStep send_step{};
   send_step.pad = pad;
   send_step.collective = id;
@@ -162,7 +151,6 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
     kernels::launch_bulk_send_step(send_step, steps);
   }
 
-  // 2. and 3. Each chunk of this rank's part, once posted: reduced in place, then pushed back where asked.
   kernels::BulkRecvStep recv_step{};
   recv_step.pad = pad;
   recv_step.collective = id;
@@ -179,7 +167,7 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
     recv_step.wait_chunk = static_cast<int64_t>(c);
     recv_step.header = area_layout.header(local_area, peer, static_cast<int>(c));
     kernels::launch_bulk_recv_step(recv_step, reduces);
-    // The chunk as the kernel's rows: contiguous, each a multiple of 256 bytes (no element straddles two).
+    // The chunk as contiguous rows of a multiple of 256 bytes (no element straddles two).
     reduce.layout.row_bytes = round_up((chunk_bytes + kernels::kBulkRowsPerSlot - 1) / kernels::kBulkRowsPerSlot,
                                        kChunkAlignment);
     reduce.layout.row_pitch = reduce.layout.row_bytes;
@@ -203,7 +191,7 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
   kernels::launch_barrier(pad, id, kSiteExitBarrier, call.plan, stream);
 }
 
-// The most chunks a part may take: one header each in a row of the receiver's pipeline area.
+// One header a chunk, in a row of the receiver's pipeline area.
 size_t max_chunks_of(const CollectiveContext& state, Collective collective) {
   const char* const name = collective_name(static_cast<unsigned int>(collective));
   const size_t max_chunks = bulk_layout(state).row_bytes / sizeof(kernels::BulkHeader);

@@ -6,9 +6,8 @@
 
 namespace braid::collectives {
 
-// Held by value in the arguments, a peer's base is read from the kernel's parameters (the constant cache); from
-// the area's device table it would cost a load from memory ahead of the kernel's first store to that peer.
-// `peers`: the area's host table of `world` bases.
+// By value in the arguments, a peer's base comes from the constant cache; the area's device table would cost a
+// load from memory ahead of the first store to that peer. `peers`: the area's host table of `world` bases.
 inline void copy_peer_bases(void* const* peers, int world, char* (&bases)[kMaxWorld]) {
   for (int r = 0; r < world; ++r) bases[r] = static_cast<char*>(peers[r]);
 }

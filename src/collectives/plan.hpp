@@ -1,12 +1,7 @@
-// What one rank's kernels will do for a call, as one 64-bit word that the ranks compare at the call's first
-// barrier (device::barrier's `plan`): ranks that chose another algorithm, launch width or buffer kind for the
-// same call, or that passed another size, datatype, op, root or symmetric-buffer offset, fail the call with
-// kMismatch before they touch each other's data.
-//
-// Layout: bits 60-63 the algorithm + 1 (15: the barrier before a buffer's exchange, exchange_plan_word), 56-59 the
-// collective, 55 zero copy (the kernels read or write the peers' own buffers), 48-54 the blocks of a launch, 0-47 a
-// hash of the call's arguments and of the identity of every buffer the peers map (the same on every rank that passes
-// the same symmetric or registered buffer).
+// What one rank's kernels will do for a call, as one 64-bit word the ranks compare at its first barrier: ranks
+// that planned or passed anything else fail with kMismatch before they touch each other's data.
+// Bits 60-63: the algorithm + 1 (15: an exchange's barrier); 56-59 the collective; 55 zero copy; 48-54 the blocks;
+// 0-47 a hash of the arguments and of the identity of every buffer the peers map (alike on every rank).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +16,7 @@ struct PlanArguments {
   Algorithm algorithm;
   bool zero_copy;
   int blocks;
-  uint64_t count;       // elements (or bytes) as the call counts them
+  uint64_t count;       // as the call counts
   uint64_t type;        // DataType
   uint64_t op;          // ReduceOp, or 0
   int64_t root;         // or -1
@@ -31,19 +26,15 @@ struct PlanArguments {
 
 uint64_t plan_word(const PlanArguments& plan);
 
-// Which buffer of a call an exchange maps (exchange_plan_word).
 enum class ExchangedBuffer { kSend = 1, kRecv = 2 };
-// Why the buffer's mappings are exchanged: the first use of a registered buffer at an address, or the automatic
-// registration of a buffer that is neither symmetric nor registered, in a call being captured into a CUDA graph.
+// A registered buffer's first use at an address, or an automatic registration in a capture.
 enum class ExchangeKind { kRegistered = 0, kAutomatic = 1 };
 
-// The plan of the barrier that precedes an exchange of a buffer's mappings (on the host): a rank that does not
-// join the same kind of exchange runs the call's kernels (or another exchange) instead, and the two plans differ,
-// so both fail with kMismatch rather than one waiting in an exchange the other never joins.
+// The plan of the barrier before an exchange of a buffer's mappings (call_buffers.hpp).
 uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint64_t bytes,
                             ExchangeKind kind = ExchangeKind::kRegistered);
 
-// "all_reduce two_shot zero copy, 32 blocks": what a word says in words (the hash only as "arguments 0x...").
+// A word in words: "all_reduce twoshot zero copy with 32 blocks (arguments and buffers 0x...)".
 std::string describe_plan(uint64_t word);
 
 }  // namespace braid::collectives

@@ -8,8 +8,8 @@
 namespace braid::collectives {
 namespace {
 
-// The table's buffer key: whether the buffers the collective's zero-copy kernels use are mapped by every peer.
-// Broadcast has no zero-copy kernel but the copy engines' pushes, which other-process peers alone take.
+// The table's buffer key. Broadcast's only zero-copy path is the engines' pushes, which same-process peers do
+// not take.
 Buffers table_key(Collective collective, const BufferFacts& facts) {
   switch (collective) {
     case Collective::kAllReduce:
@@ -22,18 +22,16 @@ Buffers table_key(Collective collective, const BufferFacts& facts) {
   }
 }
 
-// Whether the chosen protocol runs on the peers' own buffers.
 BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
   if (collective == Collective::kReduceScatter && algorithm == Algorithm::kCopyEngine) {
-    // Pushes into the peer's output where it maps it (2 ranks: the gate), pairs through its pipeline area else.
+    // Pushes into the peer's output where it maps it, else pairs through its pipeline area.
     return facts.peers_map_output && !facts.same_process_peers && !facts.in_place ? BufferMode::kZeroCopy
                                                                                    : BufferMode::kStagedCopy;
   }
   if (!facts.peers_map) return BufferMode::kStagedCopy;
   switch (collective) {
     case Collective::kAllReduce:
-      // The one shot always stages: reading the peers' inputs in place needs an exit barrier, and lost to the
-      // staged one shot at every size measured (docs/dev/selection.md).
+      // The one shot stages: in place it needs an exit barrier, and lost everywhere (docs/dev/selection.md).
       return algorithm == Algorithm::kTwoShot || algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy
                                                                                         : BufferMode::kStagedCopy;
     case Collective::kReduceScatter:
@@ -48,8 +46,7 @@ BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts
   }
 }
 
-// The units one launch carries through the area the protocol uses; SIZE_MAX where one launch carries the call
-// (zero copy, the FIFO pipelines and the copy engines stream the whole call through one launch).
+// Zero copy, the FIFOs and the copy engines stream the whole call through one launch.
 size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacities& capacities) {
   const size_t size = datatype_size(shape.type);
   const bool moves_bytes = shape.collective == Collective::kAllGather || shape.collective == Collective::kBroadcast;
@@ -59,13 +56,13 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
     case Algorithm::kLL: return capacities.ll_payload / unit;
     case Algorithm::kLL128: return capacities.ll128_payload / unit;
     case Algorithm::kMulticast:
-      // All-gather: every rank's block of a chunk sits in the half, each in whole 16-byte vectors.
+      // All-gather: every rank's block of a chunk in the half, in whole 16-byte vectors.
       if (shape.collective == Collective::kAllGather) return capacities.multicast_half / shape.world / 16 * 16;
       return capacities.multicast_half / unit;
     case Algorithm::kOneShot:
     case Algorithm::kStaged:
     case Algorithm::kSplit:
-      // Reduce-scatter: the half holds the chunk's block of every rank, each rounded up to 256 bytes.
+      // Reduce-scatter: every rank's block of the chunk in the half, each rounded up to 256 bytes.
       if (shape.collective == Collective::kReduceScatter) {
         const size_t per_rank = capacities.staging_half / shape.world;
         return per_rank > 256 ? (per_rank - 256) / unit : 0;
@@ -75,7 +72,6 @@ size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacitie
   }
 }
 
-// Whether the call's blocks can go as copy-engine pairs through the peers' pipeline areas (copy_engine_pairs.hpp).
 bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
   switch (collective) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
@@ -87,17 +83,11 @@ bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
   }
 }
 
-// Which protocols the call and its buffers allow (selection.hpp): copy engines that reach every peer, an LL slot
-// that holds an all-to-all's rank block, an open multicast region, LL128 lines (for send/recv, a slot of lines
-// that holds the pair's message).
 Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
   Gates gates{};
   gates.multicast = shape.multicast;
-  // Copy engines reach the peers' own buffers where every peer maps them (none another GPU's cudaMalloc memory of
-  // this process). On buffers no peer maps, all-to-all (out of place), all-gather and broadcast take them into the
-  // peers' pipeline areas instead, the communicator's own symmetric memory (copy_engine_pairs.hpp). Reduce-scatter
-  // and reduce take them on 2 ranks only, on any buffer: reduce has only the pairs; reduce-scatter pushes into the
-  // peer's output where it maps it out of place (the plan's mode), the pairs else.
+  // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter and
+  // reduce: 2 ranks, any buffer (the plan's mode picks pushes or pairs).
   if (shape.collective == Collective::kReduceScatter || shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else if (shape.collective == Collective::kAllReduce) {  // pushes into the peer's output: 2 ranks, out of place
@@ -108,14 +98,14 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   }
   gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
   gates.ll128 = shape.ll128;
-  if (shape.collective == Collective::kSendRecv) {  // a pair's message must fit its slot of lines
+  if (shape.collective == Collective::kSendRecv) {  // the pair's message fits its slot of lines
     gates.ll128 = gates.ll128 && capacities.send_recv_lines_payload != 0 && shape.bytes <= capacities.send_recv_lines_payload;
   }
   return gates;
 }
 
-// The facts the plan may use. An all-to-all in place runs staged whatever its buffers: its zero-copy kernels and
-// copy engines write a peer's output while that peer still reads the same bytes as its input.
+// An all-to-all in place runs staged whatever its buffers: its zero-copy kernels and copy engines would write a
+// peer's output while that peer still reads the same bytes as its input.
 BufferFacts usable_facts(Collective collective, BufferFacts facts) {
   if (collective == Collective::kAllToAll && facts.in_place) facts.peers_map = facts.same_process_peers = false;
   return facts;

@@ -9,16 +9,15 @@
 namespace braid {
 namespace {
 
-// The datatypes a row serves: every type, or the fp8 types alone (their reductions convert every element to
-// float32 and back, which moves some cut-offs).
+// kFp8: the fp8 types alone, whose reductions convert every element to float32 and back (other cut-offs).
 enum class Types { kAny, kFp8 };
 
 struct Row {
   Collective collective;
   size_t max_bytes;  // the row serves sizes up to this
   Algorithm algorithm;
-  Buffers buffers = Buffers::kAny;  // kSymmetric: only for symmetric buffers (zero copy); kAny: for every buffer
-  int max_world = INT_MAX;          // the row serves world sizes up to this
+  Buffers buffers = Buffers::kAny;  // kSymmetric: only where peers map the buffers
+  int max_world = INT_MAX;
   Types types = Types::kAny;
 };
 
@@ -26,10 +25,9 @@ bool serves_type(Types types, DataType type) {
   return types == Types::kAny || type == DataType::kFloat8E4M3 || type == DataType::kFloat8E5M2;
 }
 
-// THE table, first matching row wins. Each cut-off is where two algorithms' sweeps crossed on 2 or 4 H200s (the
-// measurements behind every row, per datatype where it matters: docs/dev/selection.md). LL rows never depend on
-// the buffers: ranks choose between LL lines and other kernels from the call alone, since an LL poll notices
-// another plan only where the peer runs a barrier kernel (docs/dev/protocol.md).
+// THE table, first matching row wins; each cut-off is where two sweeps crossed (docs/dev/selection.md). LL rows
+// never depend on the buffers: an LL poll notices another plan only where the peer runs a barrier kernel
+// (docs/dev/protocol.md), so ranks must choose LL from the call alone.
 constexpr Row kTable[] = {
     {Collective::kAllReduce, size_t(128) << 10, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllReduce, size_t(512) << 10, Algorithm::kLL128, Buffers::kAny, 2, Types::kFp8},
@@ -95,15 +93,14 @@ constexpr Row kTable[] = {
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 4},
     {Collective::kAllToAll, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllToAllv, SIZE_MAX, Algorithm::kPipelined},
-    // Send/recv: the table is asked once per pair, with the pair's bytes (send_recv.cpp); copy engines where
-    // they reach the peer's pipeline area (always: it is the communicator's own symmetric memory).
+    // Send/recv: asked once per pair, with the pair's bytes (send_recv.cpp).
     {Collective::kSendRecv, size_t(256) << 10, Algorithm::kLL128},
     {Collective::kSendRecv, size_t(64) << 20, Algorithm::kPipelined},
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kCopyEngine},
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kPipelined},
 };
 
-// Which algorithms each collective can run (what BRAID_ALGO may ask for).
+// What BRAID_ALGO may ask for.
 struct Serves {
   Collective collective;
   Algorithm algorithm;
@@ -136,11 +133,10 @@ constexpr Algorithm kAlgorithms[] = {Algorithm::kLL,        Algorithm::kOneShot,
                                      Algorithm::kPipelined, Algorithm::kStaged,     Algorithm::kCopyEngine,
                                      Algorithm::kMulticast, Algorithm::kSplit,      Algorithm::kLL128};
 
-// All-to-all-v launches this many blocks whatever its size: a block is a channel paired with the same block of
-// every peer, and ranks that send different amounts must still launch the same number.
+// All-to-all-v's blocks whatever its size: a block is a channel paired with the same block of every peer, and
+// ranks sending different amounts must launch alike.
 constexpr int kAllToAllvBlocks = 32;
-// Send/recv batches launch this many, whatever their sizes, for the same reason: every block a channel, and 64
-// move large messages faster than 32 at no cost to small ones (docs/dev/selection.md).
+// The same for send/recv; 64 move large messages faster than 32 at no cost to small ones (docs/dev/selection.md).
 constexpr int kSendRecvBlocks = kMaxBlocks;
 
 bool serves(Collective collective, Algorithm algorithm) {
@@ -150,15 +146,9 @@ bool serves(Collective collective, Algorithm algorithm) {
   return false;
 }
 
-// Blocks (channels) of one launch: enough to keep NVLink busy for large messages, few for small ones (each
-// block is a channel of signals with every peer). LL blocks of a collective whose every peer gets the whole
-// buffer (all-reduce, reduce, broadcast) carry 4 KB each, a line a thread: a thread's second line would be loaded
-// and stored only after its first, and arrive that much later; the others' LL blocks 8 KB (of the output or the
-// input, 4 KB to each peer on 2 ranks). LL128 blocks 15 KiB (what
-// each of its warps moves in one round: all_reduce_ll128.cu); zero-copy blocks and
-// the staged one shot 16 KB (their loads come straight from peers' memory or staging: more blocks keep more of
-// them in flight); staged ones 16 KB beyond 32 KiB and one block through it; the others 64 KB. The
-// measurements behind these sizes: docs/dev/selection.md.
+// Bytes a block (docs/dev/selection.md): LL 4 KB where every peer gets the whole buffer (a line a thread: a
+// second would arrive that much later), else 8 KB; LL128 15 KiB (a round of its warps); loads from peers or
+// staging 16 KB (more blocks keep more loads in flight), staged one block up to 32 KiB; else 64 KB.
 int blocks_for(Algorithm algorithm, Collective collective, size_t bytes, Buffers buffers) {
   constexpr size_t kOneStagedBlockBytes = size_t(32) << 10;
   const bool staged = algorithm == Algorithm::kStaged || algorithm == Algorithm::kSplit;
@@ -190,7 +180,7 @@ const char* short_name(Collective collective) {
   return "?";
 }
 
-// BRAID_ALGO: comma-separated "collective=algorithm"; only algorithms that serve the collective are accepted.
+// BRAID_ALGO: comma-separated "collective=algorithm".
 bool override_for(Collective collective, const std::string& text, Algorithm* algorithm) {
   std::stringstream entries(text);
   std::string entry;
@@ -285,7 +275,6 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
   }
   Algorithm forced = algorithm;
   if (!override_text.empty() && override_for(collective, override_text, &forced) && !gate_open(forced, gates)) {
-    // A multicast asked for where it cannot run takes the table's choice; any other protocol, FIFO pushes.
     forced = forced != Algorithm::kMulticast && serves(collective, Algorithm::kPipelined) ? Algorithm::kPipelined
                                                                                             : algorithm;
   }

@@ -1,26 +1,13 @@
-// Point-to-point batches (Communicator::send, recv, send_recv) of the CUDA backend, host side. A batch is an all-to-all-v restricted to
-// the peers it names: the pipelined all-to-all kernel (all_to_all_pipelined.cu) pushes only to the launch's
-// send_peers and pulls only from its recv_peers. Each direction of a pair is a FIFO stream of its own on the
-// signal pad, so the k-th send to q meets q's k-th receive from this rank whatever else either rank does, and
-// ranks a batch does not name never hear of it.
+// Point-to-point batches, host side: an all-to-all-v restricted to the peers a batch names (send_peers,
+// recv_peers). Each direction of a pair is a FIFO stream of its own, so the k-th send to q meets q's k-th receive
+// from this rank, and unnamed ranks never hear of it. Launch k carries the k-th send to and receive from each
+// peer (where both sides batch alike, it waits only on the peer's launch k), at the table's send/recv width (a
+// piece of block b goes to the peer's FIFO of block b).
 //
-// A launch carries at most one send to and one receive from each peer, so a batch with several ops for one peer
-// is split: launch k carries the k-th send to and the k-th receive from every peer. Where both sides of a pair
-// batch its ops alike, launch k of one waits only on launch k of the other, never on a launch queued behind it.
-// Every launch has the table's send/recv width (select_algorithm), whatever its sizes: a piece of block b goes to
-// the FIFO of block b on the peer, so both sides must launch the same blocks.
-//
-// A pair (one direction of one launch) whose bytes the table gives the copy engines leaves the FIFO launch and
-// moves as chunks through the receiver's pipeline area (send_recv_bulk_launch.hpp): its sends after the FIFO
-// launch, its copies on the caller's stream and their kernels on the second side stream, its receives on the side
-// stream beside them. Both sides of a pair ask the table with the pair's bytes, so they take the same path where
-// their sizes agree. A launch's bulk sends go in rank order, and so do its bulk receives: a pair whose sender is
-// busy with a lower receiver, or whose receiver with a lower sender, waits only on pairs that do progress, so
-// they never wait on each other in a cycle.
-//
-// The copy-engine pairs also carry all-to-all, all-gather and broadcast on buffers no peer maps, and
-// reduce-scatter and reduce on 2 ranks (copy_engine_pairs.hpp), defined at the end of this file beside the
-// machinery they share.
+// Pairs the table gives the copy engines (both sides ask with the pair's bytes) move as chunks through the
+// receiver's pipeline area (send_recv_bulk_launch.hpp). Bulk sends go in rank order, as do bulk receives: a pair
+// whose sender is busy with a lower receiver, or receiver with a lower sender, waits only on pairs that progress,
+// never in a cycle. The collectives of copy_engine_pairs.hpp are at the end.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -51,9 +38,8 @@
 namespace braid::collectives {
 namespace {
 
-// The launches of a batch: launch k holds the k-th send to and the k-th receive from each peer. Per launch and
-// direction, fifo.send (fifo.recv) is the lowest address among its buffers and each peer's offset is its buffer's
-// address minus that base (user buffers of one batch lie anywhere: the kernel only adds offsets to the base).
+// Per launch and direction, the base (fifo.send, fifo.recv) is the lowest buffer address and each peer's offset
+// its buffer's distance from it: the kernel only adds offsets to the base.
 std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& state, const std::vector<CheckedOp>& ops) {
   std::vector<size_t> launch_of(ops.size());
   std::vector<size_t> sends(state.size, 0), recvs(state.size, 0);
@@ -72,7 +58,7 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& stat
   for (size_t k = 0; k < launches; ++k) {
     plan.push_back(pipelined_launch(state, Collective::kSendRecv, send_base[k], recv_base[k], 1));
     plan.back().send_peers = plan.back().recv_peers = 0;
-    plan.back().mismatch_in_bytes = true;  // ops of several datatypes: sizes are compared (and reported) in bytes
+    plan.back().mismatch_in_bytes = true;  // ops of several datatypes: sizes compared in bytes
   }
   for (size_t i = 0; i < ops.size(); ++i) {
     kernels::AllToAllLaunch& launch = plan[launch_of[i]];
@@ -87,16 +73,14 @@ std::vector<kernels::AllToAllLaunch> plan_launches(const CollectiveContext& stat
   return plan;
 }
 
-// One direction of a pair that moves through the copy engines.
+// One direction of a pair moved by the copy engines.
 struct BulkPair {
   int peer;
   char* buffer;
   uint64_t bytes;
 };
 
-// The protocol of a pair of `bytes`, one plan per pair: LL128 lines (where the GPUs carry lines whole and the
-// communicator has their area, send_recv_lines_launch.hpp), the copy engines (where the pipeline area has slots),
-// or the FIFOs.
+// A pair's protocol: LL128 lines (send_recv_lines_launch.hpp), the copy engines, or the FIFOs.
 Algorithm pair_protocol(const CollectiveContext& state, const AreaCapacities& capacities,
                         const kernels::BulkLayout& layout, uint64_t bytes) {
   const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
@@ -109,13 +93,11 @@ Algorithm pair_protocol(const CollectiveContext& state, const AreaCapacities& ca
   return algorithm;
 }
 
-// Takes the pairs of `launch` that go through the copy engines (into `sends`, `recvs`) or in lines (into `lines`)
-// out of it: their bytes 0, their peers unnamed. The FIFO launch keeps the rest.
+// Moves the pairs of `launch` that go by copy engines or in lines out of it (bytes 0, peers unnamed).
 void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layout, kernels::AllToAllLaunch& launch,
                 std::vector<BulkPair>& sends, std::vector<BulkPair>& recvs, kernels::SendRecvLinesLaunch& lines) {
   const AreaCapacities capacities = area_capacities(state);
   lines.send_count = lines.recv_count = lines.blocks = 0;
-  // One direction of the pair with `peer`: its bit in `peers`, its bytes and its buffer.
   auto take = [&](int peer, unsigned int& peers, uint64_t& bytes, char* buffer, std::vector<BulkPair>& bulk,
                   kernels::SendRecvLinesPair* line_pairs, int& line_count) {
     if (((peers >> peer) & 1u) == 0) return;
@@ -141,7 +123,6 @@ void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layou
   }
 }
 
-// A copy-engine step of one pair of this call (either side), with the fields both sides share set.
 template <typename Step>
 Step pair_step(const CollectiveContext& state, Collective collective, const BulkPair& pair, uint64_t plan) {
   Step step{};
@@ -153,11 +134,10 @@ Step pair_step(const CollectiveContext& state, Collective collective, const Bulk
   return step;
 }
 
-// The sender's side of one pair: a drain step, then the engine's copies back to back on `copies` (chunk c into
-// slot c % 2 of the peer: whole rows in one 2D copy, then the rest), and per chunk on `steps` the step that posts
-// it and waits for its slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in
-// before that copy is enqueued, while the step of chunk c - 1 is not enqueued yet: the engine waits for no more
-// than the slot it needs.
+// The sender's side: a drain step, then the copies back to back on `copies` (chunk c into the peer's slot c % 2:
+// whole rows in one 2D copy, then the rest), and per chunk on `steps` the step that posts it and waits for its
+// slot. The copy of chunk c waits for the step of chunk c - 2 (its slot back), ordered in before the step of
+// chunk c - 1 is enqueued: the engine waits for no more than the slot it needs.
 void enqueue_bulk_send(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                        const BulkPair& pair, uint64_t plan,
                        cudaStream_t copies, cudaStream_t steps, SideStream& handover) {
@@ -195,17 +175,15 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   if (chunks > 0) post(chunks - 1);
 }
 
-// What a receiver does with each chunk instead of copying it out (reduce-scatter, reduce): reduce it with `own`,
-// the same part of this rank's own input, into the pair's buffer.
+// Reduce-scatter, reduce: each chunk reduced with the same part of `own` into the pair's buffer, not copied out.
 struct PairReduction {
   DataType type;
   ReduceOp op;
   const char* own;
 };
 
-// The receiver's side of one pair: per chunk, the step kernel (hand back the previous chunk's slot, wait for
-// this one and check its header), then the SM copy (or reduction) out of the slot; a last step hands back the
-// last slot.
+// The receiver's side: per chunk, the step (hand back the previous slot, wait for this chunk, check its header),
+// then the SM copy or reduction out of the slot; a last step hands back the last slot.
 void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                        const BulkPair& pair, uint64_t plan, const PairReduction* reduction, cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
@@ -248,9 +226,8 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
   }
 }
 
-// Enqueues one launch's copy-engine pairs: the recvs on `side`, forked from `stream` before anything of the
-// launch (the caller's work there, the FIFO launch, runs beside them), the sends' copies on `stream` after that
-// work and their kernels on `second_side`; both joined back into `stream`.
+// The recvs on `side`, forked from `stream` before `on_stream` (which runs beside them), the sends' copies on
+// `stream` after it and their kernels on `second_side`; both joined back into `stream`.
 void enqueue_bulk_pairs(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                         const std::vector<BulkPair>& sends, const std::vector<BulkPair>& recvs, uint64_t plan,
                         cudaStream_t stream, const std::function<void()>& on_stream,
@@ -291,7 +268,7 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
         lines.pad = state.sync->pad();
         kernels::launch_send_recv_lines(lines, stream);
       }
-      // A launch left with no peer and nothing for this rank itself has nothing to do.
+      // Skipped when left with no peer and nothing for this rank.
       if (launch.send_peers != 0 || launch.recv_peers != 0 || launch.send_bytes[state.rank] != 0 ||
           (sends.empty() && recvs.empty() && !in_lines)) {
         kernels::launch_all_to_all_pipelined(launch, choice.blocks, stream);
@@ -302,21 +279,18 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
 
 namespace {
 
-// The pairs of one call in the rotated order (copy_engine_pairs.hpp), and this rank's own block; empty pairs are
-// left out on both sides alike (every rank knows every pair's size).
+// Empty pairs are left out on both sides alike (every rank knows every pair's size).
 struct PairExchange {
   Collective collective;
   std::vector<BulkPair> sends, recvs;
   char* own_destination = nullptr;
   const char* own_source = nullptr;
   size_t own_bytes = 0;
-  std::optional<PairReduction> reduction;  // reduce-scatter, reduce: receives reduce instead of copying out
+  std::optional<PairReduction> reduction;
 };
 
-// An entry barrier announces the call's plan first: the pairs' waits have no barrier of their own, so a peer that
-// took FIFO pushes for the call (an all-to-all in place there) would otherwise wait for pieces that never come
-// until the timeout; it sees this plan announced and both fail with kMismatch (a peer with a barrier of its own
-// is caught there as well).
+// The entry barrier announces the plan: the pairs' waits compare none, so a peer that took FIFO pushes would
+// wait until the timeout for pieces that never come; it sees this plan instead, and both fail with kMismatch.
 void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint64_t plan, Stream stream) {
   const kernels::BulkLayout layout = bulk_layout(state);
   if (layout.slot_payload == 0) {  // init refuses a pipeline area too small for FIFO pieces, which has no slots
@@ -337,7 +311,7 @@ void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint
   if (own) state.third_side->order(state.third_side->get(), stream);
 }
 
-// Reduce-scatter's and reduce's pairs: one peer's data completes a result only where there is one peer.
+// One peer's data completes a reduction only where there is one peer.
 void require_two_ranks(const CollectiveContext& state, Collective collective) {
   if (state.size != 2) {
     raise(ErrorCode::kInternal, "{}: copy-engine pairs serve 2 ranks, not {}",

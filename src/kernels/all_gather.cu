@@ -1,14 +1,6 @@
-// All-gather, pipelined: block b takes one piece of this rank's input a round. Its push group (pipeline.cuh,
-// kPushThreads) stores the piece into every peer's FIFO (NVLink, the source read once) as credits allow; its
-// copy group copies the piece into this rank's own slot of the output and the peers' pieces of the round from
-// this rank's FIFOs into theirs. Datatype-blind: launch.count is in bytes.
-//
-// launch.rank_stride: bytes between rank blocks of the output.
-//
-// Broadcast (launch.root >= 0, rank_stride 0) is the same kernel with the root alone pushing: the other ranks
-// copy the root's pieces out of their FIFOs, the root its own input (unless in place). One copy a byte into the
-// peers' memory, by stores, where a staged broadcast has every peer load the root's staging in chunks behind
-// barriers.
+// All-gather, pipelined (pipeline.cuh): each round a block's push group stores a piece of the input into every
+// peer's FIFO; its copy group copies it and the peers' pieces into the output. count, rank_stride: bytes.
+// Broadcast (launch.root >= 0, rank_stride 0): the root alone pushes.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/pipeline.cuh"
@@ -17,9 +9,7 @@
 namespace braid::kernels {
 namespace {
 
-// A broadcast's root pushes with half its threads (the other half copies its own input), the other ranks copy
-// out with all of theirs. The root's copy group has only its own input to copy (no peers' pieces), so it can
-// spare more threads for the pushes than all-gather's does; more than half would slow its copy at mid sizes.
+// A broadcast root copies only its own input, so spares more threads for pushing; more would slow its copy.
 constexpr int kBroadcastRootPushThreads = 256;
 
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch launch) {
@@ -29,15 +19,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<uint8_t> grid = piece_grid<uint8_t>(launch, 1);
   const size_t rounds = grid.rounds();
-  // Whose pieces this rank copies out (peer mask), and whether it pushes: all-gather, every peer's and yes;
-  // broadcast, the root's alone, and only the root pushes.
   const bool rooted = launch.root >= 0, pushes = !rooted || rank == launch.root;
-  // A broadcast's root copies only its own input besides pushing, the other ranks only copy out.
   const int push_threads = !rooted ? kPushThreads : pushes ? kBroadcastRootPushThreads : 0;
   const WarpGroup group = WarpGroup::half_of_block(push_threads);
   const unsigned int pull_from = !rooted ? kEveryPeer : rank == launch.root ? 0u : 1u << launch.root;
 
-  if (group.id == 0) {  // push: this rank's piece into every peer's FIFO, the source read once
+  if (group.id == 0) {
     for (size_t round = 0; pushes && round < rounds; ++round) {
       if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot, kEveryPeer, group)) return;
       const Slice piece = grid.slice(round, 0);
@@ -49,7 +36,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather(PipelineLaunch la
       group_copy_to(destinations, count, launch.send + piece.begin, piece.end - piece.begin, group.lane(), group.threads);
       post_peers(launch, kData1, kEveryPeer, group);
     }
-  } else {  // copy out: this rank's own piece (unless in place), then the peers' from the FIFOs
+  } else {
     for (size_t round = 0; round < rounds; ++round) {
       const Slice piece = grid.slice(round, 0);
       if (pushes) group.copy(launch.recv + rank * launch.rank_stride + piece.begin, launch.send + piece.begin, piece.end - piece.begin);
@@ -71,7 +58,7 @@ void launch_all_gather(const PipelineLaunch& launch, int blocks, cudaStream_t st
 }
 
 void launch_broadcast_pipelined(const PipelineLaunch& launch, int blocks, cudaStream_t stream) {
-  launch_dependent(all_gather, blocks, kThreadsPerBlock, stream, launch);  // launch.root >= 0
+  launch_dependent(all_gather, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

@@ -1,7 +1,5 @@
-// All-gather through NVLink multicast: every rank writes its block into every rank's copy of the multicast
-// region with one multimem.st per vector (each byte crosses NVLink once, the switch fanning it out); after a
-// barrier each rank copies every rank's block out into its output. Runs only behind BRAID_ENABLE_MULTICAST
-// (memory/multicast.hpp); never on a shared GPU host.
+// All-gather through NVLink multicast: every rank multimem-stores its block into every rank's copy of the region;
+// after a barrier each rank copies every block out. Only behind BRAID_ENABLE_MULTICAST, never on a shared host.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/multicast.cuh"
@@ -19,7 +17,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_multicast(Multica
   }
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   const size_t half = multicast_half(launch);
-  const size_t block = launch.count;  // bytes of each rank's block in this launch, whole vectors
+  const size_t block = launch.count;  // bytes of each rank's block, whole vectors
   const Slice slice = block_slice<uint8_t>(block, blockIdx.x, gridDim.x);
   const size_t begin = slice.begin, bytes = slice.end - slice.begin;
   char* const multicast = launch.multicast + half + rank * block + begin;

@@ -1,8 +1,5 @@
-// All-gather, staged: every rank copies its input into staging; after one barrier every rank copies every peer's
-// staging into its slot of the output (loads over NVLink). Datatype-blind: moves bytes.
-//
-// launch.send/recv point at the chunk's start (recv inside rank block 0); rank q's block is
-// launch.rank_stride bytes further per q. launch.count is in bytes.
+// All-gather, staged: every rank copies its input into staging; after a barrier, every rank's staging into its
+// output (rank q's block at q × launch.rank_stride). launch.count: bytes.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/staged.cuh"
@@ -20,7 +17,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_staged(StagedLaun
       [&](const StagingView& staging, const Slice& slice) { copy_slice_in<uint8_t>(launch, staging, slice); },
       [&](const StagingView& staging, const Slice& slice) {
         for (int step = 0; step < world; ++step) {
-          const int q = (rank + step) % world;  // start with a different peer on every rank: spread the links' load
+          const int q = (rank + step) % world;  // rotated: spreads the links' load
           block_copy(launch.recv + q * launch.rank_stride + slice.begin, staging.of(launch, q) + slice.begin,
                      slice.end - slice.begin);
         }

@@ -1,21 +1,11 @@
-// All-reduce, LL128: LL's one shot (reduce_ll.cu) in lines of 128 bytes that carry 120 payload bytes and an
-// 8-byte flag, where LL's lines carry 8 and 8. Every rank stores its input into its slot of every peer's LL128
-// area, each warp 4 lines with one 16-byte store a lane; each rank polls its own area, a warp 4 lines with one
-// 16-byte load a lane, until every line's flag is this call's sequence, and reduces the peers' payload with its
-// own input in rank order (bit-identical results on every rank). No barrier and no signal: one NVLink crossing of
-// latency, and 1.07 bytes on the wire per payload byte where LL sends 2.
-//
-// Why a line is whole once its flag is there, and where LL128 may run: ll128.cuh.
-//
-// Flags are the 64-bit sequence (LL128 calls so far, plus one): a line from an earlier call, or never written (the
-// area starts zeroed), never carries this call's. Two parities suffice for the reason given in reduce_ll.cu: a
-// rank writes parity p again only in the call after next, after every peer has finished this one.
+// All-reduce, LL128 (ll128.cuh): LL's one shot (reduce_ll.cu) in 128-byte lines of 120 payload bytes and an
+// 8-byte flag, the full 64-bit sequence, so stale or never-written lines never match.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/launch_counter.cuh"
-#include "kernels/ll.cuh"  // ll_plan_check
+#include "kernels/ll.cuh"
 #include "kernels/ll128.cuh"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
@@ -26,15 +16,12 @@ namespace braid::kernels {
 namespace {
 
 
-// Groups a warp moves per round: their payload stays in registers from the stores to the reduction, and their
-// polls are in flight together; a second round waits out another poll's latency. Fewer for types narrower than
-// 4 bytes, whose float32 accumulators take more registers a group (a 512-thread block leaves a thread 128): with
-// 3, a 1 MiB launch of 64 blocks is one round for 2-byte types. Every type moves at least 2 × 480 bytes a warp,
-// 15 KiB a block, in one round (selection.cpp sizes LL128 launches by it).
+// Groups a warp moves per round, in registers from the stores to the reduction; fewer where float32 accumulators
+// take more registers. At least 2 × 480 bytes a warp: selection.cpp sizes LL128 launches by it.
 template <typename T>
 constexpr int kGroupsPerRound = sizeof(T) == 1 ? 2 : sizeof(T) == 2 ? 3 : 4;
 
-// A lane's 16 bytes of one group, as words (wire) or elements (reduction).
+// A lane's 16 bytes of one group.
 template <typename T>
 union Part {
   uint64_t words[2];
@@ -54,7 +41,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
   const unsigned int lane = threadIdx.x & 31u;
   const int elements = static_cast<int>(part.bytes / sizeof(T));
   auto left_at = [&](size_t offset) { return offset < bytes ? bytes - offset : size_t(0); };
-  // A round: groups first + i * warps, i < kGroups, those below `groups` (the same count for the whole warp).
+  // Groups of the round from `first`, warp-uniform.
   auto count_from = [&](size_t first) {
     int count = 0;
     while (count < kGroups && first + count * warps < groups) ++count;
@@ -68,7 +55,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
       if (i < count) load_part(launch.send + offset, left_at(offset), part.bytes, own[i].words);
     }
   };
-  // The first round's input is loaded before the call's sequence is read: the two round trips overlap.
+  // Loaded before the sequence is read: the two round trips overlap.
   load_own(warp, count_from(warp));
   const LaunchStart start = read_launch_start(launch.epoch, launch.pad);
   if (start.stopped) return;  // NOTE [stopped ranks]: no line written or polled
@@ -78,8 +65,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
     return launch.area[receiver] + (parity * world + sender) * launch.slot_bytes;
   };
   const size_t wire_stride = warps * kLL128WarpWire;  // between a round's groups in a slot
-  // The plan line is an LL line (ll.cuh), whose flag is the sequence cut to 32 bits: written in every call, it is
-  // never older than the call before last, so the cut flag never matches a stale one.
+  // An LL line, its flag cut to 32 bits (NOTE [plan lines]).
   send_plan_lines(launch, parity, static_cast<uint32_t>(flag));
 
   for (size_t first = warp, round = 0; round == 0 || first < groups; first += kGroups * warps, ++round) {
@@ -93,7 +79,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
         if (i < count) store_wire16(wire + i * wire_stride, own[i].words[0], part.carries_flag ? flag : own[i].words[1]);
       }
     }
-    // Every block counts itself in once, after its first stores and ahead of its polls.
     if (round == 0) advance_once_read(launch.epoch, launch.blocks_done, epoch);
     if (count == 0) continue;
     acc_t<T> acc[kGroups][kPerPart];
@@ -105,7 +90,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
       } else {
         WarpPollBound bound(launch.pad, launch.collective, kSiteLLData, r, ll_plan_check(launch));
         if (!poll_groups(slot(rank, r) + wire_offset, wire_stride, count, true, flag, bound, got)) {
-          return;  // warp-uniform: every lane of the warp gives up together
+          return;  // warp-uniform
         }
       }
 #pragma unroll
@@ -122,13 +107,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_ll128(LLLaunch la
       Part<T> out;
 #pragma unroll
       for (int e = 0; e < kPerPart; ++e) {
-        if (e < elements) out.values[e] = from_acc<T>(finish<Op>(acc[i][e], world));  // store_part writes these alone
+        if (e < elements) out.values[e] = from_acc<T>(finish<Op>(acc[i][e], world));  // store_part writes only these
       }
       const size_t offset = (first + i * warps) * kLL128WarpPayload + part.offset;
       store_part(launch.recv + offset, left_at(offset), part.bytes, out.words);
     }
   }
-  PlanLineHold plan = plan_line_hold(launch, parity);  // polled alone here: LL128 polls whole warps of lines
+  PlanLineHold plan = plan_line_hold(launch, parity);  // polled alone: LL128 polls whole warps of lines
   check_plan_line(launch, plan, static_cast<uint32_t>(flag));  // NOTE [plan lines]
 }
 

@@ -1,9 +1,6 @@
-// All-reduce through NVLink multicast: every rank copies its input into its copy of the multicast region;
-// after a barrier each rank reduces its share of every block's slice with one multimem.ld_reduce per vector
-// (the switch sums every rank's copy) and writes the sum into every rank's copy with one multimem.st; after a
-// second barrier each rank copies the whole slice out. Each byte crosses NVLink once each way, where the
-// unicast two shot sends 2 (world - 1) / world of the buffer. Runs only behind BRAID_ENABLE_MULTICAST
-// (memory/multicast.hpp); never on a shared GPU host.
+// All-reduce through NVLink multicast: every rank copies its input into its copy of the region; after a barrier
+// each rank reduces its share with multimem.ld_reduce and multimem-stores the sum into every copy; after a
+// second barrier each rank copies the result out. Only behind BRAID_ENABLE_MULTICAST, never on a shared host.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/multicast.cuh"

@@ -1,6 +1,5 @@
-// All-reduce, one shot: every rank copies its input into its staging, and after one barrier every rank reads
-// all peers' staging and reduces (rank order, so every rank computes identical results). Least latency for
-// small messages: one barrier, and each rank reads (world-1) × size over NVLink.
+// All-reduce, one shot: every rank copies its input into its staging; after one barrier every rank reduces all
+// ranks' staging in rank order (identical results on every rank).
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"

@@ -1,26 +1,7 @@
-// All-to-all(v), pipelined: every pair of ranks runs its own FIFO stream of pieces through the pipeline area
-// (pipeline.cuh), so any user buffer works and per-pair sizes may differ. Block b is two groups of warps: one
-// stores the block's piece of every pair into the receivers' FIFOs (NVLink stores), round after round as credits
-// allow; the other copies the pieces that arrived out of this rank's FIFOs into the output, and this rank's own
-// block with them.
-//
-// Every pair exchanges at least one piece per block (round 0), and every piece starts with an AllToAllHeader
-// holding the pair's total. So a receiver learns what arrives without being told: with device counts it lays
-// the output out packed in rank order from the headers (refusing, but still draining, a total above the
-// capacity); with host counts it checks the total against what it expected (refusing, but still draining, a
-// peer that disagrees). Either way both sides count the same pieces, so the FIFO counters stay in step and the
-// communicator stays usable after a refused call.
-//
-// A pair of B bytes takes max(1, ceil(B / (blocks * payload(B)))) rounds (PairGrid), computed alike by sender
-// (from its count) and receiver (from the header); the last round spreads what is left over the blocks.
-//
-// In place (uniform all-to-all with send == recv), a block copies a pair's piece of a round into the output only
-// after its pushers have read that piece of the input, which the copy overwrites (launch.in_place).
-//
-// "Every pair" means every pair the launch names: a rank pushes only to its send_peers and pulls only from its
-// recv_peers (send_recv: the peers of a batch; all-to-all: all of them). Each direction of a pair is its own
-// FIFO stream, so a pair whose two sides name each other in matching launches stays in step whatever other
-// pairs do.
+// All-to-all(v), pipelined: each direction of a pair of ranks is a FIFO stream (pipeline.cuh). Every pair
+// exchanges at least one piece per block (round 0), each headed by the pair's total, by which the receiver lays
+// out (device counts) or checks (host counts) its output. A refused total is still drained, so both sides count
+// the same pieces and the FIFO counters stay in step.
 #include "kernels/all_to_all_launch.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
@@ -32,10 +13,9 @@ namespace {
 
 __device__ __forceinline__ bool has_bit(unsigned int mask, int bit) { return (mask >> bit) & 1u; }
 
-// A pair's pieces (pair_piece_payload, all_to_all_launch.hpp) and its rounds, worked out once per pair and call:
-// the 64-bit divisions behind them are long instruction sequences, and every round consults them.
+// Worked out once per pair: 64-bit divisions are long.
 struct PairGrid {
-  size_t max_payload;  // bytes of a FIFO slot after its header
+  size_t max_payload;
   __device__ void cut(uint64_t bytes, uint64_t& payload, uint64_t& rounds) const {
     payload = pair_piece_payload(bytes, gridDim.x, max_payload);
     const uint64_t pieces = PieceGrid<uint8_t>{bytes, payload, 1}.rounds();
@@ -43,12 +23,11 @@ struct PairGrid {
   }
 };
 
-// What this block knows of the call's sizes, in shared memory.
 struct Sizes {
   uint64_t send_bytes[kMaxWorld], send_offset[kMaxWorld], send_payload[kMaxWorld], send_pair_rounds[kMaxWorld];
   uint64_t recv_bytes[kMaxWorld], recv_offset[kMaxWorld], recv_payload[kMaxWorld], recv_pair_rounds[kMaxWorld];
   uint64_t send_rounds, recv_rounds;  // most rounds of any pair this rank sends / receives
-  unsigned int accepted;              // peers (and self) whose data this rank writes into its output
+  unsigned int accepted;              // peers (and self) whose data goes into the output
 
   __device__ Slice send_slice(int q, uint64_t round) const {
     return PieceGrid<uint8_t>{send_bytes[q], send_payload[q], 1}.slice(round, 0);
@@ -58,7 +37,7 @@ struct Sizes {
   }
 };
 
-// Reads the send sizes (host arrays, or device counts checked for sign) and, with host counts, the receive sizes.
+// The send sizes (device counts checked for sign) and, with host counts, the receive sizes.
 __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes) {
   const int world = launch.fifo.pad.world, q = threadIdx.x;
   const bool device_counts = launch.device_send_counts != nullptr;
@@ -106,15 +85,14 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
   __syncthreads();
 }
 
-// After round 0's headers: what each peer sends, the output layout (device counts) or the check against what
-// was expected (host counts), and the rounds to receive.
+// After round 0's headers: receive sizes and rounds, and the layout (device counts) or check (host counts).
 __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid, Sizes& sizes, const int* slots,
                              const WarpGroup& group) {
   const PipelineLaunch& fifo = launch.fifo;
   const int world = fifo.pad.world, rank = fifo.pad.rank, q = group.lane();
   const bool device_counts = launch.device_send_counts != nullptr;
   if (q < world && q != rank && !has_bit(launch.recv_peers, q)) {
-    sizes.recv_bytes[q] = 0;  // nothing comes from q in this launch (and no header was waited for)
+    sizes.recv_bytes[q] = 0;
   } else if (q < world && q != rank) {
     const uint64_t sent = reinterpret_cast<const AllToAllHeader*>(fifo_piece(fifo, rank, 0, q, slots[q]))->pair_bytes;
     if (!device_counts && sent != sizes.recv_bytes[q]) {
@@ -125,7 +103,7 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
                                   static_cast<long long>(sizes.recv_bytes[q] / launch.element_bytes));
       }
     }
-    sizes.recv_bytes[q] = sent;  // what the pair's rounds follow, accepted or not
+    sizes.recv_bytes[q] = sent;  // the pair's rounds follow it, accepted or not
   }
   if (q < world && q != rank) grid.cut(sizes.recv_bytes[q], sizes.recv_payload[q], sizes.recv_pair_rounds[q]);
   group.sync();
@@ -168,22 +146,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   const int world = fifo.pad.world, rank = fifo.pad.rank;
   __shared__ Sizes sizes;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
-  // In place: the rounds whose pieces this block's pushers have read out of the input (kAllPushed: every round,
-  // kPushStopped: they stopped at a failed wait, recorded). The copying group overwrites a round's input only
-  // after its pushers read it; a pair's round has the same slice of the block on both sides (uniform sizes).
+  // In place: rounds whose input this block's pushers have read; the copy group overwrites a round only after it
+  // (a round is the same slice on both sides: uniform sizes). kPushStopped: the pushers stopped at a failed wait.
   constexpr uint64_t kAllPushed = ~uint64_t(0) - 1, kPushStopped = ~uint64_t(0);
   __shared__ uint64_t pushed_rounds;
   if (threadIdx.x == 0) pushed_rounds = 0;  // read_send_sizes' barriers publish it
   const PairGrid grid{fifo.piece_bytes - kAllToAllHeaderBytes};
   read_send_sizes(launch, grid, sizes);
 
-  // From here on the block works as two groups of warps that meet only through the FIFO counters: the first
-  // pushes pieces into the peers' FIFOs (NVLink stores), the second copies arrived pieces and this rank's own
-  // block into the output (HBM). See kPushThreads.
+  // Two warp groups from here on (push, copy out), meeting only through the FIFO counters.
   const WarpGroup group = WarpGroup::half_of_block(kPushThreads);
   const bool pusher = group.id == 0;
 
-  // Peers of `named` with a piece in `round` (every one of them has one in round 0).
+  // Peers of `named` with a piece in `round` (all in round 0).
   auto active = [&](unsigned int named, const uint64_t* pair_rounds, uint64_t round) {
     unsigned int peers = 0;
     for (int p = 0; p < world; ++p) {
@@ -196,7 +171,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     const unsigned int peers = active(launch.send_peers, sizes.send_pair_rounds, round);
     if (!wait_peers(fifo, kFree1, kSiteFifoCredit, push_slot, peers, group)) return false;
     for (int step = 1; step < world; ++step) {
-      const int q = (rank + step) % world;  // a different first receiver on every rank: spread the links' load
+      const int q = (rank + step) % world;  // rotated
       if (!has_bit(peers, q)) continue;
       char* piece = fifo_piece(fifo, q, 0, rank, push_slot[q]);
       if (group.lane() == 0) *reinterpret_cast<AllToAllHeader*>(piece) = AllToAllHeader{sizes.send_bytes[q], 0};
@@ -207,9 +182,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     return true;
   };
 
-  // In place, the pushers publish each round once the whole group has read it (post_peers' barrier), and the
-  // copying group waits for the round it overwrites. The pushers either advance or stop within their bounded
-  // waits, so this wait is bounded too.
+  // Published once the whole push group read the round (post_peers' barrier). The wait is bounded: the pushers
+  // advance or stop within their bounded waits.
   auto publish_pushed = [&](uint64_t rounds) {
     if (!launch.in_place || group.lane() != 0) return;
     __threadfence_block();
@@ -225,7 +199,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
   };
 
   auto pull = [&](uint64_t round) {
-    // Round 0: every peer of recv_peers, whatever recv_bytes says.
     const unsigned int peers = active(launch.recv_peers, sizes.recv_pair_rounds, round);
     if (!wait_peers(fifo, kData1, kSiteFifoData, pull_slot, peers, group)) return false;
     if (round == 0) read_headers(launch, grid, sizes, pull_slot, group);
@@ -241,13 +214,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     return true;
   };
 
-  // This rank's own block is a local copy, spread over as many parts as the rank sends rounds (at least one)
-  // so that it shares the copying group's time with the pulls, done before each round's wait for the peers'
-  // pieces so that it fills that wait. With device counts its place in the output is known only after round 0's
-  // headers, so there it follows round 0's pull.
+  // The own block, in as many parts as send rounds, each filling a round's wait. With device counts its place is
+  // known only from round 0's headers: that part follows round 0's pull.
   const uint64_t own_rounds = sizes.send_rounds > 0 ? sizes.send_rounds : 1;
   const uint64_t own_bytes = sizes.send_bytes[rank];
-  const uint64_t own_part = ((own_bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;  // whole vectors
+  const uint64_t own_part = ((own_bytes + own_rounds - 1) / own_rounds + 15) / 16 * 16;
   auto copy_own = [&](uint64_t round) {
     if (!has_bit(sizes.accepted, rank)) return;
     const uint64_t begin = min(own_bytes, round * own_part), end = min(own_bytes, begin + own_part);
@@ -258,7 +229,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
 
   if (pusher) {
     for (uint64_t round = 0; round < max(sizes.send_rounds, uint64_t(1)); ++round) {
-      if (!push(round)) {  // round 0 goes to every peer (its header), even with nothing to send
+      if (!push(round)) {  // round 0 carries the header, even with nothing to send
         publish_pushed(kPushStopped);
         return;
       }
@@ -266,11 +237,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_pipelined(AllToAl
     }
     publish_pushed(kAllPushed);
   } else {
-    const bool own_place_known = launch.device_send_counts == nullptr;  // host counts: recv_offset is known
+    const bool own_place_known = launch.device_send_counts == nullptr;
     for (uint64_t round = 0; round < sizes.recv_rounds || round < own_rounds; ++round) {
       const bool own_first = round < own_rounds && (round > 0 || own_place_known);
       if (own_first) copy_own(round);
-      if (round < sizes.recv_rounds && !pull(round)) return;  // recv_rounds is 1 until round 0's headers arrive
+      if (round < sizes.recv_rounds && !pull(round)) return;  // set by round 0's headers
       if (round < own_rounds && !own_first) copy_own(round);
     }
   }

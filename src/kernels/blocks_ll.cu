@@ -1,12 +1,5 @@
-// All-to-all and all-gather, low latency (LL): no barrier and no signal. Every rank stores its block for rank q
-// (all-to-all: block q of its input, launch.send_rank_stride apart; all-gather: its input, stride 0) into q's LL
-// area as flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, then polls its own area
-// until every peer's lines carry the flag and copies them into its output (sender r's block at r ×
-// launch.recv_rank_stride). One NVLink crossing of latency; the algorithm for small uniform blocks. Parity
-// reuse is all-reduce LL's argument (reduce_ll.cu): every LL call receives from every peer, so a rank
-// rewrites parity p only after every peer finished reading it.
-//
-// launch.count: bytes of one block (each rank sends one to every rank).
+// All-to-all and all-gather, LL (ll.cuh): every rank stores its block for rank q (all-gather: send_rank_stride
+// 0) into q's LL area, then polls its own for every peer's. launch.count: bytes of one block.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
@@ -29,7 +22,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
   for (size_t i = first; i < lines; i += stride) {
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
     for (int p = 1; p < world; ++p) {
-      const int q = (rank + p) % world;  // a different first receiver on every rank
+      const int q = (rank + p) % world;  // rotated
       store_wire(ll_slot(launch, call, q, rank) + i * kLLWireBytes,
                  load_line(launch.send + q * launch.send_rank_stride + offset, left), call.flag);
     }
@@ -37,7 +30,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
                load_line(launch.send + rank * launch.send_rank_stride + offset, left), left);
   }
   count_ll_call(launch, call);
-  bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
+  bool arrived = true;  // false: a poll failed (recorded); the block still finishes
   for (size_t i = first; arrived && i < lines; i += stride) {
     const size_t offset = i * kLLLineBytes, left = bytes - offset;
     for (int p = 1; arrived && p < world; ++p) {
@@ -50,7 +43,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
     }
   }
   if (arrived) check_plan_line(launch, plan, call.flag);  // NOTE [plan lines]
-  restamp_unwritten_lines(launch, call, [&](int) { return lines; });  // every peer sent `lines` lines
+  restamp_unwritten_lines(launch, call, [&](int) { return lines; });
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
-// Broadcast: the root copies its input into staging; after one barrier every rank copies the root's staging
-// into its output (the root too). Split (on three ranks or more): after the first barrier rank r copies part r of
-// each slice from the root's staging into its own staging and its output; after the second, every rank copies
-// part q from rank q's staging, so the root serves its own part world - 1 times and every other byte once,
-// instead of every byte world - 1 times. Datatype-blind: launch.count is in bytes.
+// Broadcast, staged: the root copies its input into staging; after one barrier every rank copies it out. Split
+// (three ranks or more): after the first barrier rank r copies part r from the root's staging into its own
+// staging and output; after the second, every rank copies part q from rank q's staging. launch.count: bytes.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/staged.cuh"
@@ -32,8 +30,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_split(StagedLaunch
       [&](const StagingView& staging, const Slice& slice) {
         if (rank == root) copy_slice_in<uint8_t>(launch, staging, slice);
       },
-      [&](const StagingView& staging, const Slice& slice) {  // this rank's part, from the root
-        if (rank == root) {  // its own output, while the peers take their parts
+      [&](const StagingView& staging, const Slice& slice) {
+        if (rank == root) {  // its own output
           block_copy(launch.recv + slice.begin, staging.of(launch, root) + slice.begin, slice.end - slice.begin);
           return;
         }
@@ -41,10 +39,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_split(StagedLaunch
         char* destinations[2] = {staging.of(launch, rank) + part.begin, launch.recv + part.begin};
         block_copy_to(destinations, 2, staging.of(launch, root) + part.begin, part.end - part.begin);
       },
-      [&](const StagingView& staging, const Slice& slice) {  // the others' parts, from their owners
+      [&](const StagingView& staging, const Slice& slice) {
         if (rank == root) return;
         for (int q = 0; q < world; ++q) {
-          if (q == rank) continue;  // copied in the first phase
+          if (q == rank) continue;
           const Slice part = slice_part<uint8_t>(slice, q, world);
           block_copy(launch.recv + part.begin, staging.of(launch, q) + part.begin, part.end - part.begin);
         }

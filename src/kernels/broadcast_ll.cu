@@ -1,14 +1,5 @@
-// Broadcast, low latency (LL): no barrier and no signal. The root stores its input into every peer's LL area as
-// flag-in-data lines (ll.cuh), the flag being this LL call's sequence number, and every other rank polls its
-// own area until the root's lines carry the flag and copies them into its output.
-//
-// Every rank, the root too, also stores its plan line into every peer's area and waits for every peer's (ll.cuh,
-// NOTE [plan lines]). LL reuses a parity only because every LL call receives from every peer (reduce_ll.cu): a
-// rank that finished call k+1 knows every peer began it, so finished call k and no longer reads the parity call
-// k+2 rewrites. A root that only sent could run two calls ahead of a peer still reading its lines, and a
-// non-root that heard only from the root could overwrite what another non-root still reads.
-//
-// launch.count: bytes (datatype-blind); launch.root: the root; launch.send: the root's input (null elsewhere).
+// Broadcast, LL (ll.cuh): the root stores its input into every peer's LL area; the others poll for it. Every rank
+// exchanges plan lines with every peer (NOTE [plan lines]). launch.count: bytes; launch.send: null but at root.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
@@ -26,7 +17,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
   if (call.stopped) return;  // NOTE [stopped ranks]
   const size_t bytes = launch.count, lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
-  send_plan_lines(launch, call.parity, call.flag);  // every rank, the root too: what every peer receives of it
+  send_plan_lines(launch, call.parity, call.flag);
   PlanLineHold plan = plan_line_hold(launch, call.parity);
   if (rank == root) {
     for (size_t i = first; i < lines; i += stride) {
@@ -40,7 +31,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
     }
   }
   count_ll_call(launch, call);
-  bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
+  bool arrived = true;  // false: a poll failed (recorded); the block still finishes
   if (rank != root) {
     for (size_t i = first; arrived && i < lines; i += stride) {
       const size_t offset = i * kLLLineBytes;
@@ -52,7 +43,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
     }
   }
   if (arrived) check_plan_line(launch, plan, call.flag);  // NOTE [plan lines]
-  // The root sent `lines` lines, every other rank its plan line alone.
   restamp_unwritten_lines(launch, call, [&](int sender) { return sender == root ? lines : size_t(0); });
 }
 

@@ -1,5 +1,4 @@
-// The collectives by id: the kernels report the id of the call that failed (device::ErrorWord::collective), the
-// host names it (collective_name, collectives/selection.hpp).
+// Collective ids, as in device::ErrorWord::collective.
 #pragma once
 
 namespace braid {
@@ -11,10 +10,10 @@ enum class Collective : unsigned int {
   kAllGather = 4,
   kBroadcast = 5,
   kAllToAll = 6,   // uniform blocks
-  kAllToAllv = 7,  // per-peer counts (host or device arrays)
-  kMoeDispatch = 8,  // not in the table (src/moe has its own kernels); ids for error reports
+  kAllToAllv = 7,  // per-peer counts
+  kMoeDispatch = 8,  // 8-10: not in the selection table
   kMoeCombine = 9,
-  kSendRecv = 10,  // not in the table: runs all-to-all-v's pipelined kernel (its row) on the peers of a batch
+  kSendRecv = 10,
 };
 
 }  // namespace braid

@@ -1,10 +1,6 @@
-// Programmatic dependent launch (Hopper): a kernel launched with launch_dependent may have its blocks scheduled
-// while the kernel before it on the stream is still running, so the launch's latency hides behind that kernel's
-// tail; it must call wait_for_prior_grid() before it touches anything the earlier kernel writes (the wait
-// returns once that kernel has completed and its writes are visible). A kernel that lets the next one start
-// early calls allow_dependent_grid(); the next one's blocks are scheduled once every block of this one has
-// called it or exited. Both are no-ops in a kernel launched the ordinary way, and under stream capture the
-// launch becomes a programmatic edge of the graph.
+// Programmatic dependent launch: a kernel launched with launch_dependent may start while the previous one runs,
+// and must call wait_for_prior_grid() (returns once that one completed, its writes visible) before touching what
+// it writes. Both calls are no-ops in an ordinary launch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,9 +14,7 @@ namespace braid::kernels {
 __device__ __forceinline__ void wait_for_prior_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_grid() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
-// The first statement of every kernel braid launches with launch_dependent (collectives, MoE): wait for the kernel
-// before it on the stream, then let the next one be scheduled. The next kernel's launch then overlaps this one's
-// run, and only one kernel waits ahead of the one running.
+// The first statement of every kernel launched with launch_dependent.
 __device__ __forceinline__ void start_dependent_kernel() {
   wait_for_prior_grid();
   allow_dependent_grid();

@@ -1,4 +1,4 @@
-// Turns a run-time (datatype, op) into a kernel template instantiation: one place for the type table.
+// Run-time (datatype, op) to kernel template instantiation.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,8 +15,7 @@
 
 namespace braid::kernels {
 
-// A datatype as a C++ type (what kernels are instantiated with) and as braid's DataType (what the type table
-// of braid/types.hpp speaks).
+// A datatype as a C++ type and as braid's DataType.
 template <typename T, DataType Type>
 struct TypeTag {
   using type = T;
@@ -55,9 +54,8 @@ void dispatch_op(ReduceOp op, F&& body) {
   raise(ErrorCode::kInternal, "op {} reached a kernel launcher", static_cast<int>(op));
 }
 
-// Instantiates `Kernel<T, Op>` for the run-time pair and launches it; only the pairs this build has kernels for
-// (kernel_pair_built: every pair braid reduces, unless BRAID_KERNEL_PAIRS says otherwise) are built: the host
-// refuses the others before any launch.
+// Launches `kernel<T, Op>` for the run-time pair; only pairs kernel_pair_built admits are instantiated (the host
+// refuses the others before any launch).
 #define BRAID_LAUNCH_TYPED(kernel, type, op, blocks, stream, ...)                                              \
   ::braid::kernels::dispatch_type(type, [&](auto type_tag) {                                                  \
     ::braid::kernels::dispatch_op(op, [&](auto op_tag) {                                                      \

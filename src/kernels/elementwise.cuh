@@ -1,6 +1,4 @@
-// Device primitives shared by every collective kernel: element types and their accumulators, the reduction
-// operators, 16-byte vector access, byte copies that tolerate any alignment, and how a launch splits a range
-// of elements between its blocks (channels).
+// Device primitives of the collective kernels: accumulation, reduction, 16-byte vectors, splits between blocks.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,7 +15,7 @@ namespace braid::kernels {
 
 constexpr int kVectorBytes = 16;
 
-// ---- Accumulation: half, bf16 and fp8 accumulate in float32; everything else in its own type (integers wrap).
+// ---- Accumulation: 8- and 16-bit floats in float32, the rest in their own type (integers wrap).
 template <typename T> struct Accumulator { using type = T; };
 template <> struct Accumulator<__half> { using type = float; };
 template <> struct Accumulator<__nv_bfloat16> { using type = float; };
@@ -33,8 +31,7 @@ template <> __device__ __forceinline__ float to_acc<__nv_fp8_e5m2>(__nv_fp8_e5m2
 template <typename T> __device__ __forceinline__ T from_acc(acc_t<T> value) { return static_cast<T>(value); }
 template <> __device__ __forceinline__ __half from_acc<__half>(float value) { return __float2half_rn(value); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float value) { return __float2bfloat16_rn(value); }
-// fp8 rounds to nearest even and saturates to the largest finite value (e4m3 has no infinity; NaN stays NaN),
-// as NCCL's fp8 conversions do.
+// fp8 rounds to nearest even and saturates (NaN stays NaN), as NCCL's does.
 template <> __device__ __forceinline__ __nv_fp8_e4m3 from_acc<__nv_fp8_e4m3>(float value) { return __nv_fp8_e4m3(value); }
 template <> __device__ __forceinline__ __nv_fp8_e5m2 from_acc<__nv_fp8_e5m2>(float value) { return __nv_fp8_e5m2(value); }
 
@@ -46,14 +43,13 @@ __device__ __forceinline__ A combine(A a, A b) {
   else return a < b ? a : b;
 }
 
-// avg divides the sum once, at the end (integers: truncating toward zero, as ncclAvg).
+// avg divides the sum once, at the end (integers truncate, as ncclAvg).
 template <ReduceOp Op, typename A>
 __device__ __forceinline__ A finish(A value, int world) {
   if constexpr (Op == ReduceOp::kAvg) return static_cast<A>(value / static_cast<A>(world));
   else return value;
 }
 
-// ---- 16-byte vectors of T.
 template <typename T>
 struct alignas(kVectorBytes) Vector {
   static constexpr int kCount = kVectorBytes / sizeof(T);
@@ -66,14 +62,13 @@ __device__ __forceinline__ Vector<T> load_vector(const void* address) {
   return *reinterpret_cast<Vector<T>*>(&raw);
 }
 
-// A hint: the 128-byte line holding `address` is fetched into L2, and no register waits for it. Loops whose loads
-// are bound by the registers they may hold prefetch their next stretch with it.
+// A hint: no register waits for it.
 __device__ __forceinline__ void prefetch_l2(const void* address) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(address));
 }
 constexpr int kPrefetchLineBytes = 128;
 
-// Stores a vector at an address that may not be 16-byte aligned (a user buffer offset by an element).
+// `address` may be unaligned (a user buffer offset by an element).
 template <typename T>
 __device__ __forceinline__ void store_vector(void* address, const Vector<T>& vector) {
   if ((reinterpret_cast<uintptr_t>(address) & (kVectorBytes - 1)) == 0) {
@@ -85,7 +80,7 @@ __device__ __forceinline__ void store_vector(void* address, const Vector<T>& vec
   }
 }
 
-// Reduces, in rank order, the vector at byte `offset` of every source, then finishes the op.
+// In rank order, as every reduction here: bit-identical results on every rank.
 template <typename T, ReduceOp Op>
 __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, int count, size_t offset, int world) {
   Vector<T> first = load_vector<T>(sources[0] + offset);
@@ -103,22 +98,19 @@ __device__ __forceinline__ Vector<T> reduce_vector(const char* const* sources, i
   return out;
 }
 
-// Independent 16-byte accesses each thread keeps in flight: NVLink and HBM need many outstanding requests.
+// 16-byte accesses a thread keeps in flight: NVLink and HBM need many outstanding requests.
 constexpr int kUnroll = device::kLoadsInFlight;
 
-// ---- Byte copies by a group of threads: braid/device/copy_device.hpp.
 using device::block_copy;
 using device::block_copy_to;
 using device::group_copy_to;
 using device::warp_copy;
 
-// ---- Splitting `count` elements between `blocks` blocks in whole 16-byte vectors; the last block also takes
-// the tail that does not fill a vector. Every rank computes the same split from the same arguments, so block b
-// of one rank and block b of its peers always cover the same elements.
+// ---- Splitting elements between blocks in whole vectors, the last taking the tail: the same on every rank.
 struct Slice {
   size_t begin;  // elements
   size_t end;
-  size_t vector_end;  // [begin, vector_end) is whole vectors; [vector_end, end) the scalar tail
+  size_t vector_end;  // [vector_end, end): the scalar tail
 };
 
 template <typename T>
@@ -135,14 +127,9 @@ __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks
   return slice;
 }
 
-// Sources whose loads a thread may issue together before it combines any of them (block_reduce's Batch), for
-// kernels that load straight from peers: a load from a peer takes an NVLink round trip, and combining each
-// source before loading the next waits one round trip per source (bench/probes/allreduce_paths.cu compares the
-// two). The batch shrinks as the accumulators grow (registers of
-// kUnroll vectors: float32 16, bf16 32, int8 64) so 512-thread blocks do not spill: 4 sources for 4- and 8-byte
-// types, 2 for 16-bit types, 1 for 8-bit ones. The zero-copy and staged kernels (which read peers' buffers or
-// staging) use it; the pipelined ones reduce from their own memory and keep Batch 1: their loads are short,
-// and the registers are better left to the rest of the kernel (the pipelined two shot spills with more).
+// Sources whose loads a thread issues together (block_reduce's Batch) when loading from peers: one NVLink round
+// trip per batch. Fewer as accumulators grow, against spills: 4 for 4- and 8-byte types, 2 for 16-bit, 1 for
+// 8-bit. Pipelined kernels reduce from their own memory with Batch 1.
 template <typename T>
 constexpr int kAccumulatorRegisters = kUnroll * Vector<T>::kCount * (sizeof(acc_t<T>) < 4 ? 4 : sizeof(acc_t<T>)) / 4;
 template <typename T>
@@ -151,8 +138,7 @@ static_assert(kLoadBatch<float> == 4 && kLoadBatch<double> == 4 && kLoadBatch<in
                   kLoadBatch<__nv_bfloat16> == 2 && kLoadBatch<__half> == 2 && kLoadBatch<int8_t> == 1,
               "the batches the comment above names (ptxas -v, sm_90: two instantiations spill 12 bytes, uint64 and bf16 avg)");
 
-// Reduces kUnroll vectors, `stride` elements apart, starting at element `e` (all inside the slice): the loads
-// of Batch sources for every vector are in flight together; they are combined in rank order.
+// kUnroll vectors `stride` elements apart from element `e`, all inside the slice.
 template <typename T, ReduceOp Op, int Batch>
 __device__ __forceinline__ void reduce_unrolled(const char* const* sources, int source_count, char* const* destinations,
                                                 int destination_count, size_t e, size_t stride,
@@ -212,14 +198,13 @@ __device__ __forceinline__ void reduce_unrolled(const char* const* sources, int 
   }
 }
 
-// Reduces elements [slice) of `sources` (rank order) into every destination (one, or every peer's copy),
-// issuing the loads of Batch sources together (kLoadBatch).
+// Reduces [slice) of `sources` into every destination.
 template <typename T, ReduceOp Op, int Batch = 1>
 __device__ inline void block_reduce(const char* const* sources, int source_count, char* const* destinations,
                                     int destination_count, const Slice& slice, size_t source_offset_bytes,
                                     size_t destination_offset_bytes, int world) {
   constexpr size_t kPer = Vector<T>::kCount;
-  const size_t stride = blockDim.x * kPer;  // elements between a thread's consecutive vectors
+  const size_t stride = blockDim.x * kPer;
   size_t e = slice.begin + threadIdx.x * kPer;
   for (; e + (kUnroll - 1) * stride < slice.vector_end; e += kUnroll * stride) {
     reduce_unrolled<T, Op, Batch>(sources, source_count, destinations, destination_count, e, stride, source_offset_bytes,

@@ -1,7 +1,4 @@
-// The (datatype, op) pairs this build has reduction kernels for: every pair braid reduces, or, in a developer
-// build configured with -DBRAID_KERNEL_PAIRS="float32:sum;...", those alone (src/CMakeLists.txt generates
-// braid_kernel_pairs.inc from the option). Kernel launchers instantiate only these (dispatch.cuh); the call checks
-// refuse the others with kUnsupported before anything is enqueued.
+// The (datatype, op) pairs built: all, or those of -DBRAID_KERNEL_PAIRS. Calls refuse the others (kUnsupported).
 #pragma once
 
 #include "braid/types.hpp"
@@ -22,7 +19,7 @@ constexpr bool kernel_pair_built(DataType type, ReduceOp op) {
 #endif
 }
 
-// BRAID_KERNEL_PAIRS as configured ("all" in a full build), for messages.
+// BRAID_KERNEL_PAIRS as configured, for messages.
 constexpr const char* kKernelPairsOption = BRAID_KERNEL_PAIRS_OPTION;
 
 }  // namespace braid::kernels

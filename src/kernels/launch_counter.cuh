@@ -1,6 +1,5 @@
-// The per-launch counters of braid's kernels: a sequence in device memory that every block of a launch reads at
-// its start (LL flags, staging and multicast halves by parity) and that advances once per launch, so that graph
-// replays advance it too; `blocks_done` counts the blocks of a launch that are past their read.
+// Per-launch sequences in device memory, read by every block at its start, advanced once per launch (graph
+// replays too).
 #pragma once
 
 #include <cstdint>
@@ -9,8 +8,7 @@
 
 namespace braid::kernels {
 
-// A per-launch sequence in device memory (`counter`: launches so far, so graph replays advance it too) as this
-// launch's blocks read it at their start. Every thread of the block calls it; one load per block.
+// Every thread of the block calls it; one load per block.
 __device__ inline uint64_t read_launch_counter(const uint64_t* counter) {
   __shared__ uint64_t value;
   if (threadIdx.x == 0) value = *counter;
@@ -18,8 +16,7 @@ __device__ inline uint64_t read_launch_counter(const uint64_t* counter) {
   return value;
 }
 
-// read_launch_counter, and whether this rank had stopped (NOTE [stopped ranks], device::rank_stopped) when the
-// block started, in one round of loads: a kernel whose first stores a peer may read decides on both at once.
+// And whether this rank had stopped (NOTE [stopped ranks]), in one round of loads.
 struct LaunchStart {
   uint64_t counter;
   bool stopped;
@@ -28,7 +25,7 @@ __device__ inline LaunchStart read_launch_start(const uint64_t* counter, const d
   __shared__ uint64_t value;
   __shared__ int stopped;
   if (threadIdx.x == 0) {
-    const uint64_t read = *counter;  // both loads in flight before either shared store waits for its value
+    const uint64_t read = *counter;  // both loads in flight before either store waits
     const bool read_stopped = device::rank_stopped(pad);
     value = read;
     stopped = read_stopped;
@@ -37,11 +34,8 @@ __device__ inline LaunchStart read_launch_start(const uint64_t* counter, const d
   return LaunchStart{value, stopped != 0};
 }
 
-// Advances `counter` past `read`, the value every block of this launch read at its start (read_launch_counter),
-// once they all have: thread `thread` of each block counts its block in, and the last one stores read + 1 and
-// re-arms `blocks_done` (a launch of one block stores it directly). The next launch reads the counter only after
-// this one has completed. Call it right after the block's first stores and ahead of its waits for peers, so that
-// the atomic's round trip overlaps those waits instead of ending the kernel (`thread`: one that does not wait).
+// `counter` = `read` + 1 once every block's `thread` (one that does not wait) counted in; safe early, as the next
+// launch reads it only after this one completed. Call it ahead of the block's waits so the atomic overlaps them.
 __device__ inline void advance_once_read(uint64_t* counter, unsigned int* blocks_done, uint64_t read,
                                          unsigned int thread = 0) {
   if (threadIdx.x != thread) return;
@@ -53,9 +47,7 @@ __device__ inline void advance_once_read(uint64_t* counter, unsigned int* blocks
   }
 }
 
-// Called by every block at its end: the last block of the launch to finish advances `counter` and re-arms
-// `blocks_done`; a launch of one block advances it directly. The fence and the atomic then end the kernel:
-// kernels that can count their blocks in earlier use advance_once_read.
+// Called by every block at its end.
 __device__ inline void advance_after_last_block(uint64_t* counter, unsigned int* blocks_done) {
   __syncthreads();
   if (threadIdx.x == 0 && gridDim.x == 1) {

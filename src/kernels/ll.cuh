@@ -1,7 +1,4 @@
-// Device side of braid's LL (low-latency) calls over the communicator's LL area: the call's flag and parity,
-// the slots, and the re-stamping of lines a call leaves alone. The line primitives themselves (lines of 8
-// payload bytes that travel as one 16-byte store with the flag) are public: braid/device/ll_device.hpp. Shared
-// by every LL kernel (reduce_ll.cu, blocks_ll.cu, broadcast_ll.cu).
+// Device side of LL (low-latency) calls, beside the line primitives of braid/device/ll_device.hpp.
 #pragma once
 
 #include <cstddef>
@@ -9,22 +6,19 @@
 
 #include "kernels/launch_counter.cuh"
 #include "kernels/ll_launch.hpp"
-#include "sync/device_sync.hpp"  // wait sites
+#include "sync/device_sync.hpp"
 
 namespace braid::kernels {
 
-// The line primitives: braid/device/ll_device.hpp.
 using device::load_line;
 using device::load_wire;
 using device::store_line;
 using device::store_wire;
 
-// This call's flag (its sequence number among LL calls, from 1, cut to 32 bits), its parity, and whether it
-// re-stamps (restamp_unwritten_lines), read once per block. A kernel whose call finds the rank stopped returns at
-// once: it writes no line and polls none (NOTE [stopped ranks]).
+// Read once per block. `stopped`: return at once, no line written or polled (NOTE [stopped ranks]).
 struct LLCall {
-  uint64_t epoch;  // LL calls before this one (launch.epoch as read); this call's sequence is epoch + 1
-  uint32_t flag;
+  uint64_t epoch;  // LL calls before this one
+  uint32_t flag;  // the sequence (epoch + 1) cut to 32 bits
   size_t parity;
   bool restamps;
   bool stopped;
@@ -37,37 +31,29 @@ __device__ inline LLCall ll_call(const LLLaunch& launch) {
                 sequence % kLLRestampPeriod < 2, start.stopped};
 }
 
-// What an LL poll checks while it waits for a peer's lines: the call's plan against the peer's announcement for
-// its next barrier on this block's channel (a peer that runs a barrier kernel for this call announces another
-// plan there, and the poll answers it with kStoppedPlan: both fail with kMismatch instead of a timeout). A
-// peer's LL kernel of another plan announces nothing: its lines do not match, and the poll times out.
-// A launch has at most kMaxBlocks blocks, each a barrier channel (collectives.cpp asserts it).
+// Polls check the peer's announcement on this block's barrier channel, so a peer in a barrier kernel for this
+// call fails both sides with kMismatch, not a timeout. Needs at most kMaxBlocks blocks (asserted by the host).
 __device__ __forceinline__ device::PlanCheck ll_plan_check(const LLLaunch& launch) {
   return device::PlanCheck{launch.plan, static_cast<int>(blockIdx.x)};
 }
 
 // NOTE [plan lines]
-// Every LL call tells every peer its plan (the call's plan word) in a line of its own: block 0's thread p stores
-// it, as an LL line with the call's flag, into the plan line of this rank's slot in p's area (launch.plan_line,
-// past every line a call sends), and, once its data is done, waits for p's plan line in its own area and
-// compares (PlanLineHold). Another plan is a mismatch (answer_mismatch: recorded, and every peer's next barrier answered). So
-// ranks whose LL calls differ (another count, datatype, op, root, or another LL kernel) fail on every rank, and a
-// rank whose count is smaller cannot finish on a prefix of a longer peer's lines: its block 0 waits for the peer's
-// plan line first. The plan line is also the line through which every LL call receives from every peer
-// (broadcast's non-roots too), which the parity argument needs. Every sender writes its plan line in every call,
-// so restamp_unwritten_lines leaves it alone: its flag is never older than the call before last.
+// Every LL call sends every peer its plan word as an LL line with the call's flag (block 0's thread p, into this
+// rank's slot in p's area at launch.plan_line, past the data) and, its data done, waits for p's plan line and
+// compares; another plan is a mismatch (answer_mismatch). So differing LL calls fail on every rank, and a smaller
+// count cannot finish on a prefix of a longer peer's lines. It also makes every LL call receive from every peer,
+// which the parity argument (reduce_ll.cu) needs. Written every call, its flag is never older than the call
+// before last: restamp_unwritten_lines skips it.
 __device__ __forceinline__ char* plan_line(const LLLaunch& launch, size_t parity, int receiver, int sender) {
   return launch.area[receiver] + (parity * launch.pad.world + sender) * launch.slot_bytes + launch.plan_line;
 }
 
-// The peer whose plan lines this thread sends and checks: block 0's thread p handles peer p; -1 for the others.
 __device__ __forceinline__ int plan_line_peer(const LLLaunch& launch) {
   const int peer = static_cast<int>(threadIdx.x);
   return blockIdx.x == 0 && peer < launch.pad.world && peer != launch.pad.rank ? peer : -1;
 }
 
-// Block 0's thread p (a peer) stores this call's plan line into p's area; every thread of the block calls it,
-// ahead of the call's data.
+// Every thread calls it, ahead of the data.
 __device__ __forceinline__ void send_plan_lines(const LLLaunch& launch, size_t parity, uint32_t flag) {
   const int peer = plan_line_peer(launch);
   if (peer < 0) return;
@@ -75,8 +61,7 @@ __device__ __forceinline__ void send_plan_lines(const LLLaunch& launch, size_t p
              make_uint2(static_cast<uint32_t>(launch.plan), static_cast<uint32_t>(launch.plan >> 32)), flag);
 }
 
-// The 16 bytes of a wire line as one volatile load, with no compiler barrier: two such loads go out together
-// (PlanLineHold::poll), where load_wire's first would wait for its value before the second left.
+// No compiler barrier: PlanLineHold::poll's two loads go out together.
 __device__ __forceinline__ uint4 load_wire_bytes(const char* address) {
   uint4 v;
   asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(address));
@@ -84,17 +69,14 @@ __device__ __forceinline__ uint4 load_wire_bytes(const char* address) {
 }
 __device__ __forceinline__ bool wire_holds(const uint4& wire, uint32_t flag) { return wire.y == flag && wire.w == flag; }
 
-// What block 0's thread p (a peer) holds of p's plan line (NOTE [plan lines]): it polls the plan line together
-// with its first data lines, in the same rounds of loads, so that the plan costs no round trip of its own where
-// the thread has lines to poll; check_plan_line finishes the wait and compares.
+// Block 0's thread p polls p's plan line with its data lines, so it costs no round trip of its own.
 struct PlanLineHold {
-  const char* wire = nullptr;  // p's plan line in this rank's area; null: this thread checks none
+  const char* wire = nullptr;  // null: this thread checks none
   int peer = -1;
   bool taken = false;
   uint2 plan = make_uint2(0, 0);
 
-  // One round of a data poll: `data`'s line of this call (true, *line filled, once it carries `flag`), and the
-  // plan line while it has not been taken.
+  // True (*line set) once `data` carries `flag`.
   __device__ __forceinline__ bool poll(const char* data, uint32_t flag, uint2* line) {
     const uint4 got = load_wire_bytes(data);
     if (wire != nullptr && !taken) {
@@ -117,8 +99,7 @@ __device__ __forceinline__ PlanLineHold plan_line_hold(const LLLaunch& launch, s
   return hold;
 }
 
-// Finishes `hold`: waits for the plan line if its polls did not take it, and compares it with this call's plan.
-// False when this thread failed (a timeout, or another plan: recorded and answered).
+// False on failure (timeout, or another plan: recorded).
 __device__ inline bool check_plan_line(const LLLaunch& launch, PlanLineHold& hold, uint32_t flag) {
   if (hold.wire == nullptr) return true;
   if (!hold.taken && !device::spin_until(launch.pad, [&] { return load_wire(hold.wire, flag, &hold.plan); },
@@ -131,40 +112,29 @@ __device__ inline bool check_plan_line(const LLLaunch& launch, PlanLineHold& hol
   return false;
 }
 
-// Counts this block in for the next LL call's sequence (advance_once_read): every block calls it once its
-// stores to the peers are issued and before it polls.
+// After the block's stores to peers, before its polls.
 __device__ inline void count_ll_call(const LLLaunch& launch, const LLCall& call) {
   advance_once_read(launch.epoch, launch.blocks_done, call.epoch);
 }
 
-// The slot `sender` fills in `receiver`'s LL area in this call's parity.
 __device__ __forceinline__ char* ll_slot(const LLLaunch& launch, const LLCall& call, int receiver, int sender) {
   return launch.area[receiver] + (call.parity * launch.pad.world + sender) * launch.slot_bytes;
 }
 
-// Flags are 32 bits of a 64-bit sequence, so a line last written 2^32 calls ago, or never (the area starts
-// zeroed: flag 0, the flag of sequence 2^32), would carry a later call's flag and pass for its data. So the calls
-// whose sequence is 0 or 1 modulo kLLRestampPeriod (one of each parity) also write this call's flag, with zero
-// data, into every line of this rank's own area, in this call's parity, that no peer writes in this call: lines
-// [written_lines(sender), plan line) of every other sender's slot (every sender's lines [0, written_lines) and its
-// plan line arrive with this call's flag anyway). Every line then carries the flag of a call at most about one period old, which
-// no call of the next 2^32 minus a period can carry. The common path pays one compare.
-//
-// Race-free wherever in the kernel it runs, with no ordering against this call's own stores and polls, and
-// with the grid's threads striding over every slot's lines (any block count covers them): in this call no peer
-// writes these lines and no receiver reads them (receivers read only what their senders write in this call);
-// every earlier store into them was polled by this rank in its own call, so has landed; and a peer writes this
-// parity again only in the call after next, which it starts only after receiving this rank's lines of the next
-// call (every LL call receives every peer's plan line), sent only once this kernel
-// has completed (calls run in order). The fence orders the stores before anything after them.
+// A 32-bit flag on a line last written 2^32 calls ago, or never (0), would pass for a later call's. So every
+// kLLRestampPeriod calls (one per parity) stamp the flag, zero data, on this rank's lines in this parity that no
+// peer writes in this call ([written_lines(sender), plan line) per sender): no flag is over about a period old.
+// Race-free anywhere in the kernel: no one else touches these lines in this call; earlier stores to them were
+// polled here, so landed; a peer rewrites this parity only after receiving this rank's next call
+// (NOTE [plan lines]), sent after this kernel. The fence orders the stores before what follows.
 template <typename WrittenLines>
 __device__ void restamp_unwritten_lines(const LLLaunch& launch, const LLCall& call, WrittenLines written_lines) {
   if (!call.restamps) return;
   const int world = launch.pad.world, rank = launch.pad.rank;
-  const size_t slot_lines = launch.plan_line / kLLWireBytes;  // the plan line is written in every call
+  const size_t slot_lines = launch.plan_line / kLLWireBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
   for (int sender = 0; sender < world; ++sender) {
-    if (sender == rank) continue;  // no rank sends to itself: its own slot is never read
+    if (sender == rank) continue;
     char* slot = ll_slot(launch, call, rank, sender);
     for (size_t i = written_lines(sender) + first; i < slot_lines; i += stride) {
       store_wire(slot + i * kLLWireBytes, make_uint2(0, 0), call.flag);

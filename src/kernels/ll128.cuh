@@ -1,13 +1,6 @@
-// Device primitives of LL128 lines (ll128_launch.hpp has the line's sizes): a 128-byte line carries 120 payload
-// bytes and, in its last 8 bytes, a 64-bit flag. A warp moves 4 lines with one 16-byte store or load a lane: lane
-// l holds part l % 8 of line l / 8, and part 7 holds 8 payload bytes and the flag.
-//
-// Why a line is whole once its flag is there: a warp's 16-byte stores to one 128-byte aligned line leave as one
-// NVLink write of the line, which lands whole, and a warp's 16-byte loads of a line read it in one request, so a
-// load that sees the flag sees the payload stored with it. That holds between GPUs joined by NVLink (NCCL's LL128
-// protocol rests on the same property there), not over PCIe: LL128 runs only where every pair of GPUs reports
-// native P2P atomics (CollectiveContext::ll128_lines, agreed at init). Every lane of a line takes part in each of
-// its loads and stores, converged.
+// LL128 line primitives. A warp moves 4 lines with one 16-byte access a lane: lane l holds part l % 8 of line
+// l / 8, part 7 the flag. A warp's converged accesses to one aligned line cross NVLink as one request, so a line
+// is whole once its flag is there; not over PCIe, so LL128 needs native P2P atomics on every pair (ll128_lines).
 #pragma once
 
 #include <cstddef>
@@ -18,10 +11,9 @@
 
 namespace braid::kernels {
 
-// A lane's 16 bytes of a 4-line group: payload bytes [offset, offset + bytes) of the group's 480.
 struct LanePart {
-  size_t offset;  // in the group's payload
-  size_t bytes;   // 16, or 8 for the lane that also carries its line's flag
+  size_t offset;
+  size_t bytes;   // 16, or 8 beside the flag
   bool carries_flag;
 };
 
@@ -38,8 +30,7 @@ __device__ __forceinline__ void load_wire16(const char* address, uint64_t* low, 
   asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*low), "=l"(*high) : "l"(address) : "memory");
 }
 
-// Up to `size` (16 or 8) bytes of a buffer at `source`, `left` bytes before its end, zero-padded, into `words`.
-// Any alignment; the bytes are gathered in registers (no local memory).
+// Up to `size` bytes at `source`, `left` before its end, zero-padded. Any alignment.
 __device__ __forceinline__ void load_part(const char* source, size_t left, size_t size, uint64_t* words) {
   if (left >= size && (reinterpret_cast<uintptr_t>(source) & 7) == 0) {
     words[0] = reinterpret_cast<const uint64_t*>(source)[0];
@@ -58,7 +49,7 @@ __device__ __forceinline__ void load_part(const char* source, size_t left, size_
   words[0] = low, words[1] = high;
 }
 
-// Writes at most `left` of `size` bytes of `words` to `destination`. Any alignment.
+// At most `left` of `size` bytes of `words`. Any alignment.
 __device__ __forceinline__ void store_part(char* destination, size_t left, size_t size, const uint64_t* words) {
   if (left >= size && (reinterpret_cast<uintptr_t>(destination) & 7) == 0) {
     reinterpret_cast<uint64_t*>(destination)[0] = words[0];
@@ -71,18 +62,15 @@ __device__ __forceinline__ void store_part(char* destination, size_t left, size_
   }
 }
 
-// The bound on a warp's poll of lines, decided for the whole warp: lane 0 keeps the clock and broadcasts. A poll
-// ends with a warp vote, so whether to give up must be the same on every lane (device::spin_until decides per
-// thread). Every lane calls give_up() after each unsuccessful round of loads. With a PlanCheck, lane 0 also
-// watches the peer's barrier announcements, as spin_until does (device::MismatchWatch).
+// A warp-uniform poll bound (a poll ends in a warp vote): lane 0 keeps the clock and watches the peer's plan
+// (device::MismatchWatch). Every lane calls give_up() after each unmet round.
 class WarpPollBound {
  public:
   __device__ WarpPollBound(const device::SignalPad& pad, unsigned int collective, unsigned int site, int peer,
                            const device::PlanCheck& check = device::PlanCheck{})
       : pad_(pad), check_(check), collective_(collective), site_(site), peer_(peer) {}
 
-  // True (on every lane) once the wait has timed out (recorded for the host), another wait of the communicator
-  // has failed, or the peer runs another plan (answered and recorded).
+  // True on every lane once timed out, another wait failed, or the peer runs another plan.
   __device__ __forceinline__ bool give_up() {
     const bool timer = (threadIdx.x & 31u) == 0;
     if (spins_ == 0 && timer) start_ = device::global_time_ns();
@@ -94,9 +82,9 @@ class WarpPollBound {
         device::record_error(pad_, device::kErrorTimeout, collective_, site_, peer_, blockIdx.x, waited);
         stop = 1;
       } else if (*static_cast<volatile unsigned int*>(&pad_.error->code) != 0) {
-        stop = 1;  // another wait failed
+        stop = 1;
       } else if (uint64_t theirs = 0; watch_.grace_over(pad_, check_, peer_, &theirs)) {
-        // the round of loads just before this call, after the first sighting, left the poll unmet
+        // the round of loads since the first sighting was still unmet
         device::answer_mismatch(pad_, check_, peer_, theirs, collective_, site_);
         stop = 1;
       }
@@ -114,17 +102,14 @@ class WarpPollBound {
   unsigned long long start_ = 0;
 };
 
-// The two words a lane holds of a group: a plain uint64_t[2], or a union with a `words` member (a type's view).
 __device__ __forceinline__ uint64_t* part_words(uint64_t (&words)[2]) { return words; }
 template <typename Part>
 __device__ __forceinline__ uint64_t* part_words(Part& part) {
   return part.words;
 }
 
-// Polls this lane's 16 bytes of `count` (at most kGroups) groups, `stride` bytes apart from `wire` (the lane's address
-// in the first), until every line that the warp's `active` lanes read carries `flag`; parts[i] then holds the
-// lane's 16 bytes of group i. Every lane of the warp calls it together (`count` the same for the warp), so each load
-// reads a group's lines in one request. False (on every lane) once `bound` gave up.
+// Polls this lane's part of `count` groups, `stride` bytes apart, until every line the `active` lanes read carries
+// `flag`. The whole warp calls it. False on every lane once `bound` gave up.
 template <int kGroups, typename Part>
 __device__ __forceinline__ bool poll_groups(const char* wire, size_t stride, int count, bool active, uint64_t flag,
                                             WarpPollBound& bound, Part (&parts)[kGroups]) {

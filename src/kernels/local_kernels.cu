@@ -1,6 +1,5 @@
-// The SM kernel that works beside the copy engines, on this GPU's own memory only (no barrier, no signal: the
-// host orders it against the copies): a local copy of this rank's own block, so the engines are left to the
-// peers' blocks (a local copy on an engine beside a push over NVLink slowed the push).
+// The SM copy of this rank's own block beside the copy engines (a local copy on an engine slows its push); the
+// host orders it against the copies.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
@@ -9,7 +8,6 @@
 namespace braid::kernels {
 namespace {
 
-// Block b copies its slice of whole 16-byte vectors (the last one the tail too).
 __global__ void __launch_bounds__(kThreadsPerBlock) copy_local(char* destination, const char* source, size_t bytes) {
   start_dependent_kernel();
   const Slice slice = block_slice<uint8_t>(bytes, blockIdx.x, gridDim.x);

@@ -1,6 +1,4 @@
-// What the multicast collective kernels share (all_reduce_multicast.cu, reduce_multicast.cu,
-// all_gather_multicast.cu): the region half of this call, this rank's share of a slice, 16-byte vectors at any
-// address, advancing the region's epoch, and the (type, op) pairs the hardware reduces.
+// What the multicast kernels share (all_reduce_multicast.cu, reduce_multicast.cu, all_gather_multicast.cu).
 #pragma once
 
 #include "braid/device/multimem_device.hpp"
@@ -11,15 +9,14 @@
 
 namespace braid::kernels {
 
-// Offset of this call's half of the region (the epoch's parity). Read once per block at kernel start.
+// This call's half of the region (the epoch's parity). Read once per block at kernel start.
 __device__ inline size_t multicast_half(const MulticastLaunch& launch) { return parity_half(launch.epoch, launch.half_bytes); }
 
-// The last block of the launch advances the region's epoch (staged.cuh).
 __device__ inline void finish_multicast(const MulticastLaunch& launch) {
   advance_after_last_block(launch.epoch, launch.blocks_done);
 }
 
-// Vectors [first, end) of `vectors`, this rank's share: each rank reduces a different part of a block's slice.
+// This rank's share of a block's slice of `vectors`.
 struct Share {
   size_t first, end;
 };
@@ -29,7 +26,7 @@ __device__ inline Share rank_share(size_t vectors, int rank, int world) {
   return Share{first, first + base + (static_cast<size_t>(rank) < extra ? 1 : 0)};
 }
 
-// 16 bytes at any address (user buffers may start anywhere; the region's vectors never do).
+// 16 bytes at any address (user buffers may start anywhere).
 __device__ inline uint4 load_vector(const char* from) {
   if ((reinterpret_cast<uintptr_t>(from) & 15) == 0) return *reinterpret_cast<const uint4*>(from);
   uint4 value;
@@ -46,8 +43,7 @@ __device__ inline void store_vector(char* to, uint4 value) {
   for (int b = 0; b < 16; ++b) to[b] = bytes[b];
 }
 
-// Instantiates `body(type tag, op tag)` (dispatch.cuh) for the pairs the hardware reduces (device::multimem_reduces, the
-// one table; multicast_serves admits no other); any other pair is an internal error.
+// Instantiates `body(type tag, op tag)` for the pairs device::multimem_reduces admits; others: internal error.
 template <typename F>
 void dispatch_multimem(DataType type, ReduceOp op, F&& body) {
   dispatch_type(type, [&](auto type_tag) {

@@ -1,9 +1,5 @@
-// Reduce to a root: every rank copies its input into staging; after one barrier the root reads every peer's
-// staging and reduces into its output. Split (on three ranks or more): after the first barrier rank r reduces part
-// r of each slice from every rank's staging into its own staging (no other rank reads that part then); after the
-// second, the root copies part q from rank q's staging. The root then takes in 2 (world - 1) / world of the data
-// instead of world - 1 times it, and the result is the same: every part is reduced in rank order. The other
-// ranks' outputs are not touched.
+// Reduce to a root, staged (staged.cuh). Split (3+ ranks): rank r first reduces part r of each slice into its own
+// staging, then the root gathers the parts. Only the root's output is written.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
@@ -31,10 +27,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_split(StagedLaunch la
   const int world = launch.pad.world, rank = launch.pad.rank;
   run_staged_split<T>(
       launch, [&](const StagingView& staging, const Slice& slice) { copy_slice_in<T>(launch, staging, slice); },
-      [&](const StagingView& staging, const Slice& slice) {  // this rank's part, reduced in place in its staging
+      [&](const StagingView& staging, const Slice& slice) {
         reduce_staging<T, Op>(launch, staging, 0, slice_part<T>(slice, rank, world), staging.of(launch, rank));
       },
-      [&](const StagingView& staging, const Slice& slice) {  // the root gathers the parts
+      [&](const StagingView& staging, const Slice& slice) {
         if (rank != launch.root) return;
         for (int q = 0; q < world; ++q) {
           const Slice part = slice_part<T>(slice, q, world);

@@ -1,17 +1,5 @@
-// Reduce, pipelined, on three ranks or more: a chain through every rank that ends at the root (rank root + 1,
-// root + 2, ..., root, modulo the world). Block b takes one piece of the buffer a round. The first rank of the
-// chain stores its piece into the next rank's FIFO (pipeline.cuh); every rank after it waits for the partial
-// reduction in its FIFO from the previous rank, reduces it with the same piece of its own input into the next
-// rank's FIFO (the root: into its output), and hands the slot back. Each link of the chain carries the buffer
-// once, in one direction, by stores; the root takes in one copy of it, where the two shot gathered by the root
-// takes in 2 (world - 1) / world. On two ranks the chain would be the other rank pushing its whole input into
-// the root's FIFOs: reduce_pushed.cu's kernel does that, and a fraction of a microsecond a call faster
-// (docs/dev/selection.md).
-//
-// Partial reductions travel in the datatype, so a result is rounded once per hop (world - 1 times), as NCCL's
-// ring rounds (BRAID_ALGO=reduce=twoshot rounds once); avg divides once, at the root. A rank that receives reads
-// its own piece in place where 16-byte vector loads may read it (pieces start on whole vectors); otherwise it
-// first copies the piece into a slot of its own. Only the root's output is written.
+// Reduce, pipelined, on 3+ ranks: a chain through every rank ending at the root, each rank adding its piece to
+// the partial from its FIFO (rounded per hop; avg divides at the root). Only the root's output is written.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
@@ -24,8 +12,8 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_chain(PipelineLaunch launch) {
   start_dependent_kernel();
-  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
-  constexpr ReduceOp kPartialOp = Op == ReduceOp::kAvg ? ReduceOp::kSum : Op;  // avg divides at the root only
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]
+  constexpr ReduceOp kPartialOp = Op == ReduceOp::kAvg ? ReduceOp::kSum : Op;
   const int world = launch.pad.world, rank = launch.pad.rank;
   const ChainLink link = ChainLink::at(launch, (rank - launch.root - 1 + 2 * world) % world);  // the root: last
   const bool own_in_place = (reinterpret_cast<uintptr_t>(launch.send) & (kVectorBytes - 1)) == 0;
@@ -35,7 +23,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_chain(PipelineLaunch 
     const Slice piece = grid.slice(round, 0);
     const size_t elements = piece.end - piece.begin, bytes = elements * sizeof(T);
     const char* own = launch.send + piece.begin * sizeof(T);
-    if (link.receives && !own_in_place) {  // before the waits, which it overlaps
+    if (link.receives && !own_in_place) {  // a copy of its own, overlapping the waits
       char* copy = own_piece(launch, 0, round);
       block_copy(copy, own, bytes);
       own = copy;

@@ -1,15 +1,5 @@
-// All-reduce, reduce and reduce-scatter, low latency (LL): no barrier and no signal at all. Every rank stores,
-// into every peer's LL area, the block that peer reduces (all-reduce and reduce: its whole input; reduce-scatter:
-// the peer's block of its input, launch.send_rank_stride apart), each 8 payload bytes travelling as one 16-byte
-// store {data, flag, data, flag} whose 8-byte halves arrive whole, and the flag is this call's sequence number.
-// Each rank then polls its own area until every peer's line carries the flag, and reduces the lines with its own
-// block in rank order (bit-identical results on every rank); reduce: only the root stores the result. One NVLink
-// crossing of latency; the algorithm for small messages.
-//
-// Why two parities suffice: a rank writes parity p again only in LL call k+2, after its call k+1 received
-// every peer's k+1 lines, which every peer sent only after finishing call k (kernels of one stream run in
-// order), i.e. after it read its parity-p lines of call k. Stale lines never match: a flag is the sequence
-// cut to 32 bits, and every kLLRestampPeriod calls each rank re-stamps the lines no call wrote lately (ll.cuh).
+// All-reduce, reduce and reduce-scatter in LL lines (ll.cuh): each rank stores into every peer's LL area the
+// block that peer reduces, then polls its own.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
@@ -29,13 +19,11 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
   const int world = launch.pad.world, rank = launch.pad.rank;
   const size_t bytes = launch.count * sizeof(T), lines = (bytes + kLLLineBytes - 1) / kLLLineBytes;
   const size_t first = size_t(blockIdx.x) * blockDim.x + threadIdx.x, stride = size_t(gridDim.x) * blockDim.x;
-  const bool one_block = launch.send_rank_stride == 0;  // all-reduce, reduce: every peer gets this rank's own block
-  // Reduce: only the root stores, but every rank still receives every peer's lines, which keeps the parity
-  // argument below true (no rank runs two LL calls ahead of a peer that still reads its lines).
+  const bool one_block = launch.send_rank_stride == 0;
+  // Every rank receives every line, as the two-parity argument needs.
   const bool stores = launch.root < 0 || launch.root == rank;
   const char* own = launch.send + rank * launch.send_rank_stride;
-  // The thread's first line is loaded before the call's flag is read, so the two memory round trips overlap
-  // (small calls have one line or two a thread: this is most of their loads).
+  // Loaded before the flag is read, so the two round trips overlap.
   const uint2 first_line = first < lines ? load_line(own + first * kLLLineBytes, bytes - first * kLLLineBytes)
                                          : make_uint2(0, 0);
   const LLCall call = ll_call(launch);
@@ -56,7 +44,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
     }
   }
   count_ll_call(launch, call);
-  bool arrived = true;  // false once a poll timed out (recorded): this thread stops, the block still finishes
+  bool arrived = true;  // false once a poll timed out (recorded)
   for (size_t i = first; arrived && i < lines; i += stride) {
     acc_t<T> acc[kPerLine];
     for (int r = 0; arrived && r < world; ++r) {

@@ -1,9 +1,5 @@
-// Reduce to a root through NVLink multicast: every rank copies its input into its copy of the multicast region
-// and signals it ready (the entry barrier); the root then reduces every vector with one multimem.ld_reduce
-// (the switch sums every rank's copy, each byte crossing NVLink once) into its output. No completion signal
-// is needed before the region is reused: calls alternate halves, and a rank rewrites this half only after the
-// next call's entry barrier, which the root enters once it has finished reading (staged.cuh). Runs only
-// behind BRAID_ENABLE_MULTICAST (memory/multicast.hpp); never on a shared GPU host.
+// Reduce to a root through NVLink multicast (multimem.ld_reduce after the entry barrier). No exit barrier: a rank
+// rewrites this half only after the next entry barrier (staged.cuh). Behind BRAID_ENABLE_MULTICAST only.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/multicast.cuh"
@@ -22,7 +18,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_multicast(MulticastLa
   }
   const int channel = blockIdx.x;
   const size_t half = multicast_half(launch);
-  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors: count * size % 16 == 0
+  const Slice slice = block_slice<T>(launch.count, blockIdx.x, gridDim.x);  // whole vectors
   const size_t begin = slice.begin * sizeof(T), bytes = (slice.end - slice.begin) * sizeof(T);
   block_copy(launch.local + half + begin, launch.send + begin, bytes);
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;

@@ -1,12 +1,5 @@
-// Reduce on two ranks, pipelined: the other rank pushes its whole input into the root's FIFOs (pipeline.cuh),
-// block b one piece a round, and the root reduces each piece with the same piece of its own input into its
-// output. Every byte crosses NVLink once, toward the root, by stores from every thread of the sender; the
-// pipelined two shot (all_reduce_two_shot.cu) would also send half the buffer the other way and gather the
-// root's half back, both directions busy. On more ranks the root would take in every peer's whole input, so
-// they pass partial results along a chain instead (reduce_chain.cu).
-//
-// The root reads its own piece in place where 16-byte vector loads may read it (pieces start on whole vectors);
-// otherwise it copies the piece into a slot of its own first. The other rank's output is not touched.
+// Reduce on two ranks, pipelined: the other rank pushes its input into the root's FIFOs, and the root reduces
+// each piece with its own into its output (docs/dev/selection.md).
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
@@ -19,13 +12,13 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_pushed(PipelineLaunch launch) {
   start_dependent_kernel();
-  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]
   const int rank = launch.pad.rank, root = launch.root, peer = 1 - rank;
   __shared__ int slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);
   const size_t rounds = grid.rounds();
 
-  if (rank != root) {  // push every piece into the root's FIFO
+  if (rank != root) {
     for (size_t round = 0; round < rounds; ++round) {
       if (!wait_peers(launch, kFree1, kSiteFifoCredit, slot)) return;
       const Slice piece = grid.slice(round, 0);

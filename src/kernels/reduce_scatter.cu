@@ -1,11 +1,5 @@
-// Reduce-scatter, pipelined: each round, block b takes one piece of the rank block; piece q of the input (rank
-// block q) is stored into rank q's FIFO (NVLink), and once every peer's piece of this rank's block arrived the
-// rank reduces them with its own piece (rank order) into its output: its own piece straight from the input where
-// it is 16-byte aligned, from a copy in a slot of its own otherwise (an extra HBM read and write of 1/world of
-// the input, which large messages feel, so the aligned case skips it). The next round's pieces are sent before
-// this round's are awaited. (world-1)/world of the input crosses NVLink, once.
-//
-// launch.count: elements of one rank block (the output); launch.rank_stride: bytes between input rank blocks.
+// Reduce-scatter, pipelined: each round, piece q of the input goes to rank q's FIFO, then the pieces of this
+// rank's block are reduced in rank order into the output; the next round is sent before this one is awaited.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
@@ -18,13 +12,12 @@ namespace {
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunch launch) {
   start_dependent_kernel();
-  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]
   const int world = launch.pad.world, rank = launch.pad.rank;
   __shared__ int push_slot[kMaxWorld], pull_slot[kMaxWorld];
   const PieceGrid<T> grid = piece_grid<T>(launch, 1);
   const size_t rounds = grid.rounds();
-  // This rank's own block is reduced straight from the input where 16-byte vector loads may read it (pieces
-  // start on whole vectors); otherwise it is copied into a slot of its own first.
+  // Unaligned: the own block is copied into a slot of its own first.
   const char* own_block = launch.send + rank * launch.rank_stride;
   const bool own_in_place = (reinterpret_cast<uintptr_t>(own_block) & (kVectorBytes - 1)) == 0;
 
@@ -32,8 +25,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter(PipelineLaunc
     if (!wait_peers(launch, kFree1, kSiteFifoCredit, push_slot)) return false;
     const Slice piece = grid.slice(round, 0);
     for (int k = own_in_place ? 1 : 0; k < world; ++k) {
-      // Rotated, starting with the rank after this one: in rank order, every rank would push to rank 0 first
-      // and one GPU's ingress would take three senders while the others' idle.
+      // Rotated: in rank order every rank would push to rank 0 first.
       const int q = (rank + k) % world;
       char* to = q == rank ? own_piece(launch, 0, round) : fifo_piece(launch, q, 0, rank, push_slot[q]);
       block_copy(to, launch.send + q * launch.rank_stride + piece.begin * sizeof(T), (piece.end - piece.begin) * sizeof(T));

@@ -1,8 +1,5 @@
-// Reduce-scatter, staged: every rank copies its world blocks into staging; after one barrier rank r reduces block r
-// from every peer's staging (reads (world-1)/world of the data over NVLink) into its output.
-//
-// launch.send points at the chunk's start inside rank block 0 of the user's input; block q of the chunk is
-// launch.rank_stride elements further per q. Staging half: block q of the chunk at q × block_bytes.
+// Reduce-scatter, staged (staged.cuh). launch.send: the chunk in rank block 0; block q lies q × rank_stride
+// elements on, and at q × block_bytes in staging.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"

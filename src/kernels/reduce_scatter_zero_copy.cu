@@ -1,13 +1,5 @@
-// Reduce-scatter on a send buffer that every peer has mapped (symmetric allocation or registered buffer): rank
-// r reduces block r of every rank's send buffer straight into its own output, with no staging copy and no
-// FIFO. The output may be any buffer. Two barriers per call, on the block's own channel with the same block of
-// every peer: entry (every peer's input is written before anyone reads it) and exit (every peer has finished
-// reading this rank's input before its stream goes on and may overwrite it).
-//
-// Block q of rank r's input is read by rank q alone, so in place (output = block r of the input) is safe: the
-// thread that stores an element has loaded it first. Reduction is in rank order, as everywhere. The traffic is
-// NVLink loads only, (world-1)/world of the input a rank; the same loop outside braid is
-// bench/probes/allreduce_paths.cu's rs-loads.
+// Reduce-scatter on send buffers every peer maps: rank r reduces block r of each straight into its output. Exit
+// barrier: every peer has read this rank's input before its stream may overwrite it. In place is safe.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"

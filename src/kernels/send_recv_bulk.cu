@@ -1,5 +1,4 @@
-// Copy-engine send/recv, device side: the small kernels that post and wait for the chunks the copy engines
-// move, and the SM copy of a chunk out of the receiver's slot (layout and protocol: send_recv_bulk_launch.hpp).
+// Copy-engine send/recv, device side (send_recv_bulk_launch.hpp): the step kernels and the SM copy-out.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
@@ -11,8 +10,7 @@
 namespace braid::kernels {
 namespace {
 
-// Whether the receiver consumed every phase-1 FIFO piece this rank sent it: all of the channel's credits are
-// back (the sender's expected free count runs kFifoDepth behind the pieces it sent). Nothing is consumed.
+// Whether `peer` consumed every phase-1 FIFO piece this rank sent it (all credits back). Consumes nothing.
 __device__ bool fifo_drained(const device::SignalPad& pad, unsigned int collective, int channel, int peer) {
   const uint64_t* slot = pad.local + channel * pad.world + peer;
   const uint64_t all_back = pad.expected[channel * pad.world + peer] + kFifoDepth;
@@ -22,16 +20,16 @@ __device__ bool fifo_drained(const device::SignalPad& pad, unsigned int collecti
 
 __global__ void bulk_send_step(BulkSendStep step) {
   start_dependent_kernel();
-  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]: nothing posted
-  if (step.drain) {  // both phases' FIFOs: thread t, channel t % kPipelineChannels of phase t / kPipelineChannels
+  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]
+  if (step.drain) {  // thread t: channel t % kPipelineChannels of phase t / kPipelineChannels
     const int set = threadIdx.x < kPipelineChannels ? kFree1 : kFree2;
     fifo_drained(step.pad, step.collective, set * kPipelineChannels + threadIdx.x % kPipelineChannels, step.peer);
-    return;  // a failed wait is recorded: the steps after it fail at once
+    return;  // a failed wait is recorded: the later steps fail at once
   }
   if (threadIdx.x != 0) return;
   if (step.post_chunk >= 0) {
     *step.header = BulkHeader{step.total_bytes, static_cast<uint64_t>(step.post_chunk)};
-    // Its release covers the header; the engine's copy completed before this kernel started.
+    // Its release covers the header; the engine's copy ended before this kernel started.
     device::signal(step.pad, kBulkDataChannels + step.post_slot, step.peer);
   }
   if (step.wait_slot >= 0) {
@@ -42,8 +40,8 @@ __global__ void bulk_send_step(BulkSendStep step) {
 
 __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
   start_dependent_kernel();
-  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]: no slot handed back
-  if (step.free_slot >= 0) device::signal(step.pad, kBulkFreeChannels + step.free_slot, step.peer);  // copied out
+  if (device::rank_stopped(step.pad)) return;  // NOTE [stopped ranks]
+  if (step.free_slot >= 0) device::signal(step.pad, kBulkFreeChannels + step.free_slot, step.peer);
   if (step.wait_chunk < 0) return;
   const int slot = static_cast<int>(step.wait_chunk % kBulkSlots);
   if (!device::wait(step.pad, kBulkDataChannels + slot, step.peer, step.collective, kSiteFifoData, nullptr,
@@ -58,17 +56,16 @@ __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
   }
 }
 
-// Unit u (of kBulkRowsPerSlot × kBulkCopyBlocksPerRow, spread over the blocks) copies part u %
-// kBulkCopyBlocksPerRow of row u / kBulkCopyBlocksPerRow: payload byte i sits in row i / row_bytes.
+// Unit u copies part u % kBulkCopyBlocksPerRow of row u / kBulkCopyBlocksPerRow.
 __global__ void __launch_bounds__(kThreadsPerBlock) bulk_copy_out(BulkCopyOut copy) {
   start_dependent_kernel();
-  const BulkHeader header = *copy.header;  // the step kernel before this one waited for it
+  const BulkHeader header = *copy.header;  // awaited by the step kernel before
   if (header.total_bytes != copy.total_bytes || header.chunk != copy.chunk) return;  // refused: nothing written
   for (int unit = blockIdx.x; unit < kBulkRowsPerSlot * kBulkCopyBlocksPerRow; unit += gridDim.x) {
     const size_t row = unit / kBulkCopyBlocksPerRow;
     const int part = unit % kBulkCopyBlocksPerRow;
     const size_t first = row * copy.layout.row_bytes;
-    if (first >= copy.bytes) break;  // later units' rows lie further on
+    if (first >= copy.bytes) break;
     const size_t end = min(first + copy.layout.row_bytes, copy.bytes);
     const Slice slice = block_slice<uint8_t>(end - first, part, kBulkCopyBlocksPerRow);
     block_copy(copy.recv + first + slice.begin, copy.slot + row * copy.layout.row_pitch + slice.begin,

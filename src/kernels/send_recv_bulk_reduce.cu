@@ -1,7 +1,4 @@
-// The receiver's side of reduce-scatter's and reduce's copy-engine pairs (copy_engine_pairs.hpp): each chunk of the
-// peer's data that arrived in this rank's slot is reduced with the same part of this rank's own input into the
-// output. A slot's payload lies in rows (send_recv_bulk_launch.hpp), and chunks start on 256-byte boundaries, so an
-// element never straddles two rows.
+// The receiver of reduce-scatter's and reduce's copy-engine pairs: each chunk plus this rank's input into the output.
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
@@ -12,13 +9,11 @@
 namespace braid::kernels {
 namespace {
 
-// Unit u (of kBulkRowsPerSlot × kBulkCopyBlocksPerRow, spread over the blocks) reduces part u %
-// kBulkCopyBlocksPerRow of row u / kBulkCopyBlocksPerRow, as bulk_copy_out copies it. 16-byte vectors where the
-// user's own block and output let the loads and stores be whole; element by element otherwise.
+// Unit u reduces what bulk_copy_out would copy; vectors where input and output are aligned.
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) bulk_reduce_out(BulkReduceOut reduce) {
   start_dependent_kernel();
-  const BulkHeader header = *reduce.header;  // the step kernel before this one waited for it
+  const BulkHeader header = *reduce.header;  // awaited by the step kernel before
   if (header.total_bytes != reduce.total_bytes || header.chunk != reduce.chunk) return;  // refused: nothing written
   const bool vectors = ((reinterpret_cast<uintptr_t>(reduce.own) | reinterpret_cast<uintptr_t>(reduce.recv)) &
                         (kVectorBytes - 1)) == 0;
@@ -26,7 +21,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) bulk_reduce_out(BulkReduceOu
     const size_t row = unit / kBulkCopyBlocksPerRow;
     const int part = unit % kBulkCopyBlocksPerRow;
     const size_t first = row * reduce.layout.row_bytes;
-    if (first >= reduce.bytes) break;  // later units' rows lie further on
+    if (first >= reduce.bytes) break;
     const size_t elements = (min(first + reduce.layout.row_bytes, reduce.bytes) - first) / sizeof(T);
     const Slice slice = block_slice<T>(elements, part, kBulkCopyBlocksPerRow);
     const char* sources[2] = {reduce.own + first, reduce.slot + row * reduce.layout.row_pitch};

@@ -1,9 +1,5 @@
-// Send/recv pairs in LL128 lines, device side (the protocol and layout: send_recv_lines_launch.hpp). Each pair
-// direction takes its own blocks, each with its share of the message's groups of 4 lines (group 0 the byte
-// count), a warp's groups a round apart: a sending warp stores a group with one 16-byte store a lane; a receiving
-// warp polls its groups until every line carries the pair's sequence, then stores the payload into the receive
-// buffer. A warp's 16-byte accesses of one group are one line each, converged, so a line lands and is read whole
-// (ll128.cuh). The last block of a pair direction to finish advances its count (and, receiving, tells the sender).
+// Send/recv pairs in LL128 lines, device side (send_recv_lines_launch.hpp). Each pair direction has blocks of its
+// own; the last block to finish advances the count (receiving: and tells the sender).
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/ll128.cuh"
@@ -17,18 +13,16 @@ namespace {
 
 constexpr unsigned int kSendRecvId = static_cast<unsigned int>(Collective::kSendRecv);
 constexpr int kWarps = kSendRecvLinesThreads / 32;
-constexpr int kGroupsPerRound = kSendRecvLinesGroupsPerWarp;  // a warp's groups whose loads or polls overlap
+constexpr int kGroupsPerRound = kSendRecvLinesGroupsPerWarp;  // a warp's overlapping loads or polls
 
 __device__ __forceinline__ SendRecvLinesCounts* counts_of(char* area) { return reinterpret_cast<SendRecvLinesCounts*>(area); }
 
-// Rank `receiver`'s slot for messages of `sender` whose sequence has parity `parity`.
 __device__ __forceinline__ char* slot_of(const SendRecvLinesLaunch& launch, int receiver, int sender, uint64_t parity) {
   return launch.area[receiver] + kSendRecvLinesCountsBytes +
          (parity * launch.pad.world + static_cast<uint64_t>(sender)) * kSendRecvLinesSlotBytes;
 }
 
-// The groups of one block's warps: warp w of block b of a pair's `blocks` starts at group b * kWarps + w, and a
-// round moves kGroupsPerRound groups `stride` groups apart.
+// Warp w of block b starts at group b * kWarps + w; a round's groups lie `stride` apart.
 struct Share {
   uint64_t first;
   uint64_t stride;
@@ -38,8 +32,7 @@ __device__ __forceinline__ Share share_of(int block, int blocks) {
   return Share{uint64_t(block) * kWarps + warp, uint64_t(blocks) * kWarps};
 }
 
-// Whether this block is the last of the pair direction's `blocks` to finish (thread 0; `finished` re-armed then).
-// A pair direction of one block is (no fence and atomic at its end: they cost a small message about 0.6 us).
+// Whether this block is the last of `blocks` to finish (thread 0; re-arms `finished`).
 __device__ __forceinline__ bool last_to_finish(unsigned int* finished, int blocks) {
   if (blocks == 1) return true;
   __threadfence();
@@ -55,7 +48,7 @@ __device__ void send_lines(const SendRecvLinesLaunch& launch, const SendRecvLine
   __shared__ int ready;
   if (threadIdx.x == 0) {
     sequence = mine->sent[pair.peer] + 1;
-    // Message n - 2 used this parity: the receiver must have consumed it (normally long done).
+    // Message n - 2 used this parity: the receiver must have consumed it.
     const uint64_t needed = sequence > 2 ? sequence - 2 : 0;
     ready = device::spin_until(launch.pad, [&] { return device::load_acquire_system(&mine->consumed[pair.peer]) >= needed; },
                                kSendRecvId, kSiteFifoCredit, pair.peer, blockIdx.x)
@@ -63,7 +56,7 @@ __device__ void send_lines(const SendRecvLinesLaunch& launch, const SendRecvLine
                 : 0;
   }
   __syncthreads();
-  if (!ready) return;  // recorded: the communicator is unusable
+  if (!ready) return;  // recorded
   const uint64_t flag = sequence;
   char* slot = slot_of(launch, pair.peer, me, flag & 1);
   const LanePart part = lane_part();
@@ -110,7 +103,7 @@ __device__ void receive_lines(const SendRecvLinesLaunch& launch, const SendRecvL
   const LanePart part = lane_part();
   const unsigned int lane = threadIdx.x & 31u;
   WarpPollBound bound(launch.pad, kSendRecvId, kSiteLLData, pair.peer);
-  // Every warp reads the sender's count itself (group 0), so no warp waits on another before its own polls.
+  // Every warp reads the count (group 0) itself, so no warp waits on another.
   uint64_t header[1][2];
   bool ok = poll_groups<1>(slot + lane * 16, kLL128WarpWire, 1, true, flag, bound, header);
   const uint64_t sent = __shfl_sync(0xffffffffu, header[0][0], 0);
@@ -121,7 +114,6 @@ __device__ void receive_lines(const SendRecvLinesLaunch& launch, const SendRecvL
     for (uint64_t first = share.first; first < groups; first += kGroupsPerRound * share.stride) {
       int count = 0;
       while (count < kGroupsPerRound && first + uint64_t(count) * share.stride < groups) ++count;
-      // Group 0, the count, has been read: it is left out of the poll (its lanes' parts stay unused).
       const bool has_count = first == 0;
       uint64_t words[kGroupsPerRound][2];
       ok = poll_groups<kGroupsPerRound>(slot + first * kLL128WarpWire + lane * 16, share.stride * kLL128WarpWire, count,
@@ -141,18 +133,17 @@ __device__ void receive_lines(const SendRecvLinesLaunch& launch, const SendRecvL
                               static_cast<long long>(sent), static_cast<long long>(pair.bytes));
   }
   __syncthreads();
-  if (failed || threadIdx.x != 0) return;  // a wait that gave up is recorded: the communicator is unusable
+  if (failed || threadIdx.x != 0) return;  // recorded
   if (!last_to_finish(&mine->receives_finished[pair.peer], pair.blocks)) return;
   mine->received[pair.peer] = sequence;
-  // Every block's loads of the slot are done (each counted itself in after its barrier): the sender may write
-  // this parity again.
+  // Every block's loads of the slot are done (each counted in after its barrier): the sender may reuse the parity.
   __threadfence_system();
   device::store_relaxed_system(&counts_of(launch.area[pair.peer])->consumed[me], sequence);
 }
 
 __global__ void __launch_bounds__(kSendRecvLinesThreads) send_recv_lines(SendRecvLinesLaunch launch) {
   start_dependent_kernel();
-  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
+  if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]
   int block = static_cast<int>(blockIdx.x);
   for (int i = 0; i < launch.send_count; ++i) {
     if (block < launch.sends[i].blocks) return send_lines(launch, launch.sends[i], block);

@@ -1,30 +1,23 @@
-// What every staged collective kernel receives, and the skeleton they share (run_staged): copy this block's
-// slice of the input into this rank's staging half, one entry barrier with every peer, read the peers' staging
-// (copy or reduce into the output); the epoch advances once every block has read it.
-//
-// Why parity halves: a rank copies its input into its own staging before the entry barrier, while a slow peer
-// may still be reading that staging from the previous call. Calls alternate halves, and a rank reaches call
-// k+2 only after its call k+1 passed an entry barrier with every peer, which every peer entered only after its
-// call k had finished (kernels of one stream run in order). So no half is rewritten while a peer reads it.
+// The staged kernels' skeleton (run_staged): slice into this rank's staging half, entry barrier, peers' staging
+// into the output. Calls alternate halves; call k+2 starts only after call k+1's entry barrier, which every peer
+// entered after finishing call k (stream order): no half is rewritten while a peer reads it.
 #pragma once
 
 #include "kernels/elementwise.cuh"
 #include "kernels/launch_counter.cuh"
 #include "kernels/staged_launch.hpp"
-#include "sync/device_sync.hpp"  // wait sites
+#include "sync/device_sync.hpp"
 
 namespace braid::kernels {
 
-// The staging half this launch uses, of `rank`. Read once per block at kernel start (staging_view).
 struct StagingView {
-  uint64_t epoch;  // launch.epoch as this launch read it: its parity picks the half
-  size_t offset;   // of this call's half within every rank's staging
-  bool stopped;    // this rank had stopped when the block started (NOTE [stopped ranks])
+  uint64_t epoch;  // its parity picks the half
+  size_t offset;
+  bool stopped;    // NOTE [stopped ranks]
   __device__ char* of(const StagedLaunch& launch, int rank) const { return launch.staging[rank] + offset; }
 };
 
-// Offset of the half a launch uses in a two-half buffer whose calls alternate by `epoch`'s parity (staging here,
-// the multicast region in multicast.cuh). Every thread of the block calls it.
+// This call's half (`epoch`'s parity). Every thread calls it.
 __device__ inline size_t parity_half(const uint64_t* epoch, size_t half_bytes) {
   return (read_launch_counter(epoch) & 1) * half_bytes;
 }
@@ -34,12 +27,8 @@ __device__ inline StagingView staging_view(const StagedLaunch& launch) {
   return StagingView{start.counter, (start.counter & 1) * launch.half_bytes, start.stopped};
 }
 
-// The staged skeleton, run by every block of a staged kernel: `copy_in(staging, slice)` writes this block's
-// slice (of launch.count elements of Element, split between the blocks in whole vectors) into this rank's
-// staging half; after the entry barrier (block b of every rank is channel b, announcing launch.plan),
-// `read_out(staging, slice)` reads the peers' halves into the output. A failed barrier (timeout, plan mismatch,
-// recorded for the host) ends the block before it reads anything. On a stopped rank the block writes no staging
-// (a peer may still read the half from two calls ago) and its barrier only answers (NOTE [stopped ranks]).
+// Every block: copy_in, the entry barrier (announcing launch.plan), read_out; a failed barrier (recorded) ends the
+// block. A stopped rank writes no staging (a peer may still read that half) and only answers (NOTE [stopped ranks]).
 template <typename Element, typename CopyIn, typename ReadOut>
 __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& copy_in, ReadOut&& read_out) {
   const StagingView staging = staging_view(launch);
@@ -54,7 +43,7 @@ __device__ __forceinline__ void run_staged(const StagedLaunch& launch, CopyIn&& 
   read_out(staging, slice);
 }
 
-// Part `part` of `parts` of a block's slice, in whole vectors of T (the slice's scalar tail goes with the last part).
+// Part `part` of `parts` of a slice in whole vectors, the last with the tail.
 template <typename T>
 __device__ __forceinline__ Slice slice_part(const Slice& slice, int part, int parts) {
   constexpr size_t kPer = Vector<T>::kCount;
@@ -67,11 +56,7 @@ __device__ __forceinline__ Slice slice_part(const Slice& slice, int part, int pa
   return piece;
 }
 
-// The staged skeleton in two phases (Algorithm::kSplit): `copy_in` as in run_staged; after the entry barrier `first(staging, slice)`
-// (each rank works on its own part of the slice, slice_part), and after a second barrier on the same channel
-// `second(staging, slice)` (each rank reads the parts the others made). The staging half is the same in both
-// phases, so run_staged's argument for reusing halves holds: a peer reads this rank's part of the half in
-// `second`, and this rank rewrites the half only two calls later.
+// run_staged with a middle barrier (Algorithm::kSplit): `first` on this rank's part, `second` on the others'.
 template <typename Element, typename CopyIn, typename First, typename Second>
 __device__ __forceinline__ void run_staged_split(const StagedLaunch& launch, CopyIn&& copy_in, First&& first,
                                                  Second&& second) {
@@ -82,23 +67,20 @@ __device__ __forceinline__ void run_staged_split(const StagedLaunch& launch, Cop
   });
 }
 
-// The copy-in step of the kernels whose staging holds the input as it is: this block's slice of the input into the
-// same place in this rank's staging half.
 template <typename Element>
 __device__ __forceinline__ void copy_slice_in(const StagedLaunch& launch, const StagingView& staging, const Slice& slice) {
   block_copy(staging.of(launch, launch.pad.rank) + slice.begin * sizeof(Element), launch.send + slice.begin * sizeof(Element),
              (slice.end - slice.begin) * sizeof(Element));
 }
 
-// Reduces, in rank order, `count`-element slice `slice` at byte `offset` of every rank's staging half into
-// `destination` (every rank computes identical results from identical inputs).
+// Reduces, in rank order, the slice at byte `offset` of every rank's half into `destination`.
 template <typename T, ReduceOp Op>
 __device__ __forceinline__ void reduce_staging(const StagedLaunch& launch, const StagingView& staging, size_t offset,
                                                const Slice& slice, char* destination) {
   const int world = launch.pad.world;
   const char* sources[kMaxWorld];
   for (int r = 0; r < world; ++r) sources[r] = staging.of(launch, r) + offset;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);  // sources: peers' staging
+  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
 }
 
 }  // namespace braid::kernels

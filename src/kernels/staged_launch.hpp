@@ -1,4 +1,4 @@
-// The arguments of every staged collective kernel (plain data, passed by value; host and device see it alike).
+// The arguments of every staged collective kernel (plain data, by value).
 #pragma once
 
 #include <cstddef>
@@ -14,16 +14,16 @@ using braid::kMaxWorld;
 struct StagedLaunch {
   const char* send;
   char* recv;
-  size_t count;        // elements this launch moves (per-collective meaning; see each kernel)
-  size_t rank_stride;  // elements between consecutive ranks' blocks in a user buffer (all-gather, reduce-scatter)
+  size_t count;        // elements (see each kernel)
+  size_t rank_stride;  // elements between ranks' blocks of a user buffer
   int root;
   unsigned int collective;
-  char* const* staging;  // device array [world]: every rank's staging buffer (both halves)
-  size_t half_bytes;     // bytes of one staging half
+  char* const* staging;  // device array [world]
+  size_t half_bytes;
   device::SignalPad pad;
   uint64_t* epoch;
   unsigned int* blocks_done;
-  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
+  uint64_t plan;  // 0: not compared
 };
 
 }  // namespace braid::kernels

@@ -1,6 +1,4 @@
-// The arguments of the zero-copy collective kernels (plain data, passed by value): user buffers that every
-// peer has mapped here (symmetric allocations, registered buffers), so kernels read and write them in place,
-// with no staging copy. The peers' addresses travel in the launch itself (a snapshot per launch).
+// Arguments of the zero-copy kernels (plain data, by value): user buffers every peer maps, used in place.
 #pragma once
 
 #include <cstddef>
@@ -12,15 +10,15 @@
 namespace braid::kernels {
 
 struct ZeroCopyLaunch {
-  PeerBuffers send;         // every rank's send buffer (16-byte aligned); all-gather: unused
-  PeerBuffers recv_peers;   // every rank's recv buffer (two shot and all-gather write them); reduce-scatter: unused
-  const char* local_send;   // this rank's send (all-gather: peers need not map it)
-  char* recv;               // this rank's recv
+  PeerBuffers send;         // 16-byte aligned
+  PeerBuffers recv_peers;
+  const char* local_send;   // all-gather: peers need not map it
+  char* recv;
   size_t count;             // elements (all-gather: bytes of one rank's block)
-  size_t rank_stride;       // bytes between rank blocks (reduce-scatter's send, all-gather's recv; a multiple of 16)
+  size_t rank_stride;       // bytes between rank blocks (a multiple of 16)
   unsigned int collective;
   device::SignalPad pad;
-  uint64_t plan;  // collectives/plan.hpp: compared with every peer's at the barriers (0: not compared)
+  uint64_t plan;  // 0: not compared
 };
 
 }  // namespace braid::kernels

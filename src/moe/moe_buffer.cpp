@@ -1,8 +1,6 @@
-// MoeBuffer, host side: validate the shape, size and carve the symmetric and local memory once, and enqueue the
-// dispatch and combine launches (moe_dispatch.cu, moe_combine.cu) with no host synchronisation.
-//
-// Each MoeBuffer has a signal pad of its own, so two buffers used on two streams at once never count each
-// other's signals; its kernels record failures in the communicator's error words, so comm.check() reports them.
+// MoeBuffer, host side: validates the shape, carves the symmetric and local memory once, and enqueues the MoE
+// launches without host synchronisation. A buffer has a signal pad of its own (two buffers on two streams never
+// count each other's signals); failures go to the communicator's error words, for comm.check().
 #include "braid/moe.hpp"
 
 #include <cuda_runtime_api.h>
@@ -32,22 +30,21 @@ namespace braid {
 namespace detail {
 
 struct MoeState {
-  std::shared_ptr<collectives::CollectiveContext> comm;  // the communicator's; kept alive with the buffer
+  std::shared_ptr<collectives::CollectiveContext> comm;  // kept alive with the buffer
   MoeShape shape;
   size_t capacity = 0;
   std::unique_ptr<DeviceSync> sync;
-  std::shared_ptr<SymmetricAllocation> memory;  // every rank's copy mapped here (memory/symmetric_memory.hpp)
-  void* local = nullptr;  // one cudaMalloc, carved (moe::MoeLaunch's local pointers)
-  moe::MoeLaunch base{};  // everything but the inputs of a call
+  std::shared_ptr<SymmetricAllocation> memory;  // every rank's copy mapped here
+  void* local = nullptr;  // one cudaMalloc, carved into MoeLaunch's local pointers
+  moe::MoeLaunch base{};  // all but a call's inputs
   size_t last_host_tokens = 0;
   bool last_tokens_on_device = false;
-  // A call split by a MoeHook whose receiving half is still to be enqueued: its launch (phase kReceivingHalf),
-  // whether it is a dispatch's (a redispatch's too), and the call's name for errors; null when none.
+  // A call split by a MoeHook whose receiving half is still to be enqueued (pending_call null: none).
   moe::MoeLaunch pending{};
   bool pending_dispatch = false;
   const char* pending_call = nullptr;
   uint64_t routed = 0;  // routed dispatches so far (MoeHandle::dispatch of the last one)
-  // Rank-major: the buffer's last call was a combine that copied its y into combine_input (MoeBuffer::combine).
+  // Rank-major: the last call was a combine that copied y into combine_input.
   bool combine_copied_last = false;
 
   ~MoeState() {
@@ -66,7 +63,6 @@ constexpr size_t kPieceAlignment = 256;
 
 size_t round_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-// Carves consecutive pieces, each 256-byte aligned.
 struct Carver {
   size_t used = 0;
   size_t take(size_t bytes) {
@@ -82,19 +78,16 @@ size_t capacity_of(const MoeShape& shape, int world) {
   return shape.capacity_rows != 0 ? shape.capacity_rows : MoeBuffer::worst_case_rows(shape, world);
 }
 
-// What dispatch moves: the dispatch type's row, and its scales with fp8 dispatch.
 DataType dispatch_type_of(const MoeShape& shape) { return shape.dispatch_type.value_or(shape.type); }
 size_t dispatch_row_bytes(const MoeShape& shape) { return shape.hidden * datatype_size(dispatch_type_of(shape)); }
 size_t scale_bytes(const MoeShape& shape) {
   return shape.dispatch_type ? shape.hidden / kMoeScaleColumns * sizeof(float) : 0;
 }
 
-// Whether a shape's dispatch may move its rows in LL128 lines (moe_lines.cu), where the communicator's GPUs carry
-// them: low-latency buffers of at most kLineTokens tokens a rank.
+// Whether a shape dispatches in LL128 lines where the GPUs carry them (moe_lines.cu).
 bool line_rows(const MoeShape& shape) { return shape.low_latency && shape.max_tokens <= moe::kLineTokens; }
 
-// LL128 lines of a token's slot in the line area of a low-latency shape (moe_lines.cu): line 0 its metadata, then
-// its row, then its scales, each from a line of its own, rounded up to whole groups of 4 lines (a warp's).
+// Lines of a token's slot: metadata, row and scales, each from a line of its own, in whole groups of 4 (a warp's).
 size_t slot_lines(const MoeShape& shape) {
   const size_t payload = kernels::kLL128LinePayload;
   const size_t lines = 1 + (dispatch_row_bytes(shape) + payload - 1) / payload + (scale_bytes(shape) + payload - 1) / payload;
@@ -104,7 +97,6 @@ size_t slot_lines(const MoeShape& shape) {
 moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
-  // Pieces of the other layout take no bytes.
   const size_t expert_major = rank_major(shape) ? 0 : 1, ranks = 1 - expert_major;
   Carver carve;
   moe::SymmetricLayout layout{};
@@ -179,8 +171,7 @@ void validate_shape(const MoeShape& shape, int world) {
   }
   const size_t capacity = capacity_of(shape, world);
   if (capacity > INT32_MAX) {
-    // An explicit capacity names its own field; the worst case (capacity_rows 0, or rank-major) follows from
-    // max_tokens, the world and the experts a token may reach.
+    // The worst case follows from max_tokens, the world and the experts a token may reach.
     if (shape.capacity_rows != 0) {
       raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
     }
@@ -202,15 +193,14 @@ std::string describe(const MoeShape& shape) {
          fmt::format(" max_sms {}{}", shape.max_sms, shape.low_latency ? " low-latency" : "");
 }
 
-// Blocks of scatter and combine's send: every one waits for the same block of every peer, so all must be
-// resident at once on every rank (kMoeBlocksPerSm per multiprocessor, which their launch bounds guarantee), and
-// every rank must launch as many. The smallest GPU of the communicator decides; ranks on one GPU share it.
-// A host allgather over the communicator's store, as Communicator::host_allgather makes it.
+// A host allgather over the communicator's store, as Communicator::host_allgather.
 std::vector<std::string> host_allgather(collectives::CollectiveContext& context, const std::string& mine) {
   std::lock_guard<std::mutex> lock(context.setup_mutex);
   return context.bootstrap->allgather(mine, "MoeBuffer::create");
 }
 
+// Blocks of the launches pairing with every peer's: all resident at once (kMoeBlocksPerSm a multiprocessor, by
+// their launch bounds) and as many on every rank, so the smallest GPU decides.
 int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape) {
   int multiprocessors = 0;
   BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
@@ -220,11 +210,12 @@ int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape
   return blocks;
 }
 
-// `call`: a dispatch, combine or copy, which waits for a pending receiving half; the getters do not.
+// `call`: not a getter, so refused while a receiving half is pending.
 detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, bool call = true) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
   set_log_rank(state->comm->rank);
-  state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // a timeout: the communicator is unusable
+  // A recorded timeout leaves the communicator unusable.
+  state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
   if (call && state->pending_call != nullptr) {
     raise_invalid_argument(function, "hook", "the receiving half of the last {} (its MoeHook) is still to be called: "
                            "call MoeHook::receive first", state->pending_call);
@@ -241,7 +232,7 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
   if (hook->pending()) raise_invalid_argument(function, "hook", "still holds a receiving half to call (MoeHook::receive)");
 }
 
-// Launches `launch` (dispatch when `dispatch`, else combine) on `stream`, in the communicator's order of calls.
+// Launches a dispatch or combine in the communicator's order of calls.
 void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
   const auto order = collectives::ordered(*state.comm, stream);
   if (dispatch) {
@@ -259,8 +250,7 @@ void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dis
   }
 }
 
-// Enqueues `launch` (dispatch when `dispatch`, else combine) whole, or its sending half with the receiving half
-// left to `hook`.
+// Enqueues `launch` whole, or its sending half with the receiving half left to `hook`.
 void enqueue(detail::MoeState& state, moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
              detail::MoeState** hook_state, cudaStream_t stream) {
   launch.phase = hook != nullptr ? moe::kSendingHalf : moe::kWholeCall;
@@ -396,7 +386,6 @@ void MoeHook::receive(Stream stream) {
 
 namespace {
 
-// The views of this rank's buffer a dispatch returns.
 MoeDispatchOutput output_of(const detail::MoeState& state, const moe::MoeLaunch& launch) {
   const bool fp8 = state.shape.dispatch_type.has_value();
   char* base = static_cast<char*>(state.memory->peer_pointers[state.memory->rank]);
@@ -422,8 +411,7 @@ MoeDispatchOutput output_of(const detail::MoeState& state, const moe::MoeLaunch&
   return output;
 }
 
-// The rows a dispatch or redispatch sends: x_scales exactly when the shape dispatches fp8; with `needed` (the call
-// may have tokens), both given and on this rank's device.
+// x_scales exactly when the shape dispatches fp8; with `needed` (the call may have tokens), both on this device.
 void check_rows(const detail::MoeState& state, const void* x, const float* x_scales, bool needed, const char* function) {
   const bool fp8 = state.shape.dispatch_type.has_value();
   if (!fp8 && x_scales != nullptr) {
@@ -440,7 +428,6 @@ void check_rows(const detail::MoeState& state, const void* x, const float* x_sca
   if (fp8) collectives::check_device_pointer(function, x_scales, "x_scales", state.comm->device);
 }
 
-// A handle must name the buffer's last routed dispatch.
 void check_handle(const detail::MoeState& state, const MoeHandle& handle, const char* function) {
   if (handle.dispatch == 0 || handle.dispatch != state.routed) {
     raise_invalid_argument(function, "handle", "names routed dispatch {}; the buffer's last one is {} (0: none yet)",
@@ -484,7 +471,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
                            state.shape.max_tokens);
   }
   if (num_tokens_device != nullptr) collectives::check_device_pointer(function, num_tokens_device, "num_tokens_device", device);
-  // With T on the device any T up to max_tokens may come: the inputs must be there.
+  // With T on the device any T up to max_tokens may come.
   const bool tokens_possible = num_tokens_device != nullptr || num_tokens > 0;
   check_rows(state, x, x_scales, tokens_possible, function);
   if (tokens_possible) {
@@ -536,12 +523,11 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, 
   const char* combine_input = static_cast<const char*>(state.memory->peer_pointers[state.memory->rank]) + launch.layout.combine;
   launch.copy_y = launch.rank_major && launch.y != combine_input;
   // NOTE [combine_input after a combine]
-  // Peers read this rank's combine_input until their combine has completed, and the caller's writes into it come
-  // before the combine that reads them, where no barrier of braid's can wait for the peers. A combine that copied
-  // y left combine_input holding y's rows for the peers only (never this rank's own, which it read from y), so
-  // a combine of combine_input right after it reads rows written while the peers may still read them: refused.
-  // A combine of combine_input after one of combine_input is accepted (it rereads the same rows), and a combine
-  // that copies y waits for every peer at its entry barrier before it writes.
+  // Peers read this rank's combine_input until their combine completes, and the caller's writes into it precede
+  // the combine, where no barrier of braid's can wait for the peers. A combine that copied y left there the peers'
+  // rows only (this rank's own it read from y), so a combine of combine_input right after it would read rows
+  // written while peers may still read them: refused. One after a combine of combine_input rereads the same rows;
+  // a combine that copies y passes its entry barrier before it writes.
   if (launch.rank_major && !launch.copy_y && state.combine_copied_last) {
     raise_invalid_argument(function, "y", "is the dispatch's combine_input, and the buffer's last call was a combine "
                            "that copied another y there: that copy holds only the rows the peers read (not this "
@@ -569,7 +555,7 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
   }
   DeviceGuard guard(state.comm->device);
   BRAID_CUDA(cudaDeviceSynchronize());
-  const unsigned int offset = 1u << 31;  // blocks count in from here: the count never equals the launch's blocks
+  const unsigned int offset = 1u << 31;  // the count never reaches the launch's blocks
   BRAID_CUDA(cudaMemcpy(state.base.blocks_done, &offset, sizeof offset, cudaMemcpyHostToDevice));
 }
 

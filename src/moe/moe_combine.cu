@@ -1,13 +1,7 @@
-// MoE combine, two launches:
-//   1. send (launch.blocks blocks; those past the count the last dispatch planned, combine_plan, return at once):
-//      after an entry barrier (every peer has entered this combine, so its combine area is free again; implied,
-//      and skipped, when a dispatch came since the last combine), a group of kCombineGroup threads per token
-//      received in the last dispatch sums that token's rows here (its record lists them, with their weights;
-//      weighted or not, float32) into one partial and stores it into the token's source rank, in this rank's slot
-//      of its combine area: a token crosses NVLink once per rank, back as on the way out. An exit barrier per
-//      block: every peer's partials for this rank are here.
-//   2. reduce (local): out[t] = the sum, in float32, of the partials of the ranks token t went to (zeros for
-//      a token with no expert).
+// MoE combine, expert-major layout, two launches (docs/dev/moe.md, "Expert-major combine"):
+//   1. send: per received token, one float32 partial of its rows here, into the source's combine area (a token
+//      crosses NVLink once per rank), between an entry and an exit barrier.
+//   2. reduce (local): out[t] = float32 sum of the partials of the ranks token t went to (zeros for none).
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
@@ -24,7 +18,7 @@ using kernels::acc_t;
 using kernels::from_acc;
 using kernels::to_acc;
 
-// Element h of a row: whole 16-byte vectors when every row starts 16-byte aligned, else one element at a time.
+// N elements of a row: a 16-byte vector when every row is 16-byte aligned, else N = 1.
 template <typename T, int N>
 struct Lanes {
   acc_t<T> value[N];
@@ -53,11 +47,10 @@ __device__ __forceinline__ void store_lanes(T* destination, const Lanes<T, N>& l
   }
 }
 
-// Rows summed with their loads in flight together: a token's rows are independent, and one load at a time would
-// leave each group waiting on HBM latency once per row.
+// Rows whose loads are in flight together.
 constexpr int kRowBatch = 4;
 
-// Threads of a group, one in every this many, prefetch a 128-byte line of the group's next stretch.
+// One thread in this many prefetches a 128-byte line of the group's next stretch.
 template <typename T, int N>
 constexpr unsigned int kLanesPerLine =
     N * sizeof(T) < kernels::kPrefetchLineBytes ? kernels::kPrefetchLineBytes / (N * sizeof(T)) : 1;
@@ -82,11 +75,8 @@ __device__ __forceinline__ void accumulate_rows(int n, Source source, Weight wei
   }
 }
 
-// Received tokens are taken in turn from every source, peers first, so each group's loads (HBM) of tokens it keeps
-// here and its stores to peers (NVLink) overlap instead of one phase following the other. Each group takes one
-// piece by its index, then claims more one at a time from a counter (the next claim in flight while a piece is
-// summed): tokens have 1 to K rows here, so fixed shares would leave some groups far more rows than others, and
-// the reduce launch waits for the last block.
+// Sources are taken in turn, so HBM loads and NVLink stores overlap. A group takes a piece by its index, then
+// claims more from a counter, the next claim in flight while it sums: fixed shares of 1 to K rows are uneven.
 template <typename T, int N>
 __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
@@ -95,19 +85,19 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
   const size_t H = launch.hidden;
   const int32_t* records = at_offset<int32_t>(launch.peers[me], launch.layout.records);
   const T* y = reinterpret_cast<const T*>(launch.y);
-  // A named barrier per group (ids 1 to 4); only sync() and lane() of WarpGroup, whose peer helpers hold two.
+  // A named barrier per group (ids 1 to 4); only WarpGroup's sync() and lane() are used.
   static_assert(kMoeThreads / kCombineGroup <= 4, "a named barrier per group: ids 1 to 4");
   const int group_id = static_cast<int>(threadIdx.x / kCombineGroup);
   const kernels::WarpGroup group{group_id, 1 + group_id, group_id * kCombineGroup, kCombineGroup};
   const unsigned int lane = static_cast<unsigned int>(group.lane());
   const unsigned long long items = static_cast<unsigned long long>(longest) * W * pieces;
-  constexpr size_t kStep = size_t(kCombineGroup) * N;  // elements a group sums per pass over a token's rows
-  __shared__ unsigned long long claimed[kMoeThreads / kCombineGroup][2];  // this claim and the next, in turn
+  constexpr size_t kStep = size_t(kCombineGroup) * N;
+  __shared__ unsigned long long claimed[kMoeThreads / kCombineGroup][2];  // this claim and the next
   const unsigned long long groups = static_cast<unsigned long long>(blocks) * (kMoeThreads / kCombineGroup);
   int parity = 0;
   for (unsigned long long flat = blockIdx.x * (kMoeThreads / kCombineGroup) + group_id; flat < items;
        flat = claimed[group_id][parity]) {
-    // The next claim's slot was last read before the previous group.sync(): free to overwrite.
+    // That slot was last read before the previous group.sync(): free to overwrite.
     if (lane == 0) claimed[group_id][parity ^ 1] = groups + atomicAdd(launch.combine_claims, 1ull);
     const Span piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
     const int s = (me + 1 + static_cast<int>(flat / pieces % W)) % W;
@@ -124,8 +114,7 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
     const float* weights = reinterpret_cast<const float*>(record + 2 + K);
     T* partial = at_offset<T>(launch.peers[s], launch.layout.combine) + (me * launch.max_tokens + t) * H;
     for (size_t h = piece.begin + lane * N; h < piece.end; h += kStep) {
-      // The group's next stretch of every row into L2 while this one is summed: more loads in flight than the
-      // registers hold, and the loads, not the stores, bound the send. One stretch ahead: further gains nothing.
+      // The next stretch into L2 while this one is summed: the loads bound the send. Further ahead was slower.
       if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {
         for (int q = 0; q < n; ++q) kernels::prefetch_l2(y + size_t(rows[q]) * H + h + kStep);
       }
@@ -141,14 +130,12 @@ __device__ void send_partials(const MoeLaunch& launch, int blocks, int pieces) {
 
 template <typename T>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_combine_send(MoeLaunch launch) {
-  kernels::start_dependent_kernel();  // the kernel before on the stream (the dispatch, or the user's)
+  kernels::start_dependent_kernel();  // the dispatch, or the user's kernel
   if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
-  const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past `blocks` have nothing
-                                                                               // to sum: no barrier either
+  const int blocks = launch.combine_plan[0], pieces = launch.combine_plan[1];  // blocks past these: no work
   if (static_cast<int>(blockIdx.x) >= blocks) return;
-  // The entry barrier (every peer has left its last combine, so its combine area is free) is implied when a
-  // dispatch came in between: a peer enters a dispatch, whose counts this rank waited for, only after its last
-  // combine. Every rank makes the same calls, so every rank skips it alike.
+  // The entry barrier (every peer's combine area is free) is implied after a dispatch, whose counts this rank
+  // waited for: a peer enters it only after its last combine.
   const bool after_dispatch = launch.combine_plan[2] != 0;
   if (!after_dispatch && !device::barrier(launch.pad, blockIdx.x, launch.combine_id, kSiteEntryBarrier)) return;
   constexpr int kVector = kernels::Vector<T>::kCount;
@@ -168,20 +155,20 @@ __device__ void reduce_partials(const MoeLaunch& launch) {
   T* out = reinterpret_cast<T*>(launch.out);
   const unsigned int lane = threadIdx.x % kCombineGroup, per_block = blockDim.x / kCombineGroup;
   const size_t groups = size_t(gridDim.x) * per_block;
-  int pieces = 1;  // as in send: few tokens are cut into pieces
+  int pieces = 1;  // as in send
   while (pieces < kCombineSlices && tokens * pieces * 2 <= groups) pieces *= 2;
   for (size_t flat = size_t(blockIdx.x) * per_block + threadIdx.x / kCombineGroup; flat < tokens * pieces; flat += groups) {
     const size_t t = flat / pieces;
     const Span piece = piece_of<N>(H, static_cast<int>(flat % pieces), pieces);
     const uint32_t ranks = launch.token_ranks[t] & delivered;
-    const T* parts[kMaxWorld];  // the partials of the ranks the token went to
+    const T* parts[kMaxWorld];
     int n = 0;
     for (int r = 0; r < launch.world; ++r) {
       if ((ranks >> r) & 1u) parts[n++] = partials + (r * launch.max_tokens + t) * H;
     }
     constexpr size_t kStep = size_t(kCombineGroup) * N;
     for (size_t h = piece.begin + lane * N; h < piece.end; h += kStep) {
-      if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {  // as in send: the next stretch into L2
+      if (lane % kLanesPerLine<T, N> == 0 && h + kStep < piece.end) {  // as in send
         for (int q = 0; q < n; ++q) kernels::prefetch_l2(parts[q] + h + kStep);
       }
       Lanes<T, N> sum{};
@@ -195,7 +182,7 @@ template <typename T>
 __global__ void __launch_bounds__(kMoeThreads) moe_combine_reduce(MoeLaunch launch) {
   constexpr int kVector = kernels::Vector<T>::kCount;
   kernels::start_dependent_kernel();  // send
-  if (blockIdx.x == 0 && threadIdx.x == 0) {  // send is over: every block read the plan and made its last claim
+  if (blockIdx.x == 0 && threadIdx.x == 0) {  // send is over: every plan read and claim made
     launch.combine_plan[2] = 0;
     *launch.combine_claims = 0;
   }
@@ -213,7 +200,7 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
     using T = typename decltype(tag)::type;
     if constexpr (std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half> || std::is_same_v<T, float>) {
       kernels::launch_dependent(moe_combine_send<T>, launch.blocks, kMoeThreads, stream, launch);
-      // The reduction strides over its tokens, so it keeps within the buffer's blocks (MoeShape::max_sms) too.
+      // Within the buffer's blocks (MoeShape::max_sms) too.
       kernels::launch_dependent(moe_combine_reduce<T>, std::min(kReduceBlocks, launch.blocks), kMoeThreads, stream, launch);
     } else {
       raise(ErrorCode::kInternal, "MoE combine reached with datatype {}", datatype_name(type));

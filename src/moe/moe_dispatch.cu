@@ -1,25 +1,10 @@
-// MoE dispatch, two launches on the caller's stream (moe_buffer.cpp enqueues them):
-//   1. route (experts + world blocks, and one that marks repeated ids): counts this rank's pairs per expert and tokens per destination rank, and
-//      numbers them in token order (pair_slot, slot_token) with block scans, so the layout is the same for the
-//      same routing every time. Each block writes its count into every rank's count matrix (parity =
-//      dispatches so far, so a fast rank's next dispatch never overwrites counts a slow rank still reads),
-//      tagged with the dispatch number: no fence, flag or barrier.
-//   2. scatter (launch.blocks blocks): waits for every count word to carry this dispatch's tag (and, when the
-//      last call on the buffer was a dispatch too, for every peer to enter this one: until then a peer may
-//      still expand the last one in rows this one overwrites), then computes every rank's layout. Rows move
-//      in rounds. In round m, block b sends the tokens [(m * blocks + b) * per_round, + per_round) of this rank's
-//      list for each destination, a warp per slice of a row: once into the destination (at the row of the
-//      token's first expert there: a token crosses NVLink once per rank however many of its experts that rank
-//      holds), with the token's record (its rows there, weights, experts). Block b then signals the same block
-//      of every peer and, while its stores land, copies the round's rows for this rank straight to every row
-//      they fill (when half the blocks send every list in one round, as for a decode batch, block
-//      active_blocks + b copies block b's rows for this rank instead, beside the sends). It then waits for the
-//      peers' round m - 1 (which block b of every rank sent alike, so it knows which tokens arrived) and expands
-//      it: copies the arrived slice into the token's other rows here and writes the rows' metadata. Expanding one
-//      round while the next is on the wire keeps HBM copies under NVLink time. The block ends after the last
-//      round's expansion. The dispatch count advances once every block has read it (before the count waits).
+// MoE dispatch, expert-major layout, two launches (docs/dev/moe.md, "Expert-major dispatch"):
+//   1. route: numbers this rank's pairs per expert and tokens per destination in token order, and writes the
+//      counts, tagged, into every rank's count matrix.
+//   2. scatter: once the tags match, every rank computes every rank's layout; rows move in rounds, a token once
+//      into each peer (at its first expert's row there), then expanded there into its other rows.
 // A destination whose rows would exceed the capacity gets none (every sender sees the same layout) and reports
-// it; expert ids outside [-1, E) are skipped and reported; T above max_tokens makes the call send nothing.
+// it; ids outside [-1, E) are skipped and reported; T above max_tokens sends nothing.
 #include <cub/block/block_scan.cuh>
 
 #include "braid/moe.hpp"
@@ -42,13 +27,11 @@ constexpr unsigned int kFullWarp = 0xffffffffu;
 
 __device__ __forceinline__ unsigned int lane() { return threadIdx.x & 31u; }
 
-// A token's expert ids as loaded, at most kMaxTopK int64.
 constexpr int kRawVectors = kMaxTopK * sizeof(int64_t) / 16;
 struct RawIds {
   uint4 v[kRawVectors];
 };
 
-// Token t's ids as the routing uses them (decode_expert_ids, moe_layout.cuh), from its raw ids.
 template <typename Index>
 __device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds& raw, size_t t, size_t tokens,
                                            bool reporter, int32_t (&ids)[kMaxTopK]) {
@@ -57,9 +40,7 @@ __device__ __forceinline__ void decode_ids(const MoeLaunch& launch, const RawIds
   }, reporter, ids);
 }
 
-// The route's last block: a token per thread, the pairs that repeat an id of their token get slot -1 (scatter
-// sends no row for them) and are reported. A block of its own, beside those that count, keeps the search off
-// their path.
+// The route's last block: repeated pairs get slot -1 (no row) and are reported, off the counting blocks' path.
 template <typename Index>
 __device__ void mark_repeats(const MoeLaunch& launch, size_t tokens) {
   const int K = launch.top_k;
@@ -75,7 +56,7 @@ template <typename Index>
 __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   using Scan = cub::BlockScan<int, kMoeThreads>;
   __shared__ typename Scan::TempStorage scan;
-  kernels::start_dependent_kernel();  // the last combine or dispatch on the stream (combine_plan, epoch)
+  kernels::start_dependent_kernel();  // the last combine or dispatch (combine_plan, epoch)
   const size_t tokens = call_tokens(launch);
   if (blockIdx.x == static_cast<unsigned>(launch.experts + launch.world)) {
     mark_repeats<Index>(launch, tokens);
@@ -84,12 +65,10 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   const int K = launch.top_k, L = launch.local_experts;
   const bool expert_block = blockIdx.x < static_cast<unsigned>(launch.experts);
   const int target = expert_block ? blockIdx.x : blockIdx.x - launch.experts;  // expert, or destination rank
-  const bool reporter = !expert_block && target == 0;  // one block reports bad ids and writes token_ranks
+  const bool reporter = !expert_block && target == 0;  // reports bad ids, writes token_ranks
   const int low = expert_block ? target : target * L, high = expert_block ? target + 1 : low + L;  // its experts
   const ExpertRanks expert_ranks(L);
-  // A token's ids, loaded together (one memory latency per token, not one per id), as 16-byte vectors where the
-  // ids of a token allow it, and kept raw until they are used: the next chunk's loads stay in flight behind
-  // this chunk's scan instead of being waited for where they are issued.
+  // Ids loaded together and kept raw until used: the next chunk's loads stay in flight behind this chunk's scan.
   const bool vectors = (K * sizeof(Index)) % 16 == 0 && reinterpret_cast<uintptr_t>(launch.topk_idx) % 16 == 0;
   const int vectors_per_token = static_cast<int>(K * sizeof(Index) / 16);
   auto load_raw = [&](size_t t, RawIds& raw) {
@@ -111,8 +90,6 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   auto decode = [&](size_t t, const RawIds& raw, int32_t (&ids)[kMaxTopK]) {
     decode_ids<Index>(launch, raw, t, tokens, reporter, ids);
   };
-  // A token per thread and a block scan per kMoeThreads tokens: consecutive threads read consecutive tokens'
-  // ids, so a warp's loads coalesce and no thread waits on several tokens' loads in turn.
   int32_t ids[kMaxTopK];
   RawIds raw{};
   load_raw(threadIdx.x, raw);
@@ -122,8 +99,7 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     const size_t t = chunk + threadIdx.x;
     load_raw(t + kMoeThreads, raw);
     uint32_t ranks = 0;
-    // This block's share of token t: 1 when it names expert `target` (a repeat is refused), or when a pair goes to
-    // rank `target`: a 0/1 share needs no search for repeats.
+    // 0 or 1 (names expert `target`, or goes to rank `target`): no search for repeats.
     int mine = 0;
 #pragma unroll
     for (int k = 0; k < kMaxTopK; ++k) {
@@ -133,12 +109,12 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
     mine = mine > 0;
     int before = 0, total = 0;
     Scan(scan).ExclusiveSum(mine, before, total);
-    int64_t slot = running + before;  // numbered in token order, then k
+    int64_t slot = running + before;
     if (t < tokens) {
       if (expert_block) {
 #pragma unroll
         for (int k = 0; k < kMaxTopK; ++k) {
-          if (ids[k] == target && mine) {  // the first pair naming the expert; the reporter marks any repeat
+          if (ids[k] == target && mine) {  // the first pair naming the expert
             launch.pair_slot[t * K + k] = static_cast<int32_t>(slot);
             mine = 0;
           }
@@ -149,12 +125,12 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
       }
     }
     running += total;
-    decode(t + kMoeThreads, raw, ids);  // the wait for the next chunk's loads, after this chunk's work
+    decode(t + kMoeThreads, raw, ids);  // waits for the next chunk's loads
     __syncthreads();  // the scan's storage is reused
   }
   if (threadIdx.x < static_cast<unsigned>(launch.world)) {
-    // The count straight into every rank's count matrix (parity = dispatches so far, so a fast rank's next
-    // dispatch never overwrites counts a slow rank still reads), tagged: no fence, no flag, nothing waits here.
+    // Parity = dispatches so far: a fast rank's next dispatch never overwrites counts a slow rank still reads.
+    // No fence or flag (count_tag_of).
     const uint64_t epoch = *launch.epoch;
     device::store_relaxed_system(&count_row(launch, threadIdx.x, epoch & 1, launch.rank)[blockIdx.x],
                                  count_tag_of(epoch) | static_cast<uint64_t>(running));
@@ -162,25 +138,21 @@ __global__ void __launch_bounds__(kMoeThreads) moe_route(MoeLaunch launch) {
   if (threadIdx.x == 0 && blockIdx.x == 0) {
     *launch.tokens = static_cast<int64_t>(tokens);
     launch.combine_plan[3] = launch.combine_plan[2];  // the last call was a dispatch: scatter's entry barrier
-    launch.combine_plan[2] = 1;                       // a dispatch with no combine after it yet
+    launch.combine_plan[2] = 1;                       // no combine after this dispatch yet
   }
 }
 
-// How scatter and the next combine cut their work (moe_plan.hpp), and what this rank sends and receives: the
-// same on every rank but for the last two.
+// The plans (the same on every rank), and what this rank sends and receives.
 struct Rounds {
   ScatterPlan scatter;
   CombinePlan combine;
-  int64_t sent[kMaxWorld];      // this rank's tokens for each rank (0 for a rank whose rows overflow)
-  int64_t received[kMaxWorld];  // each rank's tokens for this rank (0 when this rank's rows overflow)
+  int64_t sent[kMaxWorld];      // 0 for a rank whose rows overflow
+  int64_t received[kMaxWorld];  // 0 when this rank's rows overflow
 };
 static_assert(kRowVectorBytes == kernels::kVectorBytes, "slices are whole vectors");
 
-// From the tokens every rank sends every rank (pairs[s * world + r], in shared memory), in two steps:
-// plan_rounds_early by one warp beside the layout's scans (it needs the counts alone), assuming every rank's rows
-// fit; plan_rounds_late by the first warp after the layout, which leaves out ranks whose rows overflow (and
-// only then plans combine again, by thread 0). Planned by one thread after the layout, it would sit between the
-// layout and every block's first store; beside the scans most of it is hidden.
+// From pairs[s * world + r] (tokens s sends r): plan_rounds_early beside the layout's scans (off the path to the
+// first store) assuming every rank's rows fit; plan_rounds_late after, leaving out ranks whose rows overflow.
 __device__ __forceinline__ int64_t warp_max(int64_t value) {
 #pragma unroll
   for (int d = 16; d > 0; d /= 2) value = max(value, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, value, d)));
@@ -191,7 +163,7 @@ __device__ void plan_rounds_early(const MoeLaunch& launch, const int64_t* pairs,
   const int W = launch.world, lane = static_cast<int>(threadIdx.x % 32);
   int64_t longest = 0, most_received = 0;
   for (int i = lane; i < W * W; i += 32) longest = max(longest, pairs[i]);
-  for (int r = lane; r < W; r += 32) {  // the tokens rank r receives, from every source
+  for (int r = lane; r < W; r += 32) {
     int64_t received = 0;
     for (int s = 0; s < W; ++s) received += pairs[s * W + r];
     most_received = max(most_received, received);
@@ -200,7 +172,7 @@ __device__ void plan_rounds_early(const MoeLaunch& launch, const int64_t* pairs,
   most_received = warp_max(most_received);
   if (lane == 0) {
     rounds.scatter = plan_scatter(launch.row_bytes, static_cast<uint32_t>(longest), gridDim.x);
-    rounds.combine = plan_combine(most_received, gridDim.x);  // by the tokens of the rank that received most
+    rounds.combine = plan_combine(most_received, gridDim.x);
   }
 }
 
@@ -225,21 +197,16 @@ __device__ void plan_rounds_late(const MoeLaunch& launch, const int64_t* pairs, 
   rounds.combine = plan_combine(most_received, gridDim.x);
 }
 
-// The part of a row this warp moves: [begin, begin + bytes).
 struct Slice {
   size_t begin, bytes;
 };
 
-// A warp works on several ranks at once, lane q * K + k holding pair k of the q-th rank of a pass, so the loads
-// one token needs (its index, then its ids, slots, weights or record words) are in flight for every rank of the
-// pass together: one chain of dependent loads per pass, not one per rank.
+// Lane q * K + k holds pair k of the q-th rank of a pass: one chain of dependent loads per pass, not per rank.
 __device__ __forceinline__ int ranks_per_pass(int top_k) { return 32 / top_k; }
 static_assert(kMaxTopK < 32, "a token's pairs are a bit mask of a warp's lanes");
 __device__ __forceinline__ unsigned int pair_mask(int top_k) { return (1u << top_k) - 1u; }
 
-// Lane k's pair of the i-th token this rank sends rank r: the token, the pair's expert (-1: none, or refused),
-// its row on r (-1: the expert is not on r) and, with `weights`, its routing weight. The pair's slot and weight
-// are loaded with its id, not after it.
+// Lane k's pair of the i-th token sent rank r (row -1: not on r); slot and weight are loaded with the id.
 struct SentPair {
   int32_t token;
   int expert;
@@ -252,7 +219,7 @@ __device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Lay
   const int L = launch.local_experts;
   SentPair pair{launch.slot_token[size_t(r) * launch.max_tokens + i], -1, -1, 0.0f};
   const int64_t id = expert_of<Index>(launch, pair.token, k);
-  const int32_t slot = launch.pair_slot[size_t(pair.token) * launch.top_k + k];  // meaningful only where the expert is on r
+  const int32_t slot = launch.pair_slot[size_t(pair.token) * launch.top_k + k];
   if (weights) pair.weight = launch.topk_weights[size_t(pair.token) * launch.top_k + k];
   pair.expert = id >= 0 && id < launch.experts ? static_cast<int>(id) : -1;
   if (pair.expert >= r * L && pair.expert < (r + 1) * L && slot >= 0) {  // slot -1: a repeated id (the route's)
@@ -261,11 +228,8 @@ __device__ __forceinline__ SentPair sent_pair(const MoeLaunch& launch, const Lay
   return pair;
 }
 
-// One warp over token i of this rank's lists for ranks me + first, first in [first_begin, first_end], a pass of
-// ranks_per_pass ranks at a time: visit(first, pair, rows) with this lane's pair (lane q * K + k: pair k of rank
-// me + first + q; token -1 and row -1 where that rank is out of range or was sent fewer than i + 1 tokens) and
-// `rows`, the warp's ballot of the lanes whose pair has a row (bits q * K .. q * K + K - 1 for the q-th rank);
-// the pairs' weights with `weights`. send_tokens and send_scales walk the pairs alike.
+// One warp, token i of the lists for ranks me + first, first in [first_begin, first_end], a pass at a time:
+// visit(first, pair, ballot of lanes with a row); token and row -1 past the range or the list.
 template <typename Index, typename Visit>
 __device__ __forceinline__ void for_each_sent_pass(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds,
                                                    int64_t i, int first_begin, int first_end, bool weights,
@@ -283,11 +247,8 @@ __device__ __forceinline__ void for_each_sent_pass(const MoeLaunch& launch, cons
   }
 }
 
-// One warp: slice `slice` of token i of this rank's list for ranks me + first, first in [first_begin, first_end]
-// (peers are [1, W - 1], this rank is W). Into a peer once, at the row of the token's first expert there (a
-// token crosses NVLink once per rank however many of its experts that rank holds), with the token's record (its
-// rows there, weights, experts) when `record`; into this rank straight to every row it fills, with the rows'
-// metadata.
+// One warp: `slice` of token i for ranks me + first (peers [1, W - 1], this rank W): into a peer once, with the
+// record when `record`; into this rank, every row with its metadata.
 template <typename Index>
 __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, Slice slice,
                             bool record, int first_begin, int first_end) {
@@ -303,14 +264,14 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
     const float weight = pair.weight;
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
       const int32_t token = __shfl_sync(kFullWarp, t, q * K);
-      if (token < 0) continue;  // nothing for this rank (the same for the whole warp)
+      if (token < 0) continue;  // warp-uniform
       const int destination = (me + first + q) % W;
-      const unsigned int valid = (valid_pass >> (q * K)) & pair_mask(K);  // not empty: the rank is in the token's list
+      const unsigned int valid = (valid_pass >> (q * K)) & pair_mask(K);
       const int n = __popc(valid);
       char* base = launch.peers[destination];
       char* rows = base + launch.layout.rows + slice.begin;
       const char* source = launch.x + size_t(token) * row_bytes + slice.begin;
-      if (destination != me) {  // the receiver expands it into the token's other rows there
+      if (destination != me) {  // the receiver expands it into the token's other rows
         char* primary = rows + __shfl_sync(kFullWarp, row, q * K + __ffs(valid) - 1) * row_bytes;
         group_copy_to(&primary, 1, source, slice.bytes, lane(), 32);
       } else {
@@ -346,8 +307,7 @@ __device__ void send_tokens(const MoeLaunch& launch, const Layout& layout, const
   });
 }
 
-// One warp: the slice of received token i of every peer, from the row that crossed into the token's other rows
-// here; with `metadata`, the rows' weights, experts, source rank and token from its record.
+// One warp: received token i's slice into its other rows, and with `metadata` the rows' metadata.
 __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int64_t i, Slice slice, bool metadata) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
@@ -360,7 +320,7 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
     int32_t token = -1, n = 0, row = -1, weight_bits = 0, expert = -1;
     if (group < per_pass && first + group < W && i < rounds.received[source]) {
       const int32_t* words = records + (size_t(source) * launch.max_tokens + i) * record_words(K);
-      token = words[0];  // the record's words, loaded together
+      token = words[0];
       n = min(max(words[1], 0), K);
       row = words[2 + k];
       if (metadata) {
@@ -370,7 +330,7 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
       if (k >= n) row = -1;
     }
     for (int q = 0; q < per_pass && first + q < W; ++q) {
-      const int count = __shfl_sync(kFullWarp, n, q * K);  // 0: nothing from this source
+      const int count = __shfl_sync(kFullWarp, n, q * K);
       if (count > 1) {
         char* rows = base + launch.layout.rows + slice.begin;
         char* destinations[kMaxTopK];
@@ -389,12 +349,9 @@ __device__ void expand_tokens(const MoeLaunch& launch, const Rounds& rounds, int
   }
 }
 
-// fp8 dispatch moves each token's scales apart from its rows, by the warp of the row's last slice (the first one
-// writes the records): inside the row loops above, the scales' copies would add to the loops' registers and make
-// scatter spill. A warp loads a token's scales once and stores them into every row they go to.
+// fp8 scales move apart from the rows (in the row loops scatter spilled), by the warp of the last slice.
 
-// One warp: `bytes` (whole Words) from `from` into the rows of `area` (`bytes` apart) that lanes first_lane + j
-// hold in `row`, for the bits j of `rows` (the same on every lane).
+// One warp: `bytes` into the rows of `area` that lanes first_lane + j hold in `row`, for bits j of `rows`.
 template <typename Word>
 __device__ __forceinline__ void copy_to_rows(const char* from, char* area, size_t bytes, int64_t row, int first_lane,
                                              unsigned int rows) {
@@ -410,8 +367,7 @@ __device__ __forceinline__ void copy_to_rows(const char* from, char* area, size_
   }
 }
 
-// Scales are a multiple of 4 bytes (hidden is a multiple of kMoeScaleColumns); 16-byte vectors where every row's
-// and the source's address allow.
+// Scales are a multiple of 4 bytes (kMoeScaleColumns); 16-byte vectors where the addresses allow.
 __device__ __forceinline__ void copy_scales(const char* from, char* area, size_t bytes, int64_t row, int first_lane,
                                             unsigned int rows) {
   if (bytes % 16 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0) {
@@ -421,9 +377,7 @@ __device__ __forceinline__ void copy_scales(const char* from, char* area, size_t
   }
 }
 
-// Token i's scales for ranks me + first, first in [first_begin, first_end]: into the rows send_tokens filled
-// (into a peer the row of the token's first expert there, which expand_scales copies on). Lanes as in
-// send_tokens: lane q * K + k holds pair k of the q-th rank of a pass.
+// Token i's scales into the rows send_tokens filled.
 template <typename Index>
 __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds, int64_t i, int first_begin,
                             int first_end) {
@@ -435,7 +389,7 @@ __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const
     for (int q = 0; q < per_pass && first + q <= first_end; ++q) {
       const int32_t token = __shfl_sync(kFullWarp, pair.token, q * K);
       unsigned int rows = (valid_pass >> (q * K)) & pair_mask(K);
-      if (token < 0 || rows == 0) continue;  // the same for the whole warp
+      if (token < 0 || rows == 0) continue;  // warp-uniform
       const int destination = (me + first + q) % W;
       if (destination != me) rows &= ~rows + 1u;  // the first only
       copy_scales(launch.x_scales + size_t(token) * bytes, launch.peers[destination] + launch.layout.row_scales, bytes,
@@ -444,7 +398,7 @@ __device__ void send_scales(const MoeLaunch& launch, const Layout& layout, const
   });
 }
 
-// The scales of received token i of every peer, from the row that crossed into the token's other rows here.
+// Received token i's scales into its other rows.
 __device__ void expand_scales(const MoeLaunch& launch, const Rounds& rounds, int64_t i) {
   const int K = launch.top_k, me = launch.rank, W = launch.world;
   const int per_pass = ranks_per_pass(K);
@@ -463,15 +417,13 @@ __device__ void expand_scales(const MoeLaunch& launch, const Rounds& rounds, int
     }
     for (int q = 0; q < per_pass && first + q < W; ++q) {
       const int count = __shfl_sync(kFullWarp, n, q * K);
-      if (count < 2) continue;  // the same for the whole warp
+      if (count < 2) continue;  // warp-uniform
       const int64_t primary = __shfl_sync(kFullWarp, row, q * K);
       copy_scales(area + primary * bytes, area, bytes, row, q * K, ((1u << count) - 1u) & ~1u);
     }
   }
 }
 
-// Padding rows of this rank's expert blocks (weight 0, expert, rank and token -1), the expert counts and
-// offsets, and what combine needs to know of this dispatch.
 __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, const Rounds& rounds) {
   const int me = launch.rank, L = launch.local_experts, first = me * L;
   const int64_t used = layout.rank_rows[me];
@@ -512,7 +464,7 @@ __device__ void write_outputs(const MoeLaunch& launch, const Layout& layout, con
   }
 }
 
-// kScales: fp8 dispatch (scales move too); a kernel of its own, so the other rows' kernel keeps its registers.
+// kScales: fp8, a kernel of its own so the others keep their registers.
 template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeLaunch launch) {
   __shared__ Layout layout;
@@ -522,18 +474,13 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   if (threadIdx.x == 0) failed = 0;
   const uint64_t epoch = kernels::read_launch_counter(launch.epoch);
-  // The last call on this buffer was a dispatch: a peer may still expand it in the rows and records this one
-  // overwrites. Every peer in this launch means it left that one. After a combine that is implied: peers left
-  // the last dispatch before they entered the combine this rank waited for.
+  // After a dispatch a peer may still expand it in the rows this one overwrites (implied after a combine).
   if (launch.combine_plan[3] != 0 && !device::barrier(launch.pad, blockIdx.x, launch.dispatch_id, kSiteEntryBarrier)) {
     return;
   }
-  // The epoch moves on once every block has read it, by the block's last thread (the count waits below take the
-  // first ones), so no fence and atomic end the kernel.
+  // Advanced once every block has read it (by the last thread), so no fence and atomic end the kernel.
   kernels::advance_once_read(launch.epoch, launch.blocks_done, epoch, blockDim.x - 1);
-  // Every rank's counts: each thread waits, with acquire loads, for some words of the matrix to carry this
-  // dispatch's tag. The tag and the count travel in one word, so the word that matched is the count: the tokens
-  // source s sends to rank r go to pairs[s][r] as observed, not read again.
+  // Each thread waits (acquire) for some count words' tags; pairs[s][r] keeps the word that matched, not reread.
   __shared__ int64_t pairs[kMaxWorld * kMaxWorld];
   const uint64_t parity = epoch & 1, tag = count_tag_of(epoch);
   const uint64_t* counts = count_matrix(launch, parity);
@@ -553,8 +500,7 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   }
   __syncthreads();
   if (failed) return;
-  // The __syncthreads above published pairs and ordered compute_layout's loads of the expert counts after the
-  // acquire loads that saw their tags; the last warp plans beside the scans.
+  // The __syncthreads published pairs and orders compute_layout's loads after the acquires that saw the tags.
   compute_layout(launch, parity, layout, [&] {
     if (threadIdx.x / 32 == kMoeWarps - 1) plan_rounds_early(launch, pairs, rounds);
   });
@@ -567,12 +513,12 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
   Slice slice{size_t(slice_index) * rounds.scatter.slice_bytes, 0};
   if (slice.begin < row_bytes) slice.bytes = min(rounds.scatter.slice_bytes, row_bytes - slice.begin);
   const bool first_slice = slice_index == 0;
-  const bool scales = kScales && slice_index == rounds.scatter.slices - 1;  // this warp moves the scales too
+  const bool scales = kScales && slice_index == rounds.scatter.slices - 1;
   const ScatterPlan& plan = rounds.scatter;
-  auto token_of = [&](int round, int b) {  // this warp's token of block b's round
+  auto token_of = [&](int round, int b) {
     return (int64_t(round) * gridDim.x + b) * plan.per_round + static_cast<int>(warp) / plan.slices;
   };
-  // A copier (plan.own_apart) copies the own rows of block `home`'s round; it neither sends, signals nor waits.
+  // A copier copies block `home`'s own rows; it neither sends, signals nor waits.
   const bool copier = plan.own_apart && static_cast<int>(blockIdx.x) >= plan.active_blocks;
   const int home = static_cast<int>(blockIdx.x) - (copier ? plan.active_blocks : 0);
   const int round_count = home < plan.active_blocks ? plan.rounds : 0;
@@ -584,19 +530,17 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
         if (scales) send_scales<Index>(launch, layout, rounds, i, 1, world - 1);
         __syncthreads();
         if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me) {
-          // No fence first: the signal's release is cumulative over the block's rows and records, which the
-          // __syncthreads ordered before it (a system-scope fence would only add a second wait for them).
+          // No fence: the release is cumulative over the rows and records the __syncthreads ordered before it.
           device::signal(launch.pad, blockIdx.x, threadIdx.x);
         }
       }
-      // This rank's own rows after the signal (or by a copier): their HBM copies overlap the release's wait for
-      // the peers' stores to land, instead of delaying the signal.
+      // Own rows after the signal (or by a copier): they overlap the release's wait for the peers' stores.
       if (copier || !plan.own_apart) {
         send_tokens<Index>(launch, layout, rounds, i, slice, first_slice, world, world);
         if (scales) send_scales<Index>(launch, layout, rounds, i, world, world);
       }
     }
-    if (round > 0 && !copier) {  // the previous round of every peer: wait, then expand what it sent
+    if (round > 0 && !copier) {  // the peers' previous round
       if (threadIdx.x < static_cast<unsigned>(world) && static_cast<int>(threadIdx.x) != me &&
           !device::wait(launch.pad, blockIdx.x, threadIdx.x, launch.dispatch_id, kSiteMoeRows)) {
         failed = 1;
@@ -614,9 +558,8 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_scatter(MoeL
 
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream) {
   const bool wide = index_type == DataType::kInt64;
-  const int route_blocks = launch.experts + launch.world + 1;  // the last one marks repeated ids (mark_repeats)
-  // Each launch may be scheduled while the kernel before it finishes (dependent_launch.cuh): scatter's blocks
-  // all wait on every peer, and are all resident by the time the next kernel's blocks may take a place.
+  const int route_blocks = launch.experts + launch.world + 1;  // the last one: mark_repeats
+  // Dependent launches: scatter's blocks, which wait on every peer, are all resident before the next kernel's.
   kernels::launch_dependent(wide ? moe_route<int64_t> : moe_route<int32_t>, route_blocks, kMoeThreads, stream, launch);
   const bool scales = launch.scale_bytes != 0;
   auto scatter = wide ? (scales ? moe_scatter<int64_t, true> : moe_scatter<int64_t, false>)

@@ -1,4 +1,4 @@
-// Launchers of the MoE kernels (moe_dispatch.cu, moe_combine.cu); each enqueues its launches on `stream`.
+// Launchers of the MoE kernels; each enqueues its launches on `stream`.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -12,10 +12,10 @@ constexpr int kReduceBlocks = 264;
 
 void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
-// The rank-major layout (moe_rank_major.cu): one launch each.
+// Rank-major (moe_rank_major.cu): one launch each.
 void launch_rank_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream);
-// Fixed rows in LL128 lines (moe_lines.cu), where MoeLaunch::slot_lines is not 0: one launch.
+// Fixed rows in LL128 lines (moe_lines.cu; slot_lines != 0): one launch.
 void launch_line_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 
 }  // namespace braid::moe

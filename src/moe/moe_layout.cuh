@@ -1,5 +1,5 @@
-// Device side shared by the MoE kernels: reading T and the expert ids, and the receive layout every rank
-// computes alike from the count matrix (so senders know where their rows go without asking the receiver).
+// Device code shared by the MoE kernels: T, the expert ids, and the expert-major receive layout every rank computes
+// alike from the count matrix.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,9 +12,7 @@ __device__ __forceinline__ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
-// Records a refused-data failure of this dispatch (device::record_data_error) out of line, so that its code
-// stays off the hot paths' instruction-cache lines; it takes what the record needs by value (a reference to
-// the launch would copy the launch to the stack in every kernel that calls it).
+// Out of line, off the hot paths' instruction-cache lines; by value (a launch reference copies it to the stack).
 __device__ __noinline__ inline void record_refused(device::ErrorWord* word, int rank, unsigned int collective,
                                                    unsigned int code, long long value, long long limit) {
   device::SignalPad pad{};
@@ -28,7 +26,7 @@ __device__ __forceinline__ void report_data_error(const MoeLaunch& launch, unsig
   record_refused(launch.pad.data_error, launch.pad.rank, launch.dispatch_id, code, value, limit);
 }
 
-// T of this call: the device scalar when given, else the host value; above max_tokens it is refused (0).
+// T of this call (the device scalar when given); above max_tokens it is refused as 0.
 __device__ inline size_t call_tokens(const MoeLaunch& launch) {
   int64_t tokens = launch.num_tokens_device != nullptr ? *launch.num_tokens_device : static_cast<int64_t>(launch.num_tokens);
   if (tokens < 0 || static_cast<uint64_t>(tokens) > launch.max_tokens) {
@@ -40,8 +38,7 @@ __device__ inline size_t call_tokens(const MoeLaunch& launch) {
   return static_cast<size_t>(tokens);
 }
 
-// Piece `piece` of `pieces` of `total` units, cut in whole multiples of Unit: [begin, end), empty past the end. A
-// block's tokens (Unit 1), a warp's slice of a row (whole vectors).
+// Piece `piece` of `pieces` of `total`, in whole Units; empty past the end.
 struct Span {
   size_t begin, end;
 };
@@ -52,21 +49,19 @@ __device__ __forceinline__ Span piece_of(size_t total, int piece, int pieces) {
   return {begin, min(total, begin + length)};
 }
 
-// Rows rounded up to the expert alignment; a 64-bit division (a long software sequence on the GPU) only for an
-// alignment that is not a power of two.
+// Rows rounded up to the expert alignment; a 64-bit division (long on the GPU) only for a non-power of two.
 __device__ __forceinline__ int64_t align_rows(int64_t rows, int alignment) {
   if ((alignment & (alignment - 1)) == 0) return (rows + alignment - 1) & ~static_cast<int64_t>(alignment - 1);
   return static_cast<int64_t>(align_up(static_cast<size_t>(rows), static_cast<size_t>(alignment)));
 }
 
-// Counts travel tagged: a count in the low 48 bits, the low 16 bits of (dispatches so far + 1) in the high 16,
-// in one 8-byte store. A reader knows a word is this dispatch's when the tag matches, so a count needs no fence
-// and no flag after it (a word of the dispatch two before, same parity, has another tag).
+// A count word: the count in the low 48 bits, (dispatches so far + 1) mod 2^16 in the high 16, one store. Its tag
+// says it is this dispatch's (two before, same parity, has another), so no fence or flag follows it.
 constexpr uint64_t kCountMask = (uint64_t(1) << 48) - 1;
 __device__ __forceinline__ uint64_t count_tag_of(uint64_t epoch) { return ((epoch + 1) & 0xffffu) << 48; }
 __device__ __forceinline__ int64_t count_value(uint64_t word) { return static_cast<int64_t>(word & kCountMask); }
 
-// This rank's count matrix for `parity`: [world][experts + world] tagged counts, in its own symmetric memory.
+// This rank's count matrix for `parity`: [world][experts + world] tagged counts.
 __device__ __forceinline__ const uint64_t* count_matrix(const MoeLaunch& launch, uint64_t parity) {
   const char* base = launch.peers[launch.rank] + launch.layout.counts;
   return reinterpret_cast<const uint64_t*>(base) + parity * launch.world * (launch.experts + launch.world);
@@ -77,15 +72,13 @@ __device__ __forceinline__ uint64_t* count_row(const MoeLaunch& launch, int owne
   return reinterpret_cast<uint64_t*>(base) + (parity * launch.world + source) * (launch.experts + launch.world);
 }
 
-// The rank holding expert e (0 <= e < kMaxExperts) by a multiplication: an integer division is a long instruction
-// sequence, and the routing loops need one per id. Exact: e * magic / 2^32 exceeds e / L by less than
-// e / 2^32 < 1 / L.
+// The rank of expert e < kMaxExperts by a multiplication, not a division. Exact: e * magic / 2^32 exceeds e / L by
+// less than e / 2^32 < 1 / L.
 struct ExpertRanks {
   uint64_t magic;
   __device__ explicit ExpertRanks(int local_experts)
       : magic(uint64_t(0xffffffffu / static_cast<uint32_t>(local_experts)) + 1) {}  // ceil(2^32 / L), 32-bit division
   __device__ __forceinline__ int of(int expert) const { return static_cast<int>((uint64_t(expert) * magic) >> 32); }
-  // The ranks a token's decoded ids (-1: none) go to, as bits.
   __device__ __forceinline__ uint32_t ranks_of(const int32_t (&ids)[kMaxTopK]) const {
     uint32_t ranks = 0;
 #pragma unroll
@@ -96,17 +89,14 @@ struct ExpertRanks {
   }
 };
 
-// Expert id of pair (t, k), widened; -1 for "no expert".
+// Expert id of pair (t, k); -1: no expert.
 template <typename Index>
 __device__ __forceinline__ int64_t expert_of(const MoeLaunch& launch, size_t t, int k) {
   return static_cast<int64_t>(static_cast<const Index*>(launch.topk_idx)[t * launch.top_k + k]);
 }
 
-// The ids of a token as the routing uses them: `id(k)` (an int64; -1 past K) with an id outside [-1, E)
-// replaced by -1 ("no expert"), which the `reporter` records (the first of the token's). Repeats stay:
-// repeated_ids finds them only where they matter. The ids are loaded together, then checked without a branch,
-// and the report is one call after the loop: a report in the unrolled loop puts its code between every two ids,
-// so the check of each id jumps to another instruction-cache line (a miss per id, microseconds a call in all).
+// Ids `id(k)` (-1 past K), those outside [-1, E) made -1 and reported by `reporter`; repeats stay. One report
+// after the loop: inside the unrolled loop it costs an instruction-cache miss per id.
 template <typename Id>
 __device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, Id&& id, bool reporter, int32_t (&ids)[kMaxTopK]) {
   int64_t loaded[kMaxTopK];
@@ -125,9 +115,8 @@ __device__ __forceinline__ void decode_expert_ids(const MoeLaunch& launch, Id&& 
   if (refused && reporter) report_data_error(launch, device::kErrorBadExpert, first_refused, launch.experts);
 }
 
-// The pairs of a token (decoded ids, -1 past K) that name an expert it named at a smaller k, as a bit mask of k;
-// with `report`, the first is recorded (kErrorRepeatedExpert) for token t. Straight-line code: a branch per k
-// would jump over the comparisons of the ids past K, to another instruction-cache line each time.
+// Bits k of the pairs repeating an expert of a smaller k; the first reported with `report`. Straight-line: a
+// branch per k would jump to another instruction-cache line.
 __device__ __forceinline__ uint32_t repeated_ids(const MoeLaunch& launch, const int32_t (&ids)[kMaxTopK], size_t t,
                                                  bool report) {
   uint32_t repeats = 0;
@@ -146,24 +135,22 @@ __device__ __forceinline__ uint32_t repeated_ids(const MoeLaunch& launch, const 
   return repeats;
 }
 
-// Where every expert's rows start on its rank, where this rank's pairs start inside each block, and how many
-// rows (padding included) every rank needs. Every thread of the block calls it; results in shared memory.
+// Where each expert's rows start, and this rank's pairs in them.
 struct Layout {
   int64_t expert_start[kMaxExperts];  // row of expert e's block on its rank
-  int64_t mine_before[kMaxExperts];   // rows of expert e's block that earlier source ranks fill
-  int64_t expert_rows[kMaxExperts];   // rows of expert e (all sources)
+  int64_t mine_before[kMaxExperts];   // rows of it that earlier source ranks fill
+  int64_t expert_rows[kMaxExperts];   // all sources
   int64_t rank_rows[kMaxWorld];       // rows rank r needs, padding included
 };
 
-// Every word of the count matrix must be this dispatch's (the caller waited for their tags). `alongside()` is
-// called by every thread between the expert totals and the scans (which use warps 0 to world - 1), so work that
-// needs neither (and what the block published before the call) overlaps the scans.
+// Every thread calls it once every count word carries this dispatch's tag. `alongside()` runs beside the scans
+// (warps 0 to world - 1).
 template <typename Alongside>
 __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, Layout& layout, Alongside&& alongside) {
   const uint64_t* counts = count_matrix(launch, parity);
   const int stride = launch.experts + launch.world;
   for (int e = threadIdx.x; e < launch.experts; e += blockDim.x) {
-    int64_t count[kMaxWorld];  // loaded together: one memory latency, not one per source
+    int64_t count[kMaxWorld];  // loaded together
 #pragma unroll
     for (int s = 0; s < kMaxWorld; ++s) count[s] = s < launch.world ? count_value(counts[s * stride + e]) : 0;
     int64_t total = 0, before = 0;
@@ -177,7 +164,7 @@ __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, 
   }
   __syncthreads();
   alongside();
-  // A warp per rank: its experts' blocks start at the exclusive scan of their aligned sizes, 32 experts a step.
+  // A warp per rank: exclusive scan of its experts' aligned sizes, 32 a step.
   const unsigned int lane = threadIdx.x % 32;
   for (int r = static_cast<int>(threadIdx.x / 32); r < launch.world; r += static_cast<int>(blockDim.x / 32)) {
     int64_t offset = 0;

@@ -1,31 +1,16 @@
-// MoE dispatch with fixed rows (MoeShape::low_latency) in LL128 lines (kernels/ll128.cuh), for buffers of at
-// most kLineTokens tokens a rank where every pair of GPUs carries lines whole (CollectiveContext::ll128_lines);
-// other fixed-row buffers take moe_rank_major.cu. One launch, no barrier and no signal: the rows carry their own
-// flags, and the receiver copies them out of its line area.
+// MoE dispatch with fixed rows in LL128 lines (kernels/ll128.cuh), one launch, for low-latency buffers of at most
+// kLineTokens tokens a rank where the GPUs carry lines whole (ll128_lines). No barrier, no signal: each line
+// carries the call's sequence as its flag. Per token, a source sends each peer a slot of lines (line_slot): line 0
+// its metadata there (index -1: a hole, and line 0 alone goes), then row and scales, each from a line of its own;
+// block 0 also sends each peer a line with T. Block b sends its tokens, then receives the same of every peer.
 //
-// Token t of rank s is row s * max_tokens + t on every rank it goes to. A source stores its own rows into its own
-// receive rows as they are, and sends each peer, for each of its tokens, a slot of lines in the peer's line area
-// (line_slot): line 0 the token's metadata on that peer (its index, or -1 where the token has no expert there, and
-// its local experts and weights), then the row, then its scales (fp8 dispatch), each from a line of its own. A
-// token with no expert on a peer sends the peer line 0 alone. Block 0 of the source also sends each peer a line
-// with its T. Every line carries the call's sequence as its flag.
-//   block b (launch.blocks blocks) sends tokens [b * c, (b + 1) * c) of its rank, c = ceil(T / blocks), a warp per
-//   (token, slice of its lines), each warp decoding its token's ids itself; then it receives the same tokens of
-//   every peer, a warp per (slot, slice): line 0 (written out as the row's metadata, its pairs counted per local
-//   expert) together with the slice's first lines, then the rest, written out as the row and its scales. The
-//   peers' T, which say which slots block b receives, are read by its last warp once its rows are on their way.
-//   Block 0 clears the expert counts once it has sent; every block adds its pairs into them once it has received
-//   and sees that done.
-//
-// Sequence: block b's dispatches in lines so far plus one (MoeLaunch::line_epochs[b]: block b alone reads and
-// advances it, so no grid-wide step ends the launch). Every block of every rank runs every dispatch, so the
-// sequences agree. A line of an earlier dispatch, or never written (the area starts zeroed), never carries this
-// one's. Two parities of the line area suffice: a rank writes parity p again only in the dispatch after next,
-// which starts after its own next dispatch has received every peer's lines, and a peer sends those only after its
-// kernels before them, this dispatch's receiving included, are complete (a buffer's kernels run in stream order,
-// each waiting for the one before it). The same holds for what the peers read during a combine: a rank's dispatch
-// receives a peer's lines only once the peer's last combine is complete. So a dispatch after a dispatch passes no
-// entry barrier.
+// NOTE [line sequence]
+// Block b's sequence is its dispatches in lines plus one (line_epochs[b], block b's alone, so no grid-wide step
+// ends the launch); every block of every rank runs every dispatch, so they agree. A line of an earlier dispatch,
+// or never written (zeroed), never carries this one's. Two parities suffice: a rank writes parity p again only
+// in the dispatch after next, after its next dispatch received every peer's lines, which a peer sends only once
+// its kernels before (this dispatch's receiving included) are complete. Likewise a peer's lines arrive only once
+// its last combine is complete. So a dispatch after a dispatch passes no entry barrier.
 #include "braid/moe.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/ll128.cuh"
@@ -42,40 +27,33 @@ using kernels::kLL128LineBytes;
 using kernels::kLL128LinePayload;
 using kernels::kLL128WarpWire;
 
-// Groups of 4 lines a warp loads and stores at once, and polls at once: their latencies overlap (in registers:
-// with more, the kernel would spill at its 64 registers a thread).
+// Groups of 4 lines a warp loads and stores, or polls, at once; more would spill at 64 registers a thread.
 constexpr int kGroupBatch = 4;
 constexpr int kPollBatch = 2;
 
-// Block b's tokens of a rank with `tokens` of them: [b * c, (b + 1) * c), c = ceil(tokens / blocks), as piece_of<1>
-// cuts them, in 32-bit arithmetic (a 64-bit division is a long software sequence, and the kernel's time is mostly
-// instructions on its path). A buffer in lines holds at most kLineTokens tokens a rank, so tokens, slots and their
-// items fit 32 bits.
+// Block b's tokens (as piece_of<1>) in 32-bit arithmetic: the kernel is bound by the instructions on its path.
 __device__ __forceinline__ Span block_tokens(size_t tokens) {
   const uint32_t total = static_cast<uint32_t>(tokens), length = (total + gridDim.x - 1) / gridDim.x;
   const uint32_t begin = min(total, blockIdx.x * length);
   return {begin, min(total, begin + length)};
 }
 
-// Rank `owner`'s line slot for token t of `source`, parity `parity`.
 __device__ __forceinline__ char* line_slot(const MoeLaunch& launch, int owner, uint32_t parity, int source, uint32_t t) {
   const uint32_t slot = (parity * launch.world + source) * static_cast<uint32_t>(launch.max_tokens) + t;
   return launch.peers[owner] + launch.layout.lines + uint64_t(slot) * static_cast<uint32_t>(launch.slot_lines * kLL128LineBytes);
 }
 
-// Rank `owner`'s line for the T of `source`.
 __device__ __forceinline__ char* tokens_line(const MoeLaunch& launch, int owner, uint32_t parity, int source) {
   return launch.peers[owner] + launch.layout.line_tokens + (parity * launch.world + source) * kLL128LineBytes;
 }
 
-// What a lane's part of line `line` of a slot holds: the row's bytes or its scales' from `offset` (up to `left` of
-// them there), or nothing (line 0, the metadata, and the padding past the scales). 32-bit: a row's bytes fit.
+// A lane's part of line `line` of a slot: row or scale bytes from `offset` (`left` of them), or nothing.
 struct LinePart {
   bool row, scales;
   uint32_t offset, left;
 };
 
-// The lane's part of its line: bytes [in_line, in_line + part_bytes) of the line's payload.
+// The lane's part: bytes [in_line, in_line + part_bytes) of its line.
 __device__ __forceinline__ uint32_t lane_in_line() { return (lane_id() & 7u) * 16u; }
 __device__ __forceinline__ uint32_t part_bytes() { return (lane_id() & 7u) == 7u ? 8u : 16u; }
 
@@ -97,10 +75,8 @@ __device__ __forceinline__ LinePart line_part(const MoeLaunch& launch, uint32_t 
   return where;
 }
 
-// A lane's part of a row or its scales, in and out of registers: the whole 8-byte aligned part inline, anything
-// else (a row's tail, a row not 8-byte aligned) out of line, which keeps the unrolled loops' code short. The out of
-// line parts take and give the words by value: an array whose address a call takes lives in local memory, and
-// each group's loads would then wait to be stored there before the next group's are issued.
+// Whole 8-byte aligned parts inline, the rest out of line and by value: an array whose address a call takes lives
+// in local memory, where each group's loads would wait to be stored before the next group's issue.
 struct PartWords {
   uint64_t low, high;
 };
@@ -133,10 +109,8 @@ __device__ __forceinline__ void store_row_part(char* destination, uint32_t left,
   }
 }
 
-// Line 0 of token t's slot on rank r, lanes 0-7 (the other lanes' words are not used): parts 0-1 the token's
-// local experts on r (16 int16, -1: none), parts 2-5 their weights (16 float, 0 where -1), part 6 the token's
-// index (int32; -1 when the token has no expert on r, whose row is then a hole), part 7 the flag. Lane k < K holds
-// the token's expert k (-1: none, refused or repeated) and its weight. Every lane calls it.
+// Line 0 of a slot on rank r, lanes 0-7: parts 0-1 the local experts (16 int16, -1: none), 2-5 their weights,
+// 6 the token's index (-1: a hole), 7 the flag. Lane k < K holds expert k and its weight.
 __device__ __forceinline__ void metadata_line(int expert, float weight, int r, int local_experts, int32_t token,
                                               uint64_t (&words)[2]) {
   const unsigned int lane = lane_id();
@@ -163,9 +137,8 @@ __device__ __forceinline__ void metadata_line(int expert, float weight, int r, i
   }
 }
 
-// Polls line 0 of a slot (`line0`: lanes 0-7 read it into `metadata`) and `count` groups from `wire` together,
-// until line 0 carries `flag` and either says the token has no row here (a hole, whose other lines never come;
-// `token` -1) or every group carries it too. One round trip where line 0 first, then the row, would take two.
+// Polls line 0 (lanes 0-7, into `metadata`) and `count` groups from `wire` together, one round trip not two,
+// until line 0 carries `flag` and either is a hole (`token` -1; no other line comes) or every group carries it.
 template <int kBatch>
 __device__ __forceinline__ bool poll_slot(const char* line0, const char* wire, int count, uint64_t flag,
                                           kernels::WarpPollBound& bound, uint64_t (&metadata)[2],
@@ -197,8 +170,7 @@ __device__ __forceinline__ bool poll_slot(const char* line0, const char* wire, i
   }
 }
 
-// This rank's metadata for its own row of token t (a hole when the token has no expert here), as a peer writes it
-// from line 0. Every lane calls it.
+// This rank's metadata for its own row of token t, as a peer writes it from line 0.
 __device__ __forceinline__ void write_own_metadata(const MoeLaunch& launch, size_t t, int expert, float weight) {
   const int me = launch.rank, K = launch.top_k, L = launch.local_experts;
   const unsigned int lane = lane_id();
@@ -216,8 +188,7 @@ __device__ __forceinline__ void write_own_metadata(const MoeLaunch& launch, size
   }
 }
 
-// Writes the metadata of row `row` (from `source`) held in line 0's words (lanes 0-7) and counts its pairs per
-// local expert into `block_pairs`. Every lane calls it.
+// Row `row`'s metadata from line 0's words (lanes 0-7), its pairs into `block_pairs`.
 __device__ __forceinline__ void write_metadata(const MoeLaunch& launch, int64_t row, int source, int32_t token,
                                               const uint64_t (&words)[2], uint32_t* block_pairs) {
   const int K = launch.top_k;
@@ -245,9 +216,7 @@ __device__ __forceinline__ void write_metadata(const MoeLaunch& launch, int64_t 
   }
 }
 
-// This dispatch's expert counts start at 0: block 0 clears them once its sending half is done (its sequence is
-// known then, and its rows are on their way) and then publishes `flag` (MoeLaunch::counts_cleared); every block
-// adds its pairs straight into them, after seeing it. All blocks are resident, so block 0 is running.
+// Block 0, once it has sent: clears the counts and publishes `flag`, after which every block adds its pairs.
 __device__ __forceinline__ void clear_counts(const MoeLaunch& launch, uint64_t flag) {
   for (int j = threadIdx.x; j < launch.local_experts; j += blockDim.x) launch.expert_counts[j] = 0;
   __syncthreads();
@@ -257,16 +226,14 @@ __device__ __forceinline__ void clear_counts(const MoeLaunch& launch, uint64_t f
   }
 }
 
-// Waits (thread 0) until block 0 has cleared this dispatch's expert counts; true once it has (else the wait gave
-// up, recorded for the host). Block 0 cleared them itself.
+// Thread 0: true once block 0 cleared the counts (it is resident, so it runs); false when the wait gave up.
 __device__ __forceinline__ bool counts_are_cleared(const MoeLaunch& launch, uint64_t flag) {
   if (blockIdx.x == 0 && launch.phase != kReceivingHalf) return true;
   return device::spin_until(launch.pad, [&] { return device::load_acquire_system(launch.counts_cleared) == flag; },
                             launch.dispatch_id, kSiteMoeCountsCleared, launch.rank, blockIdx.x);
 }
 
-// Adds the block's pairs per local expert into the expert counts (once `cleared`, thread 0's counts_are_cleared,
-// is set in shared memory) and clears them. False when the wait for the clearing gave up.
+// The block's pairs into the counts once `cleared`; false when that wait gave up.
 __device__ __forceinline__ bool add_pairs_to_counts(const MoeLaunch& launch, const int& cleared, uint32_t* block_pairs) {
   __syncthreads();
   if (!cleared) return false;
@@ -277,16 +244,12 @@ __device__ __forceinline__ bool add_pairs_to_counts(const MoeLaunch& launch, con
   return true;
 }
 
-// The peers' T as this block received them, read once per launch by one warp: the last warp once its sends are
-// issued, or, in the receiving half of a call split by a hook, warp 0 at its start.
 struct PeerTokens {
   uint32_t tokens[kMaxWorld];  // [p]: the T of peer me + p
   int state;                   // 0: not read yet, 1: read, 2: a wait gave up
 };
 
-// One warp: polls every peer's T line, up to 4 at once (lanes 8j to 8j + 7 the line of the j-th peer of a round),
-// keeps the T in `peers` and writes this rank's records of it (received_tokens, and the rows block b of the peer
-// sends here). A wait that times out names the round's first peer.
+// One warp: the peers' T lines, 4 at a time (lanes 8j to 8j + 7), into `peers`, `received` and block_rows.
 __device__ __forceinline__ void read_peer_tokens(const MoeLaunch& launch, uint64_t flag, PeerTokens* peers) {
   const int me = launch.rank, W = launch.world;
   const unsigned int lane = lane_id();
@@ -314,9 +277,7 @@ __device__ __forceinline__ void read_peer_tokens(const MoeLaunch& launch, uint64
   __syncwarp();
 }
 
-// Token t's experts, one per lane (k < K; -1 elsewhere), as one warp decodes them for itself: ids outside [-1, E)
-// and repeats of an id at a smaller k become -1. With `report` the first of each is recorded for the host, as the
-// other dispatches record them. `ranks`: the ranks the token goes to (bits; a repeat adds none).
+// Lane k's expert, as lane_expert from the loaded `id`; `ranks`: the token's ranks (bits).
 template <typename Index>
 __device__ __forceinline__ int warp_expert(const MoeLaunch& launch, int64_t id, size_t t, const ExpertRanks& expert_ranks,
                                            bool report, uint32_t& ranks) {
@@ -339,12 +300,8 @@ __device__ __forceinline__ int warp_expert(const MoeLaunch& launch, int64_t id, 
   return repeated ? -1 : expert;
 }
 
-// The sending half, by block b: T into every peer's T line (block 0), then, a warp per (token, slice of its
-// lines), the token's row and scales into this rank's row and into its slot of every peer it goes to. A warp
-// decodes its token itself (no pass over the block's tokens before the first store): its ids, its row slice and,
-// on slice 0, its weights are loaded at once. Slice 0 also writes the token's ranks and this rank's metadata and
-// pairs, and line 0 (the token's metadata there) into every peer. A redispatch takes the last dispatch's T and
-// ranks and moves the rows and scales only.
+// The sending half, a warp per (token, slice of its lines), each decoding its token itself (no pass before the
+// first store). A redispatch reuses the last T and ranks and moves rows and scales only.
 template <typename Index, bool kScales>
 __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, PeerTokens* peers) {
   const int me = launch.rank, W = launch.world, K = launch.top_k, L = launch.local_experts;
@@ -353,7 +310,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
   const size_t tokens = reuse ? static_cast<size_t>(*launch.tokens) : call_tokens(launch);
   const Span range = block_tokens(tokens);
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    if (!reuse) *launch.tokens = static_cast<int64_t>(tokens);  // for combine and a redispatch
+    if (!reuse) *launch.tokens = static_cast<int64_t>(tokens);
     int64_t* received = at_offset<int64_t>(launch.peers[me], launch.layout.received);
     received[me] = received[W + me] = static_cast<int64_t>(tokens);
   }
@@ -366,8 +323,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
   const uint32_t groups = static_cast<uint32_t>(launch.slot_lines / 4);
   const int slices = slices_for(range.end - range.begin), slice_bits = __ffs(slices) - 1;
   const uint32_t items = static_cast<uint32_t>(range.end - range.begin) * slices;
-  // This block's sequence, loaded in the warp's first round together with its first item's loads: a load of its
-  // own would put one more memory latency before the first store.
+  // Loaded with the first item's loads: one latency fewer before the first store.
   uint64_t flag = 0;
   uint32_t parity = 0;
   for (uint32_t item = warp;; item += kMoeWarps) {
@@ -378,7 +334,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
     const uint32_t per_slice = (groups + slices - 1) >> slice_bits;
     const uint32_t begin = min(groups, slice * per_slice), end = min(groups, begin + per_slice);
     const bool first_slice = begin == 0;
-    // One round of loads: the ids (or, for a redispatch, the ranks), the weights, the first groups of the row.
+    // One round of loads.
     int64_t id = -1;
     float weight = 0.0f;
     uint32_t ranks = 0;
@@ -405,7 +361,6 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
     if (first_round) {
       flag = launch.line_epochs[blockIdx.x] + 1;
       parity = flag & 1;
-      // Block 0's last warp stores T into every peer's T line (lanes 0-7: one line).
       if (blockIdx.x == 0 && warp == kMoeWarps - 1) {
 #pragma unroll 1
         for (int p = 1; p < W; ++p) {
@@ -414,7 +369,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
       }
       if (!has_item) break;
     }
-    // Slice 0 decodes the experts (and reports refused ids); the other slices need the token's ranks alone.
+    // Only slice 0 needs the experts.
     int expert = -1;
     if (!reuse && first_slice) {
       expert = warp_expert<Index>(launch, id, t, expert_ranks, true, ranks);
@@ -422,8 +377,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
       ranks = __reduce_or_sync(kFullWarp, id >= 0 && id < launch.experts ? 1u << expert_ranks.of(static_cast<int>(id)) : 0u);
     }
     if (first_slice) {
-      // Line 0 into every peer: the token's metadata there, or that it has none (a hole); it is what every
-      // receiving warp of the slot waits for, so it goes first.
+      // Line 0 into every peer first: every receiving warp of the slot waits for it.
 #pragma unroll 1
       for (int p = 1; p < W; ++p) {
         const int r = (me + p) % W;
@@ -432,14 +386,12 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
         if (lane < 8) kernels::store_wire16(line_slot(launch, r, parity, me, t) + lane * 16, metadata[0], lane == 7 ? flag : metadata[1]);
       }
       if (!reuse) {
-        // This rank's pairs and metadata, the token's ranks (for combine and a redispatch).
         if (expert >= me * L && expert < (me + 1) * L) atomicAdd(&block_pairs[expert - me * L], 1u);
         if (lane == 0) launch.token_ranks[t] = ranks;
         write_own_metadata(launch, t, expert, weight);
       }
     }
     if (ranks == 0) continue;
-    // The row and its scales, lines 1 on, into this rank's row and every peer the token goes to.
     for (uint32_t first = begin; first < end; first += kGroupBatch) {
       if (first != begin) {
         count = static_cast<int>(min(uint32_t(kGroupBatch), end - first));
@@ -456,7 +408,7 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
           if (where.scales) store_row_part(base + launch.layout.row_scales + row * launch.scale_bytes + where.offset, where.left, words[i]);
         }
       }
-      // Loops over the peers stay rolled (an unrolled loop to kMaxWorld jumps over instruction-cache lines).
+      // Rolled (instruction-cache lines).
 #pragma unroll 1
       for (int p = 1; p < W; ++p) {
         const int r = (me + p) % W;
@@ -470,16 +422,13 @@ __device__ uint64_t send_lines(const MoeLaunch& launch, uint32_t* block_pairs, P
       }
     }
   }
-  // The last warp reads the peers' T for the receiving half (their lines left at the peers' start) once its rows
-  // are on their way, while the other warps may still be sending: a wait for a peer does not hold back its stores.
+  // The last warp reads the peers' T once its rows are on their way, so a wait for a peer holds back no store.
   if (warp == kMoeWarps - 1 && launch.phase == kWholeCall) read_peer_tokens(launch, flag, peers);
   return flag;
 }
 
-// The receiving half, by block b: tokens [b * c, (b + 1) * c) of every peer, c = ceil(T of that peer / blocks).
-// Every warp reads the peers' T itself (no block barrier before its first slot). With `cleared`, thread 0 then
-// waits for the cleared expert counts (counts_are_cleared) while the other warps may still be receiving. False
-// once a wait gave up (on every thread).
+// The receiving half; with `cleared`, thread 0 then waits for the counts' clearing while other warps receive.
+// False on every thread once a wait gave up.
 template <typename Index, bool kScales>
 __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* block_pairs, PeerTokens* peers, int* cleared) {
   const int me = launch.rank, W = launch.world;
@@ -489,7 +438,7 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
   __shared__ int failed;
   if (threadIdx.x == 0) failed = 0;
   __syncthreads();
-  if (peers->state == 0) {  // the receiving half of a split call: no warp read the peers' T while sending
+  if (peers->state == 0) {  // a split call
     if (warp == 0) read_peer_tokens(launch, flag, peers);
     __syncthreads();
   }
@@ -504,7 +453,6 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
   const int slices = slices_for(tokens_here), slice_bits = __ffs(slices) - 1;
   const uint32_t items = tokens_here * slices;
   for (uint32_t item = warp; item < items; item += kMoeWarps) {
-    // Item -> (peer, token, slice): the peers' tokens in turn.
     uint32_t u = item >> slice_bits;  // slices is a power of two
     int p = 1;
     Span range = block_tokens(peers->tokens[1]);
@@ -530,7 +478,7 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
     }
     const int64_t row = int64_t(s) * int64_t(launch.max_tokens) + int64_t(t);
     if (begin == 0 && !reuse) write_metadata(launch, row, s, token, metadata, block_pairs);
-    if (token < 0) continue;  // a hole: line 0 alone came
+    if (token < 0) continue;  // a hole
     char* rows = launch.peers[me] + launch.layout.rows + size_t(row) * launch.row_bytes;
     char* scales = launch.peers[me] + launch.layout.row_scales + size_t(row) * launch.scale_bytes;
     bool stop = false;
@@ -562,11 +510,11 @@ __device__ bool receive_lines(const MoeLaunch& launch, uint64_t flag, uint32_t* 
 
 template <typename Index, bool kScales>
 __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_line_dispatch(MoeLaunch launch) {
-  __shared__ uint32_t block_pairs[kMaxExperts];  // this block's pairs per local expert
+  __shared__ uint32_t block_pairs[kMaxExperts];
   kernels::start_dependent_kernel();  // the last call on the buffer, and this block's last sequence
   if (device::rank_stopped(launch.pad)) return;  // NOTE [stopped ranks]: nothing written, nothing posted
   const bool routed = !launch.reuse_routing;
-  __shared__ int cleared;  // this dispatch's expert counts are cleared (block 0): pairs may be added
+  __shared__ int cleared;  // block 0 cleared this dispatch's counts
   __shared__ PeerTokens peers;
   if (threadIdx.x == 0) peers.state = 0;
   for (int j = threadIdx.x; j < launch.local_experts; j += blockDim.x) block_pairs[j] = 0;
@@ -583,10 +531,10 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_line_dispatc
     if (routed) add_pairs_to_counts(launch, cleared, block_pairs);
     return;
   }
-  // Block 0 cleared the counts once it had sent: by the end of thread 0's receiving the wait is one load.
+  // By now the wait is one load.
   if (!receive_lines<Index, kScales>(launch, flag, block_pairs, &peers, routed ? &cleared : nullptr)) return;
   if (routed && !add_pairs_to_counts(launch, cleared, block_pairs)) return;
-  // Only this block reads its sequence, at its start.
+  // NOTE [line sequence]: only this block reads it, at its start.
   if (threadIdx.x == 0) {
     launch.line_epochs[blockIdx.x] = flag;
     launch.combine_plan[2] = 1;  // a dispatch with no combine after it yet
@@ -596,7 +544,6 @@ __global__ void __launch_bounds__(kMoeThreads, kMoeBlocksPerSm) moe_line_dispatc
 }  // namespace
 
 void launch_line_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream) {
-  // Rows without scales (all but fp8 dispatch) get kernels without the scales' code.
   auto kernel = index_type == DataType::kInt64
                     ? (launch.scale_bytes != 0 ? moe_line_dispatch<int64_t, true> : moe_line_dispatch<int64_t, false>)
                     : (launch.scale_bytes != 0 ? moe_line_dispatch<int32_t, true> : moe_line_dispatch<int32_t, false>);

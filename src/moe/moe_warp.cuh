@@ -1,5 +1,4 @@
-// Warp and block helpers shared by the rank-major MoE kernels (moe_rank_major.cu, moe_lines.cu): how a block's
-// warps cut its tokens' rows, a token's expert ids one per lane, and the last block of a launch.
+// Warp and block helpers of the rank-major MoE kernels (moe_rank_major.cu, moe_lines.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,15 +12,15 @@ constexpr unsigned int kFullWarp = 0xffffffffu;
 
 __device__ __forceinline__ unsigned int lane_id() { return threadIdx.x & 31u; }
 
-// A warp moves one slice of a row: as many slices a token as keep every warp of the block busy (a power of two).
+// Slices a token's row is cut into, a warp each: a power of two keeping every warp busy.
 __device__ __forceinline__ int slices_for(size_t tokens_here) {
   int slices = 1;
   while (slices < kMoeWarps && size_t(slices) * 2 * tokens_here <= size_t(kMoeWarps)) slices *= 2;
   return slices;
 }
 
-// Lane k's expert of token t (k < top_k; -1 elsewhere): -1 for "no expert", an id outside [-1, E), or the repeat
-// of an id at a smaller k (the route pass reported those). Every lane of the warp calls it.
+// Lane k's expert of token t; -1 past top_k, for an id outside [-1, E) and for a repeat of an id at a smaller k
+// (reported where the ids are decoded). Every lane calls it.
 template <typename Index>
 __device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
   const int k = static_cast<int>(lane_id());
@@ -36,8 +35,7 @@ __device__ __forceinline__ int lane_expert(const MoeLaunch& launch, size_t t) {
   return repeated ? -1 : expert;
 }
 
-// Every block calls it once its work is done; the last of the launch to get here returns true, with every other
-// block's writes visible to it.
+// Called by every block once done: true in the last one, which then sees every other block's writes.
 __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
   __shared__ bool last;
   __syncthreads();
