@@ -575,4 +575,32 @@ TEST_F(LauncherTest, HelpAndVersion) {
   EXPECT_TRUE(version.out.starts_with("braid-run ")) << version.out;
 }
 
+// docs/braid-run.md lists every option --help prints, each in backquotes, and no option --help lacks.
+TEST_F(LauncherTest, TheDocsListEveryOptionOfHelp) {
+  Outcome help = run_braid_run({"--help"});
+  ASSERT_EQ(help.exit_code, 0);
+  std::ifstream file(std::string(BRAID_SOURCE_DIR) + "/docs/braid-run.md");
+  ASSERT_TRUE(file.good()) << "docs/braid-run.md is missing";
+  std::stringstream doc;
+  doc << file.rdbuf();
+  const std::regex option(R"((^|[ ,`])(--[a-z][a-z-]*|-[a-z])\b)");
+  auto options_of = [&](const std::string& text) {
+    std::set<std::string> found;
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), option); it != std::sregex_iterator(); ++it) {
+      found.insert((*it)[2]);
+    }
+    return found;
+  };
+  const std::string listed = help.out.substr(help.out.find("options:"));
+  const std::set<std::string> in_help = options_of(listed);
+  EXPECT_GE(in_help.size(), 6u) << listed;
+  for (const std::string& name : in_help) {
+    EXPECT_NE(doc.str().find("`" + name), std::string::npos) << name << " (braid-run --help) is not in docs/braid-run.md";
+  }
+  const std::string table = doc.str().substr(doc.str().find("## Options"));
+  for (const std::string& name : options_of(table.substr(0, table.find("\n\n")))) {
+    EXPECT_TRUE(in_help.count(name) > 0) << name << " (docs/braid-run.md) is not an option of braid-run --help";
+  }
+}
+
 }  // namespace
