@@ -6,6 +6,7 @@
 #define BRAID_BRAID_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -46,8 +47,26 @@ typedef enum {
   braidFloat8e5m2 = 11
 } braidDataType_t;
 
+/* Same values as braid::ReduceOp. braidAvg: the sum divided by the number of ranks, once, at the end. */
+typedef enum { braidSum = 0, braidProd = 1, braidMax = 2, braidMin = 3, braidAvg = 4 } braidRedOp_t;
+
 /* A cudaStream_t (the CUDA runtime defines it as exactly this), without including CUDA headers. */
 typedef struct CUstream_st* braidStream_t;
+
+typedef struct braidRegisteredBuffer* braidRegisteredBuffer_t;
+typedef struct braidExportedHandle* braidExportedHandle_t;
+typedef struct braidImportedMemory* braidImportedMemory_t;
+typedef struct braidGlobalMemory* braidGlobalMemory_t;
+
+/* One op of a braidSendRecv batch (braid::PointToPoint): count elements of datatype at buffer. */
+typedef enum { braidP2PSend = 0, braidP2PRecv = 1 } braidP2PKind_t;
+typedef struct {
+  braidP2PKind_t kind;
+  int peer;
+  void* buffer; /* braidP2PSend: read; braidP2PRecv: written */
+  size_t count;
+  braidDataType_t datatype;
+} braidP2POp_t;
 
 const char* braidGetErrorString(braidResult_t result); /* name of a code */
 const char* braidGetLastError(void);                   /* message of this thread's last failure, or "" */
@@ -74,12 +93,74 @@ braidResult_t braidSymmetricDevicePeers(braidSymmetricMemory_t memory, void* con
  * consecutive ranks in the view (each rank's mapped size, also without a view). */
 braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, size_t* stride);
 
+/* Collectives, stream-ordered and CUDA-graph capturable, with NCCL's argument order and the rules of
+ * braid::Communicator's (braid.hpp): every rank calls them in the same order with the same count, datatype, op and
+ * root; in place as NCCL takes it; a count of 0 moves nothing. A failure on the GPU (a peer that never arrives,
+ * ranks that disagree) is returned by the next call of the communicator, or by braidCommCheck. */
+braidResult_t braidAllReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidStream_t stream);
+braidResult_t braidReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidStream_t stream);
+braidResult_t braidReduceScatter(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidStream_t stream);
+braidResult_t braidAllGather(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidStream_t stream);
+braidResult_t braidBroadcast(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidStream_t stream);
+/* sendbuff holds one block of count elements for every rank (braid::Communicator::all_to_all). */
+braidResult_t braidAllToAll(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidStream_t stream);
+/* MPI_Alltoallv's shape: host arrays of one entry per rank, in elements; NULL displacements: packed in rank
+ * order (braid::Communicator::all_to_allv). */
+braidResult_t braidAllToAllv(braidComm_t comm, const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                             void* recvbuff, const size_t* recvcounts, const size_t* rdispls, braidDataType_t datatype,
+                             braidStream_t stream);
+/* The send counts (and displacements, or NULL) in device memory as int64 elements; what arrives is packed into
+ * recvbuff (recvcapacity elements) and its counts and offsets written to the device arrays recvcounts and
+ * rdispls (may be NULL) (braid::Communicator::all_to_allv_device). */
+braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const int64_t* sendcounts,
+                                   const int64_t* sdispls, void* recvbuff, size_t recvcapacity, int64_t* recvcounts,
+                                   int64_t* rdispls, braidDataType_t datatype, braidStream_t stream);
+/* Returns a failure a kernel of this communicator recorded (braid::Communicator::check): a fatal one (timeout,
+ * mismatch) every time, refused data once. Does not synchronise. */
+braidResult_t braidCommCheck(braidComm_t comm);
+
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
  * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */
 braidResult_t braidSend(braidComm_t comm, const void* buffer, size_t count, braidDataType_t datatype, int peer,
                         braidStream_t stream);
 braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataType_t datatype, int peer,
                         braidStream_t stream);
+
+/* NCCL's group of sends and receives: every op of the batch in flight together (braid::Communicator::send_recv).
+ * ops may be NULL when count is 0. */
+braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream);
+
+/* User buffers served zero copy (braid::Communicator::register_buffer). braidDeregisterBuffer deregisters and
+ * frees the handle; it may come after braidCommDestroy. */
+braidResult_t braidRegisterBuffer(braidComm_t comm, void* pointer, size_t bytes, braidRegisteredBuffer_t* buffer);
+braidResult_t braidDeregisterBuffer(braidRegisteredBuffer_t buffer);
+
+/* Memory handles between processes of this host (braid::export_handle, braid::import_handle). The blob is
+ * *size bytes at *blob, valid while the handle lives; device < 0: the current device. */
+braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, braidExportedHandle_t* handle);
+braidResult_t braidExportedBlob(braidExportedHandle_t handle, const void** blob, size_t* size);
+braidResult_t braidExportedHandleFree(braidExportedHandle_t handle);
+braidResult_t braidImportHandle(const void* blob, size_t size, int device, braidImportedMemory_t* memory);
+braidResult_t braidImportedPointer(braidImportedMemory_t memory, void** pointer, size_t* bytes);
+braidResult_t braidImportedMemoryFree(braidImportedMemory_t memory);
+
+/* Every rank's exported range mapped here, and one-sided copies into and out of it (braid::Communicator::
+ * import_global, put, get, and all_to_all over it). braidGlobalMemoryFree may come after braidCommDestroy. */
+braidResult_t braidImportGlobal(braidComm_t comm, braidExportedHandle_t mine, braidGlobalMemory_t* memory);
+braidResult_t braidGlobalPeer(braidGlobalMemory_t memory, int rank, void** pointer, size_t* bytes);
+braidResult_t braidGlobalMemoryFree(braidGlobalMemory_t memory);
+braidResult_t braidPut(braidComm_t comm, braidGlobalMemory_t memory, int peer, size_t offset, const void* source,
+                       size_t bytes, braidStream_t stream);
+braidResult_t braidGet(braidComm_t comm, braidGlobalMemory_t memory, int peer, size_t offset, void* destination,
+                       size_t bytes, braidStream_t stream);
+braidResult_t braidAllToAllGlobal(braidComm_t comm, braidGlobalMemory_t sendmemory, void* recvbuff, size_t count,
+                                  braidDataType_t datatype, braidStream_t stream);
 
 #ifdef __cplusplus
 }

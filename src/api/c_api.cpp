@@ -2,6 +2,7 @@
 #include "braid/braid.h"
 
 #include <string>
+#include <vector>
 
 #include "braid/braid.hpp"
 #include "core/error.hpp"
@@ -18,11 +19,32 @@ static_assert(same_value(braidInt8, braid::DataType::kInt8) && same_value(braidU
                   same_value(braidFloat8e5m2, braid::DataType::kFloat8E5M2) && braid::kDataTypeCount == 12,
               "braidDataType_t and braid::DataType disagree");
 
+static constexpr bool same_op(braidRedOp_t c, braid::ReduceOp cpp) { return static_cast<int>(c) == static_cast<int>(cpp); }
+static_assert(same_op(braidSum, braid::ReduceOp::kSum) && same_op(braidProd, braid::ReduceOp::kProd) &&
+                  same_op(braidMax, braid::ReduceOp::kMax) && same_op(braidMin, braid::ReduceOp::kMin) &&
+                  same_op(braidAvg, braid::ReduceOp::kAvg) && braid::kReduceOpCount == 5,
+              "braidRedOp_t and braid::ReduceOp disagree");
+static_assert(static_cast<int>(braidP2PSend) == braid::PointToPoint::kSend &&
+                  static_cast<int>(braidP2PRecv) == braid::PointToPoint::kRecv,
+              "braidP2PKind_t and braid::PointToPoint::Kind disagree");
+
 struct braidComm {
   braid::Communicator comm;
 };
 struct braidSymmetricMemory {
   braid::SymmetricMemory memory;
+};
+struct braidRegisteredBuffer {
+  braid::RegisteredBuffer buffer;
+};
+struct braidExportedHandle {
+  braid::ExportedHandle handle;
+};
+struct braidImportedMemory {
+  braid::ImportedMemory memory;
+};
+struct braidGlobalMemory {
+  braid::GlobalMemory memory;
 };
 
 namespace {
@@ -51,6 +73,9 @@ template <typename T>
 void require(const T* pointer, const char* function, const char* argument) {
   if (pointer == nullptr) braid::raise_invalid_argument(function, argument, "is NULL");
 }
+
+braid::DataType data_type(braidDataType_t datatype) { return static_cast<braid::DataType>(datatype); }
+braid::ReduceOp reduce_op(braidRedOp_t op) { return static_cast<braid::ReduceOp>(op); }
 
 }  // namespace
 
@@ -181,6 +206,201 @@ braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataT
   return guarded([&] {
     require(comm, "braidRecv", "comm");
     comm->comm.recv(buffer, count, static_cast<braid::DataType>(datatype), peer, stream);
+  });
+}
+
+braidResult_t braidAllReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, braidRedOp_t op, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllReduce", "comm");
+    comm->comm.all_reduce(sendbuff, recvbuff, count, data_type(datatype), reduce_op(op), stream);
+  });
+}
+
+braidResult_t braidReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                          braidDataType_t datatype, braidRedOp_t op, int root, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidReduce", "comm");
+    comm->comm.reduce(sendbuff, recvbuff, count, data_type(datatype), reduce_op(op), root, stream);
+  });
+}
+
+braidResult_t braidReduceScatter(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 braidDataType_t datatype, braidRedOp_t op, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidReduceScatter", "comm");
+    comm->comm.reduce_scatter(sendbuff, recvbuff, recvcount, data_type(datatype), reduce_op(op), stream);
+  });
+}
+
+braidResult_t braidAllGather(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t sendcount,
+                             braidDataType_t datatype, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllGather", "comm");
+    comm->comm.all_gather(sendbuff, recvbuff, sendcount, data_type(datatype), stream);
+  });
+}
+
+braidResult_t braidBroadcast(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                             braidDataType_t datatype, int root, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidBroadcast", "comm");
+    comm->comm.broadcast(sendbuff, recvbuff, count, data_type(datatype), root, stream);
+  });
+}
+
+braidResult_t braidAllToAll(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                            braidDataType_t datatype, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllToAll", "comm");
+    comm->comm.all_to_all(sendbuff, recvbuff, count, data_type(datatype), stream);
+  });
+}
+
+braidResult_t braidAllToAllv(braidComm_t comm, const void* sendbuff, const size_t* sendcounts, const size_t* sdispls,
+                             void* recvbuff, const size_t* recvcounts, const size_t* rdispls, braidDataType_t datatype,
+                             braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllToAllv", "comm");
+    comm->comm.all_to_allv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, data_type(datatype), stream);
+  });
+}
+
+braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const int64_t* sendcounts,
+                                   const int64_t* sdispls, void* recvbuff, size_t recvcapacity, int64_t* recvcounts,
+                                   int64_t* rdispls, braidDataType_t datatype, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllToAllvDevice", "comm");
+    comm->comm.all_to_allv_device(sendbuff, sendcounts, sdispls, recvbuff, recvcapacity, recvcounts, rdispls,
+                                  data_type(datatype), stream);
+  });
+}
+
+braidResult_t braidCommCheck(braidComm_t comm) {
+  return guarded([&] {
+    require(comm, "braidCommCheck", "comm");
+    comm->comm.check();
+  });
+}
+
+braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidSendRecv", "comm");
+    if (ops == nullptr && count > 0) braid::raise_invalid_argument("braidSendRecv", "ops", "is NULL with count {}", count);
+    std::vector<braid::PointToPoint> batch(count);
+    for (size_t i = 0; i < count; ++i) {
+      batch[i] = braid::PointToPoint{static_cast<braid::PointToPoint::Kind>(ops[i].kind), ops[i].peer, ops[i].buffer,
+                                     ops[i].count, data_type(ops[i].datatype)};
+    }
+    comm->comm.send_recv(batch.data(), batch.size(), stream);
+  });
+}
+
+braidResult_t braidRegisterBuffer(braidComm_t comm, void* pointer, size_t bytes, braidRegisteredBuffer_t* buffer) {
+  return guarded([&] {
+    require(comm, "braidRegisterBuffer", "comm");
+    require(buffer, "braidRegisterBuffer", "buffer");
+    *buffer = nullptr;
+    *buffer = new braidRegisteredBuffer{comm->comm.register_buffer(pointer, bytes)};
+  });
+}
+
+braidResult_t braidDeregisterBuffer(braidRegisteredBuffer_t buffer) {
+  return guarded([&] { delete buffer; });
+}
+
+braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, braidExportedHandle_t* handle) {
+  return guarded([&] {
+    require(handle, "braidExportHandle", "handle");
+    *handle = nullptr;
+    *handle = new braidExportedHandle{braid::export_handle(pointer, bytes, device)};
+  });
+}
+
+braidResult_t braidExportedBlob(braidExportedHandle_t handle, const void** blob, size_t* size) {
+  return guarded([&] {
+    require(handle, "braidExportedBlob", "handle");
+    require(blob, "braidExportedBlob", "blob");
+    require(size, "braidExportedBlob", "size");
+    *blob = handle->handle.blob().data();
+    *size = handle->handle.blob().size();
+  });
+}
+
+braidResult_t braidExportedHandleFree(braidExportedHandle_t handle) {
+  return guarded([&] { delete handle; });
+}
+
+braidResult_t braidImportHandle(const void* blob, size_t size, int device, braidImportedMemory_t* memory) {
+  return guarded([&] {
+    require(memory, "braidImportHandle", "memory");
+    *memory = nullptr;
+    if (blob == nullptr && size > 0) braid::raise_invalid_argument("braidImportHandle", "blob", "is NULL with size {}", size);
+    const std::string text = blob == nullptr ? std::string() : std::string(static_cast<const char*>(blob), size);
+    *memory = new braidImportedMemory{braid::import_handle(text, device)};
+  });
+}
+
+braidResult_t braidImportedPointer(braidImportedMemory_t memory, void** pointer, size_t* bytes) {
+  return guarded([&] {
+    require(memory, "braidImportedPointer", "memory");
+    require(pointer, "braidImportedPointer", "pointer");
+    *pointer = memory->memory.data();
+    if (bytes != nullptr) *bytes = memory->memory.bytes();
+  });
+}
+
+braidResult_t braidImportedMemoryFree(braidImportedMemory_t memory) {
+  return guarded([&] { delete memory; });
+}
+
+braidResult_t braidImportGlobal(braidComm_t comm, braidExportedHandle_t mine, braidGlobalMemory_t* memory) {
+  return guarded([&] {
+    require(comm, "braidImportGlobal", "comm");
+    require(mine, "braidImportGlobal", "mine");
+    require(memory, "braidImportGlobal", "memory");
+    *memory = nullptr;
+    *memory = new braidGlobalMemory{comm->comm.import_global(mine->handle)};
+  });
+}
+
+braidResult_t braidGlobalPeer(braidGlobalMemory_t memory, int rank, void** pointer, size_t* bytes) {
+  return guarded([&] {
+    require(memory, "braidGlobalPeer", "memory");
+    require(pointer, "braidGlobalPeer", "pointer");
+    *pointer = memory->memory.peer(rank);
+    if (bytes != nullptr) *bytes = memory->memory.bytes(rank);
+  });
+}
+
+braidResult_t braidGlobalMemoryFree(braidGlobalMemory_t memory) {
+  return guarded([&] { delete memory; });
+}
+
+braidResult_t braidPut(braidComm_t comm, braidGlobalMemory_t memory, int peer, size_t offset, const void* source,
+                       size_t bytes, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidPut", "comm");
+    require(memory, "braidPut", "memory");
+    comm->comm.put(memory->memory, peer, offset, source, bytes, stream);
+  });
+}
+
+braidResult_t braidGet(braidComm_t comm, braidGlobalMemory_t memory, int peer, size_t offset, void* destination,
+                       size_t bytes, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidGet", "comm");
+    require(memory, "braidGet", "memory");
+    comm->comm.get(memory->memory, peer, offset, destination, bytes, stream);
+  });
+}
+
+braidResult_t braidAllToAllGlobal(braidComm_t comm, braidGlobalMemory_t sendmemory, void* recvbuff, size_t count,
+                                  braidDataType_t datatype, braidStream_t stream) {
+  return guarded([&] {
+    require(comm, "braidAllToAllGlobal", "comm");
+    require(sendmemory, "braidAllToAllGlobal", "sendmemory");
+    comm->comm.all_to_all(sendmemory->memory, recvbuff, count, data_type(datatype), stream);
   });
 }
 

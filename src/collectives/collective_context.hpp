@@ -1,11 +1,14 @@
 // What the CUDA backend's collectives need of a communicator's state (comm/comm_state.hpp).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <string>
 
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"  // kMaxBlocks
+#include "core/error.hpp"
 #include "core/side_stream.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/multicast.hpp"
@@ -43,8 +46,15 @@ struct CollectiveContext : detail::MemoryContext {
   bool ll128_lines = false;
 };
 
-// The ordering scope a call holds while it enqueues (after its checks), with its GPU current.
+// The ordering scope a call holds while it enqueues (after its checks), with its GPU current. Ranks that share a
+// GPU (ranks_per_gpu > 1) refuse the legacy default stream: ranks as threads of one process share their GPU's
+// context and so its legacy stream, where one rank's kernel would wait for a peer's queued behind it, forever.
 inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
+  if (context.ranks_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
+    raise(ErrorCode::kInvalidArgument,
+          "argument 'stream' is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
+          "their calls would wait on each other there; pass a stream of the rank's own (or cudaStreamPerThread)");
+  }
   return detail::CallOrder::Scope(*context.order, context.device, stream);
 }
 

@@ -61,6 +61,70 @@ TEST(Errors, CApiRejectsNullArgumentsByName) {
   EXPECT_NE(std::string(braidGetLastError()).find("braidRecv: argument 'comm'"), std::string::npos) << braidGetLastError();
 }
 
+// Every call of the C API that takes a communicator refuses a null one naming the function and 'comm'.
+TEST(Errors, CApiCallsNameANullCommunicator) {
+  const std::vector<std::pair<std::string, std::function<braidResult_t()>>> calls = {
+      {"braidAllReduce", [] { return braidAllReduce(nullptr, nullptr, nullptr, 0, braidFloat32, braidSum, nullptr); }},
+      {"braidReduce", [] { return braidReduce(nullptr, nullptr, nullptr, 0, braidFloat32, braidMax, 0, nullptr); }},
+      {"braidReduceScatter",
+       [] { return braidReduceScatter(nullptr, nullptr, nullptr, 0, braidBfloat16, braidAvg, nullptr); }},
+      {"braidAllGather", [] { return braidAllGather(nullptr, nullptr, nullptr, 0, braidInt8, nullptr); }},
+      {"braidBroadcast", [] { return braidBroadcast(nullptr, nullptr, nullptr, 0, braidInt8, 0, nullptr); }},
+      {"braidAllToAll", [] { return braidAllToAll(nullptr, nullptr, nullptr, 0, braidInt32, nullptr); }},
+      {"braidAllToAllv",
+       [] { return braidAllToAllv(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, braidInt32, nullptr); }},
+      {"braidAllToAllvDevice",
+       [] {
+         return braidAllToAllvDevice(nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, braidInt32, nullptr);
+       }},
+      {"braidCommCheck", [] { return braidCommCheck(nullptr); }},
+      {"braidSendRecv", [] { return braidSendRecv(nullptr, nullptr, 0, nullptr); }},
+      {"braidRegisterBuffer", [] {
+         braidRegisteredBuffer_t buffer = nullptr;
+         return braidRegisterBuffer(nullptr, nullptr, 0, &buffer);
+       }},
+      {"braidImportGlobal", [] {
+         braidGlobalMemory_t memory = nullptr;
+         return braidImportGlobal(nullptr, nullptr, &memory);
+       }},
+      {"braidPut", [] { return braidPut(nullptr, nullptr, 0, 0, nullptr, 0, nullptr); }},
+      {"braidGet", [] { return braidGet(nullptr, nullptr, 0, 0, nullptr, 0, nullptr); }},
+      {"braidAllToAllGlobal", [] { return braidAllToAllGlobal(nullptr, nullptr, nullptr, 0, braidInt8, nullptr); }},
+  };
+  for (const auto& [name, call] : calls) {
+    EXPECT_EQ(call(), braidInvalidArgument) << name;
+    EXPECT_NE(std::string(braidGetLastError()).find(name + ": argument 'comm' is NULL"), std::string::npos)
+        << name << ": " << braidGetLastError();
+  }
+}
+
+// The handle calls name their null out-arguments and refuse a blob that is not one; freeing NULL is a no-op.
+TEST(Errors, CApiMemoryHandlesNameTheirArguments) {
+  EXPECT_EQ(braidExportHandle(nullptr, 0, -1, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidExportHandle: argument 'handle'"), std::string::npos)
+      << braidGetLastError();
+  const void* blob = nullptr;
+  size_t size = 0;
+  EXPECT_EQ(braidExportedBlob(nullptr, &blob, &size), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("'handle'"), std::string::npos) << braidGetLastError();
+  braidImportedMemory_t memory = nullptr;
+  EXPECT_EQ(braidImportHandle(nullptr, 3, -1, &memory), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidImportHandle: argument 'blob' is NULL with size 3"),
+            std::string::npos) << braidGetLastError();
+  EXPECT_EQ(memory, nullptr);
+  const char garbage[] = "not a handle";
+  EXPECT_EQ(braidImportHandle(garbage, sizeof(garbage), -1, &memory), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("'blob'"), std::string::npos) << braidGetLastError();
+  EXPECT_EQ(memory, nullptr);
+  void* pointer = nullptr;
+  EXPECT_EQ(braidImportedPointer(nullptr, &pointer, nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidGlobalPeer(nullptr, 0, &pointer, nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidDeregisterBuffer(nullptr), braidSuccess);
+  EXPECT_EQ(braidExportedHandleFree(nullptr), braidSuccess);
+  EXPECT_EQ(braidImportedMemoryFree(nullptr), braidSuccess);
+  EXPECT_EQ(braidGlobalMemoryFree(nullptr), braidSuccess);
+}
+
 TEST(Errors, CommunicatorRejectsBadRankAndSizeBeforeTouchingTheNetwork) {
   Rendezvous rendezvous;
   rendezvous.rank = 2;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -119,6 +120,152 @@ TEST(CApi, InitAllocPeersViewFreeDestroy) {
     EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
     EXPECT_EQ(braidCommDestroy(comm), braidSuccess);  // communicator first, memory after
     EXPECT_EQ(braidSymmetricFree(memory), braidSuccess);
+  });
+}
+
+// The C API's collectives, all-to-all, a send/recv ring and a registered buffer, on fresh random int32 inputs that
+// every rank can recompute for every rank (seeded by rank), outputs poisoned first, against a host reference.
+TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
+  for_each_rank([](const RankContext& context) {
+    const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
+    braidComm_t comm = nullptr;
+    ASSERT_EQ(braidCommInitRank(&comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
+        << braidGetLastError();
+    int device = -1;
+    ASSERT_EQ(braidCommDevice(comm, &device), braidSuccess);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    // The rank's own stream, not blocking on the legacy one: ranks sharing a GPU as threads share its legacy
+    // stream, so every copy and memset here goes on the rank's stream too.
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    auto copy = [&](void* to, const void* from, size_t n, cudaMemcpyKind kind) {
+      ASSERT_EQ(cudaMemcpyAsync(to, from, n, kind, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    };
+    const int rank = context.rank, world = context.world;
+    const uint32_t seed = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count() / 1000000);
+    // one seed for the job: rank 0's, broadcast from C over the host exchange the communicator already has
+    int32_t* word = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&word), sizeof(int32_t)), cudaSuccess);
+    const int32_t mine = static_cast<int32_t>(seed & 0x7fffffff);
+    copy(word, &mine, sizeof(int32_t), cudaMemcpyHostToDevice);
+    ASSERT_EQ(braidBroadcast(comm, word, word, 1, braidInt32, 0, stream), braidSuccess) << braidGetLastError();
+    int32_t job_seed = 0;
+    copy(&job_seed, word, sizeof(int32_t), cudaMemcpyDeviceToHost);
+    auto input = [&](int of, size_t count) {
+      std::vector<int32_t> values(count);
+      uint64_t state = static_cast<uint64_t>(job_seed) * 1000003u + static_cast<uint64_t>(of) + 1;
+      for (int32_t& v : values) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        v = static_cast<int32_t>((state >> 33) % 2001) - 1000;
+      }
+      return values;
+    };
+    const size_t count = 4099 * static_cast<size_t>(world);  // odd, a multiple of the world for reduce-scatter
+    const size_t bytes = count * sizeof(int32_t);
+    int32_t *send = nullptr, *recv = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), bytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), bytes * world), cudaSuccess);
+    std::vector<std::vector<int32_t>> every(world);
+    for (int r = 0; r < world; ++r) every[r] = input(r, count);
+    copy(send, every[rank].data(), bytes, cudaMemcpyHostToDevice);
+    auto poison = [&] { ASSERT_EQ(cudaMemsetAsync(recv, 0x5a, bytes * world, stream), cudaSuccess); };
+    auto result = [&](size_t n) {
+      std::vector<int32_t> out(n);
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(braidCommCheck(comm), braidSuccess) << braidGetLastError();
+      copy(out.data(), recv, n * sizeof(int32_t), cudaMemcpyDeviceToHost);
+      return out;
+    };
+    auto sum_at = [&](size_t i) {
+      int32_t total = 0;
+      for (int r = 0; r < world; ++r) total += every[r][i];
+      return total;
+    };
+    size_t wrong = 0;
+
+    poison();
+    ASSERT_EQ(braidAllReduce(comm, send, recv, count, braidInt32, braidSum, stream), braidSuccess) << braidGetLastError();
+    std::vector<int32_t> out = result(count);
+    for (size_t i = 0; i < count; ++i) wrong += out[i] != sum_at(i);
+    EXPECT_EQ(wrong, 0u) << "all-reduce";
+
+    poison();
+    const size_t block = count / world;
+    ASSERT_EQ(braidReduceScatter(comm, send, recv, block, braidInt32, braidSum, stream), braidSuccess)
+        << braidGetLastError();
+    out = result(block);
+    wrong = 0;
+    for (size_t i = 0; i < block; ++i) wrong += out[i] != sum_at(rank * block + i);
+    EXPECT_EQ(wrong, 0u) << "reduce-scatter";
+
+    poison();
+    ASSERT_EQ(braidAllGather(comm, send, recv, count, braidInt32, stream), braidSuccess) << braidGetLastError();
+    out = result(count * world);
+    wrong = 0;
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < count; ++i) wrong += out[r * count + i] != every[r][i];
+    }
+    EXPECT_EQ(wrong, 0u) << "all-gather";
+
+    poison();
+    const int root = world - 1;
+    ASSERT_EQ(braidBroadcast(comm, send, recv, count, braidInt32, root, stream), braidSuccess) << braidGetLastError();
+    out = result(count);
+    EXPECT_EQ(out, every[root]) << "broadcast";
+
+    poison();
+    ASSERT_EQ(braidReduce(comm, send, recv, count, braidInt32, braidMax, root, stream), braidSuccess)
+        << braidGetLastError();
+    out = result(count);
+    if (rank == root) {
+      wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        int32_t top = every[0][i];
+        for (int r = 1; r < world; ++r) top = std::max(top, every[r][i]);
+        wrong += out[i] != top;
+      }
+      EXPECT_EQ(wrong, 0u) << "reduce max";
+    }
+
+    poison();
+    ASSERT_EQ(braidAllToAll(comm, send, recv, block, braidInt32, stream), braidSuccess) << braidGetLastError();
+    out = result(count);
+    wrong = 0;
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < block; ++i) wrong += out[r * block + i] != every[r][rank * block + i];
+    }
+    EXPECT_EQ(wrong, 0u) << "all-to-all";
+
+    poison();  // a ring: send to the next rank, receive from the previous one, in one batch
+    const braidP2POp_t ops[2] = {{braidP2PSend, (rank + 1) % world, send, count, braidInt32},
+                                 {braidP2PRecv, (rank + world - 1) % world, recv, count, braidInt32}};
+    ASSERT_EQ(braidSendRecv(comm, ops, 2, stream), braidSuccess) << braidGetLastError();
+    out = result(count);
+    EXPECT_EQ(out, every[(rank + world - 1) % world]) << "send/recv ring";
+
+    braidRegisteredBuffer_t registered_send = nullptr, registered_recv = nullptr;
+    ASSERT_EQ(braidRegisterBuffer(comm, send, bytes, &registered_send), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(braidRegisterBuffer(comm, recv, bytes * world, &registered_recv), braidSuccess) << braidGetLastError();
+    poison();
+    ASSERT_EQ(braidAllReduce(comm, send, recv, count, braidInt32, braidSum, stream), braidSuccess) << braidGetLastError();
+    out = result(count);
+    wrong = 0;
+    for (size_t i = 0; i < count; ++i) wrong += out[i] != sum_at(i);
+    EXPECT_EQ(wrong, 0u) << "all-reduce of registered buffers";
+    EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();  // every rank done with the buffers
+    EXPECT_EQ(braidDeregisterBuffer(registered_send), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(braidDeregisterBuffer(registered_recv), braidSuccess) << braidGetLastError();
+
+    EXPECT_EQ(braidAllReduce(comm, send, recv, count, braidInt32, static_cast<braidRedOp_t>(9), stream),
+              braidInvalidArgument);
+    EXPECT_TRUE(contains(braidGetLastError(), "op")) << braidGetLastError();
+    EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+    EXPECT_EQ(cudaFree(send), cudaSuccess);
+    EXPECT_EQ(cudaFree(recv), cudaSuccess);
+    EXPECT_EQ(cudaFree(word), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   });
 }
 
