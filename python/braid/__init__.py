@@ -22,6 +22,10 @@ from ._signal import SignalPad
 from ._ops import op_handle, register_ops
 from . import functional
 
+import sys as _sys
+if _sys.modules.get("torch") is not None:  # the custom ops now: a first call may be under torch.compile
+    register_ops()
+
 __version__ = "0.1.0"
 
 __all__ = [

@@ -1,6 +1,8 @@
 """braid's calls as torch.library custom ops (namespace `braid`), with fake implementations, so that they capture in
-torch.cuda.graph and trace under torch.compile without graph breaks. Registered on first use (register_ops(), a
-braid.MoeBuffer, or a call of braid.functional), never at `import braid`: torch stays an optional import.
+torch.cuda.graph and trace under torch.compile without graph breaks. Registered by `import braid` and braid.init()
+where torch is imported already, else on first use (register_ops(), a braid.MoeBuffer, a call of braid.functional);
+braid never imports torch by itself, so torch stays optional. Registered before the first traced call, a function
+that calls braid.functional compiles with fullgraph=True even as the process's first braid call.
 
 Custom ops take no Python objects, so a communicator or a MoeBuffer crosses as an int handle (op_handle(); 0 is
 the default communicator as it is when the op runs). The collectives are functional, as torch's _c10d_functional

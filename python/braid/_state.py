@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from typing import Optional
 
 from ._braid import Communicator, Rendezvous, StoreHost
@@ -84,6 +85,9 @@ def init(group=None, *, device: Optional[int] = None, timeout_s: Optional[float]
                                  timeout_s=0.0 if timeout_s is None else timeout_s, backend=backend or "",
                                  algorithms=algorithms or "", max_blocks=0 if max_blocks is None else max_blocks)
     _store_host = host
+    if sys.modules.get("torch") is not None:  # the custom ops: a first call may be traced (torch.compile)
+        from ._ops import register_ops
+        register_ops()
     return _default
 
 

@@ -38,3 +38,13 @@ def test_public_names():
     for name in braid.__all__:
         assert hasattr(braid, name), name
     assert braid.Error is braid._braid.Error  # the extension raises the package's class
+
+
+def test_import_after_torch_registers_the_ops():
+    """A first braid call inside torch.compile(fullgraph=True) needs the custom ops registered before tracing."""
+    import pytest
+    pytest.importorskip("torch", reason="torch is not installed")
+    result = run_python("import torch\nimport braid\nprint(hasattr(torch.ops.braid, 'all_reduce'), "
+                        "hasattr(torch.ops.braid, 'all_to_all_single'))")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True True"
