@@ -196,7 +196,7 @@ class RankBench {
     for (int placement = 0; placement < 2; ++placement) {
       const bool in_place = placement == 1;
       if (in_place ? !options_.in_place_too() : !options_.out_of_place()) continue;
-      // No in-place alltoall: braid refuses overlapping buffers. The slots stay "not run": the row prints n/a.
+      // sendrecv has no in-place form: its slots stay "not run", and the row prints n/a.
       if (in_place && !has_in_place(coll)) continue;
       char* send = in_place ? recv_->data() + shape.in_place_send_offset * element : send_->data();
       char* recv = recv_->data() + (in_place ? shape.in_place_recv_offset * element : 0);

@@ -2,6 +2,9 @@
 // meanings, braid's own flags are long options, and bad values stop the run with a message before it starts.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -96,4 +99,46 @@ TEST(BenchOptions, RankTimesCombineAsAverageSays) {
 }
 
 }  // namespace
+// README.md and --help agree: every option --help lists is in the README under one of its names, and a table row
+// of the README for a single option states the default --help prints, in parentheses.
+TEST(BenchOptions, TheReadmeAndHelpAgree) {
+  Options options;
+  ::testing::internal::CaptureStdout();
+  ASSERT_EQ(parse({"--help"}, options), std::optional<int>(0));
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  std::ifstream file(std::string(BRAID_SOURCE_DIR) + "/tools/braid-bench/README.md");
+  ASSERT_TRUE(file.good()) << "tools/braid-bench/README.md is missing";
+  std::stringstream text;
+  text << file.rdbuf();
+  const std::string readme = text.str();
+  auto in_readme = [&](const std::string& name) {
+    const std::regex token("[`/ ,]" + std::regex_replace(name, std::regex("-"), "\\-") + "([`/ ,=]|$)");
+    return std::regex_search(readme, token);
+  };
+  const std::regex option_line(R"(^  ((-[A-Za-z],)?--?[A-Za-z][A-Za-z0-9_-]*(,--?[A-Za-z][A-Za-z0-9_-]*)*)([^\n]*))");
+  int options_seen = 0;
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch match;
+    if (!std::regex_search(line, match, option_line)) continue;
+    std::vector<std::string> names;
+    std::stringstream list(match[1].str());
+    for (std::string name; std::getline(list, name, ',');) names.push_back(name);
+    if (names.back() == "--help") continue;
+    ++options_seen;
+    bool found = false;
+    for (const std::string& name : names) found = found || in_readme(name);
+    EXPECT_TRUE(found) << match[1] << " (braid-bench --help) is in no table or line of tools/braid-bench/README.md";
+    std::smatch with_default;
+    const std::string rest = match[4].str();
+    if (names.size() != 1 || !std::regex_search(rest, with_default, std::regex(R"(=\[?([^\] ]+)\]?)"))) continue;
+    const std::regex row("\\| `" + std::regex_replace(names[0], std::regex("-"), "\\-") + "[^`|]*` \\|([^\\n]*)");
+    std::smatch readme_row;
+    if (!std::regex_search(readme, readme_row, row)) continue;  // listed beside other options: no single default
+    EXPECT_NE(readme_row[1].str().find("(" + with_default[1].str() + ")"), std::string::npos)
+        << names[0] << ": --help gives the default " << with_default[1] << ", README.md's row reads:" << readme_row[1];
+  }
+  EXPECT_GE(options_seen, 30) << help;
+}
+
 }  // namespace braid::bench
