@@ -20,6 +20,7 @@ sys.path.insert(0, HERE)
 import archive  # noqa: E402
 
 PAGE = os.path.join(ROOT, "docs", "performance.md")
+GOAL_NOTES = os.path.join(ROOT, "docs", "dev", "performance-goals.md")
 IMAGES = os.path.join(ROOT, "docs", "img")
 GOALS = os.path.join(HERE, "performance_goals.json")
 
@@ -152,6 +153,32 @@ def moe_table(rows):
     return lines
 
 
+def at_a_glance(current, kinds):
+    """Per machine kind, world and mode: how many points braid is faster or slower than NCCL at, and the worst."""
+    lines = ["## At a glance", "",
+             "Every collective point measured with NCCL beside braid (all collectives, sizes, buffer kinds, "
+             "datatypes, out of place): how many braid is faster at, how many slower, and the slowest braid/NCCL "
+             "time ratio, named. A ratio below 1 is braid faster.", "",
+             "| GPUs | ranks | mode | points | braid faster | braid slower | median braid/NCCL | worst point |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
+    for gpu in kinds:
+        for world in sorted({r["world"] for r in current if r["gpu"] == gpu}):
+            for mode in ("graph", "eager"):
+                points = [r for r in current if r["gpu"] == gpu and r["world"] == world and r["kind"] == "collective"
+                          and r["mode"] == mode and r["placement"] == "out-of-place" and r.get("nccl_us")
+                          and r.get("braid_us")]
+                if not points:
+                    continue
+                ratios = sorted(r["braid_us"] / r["nccl_us"] for r in points)
+                worst = max(points, key=lambda r: r["braid_us"] / r["nccl_us"])
+                slower = sum(ratio > 1 for ratio in ratios)
+                what = (f"{worst['braid_us'] / worst['nccl_us']:.2f}: {TITLES[worst['collective']].lower()} "
+                        f"{size_name(worst['bytes'])} {worst['dtype']}, {worst['buffers']}")
+                lines.append(f"| {gpu} | {world} | {mode} | {len(points)} | {len(points) - slower} | {slower} | "
+                             f"{ratios[len(ratios) // 2]:.2f} | {what} |")
+    return lines + [""]
+
+
 def image_name(gpu, what):
     return f"performance-{gpu}-{what}.png"
 
@@ -169,6 +196,7 @@ def page(rows, goals):
            "Each table shows the newest measurement of every point with the commit and date it was taken at. "
            "To add results: run `bench/performance_run.sh` on a GPU machine, file its JSON with "
            "`bench/archive.py add --gpu <kind> <files>`, then run `bench/performance.py`.", ""]
+    out += at_a_glance(current, kinds)
     out += ["## Goals", "",
             "| goal | target | GPUs | measured | met |", "|---|---|---|---|---|"]
     missed = []
@@ -186,11 +214,17 @@ def page(rows, goals):
                 if not met and reason:
                     missed.append((name, gpu, reason))
     out.append("")
+    notes = ["# Performance goals that are missed, and why", "",
+             "<!-- Written by bench/performance.py from bench/performance_goals.json and the archive. -->", "",
+             "The goals of [the performance page](../performance.md) marked **no**, each with what keeps it from "
+             "being met.", ""]
     if missed:
-        out += ["Why the goals marked **no** are missed:", ""]
+        out += ["Why the goals marked **no** are missed: [dev/performance-goals.md](dev/performance-goals.md).", ""]
         for name, gpu, reason in missed:
-            out.append(f"- {name}, {gpu}: {reason}")
-        out.append("")
+            notes.append(f"- {name}, {gpu}: {reason}")
+    else:
+        notes.append("Every goal is met.")
+    notes_text = "\n".join(notes).rstrip() + "\n"
     floors = [r for r in current if r["kind"] == "floor"]
     if floors:
         out += ["## The floor under a small call", "",
@@ -232,7 +266,7 @@ def page(rows, goals):
                 if any(r["layout"] == "rank-major" and r["experts"] == 64 for r in moe):
                     out += [f"![MoE on {gpu}](img/{image_name(gpu, f'moe-{world}')})", ""]
                 out += moe_table(moe) + [""]
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join(out).rstrip() + "\n", notes_text
 
 
 def style(axis, xlabel, ylabel):
@@ -331,17 +365,19 @@ def main(argv=None):
     rows = archive.load(args.archive)
     with open(GOALS) as f:
         goals = json.load(f)["goals"]
-    text = page(rows, goals)
+    text, notes = page(rows, goals)
+    notes_path = GOAL_NOTES if args.page == PAGE else os.path.splitext(args.page)[0] + "-goals.md"
     if args.check:
-        with open(args.page) as f:
-            if f.read() != text:
-                print(f"performance: {args.page} is not what {args.archive} gives: run bench/performance.py")
+        for path, want in ((args.page, text), (notes_path, notes)):
+            if not os.path.exists(path) or open(path).read() != want:
+                print(f"performance: {path} is not what {args.archive} gives: run bench/performance.py")
                 return 1
         print(f"performance: {args.page} matches {args.archive}")
         return 0
-    with open(args.page, "w") as f:
-        f.write(text)
-    print(f"performance: wrote {args.page}")
+    for path, content in ((args.page, text), (notes_path, notes)):
+        with open(path, "w") as f:
+            f.write(content)
+        print(f"performance: wrote {path}")
     if not args.no_plots:
         try:
             written = plots(rows)

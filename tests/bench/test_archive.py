@@ -106,21 +106,31 @@ class PerformanceTest(unittest.TestCase):
     def test_goals_report_met_and_missed_with_the_reason(self):
         goal = {"name": "small", "kind": "max", "value": 3.0, "reason": "the floor",
                 "select": {"world": 2, "collective": "allreduce", "bytes": 8192}}
-        text = performance.page([self.rows(4.0)], [goal])
+        text, notes = performance.page([self.rows(4.0)], [goal])
         self.assertIn("| small | ≤ 3 µs | nvidia-h100-x2 | 4.00 µs | **no** |", text)
-        self.assertIn("- small, nvidia-h100-x2: the floor", text)
-        text = performance.page([self.rows(2.5)], [goal])
+        self.assertIn("dev/performance-goals.md", text)
+        self.assertIn("- small, nvidia-h100-x2: the floor", notes)
+        text, notes = performance.page([self.rows(2.5)], [goal])
         self.assertIn("| 2.50 µs | yes |", text)
-        self.assertNotIn("the floor", text)
+        self.assertNotIn("the floor", text + notes)
 
     def test_a_reason_may_differ_per_machine_kind(self):
         goal = {"name": "small", "kind": "max", "value": 3.0, "per": "buffers",
                 "reason": {"cudaMalloc": {"nvidia-h100-x2": "the H100 floor", "other": "the floor"}},
                 "select": {"world": 2, "collective": "allreduce", "bytes": 8192}}
         other = dict(self.rows(4.0), gpu="nvidia-h200-x2", gpu_name="NVIDIA H200")
-        text = performance.page([self.rows(4.0), other], [goal])
-        self.assertIn("- small (cudaMalloc), nvidia-h100-x2: the H100 floor", text)
-        self.assertIn("- small (cudaMalloc), nvidia-h200-x2: the floor", text)
+        _, notes = performance.page([self.rows(4.0), other], [goal])
+        self.assertIn("- small (cudaMalloc), nvidia-h100-x2: the H100 floor", notes)
+        self.assertIn("- small (cudaMalloc), nvidia-h200-x2: the floor", notes)
+
+    def test_the_first_screen_counts_where_braid_is_slower_and_names_the_worst(self):
+        faster, slower = self.rows(4.0), dict(self.rows(7.0), bytes=16384)
+        text, _ = performance.page([faster, slower], [])
+        glance = text[text.index("## At a glance"):text.index("## Goals")]
+        row = [line for line in glance.splitlines() if line.startswith("| nvidia-h100-x2")][0]
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        self.assertEqual(cells[3:6], ["2", "1", "1"], row)  # points, braid faster, braid slower
+        self.assertIn("16 KiB", cells[7])
 
     def test_the_checked_in_page_is_what_the_archive_gives(self):
         self.assertEqual(performance.main(["--check"]), 0)
