@@ -194,8 +194,9 @@ def page(rows, goals):
            "graphs of 20 calls (`-G 20`), large ones eagerly. Bus bandwidth (busbw) is nccl-tests': the data a rank "
            "must move over its links per second, comparable across collectives and world sizes.", "",
            "Each table shows the newest measurement of every point with the commit and date it was taken at. "
-           "To add results: run `bench/performance_run.sh` on a GPU machine, file its JSON with "
-           "`bench/archive.py add --gpu <kind> <files>`, then run `bench/performance.py`.", ""]
+           "To measure on your own GPUs: [bench/README.md](../bench/README.md) (`braid-bench --compare nccl`, "
+           "with `-G 20` for the graph rows and `--symmetric 1` for the symmetric ones). The archive's runs are "
+           "filed with `bench/archive.py add --gpu <kind> <files>`, and `bench/performance.py` writes this page.", ""]
     out += at_a_glance(current, kinds)
     out += ["## Goals", "",
             "| goal | target | GPUs | measured | met |", "|---|---|---|---|---|"]
