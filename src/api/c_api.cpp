@@ -7,7 +7,7 @@
 #include "braid/braid.hpp"
 #include "core/error.hpp"
 
-// braidSend/braidRecv pass a braidDataType_t on as a braid::DataType: the values must agree one for one.
+// Every call passes a braidDataType_t on as a braid::DataType (data_type()): the values must agree one for one.
 static constexpr bool same_value(braidDataType_t c, braid::DataType cpp) { return static_cast<int>(c) == static_cast<int>(cpp); }
 static_assert(same_value(braidInt8, braid::DataType::kInt8) && same_value(braidUint8, braid::DataType::kUint8) &&
                   same_value(braidInt32, braid::DataType::kInt32) && same_value(braidUint32, braid::DataType::kUint32) &&
@@ -197,7 +197,7 @@ braidResult_t braidSend(braidComm_t comm, const void* buffer, size_t count, brai
                         braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidSend", "comm");
-    comm->comm.send(buffer, count, static_cast<braid::DataType>(datatype), peer, stream);
+    comm->comm.send(buffer, count, data_type(datatype), peer, stream);
   });
 }
 
@@ -205,7 +205,7 @@ braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataT
                         braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidRecv", "comm");
-    comm->comm.recv(buffer, count, static_cast<braid::DataType>(datatype), peer, stream);
+    comm->comm.recv(buffer, count, data_type(datatype), peer, stream);
   });
 }
 
