@@ -15,6 +15,7 @@
 #include "collectives/collectives.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
+#include "collectives/launches.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/ll_launch.hpp"
 #include "collectives/plan.hpp"
@@ -64,80 +65,107 @@ CallPlan pairwise_plan(const CollectiveContext& state, Collective collective, Da
   return plan_call(shape, area_capacities(state));
 }
 
-void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const void* const send = call.send;
-  void* const recv = call.recv;
-  const size_t count = call.count;
-  const DataType type = call.type;
-  const size_t block_bytes = count * datatype_size(type);
-  const size_t bytes = block_bytes * state.size;
-  const CallShape shape{Collective::kAllToAll, bytes, state.size, type, &state.algorithm_override, false, state.max_blocks};
-  const AreaCapacities capacities = area_capacities(state);
-  std::optional<PeerRange> send_range, recv_range;
-  BufferFacts facts{};
-  if (!plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, send, bytes);
-    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, recv, bytes);
-    facts.peers_map = send_range && recv_range;
-    facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
-    facts.in_place = send == recv;
-  }
-  const CallPlan plan = plan_call(shape, capacities, facts);
-  BRAID_TRACE("all_to_all: {} elements a block, {} ({}) with {} blocks", count, algorithm_name(plan.algorithm),
-              buffer_mode_name(plan.mode), plan.blocks);
-  const bool zero_copy = plan.mode == BufferMode::kZeroCopy;
-  const uint64_t plan_word = all_to_all_plan(Collective::kAllToAll, plan.algorithm, plan.blocks, count, type, zero_copy,
-                                             zero_copy ? send_range->identity : 0, zero_copy ? recv_range->identity : 0);
-  DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kLL) {
-    kernels::LLLaunch launch = ll_launch(state, call, plan_word);
-    launch.send = static_cast<const char*>(send);
-    launch.recv = static_cast<char*>(recv);
-    launch.count = block_bytes;
-    launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
-    kernels::launch_blocks_ll(launch, plan.blocks, stream);
-    return;
-  }
-  if (plan.algorithm == Algorithm::kCopyEngine && zero_copy) {
-    all_to_all_copy_engine(state, send, recv_range->buffers, block_bytes, plan_word, stream);
-    return;
-  }
-  if (plan.algorithm == Algorithm::kCopyEngine) {
-    all_to_all_copy_engine_pairs(state, send, recv, block_bytes, plan_word, stream);
-    return;
-  }
-  if (zero_copy) {  // pipelined on buffers peers map: direct stores into their outputs
-    kernels::AllToAllDirectLaunch launch{};
-    launch.send.at[state.rank] = const_cast<char*>(static_cast<const char*>(send));  // only read
-    launch.recv = recv_range->buffers;
-    launch.block_bytes = block_bytes;
-    launch.loads = false;
-    launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
-    launch.pad = state.sync->pad();
-    launch.plan = plan_word;
-    kernels::launch_all_to_all_direct(launch, plan.blocks, stream);
-    return;
-  }
-  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, send, recv, datatype_size(type));
-  launch.in_place = send == recv;
+namespace {
+
+size_t block_bytes_of(const CollectiveCall& call) { return call.count * datatype_size(call.type); }
+
+// The ranges are in the word only where the plan uses them (zero copy).
+uint64_t plan_word_of(const PlannedCall& planned) {
+  const bool zero_copy = planned.plan.mode == BufferMode::kZeroCopy;
+  return all_to_all_plan(Collective::kAllToAll, planned.plan.algorithm, planned.plan.blocks, planned.call.count,
+                         planned.call.type, zero_copy, zero_copy ? planned.send->identity : 0,
+                         zero_copy ? planned.recv->identity : 0);
+}
+
+}  // namespace
+
+void run_all_to_all_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const size_t block_bytes = block_bytes_of(planned.call);
+  kernels::LLLaunch launch = ll_launch(state, planned.call, plan_word_of(planned));
+  launch.send = static_cast<const char*>(planned.call.send);
+  launch.recv = static_cast<char*>(planned.call.recv);
+  launch.count = block_bytes;
+  launch.send_rank_stride = launch.recv_rank_stride = block_bytes;
+  kernels::launch_blocks_ll(launch, planned.plan.blocks, stream);
+}
+
+void run_all_to_all_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  all_to_all_copy_engine(state, planned.call.send, planned.recv->buffers, block_bytes_of(planned.call),
+                         plan_word_of(planned), stream);
+}
+
+void run_all_to_all_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  all_to_all_copy_engine_pairs(state, planned.call.send, planned.call.recv, block_bytes_of(planned.call),
+                               plan_word_of(planned), stream);
+}
+
+void run_all_to_all_direct(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  kernels::AllToAllDirectLaunch launch{};  // stores into the peers' outputs
+  launch.send.at[state.rank] = const_cast<char*>(static_cast<const char*>(planned.call.send));  // only read
+  launch.recv = planned.recv->buffers;
+  launch.block_bytes = block_bytes_of(planned.call);
+  launch.loads = false;
+  launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
+  launch.pad = state.sync->pad();
+  launch.plan = plan_word_of(planned);
+  kernels::launch_all_to_all_direct(launch, planned.plan.blocks, stream);
+}
+
+void run_all_to_all_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const size_t block_bytes = block_bytes_of(call);
+  kernels::AllToAllLaunch launch = pipelined_launch(state, Collective::kAllToAll, call.send, call.recv,
+                                                    datatype_size(call.type));
+  launch.in_place = call.send == call.recv;
   for (int q = 0; q < state.size; ++q) {
     launch.send_bytes[q] = launch.recv_bytes[q] = block_bytes;
     launch.send_offset[q] = launch.recv_offset[q] = q * block_bytes;
   }
-  launch.fifo.plan = plan_word;
-  kernels::launch_all_to_all_pipelined(launch, plan.blocks, stream);
+  launch.fifo.plan = plan_word_of(planned);
+  kernels::launch_all_to_all_pipelined(launch, planned.plan.blocks, stream);
 }
 
+void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
+  const size_t bytes = block_bytes_of(call) * state.size;
+  const CallShape shape{Collective::kAllToAll, bytes, state.size, call.type, &state.algorithm_override, false,
+                        state.max_blocks};
+  const AreaCapacities capacities = area_capacities(state);
+  std::optional<PeerRange> send_range, recv_range;
+  BufferFacts facts{};
+  if (!plans_ll(shape, capacities)) {
+    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, call.send, bytes);
+    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, call.recv, bytes);
+    facts.peers_map = send_range && recv_range;
+    facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
+    facts.in_place = call.send == call.recv;
+  }
+  launch(state, PlannedCall{call, plan_call(shape, capacities, facts), send_range, recv_range}, stream);
+}
+
+// Planned like an all-to-all on buffers every peer maps, one-sided: BRAID_ALGO's "alltoall=" and the table choose
+// between the engines' pulls and SM loads of the peers' blocks (all_to_all_direct.cu), never LL.
 void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool same_process_peers, void* recv,
                        size_t count, DataType type, Stream stream) {
   const size_t block_bytes = count * datatype_size(type);
-  const size_t bytes = block_bytes * state.size;
-  BRAID_TRACE("all_to_all (one-sided): {} elements a block, {}", count, same_process_peers ? "SM loads" : "copy engines");
-  if (!same_process_peers) {
+  const CallShape shape{Collective::kAllToAll, block_bytes * state.size, state.size, type, &state.algorithm_override,
+                        false, state.max_blocks};
+  BufferFacts facts{};
+  facts.peers_map = true;
+  facts.same_process_peers = same_process_peers;
+  facts.one_sided = true;
+  const CallPlan plan = plan_call(shape, area_capacities(state), facts);
+  BRAID_TRACE("all_to_all (one-sided): {} elements a block, {} with {} blocks", count, algorithm_name(plan.algorithm),
+              plan.blocks);
+  DeviceGuard guard(state.device);
+  if (plan.algorithm == Algorithm::kCopyEngine) {
     all_to_all_pull_copy_engine(state, table, recv, block_bytes,
                                 all_to_all_plan(Collective::kAllToAll, Algorithm::kCopyEngine, 0, count, type, true),
                                 stream);
     return;
+  }
+  if (plan.algorithm != Algorithm::kPipelined) {
+    raise(ErrorCode::kInternal, "all_to_all_global: the one-sided all-to-all has no {} path",
+          algorithm_name(plan.algorithm));
   }
   kernels::AllToAllDirectLaunch launch{};
   launch.send = table;
@@ -146,10 +174,8 @@ void all_to_all_global(CollectiveContext& state, const PeerBuffers& table, bool 
   launch.loads = true;
   launch.collective = static_cast<unsigned int>(Collective::kAllToAll);
   launch.pad = state.sync->pad();
-  const Choice choice = select_algorithm(Collective::kAllToAll, bytes, state.size, type, "", Buffers::kSymmetric);
-  const int blocks = std::min(choice.blocks, state.max_blocks);  // as many as symmetric buffers get, within the cap
-  launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, blocks, count, type, true);
-  kernels::launch_all_to_all_direct(launch, blocks, stream);
+  launch.plan = all_to_all_plan(Collective::kAllToAll, Algorithm::kPipelined, plan.blocks, count, type, true);
+  kernels::launch_all_to_all_direct(launch, plan.blocks, stream);
 }
 
 void all_to_allv(CollectiveContext& state, const AllToAllvCall& call, Stream stream) {

@@ -10,6 +10,7 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
+#include "collectives/launches.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
@@ -51,6 +52,7 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   capacities.multicast_half = multicast_half_bytes(state);
   capacities.ll128_payload = kernels::kLL128MaxPayloadBytes;
   capacities.send_recv_lines_payload = state.send_recv_lines ? kernels::kSendRecvLinesMaxPayload : 0;
+  capacities.copy_engine_slot_payload = bulk_layout(state).slot_payload;
   return capacities;
 }
 
@@ -152,7 +154,7 @@ void launch_in_chunks(Launch launch, const void* send, void* recv, size_t total,
 }
 
 // `launch` carries the strides and root; recv may be null (reduce).
-void run_reduce_ll(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream) {
+void reduce_ll_in_chunks(kernels::LLLaunch launch, const CollectiveCall& call, const CallPlan& plan, cudaStream_t stream) {
   launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
                    [&](const auto& chunk) { kernels::launch_reduce_ll(call.type, call.op, chunk, plan.blocks, stream); });
 }
@@ -170,13 +172,6 @@ kernels::ZeroCopyLaunch zero_copy_base(const CollectiveContext& state, const Col
   launch.count = call.count;
   launch.collective = static_cast<unsigned int>(call.collective);
   launch.pad = state.sync->pad();
-  return launch;
-}
-
-kernels::ZeroCopyLaunch zero_copy_launch(const CollectiveContext& state, const CollectiveCall& call, const ZeroCopyBuffers& buffers) {
-  kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
-  launch.send = buffers.send->buffers;
-  launch.recv_peers = buffers.recv->buffers;
   return launch;
 }
 
@@ -198,8 +193,69 @@ kernels::MulticastLaunch multicast_launch(const CollectiveContext& state, const 
   return launch;
 }
 
-void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan,
-                          cudaStream_t stream) {
+}  // namespace
+
+void launch(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  trace_plan(planned.call, planned.plan);
+  if (planned.plan.protocol->launch == nullptr) {
+    raise(ErrorCode::kInternal, "{}: the protocol {} runs only inside a grouped launch", planned.call.function,
+          algorithm_name(planned.plan.algorithm));
+  }
+  DeviceGuard guard(state.device);
+  planned.plan.protocol->launch(state, planned, stream);
+}
+
+// All-reduce: both buffers where it may run zero copy or by the engines.
+void run_all_reduce_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  reduce_ll_in_chunks(ll_launch(state, planned.call, plan_of(planned.call, planned.plan)), planned.call, planned.plan,
+                      stream);
+}
+
+void run_all_reduce_ll128(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const kernels::LLLaunch launch = ll128_launch(state, call, plan_of(call, plan));
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type), [&](const auto& chunk) {
+    kernels::launch_all_reduce_ll128(call.type, call.op, chunk, plan.blocks, stream);
+  });
+}
+
+void run_all_reduce_one_shot(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::StagedLaunch launch = base_launch(state, call, plan);
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type), [&](const auto& chunk) {
+    kernels::launch_all_reduce_one_shot(call.type, call.op, chunk, plan.blocks, stream);
+  });
+}
+
+void run_all_reduce_two_shot(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::launch_all_reduce_two_shot(call.type, call.op, pipeline_launch(state, call, call.count, 0, plan), plan.blocks,
+                                      stream);
+}
+
+void run_all_reduce_two_shot_zero_copy(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
+  launch.send = planned.send->buffers;
+  launch.recv_peers = planned.recv->buffers;
+  launch.plan = plan_of(call, plan, planned.send, planned.recv);
+  kernels::launch_all_reduce_two_shot_zero_copy(call.type, call.op, launch, plan.blocks, stream);
+}
+
+void run_all_reduce_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  all_reduce_copy_engine(state, call.send, planned.recv->buffers, call.count * datatype_size(call.type), call.type,
+                         call.op, plan_of(call, plan, planned.send, planned.recv), stream);
+}
+
+void run_reduce_multicast(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
   kernels::MulticastLaunch launch = multicast_launch(state, call);
   launch.plan = plan_of(call, plan);
   const auto kernel = call.collective == Collective::kAllReduce ? kernels::launch_all_reduce_multicast
@@ -208,266 +264,308 @@ void run_reduce_multicast(const CollectiveContext& state, const CollectiveCall& 
                    [&](const auto& chunk) { kernel(call.type, call.op, chunk, plan.blocks, stream); });
 }
 
+// Reduce: no kernel reads a peer's buffer, so no lookup.
+void run_reduce_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  kernels::LLLaunch launch = ll_launch(state, planned.call, plan_of(planned.call, planned.plan));
+  launch.root = planned.call.root;  // the LL all-reduce, whose result only the root stores
+  reduce_ll_in_chunks(launch, planned.call, planned.plan, stream);
+}
+
+void run_reduce_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  // The other rank's input into the root's pipeline area, reduced there.
+  reduce_copy_engine_pairs(state, call.send, call.recv, call.count * datatype_size(call.type), call.type, call.op,
+                           call.root, plan_of(call, plan), stream);
+}
+
+void run_reduce_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::PipelineLaunch launch = pipeline_launch(state, call, call.count, 0, plan);
+  launch.root = call.root;
+  // Two ranks: the other's pushes; more: a chain of every rank that ends at the root.
+  const auto kernel = state.size == 2 ? kernels::launch_reduce_pushed : kernels::launch_reduce_chain;
+  kernel(call.type, call.op, launch, plan.blocks, stream);
+}
+
+void run_reduce_two_shot(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::PipelineLaunch launch = pipeline_launch(state, call, call.count, 0, plan);
+  launch.root = call.root;  // the two shot gathered by the root
+  kernels::launch_reduce_two_shot(call.type, call.op, launch, plan.blocks, stream);
+}
+
+namespace {
+
+template <typename Kernel>
+void reduce_staged_with(CollectiveContext& state, const PlannedCall& planned, Kernel kernel, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::StagedLaunch launch = base_launch(state, call, plan);
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type),
+                   [&](const auto& chunk) { kernel(call.type, call.op, chunk, plan.blocks, stream); });
+}
+
 }  // namespace
 
+void run_reduce_staged(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  reduce_staged_with(state, planned, kernels::launch_reduce, stream);
+}
+
+void run_reduce_split(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  reduce_staged_with(state, planned, kernels::launch_reduce_split, stream);  // rank r reduces part r
+}
+
+// Reduce-scatter: call.count is a rank block of the output.
+void run_reduce_scatter_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
+  launch.send_rank_stride = call.count * datatype_size(call.type);  // each peer's block to that peer, reduced there
+  reduce_ll_in_chunks(launch, call, plan, stream);
+}
+
+void run_reduce_scatter_staged(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::StagedLaunch launch = base_launch(state, call, plan);
+  launch.rank_stride = call.count;
+  launch_in_chunks(launch, call.send, call.recv, call.count, plan.chunk, datatype_size(call.type), [&](const auto& chunk) {
+    kernels::launch_reduce_scatter_staged(call.type, call.op, chunk, plan.blocks, stream);
+  });
+}
+
+void run_reduce_scatter_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const kernels::PipelineLaunch launch =
+      pipeline_launch(state, call, call.count, call.count * datatype_size(call.type), plan);
+  kernels::launch_reduce_scatter(call.type, call.op, launch, plan.blocks, stream);
+}
+
+void run_reduce_scatter_zero_copy(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // loads of the peers' inputs
+  launch.send = planned.send->buffers;
+  launch.rank_stride = call.count * datatype_size(call.type);
+  launch.plan = plan_of(call, plan, planned.send);
+  kernels::launch_reduce_scatter_zero_copy(call.type, call.op, launch, plan.blocks, stream);
+}
+
+void run_reduce_scatter_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  reduce_scatter_copy_engine(state, call.send, planned.recv->buffers, call.count * datatype_size(call.type), call.type,
+                             call.op, plan_of(call, plan, std::nullopt, planned.recv), stream);  // into the peer's output
+}
+
+void run_reduce_scatter_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  reduce_scatter_copy_engine_pairs(state, call.send, call.recv, call.count * datatype_size(call.type), call.type, call.op,
+                                   plan_of(call, plan), stream);  // through the peer's pipeline area
+}
+
+// All-gather: the kernels move bytes; `bytes` is one rank's block.
+namespace {
+
+size_t rank_block_bytes(const CollectiveCall& call) { return call.count * datatype_size(call.type); }
+
+}  // namespace
+
+void run_all_gather_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
+  launch.recv_rank_stride = bytes;  // the input to every peer, as an all-to-all of identical blocks
+  launch_in_chunks(launch, call.send, call.recv, bytes, plan.chunk, 1,
+                   [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, plan.blocks, stream); });
+}
+
+void run_all_gather_multicast(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::MulticastLaunch launch = multicast_launch(state, call);
+  launch.plan = plan_of(call, plan);
+  launch.rank_stride = bytes;  // each rank's block in chunks that fill a half
+  launch_in_chunks(launch, call.send, call.recv, bytes, plan.chunk, 1,
+                   [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, plan.blocks, stream); });
+}
+
+void run_all_gather_staged(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::StagedLaunch launch = base_launch(state, call, plan);
+  launch.rank_stride = bytes;
+  launch_in_chunks(launch, call.send, call.recv, bytes, plan.chunk, 1,
+                   [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, plan.blocks, stream); });
+}
+
+void run_all_gather_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const size_t bytes = rank_block_bytes(planned.call);
+  kernels::launch_all_gather(pipeline_launch(state, planned.call, bytes, bytes, planned.plan), planned.plan.blocks,
+                             stream);
+}
+
+void run_all_gather_zero_copy(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // stores into the peers' outputs
+  launch.recv_peers = planned.recv->buffers;
+  launch.count = bytes;
+  launch.rank_stride = bytes;
+  launch.plan = plan_of(call, plan, std::nullopt, planned.recv);
+  kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
+}
+
+void run_all_gather_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  all_gather_copy_engine(state, call.send, planned.recv->buffers, rank_block_bytes(call),
+                         plan_of(call, plan, std::nullopt, planned.recv), stream);
+}
+
+void run_all_gather_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  all_gather_copy_engine_pairs(state, call.send, call.recv, rank_block_bytes(call), plan_of(call, plan), stream);
+}
+
+// Broadcast: the kernels move bytes.
+void run_broadcast_ll(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
+  launch.root = call.root;
+  launch_in_chunks(launch, call.send, call.recv, rank_block_bytes(call), plan.chunk, 1,
+                   [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });
+}
+
+namespace {
+
+template <typename Kernel>
+void broadcast_staged_with(CollectiveContext& state, const PlannedCall& planned, Kernel kernel, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::StagedLaunch launch = base_launch(state, call, plan);
+  launch_in_chunks(launch, call.send, call.recv, rank_block_bytes(call), plan.chunk, 1,
+                   [&](const auto& chunk) { kernel(chunk, plan.blocks, stream); });
+}
+
+}  // namespace
+
+void run_broadcast_staged(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  broadcast_staged_with(state, planned, kernels::launch_broadcast, stream);
+}
+
+void run_broadcast_split(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  broadcast_staged_with(state, planned, kernels::launch_broadcast_split, stream);  // rank r fetches part r
+}
+
+void run_broadcast_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  kernels::PipelineLaunch launch = pipeline_launch(state, call, rank_block_bytes(call), 0, plan);
+  launch.root = call.root;
+  // Two ranks: the pipelined all-gather, pushed by the root alone; more: a chain.
+  const auto kernel = state.size > 2 ? kernels::launch_broadcast_chain : kernels::launch_broadcast_pipelined;
+  kernel(launch, plan.blocks, stream);
+}
+
+void run_broadcast_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  broadcast_copy_engine(state, call.send, planned.recv->buffers, rank_block_bytes(call), call.root,
+                        plan_of(call, plan, std::nullopt, planned.recv), stream);
+}
+
+void run_broadcast_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  broadcast_copy_engine_pairs(state, call.send, call.recv, rank_block_bytes(call), call.root, plan_of(call, plan),
+                              stream);  // through the peers' pipeline areas
+}
+
+// The entries: which buffers each collective looks up, the facts they give, the plan, its launch.
 void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t bytes = count * datatype_size(type);
+  const size_t bytes = call.count * datatype_size(call.type);
   const CallShape shape = shape_of(state, call, bytes, multicast_ready(state, call, bytes));
   const AreaCapacities capacities = area_capacities(state);
   ZeroCopyBuffers zero_copy;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    zero_copy = ZeroCopyBuffers{call_buffer_range(state, collective, ExchangedBuffer::kSend, send, bytes),
-                                call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes)};
+    zero_copy = ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes),
+                                call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes)};
     facts.peers_map = zero_copy.usable();
     facts.same_process_peers =
         facts.peers_map && (zero_copy.send->same_process_peers || zero_copy.recv->same_process_peers);
-    facts.in_place = overlap(send, bytes, recv, bytes);
+    facts.in_place = overlap(call.send, bytes, call.recv, bytes);
   }
-  const CallPlan plan = plan_call(shape, capacities, facts);
-  trace_plan(call, plan);
-  DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kCopyEngine) {  // 2 ranks, out of place: pushes into the peer's output
-    all_reduce_copy_engine(state, send, zero_copy.recv->buffers, bytes, type, op,
-                           plan_of(call, plan, zero_copy.send, zero_copy.recv), stream);
-    return;
-  }
-  if (plan.mode == BufferMode::kZeroCopy) {
-    kernels::ZeroCopyLaunch launch = zero_copy_launch(state, call, zero_copy);
-    launch.plan = plan_of(call, plan, zero_copy.send, zero_copy.recv);
-    kernels::launch_all_reduce_two_shot_zero_copy(type, op, launch, plan.blocks, stream);
-    return;
-  }
-  switch (plan.algorithm) {
-    case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
-    case Algorithm::kLL: run_reduce_ll(ll_launch(state, call, plan_of(call, plan)), call, plan, stream); return;
-    case Algorithm::kLL128: {
-      const kernels::LLLaunch launch = ll128_launch(state, call, plan_of(call, plan));
-      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
-                       [&](const auto& chunk) { kernels::launch_all_reduce_ll128(type, op, chunk, plan.blocks, stream); });
-      return;
-    }
-    case Algorithm::kTwoShot:
-      kernels::launch_all_reduce_two_shot(type, op, pipeline_launch(state, call, count, 0, plan), plan.blocks, stream);
-      return;
-    default: {  // the staged one shot
-      kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
-                       [&](const auto& chunk) { kernels::launch_all_reduce_one_shot(type, op, chunk, plan.blocks, stream); });
-      return;
-    }
-  }
+  launch(state, PlannedCall{call, plan_call(shape, capacities, facts), zero_copy.send, zero_copy.recv}, stream);
 }
 
 void reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t bytes = count * datatype_size(type);
-  // No reduce kernel reads a peer's buffer: the plan never depends on the buffers.
-  const CallPlan plan = plan_call(shape_of(state, call, bytes, multicast_ready(state, call, bytes)), area_capacities(state));
-  trace_plan(call, plan);
-  DeviceGuard guard(state.device);
-  switch (plan.algorithm) {
-    case Algorithm::kMulticast: run_reduce_multicast(state, call, plan, stream); return;
-    case Algorithm::kLL: {  // the LL all-reduce, whose result only the root stores
-      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
-      launch.root = root;
-      run_reduce_ll(launch, call, plan, stream);
-      return;
-    }
-    case Algorithm::kCopyEngine:  // the other rank's input into the root's pipeline area, reduced there
-      reduce_copy_engine_pairs(state, send, recv, bytes, type, op, root, plan_of(call, plan), stream);
-      return;
-    case Algorithm::kPipelined:  // a chain of every rank that ends at the root; on two ranks, the other's pushes
-    case Algorithm::kTwoShot: {  // the two shot gathered by the root
-      kernels::PipelineLaunch launch = pipeline_launch(state, call, count, 0, plan);
-      launch.root = root;
-      const auto kernel = plan.algorithm == Algorithm::kTwoShot ? kernels::launch_reduce_two_shot
-                          : state.size == 2                     ? kernels::launch_reduce_pushed
-                                                                : kernels::launch_reduce_chain;
-      kernel(type, op, launch, plan.blocks, stream);
-      return;
-    }
-    default: {  // staged, in one phase or two (split)
-      const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_reduce_split : kernels::launch_reduce;
-      kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, count, plan.chunk, datatype_size(type),
-                       [&](const auto& chunk) { kernel(type, op, chunk, plan.blocks, stream); });
-      return;
-    }
-  }
+  const size_t bytes = call.count * datatype_size(call.type);
+  const CallShape shape = shape_of(state, call, bytes, multicast_ready(state, call, bytes));
+  launch(state, PlannedCall{call, plan_call(shape, area_capacities(state))}, stream);
 }
 
 void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto& [function, collective, send, recv, recv_count, type, op, root] = call;
-  const size_t size = datatype_size(type);
-  const size_t input_bytes = recv_count * state.size * size;
+  const size_t size = datatype_size(call.type);
+  const size_t input_bytes = call.count * state.size * size;
   const CallShape shape = shape_of(state, call, input_bytes, false);
   const AreaCapacities capacities = area_capacities(state);
   // Zero-copy loads need every rank block 16-byte aligned; copy-engine pushes, the output mapped too. The same
   // lookups on every rank, in place or not, so the same answers.
   std::optional<PeerRange> send_range, recv_range;
-  if (recv_count * size % 16 == 0 && !plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, collective, ExchangedBuffer::kSend, send, input_bytes);
+  if (call.count * size % 16 == 0 && !plans_ll(shape, capacities)) {
+    send_range = call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, input_bytes);
     if (plans_output_pushes(shape, capacities)) {
-      recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, recv_count * size);
+      recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size);
     }
   }
   BufferFacts facts{};
-  facts.in_place = overlap(send, input_bytes, recv, recv_count * size);
+  facts.in_place = overlap(call.send, input_bytes, call.recv, call.count * size);
   facts.peers_map = send_range && send_range->aligned16;
   facts.peers_map_output = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
-  const CallPlan plan = plan_call(shape, capacities, facts);
-  trace_plan(call, plan);
-  DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kCopyEngine && plan.mode == BufferMode::kZeroCopy) {  // into the peer's output
-    reduce_scatter_copy_engine(state, send, recv_range->buffers, recv_count * size, type, op,
-                               plan_of(call, plan, std::nullopt, recv_range), stream);
-    return;
-  }
-  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peer's pipeline area
-    reduce_scatter_copy_engine_pairs(state, send, recv, recv_count * size, type, op, plan_of(call, plan), stream);
-    return;
-  }
-  if (plan.mode == BufferMode::kZeroCopy) {
-    kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);  // count: recv_count
-    launch.send = send_range->buffers;
-    launch.rank_stride = recv_count * size;
-    launch.plan = plan_of(call, plan, send_range);
-    kernels::launch_reduce_scatter_zero_copy(type, op, launch, plan.blocks, stream);
-    return;
-  }
-  switch (plan.algorithm) {
-    case Algorithm::kPipelined:
-      kernels::launch_reduce_scatter(type, op, pipeline_launch(state, call, recv_count, recv_count * size, plan),
-                                     plan.blocks, stream);
-      return;
-    case Algorithm::kLL: {  // each peer's block of the input to that peer, reduced there
-      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
-      launch.send_rank_stride = recv_count * size;
-      run_reduce_ll(launch, call, plan, stream);
-      return;
-    }
-    default: {  // staged
-      kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch.rank_stride = recv_count;
-      launch_in_chunks(launch, send, recv, recv_count, plan.chunk, size,
-                       [&](const auto& chunk) {
-                         kernels::launch_reduce_scatter_staged(type, op, chunk, plan.blocks, stream);
-                       });
-      return;
-    }
-  }
+  launch(state, PlannedCall{call, plan_call(shape, capacities, facts), send_range, recv_range}, stream);
 }
 
 void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto& [function, collective, send, recv, send_count, type, op, root] = call;
-  const size_t bytes = send_count * datatype_size(type);
+  const size_t bytes = rank_block_bytes(call);
   const CallShape shape = shape_of(state, call, bytes * state.size, multicast_ready(state, call, bytes));
   const AreaCapacities capacities = area_capacities(state);
   // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
-    recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes * state.size);
+    recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes * state.size);
   }
   BufferFacts facts{};
   facts.peers_map = recv_range && recv_range->aligned16;
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
-  const CallPlan plan = plan_call(shape, capacities, facts);
-  trace_plan(call, plan);
-  DeviceGuard guard(state.device);
-  if (plan.algorithm == Algorithm::kCopyEngine && plan.mode == BufferMode::kZeroCopy) {
-    all_gather_copy_engine(state, send, recv_range->buffers, bytes, plan_of(call, plan, std::nullopt, recv_range),
-                           stream);
-    return;
-  }
-  if (plan.algorithm == Algorithm::kCopyEngine) {  // pairs through the peers' pipeline areas
-    all_gather_copy_engine_pairs(state, send, recv, bytes, plan_of(call, plan), stream);
-    return;
-  }
-  if (plan.mode == BufferMode::kZeroCopy) {  // pipelined on buffers peers map: stores into their outputs
-    kernels::ZeroCopyLaunch launch = zero_copy_base(state, call);
-    launch.recv_peers = recv_range->buffers;
-    launch.count = bytes;  // the kernel moves bytes
-    launch.rank_stride = bytes;
-    launch.plan = plan_of(call, plan, std::nullopt, recv_range);
-    kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
-    return;
-  }
-  switch (plan.algorithm) {
-    case Algorithm::kMulticast: {  // each rank's block in chunks that fill a half
-      kernels::MulticastLaunch launch = multicast_launch(state, call);
-      launch.plan = plan_of(call, plan);
-      launch.rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
-                       [&](const auto& chunk) { kernels::launch_all_gather_multicast(chunk, plan.blocks, stream); });
-      return;
-    }
-    case Algorithm::kPipelined:
-      kernels::launch_all_gather(pipeline_launch(state, call, bytes, bytes, plan), plan.blocks, stream);
-      return;
-    case Algorithm::kLL: {  // the input to every peer, as an all-to-all of identical blocks
-      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
-      launch.recv_rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
-                       [&](const auto& chunk) { kernels::launch_blocks_ll(chunk, plan.blocks, stream); });
-      return;
-    }
-    default: {  // staged
-      kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch.rank_stride = bytes;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
-                       [&](const auto& chunk) { kernels::launch_all_gather_staged(chunk, plan.blocks, stream); });
-      return;
-    }
-  }
+  launch(state, PlannedCall{call, plan_call(shape, capacities, facts), std::nullopt, recv_range}, stream);
 }
 
 void broadcast(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
-  const auto& [function, collective, send, recv, count, type, op, root] = call;
-  const size_t bytes = count * datatype_size(type);
+  const size_t bytes = rank_block_bytes(call);
   const CallShape shape = shape_of(state, call, bytes, false);
   const AreaCapacities capacities = area_capacities(state);
   std::optional<PeerRange> recv_range;
-  if (!plans_ll(shape, capacities)) recv_range = call_buffer_range(state, collective, ExchangedBuffer::kRecv, recv, bytes);
+  if (!plans_ll(shape, capacities)) {
+    recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes);
+  }
   BufferFacts facts{};
   facts.peers_map = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
-  const CallPlan plan = plan_call(shape, capacities, facts);
-  trace_plan(call, plan);
-  DeviceGuard guard(state.device);
-  switch (plan.algorithm) {
-    case Algorithm::kCopyEngine:
-      if (plan.mode == BufferMode::kZeroCopy) {
-        broadcast_copy_engine(state, send, recv_range->buffers, bytes, root,
-                              plan_of(call, plan, std::nullopt, recv_range), stream);
-      } else {  // pairs through the peers' pipeline areas
-        broadcast_copy_engine_pairs(state, send, recv, bytes, root, plan_of(call, plan), stream);
-      }
-      return;
-    case Algorithm::kLL: {
-      kernels::LLLaunch launch = ll_launch(state, call, plan_of(call, plan));
-      launch.root = root;
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
-                       [&](const auto& chunk) { kernels::launch_broadcast_ll(chunk, plan.blocks, stream); });
-      return;
-    }
-    case Algorithm::kPipelined: {  // two ranks: the pipelined all-gather, pushed by the root alone; more: a chain
-      kernels::PipelineLaunch launch = pipeline_launch(state, call, bytes, 0, plan);
-      launch.root = root;
-      const auto kernel = state.size > 2 ? kernels::launch_broadcast_chain : kernels::launch_broadcast_pipelined;
-      kernel(launch, plan.blocks, stream);
-      return;
-    }
-    default: {  // staged, in one phase or two (split)
-      const auto kernel = plan.algorithm == Algorithm::kSplit ? kernels::launch_broadcast_split : kernels::launch_broadcast;
-      kernels::StagedLaunch launch = base_launch(state, call, plan);
-      launch_in_chunks(launch, send, recv, bytes, plan.chunk, 1,
-                       [&](const auto& chunk) { kernel(chunk, plan.blocks, stream); });
-      return;
-    }
-  }
+  launch(state, PlannedCall{call, plan_call(shape, capacities, facts), std::nullopt, recv_range}, stream);
 }
 
 void raise_recorded_failure(CollectiveContext& state) { state.sync->raise_recorded_error(collective_name, describe_plan); }

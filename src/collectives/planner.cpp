@@ -22,54 +22,40 @@ Buffers table_key(Collective collective, const BufferFacts& facts) {
   }
 }
 
-BufferMode mode_of(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
-  if (collective == Collective::kReduceScatter && algorithm == Algorithm::kCopyEngine) {
-    // Pushes into the peer's output where it maps it, else pairs through its pipeline area.
-    return facts.peers_map_output && !facts.same_process_peers && !facts.in_place ? BufferMode::kZeroCopy
-                                                                                   : BufferMode::kStagedCopy;
+bool needs_met(Needs needs, const BufferFacts& facts) {
+  switch (needs) {
+    case Needs::kNothing: return true;
+    case Needs::kPeersMap: return facts.peers_map;
+    case Needs::kPeersMapOutput: return facts.peers_map_output && !facts.same_process_peers && !facts.in_place;
   }
-  if (!facts.peers_map) return BufferMode::kStagedCopy;
-  switch (collective) {
-    case Collective::kAllReduce:
-      // The one shot stages: in place it needs an exit barrier, and lost everywhere (docs/dev/selection.md).
-      return algorithm == Algorithm::kTwoShot || algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy
-                                                                                        : BufferMode::kStagedCopy;
-    case Collective::kReduceScatter:
-      return algorithm == Algorithm::kPipelined ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
-    case Collective::kAllGather:
-    case Collective::kAllToAll:
-      return algorithm == Algorithm::kPipelined || algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy
-                                                                                          : BufferMode::kStagedCopy;
-    case Collective::kBroadcast:
-      return algorithm == Algorithm::kCopyEngine ? BufferMode::kZeroCopy : BufferMode::kStagedCopy;
-    default: return BufferMode::kStagedCopy;
-  }
+  return false;
 }
 
-// Zero copy, the FIFOs and the copy engines stream the whole call through one launch.
-size_t chunk_of(const CallShape& shape, Algorithm algorithm, const AreaCapacities& capacities) {
-  const size_t size = datatype_size(shape.type);
-  const bool moves_bytes = shape.collective == Collective::kAllGather || shape.collective == Collective::kBroadcast;
-  const size_t unit = moves_bytes ? 1 : size;
-  if (shape.collective == Collective::kAllToAll || shape.collective == Collective::kAllToAllv) return SIZE_MAX;
-  switch (algorithm) {
-    case Algorithm::kLL: return capacities.ll_payload / unit;
-    case Algorithm::kLL128: return capacities.ll128_payload / unit;
-    case Algorithm::kMulticast:
-      // All-gather: every rank's block of a chunk in the half, in whole 16-byte vectors.
-      if (shape.collective == Collective::kAllGather) return capacities.multicast_half / shape.world / 16 * 16;
-      return capacities.multicast_half / unit;
-    case Algorithm::kOneShot:
-    case Algorithm::kStaged:
-    case Algorithm::kSplit:
-      // Reduce-scatter: every rank's block of the chunk in the half, each rounded up to 256 bytes.
-      if (shape.collective == Collective::kReduceScatter) {
-        const size_t per_rank = capacities.staging_half / shape.world;
-        return per_rank > 256 ? (per_rank - 256) / unit : 0;
-      }
-      return capacities.staging_half / unit;
-    default: return SIZE_MAX;
+// The row of (collective, algorithm) the buffers allow, zero copy before staged (protocols.cpp lists it first).
+const Protocol* row_for(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
+  for (const Protocol& row : protocols()) {
+    if (row.collective == collective && row.algorithm == algorithm && needs_met(row.needs, facts)) return &row;
   }
+  raise(ErrorCode::kInternal, "{}: the protocol {} has no row for these buffers",
+        collective_name(static_cast<unsigned int>(collective)), algorithm_name(algorithm));
+}
+
+size_t chunk_of(const CallShape& shape, ChunkRule rule, const AreaCapacities& capacities) {
+  const bool moves_bytes = shape.collective == Collective::kAllGather || shape.collective == Collective::kBroadcast;
+  const size_t unit = moves_bytes ? 1 : datatype_size(shape.type);
+  switch (rule) {
+    case ChunkRule::kWholeCall: return SIZE_MAX;
+    case ChunkRule::kLLPayload: return capacities.ll_payload / unit;
+    case ChunkRule::kLL128Payload: return capacities.ll128_payload / unit;
+    case ChunkRule::kMulticastHalf: return capacities.multicast_half / unit;
+    case ChunkRule::kMulticastHalfPerRank: return capacities.multicast_half / shape.world / 16 * 16;
+    case ChunkRule::kStagingHalf: return capacities.staging_half / unit;
+    case ChunkRule::kStagingHalfPerRank: {
+      const size_t per_rank = capacities.staging_half / shape.world;
+      return per_rank > 256 ? (per_rank - 256) / unit : 0;
+    }
+  }
+  return 0;
 }
 
 bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
@@ -96,10 +82,12 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
     gates.copy_engines =
         facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);
   }
-  gates.ll_fits = shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload;
+  gates.ll_fits = !facts.one_sided &&
+                  (shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload);
   gates.ll128 = shape.ll128;
-  if (shape.collective == Collective::kSendRecv) {  // the pair's message fits its slot of lines
+  if (shape.collective == Collective::kSendRecv) {  // the pair's message fits its slot of lines; the engines' slots exist
     gates.ll128 = gates.ll128 && capacities.send_recv_lines_payload != 0 && shape.bytes <= capacities.send_recv_lines_payload;
+    gates.copy_engines = gates.copy_engines && capacities.copy_engine_slot_payload != 0;
   }
   return gates;
 }
@@ -112,10 +100,6 @@ BufferFacts usable_facts(Collective collective, BufferFacts facts) {
 }
 
 }  // namespace
-
-const char* buffer_mode_name(BufferMode mode) {
-  return mode == BufferMode::kZeroCopy ? "zero copy" : "staged copy";
-}
 
 bool plans_ll(const CallShape& shape, const AreaCapacities& capacities) {
   return runs_ll(shape.collective, shape.bytes, shape.world, shape.type, *shape.algorithm_override,
@@ -140,10 +124,11 @@ CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, con
   const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
                                          *shape.algorithm_override, table_key(shape.collective, facts), gates);
   CallPlan plan{};
-  plan.algorithm = choice.algorithm;
-  plan.mode = mode_of(shape.collective, choice.algorithm, facts);
+  plan.protocol = row_for(shape.collective, choice.algorithm, facts);
+  plan.algorithm = plan.protocol->algorithm;
+  plan.mode = plan.protocol->mode;
   plan.blocks = std::min(choice.blocks, shape.max_blocks);
-  plan.chunk = chunk_of(shape, choice.algorithm, capacities);
+  plan.chunk = chunk_of(shape, plan.protocol->chunk, capacities);
   if (plan.chunk == 0) {
     raise(ErrorCode::kInternal, "{}: the communicator's {} area holds less than one element of {}",
           collective_name(static_cast<unsigned int>(shape.collective)), algorithm_name(choice.algorithm),

@@ -1,5 +1,5 @@
 // The planner: a call and what the lookups found about its buffers make the plan the CUDA backend launches. Every
-// rule deciding how a call runs lives here or in selection.hpp. Every input is the same on every rank making the
+// rule deciding how a call runs lives here, in selection.hpp or in the protocol registry (protocols.hpp). Every input is the same on every rank making the
 // same call with the same kind of buffers; where a rank differs, so do the plan words its barriers compare
 // (plan.hpp): kMismatch.
 #pragma once
@@ -8,12 +8,10 @@
 #include <cstdint>
 #include <string>
 
+#include "collectives/protocols.hpp"
 #include "collectives/selection.hpp"
 
 namespace braid::collectives {
-
-enum class BufferMode { kStagedCopy, kZeroCopy };
-const char* buffer_mode_name(BufferMode mode);  // "staged copy", "zero copy"
 
 // What every rank knows of a call before any buffer is looked up.
 struct CallShape {
@@ -34,6 +32,7 @@ struct AreaCapacities {
   size_t multicast_half;  // 0 without a region
   size_t ll128_payload;   // from each sender
   size_t send_recv_lines_payload = 0;  // 0: no area
+  size_t copy_engine_slot_payload = 0;  // a send/recv pair's slot in the peer's pipeline area; 0: no slots
 };
 
 // What the lookups found; each fact holds for every rank's buffers, so every rank has the same.
@@ -44,14 +43,16 @@ struct BufferFacts {
   bool peers_map_output = false;    // reduce-scatter: the output too, for the copy engines' pushes
   bool same_process_peers = false;  // one the engines would use is another GPU's cudaMalloc memory of this process
   bool in_place = false;            // an all-to-all in place runs staged, whatever the other facts say
+  bool one_sided = false;           // the global-memory all-to-all: loads or pulls from the peers, never LL
 };
 
 struct CallPlan {
-  Algorithm algorithm;  // the protocol
-  BufferMode mode;
+  const Protocol* protocol;  // its row in the registry, never null
+  Algorithm algorithm;       // protocol->algorithm
+  BufferMode mode;           // protocol->mode
   int blocks;  // the table's width, at most max_blocks
-  // Units (elements; bytes for all-gather and broadcast) one launch carries: ceil(count / chunk) launches, each
-  // its own call of the protocol. SIZE_MAX: one launch.
+  // Units (elements; bytes for all-gather and broadcast) one launch carries by the row's chunk rule:
+  // ceil(count / chunk) launches, each its own call of the protocol. SIZE_MAX: one launch.
   size_t chunk;
 };
 
@@ -62,7 +63,7 @@ bool plans_ll(const CallShape& shape, const AreaCapacities& capacities);
 // its output looked up. Reads only the call, so the same on every rank.
 bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacities);
 
-// `facts`: none for an LL call.
+// `facts`: none for an LL call. kInternal where the table names a protocol with no row the buffers allow.
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts = {});
 
 }  // namespace braid::collectives

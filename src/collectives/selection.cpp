@@ -4,6 +4,7 @@
 #include <climits>
 #include <sstream>
 
+#include "collectives/protocols.hpp"
 #include "core/error.hpp"
 
 namespace braid {
@@ -100,32 +101,6 @@ constexpr Row kTable[] = {
     {Collective::kSendRecv, SIZE_MAX, Algorithm::kPipelined},
 };
 
-// What BRAID_ALGO may ask for.
-struct Serves {
-  Collective collective;
-  Algorithm algorithm;
-};
-constexpr Serves kServes[] = {
-    {Collective::kAllReduce, Algorithm::kLL},         {Collective::kAllReduce, Algorithm::kOneShot},
-    {Collective::kAllReduce, Algorithm::kTwoShot},    {Collective::kReduce, Algorithm::kStaged},
-    {Collective::kReduceScatter, Algorithm::kPipelined}, {Collective::kAllGather, Algorithm::kPipelined},
-    {Collective::kReduceScatter, Algorithm::kStaged},    {Collective::kAllGather, Algorithm::kStaged},
-    {Collective::kBroadcast, Algorithm::kStaged},        {Collective::kAllToAll, Algorithm::kPipelined},
-    {Collective::kAllToAll, Algorithm::kCopyEngine},     {Collective::kAllToAllv, Algorithm::kPipelined},
-    {Collective::kAllToAll, Algorithm::kLL},          {Collective::kReduceScatter, Algorithm::kLL},
-    {Collective::kAllGather, Algorithm::kLL},         {Collective::kReduce, Algorithm::kLL},
-    {Collective::kBroadcast, Algorithm::kLL},          {Collective::kReduce, Algorithm::kPipelined},
-    {Collective::kBroadcast, Algorithm::kPipelined},    {Collective::kAllGather, Algorithm::kCopyEngine},
-    {Collective::kBroadcast, Algorithm::kCopyEngine},   {Collective::kAllReduce, Algorithm::kMulticast},
-    {Collective::kReduce, Algorithm::kMulticast},       {Collective::kAllGather, Algorithm::kMulticast},
-    {Collective::kSendRecv, Algorithm::kPipelined},     {Collective::kSendRecv, Algorithm::kCopyEngine},
-    {Collective::kReduce, Algorithm::kSplit},           {Collective::kBroadcast, Algorithm::kSplit},
-    {Collective::kReduce, Algorithm::kTwoShot},
-    {Collective::kReduceScatter, Algorithm::kCopyEngine}, {Collective::kReduce, Algorithm::kCopyEngine},
-    {Collective::kAllReduce, Algorithm::kCopyEngine},
-    {Collective::kAllReduce, Algorithm::kLL128},       {Collective::kSendRecv, Algorithm::kLL128},
-};
-
 constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kReduce,   Collective::kReduceScatter,
                                        Collective::kAllGather, Collective::kBroadcast, Collective::kAllToAll,
                                        Collective::kAllToAllv, Collective::kSendRecv};
@@ -139,11 +114,9 @@ constexpr int kAllToAllvBlocks = 32;
 // The same for send/recv; 64 move large messages faster than 32 at no cost to small ones (docs/dev/selection.md).
 constexpr int kSendRecvBlocks = kMaxBlocks;
 
+// What BRAID_ALGO may ask for: the protocols with a row in the registry.
 bool serves(Collective collective, Algorithm algorithm) {
-  for (const Serves& entry : kServes) {
-    if (entry.collective == collective && entry.algorithm == algorithm) return true;
-  }
-  return false;
+  return collectives::find_protocol(collective, algorithm) != nullptr;
 }
 
 // Bytes a block (docs/dev/selection.md): LL 4 KB where every peer gets the whole buffer (a line a thread: a
@@ -250,14 +223,8 @@ const char* algorithm_name(Algorithm algorithm) {
 
 namespace {
 
-bool gate_open(Algorithm algorithm, const Gates& gates) {
-  switch (algorithm) {
-    case Algorithm::kMulticast: return gates.multicast;
-    case Algorithm::kCopyEngine: return gates.copy_engines;
-    case Algorithm::kLL: return gates.ll_fits;
-    case Algorithm::kLL128: return gates.ll128;
-    default: return true;
-  }
+bool gate_open(Collective collective, Algorithm algorithm, const Gates& gates) {
+  return collectives::gate_open(collectives::gate_of(collective, algorithm), gates);
 }
 
 }  // namespace
@@ -268,13 +235,13 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
   for (const Row& row : kTable) {
     if (row.collective == collective && bytes <= row.max_bytes && world <= row.max_world &&
         (row.buffers == Buffers::kAny || row.buffers == buffers) && serves_type(row.types, type) &&
-        gate_open(row.algorithm, gates)) {
+        gate_open(collective, row.algorithm, gates)) {
       algorithm = row.algorithm;
       break;
     }
   }
   Algorithm forced = algorithm;
-  if (!override_text.empty() && override_for(collective, override_text, &forced) && !gate_open(forced, gates)) {
+  if (!override_text.empty() && override_for(collective, override_text, &forced) && !gate_open(collective, forced, gates)) {
     forced = forced != Algorithm::kMulticast && serves(collective, Algorithm::kPipelined) ? Algorithm::kPipelined
                                                                                             : algorithm;
   }

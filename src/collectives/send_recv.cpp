@@ -81,35 +81,34 @@ struct BulkPair {
 };
 
 // A pair's protocol: LL128 lines (send_recv_lines_launch.hpp), the copy engines, or the FIFOs.
-Algorithm pair_protocol(const CollectiveContext& state, const AreaCapacities& capacities,
-                        const kernels::BulkLayout& layout, uint64_t bytes) {
+Algorithm pair_protocol(const CollectiveContext& state, const AreaCapacities& capacities, uint64_t bytes) {
   const CallShape shape{Collective::kSendRecv, bytes, state.size, DataType::kUint8, &state.algorithm_override, false,
                         state.max_blocks, state.ll128_lines};
   BufferFacts facts{};
   facts.peers_map = true;  // lines and chunks go into the communicator's own areas, which every peer maps
-  const Algorithm algorithm = plan_call(shape, capacities, facts).algorithm;
-  // An area too small for FIFO pieces has no slots either.
-  if (algorithm == Algorithm::kCopyEngine && layout.slot_payload == 0) return Algorithm::kPipelined;
-  return algorithm;
+  return plan_call(shape, capacities, facts).algorithm;
 }
 
 // Moves the pairs of `launch` that go by copy engines or in lines out of it (bytes 0, peers unnamed).
-void take_pairs(const CollectiveContext& state, const kernels::BulkLayout& layout, kernels::AllToAllLaunch& launch,
+void take_pairs(const CollectiveContext& state, kernels::AllToAllLaunch& launch,
                 std::vector<BulkPair>& sends, std::vector<BulkPair>& recvs, kernels::SendRecvLinesLaunch& lines) {
   const AreaCapacities capacities = area_capacities(state);
   lines.send_count = lines.recv_count = lines.blocks = 0;
   auto take = [&](int peer, unsigned int& peers, uint64_t& bytes, char* buffer, std::vector<BulkPair>& bulk,
                   kernels::SendRecvLinesPair* line_pairs, int& line_count) {
     if (((peers >> peer) & 1u) == 0) return;
-    const Algorithm algorithm = pair_protocol(state, capacities, layout, bytes);
-    if (algorithm == Algorithm::kCopyEngine) {
-      bulk.push_back({peer, buffer, bytes});
-    } else if (algorithm == Algorithm::kLL128) {
-      const int blocks = kernels::send_recv_lines_blocks(bytes);
-      line_pairs[line_count++] = {peer, buffer, bytes, blocks};
-      lines.blocks += blocks;
-    } else {
-      return;
+    const Algorithm algorithm = pair_protocol(state, capacities, bytes);
+    switch (algorithm) {
+      case Algorithm::kPipelined: return;  // stays in the FIFO launch
+      case Algorithm::kCopyEngine: bulk.push_back({peer, buffer, bytes}); break;
+      case Algorithm::kLL128: {
+        const int blocks = kernels::send_recv_lines_blocks(bytes);
+        line_pairs[line_count++] = {peer, buffer, bytes, blocks};
+        lines.blocks += blocks;
+        break;
+      }
+      default:
+        raise(ErrorCode::kInternal, "send_recv: a pair has no {} path", algorithm_name(algorithm));
     }
     peers &= ~(1u << peer);
     bytes = 0;
@@ -260,7 +259,7 @@ void send_recv(CollectiveContext& state, const PointToPointBatch& batch, Stream 
   for (kernels::AllToAllLaunch& launch : launches) {
     std::vector<BulkPair> sends, recvs;
     kernels::SendRecvLinesLaunch lines{};
-    take_pairs(state, layout, launch, sends, recvs, lines);
+    take_pairs(state, launch, sends, recvs, lines);
     const bool in_lines = lines.send_count + lines.recv_count > 0;
     enqueue_bulk_pairs(state, Collective::kSendRecv, layout, sends, recvs, plan, stream, [&] {
       if (in_lines) {

@@ -15,8 +15,9 @@ namespace {
 
 const std::string kNoOverride;
 
-// The default areas of a 2-rank communicator: 16 MiB staging halves, a 1 MiB LL payload a sender, no multicast.
-constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, 0, size_t(1) << 20};
+// The default areas of a 2-rank communicator: 16 MiB staging halves, a 1 MiB LL payload a sender, no multicast, no
+// send/recv lines, 8 MiB copy-engine slots.
+constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, 0, size_t(1) << 20, 0, size_t(8) << 20};
 
 CallShape shape(Collective collective, size_t bytes, int world = 2, DataType type = DataType::kFloat32,
                 const std::string* algorithm_override = &kNoOverride) {
