@@ -38,7 +38,7 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
   OwnStream stream;
-  state.order->follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
+  state.order.follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(collective), kSiteExchangeBarrier,
                           exchange_plan_word(collective, buffer, bytes, kind), stream.get());
   BRAID_CUDA(cudaStreamSynchronize(stream.get()));  // bounded: the barrier gives up at the communicator's timeout
@@ -78,14 +78,14 @@ std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective 
   const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};
   const Exchange* const first_use = &registered;
   std::optional<PeerRange> found = find_peer_range(
-      state, pointer, bytes, [communicator, first_use] { agree_on_exchange(*communicator, *first_use); });
+      state.memory, pointer, bytes, [communicator, first_use] { agree_on_exchange(*communicator, *first_use); });
   if (found || bytes == 0 || !detail::automatic_registration_on()) return found;
-  const cudaGraph_t graph = state.order->call_graph();  // the call's ordering scope asked CUDA already
+  const cudaGraph_t graph = state.order.call_graph();  // the call's ordering scope asked CUDA already
   if (graph == nullptr) return std::nullopt;            // eager calls of unregistered buffers are staged
   const Exchange automatic{collective, buffer, bytes, ExchangeKind::kAutomatic};
   const Exchange* const captured = &automatic;
   std::optional<detail::AutomaticRange> range = detail::exchange_automatically(
-      state, pointer, bytes, [communicator, captured] { agree_on_exchange(*communicator, *captured); });
+      state.memory, pointer, bytes, [communicator, captured] { agree_on_exchange(*communicator, *captured); });
   if (!range) return std::nullopt;
   hold_in_graph(graph, std::move(range->mappings));
   return range->range;

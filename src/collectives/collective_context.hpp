@@ -1,4 +1,4 @@
-// What the CUDA backend's collectives need of a communicator's state (comm/comm_state.hpp).
+// What the CUDA backend's collectives work on: its state, made at init from the communicator's memory context.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,15 +18,35 @@
 
 namespace braid::collectives {
 
-struct CollectiveContext : detail::MemoryContext {
-  // Orders the calls whatever stream each names; both backends.
-  std::unique_ptr<detail::CallOrder> order;
+// What every rank agreed on at init that decides how the calls run.
+struct CallSettings {
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
   int max_blocks = kMaxBlocks;     // CommOptions::max_blocks, else BRAID_MAX_BLOCKS; read once
   int ranks_per_gpu = 1;           // the most ranks sharing one GPU's SMs (BRAID_ALLOW_SHARED_GPU=1)
+  // Every GPU pair reports native P2P atomics (NVLink, not PCIe in general) and delivers a warp's 128-byte line
+  // whole (all_reduce_ll128.cu).
+  bool ll128_lines = false;
+};
 
-  // Made at init on the CUDA backend (collectives never allocate), empty on NCCL's. Each protocol keeps its own
-  // area, so no reuse rule reasons about another's.
+// The CUDA backend's state (backends/cuda/cuda_backend.hpp owns it): the communicator's memory context and call
+// order it was made from, the settings, and what it made at init (collectives never allocate). Each protocol
+// keeps its own area, so no reuse rule reasons about another's.
+struct CollectiveContext {
+  CollectiveContext(detail::MemoryContext& memory, detail::CallOrder& order, const CallSettings& settings)
+      : memory(memory), order(order), rank(memory.rank), size(memory.size), device(memory.device),
+        algorithm_override(settings.algorithm_override), max_blocks(settings.max_blocks),
+        ranks_per_gpu(settings.ranks_per_gpu), ll128_lines(settings.ll128_lines) {}
+  CollectiveContext(const CollectiveContext&) = delete;
+  CollectiveContext& operator=(const CollectiveContext&) = delete;
+
+  detail::MemoryContext& memory;  // the communicator's: buffers peers map, registrations, bootstrap
+  detail::CallOrder& order;       // orders the calls whatever stream each names
+  const int rank, size, device;   // memory's
+  const std::string algorithm_override;
+  const int max_blocks;
+  const int ranks_per_gpu;
+  const bool ll128_lines;
+
   std::unique_ptr<DeviceSync> sync;
   SymmetricMemory staging;
   SymmetricMemory pipeline;
@@ -41,21 +61,22 @@ struct CollectiveContext : detail::MemoryContext {
   std::unique_ptr<SideStream> third_side;
   // Null unless BRAID_ENABLE_MULTICAST=1 and every rank could set it up.
   std::unique_ptr<detail::MulticastRegion> multicast;
-  // Every GPU pair reports native P2P atomics (NVLink, not PCIe in general) and delivers a warp's 128-byte line
-  // whole (all_reduce_ll128.cu). Agreed at init.
-  bool ll128_lines = false;
 };
 
 // The ordering scope a call holds while it enqueues (after its checks), with its GPU current. Ranks that share a
 // GPU (ranks_per_gpu > 1) refuse the legacy default stream: ranks as threads of one process share their GPU's
 // context and so its legacy stream, where one rank's kernel would wait for a peer's queued behind it, forever.
-inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
-  if (context.ranks_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
+inline detail::CallOrder::Scope ordered(detail::CallOrder& order, int device, int ranks_per_gpu, Stream stream) {
+  if (ranks_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
     raise(ErrorCode::kInvalidArgument,
           "argument 'stream' is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
           "their calls would wait on each other there; pass a stream of the rank's own (or cudaStreamPerThread)");
   }
-  return detail::CallOrder::Scope(*context.order, context.device, stream);
+  return detail::CallOrder::Scope(order, device, stream);
+}
+
+inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
+  return ordered(context.order, context.device, context.ranks_per_gpu, stream);
 }
 
 }  // namespace braid::collectives

@@ -1,7 +1,7 @@
-// What a communicator holds on each rank. Shared (std::shared_ptr) by the Communicator handle and by every
-// symmetric allocation made from it, so teardown works in any order. Each layer below takes its own part: the
-// memory layer a MemoryContext, the collectives a CollectiveContext (collectives/collective_context.hpp); the
-// calls run on the backend chosen at init.
+// What a communicator holds on each rank: its memory context (the base: rank, GPU, bootstrap, the buffers peers
+// map), the store, the peers, the call order and settings, and the backend chosen at init, which owns whatever
+// state it needs. Shared (std::shared_ptr) by the Communicator handle and by what must outlive a handle (a
+// MoeBuffer), so teardown works in any order.
 #pragma once
 
 #include <memory>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/backend.hpp"
+#include "backends/cuda/cuda_backend.hpp"
 #include "backends/nccl/nccl_backend.hpp"
 #include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
@@ -16,16 +17,18 @@
 
 namespace braid::detail {
 
-struct CommState : collectives::CollectiveContext {
+struct CommState : MemoryContext {
   std::shared_ptr<StoreServer> store_server;  // held by the rank that serves the store
   std::shared_ptr<StoreClient> store;
   std::vector<PeerInfo> peers;
+  std::unique_ptr<CallOrder> order;  // orders the calls whatever stream each names; both backends
+  collectives::CallSettings settings;
 
-  // What runs the calls: the CUDA backend on this state's collective context, or NCCL (chosen once at init).
+  // What runs the calls (chosen once at init): the CUDA backend, or NCCL.
   std::unique_ptr<Backend> backend;
-  // The NCCL communicator of the NCCL backend (null on the CUDA backend): nothing of the collective context
-  // beyond the memory layer's part is made then. Shared so that registrations' deregistration hook can hold it
-  // weakly.
+  CudaBackend* cuda = nullptr;  // `backend` where it is the CUDA backend; see cuda_context
+  // The NCCL communicator of the NCCL backend (null on the CUDA backend). Shared so that registrations'
+  // deregistration hook can hold it weakly.
   std::shared_ptr<NcclBackend> nccl;
 };
 
@@ -41,5 +44,12 @@ inline collectives::CallPlace place_of(const CommState& state) { return {state.r
 
 // Refuses (kUnsupported, naming `function`) what only the CUDA backend serves, on an NCCL-backend communicator.
 void require_cuda_backend(const CommState& state, const char* function);
+// The CUDA backend's state, the one way to it: require_cuda_backend first.
+collectives::CollectiveContext& cuda_context(CommState& state, const char* function);
+
+// The ordering scope of a call on `state` (collectives::ordered).
+inline CallOrder::Scope ordered(CommState& state, Stream stream) {
+  return collectives::ordered(*state.order, state.device, state.settings.ranks_per_gpu, stream);
+}
 
 }  // namespace braid::detail

@@ -177,11 +177,11 @@ int max_blocks(int option) {
 // on every rank: ranks that read them differently would run different protocols for one call. BRAID_ALGO is
 // also parsed here, so a bad value fails init rather than the first collective.
 void agree_on_settings(detail::CommState& state) {
-  (void)select_algorithm(Collective::kAllReduce, 1, state.size, DataType::kFloat32, state.algorithm_override);
+  (void)select_algorithm(Collective::kAllReduce, 1, state.size, DataType::kFloat32, state.settings.algorithm_override);
   const Config& config = Config::get();
   const std::vector<std::pair<std::string, std::string>> settings = {
-      {"BRAID_ALGO (or CommOptions::algorithms)", state.algorithm_override},
-      {"BRAID_MAX_BLOCKS (or CommOptions::max_blocks)", std::to_string(state.max_blocks)},
+      {"BRAID_ALGO (or CommOptions::algorithms)", state.settings.algorithm_override},
+      {"BRAID_MAX_BLOCKS (or CommOptions::max_blocks)", std::to_string(state.settings.max_blocks)},
       {"BRAID_STAGING_BYTES", std::to_string(*config.integer("BRAID_STAGING_BYTES"))},
       {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
       {"BRAID_ALLOW_SHARED_GPU", shared_gpus_allowed() ? "1" : "0"},
@@ -280,17 +280,19 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   state->fds = std::make_unique<FdExchanger>(state->uid, state->rank, state->size, state->timeout_s);
   const Topology topology = agree_on_topology(*state);  // its allgathers also ensure every fd socket is bound
   state->peers = topology.peers;
-  state->ll128_lines = topology.ll128_lines;
-  state->algorithm_override = !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
-  state->max_blocks = max_blocks(options.max_blocks);
+  collectives::CallSettings& settings = state->settings;
+  settings.ll128_lines = topology.ll128_lines;
+  settings.algorithm_override =
+      !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
+  settings.max_blocks = max_blocks(options.max_blocks);
   agree_on_settings(*state);
-  state->ranks_per_gpu = topology.ranks_per_gpu;
+  settings.ranks_per_gpu = topology.ranks_per_gpu;
   if (topology.ranks_per_gpu > 1) {
     // NOTE [shared GPUs]: ranks on one GPU spin on each other, so every rank's blocks must be resident together:
     // the ranks of a GPU share kMaxBlocks (one block an SM on a GPU of at least kMaxBlocks SMs).
-    state->max_blocks = std::min(state->max_blocks, std::max(1, kMaxBlocks / topology.ranks_per_gpu));
+    settings.max_blocks = std::min(settings.max_blocks, std::max(1, kMaxBlocks / topology.ranks_per_gpu));
     BRAID_INFO("shared-GPU mode (BRAID_ALLOW_SHARED_GPU=1): up to {} ranks on one GPU, launches capped at {} blocks; "
-               "a test mode, timings mean nothing", topology.ranks_per_gpu, state->max_blocks);
+               "a test mode, timings mean nothing", topology.ranks_per_gpu, settings.max_blocks);
   }
   state->order = std::make_unique<detail::CallOrder>(state->device);
   Communicator comm(state);
@@ -306,31 +308,17 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
     return comm;
   }
   require_vmm_support(state->device);
-  state->sync = std::make_unique<DeviceSync>(state, state->timeout_s, kernels::kPadChannels);
-  // Pipeline senders may fill every FIFO slot before the first credit comes back.
-  state->sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
-  state->sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
-  const int64_t staging_bytes = *Config::get().integer("BRAID_STAGING_BYTES");
-  if (staging_bytes < (int64_t(1) << 20)) {
-    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_STAGING_BYTES={} must be at least 1 MiB", staging_bytes);
-  }
-  state->staging = comm.alloc(static_cast<size_t>(staging_bytes));
-  const int64_t pipeline_bytes = *Config::get().integer("BRAID_PIPELINE_BYTES");
-  if (pipeline_bytes < 0 || kernels::pipeline_piece_bytes(static_cast<size_t>(pipeline_bytes), state->size) == 0) {
-    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_PIPELINE_BYTES={} is too small for {} ranks (at least {} bytes)",
-          pipeline_bytes, state->size, size_t(256) * kernels::kPipelinePhases * kernels::kPipelineChannels * state->size * kernels::kFifoDepth);
-  }
-  state->pipeline = comm.alloc(static_cast<size_t>(pipeline_bytes));
-  state->ll = comm.alloc(kernels::ll_area_bytes(state->size));
-  state->ll128 = comm.alloc(kernels::ll128_area_bytes(state->size));
-  if (state->ll128_lines) state->send_recv_lines = comm.alloc(kernels::send_recv_lines_area_bytes(state->size));
-  state->side = std::make_unique<SideStream>(state->device);
-  state->second_side = std::make_unique<SideStream>(state->device);
-  state->third_side = std::make_unique<SideStream>(state->device);
-  state->multicast = detail::open_multicast(Config::get(), multicast_team(*state, comm), multicast_bytes());
-  state->backend = std::make_unique<detail::CudaBackend>(*state);
+  detail::CudaBackendSetup setup;
+  setup.memory = state;
+  setup.order = state->order.get();
+  setup.settings = settings;
+  setup.allocate = [&comm](size_t bytes) { return comm.alloc(bytes); };
+  setup.multicast = multicast_team(*state, comm);
+  auto cuda = std::make_unique<detail::CudaBackend>(setup);
+  state->cuda = cuda.get();
+  state->backend = std::move(cuda);
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
-             state->multicast ? " with NVLink multicast" : "");
+             state->cuda->context().multicast ? " with NVLink multicast" : "");
   return comm;
 }
 
@@ -340,7 +328,8 @@ Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
 bool Communicator::uses_multicast() const {
-  return detail::usable(state_, "Communicator::uses_multicast").multicast != nullptr;
+  const detail::CommState& state = detail::usable(state_, "Communicator::uses_multicast");
+  return state.cuda != nullptr && state.cuda->context().multicast != nullptr;
 }
 
 const char* Communicator::backend() const {
@@ -365,8 +354,8 @@ detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, co
 }
 
 std::shared_ptr<collectives::CollectiveContext> Communicator::cuda_context(const char* function) const {
-  detail::require_cuda_backend(detail::usable(state_, function), function);
-  return state_;
+  // Aliasing the state: whoever holds the context keeps the communicator alive.
+  return std::shared_ptr<collectives::CollectiveContext>(state_, &detail::cuda_context(detail::usable(state_, function), function));
 }
 
 void detail::require_cuda_backend(const CommState& state, const char* function) {
@@ -374,6 +363,12 @@ void detail::require_cuda_backend(const CommState& state, const char* function) 
     raise(ErrorCode::kUnsupported, "{} needs the CUDA backend (symmetric memory between the GPUs of one host); this "
           "communicator runs on NCCL (BRAID_BACKEND, or ranks the CUDA backend cannot serve)", function);
   }
+}
+
+collectives::CollectiveContext& detail::cuda_context(CommState& state, const char* function) {
+  require_cuda_backend(state, function);
+  if (state.cuda == nullptr) raise(ErrorCode::kInternal, "{}: the CUDA backend is not made yet", function);
+  return state.cuda->context();
 }
 
 int Communicator::rank() const { return detail::usable(state_, "Communicator::rank").rank; }

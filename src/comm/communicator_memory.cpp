@@ -85,7 +85,7 @@ void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, cons
   char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
   if (bytes == 0) return;
   if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
-  const auto order = collectives::ordered(state, stream);
+  const auto order = detail::ordered(state, stream);
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 
@@ -94,7 +94,7 @@ void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void
   const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
   if (bytes == 0) return;
   if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");
-  const auto order = collectives::ordered(state, stream);
+  const auto order = detail::ordered(state, stream);
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 

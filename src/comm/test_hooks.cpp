@@ -21,20 +21,20 @@ namespace testing {
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped_by) {
   const char* function = "testing::set_ll_sequence";
   detail::CommState& state = detail::TestAccess::state(comm, function);
-  detail::require_cuda_backend(state, function);
+  collectives::CollectiveContext& cuda = detail::cuda_context(state, function);
   {
     DeviceGuard guard(state.device);
     BRAID_CUDA(cudaDeviceSynchronize());  // this rank's calls are done, so are its peers' stores into its area
     // The area is [parity 2][sender][line] of 16-byte lines {data, flag, data, flag}: a half at a time.
-    const size_t half_bytes = state.ll.bytes() / 2;
+    const size_t half_bytes = cuda.ll.bytes() / 2;
     std::vector<uint32_t> words(half_bytes / sizeof(uint32_t), 0);
     for (uint64_t parity = 0; parity < 2; ++parity) {
       const uint64_t sequence = stamped_by + ((stamped_by ^ parity) & 1);  // the one of this parity
       for (size_t i = 1; i < words.size(); i += 2) words[i] = static_cast<uint32_t>(sequence);
-      BRAID_CUDA(cudaMemcpy(static_cast<char*>(state.ll.local()) + parity * half_bytes, words.data(), half_bytes,
+      BRAID_CUDA(cudaMemcpy(static_cast<char*>(cuda.ll.local()) + parity * half_bytes, words.data(), half_bytes,
                             cudaMemcpyHostToDevice));
     }
-    state.sync->set_ll_epoch_for_testing(calls_so_far);
+    cuda.sync->set_ll_epoch_for_testing(calls_so_far);
     BRAID_CUDA(cudaDeviceSynchronize());
   }
   comm.barrier();  // no rank's next LL call stores into an area its owner is still stamping

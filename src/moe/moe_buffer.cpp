@@ -22,7 +22,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "memory/symmetric_memory.hpp"
-#include "moe/moe_kernels.hpp"
+#include "kernels/moe_kernels.hpp"
 #include "moe/moe_test_hooks.hpp"
 #include "sync/device_sync.hpp"
 
@@ -36,11 +36,11 @@ struct MoeState {
   std::unique_ptr<DeviceSync> sync;
   std::shared_ptr<SymmetricAllocation> memory;  // every rank's copy mapped here
   void* local = nullptr;  // one cudaMalloc, carved into MoeLaunch's local pointers
-  moe::MoeLaunch base{};  // all but a call's inputs
+  kernels::moe::MoeLaunch base{};  // all but a call's inputs
   size_t last_host_tokens = 0;
   bool last_tokens_on_device = false;
   // A call split by a MoeHook whose receiving half is still to be enqueued (pending_call null: none).
-  moe::MoeLaunch pending{};
+  kernels::moe::MoeLaunch pending{};
   bool pending_dispatch = false;
   const char* pending_call = nullptr;
   uint64_t routed = 0;  // routed dispatches so far (MoeHandle::dispatch of the last one)
@@ -85,7 +85,7 @@ size_t scale_bytes(const MoeShape& shape) {
 }
 
 // Whether a shape dispatches in LL128 lines where the GPUs carry them (moe_lines.cu).
-bool line_rows(const MoeShape& shape) { return shape.low_latency && shape.max_tokens <= moe::kLineTokens; }
+bool line_rows(const MoeShape& shape) { return shape.low_latency && shape.max_tokens <= kernels::moe::kLineTokens; }
 
 // Lines of a token's slot: metadata, row and scales, each from a line of its own, in whole groups of 4 (a warp's).
 size_t slot_lines(const MoeShape& shape) {
@@ -94,25 +94,25 @@ size_t slot_lines(const MoeShape& shape) {
   return round_up(lines, kernels::kLL128LinesPerWarp);
 }
 
-moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
+kernels::moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
   const size_t expert_major = rank_major(shape) ? 0 : 1, ranks = 1 - expert_major;
   Carver carve;
-  moe::SymmetricLayout layout{};
+  kernels::moe::SymmetricLayout layout{};
   layout.rows = carve.take(capacity * dispatch_row_bytes(shape));
   layout.row_scales = carve.take(capacity * scale_bytes(shape));
   layout.row_weight = carve.take(expert_major * capacity * sizeof(float));
   layout.row_expert = carve.take(expert_major * capacity * sizeof(int32_t));
   layout.row_rank = carve.take(capacity * sizeof(int32_t));
   layout.row_token = carve.take(capacity * sizeof(int32_t));
-  layout.records = carve.take(expert_major * W * T * moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
+  layout.records = carve.take(expert_major * W * T * kernels::moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
   layout.counts = carve.take(expert_major * 2 * W * (shape.experts + W) * sizeof(uint64_t));
   layout.combine = carve.take(W * T * row_bytes);
   layout.topk_expert = carve.take(ranks * capacity * K * sizeof(int32_t));
   layout.topk_weight = carve.take(ranks * capacity * K * sizeof(float));
   layout.received = carve.take(ranks * 2 * W * sizeof(int64_t));
-  layout.block_rows = carve.take(ranks * W * moe::kScatterBlocks * sizeof(uint64_t));
+  layout.block_rows = carve.take(ranks * W * kernels::moe::kScatterBlocks * sizeof(uint64_t));
   layout.expert_pairs = carve.take(ranks * (shape.experts / std::max(world, 1)) * sizeof(uint32_t));
   const size_t lines = line_rows(shape) ? 1 : 0;
   layout.line_tokens = carve.take(lines * 2 * W * kernels::kLL128LineBytes);
@@ -148,9 +148,9 @@ void validate_shape(const MoeShape& shape, int world) {
   if (shape.top_k < 1 || shape.top_k > kMaxTopK) {
     raise_invalid_argument(function, "shape.top_k", "is {}; must be in [1, {}]", shape.top_k, kMaxTopK);
   }
-  if (shape.experts < 1 || shape.experts % world != 0 || shape.experts > moe::kMaxExperts) {
+  if (shape.experts < 1 || shape.experts % world != 0 || shape.experts > kernels::moe::kMaxExperts) {
     raise_invalid_argument(function, "shape.experts", "is {}; must be a multiple of the world size {}, at most {}",
-                           shape.experts, world, moe::kMaxExperts);
+                           shape.experts, world, kernels::moe::kMaxExperts);
   }
   if (shape.expert_alignment < 1) raise_invalid_argument(function, "shape.expert_alignment", "is {}; must be >= 1", shape.expert_alignment);
   if (shape.layout != MoeLayout::kExpertMajor && shape.layout != MoeLayout::kRankMajor) {
@@ -195,8 +195,8 @@ std::string describe(const MoeShape& shape) {
 
 // A host allgather over the communicator's store, as Communicator::host_allgather.
 std::vector<std::string> host_allgather(collectives::CollectiveContext& context, const std::string& mine) {
-  std::lock_guard<std::mutex> lock(context.setup_mutex);
-  return context.bootstrap->allgather(mine, "MoeBuffer::create");
+  std::lock_guard<std::mutex> lock(context.memory.setup_mutex);
+  return context.memory.bootstrap->allgather(mine, "MoeBuffer::create");
 }
 
 // Blocks of the launches pairing with every peer's: all resident at once (kMoeBlocksPerSm a multiprocessor, by
@@ -205,7 +205,7 @@ int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape
   int multiprocessors = 0;
   BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, context.device));
   multiprocessors = std::max(1, multiprocessors / context.ranks_per_gpu);  // ranks on one GPU share it
-  int blocks = std::min(moe::kScatterBlocks, moe::kMoeBlocksPerSm * moe::moe_sms(shape, multiprocessors));
+  int blocks = std::min(kernels::moe::kScatterBlocks, kernels::moe::kMoeBlocksPerSm * kernels::moe::moe_sms(shape, multiprocessors));
   for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;
 }
@@ -233,30 +233,30 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
 }
 
 // Launches a dispatch or combine in the communicator's order of calls.
-void launch_call(detail::MoeState& state, const moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
+void launch_call(detail::MoeState& state, const kernels::moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
   const auto order = collectives::ordered(*state.comm, stream);
   if (dispatch) {
     if (launch.slot_lines != 0) {
-      moe::launch_line_dispatch(launch, state.shape.index_type, stream);
+      kernels::moe::launch_line_dispatch(launch, state.shape.index_type, stream);
     } else if (launch.rank_major) {
-      moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
+      kernels::moe::launch_rank_dispatch(launch, state.shape.index_type, stream);
     } else {
-      moe::launch_dispatch(launch, state.shape.index_type, stream);
+      kernels::moe::launch_dispatch(launch, state.shape.index_type, stream);
     }
   } else if (launch.rank_major) {
-    moe::launch_rank_combine(launch, state.shape.type, stream);
+    kernels::moe::launch_rank_combine(launch, state.shape.type, stream);
   } else {
-    moe::launch_combine(launch, state.shape.type, stream);
+    kernels::moe::launch_combine(launch, state.shape.type, stream);
   }
 }
 
 // Enqueues `launch` whole, or its sending half with the receiving half left to `hook`.
-void enqueue(detail::MoeState& state, moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
+void enqueue(detail::MoeState& state, kernels::moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
              detail::MoeState** hook_state, cudaStream_t stream) {
-  launch.phase = hook != nullptr ? moe::kSendingHalf : moe::kWholeCall;
+  launch.phase = hook != nullptr ? kernels::moe::kSendingHalf : kernels::moe::kWholeCall;
   launch_call(state, launch, dispatch, stream);
   if (hook == nullptr) return;
-  launch.phase = moe::kReceivingHalf;
+  launch.phase = kernels::moe::kReceivingHalf;
   state.pending = launch;
   state.pending_call = function;
   state.pending_dispatch = dispatch;
@@ -293,9 +293,11 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   state->comm = context;
   state->shape = shape;
   state->capacity = capacity_of(shape, world);
-  state->sync = std::make_unique<DeviceSync>(context, comm_state.timeout_s, moe::kGridChannel + 1);
-  const moe::SymmetricLayout layout = symmetric_layout(shape, world);
-  state->memory = allocate_symmetric(context, layout.bytes, AllocOptions{});  // zeroed
+  // The communicator's memory context, kept alive by the same owner as `context`.
+  const std::shared_ptr<detail::MemoryContext> memory(context, &comm_state.memory);
+  state->sync = std::make_unique<DeviceSync>(memory, comm_state.memory.timeout_s, kernels::moe::kGridChannel + 1);
+  const kernels::moe::SymmetricLayout layout = symmetric_layout(shape, world);
+  state->memory = allocate_symmetric(memory, layout.bytes, AllocOptions{});  // zeroed
 
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
   Carver carve;
@@ -308,7 +310,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   const size_t expert_offsets = carve.take((L + 1) * sizeof(int64_t)), epoch = carve.take(sizeof(uint64_t));
   const size_t blocks_done = carve.take(sizeof(unsigned int)), copies_done = carve.take(sizeof(unsigned int));
   const size_t combine_claims = carve.take(sizeof(unsigned long long));
-  const size_t line_epochs = carve.take(moe::kScatterBlocks * sizeof(uint64_t)), counts_cleared = carve.take(sizeof(uint64_t));
+  const size_t line_epochs = carve.take(kernels::moe::kScatterBlocks * sizeof(uint64_t)), counts_cleared = carve.take(sizeof(uint64_t));
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
@@ -316,7 +318,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
     BRAID_CUDA(cudaDeviceSynchronize());
   }
   char* local = static_cast<char*>(state->local);
-  moe::MoeLaunch& b = state->base;
+  kernels::moe::MoeLaunch& b = state->base;
   b.world = world;
   b.rank = comm_state.rank;
   b.experts = shape.experts;
@@ -386,24 +388,24 @@ void MoeHook::receive(Stream stream) {
 
 namespace {
 
-MoeDispatchOutput output_of(const detail::MoeState& state, const moe::MoeLaunch& launch) {
+MoeDispatchOutput output_of(const detail::MoeState& state, const kernels::moe::MoeLaunch& launch) {
   const bool fp8 = state.shape.dispatch_type.has_value();
   char* base = static_cast<char*>(state.memory->peer_pointers[state.memory->rank]);
   MoeDispatchOutput output;
   output.x = base + launch.layout.rows;
-  output.scales = fp8 ? moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
+  output.scales = fp8 ? kernels::moe::at_offset<float>(base, launch.layout.row_scales) : nullptr;
   output.expert_counts = launch.expert_counts;
-  output.source_rank = moe::at_offset<int32_t>(base, launch.layout.row_rank);
-  output.source_token = moe::at_offset<int32_t>(base, launch.layout.row_token);
+  output.source_rank = kernels::moe::at_offset<int32_t>(base, launch.layout.row_rank);
+  output.source_token = kernels::moe::at_offset<int32_t>(base, launch.layout.row_token);
   if (launch.rank_major) {
-    output.received_tokens = moe::at_offset<int64_t>(base, launch.layout.received);
-    output.topk_expert = moe::at_offset<int32_t>(base, launch.layout.topk_expert);
-    output.topk_weights = moe::at_offset<float>(base, launch.layout.topk_weight);
+    output.received_tokens = kernels::moe::at_offset<int64_t>(base, launch.layout.received);
+    output.topk_expert = kernels::moe::at_offset<int32_t>(base, launch.layout.topk_expert);
+    output.topk_weights = kernels::moe::at_offset<float>(base, launch.layout.topk_weight);
     output.combine_input = base + launch.layout.combine;
   } else {
     output.expert_offsets = launch.expert_offsets;
-    output.weights = moe::at_offset<float>(base, launch.layout.row_weight);
-    output.local_expert = moe::at_offset<int32_t>(base, launch.layout.row_expert);
+    output.weights = kernels::moe::at_offset<float>(base, launch.layout.row_weight);
+    output.local_expert = kernels::moe::at_offset<int32_t>(base, launch.layout.row_expert);
   }
   output.capacity_rows = state.capacity;
   output.local_experts = launch.local_experts;
@@ -445,7 +447,7 @@ MoeDispatchOutput MoeBuffer::redispatch(const MoeHandle& handle, const void* x, 
   check_handle(state, handle, function);
   check_hook(state, hook, function);
   check_rows(state, x, x_scales, state.last_tokens_on_device || state.last_host_tokens > 0, function);
-  moe::MoeLaunch launch = state.base;
+  kernels::moe::MoeLaunch launch = state.base;
   launch.x = static_cast<const char*>(x);
   launch.x_scales = reinterpret_cast<const char*>(x_scales);
   launch.reuse_routing = true;
@@ -480,7 +482,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
     collectives::check_device_pointer(function, topk_idx, "topk_idx", device);
     collectives::check_device_pointer(function, topk_weights, "topk_weights", device);
   }
-  moe::MoeLaunch launch = state.base;
+  kernels::moe::MoeLaunch launch = state.base;
   launch.x = static_cast<const char*>(x);
   launch.x_scales = reinterpret_cast<const char*>(x_scales);
   launch.topk_idx = topk_idx;
@@ -516,7 +518,7 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, 
     if (out == nullptr) raise_invalid_argument(function, "out", "is null");
     collectives::check_device_pointer(function, out, "out", device);
   }
-  moe::MoeLaunch launch = state.base;
+  kernels::moe::MoeLaunch launch = state.base;
   launch.y = static_cast<const char*>(y);
   launch.out = static_cast<char*>(out);
   launch.weighted = weighted;

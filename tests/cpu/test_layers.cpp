@@ -27,6 +27,7 @@ const std::vector<std::string> kLayers = {"core", "bootstrap", "memory", "sync",
 const std::map<std::string, std::string> kPublicLayer = {
     {"braid/types.hpp", "core"},    {"braid/error.hpp", "core"},   {"braid/rendezvous.hpp", "bootstrap"},
     {"braid/memory.hpp", "memory"}, {"braid/moe.hpp", "moe"},      {"braid/braid.hpp", "comm"},
+    {"braid/moe_shape.hpp", "core"},
     {"braid/braid.h", "api"},
 };
 

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "moe/moe_plan.hpp"
+#include "kernels/moe_plan.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 namespace {
 
 TEST(MoePlan, ScatterCoversEveryTokenWithSlicesThatTileTheRow) {
@@ -82,4 +82,4 @@ TEST(MoePlan, CombinePiecesAndBlocksStayInTheirLimits) {
 }
 
 }  // namespace
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

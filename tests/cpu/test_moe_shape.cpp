@@ -5,7 +5,7 @@
 #include <string>
 
 #include "braid/moe.hpp"
-#include "moe/moe_launch.hpp"
+#include "kernels/moe_launch.hpp"
 
 namespace braid {
 namespace {
@@ -160,20 +160,20 @@ TEST(MoeShape, DecodeBuffersTakeFewerMultiprocessorsUnlessTheShapeNamesABudget) 
   MoeShape shape;
   shape.layout = MoeLayout::kRankMajor;
   shape.max_tokens = 128;
-  EXPECT_EQ(moe::moe_sms(shape, 132), moe::kDecodeSms);
-  EXPECT_EQ(moe::moe_sms(shape, 40), 40);  // never more than the GPU has
-  shape.max_tokens = moe::kDecodeTokens + 1;
-  EXPECT_EQ(moe::moe_sms(shape, 132), 132);  // a training-sized buffer takes every one
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), kernels::moe::kDecodeSms);
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 40), 40);  // never more than the GPU has
+  shape.max_tokens = kernels::moe::kDecodeTokens + 1;
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), 132);  // a training-sized buffer takes every one
   shape.max_tokens = 128;
   shape.layout = MoeLayout::kExpertMajor;
-  EXPECT_EQ(moe::moe_sms(shape, 132), 132);
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), 132);
   shape.max_sms = 16;
-  EXPECT_EQ(moe::moe_sms(shape, 132), 16);  // a budget the shape names wins
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), 16);  // a budget the shape names wins
   shape.layout = MoeLayout::kRankMajor;
   shape.max_sms = 100;
-  EXPECT_EQ(moe::moe_sms(shape, 132), 100);
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), 100);
   shape.max_sms = 200;
-  EXPECT_EQ(moe::moe_sms(shape, 132), 132);
+  EXPECT_EQ(kernels::moe::moe_sms(shape, 132), 132);
 }
 
 }  // namespace braid

@@ -1,9 +1,45 @@
 #include "backends/cuda/cuda_backend.hpp"
 
 #include "collectives/collectives.hpp"
+#include "core/config.hpp"
 #include "core/error.hpp"
+#include "kernels/ll128_launch.hpp"
+#include "kernels/ll_launch.hpp"
+#include "kernels/pipeline_launch.hpp"
+#include "kernels/send_recv_lines_launch.hpp"
 
 namespace braid::detail {
+namespace {
+
+size_t area_bytes_from(const char* variable, int64_t at_least) {
+  const int64_t bytes = *Config::get().integer(variable);
+  if (bytes < at_least) {
+    raise(ErrorCode::kInvalidArgument, "environment variable {}={} must be at least {} bytes", variable, bytes, at_least);
+  }
+  return static_cast<size_t>(bytes);
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory, *setup.order, setup.settings) {
+  collectives::CollectiveContext& c = context_;
+  c.sync = std::make_unique<DeviceSync>(setup.memory, c.memory.timeout_s, kernels::kPadChannels);
+  // Pipeline senders may fill every FIFO slot before the first credit comes back.
+  c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
+  c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
+  c.staging = setup.allocate(area_bytes_from("BRAID_STAGING_BYTES", int64_t(1) << 20));
+  // The pipeline area holds at least one 256-byte piece per (phase, channel, sender, slot).
+  const int64_t least_pipeline =
+      int64_t(256) * kernels::kPipelinePhases * kernels::kPipelineChannels * c.size * kernels::kFifoDepth;
+  c.pipeline = setup.allocate(area_bytes_from("BRAID_PIPELINE_BYTES", least_pipeline));
+  c.ll = setup.allocate(kernels::ll_area_bytes(c.size));
+  c.ll128 = setup.allocate(kernels::ll128_area_bytes(c.size));
+  if (c.ll128_lines) c.send_recv_lines = setup.allocate(kernels::send_recv_lines_area_bytes(c.size));
+  c.side = std::make_unique<SideStream>(c.device);
+  c.second_side = std::make_unique<SideStream>(c.device);
+  c.third_side = std::make_unique<SideStream>(c.device);
+  c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
+}
 
 void CudaBackend::collective(const collectives::CollectiveCall& call, Stream stream) {
   switch (call.collective) {

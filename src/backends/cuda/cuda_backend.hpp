@@ -1,16 +1,36 @@
 // The CUDA backend: braid's own kernels over symmetric memory, for ranks that are GPUs of one host with P2P
-// access to each other. Every call goes to the collectives layer (collectives/collectives.hpp) with the
-// communicator's collective context, which the communicator owns and outlives this backend.
+// access to each other. It owns its state (collectives/collective_context.hpp): the signal pad, the staging,
+// pipeline, LL and LL128 areas, send/recv's lines, the side streams and the multicast region, made when it is
+// created; every call goes to the collectives layer (collectives/collectives.hpp) with that state.
 #pragma once
 
+#include <functional>
+#include <memory>
+
 #include "backends/backend.hpp"
+#include "braid/memory.hpp"
 #include "collectives/collective_context.hpp"
+#include "memory/memory_context.hpp"
+#include "memory/multicast.hpp"
+#include "sync/call_order.hpp"
 
 namespace braid::detail {
 
+// What the communicator gives the CUDA backend to make its state from; the memory context and the call order
+// outlive the backend.
+struct CudaBackendSetup {
+  std::shared_ptr<MemoryContext> memory;
+  CallOrder* order = nullptr;
+  collectives::CallSettings settings;
+  std::function<SymmetricMemory(size_t bytes)> allocate;  // a symmetric allocation on every rank, together
+  MulticastTeam multicast;
+};
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(collectives::CollectiveContext& context) : context_(context) {}
+  // Collective: every rank creates its backend together (the areas are symmetric allocations). Bad sizes in
+  // BRAID_STAGING_BYTES, BRAID_PIPELINE_BYTES or BRAID_MULTICAST_BYTES: kInvalidArgument naming the variable.
+  explicit CudaBackend(const CudaBackendSetup& setup);
 
   const char* name() const override { return "cuda"; }
   void collective(const collectives::CollectiveCall& call, Stream stream) override;
@@ -19,8 +39,10 @@ class CudaBackend final : public Backend {
   void raise_recorded_failure() override;
   void check() override;
 
+  collectives::CollectiveContext& context() { return context_; }
+
  private:
-  collectives::CollectiveContext& context_;
+  collectives::CollectiveContext context_;
 };
 
 }  // namespace braid::detail

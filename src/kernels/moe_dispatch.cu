@@ -7,18 +7,18 @@
 // it; ids outside [-1, E) are skipped and reported; T above max_tokens sends nothing.
 #include <cub/block/block_scan.cuh>
 
-#include "braid/moe.hpp"
+#include "braid/moe_shape.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/elementwise.cuh"
 #include "kernels/launch_counter.cuh"
 #include "kernels/staged.cuh"
 #include "core/kernel_modules.hpp"
-#include "moe/moe_kernels.hpp"
-#include "moe/moe_layout.cuh"
-#include "moe/moe_plan.hpp"
+#include "kernels/moe_kernels.hpp"
+#include "kernels/moe_layout.cuh"
+#include "kernels/moe_plan.hpp"
 #include "sync/device_sync.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 namespace {
 
 using kernels::group_copy_to;
@@ -567,6 +567,6 @@ void launch_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t 
   kernels::launch_dependent(scatter, launch.blocks, kMoeThreads, stream, launch);
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe
 
 BRAID_KERNEL_MODULE()

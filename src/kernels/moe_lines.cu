@@ -11,16 +11,16 @@
 // in the dispatch after next, after its next dispatch received every peer's lines, which a peer sends only once
 // its kernels before (this dispatch's receiving included) are complete. Likewise a peer's lines arrive only once
 // its last combine is complete. So a dispatch after a dispatch passes no entry barrier.
-#include "braid/moe.hpp"
+#include "braid/moe_shape.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/ll128.cuh"
 #include "core/kernel_modules.hpp"
-#include "moe/moe_kernels.hpp"
-#include "moe/moe_layout.cuh"
-#include "moe/moe_warp.cuh"
+#include "kernels/moe_kernels.hpp"
+#include "kernels/moe_layout.cuh"
+#include "kernels/moe_warp.cuh"
 #include "sync/device_sync.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 namespace {
 
 using kernels::kLL128LineBytes;
@@ -550,6 +550,6 @@ void launch_line_dispatch(const MoeLaunch& launch, DataType index_type, cudaStre
   kernels::launch_dependent(kernel, launch.blocks, kMoeThreads, stream, launch);
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe
 
 BRAID_KERNEL_MODULE()

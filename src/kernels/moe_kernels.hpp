@@ -4,9 +4,9 @@
 #include <cuda_runtime_api.h>
 
 #include "braid/types.hpp"
-#include "moe/moe_launch.hpp"
+#include "kernels/moe_launch.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 
 constexpr int kReduceBlocks = 264;
 
@@ -18,4 +18,4 @@ void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t st
 // Fixed rows in LL128 lines (moe_lines.cu; slot_lines != 0): one launch.
 void launch_line_dispatch(const MoeLaunch& launch, DataType index_type, cudaStream_t stream);
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

@@ -7,9 +7,9 @@
 
 #include <cuda_runtime_api.h>  // __host__ __device__
 
-#include "moe/moe_launch.hpp"
+#include "kernels/moe_launch.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 
 constexpr int kRowVectorBytes = 16;  // kernels::kVectorBytes
 
@@ -79,4 +79,4 @@ __host__ __device__ inline CombinePlan plan_combine(int64_t most_received, uint3
   return plan;
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

@@ -4,9 +4,9 @@
 
 #include <cuda_runtime.h>
 
-#include "moe/moe_launch.hpp"
+#include "kernels/moe_launch.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 
 __device__ __forceinline__ size_t align_up(size_t value, size_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
@@ -186,4 +186,4 @@ __device__ inline void compute_layout(const MoeLaunch& launch, uint64_t parity, 
   __syncthreads();
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

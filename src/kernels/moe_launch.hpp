@@ -8,10 +8,10 @@
 #include <cstdint>
 
 #include "braid/device/sync_device.hpp"
-#include "braid/moe.hpp"
+#include "braid/moe_shape.hpp"
 #include "core/limits.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 
 constexpr int kMaxWorld = braid::kMaxWorld;
 constexpr int kMaxExperts = kMoeMaxExperts;  // every rank's expert layout is computed in shared memory
@@ -116,4 +116,4 @@ __host__ __device__ inline T* at_offset(char* base, size_t offset) {
   return reinterpret_cast<T*>(base + offset);
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

@@ -7,11 +7,11 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/pipeline.cuh"
 #include "core/kernel_modules.hpp"
-#include "moe/moe_kernels.hpp"
-#include "moe/moe_layout.cuh"
+#include "kernels/moe_kernels.hpp"
+#include "kernels/moe_layout.cuh"
 #include "sync/device_sync.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 namespace {
 
 using kernels::acc_t;
@@ -208,6 +208,6 @@ void launch_combine(const MoeLaunch& launch, DataType type, cudaStream_t stream)
   });
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe
 
 BRAID_KERNEL_MODULE()

@@ -3,10 +3,10 @@
 
 #include <cuda_runtime.h>
 
-#include "moe/moe_launch.hpp"
-#include "moe/moe_layout.cuh"
+#include "kernels/moe_launch.hpp"
+#include "kernels/moe_layout.cuh"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 
 constexpr unsigned int kFullWarp = 0xffffffffu;
 
@@ -49,4 +49,4 @@ __device__ __forceinline__ bool last_block(unsigned int* blocks_done) {
   return true;
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe

@@ -14,17 +14,17 @@
 // location atomic with each other only when each one's scope includes the other's thread; a peer's thread is on
 // another GPU, outside .gpu scope, so every access to these words (the adds, and block 0's read-and-clear) is a
 // system-scope atomic, the rank's own included.
-#include "braid/moe.hpp"
+#include "braid/moe_shape.hpp"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/elementwise.cuh"
 #include "core/kernel_modules.hpp"
-#include "moe/moe_kernels.hpp"
-#include "moe/moe_layout.cuh"
-#include "moe/moe_warp.cuh"
+#include "kernels/moe_kernels.hpp"
+#include "kernels/moe_layout.cuh"
+#include "kernels/moe_warp.cuh"
 #include "sync/device_sync.hpp"
 
-namespace braid::moe {
+namespace braid::kernels::moe {
 namespace {
 
 using kernels::group_copy_to;
@@ -522,6 +522,6 @@ void launch_rank_combine(const MoeLaunch& launch, DataType type, cudaStream_t st
   });
 }
 
-}  // namespace braid::moe
+}  // namespace braid::kernels::moe
 
 BRAID_KERNEL_MODULE()
