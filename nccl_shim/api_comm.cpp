@@ -61,7 +61,8 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   });
 }
 
-// ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort releases the real NCCL's side with ncclCommAbort.
+// ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort ends the waits of braid's kernels
+// (Communicator::abort) and releases the real NCCL's side with ncclCommAbort.
 ncclResult_t destroy(const char* function, ncclComm_t comm, bool abort) {
   if (comm == nullptr) return ncclSuccess;
   return guarded(function, [&] {

@@ -240,6 +240,8 @@ void release(ncclComm& comm, bool abort) {
     if (result != ncclSuccess) BRAID_WARN("braid shim: releasing NCCL's communicator: {}", detail::nccl_result_name(result));
   }
   comm.real = nullptr;
+  // On braid's path too: the kernels' waits end first, so destroying the communicator below never waits on a peer.
+  if (abort && comm.braid) comm.braid->abort();
   {
     std::lock_guard<std::mutex> lock(comm.events_mutex);
     for (cudaEvent_t event : comm.events) cudaEventDestroy(event);

@@ -25,7 +25,8 @@ typedef enum {
   braidMismatch = 8,
   braidUnsupported = 9,
   braidRemoteError = 10,
-  braidInternalError = 11
+  braidInternalError = 11,
+  braidAborted = 12
 } braidResult_t;
 
 typedef struct braidComm* braidComm_t;
@@ -122,8 +123,12 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
                                    const int64_t* sdispls, void* recvbuff, size_t recvcapacity, int64_t* recvcounts,
                                    int64_t* rdispls, braidDataType_t datatype, braidStream_t stream);
 /* Returns a failure a kernel of this communicator recorded (braid::Communicator::check): a fatal one (timeout,
- * mismatch) every time, refused data once. Does not synchronise. */
+ * mismatch, a peer's process that exited, braidAborted after braidCommAbort) every time, refused data once. Does
+ * not synchronise. */
 braidResult_t braidCommCheck(braidComm_t comm);
+/* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end, later
+ * calls return braidAborted. Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
+braidResult_t braidCommAbort(braidComm_t comm);
 
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
  * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */

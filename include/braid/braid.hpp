@@ -262,13 +262,16 @@ class Communicator {
   void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
   // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
   // of each peer's range (count elements a block) into recv with copy engines (SM loads where a peer's range is
-  // another GPU's cudaMalloc memory of this process), then an exit barrier. Every range must hold
-  // size() * count elements.
+  // another GPU's cudaMalloc memory of this process) where the table takes the copy engines (SM loads below that
+  // size, and at every size where a peer's range is another GPU's cudaMalloc memory of this process), then an exit
+  // barrier; BRAID_ALGO's "alltoall=" steers it. Every range must hold size() * count elements.
   void all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream);
 
   // Raises (braid::Error) a failure that a kernel recorded. Two kinds, kept apart:
-  //   - fatal: a wait that timed out (kTimeout, naming the collective, the wait and the peer) or ranks that
-  //     disagreed on a call's plan (kMismatch naming both plans). The communicator is then unusable; check()
+  //   - fatal: a wait that timed out (kTimeout, naming the collective, the wait and the peer), ranks that
+  //     disagreed on a call's plan (kMismatch naming both plans), a peer on this host whose process exited without
+  //     destroying its communicator (kRemoteError naming the rank and its pid; noticed within milliseconds, CUDA
+  //     backend), or abort() (kAborted). The communicator is then unusable; check()
   //     and every later call that takes a stream (those listed under Ordering above) raise it again, each time.
   //   - refused data (kMismatch, kInvalidArgument; a count mismatch, an overflow, a bad expert id...): the
   //     communicator stays usable; check() raises it once and clears it. Only the first refusal is kept until
@@ -276,6 +279,15 @@ class Communicator {
   // With both pending, the fatal one is raised (the refused data is not reported). Calls raise only the fatal
   // kind at their entry. Does not synchronise: it sees what has completed so far.
   void check();
+
+  // Aborts this rank's use of the communicator, from any thread, also while another thread is inside one of its
+  // calls or its kernels run: every wait of those kernels ends (within microseconds once the GPU runs them), and
+  // check() and every later call that takes a stream raise kAborted (unless another fatal failure came first).
+  // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too), and
+  // their kernels may still write into this rank's memory, which stays mapped until the communicator and its
+  // allocations are destroyed. On the NCCL backend it calls ncclCommAbort. Then destroy the communicator.
+  // Idempotent; never throws.
+  void abort() noexcept;
 
  private:
   friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)

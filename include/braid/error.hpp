@@ -21,6 +21,7 @@ enum class ErrorCode : int {
   kUnsupported = 9,      // a valid request this build or device cannot serve
   kRemoteError = 10,     // a peer failed or went away
   kInternal = 11,        // a bug in braid
+  kAborted = 12,         // this rank aborted the communicator (Communicator::abort): every later call fails so
 };
 
 // Name of a code, e.g. "invalid argument".

@@ -310,7 +310,12 @@ class Communicator:
 
     def check(self) -> None:
         """
-        Raises what a kernel recorded (a timeout, a plan mismatch, refused data); does not synchronise.
+        Raises what a kernel recorded (a timeout, a plan mismatch, a peer process that exited, an abort, refused data); does not synchronise.
+        """
+
+    def abort(self) -> None:
+        """
+        Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. Local (the peers are not told). Raises only on a destroyed communicator.
         """
 
     def all_reduce(self, send: int, recv: int, count: int, dtype: DataType, op: ReduceOp, stream: int) -> None: ...

@@ -20,6 +20,7 @@ class ErrorCode(enum.IntEnum):
     UNSUPPORTED = 9  # a valid request this build or device cannot serve
     REMOTE_ERROR = 10  # a peer failed or went away
     INTERNAL = 11  # a bug in braid
+    ABORTED = 12  # this rank aborted the communicator
 
 
 class Error(RuntimeError):

@@ -92,7 +92,11 @@ void bind_communicator(nb::module_& m) {
           },
           nb::arg("mine"), "Collective: every rank's bytes, in rank order (small values, over the store).")
       .def("check", [](PyCommunicator& c) { c.get("check").check(); },
-           "Raises what a kernel recorded (a timeout, a plan mismatch, refused data); does not synchronise.")
+           "Raises what a kernel recorded (a timeout, a plan mismatch, a peer process that exited, an abort, refused "
+           "data); does not synchronise.")
+      .def("abort", [](PyCommunicator& c) { c.get("abort").abort(); },
+           "Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. "
+           "Local (the peers are not told). Raises only on a destroyed communicator.")
       .def(
           "all_reduce",
           [](PyCommunicator& c, uintptr_t send, uintptr_t recv, size_t count, DataType type, ReduceOp op,

@@ -12,7 +12,7 @@ CPP_NAMES = {
     ErrorCode.CUDA_ERROR: "CUDA error", ErrorCode.DRIVER_ERROR: "CUDA driver error",
     ErrorCode.SYSTEM_ERROR: "system error", ErrorCode.TIMEOUT: "timeout", ErrorCode.PEER_UNREACHABLE: "peer unreachable",
     ErrorCode.MISMATCH: "mismatch between ranks", ErrorCode.UNSUPPORTED: "unsupported",
-    ErrorCode.REMOTE_ERROR: "remote error", ErrorCode.INTERNAL: "internal error",
+    ErrorCode.REMOTE_ERROR: "remote error", ErrorCode.INTERNAL: "internal error", ErrorCode.ABORTED: "aborted",
 }
 
 

@@ -283,6 +283,13 @@ braidResult_t braidCommCheck(braidComm_t comm) {
   });
 }
 
+braidResult_t braidCommAbort(braidComm_t comm) {
+  return guarded([&] {
+    require(comm, "braidCommAbort", "comm");
+    comm->comm.abort();
+  });
+}
+
 braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidSendRecv", "comm");

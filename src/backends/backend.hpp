@@ -30,6 +30,10 @@ class Backend {
   // Communicator::check: raise_recorded_failure, and anything else the backend found wrong since (data a peer
   // refused).
   virtual void check() = 0;
+  // Communicator::abort, from any thread, while other threads may be inside calls: this rank's waits end, and
+  // raise_recorded_failure raises kAborted from then on (unless another failure was recorded first). Local: the
+  // peers are not told. Idempotent; never throws.
+  virtual void abort() noexcept = 0;
 };
 
 }  // namespace braid::detail

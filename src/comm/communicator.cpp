@@ -115,6 +115,7 @@ struct Topology {
   std::string problem;
   bool ll128_lines = false;  // every rank reports native P2P atomics with every peer (NVLink), BRAID_LL128 on
   int ranks_per_gpu = 1;     // the most ranks on one GPU (more than 1 only with BRAID_ALLOW_SHARED_GPU=1)
+  std::vector<int> pids;     // [world]: a rank's pid where this rank can watch it (this host and pid namespace), else 0
 };
 
 Topology agree_on_topology(detail::CommState& state) {
@@ -122,7 +123,8 @@ Topology agree_on_topology(detail::CommState& state) {
   std::vector<RankIdentity> ranks;
   for (int r = 0; r < state.size; ++r) ranks.push_back(RankIdentity::decode(encoded[r], r));
   Topology topology;
-  state.fds->admit(checkable_pids(ranks, ranks[state.rank]));  // fds pass only between the ranks' processes
+  topology.pids = checkable_pids(ranks, ranks[state.rank]);
+  state.fds->admit(topology.pids);  // fds pass only between the ranks' processes
   topology.peers = probe_peers(ranks, state.rank, state.device);
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows, shared_gpus_allowed());
@@ -235,14 +237,6 @@ detail::MulticastTeam multicast_team(detail::CommState& state, Communicator& com
   return team;
 }
 
-size_t multicast_bytes() {
-  const int64_t bytes = *Config::get().integer("BRAID_MULTICAST_BYTES");
-  if (bytes < (int64_t(1) << 20)) {
-    raise(ErrorCode::kInvalidArgument, "environment variable BRAID_MULTICAST_BYTES={} must be at least 1 MiB", bytes);
-  }
-  return static_cast<size_t>(bytes);
-}
-
 // Every braid kernel into this GPU's context now, while nothing of braid runs on it (core/kernel_modules.hpp).
 void load_kernels() {
   if (Config::get().string("BRAID_PRELOAD_KERNELS").value_or("on") != "on") return;
@@ -312,6 +306,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   setup.memory = state;
   setup.order = state->order.get();
   setup.settings = settings;
+  setup.peer_pids = topology.pids;
   setup.allocate = [&comm](size_t bytes) { return comm.alloc(bytes); };
   setup.multicast = multicast_team(*state, comm);
   auto cuda = std::make_unique<detail::CudaBackend>(setup);

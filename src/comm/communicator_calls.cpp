@@ -131,4 +131,8 @@ void Communicator::send_recv(const PointToPoint* ops, size_t op_count, Stream st
 
 void Communicator::check() { detail::usable(state_, "Communicator::check").backend->check(); }
 
+void Communicator::abort() noexcept {
+  if (state_ && state_->backend) state_->backend->abort();
+}
+
 }  // namespace braid

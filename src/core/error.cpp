@@ -16,6 +16,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kRemoteError: return "remote error";
     case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kAborted: return "aborted";
   }
   return "unknown error";
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
@@ -95,10 +96,12 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
   pad_.stopped = &counters_->stopped;
+  BRAID_CUDA(cudaStreamCreateWithFlags(&stop_stream_, cudaStreamNonBlocking));
 }
 
 DeviceSync::~DeviceSync() {
   DeviceGuard guard(device_);
+  cudaStreamDestroy(stop_stream_);
   cudaFree(expected_);
   cudaFree(counters_);
   cudaFreeHost(error_host_);
@@ -112,6 +115,30 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMemcpy(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
                         below_zero.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+}
+
+bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
+  device::ErrorWord& word = *error_host_;
+  unsigned int free = 0;
+  // The claim kernels make (claim_error_word), from the host: one of them or this thread wins the word.
+  if (!std::atomic_ref<unsigned int>(word.claimed).compare_exchange_strong(free, 1u, std::memory_order_acquire)) {
+    return false;
+  }
+  word.collective = 0;
+  word.site = 0;
+  word.rank = pad_.rank;
+  word.peer = peer;
+  word.channel = -1;
+  word.waited_ns = 0;
+  word.value = value;
+  word.limit = 0;
+  std::atomic_ref<unsigned int>(word.code).store(code, std::memory_order_release);
+  RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
+  DeviceGuard guard(device_);
+  const unsigned int stopped = 1;
+  cudaMemcpyAsync(&counters_->stopped, &stopped, sizeof stopped, cudaMemcpyHostToDevice, stop_stream_);
+  cudaStreamSynchronize(stop_stream_);  // a copy engine's: it does not wait for the spinning kernels
+  return true;
 }
 
 void DeviceSync::set_ll_epoch_for_testing(uint64_t calls_so_far) {
@@ -133,6 +160,15 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
           "the peers' data was used. The communicator is unusable; destroy it.",
           collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
           plan(error.limit));
+  }
+  if (error.code == device::kErrorPeerExited) {
+    raise(ErrorCode::kRemoteError,
+          "rank {}'s process (pid {}) exited while rank {} still used the communicator: every wait on it has "
+          "ended. The communicator is unusable; destroy it (the survivors may make a new one).",
+          error.peer, error.value, error.rank);
+  }
+  if (error.code == device::kErrorAborted) {
+    raise(ErrorCode::kAborted, "rank {} aborted the communicator (Communicator::abort); destroy it", error.rank);
   }
   if (error.code != 0 && error.peer == error.rank) {  // a wait within this rank's own kernel
     raise(ErrorCode::kTimeout,

@@ -3,6 +3,8 @@
 // collective allocates (graph capture).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <memory>
 #include <string>
 
@@ -60,6 +62,13 @@ class DeviceSync {
   // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.
   void set_ll_epoch_for_testing(uint64_t calls_so_far);
 
+  // Publishes a fatal failure the host found (device::kErrorPeerExited naming `peer` and its pid in `value`, or
+  // device::kErrorAborted) in the word kernels record theirs in: every wait of this rank's kernels gives up at its
+  // next look (spin_until looks every 1024 spins) and the next call raises it. Then marks the rank stopped on the
+  // device (NOTE [stopped ranks]), asynchronously: a kernel already queued may start before that lands, posts its
+  // data and fails at its first wait. False when the word already held a failure (the first one stays). Any thread.
+  bool publish_failure(unsigned int code, int peer, long long value);
+
   // Throws the fatal failure a kernel recorded, if any: kTimeout naming collective, wait site and peer, or
   // kMismatch naming two ranks' plans for one call (device::kErrorPlanMismatch). `collective_name` maps the
   // recorded collective id to a name, `describe_plan` (optional) a plan word. Every collective calls it at entry.
@@ -85,6 +94,7 @@ class DeviceSync {
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;
   int device_ = -1;
+  cudaStream_t stop_stream_ = nullptr;  // non-blocking: the stopped flag lands beside kernels that spin
 };
 
 }  // namespace braid

@@ -40,7 +40,7 @@ TEST(Errors, CudaFailuresCarryCallCodeNameAndRank) {
 }
 
 TEST(Errors, EveryCodeHasAName) {
-  for (int code = 0; code <= static_cast<int>(ErrorCode::kInternal); ++code) {
+  for (int code = 0; code <= static_cast<int>(ErrorCode::kAborted); ++code) {
     EXPECT_STRNE(error_code_name(static_cast<ErrorCode>(code)), "unknown error") << code;
     EXPECT_STREQ(braidGetErrorString(static_cast<braidResult_t>(code)), error_code_name(static_cast<ErrorCode>(code)));
   }
@@ -78,6 +78,7 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
          return braidAllToAllvDevice(nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, braidInt32, nullptr);
        }},
       {"braidCommCheck", [] { return braidCommCheck(nullptr); }},
+      {"braidCommAbort", [] { return braidCommAbort(nullptr); }},
       {"braidSendRecv", [] { return braidSendRecv(nullptr, nullptr, 0, nullptr); }},
       {"braidRegisterBuffer", [] {
          braidRegisteredBuffer_t buffer = nullptr;

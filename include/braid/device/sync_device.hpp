@@ -70,6 +70,11 @@ constexpr unsigned int kErrorRepeatedExpert = 10;       // a token naming one ex
 // kind or offset, size, datatype, op or root): value is this rank's plan word, limit the peer's. Nothing of the
 // peers' data was used; the communicator is unusable.
 constexpr unsigned int kErrorPlanMismatch = 9;
+// Fatal, published by the host, not by a kernel (the same claim and publish steps): `peer`'s process exited while
+// the communicator was in use (value: its pid).
+constexpr unsigned int kErrorPeerExited = 11;
+// Fatal, published by the host: this rank aborted the communicator (Communicator::abort).
+constexpr unsigned int kErrorAborted = 12;
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {

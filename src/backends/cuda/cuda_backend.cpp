@@ -3,6 +3,7 @@
 #include "collectives/collectives.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
 #include "kernels/pipeline_launch.hpp"
@@ -39,6 +40,21 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   c.second_side = std::make_unique<SideStream>(c.device);
   c.third_side = std::make_unique<SideStream>(c.device);
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
+  DeviceSync* sync = c.sync.get();
+  peer_watch_ = std::make_unique<PeerWatch>(c.memory, setup.peer_pids, [sync](int rank, int pid) {
+    if (sync->publish_failure(device::kErrorPeerExited, rank, pid)) {
+      BRAID_WARN("rank {}'s process (pid {}) exited without destroying the communicator; this rank's calls fail "
+                 "with kRemoteError", rank, pid);
+    }
+  });
+}
+
+void CudaBackend::abort() noexcept {
+  try {
+    context_.sync->publish_failure(device::kErrorAborted, context_.rank, 0);
+  } catch (...) {
+    // The word is published before anything that can throw; the device flag is best effort.
+  }
 }
 
 void CudaBackend::collective(const collectives::CollectiveCall& call, Stream stream) {

@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "backends/backend.hpp"
+#include "backends/cuda/peer_watch.hpp"
 #include "braid/memory.hpp"
 #include "collectives/collective_context.hpp"
 #include "memory/memory_context.hpp"
@@ -22,6 +24,7 @@ struct CudaBackendSetup {
   std::shared_ptr<MemoryContext> memory;
   CallOrder* order = nullptr;
   collectives::CallSettings settings;
+  std::vector<int> peer_pids;  // [world]: a rank's pid where this rank can watch it (PeerWatch), else 0
   std::function<SymmetricMemory(size_t bytes)> allocate;  // a symmetric allocation on every rank, together
   MulticastTeam multicast;
 };
@@ -38,11 +41,13 @@ class CudaBackend final : public Backend {
   void send_recv(const collectives::PointToPointBatch& batch, Stream stream) override;
   void raise_recorded_failure() override;
   void check() override;
+  void abort() noexcept override;
 
   collectives::CollectiveContext& context() { return context_; }
 
  private:
   collectives::CollectiveContext context_;
+  std::unique_ptr<PeerWatch> peer_watch_;  // after context_: stops before the signal pad goes
 };
 
 }  // namespace braid::detail

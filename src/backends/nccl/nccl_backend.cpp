@@ -76,10 +76,7 @@ NcclBackend::NcclBackend(std::shared_ptr<NcclLibrary> library, int rank, int siz
   comm_ = comm;
   // The watchdog's expiry aborts from its own thread; aborted_ tells the destructor that comm_ is gone.
   watchdog_ = std::make_unique<NcclWatchdog>(device_, timeout_s, "NCCL rank " + rank_text_, [this](const std::string&) {
-    DeviceGuard guard(device_);
-    const ncclResult_t result = library_->api().comm_abort(comm_);
-    if (result != ncclSuccess) BRAID_WARN("{}", library_->failure_message(result, "ncclCommAbort", nullptr, rank_text_));
-    aborted_ = true;
+    abort_communicator();
   });
   BRAID_INFO("NCCL {} ({}): rank {} of {} on GPU {}, buffer registration {}", library_->version(), library_->path(),
              rank_, size_, device_, nccl_register_mode_name(register_mode_));
@@ -365,7 +362,28 @@ size_t NcclBackend::registered_count() const {
   return count;
 }
 
+void NcclBackend::abort_communicator() noexcept {
+  std::lock_guard<std::mutex> lock(abort_mutex_);
+  if (aborted_.load()) return;
+  try {
+    DeviceGuard guard(device_);
+    const ncclResult_t result = library_->api().comm_abort(comm_);
+    if (result != ncclSuccess) BRAID_WARN("{}", library_->failure_message(result, "ncclCommAbort", nullptr, rank_text_));
+  } catch (...) {
+    // Never throws (the guard's and the log's failures included).
+  }
+  aborted_ = true;
+}
+
+void NcclBackend::abort() noexcept {
+  user_aborted_ = true;
+  abort_communicator();
+}
+
 void NcclBackend::check() {
+  if (user_aborted_.load()) {
+    raise(ErrorCode::kAborted, "NCCL rank {} aborted the communicator (Communicator::abort); destroy it", rank_text_);
+  }
   raise_if_expired();
   ncclResult_t async = ncclSuccess;
   check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");

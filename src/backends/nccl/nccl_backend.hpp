@@ -97,6 +97,8 @@ class NcclBackend {
   // ncclCommGetAsyncError's failure mapped to braid::Error (a peer gone, a network error); nothing while the
   // communicator is fine or still working.
   void check();
+  // ncclCommAbort now (once, with the watchdog's), and check() raises kAborted from then on. Never throws.
+  void abort() noexcept;
 
  private:
   struct Registration {
@@ -106,6 +108,7 @@ class NcclBackend {
   };
 
   void check_call(ncclResult_t result, const char* call) const;
+  void abort_communicator() noexcept;  // ncclCommAbort unless done already
   void raise_if_expired() const;  // kTimeout with the watchdog's message, once it expired
   // raise_if_expired, then a watchdog scope around the operation enqueued next on stream.
   NcclWatchdog::Scope watch(const char* operation, Stream stream);
@@ -124,7 +127,9 @@ class NcclBackend {
   int uncaught_at_init_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> async_error_{false};
-  std::atomic<bool> aborted_{false};  // by the watchdog: comm_ is gone
+  std::atomic<bool> aborted_{false};  // by the watchdog or abort(): comm_ is gone
+  std::atomic<bool> user_aborted_{false};  // by abort(): check() raises kAborted
+  std::mutex abort_mutex_;  // one ncclCommAbort: the watchdog's or abort()'s
   std::unique_ptr<NcclWatchdog> watchdog_;
 
   mutable std::mutex mutex_;  // guards registrations_ and warned_

@@ -22,6 +22,7 @@ class NcclCollectives final : public Backend {
   void send_recv(const collectives::PointToPointBatch& batch, Stream stream) override;
   void raise_recorded_failure() override { nccl_->check(); }
   void check() override { nccl_->check(); }
+  void abort() noexcept override { nccl_->abort(); }
 
  private:
   // Lets NCCL register the range registered with the communicator that holds [buffer, buffer + bytes), if any.

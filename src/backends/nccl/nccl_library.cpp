@@ -299,6 +299,7 @@ ncclResult_t to_nccl_result(ErrorCode code) {
     case ErrorCode::kPeerUnreachable: return ncclSystemError;
     case ErrorCode::kTimeout:
     case ErrorCode::kRemoteError: return ncclRemoteError;
+    case ErrorCode::kAborted: return ncclInvalidUsage;  // a call on a communicator this rank aborted
     case ErrorCode::kInternal: return ncclInternalError;
   }
   return ncclInternalError;

@@ -1,0 +1,112 @@
+#include "backends/cuda/peer_watch.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace braid::detail {
+namespace {
+
+int open_pidfd(int pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+// The board: rank 0 makes it, every other rank receives its fd (NOTE [peer exit]).
+int board_fd(MemoryContext& memory, size_t bytes) {
+  const uint64_t tag = memory.alloc_sequence++;  // every rank exchanges once, in the same order
+  if (memory.rank != 0) return memory.fds->receive(0, tag);
+  const int fd = ::memfd_create("braid-peer-board", MFD_CLOEXEC);
+  if (fd < 0) raise_system("memfd_create", errno, "the peer board");
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    const int err = errno;
+    ::close(fd);
+    raise_system("ftruncate", err, "the peer board");
+  }
+  for (int peer = 1; peer < memory.size; ++peer) memory.fds->send(peer, fd, tag);
+  return fd;
+}
+
+}  // namespace
+
+PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::function<void(int, int)> on_exit)
+    : rank_(memory.rank), on_exit_(std::move(on_exit)) {
+  board_bytes_ = static_cast<size_t>(memory.size) * sizeof(std::atomic<uint32_t>);
+  const int fd = board_fd(memory, board_bytes_);
+  void* mapped = ::mmap(nullptr, board_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_error = errno;
+  ::close(fd);
+  if (mapped == MAP_FAILED) raise_system("mmap", map_error, "the peer board");
+  board_ = static_cast<std::atomic<uint32_t>*>(mapped);
+  const int self = static_cast<int>(::getpid());
+  for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
+    if (r == rank_ || pids[r] <= 0 || pids[r] == self) continue;
+    const int pidfd = open_pidfd(pids[r]);
+    if (pidfd < 0 && errno == ESRCH) {  // already gone
+      on_exit_(r, pids[r]);
+      continue;
+    }
+    if (pidfd < 0) {
+      BRAID_INFO("peer exits are noticed only by the timeout: pidfd_open of rank {} (pid {}) failed: {}", r, pids[r],
+                 std::strerror(errno));
+      continue;
+    }
+    ranks_.push_back(r);
+    pids_.push_back(pids[r]);
+    pidfds_.push_back(pidfd);
+  }
+  if (pidfds_.empty()) return;
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+  if (wake_fd_ < 0) raise_system("eventfd", errno, "the peer watch");
+  thread_ = std::thread([this] { run(); });
+}
+
+PeerWatch::~PeerWatch() {
+  board_[rank_].store(1, std::memory_order_release);  // before this process can exit: a clean departure
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  for (const int pidfd : pidfds_) {
+    if (pidfd >= 0) ::close(pidfd);
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  ::munmap(board_, board_bytes_);
+}
+
+void PeerWatch::run() {
+  std::vector<pollfd> polled(pidfds_.size() + 1);
+  size_t watched = pidfds_.size();
+  while (watched > 0) {
+    for (size_t i = 0; i < pidfds_.size(); ++i) polled[i] = {pidfds_[i], POLLIN, 0};
+    polled.back() = {wake_fd_, POLLIN, 0};
+    if (::poll(polled.data(), polled.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      BRAID_WARN("the peer watch stops: poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (polled.back().revents != 0) return;  // the destructor's stop
+    for (size_t i = 0; i < pidfds_.size(); ++i) {
+      if (pidfds_[i] < 0 || polled[i].revents == 0) continue;
+      ::close(pidfds_[i]);
+      pidfds_[i] = -1;  // poll skips negative fds
+      --watched;
+      if (board_[ranks_[i]].load(std::memory_order_acquire) == 0) on_exit_(ranks_[i], pids_[i]);
+    }
+  }
+}
+
+}  // namespace braid::detail
