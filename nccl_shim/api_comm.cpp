@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -275,6 +276,8 @@ SHIM_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommRevoke, comm, revokeFlags);
   return guarded("ncclCommRevoke", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommRevoke");
+    // braid's path: every rank's calls end (Communicator::revoke); NCCL's: its in-flight operations stop.
+    if (shim.braid && std::string(shim.braid->backend()) == "cuda") shim.braid->revoke();
     using Revoke = ncclResult_t (*)(ncclComm_t, int);
     auto revoke = shim.library != nullptr ? reinterpret_cast<Revoke>(shim.library->symbol("ncclCommRevoke")) : nullptr;
     if (shim.real != nullptr && revoke != nullptr) check_real(shim, revoke(shim.real, revokeFlags), "ncclCommRevoke");

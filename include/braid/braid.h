@@ -26,7 +26,8 @@ typedef enum {
   braidUnsupported = 9,
   braidRemoteError = 10,
   braidInternalError = 11,
-  braidAborted = 12
+  braidAborted = 12,
+  braidRevoked = 13
 } braidResult_t;
 
 typedef struct braidComm* braidComm_t;
@@ -129,6 +130,9 @@ braidResult_t braidCommCheck(braidComm_t comm);
 /* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end, later
  * calls return braidAborted. Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
+/* Revokes the communicator for every rank (braid::Communicator::revoke): every rank's calls return braidRevoked
+ * within about 10 ms. braidUnsupported on the NCCL backend. */
+braidResult_t braidCommRevoke(braidComm_t comm);
 
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
  * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */

@@ -271,7 +271,7 @@ class Communicator {
   //   - fatal: a wait that timed out (kTimeout, naming the collective, the wait and the peer), ranks that
   //     disagreed on a call's plan (kMismatch naming both plans), a peer on this host whose process exited without
   //     destroying its communicator (kRemoteError naming the rank and its pid; noticed within milliseconds, CUDA
-  //     backend), or abort() (kAborted). The communicator is then unusable; check()
+  //     backend), abort() (kAborted) or revoke() on any rank (kRevoked). The communicator is then unusable; check()
   //     and every later call that takes a stream (those listed under Ordering above) raise it again, each time.
   //   - refused data (kMismatch, kInvalidArgument; a count mismatch, an overflow, a bad expert id...): the
   //     communicator stays usable; check() raises it once and clears it. Only the first refusal is kept until
@@ -288,6 +288,13 @@ class Communicator {
   // allocations are destroyed. On the NCCL backend it calls ncclCommAbort. Then destroy the communicator.
   // Idempotent; never throws.
   void abort() noexcept;
+
+  // Revokes the communicator for every rank, from any rank and any thread (MPI's MPI_Comm_revoke): within about
+  // 10 ms every rank's waits end, and check() and every later call that takes a stream raise kRevoked on every
+  // rank (a rank where another fatal failure came first raises that one). For the survivors of a failure to agree
+  // that the communicator is over before they make a new one. Works after a fatal failure too. CUDA backend only:
+  // kUnsupported on the NCCL backend (abort every rank there).
+  void revoke();
 
  private:
   friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)

@@ -22,6 +22,7 @@ enum class ErrorCode : int {
   kRemoteError = 10,     // a peer failed or went away
   kInternal = 11,        // a bug in braid
   kAborted = 12,         // this rank aborted the communicator (Communicator::abort): every later call fails so
+  kRevoked = 13,         // a rank revoked the communicator (Communicator::revoke): every rank's calls fail so
 };
 
 // Name of a code, e.g. "invalid argument".

@@ -318,6 +318,11 @@ class Communicator:
         Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. Local (the peers are not told). Raises only on a destroyed communicator.
         """
 
+    def revoke(self) -> None:
+        """
+        Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise REVOKED. CUDA backend only.
+        """
+
     def all_reduce(self, send: int, recv: int, count: int, dtype: DataType, op: ReduceOp, stream: int) -> None: ...
 
     def reduce(self, send: int, recv: int, count: int, dtype: DataType, op: ReduceOp, root: int, stream: int) -> None: ...

@@ -21,6 +21,7 @@ class ErrorCode(enum.IntEnum):
     REMOTE_ERROR = 10  # a peer failed or went away
     INTERNAL = 11  # a bug in braid
     ABORTED = 12  # this rank aborted the communicator
+    REVOKED = 13  # a rank revoked the communicator
 
 
 class Error(RuntimeError):

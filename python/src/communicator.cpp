@@ -97,6 +97,9 @@ void bind_communicator(nb::module_& m) {
       .def("abort", [](PyCommunicator& c) { c.get("abort").abort(); },
            "Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. "
            "Local (the peers are not told). Raises only on a destroyed communicator.")
+      .def("revoke", [](PyCommunicator& c) { c.get("revoke").revoke(); },
+           "Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise "
+           "REVOKED. CUDA backend only.")
       .def(
           "all_reduce",
           [](PyCommunicator& c, uintptr_t send, uintptr_t recv, size_t count, DataType type, ReduceOp op,

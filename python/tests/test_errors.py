@@ -13,6 +13,7 @@ CPP_NAMES = {
     ErrorCode.SYSTEM_ERROR: "system error", ErrorCode.TIMEOUT: "timeout", ErrorCode.PEER_UNREACHABLE: "peer unreachable",
     ErrorCode.MISMATCH: "mismatch between ranks", ErrorCode.UNSUPPORTED: "unsupported",
     ErrorCode.REMOTE_ERROR: "remote error", ErrorCode.INTERNAL: "internal error", ErrorCode.ABORTED: "aborted",
+    ErrorCode.REVOKED: "revoked",
 }
 
 

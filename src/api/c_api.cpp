@@ -290,6 +290,13 @@ braidResult_t braidCommAbort(braidComm_t comm) {
   });
 }
 
+braidResult_t braidCommRevoke(braidComm_t comm) {
+  return guarded([&] {
+    require(comm, "braidCommRevoke", "comm");
+    comm->comm.revoke();
+  });
+}
+
 braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidSendRecv", "comm");

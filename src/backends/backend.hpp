@@ -34,6 +34,10 @@ class Backend {
   // raise_recorded_failure raises kAborted from then on (unless another failure was recorded first). Local: the
   // peers are not told. Idempotent; never throws.
   virtual void abort() noexcept = 0;
+  // Communicator::revoke: every rank's waits end, and raise_recorded_failure raises kRevoked from then on, on
+  // every rank (unless another failure was recorded there first). kUnsupported where the backend cannot tell
+  // the peers.
+  virtual void revoke() = 0;
 };
 
 }  // namespace braid::detail

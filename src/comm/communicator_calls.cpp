@@ -135,4 +135,6 @@ void Communicator::abort() noexcept {
   if (state_ && state_->backend) state_->backend->abort();
 }
 
+void Communicator::revoke() { detail::usable(state_, "Communicator::revoke").backend->revoke(); }
+
 }  // namespace braid

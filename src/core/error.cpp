@@ -17,6 +17,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kRemoteError: return "remote error";
     case ErrorCode::kInternal: return "internal error";
     case ErrorCode::kAborted: return "aborted";
+    case ErrorCode::kRevoked: return "revoked";
   }
   return "unknown error";
 }

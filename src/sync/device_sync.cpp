@@ -167,6 +167,9 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
           "ended. The communicator is unusable; destroy it (the survivors may make a new one).",
           error.peer, error.value, error.rank);
   }
+  if (error.code == device::kErrorRevoked) {
+    raise(ErrorCode::kRevoked, "rank {} revoked the communicator (Communicator::revoke); destroy it", error.peer);
+  }
   if (error.code == device::kErrorAborted) {
     raise(ErrorCode::kAborted, "rank {} aborted the communicator (Communicator::abort); destroy it", error.rank);
   }

@@ -62,8 +62,8 @@ class DeviceSync {
   // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.
   void set_ll_epoch_for_testing(uint64_t calls_so_far);
 
-  // Publishes a fatal failure the host found (device::kErrorPeerExited naming `peer` and its pid in `value`, or
-  // device::kErrorAborted) in the word kernels record theirs in: every wait of this rank's kernels gives up at its
+  // Publishes a fatal failure the host found (device::kErrorPeerExited naming `peer` and its pid in `value`,
+  // device::kErrorRevoked naming the revoking rank in `peer`, or device::kErrorAborted) in the word kernels record theirs in: every wait of this rank's kernels gives up at its
   // next look (spin_until looks every 1024 spins) and the next call raises it. Then marks the rank stopped on the
   // device (NOTE [stopped ranks]), asynchronously: a kernel already queued may start before that lands, posts its
   // data and fails at its first wait. False when the word already held a failure (the first one stays). Any thread.

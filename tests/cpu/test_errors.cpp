@@ -40,7 +40,7 @@ TEST(Errors, CudaFailuresCarryCallCodeNameAndRank) {
 }
 
 TEST(Errors, EveryCodeHasAName) {
-  for (int code = 0; code <= static_cast<int>(ErrorCode::kAborted); ++code) {
+  for (int code = 0; code <= static_cast<int>(ErrorCode::kRevoked); ++code) {
     EXPECT_STRNE(error_code_name(static_cast<ErrorCode>(code)), "unknown error") << code;
     EXPECT_STREQ(braidGetErrorString(static_cast<braidResult_t>(code)), error_code_name(static_cast<ErrorCode>(code)));
   }
@@ -79,6 +79,7 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
        }},
       {"braidCommCheck", [] { return braidCommCheck(nullptr); }},
       {"braidCommAbort", [] { return braidCommAbort(nullptr); }},
+      {"braidCommRevoke", [] { return braidCommRevoke(nullptr); }},
       {"braidSendRecv", [] { return braidSendRecv(nullptr, nullptr, 0, nullptr); }},
       {"braidRegisterBuffer", [] {
          braidRegisteredBuffer_t buffer = nullptr;

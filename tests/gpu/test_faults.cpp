@@ -1,6 +1,6 @@
-// Failures a job must survive without a hang: abort() from another thread ends a call that waits on a peer, and
-// a peer process that exits without destroying its communicator is reported to the survivor within a second
-// (a peer that destroyed it first is no failure). The peer process is this binary run again
+// Failures a job must survive without a hang: abort() from another thread ends a call that waits on a peer,
+// revoke() on one rank ends every rank's, and a peer process that exits without destroying its communicator is
+// reported to the survivor within a second (a peer that destroyed it first is no failure). The peer process is this binary run again
 // (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the survivor's GPU where only one is visible
 // (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
@@ -90,6 +90,47 @@ TEST(Faults, AbortFromAnotherThreadEndsAWaitingCallWithin100ms) {
     }
     comm.abort();  // idempotent
     rank0_done = true;
+  });
+}
+
+// Rank 1 waits in an all-reduce that rank 0 never joins; rank 0 revokes. Rank 1's kernel ends within 100 ms
+// (the watch looks every 10 ms) and both ranks' calls raise kRevoked naming rank 0.
+TEST(Faults, RevokeByOneRankEndsAPeersWaitingCallWithin100ms) {
+  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 waits on rank 1's thread";
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::atomic<bool> waiting{false};
+  std::atomic<Clock::rep> revoked_at{0};
+  for_each_rank([&](const RankContext& context) {
+    Communicator comm = Communicator::init(context.rendezvous, test_options(30));
+    make_current(comm);
+    StreamHandle stream;
+    DeviceBuffer send(4096 * sizeof(float)), recv(4096 * sizeof(float));
+    cuda_check(cudaMemset(send.get(), 0, 4096 * sizeof(float)), "cudaMemset");
+    comm.barrier();  // both done with the allocations above before any kernel waits
+    if (context.rank == 1) {
+      comm.all_reduce(send.get(), recv.get(), 4096, DataType::kFloat32, ReduceOp::kSum, stream.get());
+      waiting = true;
+      cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+      const double waited = std::chrono::duration<double>(Clock::now().time_since_epoch() -
+                                                           Clock::duration(revoked_at.load())).count();
+      std::printf("[faults] rank 0's revoke to rank 1's kernel's end: %.1f ms\n", waited * 1e3);
+      EXPECT_LT(waited, 0.1) << "rank 1's waiting kernel outlived the revocation";
+    } else {
+      while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // rank 1's kernel waits by now
+      revoked_at = Clock::now().time_since_epoch().count();
+      comm.revoke();
+    }
+    for (int attempt = 0; attempt < 2; ++attempt) {  // check(), then a call
+      try {
+        if (attempt == 0) comm.check();
+        else comm.all_reduce(send.get(), recv.get(), 4096, DataType::kFloat32, ReduceOp::kSum, stream.get());
+        ADD_FAILURE() << "rank " << context.rank << ": nothing raised after the revocation";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
+        EXPECT_NE(std::string(error.what()).find("rank 0 revoked"), std::string::npos) << error.what();
+      }
+    }
   });
 }
 

@@ -75,6 +75,8 @@ constexpr unsigned int kErrorPlanMismatch = 9;
 constexpr unsigned int kErrorPeerExited = 11;
 // Fatal, published by the host: this rank aborted the communicator (Communicator::abort).
 constexpr unsigned int kErrorAborted = 12;
+// Fatal, published by the host: `peer` revoked the communicator (Communicator::revoke).
+constexpr unsigned int kErrorRevoked = 13;
 
 // The signal pad of one rank, as a kernel sees it. Trivially copyable: pass it by value.
 struct SignalPad {

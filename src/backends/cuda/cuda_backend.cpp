@@ -41,13 +41,17 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   c.third_side = std::make_unique<SideStream>(c.device);
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
   DeviceSync* sync = c.sync.get();
-  peer_watch_ = std::make_unique<PeerWatch>(c.memory, setup.peer_pids, [sync](int rank, int pid) {
+  auto exited = [sync](int rank, int pid) {
     if (sync->publish_failure(device::kErrorPeerExited, rank, pid)) {
       BRAID_WARN("rank {}'s process (pid {}) exited without destroying the communicator; this rank's calls fail "
                  "with kRemoteError", rank, pid);
     }
-  });
+  };
+  auto revoked = [sync](int by) { sync->publish_failure(device::kErrorRevoked, by, 0); };
+  peer_watch_ = std::make_unique<PeerWatch>(c.memory, setup.peer_pids, exited, revoked);
 }
+
+void CudaBackend::revoke() { peer_watch_->revoke(); }
 
 void CudaBackend::abort() noexcept {
   try {

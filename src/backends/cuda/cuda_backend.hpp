@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   void raise_recorded_failure() override;
   void check() override;
   void abort() noexcept override;
+  void revoke() override;
 
   collectives::CollectiveContext& context() { return context_; }
 

@@ -41,9 +41,10 @@ int board_fd(MemoryContext& memory, size_t bytes) {
 
 }  // namespace
 
-PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::function<void(int, int)> on_exit)
-    : rank_(memory.rank), on_exit_(std::move(on_exit)) {
-  board_bytes_ = static_cast<size_t>(memory.size) * sizeof(std::atomic<uint32_t>);
+PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::function<void(int, int)> on_exit,
+                     std::function<void(int)> on_revoke)
+    : rank_(memory.rank), world_(memory.size), on_exit_(std::move(on_exit)), on_revoke_(std::move(on_revoke)) {
+  board_bytes_ = static_cast<size_t>(memory.size + 1) * sizeof(std::atomic<uint32_t>);
   const int fd = board_fd(memory, board_bytes_);
   void* mapped = ::mmap(nullptr, board_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_error = errno;
@@ -67,7 +68,6 @@ PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::f
     pids_.push_back(pids[r]);
     pidfds_.push_back(pidfd);
   }
-  if (pidfds_.empty()) return;
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
   if (wake_fd_ < 0) raise_system("eventfd", errno, "the peer watch");
   thread_ = std::thread([this] { run(); });
@@ -87,24 +87,37 @@ PeerWatch::~PeerWatch() {
   ::munmap(board_, board_bytes_);
 }
 
+bool PeerWatch::revoke() {
+  uint32_t none = 0;
+  if (!board_[world_].compare_exchange_strong(none, static_cast<uint32_t>(rank_) + 1, std::memory_order_acq_rel)) {
+    return false;
+  }
+  on_revoke_(rank_);  // this rank at once; the others at their next look
+  return true;
+}
+
 void PeerWatch::run() {
   std::vector<pollfd> polled(pidfds_.size() + 1);
-  size_t watched = pidfds_.size();
-  while (watched > 0) {
+  bool revoked = false;
+  for (;;) {
     for (size_t i = 0; i < pidfds_.size(); ++i) polled[i] = {pidfds_[i], POLLIN, 0};
     polled.back() = {wake_fd_, POLLIN, 0};
-    if (::poll(polled.data(), polled.size(), -1) < 0) {
-      if (errno == EINTR) continue;
+    const int ready = ::poll(polled.data(), polled.size(), kLookMs);
+    if (ready < 0 && errno != EINTR) {
       BRAID_WARN("the peer watch stops: poll failed: {}", std::strerror(errno));
       return;
     }
-    if (polled.back().revents != 0) return;  // the destructor's stop
-    for (size_t i = 0; i < pidfds_.size(); ++i) {
+    if (ready > 0 && polled.back().revents != 0) return;  // the destructor's stop
+    for (size_t i = 0; ready > 0 && i < pidfds_.size(); ++i) {
       if (pidfds_[i] < 0 || polled[i].revents == 0) continue;
       ::close(pidfds_[i]);
       pidfds_[i] = -1;  // poll skips negative fds
-      --watched;
       if (board_[ranks_[i]].load(std::memory_order_acquire) == 0) on_exit_(ranks_[i], pids_[i]);
+    }
+    const uint32_t by = board_[world_].load(std::memory_order_acquire);
+    if (by != 0 && !revoked) {
+      revoked = true;
+      if (static_cast<int>(by) - 1 != rank_) on_revoke_(static_cast<int>(by) - 1);
     }
   }
 }

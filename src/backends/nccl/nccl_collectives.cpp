@@ -44,4 +44,10 @@ void NcclCollectives::send_recv(const collectives::PointToPointBatch& batch, Str
   nccl_->send_recv(batch.ops, batch.count, stream);
 }
 
+void NcclCollectives::revoke() {
+  raise(ErrorCode::kUnsupported,
+        "Communicator::revoke needs the CUDA backend (the ranks of one host tell each other through shared memory); "
+        "on NCCL, abort() every rank instead");
+}
+
 }  // namespace braid::detail

@@ -23,6 +23,7 @@ class NcclCollectives final : public Backend {
   void raise_recorded_failure() override { nccl_->check(); }
   void check() override { nccl_->check(); }
   void abort() noexcept override { nccl_->abort(); }
+  void revoke() override;
 
  private:
   // Lets NCCL register the range registered with the communicator that holds [buffer, buffer + bytes), if any.

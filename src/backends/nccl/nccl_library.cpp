@@ -298,7 +298,8 @@ ncclResult_t to_nccl_result(ErrorCode code) {
     case ErrorCode::kSystemError:
     case ErrorCode::kPeerUnreachable: return ncclSystemError;
     case ErrorCode::kTimeout:
-    case ErrorCode::kRemoteError: return ncclRemoteError;
+    case ErrorCode::kRemoteError:
+    case ErrorCode::kRevoked: return ncclRemoteError;
     case ErrorCode::kAborted: return ncclInvalidUsage;  // a call on a communicator this rank aborted
     case ErrorCode::kInternal: return ncclInternalError;
   }

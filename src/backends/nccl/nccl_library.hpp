@@ -122,7 +122,7 @@ const char* nccl_result_name(ncclResult_t result);  // "ncclInvalidUsage"; "unkn
 // The other way, for the NCCL shim: braid's errors as the ncclResult_t a program written for NCCL expects.
 // kInvalidArgument -> ncclInvalidArgument; kMismatch, kUnsupported -> ncclInvalidUsage; kCudaError, kDriverError,
 // kNoDevice -> ncclUnhandledCudaError; kSystemError, kPeerUnreachable -> ncclSystemError; kTimeout, kRemoteError ->
-// ncclRemoteError (a peer did not arrive or went away); kAborted -> ncclInvalidUsage
+// ncclRemoteError (a peer did not arrive or went away); kRevoked -> ncclRemoteError; kAborted -> ncclInvalidUsage
 // (a call on an aborted communicator); kInternal -> ncclInternalError.
 ncclResult_t to_nccl_result(ErrorCode code);
 // NCCL's datatypes and operators as braid's: false where braid has no such datatype (braid has each of NCCL's,
