@@ -82,7 +82,7 @@ uint32_t shared_seed(Communicator& comm) {
 void check_all_reduce(Communicator& comm, void* send, void* recv, size_t count, uint32_t seed, const std::string& what) {
   upload(send, input(seed, comm.rank(), count));
   poison(recv, count * sizeof(int32_t));
-  comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, nullptr);
+  comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
   cuda(cudaDeviceSynchronize(), "sync");
   comm.check();
   const std::vector<int32_t> got = download(recv, count);
@@ -99,7 +99,7 @@ void check_all_to_all(Communicator& comm, void* send, void* recv, size_t count, 
   const int world = comm.size();
   upload(send, input(seed, comm.rank(), count * world));
   poison(recv, count * world * sizeof(int32_t));
-  comm.all_to_all(send, recv, count, DataType::kInt32, nullptr);
+  comm.all_to_all(send, recv, count, DataType::kInt32, cudaStreamPerThread);
   cuda(cudaDeviceSynchronize(), "sync");
   comm.check();
   const std::vector<int32_t> got = download(recv, count * world);
@@ -504,12 +504,12 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       DeviceBuffer marker(4);
       upload(marker.pointer, {1000 + comm.rank()});
       comm.barrier();
-      comm.put(global, next, 4 * comm.rank(), marker.pointer, 4, nullptr);
+      comm.put(global, next, 4 * comm.rank(), marker.pointer, 4, cudaStreamPerThread);
       cuda(cudaDeviceSynchronize(), "sync");
       comm.barrier();
       EXPECT_EQ(download(static_cast<char*>(send) + 4 * previous, 1)[0], 1000 + previous) << what << ": put";
       const int before_previous = (previous + world - 1) % world;
-      comm.get(global, previous, 4 * before_previous, marker.pointer, 4, nullptr);
+      comm.get(global, previous, 4 * before_previous, marker.pointer, 4, cudaStreamPerThread);
       cuda(cudaDeviceSynchronize(), "sync");
       EXPECT_EQ(download(marker.pointer, 1)[0], 1000 + before_previous) << what << ": get";
       comm.barrier();

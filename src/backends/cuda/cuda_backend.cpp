@@ -1,6 +1,11 @@
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include "collectives/collectives.hpp"
+#include "core/cuda_check.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -20,6 +25,29 @@ size_t area_bytes_from(const char* variable, int64_t at_least) {
   return static_cast<size_t>(bytes);
 }
 
+// Every rank of a GPU makes its own areas: where they would not fit in the GPU's memory (a tenth left for the
+// contexts and the user), every rank refuses together, naming the cause, instead of one failing an allocation
+// while its peers wait for it in the next exchange.
+void require_room(MemoryContext& memory, int ranks_per_gpu, size_t area_bytes) {
+  size_t free_bytes = 0, total_bytes = 0;
+  BRAID_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const size_t needed = area_bytes * static_cast<size_t>(ranks_per_gpu);
+  const bool fits = needed <= total_bytes - total_bytes / 10;
+  std::vector<std::string> all;
+  {
+    std::lock_guard<std::mutex> lock(memory.setup_mutex);
+    all = memory.bootstrap->allgather(fits ? "" : fmt::format("{} {}", needed, total_bytes), "CUDA backend areas");
+  }
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].empty()) continue;
+    raise(ErrorCode::kInvalidArgument,
+          "Communicator::init: the communicator's areas of the {} rank(s) on rank {}'s GPU take {} bytes of its {} "
+          "(BRAID_STAGING_BYTES, BRAID_PIPELINE_BYTES, the LL areas; with BRAID_ALLOW_SHARED_GPU=1, every rank of a "
+          "GPU has its own): make them smaller or put fewer ranks on a GPU",
+          ranks_per_gpu, r, all[r].substr(0, all[r].find(' ')), all[r].substr(all[r].find(' ') + 1));
+  }
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory, *setup.order, setup.settings) {
@@ -28,14 +56,20 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   // Pipeline senders may fill every FIFO slot before the first credit comes back.
   c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
   c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
-  c.staging = setup.allocate(area_bytes_from("BRAID_STAGING_BYTES", int64_t(1) << 20));
+  const size_t staging_bytes = area_bytes_from("BRAID_STAGING_BYTES", int64_t(1) << 20);
   // The pipeline area holds at least one 256-byte piece per (phase, channel, sender, slot).
   const int64_t least_pipeline =
       int64_t(256) * kernels::kPipelinePhases * kernels::kPipelineChannels * c.size * kernels::kFifoDepth;
-  c.pipeline = setup.allocate(area_bytes_from("BRAID_PIPELINE_BYTES", least_pipeline));
+  const size_t pipeline_bytes = area_bytes_from("BRAID_PIPELINE_BYTES", least_pipeline);
+  const size_t lines_bytes = c.ll128_lines ? kernels::send_recv_lines_area_bytes(c.size) : 0;
+  require_room(c.memory, c.ranks_per_gpu,
+               staging_bytes + pipeline_bytes + kernels::ll_area_bytes(c.size) + kernels::ll128_area_bytes(c.size) +
+                   lines_bytes);
+  c.staging = setup.allocate(staging_bytes);
+  c.pipeline = setup.allocate(pipeline_bytes);
   c.ll = setup.allocate(kernels::ll_area_bytes(c.size));
   c.ll128 = setup.allocate(kernels::ll128_area_bytes(c.size));
-  if (c.ll128_lines) c.send_recv_lines = setup.allocate(kernels::send_recv_lines_area_bytes(c.size));
+  if (c.ll128_lines) c.send_recv_lines = setup.allocate(lines_bytes);
   c.side = std::make_unique<SideStream>(c.device);
   c.second_side = std::make_unique<SideStream>(c.device);
   c.third_side = std::make_unique<SideStream>(c.device);
