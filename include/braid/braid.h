@@ -133,6 +133,9 @@ braidResult_t braidCommAbort(braidComm_t comm);
 /* Revokes the communicator for every rank (braid::Communicator::revoke): every rank's calls return braidRevoked
  * within about 10 ms. braidUnsupported on the NCCL backend. */
 braidResult_t braidCommRevoke(braidComm_t comm);
+/* A new communicator of the ranks not in excluded[0..count) (braid::Communicator::shrink): collective over the
+ * survivors alone. *newcomm is NULL on failure. */
+braidResult_t braidCommShrink(braidComm_t comm, const int* excluded, size_t count, braidComm_t* newcomm);
 
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
  * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */

@@ -296,6 +296,16 @@ class Communicator {
   // kUnsupported on the NCCL backend (abort every rank there).
   void revoke();
 
+  // A new communicator of the ranks not in `excluded`, made by them alone (the excluded ranks do not call it; dead
+  // ones cannot): collective over the survivors, which pass the same list in the same order of their shrink calls.
+  // Ranks keep their order (a survivor's new rank counts the survivors below it), their GPUs and this
+  // communicator's options; it runs on a backend chosen as at init. Works on a failed, aborted or revoked
+  // communicator (it uses only its store), so survivors revoke, then shrink. The store must still serve: where the
+  // rank that served it is excluded, init fails with the store's error after the timeout. This communicator, and
+  // its symmetric memory, stay as they are until destroyed. kInvalidArgument naming `excluded` for a rank out of
+  // range, a repeat, or this rank itself.
+  Communicator shrink(const std::vector<int>& excluded) const;
+
  private:
   friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)
   friend struct detail::TestAccess;  // the tests' hooks into the state (not installed)

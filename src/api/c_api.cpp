@@ -297,6 +297,19 @@ braidResult_t braidCommRevoke(braidComm_t comm) {
   });
 }
 
+braidResult_t braidCommShrink(braidComm_t comm, const int* excluded, size_t count, braidComm_t* newcomm) {
+  return guarded([&] {
+    require(newcomm, "braidCommShrink", "newcomm");
+    *newcomm = nullptr;
+    require(comm, "braidCommShrink", "comm");
+    if (excluded == nullptr && count > 0) {
+      braid::raise_invalid_argument("braidCommShrink", "excluded", "is NULL with count {}", count);
+    }
+    const std::vector<int> ranks(excluded, excluded + count);
+    *newcomm = new braidComm{comm->comm.shrink(ranks)};
+  });
+}
+
 braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidSendRecv", "comm");

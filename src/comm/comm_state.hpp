@@ -21,6 +21,9 @@ struct CommState : MemoryContext {
   std::shared_ptr<StoreServer> store_server;  // held by the rank that serves the store
   std::shared_ptr<StoreClient> store;
   std::vector<PeerInfo> peers;
+  Rendezvous rendezvous;  // as init got it, with job_id this communicator's own namespace (shrink's parent)
+  CommOptions options;    // as init got them, with the device it chose (shrink's children inherit them)
+  int shrinks = 0;        // shrink() calls so far: every survivor counts alike
   std::unique_ptr<CallOrder> order;  // orders the calls whatever stream each names; both backends
   collectives::CallSettings settings;
 

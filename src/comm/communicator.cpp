@@ -268,6 +268,10 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   // and ordered, so rank r's k-th communicator is every rank's k-th.
   const std::string job = rendezvous.job_id.empty() ? "job" : rendezvous.job_id;
   const int64_t index = state->store->add(fmt::format("braid/{}/comm-count/{}", job, state->rank), 1);
+  state->rendezvous = rendezvous;
+  state->rendezvous.job_id = fmt::format("{}/comm{}", job, index);
+  state->options = options;
+  state->options.device = state->device;
   state->bootstrap = std::make_unique<Bootstrap>(state->store, fmt::format("braid/{}/comm{}", job, index), state->rank,
                                                  state->size, state->timeout_s);
   state->uid = state->bootstrap->broadcast(state->rank == 0 ? random_hex() : std::string(), 0, "communicator id");
@@ -315,6 +319,31 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
              state->cuda->context().multicast ? " with NVLink multicast" : "");
   return comm;
+}
+
+Communicator Communicator::shrink(const std::vector<int>& excluded) const {
+  const char* function = "Communicator::shrink";
+  detail::CommState& state = detail::usable(state_, function);
+  std::vector<bool> out(static_cast<size_t>(state.size), false);
+  for (const int rank : excluded) {
+    if (rank < 0 || rank >= state.size) {
+      raise_invalid_argument(function, "excluded", "names rank {}; the communicator has ranks 0..{}", rank, state.size - 1);
+    }
+    if (out[rank]) raise_invalid_argument(function, "excluded", "names rank {} twice", rank);
+    if (rank == state.rank) raise_invalid_argument(function, "excluded", "names this rank ({}), which calls shrink", rank);
+    out[rank] = true;
+  }
+  Rendezvous rendezvous = state.rendezvous;
+  rendezvous.rank = static_cast<int>(std::count(out.begin(), out.begin() + state.rank, false));
+  rendezvous.size = static_cast<int>(std::count(out.begin(), out.end(), false));
+  rendezvous.local_rank = -1;
+  rendezvous.local_size = 0;
+  rendezvous.serve_store = false;  // the parent's server, where this rank holds it, serves on (kept below)
+  // Every survivor's k-th shrink of this communicator, whatever it excluded: a new namespace in the same store.
+  rendezvous.job_id += fmt::format("/shrink{}", ++state.shrinks);
+  Communicator child = init(rendezvous, state.options);
+  child.state_->store_server = state.store_server;
+  return child;
 }
 
 Communicator::Communicator(std::shared_ptr<detail::CommState> state) : state_(std::move(state)) {}

@@ -80,6 +80,10 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
       {"braidCommCheck", [] { return braidCommCheck(nullptr); }},
       {"braidCommAbort", [] { return braidCommAbort(nullptr); }},
       {"braidCommRevoke", [] { return braidCommRevoke(nullptr); }},
+      {"braidCommShrink", [] {
+         braidComm_t child = nullptr;
+         return braidCommShrink(nullptr, nullptr, 0, &child);
+       }},
       {"braidSendRecv", [] { return braidSendRecv(nullptr, nullptr, 0, nullptr); }},
       {"braidRegisterBuffer", [] {
          braidRegisteredBuffer_t buffer = nullptr;

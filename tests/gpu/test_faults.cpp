@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -130,6 +131,45 @@ TEST(Faults, RevokeByOneRankEndsAPeersWaitingCallWithin100ms) {
         EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
         EXPECT_NE(std::string(error.what()).find("rank 0 revoked"), std::string::npos) << error.what();
       }
+    }
+  });
+}
+
+// The last rank leaves; the others revoke and shrink, then all-reduce on the child: ranks keep their order, the
+// sum is the survivors' alone, and the parent's symmetric memory is still mapped.
+TEST(Faults, SurvivorsShrinkAndCarryOn) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int world = world_size(), gone = world - 1;
+  for_each_rank([&](const RankContext& context) {
+    Communicator comm = Communicator::init(context.rendezvous, test_options(30));
+    make_current(comm);
+    SymmetricMemory parent_memory = comm.alloc(4096);
+    comm.barrier();
+    if (context.rank == gone) return;  // leaves without a word
+    const auto started = Clock::now();
+    comm.revoke();
+    Communicator child = comm.shrink({gone});
+    std::printf("[faults] rank %d: revoke and shrink %d -> %d ranks: %.1f ms\n", context.rank, world, world - 1,
+                seconds_since(started) * 1e3);
+    EXPECT_EQ(child.size(), world - 1);
+    EXPECT_EQ(child.rank(), context.rank);
+    make_current(child);
+    StreamHandle stream;
+    DeviceBuffer values(1024 * sizeof(int32_t));
+    std::vector<int32_t> host(1024, context.rank + 1);
+    cuda_check(cudaMemcpy(values.get(), host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+    child.all_reduce(values.get(), values.get(), 1024, DataType::kInt32, ReduceOp::kSum, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    child.check();
+    cuda_check(cudaMemcpy(host.data(), values.get(), host.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    const int32_t survivors_sum = (world - 1) * world / 2;
+    EXPECT_EQ(std::count(host.begin(), host.end(), survivors_sum), 1024) << "rank " << context.rank;
+    EXPECT_NE(parent_memory.local(), nullptr);
+    try {
+      comm.check();
+      ADD_FAILURE() << "the revoked parent raised nothing";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
     }
   });
 }
