@@ -318,6 +318,11 @@ class Communicator:
         Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. Local (the peers are not told). Raises only on a destroyed communicator.
         """
 
+    def shrink(self, excluded: Sequence[int]) -> Communicator:
+        """
+        Collective over the ranks not in `excluded` (they alone call it): a new communicator of theirs, ranks in their old order, through this one's store. Works after a failure; revoke first.
+        """
+
     def revoke(self) -> None:
         """
         Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise REVOKED. CUDA backend only.

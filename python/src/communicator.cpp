@@ -97,6 +97,16 @@ void bind_communicator(nb::module_& m) {
       .def("abort", [](PyCommunicator& c) { c.get("abort").abort(); },
            "Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. "
            "Local (the peers are not told). Raises only on a destroyed communicator.")
+      .def(
+          "shrink",
+          [](PyCommunicator& c, const std::vector<int>& excluded) {
+            Communicator& parent = c.get("shrink");
+            nb::gil_scoped_release released;  // collective over the survivors
+            return PyCommunicator(parent.shrink(excluded));
+          },
+          nb::arg("excluded"),
+          "Collective over the ranks not in `excluded` (they alone call it): a new communicator of theirs, ranks in "
+          "their old order, through this one's store. Works after a failure; revoke first.")
       .def("revoke", [](PyCommunicator& c) { c.get("revoke").revoke(); },
            "Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise "
            "REVOKED. CUDA backend only.")
