@@ -1056,7 +1056,20 @@ StoreClient::StoreClient(const std::string& host, int port, double timeout_s, st
     fd_ = -1;
     throw;
   }
+  socket_ = fd_;
   BRAID_DEBUG("connected to store {}{}", address_, job.empty() ? "" : " (job secret proven both ways)");
+}
+
+// Shut down, not closed: the fd stays this client's until its destructor, so interrupt() never reaches another.
+void StoreClient::lose_connection() {
+  ::shutdown(fd_, SHUT_RDWR);
+  lost_ = true;
+}
+
+void StoreClient::interrupt() noexcept {
+  interrupted_ = true;
+  const int fd = socket_.load();
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // a blocked read or write returns; the fd stays this client's
 }
 
 void StoreClient::prove(const std::string& secret) {
@@ -1087,7 +1100,11 @@ StoreClient::~StoreClient() {
 
 std::string StoreClient::exchange(const std::string& request, double reply_timeout_s, const std::string& what) {
   std::lock_guard lock(mutex_);
-  if (fd_ < 0) {
+  auto raise_if_interrupted = [&] {
+    if (interrupted_.load()) raise(ErrorCode::kAborted, "store {}: {} ended: the communicator was aborted", address_, what);
+  };
+  raise_if_interrupted();
+  if (lost_) {
     raise(ErrorCode::kRemoteError, "store {}: cannot send {}: the connection was lost by an earlier request",
           address_, what);
   }
@@ -1122,8 +1139,7 @@ std::string StoreClient::exchange(const std::string& request, double reply_timeo
                    store_frame_mac(session_key_, FrameDirection::kReply, received_frames_,
                                    std::string_view(body).substr(0, body.size() - kStoreFrameMacBytes)));
     if (!authentic) {
-      close(fd_);
-      fd_ = -1;
+      lose_connection();
       raise(ErrorCode::kRemoteError, "store {}: the reply to {} does not carry this connection's MAC: something "
             "between this client and the store altered or injected it; the connection is given up", address_, what);
     }
@@ -1131,14 +1147,11 @@ std::string StoreClient::exchange(const std::string& request, double reply_timeo
     body.resize(body.size() - kStoreFrameMacBytes);
   }
   if (!ok || (!sent && !body.empty() && static_cast<Status>(body[0]) != Status::kRefused)) {
-    close(fd_);
-    fd_ = -1;
+    raise_if_interrupted();
+    lose_connection();
     raise_exchange_failure(address_, what, deadline, reply_timeout_s);
   }
-  if (!sent) {  // the refusal, raised by the caller's status_of; the server closes the connection
-    close(fd_);
-    fd_ = -1;
-  }
+  if (!sent) lose_connection();  // the refusal, raised by the caller's status_of; the server closes the connection
   return body;
 }
 

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -79,6 +80,10 @@ class StoreClient {
 
   const std::string& address() const { return address_; }  // "host:port", for messages
 
+  // From any thread: a request under way ends at once, and it and every later one raise kAborted (the
+  // communicator that owns this client was aborted). Never throws.
+  void interrupt() noexcept;
+
  private:
   // Sends one request frame and returns the reply's body; `reply_timeout_s` bounds the whole exchange.
   // Throws kRemoteError (server gone) or kTimeout (no reply in time), naming the store and `what`.
@@ -89,9 +94,14 @@ class StoreClient {
   std::string address_;
   std::string session_key_;  // with a job secret: the key of this connection's frame MACs
   uint64_t sent_frames_ = 0, received_frames_ = 0;  // the MACs' sequence numbers
-  int fd_ = -1;  // -1 once a failed exchange left the stream in an unknown state
+  void lose_connection();  // after a failed exchange left the stream in an unknown state
+
+  int fd_ = -1;
+  bool lost_ = false;  // a failed exchange lost the connection: later requests raise
   double request_timeout_s_ = 0;  // bound on requests that never wait server-side
   std::mutex mutex_;
+  std::atomic<int> socket_{-1};  // fd_ while connected, for interrupt() (which takes no lock)
+  std::atomic<bool> interrupted_{false};
 };
 
 }  // namespace braid

@@ -132,7 +132,9 @@ void Communicator::send_recv(const PointToPoint* ops, size_t op_count, Stream st
 void Communicator::check() { detail::usable(state_, "Communicator::check").backend->check(); }
 
 void Communicator::abort() noexcept {
-  if (state_ && state_->backend) state_->backend->abort();
+  if (!state_) return;
+  if (state_->backend) state_->backend->abort();
+  if (state_->store) state_->store->interrupt();  // barrier, host_allgather and the exchanges end too
 }
 
 void Communicator::revoke() { detail::usable(state_, "Communicator::revoke").backend->revoke(); }

@@ -128,6 +128,27 @@ TEST(StoreTest, GetBlocksUntilAnotherThreadSets) {
   EXPECT_LT(elapsed, 2.0);
 }
 
+// Communicator::abort interrupts its store client: a GET blocked on a key that never comes ends at once with
+// kAborted, and so does every later request.
+TEST(StoreTest, InterruptEndsABlockedGetWithAborted) {
+  StoreServer server;
+  auto client = connect_to(server);
+  const auto start = Clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    client->interrupt();
+  });
+  expect_error([&] { client->get("never-set", 30.0); }, ErrorCode::kAborted);
+  const double elapsed = seconds_since(start);
+  aborter.join();
+  EXPECT_GE(elapsed, 0.15);
+  EXPECT_LT(elapsed, 1.0) << "the blocked GET outlived the interrupt";
+  expect_error([&] { client->set("later", "x"); }, ErrorCode::kAborted);
+  auto other = connect_to(server);  // the server and its other clients go on
+  other->set("key", "value");
+  EXPECT_EQ(other->get("key", 1.0), "value");
+}
+
 TEST(StoreTest, GetTimesOutNamingTheKey) {
   StoreServer server;
   auto client = connect_to(server);
