@@ -1056,7 +1056,6 @@ StoreClient::StoreClient(const std::string& host, int port, double timeout_s, st
     fd_ = -1;
     throw;
   }
-  socket_ = fd_;
   BRAID_DEBUG("connected to store {}{}", address_, job.empty() ? "" : " (job secret proven both ways)");
 }
 
@@ -1068,8 +1067,7 @@ void StoreClient::lose_connection() {
 
 void StoreClient::interrupt() noexcept {
   interrupted_ = true;
-  const int fd = socket_.load();
-  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);  // a blocked read or write returns; the fd stays this client's
+  ::shutdown(fd_, SHUT_RDWR);  // a blocked read or write returns; the fd stays this client's
 }
 
 void StoreClient::prove(const std::string& secret) {

@@ -96,11 +96,10 @@ class StoreClient {
   uint64_t sent_frames_ = 0, received_frames_ = 0;  // the MACs' sequence numbers
   void lose_connection();  // after a failed exchange left the stream in an unknown state
 
-  int fd_ = -1;
+  int fd_ = -1;  // set once by the constructor and closed by the destructor alone, so interrupt() reads it unlocked
   bool lost_ = false;  // a failed exchange lost the connection: later requests raise
   double request_timeout_s_ = 0;  // bound on requests that never wait server-side
   std::mutex mutex_;
-  std::atomic<int> socket_{-1};  // fd_ while connected, for interrupt() (which takes no lock)
   std::atomic<bool> interrupted_{false};
 };
 
