@@ -51,6 +51,13 @@ int main(int argc, char** argv) {
     else argv[kept++] = argv[i];
   }
   argc = kept;
+  // BRAID_ALLOW_SHARED_GPU=1: more ranks than GPUs, ranks sharing them round robin (a correctness mode).
+  // NOTE [shared-GPU module loading]: ranks that share a GPU as threads share its context, and with CUDA's lazy loading a
+  // kernel launched for the first time (a spin, a recorder, an expert) while a peer's collective spins waiting for
+  // this rank runs only after that collective, which never ends: the two serialise into a hang. Every module is loaded up front instead (before the first CUDA call).
+  const char* shared = std::getenv("BRAID_ALLOW_SHARED_GPU");
+  const bool shared_gpus = shared != nullptr && std::strcmp(shared, "1") == 0;
+  if (shared_gpus) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 
   const int gpus = visible_gpus();
   if (print_count) {
@@ -67,9 +74,6 @@ int main(int argc, char** argv) {
     return kSkipped;
   }
 
-  // BRAID_ALLOW_SHARED_GPU=1: more ranks than GPUs, ranks sharing them round robin (a correctness mode).
-  const char* shared = std::getenv("BRAID_ALLOW_SHARED_GPU");
-  const bool shared_gpus = shared != nullptr && std::strcmp(shared, "1") == 0;
   if (braid::testing::in_process_mode()) {
     if (braid::testing::world_size() > gpus && !shared_gpus) {
       std::printf("SKIPPED: %d ranks but only %d GPUs\n", braid::testing::world_size(), gpus);

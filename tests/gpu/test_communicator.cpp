@@ -149,9 +149,16 @@ TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
     };
     const int rank = context.rank, world = context.world;
     const uint32_t seed = static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count() / 1000000);
-    // one seed for the job: rank 0's, broadcast from C over the host exchange the communicator already has
-    int32_t* word = nullptr;
+    // Every buffer first, then a barrier: where ranks share a GPU's context, a cudaMalloc waits for the kernels
+    // in flight, and a peer's first collective would wait for this rank in turn.
+    const size_t count = 4099 * static_cast<size_t>(world);  // odd, a multiple of the world for reduce-scatter
+    const size_t bytes = count * sizeof(int32_t);
+    int32_t *word = nullptr, *send = nullptr, *recv = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&word), sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), bytes), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), bytes * world), cudaSuccess);
+    ASSERT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
+    // one seed for the job: rank 0's, broadcast from C over the host exchange the communicator already has
     const int32_t mine = static_cast<int32_t>(seed & 0x7fffffff);
     copy(word, &mine, sizeof(int32_t), cudaMemcpyHostToDevice);
     ASSERT_EQ(braidBroadcast(comm, word, word, 1, braidInt32, 0, stream), braidSuccess) << braidGetLastError();
@@ -166,11 +173,6 @@ TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
       }
       return values;
     };
-    const size_t count = 4099 * static_cast<size_t>(world);  // odd, a multiple of the world for reduce-scatter
-    const size_t bytes = count * sizeof(int32_t);
-    int32_t *send = nullptr, *recv = nullptr;
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), bytes), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), bytes * world), cudaSuccess);
     std::vector<std::vector<int32_t>> every(world);
     for (int r = 0; r < world; ++r) every[r] = input(r, count);
     copy(send, every[rank].data(), bytes, cudaMemcpyHostToDevice);
