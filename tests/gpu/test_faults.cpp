@@ -1,8 +1,9 @@
 // Failures a job must survive without a hang: abort() from another thread ends a call that waits on a peer,
-// revoke() on one rank ends every rank's, and a peer process that exits without destroying its communicator is
-// reported to the survivor within a second (a peer that destroyed it first is no failure). The peer process is this binary run again
-// (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the survivor's GPU where only one is visible
-// (BRAID_ALLOW_SHARED_GPU=1).
+// revoke() on one rank ends every rank's, survivors shrink and carry on, a peer process that exits or is
+// SIGKILLed during any kind of call (every protocol family, MoE, a graph replay) is reported to the survivor within
+// a second (a peer that destroyed its communicator first is no failure), and a peer that is alive but never calls
+// ends in a timeout. The peer process is this binary run again (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the
+// survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -12,8 +13,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +25,7 @@
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"
+#include "test_helpers.hpp"
 #include "world.hpp"
 
 extern char** environ;
@@ -180,7 +184,8 @@ TEST(Faults, SurvivorsShrinkAndCarryOn) {
 // The survivor's side of a job whose rank 1 is this binary run again with BRAID_TEST_FAULT_CHILD=`mode`: both
 // ranks make a communicator and all-reduce once, then the child leaves as `mode` says. Returns the child's pid
 // and the survivor's communicator through `body`.
-void with_child_rank(const char* mode, const std::function<void(Communicator&, pid_t)>& body) {
+void with_child_rank(const char* mode, const std::function<void(Communicator&, pid_t)>& body,
+                     const std::string& algorithms = "", double timeout_s = 30) {
   int gpus = 0;
   cuda_check(cudaGetDeviceCount(&gpus), "cudaGetDeviceCount");
   const char* shared = std::getenv("BRAID_ALLOW_SHARED_GPU");
@@ -191,7 +196,8 @@ void with_child_rank(const char* mode, const std::function<void(Communicator&, p
   const std::string job = std::string("faults/") + mode + "/" + std::to_string(getpid());
   std::vector<std::string> settings = {"BRAID_TEST_FAULT_CHILD=" + std::string(mode),
                                        "BRAID_TEST_FAULT_STORE=" + store.address(), "BRAID_TEST_FAULT_JOB=" + job,
-                                       "BRAID_TEST_FAULT_DEVICE=" + std::to_string(gpus > 1 ? 1 : 0)};
+                                       "BRAID_TEST_FAULT_DEVICE=" + std::to_string(gpus > 1 ? 1 : 0),
+                                       "BRAID_TEST_FAULT_ALGO=" + algorithms};
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
   for (std::string& setting : settings) env.push_back(setting.data());
@@ -202,8 +208,9 @@ void with_child_rank(const char* mode, const std::function<void(Communicator&, p
   ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, env.data()), 0);
   Rendezvous rendezvous = Rendezvous::at_store(store.address(), 0, 2, false);
   rendezvous.job_id = job;
-  CommOptions options = test_options(30);
+  CommOptions options = test_options(timeout_s);
   options.device = 0;
+  options.algorithms = algorithms;
   {
     Communicator comm = Communicator::init(rendezvous, options);
     make_current(comm);
@@ -260,6 +267,169 @@ TEST(Faults, PeerThatDestroyedItsCommunicatorBeforeExitingIsNoFailure) {
   });
 }
 
+// What both ranks of a kill case make after their first all-reduce (each of these is collective): symmetric memory
+// for the zero-copy and graph cases and a small MoE buffer.
+struct KillRig {
+  static constexpr size_t kSymmetricBytes = size_t(4) << 20;
+  static MoeShape shape() {
+    MoeShape shape;
+    shape.hidden = 256;
+    shape.type = DataType::kBFloat16;
+    shape.max_tokens = 16;
+    shape.top_k = 2;
+    shape.experts = 4;
+    return shape;
+  }
+  explicit KillRig(Communicator& comm) : symmetric(comm.alloc(kSymmetricBytes)), moe(MoeBuffer::create(comm, shape())) {}
+  SymmetricMemory symmetric;
+  MoeBuffer moe;
+};
+
+// One call rank 0 makes that rank 1 (alive, then SIGKILLed) never joins; what it allocates goes into `keep`,
+// which outlives the call's kernels.
+using Keep = std::deque<DeviceBuffer>;
+struct KillCase {
+  const char* name;
+  const char* algorithms;  // BRAID_ALGO of both ranks
+  std::function<void(Communicator&, KillRig&, Keep&, cudaStream_t)> call;
+};
+
+void* plain(Keep& keep, size_t bytes) { return keep.emplace_back(bytes).get(); }
+
+std::vector<KillCase> kill_cases() {
+  constexpr size_t kFloats = size_t(1) << 20;  // 4 MiB, past every LL size unless forced
+  constexpr size_t kBytes = kFloats * sizeof(float);
+  constexpr auto kF32 = DataType::kFloat32;
+  auto plain_all_reduce = [](size_t count) {
+    return [count](Communicator& comm, KillRig&, Keep& keep, cudaStream_t stream) {
+      comm.all_reduce(plain(keep, count * 4), plain(keep, count * 4), count, kF32, ReduceOp::kSum, stream);
+    };
+  };
+  return {
+      {"all-reduce, LL", "allreduce=ll", plain_all_reduce(4096)},
+      {"all-reduce, staged two-shot (cudaMalloc)", "allreduce=twoshot", plain_all_reduce(kFloats)},
+      {"all-reduce, copy engines (symmetric)", "allreduce=copyengine",
+       [](Communicator& comm, KillRig& rig, Keep&, cudaStream_t stream) {
+         float* base = static_cast<float*>(rig.symmetric.local());
+         comm.all_reduce(base, base, kFloats / 2, kF32, ReduceOp::kSum, stream);
+       }},
+      {"all-reduce, zero copy (symmetric)", "allreduce=twoshot",
+       [](Communicator& comm, KillRig& rig, Keep&, cudaStream_t stream) {
+         float* base = static_cast<float*>(rig.symmetric.local());
+         comm.all_reduce(base, base + kFloats / 2, kFloats / 2, kF32, ReduceOp::kSum, stream);
+       }},
+      {"all-gather", "",
+       [](Communicator& comm, KillRig&, Keep& keep, cudaStream_t stream) {
+         comm.all_gather(plain(keep, kBytes), plain(keep, 2 * kBytes), kFloats, kF32, stream);
+       }},
+      {"all-to-all", "",
+       [](Communicator& comm, KillRig&, Keep& keep, cudaStream_t stream) {
+         comm.all_to_all(plain(keep, kBytes), plain(keep, kBytes), kFloats / 2, kF32, stream);
+       }},
+      {"all-to-allv", "",
+       [](Communicator& comm, KillRig&, Keep& keep, cudaStream_t stream) {
+         const size_t counts[2] = {1000, 300000};
+         comm.all_to_allv(plain(keep, kBytes), counts, nullptr, plain(keep, kBytes), counts, nullptr, kF32, stream);
+       }},
+      {"send/recv", "",
+       [](Communicator& comm, KillRig&, Keep& keep, cudaStream_t stream) {
+         const PointToPoint ops[2] = {{PointToPoint::kSend, 1, plain(keep, kBytes), kFloats, kF32},
+                                      {PointToPoint::kRecv, 1, plain(keep, kBytes), kFloats, kF32}};
+         comm.send_recv(ops, 2, stream);
+       }},
+      {"MoE dispatch", "",
+       [](Communicator&, KillRig& rig, Keep& keep, cudaStream_t stream) {
+         const MoeShape shape = KillRig::shape();
+         const size_t pairs = shape.max_tokens * static_cast<size_t>(shape.top_k);
+         std::vector<int64_t> routing(pairs);
+         for (size_t i = 0; i < pairs; ++i) routing[i] = static_cast<int64_t>(i % shape.experts);
+         void* ids = plain(keep, pairs * sizeof(int64_t));
+         cuda_check(cudaMemcpy(ids, routing.data(), pairs * sizeof(int64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+         rig.moe.dispatch(plain(keep, shape.max_tokens * shape.hidden * 2), ids,
+                          static_cast<const float*>(plain(keep, pairs * sizeof(float))), shape.max_tokens, nullptr,
+                          stream);
+       }},
+      {"all-reduce replayed in a CUDA graph (symmetric)", "",
+       [](Communicator& comm, KillRig& rig, Keep&, cudaStream_t stream) {
+         float* base = static_cast<float*>(rig.symmetric.local());
+         GraphHandles graph;
+         cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+         comm.all_reduce(base, base + kFloats / 2, kFloats / 2, kF32, ReduceOp::kSum, stream);
+         cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
+         cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+         cuda_check(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
+       }},  // destroying a launched graph's exec is legal: the launch completes first
+  };
+}
+
+// Rank 1 (a process of its own) joins an all-reduce, makes the rig, then stops calling; rank 0 makes one call of
+// each kind that rank 1 never joins and SIGKILLs it 100 ms later. Rank 0's call ends and check() raises
+// kRemoteError naming rank 1 within a second of the kill, in every case.
+TEST(Faults, PeerKilledDuringEachKindOfCallIsReportedWithinASecond) {
+  if (in_process_mode()) GTEST_SKIP() << "spawns its own peer process";
+  for (const KillCase& kill : kill_cases()) {
+    with_child_rank("stay", [&](Communicator& comm, pid_t child) {
+      StreamHandle stream;
+      EXPECT_TRUE(all_reduce_ones(comm, stream.get(), 1024)) << kill.name << ": the first all-reduce, with the child";
+      KillRig rig(comm);
+      Keep keep;
+      kill.call(comm, rig, keep, stream.get());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      EXPECT_EQ(cudaStreamQuery(stream.get()), cudaErrorNotReady) << kill.name << ": finished without rank 1";
+      ASSERT_EQ(::kill(child, SIGKILL), 0);
+      const Clock::time_point killed_at = Clock::now();
+      int status = 0;
+      ASSERT_EQ(waitpid(child, &status, 0), child);
+      const cudaError_t ended = cudaStreamSynchronize(stream.get());
+      const double kernel_ended = seconds_since(killed_at);
+      EXPECT_EQ(ended, cudaSuccess) << kill.name << ": " << cudaGetErrorString(ended);
+      bool raised = false;
+      while (!raised && seconds_since(killed_at) < 1.0) {
+        try {
+          comm.check();
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        } catch (const Error& error) {
+          raised = true;
+          EXPECT_EQ(error.code(), ErrorCode::kRemoteError) << kill.name << ": " << error.what();
+          EXPECT_NE(std::string(error.what()).find("rank 1"), std::string::npos) << kill.name << ": " << error.what();
+        }
+      }
+      const double waited = seconds_since(killed_at);
+      std::printf("[faults] SIGKILL during %s: the call ended after %.1f ms, kRemoteError after %.1f ms\n", kill.name,
+                  kernel_ended * 1e3, waited * 1e3);
+      EXPECT_LT(kernel_ended, 1.0) << kill.name << ": the call outlived the kill by a second";
+      EXPECT_TRUE(raised) << kill.name << ": no failure reported " << waited << " s after the kill";
+    }, kill.algorithms);
+  }
+}
+
+// Rank 1 stays alive but never joins rank 0's call: that is no death, so rank 0 waits out its timeout (8 s here:
+// init, which spawns rank 1, waits under it too) and then raises kTimeout naming rank 1; it never hangs.
+TEST(Faults, StalledPeerEndsInATimeoutNamingIt) {
+  if (in_process_mode()) GTEST_SKIP() << "spawns its own peer process";
+  with_child_rank("stay", [&](Communicator& comm, pid_t child) {
+    StreamHandle stream;
+    EXPECT_TRUE(all_reduce_ones(comm, stream.get(), 1024)) << "the first all-reduce, with the child";
+    KillRig rig(comm);
+    DeviceBuffer send(4096 * sizeof(float)), recv(4096 * sizeof(float));
+    const Clock::time_point started = Clock::now();
+    comm.all_reduce(send.get(), recv.get(), 4096, DataType::kFloat32, ReduceOp::kSum, stream.get());
+    const cudaError_t ended = cudaStreamSynchronize(stream.get());
+    const double waited = seconds_since(started);
+    EXPECT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+    try {
+      comm.check();
+      ADD_FAILURE() << "a call rank 1 never joined raised nothing";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+      EXPECT_NE(std::string(error.what()).find("rank 1"), std::string::npos) << error.what();
+    }
+    std::printf("[faults] a stalled peer: kTimeout after %.2f s (timeout %.0f s)\n", waited, comm.timeout_s());
+    EXPECT_LT(waited, comm.timeout_s() + 2.0) << "the wait outlived the timeout";
+    ::kill(child, SIGKILL);
+  }, "", 8.0);
+}
+
 // The child rank of the tests above; skipped unless the survivor started this process.
 TEST(FaultChild, JoinsOneAllReduceThenLeaves) {
   const char* mode = std::getenv("BRAID_TEST_FAULT_CHILD");
@@ -268,11 +438,17 @@ TEST(FaultChild, JoinsOneAllReduceThenLeaves) {
   rendezvous.job_id = std::getenv("BRAID_TEST_FAULT_JOB");
   CommOptions options = test_options(30);
   options.device = std::atoi(std::getenv("BRAID_TEST_FAULT_DEVICE"));
+  if (const char* algorithms = std::getenv("BRAID_TEST_FAULT_ALGO")) options.algorithms = algorithms;
   auto comm = std::make_unique<Communicator>(Communicator::init(rendezvous, options));
   make_current(*comm);
   {
     StreamHandle stream;
     if (!all_reduce_ones(*comm, stream.get(), 1024)) std::_Exit(2);
+  }
+  if (std::string(mode) == "stay") {  // made what rank 0 makes, then stops calling until it is killed
+    KillRig rig(*comm);
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::_Exit(3);
   }
   if (std::string(mode) == "destroy") {
     comm.reset();
