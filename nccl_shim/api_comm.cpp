@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "group.hpp"
@@ -220,8 +221,10 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   });
 }
 
-// Collective over the ranks that stay (the excluded ones do not call): only the real NCCL can agree on that
-// without the excluded ranks, so the child is an NCCL-only communicator.
+// Collective over the ranks that stay (the excluded ones do not call). On braid's CUDA path the survivors form a
+// braid communicator through the parent's store (Communicator::shrink), with the real NCCL's shrunk communicator
+// beside it where that NCCL has ncclCommShrink; NCCL_SHRINK_ABORT first ends the parent's in-flight work
+// (Communicator::abort). Elsewhere only the real NCCL can agree without the excluded ranks: an NCCL-only child.
 SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommShrink, comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
@@ -230,22 +233,45 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     ncclComm& parent = checked_comm(comm, function);
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
-    const auto& library = require_real(parent, function);
+    if (excludeRanksCount < 0) raise_invalid_argument(function, "excludeRanksCount", "is {}", excludeRanksCount);
+    if (excludeRanksCount > 0) require_pointer(excludeRanksList, function, "excludeRanksList");
     using Shrink = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
-    auto shrink = reinterpret_cast<Shrink>(library.symbol("ncclCommShrink"));
-    if (shrink == nullptr) braid::raise(braid::ErrorCode::kUnsupported, "{}: the real NCCL has no ncclCommShrink", function);
+    auto shrink = parent.library != nullptr ? reinterpret_cast<Shrink>(parent.library->symbol("ncclCommShrink")) : nullptr;
+    if (!parent.braid_on_cuda) {
+      require_real(parent, function);
+      if (shrink == nullptr) braid::raise(braid::ErrorCode::kUnsupported, "{}: the real NCCL has no ncclCommShrink", function);
+    }
+    if (parent.braid_on_cuda && (shrinkFlags & NCCL_SHRINK_ABORT) != 0) parent.braid->abort();
     RealConfig real_config = config_or_defaults(config);
     ncclComm_t child_real = nullptr;
-    check_real(parent,
-               shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, real_config.get(), shrinkFlags),
-               function);
+    if (parent.real != nullptr && shrink != nullptr) {
+      check_real(parent,
+                 shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, real_config.get(), shrinkFlags),
+                 function);
+    }
     auto* child = new ncclComm();
     child->library = parent.library;
     child->real = child_real;
-    child->owns_real = true;
+    child->owns_real = child_real != nullptr;
     child->device = parent.device;
-    library.api().comm_count(child_real, &child->size);
-    library.api().comm_user_rank(child_real, &child->rank);
+    if (parent.braid_on_cuda) {
+      try {
+        const std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
+        braid::DeviceGuard guard(parent.device);
+        child->braid.emplace(parent.braid->shrink(excluded));
+        child->braid_on_cuda = true;
+        child->store = parent.store;  // the rendezvous store the child's ranks found each other through
+        child->rank = child->braid->rank();
+        child->size = child->braid->size();
+      } catch (...) {
+        release(*child, /*abort=*/true);
+        delete child;
+        throw;
+      }
+    } else {
+      parent.library->api().comm_count(child_real, &child->size);
+      parent.library->api().comm_user_rank(child_real, &child->rank);
+    }
     child->ready = true;
     *newcomm = child;
   });
