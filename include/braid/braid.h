@@ -174,6 +174,64 @@ braidResult_t braidGet(braidComm_t comm, braidGlobalMemory_t memory, int peer, s
 braidResult_t braidAllToAllGlobal(braidComm_t comm, braidGlobalMemory_t sendmemory, void* recvbuff, size_t count,
                                   braidDataType_t datatype, braidStream_t stream);
 
+/* ---- MoE dispatch and combine (braid::MoeBuffer; docs/moe.md) ---- */
+typedef struct braidMoeBuffer* braidMoeBuffer_t;
+typedef enum { braidMoeExpertMajor = 0, braidMoeRankMajor = 1 } braidMoeLayout_t;
+/* braid::MoeShape field for field; braidMoeShapeDefaults fills the defaults (bfloat16 rows, int64 ids, alignment
+ * 1, expert-major), after which the caller sets hidden, max_tokens, top_k and experts. dispatch_datatype equal to
+ * datatype: dispatch moves datatype rows; braidFloat8e4m3 or braidFloat8e5m2: fp8 rows with float32 scales. */
+typedef struct {
+  size_t hidden;
+  braidDataType_t datatype;
+  braidDataType_t dispatch_datatype;
+  braidDataType_t index_datatype;
+  size_t max_tokens;
+  int top_k;
+  int experts;
+  int expert_alignment;
+  size_t capacity_rows;
+  braidMoeLayout_t layout;
+  int max_sms;
+  int low_latency;
+} braidMoeShape_t;
+/* braid::MoeDispatchOutput: device views of the buffer, valid until the next dispatch; handle names the dispatch. */
+typedef struct {
+  void* x;
+  const float* scales;
+  const int64_t* expert_counts;
+  const int64_t* expert_offsets;
+  const float* weights;
+  const int32_t* local_expert;
+  const int32_t* source_rank;
+  const int32_t* source_token;
+  const int64_t* received_tokens;
+  const int32_t* topk_expert;
+  const float* topk_weights;
+  void* combine_input;
+  size_t capacity_rows;
+  int local_experts;
+  uint64_t handle;
+} braidMoeDispatchOutput_t;
+braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape);
+/* Collective (braid::MoeBuffer::create). braidMoeBufferFree may come after braidCommDestroy. */
+braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer);
+braidResult_t braidMoeBufferFree(braidMoeBuffer_t buffer);
+braidResult_t braidMoeCapacityRows(braidMoeBuffer_t buffer, size_t* rows);
+/* braid::MoeBuffer::dispatch: x_scales NULL unless the shape dispatches fp8; num_tokens_device NULL, or a device
+ * int64 read instead of num_tokens. */
+braidResult_t braidMoeDispatch(braidMoeBuffer_t buffer, const void* x, const float* x_scales, const void* topk_idx,
+                               const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
+                               braidStream_t stream, braidMoeDispatchOutput_t* output);
+/* braid::MoeBuffer::combine of the last dispatch; weighted: 0 or 1. */
+braidResult_t braidMoeCombine(braidMoeBuffer_t buffer, const void* y, void* out, int weighted, braidStream_t stream);
+/* braid::MoeBuffer::redispatch (rank-major): new rows on the routing of the dispatch `handle` names, which must be
+ * the buffer's last routed one. */
+braidResult_t braidMoeRedispatch(braidMoeBuffer_t buffer, uint64_t handle, const void* x, const float* x_scales,
+                                 braidStream_t stream, braidMoeDispatchOutput_t* output);
+/* braid::MoeBuffer::copy_expert_counts: the last dispatch's [local_experts] int64 counts into host memory, on
+ * stream. The split calls of braid::MoeHook have no C form. */
+braidResult_t braidMoeCopyExpertCounts(braidMoeBuffer_t buffer, int64_t* host_counts, braidStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

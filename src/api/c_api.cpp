@@ -46,6 +46,12 @@ struct braidImportedMemory {
 struct braidGlobalMemory {
   braid::GlobalMemory memory;
 };
+struct braidMoeBuffer {
+  braid::MoeBuffer buffer;
+};
+static_assert(static_cast<int>(braidMoeExpertMajor) == static_cast<int>(braid::MoeLayout::kExpertMajor) &&
+                  static_cast<int>(braidMoeRankMajor) == static_cast<int>(braid::MoeLayout::kRankMajor),
+              "braidMoeLayout_t and braid::MoeLayout disagree");
 
 namespace {
 
@@ -76,6 +82,13 @@ void require(const T* pointer, const char* function, const char* argument) {
 
 braid::DataType data_type(braidDataType_t datatype) { return static_cast<braid::DataType>(datatype); }
 braid::ReduceOp reduce_op(braidRedOp_t op) { return static_cast<braid::ReduceOp>(op); }
+
+braidMoeDispatchOutput_t dispatch_output(const braid::MoeDispatchOutput& got) {
+  return braidMoeDispatchOutput_t{got.x,           got.scales,          got.expert_counts, got.expert_offsets,
+                                  got.weights,     got.local_expert,    got.source_rank,   got.source_token,
+                                  got.received_tokens, got.topk_expert, got.topk_weights,  got.combine_input,
+                                  got.capacity_rows, got.local_experts, got.handle.dispatch};
+}
 
 }  // namespace
 
@@ -428,6 +441,91 @@ braidResult_t braidAllToAllGlobal(braidComm_t comm, braidGlobalMemory_t sendmemo
     require(comm, "braidAllToAllGlobal", "comm");
     require(sendmemory, "braidAllToAllGlobal", "sendmemory");
     comm->comm.all_to_all(sendmemory->memory, recvbuff, count, data_type(datatype), stream);
+  });
+}
+
+braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape) {
+  return guarded([&] {
+    require(shape, "braidMoeShapeDefaults", "shape");
+    const braid::MoeShape defaults;
+    *shape = braidMoeShape_t{};
+    shape->datatype = shape->dispatch_datatype = static_cast<braidDataType_t>(defaults.type);
+    shape->index_datatype = static_cast<braidDataType_t>(defaults.index_type);
+    shape->expert_alignment = defaults.expert_alignment;
+    shape->layout = static_cast<braidMoeLayout_t>(defaults.layout);
+  });
+}
+
+braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer) {
+  return guarded([&] {
+    require(comm, "braidMoeBufferCreate", "comm");
+    require(shape, "braidMoeBufferCreate", "shape");
+    require(buffer, "braidMoeBufferCreate", "buffer");
+    *buffer = nullptr;
+    braid::MoeShape cpp;
+    cpp.hidden = shape->hidden;
+    cpp.type = data_type(shape->datatype);
+    if (shape->dispatch_datatype != shape->datatype) cpp.dispatch_type = data_type(shape->dispatch_datatype);
+    cpp.index_type = data_type(shape->index_datatype);
+    cpp.max_tokens = shape->max_tokens;
+    cpp.top_k = shape->top_k;
+    cpp.experts = shape->experts;
+    cpp.expert_alignment = shape->expert_alignment;
+    cpp.capacity_rows = shape->capacity_rows;
+    if (shape->layout != braidMoeExpertMajor && shape->layout != braidMoeRankMajor) {
+      braid::raise_invalid_argument("braidMoeBufferCreate", "shape->layout", "is {}; braidMoeExpertMajor (0) or braidMoeRankMajor (1)",
+                                    static_cast<int>(shape->layout));
+    }
+    cpp.layout = static_cast<braid::MoeLayout>(shape->layout);
+    cpp.max_sms = shape->max_sms;
+    cpp.low_latency = shape->low_latency != 0;
+    *buffer = new braidMoeBuffer{braid::MoeBuffer::create(comm->comm, cpp)};
+  });
+}
+
+braidResult_t braidMoeBufferFree(braidMoeBuffer_t buffer) {
+  return guarded([&] { delete buffer; });
+}
+
+braidResult_t braidMoeCapacityRows(braidMoeBuffer_t buffer, size_t* rows) {
+  return guarded([&] {
+    require(buffer, "braidMoeCapacityRows", "buffer");
+    require(rows, "braidMoeCapacityRows", "rows");
+    *rows = buffer->buffer.capacity_rows();
+  });
+}
+
+braidResult_t braidMoeDispatch(braidMoeBuffer_t buffer, const void* x, const float* x_scales, const void* topk_idx,
+                               const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
+                               braidStream_t stream, braidMoeDispatchOutput_t* output) {
+  return guarded([&] {
+    require(buffer, "braidMoeDispatch", "buffer");
+    require(output, "braidMoeDispatch", "output");
+    *output = dispatch_output(
+        buffer->buffer.dispatch(x, x_scales, topk_idx, topk_weights, num_tokens, num_tokens_device, stream));
+  });
+}
+
+braidResult_t braidMoeRedispatch(braidMoeBuffer_t buffer, uint64_t handle, const void* x, const float* x_scales,
+                                 braidStream_t stream, braidMoeDispatchOutput_t* output) {
+  return guarded([&] {
+    require(buffer, "braidMoeRedispatch", "buffer");
+    require(output, "braidMoeRedispatch", "output");
+    *output = dispatch_output(buffer->buffer.redispatch(braid::MoeHandle{handle}, x, x_scales, stream));
+  });
+}
+
+braidResult_t braidMoeCopyExpertCounts(braidMoeBuffer_t buffer, int64_t* host_counts, braidStream_t stream) {
+  return guarded([&] {
+    require(buffer, "braidMoeCopyExpertCounts", "buffer");
+    buffer->buffer.copy_expert_counts(host_counts, stream);
+  });
+}
+
+braidResult_t braidMoeCombine(braidMoeBuffer_t buffer, const void* y, void* out, int weighted, braidStream_t stream) {
+  return guarded([&] {
+    require(buffer, "braidMoeCombine", "buffer");
+    buffer->buffer.combine(y, out, weighted != 0, stream);
   });
 }
 

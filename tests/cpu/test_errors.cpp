@@ -96,6 +96,13 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
       {"braidPut", [] { return braidPut(nullptr, nullptr, 0, 0, nullptr, 0, nullptr); }},
       {"braidGet", [] { return braidGet(nullptr, nullptr, 0, 0, nullptr, 0, nullptr); }},
       {"braidAllToAllGlobal", [] { return braidAllToAllGlobal(nullptr, nullptr, nullptr, 0, braidInt8, nullptr); }},
+      {"braidMoeBufferCreate",
+       [] {
+         braidMoeShape_t shape;
+         braidMoeShapeDefaults(&shape);
+         braidMoeBuffer_t buffer = nullptr;
+         return braidMoeBufferCreate(nullptr, &shape, &buffer);
+       }},
   };
   for (const auto& [name, call] : calls) {
     EXPECT_EQ(call(), braidInvalidArgument) << name;
@@ -129,6 +136,41 @@ TEST(Errors, CApiMemoryHandlesNameTheirArguments) {
   EXPECT_EQ(braidExportedHandleFree(nullptr), braidSuccess);
   EXPECT_EQ(braidImportedMemoryFree(nullptr), braidSuccess);
   EXPECT_EQ(braidGlobalMemoryFree(nullptr), braidSuccess);
+}
+
+// The MoE calls: defaults that match braid::MoeShape's, and every null argument named; freeing NULL is a no-op.
+TEST(Errors, CApiMoeCallsNameTheirArguments) {
+  braidMoeShape_t shape;
+  ASSERT_EQ(braidMoeShapeDefaults(&shape), braidSuccess);
+  const MoeShape defaults;
+  EXPECT_EQ(static_cast<int>(shape.datatype), static_cast<int>(defaults.type));
+  EXPECT_EQ(shape.dispatch_datatype, shape.datatype) << "no fp8 dispatch unless asked";
+  EXPECT_EQ(static_cast<int>(shape.index_datatype), static_cast<int>(defaults.index_type));
+  EXPECT_EQ(shape.expert_alignment, defaults.expert_alignment);
+  EXPECT_EQ(shape.layout, braidMoeExpertMajor);
+  EXPECT_EQ(shape.hidden, 0u);
+  EXPECT_EQ(shape.low_latency, 0);
+  EXPECT_EQ(braidMoeShapeDefaults(nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidMoeShapeDefaults: argument 'shape'"), std::string::npos)
+      << braidGetLastError();
+  braidMoeDispatchOutput_t output;
+  EXPECT_EQ(braidMoeDispatch(nullptr, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr, &output),
+            braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidMoeDispatch: argument 'buffer'"), std::string::npos)
+      << braidGetLastError();
+  EXPECT_EQ(braidMoeRedispatch(nullptr, 1, nullptr, nullptr, nullptr, &output), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidMoeRedispatch: argument 'buffer'"), std::string::npos)
+      << braidGetLastError();
+  EXPECT_EQ(braidMoeCombine(nullptr, nullptr, nullptr, 1, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidMoeCombine: argument 'buffer'"), std::string::npos)
+      << braidGetLastError();
+  size_t rows = 0;
+  EXPECT_EQ(braidMoeCapacityRows(nullptr, &rows), braidInvalidArgument);
+  EXPECT_EQ(braidMoeCopyExpertCounts(nullptr, nullptr, nullptr), braidInvalidArgument);
+  EXPECT_NE(std::string(braidGetLastError()).find("braidMoeCopyExpertCounts: argument 'buffer'"), std::string::npos)
+      << braidGetLastError();
+  EXPECT_EQ(braidMoeBufferCreate(nullptr, nullptr, nullptr), braidInvalidArgument);
+  EXPECT_EQ(braidMoeBufferFree(nullptr), braidSuccess);
 }
 
 TEST(Errors, CommunicatorRejectsBadRankAndSizeBeforeTouchingTheNetwork) {

@@ -276,6 +276,94 @@ TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
   });
 }
 
+// MoE through the C API: an expert-major float32 buffer, each token sent to two distinct experts, the dispatched
+// rows combined as they came (an identity expert, unweighted): every token comes back doubled, bit for bit.
+TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks: a token's two experts are on two ranks";
+  for_each_rank([](const RankContext& context) {
+    const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
+    braidComm_t comm = nullptr;
+    ASSERT_EQ(braidCommInitRank(&comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
+        << braidGetLastError();
+    int device = -1;
+    ASSERT_EQ(braidCommDevice(comm, &device), braidSuccess);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    const int rank = context.rank, world = context.world;
+    braidMoeShape_t shape;
+    ASSERT_EQ(braidMoeShapeDefaults(&shape), braidSuccess);
+    shape.hidden = 256;
+    shape.datatype = shape.dispatch_datatype = braidFloat32;
+    shape.max_tokens = 8;
+    shape.top_k = 2;
+    shape.experts = 2 * world;
+    const size_t T = 7, H = shape.hidden, K = 2;  // T below max_tokens
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    float *x = nullptr, *weights = nullptr, *out = nullptr;
+    int64_t* ids = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&x), T * H * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), T * H * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&weights), T * K * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ids), T * K * sizeof(int64_t)), cudaSuccess);
+    braidMoeBuffer_t moe = nullptr;
+    ASSERT_EQ(braidMoeBufferCreate(comm, &shape, &moe), braidSuccess) << braidGetLastError();
+    size_t rows = 0;
+    ASSERT_EQ(braidMoeCapacityRows(moe, &rows), braidSuccess);
+    EXPECT_GE(rows, T * K);
+    std::vector<float> host_x(T * H), host_weights(T * K, 1.0f), host_out(T * H, -1.0f);
+    std::vector<int64_t> host_ids(T * K);
+    uint64_t state = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(rank + 1);
+    for (float& v : host_x) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      v = static_cast<float>(static_cast<int>((state >> 33) % 2001) - 1000) / 8.0f;
+    }
+    for (size_t t = 0; t < T; ++t) {
+      host_ids[t * K] = static_cast<int64_t>((t + rank) % shape.experts);
+      host_ids[t * K + 1] = static_cast<int64_t>((t + rank + 1 + world) % shape.experts);  // another rank's expert
+    }
+    ASSERT_EQ(cudaMemcpy(x, host_x.data(), T * H * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(ids, host_ids.data(), T * K * sizeof(int64_t), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(weights, host_weights.data(), T * K * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(out, host_out.data(), T * H * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();  // every buffer made before any call
+    braidMoeDispatchOutput_t got;
+    ASSERT_EQ(braidMoeDispatch(moe, x, nullptr, ids, weights, T, nullptr, stream, &got), braidSuccess)
+        << braidGetLastError();
+    EXPECT_NE(got.x, nullptr);
+    EXPECT_EQ(got.local_experts, 2);
+    EXPECT_EQ(got.handle, 1u);
+    ASSERT_EQ(braidMoeCombine(moe, got.x, out, 0, stream), braidSuccess) << braidGetLastError();
+    int64_t counts[2] = {-1, -1};
+    ASSERT_EQ(braidMoeCopyExpertCounts(moe, counts, stream), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(braidCommCheck(comm), braidSuccess) << braidGetLastError();
+    // Expert e of rank r gets one row per (source rank, token) pair naming it: computed from every rank's ids.
+    for (int j = 0; j < 2; ++j) {
+      const int64_t expert = 2 * rank + j;
+      int64_t expected = 0;
+      for (int source = 0; source < world; ++source) {
+        for (size_t t = 0; t < T; ++t) {
+          expected += static_cast<int64_t>((t + source) % shape.experts) == expert;
+          expected += static_cast<int64_t>((t + source + 1 + world) % shape.experts) == expert;
+        }
+      }
+      EXPECT_EQ(counts[j], expected) << "rank " << rank << ", local expert " << j;
+    }
+    ASSERT_EQ(cudaMemcpy(host_out.data(), out, T * H * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (size_t i = 0; i < T * H; ++i) wrong += host_out[i] != 2.0f * host_x[i];
+    EXPECT_EQ(wrong, 0u) << "rank " << rank << ": tokens not back twice";
+    EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(braidMoeBufferFree(moe), braidSuccess);
+    EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+    cudaFree(x);
+    cudaFree(out);
+    cudaFree(weights);
+    cudaFree(ids);
+    EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
 // A CUDA error the caller left in its thread (a failed runtime call it did not check) belongs to the caller:
 // collectives of LL and staged sizes neither raise it as their own nor clear it, and compute the right result.
 TEST(Communicator, ACallersPendingCudaErrorIsLeftToTheCaller) {
