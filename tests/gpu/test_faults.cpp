@@ -2,7 +2,8 @@
 // revoke() on one rank ends every rank's, survivors shrink and carry on, a peer process that exits or is
 // SIGKILLed during any kind of call (every protocol family, MoE, a graph replay) is reported to the survivor within
 // a second (a peer that destroyed its communicator first is no failure), and a peer that is alive but never calls
-// ends in a timeout. The peer process is this binary run again (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the
+// ends in a timeout; a thousand cycles of init, collectives and abort leave no fd, thread or GPU memory behind.
+// The peer process is this binary run again (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the
 // survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"
+#include "process_resources.hpp"
 #include "test_helpers.hpp"
 #include "world.hpp"
 
@@ -178,6 +180,62 @@ TEST(Faults, SurvivorsShrinkAndCarryOn) {
     } catch (const Error& error) {
       EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
     }
+  });
+}
+
+// init, collectives, abort, over and over: 1000 cycles as threads, 100 as processes (BRAID_TEST_ABORT_CYCLES
+// overrides). Every fifth cycle rank 0 aborts while its all-reduce waits for peers that never join it. A second
+// communicator, made once, holds the ranks together between cycles (no rank destroys what a peer's kernel may
+// still use) and around the readings. After a warm-up, open fds, threads and free GPU memory must not grow.
+TEST(FaultCycles, InitCollectivesAbortLeaveNothingBehind) {
+  const char* asked = std::getenv("BRAID_TEST_ABORT_CYCLES");
+  const int cycles = asked != nullptr ? std::atoi(asked) : in_process_mode() ? 100 : 1000;
+  const int warm = std::min(19, cycles / 5), middle = cycles / 2;
+  struct Reading {
+    size_t fds = 0, threads = 0, free_bytes = 0;
+  };
+  for_each_rank([&](const RankContext& context) {
+    Communicator holder = Communicator::init(context.rendezvous, test_options(30));
+    make_current(holder);
+    StreamHandle stream;
+    DeviceBuffer send(4096 * sizeof(float)), recv(4096 * sizeof(float));
+    auto read_between_barriers = [&] {
+      holder.barrier();
+      Reading reading{open_fds(), live_threads(), free_device_bytes()};
+      holder.barrier();
+      return reading;
+    };
+    Reading at_warm, at_middle;
+    for (int i = 0; i < cycles; ++i) {
+      {
+        Communicator comm = Communicator::init(context.rendezvous, test_options(30));
+        make_current(comm);
+        EXPECT_TRUE(all_reduce_ones(comm, stream.get(), 1024)) << "rank " << context.rank << ", cycle " << i << ", LL";
+        EXPECT_TRUE(all_reduce_ones(comm, stream.get(), size_t(1) << 20))
+            << "rank " << context.rank << ", cycle " << i << ", 4 MiB";
+        if (i % 5 == 4 && context.rank == 0) {
+          comm.all_reduce(send.get(), recv.get(), 4096, DataType::kFloat32, ReduceOp::kSum, stream.get());
+        }
+        comm.abort();
+        cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+        holder.barrier();  // every rank's kernels have ended before any rank's communicator goes
+      }
+      make_current(holder);
+      if (i == warm) at_warm = read_between_barriers();
+      if (i == middle) at_middle = read_between_barriers();
+    }
+    const Reading at_end = read_between_barriers();
+    if (context.rank == 0) {
+      std::printf("[faults] %d init/collectives/abort cycles: open fds %zu -> %zu -> %zu, threads %zu -> %zu -> %zu, "
+                  "free GPU memory %zu -> %zu -> %zu bytes (after cycles %d, %d, %d)\n",
+                  cycles, at_warm.fds, at_middle.fds, at_end.fds, at_warm.threads, at_middle.threads, at_end.threads,
+                  at_warm.free_bytes, at_middle.free_bytes, at_end.free_bytes, warm, middle, cycles - 1);
+    }
+    EXPECT_EQ(at_end.fds, at_warm.fds) << "rank " << context.rank << ": open fds grew";
+    EXPECT_EQ(at_end.threads, at_warm.threads) << "rank " << context.rank << ": threads grew";
+    // The driver may keep a page of bookkeeping; a leak of every cycle's areas would be hundreds of MB.
+    EXPECT_LE(at_warm.free_bytes > at_end.free_bytes ? at_warm.free_bytes - at_end.free_bytes : 0, size_t(2) << 20)
+        << "rank " << context.rank << ": free GPU memory " << at_warm.free_bytes << " -> " << at_end.free_bytes;
   });
 }
 

@@ -16,7 +16,6 @@
 //     may wait for a busy peer GPU).
 #include <cuda.h>
 #include <cuda_runtime_api.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -33,6 +32,7 @@
 #include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
 #include "memory/memory_handle.hpp"
+#include "process_resources.hpp"
 #include "vmm_buffer.hpp"
 #include "world.hpp"
 
@@ -116,21 +116,6 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(pointer); }
   char* bytes() const { return static_cast<char*>(pointer); }
 };
-
-size_t open_fds() {
-  size_t count = 0;
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    while (readdir(dir) != nullptr) ++count;
-    closedir(dir);
-  }
-  return count;
-}
-
-size_t free_device_bytes() {
-  size_t free = 0, total = 0;
-  cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-  return free;
-}
 
 const size_t kSizes[] = {1, 7, 4097, (size_t(1) << 18) + 3, size_t(40) << 20 >> 2};  // the last: 40 MiB, above staging
 

@@ -1,14 +1,13 @@
 // Symmetric memory on 2 and 4 GPUs: peer writes through peer pointers and the contiguous view, teardown in
 // any order, leak-free alloc/free cycles, refused bad input.
 #include <cuda_runtime_api.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <vector>
 
 #include "braid/braid.hpp"
 #include "peer_check.hpp"
+#include "process_resources.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -83,25 +82,6 @@ TEST(SymmetricMemory, NewMemoryIsZeroed) {
   });
 }
 
-// Open fds of this process, not counting the one opendir() uses. Serialised: ranks may be threads of this
-// process, and another thread's directory fd would be counted as well.
-int open_fd_count() {
-  static std::mutex mutex;
-  std::lock_guard<std::mutex> lock(mutex);
-  int count = -1;  // the directory stream's own fd
-  if (DIR* dir = opendir("/proc/self/fd")) {
-    while (dirent* entry = readdir(dir)) count += entry->d_name[0] != '.';
-    closedir(dir);
-  }
-  return count;
-}
-
-size_t free_device_memory() {
-  size_t free_bytes = 0, total = 0;
-  cudaMemGetInfo(&free_bytes, &total);
-  return free_bytes;
-}
-
 TEST(SymmetricMemory, ThousandAllocFreeCyclesLeakNoMemoryOrFds) {
   with_communicator([](Communicator& comm) {
     const size_t sizes[] = {4096, (2u << 20) + 1, 3u << 20, 65536};
@@ -113,8 +93,8 @@ TEST(SymmetricMemory, ThousandAllocFreeCyclesLeakNoMemoryOrFds) {
     };
     // Warm-up: runtime and driver state made lazily on first use (fds included) is not a leak.
     for (int i = 0; i < 8; ++i) cycle(i);
-    free_device_memory();
-    open_fd_count();
+    free_device_bytes();
+    open_fds();
     cuda(cudaDeviceSynchronize());
     // Measure between barriers, when no rank is mid-cycle (ranks may be threads of this process).
     struct Reading {
@@ -123,7 +103,7 @@ TEST(SymmetricMemory, ThousandAllocFreeCyclesLeakNoMemoryOrFds) {
     };
     auto read_between_barriers = [&] {
       comm.barrier();
-      Reading reading{open_fd_count(), free_device_memory()};
+      Reading reading{static_cast<int>(open_fds()), free_device_bytes()};
       comm.barrier();
       return reading;
     };
