@@ -698,6 +698,51 @@ static void run_graphs(const DType* t, size_t count) {
     }
 }
 
+/* ncclCommShrink (one process per rank only: each rank's shrink blocks until the others have joined it): the last
+ * rank leaves, the others shrink it out and all-reduce on the child (its size, their ranks in order, the sum of
+ * rank + 1 over the survivors). Prints "shrink" lines, not case lines: only the shim is compared with itself here.
+ * Skipped where the library has no ncclCommShrink. */
+static void check_shrink(void) {
+  typedef ncclResult_t (*ShrinkFn)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
+  const ShrinkFn shrink = (ShrinkFn)newer_function("ncclCommShrink");
+  if (W.nlocal != 1 || W.nranks < 2 || shrink == NULL) {
+    printf("shrink: skipped (%s)\n", shrink == NULL ? "no ncclCommShrink" : "one process per rank, 2 or more ranks");
+    return;
+  }
+  int gone = W.nranks - 1;
+  if (W.rank[0] == gone) {
+    printf("shrink: rank %d leaves\n", W.rank[0]);
+    return;
+  }
+  snprintf(g_current, sizeof g_current, "ncclCommShrink");
+  ncclComm_t child = NULL;
+  NCCL_CHECK(shrink(W.comm[0], &gone, 1, &child, NULL, NCCL_SHRINK_DEFAULT));
+  int count = -1, rank = -1;
+  NCCL_CHECK(ncclCommCount(child, &count));
+  NCCL_CHECK(ncclCommUserRank(child, &rank));
+  const size_t n = 4097;
+  int32_t* values = NULL;
+  CUDA_CHECK(cudaMalloc((void**)&values, n * sizeof(int32_t)));
+  int32_t host[4097];
+  for (size_t i = 0; i < n; ++i) host[i] = W.rank[0] + 1 + (int32_t)i;
+  CUDA_CHECK(cudaMemcpy(values, host, sizeof host, cudaMemcpyHostToDevice));
+  NCCL_CHECK(ncclAllReduce(values, values, n, ncclInt32, ncclSum, child, W.stream[0]));
+  CUDA_CHECK(cudaStreamSynchronize(W.stream[0]));
+  CUDA_CHECK(cudaMemcpy(host, values, sizeof host, cudaMemcpyDeviceToHost));
+  const int survivors = W.nranks - 1;
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) wrong += host[i] != survivors * (survivors + 1) / 2 + survivors * (int32_t)i;
+  const int ok = count == survivors && rank == W.rank[0] && wrong == 0;
+  printf("shrink: rank %d -> child rank %d of %d, all-reduce %zu wrong: %s\n", W.rank[0], rank, count, wrong,
+         ok ? "ok" : "WRONG");
+  if (ok)
+    ++W.passed;
+  else
+    ++W.failed;
+  CUDA_CHECK(cudaFree(values));
+  NCCL_CHECK(ncclCommDestroy(child));
+}
+
 /* ------------------------------------------------------------------------------------------------------------
  * The suite. */
 static const size_t kCounts[] = {0, 1, 7, 4097, (1u << 20) + 3};
@@ -962,6 +1007,7 @@ int main(int argc, char** argv) {
     /* Every rank has read the id by now (they all took part in the collectives; an init alone need not wait for
      * the others): remove the file, so no later run can pick it up. */
     if (env.rank == 0 && path[0]) unlink(path);
+    check_shrink();
     destroy_world();
   }
   printf("nccl_check: %d passed, %d failed%s\n", W.passed, W.failed,
