@@ -58,9 +58,12 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   });
   if (checked != ncclSuccess) return checked;
   RealConfig real_config(config);  // copied now: the caller's config may be gone when a group ends
-  return submit_init(comm, [comm, id, nranks, rank, device, real_config]() mutable {
-    initialise(*comm, id, nranks, rank, device, nullptr, std::move(real_config));
-  });
+  return submit_init(
+      comm,
+      [comm, id, nranks, rank, device, real_config]() mutable {
+        initialise(*comm, id, nranks, rank, device, nullptr, std::move(real_config));
+      },
+      nonblocking_config(config));
 }
 
 // ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort ends the waits of braid's kernels
@@ -102,8 +105,9 @@ SHIM_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* newcomm, int nranks, ncclU
 }
 
 // The config goes to the real NCCL's communicator beside braid's (commName, CTA limits and NCCL's other tuning
-// fields). A non-blocking config is honoured by finishing at once (ncclCommGetAsyncError then says ncclSuccess),
-// which NCCL's contract allows.
+// fields). A non-blocking config (blocking = 0) outside a group returns ncclInProgress and initialises on a thread of
+// its own: ncclCommGetAsyncError says ncclInProgress until it is done, then its result; in a group, ncclGroupEnd
+// finishes it.
 SHIM_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int myrank,
                                                 ncclConfig_t* config) {
   return init_rank("ncclCommInitRankConfig", comm, nranks, commId, myrank, config);
@@ -280,12 +284,17 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommFinalize, comm);
   if (comm == nullptr) return ncclSuccess;  // as NCCL
-  return guarded("ncclCommFinalize", [&] {
-    ncclComm& shim = checked_comm(comm, "ncclCommFinalize");
-    if (shim.owns_real && shim.real != nullptr && shim.library->api().comm_finalize != nullptr) {
-      check_real(shim, shim.library->api().comm_finalize(shim.real), "ncclCommFinalize");
+  ncclComm* shim = nullptr;
+  const ncclResult_t checked = guarded("ncclCommFinalize", [&] { shim = &checked_comm(comm, "ncclCommFinalize"); });
+  if (checked != ncclSuccess) return checked;
+  // Flushes the real NCCL's side (braid's calls need no flush: their completion is the stream's).
+  auto finalize = [shim] {
+    if (shim->owns_real && shim->real != nullptr && shim->library->api().comm_finalize != nullptr) {
+      check_real(*shim, shim->library->api().comm_finalize(shim->real), "ncclCommFinalize");
     }
-  });
+  };
+  if (shim->nonblocking) return run_in_background(*shim, "ncclCommFinalize", finalize);
+  return guarded("ncclCommFinalize", finalize);
 }
 
 SHIM_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -343,6 +352,14 @@ SHIM_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
   SHIM_FORWARD_FOREIGN(comm, ncclCommGetAsyncError, comm, asyncError);
   return guarded("ncclCommGetAsyncError", [&] {
     require_pointer(asyncError, "ncclCommGetAsyncError", "asyncError");
+    if (comm != nullptr && comm->magic == ncclComm::kMagic) {  // a non-blocking init or finalize: its state first
+      const ncclResult_t state = comm->async_state;
+      if (state != ncclSuccess) {
+        if (state != ncclInProgress) set_last_error(comm->async_error);
+        *asyncError = state;
+        return;
+      }
+    }
     ncclComm& shim = checked_comm(comm, "ncclCommGetAsyncError");
     *asyncError = ncclSuccess;
     if (shim.braid) {

@@ -244,11 +244,12 @@ ncclResult_t submit(const Op& op) {
   return guarded(op_name(op.kind), [&] { run_ops({op}); });
 }
 
-ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init) {
+ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init, bool nonblocking) {
   if (t_group.depth > 0) {
     t_group.inits.push_back(PendingInit{comm, std::move(init)});
     return ncclSuccess;
   }
+  if (nonblocking) return run_in_background(*comm, "communicator init", std::move(init));
   return guarded("communicator init", init);
 }
 

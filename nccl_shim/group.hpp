@@ -31,9 +31,9 @@ const char* op_name(Op::Kind kind);  // "all_reduce", ...
 // Runs op now, or keeps it for the end of this thread's group.
 ncclResult_t submit(const Op& op);
 
-// A communicator init: run now, or kept for the end of this thread's group (the communicator's `ready` is false
-// until then).
-ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init);
+// A communicator init: kept for the end of this thread's group, or run now: on the communicator's background thread
+// where `nonblocking` (ncclInProgress), else before returning. The communicator's `ready` is false until it is done.
+ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init, bool nonblocking = false);
 
 ncclResult_t group_start();
 ncclResult_t group_end();

@@ -6,10 +6,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/nccl/nccl_library.hpp"
@@ -28,7 +31,14 @@ struct ncclComm {
   int rank = -1;
   int size = 0;
   int device = -1;
-  bool ready = false;  // false while an init deferred to ncclGroupEnd is pending (or failed)
+  std::atomic<bool> ready{false};  // false while an init deferred to ncclGroupEnd or running non-blocking is pending
+                                  // (or failed)
+  // A non-blocking config (blocking = 0): init and finalize run on `background`; async_state is ncclInProgress
+  // while one runs, then its result, which ncclCommGetAsyncError reports (with async_error as the last error).
+  bool nonblocking = false;
+  std::thread background;
+  std::atomic<ncclResult_t> async_state{ncclSuccess};
+  std::string async_error;  // written before async_state
   std::optional<braid::Communicator> braid;
   bool braid_on_cuda = false;  // braid's CUDA backend serves it (otherwise braid itself runs on NCCL, or is absent)
   std::shared_ptr<braid::detail::NcclLibrary> library;  // the real NCCL; null where it could not be loaded
@@ -37,6 +47,9 @@ struct ncclComm {
   std::shared_ptr<braid::StoreHost> store;  // the rendezvous store, where this process made the unique id
   std::mutex events_mutex;
   std::vector<cudaEvent_t> events;  // joins the streams of a send/recv batch (made on first need, kept)
+  ~ncclComm() {
+    if (background.joinable()) background.join();
+  }
 };
 
 namespace braid::shim {
@@ -103,8 +116,15 @@ RealConfig config_or_defaults(const ncclConfig_t* config);
 // device of this rank.
 void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int device, ncclComm_t real = nullptr,
                 RealConfig config = {});
-// Releases what initialise made; abort: ncclCommAbort rather than ncclCommDestroy for the real communicator.
+// Releases what initialise made; abort: ncclCommAbort rather than ncclCommDestroy for the real communicator. Waits
+// for a non-blocking init or finalize still running first.
 void release(ncclComm& comm, bool abort);
+
+// Whether a config asks for non-blocking calls (blocking = 0).
+bool nonblocking_config(const ncclConfig_t* config);
+// Starts `work` on the communicator's background thread (after the last one ended) and returns ncclInProgress;
+// its result goes to async_state.
+ncclResult_t run_in_background(ncclComm& comm, const char* function, std::function<void()> work);
 
 }  // namespace braid::shim
 

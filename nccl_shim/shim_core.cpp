@@ -31,8 +31,9 @@ const std::string& last_error() { return t_last_error; }
 ncclComm& checked_comm(ncclComm_t comm, const char* function, const char* name) {
   if (comm == nullptr) raise_invalid_argument(function, name, "is NULL");
   if (comm->magic != ncclComm::kMagic) raise_invalid_argument(function, name, "is not a communicator of this library");
-  if (!comm->ready) raise_invalid_argument(function, name, "has no completed initialisation (its init failed, or is "
-                                           "still pending in a group: call ncclGroupEnd first)");
+  if (!comm->ready) raise_invalid_argument(function, name, "has no completed initialisation (its init failed, is "
+                                           "still pending in a group: call ncclGroupEnd first, or runs non-blocking: "
+                                           "poll ncclCommGetAsyncError until it is not ncclInProgress)");
   return *comm;
 }
 
@@ -231,7 +232,24 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
              comm.real != nullptr ? ", NCCL beside it" : ", no NCCL fallback");
 }
 
+bool nonblocking_config(const ncclConfig_t* config) {
+  return config != nullptr && config->blocking == 0;  // the same offset in every release
+}
+
+ncclResult_t run_in_background(ncclComm& comm, const char* function, std::function<void()> work) {
+  if (comm.background.joinable()) comm.background.join();
+  comm.nonblocking = true;
+  comm.async_state = ncclInProgress;
+  comm.background = std::thread([&comm, function, work = std::move(work)] {
+    const ncclResult_t result = guarded(function, work);
+    comm.async_error = result == ncclSuccess ? std::string() : last_error();
+    comm.async_state = result;
+  });
+  return ncclInProgress;
+}
+
 void release(ncclComm& comm, bool abort) {
+  if (comm.background.joinable()) comm.background.join();
   comm.ready = false;
   if (comm.owns_real && comm.real != nullptr && comm.library != nullptr) {
     DeviceGuard guard(comm.device);

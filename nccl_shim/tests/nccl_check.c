@@ -698,6 +698,74 @@ static void run_graphs(const DType* t, size_t count) {
     }
 }
 
+/* Polls ncclCommGetAsyncError until it is not ncclInProgress (at most 60 s); returns the last state. */
+static ncclResult_t wait_async(ncclComm_t comm, double* waited_ms) {
+  const double t0 = now_s();
+  ncclResult_t state = ncclInProgress;
+  while (state == ncclInProgress && now_s() - t0 < 60) {
+    if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) return ncclInternalError;
+  }
+  if (waited_ms) *waited_ms = (now_s() - t0) * 1e3;
+  return state;
+}
+
+/* A non-blocking init and finalize (config.blocking = 0; one process per rank): each may return ncclInProgress,
+ * and ncclCommGetAsyncError says ncclInProgress until it is done; the communicator then serves an all-reduce. The
+ * id travels from rank 0 over the communicator already made. Prints "nonblocking" lines, not case lines. */
+static void check_nonblocking(void) {
+  if (W.nlocal != 1) {
+    printf("nonblocking: skipped (one process per rank only)\n");
+    return;
+  }
+  snprintf(g_current, sizeof g_current, "non-blocking init");
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (W.rank[0] == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  void* id_device = NULL;
+  CUDA_CHECK(cudaMalloc(&id_device, sizeof id));
+  CUDA_CHECK(cudaMemcpy(id_device, &id, sizeof id, cudaMemcpyHostToDevice));
+  NCCL_CHECK(ncclBroadcast(id_device, id_device, sizeof id, ncclChar, 0, W.comm[0], W.stream[0]));
+  CUDA_CHECK(cudaStreamSynchronize(W.stream[0]));
+  CUDA_CHECK(cudaMemcpy(&id, id_device, sizeof id, cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaFree(id_device));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = NULL;
+  const ncclResult_t init = ncclCommInitRankConfig(&comm, W.nranks, id, W.rank[0], &config);
+  double init_ms = 0, finalize_ms = 0;
+  const ncclResult_t ready = init == ncclSuccess || init == ncclInProgress ? wait_async(comm, &init_ms) : init;
+  size_t wrong = (size_t)-1;
+  ncclResult_t finalize = ncclInternalError, finalized = ncclInternalError;
+  if (ready == ncclSuccess) {
+    const size_t n = 4097;
+    int32_t host[4097];
+    int32_t* values = NULL;
+    CUDA_CHECK(cudaMalloc((void**)&values, sizeof host));
+    for (size_t i = 0; i < n; ++i) host[i] = W.rank[0] + 1 + (int32_t)i;
+    CUDA_CHECK(cudaMemcpy(values, host, sizeof host, cudaMemcpyHostToDevice));
+    const ncclResult_t call = ncclAllReduce(values, values, n, ncclInt32, ncclSum, comm, W.stream[0]);
+    if (call == ncclSuccess || (call == ncclInProgress && wait_async(comm, NULL) == ncclSuccess)) {
+      CUDA_CHECK(cudaStreamSynchronize(W.stream[0]));
+      CUDA_CHECK(cudaMemcpy(host, values, sizeof host, cudaMemcpyDeviceToHost));
+      wrong = 0;
+      for (size_t i = 0; i < n; ++i) wrong += host[i] != W.nranks * (W.nranks + 1) / 2 + W.nranks * (int32_t)i;
+    }
+    CUDA_CHECK(cudaFree(values));
+    finalize = ncclCommFinalize(comm);
+    finalized = finalize == ncclSuccess || finalize == ncclInProgress ? wait_async(comm, &finalize_ms) : finalize;
+  }
+  const int ok = (init == ncclSuccess || init == ncclInProgress) && ready == ncclSuccess && wrong == 0 &&
+                 (finalize == ncclSuccess || finalize == ncclInProgress) && finalized == ncclSuccess;
+  printf("nonblocking: rank %d init returned %d, ready %d after %.1f ms, all-reduce %zu wrong, finalize returned %d, "
+         "done %d after %.1f ms: %s\n",
+         W.rank[0], init, ready, init_ms, wrong, finalize, finalized, finalize_ms, ok ? "ok" : "WRONG");
+  if (ok)
+    ++W.passed;
+  else
+    ++W.failed;
+  if (comm != NULL) NCCL_CHECK(ncclCommDestroy(comm));
+}
+
 /* ncclCommShrink (one process per rank only: each rank's shrink blocks until the others have joined it): the last
  * rank leaves, the others shrink it out and all-reduce on the child (its size, their ranks in order, the sum of
  * rank + 1 over the survivors). Prints "shrink" lines, not case lines: only the shim is compared with itself here.
@@ -1007,6 +1075,7 @@ int main(int argc, char** argv) {
     /* Every rank has read the id by now (they all took part in the collectives; an init alone need not wait for
      * the others): remove the file, so no later run can pick it up. */
     if (env.rank == 0 && path[0]) unlink(path);
+    check_nonblocking();
     check_shrink();
     destroy_world();
   }
