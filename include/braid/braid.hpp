@@ -282,7 +282,8 @@ class Communicator {
 
   // Aborts this rank's use of the communicator, from any thread, also while another thread is inside one of its
   // calls or its kernels run: every wait of those kernels ends (within microseconds once the GPU runs them), a
-  // host wait on the store (barrier, host_allgather, a buffer's first exchange) ends with kAborted, and check()
+  // host wait on the store (barrier, host_allgather, a buffer's first exchange) or on a peer's fd (symmetric memory
+  // across processes) ends with kAborted (the fd wait within 20 ms), and check()
   // and every later call that takes a stream raise kAborted (unless another fatal failure came first).
   // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too), and
   // their kernels may still write into this rank's memory, which stays mapped until the communicator and its

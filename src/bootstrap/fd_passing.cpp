@@ -448,6 +448,10 @@ int FdExchanger::receive(int peer, uint64_t tag) {
         return fd;
       }
     }
+    if (interrupted_) {
+      raise(ErrorCode::kAborted, "fd passing: the wait for rank {}'s fd (tag {}) ended: the communicator was aborted",
+            peer, tag);
+    }
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) {
       raise(ErrorCode::kTimeout,

@@ -135,6 +135,7 @@ void Communicator::abort() noexcept {
   if (!state_) return;
   if (state_->backend) state_->backend->abort();
   if (state_->store) state_->store->interrupt();  // barrier, host_allgather and the exchanges end too
+  if (state_->fds) state_->fds->interrupt();      // and a wait for a peer's fd
 }
 
 void Communicator::revoke() { detail::usable(state_, "Communicator::revoke").backend->revoke(); }

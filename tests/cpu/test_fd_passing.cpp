@@ -257,6 +257,29 @@ TEST(FdPassing, SilentPeerTimesOut) {
   EXPECT_LT(elapsed, 5.0);
 }
 
+// interrupt() from another thread ends a receive that waits on a silent peer long before its timeout, with
+// kAborted naming the peer; later receives end at once.
+TEST(FdPassing, InterruptEndsAWaitingReceiveWithAborted) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 30.0);
+  FdExchanger rank1(scope, 1, 2, 30.0);  // exists, never sends
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rank0.interrupt();
+  });
+  auto start = std::chrono::steady_clock::now();
+  Error error = expect_error([&] { rank0.receive(1, 7); });
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  interrupter.join();
+  EXPECT_EQ(error.code(), ErrorCode::kAborted) << error.what();
+  EXPECT_TRUE(contains(error.what(), "rank 1")) << error.what();
+  EXPECT_GE(elapsed, 0.09);
+  EXPECT_LT(elapsed, 5.0) << "the receive outlived the interrupt";  // loose: a loaded CI machine
+  start = std::chrono::steady_clock::now();
+  EXPECT_EQ(expect_error([&] { rank0.receive(1, 8); }).code(), ErrorCode::kAborted);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+}
+
 // No process has this id (pids stay below 2^22 on Linux).
 constexpr int kNoSuchPid = 0x7ffffff0;
 
