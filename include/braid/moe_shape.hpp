@@ -39,7 +39,8 @@ struct MoeShape {
   // rank-major kernel, and expert-major's scatter, send and reduce, so the rest of the GPU stays free for kernels
   // that overlap them. Expert-major's routing kernel, one short block per expert plus world + 1, does not follow
   // it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with max_tokens <= 512,
-  // which takes 64: its batches are faster on fewer blocks.
+  // which takes 64: its batches are faster on fewer blocks. Where ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1) those
+  // kernels take at most 64 / (the most ranks on one GPU) blocks, as every collective does.
   int max_sms = 0;
   // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
   // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
