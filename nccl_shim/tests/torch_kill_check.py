@@ -9,9 +9,11 @@ The script launches the ranks itself, one process per GPU, with the environment 
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and no agent that stops the others when one dies: each survivor
 has only its process group to notice the death (ProcessGroupNCCL's watchdog, which polls ncclCommGetAsyncError,
 and the collective's own wait). The last rank SIGKILLs itself at step K of an all-reduce heavy DDP loop. The
-launcher prints, for each survivor, how it ended and how long after the kill, and exits 0 when every survivor
-ended with an error within the process group's timeout plus a grace period, 1 otherwise (a survivor that ran on
-is killed at that deadline and counted as a hang).
+launcher prints, for each survivor, when the error reached its training loop and when its process ended, both
+counted from the kill, and exits 0 when every survivor's loop got the error within the process group's timeout and
+its process ended within that timeout plus 60 s (after a failure torch's watchdog may wait that long for its debug
+dump before it aborts the process), 1 otherwise (a survivor still running at the launcher's deadline is killed and
+counted as a hang). Each rank's output goes to rank<r>.log in --logs.
 """
 import argparse
 import datetime
@@ -31,6 +33,7 @@ def free_port():
 
 def launch(args):
     port = free_port()
+    os.makedirs(args.logs, exist_ok=True)
     kill_file = f"/tmp/torch-kill-check-{os.getpid()}"
     if os.path.exists(kill_file):
         os.unlink(kill_file)
@@ -38,8 +41,10 @@ def launch(args):
     for rank in range(args.ranks):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_KILL_CHECK_FILE=kill_file)
+        log = open(os.path.join(args.logs, f"rank{rank}.log"), "w")
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-main",
-                                       "--timeout", str(args.timeout), "--kill-step", str(args.kill_step)], env=env))
+                                       "--timeout", str(args.timeout), "--kill-step", str(args.kill_step)], env=env,
+                                      stdout=log, stderr=subprocess.STDOUT))
     deadline = time.time() + args.timeout + 120 + 60  # init, the steps before the kill, the timeout, a grace period
     ended = {}
     while len(ended) < len(procs) and time.time() < deadline:
@@ -64,9 +69,14 @@ def launch(args):
             ok = ok and code == -signal.SIGKILL
             continue
         after = at - killed_at if killed_at is not None else float("nan")
-        within = code != 0 and after <= args.timeout + 60
-        print(f"torch_kill_check: rank {rank} survivor exit code {code}, {after:.2f} s after the kill: "
-              f"{'ended with an error' if within else 'WRONG'}")
+        raised = None
+        for line in open(os.path.join(args.logs, f"rank{rank}.log"), errors="replace"):
+            if line.startswith(f"rank {rank}: raised "):
+                raised = float(line.split()[3])
+        within = code != 0 and raised is not None and raised <= args.timeout and after <= args.timeout + 60
+        raised_text = f"{raised:.2f} s" if raised is not None else "never"
+        print(f"torch_kill_check: rank {rank} survivor: error in its training loop {raised_text} after the kill, "
+              f"process ended (exit code {code}) {after:.2f} s after it: {'ok' if within else 'WRONG'}")
         ok = ok and within
     if os.path.exists(kill_file):
         os.unlink(kill_file)
@@ -109,7 +119,11 @@ def rank_main(args):
                 print(f"rank {rank}: still training at step {step}", flush=True)
                 return 4
     except Exception as error:  # the process group's error reached this thread
-        print(f"rank {rank}: step {step} raised {type(error).__name__}: {str(error)[:300]}", flush=True)
+        now = time.time()
+        with open(os.environ["TORCH_KILL_CHECK_FILE"]) as f:
+            after = now - float(f.read())
+        print(f"rank {rank}: raised {after:.3f} s after the kill, at step {step}: {type(error).__name__}: "
+              f"{str(error)[:300]}", flush=True)
         return 3
 
 
@@ -118,6 +132,7 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=60, help="the process group's timeout, seconds")
     parser.add_argument("--kill-step", type=int, default=30)
+    parser.add_argument("--logs", default=".", help="folder of the ranks' logs")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.exit(rank_main(args) if args.rank_main else launch(args))
