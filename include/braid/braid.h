@@ -213,7 +213,8 @@ typedef struct {
   uint64_t handle;
 } braidMoeDispatchOutput_t;
 braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape);
-/* Collective (braid::MoeBuffer::create). braidMoeBufferFree may come after braidCommDestroy. */
+/* Collective (braid::MoeBuffer::create). braidMoeBufferFree releases it once no rank's call on it is in flight
+ * (free it before braidCommDestroy). */
 braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer);
 braidResult_t braidMoeBufferFree(braidMoeBuffer_t buffer);
 braidResult_t braidMoeCapacityRows(braidMoeBuffer_t buffer, size_t* rows);
