@@ -30,7 +30,7 @@ TITLES = {"allreduce": "All-reduce", "allgather": "All-gather", "reducescatter":
 BUFFERS = ["cudaMalloc", "registered", "symmetric"]
 # The machine kinds the goals are stated for come first; the rest follow by name.
 PREFERRED = ["nvidia-h100-x2", "nvidia-h200-x2"]
-# Small calls are measured in CUDA graphs up to this size, large ones eagerly (performance_run.sh).
+# Small calls are measured in CUDA graphs up to this size, large ones eagerly (dev/performance_run.sh).
 GRAPH_MAX_BYTES = 16 << 20
 
 

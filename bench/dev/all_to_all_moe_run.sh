@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# All-to-all and MoE tests and benchmarks on the GPU machine (device tool), after bench/stage_build.sh staged the build:
+# All-to-all and MoE tests and benchmarks on the GPU machine (device tool), after bench/dev/stage_build.sh staged the build:
 #   tests     the AllToAll* and Moe* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs)
 #   compare   braid-bench --coll alltoall --compare nccl, cudaMalloc buffers (pipelined) and symmetric buffers
 #             (direct stores / copy engines), 8 KiB to 512 MiB, CUDA graphs for the small sizes
@@ -8,7 +8,7 @@
 #   moe-fp8   the same workload at T=128, 512, 4096 with fp8 e4m3 dispatch (scales per 128 columns), then bf16
 #   algos     braid only, each all-to-all algorithm forced (BRAID_ALGO), symmetric and cudaMalloc buffers, to set
 #             the cut-offs (LL falls back to stores or pipelined where a block exceeds its LL slot)
-# Usage: bench/all_to_all_moe_run.sh KIND PHASE...   Logs and JSON go to $OUT.
+# Usage: bench/dev/all_to_all_moe_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
 RUN_TITLE=all-to-all-moe source "$(dirname "$0")/run_common.sh"
 shift

@@ -4,7 +4,7 @@
 # STAGE_EXCLUDE names build folders to leave out when the total would not fit (e.g. STAGE_EXCLUDE="nccl_shim
 # probes" for runs of braid's own tests and benchmarks).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rm -rf .carry/build .carry/build.tgz && mkdir -p .carry
 excludes=()
 for folder in ${STAGE_EXCLUDE:-}; do excludes+=(--exclude "/$folder"); done
@@ -12,7 +12,7 @@ for folder in ${STAGE_EXCLUDE:-}; do excludes+=(--exclude "/$folder"); done
 rsync -a --exclude CMakeFiles --exclude '*.o' --exclude '*.a' --exclude Testing --exclude braid_cpu_tests \
   --exclude cuobjdump-pypi "${excludes[@]}" build/ .carry/build/
 find .carry/build -type f \( -perm -u+x -o -name '*.so*' \) -exec strip --strip-debug {} + 2>/dev/null || true
-# The build travels as one gzip archive (bench/ordering_run.sh unpacks it): GPU tests and braid-bench link the
+# The build travels as one gzip archive (bench/dev/ordering_run.sh unpacks it): GPU tests and braid-bench link the
 # kernels statically, so the tree itself is about twice what the device tool carries.
 tar -C .carry -czf .carry/build.tgz build && rm -rf .carry/build
 git rev-parse HEAD > .carry/COMMIT

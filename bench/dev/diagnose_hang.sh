@@ -4,7 +4,7 @@
 # then ends in an error naming the wait site); a case still running after its grace gets every thread's stack
 # (cuda-gdb attached, which also lists the kernels on the GPUs), GPU load, and the process states, and what
 # is left of it afterwards is listed, so a process that outlives its kill shows.
-#   bench/diagnose_hang.sh CASE...   cases: graph4 nccl4 nccl2 graph2 smoke4 (see below)
+#   bench/dev/diagnose_hang.sh CASE...   cases: graph4 nccl4 nccl2 graph2 smoke4 (see below)
 set -u
 source "$(dirname "$0")/device_env.sh"
 nccl_dir=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))")

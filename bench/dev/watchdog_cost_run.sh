@@ -4,9 +4,9 @@
 # this build, then braid-bench -t GPUS on the NCCL backend beside NCCL alone (allreduce float32 8 B-256 KiB, out of
 # place, no graphs), PASSES (3) interleaved passes of: the baseline with the watchdog on, this build with it on, this build
 # with it off.
-#   bash bench/watchdog_cost_run.sh KIND
+#   bash bench/dev/watchdog_cost_run.sh KIND
 export out=$OUT
-RUN_TITLE=nccl-watchdog-cost source bench/run_common.sh "${1:?kind, e.g. nvidia-h100-x1}"
+RUN_TITLE=nccl-watchdog-cost source bench/dev/run_common.sh "${1:?kind, e.g. nvidia-h100-x1}"
 for f in .carry/build/src/libbraid.so.0.1.0 .carry/build/tests/gpu/braid_gpu_tests .carry/base/libbraid.so.0; do
   [ -f $f.gz ] && gunzip -f $f.gz
 done

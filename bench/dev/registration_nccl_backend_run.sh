@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Registration, memory handles and the NCCL backend: tests and benchmarks on the GPU machine (device tool), after
-# bench/stage_build.sh staged the build:
+# bench/dev/stage_build.sh staged the build:
 #   tests     the Registration*, MemoryHandles*, NcclBackend* and NcclCommunicator* GPU tests as threads (all GPUs, then 2) and as
 #             braid-run processes (all GPUs)
 #   regress   the Collectives* and AllToAll* GPU tests as threads on 2 GPUs (the zero-copy paths they share)
 #   bench     braid-bench --compare nccl, allreduce bf16 and alltoall float32 on cudaMalloc buffers, plain
 #             (staged) and registered (zero copy), CUDA graphs; and allreduce on a communicator with
 #             BRAID_BACKEND=nccl, checked
-# Usage: bench/registration_nccl_backend_run.sh KIND PHASE...   Logs go to $OUT (registration-logs.tgz).
+# Usage: bench/dev/registration_nccl_backend_run.sh KIND PHASE...   Logs go to $OUT (registration-logs.tgz).
 set -u
 RUN_TITLE=registration source "$(dirname "$0")/run_common.sh"
 shift

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Kernel preload on one GPU (device tool; build staged as .carry/build by bench/stage_build.sh, with libbraid and
+# Kernel preload on one GPU (device tool; build staged as .carry/build by bench/dev/stage_build.sh, with libbraid and
 # the GPU tests gzipped), in phases. "preload": the KernelPreload tests alone with the preload on, off (the
 # busy-GPU check must then fail: the hazard it guards against is real) and under CUDA_MODULE_LOADING=EAGER
 # (skipped: nothing to show), and what the preload costs communicator init. "suite": the whole GPU suite as
 # threads, with the ranks this machine has. (The NCCL watchdog's cost: watchdog_cost_run.sh.)
-#   bash bench/preload_run.sh KIND PHASE...
+#   bash bench/dev/preload_run.sh KIND PHASE...
 export out=$OUT
 kind_arg=${1:?kind, e.g. nvidia-h100-x1}; shift
-RUN_TITLE="kernel-preload $*" source bench/run_common.sh "$kind_arg"
+RUN_TITLE="kernel-preload $*" source bench/dev/run_common.sh "$kind_arg"
 for f in .carry/build/src/libbraid.so.0.1.0 .carry/build/tests/gpu/braid_gpu_tests; do [ -f $f.gz ] && gunzip -f $f.gz; done
 chmod +x .carry/build/tests/gpu/braid_gpu_tests
 T=build/tests/gpu/braid_gpu_tests

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Collectives: the GPU suite, the collectives beside NCCL and the selection sweeps, on the GPU machine (device tool), after bench/stage_build.sh staged the build as .carry/build:
+# Collectives: the GPU suite, the collectives beside NCCL and the selection sweeps, on the GPU machine (device tool), after bench/dev/stage_build.sh staged the build as .carry/build:
 #   tests    the gpu-labelled CTest suite (threads and braid-run processes, all GPUs and 2)
 #   suite-a, suite-b  the GPU suite as threads on all GPUs in two halves (b: Registration, MemoryHandles,
 #            SendRecv, SymmetricMemory), each within one device command (the whole may not fit in one)
@@ -26,7 +26,7 @@
 #            symmetric buffers, 128 KiB-8 MiB in CUDA graphs: where the selection table's cut-offs depend on the type
 #   explore  large messages, braid only: pipeline piece size (BRAID_PIPELINE_BYTES) and pipelined vs staged
 #            reduce-scatter and all-gather, to tune the selection table
-# Usage: bench/collectives_run.sh KIND PHASE...   Logs and JSON go to $OUT.
+# Usage: bench/dev/collectives_run.sh KIND PHASE...   Logs and JSON go to $OUT.
 set -u
 RUN_TITLE=collectives source "$(dirname "$0")/run_common.sh"
 shift

@@ -3,11 +3,11 @@
 # most of an hour. The Debian -dev packages braid builds with are carried as .deb files in .carry/debs (fetched
 # here with `apt-get download libfmt-dev libfmt9 libgtest-dev libcli11-dev nlohmann-json3-dev libssl-dev
 # libssl3`) and unpacked into a prefix there, which has no network.
-#   bench/device_build.sh SOURCE_DIR BUILD_DIR [TARGET...]
+#   bench/dev/device_build.sh SOURCE_DIR BUILD_DIR [TARGET...]
 set -euo pipefail
 source_dir=$1 build_dir=$2
 shift 2
-debs=$(cd "$(dirname "$0")/.." && pwd)/.carry/debs
+debs=$(cd "$(dirname "$0")/../.." && pwd)/.carry/debs
 prefix=/tmp/braid-build-deps
 if [ ! -d "$prefix/usr" ]; then
   mkdir -p "$prefix"

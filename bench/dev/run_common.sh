@@ -1,4 +1,4 @@
-# Sourced by the run scripts on the GPU machine (after bench/stage_build.sh staged the build as
+# Sourced by the run scripts on the GPU machine (after bench/dev/stage_build.sh staged the build as
 # .carry/build), with the run's KIND as $1 and its title as RUN_TITLE: the device environment (device_env.sh),
 # a header with the commit, bench(), which runs braid-bench with ranks as threads of one process, and gpu_tests().
 source "$(dirname "${BASH_SOURCE[0]}")/device_env.sh"

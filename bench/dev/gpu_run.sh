@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (device tool), from the repository root of the copied tree, with the build folder
-# carried as .carry/build (built here; see bench/stage_build.sh). Runs the gpu-labelled tests and the
+# carried as .carry/build (built here; see bench/dev/stage_build.sh). Runs the gpu-labelled tests and the
 # braid-bench smoke run as threads and as braid-run processes; logs go to $OUT.
 set -u
 source "$(dirname "$0")/device_env.sh"

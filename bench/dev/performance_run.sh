@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements behind docs/performance.md, on the GPU machine (device tool), after bench/stage_build.sh
+# The measurements behind docs/performance.md, on the GPU machine (device tool), after bench/dev/stage_build.sh
 # staged the build as .carry/build. Every run beside NCCL (the nvidia-nccl-cu13 wheel's libnccl), its results
 # checked against a host reference except the eager 32 MiB-512 MiB rows (the GPU tests cover those sizes):
 #   collectives  every collective on cudaMalloc buffers and on symmetric buffers (comm.alloc), bf16 sum,
@@ -7,7 +7,7 @@
 #   moe          MoE dispatch and combine, every layout, CUDA graphs: DeepEP's shapes (H=7168, K=8, E=256,
 #                T=128 and 4096), T=1..8192 at E=64 (rank-major) and T=1..512 (low latency), bf16; T=128, 512,
 #                4096 with fp8 dispatch
-# Usage: bench/performance_run.sh KIND PHASE...   JSON (one file per braid-bench run) and logs go to $OUT as
+# Usage: bench/dev/performance_run.sh KIND PHASE...   JSON (one file per braid-bench run) and logs go to $OUT as
 # performance-logs.tgz; file them with bench/archive.py add --gpu <kind> perf-*.json.
 set -u
 RUN_TITLE=performance source "$(dirname "$0")/run_common.sh"

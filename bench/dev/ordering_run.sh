@@ -2,9 +2,9 @@
 # Runs on the 2-GPU machine (device tool) from the repository root of the copied tree, in steps that share the
 # machine while it stays warm:
 #   build   builds this tree into /tmp/build-new (unless the build was carried as .carry/build, staged by
-#           bench/stage_build.sh), the baseline tree carried as .carry/base (braid-bench only) into
+#           bench/dev/stage_build.sh), the baseline tree carried as .carry/base (braid-bench only) into
 #           /tmp/build-base, and for each folder .carry/variant-NAME this tree with that folder's files laid
-#           over it (braid-bench only) into /tmp/build-NAME (bench/device_build.sh)
+#           over it (braid-bench only) into /tmp/build-NAME (bench/dev/device_build.sh)
 #   check   the ordering and LL-wrap tests (CHECK_FILTER), as threads and as braid-run processes, on WORLD
 #           ranks (2 unless set)
 #   suite   `ctest -L gpu` with its wall time, then `ctest -L long`
@@ -26,7 +26,7 @@ for overlay in .carry/variant-*/; do
   [ -d "$overlay" ] || continue
   name=${overlay#.carry/variant-}; variants+=("${name%/}")
 done
-[ -f .carry/build.tgz ] && [ ! -d .carry/build ] && tar -C .carry -xzf .carry/build.tgz  # bench/stage_build.sh
+[ -f .carry/build.tgz ] && [ ! -d .carry/build ] && tar -C .carry -xzf .carry/build.tgz  # bench/dev/stage_build.sh
 if [ -d .carry/build ]; then  # built here and carried: CTest files name /work/main/build
   [ -e build ] || ln -s .carry/build build
   if [ "$repo" != /work/main ]; then mkdir -p /work && ln -sfn "$repo" /work/main; fi
@@ -39,13 +39,13 @@ for step in "$@"; do
     build)
       nvidia-smi -L
       start=$(date +%s)
-      [ "$new" = /tmp/build-new ] && bench/device_build.sh "$repo" "$new" >"$out/build-new.txt" 2>&1 &
-      bench/device_build.sh "$repo/.carry/base" "$base" braid-bench >"$out/build-base.txt" 2>&1 &
+      [ "$new" = /tmp/build-new ] && bench/dev/device_build.sh "$repo" "$new" >"$out/build-new.txt" 2>&1 &
+      bench/dev/device_build.sh "$repo/.carry/base" "$base" braid-bench >"$out/build-base.txt" 2>&1 &
       for name in "${variants[@]}"; do
         mkdir -p "/tmp/src-$name"
         tar --exclude=./.carry --exclude=./build -cf - . | tar -x -C "/tmp/src-$name"
         cp -r "$repo/.carry/variant-$name/." "/tmp/src-$name/" &&
-          bench/device_build.sh "/tmp/src-$name" "/tmp/build-$name" braid-bench >"$out/build-$name.txt" 2>&1 &
+          bench/dev/device_build.sh "/tmp/src-$name" "/tmp/build-$name" braid-bench >"$out/build-$name.txt" 2>&1 &
       done
       wait
       cat "$out"/build-*.txt

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The NCCL shim and the send/recv it stands on, on the GPU machine (device tool), after bench/stage_build.sh
+# The NCCL shim and the send/recv it stands on, on the GPU machine (device tool), after bench/dev/stage_build.sh
 # staged the build:
 #   p2p       the SendRecv* GPU tests as threads (all GPUs, then 2) and as braid-run processes (all GPUs); the
 #             AllToAll* tests (send/recv shares their kernel) as threads
@@ -9,7 +9,7 @@
 #   bench     nccl_shim_bench: allreduce bf16 8 KB - 512 MB in CUDA graphs, shim and real NCCL in one process;
 #             braid-bench's allreduce on the same sizes (braid's own API), to compare the shim's overhead
 #   symbols   which NCCL symbols libtorch_cuda.so imports (the shim must export each)
-# Usage: bench/shim_send_recv_run.sh KIND PHASE...   Logs go to $OUT (shim-logs.tgz).
+# Usage: bench/dev/shim_send_recv_run.sh KIND PHASE...   Logs go to $OUT (shim-logs.tgz).
 set -u
 RUN_TITLE=shim source "$(dirname "$0")/run_common.sh"
 shift

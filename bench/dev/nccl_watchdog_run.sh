@@ -3,9 +3,9 @@
 # and libbraid gzipped): NcclCommunicator.*, NcclBackend.* and NcclWatchdogTest.* as threads, the timeout test as
 # braid-run processes, Registration + MemoryHandles (their NCCL comparisons bounded too), and the watchdog's cost
 # on eager calls (braid on its NCCL backend beside NCCL alone).
-#   bash bench/nccl_watchdog_run.sh KIND
+#   bash bench/dev/nccl_watchdog_run.sh KIND
 export out=$OUT
-RUN_TITLE=nccl-watchdog source bench/run_common.sh "${1:?kind, e.g. nvidia-h200-x2}"
+RUN_TITLE=nccl-watchdog source bench/dev/run_common.sh "${1:?kind, e.g. nvidia-h200-x2}"
 gunzip -f .carry/build/src/libbraid.so.0.1.0.gz .carry/build/tests/gpu/braid_gpu_tests.gz
 chmod +x .carry/build/tests/gpu/braid_gpu_tests
 T=build/tests/gpu/braid_gpu_tests
