@@ -118,6 +118,15 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
 }
 
 bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
+  // Stopped before the claim (verify/models/host_failure.pml): a kernel that gives its call up, on this code or on
+  // a claim of its own that loses to this one, may end at once, and the kernel behind it must start stopped.
+  {
+    RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
+    DeviceGuard guard(device_);
+    const unsigned int stopped = 1;
+    cudaMemcpyAsync(&counters_->stopped, &stopped, sizeof stopped, cudaMemcpyHostToDevice, stop_stream_);
+    cudaStreamSynchronize(stop_stream_);  // a copy engine's: it does not wait for the spinning kernels
+  }
   device::ErrorWord& word = *error_host_;
   unsigned int free = 0;
   // The claim kernels make (claim_error_word), from the host: one of them or this thread wins the word.
@@ -133,11 +142,6 @@ bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
   word.value = value;
   word.limit = 0;
   std::atomic_ref<unsigned int>(word.code).store(code, std::memory_order_release);
-  RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
-  DeviceGuard guard(device_);
-  const unsigned int stopped = 1;
-  cudaMemcpyAsync(&counters_->stopped, &stopped, sizeof stopped, cudaMemcpyHostToDevice, stop_stream_);
-  cudaStreamSynchronize(stop_stream_);  // a copy engine's: it does not wait for the spinning kernels
   return true;
 }
 

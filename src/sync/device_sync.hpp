@@ -63,10 +63,11 @@ class DeviceSync {
   void set_ll_epoch_for_testing(uint64_t calls_so_far);
 
   // Publishes a fatal failure the host found (device::kErrorPeerExited naming `peer` and its pid in `value`,
-  // device::kErrorRevoked naming the revoking rank in `peer`, or device::kErrorAborted) in the word kernels record theirs in: every wait of this rank's kernels gives up at its
-  // next look (spin_until looks every 1024 spins) and the next call raises it. Then marks the rank stopped on the
-  // device (NOTE [stopped ranks]), asynchronously: a kernel already queued may start before that lands, posts its
-  // data and fails at its first wait. False when the word already held a failure (the first one stays). Any thread.
+  // device::kErrorRevoked naming the revoking rank in `peer`, or device::kErrorAborted) in the word kernels record
+  // theirs in: every wait of this rank's kernels gives up at its next look (spin_until looks every 1024 spins) and
+  // the next call raises it. First it marks the rank stopped on the device (NOTE [stopped ranks]) and waits for
+  // that copy, so a kernel that starts behind one that gave its call up acts on nothing. False when the word
+  // already held a failure (the first one stays; the rank is stopped either way). Any thread.
   bool publish_failure(unsigned int code, int peer, long long value);
 
   // Throws the fatal failure a kernel recorded, if any: kTimeout naming collective, wait site and peer, or

@@ -320,9 +320,18 @@ TEST(ModelConstants, Agreement) {
   EXPECT_GE(constant(model, "CALLS"), 2) << "a call enqueued after the failing one";
 }
 
+// The host-failure model's codes are the code's: a kernel's mismatch and the host's abort (the host's other codes,
+// a peer's exit and a revocation, take the same path).
+TEST(ModelConstants, HostFailure) {
+  const auto model = model_constants("host_failure");
+  EXPECT_EQ(constant(model, "MISMATCH"), static_cast<long long>(device::kErrorPlanMismatch));
+  EXPECT_EQ(constant(model, "HOST_CODE"), static_cast<long long>(device::kErrorAborted));
+  EXPECT_NE(constant(model, "NONE"), constant(model, "HOST_CODE"));
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
-  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement"}) {
+  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }

@@ -110,7 +110,8 @@ constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 // that starts on a stopped rank writes nothing a peer reads and posts nothing; at a barrier it announces
 // kStoppedPlan instead of its plan (so a peer parked there fails with kMismatch) and fails without waiting.
 // SignalPad::stopped holds the state in device memory, set by whoever claims the fatal word (record_error,
-// answer_mismatch) and read with a plain load: a kernel of the same stream that starts after the failure sees it
+// answer_mismatch; the host's DeviceSync::publish_failure sets it before it claims, verify/models/host_failure.pml)
+// and read with a plain load: a kernel of the same stream that starts after the failure sees it
 // (the kernel boundary), and one of the same launch may see it or not, as it may see the failure or not.
 // verify/models/agreement.pml proves that with this rule every rank fails with kMismatch and none uses another
 // call's data.
