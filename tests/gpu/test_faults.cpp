@@ -287,6 +287,22 @@ void with_child_rank(const char* mode, const std::function<void(Communicator&, p
   waitpid(child, &status, 0);  // reaped already where the body waited for it
 }
 
+// Polls check() until the second after `since` is over (the watch publishes from its own thread): true when it
+// raised, which must be kRemoteError naming rank 1.
+bool remote_error_naming_rank_1(Communicator& comm, Clock::time_point since, const std::string& what) {
+  while (seconds_since(since) < 1.0) {
+    try {
+      comm.check();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ErrorCode::kRemoteError) << what << ": " << error.what();
+      EXPECT_NE(std::string(error.what()).find("rank 1"), std::string::npos) << what << ": " << error.what();
+      return true;
+    }
+  }
+  return false;
+}
+
 // Rank 1 exits without destroying its communicator while rank 0 waits on it in an all-reduce: rank 0's kernel
 // ends and check() raises kRemoteError naming rank 1, within a second of the exit.
 TEST(Faults, PeerProcessThatExitsIsReportedWithinASecond) {
@@ -302,18 +318,7 @@ TEST(Faults, PeerProcessThatExitsIsReportedWithinASecond) {
     const Clock::time_point exited_at = Clock::now();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed before it exited: " << status;
     cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
-    // The watch runs on its own thread: give its publication until the second is over.
-    bool raised = false;
-    while (!raised && seconds_since(exited_at) < 1.0) {
-      try {
-        comm.check();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      } catch (const Error& error) {
-        raised = true;
-        EXPECT_EQ(error.code(), ErrorCode::kRemoteError) << error.what();
-        EXPECT_NE(std::string(error.what()).find("rank 1"), std::string::npos) << error.what();
-      }
-    }
+    const bool raised = remote_error_naming_rank_1(comm, exited_at, "the peer's exit");
     const double waited = seconds_since(exited_at);
     std::printf("[faults] the peer's exit to kRemoteError: %.1f ms\n", waited * 1e3);
     EXPECT_TRUE(raised) << "no failure reported " << waited << " s after rank 1 exited";
@@ -450,17 +455,7 @@ TEST(Faults, PeerKilledDuringEachKindOfCallIsReportedWithinASecond) {
       const cudaError_t ended = cudaStreamSynchronize(stream.get());
       const double kernel_ended = seconds_since(killed_at);
       EXPECT_EQ(ended, cudaSuccess) << kill.name << ": " << cudaGetErrorString(ended);
-      bool raised = false;
-      while (!raised && seconds_since(killed_at) < 1.0) {
-        try {
-          comm.check();
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        } catch (const Error& error) {
-          raised = true;
-          EXPECT_EQ(error.code(), ErrorCode::kRemoteError) << kill.name << ": " << error.what();
-          EXPECT_NE(std::string(error.what()).find("rank 1"), std::string::npos) << kill.name << ": " << error.what();
-        }
-      }
+      const bool raised = remote_error_naming_rank_1(comm, killed_at, kill.name);
       const double waited = seconds_since(killed_at);
       std::printf("[faults] SIGKILL during %s: the call ended after %.1f ms, kRemoteError after %.1f ms\n", kill.name,
                   kernel_ended * 1e3, waited * 1e3);
