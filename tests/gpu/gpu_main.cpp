@@ -5,13 +5,21 @@
 //   --crash-rank=R    launcher test: rank R aborts after init while the others wait in a barrier
 //   --skip-if-gpus=N  exit 77 (skipped) when exactly N GPUs are visible: an entry for "every GPU" that another
 //                     entry for N ranks already covers
+//   --test-watchdog=S a test still running after S seconds is named on stderr and the process exits 124, so a
+//                     runner can go on with the tests after it (bench/dev/shared_suite_run.sh); with
+//                     GPU_TEST_WATCHDOG_HOLD_S=H it waits H seconds first, for a debugger to take the stacks
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unistd.h>
 
 #include "world.hpp"
 
@@ -35,18 +43,59 @@ int crash_rank_mode(int crash_rank) {
   return 0;
 }
 
+// Names the test that outlives its limit and ends the process: a hang costs one limit, not the entry's timeout.
+class TestWatchdog : public ::testing::EmptyTestEventListener {
+ public:
+  explicit TestWatchdog(int limit_s) : limit_s_(limit_s) {
+    std::thread([this] { watch(); }).detach();
+  }
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    name_ = std::string(info.test_suite_name()) + "." + info.name();
+    started_ = std::chrono::steady_clock::now();
+    running_ = true;
+  }
+  void OnTestEnd(const ::testing::TestInfo&) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_ = false;
+  }
+
+ private:
+  void watch() {
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (running_ && std::chrono::steady_clock::now() - started_ > std::chrono::seconds(limit_s_)) {
+        std::fprintf(stderr, "[ WATCHDOG ] %s still running after %d s: exiting\n", name_.c_str(), limit_s_);
+        std::fflush(stdout);
+        std::fflush(stderr);
+        const char* hold = std::getenv("GPU_TEST_WATCHDOG_HOLD_S");
+        if (hold != nullptr) std::this_thread::sleep_for(std::chrono::seconds(std::atoi(hold)));
+        _exit(124);
+      }
+    }
+  }
+  const int limit_s_;
+  std::mutex mutex_;
+  std::string name_;
+  std::chrono::steady_clock::time_point started_;
+  bool running_ = false;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int world = -1;
   int crash_rank = -1;
   int skip_if_gpus = -1;
+  int watchdog_s = 0;
   bool print_count = false;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--world=", 8) == 0) world = std::atoi(argv[i] + 8);
     else if (std::strncmp(argv[i], "--crash-rank=", 13) == 0) crash_rank = std::atoi(argv[i] + 13);
     else if (std::strncmp(argv[i], "--skip-if-gpus=", 15) == 0) skip_if_gpus = std::atoi(argv[i] + 15);
+    else if (std::strncmp(argv[i], "--test-watchdog=", 16) == 0) watchdog_s = std::atoi(argv[i] + 16);
     else if (std::strcmp(argv[i], "--print-gpu-count") == 0) print_count = true;
     else argv[kept++] = argv[i];
   }
@@ -91,5 +140,6 @@ int main(int argc, char** argv) {
               braid::testing::in_process_mode() ? "processes (braid-run)" : "threads", gpus,
               shared_gpus && braid::testing::world_size() > gpus ? ", ranks sharing them" : "");
   ::testing::InitGoogleTest(&argc, argv);
+  if (watchdog_s > 0) ::testing::UnitTest::GetInstance()->listeners().Append(new TestWatchdog(watchdog_s));
   return RUN_ALL_TESTS();
 }
