@@ -21,6 +21,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/private_copy.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "kernels/moe_kernels.hpp"
 #include "moe/moe_test_hooks.hpp"
@@ -316,8 +317,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
-    BRAID_CUDA(cudaMemset(state->local, 0, carve.used));
-    BRAID_CUDA(cudaDeviceSynchronize());
+    detail::fill_zeros_now(state->local, carve.used);  // NOTE [no device-wide waits]
   }
   char* local = static_cast<char*>(state->local);
   kernels::moe::MoeLaunch& b = state->base;

@@ -11,6 +11,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/private_copy.hpp"
 
 namespace braid {
 
@@ -75,16 +76,15 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_memory_ = allocate_symmetric(memory, 3 * slots * sizeof(uint64_t), AllocOptions{});
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
-  BRAID_CUDA(cudaMemset(expected_, 0, slots * sizeof(uint64_t)));
+  detail::fill_zeros_now(expected_, slots * sizeof(uint64_t));  // NOTE [no device-wide waits]
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(Counters)));
-  BRAID_CUDA(cudaMemset(counters_, 0, sizeof(Counters)));
+  detail::fill_zeros_now(counters_, sizeof(Counters));
   // Two words: [0] fatal failures, [1] refused data.
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), 2 * sizeof(device::ErrorWord), cudaHostAllocMapped));
   error_host_[0] = device::ErrorWord{};
   error_host_[1] = device::ErrorWord{};
   device::ErrorWord* error_device = nullptr;
   BRAID_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&error_device), error_host_, 0));
-  BRAID_CUDA(cudaDeviceSynchronize());
 
   pad_.local = static_cast<uint64_t*>(pad_memory_->peer_pointers[memory->rank]);
   pad_.peers = reinterpret_cast<uint64_t* const*>(pad_memory_->device_peer_pointers);
@@ -113,8 +113,8 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
   }
   const std::vector<uint64_t> below_zero(static_cast<size_t>(count) * pad_.world, uint64_t(0) - credits);
   DeviceGuard guard(device_);
-  BRAID_CUDA(cudaMemcpy(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
-                        below_zero.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  detail::copy_to_device_now(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
+                             below_zero.size() * sizeof(uint64_t));
 }
 
 bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
