@@ -738,12 +738,14 @@ void upload(const Arenas& arenas, const std::vector<unsigned char>& send, const 
   if (send.size() > arenas.send_capacity || recv.size() > arenas.recv_capacity) {
     throw std::logic_error("upload: images larger than the arenas");
   }
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
   if (!send.empty()) cuda_check(cudaMemcpyAsync(arenas.send, send.data(), send.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
   if (!recv.empty()) cuda_check(cudaMemcpyAsync(arenas.recv, recv.data(), recv.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
 }
 
 void download(const Arenas& arenas, std::vector<unsigned char>& send, std::vector<unsigned char>& recv,
               cudaStream_t stream) {
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
   if (!send.empty()) cuda_check(cudaMemcpyAsync(send.data(), arenas.send, send.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
   if (!recv.empty()) cuda_check(cudaMemcpyAsync(recv.data(), arenas.recv, recv.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

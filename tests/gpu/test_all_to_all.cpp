@@ -527,6 +527,7 @@ struct Outcome {
 
 // Copies the images into the arenas (stream-ordered).
 void upload(const TestBuffers& buffers, const Images& images, cudaStream_t stream) {
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (upload)");  // NOTE [shared-GPU waits]
   cuda_check(cudaMemcpyAsync(buffers.send(), images.send.data(), images.send.size(), cudaMemcpyHostToDevice, stream),
              "cudaMemcpyAsync (send image)");
   cuda_check(cudaMemcpyAsync(buffers.recv(), images.recv.data(), images.recv.size(), cudaMemcpyHostToDevice, stream),
@@ -545,6 +546,7 @@ Images download(const TestBuffers& buffers, const Images& shape, cudaStream_t st
   got.send.resize(shape.send.size());
   got.recv.resize(shape.recv.size());
   got.meta.resize(shape.meta.size());
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (download)");  // NOTE [shared-GPU waits]
   cuda_check(cudaMemcpyAsync(got.send.data(), buffers.send(), got.send.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
   cuda_check(cudaMemcpyAsync(got.recv.data(), buffers.recv(), got.recv.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
   if (!got.meta.empty()) {

@@ -182,7 +182,7 @@ struct FiveCalls {
     poison(scatter_recv.pointer, block);
     poison(a2a_recv.pointer, pair * world);
     poison(bcast_recv.pointer, kCount);
-    cuda(cudaDeviceSynchronize(), "sync");
+    device_synchronize();
   }
 
   // Wrong elements of each call's output, named.
@@ -256,7 +256,7 @@ size_t captured_all_reduce(Communicator& comm, int32_t* pointer, size_t count, u
   size_t wrong = 0;
   for (int round = 0; round < 2; ++round) {
     upload(pointer, seed + round, comm.rank(), count);
-    cuda(cudaDeviceSynchronize(), "sync");
+    device_synchronize();
     comm.barrier();
     graph.replay(stream, 1);  // in place: one replay, since a second would sum the sums
     comm.check();
@@ -281,7 +281,7 @@ TEST(AutomaticRegistration, CachingAllocatorReusesAndReallocatesAnAddress) {
     comm.barrier();  // no peer maps the segment any more
     // The segment goes back to CUDA and a new allocation (a new buffer id) takes its place, most often at the same
     // address: the peers must map the new allocation, not reuse the old one's mapping.
-    cuda(cudaFree(segment), "cudaFree");
+    device_free(segment);  // NOTE [shared-GPU waits]
     void* again = nullptr;
     cuda(cudaMalloc(&again, size_t(24) << 20), "cudaMalloc");
     EXPECT_EQ(captured_all_reduce(comm, static_cast<int32_t*>(again), kCount + 12, seed + 20, stream.stream), 0u)

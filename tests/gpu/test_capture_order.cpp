@@ -461,6 +461,7 @@ TEST(CaptureOrder, ReplaysWithAnEagerCallCapturedBetweenStayOrdered) {
         cuda_check(cudaMemsetAsync(a.get(), kPoison, n * 4, replayed.get()), "poison a");
         cuda_check(cudaMemsetAsync(b.get(), kPoison, n * 4, replayed.get()), "poison b");
         cuda_check(cudaGraphLaunch(graph.exec, replayed.get()), "cudaGraphLaunch");
+        cuda_check(cudaStreamSynchronize(replayed.get()), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
         cuda_check(cudaMemcpyAsync(got_a.data(), a.get(), n * 4, cudaMemcpyDeviceToHost, replayed.get()), "download a");
         cuda_check(cudaMemcpyAsync(got_b.data(), b.get(), n * 4, cudaMemcpyDeviceToHost, replayed.get()), "download b");
         cuda_check(cudaStreamSynchronize(replayed.get()), "cudaStreamSynchronize");

@@ -83,7 +83,7 @@ void check_all_reduce(Communicator& comm, void* send, void* recv, size_t count, 
   upload(send, input(seed, comm.rank(), count));
   poison(recv, count * sizeof(int32_t));
   comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-  cuda(cudaDeviceSynchronize(), "sync");
+  device_synchronize();
   comm.check();
   const std::vector<int32_t> got = download(recv, count);
   size_t wrong = 0, first = 0;
@@ -100,7 +100,7 @@ void check_all_to_all(Communicator& comm, void* send, void* recv, size_t count, 
   upload(send, input(seed, comm.rank(), count * world));
   poison(recv, count * world * sizeof(int32_t));
   comm.all_to_all(send, recv, count, DataType::kInt32, cudaStreamPerThread);
-  cuda(cudaDeviceSynchronize(), "sync");
+  device_synchronize();
   comm.check();
   const std::vector<int32_t> got = download(recv, count * world);
   size_t wrong = 0;
@@ -230,12 +230,12 @@ TEST(Registration, ThousandCyclesLeakNothing) {
     // after the warm cycles, so a few are allowed.
     constexpr size_t kDriverFds = 4;
     for (int i = 0; i < 20; ++i) cycle(i);  // warm: the driver's own pools settle
-    cuda(cudaDeviceSynchronize(), "sync");
+    device_synchronize();
     comm.barrier();
     const size_t fds = open_fds(), free = free_device_bytes();
     comm.barrier();
     for (int i = 0; i < 1000; ++i) cycle(i);
-    cuda(cudaDeviceSynchronize(), "sync");
+    device_synchronize();
     comm.barrier();
     EXPECT_LE(open_fds(), fds + kDriverFds) << "open fds grew over 1000 cycles";
     EXPECT_GE(free_device_bytes() + (size_t(4) << 20), free) << "device memory shrank over 1000 cycles";
@@ -333,7 +333,7 @@ TEST(Registration, FirstUseInsideGraphCapture) {
     for (int replay = 0; replay < 99; replay += 33) {
       upload(send.pointer, input(seed + replay, comm.rank(), count));
       poison(recv.pointer, count * 4);
-      cuda(cudaDeviceSynchronize(), "sync");
+      device_synchronize();
       comm.barrier();  // every rank's input is in place before any replay reads it
       for (int i = 0; i < 33; ++i) cuda(cudaGraphLaunch(exec, stream), "replay");
       cuda(cudaStreamSynchronize(stream), "sync");
@@ -448,7 +448,7 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       // Plain import_handle of every peer's blob (another process under braid-run: CUDA IPC, or pidfd_getfd).
       const std::vector<std::string> blobs = comm.host_allgather(mine.blob());
       upload(send, input(seed, comm.rank(), count * world));
-      cuda(cudaDeviceSynchronize(), "sync");
+      device_synchronize();
       comm.barrier();
       for (int q = 0; q < world; ++q) {
         ImportedMemory peer = import_handle(blobs[q], comm.device());
@@ -466,7 +466,7 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       // stream would be ordered against that GPU's legacy stream too (see PeerRange::same_process_peers).
       cudaStream_t stream;
       cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-      cuda(cudaDeviceSynchronize(), "sync");
+      device_synchronize();
       comm.all_to_all(global, recv.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
       comm.all_to_all(send, expected.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));
       cuda(cudaStreamSynchronize(stream), "sync");
@@ -490,12 +490,12 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       upload(marker.pointer, {1000 + comm.rank()});
       comm.barrier();
       comm.put(global, next, 4 * comm.rank(), marker.pointer, 4, cudaStreamPerThread);
-      cuda(cudaDeviceSynchronize(), "sync");
+      device_synchronize();
       comm.barrier();
       EXPECT_EQ(download(static_cast<char*>(send) + 4 * previous, 1)[0], 1000 + previous) << what << ": put";
       const int before_previous = (previous + world - 1) % world;
       comm.get(global, previous, 4 * before_previous, marker.pointer, 4, cudaStreamPerThread);
-      cuda(cudaDeviceSynchronize(), "sync");
+      device_synchronize();
       EXPECT_EQ(download(marker.pointer, 1)[0], 1000 + before_previous) << what << ": get";
       comm.barrier();
     }
@@ -522,7 +522,7 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
         const std::string what = std::string(send == cuda_send.pointer ? "cudaMalloc" : "VMM") + ", rank " +
                                  std::to_string(late) + " late";
         upload(send, input(seed + late, comm.rank(), count * world));
-        cuda(cudaDeviceSynchronize(), "sync");
+        device_synchronize();
         ExportedHandle mine = export_handle(send, bytes);
         GlobalMemory global = comm.import_global(mine);
         if (comm.rank() == late) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -539,7 +539,7 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
         cudaStream_t stream;
         cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
         step("stream");
-        cuda(cudaDeviceSynchronize(), "sync");
+        device_synchronize();
         step("device sync");
         try {
           comm.all_to_all(global, recv.pointer, count, DataType::kInt32, reinterpret_cast<Stream>(stream));

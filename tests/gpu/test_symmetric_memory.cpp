@@ -54,10 +54,11 @@ TEST(SymmetricMemory, DevicePeerTableMatchesHostTableAndViewIsRankOrdered) {
       unsigned char value = static_cast<unsigned char>(17 * comm.rank() + r + 1);
       comm.barrier();
       if (comm.rank() == 0) {
-        cuda(cudaMemcpy(bytes_at(memory.view(), memory.view_stride() * r + 100), &value, 1, cudaMemcpyDefault));
-        // A copy from pageable host memory may return before its DMA lands (CUDA's API sync rules): the
-        // byte must be in rank r's memory before the barrier lets rank r read it.
-        cuda(cudaDeviceSynchronize());
+        // Synchronised on its stream: a copy from pageable host memory may return before its DMA lands (CUDA's API
+        // sync rules), and the byte must be in rank r's memory before the barrier lets rank r read it.
+        cuda(cudaMemcpyAsync(bytes_at(memory.view(), memory.view_stride() * r + 100), &value, 1, cudaMemcpyDefault,
+                             cudaStreamPerThread));
+        cuda(cudaStreamSynchronize(cudaStreamPerThread));
       }
       comm.barrier();
       unsigned char seen = 0;
@@ -95,7 +96,7 @@ TEST(SymmetricMemory, ThousandAllocFreeCyclesLeakNoMemoryOrFds) {
     for (int i = 0; i < 8; ++i) cycle(i);
     free_device_bytes();
     open_fds();
-    cuda(cudaDeviceSynchronize());
+    device_synchronize();
     // Measure between barriers, when no rank is mid-cycle (ranks may be threads of this process).
     struct Reading {
       int fds;
@@ -109,10 +110,10 @@ TEST(SymmetricMemory, ThousandAllocFreeCyclesLeakNoMemoryOrFds) {
     };
     const Reading before = read_between_barriers();
     for (int i = 0; i < 500; ++i) cycle(i);
-    cuda(cudaDeviceSynchronize());
+    device_synchronize();
     const Reading middle = read_between_barriers();
     for (int i = 500; i < 1000; ++i) cycle(i);
-    cuda(cudaDeviceSynchronize());
+    device_synchronize();
     const Reading after = read_between_barriers();
 
     // A leak grows with the cycles: the last 500 must add nothing at all.
@@ -144,7 +145,7 @@ TEST(SymmetricMemory, TeardownInAnyOrder) {
     for (int owner = 0; owner < world; ++owner) {
       check::write_pattern(bytes_at(memory.peer(owner), region * me), region, 42 + me, me, owner, nullptr);
     }
-    cuda(cudaDeviceSynchronize());
+    device_synchronize();
     keeper.barrier();
     for (int writer = 0; writer < world; ++writer) {
       EXPECT_EQ(check::check_pattern(bytes_at(memory.local(), region * writer), region, 42 + writer, writer, me, nullptr).wrong, 0u);

@@ -3,16 +3,46 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <stdexcept>
-
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 namespace braid::testing {
 namespace {
 int g_thread_world = 1;
+
+// The ranks of one for_each_rank as threads; every thread holds it while its body runs.
+class ThreadBarrier {
+ public:
+  explicit ThreadBarrier(int parties) : parties_(parties) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const unsigned long long generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      changed_.notify_all();
+      return;
+    }
+    if (!changed_.wait_for(lock, std::chrono::seconds(60), [&] { return generation_ != generation; })) {
+      throw std::runtime_error("host_barrier: a rank did not arrive within 60 s");
+    }
+  }
+
+ private:
+  const int parties_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int arrived_ = 0;
+  unsigned long long generation_ = 0;
+};
+thread_local ThreadBarrier* t_barrier = nullptr;
 
 std::string current_test_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -58,15 +88,37 @@ void for_each_rank(const std::function<void(const RankContext&)>& body) {
     return;
   }
   StoreHost store;
+  ThreadBarrier barrier(g_thread_world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < g_thread_world; ++rank) {
     threads.emplace_back([&, rank] {
+      t_barrier = &barrier;
       Rendezvous rendezvous = Rendezvous::at_store(store.address(), rank, g_thread_world, false);
       rendezvous.job_id = test;
       run_guarded(rank, body, RankContext{rank, g_thread_world, rendezvous});
     });
   }
   for (std::thread& thread : threads) thread.join();
+}
+
+void host_barrier() {
+  if (t_barrier != nullptr) t_barrier->arrive_and_wait();
+}
+
+void device_synchronize() {
+  const bool shared = t_barrier != nullptr && ranks_share_gpus();
+  if (shared) host_barrier();
+  const cudaError_t result = cudaDeviceSynchronize();
+  if (shared) host_barrier();
+  if (result != cudaSuccess) throw std::runtime_error(std::string("cudaDeviceSynchronize: ") + cudaGetErrorString(result));
+}
+
+void device_free(void* pointer) {
+  const bool shared = t_barrier != nullptr && ranks_share_gpus();
+  if (shared) host_barrier();
+  const cudaError_t result = cudaFree(pointer);
+  if (shared) host_barrier();
+  if (result != cudaSuccess) throw std::runtime_error(std::string("cudaFree: ") + cudaGetErrorString(result));
 }
 
 void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options) {

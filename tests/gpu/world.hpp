@@ -35,6 +35,25 @@ bool ranks_share_gpus();
   if (::braid::testing::ranks_share_gpus())                                                              \
   GTEST_SKIP() << "NCCL refuses two ranks on one GPU, and ranks share GPUs in this run"
 
+// NOTE [shared-GPU waits]
+// Ranks that share a GPU as threads share its CUDA context. A peer that already launched its next collective spins
+// until this rank joins it, so this rank must never wait on the host for that peer's work:
+// - A call that waits for the whole device (cudaDeviceSynchronize, cudaFree) waits for every kernel in the
+//   context, a peer's too. Where ranks share GPUs as threads, the helpers below let every rank reach the wait
+//   before any launches more, and leave it together.
+// - The legacy default stream waits for every thread's default stream: the tests are built with per-thread
+//   default streams (tests/gpu/CMakeLists.txt).
+// - A copy to or from pageable host memory waits for its stream while it holds a lock of the context that every
+//   thread's launches and copies take. A test synchronises a stream with a collective on it before such a copy.
+//
+// Every rank of this test reaches this line before any goes on (a no-op under braid-run: each process has its own
+// context). Bounded: throws after 60 s.
+void host_barrier();
+// cudaDeviceSynchronize, between two host barriers where ranks share GPUs as threads.
+void device_synchronize();
+// cudaFree, between two host barriers where ranks share GPUs as threads.
+void device_free(void* pointer);
+
 // Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
 void make_current(const Communicator& comm);
 
