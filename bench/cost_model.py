@@ -1,41 +1,82 @@
 #!/usr/bin/env python3
-"""A cost model of braid's and NCCL's collectives on one host, fitted to bench/results/archive.jsonl.
+"""A cost model of braid's protocols and NCCL's collectives on one host, from the machine's probes and the archive.
 
     bench/cost_model.py [--fit nvidia-h200-x2] [--check nvidia-h200-x4] [--worlds 4,8] [--doc docs/dev/selection.md]
 
 NOTE [cost model]
-A call of S bytes (nccl-tests' size: the whole output of an all-gather, the whole input of a reduce-scatter) on
-N ranks takes
+A call of S bytes (nccl-tests' size: the whole output of an all-gather, the whole input of a reduce-scatter) on N
+ranks by one of braid's protocols takes
 
-    T(S, N) = alpha + S * bus_factor(collective, N) / (busbw * egress_share(N))
+    T = launch + steps * hop + S * (sum over its link terms of  share * factor / (rate(engine) * eta(engine))
+                                    + local / local_copy)
 
-alpha is the call's fixed cost (launches, barriers, the first line's round trip), busbw the bus bandwidth the
-call's protocol reaches on one pair, bus_factor nccl-tests' factor (the share of S that crosses each GPU's
-links: 2(N-1)/N for all-reduce, (N-1)/N for all-gather, reduce-scatter and all-to-all, 1 for broadcast, reduce
-and send/recv), and egress_share(N) what is left of one GPU's egress when it stores to N-1 peers at once through
-the switch instead of to one (bench/probes/link_sharing.cu: 369 GB/s to one peer, 344 GB/s to each of three at
-once on H200, so 0.93 for N >= 4; 8 ranks reuse the 4-rank share, as no 8-GPU probe has run). alpha and busbw are
-fitted per (implementation, collective, buffer kind, mode) on the rows of one machine kind and world (the 2-GPU
-rows), by least squares on the relative error, from 1 MiB up (below that alpha dominates, and the fitted alpha
-comes from the rows up to 64 KiB). The model is checked against the rows of another world (`--check`): the
-error stated is |predicted - measured| / measured over those rows from 1 MiB up.
+- The link terms say what crosses the busiest GPU's links, per byte of S: for each engine (SM stores, copy
+  engines, LL lines, LL128 lines) a factor from the protocol's shape (`movement` below: (N-1)/N of S for an
+  all-gather, N-1 whole buffers for a root that serves or gathers every peer, ...). LL lines carry 8 bytes of
+  payload in 16, LL128 lines 120 in 128: their rate is the SM rate times that share.
+- rate(engine) comes from the machine's probes (MACHINES, from bench/probes: SM stores into one peer, a copy
+  engine's copy to one peer), share(N) is what is left of a GPU's egress when it stores to N-1 peers at once
+  through the switch instead of to one (1 for engines, which serve one peer a step).
+- local counts the extra passes through the GPU's own memory (staging, a FIFO's copy out) at the machine's local
+  copy rate.
+- launch, hop and eta(engine) are the model's six parameters per machine and mode (graph or eager), fitted by
+  least squares on the relative error to the archive's rows of one machine kind and world (the 2-GPU rows), each
+  row matched to the protocol braid ran: the first row of `kTable` (src/collectives/selection.cpp, parsed here)
+  that the call's collective, size, world and buffers pass, as the library picks it.
+NCCL's time is alpha + S * bus_factor / (busbw * share), alpha and busbw fitted per (collective, buffers, mode).
 
-What it leaves out: the archive holds braid's time as it ships (the selection table's protocol at each size),
-not per protocol, so the model predicts the shipped choice per (collective, buffer kind), and a protocol switch
-inside the fitted range shows as fitting error; per-peer latency in alpha (the 2-GPU alpha is reused for N).
+The model is checked against the rows of another world (`--check`): the error stated is |predicted - measured| /
+measured over those rows from 1 MiB up, braid's rows predicted for the protocol the table picks at that world
+today (rows from older commits may have run another).
+
+Its choice for a (collective, size, world, buffers) is the protocol it predicts fastest among those the
+collective has whose gates the call passes. It prints those choices as table rows for the worlds the archive has
+no rows of (5 to 8 ranks), LL's cut-off first and from the call alone, as kTable needs it (docs/dev/protocol.md).
+Where it disagrees with kTable at 4 ranks, kTable's rows are measured and the model is wrong (LL128's rate, fitted
+on few rows, is the largest gap), which is why kTable does not take its rows yet.
+
+What it leaves out: per-peer latency beyond the hop count, the chain's fill (a hop a rank), contention between
+the engines and the SMs of one GPU, and anything an 8-GPU probe would show (none has run): 8 ranks reuse the
+4-rank egress share.
 """
 import argparse
 import collections
 import json
 import os
+import re
 import statistics
 import sys
 
-ARCHIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "archive.jsonl")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ARCHIVE = os.path.join(HERE, "results", "archive.jsonl")
+TABLE = os.path.join(HERE, "..", "src", "collectives", "selection.cpp")
 MiB = 1 << 20
-EGRESS_SHARE = {2: 1.0, 4: 344.0 / 369.0}  # bench/probes/link_sharing.cu on H200 (NOTE [cost model])
 BEGIN = "<!-- cost model: generated by bench/cost_model.py --doc; edit the script, not this section -->"
 END = "<!-- end of the cost model's section -->"
+
+# GB/s, from bench/probes (link_sharing.cu, peer_limits.cu) on each machine kind.
+MACHINES = {
+    "nvidia-h200": {"sm": 353.0, "ce": 397.0, "egress_share": 344.0 / 369.0, "local_copy": 2090.0},
+    "nvidia-h100": {"sm": 353.0, "ce": 398.0, "egress_share": 344.0 / 369.0, "local_copy": 1500.0},
+}
+WIRE = {"sm": 1.0, "ce": 1.0, "ll": 0.5, "ll128": 120.0 / 128.0}  # payload share of what crosses the link
+ENGINES = ("sm", "ce", "ll", "ll128")
+COLLECTIVES = ("allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv")
+# kTable's names.
+CPP_COLLECTIVE = {"kAllReduce": "allreduce", "kReduce": "reduce", "kReduceScatter": "reducescatter",
+                  "kAllGather": "allgather", "kBroadcast": "broadcast", "kAllToAll": "alltoall",
+                  "kAllToAllv": "alltoallv", "kSendRecv": "sendrecv"}
+CPP_ALGORITHM = {"kLL": "ll", "kLL128": "ll128", "kOneShot": "oneshot", "kTwoShot": "twoshot",
+                 "kPipelined": "pipelined", "kStaged": "staged", "kCopyEngine": "copyengine",
+                 "kMulticast": "multicast", "kSplit": "split"}
+MODEL_WORLDS = (5, 8)  # worlds with no archive rows whose table the model prints
+
+
+def machine_of(kind):
+    for name, parameters in MACHINES.items():
+        if kind.startswith(name):
+            return parameters
+    raise SystemExit(f"cost_model.py: no probe figures for machine kind {kind!r} (MACHINES)")
 
 
 def bus_factor(collective, world):
@@ -46,9 +87,145 @@ def bus_factor(collective, world):
     return 1.0  # broadcast, reduce, sendrecv
 
 
-def egress_share(world):
-    return EGRESS_SHARE.get(world, EGRESS_SHARE[4])
+def egress_share(machine, world):
+    return 1.0 if world <= 2 else machine["egress_share"]
 
+
+# --- braid's protocols -------------------------------------------------------------------------------------------
+
+def movement(collective, algorithm, world, mapped):
+    """(link terms [(engine, factor)], local passes, steps) per byte of S, or None where the protocol does not
+    serve the collective. mapped: the peers map the call's buffers (symmetric memory), so nothing is staged."""
+    n, f = world, (world - 1) / world
+    fifo = 0.0 if mapped else 1.0  # a FIFO's or staging area's copy out, per byte received
+    chain = world > 2              # reduce and broadcast beyond 2 ranks: the chain, a hop a rank
+    table = {
+        "allreduce": {
+            "ll": ([("ll", n - 1)], 0.0, 1),
+            "ll128": ([("ll128", n - 1)], 0.0, 1),
+            "oneshot": ([("sm", n - 1)], fifo, 2),
+            "twoshot": ([("sm", 2 * f)], 2 * f * fifo, 2),
+            "copyengine": ([("ce", 1.0)], 0.5, 4) if n == 2 else None,
+        },
+        "reduce": {
+            "ll": ([("ll", n - 1)], 0.0, 1),
+            "staged": ([("sm", n - 1)], 1.0, 2),
+            "pipelined": ([("sm", 1.0)], 1.0, n - 1 if chain else 2),
+            "copyengine": ([("ce", 1.0)], 1.0, 4) if n == 2 else None,
+            "split": ([("sm", 2 * f)], 1.0, 3),
+        },
+        "reducescatter": {
+            "ll": ([("ll", f)], 0.0, 1),
+            "staged": ([("sm", f)], 1.0, 2),
+            "pipelined": ([("sm", f)], f * fifo, 2),
+            "copyengine": ([("ce", f)], f, 4) if n == 2 else None,
+        },
+        "allgather": {
+            "ll": ([("ll", f)], 0.0, 1),
+            "staged": ([("sm", f)], 1.0 / n, 2),
+            "pipelined": ([("sm", f)], f * fifo, 2),
+            "copyengine": ([("ce", f)], f * fifo, 4) if mapped or n == 2 else None,
+        },
+        "broadcast": {
+            "ll": ([("ll", n - 1)], 0.0, 1),
+            "staged": ([("sm", n - 1)], 1.0, 2),
+            "pipelined": ([("sm", 1.0)], fifo, n - 1 if chain else 2),
+            "copyengine": ([("ce", 1.0)], fifo, 4) if n == 2 else None,
+            "split": ([("sm", 2 * f)], 1.0, 3),
+        },
+        "alltoall": {
+            "ll": ([("ll", f)], 0.0, 1),
+            "pipelined": ([("sm", f)], f * fifo, 2),
+            "copyengine": ([("ce", f)], f * fifo, 4) if mapped or n <= 4 else None,
+        },
+        "sendrecv": {
+            "ll128": ([("ll128", 1.0)], 0.0, 1),
+            "pipelined": ([("sm", 1.0)], fifo, 2),
+            "copyengine": ([("ce", 1.0)], fifo, 4),
+        },
+    }
+    return table.get(collective, {}).get(algorithm)
+
+
+def features(machine, collective, algorithm, world, mapped, size):
+    """The row of the least-squares system: (coefficients of launch, hop, 1/eta per engine; the fixed part)."""
+    shape = movement(collective, algorithm, world, mapped)
+    if shape is None:
+        return None
+    terms, local, steps = shape
+    per_engine = dict.fromkeys(ENGINES, 0.0)
+    for engine, factor in terms:
+        rate = machine["ce" if engine == "ce" else "sm"] * WIRE[engine]
+        share = 1.0 if engine == "ce" else egress_share(machine, world)
+        per_engine[engine] += size * factor / (rate * share) * 1e-3  # us at eta = 1
+    local_us = size * local / machine["local_copy"] * 1e-3
+    return [1.0, float(steps)] + [per_engine[e] for e in ENGINES], local_us
+
+
+def time_of(params, row):
+    """launch + steps * hop + the longer of the link time and the local passes (a pipeline overlaps them)."""
+    coefficients, local_us = row
+    link_us = sum(c * p for c, p in zip(coefficients[2:], params[2:]))
+    return params[0] + coefficients[1] * params[1] + max(link_us, local_us)
+
+
+def predict_braid(params, machine, collective, algorithm, world, mapped, size):
+    row = features(machine, collective, algorithm, world, mapped, size)
+    return None if row is None else time_of(params, row)
+
+
+# --- kTable, as the library reads it ------------------------------------------------------------------------------
+
+def parse_table(path=TABLE):
+    """kTable's rows: (collective, max_bytes, algorithm, symmetric_only, max_world, fp8_only)."""
+    with open(path) as f:
+        text = f.read()
+    body = text[text.index("constexpr Row kTable[] = {"):]
+    body = body[:body.index("\n};")]
+    rows = []
+    for match in re.finditer(r"\{Collective::(\w+),\s*([^,]+),\s*Algorithm::(\w+)((?:,\s*[^,}]+)*)\}", body):
+        collective, size_text, algorithm, rest = match.groups()
+        extras = [e.strip() for e in rest.split(",") if e.strip()]
+        rows.append({"collective": CPP_COLLECTIVE[collective], "max_bytes": cpp_size(size_text),
+                     "algorithm": CPP_ALGORITHM[algorithm],
+                     "symmetric": len(extras) > 0 and extras[0] == "Buffers::kSymmetric",
+                     "max_world": int(extras[1]) if len(extras) > 1 else 1 << 30,
+                     "fp8": len(extras) > 2 and extras[2] == "Types::kFp8"})
+    if not rows:
+        raise SystemExit(f"cost_model.py: no rows of kTable found in {path}")
+    return rows
+
+
+def cpp_size(text):
+    text = text.strip()
+    if text == "SIZE_MAX":
+        return 1 << 62
+    match = re.fullmatch(r"size_t\((\d+)\)\s*<<\s*(\d+)", text)
+    if not match:
+        raise SystemExit(f"cost_model.py: cannot read the size {text!r} of a kTable row")
+    return int(match.group(1)) << int(match.group(2))
+
+
+def gate_open(collective, algorithm, world, mapped):
+    """The library's gates for a call out of place, multicast off, ranks as threads (cudaMalloc buffers of peers
+    in this process are not mapped): the protocols `movement` knows at that world."""
+    return algorithm != "multicast" and movement(collective, algorithm, world, mapped) is not None
+
+
+def shipped(table, collective, size, world, mapped, fp8=False):
+    for row in table:
+        if (row["collective"] == collective and size <= row["max_bytes"] and world <= row["max_world"] and
+                (not row["symmetric"] or mapped) and (not row["fp8"] or fp8) and
+                gate_open(collective, row["algorithm"], world, mapped)):
+            return row["algorithm"]
+    return "staged"
+
+
+def candidates(table, collective):
+    return sorted({row["algorithm"] for row in table if row["collective"] == collective} - {"multicast"})
+
+
+# --- the archive -------------------------------------------------------------------------------------------------
 
 def load(path):
     with open(path) as f:
@@ -86,14 +263,74 @@ def points(rows, gpu, world, dtype):
     return out
 
 
-def fit(series, collective, world):
+# --- fitting -----------------------------------------------------------------------------------------------------
+
+def minimise(cost, start, steps):
+    """Nelder-Mead: the point near `start` (initial simplex sides `steps`) where cost is least."""
+    n = len(start)
+    simplex = [list(start)] + [[x + (steps[i] if i == j else 0.0) for j, x in enumerate(start)] for i in range(n)]
+    values = [cost(p) for p in simplex]
+    for _ in range(4000):
+        order = sorted(range(n + 1), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        centre = [sum(p[j] for p in simplex[:-1]) / n for j in range(n)]
+        worst = simplex[-1]
+        reflected = [c + (c - w) for c, w in zip(centre, worst)]
+        r = cost(reflected)
+        if r < values[0]:
+            expanded = [c + 2 * (c - w) for c, w in zip(centre, worst)]
+            e = cost(expanded)
+            simplex[-1], values[-1] = (expanded, e) if e < r else (reflected, r)
+        elif r < values[-2]:
+            simplex[-1], values[-1] = reflected, r
+        else:
+            contracted = [c + 0.5 * (w - c) for c, w in zip(centre, worst)]
+            k = cost(contracted)
+            if k < values[-1]:
+                simplex[-1], values[-1] = contracted, k
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, p)] for p in simplex[1:]]
+                values = [values[0]] + [cost(p) for p in simplex[1:]]
+        if max(values) - min(values) < 1e-12:
+            break
+    return simplex[min(range(n + 1), key=values.__getitem__)]
+
+
+def fit_braid(series_by_key, table, machine, world, mode):
+    """launch, hop and 1/eta per engine (eta: the share of the probe's rate a protocol reaches) for one mode, by
+    least squares on the relative error; an engine no fitted row used keeps eta 1."""
+    samples = []
+    for (impl, collective, buffers, row_mode), series in series_by_key.items():
+        if impl != "braid" or row_mode != mode or collective not in COLLECTIVES:
+            continue
+        mapped = buffers == "symmetric"
+        for size, us in series.items():
+            algorithm = shipped(table, collective, size, world, mapped)
+            row = features(machine, collective, algorithm, world, mapped, size)
+            if row is not None:
+                samples.append((row, us))
+    used = [any(row[0][2 + i] for row, _ in samples) for i in range(len(ENGINES))]
+
+    def cost(params):
+        if params[0] < 0 or params[1] < 0 or any(p <= 0 for p in params[2:]):
+            return float("inf")
+        return sum(((time_of(params, row) - us) / us) ** 2 for row, us in samples)
+
+    params = minimise(cost, [5.0, 2.0] + [1.0] * len(ENGINES), [2.0, 1.0] + [0.3] * len(ENGINES))
+    for i, engine_used in enumerate(used):
+        if not engine_used:
+            params[2 + i] = 1.0
+    return params, len(samples)
+
+
+def fit_nccl(series, collective, world, machine):
     """(alpha us, busbw GB/s) of T = alpha + S * factor / busbw, least squares on the relative error from 1 MiB."""
     large = [(s, t) for s, t in series.items() if s >= MiB]
     small = [t for s, t in series.items() if s <= 64 * 1024]
     if len(large) < 2:
         return None
-    factor = bus_factor(collective, world) / egress_share(world)
-    # minimise sum((alpha + k x - t) / t)^2 over (alpha, k), x = S * factor: a 2x2 normal system
+    factor = bus_factor(collective, world) / egress_share(machine, world)
     a11 = a12 = a22 = b1 = b2 = 0.0
     for s, t in large:
         u, v = 1.0 / t, s * factor / t
@@ -104,17 +341,74 @@ def fit(series, collective, world):
         return None
     if alpha <= 0 and small:
         alpha = statistics.median(small)
-    return alpha, 1e-3 / k  # k is us per byte: busbw in GB/s
+    return alpha, 1e-3 / k
 
 
-def predict(model, collective, world, size):
+def predict_nccl(model, machine, collective, world, size):
     alpha, busbw = model
-    return alpha + size * bus_factor(collective, world) / (busbw * egress_share(world)) * 1e-3
+    return alpha + size * bus_factor(collective, world) / (busbw * egress_share(machine, world)) * 1e-3
 
+
+# --- the model's choices -----------------------------------------------------------------------------------------
+
+SIZES = [1 << e for e in range(13, 30)]  # 8 KiB .. 512 MiB
+
+
+def choice(params, machine, table, collective, world, mapped, size):
+    best = None
+    for algorithm in candidates(table, collective):
+        if not gate_open(collective, algorithm, world, mapped):
+            continue
+        t = predict_braid(params, machine, collective, algorithm, world, mapped, size)
+        if t is not None and (best is None or t < best[1]):
+            best = (algorithm, t)
+    return best
+
+
+def model_rows(params, machine, table, world):
+    """kTable rows for `world` ranks: per collective, the LL cut-off from the call alone (LL rows never depend on
+    the buffers: docs/dev/protocol.md), then the choice on symmetric buffers and on any buffer as runs of sizes."""
+    rows = []
+    for collective in COLLECTIVES:
+        lls = [a for a in ("ll", "ll128") if a in candidates(table, collective)]
+        ll_limit = 0
+        for size in SIZES:  # the largest size through which an LL protocol wins on both buffer kinds
+            picks = [choice(params, machine, table, collective, world, mapped, size) for mapped in (False, True)]
+            if all(p is not None and p[0] in lls for p in picks) and picks[0][0] == picks[1][0]:
+                ll_limit = size
+                ll_algorithm = picks[0][0]
+            else:
+                break
+        if ll_limit:
+            rows.append((collective, ll_limit, ll_algorithm, False))
+        for mapped in (True, False):
+            runs = []
+            for size in SIZES:
+                if size <= ll_limit:
+                    continue
+                pick = choice(params, machine, table, collective, world, mapped, size)
+                algorithm = pick[0] if pick else "pipelined"
+                if algorithm in lls:
+                    algorithm = min((a for a in candidates(table, collective) if a not in lls and
+                                     gate_open(collective, a, world, mapped)),
+                                    key=lambda a: predict_braid(params, machine, collective, a, world, mapped, size))
+                if runs and runs[-1][1] == algorithm:
+                    runs[-1][0] = size
+                else:
+                    runs.append([size, algorithm])
+            if runs:
+                runs[-1][0] = None  # the last run serves every larger size
+            for limit, algorithm in runs:
+                rows.append((collective, limit, algorithm, mapped))
+    return rows
+
+
+# --- report ------------------------------------------------------------------------------------------------------
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archive", default=ARCHIVE)
+    parser.add_argument("--table", default=TABLE, help="selection.cpp, whose kTable gives braid's protocols")
     parser.add_argument("--fit", default="nvidia-h200-x2", help="machine kind whose rows fit the model")
     parser.add_argument("--fit-world", type=int, default=2)
     parser.add_argument("--check", default="nvidia-h200-x4", help="machine kind whose rows check it")
@@ -124,51 +418,91 @@ def main():
     parser.add_argument("--doc", help="rewrite the cost model's section of this markdown file")
     args = parser.parse_args()
 
+    machine = machine_of(args.fit)
+    table = parse_table(args.table)
     rows = load(args.archive)
     fitted = points(rows, args.fit, args.fit_world, args.dtype)
     checked = points(rows, args.check, args.check_world, args.dtype)
-    models = {}
-    for key, series in sorted(fitted.items()):
-        model = fit(series, key[1], args.fit_world)
-        if model is not None:
-            models[key] = model
+    params = {}
+    counts = {}
+    for mode in ("graph", "eager"):
+        params[mode], counts[mode] = fit_braid(fitted, table, machine, args.fit_world, mode)
+    nccl = {}
+    for (impl, collective, buffers, mode), series in fitted.items():
+        if impl == "nccl":
+            model = fit_nccl(series, collective, args.fit_world, machine)
+            if model is not None:
+                nccl[(collective, buffers, mode)] = model
 
-    lines = [BEGIN, "", f"## The cost model's parameters and error (`bench/cost_model.py`)", "",
+    lines = [BEGIN, "", "## The cost model's parameters and error (`bench/cost_model.py`)", "",
              f"Fitted on {args.fit} ({args.fit_world} ranks), checked on {args.check} ({args.check_world} ranks), "
-             f"{args.dtype}, out of place, the newest commit of each row (NOTE [cost model] in the script says what the model is "
-             "and leaves out). Error: |predicted - measured| / measured over the checked rows from 1 MiB up.", "",
-             "| impl | collective | buffers | mode | alpha (us) | busbw (GB/s) | rows | median error | max error |",
-             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    every_error = []
-    for key, model in sorted(models.items()):
+             f"{args.dtype}, out of place, the newest commit of each row (NOTE [cost model] in the script says what "
+             "the model is and leaves out). Error: |predicted - measured| / measured over the checked rows from "
+             "1 MiB up.", "",
+             "braid's parameters (eta: the share of the probe's rate a protocol's engine reaches):", "",
+             "| mode | rows fitted | launch (us) | hop (us) | " + " | ".join(f"eta {e}" for e in ENGINES) + " |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in ENGINES) + " |"]
+    for mode in ("graph", "eager"):
+        p = params[mode]
+        etas = " | ".join(f"{1.0 / x:.2f}" if x > 0 else "-" for x in p[2:])
+        lines.append(f"| {mode} | {counts[mode]} | {p[0]:.1f} | {p[1]:.1f} | {etas} |")
+    lines += ["", "| impl | collective | buffers | mode | protocol at the checked world | rows | median error | max error |",
+              "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
+    errors_by_impl = collections.defaultdict(list)
+    for key in sorted(checked):
         impl, collective, buffers, mode = key
-        check = {s: t for s, t in checked.get(key, {}).items() if s >= MiB}
-        errors = [abs(predict(model, collective, args.check_world, s) - t) / t for s, t in check.items()]
-        every_error += errors
-        median = f"{statistics.median(errors):.0%}" if errors else "-"
-        worst = f"{max(errors):.0%}" if errors else "-"
-        lines.append(f"| {impl} | {collective} | {buffers} | {mode} | {model[0]:.1f} | {model[1]:.0f} | {len(errors)} "
-                     f"| {median} | {worst} |")
-    if every_error:
-        within = sum(e <= 0.15 for e in every_error) / len(every_error)
-        lines += ["", f"Over all {len(every_error)} checked rows: median error {statistics.median(every_error):.0%}, "
-                  f"{within:.0%} within 15 %, largest {max(every_error):.0%}."]
+        if collective not in COLLECTIVES:
+            continue
+        mapped = buffers == "symmetric"
+        errors, protocols = [], set()
+        for size, t in sorted(checked[key].items()):
+            if size < MiB:
+                continue
+            if impl == "braid":
+                algorithm = shipped(table, collective, size, args.check_world, mapped)
+                protocols.add(algorithm)
+                p = predict_braid(params[mode], machine, collective, algorithm, args.check_world, mapped, size)
+            else:
+                model = nccl.get((collective, buffers, mode))
+                p = predict_nccl(model, machine, collective, args.check_world, size) if model else None
+            if p is not None:
+                errors.append(abs(p - t) / t)
+        if not errors:
+            continue
+        errors_by_impl[impl] += errors
+        lines.append(f"| {impl} | {collective} | {buffers} | {mode} | {', '.join(sorted(protocols)) or '-'} | "
+                     f"{len(errors)} | {statistics.median(errors):.0%} | {max(errors):.0%} |")
+    lines.append("")
+    for impl in ("braid", "nccl"):
+        e = errors_by_impl[impl]
+        if e:
+            within = sum(x <= 0.15 for x in e) / len(e)
+            lines.append(f"- {impl}: {len(e)} checked rows, median error {statistics.median(e):.0%}, "
+                         f"{within:.0%} within 15 %, largest {max(e):.0%}.")
     worlds = [int(w) for w in args.worlds.split(",") if w]
     sizes = [MiB, 16 * MiB, 256 * MiB]
-    lines += ["", "Predicted times (us), graph mode, bfloat16, out of place; braid / NCCL:", "",
+    lines += ["", "Predicted times (us), graph mode, out of place: braid's fastest protocol (its name) / NCCL:", "",
               "| collective | buffers | " + " | ".join(f"{w} ranks, {s // MiB} MiB" for w in worlds for s in sizes) + " |",
               "| --- | --- | " + " | ".join("---:" for _ in worlds for _ in sizes) + " |"]
-    for (impl, collective, buffers, mode), model in sorted(models.items()):
-        if impl != "braid" or mode != "graph":
-            continue
-        nccl = models.get(("nccl", collective, buffers, mode))
-        cells = []
-        for w in worlds:
-            for s in sizes:
-                ours = predict(model, collective, w, s)
-                theirs = f"{predict(nccl, collective, w, s):.0f}" if nccl else "-"
-                cells.append(f"{ours:.0f} / {theirs}")
-        lines.append(f"| {collective} | {buffers} | " + " | ".join(cells) + " |")
+    for collective in COLLECTIVES:
+        for buffers in ("cudaMalloc", "symmetric"):
+            mapped = buffers == "symmetric"
+            cells = []
+            for w in worlds:
+                for s in sizes:
+                    best = choice(params["graph"], machine, table, collective, w, mapped, s)
+                    model = nccl.get((collective, buffers, "graph"))
+                    theirs = f"{predict_nccl(model, machine, collective, w, s):.0f}" if model else "-"
+                    cells.append(f"{best[1]:.0f} {best[0]} / {theirs}" if best else f"- / {theirs}")
+            lines.append(f"| {collective} | {buffers} | " + " | ".join(cells) + " |")
+    lines += ["", "The model's rows for the worlds the archive has none of (graph mode; first matching row wins, as in "
+              "kTable; sizes up to and including the limit):", "",
+              "| ranks | collective | buffers | up to | protocol |", "| ---: | --- | --- | ---: | --- |"]
+    for world in MODEL_WORLDS:
+        for collective, limit, algorithm, mapped in model_rows(params["graph"], machine, table, world):
+            buffers = "symmetric" if mapped else "any"
+            limit_text = "any size" if limit is None else (f"{limit // MiB} MiB" if limit >= MiB else f"{limit >> 10} KiB")
+            lines.append(f"| {world} | {collective} | {buffers} | {limit_text} | {algorithm} |")
     lines += ["", END]
     text = "\n".join(lines) + "\n"
     if args.doc:
@@ -181,7 +515,8 @@ def main():
         with open(args.doc, "w") as f:
             f.write(doc)
     sys.stdout.write(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""bench/cost_model.py reads kTable as the library does, and its model predicts, fits and chooses sanely."""
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import cost_model  # noqa: E402
+
+MiB = 1 << 20
+
+
+class TableTest(unittest.TestCase):
+    def setUp(self):
+        self.table = cost_model.parse_table()
+
+    def test_every_row_of_ktable_is_read(self):
+        with open(cost_model.TABLE) as f:
+            text = f.read()
+        body = text[text.index("constexpr Row kTable[] = {"):]
+        body = body[:body.index("\n};")]
+        self.assertEqual(len(self.table), len(re.findall(r"\{Collective::", body)))
+
+    def test_shipped_follows_the_first_matching_row(self):
+        shipped = cost_model.shipped
+        self.assertEqual(shipped(self.table, "allreduce", 64 << 10, 2, False), "ll")
+        self.assertEqual(shipped(self.table, "allreduce", 512 * MiB, 2, True), "copyengine")  # 2 ranks, mapped
+        self.assertEqual(shipped(self.table, "allreduce", 512 * MiB, 4, True), "twoshot")     # engines: 2 ranks
+        self.assertEqual(shipped(self.table, "allreduce", 512 * MiB, 2, False), "twoshot")    # not mapped
+        self.assertNotIn("multicast", {shipped(self.table, c, s, w, m) for c in cost_model.COLLECTIVES
+                                       for s in cost_model.SIZES for w in (2, 4, 8) for m in (False, True)})
+
+    def test_sizes_parse_as_the_compiler_reads_them(self):
+        self.assertEqual(cost_model.cpp_size("size_t(512) << 10"), 512 << 10)
+        self.assertEqual(cost_model.cpp_size("SIZE_MAX"), 1 << 62)
+
+
+class ModelTest(unittest.TestCase):
+    machine = cost_model.MACHINES["nvidia-h200"]
+
+    def test_time_grows_with_size_and_links_share_egress(self):
+        params = [2.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+        small = cost_model.predict_braid(params, self.machine, "allgather", "pipelined", 4, True, MiB)
+        large = cost_model.predict_braid(params, self.machine, "allgather", "pipelined", 4, True, 64 * MiB)
+        self.assertLess(small, large)
+        # 64 MiB by SM stores at 4 ranks: 3/4 of it through 353 GB/s times the egress share
+        expected = 2.0 + 2 * 1.0 + 64 * MiB * 0.75 / (353.0 * 344.0 / 369.0) * 1e-3
+        self.assertAlmostEqual(large, expected, places=6)
+        self.assertIsNone(cost_model.predict_braid(params, self.machine, "allreduce", "copyengine", 4, True, MiB))
+
+    def test_minimise_finds_a_known_minimum(self):
+        point = cost_model.minimise(lambda p: (p[0] - 3) ** 2 + (p[1] + 1) ** 2, [0.0, 0.0], [1.0, 1.0])
+        self.assertAlmostEqual(point[0], 3.0, places=3)
+        self.assertAlmostEqual(point[1], -1.0, places=3)
+
+    def test_the_report_runs_on_the_archive(self):
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cost_model.py")], capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn("checked rows, median error", out)
+        self.assertIn("| 8 | allreduce |", out)
+
+    def test_ll_rows_come_first_and_serve_any_buffer(self):
+        table = cost_model.parse_table()
+        params = [1.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+        for world in cost_model.MODEL_WORLDS:
+            rows = cost_model.model_rows(params, self.machine, table, world)
+            for collective in cost_model.COLLECTIVES:
+                mine = [r for r in rows if r[0] == collective]
+                self.assertTrue(mine, collective)
+                for i, (_, _, algorithm, mapped) in enumerate(mine):
+                    if algorithm in ("ll", "ll128"):
+                        self.assertEqual(i, 0, collective)
+                        self.assertFalse(mapped, collective)
+                self.assertIsNone(mine[-1][1], f"{collective}: the last row serves every size")
+
+
+if __name__ == "__main__":
+    unittest.main()
