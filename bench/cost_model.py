@@ -35,9 +35,9 @@ no rows of (5 to 8 ranks), LL's cut-off first and from the call alone, as kTable
 Where it disagrees with kTable at 4 ranks, kTable's rows are measured and the model is wrong (LL128's rate, fitted
 on few rows, is the largest gap), which is why kTable does not take its rows yet.
 
-What it leaves out: per-peer latency beyond the hop count, the chain's fill (a hop a rank), contention between
-the engines and the SMs of one GPU, and anything an 8-GPU probe would show (none has run): 8 ranks reuse the
-4-rank egress share.
+What it leaves out: latency that grows with the peers (one fitted hop serves every world), the chain's fill (it
+counts as one barrier), contention between the engines and the SMs of one GPU, and anything an 8-GPU probe would
+show (none has run): 8 ranks reuse the 4-rank egress share.
 """
 import argparse
 import collections
@@ -45,6 +45,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,10 +96,10 @@ def egress_share(machine, world):
 
 def movement(collective, algorithm, world, mapped):
     """(link terms [(engine, factor)], local passes, steps) per byte of S, or None where the protocol does not
-    serve the collective. mapped: the peers map the call's buffers (symmetric memory), so nothing is staged."""
+    serve the collective. mapped: the peers map the call's buffers (symmetric memory), so nothing is staged.
+    Engine "sm1": SM stores to one peer at a time (a chain), which has the GPU's egress to itself."""
     n, f = world, (world - 1) / world
     fifo = 0.0 if mapped else 1.0  # a FIFO's or staging area's copy out, per byte received
-    chain = world > 2              # reduce and broadcast beyond 2 ranks: the chain, a hop a rank
     table = {
         "allreduce": {
             "ll": ([("ll", n - 1)], 0.0, 1),
@@ -110,7 +111,7 @@ def movement(collective, algorithm, world, mapped):
         "reduce": {
             "ll": ([("ll", n - 1)], 0.0, 1),
             "staged": ([("sm", n - 1)], 1.0, 2),
-            "pipelined": ([("sm", 1.0)], 1.0, n - 1 if chain else 2),
+            "pipelined": ([("sm1", 1.0)], 1.0, 2),  # the chain overlaps its hops: one barrier's worth
             "copyengine": ([("ce", 1.0)], 1.0, 4) if n == 2 else None,
             "split": ([("sm", 2 * f)], 1.0, 3),
         },
@@ -129,7 +130,7 @@ def movement(collective, algorithm, world, mapped):
         "broadcast": {
             "ll": ([("ll", n - 1)], 0.0, 1),
             "staged": ([("sm", n - 1)], 1.0, 2),
-            "pipelined": ([("sm", 1.0)], fifo, n - 1 if chain else 2),
+            "pipelined": ([("sm1", 1.0)], fifo, 2),  # the chain overlaps its hops: one barrier's worth
             "copyengine": ([("ce", 1.0)], fifo, 4) if n == 2 else None,
             "split": ([("sm", 2 * f)], 1.0, 3),
         },
@@ -155,8 +156,10 @@ def features(machine, collective, algorithm, world, mapped, size):
     terms, local, steps = shape
     per_engine = dict.fromkeys(ENGINES, 0.0)
     for engine, factor in terms:
+        one_peer = engine == "sm1"  # SM stores to one peer only (a chain's next rank): the egress is not shared
+        engine = "sm" if one_peer else engine
         rate = machine["ce" if engine == "ce" else "sm"] * WIRE[engine]
-        share = 1.0 if engine == "ce" else egress_share(machine, world)
+        share = 1.0 if engine == "ce" or one_peer else egress_share(machine, world)
         per_engine[engine] += size * factor / (rate * share) * 1e-3  # us at eta = 1
     local_us = size * local / machine["local_copy"] * 1e-3
     return [1.0, float(steps)] + [per_engine[e] for e in ENGINES], local_us
@@ -232,6 +235,17 @@ def load(path):
         return [row for row in (json.loads(line) for line in f if line.strip()) if row.get("kind") == "collective"]
 
 
+def commit_order():
+    """{commit: its place in the repository's history, oldest first}: rows of one date are ordered by it (a
+    checkout without the history orders them by hash, which the dates then only approximate)."""
+    try:
+        out = subprocess.run(["git", "-C", HERE, "rev-list", "--all", "--reverse"], capture_output=True, text=True,
+                             check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return {commit: i for i, commit in enumerate(out.split())}
+
+
 def points(rows, gpu, world, dtype):
     """{(impl, collective, buffers, mode): {bytes: median time us}} of the newest commit that measured each key at
     3 sizes from 1 MiB or more."""
@@ -242,6 +256,7 @@ def points(rows, gpu, world, dtype):
             large[(row["gpu"], row["world"], row["dtype"], row["collective"], row["buffers"], row["mode"],
                    row["date"], row["commit"])].add(row["bytes"])
     newest = {}
+    order = commit_order()
     for row in rows:
         if row["gpu"] != gpu or row["world"] != world or row["placement"] != "out-of-place" or row["dtype"] != dtype:
             continue
@@ -253,7 +268,7 @@ def points(rows, gpu, world, dtype):
             if us is None:
                 continue
             key = (impl, row["collective"], row["buffers"], row["mode"])
-            stamp = (row["date"], row["commit"])
+            stamp = (row["date"], order.get(row["commit"], -1), row["commit"])
             if key not in newest or stamp > newest[key]:
                 newest[key] = stamp
             by_key[key][(stamp, row["bytes"])].append(us)
