@@ -3,7 +3,7 @@
 libnccl.so.2 the processes get: the shim under LD_PRELOAD, or the real NCCL): every survivor must end with an
 error, never hang.
 
-    python3 torch_kill_check.py --ranks N [--timeout S] [--kill-step K]
+    python3 torch_kill_check.py --ranks N [--timeout S] [--kill-step K] [--dump-wait-ms MS]
 
 The script launches the ranks itself, one process per GPU, with the environment torchrun would give them (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and no agent that stops the others when one dies: each survivor
@@ -11,9 +11,12 @@ has only its process group to notice the death (ProcessGroupNCCL's watchdog, whi
 and the collective's own wait). The last rank SIGKILLs itself at step K of an all-reduce heavy DDP loop. The
 launcher prints, for each survivor, when the error reached its training loop and when its process ended, both
 counted from the kill, and exits 0 when every survivor's loop got the error within the process group's timeout and
-its process ended within that timeout plus 60 s (after a failure torch's watchdog may wait that long for its debug
-dump before it aborts the process), 1 otherwise (a survivor still running at the launcher's deadline is killed and
-counted as a hang). Each rank's output goes to rank<r>.log in --logs.
+its process ended within that timeout plus torch's dump wait, 1 otherwise (a survivor still running at the
+launcher's deadline is killed and counted as a hang). Each rank's output goes to rank<r>.log in --logs.
+
+After a failure torch's watchdog waits 4 x TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (15 000 by default: 60 s) for the
+ranks' debug dumps before it ends the process; --dump-wait-ms sets that variable in every rank, so the bound on the
+exit becomes the timeout plus four times it (plus 5 s).
 """
 import argparse
 import datetime
@@ -41,6 +44,8 @@ def launch(args):
     for rank in range(args.ranks):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.ranks), LOCAL_RANK=str(rank),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCH_KILL_CHECK_FILE=kill_file)
+        if args.dump_wait_ms is not None:
+            env["TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"] = str(args.dump_wait_ms)
         log = open(os.path.join(args.logs, f"rank{rank}.log"), "w")
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-main",
                                        "--timeout", str(args.timeout), "--kill-step", str(args.kill_step)], env=env,
@@ -73,7 +78,8 @@ def launch(args):
         for line in open(os.path.join(args.logs, f"rank{rank}.log"), errors="replace"):
             if line.startswith(f"rank {rank}: raised "):
                 raised = float(line.split()[3])
-        within = code != 0 and raised is not None and raised <= args.timeout and after <= args.timeout + 60
+        dump_wait = 60.0 if args.dump_wait_ms is None else 4 * args.dump_wait_ms / 1000.0 + 5.0
+        within = code != 0 and raised is not None and raised <= args.timeout and after <= args.timeout + dump_wait
         raised_text = f"{raised:.2f} s" if raised is not None else "never"
         print(f"torch_kill_check: rank {rank} survivor: error in its training loop {raised_text} after the kill, "
               f"process ended (exit code {code}) {after:.2f} s after it: {'ok' if within else 'WRONG'}")
@@ -133,6 +139,7 @@ def main():
     parser.add_argument("--timeout", type=float, default=60, help="the process group's timeout, seconds")
     parser.add_argument("--kill-step", type=int, default=30)
     parser.add_argument("--logs", default=".", help="folder of the ranks' logs")
+    parser.add_argument("--dump-wait-ms", type=int, help="TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC of every rank")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.exit(rank_main(args) if args.rank_main else launch(args))
