@@ -44,29 +44,39 @@ int crash_rank_mode(int crash_rank) {
 }
 
 // Names the test that outlives its limit and ends the process: a hang costs one limit, not the entry's timeout.
+// The state lives on the heap and is never freed: the watching thread is detached and outlives the listener,
+// which GoogleTest deletes at exit.
 class TestWatchdog : public ::testing::EmptyTestEventListener {
  public:
-  explicit TestWatchdog(int limit_s) : limit_s_(limit_s) {
-    std::thread([this] { watch(); }).detach();
+  explicit TestWatchdog(int limit_s) : state_(new State{limit_s}) {
+    std::thread([state = state_] { watch(*state); }).detach();
   }
   void OnTestStart(const ::testing::TestInfo& info) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name_ = std::string(info.test_suite_name()) + "." + info.name();
-    started_ = std::chrono::steady_clock::now();
-    running_ = true;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->name = std::string(info.test_suite_name()) + "." + info.name();
+    state_->started = std::chrono::steady_clock::now();
+    state_->running = true;
   }
   void OnTestEnd(const ::testing::TestInfo&) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    running_ = false;
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    state_->running = false;
   }
 
  private:
-  void watch() {
+  struct State {
+    const int limit_s;
+    std::mutex mutex;
+    std::string name;
+    std::chrono::steady_clock::time_point started;
+    bool running = false;
+  };
+
+  static void watch(State& state) {
     for (;;) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (running_ && std::chrono::steady_clock::now() - started_ > std::chrono::seconds(limit_s_)) {
-        std::fprintf(stderr, "[ WATCHDOG ] %s still running after %d s: exiting\n", name_.c_str(), limit_s_);
+      std::lock_guard<std::mutex> lock(state.mutex);
+      if (state.running && std::chrono::steady_clock::now() - state.started > std::chrono::seconds(state.limit_s)) {
+        std::fprintf(stderr, "[ WATCHDOG ] %s still running after %d s: exiting\n", state.name.c_str(), state.limit_s);
         std::fflush(stdout);
         std::fflush(stderr);
         const char* hold = std::getenv("GPU_TEST_WATCHDOG_HOLD_S");
@@ -75,11 +85,8 @@ class TestWatchdog : public ::testing::EmptyTestEventListener {
       }
     }
   }
-  const int limit_s_;
-  std::mutex mutex_;
-  std::string name_;
-  std::chrono::steady_clock::time_point started_;
-  bool running_ = false;
+
+  State* const state_;
 };
 
 }  // namespace
