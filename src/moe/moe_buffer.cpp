@@ -208,7 +208,7 @@ int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape
   multiprocessors = std::max(1, multiprocessors / context.ranks_per_gpu);  // ranks on one GPU share it
   int blocks = std::min(kernels::moe::kScatterBlocks, kernels::moe::kMoeBlocksPerSm * kernels::moe::moe_sms(shape, multiprocessors));
   // Ranks sharing a GPU: every collective's cap (with the multiprocessors split evenly, two ranks' launches hung).
-  if (context.ranks_per_gpu > 1) blocks = std::min(blocks, std::max(1, kMaxBlocks / context.ranks_per_gpu));
+  if (context.ranks_per_gpu > 1) blocks = std::min(blocks, context.max_blocks);
   for (const std::string& theirs : host_allgather(context, std::to_string(blocks))) blocks = std::min(blocks, std::stoi(theirs));
   return blocks;
 }
