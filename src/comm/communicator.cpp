@@ -291,14 +291,8 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
     // multiprocessors than ranks cannot seat them: refused here, since its kernels would wait for each other forever.
     int multiprocessors = 0;
     BRAID_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, state->device));
-    if (topology.ranks_per_gpu > multiprocessors) {
-      raise(ErrorCode::kInvalidArgument,
-            "BRAID_ALLOW_SHARED_GPU=1: {} ranks share one GPU, but GPU {} has {} multiprocessors, and every rank's "
-            "blocks must be resident together (at least one multiprocessor a rank); use fewer ranks",
-            topology.ranks_per_gpu, state->device, multiprocessors);
-    }
     settings.max_blocks =
-        std::min(settings.max_blocks, std::max(1, std::min(kMaxBlocks, multiprocessors) / topology.ranks_per_gpu));
+        shared_gpu_launch_blocks(settings.max_blocks, multiprocessors, topology.ranks_per_gpu, state->device);
     BRAID_INFO("shared-GPU mode (BRAID_ALLOW_SHARED_GPU=1): up to {} ranks on one GPU, launches capped at {} blocks; "
                "a test mode, timings mean nothing", topology.ranks_per_gpu, settings.max_blocks);
   }

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
+#include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
 
@@ -129,6 +130,16 @@ int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks) {
     most = std::max(most, static_cast<int>(same));
   }
   return most;
+}
+
+int shared_gpu_launch_blocks(int max_blocks, int multiprocessors, int ranks_per_gpu, int device) {
+  if (ranks_per_gpu > multiprocessors) {
+    raise(ErrorCode::kInvalidArgument,
+          "BRAID_ALLOW_SHARED_GPU=1: {} ranks share one GPU, but GPU {} has {} multiprocessors, and every rank's "
+          "blocks must be resident together (at least one multiprocessor a rank); use fewer ranks",
+          ranks_per_gpu, device, multiprocessors);
+  }
+  return std::min(max_blocks, std::max(1, std::min(kMaxBlocks, multiprocessors) / ranks_per_gpu));
 }
 
 std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks,

@@ -43,4 +43,10 @@ std::string cuda_backend_topology_problem(const std::vector<RankIdentity>& ranks
 // The most ranks that share one GPU (1: a GPU each).
 int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks);
 
+// The blocks one launch may take where `ranks_per_gpu` (> 1) ranks share GPU `device` of `multiprocessors`
+// multiprocessors: every rank's blocks must be resident together, one block a multiprocessor, so
+// min(max_blocks, min(kMaxBlocks, multiprocessors) / ranks_per_gpu), at least 1. kInvalidArgument naming both
+// counts where there are more ranks than multiprocessors. Pure, for cpu tests.
+int shared_gpu_launch_blocks(int max_blocks, int multiprocessors, int ranks_per_gpu, int device);
+
 }  // namespace braid

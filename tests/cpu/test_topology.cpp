@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/topology.hpp"
+#include "expect_error.hpp"
 
 namespace braid {
 namespace {
@@ -44,6 +45,18 @@ TEST(Topology, TwoRanksOnOneGpuAreRefused) {
   std::string problem = cuda_backend_topology_problem(ranks, {"111", "111", "111"});
   EXPECT_NE(problem.find("ranks 0 and 2 both use GPU 0000:00:00.0"), std::string::npos) << problem;
   EXPECT_NE(problem.find("BRAID_ALLOW_SHARED_GPU=1"), std::string::npos) << problem << ": names the way out";
+}
+
+TEST(Topology, SharedGpuLaunchesSeatEveryRankOrAreRefused) {
+  EXPECT_EQ(shared_gpu_launch_blocks(64, 132, 2, 0), 32);   // H200: the 64-block cap split
+  EXPECT_EQ(shared_gpu_launch_blocks(64, 132, 4, 0), 16);
+  EXPECT_EQ(shared_gpu_launch_blocks(8, 132, 2, 0), 8);     // a smaller BRAID_MAX_BLOCKS stays
+  EXPECT_EQ(shared_gpu_launch_blocks(64, 40, 4, 0), 10);    // fewer multiprocessors than 64: they are split
+  EXPECT_EQ(shared_gpu_launch_blocks(64, 132, 100, 0), 1);  // at least one block a rank
+  const std::string message =
+      expect_error([] { shared_gpu_launch_blocks(64, 40, 41, 1); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(message.find("41 ranks share one GPU"), std::string::npos) << message;
+  EXPECT_NE(message.find("GPU 1 has 40 multiprocessors"), std::string::npos) << message;
 }
 
 TEST(Topology, RanksMayShareAGpuWhereAllowed) {
