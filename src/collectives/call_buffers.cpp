@@ -5,24 +5,12 @@
 #include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
+#include "core/private_copy.hpp"
 #include "memory/automatic_registration.hpp"
 #include "memory/deferred_release.hpp"
 
 namespace braid::collectives {
 namespace {
-
-// Outside any capture, for work that must run now.
-class OwnStream {
- public:
-  OwnStream() { BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~OwnStream() { cudaStreamDestroy(stream_); }
-  OwnStream(const OwnStream&) = delete;
-  OwnStream& operator=(const OwnStream&) = delete;
-  cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
 
 struct Exchange {
   Collective collective;
@@ -37,7 +25,7 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   const auto [collective, buffer, bytes, kind] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
-  OwnStream stream;
+  detail::PrivateStream stream;
   state.order.follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(collective), kSiteExchangeBarrier,
                           exchange_plan_word(collective, buffer, bytes, kind), stream.get());

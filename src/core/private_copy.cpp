@@ -1,26 +1,12 @@
 #include "core/private_copy.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include "core/cuda_check.hpp"
 
 namespace braid::detail {
-namespace {
 
-// A non-blocking stream for one operation: it waits for no other stream, and nothing waits for it.
-class PrivateStream {
- public:
-  PrivateStream() { BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~PrivateStream() { cudaStreamDestroy(stream_); }
-  PrivateStream(const PrivateStream&) = delete;
-  PrivateStream& operator=(const PrivateStream&) = delete;
-  cudaStream_t get() const { return stream_; }
+PrivateStream::PrivateStream() { BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
 
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-}  // namespace
+PrivateStream::~PrivateStream() { cudaStreamDestroy(stream_); }
 
 void fill_zeros_now(void* destination, size_t bytes) {
   if (bytes == 0) return;
