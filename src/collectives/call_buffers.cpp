@@ -25,11 +25,11 @@ void agree_on_exchange(CollectiveContext& state, const Exchange& exchange) {
   const auto [collective, buffer, bytes, kind] = exchange;
   RelaxedCaptureMode relaxed;  // a capture may be running, here or in another rank's thread
   DeviceGuard guard(state.device);
-  detail::PrivateStream stream;
-  state.order.follow_eager(stream.get());  // the pad's counters where the communicator's eager calls left them
+  const cudaStream_t stream = state.exchange_stream->get();
+  state.order.follow_eager(stream);  // the pad's counters where the communicator's eager calls left them
   kernels::launch_barrier(state.sync->pad(), static_cast<unsigned int>(collective), kSiteExchangeBarrier,
-                          exchange_plan_word(collective, buffer, bytes, kind), stream.get());
-  BRAID_CUDA(cudaStreamSynchronize(stream.get()));  // bounded: the barrier gives up at the communicator's timeout
+                          exchange_plan_word(collective, buffer, bytes, kind), stream);
+  BRAID_CUDA(cudaStreamSynchronize(stream));  // bounded: the barrier gives up at the communicator's timeout
   state.sync->raise_recorded_error(collective_name, describe_plan);
 }
 

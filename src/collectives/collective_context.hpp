@@ -9,6 +9,7 @@
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"  // kMaxBlocks
 #include "core/error.hpp"
+#include "core/private_copy.hpp"
 #include "core/side_stream.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/multicast.hpp"
@@ -59,6 +60,9 @@ struct CollectiveContext {
   std::unique_ptr<SideStream> second_side;
   // The own block beside copy-engine pairs (copy_engine_pairs.hpp).
   std::unique_ptr<SideStream> third_side;
+  // The barrier that agrees on a buffer exchange (call_buffers.cpp), made once: a stream made per call would take
+  // the next hardware queue each time (NOTE [shared hardware queues]).
+  std::unique_ptr<detail::PrivateStream> exchange_stream;
   // Null unless BRAID_ENABLE_MULTICAST=1 and every rank could set it up.
   std::unique_ptr<detail::MulticastRegion> multicast;
 };

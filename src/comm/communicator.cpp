@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <random>
 
 #include "bootstrap/rendezvous.hpp"
@@ -115,6 +117,7 @@ struct Topology {
   std::string problem;
   bool ll128_lines = false;  // every rank reports native P2P atomics with every peer (NVLink), BRAID_LL128 on
   int ranks_per_gpu = 1;     // the most ranks on one GPU (more than 1 only with BRAID_ALLOW_SHARED_GPU=1)
+  int threads_per_gpu = 1;   // the most ranks on one GPU in one process (sharing its context)
   std::vector<int> pids;     // [world]: a rank's pid where this rank can watch it (this host and pid namespace), else 0
 };
 
@@ -129,6 +132,7 @@ Topology agree_on_topology(detail::CommState& state) {
   std::vector<std::string> rows = state.bootstrap->allgather(reachability_row(topology.peers), "reachability");
   topology.problem = cuda_backend_topology_problem(ranks, rows, shared_gpus_allowed());
   topology.ranks_per_gpu = most_ranks_on_one_gpu(ranks);
+  topology.threads_per_gpu = most_threads_on_one_gpu(ranks);
   // LL128 lines land whole over NVLink, whose peers report native P2P atomics (kernels/ll128.cuh); any rank
   // with BRAID_LL128=off turns them off for all.
   bool mine = Config::get().string("BRAID_LL128").value_or("on") == "on";
@@ -295,6 +299,10 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
         shared_gpu_launch_blocks(settings.max_blocks, multiprocessors, topology.ranks_per_gpu, state->device);
     BRAID_INFO("shared-GPU mode (BRAID_ALLOW_SHARED_GPU=1): up to {} ranks on one GPU, launches capped at {} blocks; "
                "a test mode, timings mean nothing", topology.ranks_per_gpu, settings.max_blocks);
+    const std::string queues =
+        shared_queue_warning(topology.threads_per_gpu, std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"));
+    static std::once_flag warned;  // once a process: the variable is the process's
+    if (!queues.empty()) std::call_once(warned, [&] { BRAID_WARN("{} (docs/config.md)", queues); });
   }
   state->order = std::make_unique<detail::CallOrder>(state->device);
   Communicator comm(state);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -130,6 +131,30 @@ int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks) {
     most = std::max(most, static_cast<int>(same));
   }
   return most;
+}
+
+int most_threads_on_one_gpu(const std::vector<RankIdentity>& ranks) {
+  int most = ranks.empty() ? 0 : 1;
+  for (const RankIdentity& rank : ranks) {
+    const auto same = std::count_if(ranks.begin(), ranks.end(), [&](const RankIdentity& other) {
+      return other.host == rank.host && other.boot_id == rank.boot_id && other.pci_bus_id == rank.pci_bus_id &&
+             other.pid == rank.pid && other.pid_namespace == rank.pid_namespace;
+    });
+    most = std::max(most, static_cast<int>(same));
+  }
+  return most;
+}
+
+std::string shared_queue_warning(int threads_per_gpu, const char* connections) {
+  constexpr int kMostQueues = 32;
+  if (threads_per_gpu <= 1) return "";
+  const int queues = connections != nullptr ? std::atoi(connections) : 8;
+  if (queues >= kMostQueues) return "";
+  return fmt::format("{} ranks share one GPU as threads of one process, and so its {} hardware queues "
+                     "(CUDA_DEVICE_MAX_CONNECTIONS{}): a rank's launch can wait behind a peer's command that waits "
+                     "for this rank, until the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process's first "
+                     "CUDA call",
+                     threads_per_gpu, queues, connections != nullptr ? fmt::format("={}", connections) : " unset");
 }
 
 int shared_gpu_launch_blocks(int max_blocks, int multiprocessors, int ranks_per_gpu, int device) {

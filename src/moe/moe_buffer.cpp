@@ -558,9 +558,8 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
                            "whose rows do not go in lines)");
   }
   DeviceGuard guard(state.comm->device);
-  BRAID_CUDA(cudaDeviceSynchronize());
   const unsigned int offset = 1u << 31;  // the count never reaches the launch's blocks
-  BRAID_CUDA(cudaMemcpy(state.base.blocks_done, &offset, sizeof offset, cudaMemcpyHostToDevice));
+  detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset);  // NOTE [no device-wide waits]
 }
 
 void MoeBuffer::copy_expert_counts(int64_t* host_counts, Stream stream) {

@@ -59,6 +59,25 @@ TEST(Topology, SharedGpuLaunchesSeatEveryRankOrAreRefused) {
   EXPECT_NE(message.find("GPU 1 has 40 multiprocessors"), std::string::npos) << message;
 }
 
+TEST(Topology, ThreadsSharingAGpuAreWarnedOfTooFewHardwareQueues) {
+  std::vector<RankIdentity> ranks = ranks_on_one_host(4);
+  EXPECT_EQ(most_threads_on_one_gpu(ranks), 1);
+  ranks[2].pci_bus_id = ranks[0].pci_bus_id;
+  EXPECT_EQ(most_threads_on_one_gpu(ranks), 1) << "two processes on one GPU have a context each";
+  ranks[2].pid = ranks[0].pid;
+  EXPECT_EQ(most_threads_on_one_gpu(ranks), 2);
+  ranks[2].pid_namespace = "pid:[1]";  // the same pid in another namespace: another process
+  EXPECT_EQ(most_threads_on_one_gpu(ranks), 1);
+  EXPECT_EQ(shared_queue_warning(1, nullptr), "");
+  EXPECT_EQ(shared_queue_warning(2, "32"), "");
+  const std::string unset = shared_queue_warning(2, nullptr);
+  EXPECT_NE(unset.find("8 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS unset)"), std::string::npos) << unset;
+  EXPECT_NE(unset.find("CUDA_DEVICE_MAX_CONNECTIONS=32"), std::string::npos) << unset;
+  const std::string low = shared_queue_warning(4, "1");
+  EXPECT_NE(low.find("4 ranks share one GPU"), std::string::npos) << low;
+  EXPECT_NE(low.find("1 hardware queues (CUDA_DEVICE_MAX_CONNECTIONS=1)"), std::string::npos) << low;
+}
+
 TEST(Topology, RanksMayShareAGpuWhereAllowed) {
   std::vector<RankIdentity> ranks = ranks_on_one_host(4);
   ranks[2].pci_bus_id = ranks[0].pci_bus_id;

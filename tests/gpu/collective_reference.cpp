@@ -1,4 +1,5 @@
 #include "collective_reference.hpp"
+#include "world.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,6 +9,7 @@
 #include <cuda_fp8.h>
 #include <iterator>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <stdexcept>
 #include <type_traits>
@@ -724,7 +726,7 @@ DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-  if (pointer_ != nullptr) cudaFree(pointer_);
+  if (pointer_ != nullptr) free_when_ranks_end(pointer_);  // NOTE [shared-GPU waits] (world.hpp)
 }
 
 StreamHandle::StreamHandle() { cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
@@ -733,22 +735,73 @@ StreamHandle::~StreamHandle() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
+namespace {
+
+// Pinned host memory the uploads and downloads copy through, kept for the life of the process: a copy from pageable
+// memory holds a lock of the context while it waits (NOTE [shared-GPU waits]), and cudaFreeHost waits for the
+// whole device. Buffers are lent one at a time and come back to the pool.
+class PinnedPool {
+ public:
+  static PinnedPool& get() {
+    static PinnedPool* pool = new PinnedPool;  // never destroyed: freeing at exit could wait for the device
+    return *pool;
+  }
+  std::pair<void*, size_t> take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].second >= bytes) {
+        const auto lent = free_[i];
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+        return lent;
+      }
+    }
+    size_t size = 1 << 20;
+    while (size < bytes) size *= 2;
+    void* pointer = nullptr;
+    cuda_check(cudaHostAlloc(&pointer, size, cudaHostAllocDefault), "cudaHostAlloc (upload and download staging)");
+    return {pointer, size};
+  }
+  void give(std::pair<void*, size_t> lent) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(lent);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<void*, size_t>> free_;
+};
+
+// Host to device (`to_device`) or back, through pinned memory, on `stream`, which is synchronised before and after.
+void copy_through_pinned(void* device, unsigned char* host, size_t bytes, bool to_device, cudaStream_t stream) {
+  if (bytes == 0) return;
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
+  const auto staging = PinnedPool::get().take(bytes);
+  if (to_device) std::memcpy(staging.first, host, bytes);
+  const cudaError_t copied =
+      to_device ? cudaMemcpyAsync(device, staging.first, bytes, cudaMemcpyHostToDevice, stream)
+                : cudaMemcpyAsync(staging.first, device, bytes, cudaMemcpyDeviceToHost, stream);
+  const cudaError_t synced = cudaStreamSynchronize(stream);
+  if (copied == cudaSuccess && synced == cudaSuccess && !to_device) std::memcpy(host, staging.first, bytes);
+  PinnedPool::get().give(staging);
+  cuda_check(copied, "cudaMemcpyAsync");
+  cuda_check(synced, "cudaStreamSynchronize");
+}
+
+}  // namespace
+
 void upload(const Arenas& arenas, const std::vector<unsigned char>& send, const std::vector<unsigned char>& recv,
             cudaStream_t stream) {
   if (send.size() > arenas.send_capacity || recv.size() > arenas.recv_capacity) {
     throw std::logic_error("upload: images larger than the arenas");
   }
-  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
-  if (!send.empty()) cuda_check(cudaMemcpyAsync(arenas.send, send.data(), send.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
-  if (!recv.empty()) cuda_check(cudaMemcpyAsync(arenas.recv, recv.data(), recv.size(), cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+  copy_through_pinned(arenas.send, const_cast<unsigned char*>(send.data()), send.size(), true, stream);
+  copy_through_pinned(arenas.recv, const_cast<unsigned char*>(recv.data()), recv.size(), true, stream);
 }
 
 void download(const Arenas& arenas, std::vector<unsigned char>& send, std::vector<unsigned char>& recv,
               cudaStream_t stream) {
-  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
-  if (!send.empty()) cuda_check(cudaMemcpyAsync(send.data(), arenas.send, send.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  if (!recv.empty()) cuda_check(cudaMemcpyAsync(recv.data(), arenas.recv, recv.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
-  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  copy_through_pinned(arenas.send, send.data(), send.size(), false, stream);
+  copy_through_pinned(arenas.recv, recv.data(), recv.size(), false, stream);
 }
 
 void seed_cases(std::vector<Case>& cases, uint64_t seed) {

@@ -186,10 +186,11 @@ struct Arenas {
   size_t recv_capacity = 0;
 };
 
-// Copies the images into the arenas' spans (stream-ordered; pageable host memory).
+// Copies the images into the arenas' spans through pinned memory; returns once they have landed (stream
+// synchronised before and after).
 void upload(const Arenas& arenas, const std::vector<unsigned char>& send, const std::vector<unsigned char>& recv,
             cudaStream_t stream);
-// Reads the arenas' spans back (sizes taken from the vectors' sizes) and synchronises stream.
+// Reads the arenas' spans back (sizes taken from the vectors' sizes) through pinned memory; stream synchronised.
 void download(const Arenas& arenas, std::vector<unsigned char>& send, std::vector<unsigned char>& recv,
               cudaStream_t stream);
 

@@ -113,7 +113,11 @@ int main(int argc, char** argv) {
   // this rank runs only after that collective, which never ends: the two serialise into a hang. Every module is loaded up front instead (before the first CUDA call).
   const char* shared = std::getenv("BRAID_ALLOW_SHARED_GPU");
   const bool shared_gpus = shared != nullptr && std::strcmp(shared, "1") == 0;
-  if (shared_gpus) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  // NOTE [shared hardware queues] (comm/topology.hpp): ranks as threads share the context's hardware queues too.
+  if (shared_gpus) {
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  }
 
   const int gpus = visible_gpus();
   if (print_count) {

@@ -3,7 +3,7 @@
 // SIGKILLed during any kind of call (every protocol family, MoE, a graph replay) is reported to the survivor within
 // a second (a peer that destroyed its communicator first is no failure), and a peer that is alive but never calls
 // ends in a timeout; a thousand cycles of init, collectives and abort leave no fd, thread or GPU memory behind.
-// The peer process is this binary run again (BRAID_TEST_FAULT_CHILD, FaultChild.*), sharing the
+// The peer process is this binary run again (GPU_TEST_FAULT_CHILD, FaultChild.*), sharing the
 // survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -248,7 +248,7 @@ TEST(FaultCycles, InitCollectivesAbortLeaveNothingBehind) {
   });
 }
 
-// The survivor's side of a job whose rank 1 is this binary run again with BRAID_TEST_FAULT_CHILD=`mode`: both
+// The survivor's side of a job whose rank 1 is this binary run again with GPU_TEST_FAULT_CHILD=`mode`: both
 // ranks make a communicator and all-reduce once, then the child leaves as `mode` says. Returns the child's pid
 // and the survivor's communicator through `body`.
 void with_child_rank(const char* mode, const std::function<void(Communicator&, pid_t)>& body,
@@ -261,10 +261,10 @@ void with_child_rank(const char* mode, const std::function<void(Communicator&, p
   }
   StoreHost store;
   const std::string job = std::string("faults/") + mode + "/" + std::to_string(getpid());
-  std::vector<std::string> settings = {"BRAID_TEST_FAULT_CHILD=" + std::string(mode),
-                                       "BRAID_TEST_FAULT_STORE=" + store.address(), "BRAID_TEST_FAULT_JOB=" + job,
-                                       "BRAID_TEST_FAULT_DEVICE=" + std::to_string(gpus > 1 ? 1 : 0),
-                                       "BRAID_TEST_FAULT_ALGO=" + algorithms};
+  std::vector<std::string> settings = {"GPU_TEST_FAULT_CHILD=" + std::string(mode),
+                                       "GPU_TEST_FAULT_STORE=" + store.address(), "GPU_TEST_FAULT_JOB=" + job,
+                                       "GPU_TEST_FAULT_DEVICE=" + std::to_string(gpus > 1 ? 1 : 0),
+                                       "GPU_TEST_FAULT_ALGO=" + algorithms};
   std::vector<char*> env;
   for (char** e = environ; *e != nullptr; ++e) env.push_back(*e);
   for (std::string& setting : settings) env.push_back(setting.data());
@@ -494,13 +494,13 @@ TEST(Faults, StalledPeerEndsInATimeoutNamingIt) {
 
 // The child rank of the tests above; skipped unless the survivor started this process.
 TEST(FaultChild, JoinsOneAllReduceThenLeaves) {
-  const char* mode = std::getenv("BRAID_TEST_FAULT_CHILD");
+  const char* mode = std::getenv("GPU_TEST_FAULT_CHILD");
   if (mode == nullptr) GTEST_SKIP() << "run by Faults.* as their peer process";
-  Rendezvous rendezvous = Rendezvous::at_store(std::getenv("BRAID_TEST_FAULT_STORE"), 1, 2, false);
-  rendezvous.job_id = std::getenv("BRAID_TEST_FAULT_JOB");
+  Rendezvous rendezvous = Rendezvous::at_store(std::getenv("GPU_TEST_FAULT_STORE"), 1, 2, false);
+  rendezvous.job_id = std::getenv("GPU_TEST_FAULT_JOB");
   CommOptions options = test_options(30);
-  options.device = std::atoi(std::getenv("BRAID_TEST_FAULT_DEVICE"));
-  if (const char* algorithms = std::getenv("BRAID_TEST_FAULT_ALGO")) options.algorithms = algorithms;
+  options.device = std::atoi(std::getenv("GPU_TEST_FAULT_DEVICE"));
+  if (const char* algorithms = std::getenv("GPU_TEST_FAULT_ALGO")) options.algorithms = algorithms;
   auto comm = std::make_unique<Communicator>(Communicator::init(rendezvous, options));
   make_current(*comm);
   {

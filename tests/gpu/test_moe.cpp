@@ -1918,8 +1918,8 @@ TEST(MoeRankMajor, ExpertCountsExactWhenEveryRankAddsToOneRanksExpertsAtOnce) {
 // A rank-major dispatch's block 0 waits until every block of its own launch has counted itself in. A block the GPU
 // never schedules (held by other work) would hold that wait forever, so it is bounded by the communicator's timeout
 // like a wait for a peer. testing::stall_next_moe_dispatch starts the count far from 0, so the wait is never met:
-// every rank's check() must raise kTimeout naming the MoE dispatch, the rows round and the rank's own kernel, after
-// about the timeout and never a hang. Numbered and fixed rows (max_tokens above 128: not the dispatch in lines). A
+// every rank's check() must raise kTimeout naming the MoE dispatch, the rows round and the rank's own kernel (or a
+// peer, whose dispatch stalls alike), after about the timeout and never a hang. Numbered and fixed rows (max_tokens above 128: not the dispatch in lines). A
 // communicator is unusable after a timeout: each case has its own, lined up by a keeper communicator.
 TEST(MoeRankMajorErrors, DispatchWaitForItsOwnBlocksTimesOut) {
   for_each_rank([](const RankContext& context) {
@@ -1959,8 +1959,13 @@ TEST(MoeRankMajorErrors, DispatchWaitForItsOwnBlocksTimesOut) {
       EXPECT_EQ(error->code(), ErrorCode::kTimeout) << "rank " << me << ", " << what << ": " << message;
       EXPECT_NE(message.find("dispatch"), std::string::npos) << "rank " << me << ": does not name the dispatch: " << message;
       EXPECT_NE(message.find("rows"), std::string::npos) << "rank " << me << ": does not name the wait: " << message;
-      EXPECT_NE(message.find("own kernel"), std::string::npos)
-          << "rank " << me << ": does not say the rank's own kernel is late: " << message;
+      // Every rank's dispatch stalls, so a block of this rank that waits at the rows round for a peer's stalled
+      // kernel gives up after the same timeout as the stalled block: either may be the first to report. The stream
+      // synchronisation above returning within the bound shows the stalled block's own wait ended too.
+      const bool own_kernel = message.find("own kernel") != std::string::npos;
+      const bool peer_late = message.find("did not arrive") != std::string::npos;
+      EXPECT_TRUE(own_kernel || (world > 1 && peer_late))
+          << "rank " << me << ": names neither its own late kernel nor a peer's: " << message;
       EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << me << ": gave up before the timeout: " << message;
       EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << me << ": took " << seconds << " s to report: " << message;
       // comm is unusable now; it is destroyed here without any further call.

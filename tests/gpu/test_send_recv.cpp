@@ -318,8 +318,11 @@ TEST(SendRecv, TwoRanksAloneThenACollectiveOfAll) {
       std::vector<int32_t> host(n, comm.rank() + 1);
       cuda_check(cudaMemcpy(values.get(), host.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
       // The legacy stream, except where ranks share a GPU (which refuses it: ranks as threads would share it).
+      const bool shared = ranks_share_gpus();
       comm.all_reduce(values.get(), values.get(), n, DataType::kInt32, ReduceOp::kSum,
-                      ranks_share_gpus() ? cudaStreamPerThread : nullptr);
+                      shared ? cudaStreamPerThread : nullptr);
+      // NOTE [shared-GPU waits] (world.hpp): the pageable copy below must not wait for the all-reduce itself.
+      cuda_check(cudaStreamSynchronize(shared ? cudaStreamPerThread : cudaStreamLegacy), "cudaStreamSynchronize");
       cuda_check(cudaMemcpy(host.data(), values.get(), n * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
       EXPECT_EQ(std::count(host.begin(), host.end(), w * (w + 1) / 2), static_cast<long>(n)) << "rank " << comm.rank();
       comm.check();

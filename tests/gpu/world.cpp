@@ -44,6 +44,16 @@ class ThreadBarrier {
 };
 thread_local ThreadBarrier* t_barrier = nullptr;
 
+// Device memory the rank threads of the running test released while ranks share GPUs (free_when_ranks_end).
+std::mutex g_released_mutex;
+std::vector<void*> g_released;
+
+void free_released() {
+  std::lock_guard<std::mutex> lock(g_released_mutex);
+  for (void* pointer : g_released) cudaFree(pointer);
+  g_released.clear();
+}
+
 std::string current_test_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return info == nullptr ? "none" : std::string(info->test_suite_name()) + "." + info->name();
@@ -99,6 +109,7 @@ void for_each_rank(const std::function<void(const RankContext&)>& body) {
     });
   }
   for (std::thread& thread : threads) thread.join();
+  free_released();  // no rank's kernel is left to wait for
 }
 
 void host_barrier() {
@@ -119,6 +130,15 @@ void device_free(void* pointer) {
   const cudaError_t result = cudaFree(pointer);
   if (shared) host_barrier();
   if (result != cudaSuccess) throw std::runtime_error(std::string("cudaFree: ") + cudaGetErrorString(result));
+}
+
+void free_when_ranks_end(void* pointer) {
+  if (t_barrier != nullptr && ranks_share_gpus()) {
+    std::lock_guard<std::mutex> lock(g_released_mutex);
+    g_released.push_back(pointer);
+    return;
+  }
+  cudaFree(pointer);
 }
 
 void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options) {

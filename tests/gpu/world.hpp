@@ -53,6 +53,9 @@ void host_barrier();
 void device_synchronize();
 // cudaFree, between two host barriers where ranks share GPUs as threads.
 void device_free(void* pointer);
+// cudaFree now, or, where ranks share GPUs as threads, once every rank's thread of the test has ended (for_each_rank):
+// for memory that ranks release on their own, whose cudaFree could wait for a peer's kernel that waits for this rank.
+void free_when_ranks_end(void* pointer);
 
 // Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
 void make_current(const Communicator& comm);

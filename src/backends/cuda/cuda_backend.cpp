@@ -6,6 +6,7 @@
 
 #include "collectives/collectives.hpp"
 #include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -73,6 +74,10 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   c.side = std::make_unique<SideStream>(c.device);
   c.second_side = std::make_unique<SideStream>(c.device);
   c.third_side = std::make_unique<SideStream>(c.device);
+  {
+    DeviceGuard guard(c.device);
+    c.exchange_stream = std::make_unique<detail::PrivateStream>();
+  }
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
   DeviceSync* sync = c.sync.get();
   auto exited = [sync](int rank, int pid) {
