@@ -38,6 +38,25 @@ class TableTest(unittest.TestCase):
         self.assertEqual(cost_model.cpp_size("SIZE_MAX"), 1 << 62)
 
 
+class GeneratedRowsTest(unittest.TestCase):
+    def test_ktable_holds_the_models_rows_for_the_worlds_never_swept(self):
+        machine, table, params, _, _, _ = cost_model.fitted_model(cost_model.ARCHIVE, cost_model.TABLE,
+                                                                  "nvidia-h200-x2", 2, "bfloat16")
+        with open(cost_model.TABLE) as f:
+            text = f.read()
+        self.assertEqual(cost_model.table_block(text), cost_model.table_rows(params["graph"], machine, table),
+                         "kTable's rows for 5 to 8 ranks are not the model's: run bench/cost_model.py --write-table")
+
+    def test_generated_rows_serve_only_the_worlds_never_swept(self):
+        table = cost_model.parse_table()
+        model = [row for row in table if row["min_world"] > 1]
+        self.assertTrue(model)
+        for row in model:
+            self.assertGreaterEqual(row["min_world"], 5)
+            self.assertLessEqual(row["max_world"], 8)
+            self.assertNotEqual(row["collective"], "sendrecv")
+
+
 class ModelTest(unittest.TestCase):
     machine = cost_model.MACHINES["nvidia-h200"]
 

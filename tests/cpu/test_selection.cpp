@@ -77,7 +77,7 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
   };
   // On 4 ranks LL128 serves every buffer through 512 KiB (LL through 64 KiB); beyond, the two shot: zero copy
-  // on symmetric buffers, pipelined on others. On 8, LL through 512 KiB.
+  // on symmetric buffers, pipelined on others. On 8, the cost model's rows: LL through 64 KiB, then the two shot.
   EXPECT_EQ(pick(64 << 10, Buffers::kSymmetric), Algorithm::kLL);
   EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL128);
   EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kLL128);
@@ -85,8 +85,8 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   EXPECT_EQ(pick(512 << 10, Buffers::kAny), Algorithm::kLL128);
   EXPECT_EQ(pick(1 << 20, Buffers::kAny), Algorithm::kTwoShot);
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 512 << 10, 8, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
-  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1 << 20, 8, DataType::kBFloat16, "").algorithm,
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64 << 10, 8, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, (64 << 10) + 2, 8, DataType::kBFloat16, "").algorithm,
             Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   // On 2 ranks LL128 serves every buffer through 1 MiB, and the zero-copy two shot symmetric buffers beyond.
@@ -134,6 +134,33 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 1024, 4, DataType::kFloat32, "allreduce=twoshot", Buffers::kSymmetric)
                 .algorithm,
             Algorithm::kTwoShot);
+}
+
+// 5 to 8 ranks, which no sweep measured, take the cost model's rows (bench/cost_model.py); no row measured on 2 or
+// 4 ranks serves them, and send/recv keeps its measured rows.
+TEST(Selection, WorldsNeverSweptTakeTheCostModelsRows) {
+  const auto pick = [](Collective collective, size_t bytes, int world, Buffers buffers) {
+    return select_algorithm(collective, bytes, world, DataType::kBFloat16, "", buffers, Gates{false, true}).algorithm;
+  };
+  for (int world = 5; world <= 8; ++world) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    EXPECT_EQ(pick(Collective::kAllReduce, size_t(256) << 20, world, Buffers::kAny), Algorithm::kTwoShot);
+    EXPECT_EQ(pick(Collective::kReduceScatter, 1 << 20, world, Buffers::kAny), Algorithm::kLL);
+    EXPECT_EQ(pick(Collective::kReduceScatter, (1 << 20) + 2, world, Buffers::kAny), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllGather, size_t(8) << 20, world, Buffers::kSymmetric), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllGather, (size_t(8) << 20) + 8, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
+    EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, world, Buffers::kAny), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, world, Buffers::kAny), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
+    EXPECT_EQ(pick(Collective::kSendRecv, size_t(32) << 20, world, Buffers::kAny), Algorithm::kPipelined);
+  }
+  // Multicast keeps serving above LL where its gate opens.
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, size_t(1) << 20, 8, DataType::kBFloat16, "", Buffers::kAny,
+                             Gates{true, true}).algorithm,
+            Algorithm::kMulticast);
+  // Past 8 ranks (ranks sharing GPUs) the rows for every world serve again.
+  EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, 9, Buffers::kSymmetric), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick(Collective::kAllReduce, 512 << 10, 9, Buffers::kAny), Algorithm::kLL);
 }
 
 TEST(Selection, AllToAllUsesCopyEnginesOnlyOnLargeSymmetricBuffers) {
