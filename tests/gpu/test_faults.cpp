@@ -192,12 +192,12 @@ TEST(Faults, SurvivorsShrinkAndCarryOn) {
   });
 }
 
-// init, collectives, abort, over and over: 1000 cycles as threads, 100 as processes (BRAID_TEST_ABORT_CYCLES
+// init, collectives, abort, over and over: 1000 cycles as threads, 100 as processes (GPU_TEST_ABORT_CYCLES
 // overrides). Every fifth cycle rank 0 aborts while its all-reduce waits for peers that never join it. A second
 // communicator, made once, holds the ranks together between cycles (no rank destroys what a peer's kernel may
 // still use) and around the readings. After a warm-up, open fds, threads and free GPU memory must not grow.
 TEST(FaultCycles, InitCollectivesAbortLeaveNothingBehind) {
-  const char* asked = std::getenv("BRAID_TEST_ABORT_CYCLES");
+  const char* asked = std::getenv("GPU_TEST_ABORT_CYCLES");
   const int cycles = asked != nullptr ? std::atoi(asked) : in_process_mode() ? 100 : 1000;
   const int warm = std::min(19, cycles / 5), middle = cycles / 2;
   struct Reading {
