@@ -2,7 +2,7 @@
 """A cost model of braid's protocols and NCCL's collectives on one host, from the machine's probes and the archive.
 
     bench/cost_model.py [--fit nvidia-h200-x2] [--check nvidia-h200-x4] [--worlds 4,8] [--doc docs/dev/selection.md]
-    bench/cost_model.py --write-table      # kTable's rows for 5 to 8 ranks, from the model
+    bench/cost_model.py --write-table      # selection.cpp's rows for 5 to 8 ranks, from the model
 
 NOTE [cost model]
 A call of S bytes (nccl-tests' size: the whole output of an all-gather, the whole input of a reduce-scatter) on N
@@ -31,8 +31,9 @@ measured over those rows from 1 MiB up, braid's rows predicted for the protocol 
 today (rows from older commits may have run another).
 
 Its choice for a (collective, size, world, buffers) is the protocol it predicts fastest among those the
-collective has whose gates the call passes. Those choices are kTable's rows for the worlds the archive has no rows
-of (5 to 8 ranks; `--write-table` writes them, tests/bench/test_cost_model.py fails where kTable's differ), LL's
+collective has whose gates the call passes. Those choices are the rows for the worlds the archive has no rows of
+(5 to 8 ranks: kModelTable in selection.cpp; `--write-table` writes them, tests/bench/test_cost_model.py fails
+where they differ), LL's
 cut-off first and from the call alone, as kTable needs it (docs/dev/protocol.md). Send/recv keeps its measured
 rows at every world (a pair moves the same whatever the world). Where ranks were measured (2 and 4) kTable's rows
 stay the measured cut-offs: where the model disagrees with them at 4 ranks, the model is wrong (LL128's rate,
@@ -74,7 +75,7 @@ CPP_ALGORITHM = {"kLL": "ll", "kLL128": "ll128", "kOneShot": "oneshot", "kTwoSho
                  "kPipelined": "pipelined", "kStaged": "staged", "kCopyEngine": "copyengine",
                  "kMulticast": "multicast", "kSplit": "split"}
 MODEL_WORLDS = (5, 8)  # worlds with no archive rows whose table the model prints
-TABLE_WORLDS = range(5, 9)  # worlds whose kTable rows are the model's (the archive has none of them)
+TABLE_WORLDS = range(5, 9)  # worlds whose rows are the model's, kModelTable (the archive has none of them)
 # Send/recv moves between two ranks whatever the world, so its measured rows serve every world.
 TABLE_COLLECTIVES = ("allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall")
 MULTICAST_COLLECTIVES = ("allreduce", "reduce", "allgather")  # multicast serves above LL where its gate is open
@@ -189,13 +190,28 @@ def predict_braid(params, machine, collective, algorithm, world, mapped, size):
 # --- kTable, as the library reads it ------------------------------------------------------------------------------
 
 def parse_table(path=TABLE):
-    """kTable's rows: (collective, max_bytes, algorithm, symmetric_only, max_world, fp8_only, min_world)."""
+    """The rows of selection.cpp's kModelTable, then kTable's, in the order the library tries them at 5 to 8 ranks:
+    (collective, max_bytes, algorithm, symmetric_only, max_world, fp8_only, min_world)."""
     with open(path) as f:
         text = f.read()
-    body = text[text.index("constexpr Row kTable[] = {"):]
-    body = body[:body.index("\n};")]
     rows = []
-    for match in re.finditer(r"\{Collective::(\w+),\s*([^,]+),\s*Algorithm::(\w+)((?:,\s*[^,}]+)*)\}", body):
+    for table in ("kModelTable", "kTable"):  # selection.cpp consults the model's rows first where they serve
+        rows += parse_rows(text, table)
+    if not rows:
+        raise SystemExit(f"cost_model.py: no rows of kTable found in {path}")
+    return rows
+
+
+def table_body(text, table):
+    """The text of selection.cpp's array `table`, between its braces."""
+    body = text[text.index(f"constexpr Row {table}[] = {{"):]
+    return body[:body.index("\n};")]
+
+
+def parse_rows(text, table):
+    rows = []
+    for match in re.finditer(r"\{Collective::(\w+),\s*([^,]+),\s*Algorithm::(\w+)((?:,\s*[^,}]+)*)\}",
+                             table_body(text, table)):
         collective, size_text, algorithm, rest = match.groups()
         extras = [e.strip() for e in rest.split(",") if e.strip()]
         rows.append({"collective": CPP_COLLECTIVE[collective], "max_bytes": cpp_size(size_text),
@@ -204,8 +220,6 @@ def parse_table(path=TABLE):
                      "max_world": int(extras[1]) if len(extras) > 1 else 1 << 30,
                      "fp8": len(extras) > 2 and extras[2] == "Types::kFp8",
                      "min_world": int(extras[3]) if len(extras) > 3 else 1})
-    if not rows:
-        raise SystemExit(f"cost_model.py: no rows of kTable found in {path}")
     return rows
 
 
@@ -436,30 +450,50 @@ def cpp_size_text(limit):
 
 
 def table_rows(params, machine, table):
-    """kTable's rows for TABLE_WORLDS, in C++: the model's rows of each world, worlds of equal rows merged into
-    one range. A multicast row follows each LL row where kTable has multicast for the collective, as in kTable's
-    rows for every world, so that multicast keeps serving where BRAID_ENABLE_MULTICAST opened it."""
+    """kModelTable's rows, in C++: per collective, the model's rows of each world of TABLE_WORLDS, with a multicast
+    row after the LL rows where kTable has multicast for the collective (as in kTable's rows for every world, so
+    that multicast keeps serving where BRAID_ENABLE_MULTICAST opened it). Where every world has as many rows, the
+    i-th rows of neighbouring worlds that are equal become one row for that range of worlds; else each run of
+    worlds with equal rows keeps its own. Either way a world's rows, filtered from these, are its own in order."""
     names = {v: k for k, v in CPP_COLLECTIVE.items()}
     algorithms = {v: k for k, v in CPP_ALGORITHM.items()}
-    ranges = []  # [first world, last world, rows]
-    for world in TABLE_WORLDS:
-        rows = [r for r in model_rows(params, machine, table, world) if r[0] in TABLE_COLLECTIVES]
-        if ranges and ranges[-1][2] == rows:
-            ranges[-1][1] = world
-        else:
-            ranges.append([world, world, rows])
+
+    def rows_of(world, collective):
+        rows = []
+        for row in model_rows(params, machine, table, world):
+            if row[0] != collective:
+                continue
+            if (collective in MULTICAST_COLLECTIVES and row[2] not in ("ll", "ll128") and
+                    not any(r[2] == "multicast" for r in rows)):
+                rows.append((collective, None, "multicast", False))
+            rows.append(row)
+        return rows
+
+    def runs(worlds, same):  # neighbouring worlds for which same(first world, world) holds, as [first, last]
+        out = []
+        for world in worlds:
+            if out and same(out[-1][0], world):
+                out[-1][1] = world
+            else:
+                out.append([world, world])
+        return out
+
+    def line(row, first, last):
+        collective, limit, algorithm, mapped = row
+        buffers = "Buffers::kSymmetric" if mapped else "Buffers::kAny"
+        return (f"    {{Collective::{names[collective]}, {cpp_size_text(limit)}, Algorithm::{algorithms[algorithm]}, "
+                f"{buffers}, {last}, Types::kAny, {first}}},")
+
     lines = []
-    for first, last, rows in ranges:
-        with_multicast = set()
-        for collective, limit, algorithm, mapped in rows:
-            if (collective in MULTICAST_COLLECTIVES and collective not in with_multicast and
-                    algorithm not in ("ll", "ll128")):
-                lines.append(f"    {{Collective::{names[collective]}, SIZE_MAX, Algorithm::kMulticast, Buffers::kAny, "
-                             f"{last}, Types::kAny, {first}}},")
-                with_multicast.add(collective)
-            buffers = "Buffers::kSymmetric" if mapped else "Buffers::kAny"
-            lines.append(f"    {{Collective::{names[collective]}, {cpp_size_text(limit)}, "
-                         f"Algorithm::{algorithms[algorithm]}, {buffers}, {last}, Types::kAny, {first}}},")
+    for collective in TABLE_COLLECTIVES:
+        per_world = {world: rows_of(world, collective) for world in TABLE_WORLDS}
+        if len({len(rows) for rows in per_world.values()}) == 1:
+            for i in range(len(per_world[TABLE_WORLDS.start])):
+                for first, last in runs(TABLE_WORLDS, lambda a, b: per_world[a][i] == per_world[b][i]):
+                    lines.append(line(per_world[first][i], first, last))
+        else:
+            for first, last in runs(TABLE_WORLDS, lambda a, b: per_world[a] == per_world[b]):
+                lines += [line(row, first, last) for row in per_world[first]]
     return lines
 
 
@@ -502,7 +536,7 @@ def main():
     parser.add_argument("--dtype", default="bfloat16", help="the rows' datatype")
     parser.add_argument("--doc", help="rewrite the cost model's section of this markdown file")
     parser.add_argument("--write-table", action="store_true",
-                        help="rewrite kTable's rows for 5 to 8 ranks in --table with the model's, and stop")
+                        help="rewrite kModelTable, the rows for 5 to 8 ranks, in --table with the model's, and stop")
     args = parser.parse_args()
 
     machine, table, params, counts, nccl, rows = fitted_model(args.archive, args.table, args.fit, args.fit_world,
