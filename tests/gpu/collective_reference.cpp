@@ -771,17 +771,18 @@ class PinnedPool {
   std::vector<std::pair<void*, size_t>> free_;
 };
 
-// Host to device (`to_device`) or back, through pinned memory, on `stream`, which is synchronised before and after.
-void copy_through_pinned(void* device, unsigned char* host, size_t bytes, bool to_device, cudaStream_t stream) {
+// `bytes` from `from_host` to `device`, or from `device` to `to_host` (the other one null), through pinned memory
+// on `stream`, which is synchronised before and after.
+void copy_through_pinned(void* device, const void* from_host, void* to_host, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
   const auto staging = PinnedPool::get().take(bytes);
-  if (to_device) std::memcpy(staging.first, host, bytes);
+  if (from_host != nullptr) std::memcpy(staging.first, from_host, bytes);
   const cudaError_t copied =
-      to_device ? cudaMemcpyAsync(device, staging.first, bytes, cudaMemcpyHostToDevice, stream)
-                : cudaMemcpyAsync(staging.first, device, bytes, cudaMemcpyDeviceToHost, stream);
+      from_host != nullptr ? cudaMemcpyAsync(device, staging.first, bytes, cudaMemcpyHostToDevice, stream)
+                           : cudaMemcpyAsync(staging.first, device, bytes, cudaMemcpyDeviceToHost, stream);
   const cudaError_t synced = cudaStreamSynchronize(stream);
-  if (copied == cudaSuccess && synced == cudaSuccess && !to_device) std::memcpy(host, staging.first, bytes);
+  if (copied == cudaSuccess && synced == cudaSuccess && to_host != nullptr) std::memcpy(to_host, staging.first, bytes);
   PinnedPool::get().give(staging);
   cuda_check(copied, "cudaMemcpyAsync");
   cuda_check(synced, "cudaStreamSynchronize");
@@ -794,14 +795,14 @@ void upload(const Arenas& arenas, const std::vector<unsigned char>& send, const 
   if (send.size() > arenas.send_capacity || recv.size() > arenas.recv_capacity) {
     throw std::logic_error("upload: images larger than the arenas");
   }
-  copy_through_pinned(arenas.send, const_cast<unsigned char*>(send.data()), send.size(), true, stream);
-  copy_through_pinned(arenas.recv, const_cast<unsigned char*>(recv.data()), recv.size(), true, stream);
+  copy_through_pinned(arenas.send, send.data(), nullptr, send.size(), stream);
+  copy_through_pinned(arenas.recv, recv.data(), nullptr, recv.size(), stream);
 }
 
 void download(const Arenas& arenas, std::vector<unsigned char>& send, std::vector<unsigned char>& recv,
               cudaStream_t stream) {
-  copy_through_pinned(arenas.send, send.data(), send.size(), false, stream);
-  copy_through_pinned(arenas.recv, recv.data(), recv.size(), false, stream);
+  copy_through_pinned(arenas.send, nullptr, send.data(), send.size(), stream);
+  copy_through_pinned(arenas.recv, nullptr, recv.data(), recv.size(), stream);
 }
 
 void seed_cases(std::vector<Case>& cases, uint64_t seed) {
