@@ -122,28 +122,26 @@ std::string reachability_row(const std::vector<PeerInfo>& peers) {
   return row;
 }
 
-int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks) {
+namespace {
+
+// The most ranks that share one GPU and, with `same_process`, one process too.
+int most_on_one_gpu(const std::vector<RankIdentity>& ranks, bool same_process) {
   int most = ranks.empty() ? 0 : 1;
   for (const RankIdentity& rank : ranks) {
     const auto same = std::count_if(ranks.begin(), ranks.end(), [&](const RankIdentity& other) {
-      return other.host == rank.host && other.boot_id == rank.boot_id && other.pci_bus_id == rank.pci_bus_id;
+      return other.host == rank.host && other.boot_id == rank.boot_id && other.pci_bus_id == rank.pci_bus_id &&
+             (!same_process || (other.pid == rank.pid && other.pid_namespace == rank.pid_namespace));
     });
     most = std::max(most, static_cast<int>(same));
   }
   return most;
 }
 
-int most_threads_on_one_gpu(const std::vector<RankIdentity>& ranks) {
-  int most = ranks.empty() ? 0 : 1;
-  for (const RankIdentity& rank : ranks) {
-    const auto same = std::count_if(ranks.begin(), ranks.end(), [&](const RankIdentity& other) {
-      return other.host == rank.host && other.boot_id == rank.boot_id && other.pci_bus_id == rank.pci_bus_id &&
-             other.pid == rank.pid && other.pid_namespace == rank.pid_namespace;
-    });
-    most = std::max(most, static_cast<int>(same));
-  }
-  return most;
-}
+}  // namespace
+
+int most_ranks_on_one_gpu(const std::vector<RankIdentity>& ranks) { return most_on_one_gpu(ranks, false); }
+
+int most_threads_on_one_gpu(const std::vector<RankIdentity>& ranks) { return most_on_one_gpu(ranks, true); }
 
 std::string shared_queue_warning(int threads_per_gpu, const char* connections) {
   constexpr int kMostQueues = 32;
