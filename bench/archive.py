@@ -3,6 +3,7 @@
 
     bench/archive.py add --gpu KIND [--date YYYY-MM-DD] [--commit SHA] RUN.json...
     bench/archive.py add-floor --gpu KIND [--date YYYY-MM-DD] --commit SHA GRAPH_FLOOR_OUTPUT
+    bench/archive.py add-torch --gpu KIND [--date YYYY-MM-DD] --commit SHA --torch VERSION --world N RUN_TORCH_CHECK_OUTPUT
     bench/archive.py list [--gpu KIND]
 
 `add` reads braid-bench --json files and appends one row per measured point that is not in the archive yet.
@@ -16,6 +17,9 @@ A collective row:
     braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong
 A floor row (bench/probes/graph_floor's output): the identity fields, kind="floor", collective (the probe's
 case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
+A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
+(the training: ddp | fsdp2 | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
+shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs).
 An MoE row:
     the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,
     hidden, top_k, experts, dtype (the dispatched type), bytes (tokens * top_k rows), nvlink_bytes,
@@ -176,6 +180,27 @@ def add_floor(args):
     print(f"archive: {append(args.archive, rows)} graph-floor rows of {args.gpu} added to {args.archive}")
 
 
+TORCH_STEP_LINE = re.compile(r"^\s+(ddp|fsdp2|compile)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$")
+
+
+def add_torch(args):
+    """Files the training step times of a run_torch_check.sh run: per section, through the shim and with NCCL."""
+    check_identity(args)
+    with open(args.file) as f:
+        text = f.read()
+    if "run_torch_check: PASS" not in text:
+        raise SystemExit(f"archive: {args.file} is not the output of a run_torch_check.sh run that passed")
+    found = [m for m in (TORCH_STEP_LINE.match(line) for line in text.splitlines()) if m]
+    if not found:
+        raise SystemExit(f"archive: {args.file} has no step-time table")
+    base = {"date": args.date, "commit": full_commit(args.commit), "gpu": args.gpu, "gpu_name": None,
+            "world": args.world, "nccl_version": None, "torch": args.torch}
+    rows = [dict(base, kind="torch", collective=m.group(1), mode="eager", nccl_ms=float(m.group(2)),
+                 braid_ms=float(m.group(3)), nccl_us=float(m.group(2)) * 1e3, braid_us=float(m.group(3)) * 1e3)
+            for m in found]
+    print(f"archive: {append(args.archive, rows)} torch rows of {args.gpu} added to {args.archive}")
+
+
 def list_rows(args):
     for row in load(args.archive):
         if args.gpu and row["gpu"] != args.gpu:
@@ -194,6 +219,14 @@ def main(argv=None):
     p.add_argument("--commit", help="the commit measured (default: the file's)")
     p.add_argument("files", nargs="+")
     p.set_defaults(run=add)
+    p = sub.add_parser("add-torch", help="append the step times of a nccl_shim/tests/run_torch_check.sh run")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())
+    p.add_argument("--commit", required=True, help="the commit whose shim ran")
+    p.add_argument("--torch", required=True, help="torch's version, e.g. 2.11.0+cu130")
+    p.add_argument("--world", type=int, required=True, help="the ranks (GPUs) of the run")
+    p.add_argument("file")
+    p.set_defaults(run=add_torch)
     p = sub.add_parser("add-floor", help="append the figures of a bench/probes/graph_floor run")
     p.add_argument("--gpu", required=True)
     p.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())

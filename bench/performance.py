@@ -45,6 +45,8 @@ def size_name(n):
 def point_key(row):
     if row["kind"] == "floor":
         return (row["gpu"], row["world"], "floor", row["collective"])
+    if row["kind"] == "torch":
+        return (row["gpu"], row["world"], "torch", row["collective"])
     if row["kind"] == "moe":
         return (row["gpu"], row["world"], "moe", row["collective"], row["layout"], row["dtype"], row["tokens"],
                 row["hidden"], row["top_k"], row["experts"], row["mode"], row.get("max_sms", 0))
@@ -179,6 +181,30 @@ def at_a_glance(current, kinds):
     return lines + [""]
 
 
+def torch_steps(current, kinds):
+    """PyTorch training steps through the NCCL shim beside torch's own NCCL, per machine kind and world."""
+    rows = [r for r in current if r["kind"] == "torch"]
+    if not rows:
+        return []
+    lines = ["## PyTorch training through the NCCL shim", "",
+             "torch.distributed (backend \"nccl\") with braid's NCCL shim preloaded against torch's own NCCL, on the "
+             "same GPUs: a 4-layer MLP (width 1024, GELU), batch 64, plain SGD, trained with DDP, with FSDP2 "
+             "(`fully_shard` per layer) and with DDP around a `torch.compile`'d forward and loss. Rank 0's mean time "
+             "per step, after 3 warm-up steps, over 20 steps (10 compiled). Measured with "
+             "`nccl_shim/tests/run_torch_check.sh NGPUS OUT_DIR build/nccl_shim/libnccl.so.2`, which also checks that "
+             "both runs' losses and parameters agree.", "",
+             "| GPUs | ranks | torch | training | shim ms/step | NCCL ms/step | shim/NCCL | commit |",
+             "|---|---:|---|---|---:|---:|---:|---|"]
+    order = {"ddp": 0, "fsdp2": 1, "compile": 2}
+    names = {"ddp": "DDP", "fsdp2": "FSDP2", "compile": "DDP, compiled"}
+    for gpu in kinds:
+        for r in sorted((r for r in rows if r["gpu"] == gpu), key=lambda r: (r["world"], order.get(r["collective"], 9))):
+            lines.append(f"| {gpu} | {r['world']} | {r['torch']} | {names.get(r['collective'], r['collective'])} | "
+                         f"{r['braid_ms']:.2f} | {r['nccl_ms']:.2f} | {r['braid_ms'] / r['nccl_ms']:.2f} | "
+                         f"{short(r['commit'])} ({r['date']}) |")
+    return lines + [""]
+
+
 def image_name(gpu, what):
     return f"performance-{gpu}-{what}.png"
 
@@ -198,12 +224,13 @@ def page(rows, goals):
            "with `-G 20` for the graph rows and `--symmetric 1` for the symmetric ones). The archive's runs are "
            "filed with `bench/archive.py add --gpu <kind> <files>`, and `bench/performance.py` writes this page.", ""]
     out += at_a_glance(current, kinds)
+    out += torch_steps(current, kinds)
     out += ["## Goals", "",
             "| goal | target | GPUs | measured | met |", "|---|---|---|---|---|"]
     missed = []
     for goal in goals:
         for gpu in kinds:
-            mine = [r for r in current if r["gpu"] == gpu]
+            mine = [r for r in current if r["gpu"] == gpu and r["kind"] != "torch"]
             for label, text, met, group in goal_results(goal, mine):
                 name = goal["name"] + (f" ({label})" if label else "")
                 out.append(f"| {name} | {goal_target(goal)} | {gpu} | {text} | {'yes' if met else '**no**'} |")
@@ -238,7 +265,7 @@ def page(rows, goals):
             out.append(f"| {r['gpu']} | {r['collective']} | {r['braid_us']:.2f} | {short(r['commit'])} ({r['date']}) |")
         out.append("")
     for gpu in kinds:
-        mine = [r for r in current if r["gpu"] == gpu and r["kind"] != "floor"]
+        mine = [r for r in current if r["gpu"] == gpu and r["kind"] not in ("floor", "torch")]
         names = sorted({r["gpu_name"] for r in mine if r.get("gpu_name")})
         out += [f"## {gpu}: {', '.join(names)}", ""]
         for world in sorted({r["world"] for r in mine}):
@@ -297,7 +324,7 @@ def plots(rows):
     current = newest(rows)
     written = []
     for gpu in sorted({r["gpu"] for r in current}):
-        mine = [r for r in current if r["gpu"] == gpu and r["kind"] != "floor"]
+        mine = [r for r in current if r["gpu"] == gpu and r["kind"] not in ("floor", "torch")]
         for world in sorted({r["world"] for r in mine}):
             here = [r for r in mine if r["world"] == world]
             for coll in COLLECTIVES:

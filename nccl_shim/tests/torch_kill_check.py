@@ -3,7 +3,7 @@
 libnccl.so.2 the processes get: the shim under LD_PRELOAD, or the real NCCL): every survivor must end with an
 error, never hang.
 
-    python3 torch_kill_check.py --ranks N [--timeout S] [--kill-step K] [--dump-wait-ms MS]
+    python3 torch_kill_check.py --ranks N [--timeout S] [--kill-step K] [--dump-wait-ms MS] [--torchrun]
 
 The script launches the ranks itself, one process per GPU, with the environment torchrun would give them (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), and no agent that stops the others when one dies: each survivor
@@ -17,6 +17,11 @@ launcher's deadline is killed and counted as a hang). Each rank's output goes to
 After a failure torch's watchdog waits 4 x TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC (15 000 by default: 60 s) for the
 ranks' debug dumps before it ends the process; --dump-wait-ms sets that variable in every rank, so the bound on the
 exit becomes the timeout plus four times it (plus 5 s).
+
+--torchrun runs the same training under torchrun (--standalone, one worker per GPU) instead, as a job is run: its
+agent sees the killed worker and stops the others. The launcher then checks that the whole job (torchrun itself)
+ended with a nonzero exit code within the process group's timeout of the kill; torchrun's output goes to
+torchrun.log in --logs.
 """
 import argparse
 import datetime
@@ -90,6 +95,39 @@ def launch(args):
     return 0 if ok else 1
 
 
+def launch_torchrun(args):
+    os.makedirs(args.logs, exist_ok=True)
+    kill_file = f"/tmp/torch-kill-check-{os.getpid()}"
+    if os.path.exists(kill_file):
+        os.unlink(kill_file)
+    env = dict(os.environ, TORCH_KILL_CHECK_FILE=kill_file)
+    if args.dump_wait_ms is not None:
+        env["TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"] = str(args.dump_wait_ms)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.ranks}",
+               os.path.abspath(__file__), "--rank-main", "--timeout", str(args.timeout),
+               "--kill-step", str(args.kill_step)]
+    with open(os.path.join(args.logs, "torchrun.log"), "w") as log:
+        job = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            code = job.wait(timeout=args.timeout + 180)
+        except subprocess.TimeoutExpired:
+            job.kill()
+            job.wait()
+            print(f"torch_kill_check: the torchrun job HUNG: still running {args.timeout + 180} s after launch; killed")
+            return 1
+    ended = time.time()
+    if not os.path.exists(kill_file):
+        print(f"torch_kill_check: the last rank never reached its kill step (torchrun exit code {code})")
+        return 1
+    after = ended - float(open(kill_file).read())
+    os.unlink(kill_file)
+    ok = code != 0 and after <= args.timeout
+    print(f"torch_kill_check: under torchrun the job ended (exit code {code}) {after:.2f} s after the kill: "
+          f"{'ok' if ok else 'WRONG'}")
+    print(f"torch_kill_check: {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
 def rank_main(args):
     import torch
     import torch.distributed as dist
@@ -140,9 +178,12 @@ def main():
     parser.add_argument("--kill-step", type=int, default=30)
     parser.add_argument("--logs", default=".", help="folder of the ranks' logs")
     parser.add_argument("--dump-wait-ms", type=int, help="TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC of every rank")
+    parser.add_argument("--torchrun", action="store_true", help="run the ranks under torchrun, as a job")
     parser.add_argument("--rank-main", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    sys.exit(rank_main(args) if args.rank_main else launch(args))
+    if args.rank_main:
+        sys.exit(rank_main(args))
+    sys.exit(launch_torchrun(args) if args.torchrun else launch(args))
 
 
 if __name__ == "__main__":

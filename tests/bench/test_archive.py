@@ -132,6 +132,30 @@ class PerformanceTest(unittest.TestCase):
         self.assertEqual(cells[3:6], ["2", "1", "1"], row)  # points, braid faster, braid slower
         self.assertIn("16 KiB", cells[7])
 
+    def add_torch(self, text, **extra):
+        """Files a run_torch_check.sh output of `text` into a fresh archive; returns its rows."""
+        with tempfile.TemporaryDirectory() as folder:
+            output, store = os.path.join(folder, "torch-check.txt"), os.path.join(folder, "archive.jsonl")
+            with open(output, "w") as f:
+                f.write(text)
+            archive.main(["--archive", store, "add-torch", "--gpu", "nvidia-h100-x2", "--date", "2026-01-02",
+                          "--commit", HEAD, "--torch", "2.11.0", "--world", "2", output])
+            return archive.load(store)
+
+    def test_torch_step_times_are_filed_and_shown_beside_nccl(self):
+        rows = self.add_torch("--- step times, rank 0, ms per step:\n  section        nccl       shim shim/nccl\n"
+                              "  ddp           2.000      2.500     1.250\n  fsdp2        10.000      9.000     0.900\n"
+                              "run_torch_check: PASS: both runs right\n")
+        self.assertEqual([(r["collective"], r["braid_ms"], r["nccl_ms"]) for r in rows],
+                         [("ddp", 2.5, 2.0), ("fsdp2", 9.0, 10.0)])
+        text, _ = performance.page(rows, [])
+        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | DDP | 2.50 | 2.00 | 1.25 |", text)
+        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
+
+    def test_a_torch_run_that_failed_is_refused(self):
+        with self.assertRaises(SystemExit):
+            self.add_torch("  ddp           2.000      2.500     1.250\nrun_torch_check: FAILED\n")
+
     def test_the_checked_in_page_is_what_the_archive_gives(self):
         self.assertEqual(performance.main(["--check"]), 0)
 

@@ -1,9 +1,9 @@
 // Failures a job must survive without a hang: abort() from another thread ends a call that waits on a peer,
 // revoke() on one rank ends every rank's, survivors shrink and carry on, a peer process that exits or is
-// SIGKILLed during any kind of call (every protocol family, MoE, a graph replay) is reported to the survivor within
-// a second (a peer that destroyed its communicator first is no failure), and a peer that is alive but never calls
-// ends in a timeout; a thousand cycles of init, collectives and abort leave no fd, thread or GPU memory behind.
-// The peer process is this binary run again (GPU_TEST_FAULT_CHILD, FaultChild.*), sharing the
+// SIGKILLed during any kind of call (every protocol family, MoE dispatch and combine, a graph replay) is reported
+// to the survivor within a second (a peer that destroyed its communicator first is no failure), and a peer that is
+// alive but never calls ends in a timeout; a thousand cycles of init, collectives and abort leave no fd, thread or
+// GPU memory behind. The peer process is this binary run again (GPU_TEST_FAULT_CHILD, FaultChild.*), sharing the
 // survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -156,12 +156,27 @@ TEST(Faults, SurvivorsShrinkAndCarryOn) {
   for (int r = 0; r < world; ++r) {
     if (std::find(gone.begin(), gone.end(), r) == gone.end()) survivors_sum += r + 1;
   }
+  // NOTE [a leaving thread keeps its communicator]: as threads, a rank that leaves keeps its communicator until the
+  // survivors are done (bounded). Destroying it frees memory with a wait for its whole GPU, and where ranks share a
+  // GPU that wait holds up the survivors' launches there while their peers spin on them. Ranks as processes, the
+  // departed rank's process is simply gone.
+  std::atomic<int> survivors_done{0};
   for_each_rank([&](const RankContext& context) {
     Communicator comm = Communicator::init(context.rendezvous, test_options(30));
     make_current(comm);
     SymmetricMemory parent_memory = comm.alloc(4096);
     comm.barrier();
-    if (std::find(gone.begin(), gone.end(), context.rank) != gone.end()) return;  // leaves without a word
+    if (std::find(gone.begin(), gone.end(), context.rank) != gone.end()) {  // leaves without a word
+      const auto left = Clock::now();
+      while (survivors_done.load() < survivors && seconds_since(left) < 60.0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      return;
+    }
+    struct Done {
+      std::atomic<int>& count;
+      ~Done() { ++count; }
+    } done{survivors_done};
     const auto started = Clock::now();
     comm.revoke();
     Communicator child = comm.shrink(gone);
@@ -340,7 +355,8 @@ TEST(Faults, PeerThatDestroyedItsCommunicatorBeforeExitingIsNoFailure) {
 }
 
 // What both ranks of a kill case make after their first all-reduce (each of these is collective): symmetric memory
-// for the zero-copy and graph cases and a small MoE buffer.
+// for the zero-copy and graph cases, a small MoE buffer and one dispatch through it that both ranks complete, so
+// rank 0 can combine it alone.
 struct KillRig {
   static constexpr size_t kSymmetricBytes = size_t(4) << 20;
   static MoeShape shape() {
@@ -352,9 +368,30 @@ struct KillRig {
     shape.experts = 4;
     return shape;
   }
-  explicit KillRig(Communicator& comm) : symmetric(comm.alloc(kSymmetricBytes)), moe(MoeBuffer::create(comm, shape())) {}
+  static size_t pairs() { return shape().max_tokens * static_cast<size_t>(shape().top_k); }
+  static size_t token_bytes() { return shape().max_tokens * shape().hidden * 2; }
+
+  explicit KillRig(Communicator& comm)
+      : symmetric(comm.alloc(kSymmetricBytes)),
+        moe(MoeBuffer::create(comm, shape())),
+        x(token_bytes()),
+        ids(pairs() * sizeof(int64_t)),
+        weights(pairs() * sizeof(float)) {
+    std::vector<int64_t> routing(pairs());
+    for (size_t i = 0; i < routing.size(); ++i) routing[i] = static_cast<int64_t>(i % shape().experts);
+    const std::vector<float> ones(pairs(), 1.0f);
+    cuda_check(cudaMemcpy(ids.get(), routing.data(), ids.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaMemcpy(weights.get(), ones.data(), weights.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaMemset(x.get(), 0, x.bytes()), "cudaMemset");
+    StreamHandle stream;
+    dispatched = moe.dispatch(x.get(), ids.get(), static_cast<const float*>(weights.get()), shape().max_tokens,
+                              nullptr, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize after the rig's dispatch");
+  }
   SymmetricMemory symmetric;
   MoeBuffer moe;
+  DeviceBuffer x, ids, weights;
+  MoeDispatchOutput dispatched;  // completed on both ranks
 };
 
 // One call rank 0 makes that rank 1 (alive, then SIGKILLed) never joins; what it allocates goes into `keep`,
@@ -410,16 +447,14 @@ std::vector<KillCase> kill_cases() {
          comm.send_recv(ops, 2, stream);
        }},
       {"MoE dispatch", "",
+       [](Communicator&, KillRig& rig, Keep&, cudaStream_t stream) {
+         rig.moe.dispatch(rig.x.get(), rig.ids.get(), static_cast<const float*>(rig.weights.get()),
+                          KillRig::shape().max_tokens, nullptr, stream);
+       }},
+      {"MoE combine", "",
        [](Communicator&, KillRig& rig, Keep& keep, cudaStream_t stream) {
-         const MoeShape shape = KillRig::shape();
-         const size_t pairs = shape.max_tokens * static_cast<size_t>(shape.top_k);
-         std::vector<int64_t> routing(pairs);
-         for (size_t i = 0; i < pairs; ++i) routing[i] = static_cast<int64_t>(i % shape.experts);
-         void* ids = plain(keep, pairs * sizeof(int64_t));
-         cuda_check(cudaMemcpy(ids, routing.data(), pairs * sizeof(int64_t), cudaMemcpyHostToDevice), "cudaMemcpy");
-         rig.moe.dispatch(plain(keep, shape.max_tokens * shape.hidden * 2), ids,
-                          static_cast<const float*>(plain(keep, pairs * sizeof(float))), shape.max_tokens, nullptr,
-                          stream);
+         const size_t y_bytes = rig.dispatched.capacity_rows * KillRig::shape().hidden * 2;
+         rig.moe.combine(plain(keep, y_bytes), plain(keep, KillRig::token_bytes()), true, stream);
        }},
       {"all-reduce replayed in a CUDA graph (symmetric)", "",
        [](Communicator& comm, KillRig& rig, Keep&, cudaStream_t stream) {
