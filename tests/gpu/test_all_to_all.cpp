@@ -1317,7 +1317,7 @@ TEST(AllToAllvDevice, GraphReplaysWithChangingDeviceCounts) {
         throw;
       }
       cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
-      cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+      graph.exec = instantiate_on_every_rank(graph.graph, stream);
     };
 
     for (int phase = 0; phase < 2; ++phase) {

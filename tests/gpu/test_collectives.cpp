@@ -768,7 +768,7 @@ void check_graph_replays_match_eager(Communicator& comm, std::vector<Case> seque
     cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     enqueue_sequence();
     cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
-    cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+    graph.exec = instantiate_on_every_rank(graph.graph, stream);
     upload(arenas, initial_send, initial_recv, stream);  // inputs as they were, outputs poisoned
     constexpr int kReplays = 1000;
     for (int i = 0; i < kReplays; ++i) cuda_check(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");

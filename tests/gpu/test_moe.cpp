@@ -1259,7 +1259,7 @@ MoeDispatchOutput capture(Rig& rig, const Round& round, GraphHandles& graph) {
     throw;
   }
   cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
-  cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+  graph.exec = instantiate_on_every_rank(graph.graph, stream);
   return view;
 }
 

@@ -311,7 +311,7 @@ TEST(Ordering, EagerAndCapturedCallsInterleaved) {
       cuda_check(cudaStreamBeginCapture(replayed, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       comm.all_reduce(a.get(), b.get(), n, DataType::kInt32, ReduceOp::kSum, replayed);
       cuda_check(cudaStreamEndCapture(replayed, &graph), "cudaStreamEndCapture");
-      cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+      exec = instantiate_on_every_rank(graph, replayed);
       std::vector<int32_t> host_x(n), got(n);
       size_t wrong_iterations = 0;
       for (int iteration = 0; iteration < kIterations && wrong_iterations < 3; ++iteration) {

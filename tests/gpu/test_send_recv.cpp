@@ -376,7 +376,7 @@ TEST(SendRecv, GraphReplaysMatchEager) {
     cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     exchange.enqueue(0, stream);
     cuda_check(cudaStreamEndCapture(stream, &graph.graph), "cudaStreamEndCapture");
-    cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+    graph.exec = instantiate_on_every_rank(graph.graph, stream);
     size_t wrong = 0;
     for (int i = 0; i < 100; ++i) {
       cuda_check(cudaMemsetAsync(exchange.recv_arena(), kPoison, exchange.recv_bytes(), stream), "cudaMemsetAsync");

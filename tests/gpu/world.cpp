@@ -132,6 +132,19 @@ void device_free(void* pointer) {
   if (result != cudaSuccess) throw std::runtime_error(std::string("cudaFree: ") + cudaGetErrorString(result));
 }
 
+cudaGraphExec_t instantiate_on_every_rank(cudaGraph_t graph, cudaStream_t stream) {
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t result = cudaGraphInstantiate(&exec, graph, 0);
+  if (result == cudaSuccess) result = cudaGraphUpload(exec, stream);
+  if (result == cudaSuccess) result = cudaStreamSynchronize(stream);
+  if (result != cudaSuccess) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    throw std::runtime_error(std::string("cudaGraphInstantiate and upload: ") + cudaGetErrorString(result));
+  }
+  if (t_barrier != nullptr && ranks_share_gpus()) host_barrier();
+  return exec;
+}
+
 void free_when_ranks_end(void* pointer) {
   if (t_barrier != nullptr && ranks_share_gpus()) {
     std::lock_guard<std::mutex> lock(g_released_mutex);

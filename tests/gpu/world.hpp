@@ -2,6 +2,8 @@
 // process's one rank. The same test source covers both, so every test runs in both modes.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <functional>
 #include <string>
 
@@ -53,6 +55,10 @@ void host_barrier();
 void device_synchronize();
 // cudaFree, between two host barriers where ranks share GPUs as threads.
 void device_free(void* pointer);
+// cudaGraphInstantiate and cudaGraphUpload of `graph` (on `stream`), then, where ranks share GPUs as threads, a host
+// barrier: a peer's capture or instantiation waits behind this rank's replays on their GPU, which wait for that
+// peer, so every rank has its graph before any replays it. Every rank must call it. Throws on a CUDA error.
+cudaGraphExec_t instantiate_on_every_rank(cudaGraph_t graph, cudaStream_t stream);
 // cudaFree now, or, where ranks share GPUs as threads, once every rank's thread of the test has ended (for_each_rank):
 // for memory that ranks release on their own, whose cudaFree could wait for a peer's kernel that waits for this rank.
 void free_when_ranks_end(void* pointer);
