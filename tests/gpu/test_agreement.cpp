@@ -11,12 +11,14 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"  // DeviceBuffer, StreamHandle, mix64, shared_seed, kPoison
+#include "collectives/selection.hpp"
 #include "spin_kernel.hpp"  // hold_until_released
 #include "world.hpp"
 
@@ -56,6 +58,16 @@ struct Scenario {
   bool odd_in_place = false;  // odd ranks call in place (recv = send; reduce-scatter: send + rank x count)
   bool two_ranks_only = false;  // the plans differ on 2 ranks alone (rows of the table for 2 ranks)
 };
+
+::braid::Collective collective_id(Call call) {
+  switch (call) {
+    case Call::kAllReduce: return ::braid::Collective::kAllReduce;
+    case Call::kAllGather: return ::braid::Collective::kAllGather;
+    case Call::kReduceScatter: return ::braid::Collective::kReduceScatter;
+    case Call::kAllToAll: return ::braid::Collective::kAllToAll;
+  }
+  return ::braid::Collective::kAllReduce;
+}
 
 std::string describe(const Scenario& s) {
   return std::string(call_name(s.call)) + " of " + std::to_string(s.bytes) + " bytes, even ranks " +
@@ -201,7 +213,20 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
         message = error.what();
       }
       const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
-      if (s.mismatch) {
+      // The scenarios' outcomes follow the table of the worlds it was swept on. Where this world's table takes LL
+      // lines (the same kernels for every buffer kind), every rank must get the right answer; where it takes none
+      // for mixed kinds that rely on lines elsewhere, the kinds may plan alike or not: every rank must end alike,
+      // right or kMismatch.
+      const size_t selection_bytes = 4 * (s.call == Call::kAllGather ? out_count : in_count);
+      const bool ll_here = runs_ll(collective_id(s.call), selection_bytes, world, DataType::kInt32, "");
+      if (ll_here) {
+        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", LL lines, " << describe(s);
+        if (outcome != "ok") continue;
+      } else if (!s.mismatch && s.even != s.odd) {
+        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], outcomes[0]) << "rank " << r << ", " << describe(s);
+        EXPECT_TRUE(outcomes[0] == "ok" || outcomes[0] == "mismatch") << outcomes[0] << ", " << describe(s);
+        if (outcome != "ok") continue;
+      } else if (s.mismatch) {
         for (int r = 0; r < world; ++r) {
           EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", " << describe(s);
         }
@@ -209,9 +234,10 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
           EXPECT_NE(message.find("different plans"), std::string::npos) << message;
         }
         continue;
+      } else {
+        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", " << describe(s);
+        if (outcome != "ok") continue;
       }
-      for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", " << describe(s);
-      if (outcome != "ok") continue;
       std::vector<int32_t> got(out_count);
       cuda_check(cudaMemcpy(got.data(), recv, out_count * 4, cudaMemcpyDeviceToHost), "download");
       size_t wrong = 0;
@@ -232,9 +258,45 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
   });
 }
 
-// All-gathers whose output is 2 MiB run the staged kernel at every world size up to 8 (the selection table), and
-// one of 16 KiB runs LL lines: the calls these tests make disagree by giving odd ranks another count.
+// All-gathers whose output is 2 MiB run a barrier kernel, which announces its plan, and one of 16 KiB runs LL
+// lines: the calls these tests make disagree by giving odd ranks another count. Where the table gives 2 MiB
+// all-gathers of cudaMalloc buffers the FIFO pushes instead (the cost model's rows for 5 to 8 ranks), which by
+// design cannot tell another count (docs/dev/protocol.md), the barrier-kernel call gathers symmetric memory: the
+// zero-copy kernel's entry barrier announces the plan.
 constexpr size_t kStagedGatherBytes = 2 * kMiB, kLLGatherBytes = 16 * kKiB;
+
+bool staged_gather_on_device_memory(int world) {
+  return select_algorithm(::braid::Collective::kAllGather, kStagedGatherBytes, world, DataType::kInt32, "").algorithm ==
+         Algorithm::kStaged;
+}
+
+// The 16 KiB gather runs LL at every world: the premise of the tests below.
+void expect_ll_gather(int world) {
+  ASSERT_TRUE(runs_ll(::braid::Collective::kAllGather, kLLGatherBytes, world, DataType::kInt32, ""))
+      << "an all-gather of " << kLLGatherBytes << " output bytes at " << world << " ranks";
+}
+
+// Buffers for a barrier-kernel all-gather of up to `send_bytes` in and `recv_bytes` out on every rank: cudaMalloc
+// where that runs the staged kernel, else symmetric memory (collective: every rank makes it, of the same size).
+struct BarrierGatherBuffers {
+  BarrierGatherBuffers(Communicator& comm, size_t send_bytes, size_t recv_bytes) {
+    if (staged_gather_on_device_memory(comm.size())) {
+      device_send.emplace(send_bytes);
+      device_recv.emplace(recv_bytes);
+      send = device_send->get();
+      recv = device_recv->get();
+    } else {
+      symmetric_send = comm.alloc(send_bytes);
+      symmetric_recv = comm.alloc(recv_bytes);
+      send = symmetric_send.local();
+      recv = symmetric_recv.local();
+    }
+  }
+  std::optional<DeviceBuffer> device_send, device_recv;
+  SymmetricMemory symmetric_send, symmetric_recv;
+  void* send = nullptr;
+  void* recv = nullptr;
+};
 
 // int32 elements of each rank's all-gather input for an output of about `output_bytes`, more on odd ranks when
 // `odd_ranks_differ` (a plan mismatch: another count).
@@ -288,19 +350,20 @@ TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
       const size_t first_count = gather_count(kStagedGatherBytes, rank, world, true);
       const size_t in_count = second.gather ? gather_count(second.bytes, rank, world, false) : second.bytes / 4;
       const size_t out_count = second.gather ? in_count * world : in_count;
-      DeviceBuffer first_send(first_count * 4), first_recv((first_count + 64) * 4 * world);
+      const size_t most_first_count = gather_count(kStagedGatherBytes, 1, world, true);  // the odd ranks'
+      BarrierGatherBuffers first(comm, most_first_count * 4, most_first_count * 4 * world);
       DeviceBuffer second_send(in_count * 4), second_recv(out_count * 4);
       std::vector<int32_t> input(in_count);
       for (size_t i = 0; i < in_count; ++i) input[i] = input_value(seed, rank, i);
       cuda_check(cudaMemcpy(second_send.get(), input.data(), in_count * 4, cudaMemcpyHostToDevice), "upload");
-      cuda_check(cudaMemset(first_send.get(), 1, first_count * 4), "first input");
+      cuda_check(cudaMemset(first.send, 1, first_count * 4), "first input");
       cuda_check(cudaMemset(second_recv.get(), kPoison, out_count * 4), "poison");
       StreamHandle stream;
       *released = 0;
       cuda_check(hold_until_released(stream.get(), released, 5'000'000'000ull), "hold");
       std::string outcome = "ok";
       try {
-        comm.all_gather(first_send.get(), first_recv.get(), first_count, DataType::kInt32, stream.get());
+        comm.all_gather(first.send, first.recv, first_count, DataType::kInt32, stream.get());
         if (second.gather) {
           comm.all_gather(second_send.get(), second_recv.get(), in_count, DataType::kInt32, stream.get());
         } else {
@@ -340,13 +403,20 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
   for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
     const int rank = keeper.rank(), world = keeper.size();
     keeper.barrier();
+    expect_ll_gather(world);
     Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
-    const size_t count = gather_count(rank % 2 == 0 ? kLLGatherBytes : kStagedGatherBytes, rank, world, false);
-    DeviceBuffer send(count * 4), recv(count * 4 * world);
-    cuda_check(cudaMemset(send.get(), 1, count * 4), "input");
+    const size_t ll_count = gather_count(kLLGatherBytes, rank, world, false);
+    const size_t barrier_count = gather_count(kStagedGatherBytes, rank, world, false);
+    DeviceBuffer ll_send(ll_count * 4), ll_recv(ll_count * 4 * world);
+    BarrierGatherBuffers barrier(comm, barrier_count * 4, barrier_count * 4 * world);
+    const bool ll = rank % 2 == 0;
+    void* send = ll ? ll_send.get() : barrier.send;
+    void* recv = ll ? ll_recv.get() : barrier.recv;
+    const size_t count = ll ? ll_count : barrier_count;
+    cuda_check(cudaMemset(send, 1, count * 4), "input");
     StreamHandle stream;
     const std::string outcome = outcome_of(comm, stream.get(), [&] {
-      comm.all_gather(send.get(), recv.get(), count, DataType::kInt32, stream.get());
+      comm.all_gather(send, recv, count, DataType::kInt32, stream.get());
     });
     expect_mismatch_on_every_rank(keeper, outcome, "all-gather of " + std::to_string(kLLGatherBytes) +
                                                        " output bytes on even ranks, " +
@@ -356,8 +426,8 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
 
 // LL calls that differ in their count (odd ranks pass more elements) fail with kMismatch on every rank, through
 // the plan lines every LL call exchanges: no rank finishes on a prefix of a longer peer's lines. Sizes that run
-// LL or LL128 lines at every world up to 8: an all-reduce of 4 KiB, one of 256 KiB (LL128 up to 4 ranks), an
-// all-gather of 16 KiB output, a broadcast of 8 KiB.
+// LL or LL128 lines (checked first): an all-reduce of 4 KiB, one of 256 KiB (LL128 up to 4 ranks; 48 KiB where the
+// table takes no lines for 256 KiB), an all-gather of 16 KiB output, a broadcast of 8 KiB.
 TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for_each_rank_with_keeper([](const RankContext& context, Communicator& keeper) {
@@ -368,8 +438,16 @@ TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
       Call call;
       size_t bytes;  // all-reduce and broadcast: the buffer; all-gather: the output
     };
-    for (const Case& c : {Case{"LL all-reduce", Call::kAllReduce, 4 * kKiB}, Case{"all-reduce of 256 KiB", Call::kAllReduce, 256 * kKiB},
+    // 256 KiB where that all-reduce runs LL or LL128 lines at this world, else 48 KiB (LL at every world).
+    const size_t wide = runs_ll(::braid::Collective::kAllReduce, 256 * kKiB, world, DataType::kInt32, "") ? 256 * kKiB
+                                                                                                       : 48 * kKiB;
+    const std::string wide_name = "all-reduce of " + std::to_string(wide / kKiB) + " KiB";
+    for (const Case& c : {Case{"LL all-reduce", Call::kAllReduce, 4 * kKiB}, Case{wide_name.c_str(), Call::kAllReduce, wide},
                           Case{"LL all-gather", Call::kAllGather, kLLGatherBytes}, Case{"LL broadcast", Call::kBroadcast, 8 * kKiB}}) {
+      const ::braid::Collective id = c.call == Call::kAllReduce   ? ::braid::Collective::kAllReduce
+                                     : c.call == Call::kAllGather ? ::braid::Collective::kAllGather
+                                                                  : ::braid::Collective::kBroadcast;
+      ASSERT_TRUE(runs_ll(id, c.bytes, world, DataType::kInt32, "")) << c.what << " at " << world << " ranks";
       keeper.barrier();
       Communicator comm = Communicator::init(context.rendezvous, test_options(10.0));
       const size_t extra = rank % 2 == 1 ? 16 : 0;  // elements

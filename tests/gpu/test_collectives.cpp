@@ -22,6 +22,7 @@
 #include <initializer_list>
 #include <numeric>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -110,6 +111,37 @@ std::vector<Case> matrix(Collective collective, int world) {
 
 // ---- Running cases one at a time ----
 
+// NOTE [sampled matrices where ranks share GPUs]: ranks that share a GPU run each case several times slower, so
+// there a matrix runs a sample of its cases, drawn with the seed every rank shares (a different sample each run):
+// each collective's largest case (past the staging area where the matrix has one), then, in the matrix's order, up
+// to kSharedGpuCases of the rest. Every collective, protocol and buffer kind of the test still runs; the datatype,
+// op, size, root and placement of each case come from the draw.
+constexpr size_t kSharedGpuCases = 32;
+
+std::vector<Case> sampled_where_ranks_share_gpus(std::vector<Case> cases, uint64_t seed) {
+  if (!ranks_share_gpus() || cases.size() <= kSharedGpuCases) return cases;
+  std::vector<bool> keep(cases.size(), false);
+  for (size_t i = 0; i < cases.size(); ++i) {  // each collective's largest
+    size_t largest = i;
+    for (size_t j = 0; j < cases.size(); ++j) {
+      if (cases[j].collective == cases[i].collective && cases[j].count > cases[largest].count) largest = j;
+    }
+    keep[largest] = true;
+  }
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!keep[i]) rest.push_back(i);
+  }
+  std::mt19937_64 draw(seed ^ 0x5ca1ab1e5eedULL);
+  std::shuffle(rest.begin(), rest.end(), draw);
+  for (size_t i = 0; i < std::min(rest.size(), kSharedGpuCases); ++i) keep[rest[i]] = true;
+  std::vector<Case> sampled;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (keep[i]) sampled.push_back(cases[i]);
+  }
+  return sampled;
+}
+
 // Runs cases on one rank, one at a time: poison and inputs uploaded, the call, cudaStreamSynchronize,
 // comm.check(), everything read back and checked. Reports failures with the rank (at most
 // kMaxReportedCases in detail) and a count at the end.
@@ -172,7 +204,9 @@ class CaseRunner {
 
 // Runs `cases` (seeded here) from cudaMalloc'd buffers on every rank.
 void run_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
-  seed_cases(cases, shared_seed(comm));
+  const uint64_t seed = shared_seed(comm);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
   DeviceBuffer send(send_capacity), recv(recv_capacity);
@@ -373,7 +407,9 @@ void run_cases_on(Communicator& comm, const std::vector<Case>& cases, const Aren
 // reduce-scatters and all-gathers whose rank blocks are whole 16-byte vectors take theirs where the table
 // picks "pipelined".
 void run_symmetric_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
-  seed_cases(cases, shared_seed(comm));
+  const uint64_t seed = shared_seed(comm);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
   SymmetricMemory send = comm.alloc(send_capacity);  // collective: the same size on every rank
@@ -396,7 +432,9 @@ void run_registered_reduce_scatter_and_all_gather(Communicator& comm, const std:
                                                   const char* label) {
   std::vector<Case> cases = cases_of(collectives, {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8},
                                      {4097, kZeroCopyBlock});
-  seed_cases(cases, shared_seed(comm));
+  const uint64_t seed = shared_seed(comm);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
   DeviceBuffer send(send_capacity), recv(recv_capacity);

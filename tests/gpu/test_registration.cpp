@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 
 #include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
+#include "collectives/selection.hpp"
 #include "memory/memory_handle.hpp"
 #include "process_resources.hpp"
 #include "vmm_buffer.hpp"
@@ -176,15 +178,25 @@ TEST(Registration, CacheHitMakesNoExchange) {
 }
 
 // LL sizes run the same kernels on every buffer, so a call of one looks up no registration: no exchange, no
-// cache hit, no peer mapping, the right answer. The same buffers at a size beyond LL's then exchange once.
+// cache hit, no peer mapping, the right answer. The same buffers at a size beyond LL's then exchange once. The
+// sizes are LL at every world (the smallest all-reduce cut-off is 64 KiB, at 7 and 8 ranks): checked first.
 TEST(Registration, LLSizesLookUpNoBuffer) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
+    const std::initializer_list<size_t> ll_counts = {1, 4097, 12289};
+    for (size_t count : ll_counts) {
+      ASSERT_TRUE(runs_ll(::braid::Collective::kAllReduce, count * 4, comm.size(), DataType::kInt32, ""))
+          << "all-reduce of " << count << " int32 at " << comm.size() << " ranks";
+      ASSERT_TRUE(runs_ll(::braid::Collective::kAllToAll, (count / comm.size() + 1) * comm.size() * 4, comm.size(),
+                          DataType::kInt32, ""))
+          << "all-to-all of " << count / comm.size() + 1 << " int32 a rank at " << comm.size() << " ranks";
+    }
+    ASSERT_FALSE(runs_ll(::braid::Collective::kAllReduce, kMappedCount * 4, comm.size(), DataType::kInt32, ""));
     DeviceBuffer send(kMappedCount * 4), recv(kMappedCount * 4);
     RegisteredBuffer rs = comm.register_buffer(send.pointer, kMappedCount * 4);
     RegisteredBuffer rr = comm.register_buffer(recv.pointer, kMappedCount * 4);
-    for (size_t count : {size_t(1), size_t(4097), size_t(65536)}) {
+    for (size_t count : ll_counts) {
       check_all_reduce(comm, send.pointer, recv.pointer, count, seed + count, "LL size " + std::to_string(count));
       check_all_to_all(comm, send.pointer, recv.pointer, count / comm.size() + 1, seed + count, "LL all_to_all");
     }
