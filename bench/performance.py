@@ -181,6 +181,32 @@ def at_a_glance(current, kinds):
     return lines + [""]
 
 
+def bench_flag_size(n):
+    for scale, unit in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return str(n)
+
+
+def bench_lines(rows, world):
+    """The braid-bench command behind each run of one table's rows (one collective, buffer kind and datatype):
+    one per mode and graph length."""
+    lines = []
+    for mode in ("graph", "eager"):
+        for calls in sorted({r["graph_calls"] for r in rows if r["mode"] == mode}):
+            mine = [r for r in rows if r["mode"] == mode and r["graph_calls"] == calls]
+            r = mine[0]
+            graph = f"-G {calls}" if mode == "graph" else "-G 0"
+            op = f" -o {r['op']}" if r["op"] not in ("none", "sum") else ""
+            root = f" -r {r['root']}" if r.get("root", -1) > 0 else ""
+            sizes = sorted({x["bytes"] for x in mine})
+            what = f"{'Graph' if mode == 'graph' else 'Eager'} rows {size_name(sizes[0])} to {size_name(sizes[-1])}"
+            lines += [f"{what}: `braid-bench -t {world} --coll {r['collective']} -d {r['dtype']}{op}{root} "
+                      f"-b {bench_flag_size(sizes[0])} -e {bench_flag_size(sizes[-1])} -f 2 {graph} --inplace 0 "
+                      f"--symmetric {1 if r['buffers'] == 'symmetric' else 0} --compare nccl`", ""]
+    return lines[:-1]
+
+
 def torch_steps(current, kinds):
     """PyTorch training steps through the NCCL shim beside torch's own NCCL, per machine kind and world."""
     rows = [r for r in current if r["kind"] == "torch"]
@@ -283,7 +309,7 @@ def page(rows, goals):
                         typed = [r for r in table if r["dtype"] == dtype]
                         out += [f"{buffers} buffers, {dtype}, {typed[0]['op'] if coll not in ('allgather', 'alltoall', 'broadcast', 'sendrecv') else 'no op'}"
                                 f", {typed[0]['placement']}; commit {provenance(typed)}:", ""]
-                        out += collective_table(typed) + [""]
+                        out += collective_table(typed) + [""] + bench_lines(typed, world) + [""]
             moe = [r for r in here if r["kind"] == "moe"]
             if moe:
                 out += [f"### MoE dispatch and combine, {world} ranks", "",

@@ -132,6 +132,18 @@ class PerformanceTest(unittest.TestCase):
         self.assertEqual(cells[3:6], ["2", "1", "1"], row)  # points, braid faster, braid slower
         self.assertIn("16 KiB", cells[7])
 
+    def test_each_table_names_the_braid_bench_command_of_its_rows(self):
+        small, large = self.rows(4.0), dict(self.rows(9.0), bytes=32 << 20, graph_calls=2)
+        eager = dict(self.rows(5.0), mode="eager", bytes=16384, graph_calls=1, root=-1)
+        small["root"] = large["root"] = -1
+        text, _ = performance.page([small, large, eager], [])
+        self.assertIn("Graph rows 8 KiB to 8 KiB: `braid-bench -t 2 --coll allreduce -d bfloat16 -b 8K -e 8K -f 2 -G 20 "
+                      "--inplace 0 --symmetric 0 --compare nccl`", text)
+        self.assertIn("Graph rows 32 MiB to 32 MiB: `braid-bench -t 2 --coll allreduce -d bfloat16 -b 32M -e 32M -f 2 -G 2 ",
+                      text)
+        self.assertIn("Eager rows 16 KiB to 16 KiB: `braid-bench -t 2 --coll allreduce -d bfloat16 -b 16K -e 16K -f 2 -G 0 ",
+                      text)
+
     def add_torch(self, text, **extra):
         """Files a run_torch_check.sh output of `text` into a fresh archive; returns its rows."""
         with tempfile.TemporaryDirectory() as folder:
