@@ -272,15 +272,16 @@ def commit_order():
 
 
 def points(rows, gpu, world, dtype):
-    """{(impl, collective, buffers, mode): {bytes: median time us}} of the newest commit that measured each key at
-    3 sizes from 1 MiB or more."""
-    by_key = collections.defaultdict(lambda: collections.defaultdict(list))
+    """{(impl, collective, buffers, mode): {bytes: median time us}}: each size's newest measurement, from runs that
+    measured its key at 3 sizes from 1 MiB or more (a sweep, not a spot check). Runs of different size ranges (the
+    eager 8 KiB-16 MiB rows beside the 32 MiB-512 MiB ones) add up."""
     large = collections.defaultdict(set)
     for row in rows:
         if row["bytes"] >= MiB:
             large[(row["gpu"], row["world"], row["dtype"], row["collective"], row["buffers"], row["mode"],
                    row["date"], row["commit"])].add(row["bytes"])
     newest = {}
+    measured = collections.defaultdict(list)
     order = commit_order()
     for row in rows:
         if row["gpu"] != gpu or row["world"] != world or row["placement"] != "out-of-place" or row["dtype"] != dtype:
@@ -292,15 +293,16 @@ def points(rows, gpu, world, dtype):
             us = row.get(f"{impl}_us")
             if us is None:
                 continue
-            key = (impl, row["collective"], row["buffers"], row["mode"])
+            point = (impl, row["collective"], row["buffers"], row["mode"], row["bytes"])
             stamp = (row["date"], order.get(row["commit"], -1), row["commit"])
-            if key not in newest or stamp > newest[key]:
-                newest[key] = stamp
-            by_key[key][(stamp, row["bytes"])].append(us)
-    out = {}
-    for key, measured in by_key.items():
-        out[key] = {size: statistics.median(us) for (stamp, size), us in measured.items() if stamp == newest[key]}
-    return out
+            if point not in newest or stamp > newest[point]:
+                newest[point] = stamp
+            measured[(point, stamp)].append(us)
+    out = collections.defaultdict(dict)
+    for (point, stamp), us in measured.items():
+        if stamp == newest[point]:
+            out[point[:4]][point[4]] = statistics.median(us)
+    return dict(out)
 
 
 # --- fitting -----------------------------------------------------------------------------------------------------
