@@ -69,7 +69,7 @@ uint32_t shared_seed(Communicator& comm) {
 struct DeviceBuffer {
   void* pointer = nullptr;
   explicit DeviceBuffer(size_t bytes) { cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(pointer); }
+  ~DeviceBuffer() { free_when_ranks_end(pointer); }  // NOTE [shared-GPU waits] (world.hpp)
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   int32_t* ints() const { return static_cast<int32_t*>(pointer); }

@@ -323,8 +323,11 @@ TEST(Ordering, EagerAndCapturedCallsInterleaved) {
         cuda_check(cudaGraphLaunch(exec, replayed), "cudaGraphLaunch");
         cuda_check(cudaMemsetAsync(c.get(), kPoison, n * 4, last), "poison c");
         comm.all_reduce(b.get(), c.get(), n, DataType::kInt32, ReduceOp::kSum, last);
-        cuda_check(cudaMemcpyAsync(got.data(), c.get(), n * 4, cudaMemcpyDeviceToHost, last), "download c");
+        // The last call's stream only; then the copy to pageable memory, which must not wait for a collective
+        // (NOTE [shared-GPU waits], world.hpp).
         cuda_check(cudaStreamSynchronize(last), "cudaStreamSynchronize (the last call's stream only)");
+        cuda_check(cudaMemcpyAsync(got.data(), c.get(), n * 4, cudaMemcpyDeviceToHost, last), "download c");
+        cuda_check(cudaStreamSynchronize(last), "cudaStreamSynchronize (the download)");
         size_t wrong = 0, first_wrong = 0;
         int64_t expected_first = 0;
         for (size_t j = 0; j < n; ++j) {

@@ -115,7 +115,7 @@ void check_all_to_all(Communicator& comm, void* send, void* recv, size_t count, 
 struct DeviceBuffer {
   void* pointer = nullptr;
   explicit DeviceBuffer(size_t bytes) { cuda(cudaMalloc(&pointer, bytes), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(pointer); }
+  ~DeviceBuffer() { free_when_ranks_end(pointer); }  // NOTE [shared-GPU waits] (world.hpp)
   char* bytes() const { return static_cast<char*>(pointer); }
 };
 

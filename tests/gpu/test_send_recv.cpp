@@ -381,6 +381,7 @@ TEST(SendRecv, GraphReplaysMatchEager) {
     for (int i = 0; i < 100; ++i) {
       cuda_check(cudaMemsetAsync(exchange.recv_arena(), kPoison, exchange.recv_bytes(), stream), "cudaMemsetAsync");
       cuda_check(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
+      cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (replay)");  // NOTE [shared-GPU waits]
       cuda_check(cudaMemcpyAsync(replay.data(), exchange.recv_arena(), replay.size(), cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
       cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
       wrong += replay != eager;
