@@ -57,8 +57,9 @@ int most_threads_on_one_gpu(const std::vector<RankIdentity>& ranks);
 // its streams take them in turn. Work waiting in a queue holds back all work behind it, of any stream. Where ranks
 // share a context, one rank's stream can sit behind a peer's command that waits for that peer's spinning kernel,
 // which waits for this rank's launch: a hang until the timeout. 32 queues make two ranks' busy streams less likely
-// to meet, not impossible; braid warns at init where fewer are set. Returns the warning, or "" where none is due. `connections`:
-// the variable's value, null where unset. Pure, for cpu tests.
+// to meet, not impossible; braid warns at init where fewer are set.
+//
+// The warning, or "" where none is due. `connections`: the variable's value, null where unset. Pure, for cpu tests.
 std::string shared_queue_warning(int threads_per_gpu, const char* connections);
 
 }  // namespace braid

@@ -100,7 +100,7 @@ struct Graph {
       throw;
     }
     cuda(cudaStreamEndCapture(stream, &graph), "end capture");
-    cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    exec = instantiate_on_every_rank(graph, stream);
   }
   ~Graph() { destroy(); }
   void destroy() {

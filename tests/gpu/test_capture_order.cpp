@@ -450,7 +450,7 @@ TEST(CaptureOrder, ReplaysWithAnEagerCallCapturedBetweenStayOrdered) {
         const cudaGraph_t captured = capture.end();
         // CUDA may run the branches of a graph one after the other: the data alone need not show a missing edge.
         ASSERT_TRUE(expect_ordered_pair(captured, m1, m2, x2_end, rank, std::to_string(n) + " elements"));
-        cuda_check(cudaGraphInstantiate(&graph.exec, captured, 0), "cudaGraphInstantiate");
+        graph.exec = instantiate_on_every_rank(captured, s0.get());
       }
       cuda_check(cudaStreamSynchronize(uncaptured.get()), "cudaStreamSynchronize");
       std::vector<int32_t> host_x(n), got_a(n), got_b(n);

@@ -340,8 +340,7 @@ TEST(Registration, FirstUseInsideGraphCapture) {
     comm.all_reduce(send.pointer, recv.pointer, count, DataType::kInt32, ReduceOp::kSum, reinterpret_cast<Stream>(stream));
     cuda(cudaStreamEndCapture(stream, &graph), "end capture");
     EXPECT_EQ(comm.registration_stats().exchanges, 2u) << "the exchange happens at capture time";
-    cudaGraphExec_t exec;
-    cuda(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    cudaGraphExec_t exec = instantiate_on_every_rank(graph, stream);
     for (int replay = 0; replay < 99; replay += 33) {
       upload(send.pointer, input(seed + replay, comm.rank(), count));
       poison(recv.pointer, count * 4);
