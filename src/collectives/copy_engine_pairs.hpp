@@ -2,8 +2,9 @@
 // pipeline area, copied out there by SMs. A rank's k-th send goes to rank + k and its k-th receive comes from
 // rank - k, so every k-th send meets its receiver's k-th receive and no pair waits on a later one. An entry
 // barrier announces the plan. All-to-all runs out of place only (its pairs read blocks the receives overwrite).
-// Reduce-scatter and reduce reduce each chunk on arrival, 2 ranks only (on more the output would hold partial
-// results rounded to the datatype), in place too: each own element is read before the same thread writes it.
+// Reduce-scatter and reduce reduce each chunk on arrival, in place too: each own element is read before the same
+// thread writes it. Reduce-scatter serves any world, a rounding per receive (NOTE [reduction pairs on more than 2
+// ranks] in send_recv.cpp); reduce 2 ranks.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ void all_to_all_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // `bytes` of this rank's input land at rank × bytes of every rank's output.
 void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, uint64_t plan,
                                   Stream stream);
-// Blocks of `block_bytes`; state.size must be 2.
+// Blocks of `block_bytes`.
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // The other rank's output is not written. state.size must be 2.

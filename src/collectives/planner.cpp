@@ -63,7 +63,6 @@ bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
     case Collective::kAllGather:
     case Collective::kBroadcast: return true;
-    case Collective::kReduceScatter:
     case Collective::kReduce: return world == 2;  // one peer's data completes the output
     default: return false;
   }
@@ -72,9 +71,12 @@ bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
 Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& facts) {
   Gates gates{};
   gates.multicast = shape.multicast;
-  // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter and
-  // reduce: 2 ranks, any buffer (the plan's mode picks pushes or pairs).
-  if (shape.collective == Collective::kReduceScatter || shape.collective == Collective::kReduce) {
+  // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter: on
+  // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs where no peer maps
+  // the output (the pushes serve 2 ranks). Reduce: pairs, 2 ranks.
+  if (shape.collective == Collective::kReduceScatter) {
+    gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
+  } else if (shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else if (shape.collective == Collective::kAllReduce) {  // pushes into the peer's output: 2 ranks, out of place
     gates.copy_engines = facts.peers_map && !facts.same_process_peers && !facts.in_place && shape.world == 2;

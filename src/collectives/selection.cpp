@@ -100,6 +100,8 @@ constexpr Row kTable[] = {
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 2},
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined, Buffers::kAny, 2},
     {Collective::kReduceScatter, size_t(16) << 20, Algorithm::kStaged},
+    {Collective::kReduceScatter, size_t(32) << 20, Algorithm::kPipelined, Buffers::kAny, 4},
+    {Collective::kReduceScatter, SIZE_MAX, Algorithm::kCopyEngine, Buffers::kAny, 4},  // all-to-all's pairs' cut-off
     {Collective::kReduceScatter, SIZE_MAX, Algorithm::kPipelined},
     {Collective::kAllGather, size_t(1) << 20, Algorithm::kLL, Buffers::kAny, 2},
     {Collective::kAllGather, size_t(512) << 10, Algorithm::kLL},

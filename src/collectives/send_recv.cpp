@@ -175,11 +175,26 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
 }
 
 // Reduce-scatter, reduce: each chunk reduced with the same part of `own` into the pair's buffer, not copied out.
+// `divisor` is what avg divides by: the world at the last receive, 1 before it.
 struct PairReduction {
   DataType type;
   ReduceOp op;
   const char* own;
+  int divisor;
 };
+
+// NOTE [reduction pairs on more than 2 ranks]
+// A rank's receives run one after another on one stream, in its peers' send order. The first reduces the
+// peer's block with this rank's own block into the output; each later one reduces the next peer's block with the
+// output so far, and the last divides for avg. So between receives the output holds a partial result rounded to
+// the datatype, as after each step of NCCL's ring and of braid's reduce chain; on 2 ranks there is one receive
+// and one rounding.
+PairReduction reduction_of_receive(const PairReduction& call, size_t receive, size_t receives, char* output) {
+  PairReduction step = call;
+  if (receive > 0) step.own = output;
+  if (receive + 1 < receives) step.divisor = 1;
+  return step;
+}
 
 // The receiver's side: per chunk, the step (hand back the previous slot, wait for this chunk, check its header),
 // then the SM copy or reduction out of the slot; a last step hands back the last slot.
@@ -194,7 +209,6 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
   kernels::BulkReduceOut reduce{};
   reduce.layout = layout;
   reduce.total_bytes = pair.bytes;
-  reduce.world = state.size;
   // Every unit of a slot its own block, within the communicator's cap.
   const int copy_blocks = std::min(kernels::kBulkRowsPerSlot * kernels::kBulkCopyBlocksPerRow, state.max_blocks);
   for (uint64_t c = 0; c <= chunks; ++c) {
@@ -213,6 +227,7 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
       reduce.recv = pair.buffer + chunk.offset;
       reduce.bytes = chunk.bytes;
       reduce.chunk = c;
+      reduce.world = reduction->divisor;
       kernels::launch_bulk_reduce_out(reduction->type, reduction->op, reduce, copy_blocks, stream);
       continue;
     }
@@ -237,7 +252,11 @@ void enqueue_bulk_pairs(CollectiveContext& state, Collective collective, const k
   for (const BulkPair& pair : sends) {
     enqueue_bulk_send(state, collective, layout, pair, plan, stream, steps, *state.second_side);
   }
-  for (const BulkPair& pair : recvs) enqueue_bulk_recv(state, collective, layout, pair, plan, reduction, side);
+  for (size_t i = 0; i < recvs.size(); ++i) {
+    std::optional<PairReduction> step;
+    if (reduction != nullptr) step = reduction_of_receive(*reduction, i, recvs.size(), recvs[i].buffer);
+    enqueue_bulk_recv(state, collective, layout, recvs[i], plan, step ? &*step : nullptr, side);
+  }
   if (!sends.empty()) state.second_side->order(steps, stream);
   if (!recvs.empty()) state.side->order(side, stream);
 }
@@ -310,14 +329,6 @@ void exchange_pairs(CollectiveContext& state, const PairExchange& exchange, uint
   if (own) state.third_side->order(state.third_side->get(), stream);
 }
 
-// One peer's data completes a reduction only where there is one peer.
-void require_two_ranks(const CollectiveContext& state, Collective collective) {
-  if (state.size != 2) {
-    raise(ErrorCode::kInternal, "{}: copy-engine pairs serve 2 ranks, not {}",
-          collective_name(static_cast<unsigned int>(collective)), state.size);
-  }
-}
-
 int step_to(const CollectiveContext& state, int step) { return (state.rank + step) % state.size; }
 int step_from(const CollectiveContext& state, int step) { return (state.rank - step + state.size) % state.size; }
 
@@ -357,21 +368,23 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream) {
-  require_two_ranks(state, Collective::kReduceScatter);
   char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
-  const int peer = 1 - state.rank;
+  char* const output = static_cast<char*>(recv);
   PairExchange exchange{Collective::kReduceScatter};
-  if (block_bytes != 0) {
-    exchange.sends.push_back({peer, input + peer * block_bytes, block_bytes});
-    exchange.recvs.push_back({peer, static_cast<char*>(recv), block_bytes});
+  for (int step = 1; step < state.size && block_bytes != 0; ++step) {
+    const int to = step_to(state, step);
+    exchange.sends.push_back({to, input + to * block_bytes, block_bytes});
+    exchange.recvs.push_back({step_from(state, step), output, block_bytes});
   }
-  exchange.reduction = PairReduction{type, op, input + state.rank * block_bytes};
+  exchange.reduction = PairReduction{type, op, input + state.rank * block_bytes, state.size};
   exchange_pairs(state, exchange, plan, stream);
 }
 
 void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
                               ReduceOp op, int root, uint64_t plan, Stream stream) {
-  require_two_ranks(state, Collective::kReduce);
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "reduce: copy-engine pairs serve 2 ranks, not {}", state.size);
+  }
   char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
   PairExchange exchange{Collective::kReduce};
   if (bytes != 0 && state.rank == root) {
@@ -379,7 +392,7 @@ void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* 
   } else if (bytes != 0) {
     exchange.sends.push_back({root, input, bytes});
   }
-  exchange.reduction = PairReduction{type, op, input};
+  exchange.reduction = PairReduction{type, op, input, state.size};
   exchange_pairs(state, exchange, plan, stream);
 }
 

@@ -61,9 +61,10 @@ BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bo
                      .in_place = in_place};
 }
 
-// Reduce-scatter's copy engines serve 2 ranks only (forced on 4, the call takes the FIFOs) and any buffer: pushes
-// into the peer's output where the peer maps it, out of place and not another GPU's cudaMalloc memory of this
-// process (zero copy, in the plan's words); pairs through the peer's pipeline area else (staged).
+// Reduce-scatter's copy engines on 2 ranks, any buffer: pushes into the peer's output where the peer maps it, out
+// of place and not another GPU's cudaMalloc memory of this process (zero copy, in the plan's words); pairs through
+// the peer's pipeline area else (staged). On more ranks pairs only, where no peer maps the output (forced on an
+// output peers map, the call takes the FIFOs).
 TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
   const CallShape large = shape(Collective::kReduceScatter, size_t(512) << 20);
   for (bool input_mapped : {false, true}) {
@@ -95,6 +96,12 @@ TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
   const CallPlan four = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 4, DataType::kFloat32, &forced),
                                   kAreas, output_mapped(true));
   EXPECT_EQ(four.algorithm, Algorithm::kPipelined);
+  for (const BufferFacts& facts : {BufferFacts{}, mapped(), BufferFacts{.in_place = true}}) {
+    const CallPlan pairs = plan_call(shape(Collective::kReduceScatter, size_t(1) << 20, 4, DataType::kFloat32, &forced),
+                                     kAreas, facts);
+    EXPECT_EQ(pairs.algorithm, Algorithm::kCopyEngine);
+    EXPECT_EQ(pairs.mode, BufferMode::kStagedCopy);
+  }
 }
 
 // A reduce-scatter looks its output up only where it may push into it: on 2 ranks beyond the copy-engine cut-off
@@ -310,12 +317,20 @@ TEST(Planner, LargeCallsOnBuffersNoPeerMapsTakeCopyEnginePairs) {
   EXPECT_EQ(symmetric_broadcast.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(symmetric_broadcast.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(plan_call(shape(Collective::kBroadcast, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
-  // Reduce-scatter takes them beyond 64 MiB on 2 ranks; reduce and all-reduce never.
+  // Reduce-scatter takes them beyond 64 MiB on 2 ranks and beyond 32 MiB on 3 and 4; reduce and all-reduce never.
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(64) << 20), kAreas, {}).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(64) << 20) + 16), kAreas, in_place).algorithm,
             Algorithm::kCopyEngine);
-  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas, {}).algorithm,
+  for (int world : {3, 4}) {
+    const size_t cut = (size_t(32) << 20) / 12 * 12;  // whole blocks of float32 on 3 and 4 ranks
+    EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, cut, world), kAreas, {}).algorithm, Algorithm::kPipelined);
+    EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, (size_t(32) << 20) + 48, world), kAreas, in_place).algorithm,
+              Algorithm::kCopyEngine);
+  }
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 4), kAreas, mapped()).algorithm,
             Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kReduceScatter, size_t(512) << 20, 5), kAreas, {}).algorithm,
+            Algorithm::kPipelined);  // the cost model's rows beyond 4 ranks
   EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20), kAreas, mapped()).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kReduce, size_t(512) << 20, 4), kAreas, {}).algorithm, Algorithm::kPipelined);
   EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20), kAreas, {}).algorithm, Algorithm::kTwoShot);

@@ -240,12 +240,13 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
   EXPECT_EQ(pick(Collective::kBroadcast, size_t(512) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   // Reduce-scatter: copy engines on 2 ranks, on inputs peers map beyond 128 MiB (zero-copy loads up to there), on
-  // the others beyond 64 MiB (FIFO pushes up to there); on more ranks never. Reduce: never (on 2 ranks
+  // the others beyond 64 MiB (FIFO pushes up to there); on 3 and 4 ranks beyond 32 MiB on inputs no peer maps
+  // (all-to-all's cut-off for the same pairs), never on inputs peers map. Reduce: never (on 2 ranks
   // the other rank's pushes to the root, whatever the size). All-reduce: beyond 64 MiB on 2 ranks (its own test
   // above); forced where its gate is closed, the table's choice (it has no FIFO pushes to fall back to).
   const auto pick_reduce_scatter = [](size_t bytes, int world, Buffers buffers) {
     return select_algorithm(Collective::kReduceScatter, bytes, world, DataType::kBFloat16, "", buffers,
-                            Gates{.copy_engines = world == 2})
+                            Gates{.copy_engines = true})
         .algorithm;
   };
   EXPECT_EQ(pick_reduce_scatter(size_t(128) << 20, 2, Buffers::kSymmetric), Algorithm::kPipelined);
@@ -253,7 +254,9 @@ TEST(Selection, CopyEnginesServeLargeCallsOnBuffersPeersMap) {
   EXPECT_EQ(pick_reduce_scatter(size_t(64) << 20, 2, Buffers::kAny), Algorithm::kPipelined);
   EXPECT_EQ(pick_reduce_scatter((size_t(64) << 20) + 64, 2, Buffers::kAny), Algorithm::kCopyEngine);
   EXPECT_EQ(pick_reduce_scatter(size_t(512) << 20, 4, Buffers::kSymmetric), Algorithm::kPipelined);
-  EXPECT_EQ(pick_reduce_scatter(size_t(512) << 20, 4, Buffers::kAny), Algorithm::kPipelined);
+  EXPECT_EQ(pick_reduce_scatter(size_t(32) << 20, 4, Buffers::kAny), Algorithm::kPipelined);
+  EXPECT_EQ(pick_reduce_scatter((size_t(32) << 20) + 64, 4, Buffers::kAny), Algorithm::kCopyEngine);
+  EXPECT_EQ(pick_reduce_scatter(size_t(512) << 20, 3, Buffers::kAny), Algorithm::kCopyEngine);
   EXPECT_EQ(select_algorithm(Collective::kReduceScatter, size_t(512) << 20, 2, DataType::kBFloat16, "", Buffers::kAny)
                 .algorithm,
             Algorithm::kPipelined);  // the gate closed: the next row

@@ -34,8 +34,8 @@ uint64_t rank_key(uint64_t seed, int rank) { return mix64(seed ^ mix64(0xC011EC7
 // inputs are k * 2^-kQ with |k| <= 2^kQ, which needs kQ + 1 significant bits (half 11, bfloat16 8, float 24,
 // double 53, fp8 e4m3 4, e5m2 3: exactly each type's precision) and never goes below 2^-kQ (normal in every
 // type). kRtol: tolerance relative to the magnitude of the reduction; fp8's is per rounding (half an ulp,
-// 2^-4 resp. 2^-3 of the result, and a margin for products) and counts world - 1 roundings, since NCCL's ring
-// and braid's reduce chain round after every step.
+// 2^-4 resp. 2^-3 of the result, and a margin for products) and counts world - 1 roundings, since NCCL's ring,
+// braid's reduce chain and reduce-scatter's copy-engine pairs round after every step.
 template <DataType T>
 struct Traits;
 template <> struct Traits<DataType::kInt8> { using Bits = uint8_t; using Value = int8_t; static constexpr bool kFloating = false; };
