@@ -3,8 +3,9 @@ tensors against torch.distributed (NCCL) on the same random data (all_to_all_v_d
 too), point to point, symmetric tensors (.peer, .view_all), a captured all_reduce, MoE dispatch and combine on
 both layouts against a reference (and fp8), 200 replays of a captured dispatch + combine with T on the device,
 torch.compile of a MoE layer against eager, its backward through plain autograd (the routing weights' gradient
-too) on every layout against an all-gathered reference, a braid.SignalPad driven by Triton kernels, and
-braid.init(group=). Skipped, with the reason, without torch or with fewer than 2 GPUs."""
+too) on every layout against an all-gathered reference, a compiled all_reduce as a process's first braid call, a
+braid.SignalPad driven by Triton kernels, and braid.init(group=). Skipped, with the reason, without torch or with
+fewer than 2 GPUs."""
 import os
 import socket
 import subprocess
@@ -52,6 +53,7 @@ def torchrun():
 
 
 @pytest.mark.parametrize("section", ["collectives", "all_to_all", "all_to_all_device", "p2p", "symmetric", "graph",
-                                     "moe", "moe_graph", "moe_compile", "moe_backward", "signal_pad", "init_group"])
+                                     "moe", "moe_graph", "moe_compile", "moe_backward", "signal_pad", "init_group",
+                                     "compile_first"])
 def test_on_two_gpus(torchrun, section):
     torchrun(section)

@@ -469,6 +469,15 @@ def moe_compile(rank, world):
     braid.barrier()
 
 
+def compile_first(rank, world):
+    """The process's first braid call is traced by torch.compile(fullgraph=True): the custom ops exist already."""
+    fn = torch.compile(lambda t: braid.functional.all_reduce(t * 2), fullgraph=True)
+    x = random(4099, torch.float32, rank)
+    expected = x * 2
+    dist.all_reduce(expected)
+    same(fn(x), expected, "all_reduce compiled before any eager braid call")
+
+
 def moe_backward(rank, world):
     """Plain autograd through dispatch and combine (the ops' registered formulas: combine's backward a redispatch
     or a dispatch of the output gradient, dispatch's a combine, the routing weights' gradient back through
@@ -588,7 +597,7 @@ def main() -> int:
     sections = {"collectives": collectives, "all_to_all": all_to_all, "all_to_all_device": all_to_all_device,
                 "p2p": p2p, "symmetric": symmetric, "graph": graph, "moe": moe, "moe_graph": moe_graph,
                 "moe_compile": moe_compile, "moe_backward": moe_backward, "signal_pad": signal_pad,
-                "init_group": init_group}
+                "init_group": init_group, "compile_first": compile_first}
     sections[section](rank, world)
     torch.cuda.synchronize()
     braid.check()
