@@ -94,7 +94,7 @@ struct Config {
   DataType index_type;
   size_t hidden;
   int top_k;
-  int experts;  // rounded up to a multiple of the world size
+  int experts;  // rounded up to a multiple of the world size (down where that passes kMoeMaxExperts)
   int alignment;
   size_t max_tokens;
   std::optional<DataType> dispatch_type = std::nullopt;  // fp8 dispatch
@@ -138,7 +138,8 @@ MoeShape make_shape(const Config& c, int world, Layout layout = {}) {
   shape.index_type = c.index_type;
   shape.max_tokens = c.max_tokens;
   shape.top_k = c.top_k;
-  shape.experts = (c.experts + world - 1) / world * world;
+  const int rounded_up = (c.experts + world - 1) / world * world;
+  shape.experts = rounded_up <= kMoeMaxExperts ? rounded_up : kMoeMaxExperts / world * world;
   shape.expert_alignment = layout.layout == MoeLayout::kRankMajor ? 1 : c.alignment;
   shape.dispatch_type = c.dispatch_type;
   return shape;

@@ -437,11 +437,14 @@ TEST(SendRecv, CApiRing) {
     std::vector<int32_t> host(n, me + 1);
     DeviceBuffer send(n * 4), recv(n * 4);
     cuda_check(cudaMemcpy(send.get(), host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-    EXPECT_EQ(braidSend(comm, send.get(), n, braidInt32, (me + 1) % w, nullptr), braidSuccess) << braidGetLastError();
-    EXPECT_EQ(braidRecv(comm, recv.get(), n, braidInt32, (me + w - 1) % w, nullptr), braidSuccess) << braidGetLastError();
+    StreamHandle stream;  // a stream of the rank's own: ranks that share a GPU share its legacy default stream
+    EXPECT_EQ(braidSend(comm, send.get(), n, braidInt32, (me + 1) % w, stream.get()), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(braidRecv(comm, recv.get(), n, braidInt32, (me + w - 1) % w, stream.get()), braidSuccess)
+        << braidGetLastError();
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
     cuda_check(cudaMemcpy(host.data(), recv.get(), n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     EXPECT_EQ(std::count(host.begin(), host.end(), (me + w - 1) % w + 1), static_cast<long>(n)) << "rank " << me;
-    EXPECT_EQ(braidRecv(comm, recv.get(), n, braidInt32, w, nullptr), braidInvalidArgument);
+    EXPECT_EQ(braidRecv(comm, recv.get(), n, braidInt32, w, stream.get()), braidInvalidArgument);
     EXPECT_NE(std::string(braidGetLastError()).find("'peer'"), std::string::npos) << braidGetLastError();
     EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
   });
