@@ -446,6 +446,7 @@ TEST(SendRecv, CApiRing) {
     EXPECT_EQ(std::count(host.begin(), host.end(), (me + w - 1) % w + 1), static_cast<long>(n)) << "rank " << me;
     EXPECT_EQ(braidRecv(comm, recv.get(), n, braidInt32, w, stream.get()), braidInvalidArgument);
     EXPECT_NE(std::string(braidGetLastError()).find("'peer'"), std::string::npos) << braidGetLastError();
+    host_barrier();  // no rank frees (a wait for its whole GPU) while a peer there still waits for a third rank
     EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
   });
 }
