@@ -129,7 +129,7 @@ def movement(collective, algorithm, world, mapped):
             "ll": ([("ll", f)], 0.0, 1),
             "staged": ([("sm", f)], 1.0, 2),
             "pipelined": ([("sm", f)], f * fifo, 2),
-            "copyengine": ([("ce", f)], f, 4) if n == 2 else None,
+            "copyengine": ([("ce", f)], f, 4) if n <= 4 else None,  # pairs; the table's rows stop at 4 ranks
         },
         "allgather": {
             "ll": ([("ll", f)], 0.0, 1),
