@@ -27,8 +27,8 @@ ranks by one of braid's protocols takes
 NCCL's time is alpha + S * bus_factor / (busbw * share), alpha and busbw fitted per (collective, buffers, mode).
 
 The model is checked against the rows of another world (`--check`): the error stated is |predicted - measured| /
-measured over those rows from 1 MiB up, braid's rows predicted for the protocol the table picks at that world
-today (rows from older commits may have run another).
+measured over those rows from 1 MiB up, each of braid's rows predicted for the protocol it ran: the choice of the
+table of the row's commit at that world (git history; today's table where the checkout lacks that commit).
 
 Its choice for a (collective, size, world, buffers) is the protocol it predicts fastest among those the
 collective has whose gates the call passes. Those choices are the rows for the worlds the archive has no rows of
@@ -272,9 +272,15 @@ def commit_order():
 
 
 def points(rows, gpu, world, dtype):
-    """{(impl, collective, buffers, mode): {bytes: median time us}}: each size's newest measurement, from runs that
-    measured its key at 3 sizes from 1 MiB or more (a sweep, not a spot check). Runs of different size ranges (the
-    eager 8 KiB-16 MiB rows beside the 32 MiB-512 MiB ones) add up."""
+    """{(impl, collective, buffers, mode): {bytes: median time us}}: newest_points without the commits."""
+    return {key: {size: us for size, (us, _) in series.items()}
+            for key, series in newest_points(rows, gpu, world, dtype).items()}
+
+
+def newest_points(rows, gpu, world, dtype):
+    """{(impl, collective, buffers, mode): {bytes: (median time us, commit)}}: each size's newest measurement, from
+    runs that measured its key at 3 sizes from 1 MiB or more (a sweep, not a spot check). Runs of different size
+    ranges (the eager 8 KiB-16 MiB rows beside the 32 MiB-512 MiB ones) add up."""
     large = collections.defaultdict(set)
     for row in rows:
         if row["bytes"] >= MiB:
@@ -301,8 +307,25 @@ def points(rows, gpu, world, dtype):
     out = collections.defaultdict(dict)
     for (point, stamp), us in measured.items():
         if stamp == newest[point]:
-            out[point[:4]][point[4]] = statistics.median(us)
+            out[point[:4]][point[4]] = (statistics.median(us), stamp[2])
     return dict(out)
+
+
+def table_at(commit, today, cache={}):
+    """The selection table (kModelTable, then kTable) of `commit`, which its rows ran; `today` where the
+    checkout lacks that commit or its table cannot be read."""
+    if commit not in cache:
+        try:
+            text = subprocess.run(["git", "-C", HERE, "show", f"{commit}:src/collectives/selection.cpp"],
+                                  capture_output=True, text=True, check=True).stdout
+            rows = []
+            for name in ("kModelTable", "kTable"):
+                if f"constexpr Row {name}[]" in text:
+                    rows += parse_rows(text, name)
+            cache[commit] = rows or today
+        except (OSError, subprocess.CalledProcessError, KeyError, SystemExit):
+            cache[commit] = today
+    return cache[commit]
 
 
 # --- fitting -----------------------------------------------------------------------------------------------------
@@ -554,7 +577,7 @@ def main():
         print(f"cost_model.py: wrote the model's rows for {TABLE_WORLDS.start} to {TABLE_WORLDS.stop - 1} ranks "
               f"into {args.table}")
         return 0
-    checked = points(rows, args.check, args.check_world, args.dtype)
+    checked = newest_points(rows, args.check, args.check_world, args.dtype)
 
     lines = [BEGIN, "", "## The cost model's parameters and error (`bench/cost_model.py`)", "",
              f"Fitted on {args.fit} ({args.fit_world} ranks), checked on {args.check} ({args.check_world} ranks), "
@@ -568,7 +591,7 @@ def main():
         p = params[mode]
         etas = " | ".join(f"{1.0 / x:.2f}" if x > 0 else "-" for x in p[2:])
         lines.append(f"| {mode} | {counts[mode]} | {p[0]:.1f} | {p[1]:.1f} | {etas} |")
-    lines += ["", "| impl | collective | buffers | mode | protocol at the checked world | rows | median error | max error |",
+    lines += ["", "| impl | collective | buffers | mode | protocols the rows ran | rows | median error | max error |",
               "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
     errors_by_impl = collections.defaultdict(list)
     for key in sorted(checked):
@@ -577,11 +600,11 @@ def main():
             continue
         mapped = buffers == "symmetric"
         errors, protocols = [], set()
-        for size, t in sorted(checked[key].items()):
+        for size, (t, commit) in sorted(checked[key].items()):
             if size < MiB:
                 continue
-            if impl == "braid":
-                algorithm = shipped(table, collective, size, args.check_world, mapped)
+            if impl == "braid":  # the protocol the row ran: its commit's table's choice
+                algorithm = shipped(table_at(commit, table), collective, size, args.check_world, mapped)
                 protocols.add(algorithm)
                 p = predict_braid(params[mode], machine, collective, algorithm, args.check_world, mapped, size)
             else:
