@@ -74,6 +74,15 @@ class ModelTest(unittest.TestCase):
         self.assertAlmostEqual(point[0], 3.0, places=3)
         self.assertAlmostEqual(point[1], -1.0, places=3)
 
+    def test_a_rows_table_is_its_commits_or_todays(self):
+        today = cost_model.parse_table()
+        self.assertIs(cost_model.table_at("0" * 40, today), today)  # no such commit: today's table
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.returncode == 0:  # a checkout with its history: HEAD's table, read from git
+            at_head = cost_model.table_at(head.stdout.strip(), today)
+            self.assertIsNot(at_head, today)
+            self.assertEqual({row["collective"] for row in at_head}, {row["collective"] for row in today})
+
     def test_the_report_runs_on_the_archive(self):
         out = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "cost_model.py")], capture_output=True,
                              text=True, check=True).stdout
