@@ -72,8 +72,8 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   Gates gates{};
   gates.multicast = shape.multicast;
   // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter: on
-  // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs where no peer maps
-  // the output (the pushes serve 2 ranks). Reduce: pairs, 2 ranks.
+  // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs on any buffer (the
+  // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes). Reduce: pairs, 2 ranks.
   if (shape.collective == Collective::kReduceScatter) {
     gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
   } else if (shape.collective == Collective::kReduce) {

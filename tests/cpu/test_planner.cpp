@@ -63,8 +63,8 @@ BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bo
 
 // Reduce-scatter's copy engines on 2 ranks, any buffer: pushes into the peer's output where the peer maps it, out
 // of place and not another GPU's cudaMalloc memory of this process (zero copy, in the plan's words); pairs through
-// the peer's pipeline area else (staged). On more ranks pairs only, where no peer maps the output (forced on an
-// output peers map, the call takes the FIFOs).
+// the peer's pipeline area else (staged). On more ranks pairs only: the output is never looked up there
+// (plans_output_pushes), and facts that said every peer maps it would close the gate (the call takes the FIFOs).
 TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
   const CallShape large = shape(Collective::kReduceScatter, size_t(512) << 20);
   for (bool input_mapped : {false, true}) {
