@@ -432,7 +432,8 @@ def choice(params, machine, table, collective, world, mapped, size):
 
 def model_rows(params, machine, table, world):
     """kTable rows for `world` ranks: per collective, the LL cut-off from the call alone (LL rows never depend on
-    the buffers: docs/dev/protocol.md), then the choice on symmetric buffers and on any buffer as runs of sizes."""
+    the buffers: docs/dev/protocol.md), then the choice on symmetric buffers and on any buffer as runs of sizes
+    (the symmetric rows left out where they are the any-buffer rows)."""
     rows = []
     for collective in COLLECTIVES:
         lls = [a for a in ("ll", "ll128") if a in candidates(table, collective)]
@@ -446,6 +447,7 @@ def model_rows(params, machine, table, world):
                 break
         if ll_limit:
             rows.append((collective, ll_limit, ll_algorithm, False))
+        runs_by_buffers = {}
         for mapped in (True, False):
             runs = []
             for size in SIZES:
@@ -463,7 +465,11 @@ def model_rows(params, machine, table, world):
                     runs.append([size, algorithm])
             if runs:
                 runs[-1][0] = None  # the last run serves every larger size
-            for limit, algorithm in runs:
+            runs_by_buffers[mapped] = runs
+        for mapped in (True, False):
+            if mapped and runs_by_buffers[True] == runs_by_buffers[False]:
+                continue  # symmetric calls take the same rows for any buffer
+            for limit, algorithm in runs_by_buffers[mapped]:
                 rows.append((collective, limit, algorithm, mapped))
     return rows
 
