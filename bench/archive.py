@@ -20,6 +20,11 @@ case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL sid
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
 (the training: ddp | fsdp2 | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
 shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs).
+A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identity fields, torch (its version),
+    kind="fused_matmul", collective (all_gather_matmul | matmul_reduce_scatter), m, k, n, dtype, mode="eager",
+    braid_us (the fused call), gemm_us (the GEMM alone), comm_us (braid's collective alone), nccl_serial_us (NCCL's
+    collective and cuBLAS one after the other; nccl_us repeats it), torch_us (torch's symm_mem fused op; null with
+    torch_error where it failed), wrong (elements outside the tolerance of the serial result)
 An MoE row:
     the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,
     hidden, top_k, experts, dtype (the dispatched type), bytes (tokens * top_k rows), nvlink_bytes,

@@ -47,6 +47,9 @@ def point_key(row):
         return (row["gpu"], row["world"], "floor", row["collective"])
     if row["kind"] == "torch":
         return (row["gpu"], row["world"], "torch", row["collective"])
+    if row["kind"] == "fused_matmul":
+        return (row["gpu"], row["world"], "fused_matmul", row["collective"], row["dtype"], row["m"], row["k"], row["n"],
+                row["mode"])
     if row["kind"] == "moe":
         return (row["gpu"], row["world"], "moe", row["collective"], row["layout"], row["dtype"], row["tokens"],
                 row["hidden"], row["top_k"], row["experts"], row["mode"], row.get("max_sms", 0))
@@ -207,6 +210,17 @@ def bench_lines(rows, world):
     return lines[:-1]
 
 
+def fused_table(rows):
+    """One line per fused GEMM + collective shape: braid's fused call against its parts and the alternatives."""
+    lines = ["| call | M | K | N | braid µs | GEMM alone µs | collective alone µs | NCCL then cuBLAS µs | torch µs "
+             "| NCCL serial / braid |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"])):
+        lines.append(f"| {r['collective']} | {r['m']} | {r['k']} | {r['n']} | {fmt(r['braid_us'])} | "
+                     f"{fmt(r['gemm_us'])} | {fmt(r['comm_us'])} | {fmt(r['nccl_serial_us'])} | {fmt(r['torch_us'])} "
+                     f"| {r['nccl_serial_us'] / r['braid_us']:.2f} |")
+    return lines
+
+
 def torch_steps(current, kinds):
     """PyTorch training steps through the NCCL shim beside torch's own NCCL, per machine kind and world."""
     rows = [r for r in current if r["kind"] == "torch"]
@@ -320,6 +334,17 @@ def page(rows, goals):
                 if any(r["layout"] == "rank-major" and r["experts"] == 64 for r in moe):
                     out += [f"![MoE on {gpu}](img/{image_name(gpu, f'moe-{world}')})", ""]
                 out += moe_table(moe) + [""]
+            fused = [r for r in here if r["kind"] == "fused_matmul"]
+            if fused:
+                out += [f"### Tensor-parallel GEMM with its collective, {world} ranks", "",
+                        "`braid.ops.all_gather_matmul` (the all-gather of A's shard hidden under A x B) and "
+                        "`braid.ops.matmul_reduce_scatter` (the reduce-scatter of A x B hidden under the GEMM), "
+                        "bfloat16, M the rows of the whole A and B a Linear weight's transpose, beside the GEMM "
+                        "alone on one GPU, braid's collective alone, NCCL's collective and cuBLAS one after the "
+                        f"other, and torch's `symm_mem` fused ops (torch {fused[0].get('torch', '?')}). Eager calls, "
+                        "the slowest rank's median. Measured with `torchrun --nproc-per-node 2 bench/tp_overlap.py`; "
+                        f"commit {provenance(fused)}.", ""]
+                out += fused_table(fused) + [""]
     return "\n".join(out).rstrip() + "\n", notes_text
 
 

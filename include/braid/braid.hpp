@@ -57,6 +57,7 @@ struct PeerInfo {
 };
 
 class MoeBuffer;
+class FusedMatmul;
 
 // A group of ranks, one GPU each, on one host. Movable, not copyable; symmetric memory made from it
 // stays valid after it is destroyed (teardown in any order).
@@ -312,6 +313,7 @@ class Communicator {
 
  private:
   friend class MoeBuffer;  // builds on the communicator's collective context (signal pad, error words)
+  friend class FusedMatmul;  // keeps a handle of its own on the communicator's state
   friend struct detail::TestAccess;  // the tests' hooks into the state (not installed)
   explicit Communicator(std::shared_ptr<detail::CommState> state);
   // The collective context of a CUDA-backend communicator, shared with it (an NCCL-backend one is refused with

@@ -7,10 +7,10 @@ C++ library (libbraid.so). `import braid` needs no torch; the calls on tensors i
     x = torch.ones(1 << 20, device="cuda")
     braid.all_reduce(x)                      # on torch.cuda.current_stream()
 
-docs/python.md is the guide."""
+braid.ops fuses tensor-parallel GEMMs with their all-gather or reduce-scatter. docs/python.md is the guide."""
 from ._error import Error, ErrorCode  # first: the extension raises these
-from ._braid import (Communicator, DataType, MoeHandle, MoeLayout, MoeShape, PointToPoint, ReduceOp, Rendezvous,
-                     StoreHost, SymmetricMemory, datatype_name, datatype_size, error_code_name)
+from ._braid import (Communicator, DataType, FusedMatmul, Layout, MoeHandle, MoeLayout, MoeShape, PointToPoint,
+                     ReduceOp, Rendezvous, StoreHost, SymmetricMemory, datatype_name, datatype_size, error_code_name)
 from ._dtypes import datatype, reduce_op
 from ._state import barrier, check, default_communicator, destroy, get_rank, get_world_size, init, is_initialized
 from ._collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, all_to_all_v_device,
@@ -20,7 +20,7 @@ from ._symmetric import empty, peer, view_all
 from ._moe import MoeBuffer, MoeDispatch
 from ._signal import SignalPad
 from ._ops import op_handle, register_ops
-from . import functional
+from . import functional, ops
 
 import sys as _sys
 if _sys.modules.get("torch") is not None:  # the custom ops now: a first call may be under torch.compile
@@ -29,10 +29,11 @@ if _sys.modules.get("torch") is not None:  # the custom ops now: a first call ma
 __version__ = "0.1.0"
 
 __all__ = [
-    "Communicator", "DataType", "Error", "ErrorCode", "MoeBuffer", "MoeDispatch", "MoeHandle", "MoeLayout", "MoeShape",
-    "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "SignalPad", "StoreHost", "SymmetricMemory", "all_gather",
-    "all_gather_into_tensor", "all_reduce", "all_to_all_single", "all_to_all_v_device", "barrier", "batch_isend_irecv",
-    "broadcast", "check", "datatype", "datatype_name", "datatype_size", "default_communicator", "destroy", "empty",
-    "error_code_name", "functional", "get_rank", "get_world_size", "init", "is_initialized", "op_handle", "peer",
-    "recv", "reduce", "reduce_op", "reduce_scatter", "reduce_scatter_tensor", "register_ops", "send", "view_all"
+    "Communicator", "DataType", "Error", "ErrorCode", "FusedMatmul", "Layout", "MoeBuffer", "MoeDispatch", "MoeHandle",
+    "MoeLayout", "MoeShape", "P2POp", "PointToPoint", "ReduceOp", "Rendezvous", "SignalPad", "StoreHost",
+    "SymmetricMemory", "all_gather", "all_gather_into_tensor", "all_reduce", "all_to_all_single", "all_to_all_v_device",
+    "barrier", "batch_isend_irecv", "broadcast", "check", "datatype", "datatype_name", "datatype_size",
+    "default_communicator", "destroy", "empty", "error_code_name", "functional", "get_rank", "get_world_size", "init",
+    "is_initialized", "op_handle", "ops", "peer", "recv", "reduce", "reduce_op", "reduce_scatter",
+    "reduce_scatter_tensor", "register_ops", "send", "view_all"
 ]

@@ -1,6 +1,6 @@
-"""Autograd formulas of braid's MoE ops (torch.library.register_autograd), so that torch.autograd flows through
-MoeBuffer.dispatch and combine without an autograd.Function of the caller's (docs/moe.md, "Handles and the
-backward pass"):
+"""Autograd formulas of braid's ops (torch.library.register_autograd), so that torch.autograd flows through
+MoeBuffer.dispatch and combine, and braid.ops' fused GEMMs (NOTE [fused matmul gradients], below), without an
+autograd.Function of the caller's. MoE (docs/moe.md, "Handles and the backward pass"):
 - combine's backward sends the output gradient where the token's rows went: rank-major, a redispatch on the
   forward's handle; expert-major, a dispatch of the gradient with the forward's routing (the same routing gives
   the same layout, row for row), each row scaled by its routing weight after a weighted combine.
@@ -12,13 +12,13 @@ backward pass"):
   is computed on the rank holding its expert and goes back to the token's rank through braid::moe_to_sources, one
   equal-block all-to-all of [world * max_tokens, local_experts] float32.
 
-Both formulas call braid's ops, so they run eagerly and trace under torch.compile alike. Eagerly, the forward's
+The formulas call braid's ops, so they run eagerly and trace under torch.compile alike. Eagerly, a MoE forward's
 MoeHandle is kept, and a backward pass whose buffer has been dispatched again since (the buffer then holds
 another routing) raises braid.Error instead of moving rows by the wrong routing."""
 from __future__ import annotations
 
 from ._error import Error, ErrorCode
-from ._ops import resolve
+from ._ops import _comm, resolve
 
 
 def _fake(torch, tensor) -> bool:
@@ -173,3 +173,77 @@ def register_moe_autograd(torch, moe_dispatch, moe_combine) -> None:
         return (grad_y, None, None, None, None, None, grad_w, None, None)
 
     moe_combine.register_autograd(combine_backward, setup_context=combine_setup)
+
+
+# GEMMs fused with their collective (braid.ops) ----------------------------------------------------------------
+# NOTE [fused matmul gradients]: each op's backward is the other op, along the same dim d and communicator.
+# - out_i = AG_d(A_shard) @ B_i: dA_shard = RS_d(sum_i dout_i @ B_i^T), one matmul_reduce_scatter of the dout_i
+#   concatenated along N with the B_i concatenated alike (plus RS_d of the gathered A's own gradient, where the
+#   caller used it); dB_i = A^T @ dout_i over every row of the gathered A, with no communication (each rank's B_i
+#   is its own, as in a column-parallel layer).
+# - out = RS_d(A @ B): dA = AG_d(dout) @ B^T, one all_gather_matmul that returns AG_d(dout) too, and
+#   dB = A^T @ AG_d(dout); both times 1 / world for 'avg'.
+# A's rows and a gradient's rows pair up through _fused.paired_rows, which flattens both alike.
+
+
+def register_fused_matmul_autograd(torch, all_gather_matmul, matmul_reduce_scatter) -> None:
+    from . import _fused
+    from ._dtypes import reduce_op as to_reduce_op
+    from ._braid import ReduceOp
+
+    ops = torch.ops.braid
+
+    def gather_setup(ctx, inputs, output):
+        A_shard, Bs, gather_dim, _, comm = inputs
+        ctx.dim, ctx.comm = gather_dim % A_shard.dim(), comm
+        ctx.a_grad, ctx.b_grads = A_shard.requires_grad, [B.requires_grad for B in Bs]
+        ctx.set_materialize_grads(False)  # an output the caller never used (often A) brings None, not zeros to move
+        gathered = output[0]
+        if any(ctx.b_grads) and gathered is None:
+            raise Error("braid.ops.all_gather_matmul: argument 'return_A' is False while Bs need gradients, which "
+                        "need the gathered A: call braid.ops.all_gather_matmul, which keeps it for them",
+                        ErrorCode.INVALID_ARGUMENT)
+        ctx.save_for_backward(gathered if any(ctx.b_grads) else None, *(Bs if ctx.a_grad else [None] * len(Bs)))
+
+    def gather_backward(ctx, grad_A, grad_outs):
+        A, *Bs = ctx.saved_tensors
+        d, comm = ctx.dim, ctx.comm
+        grad_shard = None
+        if ctx.a_grad:
+            pairs = [(g, B) for g, B in zip(grad_outs, Bs) if g is not None]
+            if pairs:
+                g = pairs[0][0] if len(pairs) == 1 else torch.cat([g for g, _ in pairs], dim=-1)
+                B = pairs[0][1] if len(pairs) == 1 else torch.cat([B for _, B in pairs], dim=1)
+                grad_shard = ops.matmul_reduce_scatter(g, B.t(), "sum", d, comm)
+            if grad_A is not None:
+                part = ops.reduce_scatter_tensor(grad_A.movedim(d, 0).contiguous(), "sum", comm).movedim(0, d)
+                grad_shard = part if grad_shard is None else grad_shard + part
+        grad_Bs = [_fused.paired_rows(A, d).t() @ _fused.paired_rows(g, d) if wanted and g is not None else None
+                   for wanted, g in zip(ctx.b_grads, grad_outs)]
+        return grad_shard, grad_Bs, None, None, None
+
+    all_gather_matmul.register_autograd(gather_backward, setup_context=gather_setup)
+
+    def scatter_setup(ctx, inputs, output):
+        A, B, reduce_op, scatter_dim, comm = inputs
+        ctx.dim, ctx.comm = scatter_dim % A.dim(), comm
+        ctx.a_grad, ctx.b_grad = A.requires_grad, B.requires_grad
+        average = to_reduce_op(reduce_op, "braid.ops.matmul_reduce_scatter", "reduce_op") == ReduceOp.AVG
+        ctx.scale = 1.0 / _comm(comm, "braid.ops.matmul_reduce_scatter").size if average else None
+        ctx.save_for_backward(A if ctx.b_grad else None, B if ctx.a_grad else None)
+
+    def scatter_backward(ctx, grad):
+        A, B = ctx.saved_tensors
+        d, comm = ctx.dim, ctx.comm
+        if ctx.scale is not None:
+            grad = grad * ctx.scale
+        grad_A = grad_B = full = None
+        if ctx.a_grad:
+            full, (grad_A,) = ops.all_gather_matmul(grad, [B.t()], d, ctx.b_grad, comm)
+        elif ctx.b_grad:
+            full = ops.all_gather_into_tensor(grad.movedim(d, 0).contiguous(), comm).movedim(0, d)
+        if ctx.b_grad:
+            grad_B = _fused.paired_rows(A, d).t() @ _fused.paired_rows(full, d)
+        return grad_A, grad_B, None, None, None
+
+    matmul_reduce_scatter.register_autograd(scatter_backward, setup_context=scatter_setup)

@@ -670,3 +670,55 @@ class SignalPad:
     def __repr__(self) -> str: ...
 
 SIGNAL_PAD_STRUCT_BYTES: int = 64
+
+class Layout(enum.Enum):
+    """
+    How a K x N matrix B is stored (braid::Layout): ROW_MAJOR [K, N], or TRANSPOSED [N, K] (a torch Linear layer's weight).
+    """
+
+    ROW_MAJOR = 0
+
+    TRANSPOSED = 1
+
+class FusedMatmul:
+    """
+    GEMMs fused with their collective on one communicator (braid::FusedMatmul): a cuBLASLt handle, a side stream and a symmetric workspace that grows to the largest call. Matrices are dense row-major device addresses, streams cudaStream_t ints.
+    """
+
+    def __init__(self, comm: Communicator) -> None:
+        """
+        Local (no peer takes part). comm must use the CUDA backend; cuBLASLt is loaded at run time. The object keeps comm alive.
+        """
+
+    def all_gather_matmul(self, a_shard: int, rows: int, k: int, b: int, b_layout: Layout, n: int, out: int, a_gathered: int, dtype: DataType, stream: int) -> None:
+        """
+        Collective: out [rows * size, n] = all_gather(a_shard [rows, k]) x B (k x n, stored as b_layout says); a_gathered 0, or [rows * size, k] that receives the gathered A.
+        """
+
+    def matmul_reduce_scatter(self, a: int, m: int, k: int, b: int, b_layout: Layout, n: int, out: int, dtype: DataType, op: ReduceOp, stream: int) -> None:
+        """
+        Collective: out [m / size, n] = block rank() of op (SUM or AVG) over the ranks of a [m, k] x B; m must divide by the world size.
+        """
+
+    def reserve(self, bytes: int) -> None:
+        """
+        Collective: grows the symmetric workspace to at least `bytes` now (workspace_bytes after an eager call of the largest shape is what that shape needs). Not inside a graph capture.
+        """
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The symmetric workspace's bytes on this rank now."""
+
+    @property
+    def device(self) -> int:
+        """CUDA ordinal of the communicator's GPU."""
+
+    def close(self) -> None:
+        """
+        Frees the cuBLASLt handle, the side stream and the workspace now (later calls raise braid.Error).
+        """
+
+    @property
+    def closed(self) -> bool: ...
+
+    def __repr__(self) -> str: ...

@@ -314,6 +314,37 @@ def _register(torch) -> None:
     from ._autograd import register_moe_autograd
     register_moe_autograd(torch, moe_dispatch, moe_combine)
 
+    # GEMMs fused with their collective (braid::FusedMatmul, braid.ops) ------------------------------------------
+    # torch.ops.symm_mem's fused_all_gather_matmul and fused_matmul_reduce_scatter with a communicator handle for
+    # the group name; the gathered A comes back as None unless return_A (a schema: custom_op infers no Tensor?).
+    from . import _fused
+
+    @custom_op("braid::all_gather_matmul", mutates_args=(), device_types="cuda",
+               schema="(Tensor A_shard, Tensor[] Bs, int gather_dim, bool return_A, int comm) -> (Tensor?, Tensor[])")
+    def all_gather_matmul(A_shard, Bs, gather_dim, return_A, comm):
+        function = "braid.ops.all_gather_matmul"
+        return _fused.all_gather_matmul(torch, _comm(comm, function), A_shard, Bs, gather_dim, return_A, function)
+
+    @all_gather_matmul.register_fake
+    def _(A_shard, Bs, gather_dim, return_A, comm):
+        function = "braid.ops.all_gather_matmul"
+        return _fused.fake_all_gather_matmul(torch, A_shard, Bs, gather_dim, return_A, world(comm, function),
+                                             function)
+
+    @custom_op("braid::matmul_reduce_scatter", mutates_args=(), device_types="cuda")
+    def matmul_reduce_scatter(A: Tensor, B: Tensor, reduce_op: str, scatter_dim: int, comm: int) -> Tensor:
+        function = "braid.ops.matmul_reduce_scatter"
+        return _fused.matmul_reduce_scatter(torch, _comm(comm, function), A, B, reduce_op, scatter_dim, function)
+
+    @matmul_reduce_scatter.register_fake
+    def _(A, B, reduce_op, scatter_dim, comm):
+        function = "braid.ops.matmul_reduce_scatter"
+        return _fused.fake_matmul_reduce_scatter(torch, A, B, reduce_op, scatter_dim, world(comm, function), function)
+
+    from ._autograd import register_fused_matmul_autograd
+    register_fused_matmul_autograd(torch, all_gather_matmul, matmul_reduce_scatter)
+
     for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, reduce, send_recv, broadcast,
-               all_to_all_single, all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources):
+               all_to_all_single, all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources,
+               all_gather_matmul, matmul_reduce_scatter):
         _side_effect(torch, op)

@@ -101,6 +101,8 @@ def destroy() -> None:
     may destroy theirs in any order."""
     global _default, _store_host
     if _default is not None:
+        from ._fused import release
+        release(_default)  # its FusedMatmul (braid.ops) first: it holds a workspace of the communicator's
         _default.destroy()
         _default = None
     if _store_host is not None:

@@ -72,5 +72,6 @@ void bind_memory(nb::module_& m);        // SymmetricMemory (memory.cpp)
 void bind_communicator(nb::module_& m);  // Communicator (communicator.cpp)
 void bind_moe(nb::module_& m);           // MoeShape, MoeBuffer, MoeHook (moe.cpp)
 void bind_signal_pad(nb::module_& m);    // SignalPad: a pad for users' kernels (signal_pad.cpp)
+void bind_fused_matmul(nb::module_& m);  // Layout, FusedMatmul: GEMMs fused with a collective (fused_matmul.cpp)
 
 }  // namespace braid::python

@@ -14,4 +14,5 @@ NB_MODULE(_braid, m) {
   braid::python::bind_communicator(m);
   braid::python::bind_moe(m);  // after Communicator: MoeBuffer.create takes one
   braid::python::bind_signal_pad(m);  // after Communicator: a SignalPad is made on one
+  braid::python::bind_fused_matmul(m);  // after Communicator: a FusedMatmul is made on one
 }

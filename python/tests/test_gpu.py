@@ -4,8 +4,9 @@ too), point to point, symmetric tensors (.peer, .view_all), a captured all_reduc
 both layouts against a reference (and fp8), 200 replays of a captured dispatch + combine with T on the device,
 torch.compile of a MoE layer against eager, its backward through plain autograd (the routing weights' gradient
 too) on every layout against an all-gathered reference, a compiled all_reduce as a process's first braid call, a
-braid.SignalPad driven by Triton kernels, and braid.init(group=). Skipped, with the reason, without torch or with
-fewer than 2 GPUs."""
+braid.SignalPad driven by Triton kernels, braid.init(group=), and braid.ops' fused GEMMs (all_gather_matmul,
+matmul_reduce_scatter) against NCCL's collective and torch.matmul, eager, captured, compiled and differentiated.
+Skipped, with the reason, without torch or with fewer than 2 GPUs."""
 import os
 import socket
 import subprocess
@@ -54,6 +55,6 @@ def torchrun():
 
 @pytest.mark.parametrize("section", ["collectives", "all_to_all", "all_to_all_device", "p2p", "symmetric", "graph",
                                      "moe", "moe_graph", "moe_compile", "moe_backward", "signal_pad", "init_group",
-                                     "compile_first"])
+                                     "compile_first", "fused_matmul"])
 def test_on_two_gpus(torchrun, section):
     torchrun(section)

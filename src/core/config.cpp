@@ -63,6 +63,9 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_NCCL_LIBRARY", ConfigType::kString, "libnccl.so.2", nullptr,
      "NCCL library the NCCL backend dlopens: a path, or a name looked for by the loader, in the CUDA toolkit's lib "
      "folders and in python3's site-packages (nvidia/nccl/lib)."},
+    {"BRAID_CUBLASLT_LIBRARY", ConfigType::kString, "libcublasLt.so.13", nullptr,
+     "cuBLASLt library the fused GEMM calls (FusedMatmul) dlopen: a path, or a name looked for by the loader, in "
+     "the CUDA toolkit's lib folders and in python3's site-packages (nvidia/cu13/lib, nvidia/cublas/lib)."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "
      "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "

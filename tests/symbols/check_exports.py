@@ -3,7 +3,7 @@
 
   - the C functions braid.h declares, and
   - the members of every class or struct that the C++ headers (braid.hpp, rendezvous.hpp, memory.hpp, moe.hpp,
-    error.hpp, types.hpp) define at namespace
+    fused_matmul.hpp, error.hpp, types.hpp) define at namespace
     scope in namespace braid, their type info and vtables, and the functions declared at namespace scope there.
 
 Both ways: every symbol the library exports is public (nothing internal, no cudart), and every public symbol

@@ -587,6 +587,206 @@ def init_group(rank, world):
     same(x, torch.full((100,), world * (world + 1) / 2, device="cuda"), "all_reduce after init(group=)")
 
 
+# Fused GEMM + collective (braid.ops) --------------------------------------------------------------------------
+# NOTE [fused matmul tolerance]: bfloat16 keeps 8 significant bits, so one rounding moves a value v by up to
+# |v| * 2^-8. braid and the reference both accumulate in float32 but split the GEMM differently (braid by blocks of
+# rows through cuBLASLt, torch through cuBLAS) and round at different points (reduce-scatter: braid adds each peer's
+# rounded product to its own in float32, NCCL adds two rounded products), so an element may differ by a few
+# roundings of the terms that made it. Inputs are scaled so that products are about N(0, 1): terms stay below 5
+# in practice, and rtol 2e-2 with atol 5e-2 covers three roundings of such terms while a wrong block, a wrong rank's
+# data or a missing term (an error of about 1) still fails.
+FUSED_TOLERANCE = dict(rtol=2e-2, atol=5e-2)
+
+
+def fused_random(shape, seed, scale=1.0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return (torch.randn(shape, generator=generator, device="cuda") * scale).to(torch.bfloat16)
+
+
+def fused_close(got, expected, what):
+    torch.cuda.synchronize()
+    assert got.shape == expected.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(expected.shape)}"
+    torch.testing.assert_close(got.float(), expected.float(), msg=what, **FUSED_TOLERANCE)
+
+
+def nccl_gather(tensor, dim):
+    """torch.distributed's all-gather along `dim` (rank order)."""
+    moved = tensor.movedim(dim, 0).contiguous()
+    out = moved.new_empty((dist.get_world_size() * moved.shape[0], *moved.shape[1:]))
+    dist.all_gather_into_tensor(out, moved)
+    return out.movedim(0, dim)
+
+
+def nccl_scatter(tensor, dim, op=dist.ReduceOp.SUM):
+    """torch.distributed's reduce-scatter along `dim`."""
+    moved = tensor.movedim(dim, 0).contiguous()
+    out = moved.new_empty((moved.shape[0] // dist.get_world_size(), *moved.shape[1:]))
+    dist.reduce_scatter_tensor(out, moved, op)
+    return out.movedim(0, dim)
+
+
+def fused_matmul(rank, world):
+    """braid.ops.all_gather_matmul and matmul_reduce_scatter against the unfused reference (NCCL's all-gather then
+    torch.matmul; torch.matmul then NCCL's reduce-scatter) on random bfloat16 data (NOTE [fused matmul
+    tolerance]): odd row counts, several Bs (a Linear weight's .t() and a row-major matrix), return_A, gather and
+    scatter dims 1 of 3-D tensors and the last dim, 'avg'; a captured graph whose replays equal eager calls on the
+    same inputs; autograd gradients against the reference's; torch.compile(fullgraph=True) against eager; and the
+    argument errors (raised on every rank before anything is enqueued)."""
+    # all_gather_matmul: (rows per rank, K, N), K and N multiples of 8 (16-byte rows).
+    for rows, k, n in ((64, 256, 128), (37, 128, 72), (1, 8, 8), (129, 1024, 520)):
+        x = fused_random((rows, k), rank * 100 + rows, k ** -0.5)
+        weight = fused_random((n, k), 7 + n)  # a Linear layer's [N, K]: B = weight.t()
+        dense = fused_random((k, 2 * n), 8 + n)
+        full = nccl_gather(x, 0)
+        A, (y1, y2) = braid.ops.all_gather_matmul(x, [weight.t(), dense])
+        torch.cuda.synchronize()
+        assert torch.equal(A, full), f"all_gather_matmul {rows}x{k}x{n}: the gathered A"
+        fused_close(y1, full @ weight.t(), f"all_gather_matmul {rows}x{k}x{n}, B = weight.t()")
+        fused_close(y2, full @ dense, f"all_gather_matmul {rows}x{k}x{n}, second B")
+        none, (y,) = braid.ops.all_gather_matmul(x, [dense], return_A=False)
+        assert none is None
+        fused_close(y, full @ dense, f"all_gather_matmul {rows}x{k}x{n} without A")
+    x3 = fused_random((3, 5, 64), rank + 40, 0.125)  # gather_dim 1 of a 3-D A: [3, 5 * world, 64]
+    B = fused_random((64, 48), 41)
+    A, (y,) = braid.ops.all_gather_matmul(x3, [B], gather_dim=1)
+    full = nccl_gather(x3, 1)
+    torch.cuda.synchronize()
+    assert A.shape == (3, 5 * world, 64) and torch.equal(A, full), "all_gather_matmul gather_dim=1: the gathered A"
+    fused_close(y, full @ B, "all_gather_matmul gather_dim=1")
+    A, (y,) = braid.ops.all_gather_matmul(x3, [fused_random((64 * world, 16), 42)], gather_dim=2)  # unfused: K
+    fused_close(y, nccl_gather(x3, 2) @ fused_random((64 * world, 16), 42), "all_gather_matmul gather_dim=2")
+
+    # matmul_reduce_scatter: (rows per rank of the output, K, N).
+    for rows, k, n in ((32, 256, 128), (19, 120, 72), (1, 8, 8), (77, 1024, 264)):
+        a = fused_random((rows * world, k), rank * 100 + rows + 1, k ** -0.5)
+        weight = fused_random((n, k), 9 + n)
+        partial = a @ weight.t()
+        for op, torch_op in (("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG)):
+            got = braid.ops.matmul_reduce_scatter(a, weight.t(), op)
+            fused_close(got, nccl_scatter(partial, 0, torch_op), f"matmul_reduce_scatter {rows}x{k}x{n} {op}")
+        dense = weight.t().contiguous()
+        fused_close(braid.ops.matmul_reduce_scatter(a, dense), nccl_scatter(a @ dense, 0),
+                    f"matmul_reduce_scatter {rows}x{k}x{n}, row-major B")
+    a3 = fused_random((3, 4 * world, 64), rank + 50, 0.125)
+    B = fused_random((64, 40), 51)
+    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=1), nccl_scatter(a3 @ B, 1),
+                "matmul_reduce_scatter scatter_dim=1")
+    B = fused_random((64, 8 * world), 52)
+    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=2), nccl_scatter(a3 @ B, 2),
+                "matmul_reduce_scatter scatter_dim=2 (unfused: N)")
+
+    fused_graph(rank, world)
+    fused_backward(rank, world)
+    fused_compile(rank, world)
+    fused_errors(rank, world)
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def fused_graph(rank, world):
+    """A column-parallel GEMM then a row-parallel one captured in one graph; each replay, on new inputs, equals
+    eager calls on those inputs bit for bit."""
+    rows, k, n = 48, 512, 256
+    x = fused_random((rows, k), rank, k ** -0.5)
+    w1, w2 = fused_random((n, k), 60, n ** -0.5), fused_random((k, n), 61, n ** -0.5)
+
+    def layer():
+        _, (h,) = braid.ops.all_gather_matmul(x, [w1.t()], return_A=False)
+        return braid.ops.matmul_reduce_scatter(h, w2.t())
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # eager first: the workspace grows outside the capture
+        layer()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = layer()
+    for replay in range(5):
+        x.copy_(fused_random((rows, k), rank + 10 * replay, k ** -0.5))
+        graph.replay()
+        expected = layer()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, expected), f"fused graph replay {replay} differs from the eager calls"
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def fused_backward(rank, world):
+    """Gradients through both ops (each the other's backward) against the reference's: every rank's loss on the
+    gathered input (all-gathered through NCCL) differentiated by plain torch, dA reduce-scattered by NCCL."""
+    rows, k, n = 24, 256, 128
+    x = fused_random((2, rows, k), rank, k ** -0.5).requires_grad_()  # gather_dim 1 of a 3-D input
+    w1 = fused_random((n, k), 70 + rank, k ** -0.5).requires_grad_()  # each rank's own columns
+    g1 = fused_random((2, rows * world, n), 80 + rank)
+    _, (y,) = braid.ops.all_gather_matmul(x, [w1.t()], gather_dim=1, return_A=False)
+    y.backward(g1)
+    full = nccl_gather(x.detach(), 1).float().requires_grad_()
+    w1_ref = w1.detach().float().requires_grad_()
+    (full @ w1_ref.t()).backward(g1.float())
+    fused_close(x.grad, nccl_scatter(full.grad, 1), "all_gather_matmul: the input's gradient")
+    fused_close(w1.grad, w1_ref.grad, "all_gather_matmul: B's gradient")
+
+    a = fused_random((rows * world, n), rank + 90, n ** -0.5).requires_grad_()
+    w2 = fused_random((k, n), 100 + rank, n ** -0.5).requires_grad_()  # each rank's own rows
+    g2 = fused_random((rows, k), 110 + rank)
+    for op, scale in (("sum", 1.0), ("avg", 1.0 / world)):
+        a.grad = w2.grad = None
+        braid.ops.matmul_reduce_scatter(a, w2.t(), op).backward(g2)
+        g_full = nccl_gather(g2, 0).float() * scale
+        fused_close(a.grad, g_full @ w2.detach().float(), f"matmul_reduce_scatter {op}: A's gradient")
+        fused_close(w2.grad, (a.detach().float().t() @ g_full).t(), f"matmul_reduce_scatter {op}: B's gradient")
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def fused_compile(rank, world):
+    """A tensor-parallel MLP under torch.compile(fullgraph=True) against eager, forward and backward."""
+    rows, k, n = 32, 256, 512
+    w1 = fused_random((n, k), 120 + rank, k ** -0.5)
+    w2 = fused_random((k, n), 130 + rank, n ** -0.5)
+
+    def mlp(x, w1, w2):
+        _, (h,) = braid.ops.all_gather_matmul(x, [w1.t()], return_A=False)
+        return braid.ops.matmul_reduce_scatter(torch.nn.functional.relu(h), w2.t())
+
+    x = fused_random((rows, k), rank + 140, k ** -0.5)
+    eager = mlp(x, w1, w2)
+    compiled = torch.compile(mlp, fullgraph=True)
+    fused_close(compiled(x, w1, w2), eager, "compiled tensor-parallel MLP against eager")
+    leaves = [t.clone().requires_grad_() for t in (x, w1, w2)]
+    mlp(*leaves).sum().backward()
+    again = [t.clone().requires_grad_() for t in (x, w1, w2)]
+    torch.compile(mlp, fullgraph=True)(*again).sum().backward()
+    for name, got, want in zip(("x", "w1", "w2"), again, leaves):
+        fused_close(got.grad, want.grad, f"compiled tensor-parallel MLP: {name}'s gradient")
+    torch.cuda.synchronize()
+    braid.barrier()
+
+
+def fused_errors(rank, world):
+    """Argument errors name the argument, on every rank alike, before anything is enqueued."""
+    x, B = fused_random((8, 64), rank), fused_random((64, 16), 1)
+    cases = [
+        (lambda: braid.ops.all_gather_matmul(x.float(), [B.float()]), "argument 'A_shard' has dtype torch.float32"),
+        (lambda: braid.ops.all_gather_matmul(x, [B.cpu()]), "argument 'Bs[0]' is on cpu"),
+        (lambda: braid.ops.matmul_reduce_scatter(fused_random((3 * world + 1, 64), 2), B), "argument 'A' has shape"),
+        (lambda: braid.ops.matmul_reduce_scatter(x, B.cpu()), "argument 'B' is on cpu"),
+        (lambda: braid.ops.matmul_reduce_scatter(x, B.half()), "argument 'B' has dtype torch.float16"),
+    ]
+    for call, message in cases:
+        try:
+            call()
+        except braid.Error as error:
+            assert error.code == braid.ErrorCode.INVALID_ARGUMENT and message in str(error), str(error)
+        else:
+            raise AssertionError(f"no error for {message!r}")
+    braid.check()
+    # The communicator still works: a call after the refusals.
+    _, (y,) = braid.ops.all_gather_matmul(x, [B])
+    fused_close(y, nccl_gather(x, 0) @ B, "all_gather_matmul after the refused calls")
+
+
 def main() -> int:
     section = sys.argv[1]
     comm = braid.init()
@@ -597,7 +797,7 @@ def main() -> int:
     sections = {"collectives": collectives, "all_to_all": all_to_all, "all_to_all_device": all_to_all_device,
                 "p2p": p2p, "symmetric": symmetric, "graph": graph, "moe": moe, "moe_graph": moe_graph,
                 "moe_compile": moe_compile, "moe_backward": moe_backward, "signal_pad": signal_pad,
-                "init_group": init_group, "compile_first": compile_first}
+                "init_group": init_group, "compile_first": compile_first, "fused_matmul": fused_matmul}
     sections[section](rank, world)
     torch.cuda.synchronize()
     braid.check()

@@ -1,103 +1,27 @@
 #include "backends/nccl/nccl_library.hpp"
 
 #include <dlfcn.h>
-#include <glob.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdlib>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/shared_library.hpp"
 
 namespace braid::detail {
 namespace {
 
 constexpr const char* kDefaultLibrary = "libnccl.so.2";
+constexpr const char* kNcclPackageFolder = "nvidia/nccl/lib";  // where the nvidia-nccl-cu* wheels put NCCL
 
 // NCCL reads NCCL_NVLS_ENABLE at communicator init; set once, before any NCCL of this process is loaded by braid.
 void keep_nvlink_multicast_off() {
   static std::once_flag once;
   std::call_once(once, [] { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
-}
-
-// Folders where a bare library name may lie when the loader's search path does not have it: the CUDA toolkit's
-// lib folders, then python3's site-packages (the nvidia-nccl-cu* wheels put NCCL in nvidia/nccl/lib).
-std::vector<std::string> fallback_folders() {
-  std::vector<std::string> folders;
-  for (const char* variable : {"CUDA_HOME", "CUDA_PATH"}) {
-    const char* root = std::getenv(variable);
-    if (root != nullptr && *root != '\0') {
-      folders.push_back(std::string(root) + "/lib64");
-      folders.push_back(std::string(root) + "/lib");
-    }
-  }
-  for (const char* folder : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib"}) {
-    if (std::find(folders.begin(), folders.end(), folder) == folders.end()) folders.push_back(folder);
-  }
-  return folders;
-}
-
-std::vector<std::string> site_packages_patterns() {
-  std::vector<std::string> prefixes;
-  for (const char* variable : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
-    const char* prefix = std::getenv(variable);
-    if (prefix != nullptr && *prefix != '\0') prefixes.push_back(std::string(prefix) + "/lib");
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
-    prefixes.push_back(std::string(home) + "/.local/lib");
-  }
-  for (const char* prefix : {"/usr/local/lib", "/usr/local/lib64", "/usr/lib", "/usr/lib64", "/opt/conda/lib"}) {
-    prefixes.push_back(prefix);
-  }
-  std::vector<std::string> patterns;
-  for (const std::string& prefix : prefixes) {
-    for (const char* packages : {"dist-packages", "site-packages"}) {
-      patterns.push_back(prefix + "/python3*/" + packages + "/nvidia/nccl/lib");
-    }
-  }
-  return patterns;
-}
-
-// LD_LIBRARY_PATH's folders, in order: searched by path when the bare name resolves to the shim itself.
-std::vector<std::string> library_path_folders() {
-  std::vector<std::string> folders;
-  const char* path = std::getenv("LD_LIBRARY_PATH");
-  if (path == nullptr) return folders;
-  std::string text(path);
-  for (size_t begin = 0; begin <= text.size();) {
-    const size_t end = std::min(text.find(':', begin), text.size());
-    if (end > begin) folders.push_back(text.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  return folders;
-}
-
-// Existing copies of `name` in the fallback folders, each file once (folders may be links to one another).
-std::vector<std::string> fallback_candidates(const std::string& name) {
-  std::vector<std::string> folders = library_path_folders();
-  for (const std::string& folder : fallback_folders()) folders.push_back(folder);
-  for (const std::string& pattern : site_packages_patterns()) {
-    glob_t matches{};
-    if (glob(pattern.c_str(), GLOB_ONLYDIR, nullptr, &matches) == 0) {
-      for (size_t i = 0; i < matches.gl_pathc; ++i) folders.push_back(matches.gl_pathv[i]);
-    }
-    globfree(&matches);
-  }
-  std::vector<std::string> candidates;
-  std::set<std::string> seen;
-  for (const std::string& folder : folders) {
-    const std::string candidate = folder + "/" + name;
-    char resolved[PATH_MAX];
-    if (access(candidate.c_str(), F_OK) != 0 || realpath(candidate.c_str(), resolved) == nullptr) continue;
-    if (seen.insert(resolved).second) candidates.push_back(candidate);
-  }
-  return candidates;
 }
 
 template <typename F>
@@ -143,14 +67,14 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   bool loaded = attempt(name);
   const bool bare = name.find('/') == std::string::npos;
   if (!loaded && bare) {
-    for (const std::string& candidate : fallback_candidates(name)) {
+    for (const std::string& candidate : library_candidates(name, kNcclPackageFolder)) {
       if ((loaded = attempt(candidate))) break;
     }
   }
   if (!loaded) {
     std::string searched;
     if (bare) {
-      searched = fmt::format("\n  (also looked for {} in LD_LIBRARY_PATH, {} and {})", name, fmt::join(fallback_folders(), ", "),
+      searched = fmt::format("\n  (also looked for {} in LD_LIBRARY_PATH, {} and {})", name, fmt::join(cuda_library_folders(), ", "),
                              "python3's site-packages (nvidia/nccl/lib)");
     }
     raise(ErrorCode::kUnsupported, "cannot load NCCL from '{}'{}; tried:{}{}", name,

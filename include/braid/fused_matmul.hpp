@@ -1,0 +1,86 @@
+// braid — the GEMMs of tensor-parallel layers fused with their collective, the communication hidden under the GEMM:
+//
+//   braid::FusedMatmul fused = braid::FusedMatmul::create(comm);
+//   fused.all_gather_matmul(x_shard, rows, k, w, braid::Layout::kTransposed, n, y, nullptr, type, stream);
+//   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
+//
+// The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
+// never links it. The communication moves through the copy engines into a symmetric workspace, so the GEMM keeps
+// every multiprocessor; ranks meet at single-element all-reduces of the communicator on a side stream.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "braid/braid.hpp"
+#include "braid/types.hpp"
+
+namespace braid {
+
+namespace detail {
+struct FusedMatmulState;
+}  // namespace detail
+
+// How a K x N matrix B is stored (dense, row-major either way).
+enum class Layout : int {
+  kRowMajor = 0,    // [K, N]
+  kTransposed = 1,  // [N, K]: B's transpose (a torch Linear layer's weight, y = x W^T)
+};
+
+// What a FusedMatmul holds, for every call: a cuBLASLt handle and its 32 MiB workspace, a side stream and events
+// of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call made so far.
+// Movable, not copyable; it holds a handle of its own on the communicator's state, so it may outlive comm. Its calls
+// are stream-ordered and CUDA-graph capturable, and their meetings are calls of the communicator, in its order
+// (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
+// the previous one where it names another stream, both eager or both in one capture. Two FusedMatmuls never
+// interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
+// for each). Where ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), a call runs on the caller's stream alone, and an
+// eager call meets its peers on the host (synchronising its stream, then barrier()): the same results, nothing
+// hidden.
+//
+// Every call is collective: every rank makes it with the same shapes, layout, datatype and op. Datatypes:
+// kBFloat16 and kFloat16 (A, B and the outputs alike); products accumulate in float32. Every matrix is dense and
+// row-major (leading dimension = its columns) in this rank's GPU memory, which must be 16-byte aligned, and no
+// output may overlap an input. Arguments are checked before anything is enqueued (kInvalidArgument naming the
+// argument); a call whose workspace must grow allocates collectively, which a graph capture refuses (kInvalidArgument
+// naming `stream`: make the call once eagerly before capturing it, or call reserve()).
+class FusedMatmul {
+ public:
+  // Local (no peer takes part). comm must use the CUDA backend (kUnsupported otherwise). kUnsupported where
+  // cuBLASLt cannot be loaded, naming the libraries tried.
+  static FusedMatmul create(Communicator& comm);
+  FusedMatmul(FusedMatmul&&) noexcept;
+  FusedMatmul& operator=(FusedMatmul&&) noexcept;
+  ~FusedMatmul();
+
+  // out[M, N] = all_gather(a_shard) [M, K] x B, M = rows * size(): rank q's a_shard [rows, K] holds rows
+  // [q * rows, (q + 1) * rows) of the gathered A. b is B (K x N, stored as `b_layout` says). a_gathered: null, or
+  // [M, K] that receives the gathered A. The GEMM of this rank's rows starts at once; the other ranks' rows are
+  // multiplied once the copy engines have brought them. Each output element is one GEMM's, as cuBLASLt computes it
+  // for a block of rows. rows, k or n of 0: nothing is enqueued (after the checks).
+  void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
+                         void* out, void* a_gathered, DataType type, Stream stream);
+
+  // out[M / size(), N] = block rank() of op over the ranks of (a [M, K] x B), blocks of M / size() rows: the
+  // reduce-scatter of every rank's product. M must divide by size(). op: kSum or kAvg. Each rank first multiplies
+  // the blocks its peers own, in chunks, and the copy engines move each chunk to its owner as soon as it is done;
+  // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as cuBLASLt's C matrix, so a
+  // result is this rank's product in float32 plus the peers' products rounded to the datatype (and, beyond 2
+  // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
+  // m, k or n of 0: nothing is enqueued (after the checks).
+  void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
+                             DataType type, ReduceOp op, Stream stream);
+
+  // Grows the symmetric workspace to at least `bytes` now (collective: every rank calls it with the same value).
+  // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N; a call that needs more grows it
+  // (to a multiple of 2 MiB). Not inside a graph capture.
+  void reserve(size_t bytes);
+  // The symmetric workspace's bytes on each rank now.
+  size_t workspace_bytes() const;
+
+ private:
+  explicit FusedMatmul(std::unique_ptr<detail::FusedMatmulState> state);
+  std::unique_ptr<detail::FusedMatmulState> state_;
+};
+
+}  // namespace braid

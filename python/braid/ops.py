@@ -1,0 +1,76 @@
+"""Tensor-parallel GEMMs fused with their collective (braid::FusedMatmul): the all-gather of a column-parallel
+layer's input, or the reduce-scatter of a row-parallel layer's output, hidden under the GEMM. The functions take
+the arguments of torch.ops.symm_mem.fused_all_gather_matmul and fused_matmul_reduce_scatter, with a braid
+communicator in place of the group name, so a model switches by name:
+
+    A, (y,) = braid.ops.all_gather_matmul(x_shard, [w1.t()])            # y = all_gather(x_shard) @ w1.t()
+    z_shard = braid.ops.matmul_reduce_scatter(h, w2.t(), "sum")         # z_shard = reduce_scatter(h @ w2.t())
+
+Calls are collective (every rank, the same shapes), run on torch.cuda.current_stream() and go through braid's
+custom ops (torch.ops.braid.all_gather_matmul, .matmul_reduce_scatter): they trace under torch.compile without
+graph breaks, capture in torch.cuda.graph (after one eager call of the largest shape, or reserve(): the symmetric
+workspace grows outside captures only), and carry autograd, each op the other's backward. Operands are bfloat16 or
+float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linear weight's .t() needs no copy).
+Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ._error import argument_error
+from ._fused import b_names, check_operands, fused_matmul, release as _release
+from ._ops import op_handle, register_ops
+from ._state import communicator
+from ._torch import torch as import_torch
+
+__all__ = ["all_gather_matmul", "matmul_reduce_scatter", "reserve", "workspace_bytes", "release"]
+
+
+def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: bool = True, comm=None):
+    """(A or None, [A @ B for B in Bs]) with A = all_gather(A_shard, gather_dim): rank q's A_shard [..., K] is
+    block q of A along gather_dim. The first product runs fused with the all-gather; the others multiply the
+    gathered A once it is there. gather_dim may be any dim of A_shard; the last one (K) runs unfused. return_A=False
+    returns None for A (it is kept anyway where a B needs a gradient)."""
+    function = "braid.ops.all_gather_matmul"
+    torch = import_torch(function)
+    if isinstance(Bs, torch.Tensor) or not isinstance(Bs, (list, tuple)) or not Bs:
+        raise argument_error(function, "Bs", f"is {type(Bs).__name__}; it must be a non-empty list of matrices [K, N]")
+    Bs = list(Bs)
+    check_operands(torch, function, A_shard, "A_shard", Bs, b_names(len(Bs)))
+    keep_A = bool(return_A) or (torch.is_grad_enabled() and any(B.requires_grad for B in Bs))
+    A, outs = register_ops().all_gather_matmul(A_shard, Bs, int(gather_dim), keep_A, op_handle(comm))
+    return (A if return_A else None), list(outs)
+
+
+def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *, comm=None):
+    """reduce_scatter(A @ B, reduce_op, scatter_dim): block `rank` along scatter_dim of every rank's product,
+    summed ('sum') or averaged ('avg'). A [..., K] (A's scatter_dim must divide by the world size), B [K, N]. Any
+    dim but the last (N) runs fused; the last runs unfused."""
+    function = "braid.ops.matmul_reduce_scatter"
+    torch = import_torch(function)
+    check_operands(torch, function, A, "A", [B], ["B"])
+    return register_ops().matmul_reduce_scatter(A, B, _op_name(reduce_op), int(scatter_dim), op_handle(comm))
+
+
+def reserve(nbytes: int, comm=None) -> None:
+    """Collective: grows the communicator's fused-GEMM workspace to at least nbytes now, so that calls up to that
+    size capture in a CUDA graph without an eager call first (workspace_bytes() after an eager call of the largest
+    shape is what that shape needs). Not inside a capture."""
+    fused_matmul(communicator(comm, "braid.ops.reserve")).reserve(int(nbytes))
+
+
+def workspace_bytes(comm=None) -> int:
+    """The communicator's fused-GEMM workspace on this rank now, in bytes (0 before its first call)."""
+    return fused_matmul(communicator(comm, "braid.ops.workspace_bytes")).workspace_bytes
+
+
+def release(comm=None) -> None:
+    """Frees the communicator's braid.FusedMatmul (its cuBLASLt handle, side stream and workspace); the next call
+    makes a new one. Graphs captured with the old one must not be replayed afterwards."""
+    _release(communicator(comm, "braid.ops.release"))
+
+
+def _op_name(op) -> str:
+    """'sum' or 'avg' as the custom op takes it, from a string or a ReduceOp (braid's or torch.distributed's)."""
+    if isinstance(op, str):
+        return op
+    return str(getattr(op, "name", op)).rsplit(".", 1)[-1].lower()

@@ -1,0 +1,214 @@
+#include "overlap/cublaslt.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+#include "core/config.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "core/shared_library.hpp"
+
+namespace braid::detail {
+namespace {
+
+constexpr const char* kDefaultLibrary = "libcublasLt.so.13";
+// Where the nvidia-cublas wheels put it (CUDA 13's, then the older per-library layout).
+constexpr const char* kPackageFolders[] = {"nvidia/cu13/lib", "nvidia/cublas/lib"};
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+template <typename F>
+bool resolve(void* handle, const char* name, F& function) {
+  dlerror();
+  function = reinterpret_cast<F>(dlsym(handle, name));
+  dlerror();
+  return function != nullptr;
+}
+
+CublasLtApi load_cublaslt() {
+  const std::string name = Config::get().string("BRAID_CUBLASLT_LIBRARY").value_or(kDefaultLibrary);
+  if (name.empty()) raise(ErrorCode::kInvalidArgument, "BRAID_CUBLASLT_LIBRARY is set but empty: name cuBLASLt's library");
+  std::vector<std::string> candidates{name};
+  if (name.find('/') == std::string::npos) {
+    for (const char* folder : kPackageFolders) {
+      for (const std::string& candidate : library_candidates(name, folder)) candidates.push_back(candidate);
+    }
+  }
+  void* handle = nullptr;
+  std::string path, tried;
+  for (const std::string& candidate : candidates) {
+    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      path = candidate;
+      break;
+    }
+    const char* error = dlerror();
+    tried += "\n  " + candidate + ": " + (error != nullptr ? error : "not loadable");
+  }
+  if (handle == nullptr) {
+    raise(ErrorCode::kUnsupported, "cannot load cuBLASLt for the fused GEMM calls from '{}' (set BRAID_CUBLASLT_LIBRARY to "
+          "its path); tried:{}", name, tried);
+  }
+  CublasLtApi api;
+  auto required = [&](const char* symbol, auto& function) {
+    if (!resolve(handle, symbol, function)) {
+      raise(ErrorCode::kUnsupported, "cuBLASLt library {} lacks the required symbol {}", path, symbol);
+    }
+  };
+  required("cublasLtCreate", api.create);
+  required("cublasLtDestroy", api.destroy);
+  required("cublasLtGetVersion", api.get_version);
+  required("cublasLtMatmulDescCreate", api.matmul_desc_create);
+  required("cublasLtMatmulDescDestroy", api.matmul_desc_destroy);
+  required("cublasLtMatmulDescSetAttribute", api.matmul_desc_set_attribute);
+  required("cublasLtMatrixLayoutCreate", api.matrix_layout_create);
+  required("cublasLtMatrixLayoutDestroy", api.matrix_layout_destroy);
+  required("cublasLtMatmulPreferenceCreate", api.preference_create);
+  required("cublasLtMatmulPreferenceDestroy", api.preference_destroy);
+  required("cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute);
+  required("cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic);
+  required("cublasLtMatmul", api.matmul);
+  resolve(handle, "cublasLtGetStatusString", api.get_status_string);
+  BRAID_INFO("cuBLASLt {} loaded from {}", api.get_version(), path);
+  return api;
+}
+
+[[noreturn]] void raise_cublas(const CublasLtApi& api, cublasStatus_t status, const char* call) {
+  const char* text = api.get_status_string != nullptr ? api.get_status_string(status) : nullptr;
+  raise(ErrorCode::kCudaError, "{} failed: {} ({})", call, text != nullptr ? text : "cuBLAS status",
+        static_cast<int>(status));
+}
+
+#define BRAID_CUBLAS(api, call, ...)                                        \
+  do {                                                                      \
+    const cublasStatus_t braid_status_ = (api).call(__VA_ARGS__);           \
+    if (braid_status_ != CUBLAS_STATUS_SUCCESS) raise_cublas((api), braid_status_, #call); \
+  } while (0)
+
+cudaDataType_t cuda_type(DataType type) { return type == DataType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
+
+// The largest power of two up to 256 that divides the address.
+uint32_t alignment(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t bytes = 256;
+  while (bytes > 1 && address % bytes != 0) bytes /= 2;
+  return bytes;
+}
+
+}  // namespace
+
+const CublasLtApi& cublaslt() {
+  // Loaded once; a failure is raised again to every caller.
+  static std::once_flag once;
+  static CublasLtApi api;
+  static std::string failure;
+  std::call_once(once, [] {
+    try {
+      api = load_cublaslt();
+    } catch (const Error& error) {
+      failure = error.what();
+    }
+  });
+  if (!failure.empty()) raise(ErrorCode::kUnsupported, "{}", failure);
+  return api;
+}
+
+// NOTE [row-major GEMMs through cuBLASLt]
+// cuBLASLt is column-major; a row-major matrix is its transpose in column-major. So D = A x B (row-major) runs as
+// D^T = B^T x A^T: cuBLASLt's first operand is B (column-major [n, k] with leading dimension n, or, for B stored
+// transposed as [n, k] row-major, column-major [k, n] with leading dimension k, transposed by the op), its second
+// is A (column-major [k, rows], leading dimension k), and C and D are column-major [n, rows] with leading dimension n.
+struct GemmRunner::Plan {
+  const CublasLtApi& api;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t b_layout = nullptr, a_layout = nullptr, cd_layout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  explicit Plan(const CublasLtApi& api) : api(api) {}
+  ~Plan() {
+    if (cd_layout != nullptr) api.matrix_layout_destroy(cd_layout);
+    if (a_layout != nullptr) api.matrix_layout_destroy(a_layout);
+    if (b_layout != nullptr) api.matrix_layout_destroy(b_layout);
+    if (desc != nullptr) api.matmul_desc_destroy(desc);
+  }
+};
+
+GemmRunner::GemmRunner(int device) : api_(cublaslt()), device_(device) {
+  DeviceGuard guard(device_);
+  BRAID_CUBLAS(api_, create, &handle_);
+  const cudaError_t allocated = cudaMalloc(&workspace_, kWorkspaceBytes);
+  if (allocated != cudaSuccess) {
+    api_.destroy(handle_);
+    raise_cuda(allocated, "cudaMalloc(cuBLASLt workspace)", __FILE__, __LINE__);
+  }
+}
+
+GemmRunner::~GemmRunner() {
+  DeviceGuard guard(device_);
+  plans_.clear();
+  cudaFree(workspace_);
+  api_.destroy(handle_);
+}
+
+const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+  const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d] = key;
+  const cudaDataType_t type = cuda_type(static_cast<DataType>(type_value));
+  const bool transposed = static_cast<Layout>(layout_value) == Layout::kTransposed;
+  auto plan = std::make_unique<Plan>(api_);
+  BRAID_CUBLAS(api_, matmul_desc_create, &plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  const cublasOperation_t op_b = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+  BRAID_CUBLAS(api_, matmul_desc_set_attribute, plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b));
+  if (transposed) {
+    BRAID_CUBLAS(api_, matrix_layout_create, &plan->b_layout, type, k, n, static_cast<int64_t>(k));
+  } else {
+    BRAID_CUBLAS(api_, matrix_layout_create, &plan->b_layout, type, n, k, static_cast<int64_t>(n));
+  }
+  BRAID_CUBLAS(api_, matrix_layout_create, &plan->a_layout, type, k, rows, static_cast<int64_t>(k));
+  BRAID_CUBLAS(api_, matrix_layout_create, &plan->cd_layout, type, n, rows, static_cast<int64_t>(n));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  BRAID_CUBLAS(api_, preference_create, &preference);
+  struct PreferenceGuard {
+    const CublasLtApi& api;
+    cublasLtMatmulPreference_t preference;
+    ~PreferenceGuard() { api.preference_destroy(preference); }
+  } preference_guard{api_, preference};
+  const uint64_t workspace = kWorkspaceBytes;
+  BRAID_CUBLAS(api_, preference_set_attribute, preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+               sizeof(workspace));
+  // cuBLASLt's first operand is B, its second A (NOTE [row-major GEMMs through cuBLASLt]).
+  const uint32_t alignments[] = {align_b, align_a, align_c, align_d};
+  const cublasLtMatmulPreferenceAttributes_t attributes[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; ++i) {
+    BRAID_CUBLAS(api_, preference_set_attribute, preference, attributes[i], &alignments[i], sizeof(uint32_t));
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_count = 0;
+  BRAID_CUBLAS(api_, algo_get_heuristic, handle_, plan->desc, plan->b_layout, plan->a_layout, plan->cd_layout,
+               plan->cd_layout, preference, 1, &result, &found_count);
+  if (found_count == 0) {
+    raise(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a {} GEMM of [{}, {}] x [{}, {}]{}",
+          datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
+  }
+  plan->algo = result.algo;
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
+  if (gemm.rows == 0 || gemm.n == 0) return;
+  const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
+  const Key key{static_cast<int>(gemm.type), gemm.rows, gemm.k, gemm.n, static_cast<int>(gemm.b_layout),
+                gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d)};
+  const Plan& chosen = plan(key);
+  const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
+  BRAID_CUBLAS(api_, matmul, handle_, chosen.desc, &gemm.alpha, gemm.b, chosen.b_layout, gemm.a, chosen.a_layout,
+               &beta, c, chosen.cd_layout, gemm.d, chosen.cd_layout, &chosen.algo, workspace_, kWorkspaceBytes, stream);
+}
+
+}  // namespace braid::detail

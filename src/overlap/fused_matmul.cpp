@@ -1,0 +1,388 @@
+// FusedMatmul: the GEMMs of tensor-parallel layers with their collective hidden under them (braid/fused_matmul.hpp).
+// The GEMMs run on the caller's stream; the copies into the peers' workspace, and the single-element all-reduces
+// where the ranks meet, run on a side stream forked from it and joined back, so a call captures into a CUDA graph
+// like any other.
+#include "braid/fused_matmul.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "collectives/call_checks.hpp"
+#include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "kernels/matrix_sum.hpp"
+#include "overlap/cublaslt.hpp"
+
+namespace braid {
+namespace detail {
+
+// NOTE [fused matmul synchronisation]
+// Each rank writes its rows into every peer's symmetric workspace with the copy engines, between two meetings of
+// the ranks: single-element all-reduces of the communicator on the side stream (an all-reduce ends on a rank only
+// once every rank has started it, and its kernel starts only after the copies enqueued before it have completed).
+//   - The entry meeting: every peer has forked this call from its stream, after the GEMMs of its previous call, so
+//     nothing still reads the workspace the copies are about to overwrite.
+//   - A meeting after the copies: every rank's copies into this rank's workspace have landed, so the GEMMs that
+//     read them may start (the caller's stream waits for an event recorded after the meeting).
+// The caller's stream waits for every event the side stream records before the call ends, so a call's side work
+// is joined into its stream (and into its capture), and the next call's fork comes after all of it.
+struct FusedMatmulState {
+  explicit FusedMatmulState(Communicator handle);
+  ~FusedMatmulState();
+  FusedMatmulState(const FusedMatmulState&) = delete;
+  FusedMatmulState& operator=(const FusedMatmulState&) = delete;
+
+  Communicator comm;  // a handle of its own on the communicator's state
+  const int rank, size, device;
+  const bool shares_gpu;  // NOTE [fused matmul on a shared GPU]
+  GemmRunner gemm;
+  cudaStream_t own_side = nullptr;
+  cudaStream_t side = nullptr;  // the call in progress's: own_side, or the caller's stream on a shared GPU
+  int32_t* meeting_word = nullptr;  // the all-reduced element of the meetings
+  std::vector<cudaEvent_t> events;  // made as needed; a call uses each at most once
+  size_t events_used = 0;
+  SymmetricMemory workspace;
+  // The previous call: its stream, its capture's id (0: eager), and an event recorded at its end.
+  cudaEvent_t done = nullptr;
+  Stream last_stream = nullptr;
+  unsigned long long last_capture = 0;
+  bool made_a_call = false;
+  unsigned long long capture = 0;  // the call in progress's capture id (0: eager)
+
+  // Checks the workspace holds `bytes` (growing it, collectively, outside a capture), then orders this call after
+  // the previous one and forks the side stream from `stream`.
+  void begin(const char* function, size_t bytes, Stream stream);
+  void end(Stream stream);
+  cudaEvent_t record(cudaStream_t on);  // an unused event, recorded on `on`
+  // `waiter`'s later work waits for what `leader` has enqueued so far (nothing to do where they are one stream).
+  void follow(cudaStream_t waiter, cudaStream_t leader);
+  void meet();                          // NOTE [fused matmul synchronisation]
+  size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
+  char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
+  char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
+};
+
+// NOTE [fused matmul on a shared GPU]
+// Ranks that share a GPU as threads share its context's hardware queues (NOTE [shared hardware queues]): a command of
+// one rank queued behind another rank's wait for its meeting would hold back the meeting that ends that wait. There,
+// a call runs on the caller's stream alone, and an eager call meets its peers on the host (its stream synchronised,
+// then Communicator::barrier), so nothing of it spins on the GPU: the same results, nothing overlapped (timings mean
+// nothing in that mode anyway). A captured call still meets on the GPU.
+bool shares_a_gpu(const Communicator& comm) {
+  const PeerInfo& self = comm.peer(comm.rank());
+  for (const PeerInfo& peer : comm.peers()) {
+    if (peer.rank != self.rank && peer.same_host && peer.pci_bus_id == self.pci_bus_id) return true;
+  }
+  return false;
+}
+
+FusedMatmulState::FusedMatmulState(Communicator handle)
+    : comm(std::move(handle)),
+      rank(comm.rank()),
+      size(comm.size()),
+      device(comm.device()),
+      shares_gpu(shares_a_gpu(comm)),
+      gemm(device) {
+  DeviceGuard guard(device);
+  BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
+  BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), sizeof(int32_t)));
+  BRAID_CUDA(cudaMemset(meeting_word, 0, sizeof(int32_t)));
+}
+
+FusedMatmulState::~FusedMatmulState() {
+  DeviceGuard guard(device);
+  if (own_side != nullptr) cudaStreamSynchronize(own_side);
+  for (cudaEvent_t event : events) cudaEventDestroy(event);
+  if (done != nullptr) cudaEventDestroy(done);
+  if (meeting_word != nullptr) cudaFree(meeting_word);
+  if (own_side != nullptr) cudaStreamDestroy(own_side);
+}
+
+cudaEvent_t FusedMatmulState::record(cudaStream_t on) {
+  if (events_used == events.size()) {
+    cudaEvent_t event = nullptr;
+    BRAID_CUDA(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    events.push_back(event);
+  }
+  cudaEvent_t event = events[events_used++];
+  BRAID_CUDA(cudaEventRecord(event, on));
+  return event;
+}
+
+void FusedMatmulState::follow(cudaStream_t waiter, cudaStream_t leader) {
+  if (waiter != leader) BRAID_CUDA(cudaStreamWaitEvent(waiter, record(leader), 0));
+}
+
+void FusedMatmulState::meet() {
+  if (shares_gpu && capture == 0) {  // NOTE [fused matmul on a shared GPU]
+    BRAID_CUDA(cudaStreamSynchronize(side));
+    comm.barrier();
+    return;
+  }
+  comm.all_reduce(meeting_word, meeting_word, 1, DataType::kInt32, ReduceOp::kMax, side);
+}
+
+void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &capture));
+  if (status != cudaStreamCaptureStatusActive) capture = 0;
+  if (bytes > workspace_bytes()) {
+    if (capture != 0) {
+      raise_invalid_argument(function, "stream",
+                             "is being captured, and the call needs a workspace of {} bytes where {} are made: growing "
+                             "it allocates collectively, which a capture cannot hold; make the call once eagerly "
+                             "first, or call reserve({})", bytes, workspace_bytes(), bytes);
+    }
+    constexpr size_t kGrain = size_t(2) << 20;
+    const size_t grown = (bytes + kGrain - 1) / kGrain * kGrain;
+    workspace.reset();
+    workspace = comm.alloc(grown);
+  }
+  events_used = 0;
+  if (made_a_call && last_stream != stream && last_capture == capture) {
+    BRAID_CUDA(cudaStreamWaitEvent(stream, done, 0));
+  }
+  side = shares_gpu ? stream : own_side;
+  follow(side, stream);
+}
+
+void FusedMatmulState::end(Stream stream) {
+  BRAID_CUDA(cudaEventRecord(done, stream));
+  last_stream = stream;
+  last_capture = capture;
+  made_a_call = true;
+}
+
+}  // namespace detail
+
+namespace {
+
+using collectives::check_buffer;
+using collectives::checked_product;
+using collectives::overlap;
+
+detail::FusedMatmulState& usable(const std::unique_ptr<detail::FusedMatmulState>& state, const char* function) {
+  if (state == nullptr) raise(ErrorCode::kInvalidArgument, "{}: the FusedMatmul was moved from", function);
+  return *state;
+}
+
+void check_type(const char* function, DataType type) {
+  if (type != DataType::kBFloat16 && type != DataType::kFloat16) {
+    raise_invalid_argument(function, "type", "is {} ({}); the fused GEMMs take bfloat16 and float16",
+                           datatype_name(type), static_cast<int>(type));
+  }
+}
+
+void check_layout(const char* function, Layout layout) {
+  if (layout != Layout::kRowMajor && layout != Layout::kTransposed) {
+    raise_invalid_argument(function, "b_layout", "is {}, not a Layout", static_cast<int>(layout));
+  }
+}
+
+// A matrix argument: device memory of this GPU (when it holds anything), 16-byte aligned.
+void check_matrix(const char* function, const char* argument, const void* pointer, size_t bytes, int device) {
+  check_buffer(function, pointer, argument, bytes, device);
+  if (bytes != 0 && reinterpret_cast<uintptr_t>(pointer) % 16 != 0) {
+    raise_invalid_argument(function, argument, "({}) is not 16-byte aligned", pointer);
+  }
+}
+
+struct Extent {
+  const char* argument;
+  const void* pointer;
+  size_t bytes;
+};
+
+// No output overlaps an input or another output.
+void check_disjoint(const char* function, const std::vector<Extent>& outputs, const std::vector<Extent>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (const Extent& input : inputs) {
+      if (overlap(outputs[i].pointer, outputs[i].bytes, input.pointer, input.bytes)) {
+        raise_invalid_argument(function, outputs[i].argument, "overlaps {}", input.argument);
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (overlap(outputs[i].pointer, outputs[i].bytes, outputs[j].pointer, outputs[j].bytes)) {
+        raise_invalid_argument(function, outputs[i].argument, "overlaps {}", outputs[j].argument);
+      }
+    }
+  }
+}
+
+const char* at(const void* base, size_t bytes) { return static_cast<const char*>(base) + bytes; }
+char* at(void* base, size_t bytes) { return static_cast<char*>(base) + bytes; }
+
+}  // namespace
+
+FusedMatmul::FusedMatmul(std::unique_ptr<detail::FusedMatmulState> state) : state_(std::move(state)) {}
+FusedMatmul::FusedMatmul(FusedMatmul&&) noexcept = default;
+FusedMatmul& FusedMatmul::operator=(FusedMatmul&&) noexcept = default;
+FusedMatmul::~FusedMatmul() = default;
+
+FusedMatmul FusedMatmul::create(Communicator& comm) {
+  constexpr const char* kFunction = "FusedMatmul::create";
+  if (std::string(comm.backend()) != "cuda") {
+    raise(ErrorCode::kUnsupported, "{}: the communicator runs on the {} backend; fused GEMMs need the CUDA backend "
+          "(symmetric memory)", kFunction, comm.backend());
+  }
+  return FusedMatmul(std::make_unique<detail::FusedMatmulState>(Communicator(comm.state_)));
+}
+
+void FusedMatmul::reserve(size_t bytes) {
+  detail::FusedMatmulState& state = usable(state_, "FusedMatmul::reserve");
+  if (bytes <= state.workspace_bytes()) return;
+  DeviceGuard guard(state.device);
+  state.workspace.reset();
+  state.workspace = state.comm.alloc(bytes);
+}
+
+size_t FusedMatmul::workspace_bytes() const { return usable(state_, "FusedMatmul::workspace_bytes").workspace_bytes(); }
+
+void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout,
+                                    size_t n, void* out, void* a_gathered, DataType type, Stream stream) {
+  constexpr const char* kFunction = "FusedMatmul::all_gather_matmul";
+  detail::FusedMatmulState& state = usable(state_, kFunction);
+  check_type(kFunction, type);
+  check_layout(kFunction, b_layout);
+  const size_t element = datatype_size(type);
+  const int world = state.size, rank = state.rank;
+  const size_t m = checked_product(kFunction, "rows", rows, static_cast<size_t>(world));
+  const size_t shard_bytes = checked_product(kFunction, "k", checked_product(kFunction, "rows", rows, k), element);
+  const size_t gathered_bytes = checked_product(kFunction, "k", m, k) * element;
+  const size_t b_bytes = checked_product(kFunction, "n", checked_product(kFunction, "k", k, n), element);
+  const size_t row_bytes = checked_product(kFunction, "n", n, element);
+  const size_t out_bytes = checked_product(kFunction, "n", m, row_bytes);
+  check_matrix(kFunction, "a_shard", a_shard, shard_bytes, state.device);
+  check_matrix(kFunction, "b", b, b_bytes, state.device);
+  check_matrix(kFunction, "out", out, out_bytes, state.device);
+  if (a_gathered != nullptr) check_matrix(kFunction, "a_gathered", a_gathered, gathered_bytes, state.device);
+  check_disjoint(kFunction, {{"out", out, out_bytes}, {"a_gathered", a_gathered, a_gathered ? gathered_bytes : 0}},
+                 {{"a_shard", a_shard, shard_bytes}, {"b", b, b_bytes}});
+  if (out_bytes == 0) return;
+
+  DeviceGuard guard(state.device);
+  if (k == 0) {  // a product over nothing: zeros, and nothing to gather
+    BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
+    return;
+  }
+  state.begin(kFunction, gathered_bytes, stream);
+  cudaStream_t side = state.side;
+  // Side: this rank's rows into every peer's workspace, between two meetings.
+  state.meet();
+  for (int i = 1; i < world; ++i) {
+    const int peer = (rank + i) % world;
+    BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDeviceToDevice, side));
+  }
+  state.meet();
+  // The caller's stream: this rank's rows at once, then the rows before and after it once they are here (on a
+  // shared GPU all of it after the meetings: NOTE [fused matmul on a shared GPU]).
+  auto multiply = [&](const void* a, size_t first_row, size_t row_count) {
+    state.gemm.run({type, row_count, k, n, b_layout, a, b, nullptr, at(out, first_row * row_bytes)}, stream);
+  };
+  multiply(a_shard, rank * rows, rows);
+  state.follow(stream, side);
+  if (a_gathered != nullptr) {  // side: the gathered A out of the workspace, beside the GEMMs that read it
+    BRAID_CUDA(cudaMemcpyAsync(a_gathered, state.local(0), rank * shard_bytes, cudaMemcpyDeviceToDevice, side));
+    BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDeviceToDevice, side));
+    const size_t after = (rank + 1) * shard_bytes;
+    BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, after), state.local(after), gathered_bytes - after,
+                               cudaMemcpyDeviceToDevice, side));
+  }
+  multiply(state.local(0), 0, rank * rows);
+  multiply(state.local((rank + 1) * shard_bytes), (rank + 1) * rows, (world - rank - 1) * rows);
+  state.follow(stream, side);
+  state.end(stream);
+}
+
+// NOTE [fused matmul + reduce-scatter schedule]
+// The workspace holds R, world blocks of rows x n (block q: what rank q sent this rank), then P, world blocks of
+// this rank's partial products (block p: rows p x n of a x B, for rank p; block `rank` holds, beyond 2 ranks, the
+// sum of the received blocks). Every block is cut into the same chunks of rows. For each chunk, the caller's stream
+// multiplies the peers' rows (peer rank + 1 first, as the copies of all ranks then spread over the peers), and the
+// side stream copies each product into its owner's R as soon as it is done, then meets the peers. The own rows'
+// GEMM of a chunk waits for that meeting and adds the received chunk (its sum beyond 2 ranks) as cuBLASLt's C.
+void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n,
+                                        void* out, DataType type, ReduceOp op, Stream stream) {
+  constexpr const char* kFunction = "FusedMatmul::matmul_reduce_scatter";
+  detail::FusedMatmulState& state = usable(state_, kFunction);
+  check_type(kFunction, type);
+  check_layout(kFunction, b_layout);
+  if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {
+    raise_invalid_argument(kFunction, "op", "is {}; the fused reduce-scatter takes sum and avg",
+                           static_cast<int>(op) >= 0 && static_cast<int>(op) < kReduceOpCount ? reduce_op_name(op)
+                                                                                               : "not a ReduceOp");
+  }
+  const int world = state.size, rank = state.rank;
+  if (m % static_cast<size_t>(world) != 0) {
+    raise_invalid_argument(kFunction, "m", "is {}, which does not divide by the {} ranks", m, world);
+  }
+  const size_t element = datatype_size(type);
+  const size_t rows = m / world;
+  const size_t a_bytes = checked_product(kFunction, "k", checked_product(kFunction, "m", m, k), element);
+  const size_t b_bytes = checked_product(kFunction, "n", checked_product(kFunction, "k", k, n), element);
+  const size_t row_bytes = checked_product(kFunction, "n", n, element);
+  const size_t block_bytes = checked_product(kFunction, "m", rows, row_bytes);
+  const size_t out_bytes = block_bytes;
+  const size_t a_row_bytes = k * element;
+  check_matrix(kFunction, "a", a, a_bytes, state.device);
+  check_matrix(kFunction, "b", b, b_bytes, state.device);
+  check_matrix(kFunction, "out", out, out_bytes, state.device);
+  check_disjoint(kFunction, {{"out", out, out_bytes}}, {{"a", a, a_bytes}, {"b", b, b_bytes}});
+  if (out_bytes == 0) return;
+
+  DeviceGuard guard(state.device);
+  if (k == 0) {
+    BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
+    return;
+  }
+  const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);
+  state.begin(kFunction, checked_product(kFunction, "m", 2, partials), stream);
+  cudaStream_t side = state.side;
+  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
+  constexpr size_t kChunks = 2;
+  const size_t chunks = std::min(kChunks, rows);
+  auto chunk_rows = [&](size_t h) { return std::make_pair(h * rows / chunks, (h + 1) * rows / chunks); };
+
+  state.meet();  // the entry meeting: every peer's R is free
+  std::vector<cudaEvent_t> ready(chunks);  // null where side is the caller's stream
+  for (size_t h = 0; h < chunks; ++h) {
+    const auto [first, last] = chunk_rows(h);
+    for (int i = 1; i < world; ++i) {
+      const int peer = (rank + i) % world;
+      char* product = state.local(partials + peer * block_bytes + first * row_bytes);
+      state.gemm.run({type, last - first, k, n, b_layout, at(a, (peer * rows + first) * a_row_bytes), b, nullptr, product},
+                     stream);
+      state.follow(side, stream);
+      BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, received + rank * block_bytes + first * row_bytes), product,
+                                 (last - first) * row_bytes, cudaMemcpyDeviceToDevice, side));
+    }
+    state.meet();
+    if (world > 2) {
+      std::vector<const void*> sources;
+      for (int q = 0; q < world; ++q) {
+        if (q != rank) sources.push_back(state.local(received + q * block_bytes + first * row_bytes));
+      }
+      kernels::launch_matrix_sum(type, state.local(partials + rank * block_bytes + first * row_bytes), sources.data(),
+                                 static_cast<int>(sources.size()), (last - first) * n, side);
+    }
+    if (side != stream) ready[h] = state.record(side);
+  }
+  // The peers' sum: none on 1 rank, the one received block on 2, else the sum in P's own block.
+  const size_t sum_offset = world == 2 ? received + ((rank + 1) % world) * block_bytes : partials + rank * block_bytes;
+  auto peers_sum = [&](size_t first) -> const void* { return world == 1 ? nullptr : state.local(sum_offset + first * row_bytes); };
+  for (size_t h = 0; h < chunks; ++h) {
+    const auto [first, last] = chunk_rows(h);
+    if (ready[h] != nullptr) BRAID_CUDA(cudaStreamWaitEvent(stream, ready[h], 0));
+    state.gemm.run({type, last - first, k, n, b_layout, at(a, (rank * rows + first) * a_row_bytes), b,
+                    peers_sum(first), at(out, first * row_bytes), scale, scale},
+                   stream);
+  }
+  state.end(stream);
+}
+
+}  // namespace braid

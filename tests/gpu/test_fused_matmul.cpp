@@ -1,0 +1,389 @@
+// FusedMatmul (braid/fused_matmul.hpp) against a host reference. Inputs are multiples of 1/8 in [-1/2, 1/2], exact in
+// bfloat16 and float16, so every float32 sum of products is exact whatever order cuBLASLt adds in: the reference
+// rounds exactly what the GEMM rounds, and the checks allow one rounding step of slack (kAvg's scalars by 1/3 are
+// not exact).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/fused_matmul.hpp"
+#include "test_helpers.hpp"
+#include "world.hpp"
+
+namespace braid::testing {
+namespace {
+
+float round_to(DataType type, double value) {
+  return type == DataType::kBFloat16 ? __bfloat162float(__float2bfloat16_rn(static_cast<float>(value)))
+                                     : __half2float(__float2half_rn(static_cast<float>(value)));
+}
+
+uint16_t bits_of(DataType type, float value) {
+  uint16_t bits;
+  if (type == DataType::kBFloat16) {
+    const __nv_bfloat16 v = __float2bfloat16_rn(value);
+    std::memcpy(&bits, &v, 2);
+  } else {
+    const __half v = __float2half_rn(value);
+    std::memcpy(&bits, &v, 2);
+  }
+  return bits;
+}
+
+float value_of(DataType type, uint16_t bits) {
+  if (type == DataType::kBFloat16) {
+    __nv_bfloat16 v;
+    std::memcpy(&v, &bits, 2);
+    return __bfloat162float(v);
+  }
+  __half v;
+  std::memcpy(&v, &bits, 2);
+  return __half2float(v);
+}
+
+// A host matrix of exact values and its device copy.
+struct Matrix {
+  size_t rows = 0, cols = 0;
+  std::vector<float> host;
+  void* device = nullptr;
+  Matrix() = default;
+  Matrix(const Matrix&) = delete;
+  Matrix& operator=(const Matrix&) = delete;
+  ~Matrix() {
+    if (device != nullptr) free_when_ranks_end(device);
+  }
+};
+
+void make_random(Matrix& m, size_t rows, size_t cols, DataType type, uint64_t seed) {
+  m.rows = rows;
+  m.cols = cols;
+  m.host.resize(rows * cols);
+  std::mt19937_64 random(seed);
+  for (float& x : m.host) {
+    int v = static_cast<int>(random() % 9) - 4;  // [-4, 4] / 8, never 0
+    if (v == 0) v = 3;
+    x = static_cast<float>(v) / 8.0f;
+  }
+  std::vector<uint16_t> bits(m.host.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = bits_of(type, m.host[i]);
+  if (m.device == nullptr) ASSERT_EQ(cudaMalloc(&m.device, std::max<size_t>(bits.size() * 2, 16)), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(m.device, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+}
+
+void* poisoned(size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 16)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(p, kPoison, bytes), cudaSuccess);
+  return p;
+}
+
+std::vector<float> download(DataType type, const void* device, size_t count) {
+  std::vector<uint16_t> bits(count);
+  EXPECT_EQ(cudaMemcpy(bits.data(), device, count * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> values(count);
+  for (size_t i = 0; i < count; ++i) values[i] = value_of(type, bits[i]);
+  return values;
+}
+
+// Row r of A (rows x k) times B (k x n, row-major, or stored [n, k] when transposed), exactly.
+double product(const float* a_row, const Matrix& b, bool transposed, size_t k, size_t n, size_t column) {
+  double sum = 0;
+  for (size_t i = 0; i < k; ++i) sum += double(a_row[i]) * (transposed ? b.host[column * k + i] : b.host[i * n + column]);
+  return sum;
+}
+
+// One rounding step of the type at `value`, the slack of each check.
+bool close(DataType type, float got, double expected) {
+  const double step = std::ldexp(std::max(std::fabs(expected), 1e-3), type == DataType::kBFloat16 ? -7 : -10);
+  return std::fabs(got - expected) <= step;
+}
+
+struct Case {
+  DataType type;
+  Layout layout;
+  size_t rows, k, n;  // rows: each rank's rows of A (all-gather) or of the output (reduce-scatter)
+};
+
+std::string describe(const Case& c) {
+  return std::string(datatype_name(c.type)) + (c.layout == Layout::kTransposed ? " B^T" : " B") + " rows " +
+         std::to_string(c.rows) + " k " + std::to_string(c.k) + " n " + std::to_string(c.n);
+}
+
+uint64_t seed_of(uint64_t base, int rank) { return base * 1000003ull + static_cast<uint64_t>(rank) * 7919ull; }
+
+// all_gather_matmul of every rank's random shard, checked against the host product, a_gathered bit-exact.
+// NOTE [shared-GPU waits] (world.hpp): every rank allocates before the barrier, so none allocates while a peer's call
+// waits for it. `delayed_rank` sleeps 20 ms after the barrier.
+void after_barrier(int rank, int delayed_rank) {
+  host_barrier();
+  if (rank == delayed_rank) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case& c, uint64_t seed, cudaStream_t stream,
+                             bool gather_a, int delayed_rank = -1) {
+  std::vector<Matrix> shards(world);
+  for (int q = 0; q < world; ++q) make_random(shards[q], c.rows, c.k, c.type, seed_of(seed, q));
+  Matrix b;
+  make_random(b, c.layout == Layout::kTransposed ? c.n : c.k, c.layout == Layout::kTransposed ? c.k : c.n, c.type,
+              seed_of(seed, 1000));
+  const size_t m = c.rows * world;
+  void* out = poisoned(m * c.n * 2);
+  void* gathered = gather_a ? poisoned(m * c.k * 2) : nullptr;
+  after_barrier(rank, delayed_rank);
+  fused.all_gather_matmul(shards[rank].device, c.rows, c.k, b.device, c.layout, c.n, out, gathered, c.type, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<float> got = download(c.type, out, m * c.n);
+  size_t wrong = 0;
+  for (size_t row = 0; row < m; ++row) {
+    const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
+    for (size_t j = 0; j < c.n; ++j) {
+      const double expected = round_to(c.type, product(a_row, b, c.layout == Layout::kTransposed, c.k, c.n, j));
+      if (!close(c.type, got[row * c.n + j], expected) && wrong++ < 3) {
+        ADD_FAILURE() << "rank " << rank << " " << describe(c) << ": out[" << row << ", " << j << "] = "
+                      << got[row * c.n + j] << ", expected " << expected;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "rank " << rank << " " << describe(c);
+  if (gather_a) {
+    const std::vector<float> a = download(c.type, gathered, m * c.k);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != shards[i / (c.rows * c.k)].host[i % (c.rows * c.k)];
+    EXPECT_EQ(differ, 0u) << "rank " << rank << " " << describe(c) << ": a_gathered";
+  }
+  device_free(out);
+  if (gathered != nullptr) device_free(gathered);
+}
+
+// The expected block `rank` of the reduce-scatter of every rank's a x B, rounded as the fused call rounds it.
+std::vector<double> expected_reduce_scatter(const std::vector<Matrix>& as, const Matrix& b, const Case& c, int rank,
+                                            int world, ReduceOp op) {
+  std::vector<double> expected(c.rows * c.n);
+  const bool transposed = c.layout == Layout::kTransposed;
+  for (size_t i = 0; i < c.rows; ++i) {
+    const size_t row = rank * c.rows + i;
+    for (size_t j = 0; j < c.n; ++j) {
+      double peers = 0, own = 0;
+      for (int q = 0; q < world; ++q) {
+        const double partial = product(as[q].host.data() + row * c.k, b, transposed, c.k, c.n, j);
+        if (q == rank) own = partial;
+        else peers += round_to(c.type, partial);  // each peer's product arrives in the datatype
+      }
+      if (world > 2) peers = round_to(c.type, peers);
+      const double scale = op == ReduceOp::kAvg ? 1.0 / world : 1.0;
+      expected[i * c.n + j] = round_to(c.type, scale * own + scale * peers);
+    }
+  }
+  return expected;
+}
+
+void check_matmul_reduce_scatter(FusedMatmul& fused, int rank, int world, const Case& c, ReduceOp op, uint64_t seed,
+                                 cudaStream_t stream, int delayed_rank = -1) {
+  const size_t m = c.rows * world;
+  std::vector<Matrix> as(world);
+  for (int q = 0; q < world; ++q) make_random(as[q], m, c.k, c.type, seed_of(seed, q));
+  Matrix b;
+  make_random(b, c.layout == Layout::kTransposed ? c.n : c.k, c.layout == Layout::kTransposed ? c.k : c.n, c.type,
+              seed_of(seed, 1000));
+  void* out = poisoned(c.rows * c.n * 2);
+  after_barrier(rank, delayed_rank);
+  fused.matmul_reduce_scatter(as[rank].device, m, c.k, b.device, c.layout, c.n, out, c.type, op, stream);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<float> got = download(c.type, out, c.rows * c.n);
+  const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, op);
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!close(c.type, got[i], expected[i]) && wrong++ < 3) {
+      ADD_FAILURE() << "rank " << rank << " " << describe(c) << " " << reduce_op_name(op) << ": out[" << i / c.n
+                    << ", " << i % c.n << "] = " << got[i] << ", expected " << expected[i];
+    }
+  }
+  EXPECT_EQ(wrong, 0u) << "rank " << rank << " " << describe(c) << " " << reduce_op_name(op);
+  device_free(out);
+}
+
+// Shapes: small, odd (unaligned chunk rows and columns), one row a rank, and one past the first call's workspace.
+const std::vector<Case> kCases = {
+    {DataType::kBFloat16, Layout::kRowMajor, 64, 128, 96},  {DataType::kBFloat16, Layout::kTransposed, 64, 128, 96},
+    {DataType::kFloat16, Layout::kRowMajor, 48, 64, 40},    {DataType::kFloat16, Layout::kTransposed, 37, 30, 18},
+    {DataType::kBFloat16, Layout::kRowMajor, 1, 16, 8},     {DataType::kBFloat16, Layout::kTransposed, 37, 24, 56},
+    {DataType::kBFloat16, Layout::kRowMajor, 256, 256, 136},
+};
+
+TEST(FusedMatmul, AllGatherMatmulMatchesTheHostReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    FusedMatmul fused = FusedMatmul::create(comm);
+    fused.reserve(size_t(8) << 20);
+    host_barrier();
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    uint64_t seed = 11;
+    for (const Case& c : kCases) {
+      check_all_gather_matmul(fused, comm.rank(), comm.size(), c, ++seed, stream, /*gather_a=*/seed % 2 == 0);
+    }
+    check_all_gather_matmul(fused, comm.rank(), comm.size(), kCases[0], ++seed, stream, /*gather_a=*/true);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
+TEST(FusedMatmul, MatmulReduceScatterMatchesTheHostReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    FusedMatmul fused = FusedMatmul::create(comm);
+    fused.reserve(size_t(8) << 20);
+    host_barrier();
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    uint64_t seed = 101;
+    for (const Case& c : kCases) {
+      check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), c, ++seed % 3 == 0 ? ReduceOp::kAvg : ReduceOp::kSum,
+                                  seed, stream);
+    }
+    check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), kCases[1], ReduceOp::kAvg, ++seed, stream);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
+// Calls on two streams, a delayed rank, and a collective of the communicator between them: each result right.
+TEST(FusedMatmul, CallsOnTwoStreamsWithADelayedRankStayOrdered) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    FusedMatmul fused = FusedMatmul::create(comm);
+    fused.reserve(size_t(8) << 20);
+    host_barrier();
+    cudaStream_t streams[2];
+    for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    const Case c{DataType::kBFloat16, Layout::kTransposed, 96, 64, 80};
+    for (int i = 0; i < 6; ++i) {
+      const int delayed = i % comm.size();
+      if (i % 2 == 0) {
+        check_all_gather_matmul(fused, comm.rank(), comm.size(), c, 500 + i, streams[i % 2], true, delayed);
+      } else {
+        check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), c, ReduceOp::kSum, 500 + i, streams[i % 2], delayed);
+      }
+    }
+    for (cudaStream_t s : streams) ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  });
+}
+
+// Both calls captured into one graph, replayed on new inputs: every replay equals the reference.
+TEST(FusedMatmul, GraphReplaysMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    FusedMatmul fused = FusedMatmul::create(comm);
+    const Case c{DataType::kBFloat16, Layout::kRowMajor, 40, 64, 48};
+    const size_t m = c.rows * world;
+    fused.reserve(size_t(4) << 20);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    std::vector<Matrix> shards(world), as(world);
+    Matrix b;
+    auto fill = [&](uint64_t seed) {
+      for (int q = 0; q < world; ++q) {
+        make_random(shards[q], c.rows, c.k, c.type, seed_of(seed, q));
+        make_random(as[q], m, c.k, c.type, seed_of(seed + 1, q));
+      }
+      make_random(b, c.k, c.n, c.type, seed_of(seed, 1000));
+    };
+    fill(1);
+    void* ag_out = poisoned(m * c.n * 2);
+    void* rs_out = poisoned(c.rows * c.n * 2);
+    host_barrier();
+    GraphHandles graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    fused.all_gather_matmul(shards[rank].device, c.rows, c.k, b.device, c.layout, c.n, ag_out, nullptr, c.type, stream);
+    fused.matmul_reduce_scatter(as[rank].device, m, c.k, b.device, c.layout, c.n, rs_out, c.type, ReduceOp::kSum, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph.graph), cudaSuccess);
+    graph.exec = instantiate_on_every_rank(graph.graph, stream);
+    for (uint64_t replay = 0; replay < 3; ++replay) {
+      fill(100 + 10 * replay);  // same device buffers, new values
+      ASSERT_EQ(cudaMemset(ag_out, kPoison, m * c.n * 2), cudaSuccess);
+      ASSERT_EQ(cudaMemset(rs_out, kPoison, c.rows * c.n * 2), cudaSuccess);
+      host_barrier();
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const std::vector<float> ag = download(c.type, ag_out, m * c.n);
+      size_t wrong = 0;
+      for (size_t row = 0; row < m; ++row) {
+        const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
+        for (size_t j = 0; j < c.n; ++j) {
+          wrong += !close(c.type, ag[row * c.n + j], round_to(c.type, product(a_row, b, false, c.k, c.n, j)));
+        }
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << rank << " replay " << replay << ": all_gather_matmul";
+      const std::vector<float> rs = download(c.type, rs_out, c.rows * c.n);
+      const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, ReduceOp::kSum);
+      wrong = 0;
+      for (size_t i = 0; i < rs.size(); ++i) wrong += !close(c.type, rs[i], expected[i]);
+      EXPECT_EQ(wrong, 0u) << "rank " << rank << " replay " << replay << ": matmul_reduce_scatter";
+      host_barrier();
+    }
+    device_free(ag_out);
+    device_free(rs_out);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
+TEST(FusedMatmul, BadArgumentsNameTheArgument) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    FusedMatmul fused = FusedMatmul::create(comm);
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    void* a = poisoned(size_t(1) << 20);
+    void* b = poisoned(size_t(1) << 20);
+    void* out = poisoned(size_t(1) << 20);
+    std::vector<char> host(1 << 20);
+    const DataType bf16 = DataType::kBFloat16;
+    expect_invalid_argument(rank, "float32", {"'type'"}, [&] {
+      fused.all_gather_matmul(a, 8, 16, b, Layout::kRowMajor, 16, out, nullptr, DataType::kFloat32, stream);
+    });
+    expect_invalid_argument(rank, "m not divisible", {"'m'"}, [&] {
+      fused.matmul_reduce_scatter(a, world * 8 + 1, 16, b, Layout::kRowMajor, 16, out, bf16, ReduceOp::kSum, stream);
+    });
+    expect_invalid_argument(rank, "max", {"'op'"}, [&] {
+      fused.matmul_reduce_scatter(a, world * 8, 16, b, Layout::kRowMajor, 16, out, bf16, ReduceOp::kMax, stream);
+    });
+    expect_invalid_argument(rank, "B in host memory", {"'b'"}, [&] {
+      fused.all_gather_matmul(a, 8, 16, host.data(), Layout::kRowMajor, 16, out, nullptr, bf16, stream);
+    });
+    expect_invalid_argument(rank, "null out", {"'out'"}, [&] {
+      fused.all_gather_matmul(a, 8, 16, b, Layout::kRowMajor, 16, nullptr, nullptr, bf16, stream);
+    });
+    expect_invalid_argument(rank, "unaligned a", {"'a_shard'"}, [&] {
+      fused.all_gather_matmul(static_cast<char*>(a) + 2, 8, 16, b, Layout::kRowMajor, 16, out, nullptr, bf16, stream);
+    });
+    expect_invalid_argument(rank, "layout", {"'b_layout'"}, [&] {
+      fused.all_gather_matmul(a, 8, 16, b, static_cast<Layout>(7), 16, out, nullptr, bf16, stream);
+    });
+    expect_invalid_argument(rank, "out over a", {"'out'"}, [&] {
+      fused.all_gather_matmul(a, 8, 16, b, Layout::kRowMajor, 16, a, nullptr, bf16, stream);
+    });
+    // Nothing was enqueued: the output keeps its poison.
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    unsigned char first = 0;
+    ASSERT_EQ(cudaMemcpy(&first, out, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(first, kPoison);
+    EXPECT_EQ(fused.workspace_bytes(), 0u) << "a refused call grew the workspace";
+    host_barrier();
+    device_free(a);
+    device_free(b);
+    device_free(out);
+    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
+}  // namespace
+}  // namespace braid::testing
