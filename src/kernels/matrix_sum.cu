@@ -14,8 +14,7 @@ struct Summands {
   const void* sources[kMaxSummands];
 };
 
-constexpr int kSumThreads = 256;
-constexpr int kSumBlocks = 132;  // one wave on an H100/H200: the sum runs beside the GEMMs on a side stream
+constexpr int kSumThreads = 512;
 
 template <typename T>
 __global__ void __launch_bounds__(kSumThreads) matrix_sum(T* destination, Summands summands, int count,
@@ -31,12 +30,12 @@ __global__ void __launch_bounds__(kSumThreads) matrix_sum(T* destination, Summan
 }  // namespace
 
 void launch_matrix_sum(DataType type, void* destination, const void* const* sources, int count, size_t elements,
-                       cudaStream_t stream) {
+                       int max_blocks, cudaStream_t stream) {
   if (elements == 0) return;
   Summands summands{};
   for (int s = 0; s < count; ++s) summands.sources[s] = sources[s];
   const size_t wanted = (elements + kSumThreads - 1) / kSumThreads;
-  const int blocks = static_cast<int>(wanted < kSumBlocks ? wanted : kSumBlocks);
+  const int blocks = static_cast<int>(wanted < size_t(max_blocks) ? wanted : size_t(max_blocks));
   if (type == DataType::kBFloat16) {
     matrix_sum<<<blocks, kSumThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(destination), summands, count, elements);
   } else {

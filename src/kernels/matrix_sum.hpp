@@ -13,8 +13,9 @@ namespace braid::kernels {
 constexpr int kMaxSummands = 16;
 
 // destination[i] = sum over s < count of sources[s][i], accumulated in float32 and rounded to `type` once, for
-// i < elements. type: kBFloat16 or kFloat16; count in [1, kMaxSummands]. Plain launch (no dependent start).
+// i < elements, on at most `blocks` thread blocks. type: kBFloat16 or kFloat16; count in [1, kMaxSummands]. Plain
+// launch (no dependent start).
 void launch_matrix_sum(DataType type, void* destination, const void* const* sources, int count, size_t elements,
-                       cudaStream_t stream);
+                       int blocks, cudaStream_t stream);
 
 }  // namespace braid::kernels

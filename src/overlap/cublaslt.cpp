@@ -155,13 +155,18 @@ GemmRunner::~GemmRunner() {
 const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
-  const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d] = key;
+  const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d, multiprocessors] = key;
   const cudaDataType_t type = cuda_type(static_cast<DataType>(type_value));
   const bool transposed = static_cast<Layout>(layout_value) == Layout::kTransposed;
   auto plan = std::make_unique<Plan>(api_);
   BRAID_CUBLAS(api_, matmul_desc_create, &plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F);
   const cublasOperation_t op_b = transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
   BRAID_CUBLAS(api_, matmul_desc_set_attribute, plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_b, sizeof(op_b));
+  if (multiprocessors > 0) {
+    const int32_t target = multiprocessors;
+    BRAID_CUBLAS(api_, matmul_desc_set_attribute, plan->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target,
+                 sizeof(target));
+  }
   if (transposed) {
     BRAID_CUBLAS(api_, matrix_layout_create, &plan->b_layout, type, k, n, static_cast<int64_t>(k));
   } else {
@@ -204,7 +209,8 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
   if (gemm.rows == 0 || gemm.n == 0) return;
   const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
   const Key key{static_cast<int>(gemm.type), gemm.rows, gemm.k, gemm.n, static_cast<int>(gemm.b_layout),
-                gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d)};
+                gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d),
+                gemm.multiprocessors};
   const Plan& chosen = plan(key);
   const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
   BRAID_CUBLAS(api_, matmul, handle_, chosen.desc, &gemm.alpha, gemm.b, chosen.b_layout, gemm.a, chosen.a_layout,

@@ -51,6 +51,7 @@ struct Gemm {
   void* d;
   float alpha = 1.0f;
   float beta = 0.0f;
+  int multiprocessors = 0;  // the multiprocessors the GEMM may take (cuBLASLt's SM count target); 0: all
 };
 
 // A cuBLASLt handle, its workspace and the plans (heuristic choices) of the shapes seen, on one GPU. One thread at a
@@ -65,8 +66,8 @@ class GemmRunner {
   void run(const Gemm& gemm, cudaStream_t stream);
 
  private:
-  // type, rows, k, n, layout, has C, and the alignment (bytes, up to 256) of A, B, C and D.
-  using Key = std::tuple<int, size_t, size_t, size_t, int, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
+  // type, rows, k, n, layout, has C, the alignment (bytes, up to 256) of A, B, C and D, and the multiprocessors.
+  using Key = std::tuple<int, size_t, size_t, size_t, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int>;
   struct Plan;
   const Plan& plan(const Key& key);
 

@@ -18,6 +18,10 @@
 #include "overlap/cublaslt.hpp"
 
 namespace braid {
+using detail::Gemm;
+}  // namespace braid
+
+namespace braid {
 namespace detail {
 
 // NOTE [fused matmul synchronisation]
@@ -38,7 +42,10 @@ struct FusedMatmulState {
 
   Communicator comm;  // a handle of its own on the communicator's state
   const int rank, size, device;
-  const bool shares_gpu;  // NOTE [fused matmul on a shared GPU]
+  const bool shares_gpu;  // some ranks share a GPU: NOTE [fused matmul on a shared GPU]
+  // The multiprocessors a GEMM that runs beside the side stream's work may take (NOTE [multiprocessors left to the
+  // meetings]); 0: all, on a shared GPU, where nothing runs beside.
+  const int overlapped_gemm_multiprocessors;
   GemmRunner gemm;
   cudaStream_t own_side = nullptr;
   cudaStream_t side = nullptr;  // the call in progress's: own_side, or the caller's stream on a shared GPU
@@ -66,16 +73,34 @@ struct FusedMatmulState {
   char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
 };
 
+// NOTE [multiprocessors left to the meetings]
+// cuBLASLt's GEMMs on Hopper are persistent: one block per multiprocessor for the whole GEMM. A meeting (an
+// all-reduce kernel) or the peers' sum, launched beside such a GEMM, would wait for the GEMM's end for a
+// multiprocessor, and with it the copies that follow it: the communication would no longer be hidden. So the GEMMs
+// that run while the side stream works target all multiprocessors but kReservedMultiprocessors (cuBLASLt's SM count
+// target); the last GEMMs of a call, with nothing beside them, take them all.
+constexpr int kReservedMultiprocessors = 4;
+constexpr int kSharedGpuSumBlocks = 32;  // where nothing runs beside the sum
+
+int multiprocessors_of(int device) {
+  int count = 0;
+  BRAID_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 // NOTE [fused matmul on a shared GPU]
 // Ranks that share a GPU as threads share its context's hardware queues (NOTE [shared hardware queues]): a command of
-// one rank queued behind another rank's wait for its meeting would hold back the meeting that ends that wait. There,
-// a call runs on the caller's stream alone, and an eager call meets its peers on the host (its stream synchronised,
+// one rank queued behind another rank's wait for its meeting would hold back the meeting that ends that wait. Where
+// any ranks share a GPU, every rank's call (their meetings must match) runs on the caller's stream alone, and an eager call meets its peers on the host (its stream synchronised,
 // then Communicator::barrier), so nothing of it spins on the GPU: the same results, nothing overlapped (timings mean
 // nothing in that mode anyway). A captured call still meets on the GPU.
-bool shares_a_gpu(const Communicator& comm) {
-  const PeerInfo& self = comm.peer(comm.rank());
-  for (const PeerInfo& peer : comm.peers()) {
-    if (peer.rank != self.rank && peer.same_host && peer.pci_bus_id == self.pci_bus_id) return true;
+// Whether any two ranks of the communicator share a GPU: every rank takes the same schedule (its meetings must match).
+bool ranks_share_a_gpu(const Communicator& comm) {
+  const std::vector<PeerInfo>& peers = comm.peers();
+  for (size_t i = 0; i < peers.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (peers[i].host == peers[j].host && peers[i].pci_bus_id == peers[j].pci_bus_id) return true;
+    }
   }
   return false;
 }
@@ -85,7 +110,8 @@ FusedMatmulState::FusedMatmulState(Communicator handle)
       rank(comm.rank()),
       size(comm.size()),
       device(comm.device()),
-      shares_gpu(shares_a_gpu(comm)),
+      shares_gpu(ranks_share_a_gpu(comm)),
+      overlapped_gemm_multiprocessors(shares_gpu ? 0 : std::max(1, multiprocessors_of(device) - kReservedMultiprocessors)),
       gemm(device) {
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
@@ -281,10 +307,12 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   state.meet();
   // The caller's stream: this rank's rows at once, then the rows before and after it once they are here (on a
   // shared GPU all of it after the meetings: NOTE [fused matmul on a shared GPU]).
-  auto multiply = [&](const void* a, size_t first_row, size_t row_count) {
-    state.gemm.run({type, row_count, k, n, b_layout, a, b, nullptr, at(out, first_row * row_bytes)}, stream);
+  auto multiply = [&](const void* a, size_t first_row, size_t row_count, int multiprocessors) {
+    Gemm gemm{type, row_count, k, n, b_layout, a, b, nullptr, at(out, first_row * row_bytes)};
+    gemm.multiprocessors = multiprocessors;
+    state.gemm.run(gemm, stream);
   };
-  multiply(a_shard, rank * rows, rows);
+  multiply(a_shard, rank * rows, rows, state.overlapped_gemm_multiprocessors);
   state.follow(stream, side);
   if (a_gathered != nullptr) {  // side: the gathered A out of the workspace, beside the GEMMs that read it
     BRAID_CUDA(cudaMemcpyAsync(a_gathered, state.local(0), rank * shard_bytes, cudaMemcpyDeviceToDevice, side));
@@ -293,8 +321,8 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
     BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, after), state.local(after), gathered_bytes - after,
                                cudaMemcpyDeviceToDevice, side));
   }
-  multiply(state.local(0), 0, rank * rows);
-  multiply(state.local((rank + 1) * shard_bytes), (rank + 1) * rows, (world - rank - 1) * rows);
+  multiply(state.local(0), 0, rank * rows, 0);
+  multiply(state.local((rank + 1) * shard_bytes), (rank + 1) * rows, (world - rank - 1) * rows, 0);
   state.follow(stream, side);
   state.end(stream);
 }
@@ -355,8 +383,9 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
     for (int i = 1; i < world; ++i) {
       const int peer = (rank + i) % world;
       char* product = state.local(partials + peer * block_bytes + first * row_bytes);
-      state.gemm.run({type, last - first, k, n, b_layout, at(a, (peer * rows + first) * a_row_bytes), b, nullptr, product},
-                     stream);
+      Gemm gemm{type, last - first, k, n, b_layout, at(a, (peer * rows + first) * a_row_bytes), b, nullptr, product};
+      gemm.multiprocessors = state.overlapped_gemm_multiprocessors;
+      state.gemm.run(gemm, stream);
       state.follow(side, stream);
       BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, received + rank * block_bytes + first * row_bytes), product,
                                  (last - first) * row_bytes, cudaMemcpyDeviceToDevice, side));
@@ -368,7 +397,8 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
         if (q != rank) sources.push_back(state.local(received + q * block_bytes + first * row_bytes));
       }
       kernels::launch_matrix_sum(type, state.local(partials + rank * block_bytes + first * row_bytes), sources.data(),
-                                 static_cast<int>(sources.size()), (last - first) * n, side);
+                                 static_cast<int>(sources.size()), (last - first) * n,
+                                 state.shares_gpu ? detail::kSharedGpuSumBlocks : detail::kReservedMultiprocessors, side);
     }
     if (side != stream) ready[h] = state.record(side);
   }
@@ -378,9 +408,10 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   for (size_t h = 0; h < chunks; ++h) {
     const auto [first, last] = chunk_rows(h);
     if (ready[h] != nullptr) BRAID_CUDA(cudaStreamWaitEvent(stream, ready[h], 0));
-    state.gemm.run({type, last - first, k, n, b_layout, at(a, (rank * rows + first) * a_row_bytes), b,
-                    peers_sum(first), at(out, first * row_bytes), scale, scale},
-                   stream);
+    Gemm gemm{type, last - first, k, n, b_layout, at(a, (rank * rows + first) * a_row_bytes), b, peers_sum(first),
+              at(out, first * row_bytes), scale, scale};
+    gemm.multiprocessors = h + 1 < chunks ? state.overlapped_gemm_multiprocessors : 0;  // the last has nothing beside
+    state.gemm.run(gemm, stream);
   }
   state.end(stream);
 }
