@@ -300,9 +300,9 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   cudaStream_t side = state.side;
   // Side: this rank's rows into every peer's workspace, between two meetings.
   state.meet();
-  for (int i = 1; i < world; ++i) {  // cudaMemcpyDefault: a peer's workspace is a VMM mapping, moved by an engine
+  for (int i = 1; i < world; ++i) {
     const int peer = (rank + i) % world;
-    BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDefault, side));
+    BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDeviceToDevice, side));
   }
   state.meet();
   // The caller's stream: this rank's rows at once, then the rows before and after it once they are here (on a
@@ -315,11 +315,11 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   multiply(a_shard, rank * rows, rows, state.overlapped_gemm_multiprocessors);
   state.follow(stream, side);
   if (a_gathered != nullptr) {  // side: the gathered A out of the workspace, beside the GEMMs that read it
-    BRAID_CUDA(cudaMemcpyAsync(a_gathered, state.local(0), rank * shard_bytes, cudaMemcpyDefault, side));
-    BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDefault, side));
+    BRAID_CUDA(cudaMemcpyAsync(a_gathered, state.local(0), rank * shard_bytes, cudaMemcpyDeviceToDevice, side));
+    BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDeviceToDevice, side));
     const size_t after = (rank + 1) * shard_bytes;
     BRAID_CUDA(cudaMemcpyAsync(at(a_gathered, after), state.local(after), gathered_bytes - after,
-                               cudaMemcpyDefault, side));
+                               cudaMemcpyDeviceToDevice, side));
   }
   multiply(state.local(0), 0, rank * rows, 0);
   multiply(state.local((rank + 1) * shard_bytes), (rank + 1) * rows, (world - rank - 1) * rows, 0);
@@ -388,7 +388,7 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
       state.gemm.run(gemm, stream);
       state.follow(side, stream);
       BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, received + rank * block_bytes + first * row_bytes), product,
-                                 (last - first) * row_bytes, cudaMemcpyDefault, side));
+                                 (last - first) * row_bytes, cudaMemcpyDeviceToDevice, side));
     }
     state.meet();
     if (world > 2) {
