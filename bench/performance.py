@@ -344,6 +344,7 @@ def page(rows, goals):
                         f"other, and torch's `symm_mem` fused ops (torch {fused[0].get('torch', '?')}). Eager calls, "
                         "the slowest rank's median. Measured with `torchrun --nproc-per-node 2 bench/tp_overlap.py`; "
                         f"commit {provenance(fused)}.", ""]
+                out += [f"![Fused GEMM and collective on {gpu}](img/{image_name(gpu, f'fused-{world}')})", ""]
                 out += fused_table(fused) + [""]
     return "\n".join(out).rstrip() + "\n", notes_text
 
@@ -431,7 +432,29 @@ def plots(rows):
                     axis.legend(fontsize=8)
                 written.append(save(plt, fig, f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}", gpu,
                                     f"moe-{world}"))
+            fused = sorted((r for r in here if r["kind"] == "fused_matmul"),
+                           key=lambda r: (r["collective"], r["m"], r["k"], r["n"]))
+            if fused:
+                written.append(fused_plot(plt, fused, gpu, world))
     return written
+
+
+def fused_plot(plt, rows, gpu, world):
+    """Bars per shape: the GEMM alone (the floor overlap aims at), braid's fused call, NCCL then cuBLAS, torch's op."""
+    series = (("GEMM alone", "gemm_us"), ("braid fused", "braid_us"), ("NCCL then cuBLAS", "nccl_serial_us"),
+              ("torch symm_mem fused", "torch_us"))
+    fig, axis = plt.subplots(figsize=(11, 4))
+    width = 0.2
+    for i, (label, field) in enumerate(series):
+        xs = [j + (i - 1.5) * width for j in range(len(rows))]
+        axis.bar(xs, [r[field] if r[field] is not None else 0 for r in rows], width, label=label)
+    axis.set_xticks(range(len(rows)))
+    axis.set_xticklabels([f"{r['collective']}\n{r['m']}x{r['k']}x{r['n']}" for r in rows], fontsize=7)
+    axis.set_ylabel("time per call (µs)")
+    axis.grid(axis="y", alpha=0.3)
+    axis.legend(fontsize=8)
+    return save(plt, fig, f"GEMM with its collective, bf16, {world} ranks, {gpu} (eager, M x K x N)", gpu,
+                f"fused-{world}")
 
 
 def main(argv=None):

@@ -1,6 +1,6 @@
 // The layers of src/ (docs/architecture.md) include only the layers below them. The public headers belong to
 // layers too: types.hpp, error.hpp and device/ to core (the shared vocabulary), rendezvous.hpp to bootstrap,
-// memory.hpp to memory, moe.hpp to moe, braid.hpp (the Communicator) to comm, braid.h to api. A layer may include
+// memory.hpp to memory, moe.hpp to moe, braid.hpp (the Communicator) to comm, fused_matmul.hpp to overlap, braid.h to api. A layer may include
 // the public header of its own layer or a lower one (the layer that implements a public class includes its
 // declaration), and a public header only the public headers of its layer or lower ones.
 #include <gtest/gtest.h>
@@ -22,12 +22,13 @@ namespace fs = std::filesystem;
 
 // Bottom up: a layer may include itself and what comes before it.
 const std::vector<std::string> kLayers = {"core", "bootstrap", "memory", "sync", "kernels",
-                                          "collectives", "moe", "backends", "comm", "api"};
+                                          "collectives", "moe", "backends", "comm", "overlap", "api"};
 // The layer of each public header (a path under include/); device/ headers are core's.
 const std::map<std::string, std::string> kPublicLayer = {
     {"braid/types.hpp", "core"},    {"braid/error.hpp", "core"},   {"braid/rendezvous.hpp", "bootstrap"},
     {"braid/memory.hpp", "memory"}, {"braid/moe.hpp", "moe"},      {"braid/braid.hpp", "comm"},
     {"braid/moe_shape.hpp", "core"},
+    {"braid/fused_matmul.hpp", "overlap"},
     {"braid/braid.h", "api"},
 };
 
