@@ -89,11 +89,12 @@ int multiprocessors_of(int device) {
 }
 
 // NOTE [fused matmul on a shared GPU]
-// Ranks that share a GPU as threads share its context's hardware queues (NOTE [shared hardware queues]): a command of
-// one rank queued behind another rank's wait for its meeting would hold back the meeting that ends that wait. Where
-// any ranks share a GPU, every rank's call (their meetings must match) runs on the caller's stream alone, and an eager call meets its peers on the host (its stream synchronised,
-// then Communicator::barrier), so nothing of it spins on the GPU: the same results, nothing overlapped (timings mean
-// nothing in that mode anyway). A captured call still meets on the GPU.
+// Ranks that share a GPU as threads share its context's hardware queues (NOTE [shared hardware queues]): a command
+// of one rank queued behind another rank's wait for its meeting would hold back the meeting that ends that wait.
+// Where any ranks share a GPU, every rank's call (their meetings must match) runs on the caller's stream alone, and
+// an eager call meets its peers on the host (its stream synchronised, then Communicator::barrier), so nothing of it
+// spins on the GPU: the same results, nothing overlapped (timings mean nothing in that mode anyway). A captured
+// call still meets on the GPU.
 // Whether any two ranks of the communicator share a GPU: every rank takes the same schedule (its meetings must match).
 bool ranks_share_a_gpu(const Communicator& comm) {
   const std::vector<PeerInfo>& peers = comm.peers();
@@ -404,7 +405,9 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   }
   // The peers' sum: none on 1 rank, the one received block on 2, else the sum in P's own block.
   const size_t sum_offset = world == 2 ? received + ((rank + 1) % world) * block_bytes : partials + rank * block_bytes;
-  auto peers_sum = [&](size_t first) -> const void* { return world == 1 ? nullptr : state.local(sum_offset + first * row_bytes); };
+  auto peers_sum = [&](size_t first) -> const void* {
+    return world == 1 ? nullptr : state.local(sum_offset + first * row_bytes);
+  };
   for (size_t h = 0; h < chunks; ++h) {
     const auto [first, last] = chunk_rows(h);
     if (ready[h] != nullptr) BRAID_CUDA(cudaStreamWaitEvent(stream, ready[h], 0));
