@@ -5,8 +5,8 @@
 //   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
 //
 // The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
-// never links it. The communication moves through the copy engines into a symmetric workspace, so the GEMM keeps
-// every multiprocessor; ranks meet at single-element all-reduces of the communicator on a side stream.
+// never links it. The communication moves through the copy engines into a symmetric workspace, beside the GEMMs,
+// which leave 4 multiprocessors to it; ranks meet at single-element all-reduces of the communicator on a side stream.
 #pragma once
 
 #include <cstddef>
@@ -34,9 +34,9 @@ enum class Layout : int {
 // (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
 // the previous one where it names another stream, both eager or both in one capture. Two FusedMatmuls never
 // interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
-// for each). Where ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), a call runs on the caller's stream alone, and an
-// eager call meets its peers on the host (synchronising its stream, then barrier()): the same results, nothing
-// hidden.
+// for each). Where any two of the communicator's ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), every rank's call
+// runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
+// barrier()): the same results, nothing hidden.
 //
 // Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not
 // are not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16
@@ -58,7 +58,8 @@ class FusedMatmul {
   // [q * rows, (q + 1) * rows) of the gathered A. b is B (K x N, stored as `b_layout` says). a_gathered: null, or
   // [M, K] that receives the gathered A. The GEMM of this rank's rows starts at once; the other ranks' rows are
   // multiplied once the copy engines have brought them. Each output element is one GEMM's, as cuBLASLt computes it
-  // for a block of rows. rows, k or n of 0: nothing is enqueued (after the checks).
+  // for a block of rows. rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream`
+  // (cudaMemsetAsync), and nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
                          void* out, void* a_gathered, DataType type, Stream stream);
 
@@ -68,7 +69,8 @@ class FusedMatmul {
   // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as cuBLASLt's C matrix, so a
   // result is this rank's product in float32 plus the peers' products rounded to the datatype (and, beyond 2
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
-  // m, k or n of 0: nothing is enqueued (after the checks).
+  // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
+  // nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
                              DataType type, ReduceOp op, Stream stream);
 
