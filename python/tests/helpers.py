@@ -27,3 +27,22 @@ LAUNCHER_VARIABLES = ["BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_STORE_ADDR", "BRA
                       "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
                       "SLURM_NTASKS"]
+
+
+class OpLog:
+    """Records the braid ops that run (name and arguments, in order) under a TorchDispatchMode: `with log.mode:`."""
+
+    def __init__(self, torch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        calls = self.calls = []
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if func.namespace == "braid":
+                    calls.append((func._opname, args))
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+    def names(self):
+        return [name for name, _ in self.calls]

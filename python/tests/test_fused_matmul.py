@@ -10,7 +10,7 @@ import pytest
 import braid
 from braid import Error, ErrorCode
 
-from helpers import run_python
+from helpers import OpLog, run_python
 
 W = 2
 
@@ -140,32 +140,16 @@ def test_custom_ops_check_too(torch, comm):
     assert got is None and outs[0].shape == (16, 8)
 
 
-class _OpLog:
-    """The braid ops that run, in order (a TorchDispatchMode)."""
-
-    def __init__(self, torch):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        calls = self.calls = []
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func.namespace == "braid":
-                    calls.append(func._opname)
-                return func(*args, **(kwargs or {}))
-
-        self.mode = Mode()
-
-
 def test_all_gather_matmul_backward(torch, comm):
     """dA_shard: one matmul_reduce_scatter of both outputs' gradients; dB: the gathered A times the gradient."""
     A_shard = meta(torch, 2, 3, 16, grad=True)
     B1, weight = meta(torch, 16, 8, grad=True), meta(torch, 24, 16, grad=True)
     A, outs = braid.ops.all_gather_matmul(A_shard, [B1, weight.t()], gather_dim=1, return_A=False, comm=comm)
     assert A is None and all(o.requires_grad for o in outs)
-    log = _OpLog(torch)
+    log = OpLog(torch)
     with log.mode:
         torch.autograd.backward(outs, [torch.empty_like(o) for o in outs])
-    assert log.calls == ["matmul_reduce_scatter"]
+    assert log.names() == ["matmul_reduce_scatter"]
     assert A_shard.grad.shape == (2, 3, 16) and B1.grad.shape == (16, 8) and weight.grad.shape == (24, 16)
 
 
@@ -173,10 +157,10 @@ def test_all_gather_matmul_backward_through_the_gathered_A(torch, comm):
     """Where the caller uses the gathered A too, its gradient is reduce-scattered back into the shard's."""
     A_shard, B = meta(torch, 3, 16, grad=True), meta(torch, 16, 8)
     A, (out,) = braid.ops.all_gather_matmul(A_shard, [B], comm=comm)
-    log = _OpLog(torch)
+    log = OpLog(torch)
     with log.mode:
         (A.sum() + out.sum()).backward()
-    assert log.calls == ["matmul_reduce_scatter", "reduce_scatter_tensor"] and A_shard.grad.shape == (3, 16)
+    assert log.names() == ["matmul_reduce_scatter", "reduce_scatter_tensor"] and A_shard.grad.shape == (3, 16)
 
 
 @pytest.mark.parametrize("op", ["sum", "avg"])
@@ -184,10 +168,10 @@ def test_matmul_reduce_scatter_backward(torch, comm, op):
     """dA and dB from one all_gather_matmul of the output gradient with B^T (which returns the gathered gradient)."""
     A, B = meta(torch, 3, 4, 16, grad=True), meta(torch, 16, 8, grad=True)
     out = braid.ops.matmul_reduce_scatter(A, B, op, scatter_dim=1, comm=comm)
-    log = _OpLog(torch)
+    log = OpLog(torch)
     with log.mode:
         out.backward(torch.empty_like(out))
-    assert log.calls == ["all_gather_matmul"]
+    assert log.names() == ["all_gather_matmul"]
     assert A.grad.shape == (3, 4, 16) and B.grad.shape == (16, 8)
     frozen = meta(torch, 16, 8)  # B without a gradient: A's alone
     x = meta(torch, 4, 16, grad=True)

@@ -8,7 +8,7 @@ import pytest
 import braid
 from braid import Error, ErrorCode
 
-from helpers import run_python
+from helpers import OpLog, run_python
 
 T, H, K, E, W = 6, 256, 4, 8, 2
 
@@ -249,25 +249,6 @@ def test_layer_traces_without_graph_breaks(torch):
 
 
 # Autograd (the ops' registered formulas, run on meta tensors through the fake implementations) -----------------
-class _OpLog:
-    """Records the braid ops that run (with their arguments) under a TorchDispatchMode."""
-
-    def __init__(self, torch):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        calls = self.calls = []
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                if func.namespace == "braid":
-                    calls.append((func._opname, args))
-                return func(*args, **(kwargs or {}))
-
-        self.mode = Mode()
-
-    def names(self):
-        return [name for name, _ in self.calls]
-
-
 def grad_inputs(torch, rows=T, dtype=None):
     dtype = dtype or torch.float32
     x = torch.empty(rows, H, dtype=dtype, device="meta", requires_grad=True)
@@ -292,7 +273,7 @@ def test_autograd_through_dispatch_and_combine(torch, layout):
     y = got.x @ expert
     out = moe.combine(y)
     assert out.requires_grad and out.shape == (T, H)
-    log = _OpLog(torch)
+    log = OpLog(torch)
     with log.mode:
         out.backward(torch.empty_like(out))
     if layout == "rank_major":
@@ -323,7 +304,7 @@ def test_autograd_routing_weights_through_the_dispatched_weights(torch, layout):
         else:
             y = got.x * got.weights[:, None]
         out = moe.combine(y, weighted=False)
-        log = _OpLog(torch)
+        log = OpLog(torch)
         with log.mode:
             out.sum().backward()
         assert "moe_to_sources" in log.names() and ("moe_combine" in log.names()) == rows_grad
@@ -357,7 +338,7 @@ def test_autograd_only_combine(torch):
     got = moe.dispatch(x.detach(), idx, w)
     assert not got.x.requires_grad and got.x.grad_fn is None
     scale = torch.empty(H, device="meta", requires_grad=True)
-    log = _OpLog(torch)
+    log = OpLog(torch)
     out = moe.combine(got.x * scale, weighted=False)
     with log.mode:
         out.sum().backward()

@@ -2,6 +2,8 @@
 // have it.
 #pragma once
 
+#include <dlfcn.h>
+
 #include <string>
 #include <vector>
 
@@ -14,5 +16,14 @@ std::vector<std::string> cuda_library_folders();
 // the CUDA toolkit's lib folders, then `package_folder` (e.g. "nvidia/nccl/lib") of python3's site-packages and
 // dist-packages under $VIRTUAL_ENV, $CONDA_PREFIX, ~/.local and the system's prefixes.
 std::vector<std::string> library_candidates(const std::string& name, const std::string& package_folder);
+
+// Sets `function` to the entry point `name` of the dlopen'd `handle` (null where it lacks it); whether it has it.
+template <typename F>
+bool resolve_symbol(void* handle, const char* name, F& function) {
+  dlerror();
+  function = reinterpret_cast<F>(dlsym(handle, name));
+  dlerror();
+  return function != nullptr;
+}
 
 }  // namespace braid::detail

@@ -20,14 +20,6 @@ constexpr const char* kDefaultLibrary = "libcublasLt.so.13";
 constexpr const char* kPackageFolders[] = {"nvidia/cu13/lib", "nvidia/cublas/lib"};
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
-template <typename F>
-bool resolve(void* handle, const char* name, F& function) {
-  dlerror();
-  function = reinterpret_cast<F>(dlsym(handle, name));
-  dlerror();
-  return function != nullptr;
-}
-
 CublasLtApi load_cublaslt() {
   const std::string name = Config::get().string("BRAID_CUBLASLT_LIBRARY").value_or(kDefaultLibrary);
   if (name.empty()) raise(ErrorCode::kInvalidArgument, "BRAID_CUBLASLT_LIBRARY is set but empty: name cuBLASLt's library");
@@ -54,7 +46,7 @@ CublasLtApi load_cublaslt() {
   }
   CublasLtApi api;
   auto required = [&](const char* symbol, auto& function) {
-    if (!resolve(handle, symbol, function)) {
+    if (!resolve_symbol(handle, symbol, function)) {
       raise(ErrorCode::kUnsupported, "cuBLASLt library {} lacks the required symbol {}", path, symbol);
     }
   };
@@ -71,7 +63,7 @@ CublasLtApi load_cublaslt() {
   required("cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute);
   required("cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic);
   required("cublasLtMatmul", api.matmul);
-  resolve(handle, "cublasLtGetStatusString", api.get_status_string);
+  resolve_symbol(handle, "cublasLtGetStatusString", api.get_status_string);
   BRAID_INFO("cuBLASLt {} loaded from {}", api.get_version(), path);
   return api;
 }

@@ -219,12 +219,19 @@ const std::vector<Case> kCases = {
     {DataType::kBFloat16, Layout::kRowMajor, 256, 256, 136},
 };
 
+// This rank's FusedMatmul with `reserve` bytes of workspace, made by every rank before any calls (NOTE [shared-GPU
+// waits]: the workspace is allocated collectively).
+FusedMatmul reserved_fused(Communicator& comm, size_t reserve) {
+  make_current(comm);
+  FusedMatmul fused = FusedMatmul::create(comm);
+  fused.reserve(reserve);
+  host_barrier();
+  return fused;
+}
+
 TEST(FusedMatmul, AllGatherMatmulMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
-    make_current(comm);
-    FusedMatmul fused = FusedMatmul::create(comm);
-    fused.reserve(size_t(8) << 20);
-    host_barrier();
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     uint64_t seed = 11;
@@ -238,10 +245,7 @@ TEST(FusedMatmul, AllGatherMatmulMatchesTheHostReference) {
 
 TEST(FusedMatmul, MatmulReduceScatterMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
-    make_current(comm);
-    FusedMatmul fused = FusedMatmul::create(comm);
-    fused.reserve(size_t(8) << 20);
-    host_barrier();
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     cudaStream_t stream;
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     uint64_t seed = 101;
@@ -257,10 +261,7 @@ TEST(FusedMatmul, MatmulReduceScatterMatchesTheHostReference) {
 // Calls on two streams, a delayed rank, and a collective of the communicator between them: each result right.
 TEST(FusedMatmul, CallsOnTwoStreamsWithADelayedRankStayOrdered) {
   with_communicator([](Communicator& comm) {
-    make_current(comm);
-    FusedMatmul fused = FusedMatmul::create(comm);
-    fused.reserve(size_t(8) << 20);
-    host_barrier();
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     cudaStream_t streams[2];
     for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     const Case c{DataType::kBFloat16, Layout::kTransposed, 96, 64, 80};

@@ -24,15 +24,6 @@ void keep_nvlink_multicast_off() {
   std::call_once(once, [] { setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0); });
 }
 
-template <typename F>
-bool resolve(void* handle, const char* name, F& function) {
-  dlerror();
-  void* symbol = dlsym(handle, name);
-  function = reinterpret_cast<F>(symbol);
-  dlerror();
-  return symbol != nullptr;
-}
-
 }  // namespace
 
 std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
@@ -84,14 +75,14 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   NcclApi& api = library->api_;
   void* handle = library->handle_;
   auto required = [&](const char* symbol, auto& function) {
-    if (!resolve(handle, symbol, function)) {
+    if (!resolve_symbol(handle, symbol, function)) {
       raise(ErrorCode::kUnsupported, "NCCL library {} lacks the required symbol {}", library->path_, symbol);
     }
   };
   required("ncclGetVersion", api.get_version);
   required("ncclGetUniqueId", api.get_unique_id);
-  resolve(handle, "ncclCommInitRank", api.comm_init_rank);
-  resolve(handle, "ncclCommInitRankConfig", api.comm_init_rank_config);
+  resolve_symbol(handle, "ncclCommInitRank", api.comm_init_rank);
+  resolve_symbol(handle, "ncclCommInitRankConfig", api.comm_init_rank_config);
   if (api.comm_init_rank == nullptr && api.comm_init_rank_config == nullptr) {
     raise(ErrorCode::kUnsupported, "NCCL library {} lacks the required symbol ncclCommInitRank (nor has it "
           "ncclCommInitRankConfig)", library->path_);
@@ -107,25 +98,25 @@ std::shared_ptr<NcclLibrary> NcclLibrary::load(const std::string& path) {
   required("ncclReduceScatter", api.reduce_scatter);
   required("ncclAllGather", api.all_gather);
   required("ncclBroadcast", api.broadcast);
-  resolve(handle, "ncclSend", api.send);
-  resolve(handle, "ncclRecv", api.recv);
-  resolve(handle, "ncclAlltoAll", api.all_to_all);
-  resolve(handle, "ncclCommRegister", api.comm_register);
-  resolve(handle, "ncclCommDeregister", api.comm_deregister);
-  resolve(handle, "ncclGetLastError", api.get_last_error);
-  resolve(handle, "ncclCommFinalize", api.comm_finalize);
-  resolve(handle, "ncclCommSplit", api.comm_split);
-  resolve(handle, "ncclCommCount", api.comm_count);
-  resolve(handle, "ncclCommCuDevice", api.comm_cu_device);
-  resolve(handle, "ncclCommUserRank", api.comm_user_rank);
-  resolve(handle, "ncclMemAlloc", api.mem_alloc);
-  resolve(handle, "ncclMemFree", api.mem_free);
-  resolve(handle, "ncclCommWindowRegister", api.window_register);
-  resolve(handle, "ncclCommWindowDeregister", api.window_deregister);
-  resolve(handle, "ncclRedOpCreatePreMulSum", api.red_op_create_pre_mul_sum);
-  resolve(handle, "ncclRedOpDestroy", api.red_op_destroy);
-  resolve(handle, "ncclGather", api.gather);
-  resolve(handle, "ncclScatter", api.scatter);
+  resolve_symbol(handle, "ncclSend", api.send);
+  resolve_symbol(handle, "ncclRecv", api.recv);
+  resolve_symbol(handle, "ncclAlltoAll", api.all_to_all);
+  resolve_symbol(handle, "ncclCommRegister", api.comm_register);
+  resolve_symbol(handle, "ncclCommDeregister", api.comm_deregister);
+  resolve_symbol(handle, "ncclGetLastError", api.get_last_error);
+  resolve_symbol(handle, "ncclCommFinalize", api.comm_finalize);
+  resolve_symbol(handle, "ncclCommSplit", api.comm_split);
+  resolve_symbol(handle, "ncclCommCount", api.comm_count);
+  resolve_symbol(handle, "ncclCommCuDevice", api.comm_cu_device);
+  resolve_symbol(handle, "ncclCommUserRank", api.comm_user_rank);
+  resolve_symbol(handle, "ncclMemAlloc", api.mem_alloc);
+  resolve_symbol(handle, "ncclMemFree", api.mem_free);
+  resolve_symbol(handle, "ncclCommWindowRegister", api.window_register);
+  resolve_symbol(handle, "ncclCommWindowDeregister", api.window_deregister);
+  resolve_symbol(handle, "ncclRedOpCreatePreMulSum", api.red_op_create_pre_mul_sum);
+  resolve_symbol(handle, "ncclRedOpDestroy", api.red_op_destroy);
+  resolve_symbol(handle, "ncclGather", api.gather);
+  resolve_symbol(handle, "ncclScatter", api.scatter);
 
   int code = 0;
   library->check(api.get_version(&code), "ncclGetVersion", nullptr, current_rank_text());
