@@ -77,7 +77,8 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;
   };
   // On 4 ranks LL128 serves every buffer through 512 KiB (LL through 64 KiB); beyond, the two shot: zero copy
-  // on symmetric buffers, pipelined on others. On 8, the cost model's rows: LL through 64 KiB, then the two shot.
+  // on symmetric buffers, pipelined on others. On 8, the cost model's rows: LL through 64 KiB, then on any buffer
+  // the one shot through 128 KiB and the two shot beyond.
   EXPECT_EQ(pick(64 << 10, Buffers::kSymmetric), Algorithm::kLL);
   EXPECT_EQ(pick(256 << 10, Buffers::kSymmetric), Algorithm::kLL128);
   EXPECT_EQ(pick(512 << 10, Buffers::kSymmetric), Algorithm::kLL128);
@@ -87,6 +88,8 @@ TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   EXPECT_EQ(pick(1 << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, 64 << 10, 8, DataType::kBFloat16, "").algorithm, Algorithm::kLL);
   EXPECT_EQ(select_algorithm(Collective::kAllReduce, (64 << 10) + 2, 8, DataType::kBFloat16, "").algorithm,
+            Algorithm::kOneShot);
+  EXPECT_EQ(select_algorithm(Collective::kAllReduce, (128 << 10) + 2, 8, DataType::kBFloat16, "").algorithm,
             Algorithm::kTwoShot);
   EXPECT_EQ(pick(size_t(64) << 20, Buffers::kSymmetric), Algorithm::kTwoShot);
   // On 2 ranks LL128 serves every buffer through 1 MiB, and the zero-copy two shot symmetric buffers beyond.
@@ -146,10 +149,12 @@ TEST(Selection, WorldsNeverSweptTakeTheCostModelsRows) {
     SCOPED_TRACE("world " + std::to_string(world));
     EXPECT_EQ(pick(Collective::kAllReduce, size_t(256) << 20, world, Buffers::kAny), Algorithm::kTwoShot);
     EXPECT_EQ(pick(Collective::kReduceScatter, 1 << 20, world, Buffers::kAny), Algorithm::kLL);
-    EXPECT_EQ(pick(Collective::kReduceScatter, (1 << 20) + 2, world, Buffers::kAny), Algorithm::kPipelined);
-    EXPECT_EQ(pick(Collective::kAllGather, size_t(8) << 20, world, Buffers::kSymmetric), Algorithm::kPipelined);
-    EXPECT_EQ(pick(Collective::kAllGather, (size_t(8) << 20) + 8, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
-    EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, world, Buffers::kAny), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kReduceScatter, (1 << 20) + 2, world, Buffers::kAny), Algorithm::kStaged);
+    EXPECT_EQ(pick(Collective::kReduceScatter, (size_t(4) << 20) + 2, world, Buffers::kAny), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kReduceScatter, (1 << 20) + 2, world, Buffers::kSymmetric), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllGather, size_t(16) << 20, world, Buffers::kSymmetric), Algorithm::kPipelined);
+    EXPECT_EQ(pick(Collective::kAllGather, (size_t(16) << 20) + 8, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
+    EXPECT_EQ(pick(Collective::kAllGather, size_t(64) << 20, world, Buffers::kAny), Algorithm::kPipelined);
     EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, world, Buffers::kAny), Algorithm::kPipelined);
     EXPECT_EQ(pick(Collective::kAllToAll, size_t(64) << 20, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
     EXPECT_EQ(pick(Collective::kSendRecv, size_t(32) << 20, world, Buffers::kAny), Algorithm::kPipelined);
