@@ -110,8 +110,7 @@ struct Graph {
     graph = nullptr;
   }
   void replay(cudaStream_t stream, int times) const {
-    for (int i = 0; i < times; ++i) cuda(cudaGraphLaunch(exec, stream), "replay");
-    cuda(cudaStreamSynchronize(stream), "sync");
+    replay_graph(exec, stream, times);
   }
 };
 

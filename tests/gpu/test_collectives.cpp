@@ -114,12 +114,14 @@ std::vector<Case> matrix(Collective collective, int world) {
 // NOTE [sampled matrices where ranks share GPUs]: ranks that share a GPU run each case several times slower, so
 // there a matrix runs a sample of its cases, drawn with the seed every rank shares (a different sample each run):
 // each collective's largest case (past the staging area where the matrix has one), then, in the matrix's order, up
-// to kSharedGpuCases of the rest. Every collective, protocol and buffer kind of the test still runs; the datatype,
-// op, size, root and placement of each case come from the draw.
-constexpr size_t kSharedGpuCases = 32;
+// to shared_gpu_cases(world) of the rest (fewer at larger worlds, where each case costs more on the host and the
+// GPU). Every collective, protocol and buffer kind of the test still runs; the datatype, op, size, root and placement
+// of each case come from the draw.
+size_t shared_gpu_cases(int world) { return std::min<size_t>(32, 128 / static_cast<size_t>(std::max(world, 1))); }
 
-std::vector<Case> sampled_where_ranks_share_gpus(std::vector<Case> cases, uint64_t seed) {
-  if (!ranks_share_gpus() || cases.size() <= kSharedGpuCases) return cases;
+std::vector<Case> sampled_where_ranks_share_gpus(std::vector<Case> cases, uint64_t seed, int world) {
+  const size_t sample = shared_gpu_cases(world);
+  if (!ranks_share_gpus() || cases.size() <= sample) return cases;
   std::vector<bool> keep(cases.size(), false);
   for (size_t i = 0; i < cases.size(); ++i) {  // each collective's largest
     size_t largest = i;
@@ -134,7 +136,7 @@ std::vector<Case> sampled_where_ranks_share_gpus(std::vector<Case> cases, uint64
   }
   std::mt19937_64 draw(seed ^ 0x5ca1ab1e5eedULL);
   std::shuffle(rest.begin(), rest.end(), draw);
-  for (size_t i = 0; i < std::min(rest.size(), kSharedGpuCases); ++i) keep[rest[i]] = true;
+  for (size_t i = 0; i < std::min(rest.size(), sample); ++i) keep[rest[i]] = true;
   std::vector<Case> sampled;
   for (size_t i = 0; i < cases.size(); ++i) {
     if (keep[i]) sampled.push_back(cases[i]);
@@ -205,7 +207,7 @@ class CaseRunner {
 // Runs `cases` (seeded here) from cudaMalloc'd buffers on every rank.
 void run_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
   const uint64_t seed = shared_seed(comm);
-  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed, comm.size());
   seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
@@ -412,7 +414,7 @@ void run_cases_on(Communicator& comm, const std::vector<Case>& cases, const Aren
 // picks "pipelined".
 void run_symmetric_cases(Communicator& comm, std::vector<Case> cases, const char* label) {
   const uint64_t seed = shared_seed(comm);
-  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed, comm.size());
   seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
@@ -437,7 +439,7 @@ void run_registered_reduce_scatter_and_all_gather(Communicator& comm, const std:
   std::vector<Case> cases = cases_of(collectives, {DataType::kFloat32, DataType::kBFloat16, DataType::kInt8},
                                      {4097, kZeroCopyBlock});
   const uint64_t seed = shared_seed(comm);
-  cases = sampled_where_ranks_share_gpus(std::move(cases), seed);
+  cases = sampled_where_ranks_share_gpus(std::move(cases), seed, comm.size());
   seed_cases(cases, seed);
   size_t send_capacity = 0, recv_capacity = 0;
   capacities(cases, comm.size(), send_capacity, recv_capacity);
@@ -813,8 +815,7 @@ void check_graph_replays_match_eager(Communicator& comm, std::vector<Case> seque
     graph.exec = instantiate_on_every_rank(graph.graph, stream);
     upload(arenas, initial_send, initial_recv, stream);  // inputs as they were, outputs poisoned
     constexpr int kReplays = 1000;
-    for (int i = 0; i < kReplays; ++i) cuda_check(cudaGraphLaunch(graph.exec, stream), "cudaGraphLaunch");
-    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (replays)");
+    replay_graph(graph.exec, stream, kReplays);
     comm.check();
     std::vector<unsigned char> replay_send(initial_send.size()), replay_recv(initial_recv.size());
     download(arenas, replay_send, replay_recv, stream);

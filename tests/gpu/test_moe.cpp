@@ -1313,7 +1313,7 @@ void replays_with_changing_routing(Communicator& comm, Layout layout) {
   }
   const Round last = replay_round(shape, world, mix64(seed ^ 0x1000ull), 5);
   rig.prepare(last);
-  for (int r = 0; r < kBackToBack; ++r) cuda_check(cudaGraphLaunch(graph.exec, rig.stream()), "cudaGraphLaunch");
+  replay_graph(graph.exec, rig.stream(), kBackToBack);
   rig.judge(last, rig.finish(last, view), failed);
   EXPECT_EQ(failed, 0u) << "rank " << comm.rank() << ": " << failed << " of " << kReplays + 2 << " checked rounds wrong";
   comm.barrier();

@@ -346,8 +346,7 @@ TEST(Registration, FirstUseInsideGraphCapture) {
       poison(recv.pointer, count * 4);
       device_synchronize();
       comm.barrier();  // every rank's input is in place before any replay reads it
-      for (int i = 0; i < 33; ++i) cuda(cudaGraphLaunch(exec, stream), "replay");
-      cuda(cudaStreamSynchronize(stream), "sync");
+      replay_graph(exec, stream, 33);
       comm.check();
       const std::vector<int32_t> got = download(recv.pointer, count);
       size_t wrong = 0;

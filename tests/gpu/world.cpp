@@ -145,6 +145,18 @@ cudaGraphExec_t instantiate_on_every_rank(cudaGraph_t graph, cudaStream_t stream
   return exec;
 }
 
+void replay_graph(cudaGraphExec_t exec, cudaStream_t stream, int times) {
+  const bool shared = t_barrier != nullptr && ranks_share_gpus();
+  auto check = [](cudaError_t result, const char* what) {
+    if (result != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(result));
+  };
+  for (int i = 0; i < times; ++i) {
+    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    if (shared) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (between replays)");
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (replays)");
+}
+
 void free_when_ranks_end(void* pointer) {
   if (t_barrier != nullptr && ranks_share_gpus()) {
     std::lock_guard<std::mutex> lock(g_released_mutex);

@@ -47,6 +47,9 @@ bool ranks_share_gpus();
 //   default streams (tests/gpu/CMakeLists.txt).
 // - A copy to or from pageable host memory waits for its stream while it holds a lock of the context that every
 //   thread's launches and copies take. A test synchronises a stream with a collective on it before such a copy.
+// - cudaGraphLaunch of a graph whose previous launch still runs can wait for that launch inside the driver, holding
+//   a lock that every thread's CUDA calls take (seen with graphs of copy-engine calls: every rank's thread sat in
+//   cudaGraphLaunch). A test that replays a graph again synchronises its stream first (replay_graph).
 //
 // Every rank of this test reaches this line before any goes on (a no-op under braid-run: each process has its own
 // context). Bounded: throws after 60 s.
@@ -59,6 +62,9 @@ void device_free(void* pointer);
 // barrier: a peer's capture or instantiation waits behind this rank's replays on their GPU, which wait for that
 // peer, so every rank has its graph before any replays it. Every rank must call it. Throws on a CUDA error.
 cudaGraphExec_t instantiate_on_every_rank(cudaGraph_t graph, cudaStream_t stream);
+// `times` launches of `exec` on `stream`, then a wait for the stream; where ranks share GPUs as threads, a wait
+// after every launch (NOTE [shared-GPU waits]). Throws on a CUDA error.
+void replay_graph(cudaGraphExec_t exec, cudaStream_t stream, int times);
 // cudaFree now, or, where ranks share GPUs as threads, once every rank's thread of the test has ended (for_each_rank):
 // for memory that ranks release on their own, whose cudaFree could wait for a peer's kernel that waits for this rank.
 void free_when_ranks_end(void* pointer);
