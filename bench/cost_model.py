@@ -12,9 +12,10 @@ ranks by one of braid's protocols takes
           + max(S * sum over its link terms of  factor / (rate(engine) * share * eta(engine)),  S * local / local_copy)
 
 - The link terms say what crosses the busiest GPU's links, per byte of S: for each engine (SM stores, copy
-  engines, LL lines, LL128 lines) a factor from the protocol's shape (`movement` below: (N-1)/N of S for an
-  all-gather, N-1 whole buffers for a root that serves or gathers every peer, ...). LL lines carry 8 bytes of
-  payload in 16, LL128 lines 120 in 128: their rate is the SM rate times that share.
+  engines, LL lines, LL128 lines, a split block's pushes: NOTE [push group]) a factor from the protocol's shape
+  (`movement` below: (N-1)/N of S for an all-gather, N-1 whole buffers for a root that serves or gathers every
+  peer, ...). LL lines carry 8 bytes of payload in 16, LL128 lines 120 in 128: their rate is the SM rate times
+  that share.
 - rate(engine) comes from the machine's probes (MACHINES, from bench/probes: SM stores into one peer, a copy
   engine's copy to one peer), share(N) is what is left of a GPU's egress when it stores to N-1 peers at once
   through the switch instead of to one (1 for engines, which serve one peer a step).
@@ -22,7 +23,7 @@ ranks by one of braid's protocols takes
   engine's reduction), serial those done before any byte crosses a link (a staged protocol's copy into its staging:
   NOTE [staged copy-in]), both at the machine's local copy rate. steps counts the barriers and signals in sequence;
   a FIFO adds its first piece's signal (NOTE [FIFO signal]). One function per protocol says its shape (`PROTOCOLS`).
-- launch, hop and eta(engine) are the model's six parameters per machine and mode (graph or eager), fitted by
+- launch, hop and eta(engine) are the model's seven parameters per machine and mode (graph or eager), fitted by
   least squares on the relative error to the archive's rows of one machine kind and world (the 2-GPU rows), each
   row matched to the protocol braid ran: the first row of the table of the row's commit (src/collectives/
   selection.cpp's kModelTable and kTable, parsed here; today's where the checkout lacks that commit) that the call's
@@ -47,8 +48,9 @@ fitted on few rows, is the largest gap).
 What it leaves out: latency that grows with the peers (one fitted hop serves every world; no probe has timed a
 barrier or a signal through the switch of a 4-GPU host, and the 4-rank rows of 1-2 MiB run 1-3 us above the model),
 the rates of loads from several peers at once and of FIFO copy-outs fed by several peers (the 4-rank reduce-scatter
-and all-to-all on unmapped buffers move 210-300 GB/s of egress at 32-512 MiB where the model's SM stores reach
-~320), L2-resident local passes (a copy-in of a few MiB costs less than at the HBM copy rate), the chain's fill (it
+on unmapped buffers moves 210-300 GB/s of egress at 32-512 MiB where the model's SM stores reach ~320; its blocks
+push a round and then reduce it, so the two add rather than overlap, but counting them so moves kModelTable's
+staged cut-off), L2-resident local passes (a copy-in of a few MiB costs less than at the HBM copy rate), the chain's fill (it
 counts as one step), contention between the engines and the SMs of one GPU, and anything an 8-GPU probe would show
 (none has run): 8 ranks reuse the 4-rank egress share.
 """
@@ -77,8 +79,8 @@ MACHINES = {
     "nvidia-h100": {"sm": 353.0, "ce": 398.0, "egress_share": 344.0 / 369.0, "ring_share": 363.0 / 369.0,
                     "local_copy": 1500.0},
 }
-WIRE = {"sm": 1.0, "ce": 1.0, "ll": 0.5, "ll128": 120.0 / 128.0}  # payload share of what crosses the link
-ENGINES = ("sm", "ce", "ll", "ll128")
+WIRE = {"sm": 1.0, "push": 1.0, "ce": 1.0, "ll": 0.5, "ll128": 120.0 / 128.0}  # payload share of what crosses the link
+ENGINES = ("sm", "ce", "ll", "ll128", "push")
 COLLECTIVES = ("allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall", "sendrecv")
 # kTable's names.
 CPP_COLLECTIVE = {"kAllReduce": "allreduce", "kReduce": "reduce", "kReduceScatter": "reducescatter",
@@ -142,7 +144,8 @@ FIFO_STEP = 1
 
 # What a protocol moves per byte of S (nccl-tests' size):
 #   links:   [(engine, factor)], what crosses the busiest GPU's links by each engine ("sm1": SM stores to one peer
-#            at a time, a chain's next rank, which has the GPU's egress to itself)
+#            at a time, a chain's next rank, which has the GPU's egress to itself; "push": SM stores of a split
+#            block's push group, NOTE [push group])
 #   local:   passes through the GPU's own memory that overlap the links (a pipeline's copy-out, an engine's reduction)
 #   serial:  passes through its own memory before the exchange (NOTE [staged copy-in])
 #   fifo:    bytes a rank copies out of its FIFOs, beside the pushes (NOTE [FIFO signal]); 0 where the peers map
@@ -203,13 +206,27 @@ def split(collective, n, mapped):
     return shape([("sm", 2 * f)], 3, serial=1.0) if collective in ("reduce", "broadcast") else None
 
 
+# NOTE [push group]
+# The all-to-all's FIFO kernel (all_to_all_pipelined.cu) splits each block into a push group of kPushThreads
+# threads and a copy group that copies pieces out beside it; its pushers load a distinct piece for every peer, one
+# load per store, so they keep fewer stores in flight than the probe's kernel and the zero-copy kernels and reach
+# their own share of the SM store rate (engine "push", its eta fitted as the others'; where no fitted row pushes
+# so, as in graph mode, whose cudaMalloc rows are zero copy, the SM's eta). The all-gather's push group
+# (all_gather.cu) loads a piece once and stores it to every peer, the reduce-scatter's and the chains' blocks push
+# with all their threads: SM stores. Send/recv runs the all-to-all-v's kernel, but its rows keep the SM engine: they
+# are graph mode's only rows on the push group, and moving them refits graph mode's launch and hop, which moves
+# kModelTable's cut-offs (tests/bench/test_cost_model.py).
+
+
 def pipelined(collective, n, mapped):
     """Pushes through FIFOs (NOTE [FIFO signal]), or the zero-copy kernels where the peers map the buffers."""
     f = (n - 1) / n
     if collective in ("reduce", "broadcast"):  # a chain to / from the root: one step to start, its hops overlapping
         return shape([("sm1", 1.0)], 1, fifo=1.0)
-    if collective in ("reducescatter", "allgather", "alltoall"):
+    if collective in ("reducescatter", "allgather"):
         return shape([("sm", f)], 2, fifo=0.0 if mapped else f)
+    if collective == "alltoall":  # FIFOs fed by a split block's push group (NOTE [push group])
+        return shape([("sm" if mapped else "push", f)], 2, fifo=0.0 if mapped else f)
     if collective == "sendrecv":
         return shape([("sm", 1.0)], 2, fifo=1.0)
     return None
@@ -254,7 +271,7 @@ def features(machine, collective, algorithm, world, mapped, size):
     for engine, factor in move.links:
         one_peer = engine == "sm1"  # SM stores to one peer only (a chain's next rank): the egress is not shared
         engine = "sm" if one_peer else engine
-        rate = machine["ce" if engine == "ce" else "sm"] * WIRE[engine]
+        rate = machine["ce" if engine == "ce" else "sm"] * WIRE[engine]  # the push group's stores are SM stores
         share = 1.0 if engine == "ce" or one_peer else egress_share(machine, world)
         per_engine[engine] += size * factor / (rate * share) * 1e-3  # us at eta = 1
     overlapped_us = size * max(move.local, move.fifo) / machine["local_copy"] * 1e-3
@@ -508,8 +525,8 @@ def fit_braid(series_by_key, table, machine, world, mode):
 
     params = minimise(cost, [5.0, 2.0] + [1.0] * len(ENGINES), [2.0, 1.0] + [0.3] * len(ENGINES))
     for i, engine_used in enumerate(used):
-        if not engine_used:
-            params[2 + i] = 1.0
+        if not engine_used:  # the push group's stores are SM stores: the SM's eta where no row tells them apart
+            params[2 + i] = params[2] if ENGINES[i] == "push" and used[0] else 1.0
     return params, len(samples)
 
 
