@@ -4,6 +4,10 @@
 //     in batches of up to 32 without host synchronisation in between, with random per-rank delays between the
 //     calls: host sleeps (0-200 us) and device spin kernels (0-20 us) on the stream. Every call's output is
 //     checked against the host reference, and every byte it must not write against what was there.
+//   - random cases on every buffer kind and two streams: a shorter mixed sequence with larger calls (up to 8 MiB a
+//     rank), each batch on cudaMalloc'd, registered or symmetric arenas in turn, each call on one of two streams
+//     of the rank's own choosing, with the same delays; checked as above. Where ranks share GPUs it runs fewer
+//     calls, so that a world of 8 on 2 GPUs has an entry of its own within 4 minutes.
 //   - a rank that skips an all_reduce: the others get braid::Error kTimeout naming it, within the
 //     communicator's timeout (2 s) and a margin, and nobody hangs.
 #include <cuda_runtime_api.h>
@@ -112,6 +116,89 @@ TEST(CollectivesStress, BackToBackMixedWithRandomDelays) {
     if (rank == 0) {
       std::printf("[stress] %zu calls in %zu batches on %d rank(s): %.2f s\n", calls.size(), batches, world, seconds);
     }
+  });
+}
+
+// Element count of a random case: 2% empty, 8% from 256 KiB to 8 MiB (log-uniform, an odd element count), the rest
+// as a stress call's small sizes.
+size_t random_case_count(DataType type, uint64_t r1, uint64_t r2) {
+  const size_t element = datatype_size(type);
+  const uint64_t size_class = r1 % 100;
+  if (size_class < 2) return 0;
+  if (size_class < 10) {
+    const unsigned octave = 18 + static_cast<unsigned>(r2 % 5);  // [256 KiB, 8 MiB)
+    const size_t bytes = (size_t(1) << octave) + (r2 >> 8) % (size_t(1) << octave);
+    return std::max<size_t>(1, bytes / element) | 1;
+  }
+  return stress_count(type, r1 / 100, r2);
+}
+
+// The arenas of one buffer kind.
+struct KindArenas {
+  const char* name;
+  Arenas arenas;
+};
+
+TEST(CollectivesStress, RandomCasesOnEveryBufferKindAndTwoStreams) {
+  with_communicator([](Communicator& comm) {
+    const int rank = comm.rank(), world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    const size_t call_count = ranks_share_gpus() ? 1000 : 4000;
+    const std::vector<Case> calls = random_cases(seed ^ 0x7A4D0Bull, world, call_count, random_case_count);
+    const uint64_t key = mix64(seed ^ mix64(0x57E4A5ull + static_cast<uint64_t>(rank)));  // this rank's own draws
+    DeviceBuffer plain_send(kArenaBytes), plain_recv(kArenaBytes), registered_send(kArenaBytes),
+        registered_recv(kArenaBytes);
+    RegisteredBuffer send_registration = comm.register_buffer(registered_send.get(), kArenaBytes);
+    RegisteredBuffer recv_registration = comm.register_buffer(registered_recv.get(), kArenaBytes);
+    SymmetricMemory symmetric_send = comm.alloc(kArenaBytes), symmetric_recv = comm.alloc(kArenaBytes);
+    const KindArenas kinds[] = {
+        {"cudaMalloc", Arenas{plain_send.get(), plain_recv.get(), kArenaBytes, kArenaBytes}},
+        {"registered", Arenas{registered_send.get(), registered_recv.get(), kArenaBytes, kArenaBytes}},
+        {"symmetric", Arenas{symmetric_send.local(), symmetric_recv.local(), kArenaBytes, kArenaBytes}},
+    };
+    StreamHandle first, second;
+    const cudaStream_t streams[] = {first.get(), second.get()};
+    std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
+    size_t next = 0, batches = 0, failed = 0;
+    while (next < calls.size()) {
+      const KindArenas& kind = kinds[batches % 3];  // the same on every rank: a call's buffer kind must agree
+      Batch batch(rank, world);
+      while (next < calls.size() && batch.size() < kMaxBatch && batch.add(calls[next], kArenaBytes, kArenaBytes)) ++next;
+      if (batch.size() == 0) throw std::logic_error("a random case does not fit the arenas: " + describe(calls[next]));
+      const size_t first_call = next - batch.size();
+      ++batches;
+      batch.initial_images(initial_send, initial_recv);
+      upload(kind.arenas, initial_send, initial_recv, streams[0]);
+      try {
+        for (size_t i = 0; i < batch.size(); ++i) {
+          const cudaStream_t stream = streams[random_value(key, first_call + i) % 2];
+          delay_before(key ^ 0xD7ull, first_call + i, stream);
+          launch(comm, batch.at(i), batch.send_pointer(i, kind.arenas.send, kind.arenas.recv),
+                 batch.recv_pointer(i, kind.arenas.send, kind.arenas.recv), stream);
+        }
+        for (const cudaStream_t stream : streams) cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+        comm.check();
+      } catch (const Error& error) {
+        ADD_FAILURE() << "rank " << rank << ": calls " << first_call << ".." << next - 1 << " on " << kind.name
+                      << " buffers (seed 0x" << std::hex << seed << std::dec << ") threw: " << error.what();
+        return;  // the communicator's state is unknown: stop
+      }
+      got_send.resize(initial_send.size());
+      got_recv.resize(initial_recv.size());
+      download(kind.arenas, got_send, got_recv, streams[0]);
+      size_t batch_failed = 0;
+      const size_t lines_left = failed < kMaxReportedCalls ? kMaxReportedCalls - failed : 0;
+      for (const std::string& line : batch.check(initial_send, initial_recv, got_send.data(), got_recv.data(), lines_left,
+                                                 &batch_failed)) {
+        ADD_FAILURE() << line << " [" << kind.name << " buffers; case i of this batch is call " << first_call << " + i]";
+      }
+      failed += batch_failed;
+    }
+    EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
+                          << std::hex << seed << std::dec << ")";
+    comm.barrier();  // no rank releases its buffers while a peer's call may still reach them
+    comm.deregister(send_registration);
+    comm.deregister(recv_registration);
   });
 }
 
