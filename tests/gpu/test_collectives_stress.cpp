@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iterator>
 #include <optional>
 #include <regex>
@@ -64,52 +65,88 @@ void delay_before(uint64_t delay_key, size_t call, cudaStream_t stream) {
   }
 }
 
+// The arenas of one buffer kind.
+struct KindArenas {
+  const char* name;
+  Arenas arenas;
+};
+
+// How a sequence of calls runs: the arenas of each batch, the stream of each call, the streams to synchronise.
+struct BatchPlan {
+  std::function<const KindArenas&(size_t batch)> arenas_of;
+  std::function<cudaStream_t(size_t call)> stream_of;
+  std::vector<cudaStream_t> streams;  // the first also uploads and downloads
+  uint64_t delay_key = 0;             // this rank's delays (delay_before)
+};
+
+// Runs `calls` (the same on every rank) in batches of up to kMaxBatch that fit the arenas, each enqueued without a
+// host synchronisation in between, then checks every call's output against the host reference and every byte it
+// must not write. Reports failures; returns the batches run, or 0 where a call threw (the communicator's state is
+// then unknown).
+size_t run_in_batches(Communicator& comm, const std::vector<Case>& calls, uint64_t seed, const BatchPlan& plan,
+                      size_t& failed) {
+  const int rank = comm.rank(), world = comm.size();
+  std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
+  size_t next = 0, batches = 0;
+  while (next < calls.size()) {
+    const KindArenas& kind = plan.arenas_of(batches);  // the same on every rank: a call's buffer kind must agree
+    const Arenas& arenas = kind.arenas;
+    Batch batch(rank, world);  // the same on every rank (it depends on the sequence and world size only)
+    while (next < calls.size() && batch.size() < kMaxBatch &&
+           batch.add(calls[next], arenas.send_capacity, arenas.recv_capacity)) {
+      ++next;
+    }
+    if (batch.size() == 0) throw std::logic_error("a call does not fit the arenas: " + describe(calls[next]));
+    const size_t first = next - batch.size();
+    ++batches;
+    batch.initial_images(initial_send, initial_recv);
+    upload(arenas, initial_send, initial_recv, plan.streams.front());
+    try {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const cudaStream_t stream = plan.stream_of(first + i);
+        delay_before(plan.delay_key, first + i, stream);
+        launch(comm, batch.at(i), batch.send_pointer(i, arenas.send, arenas.recv),
+               batch.recv_pointer(i, arenas.send, arenas.recv), stream);
+      }
+      for (const cudaStream_t stream : plan.streams) cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      comm.check();
+    } catch (const Error& error) {
+      ADD_FAILURE() << "rank " << rank << ": calls " << first << ".." << next - 1 << " on " << kind.name
+                    << " buffers (seed 0x" << std::hex << seed << std::dec << ") threw: " << error.what();
+      return 0;
+    }
+    got_send.resize(initial_send.size());
+    got_recv.resize(initial_recv.size());
+    download(arenas, got_send, got_recv, plan.streams.front());
+    size_t batch_failed = 0;
+    const size_t lines_left = failed < kMaxReportedCalls ? kMaxReportedCalls - failed : 0;
+    for (const std::string& line : batch.check(initial_send, initial_recv, got_send.data(), got_recv.data(), lines_left,
+                                               &batch_failed)) {
+      ADD_FAILURE() << line << " [" << kind.name << " buffers; case i of this batch is call " << first << " + i]";
+    }
+    failed += batch_failed;
+  }
+  return batches;
+}
+
 TEST(CollectivesStress, BackToBackMixedWithRandomDelays) {
   with_communicator([](Communicator& comm) {
     const int rank = comm.rank(), world = comm.size();
     const uint64_t seed = shared_seed(comm);
     const std::vector<Case> calls = random_cases(seed, world, kCalls, stress_count);  // the same on every rank
-    const uint64_t delay_key = mix64(seed ^ mix64(0xDE1A7ull + static_cast<uint64_t>(rank)));
     DeviceBuffer send(kArenaBytes), recv(kArenaBytes);
-    const Arenas arenas{send.get(), recv.get(), kArenaBytes, kArenaBytes};
+    const KindArenas arenas{"cudaMalloc", Arenas{send.get(), recv.get(), kArenaBytes, kArenaBytes}};
     StreamHandle stream_handle;
     const cudaStream_t stream = stream_handle.get();
-    std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
-    size_t next = 0, batches = 0, failed = 0;
+    BatchPlan plan;
+    plan.arenas_of = [&](size_t) -> const KindArenas& { return arenas; };
+    plan.stream_of = [&](size_t) { return stream; };
+    plan.streams = {stream};
+    plan.delay_key = mix64(seed ^ mix64(0xDE1A7ull + static_cast<uint64_t>(rank)));
+    size_t failed = 0;
     const auto start = std::chrono::steady_clock::now();
-    while (next < calls.size()) {
-      // The next batch: the same on every rank (it depends on the sequence and world size only).
-      Batch batch(rank, world);
-      while (next < calls.size() && batch.size() < kMaxBatch && batch.add(calls[next], kArenaBytes, kArenaBytes)) ++next;
-      if (batch.size() == 0) throw std::logic_error("a stress call does not fit the arenas: " + describe(calls[next]));
-      const size_t first = next - batch.size();
-      ++batches;
-      batch.initial_images(initial_send, initial_recv);
-      upload(arenas, initial_send, initial_recv, stream);
-      try {
-        for (size_t i = 0; i < batch.size(); ++i) {
-          delay_before(delay_key, first + i, stream);
-          launch(comm, batch.at(i), batch.send_pointer(i, send.get(), recv.get()), batch.recv_pointer(i, send.get(), recv.get()),
-                 stream);
-        }
-        cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        comm.check();
-      } catch (const Error& error) {
-        ADD_FAILURE() << "rank " << rank << ": calls " << first << ".." << next - 1 << " (seed 0x" << std::hex << seed
-                      << std::dec << ") threw: " << error.what();
-        return;  // the communicator's state is unknown: stop
-      }
-      got_send.resize(initial_send.size());
-      got_recv.resize(initial_recv.size());
-      download(arenas, got_send, got_recv, stream);
-      size_t batch_failed = 0;
-      const size_t lines_left = failed < kMaxReportedCalls ? kMaxReportedCalls - failed : 0;
-      for (const std::string& line : batch.check(initial_send, initial_recv, got_send.data(), got_recv.data(), lines_left,
-                                                 &batch_failed)) {
-        ADD_FAILURE() << line << " [case i of this batch is call " << first << " + i]";
-      }
-      failed += batch_failed;
-    }
+    const size_t batches = run_in_batches(comm, calls, seed, plan, failed);
+    if (batches == 0) return;  // a call threw: reported
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
                           << std::hex << seed << std::dec << ")";
@@ -133,12 +170,6 @@ size_t random_case_count(DataType type, uint64_t r1, uint64_t r2) {
   return stress_count(type, r1 / 100, r2);
 }
 
-// The arenas of one buffer kind.
-struct KindArenas {
-  const char* name;
-  Arenas arenas;
-};
-
 TEST(CollectivesStress, RandomCasesOnEveryBufferKindAndTwoStreams) {
   with_communicator([](Communicator& comm) {
     const int rank = comm.rank(), world = comm.size();
@@ -157,43 +188,13 @@ TEST(CollectivesStress, RandomCasesOnEveryBufferKindAndTwoStreams) {
         {"symmetric", Arenas{symmetric_send.local(), symmetric_recv.local(), kArenaBytes, kArenaBytes}},
     };
     StreamHandle first, second;
-    const cudaStream_t streams[] = {first.get(), second.get()};
-    std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
-    size_t next = 0, batches = 0, failed = 0;
-    while (next < calls.size()) {
-      const KindArenas& kind = kinds[batches % 3];  // the same on every rank: a call's buffer kind must agree
-      Batch batch(rank, world);
-      while (next < calls.size() && batch.size() < kMaxBatch && batch.add(calls[next], kArenaBytes, kArenaBytes)) ++next;
-      if (batch.size() == 0) throw std::logic_error("a random case does not fit the arenas: " + describe(calls[next]));
-      const size_t first_call = next - batch.size();
-      ++batches;
-      batch.initial_images(initial_send, initial_recv);
-      upload(kind.arenas, initial_send, initial_recv, streams[0]);
-      try {
-        for (size_t i = 0; i < batch.size(); ++i) {
-          const cudaStream_t stream = streams[random_value(key, first_call + i) % 2];
-          delay_before(key ^ 0xD7ull, first_call + i, stream);
-          launch(comm, batch.at(i), batch.send_pointer(i, kind.arenas.send, kind.arenas.recv),
-                 batch.recv_pointer(i, kind.arenas.send, kind.arenas.recv), stream);
-        }
-        for (const cudaStream_t stream : streams) cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-        comm.check();
-      } catch (const Error& error) {
-        ADD_FAILURE() << "rank " << rank << ": calls " << first_call << ".." << next - 1 << " on " << kind.name
-                      << " buffers (seed 0x" << std::hex << seed << std::dec << ") threw: " << error.what();
-        return;  // the communicator's state is unknown: stop
-      }
-      got_send.resize(initial_send.size());
-      got_recv.resize(initial_recv.size());
-      download(kind.arenas, got_send, got_recv, streams[0]);
-      size_t batch_failed = 0;
-      const size_t lines_left = failed < kMaxReportedCalls ? kMaxReportedCalls - failed : 0;
-      for (const std::string& line : batch.check(initial_send, initial_recv, got_send.data(), got_recv.data(), lines_left,
-                                                 &batch_failed)) {
-        ADD_FAILURE() << line << " [" << kind.name << " buffers; case i of this batch is call " << first_call << " + i]";
-      }
-      failed += batch_failed;
-    }
+    BatchPlan plan;
+    plan.arenas_of = [&](size_t batch) -> const KindArenas& { return kinds[batch % 3]; };
+    plan.streams = {first.get(), second.get()};
+    plan.stream_of = [&](size_t call) { return plan.streams[random_value(key, call) % 2]; };
+    plan.delay_key = key ^ 0xD7ull;
+    size_t failed = 0;
+    if (run_in_batches(comm, calls, seed, plan, failed) == 0) return;  // a call threw: reported
     EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
                           << std::hex << seed << std::dec << ")";
     comm.barrier();  // no rank releases its buffers while a peer's call may still reach them
