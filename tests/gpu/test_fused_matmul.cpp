@@ -232,29 +232,27 @@ FusedMatmul reserved_fused(Communicator& comm, size_t reserve) {
 TEST(FusedMatmul, AllGatherMatmulMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     uint64_t seed = 11;
     for (const Case& c : kCases) {
       check_all_gather_matmul(fused, comm.rank(), comm.size(), c, ++seed, stream, /*gather_a=*/seed % 2 == 0);
     }
     check_all_gather_matmul(fused, comm.rank(), comm.size(), kCases[0], ++seed, stream, /*gather_a=*/true);
-    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   });
 }
 
 TEST(FusedMatmul, MatmulReduceScatterMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     uint64_t seed = 101;
     for (const Case& c : kCases) {
       check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), c, ++seed % 3 == 0 ? ReduceOp::kAvg : ReduceOp::kSum,
                                   seed, stream);
     }
     check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), kCases[1], ReduceOp::kAvg, ++seed, stream);
-    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   });
 }
 
@@ -262,8 +260,8 @@ TEST(FusedMatmul, MatmulReduceScatterMatchesTheHostReference) {
 TEST(FusedMatmul, CallsOnTwoStreamsWithADelayedRankStayOrdered) {
   with_communicator([](Communicator& comm) {
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
-    cudaStream_t streams[2];
-    for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    StreamHandle first, second;
+    const cudaStream_t streams[2] = {first.get(), second.get()};
     const Case c{DataType::kBFloat16, Layout::kTransposed, 96, 64, 80};
     for (int i = 0; i < 6; ++i) {
       const int delayed = i % comm.size();
@@ -273,7 +271,6 @@ TEST(FusedMatmul, CallsOnTwoStreamsWithADelayedRankStayOrdered) {
         check_matmul_reduce_scatter(fused, comm.rank(), comm.size(), c, ReduceOp::kSum, 500 + i, streams[i % 2], delayed);
       }
     }
-    for (cudaStream_t s : streams) ASSERT_EQ(cudaStreamDestroy(s), cudaSuccess);
   });
 }
 
@@ -286,8 +283,8 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
     const Case c{DataType::kBFloat16, Layout::kRowMajor, 40, 64, 48};
     const size_t m = c.rows * world;
     fused.reserve(size_t(4) << 20);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     std::vector<Matrix> shards(world), as(world);
     Matrix b;
     auto fill = [&](uint64_t seed) {
@@ -332,7 +329,6 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
     }
     device_free(ag_out);
     device_free(rs_out);
-    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   });
 }
 
@@ -341,8 +337,8 @@ TEST(FusedMatmul, BadArgumentsNameTheArgument) {
     make_current(comm);
     const int rank = comm.rank(), world = comm.size();
     FusedMatmul fused = FusedMatmul::create(comm);
-    cudaStream_t stream;
-    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     void* a = poisoned(size_t(1) << 20);
     void* b = poisoned(size_t(1) << 20);
     void* out = poisoned(size_t(1) << 20);
@@ -382,7 +378,6 @@ TEST(FusedMatmul, BadArgumentsNameTheArgument) {
     device_free(a);
     device_free(b);
     device_free(out);
-    ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
   });
 }
 
