@@ -32,6 +32,7 @@
 
 #include "bootstrap/job_secret.hpp"
 #include "braid/braid.hpp"
+#include "collective_reference.hpp"
 #include "collectives/selection.hpp"
 #include "memory/memory_handle.hpp"
 #include "process_resources.hpp"
@@ -513,9 +514,8 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
 }
 
 // One rank reaches the one-sided all_to_all a second after the others, which by then spin in its entry barrier on
-// their GPUs. As threads of one process, no host call the late rank makes on the way (poisoning, a stream, a
-// device synchronisation, the launches) may wait for a peer GPU to go idle: that would deadlock until the
-// timeout. Each step's time is printed, so a step that waited names itself. Once for each rank as the late one,
+// their GPUs. As threads of one process, no host call the late rank makes on the way (poisoning, a device
+// synchronisation, the launches) may wait for a peer GPU to go idle: that would deadlock until the timeout. Each step's time is printed, so a step that waited names itself. Once for each rank as the late one,
 // on cudaMalloc and VMM memory.
 TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
   for_each_rank([](const RankContext& context) {
@@ -527,6 +527,10 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
     const size_t bytes = count * 4 * world;
     DeviceBuffer cuda_send(bytes), recv(bytes), expected(bytes);
     VmmBuffer vmm_send(bytes, comm.device());
+    // One stream for every round, made before any round: where ranks share a GPU, a stream made while a peer's
+    // call spins could take the hardware queue of that peer's stream (NOTE [shared hardware queues]).
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     for (void* send : {cuda_send.pointer, vmm_send.pointer()}) {
       for (int late = 0; late < world; ++late) {
         const std::string what = std::string(send == cuda_send.pointer ? "cudaMalloc" : "VMM") + ", rank " +
@@ -546,9 +550,6 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
         poison(recv.pointer, bytes);
         poison(expected.pointer, bytes);
         step("poison");
-        cudaStream_t stream;
-        cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-        step("stream");
         device_synchronize();
         step("device sync");
         try {
@@ -562,10 +563,8 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
         } catch (const std::exception& error) {
           ADD_FAILURE() << what << ", rank " << comm.rank() << ": " << error.what() << "; steps:" << steps;
           cudaStreamSynchronize(stream);
-          cudaStreamDestroy(stream);
           throw;
         }
-        cudaStreamDestroy(stream);
         std::printf("[ rank %d ] %s:%s\n", comm.rank(), what.c_str(), steps.c_str());
         const std::vector<int32_t> one_sided = download(recv.pointer, count * world);
         EXPECT_EQ(one_sided, download(expected.pointer, count * world)) << what << ": one-sided vs two-sided all_to_all";
