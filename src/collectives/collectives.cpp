@@ -253,6 +253,12 @@ void run_all_reduce_copy_engine(CollectiveContext& state, const PlannedCall& pla
                          call.op, plan_of(call, plan, planned.send, planned.recv), stream);
 }
 
+void run_all_reduce_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  all_reduce_copy_engine_pairs(state, call.send, call.recv, call.count, call.type, call.op, plan_of(call, planned.plan),
+                               stream);  // through the peers' pipeline areas
+}
+
 void run_reduce_multicast(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const CallPlan& plan = planned.plan;

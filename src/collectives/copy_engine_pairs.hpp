@@ -2,6 +2,7 @@
 // pipeline area, copied out there by SMs. A rank's k-th send goes to rank + k and its k-th receive comes from
 // rank - k, so every k-th send meets its receiver's k-th receive and no pair waits on a later one. An entry
 // barrier announces the plan. All-to-all runs out of place only (its pairs read blocks the receives overwrite).
+// All-reduce on more than 2 ranks is a reduce-scatter's pairs and then an all-gather's.
 // Reduce-scatter and reduce reduce each chunk on arrival, in place too: each own element is read before the same
 // thread writes it. Reduce-scatter serves any world, a rounding per receive (NOTE [reduction pairs on more than 2
 // ranks] in send_recv.cpp); reduce 2 ranks.
@@ -27,6 +28,12 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // Blocks of `block_bytes`.
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream);
+// `count` elements: a reduce-scatter's pairs of balanced blocks (rank r's block starts at element count * r / size),
+// each rank's block reduced into its part of the output, then an all-gather's pairs of the reduced blocks, in
+// place in the output. Two entry barriers, one per phase. In place too: a rank's phase-one sends read only the
+// other blocks of its input, which its own phase two overwrites after them. state.size must be more than 2.
+void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, uint64_t plan, Stream stream);
 // The other rank's output is not written. state.size must be 2.
 void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
                               ReduceOp op, int root, uint64_t plan, Stream stream);

@@ -29,6 +29,7 @@ void run_all_reduce_one_shot(CollectiveContext& context, const PlannedCall& plan
 void run_all_reduce_two_shot(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_two_shot_zero_copy(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_copy_engine(CollectiveContext& context, const PlannedCall& planned, Stream stream);
+void run_all_reduce_copy_engine_pairs(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_multicast(CollectiveContext& context, const PlannedCall& planned, Stream stream);  // all-reduce too
 
 void run_reduce_ll(CollectiveContext& context, const PlannedCall& planned, Stream stream);

@@ -22,19 +22,20 @@ Buffers table_key(Collective collective, const BufferFacts& facts) {
   }
 }
 
-bool needs_met(Needs needs, const BufferFacts& facts) {
+bool needs_met(Needs needs, const BufferFacts& facts, int world) {
   switch (needs) {
     case Needs::kNothing: return true;
     case Needs::kPeersMap: return facts.peers_map;
+    case Needs::kPeerMapsOfTwo: return facts.peers_map && world == 2;
     case Needs::kPeersMapOutput: return facts.peers_map_output && !facts.same_process_peers && !facts.in_place;
   }
   return false;
 }
 
 // The row of (collective, algorithm) the buffers allow, zero copy before staged (protocols.cpp lists it first).
-const Protocol* row_for(Collective collective, Algorithm algorithm, const BufferFacts& facts) {
+const Protocol* row_for(Collective collective, Algorithm algorithm, const BufferFacts& facts, int world) {
   for (const Protocol& row : protocols()) {
-    if (row.collective == collective && row.algorithm == algorithm && needs_met(row.needs, facts)) return &row;
+    if (row.collective == collective && row.algorithm == algorithm && needs_met(row.needs, facts, world)) return &row;
   }
   raise(ErrorCode::kInternal, "{}: the protocol {} has no row for these buffers",
         collective_name(static_cast<unsigned int>(collective)), algorithm_name(algorithm));
@@ -74,12 +75,15 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter: on
   // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs on any buffer (the
   // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes). Reduce: pairs, 2 ranks.
+  // All-reduce: on 2 ranks pushes into the peer's output (out of place, where the peer maps it); on more, a
+  // reduce-scatter's pairs and then an all-gather's, on any buffer.
   if (shape.collective == Collective::kReduceScatter) {
     gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
   } else if (shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
-  } else if (shape.collective == Collective::kAllReduce) {  // pushes into the peer's output: 2 ranks, out of place
-    gates.copy_engines = facts.peers_map && !facts.same_process_peers && !facts.in_place && shape.world == 2;
+  } else if (shape.collective == Collective::kAllReduce) {
+    gates.copy_engines =
+        shape.world > 2 || (shape.world == 2 && facts.peers_map && !facts.same_process_peers && !facts.in_place);
   } else {
     gates.copy_engines =
         facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);
@@ -126,7 +130,7 @@ CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, con
   const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
                                          *shape.algorithm_override, table_key(shape.collective, facts), gates);
   CallPlan plan{};
-  plan.protocol = row_for(shape.collective, choice.algorithm, facts);
+  plan.protocol = row_for(shape.collective, choice.algorithm, facts, shape.world);
   plan.algorithm = plan.protocol->algorithm;
   plan.mode = plan.protocol->mode;
   plan.blocks = std::min(choice.blocks, shape.max_blocks);

@@ -22,7 +22,8 @@ constexpr Protocol kProtocols[] = {
     {kAR, kOneShot, kStagedCopy, Gate::kOpen, kNothing, kStagingHalf, run_all_reduce_one_shot},
     {kAR, kTwoShot, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_reduce_two_shot_zero_copy},
     {kAR, kTwoShot, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_reduce_two_shot},
-    {kAR, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMap, kWholeCall, run_all_reduce_copy_engine},
+    {kAR, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeerMapsOfTwo, kWholeCall, run_all_reduce_copy_engine},
+    {kAR, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_all_reduce_copy_engine_pairs},
     {kAR, kMulticast, kStagedCopy, Gate::kMulticast, kNothing, kMulticastHalf, run_reduce_multicast},
 
     {kR, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_reduce_ll},

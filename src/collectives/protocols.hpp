@@ -35,6 +35,7 @@ enum class Needs {
   kNothing,
   kPeersMap,        // every peer maps the buffers the kernels use
   kPeersMapOutput,  // every peer maps its output to the copy engines (not same-process, not in place)
+  kPeerMapsOfTwo,   // 2 ranks, and the peer maps the buffers the kernels use
 };
 
 // The units (elements; bytes where the collective moves bytes) one launch carries (AreaCapacities, planner.hpp).

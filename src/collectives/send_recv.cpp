@@ -380,6 +380,35 @@ void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send
   exchange_pairs(state, exchange, plan, stream);
 }
 
+void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, uint64_t plan, Stream stream) {
+  if (state.size <= 2) {
+    raise(ErrorCode::kInternal, "all_reduce: copy-engine pairs serve more than 2 ranks, not {}", state.size);
+  }
+  const size_t element = datatype_size(type);
+  const auto size = static_cast<size_t>(state.size);
+  auto begin = [&](int rank) { return count * static_cast<size_t>(rank) / size * element; };  // balanced blocks
+  auto bytes_of = [&](int rank) { return begin(rank + 1) - begin(rank); };
+  char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
+  char* const output = static_cast<char*>(recv);
+  const int rank = state.rank;
+  PairExchange scatter{Collective::kAllReduce};  // every peer's block to its rank, reduced there into the output
+  for (int step = 1; step < state.size; ++step) {
+    const int to = step_to(state, step);
+    if (bytes_of(to) != 0) scatter.sends.push_back({to, input + begin(to), bytes_of(to)});
+    if (bytes_of(rank) != 0) scatter.recvs.push_back({step_from(state, step), output + begin(rank), bytes_of(rank)});
+  }
+  scatter.reduction = PairReduction{type, op, input + begin(rank), state.size};
+  exchange_pairs(state, scatter, plan, stream);
+  PairExchange gather{Collective::kAllReduce};  // the reduced block to every peer, theirs into their blocks
+  for (int step = 1; step < state.size; ++step) {
+    const int from = step_from(state, step);
+    if (bytes_of(rank) != 0) gather.sends.push_back({step_to(state, step), output + begin(rank), bytes_of(rank)});
+    if (bytes_of(from) != 0) gather.recvs.push_back({from, output + begin(from), bytes_of(from)});
+  }
+  exchange_pairs(state, gather, plan, stream);
+}
+
 void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
                               ReduceOp op, int root, uint64_t plan, Stream stream) {
   if (state.size != 2) {

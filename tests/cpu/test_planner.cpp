@@ -56,6 +56,30 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
 }
 
+// All-reduce's copy engines: on 2 ranks the pushes into the peer's output (out of place, where the peer maps it),
+// else the table's choice; on more, the pairs on any buffer, mapped or not, in place or not.
+TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
+  const std::string forced = "allreduce=copyengine";
+  const CallShape two = shape(Collective::kAllReduce, size_t(64) << 20, 2, DataType::kFloat32, &forced);
+  const CallPlan pushes = plan_call(two, kAreas, mapped());
+  EXPECT_EQ(pushes.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(pushes.mode, BufferMode::kZeroCopy);
+  EXPECT_NE(plan_call(two, kAreas, {}).algorithm, Algorithm::kCopyEngine);
+  EXPECT_NE(plan_call(two, kAreas, mapped(false, true)).algorithm, Algorithm::kCopyEngine);
+  for (const int world : {3, 4, 8}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    const CallShape more = shape(Collective::kAllReduce, size_t(64) << 20, world, DataType::kFloat32, &forced);
+    for (const BufferFacts& facts : {BufferFacts{}, mapped(), mapped(true), mapped(false, true)}) {
+      const CallPlan pairs = plan_call(more, kAreas, facts);
+      EXPECT_EQ(pairs.algorithm, Algorithm::kCopyEngine);
+      EXPECT_EQ(pairs.mode, BufferMode::kStagedCopy);
+      EXPECT_EQ(pairs.chunk, SIZE_MAX);
+    }
+    EXPECT_NE(plan_call(shape(Collective::kAllReduce, size_t(64) << 20, world), kAreas, {}).algorithm,
+              Algorithm::kCopyEngine) << "the table does not take them";
+  }
+}
+
 BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bool in_place = false) {
   return BufferFacts{.peers_map = input_mapped, .peers_map_output = true, .same_process_peers = same_process_peers,
                      .in_place = in_place};

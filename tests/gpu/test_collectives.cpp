@@ -362,6 +362,14 @@ TEST(Collectives, CopyEnginePairsMatrices) {
 TEST(Collectives, ReduceScatterCopyEnginePairsMatrix) {
   run_forced_matrices(kCopyEngineEverywhere, "copy-engine pairs", {Collective::kReduceScatter});
 }
+// All-reduce's pairs beyond 2 ranks (a reduce-scatter's pairs, then an all-gather's, in the output; BRAID_ALGO
+// only): every datatype and op, in place and out, unaligned, counts that do not divide by the world.
+TEST(Collectives, AllReduceCopyEnginePairsMatrix) {
+  if (world_size() <= 2) GTEST_SKIP() << "all-reduce's copy-engine pairs serve more than 2 ranks";
+  with_algorithms(kCopyEngineEverywhere, [&](Communicator& comm) {
+    run_cases(comm, matrix(Collective::kAllReduce, comm.size()), "copy-engine pairs all_reduce");
+  });
+}
 // The table takes LL for small broadcasts: the staged one forced, at every size.
 TEST(Collectives, StagedBroadcastMatrix) { run_forced_matrices("broadcast=staged", "staged", {Collective::kBroadcast}); }
 // Reduce and broadcast in two phases (BRAID_ALGO only), forced at every size and on every world: parts of one
