@@ -299,6 +299,14 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   }
   state.begin(kFunction, gathered_bytes, stream);
   cudaStream_t side = state.side;
+  auto multiply = [&](const void* a, size_t first_row, size_t row_count, int multiprocessors) {
+    Gemm gemm{type, row_count, k, n, b_layout, a, b, nullptr, at(out, first_row * row_bytes)};
+    gemm.multiprocessors = multiprocessors;
+    state.gemm.run(gemm, stream);
+  };
+  // The caller's stream: this rank's rows first, enqueued before the side stream's work so that the host's time
+  // spent enqueuing the meetings and copies runs under it.
+  multiply(a_shard, rank * rows, rows, state.overlapped_gemm_multiprocessors);
   // Side: this rank's rows into every peer's workspace, between two meetings.
   state.meet();
   for (int i = 1; i < world; ++i) {
@@ -306,14 +314,8 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
     BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, rank * shard_bytes), a_shard, shard_bytes, cudaMemcpyDeviceToDevice, side));
   }
   state.meet();
-  // The caller's stream: this rank's rows at once, then the rows before and after it once they are here (on a
-  // shared GPU all of it after the meetings: NOTE [fused matmul on a shared GPU]).
-  auto multiply = [&](const void* a, size_t first_row, size_t row_count, int multiprocessors) {
-    Gemm gemm{type, row_count, k, n, b_layout, a, b, nullptr, at(out, first_row * row_bytes)};
-    gemm.multiprocessors = multiprocessors;
-    state.gemm.run(gemm, stream);
-  };
-  multiply(a_shard, rank * rows, rows, state.overlapped_gemm_multiprocessors);
+  // Then the rows before and after this rank's once they are here (on a shared GPU all of it after the meetings:
+  // NOTE [fused matmul on a shared GPU]).
   state.follow(stream, side);
   if (a_gathered != nullptr) {  // side: the gathered A out of the workspace, beside the GEMMs that read it
     BRAID_CUDA(cudaMemcpyAsync(a_gathered, state.local(0), rank * shard_bytes, cudaMemcpyDeviceToDevice, side));
@@ -377,7 +379,6 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   const size_t chunks = std::min(kChunks, rows);
   auto chunk_rows = [&](size_t h) { return std::make_pair(h * rows / chunks, (h + 1) * rows / chunks); };
 
-  state.meet();  // the entry meeting: every peer's R is free
   std::vector<cudaEvent_t> ready(chunks);  // null where side is the caller's stream
   for (size_t h = 0; h < chunks; ++h) {
     const auto [first, last] = chunk_rows(h);
@@ -387,6 +388,9 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
       Gemm gemm{type, last - first, k, n, b_layout, at(a, (peer * rows + first) * a_row_bytes), b, nullptr, product};
       gemm.multiprocessors = state.overlapped_gemm_multiprocessors;
       state.gemm.run(gemm, stream);
+      // The entry meeting (every peer's R is free) comes after the first GEMM is enqueued: that GEMM writes only
+      // this rank's P, so the host's time spent on the meeting runs under it.
+      if (h == 0 && i == 1) state.meet();
       state.follow(side, stream);
       BRAID_CUDA(cudaMemcpyAsync(state.peer(peer, received + rank * block_bytes + first * row_bytes), product,
                                  (last - first) * row_bytes, cudaMemcpyDeviceToDevice, side));
