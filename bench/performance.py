@@ -342,7 +342,8 @@ def page(rows, goals):
                         "bfloat16, M the rows of the whole A and B a Linear weight's transpose, beside the GEMM "
                         "alone on one GPU, braid's collective alone, NCCL's collective and cuBLAS one after the "
                         f"other, and torch's `symm_mem` fused ops (torch {fused[0].get('torch', '?')}). Eager calls, "
-                        "the slowest rank's median. Measured with `torchrun --nproc-per-node 2 bench/tp_overlap.py`; "
+                        "each launched while the GPU sleeps about 1 ms so that the host's launch time is not "
+                        "counted (the GPU's time), the slowest rank's median. Measured with `torchrun --nproc-per-node 2 bench/tp_overlap.py`; "
                         f"commit {provenance(fused)}.", ""]
                 out += [f"![Fused GEMM and collective on {gpu}](img/{image_name(gpu, f'fused-{world}')})", ""]
                 out += fused_table(fused) + [""]
