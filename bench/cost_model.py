@@ -8,7 +8,7 @@ NOTE [cost model]
 A call of S bytes (nccl-tests' size: the whole output of an all-gather, the whole input of a reduce-scatter) on N
 ranks by one of braid's protocols takes
 
-    T = launch + steps * hop + S * serial / local_copy
+    T = launch + steps * (hop + switched * switch_hop) + S * serial / local_copy
           + max(S * sum over its link terms of  factor / (rate(engine) * share * eta(engine)),  S * local / local_copy)
 
 - The link terms say what crosses the busiest GPU's links, per byte of S: for each engine (SM stores, copy
@@ -23,7 +23,9 @@ ranks by one of braid's protocols takes
   engine's reduction), serial those done before any byte crosses a link (a staged protocol's copy into its staging:
   NOTE [staged copy-in]), both at the machine's local copy rate. steps counts the barriers and signals in sequence;
   a FIFO adds its first piece's signal (NOTE [FIFO signal]). One function per protocol says its shape (`PROTOCOLS`).
-- launch, hop and eta(engine) are the model's seven parameters per machine and mode (graph or eager), fitted by
+- switched is 1 where the ranks reach each other through the host's switch (more than 2 GPUs), and switch_hop
+  what a step costs more there, fitted on the 4-GPU rows below 1 MiB (NOTE [switch hop]).
+- launch, hop and eta(engine) are the model's seven other parameters per machine and mode (graph or eager), fitted by
   least squares on the relative error to the archive's rows of one machine kind and world (the 2-GPU rows), each
   row matched to the protocol braid ran: the first row of the table of the row's commit (src/collectives/
   selection.cpp's kModelTable and kTable, parsed here; today's where the checkout lacks that commit) that the call's
@@ -45,10 +47,9 @@ rows at every world (a pair moves the same whatever the world). Where ranks were
 stay the measured cut-offs: where the model disagrees with them at 4 ranks, the model is wrong (LL128's rate,
 fitted on few rows, is the largest gap).
 
-What it leaves out: latency that grows with the peers (one fitted hop serves every world; no probe has timed a
-barrier or a signal through the switch of a 4-GPU host, and the 4-rank rows of 1-2 MiB run 1-3 us above the model),
-the rates of loads from several peers at once and of FIFO copy-outs fed by several peers (the 4-rank reduce-scatter
-on unmapped buffers moves 210-300 GB/s of egress at 32-512 MiB where the model's SM stores reach ~320; its blocks
+What it leaves out: latency that grows with the peers (one switch hop serves every world above 2; no probe has
+timed a barrier or a signal through the switch of a 4-GPU host), the rates of loads from several peers at once and
+of FIFO copy-outs fed by several peers (the 4-rank reduce-scatter on unmapped buffers moves 210-300 GB/s of egress at 32-512 MiB where the model's SM stores reach ~320; its blocks
 push a round and then reduce it, so the two add rather than overlap, but counting them so moves kModelTable's
 staged cut-off), L2-resident local passes (a copy-in of a few MiB costs less than at the HBM copy rate), the chain's fill (it
 counts as one step), contention between the engines and the SMs of one GPU, and anything an 8-GPU probe would show
@@ -91,6 +92,7 @@ CPP_ALGORITHM = {"kLL": "ll", "kLL128": "ll128", "kOneShot": "oneshot", "kTwoSho
                  "kPipelined": "pipelined", "kStaged": "staged", "kCopyEngine": "copyengine",
                  "kMulticast": "multicast", "kSplit": "split"}
 MODEL_WORLDS = (5, 8)  # worlds with no archive rows whose table the model prints
+SWITCHED = ("nvidia-h200-x4", 4)  # the rows that fit the switch hop (NOTE [switch hop])
 TABLE_WORLDS = range(5, 9)  # worlds whose rows are the model's, kModelTable (the archive has none of them)
 # Send/recv moves between two ranks whatever the world, so its measured rows serve every world.
 TABLE_COLLECTIVES = ("allreduce", "reduce", "reducescatter", "allgather", "broadcast", "alltoall")
@@ -238,8 +240,9 @@ def copy_engine(collective, n, mapped):
     else as pairs into their pipeline areas, copied (or reduced) out there by SMs beside the next chunk."""
     f = (n - 1) / n
     out = 0.0 if mapped else 1.0
+    if collective == "allreduce":  # pushes, reduced in the peer's output (NOTE [all-reduce pairs unpriced])
+        return shape([("ce", 1.0)], 4, local=0.5) if n == 2 and mapped else None
     table = {
-        "allreduce": ([("ce", 1.0)], 0.5) if n == 2 and mapped else None,  # pushes, reduced in the peer's output
         "reduce": ([("ce", 1.0)], 1.0) if n == 2 else None,
         "reducescatter": ([("ce", f)], f) if n <= 4 else None,  # pairs; the table's rows stop at 4 ranks
         "allgather": ([("ce", f)], f * out) if mapped or n == 2 else None,
@@ -251,6 +254,11 @@ def copy_engine(collective, n, mapped):
     return None if entry is None else shape(entry[0], 4, local=entry[1])
 
 
+# NOTE [all-reduce pairs unpriced]
+# On more than 2 ranks all-reduce's copy engines run as a reduce-scatter's pairs, then an all-gather's (links: 2 (N-1)/N
+# of S by the engines, as much reduced or copied out locally, two phases of barriers). The model leaves them out of
+# its choices until they have run captured in graphs on more than 2 ranks: priced, they win beyond 32 MiB at 5 to 8
+# ranks, and kModelTable would take them there.
 PROTOCOLS = {"ll": ll, "ll128": ll128, "oneshot": one_shot, "twoshot": two_shot, "staged": staged, "split": split,
              "pipelined": pipelined, "copyengine": copy_engine}
 
@@ -277,15 +285,20 @@ def features(machine, collective, algorithm, world, mapped, size):
         per_engine[engine] += size * factor / (rate * share) * 1e-3  # us at eta = 1
     overlapped_us = size * max(move.local, move.fifo) / machine["local_copy"] * 1e-3
     serial_us = size * move.serial / machine["local_copy"] * 1e-3
-    return [1.0, float(move.steps)] + [per_engine[e] for e in ENGINES], overlapped_us, serial_us
+    switched_steps = float(move.steps) if world > 2 else 0.0  # NOTE [switch hop]
+    return [1.0, float(move.steps)] + [per_engine[e] for e in ENGINES] + [switched_steps], overlapped_us, serial_us
+
+
+SWITCH = 2 + len(ENGINES)  # the switch hop's place in a parameter list: launch, hop, 1/eta per engine, switch hop
 
 
 def time_of(params, row):
-    """launch + steps * hop + the passes before the exchange + the longer of the link time and the local passes
-    that overlap it (a pipeline's)."""
+    """launch + steps * hop (+ steps * switch hop through a switch) + the passes before the exchange + the longer
+    of the link time and the local passes that overlap it (a pipeline's)."""
     coefficients, overlapped_us, serial_us = row
-    link_us = sum(c * p for c, p in zip(coefficients[2:], params[2:]))
-    return params[0] + coefficients[1] * params[1] + serial_us + max(link_us, overlapped_us)
+    link_us = sum(c * p for c, p in zip(coefficients[2:SWITCH], params[2:SWITCH]))
+    return (params[0] + coefficients[1] * params[1] + coefficients[SWITCH] * params[SWITCH] + serial_us +
+            max(link_us, overlapped_us))
 
 
 def predict_braid(params, machine, collective, algorithm, world, mapped, size):
@@ -520,15 +533,47 @@ def fit_braid(series_by_key, table, machine, world, mode):
     used = [any(row[0][2 + i] for row, _ in samples) for i in range(len(ENGINES))]
 
     def cost(params):
-        if params[0] < 0 or params[1] < 0 or any(p <= 0 for p in params[2:]):
+        if params[0] < 0 or params[1] < 0 or any(p <= 0 for p in params[2:SWITCH]):
             return float("inf")
         return sum(((time_of(params, row) - us) / us) ** 2 for row, us in samples)
 
-    params = minimise(cost, [5.0, 2.0] + [1.0] * len(ENGINES), [2.0, 1.0] + [0.3] * len(ENGINES))
+    params = minimise(lambda p: cost(p + [0.0]), [5.0, 2.0] + [1.0] * len(ENGINES), [2.0, 1.0] + [0.3] * len(ENGINES))
     for i, engine_used in enumerate(used):
         if not engine_used:  # the push group's stores are SM stores: the SM's eta where no row tells them apart
             params[2 + i] = params[2] if ENGINES[i] == "push" and used[0] else 1.0
-    return params, len(samples)
+    return params + [0.0], len(samples)
+
+
+# NOTE [switch hop]
+# On 2 GPUs the ranks reach each other over one direct link; on the larger hosts every byte and every signal goes
+# through the host's NVLink switch, and no probe has timed a barrier or a signal there. So a step costs
+# switch_hop more where the world is above 2, fitted per mode (the 2-rank parameters held) on the switched
+# machine's rows below 1 MiB, where latency is most of the time. The error is stated on that machine's rows from
+# 1 MiB up, which the fit never sees. 8 ranks reuse it: the switch is one hop whatever the world.
+def fit_switch_hop(params, series_by_key, table, machine, world, mode):
+    """params with the switch hop fitted on the rows below 1 MiB of one switched world (least squares on the
+    relative error); (params, rows fitted)."""
+    samples = []
+    for (impl, collective, buffers, row_mode), series in series_by_key.items():
+        if impl != "braid" or row_mode != mode or collective not in COLLECTIVES:
+            continue
+        for size, (us, commit) in series.items():
+            if size >= MiB:
+                continue
+            mapped, engines = buffers_of(collective, buffers, mode, commit, world)
+            algorithm = shipped(table_at(commit, table), collective, size, world, mapped, engines=engines)
+            row = features(machine, collective, algorithm, world, mapped, size)
+            if row is not None:
+                samples.append((row, us))
+    if not samples:
+        return params, 0
+
+    def cost(point):
+        if point[0] < 0:
+            return float("inf")
+        return sum(((time_of(params[:SWITCH] + point, row) - us) / us) ** 2 for row, us in samples)
+
+    return params[:SWITCH] + minimise(cost, [1.0], [0.5]), len(samples)
 
 
 def fit_nccl(series, collective, world, machine):
@@ -670,8 +715,9 @@ def table_rows(params, machine, table):
     return lines
 
 
-def fitted_model(archive, table_path, fit, fit_world, dtype):
-    """(machine, kTable, braid's parameters by mode, rows fitted by mode, NCCL's models, the archive's points)."""
+def fitted_model(archive, table_path, fit, fit_world, dtype, switched=SWITCHED):
+    """(machine, kTable, braid's parameters by mode, rows fitted by mode, NCCL's models, the archive's points).
+    switched: (machine kind, world) whose rows below 1 MiB fit the switch hop (NOTE [switch hop]), or None."""
     machine = machine_of(fit)
     table = parse_table(table_path)
     rows = load(archive)
@@ -679,6 +725,12 @@ def fitted_model(archive, table_path, fit, fit_world, dtype):
     params, counts = {}, {}
     for mode in ("graph", "eager"):
         params[mode], counts[mode] = fit_braid(fitted, table, machine, fit_world, mode)
+        if switched is not None:
+            switched_rows = newest_points(rows, switched[0], switched[1], dtype)
+            params[mode], switch_count = fit_switch_hop(params[mode], switched_rows, table, machine, switched[1], mode)
+            counts[mode] = (counts[mode], switch_count)
+        else:
+            counts[mode] = (counts[mode], 0)
     nccl = {}
     for (impl, collective, buffers, mode), series in points(rows, fit, fit_world, dtype).items():
         if impl == "nccl":
@@ -728,17 +780,21 @@ def main():
     checked = newest_points(rows, args.check, args.check_world, args.dtype)
 
     lines = [BEGIN, "", "## The cost model's parameters and error (`bench/cost_model.py`)", "",
-             f"Fitted on {args.fit} ({args.fit_world} ranks), checked on {args.check} ({args.check_world} ranks), "
+             f"Fitted on {args.fit} ({args.fit_world} ranks), its switch hop on {SWITCHED[0]}'s rows below 1 MiB "
+             f"({SWITCHED[1]} ranks), checked on {args.check} ({args.check_world} ranks), "
              f"{args.dtype}, out of place, the newest commit of each row (NOTE [cost model] in the script says what "
              "the model is and leaves out). Error: |predicted - measured| / measured over the checked rows from "
-             "1 MiB up.", "",
-             "braid's parameters (eta: the share of the probe's rate a protocol's engine reaches):", "",
-             "| mode | rows fitted | launch (us) | hop (us) | " + " | ".join(f"eta {e}" for e in ENGINES) + " |",
-             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in ENGINES) + " |"]
+             "1 MiB up (rows the switch hop's fit never sees).", "",
+             "braid's parameters (eta: the share of the probe's rate a protocol's engine reaches; switch hop: what "
+             "a step adds through the switch, NOTE [switch hop]):", "",
+             "| mode | rows fitted | launch (us) | hop (us) | " + " | ".join(f"eta {e}" for e in ENGINES) +
+             " | switch hop (us) | its rows |",
+             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in ENGINES) + " | ---: | ---: |"]
     for mode in ("graph", "eager"):
         p = params[mode]
-        etas = " | ".join(f"{1.0 / x:.2f}" if x > 0 else "-" for x in p[2:])
-        lines.append(f"| {mode} | {counts[mode]} | {p[0]:.1f} | {p[1]:.1f} | {etas} |")
+        etas = " | ".join(f"{1.0 / x:.2f}" if x > 0 else "-" for x in p[2:SWITCH])
+        lines.append(f"| {mode} | {counts[mode][0]} | {p[0]:.1f} | {p[1]:.1f} | {etas} | {p[SWITCH]:.1f} | "
+                     f"{counts[mode][1]} |")
     lines += ["", "| impl | collective | buffers | mode | protocols the rows ran | rows | median error | max error |",
               "| --- | --- | --- | --- | --- | ---: | ---: | ---: |"]
     errors_by_impl = collections.defaultdict(list)

@@ -59,15 +59,50 @@ class GeneratedRowsTest(unittest.TestCase):
 class ModelTest(unittest.TestCase):
     machine = cost_model.MACHINES["nvidia-h200"]
 
+    @staticmethod
+    def parameters(launch, hop, switch_hop=0.0):
+        """launch, hop, eta 1 for every engine, the switch hop."""
+        return [launch, hop] + [1.0] * len(cost_model.ENGINES) + [switch_hop]
+
     def test_time_grows_with_size_and_links_share_egress(self):
-        params = [2.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+        params = self.parameters(2.0, 1.0, switch_hop=0.5)
         small = cost_model.predict_braid(params, self.machine, "allgather", "pipelined", 4, True, MiB)
         large = cost_model.predict_braid(params, self.machine, "allgather", "pipelined", 4, True, 64 * MiB)
         self.assertLess(small, large)
-        # 64 MiB by SM stores at 4 ranks: 3/4 of it through 353 GB/s times the egress share
-        expected = 2.0 + 2 * 1.0 + 64 * MiB * 0.75 / (353.0 * 344.0 / 369.0) * 1e-3
+        # 64 MiB by SM stores at 4 ranks: 3/4 of it through 353 GB/s times the egress share; 2 steps, each through
+        # the switch
+        expected = 2.0 + 2 * (1.0 + 0.5) + 64 * MiB * 0.75 / (353.0 * 344.0 / 369.0) * 1e-3
         self.assertAlmostEqual(large, expected, places=6)
-        self.assertIsNone(cost_model.predict_braid(params, self.machine, "allreduce", "copyengine", 4, True, MiB))
+
+    def test_the_switch_hop_counts_only_beyond_two_ranks(self):
+        without = cost_model.predict_braid(self.parameters(2.0, 1.0), self.machine, "allgather", "pipelined", 2, True,
+                                           MiB)
+        with_hop = cost_model.predict_braid(self.parameters(2.0, 1.0, switch_hop=3.0), self.machine, "allgather",
+                                            "pipelined", 2, True, MiB)
+        self.assertAlmostEqual(without, with_hop, places=9)
+
+    def test_all_reduce_copy_engines_are_priced_on_two_ranks_only(self):
+        params = self.parameters(2.0, 1.0)
+        predict = cost_model.predict_braid
+        self.assertIsNotNone(predict(params, self.machine, "allreduce", "copyengine", 2, True, MiB))
+        self.assertIsNone(predict(params, self.machine, "allreduce", "copyengine", 2, False, MiB))  # pushes: mapped
+        self.assertIsNone(predict(params, self.machine, "allreduce", "copyengine", 4, True, MiB))  # pairs: unpriced
+
+    def test_the_switch_hop_is_fitted_on_rows_below_one_mebibyte_only(self):
+        params = self.parameters(1.0, 1.0)
+        pipelined_everywhere = [{"collective": "allgather", "max_bytes": 1 << 62, "algorithm": "pipelined",
+                                 "symmetric": False, "max_world": 8, "fp8": False, "min_world": 1}]
+        series = {}
+        for size in (64 << 10, 256 << 10, 4 * MiB):
+            # the model's time plus 2 us for each of the 2 steps below 1 MiB, and far off above: only the small
+            # rows may count
+            t = cost_model.predict_braid(params, self.machine, "allgather", "pipelined", 4, True, size)
+            series[size] = (t + 2 * 2.0 if size < MiB else 10 * t, "5" * 40)  # no such commit: the table given
+        fitted, count = cost_model.fit_switch_hop(params, {("braid", "allgather", "symmetric", "graph"): series},
+                                                  pipelined_everywhere, self.machine, 4, "graph")
+        self.assertEqual(count, 2)
+        self.assertAlmostEqual(fitted[cost_model.SWITCH], 2.0, places=3)
+        self.assertEqual(fitted[:cost_model.SWITCH], params[:cost_model.SWITCH])
 
     def test_minimise_finds_a_known_minimum(self):
         point = cost_model.minimise(lambda p: (p[0] - 3) ** 2 + (p[1] + 1) ** 2, [0.0, 0.0], [1.0, 1.0])
@@ -91,7 +126,7 @@ class ModelTest(unittest.TestCase):
 
     def test_ll_rows_come_first_and_serve_any_buffer(self):
         table = cost_model.parse_table()
-        params = [1.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+        params = self.parameters(1.0, 2.0)
         for world in cost_model.MODEL_WORLDS:
             rows = cost_model.model_rows(params, self.machine, table, world)
             for collective in cost_model.COLLECTIVES:
