@@ -129,8 +129,9 @@ class Communicator {
   // the checks of the datatype, op and root the call returns without enqueuing or waiting for anything, and its
   // buffers may be null. ReduceOp::kAvg is the sum divided by size() once, at the end (types.hpp:
   // reduction_supported). Half, bfloat16 and fp8 accumulate in float32 and round once, except beyond 2 ranks in
-  // reduce's chain and reduce-scatter's copy-engine pairs, which round a partial result to the datatype after each
-  // peer, as NCCL's ring does (docs/collectives.md says where the table takes them). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming
+  // reduce's chain, reduce-scatter's copy-engine pairs and all-reduce's (BRAID_ALGO=allreduce=copyengine), which
+  // round a partial result to the datatype after each peer, as NCCL's ring does (docs/collectives.md says where the
+  // table takes them). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming
   // the argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers that are not device
   // memory this rank's GPU can use. A device-side failure (a peer that never arrives) is recorded and raised by
   // the next call or by check().

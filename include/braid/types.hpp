@@ -1,7 +1,9 @@
 // Datatypes and reduction operators of braid's collectives (the NCCL set, NCCL's numbering). Half, bfloat16
-// and fp8 reduce in float32 and round once, at the end; except reduce (to one root) on more than two ranks, which
+// and fp8 reduce in float32 and round once, at the end; except on more than two ranks reduce (to one root), which
 // may pass partial results along a chain of the ranks in the datatype and so round after each of its world - 1
-// steps, as NCCL's ring does (BRAID_ALGO=reduce=twoshot rounds once there too).
+// steps, as NCCL's ring does (BRAID_ALGO=reduce=twoshot rounds once there too), and reduce-scatter's and
+// all-reduce's copy-engine pairs, which round to the datatype after each peer's block (the table takes
+// reduce-scatter's beyond 32 MiB on 3 and 4 ranks where no peer maps the input; else BRAID_ALGO's copyengine).
 #pragma once
 
 #include <cstddef>
