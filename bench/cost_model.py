@@ -49,10 +49,8 @@ fitted on few rows, is the largest gap).
 
 What it leaves out: latency that grows with the peers (one switch hop serves every world above 2; no probe has
 timed a barrier or a signal through the switch of a 4-GPU host), the rates of loads from several peers at once and
-of FIFO copy-outs fed by several peers (the 4-rank reduce-scatter on unmapped buffers moves 210-300 GB/s of egress at 32-512 MiB where the model's SM stores reach ~320; its blocks
-push a round and then reduce it, so the two add rather than overlap, but counting them so moves kModelTable's
-staged cut-off), L2-resident local passes (a copy-in of a few MiB costs less than at the HBM copy rate), the chain's fill (it
-counts as one step), contention between the engines and the SMs of one GPU, and anything an 8-GPU probe would show
+of FIFO copy-outs fed by several peers, L2-resident local passes (a copy-in of a few MiB costs less than at the
+HBM copy rate), the chain's fill (it counts as one step), contention between the engines and the SMs of one GPU, and anything an 8-GPU probe would show
 (none has run): 8 ranks reuse the 4-rank egress share.
 """
 import argparse
@@ -221,11 +219,18 @@ def split(collective, n, mapped):
 # kModelTable's cut-offs (tests/bench/test_cost_model.py).
 
 
+# NOTE [reduce-scatter's FIFO rounds]
+# The reduce-scatter's FIFO kernel on buffers the peers do not map (src/kernels/reduce_scatter.cu) has each block
+# push the next round of pieces into the peers' FIFOs, then reduce the round it received into its output: the same
+# threads do both, so the reduction's pass through local memory adds to the link time (Shape.serial) rather than
+# running beside it, as a FIFO's copy-out does. Its first piece's signal is the FIFO step (NOTE [FIFO signal]).
 def pipelined(collective, n, mapped):
     """Pushes through FIFOs (NOTE [FIFO signal]), or the zero-copy kernels where the peers map the buffers."""
     f = (n - 1) / n
     if collective in ("reduce", "broadcast"):  # a chain to / from the root: one step to start, its hops overlapping
         return shape([("sm1", 1.0)], 1, fifo=1.0)
+    if collective == "reducescatter" and not mapped:  # NOTE [reduce-scatter's FIFO rounds]
+        return shape([("sm", f)], 2 + FIFO_STEP, serial=f)
     if collective in ("reducescatter", "allgather"):
         return shape([("sm", f)], 2, fifo=0.0 if mapped else f)
     if collective == "alltoall":  # FIFOs fed by a split block's push group (NOTE [push group])

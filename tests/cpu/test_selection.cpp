@@ -152,7 +152,9 @@ TEST(Selection, WorldsNeverSweptTakeTheCostModelsRows) {
     EXPECT_EQ(pick(Collective::kAllReduce, size_t(256) << 20, world, Buffers::kAny), Algorithm::kTwoShot);
     EXPECT_EQ(pick(Collective::kReduceScatter, ll_limit, world, Buffers::kAny), Algorithm::kLL);
     EXPECT_EQ(pick(Collective::kReduceScatter, ll_limit + 2, world, Buffers::kAny), Algorithm::kStaged);
-    EXPECT_EQ(pick(Collective::kReduceScatter, (size_t(4) << 20) + 2, world, Buffers::kAny), Algorithm::kPipelined);
+    const size_t staged_limit = world == 5 ? size_t(16) << 20 : size_t(32) << 20;
+    EXPECT_EQ(pick(Collective::kReduceScatter, staged_limit, world, Buffers::kAny), Algorithm::kStaged);
+    EXPECT_EQ(pick(Collective::kReduceScatter, staged_limit + 2, world, Buffers::kAny), Algorithm::kPipelined);
     EXPECT_EQ(pick(Collective::kReduceScatter, ll_limit + 2, world, Buffers::kSymmetric), Algorithm::kPipelined);
     EXPECT_EQ(pick(Collective::kAllGather, size_t(32) << 20, world, Buffers::kSymmetric), Algorithm::kPipelined);
     EXPECT_EQ(pick(Collective::kAllGather, (size_t(32) << 20) + 8, world, Buffers::kSymmetric), Algorithm::kCopyEngine);
