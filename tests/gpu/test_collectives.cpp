@@ -333,6 +333,12 @@ TEST(Collectives, PipelinedReduceScatterAllGatherReduceAndBroadcastMatrices) {
   run_forced_matrices("reducescatter=pipelined,allgather=pipelined,reduce=pipelined,broadcast=pipelined", "pipelined",
                       {Collective::kReduceScatter, Collective::kAllGather, Collective::kReduce, Collective::kBroadcast});
 }
+// Staged reduce-scatter and all-gather, forced at every size: the table takes them between LL and the FIFOs, up to
+// 32 MiB on some worlds, so every size must be right, including calls the staging area holds only in chunks.
+TEST(Collectives, StagedReduceScatterAndAllGatherMatrices) {
+  run_forced_matrices("reducescatter=staged,allgather=staged", "staged",
+                      {Collective::kReduceScatter, Collective::kAllGather});
+}
 // Staged reduce, forced: the table takes LL below it and the pipelined reduce (pushes or the chain) above it.
 TEST(Collectives, StagedReduceMatrix) { run_forced_matrices("reduce=staged", "staged", {Collective::kReduce}); }
 // The two shot gathered by the root (BRAID_ALGO only: the chain rounds per step, this one once), forced at every
