@@ -14,6 +14,7 @@
 #include "bootstrap/bootstrap.hpp"
 #include "bootstrap/store.hpp"
 #include "braid/error.hpp"
+#include "rank_threads.hpp"
 
 namespace braid {
 namespace {
@@ -26,27 +27,6 @@ double seconds_since(Clock::time_point start) {
 
 std::shared_ptr<StoreClient> connect_to(const StoreServer& server) {
   return std::make_shared<StoreClient>("127.0.0.1", server.port(), 5.0);
-}
-
-// Runs body(rank) on one thread per rank in `ranks`; a braid::Error escaping a rank fails the test.
-void run_ranks(const std::vector<int>& ranks, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int rank : ranks) {
-    threads.emplace_back([&body, rank] {
-      try {
-        body(rank);
-      } catch (const Error& error) {
-        ADD_FAILURE() << "rank " << rank << ": " << error.what();
-      }
-    });
-  }
-  for (auto& thread : threads) thread.join();
-}
-
-std::vector<int> all_ranks(int size) {
-  std::vector<int> ranks(size);
-  for (int r = 0; r < size; ++r) ranks[r] = r;
-  return ranks;
 }
 
 // Rank r's contribution to call `call`: varied lengths, binary bytes included.

@@ -16,6 +16,7 @@
 #include "bootstrap/store.hpp"
 #include "core/error.hpp"
 #include "memory/exposure.hpp"
+#include "rank_threads.hpp"
 
 namespace braid::detail {
 namespace {
@@ -58,18 +59,15 @@ std::function<std::unique_ptr<StoreClient>()> connector(const StoreServer& serve
   return [port] { return std::make_unique<StoreClient>("127.0.0.1", port, 5.0); };
 }
 
-void run_ranks(int size, const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
+// One service a rank, each with its own importer, waiting 5 s for answers.
+std::vector<std::unique_ptr<ExposureService>> services_of(const StoreServer& server,
+                                                          std::vector<FakeImporter>& importers) {
+  const int size = static_cast<int>(importers.size());
+  std::vector<std::unique_ptr<ExposureService>> services(size);
   for (int rank = 0; rank < size; ++rank) {
-    threads.emplace_back([&body, rank] {
-      try {
-        body(rank);
-      } catch (const Error& error) {
-        ADD_FAILURE() << "rank " << rank << ": " << error.what();
-      }
-    });
+    services[rank] = std::make_unique<ExposureService>(connector(server), "job", rank, size, 5.0, importers[rank]);
   }
-  for (auto& thread : threads) thread.join();
+  return services;
 }
 
 // A descriptor with binary bytes and a newline, as a packed MemoryDescriptor may hold.
@@ -102,12 +100,9 @@ TEST(Exposure, EveryPeerImportsAnExposedRangeAndReleasesItOnWithdrawal) {
   constexpr int kSize = 4, kRanges = 3;
   StoreServer server;
   std::vector<FakeImporter> importers(kSize);
-  std::vector<std::unique_ptr<ExposureService>> services(kSize);
-  for (int rank = 0; rank < kSize; ++rank) {
-    services[rank] = std::make_unique<ExposureService>(connector(server), "job", rank, kSize, 5.0, importers[rank]);
-  }
+  std::vector<std::unique_ptr<ExposureService>> services = services_of(server, importers);
   std::vector<std::vector<uint64_t>> ids(kSize);
-  run_ranks(kSize, [&](int rank) {
+  run_ranks(all_ranks(kSize), [&](int rank) {
     for (int n = 0; n < kRanges; ++n) {
       const ExposureService::Exposure exposure = services[rank]->expose(descriptor_of(rank, n));
       EXPECT_TRUE(exposure.everywhere()) << exposure.reasons;
@@ -125,7 +120,7 @@ TEST(Exposure, EveryPeerImportsAnExposedRangeAndReleasesItOnWithdrawal) {
     EXPECT_EQ(services[rank]->imported_count(), size_t((kSize - 1) * kRanges));
     EXPECT_FALSE(services[rank]->imported(rank, ids[rank][0])) << "a rank never imports its own range";
   }
-  run_ranks(kSize, [&](int rank) {
+  run_ranks(all_ranks(kSize), [&](int rank) {
     for (uint64_t id : ids[rank]) {
       services[rank]->withdraw(id);
       for (int peer = 0; peer < kSize; ++peer) {
@@ -180,12 +175,9 @@ TEST(Exposure, ConcurrentExposuresAndWithdrawalsFromEveryRankLeaveNothingImporte
   constexpr int kSize = 4, kRounds = 25;
   StoreServer server;
   std::vector<FakeImporter> importers(kSize);
-  std::vector<std::unique_ptr<ExposureService>> services(kSize);
-  for (int rank = 0; rank < kSize; ++rank) {
-    services[rank] = std::make_unique<ExposureService>(connector(server), "job", rank, kSize, 5.0, importers[rank]);
-  }
+  std::vector<std::unique_ptr<ExposureService>> services = services_of(server, importers);
   Latch start(kSize * 2);
-  run_ranks(kSize * 2, [&](int thread) {  // two threads a rank, each exposing and withdrawing at once
+  run_ranks(all_ranks(kSize * 2), [&](int thread) {  // two threads a rank, each exposing and withdrawing at once
     const int rank = thread % kSize;
     start.arrive_and_wait();
     for (int round = 0; round < kRounds; ++round) {
