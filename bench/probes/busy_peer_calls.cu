@@ -24,14 +24,7 @@
 #include <unistd.h>
 
 #include "probe_check.cuh"
-
-__global__ void spin(unsigned long long nanoseconds) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < nanoseconds);
-}
+#include "probe_spin.cuh"
 
 __global__ void touch(int* data) { data[threadIdx.x] += 1; }
 

@@ -328,6 +328,15 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   auto cuda = std::make_unique<detail::CudaBackend>(setup);
   state->cuda = cuda.get();
   state->backend = std::move(cuda);
+  if (state->size > 1) {
+    const std::string host = rendezvous.store_host;
+    const int port = rendezvous.store_port;
+    const double timeout_s = state->timeout_s;
+    detail::CallOrder* order = state->order.get();
+    state->exposures = std::make_unique<detail::RegisteredExposures>(
+        *state, [host, port, timeout_s] { return std::make_unique<StoreClient>(host, port, timeout_s); },
+        state->bootstrap->prefix(), [order](double wait_s) { return order->wait_for_calls(wait_s); });
+  }
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
              state->cuda->context().multicast ? " with NVLink multicast" : "");
   return comm;

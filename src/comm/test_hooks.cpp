@@ -7,6 +7,8 @@
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
+#include "core/error.hpp"
+#include "memory/shareable.hpp"
 
 namespace braid {
 
@@ -41,6 +43,37 @@ void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped
 }
 
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far) { set_ll_sequence(comm, calls_so_far, calls_so_far - 1); }
+
+namespace {
+
+detail::RegisteredExposures& exposures_of(Communicator& comm, const char* function) {
+  detail::CommState& state = detail::TestAccess::state(comm, function);
+  detail::require_cuda_backend(state, function);
+  if (state.exposures == nullptr) raise(ErrorCode::kUnsupported, "{}: a communicator of one rank exposes nothing", function);
+  return *state.exposures;
+}
+
+}  // namespace
+
+uint64_t expose(Communicator& comm, uint64_t key, void* pointer, size_t bytes) {
+  const char* function = "testing::expose";
+  detail::RegisteredExposures& exposures = exposures_of(comm, function);
+  const detail::MemoryDescriptor descriptor = detail::describe_shareable(function, "pointer", pointer, bytes, comm.device());
+  if (!exposures.expose(key, descriptor)) return 0;
+  const std::optional<detail::RegisteredExposures::Found> found = exposures.find(descriptor.address, bytes);
+  return found ? found->id : 0;
+}
+
+void withdraw(Communicator& comm, uint64_t key) { exposures_of(comm, "testing::withdraw").withdraw(key); }
+
+ExposedEntry exposed_entry(Communicator& comm, int owner, uint64_t id) {
+  detail::RegisteredExposures& exposures = exposures_of(comm, "testing::exposed_entry");
+  if (owner < 0 || owner >= comm.size()) raise_invalid_argument("testing::exposed_entry", "owner", "is {}", owner);
+  const ExposedRange entry = exposures.table_entry(owner, id);
+  return {entry.id, entry.base, entry.bytes};
+}
+
+size_t imported_exposures(Communicator& comm) { return exposures_of(comm, "testing::imported_exposures").imported_count(); }
 
 }  // namespace testing
 }  // namespace braid

@@ -22,4 +22,22 @@ namespace braid::testing {
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped_by);
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far);
 
+// The exposure of ranges to the peers (memory/registered_exposures.hpp), before any call uses it: on a
+// communicator of the CUDA backend with more than one rank (kUnsupported otherwise). Not collective: the peers'
+// helper threads answer.
+// Exposes [pointer, pointer + bytes) (device memory as register_buffer takes it) under `key` (this rank's choice,
+// one range a key): the exposure's id, or 0 where some peer could not map it.
+uint64_t expose(Communicator& comm, uint64_t key, void* pointer, size_t bytes);
+// Waits for this rank's calls, then has every peer release the range exposed under `key`.
+void withdraw(Communicator& comm, uint64_t key);
+// What this rank's exposure table holds for `owner`'s exposure `id`: {id, base, bytes} (id 0: nothing, or
+// another id: another range), and how many peers' ranges this rank has mapped.
+struct ExposedEntry {
+  uint64_t id;
+  uint64_t base;
+  uint64_t bytes;
+};
+ExposedEntry exposed_entry(Communicator& comm, int owner, uint64_t id);
+size_t imported_exposures(Communicator& comm);
+
 }  // namespace braid::testing

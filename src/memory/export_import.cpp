@@ -144,7 +144,8 @@ int current_device(int device) {
   return current;
 }
 
-// A copy, in this process, of descriptor `fd` of process `pid` (Linux 5.6+; needs ptrace permission over it).
+}  // namespace
+
 int take_fd(uint32_t pid, int fd) {
   if (pid == static_cast<uint32_t>(getpid())) {
     const int copy = dup(fd);
@@ -166,7 +167,6 @@ int take_fd(uint32_t pid, int fd) {
   return copy;
 }
 
-}  // namespace
 }  // namespace detail
 
 ExportedHandle export_handle(const void* pointer, size_t bytes, int device) {

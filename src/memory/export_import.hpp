@@ -65,6 +65,10 @@ void offer_to_thread_ranks(const MemoryContext& context, const std::string& blob
 // this rank's earlier exchanges, so their offers are withdrawn.
 void withdraw_earlier_offers(const MemoryContext& context, const std::string& current);
 
+// A copy, in this process, of descriptor `fd` of process `pid` (pidfd_getfd, Linux 5.6+; needs ptrace permission
+// over it), or of this process's own `fd` (dup).
+int take_fd(uint32_t pid, int fd);
+
 // Collective over the communicator's ranks: every rank passes its own export, and gets every peer's mapped.
 // `function` names the call in errors about a peer's blob.
 ImportedPeers import_every_rank(MemoryContext& context, const ExportedRange& mine, const char* function);

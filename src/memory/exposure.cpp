@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <string_view>
 #include <exception>
 
 #include "core/error.hpp"
@@ -15,6 +17,9 @@ namespace braid::detail {
 namespace {
 
 constexpr double kHelperWaitS = 1.0;  // how long one blocking read of the mailbox lasts (the helper then looks again)
+constexpr double kAnswerRoundS = 0.2;  // how long the owner waits for answers before it looks for peers gone
+// What a peer whose service is gone counts as having answered: it holds nothing of this rank's any more.
+constexpr std::string_view kGoneAnswer = "gone";
 
 bool parse_number(std::string_view text, uint64_t& value) {
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -39,6 +44,11 @@ ExposureService::~ExposureService() {
   stopping_ = true;
   helper_store_->interrupt();  // a blocking read of the mailbox ends at once
   if (helper_.joinable()) helper_.join();
+  try {
+    caller_store_->set(gone_key(rank_), "1");
+  } catch (const Error& error) {
+    BRAID_INFO("exposure: rank {} could not tell its peers that its helper stopped: {}", rank_, error.what());
+  }
 }
 
 // A request: "<kind> <owner> <id>\n" and, for an exposure, the descriptor's bytes.
@@ -69,6 +79,8 @@ std::string ExposureService::slot_key(int rank, uint64_t slot) const {
   return fmt::format("{}/exposure/{}/{}", prefix_, rank, slot);
 }
 
+std::string ExposureService::gone_key(int rank) const { return fmt::format("{}/exposure/gone/{}", prefix_, rank); }
+
 std::string ExposureService::answer_key(int owner, uint64_t id, Kind kind, int peer) const {
   return fmt::format("{}/exposure/answer/{}/{}/{}/{}", prefix_, owner, id, static_cast<char>(kind), peer);
 }
@@ -86,29 +98,53 @@ std::vector<std::pair<int, std::string>> ExposureService::ask_peers(const Reques
     peers.push_back(peer);
   }
   if (keys.empty()) return {};
-  const std::vector<std::string> missing = caller_store_->wait(keys, timeout_s_);
+  // Waits in short rounds, so that a peer whose service is gone (NOTE [exposure mailboxes]) is noticed at once.
   std::vector<std::pair<int, std::string>> answers;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (std::find(missing.begin(), missing.end(), keys[i]) != missing.end()) {
-      silent.push_back(peers[i]);
-      continue;
+  std::vector<bool> settled(keys.size(), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  for (;;) {
+    std::vector<std::string> waiting;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!settled[i]) waiting.push_back(keys[i]);
     }
-    std::optional<std::string> answer = caller_store_->try_get(keys[i]);
-    caller_store_->remove(keys[i]);
-    if (answer) answers.emplace_back(peers[i], std::move(*answer));
+    const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    const std::vector<std::string> missing =
+        waiting.empty() ? waiting : caller_store_->wait(waiting, std::clamp(left, 0.0, kAnswerRoundS));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (settled[i]) continue;
+      if (std::find(missing.begin(), missing.end(), keys[i]) == missing.end()) {
+        std::optional<std::string> answer = caller_store_->try_get(keys[i]);
+        caller_store_->remove(keys[i]);
+        if (answer) answers.emplace_back(peers[i], std::move(*answer));
+        settled[i] = true;
+      } else if (caller_store_->try_get(gone_key(peers[i]))) {
+        answers.emplace_back(peers[i], std::string(kGoneAnswer));
+        settled[i] = true;
+      }
+    }
+    if (std::find(settled.begin(), settled.end(), false) == settled.end()) return answers;
+    if (left <= 0) break;
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!settled[i]) silent.push_back(peers[i]);
   }
   return answers;
 }
 
-ExposureService::Exposure ExposureService::expose(const std::string& descriptor) {
+ExposureService::Exposure ExposureService::expose(const std::string& descriptor,
+                                                  const std::function<void(uint64_t id)>& before_post) {
   std::lock_guard<std::mutex> lock(caller_mutex_);
   Exposure exposure;
   exposure.id = next_id_++;
+  if (before_post) before_post(exposure.id);
   std::vector<int> silent;
   for (const auto& [peer, answer] : ask_peers({Kind::kExpose, rank_, exposure.id, descriptor}, silent)) {
     if (answer.rfind("ok ", 0) == 0) continue;
     exposure.refused.push_back(peer);
-    exposure.reasons += fmt::format("rank {}: {}\n", peer, answer.rfind("refused ", 0) == 0 ? answer.substr(8) : answer);
+    const std::string reason = answer == kGoneAnswer          ? std::string("its communicator is gone")
+                               : answer.rfind("refused ", 0) == 0 ? answer.substr(8)
+                                                                  : answer;
+    exposure.reasons += fmt::format("rank {}: {}\n", peer, reason);
   }
   for (int peer : silent) {
     exposure.refused.push_back(peer);
@@ -164,7 +200,7 @@ void ExposureService::serve() {
       } catch (const Error& error) {
         if (error.code() == ErrorCode::kTimeout) continue;
         if (!stopping_) {
-          BRAID_WARN("exposure: rank {}'s helper stopped: {}", rank_, error.what());
+          BRAID_INFO("exposure: rank {}'s helper stopped: {}", rank_, error.what());
         }
         return;
       }
@@ -179,7 +215,7 @@ void ExposureService::serve() {
       helper_store_->set(answer_key(request->owner, request->id, request->kind, rank_), handle(*request));
     } catch (const Error& error) {
       if (!stopping_) {
-        BRAID_WARN("exposure: rank {}'s helper stopped: {}", rank_, error.what());
+        BRAID_INFO("exposure: rank {}'s helper stopped: {}", rank_, error.what());
       }
       return;
     }

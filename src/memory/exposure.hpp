@@ -38,7 +38,9 @@ class ExposureImporter {
 // the slots in order (a blocking get, then removes the slot), so one owner's withdrawal of a range is served after
 // its exposure. Every answer has a key of its own, "<prefix>/exposure/answer/<owner>/<id>/<e|w>/<peer>", which
 // the owner waits for and then removes. Ids are the owner's serial numbers, never reused, so a late answer can
-// never be taken for another range's.
+// never be taken for another range's. A service that stops sets "<prefix>/exposure/gone/<rank>" once its helper
+// has ended: an owner waiting for that rank's answer takes it as given (a withdrawal: the rank holds nothing any
+// more once its importer is gone; an exposure: refused), rather than waiting out the timeout.
 class ExposureService {
  public:
   // `connect` makes a store client; the service makes two, one for its helper and one for expose and withdraw.
@@ -46,7 +48,8 @@ class ExposureService {
   // Starts the helper.
   ExposureService(const std::function<std::unique_ptr<StoreClient>()>& connect, std::string prefix, int rank,
                   int size, double timeout_s, ExposureImporter& importer);
-  // Stops the helper. What it imported stays imported: withdraw the ranges (their owners) first.
+  // Stops the helper and tells the peers (NOTE [exposure mailboxes]). What it imported stays imported until the
+  // importer releases it.
   ~ExposureService();
   ExposureService(const ExposureService&) = delete;
   ExposureService& operator=(const ExposureService&) = delete;
@@ -58,8 +61,9 @@ class ExposureService {
     bool everywhere() const { return refused.empty(); }
   };
   // Posts `descriptor` under a new id to every peer and waits for their answers. Never throws for a peer's
-  // refusal or silence: those are in the result.
-  Exposure expose(const std::string& descriptor);
+  // refusal or silence: those are in the result. `before_post` (optional) is called with the new id before
+  // anything is posted.
+  Exposure expose(const std::string& descriptor, const std::function<void(uint64_t id)>& before_post = {});
   // Makes every peer release range `id` (one this rank exposed) and waits for every answer. Throws
   // Error(kTimeout) naming the peers that did not answer within the timeout.
   void withdraw(uint64_t id);
@@ -82,6 +86,7 @@ class ExposureService {
   std::string slots_key(int rank) const;
   std::string slot_key(int rank, uint64_t slot) const;
   std::string answer_key(int owner, uint64_t id, Kind kind, int peer) const;
+  std::string gone_key(int rank) const;
 
   // Posts `request` to every peer and waits for their answers: (peer, answer) for each that answered.
   std::vector<std::pair<int, std::string>> ask_peers(const Request& request, std::vector<int>& silent);

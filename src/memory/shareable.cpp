@@ -113,12 +113,12 @@ int export_allocation_fd(const MemoryDescriptor& descriptor, int device) {
   return fd;
 }
 
-std::shared_ptr<PeerMapping> PeerMapping::open(const MemoryDescriptor& descriptor, int fd, int device, bool graph_held) {
+std::shared_ptr<PeerMapping> PeerMapping::open(const MemoryDescriptor& descriptor, int fd, int device, bool unmap_at_once) {
   FdOwner owned_fd(fd);
   std::shared_ptr<PeerMapping> mapping(new PeerMapping());
   mapping->descriptor_ = descriptor;
   mapping->device_ = device;
-  mapping->graph_held_ = graph_held;
+  mapping->unmap_at_once_ = unmap_at_once;
   RelaxedCaptureMode relaxed;  // a first use may come during a graph capture: these calls enqueue nothing
   DeviceGuard guard(device);
   const bool same_process = descriptor.pid == static_cast<uint32_t>(getpid()) && descriptor.host_id == this_host_id();
@@ -179,7 +179,7 @@ char* PeerMapping::at(uint64_t exporter_address) const {
 PeerMapping::~PeerMapping() {
   if (ipc_base_ == nullptr && vmm_handle_ == 0) return;  // nothing mapped: memory of this process
   DeviceGuard guard(device_);
-  if (!graph_held_) cudaDeviceSynchronize();  // no kernel of ours may still read or write through the mapping
+  if (!unmap_at_once_) cudaDeviceSynchronize();  // no kernel of ours may still read or write through the mapping
   if (ipc_base_ != nullptr) {
     const cudaError_t closed = cudaIpcCloseMemHandle(ipc_base_);
     if (closed != cudaSuccess) BRAID_WARN("cudaIpcCloseMemHandle failed: {}", cudaGetErrorName(closed));

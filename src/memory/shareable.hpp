@@ -21,16 +21,17 @@ MemoryDescriptor describe_shareable(const char* function, const char* argument, 
 int export_allocation_fd(const MemoryDescriptor& descriptor, int device);
 
 // Another rank's range, mapped here read/write for `device`. Destroying it waits for `device` to go idle (no
-// kernel of ours may still use the mapping), then unmaps; a mapping held only by CUDA graphs (automatic
-// registration) unmaps at once, since a graph releases what it holds after its launches complete.
+// kernel of ours may still use the mapping), then unmaps; one opened with unmap_at_once unmaps at once.
 class PeerMapping {
  public:
   // `fd` (kPosixFd): a descriptor of the allocation valid in this process; the mapping takes and closes it.
   // A range of this very process is used where it lies (peer access enabled between the two GPUs) rather than
   // mapped again: CUDA IPC cannot open a handle of its own process.
-  // `graph_held`: only CUDA graphs will hold the mapping, so its destructor need not wait for the device.
+  // `unmap_at_once`: once the mapping's last holder lets go, no kernel of this rank still uses it (it is held by
+  // CUDA graphs only, which release what they hold after their launches complete; or by an exposure, withdrawn
+  // only after every call that used it ended), so its destructor need not wait for the device.
   static std::shared_ptr<PeerMapping> open(const MemoryDescriptor& descriptor, int fd, int device,
-                                           bool graph_held = false);
+                                           bool unmap_at_once = false);
   ~PeerMapping();
   PeerMapping(const PeerMapping&) = delete;
   PeerMapping& operator=(const PeerMapping&) = delete;
@@ -46,7 +47,7 @@ class PeerMapping {
   PeerMapping() = default;
   MemoryDescriptor descriptor_;
   int device_ = -1;
-  bool graph_held_ = false;
+  bool unmap_at_once_ = false;
   char* address_ = nullptr;
   void* ipc_base_ = nullptr;             // kLegacyIpc from another process: what cudaIpcOpenMemHandle returned
   unsigned long long vmm_handle_ = 0;    // kPosixFd: the imported allocation

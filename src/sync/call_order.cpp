@@ -1,7 +1,9 @@
 #include "sync/call_order.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
+#include <thread>
 
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -139,6 +141,18 @@ void CallOrder::forget_ended_captures(cudaStream_t stream, unsigned long long ca
 }
 
 void CallOrder::follow_eager(cudaStream_t stream) { BRAID_CUDA(cudaStreamWaitEvent(stream, eager_done_, 0)); }
+
+bool CallOrder::wait_for_calls(double timeout_s) {
+  DeviceGuard guard(device_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const cudaError_t state = cudaEventQuery(eager_done_);
+    if (state == cudaSuccess) return true;
+    if (state != cudaErrorNotReady) BRAID_CUDA(state);
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
 
 CallOrder::Scope::~Scope() noexcept(false) {
   if (std::uncaught_exceptions() > 0) {

@@ -55,6 +55,9 @@ class CallOrder {
   // launched so far of a graph with the communicator's calls). For work that runs outside the call order, at
   // once, while a call is being made or captured.
   void follow_eager(cudaStream_t stream);
+  // Waits until every eager call made so far, and every replay launched so far of a graph with the
+  // communicator's calls, has completed on the GPU; false where timeout_s passed first.
+  bool wait_for_calls(double timeout_s);
   // The graph the call in progress (between begin and end) is being captured into; null for an eager call.
   cudaGraph_t call_graph() const { return call_graph_; }
 

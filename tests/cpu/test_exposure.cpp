@@ -171,6 +171,29 @@ TEST(Exposure, ASilentPeerIsRefusedOnExposureAndNamedOnWithdrawal) {
   EXPECT_FALSE(one.imported(0, exposure.id)) << "the peers that answered released it";
 }
 
+TEST(Exposure, APeerWhoseServiceIsGoneCountsAsAnsweredAtOnce) {
+  constexpr int kSize = 3;
+  StoreServer server;
+  FakeImporter importer;
+  ExposureService zero(connector(server), "job", 0, kSize, 30.0, importer);
+  ExposureService one(connector(server), "job", 1, kSize, 30.0, importer);
+  auto two = std::make_unique<ExposureService>(connector(server), "job", 2, kSize, 30.0, importer);
+  uint64_t announced = 0;
+  const ExposureService::Exposure held = zero.expose(descriptor_of(0, 0), [&](uint64_t id) { announced = id; });
+  EXPECT_TRUE(held.everywhere()) << held.reasons;
+  EXPECT_EQ(announced, held.id) << "before_post is called with the exposure's id";
+  two.reset();  // rank 2's communicator goes
+  const auto started = std::chrono::steady_clock::now();
+  zero.withdraw(held.id);  // rank 2 holds nothing any more: no timeout
+  const ExposureService::Exposure late = zero.expose(descriptor_of(0, 1));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 5.0)
+      << "waited for a peer that is gone";
+  EXPECT_EQ(late.refused, std::vector<int>{2});
+  EXPECT_NE(late.reasons.find("rank 2: its communicator is gone"), std::string::npos) << late.reasons;
+  EXPECT_TRUE(one.imported(0, late.id));
+  zero.withdraw(late.id);
+}
+
 TEST(Exposure, ConcurrentExposuresAndWithdrawalsFromEveryRankLeaveNothingImported) {
   constexpr int kSize = 4, kRounds = 25;
   StoreServer server;
