@@ -249,10 +249,21 @@ class Communicator {
   // deregistered it, and a cudaMalloc buffer of an automatically registered call only after every rank has
   // destroyed the graphs that use it (PyTorch keeps a captured graph's memory pool until then). VMM memory has no
   // such rule: a peer's mapping keeps the allocation alive.
+  //
+  // With BRAID_EAGER_ZERO_COPY=1 (every rank alike; the CUDA backend, more than one rank), registering also
+  // exposes the range: each peer's helper thread maps it (VMM memory with POSIX-fd handles; cudaMalloc memory only
+  // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
+  // the timeout passed (a range some peer did not map stays registered, unexposed). Eager all_gather calls beyond
+  // the LL sizes whose output is not symmetric memory then announce their outputs at their entry barrier instead
+  // of exchanging them: zero copy where every rank's output is exposed and 16-byte aligned, staged otherwise, and
+  // never kMismatch for buffers registered on some ranks only (docs/registration.md).
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
   // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
+  // An exposed range (BRAID_EAGER_ZERO_COPY=1) is first withdrawn: this waits until this rank's calls of the
+  // communicator have ended on the GPU, then until every peer has unmapped it; kTimeout where either takes longer
+  // than the timeout (the registration is gone all the same). Then the memory may be freed.
   void deregister(RegisteredBuffer& buffer);
   RegistrationStats registration_stats();
 

@@ -13,6 +13,7 @@
 #include "core/side_stream.hpp"
 #include "memory/memory_context.hpp"
 #include "memory/multicast.hpp"
+#include "memory/registered_exposures.hpp"
 #include "memory/symmetric_memory.hpp"
 #include "sync/call_order.hpp"
 #include "sync/device_sync.hpp"
@@ -27,6 +28,7 @@ struct CallSettings {
   // Every GPU pair reports native P2P atomics (NVLink, not PCIe in general) and delivers a warp's 128-byte line
   // whole (all_reduce_ll128.cu).
   bool ll128_lines = false;
+  bool eager_zero_copy = false;  // BRAID_EAGER_ZERO_COPY: eager all-gathers announce their outputs (announced_launch.hpp)
 };
 
 // The CUDA backend's state (backends/cuda/cuda_backend.hpp owns it): the communicator's memory context and call
@@ -36,7 +38,8 @@ struct CollectiveContext {
   CollectiveContext(detail::MemoryContext& memory, detail::CallOrder& order, const CallSettings& settings)
       : memory(memory), order(order), rank(memory.rank), size(memory.size), device(memory.device),
         algorithm_override(settings.algorithm_override), max_blocks(settings.max_blocks),
-        ranks_per_gpu(settings.ranks_per_gpu), ll128_lines(settings.ll128_lines) {}
+        ranks_per_gpu(settings.ranks_per_gpu), ll128_lines(settings.ll128_lines),
+        eager_zero_copy(settings.eager_zero_copy) {}
   CollectiveContext(const CollectiveContext&) = delete;
   CollectiveContext& operator=(const CollectiveContext&) = delete;
 
@@ -47,6 +50,7 @@ struct CollectiveContext {
   const int max_blocks;
   const int ranks_per_gpu;
   const bool ll128_lines;
+  const bool eager_zero_copy;
 
   std::unique_ptr<DeviceSync> sync;
   SymmetricMemory staging;
@@ -65,6 +69,11 @@ struct CollectiveContext {
   std::unique_ptr<detail::PrivateStream> exchange_stream;
   // Null unless BRAID_ENABLE_MULTICAST=1 and every rank could set it up.
   std::unique_ptr<detail::MulticastRegion> multicast;
+  // Where announcing kernels tell the peers where their buffers lie; made only where eager_zero_copy holds.
+  SymmetricMemory announcements;
+  // The ranges this rank exposed to its peers and theirs mapped here (null on one rank). Last: its helper stops
+  // before anything it reads goes. Shared: registrations' removal hooks hold it weakly.
+  std::shared_ptr<detail::RegisteredExposures> exposures;
 };
 
 // The ordering scope a call holds while it enqueues (after its checks), with its GPU current. Ranks that share a

@@ -11,6 +11,7 @@
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
 #include "collectives/launches.hpp"
+#include "kernels/announced_launch.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
@@ -98,6 +99,7 @@ uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::op
   arguments.collective = call.collective;
   arguments.algorithm = plan.algorithm;
   arguments.zero_copy = plan.mode == BufferMode::kZeroCopy;
+  arguments.announced = plan.mode == BufferMode::kAnnounced;
   arguments.blocks = plan.blocks;
   arguments.count = call.count;
   arguments.type = static_cast<uint64_t>(call.type);
@@ -431,6 +433,37 @@ void run_all_gather_zero_copy(CollectiveContext& state, const PlannedCall& plann
   kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
 }
 
+namespace {
+
+// This rank's announcement of [pointer, pointer + bytes), whose rank blocks are `block` bytes each: where it lies
+// among the ranges it exposed, or staged (none holds it, or it or a block is not 16-byte aligned, as the
+// zero-copy stores want).
+uint64_t announcement_of(const CollectiveContext& state, const void* pointer, size_t bytes, size_t block) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  if (state.exposures == nullptr || address % 16 != 0 || block % 16 != 0) return kernels::kAnnouncedStaged;
+  const std::optional<detail::RegisteredExposures::Found> found = state.exposures->find(address, bytes);
+  return found ? kernels::announcement(found->id, found->offset) : kernels::kAnnouncedStaged;
+}
+
+}  // namespace
+
+void run_all_gather_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const CallPlan& plan = planned.plan;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::AnnouncedLaunch launch{};
+  launch.staged = base_launch(state, call, plan);
+  launch.staged.send = static_cast<const char*>(call.send);
+  launch.staged.recv = static_cast<char*>(call.recv);
+  launch.staged.count = bytes;
+  launch.staged.rank_stride = bytes;
+  launch.word = announcement_of(state, call.recv, bytes * state.size, bytes);
+  launch.area.local = static_cast<uint64_t*>(state.announcements.local());
+  launch.area.peers = reinterpret_cast<uint64_t* const*>(state.announcements.device_peers());
+  launch.table = state.exposures->device_table();
+  kernels::launch_all_gather_announced(launch, plan.blocks, stream);
+}
+
 void run_all_gather_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const CallPlan& plan = planned.plan;
@@ -499,6 +532,17 @@ void run_broadcast_copy_engine_pairs(CollectiveContext& state, const PlannedCall
                               stream);  // through the peers' pipeline areas
 }
 
+namespace {
+
+// Whether an eager call beyond LL announces its buffers (BufferFacts::announced): the same on every rank, from the
+// agreed switch and the call alone.
+bool announces(const CollectiveContext& state, const CallShape& shape, const AreaCapacities& capacities) {
+  return state.eager_zero_copy && state.exposures != nullptr && state.order.call_graph() == nullptr &&
+         !plans_ll(shape, capacities);
+}
+
+}  // namespace
+
 // The entries: which buffers each collective looks up, the facts they give, the plan, its launch.
 void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {
   const size_t bytes = call.count * datatype_size(call.type);
@@ -549,14 +593,19 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   const size_t bytes = rank_block_bytes(call);
   const CallShape shape = shape_of(state, call, bytes * state.size, multicast_ready(state, call, bytes));
   const AreaCapacities capacities = area_capacities(state);
-  // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it).
+  // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it). An
+  // announcing call looks up symmetric memory alone: registered outputs are announced, never exchanged.
+  const bool announcing = announces(state, shape, capacities);
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
-    recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes * state.size);
+    recv_range = announcing ? find_symmetric_range(state.memory, call.recv, bytes * state.size)
+                            : call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv,
+                                                bytes * state.size);
   }
   BufferFacts facts{};
   facts.peers_map = recv_range && recv_range->aligned16;
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
+  facts.announced = announcing && !facts.peers_map;
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), std::nullopt, recv_range}, stream);
 }
 

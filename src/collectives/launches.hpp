@@ -51,6 +51,7 @@ void run_all_gather_multicast(CollectiveContext& context, const PlannedCall& pla
 void run_all_gather_staged(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_gather_pipelined(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_gather_zero_copy(CollectiveContext& context, const PlannedCall& planned, Stream stream);
+void run_all_gather_announced(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_gather_copy_engine(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_gather_copy_engine_pairs(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 

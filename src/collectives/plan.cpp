@@ -12,6 +12,8 @@ constexpr uint64_t kExchangeAlgorithmBits = 0xF;
 constexpr uint64_t kHashBits = (uint64_t(1) << 48) - 1;
 // Bits 48-54 of an exchange's word: the buffer, and whether the exchange is an automatic registration.
 constexpr uint64_t kAutomaticExchangeBit = 4;
+// Mixed into the hash of an announcing kernel's plan, so it never matches the staged plan of the same algorithm.
+constexpr uint64_t kAnnouncedField = 0xA5A5'0A11'0CED'5A5Aull;
 }  // namespace
 
 uint64_t plan_word(const PlanArguments& plan) {
@@ -19,6 +21,7 @@ uint64_t plan_word(const PlanArguments& plan) {
   for (const uint64_t field : {plan.type, plan.op, static_cast<uint64_t>(plan.root), plan.send_identity, plan.recv_identity}) {
     hash = mix64(hash ^ field);
   }
+  if (plan.announced) hash = mix64(hash ^ kAnnouncedField);
   return (static_cast<uint64_t>(plan.algorithm) + 1) << 60 | (static_cast<uint64_t>(plan.collective) & 0xF) << 56 |
          static_cast<uint64_t>(plan.zero_copy) << 55 | (static_cast<uint64_t>(plan.blocks) & 0x7F) << 48 |
          (hash & kHashBits);

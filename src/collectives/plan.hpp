@@ -22,6 +22,7 @@ struct PlanArguments {
   int64_t root;         // or -1
   uint64_t send_identity;  // PeerRange::identity of a buffer the peers map, else 0
   uint64_t recv_identity;
+  bool announced = false;  // an announcing kernel (BufferMode::kAnnounced): part of the hash
 };
 
 uint64_t plan_word(const PlanArguments& plan);

@@ -28,8 +28,22 @@ bool needs_met(Needs needs, const BufferFacts& facts, int world) {
     case Needs::kPeersMap: return facts.peers_map;
     case Needs::kPeerMapsOfTwo: return facts.peers_map && world == 2;
     case Needs::kPeersMapOutput: return facts.peers_map_output && !facts.same_process_peers && !facts.in_place;
+    case Needs::kAnnouncedBuffers: return facts.announced;
   }
   return false;
+}
+
+// NOTE [announced calls]
+// A call with BufferFacts::announced takes its collective's announcing row whatever protocol the table names
+// beyond LL and LL128 (which never depend on the buffers), with the width the table gives buffers the peers map: its kernel is
+// zero copy where every rank announces an exposed buffer, and stages inside itself otherwise, so one row serves
+// every size. Its plan word differs from every other row's (plan.hpp), so a rank that runs another kernel fails
+// the call with kMismatch on every rank.
+const Protocol* announced_row(Collective collective) {
+  for (const Protocol& row : protocols()) {
+    if (row.collective == collective && row.mode == BufferMode::kAnnounced) return &row;
+  }
+  return nullptr;
 }
 
 // The row of (collective, algorithm) the buffers allow, zero copy before staged (protocols.cpp lists it first).
@@ -127,10 +141,13 @@ bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacitie
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
   const BufferFacts facts = usable_facts(shape.collective, call_facts);
   const Gates gates = gates_of(shape, capacities, facts);
+  const Protocol* announcing = facts.announced ? announced_row(shape.collective) : nullptr;
+  const Buffers key = announcing != nullptr ? Buffers::kSymmetric : table_key(shape.collective, facts);
   const Choice choice = select_algorithm(shape.collective, shape.bytes, shape.world, shape.type,
-                                         *shape.algorithm_override, table_key(shape.collective, facts), gates);
+                                         *shape.algorithm_override, key, gates);
+  if (choice.algorithm == Algorithm::kLL || choice.algorithm == Algorithm::kLL128) announcing = nullptr;
   CallPlan plan{};
-  plan.protocol = row_for(shape.collective, choice.algorithm, facts, shape.world);
+  plan.protocol = announcing != nullptr ? announcing : row_for(shape.collective, choice.algorithm, facts, shape.world);
   plan.algorithm = plan.protocol->algorithm;
   plan.mode = plan.protocol->mode;
   plan.blocks = std::min(choice.blocks, shape.max_blocks);

@@ -15,7 +15,8 @@ constexpr Collective kAR = Collective::kAllReduce, kR = Collective::kReduce, kRS
                      kAG = Collective::kAllGather, kBC = Collective::kBroadcast, kA2A = Collective::kAllToAll,
                      kA2Av = Collective::kAllToAllv, kSR = Collective::kSendRecv;
 
-// THE registry. Of the rows of one (collective, protocol), the zero-copy one comes first (NOTE [protocol registry]).
+// THE registry. Of the rows of one (collective, protocol), the announced one comes first, then the zero-copy one
+// (NOTE [protocol registry]).
 constexpr Protocol kProtocols[] = {
     {kAR, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_all_reduce_ll},
     {kAR, kLL128, kStagedCopy, Gate::kLL128, kNothing, kLL128Payload, run_all_reduce_ll128},
@@ -44,6 +45,7 @@ constexpr Protocol kProtocols[] = {
     {kAG, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_all_gather_ll},
     {kAG, kMulticast, kStagedCopy, Gate::kMulticast, kNothing, kMulticastHalfPerRank, run_all_gather_multicast},
     {kAG, kStaged, kStagedCopy, Gate::kOpen, kNothing, kStagingHalf, run_all_gather_staged},
+    {kAG, kPipelined, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_all_gather_announced},
     {kAG, kPipelined, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_gather_zero_copy},
     {kAG, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_gather_pipelined},
     {kAG, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMap, kWholeCall, run_all_gather_copy_engine},
@@ -71,7 +73,14 @@ constexpr Protocol kProtocols[] = {
 
 }  // namespace
 
-const char* buffer_mode_name(BufferMode mode) { return mode == kZeroCopy ? "zero copy" : "staged copy"; }
+const char* buffer_mode_name(BufferMode mode) {
+  switch (mode) {
+    case kZeroCopy: return "zero copy";
+    case kAnnounced: return "announced";
+    case kStagedCopy: break;
+  }
+  return "staged copy";
+}
 
 bool gate_open(Gate gate, const Gates& gates) {
   switch (gate) {

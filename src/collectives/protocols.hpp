@@ -17,8 +17,10 @@ namespace braid::collectives {
 // row cannot be chosen, BRAID_ALGO names only protocols with a row, and a plan without a row is kInternal, never a
 // silent fallback. tests/cpu/test_protocols.cpp walks every row against the table, the planner and BRAID_ALGO.
 
-enum class BufferMode { kStagedCopy, kZeroCopy };
-const char* buffer_mode_name(BufferMode mode);  // "staged copy", "zero copy"
+// kAnnounced: eager calls whose kernel learns at its entry barrier where every rank's buffer lies (each rank
+// announces an exposed range, or none) and runs zero copy or staged accordingly (announced_launch.hpp).
+enum class BufferMode { kStagedCopy, kZeroCopy, kAnnounced };
+const char* buffer_mode_name(BufferMode mode);  // "staged copy", "zero copy", "announced"
 
 // What must hold for the row to be chosen at all (Gates, selection.hpp). One gate per (collective, protocol).
 enum class Gate {
@@ -36,6 +38,7 @@ enum class Needs {
   kPeersMap,        // every peer maps the buffers the kernels use
   kPeersMapOutput,  // every peer maps its output to the copy engines (not same-process, not in place)
   kPeerMapsOfTwo,   // 2 ranks, and the peer maps the buffers the kernels use
+  kAnnouncedBuffers,  // the call announces its buffers (BufferFacts::announced): NOTE [announced calls] (planner.cpp)
 };
 
 // The units (elements; bytes where the collective moves bytes) one launch carries (AreaCapacities, planner.hpp).

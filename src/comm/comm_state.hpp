@@ -14,7 +14,6 @@
 #include "bootstrap/store.hpp"
 #include "braid/braid.hpp"
 #include "collectives/collective_context.hpp"
-#include "memory/registered_exposures.hpp"
 
 namespace braid::detail {
 
@@ -34,9 +33,6 @@ struct CommState : MemoryContext {
   // The NCCL communicator of the NCCL backend (null on the CUDA backend). Shared so that registrations'
   // deregistration hook can hold it weakly.
   std::shared_ptr<NcclBackend> nccl;
-  // The CUDA backend's ranges exposed to the peers and the peers' mapped here (null on one rank and on NCCL).
-  // Last: its helper stops before anything it reads goes.
-  std::unique_ptr<RegisteredExposures> exposures;
 };
 
 // The state behind a Communicator handle; a moved-from handle is refused naming the call.

@@ -191,6 +191,7 @@ void agree_on_settings(detail::CommState& state) {
       {"BRAID_STAGING_BYTES", std::to_string(*config.integer("BRAID_STAGING_BYTES"))},
       {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
       {"BRAID_ALLOW_SHARED_GPU", shared_gpus_allowed() ? "1" : "0"},
+      {"BRAID_EAGER_ZERO_COPY", state.settings.eager_zero_copy ? "1" : "0"},
   };
   std::string mine;
   for (const auto& setting : settings) mine += setting.second + '\x1f';
@@ -287,6 +288,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   settings.algorithm_override =
       !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   settings.max_blocks = max_blocks(options.max_blocks);
+  settings.eager_zero_copy = Config::get().string("BRAID_EAGER_ZERO_COPY").value_or("0") == "1";
   agree_on_settings(*state);
   settings.ranks_per_gpu = topology.ranks_per_gpu;
   if (topology.ranks_per_gpu > 1) {
@@ -325,17 +327,25 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   setup.peer_pids = topology.pids;
   setup.allocate = [&comm](size_t bytes) { return comm.alloc(bytes); };
   setup.multicast = multicast_team(*state, comm);
+  setup.connect = [host = rendezvous.store_host, port = rendezvous.store_port, timeout_s = state->timeout_s] {
+    return std::make_unique<StoreClient>(host, port, timeout_s);
+  };
+  setup.store_prefix = state->bootstrap->prefix();
   auto cuda = std::make_unique<detail::CudaBackend>(setup);
   state->cuda = cuda.get();
   state->backend = std::move(cuda);
-  if (state->size > 1) {
-    const std::string host = rendezvous.store_host;
-    const int port = rendezvous.store_port;
-    const double timeout_s = state->timeout_s;
-    detail::CallOrder* order = state->order.get();
-    state->exposures = std::make_unique<detail::RegisteredExposures>(
-        *state, [host, port, timeout_s] { return std::make_unique<StoreClient>(host, port, timeout_s); },
-        state->bootstrap->prefix(), [order](double wait_s) { return order->wait_for_calls(wait_s); });
+  if (settings.eager_zero_copy && state->cuda->context().exposures != nullptr) {
+    // A registration dropped without deregister withdraws its exposure too (held weakly: teardown in any order).
+    state->registrations->on_remove(
+        [exposures = std::weak_ptr<detail::RegisteredExposures>(state->cuda->context().exposures)](uint64_t id) {
+          std::shared_ptr<detail::RegisteredExposures> held = exposures.lock();
+          if (held == nullptr) return;
+          try {
+            held->withdraw(id);
+          } catch (const Error& error) {
+            BRAID_WARN("a registered buffer dropped without deregister: {}", error.what());
+          }
+        });
   }
   BRAID_INFO("communicator {} ready: rank {} of {} on GPU {}{}", state->uid, state->rank, state->size, state->device,
              state->cuda->context().multicast ? " with NVLink multicast" : "");

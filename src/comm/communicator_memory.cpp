@@ -16,6 +16,17 @@
 
 namespace braid {
 
+namespace {
+
+// The exposure of registered buffers (BRAID_EAGER_ZERO_COPY on a CUDA-backend communicator of several ranks), or null.
+detail::RegisteredExposures* exposures_of(detail::CommState& state) {
+  if (state.cuda == nullptr) return nullptr;
+  collectives::CollectiveContext& context = state.cuda->context();
+  return context.eager_zero_copy ? context.exposures.get() : nullptr;
+}
+
+}  // namespace
+
 RegisteredBuffer Communicator::register_buffer(void* pointer, size_t bytes) {
   detail::CommState& state = detail::usable(state_, "Communicator::register_buffer");
   set_log_rank(state.rank);
@@ -25,13 +36,29 @@ RegisteredBuffer Communicator::register_buffer(void* pointer, size_t bytes) {
   buffer.impl_ = state.registrations->add(state.registrations, descriptor);
   BRAID_DEBUG("registered {} bytes at {} ({}) as registration {}", bytes, pointer, detail::memory_kind_name(descriptor.kind),
               buffer.impl_->id);
+  if (detail::RegisteredExposures* exposures = exposures_of(state)) {
+    const bool everywhere = exposures->expose(buffer.impl_->id, descriptor);
+    BRAID_DEBUG("registration {} {}", buffer.impl_->id, everywhere ? "exposed to every peer" : "not exposed");
+  }
   return buffer;
 }
 
 void Communicator::deregister(RegisteredBuffer& buffer) {
   if (!buffer.impl_) raise_invalid_argument("Communicator::deregister", "buffer", "is empty (never registered or already deregistered)");
-  if (buffer.impl_->cache.lock() != detail::usable(state_, "Communicator::deregister").registrations) {
+  detail::CommState& state = detail::usable(state_, "Communicator::deregister");
+  if (buffer.impl_->cache.lock() != state.registrations) {
     raise_invalid_argument("Communicator::deregister", "buffer", "was registered with another communicator");
+  }
+  // Exposed: this rank's calls end and every peer releases the range before the registration goes (throws on a
+  // timeout, the registration then gone all the same).
+  if (detail::RegisteredExposures* exposures = exposures_of(state)) {
+    try {
+      exposures->withdraw(buffer.impl_->id);
+    } catch (...) {
+      buffer.impl_->release();
+      buffer.impl_.reset();
+      throw;
+    }
   }
   buffer.impl_->release();
   buffer.impl_.reset();

@@ -48,9 +48,9 @@ namespace {
 
 detail::RegisteredExposures& exposures_of(Communicator& comm, const char* function) {
   detail::CommState& state = detail::TestAccess::state(comm, function);
-  detail::require_cuda_backend(state, function);
-  if (state.exposures == nullptr) raise(ErrorCode::kUnsupported, "{}: a communicator of one rank exposes nothing", function);
-  return *state.exposures;
+  collectives::CollectiveContext& cuda = detail::cuda_context(state, function);
+  if (cuda.exposures == nullptr) raise(ErrorCode::kUnsupported, "{}: a communicator of one rank exposes nothing", function);
+  return *cuda.exposures;
 }
 
 }  // namespace

@@ -71,6 +71,12 @@ constexpr ConfigVar kTable[] = {
      "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "
      "registered buffers; the graph holds the mappings until it is destroyed. 0: such calls are staged. Eager "
      "calls are not affected."},
+    {"BRAID_EAGER_ZERO_COPY", ConfigType::kEnum, "0", "0|1",
+     "1: register_buffer also exposes the range to every peer (VMM memory; cudaMalloc memory where the ranks are "
+     "threads of one process), and every eager all-gather beyond the LL sizes whose output is not symmetric memory "
+     "runs one kernel that announces at its entry barrier where each rank's output lies: zero copy where every "
+     "rank's is exposed, else staged inside that kernel. Every rank must set the same value (init refuses a "
+     "mismatch). 0: registration stays local and such calls take the selection table's paths."},
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},

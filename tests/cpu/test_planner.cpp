@@ -80,6 +80,31 @@ TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   }
 }
 
+// NOTE [announced calls]: an announced all-gather takes the announcing row beyond LL whatever the table or
+// BRAID_ALGO names, on every world; LL stays LL; collectives without an announcing row plan as they would.
+TEST(Planner, AnnouncedAllGatherTakesTheAnnouncingRowBeyondLL) {
+  const BufferFacts announced{.announced = true};
+  const std::string forced = "allgather=copyengine";
+  for (const int world : {2, 3, 8}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    for (const size_t bytes : {size_t(4) << 20, size_t(64) << 20, size_t(512) << 20}) {
+      for (const std::string* text : {&kNoOverride, &forced}) {
+        const CallPlan plan = plan_call(shape(Collective::kAllGather, bytes, world, DataType::kFloat32, text), kAreas,
+                                        announced);
+        EXPECT_EQ(plan.mode, BufferMode::kAnnounced) << bytes << " bytes, override '" << *text << "'";
+        EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
+        EXPECT_EQ(plan.chunk, SIZE_MAX);
+      }
+    }
+    const CallPlan small = plan_call(shape(Collective::kAllGather, 1024, world), kAreas, announced);
+    EXPECT_EQ(small.algorithm, Algorithm::kLL);
+    EXPECT_EQ(small.mode, BufferMode::kStagedCopy);
+    const CallPlan reduce = plan_call(shape(Collective::kAllReduce, size_t(64) << 20, world), kAreas, announced);
+    EXPECT_NE(reduce.mode, BufferMode::kAnnounced) << "all-reduce has no announcing row";
+  }
+  EXPECT_NE(plan_call(shape(Collective::kAllGather, size_t(64) << 20), kAreas, {}).mode, BufferMode::kAnnounced);
+}
+
 BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bool in_place = false) {
   return BufferFacts{.peers_map = input_mapped, .peers_map_output = true, .same_process_peers = same_process_peers,
                      .in_place = in_place};

@@ -54,10 +54,10 @@ constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, size_t(16) <<
 
 std::vector<BufferFacts> every_facts() {
   std::vector<BufferFacts> all;
-  for (int bits = 0; bits < 32; ++bits) {
+  for (int bits = 0; bits < 64; ++bits) {
     all.push_back(BufferFacts{.peers_map = (bits & 1) != 0, .peers_map_output = (bits & 2) != 0,
                               .same_process_peers = (bits & 4) != 0, .in_place = (bits & 8) != 0,
-                              .one_sided = (bits & 16) != 0});
+                              .one_sided = (bits & 16) != 0, .announced = (bits & 32) != 0});
   }
   return all;
 }

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "collective_reference.hpp"
 #include "comm/test_hooks.hpp"
 #include "vmm_buffer.hpp"
 #include "world.hpp"
@@ -127,6 +130,68 @@ TEST(ExposedRanges, ExposuresBesideCollectivesOfThePeers) {
     comm.barrier();
     EXPECT_EQ(imported_exposures(comm), 0u);
     device_synchronize();  // the VMM buffer goes next: no peer's work still on the GPU
+  });
+}
+
+bool eager_zero_copy_on() {
+  const char* value = std::getenv("BRAID_EAGER_ZERO_COPY");
+  return value != nullptr && std::string(value) == "1";
+}
+
+// Int32 element i of rank r's block in round `seed`: never zero, distinct per (seed, rank, i).
+int32_t element(uint32_t seed, int rank, size_t i) {
+  return static_cast<int32_t>((seed * 2654435761u ^ static_cast<uint32_t>(rank) * 40503u ^ static_cast<uint32_t>(i) * 7919u) %
+                              2000003u) + 1;
+}
+
+// BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
+// exposed (registered VMM memory), out of place and in place, at a size zero copy serves, one larger than a staging
+// half (the staged path's rounds) and one whose rank blocks are not whole 16-byte vectors (announced as staged):
+// every block equal to its rank's input, outputs poisoned before each call.
+TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    const size_t counts[] = {(size_t(1) << 18) + 4, (size_t(5) << 20) + 4, (size_t(1) << 18) + 3};
+    const size_t most = (size_t(5) << 20) + 4;
+    VmmBuffer output(most * sizeof(int32_t) * world, comm.device());
+    int32_t* input = nullptr;
+    cuda(cudaMalloc(reinterpret_cast<void**>(&input), most * sizeof(int32_t)), "cudaMalloc");
+    int32_t* out = static_cast<int32_t*>(output.pointer());
+    const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));  // fresh each run, the same on every rank
+    enum Exposing { kEveryRank, kRankZero, kNoRank };
+    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
+      std::optional<RegisteredBuffer> registered;
+      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
+        registered = comm.register_buffer(out, most * sizeof(int32_t) * world);
+      }
+      for (const size_t count : counts) {
+        for (const bool in_place : {false, true}) {
+          const uint32_t round = seed + static_cast<uint32_t>(count * 3 + in_place + exposing * 7);
+          std::vector<int32_t> mine(count);
+          for (size_t i = 0; i < count; ++i) mine[i] = element(round, rank, i);
+          cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t) * world), "cudaMemset");
+          int32_t* source = in_place ? out + rank * count : input;
+          cuda(cudaMemcpy(source, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          comm.all_gather(source, out, count, DataType::kInt32, cudaStreamPerThread);
+          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+          comm.check();
+          std::vector<int32_t> seen(count * world);
+          cuda(cudaMemcpy(seen.data(), out, seen.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          size_t wrong = 0;
+          for (int q = 0; q < world; ++q) {
+            for (size_t i = 0; i < count; ++i) wrong += seen[q * count + i] != element(round, q, i);
+          }
+          EXPECT_EQ(wrong, 0u) << "exposing " << exposing << ", " << count << " int32 a rank, "
+                               << (in_place ? "in place" : "out of place");
+        }
+      }
+      if (registered) comm.deregister(*registered);  // waits for this rank's calls and the peers' release
+      comm.barrier();
+    }
+    free_when_ranks_end(input);
+    device_synchronize();  // the VMM output goes next
   });
 }
 

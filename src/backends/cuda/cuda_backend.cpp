@@ -10,6 +10,7 @@
 #include "core/config.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "kernels/announced_launch.hpp"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
 #include "kernels/pipeline_launch.hpp"
@@ -79,6 +80,15 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
     c.exchange_stream = std::make_unique<detail::PrivateStream>();
   }
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
+  if (c.size > 1) {
+    if (c.eager_zero_copy) {
+      c.announcements = setup.allocate(kernels::announcement_words(c.size, device::kBarrierChannels) * sizeof(uint64_t));
+    }
+    detail::CallOrder* order = &c.order;
+    DeviceGuard guard(c.device);
+    c.exposures = std::make_shared<detail::RegisteredExposures>(
+        c.memory, setup.connect, setup.store_prefix, [order](double wait_s) { return order->wait_for_calls(wait_s); });
+  }
   DeviceSync* sync = c.sync.get();
   auto exited = [sync](int rank, int pid) {
     if (sync->publish_failure(device::kErrorPeerExited, rank, pid)) {

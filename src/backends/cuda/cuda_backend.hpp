@@ -27,6 +27,9 @@ struct CudaBackendSetup {
   std::vector<int> peer_pids;  // [world]: a rank's pid where this rank can watch it (PeerWatch), else 0
   std::function<SymmetricMemory(size_t bytes)> allocate;  // a symmetric allocation on every rank, together
   MulticastTeam multicast;
+  // Store clients of the exposure helper's own, and the communicator's namespace in the store.
+  std::function<std::unique_ptr<StoreClient>()> connect;
+  std::string store_prefix;
 };
 
 class CudaBackend final : public Backend {

@@ -1,0 +1,48 @@
+// Arguments of the announcing kernels (plain data, by value): eager calls whose buffers the peers may map through
+// exposure (docs/dev/registration.md, "Eager zero copy on registered memory"). Each rank announces, at the entry
+// barrier, where its buffer lies (an exposure id and an offset) or that it has none; every rank then finds the
+// peers' buffers in its exposure table and moves the data zero copy, or, where any rank announced none, every rank
+// runs the staged path inside the same kernel.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/staged_launch.hpp"
+#include "memory/exposure_table.hpp"
+
+namespace braid::kernels {
+
+// An announcement: kAnnouncedStaged, or (exposure id << kAnnouncedOffsetBits) | offset in the exposed range.
+constexpr uint64_t kAnnouncedStaged = 1;
+constexpr int kAnnouncedOffsetBits = 40;
+constexpr uint64_t kAnnouncedOffsetMask = (uint64_t(1) << kAnnouncedOffsetBits) - 1;
+constexpr uint64_t kMaxAnnouncedId = (uint64_t(1) << (64 - kAnnouncedOffsetBits)) - 1;
+
+// The announcement of a buffer at `offset` of exposure `id`; staged where either does not fit its bits.
+constexpr uint64_t announcement(uint64_t id, uint64_t offset) {
+  return id == 0 || id > kMaxAnnouncedId || offset > kAnnouncedOffsetMask ? kAnnouncedStaged
+                                                                          : (id << kAnnouncedOffsetBits) | offset;
+}
+
+// Words of one rank's announcement area: [channel][sender][parity of the barrier's count] (as the signal pad's plan
+// words): each block announces to the same block of every peer.
+constexpr size_t announcement_words(int world, int channels) { return size_t(channels) * size_t(world) * 2; }
+
+struct AnnouncementArea {
+  uint64_t* local;         // this rank's area
+  uint64_t* const* peers;  // device array [world]: every rank's area, mapped here
+};
+
+struct AnnouncedLaunch {
+  StagedLaunch staged;  // the call (count: bytes of one rank's block) and the staging its staged path uses
+  uint64_t word;        // this rank's announcement for the buffer the peers write (all-gather: its output)
+  AnnouncementArea area;
+  const ExposedRange* table;  // this rank's exposure table: [world * kExposureSlots]
+};
+
+void launch_all_gather_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream);
+
+}  // namespace braid::kernels
