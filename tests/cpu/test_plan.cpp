@@ -9,6 +9,7 @@
 #include "braid/types.hpp"
 #include "braid/device/sync_device.hpp"
 #include "collectives/plan.hpp"
+#include "kernels/announced_launch.hpp"
 
 namespace braid {
 namespace {
@@ -119,6 +120,23 @@ TEST(PlanWord, TheStoppedPlanIsNoCallsPlan) {
   }
   EXPECT_NE(exchange_plan_word(Collective::kSendRecv, ExchangedBuffer::kRecv, 1) >> 56, device::kStoppedPlan >> 56);
   EXPECT_NE(describe_plan(device::kStoppedPlan).find("stopped after a mismatch"), std::string::npos);
+}
+
+// What an announcing kernel's block writes for its buffer (kernels/announced_launch.hpp): the id above the offset's
+// 40 bits, and "staged" wherever either would not fit or there is no exposure, never a word a range could have.
+TEST(Announcement, PacksTheIdAboveTheOffsetAndIsStagedWhereEitherDoesNotFit) {
+  using kernels::announcement;
+  using kernels::kAnnouncedOffsetBits;
+  using kernels::kAnnouncedStaged;
+  const uint64_t word = announcement(7, 0x12345);
+  EXPECT_EQ(word >> kAnnouncedOffsetBits, 7u);
+  EXPECT_EQ(word & kernels::kAnnouncedOffsetMask, 0x12345u);
+  EXPECT_NE(announcement(1, 0), kAnnouncedStaged) << "the first exposure at offset 0 is no staged word";
+  EXPECT_EQ(announcement(0, 16), kAnnouncedStaged) << "id 0 is no exposure";
+  EXPECT_EQ(announcement(kernels::kMaxAnnouncedId + 1, 0), kAnnouncedStaged);
+  EXPECT_EQ(announcement(1, kernels::kAnnouncedOffsetMask + 1), kAnnouncedStaged);
+  EXPECT_EQ(announcement(kernels::kMaxAnnouncedId, kernels::kAnnouncedOffsetMask) >> kAnnouncedOffsetBits,
+            kernels::kMaxAnnouncedId);
 }
 
 }  // namespace
