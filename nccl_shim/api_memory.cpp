@@ -1,20 +1,27 @@
 // NCCL's C API, part 3: memory. ncclMemAlloc gives VMM memory with POSIX-fd handles (what braid's registration
 // maps between processes), accessible from every GPU of this process that can reach it (ranks as threads).
-// ncclCommRegister registers with the real NCCL, for what it serves: a registration is local, so braid could not
-// know that every rank passes registered buffers to the same call, which its zero-copy paths need. Windows are
-// collective (every rank registers together), so ncclCommWindowRegister also registers with braid.
+// ncclCommRegister registers with the real NCCL, for what it serves, and with BRAID_EAGER_ZERO_COPY=1 with braid
+// too, which then exposes the range to the peers (PyTorch's allocator hook registers every segment it makes):
+// there no eager call exchanges a registered buffer, so ranks need not register alike. Without it a registration
+// stays NCCL's: braid's zero-copy paths on registered buffers need every rank to pass registered buffers to the same
+// call, which a local registration cannot promise. Windows are collective (every rank registers together), so
+// ncclCommWindowRegister also registers with braid.
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <exception>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <unordered_set>
 
+#include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/cuda_driver.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "memory/vmm.hpp"
 #include "shim.hpp"
 #include "shim_exports.hpp"
@@ -32,9 +39,11 @@ struct Allocation {
 std::mutex allocations_mutex;
 std::map<void*, Allocation> allocations;
 
-// What ncclCommRegister returns: the real NCCL's handle (null where it did not register).
+// What ncclCommRegister returns: the real NCCL's handle (null where it did not register), and braid's registration
+// (BRAID_EAGER_ZERO_COPY=1, braid's CUDA backend, memory braid can share).
 struct Registration {
   void* real = nullptr;
+  std::optional<braid::RegisteredBuffer> braid;
 };
 
 std::mutex windows_mutex;
@@ -114,7 +123,7 @@ SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
 SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommRegister, comm, buff, size, handle);
   return guarded("ncclCommRegister", [&] {
-    const ncclComm& shim = checked_comm(comm, "ncclCommRegister");
+    ncclComm& shim = checked_comm(comm, "ncclCommRegister");
     require_pointer(handle, "ncclCommRegister", "handle");
     require_pointer(buff, "ncclCommRegister", "buff");
     auto registration = std::make_unique<Registration>();
@@ -123,6 +132,13 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
       check_real(shim, shim.library->api().comm_register(shim.real, buff, size, &registration->real),
                  "ncclCommRegister");
     }
+    if (shim.braid && shim.braid_on_cuda && braid::eager_zero_copy_enabled()) {
+      try {
+        registration->braid = shim.braid->register_buffer(buff, size);
+      } catch (const braid::Error& error) {  // memory braid cannot share: the calls on it stage
+        BRAID_INFO("ncclCommRegister: {} bytes at {} are not exposed to the peers: {}", size, buff, error.what());
+      }
+    }
     *handle = registration.release();
   });
 }
@@ -130,13 +146,24 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
 SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommDeregister, comm, handle);
   return guarded("ncclCommDeregister", [&] {
-    const ncclComm& shim = checked_comm(comm, "ncclCommDeregister");
+    ncclComm& shim = checked_comm(comm, "ncclCommDeregister");
     require_pointer(handle, "ncclCommDeregister", "handle");
     std::unique_ptr<Registration> registration(static_cast<Registration*>(handle));
+    // braid's first: its withdrawal waits for this rank's calls and every peer's unmap, after which the caller
+    // may free the memory (the real NCCL's deregistration runs even where it fails).
+    std::exception_ptr failure;
+    if (registration->braid && shim.braid) {
+      try {
+        shim.braid->deregister(*registration->braid);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     if (registration->real != nullptr && shim.real != nullptr) {
       braid::DeviceGuard guard(shim.device);
       check_real(shim, shim.library->api().comm_deregister(shim.real, registration->real), "ncclCommDeregister");
     }
+    if (failure) std::rethrow_exception(failure);
   });
 }
 

@@ -255,8 +255,10 @@ class Communicator {
   // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
   // the timeout passed (a range some peer did not map stays registered, unexposed). Eager all_gather calls beyond
   // the LL sizes whose output is not symmetric memory then announce their outputs at their entry barrier instead
-  // of exchanging them: zero copy where every rank's output is exposed and 16-byte aligned, staged otherwise, and
-  // never kMismatch for buffers registered on some ranks only (docs/registration.md).
+  // of exchanging them: zero copy where every rank's output is exposed and 16-byte aligned, staged otherwise. No
+  // eager call then exchanges a registered buffer's mappings (eager calls of the other collectives stage registered
+  // buffers), so ranks need not register alike and no eager call fails with kMismatch for it; captured calls are
+  // unchanged (docs/registration.md).
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after

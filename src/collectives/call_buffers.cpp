@@ -61,6 +61,9 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes) {
+  // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
+  // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
+  if (state.eager_zero_copy && state.order.call_graph() == nullptr) return find_symmetric_range(state.memory, pointer, bytes);
   // Two pointers, which std::function holds without allocating: every call builds the hook, few run it.
   CollectiveContext* const communicator = &state;
   const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};

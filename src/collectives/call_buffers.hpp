@@ -16,7 +16,8 @@ struct CollectiveContext;
 // (every rank must join), a barrier (signal channel 0) runs at once, after the eager work, even while capturing,
 // announcing exchange_plan_word: a peer that does not join runs other kernels, so both fail with kMismatch rather
 // than one waiting in an exchange. A captured call registers an unregistered buffer automatically (unless
-// BRAID_AUTO_REGISTER=0) after the same barrier, the graph holding the mappings; eager calls get nullopt.
+// BRAID_AUTO_REGISTER=0) after the same barrier, the graph holding the mappings; eager calls get nullopt. Eager
+// calls under BRAID_EAGER_ZERO_COPY find symmetric memory alone (registered buffers are announced instead).
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes);
 

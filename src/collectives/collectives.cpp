@@ -593,19 +593,15 @@ void all_gather(CollectiveContext& state, const CollectiveCall& call, Stream str
   const size_t bytes = rank_block_bytes(call);
   const CallShape shape = shape_of(state, call, bytes * state.size, multicast_ready(state, call, bytes));
   const AreaCapacities capacities = area_capacities(state);
-  // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it). An
-  // announcing call looks up symmetric memory alone: registered outputs are announced, never exchanged.
-  const bool announcing = announces(state, shape, capacities);
+  // Zero copy needs every rank block 16-byte aligned; the input may be any buffer (only this rank reads it).
   std::optional<PeerRange> recv_range;
   if (bytes % 16 == 0 && !plans_ll(shape, capacities)) {
-    recv_range = announcing ? find_symmetric_range(state.memory, call.recv, bytes * state.size)
-                            : call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv,
-                                                bytes * state.size);
+    recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes * state.size);
   }
   BufferFacts facts{};
   facts.peers_map = recv_range && recv_range->aligned16;
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
-  facts.announced = announcing && !facts.peers_map;
+  facts.announced = !facts.peers_map && announces(state, shape, capacities);
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), std::nullopt, recv_range}, stream);
 }
 

@@ -288,7 +288,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   settings.algorithm_override =
       !options.algorithms.empty() ? options.algorithms : Config::get().string("BRAID_ALGO").value_or("");
   settings.max_blocks = max_blocks(options.max_blocks);
-  settings.eager_zero_copy = Config::get().string("BRAID_EAGER_ZERO_COPY").value_or("0") == "1";
+  settings.eager_zero_copy = eager_zero_copy_enabled();
   agree_on_settings(*state);
   settings.ranks_per_gpu = topology.ranks_per_gpu;
   if (topology.ranks_per_gpu > 1) {

@@ -75,8 +75,9 @@ constexpr ConfigVar kTable[] = {
      "1: register_buffer also exposes the range to every peer (VMM memory; cudaMalloc memory where the ranks are "
      "threads of one process), and every eager all-gather beyond the LL sizes whose output is not symmetric memory "
      "runs one kernel that announces at its entry barrier where each rank's output lies: zero copy where every "
-     "rank's is exposed, else staged inside that kernel. Every rank must set the same value (init refuses a "
-     "mismatch). 0: registration stays local and such calls take the selection table's paths."},
+     "rank's is exposed, else staged inside that kernel; no eager call exchanges a registered buffer (the other "
+     "collectives stage registered buffers). Every rank must set the same value (init refuses a mismatch). 0: "
+     "registration stays local and such calls take the selection table's paths."},
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},
@@ -259,5 +260,7 @@ double timeout_seconds(double chosen, const char* name) {
   }
   return chosen;
 }
+
+bool eager_zero_copy_enabled() { return Config::get().string("BRAID_EAGER_ZERO_COPY").value_or("0") == "1"; }
 
 }  // namespace braid

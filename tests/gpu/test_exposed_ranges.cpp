@@ -147,7 +147,8 @@ int32_t element(uint32_t seed, int rank, size_t i) {
 // BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
 // exposed (registered VMM memory), out of place and in place, at a size zero copy serves, one larger than a staging
 // half (the staged path's rounds) and one whose rank blocks are not whole 16-byte vectors (announced as staged):
-// every block equal to its rank's input, outputs poisoned before each call.
+// every block equal to its rank's input, outputs poisoned before each call; and an all-reduce on the output (staged
+// under the switch, whatever each rank registered).
 TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed) {
   if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
   with_communicator([](Communicator& comm) {
@@ -186,6 +187,24 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
           EXPECT_EQ(wrong, 0u) << "exposing " << exposing << ", " << count << " int32 a rank, "
                                << (in_place ? "in place" : "out of place");
         }
+      }
+      {  // An all-reduce on the output, registered on some ranks only: staged, never kMismatch, under the switch.
+        const size_t count = (size_t(1) << 20) + 4;  // beyond LL
+        std::vector<int32_t> mine(count);
+        for (size_t i = 0; i < count; ++i) mine[i] = element(seed + 11, rank, i) % 1000;
+        cuda(cudaMemcpy(out, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+        comm.all_reduce(out, out + count, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+        cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+        comm.check();
+        std::vector<int32_t> sum(count);
+        cuda(cudaMemcpy(sum.data(), out + count, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          int32_t expected = 0;
+          for (int q = 0; q < world; ++q) expected += element(seed + 11, q, i) % 1000;
+          wrong += sum[i] != expected;
+        }
+        EXPECT_EQ(wrong, 0u) << "all_reduce with exposing " << exposing;
       }
       if (registered) comm.deregister(*registered);  // waits for this rank's calls and the peers' release
       comm.barrier();
