@@ -21,7 +21,8 @@ struct ExposedRange {
 
 // Slots a row: an owner's exposure id lands in slot id % kExposureSlots. Ids are serial, so an owner with fewer
 // than kExposureSlots live ranges never collides with itself; a collision is refused (the range stays staged).
-constexpr uint64_t kExposureSlots = 1024;
+// A row of 8192 slots is 192 KiB of pinned host memory (1.5 MiB for 8 ranks).
+constexpr uint64_t kExposureSlots = 8192;
 
 #if defined(__CUDACC__)
 #define BRAID_HOST_DEVICE __host__ __device__
