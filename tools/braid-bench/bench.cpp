@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -17,6 +18,7 @@
 
 #include "collective.hpp"
 #include "reference.hpp"
+#include "vmm_memory.hpp"
 #include "report.hpp"
 
 namespace braid::bench {
@@ -27,8 +29,9 @@ namespace {
 // The host side of the check moves data in chunks of this size, so its memory stays bounded at any -e.
 constexpr size_t kHostChunkBytes = size_t(64) << 20;
 
-// A device buffer: cudaMalloc'd (a plain user buffer, which braid must serve through staging), registered with
-// the communicator (zero copy once its first use exchanged mappings), or symmetric (comm.alloc, braid's
+// A device buffer: cudaMalloc'd or VMM memory (--vmm: as PyTorch's expandable segments make it), a plain user
+// buffer which braid must serve through staging, or registered with the communicator (zero copy once its first use
+// exchanged mappings; exposed to the peers under BRAID_EAGER_ZERO_COPY=1), or symmetric (comm.alloc, braid's
 // zero-copy path; collective).
 class Buffer {
  public:
@@ -37,8 +40,13 @@ class Buffer {
       memory_ = comm.alloc(bytes);
       data_ = memory_.local();
     } else {
-      cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
-      owned_ = true;
+      if (options.vmm) {
+        vmm_ = std::make_unique<VmmMemory>(bytes, comm.device());
+        data_ = vmm_->data();
+      } else {
+        cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
+        owned_ = true;
+      }
       if (options.registered) registration_ = comm.register_buffer(data_, bytes);
     }
   }
@@ -47,6 +55,7 @@ class Buffer {
     // back the error message; the process is about to exit anyway.
     registration_.reset();  // deregistered (peers' mappings released) before the memory goes
     if (owned_ && std::uncaught_exceptions() == 0) cudaFree(data_);
+    if (std::uncaught_exceptions() > 0) static_cast<void>(vmm_.release());  // left mapped, as cudaFree is skipped
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -54,6 +63,7 @@ class Buffer {
 
  private:
   SymmetricMemory memory_;
+  std::unique_ptr<VmmMemory> vmm_;
   RegisteredBuffer registration_;
   void* data_ = nullptr;
   bool owned_ = false;

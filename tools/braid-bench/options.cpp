@@ -123,7 +123,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       "BYTES");
 
   std::string min_bytes, max_bytes, step_bytes, compare, type = "float32", op = "sum";
-  int symmetric = 0, registered = 0, blocking = 0, local_register = -1, gpus_per_thread = 0;
+  int symmetric = 0, registered = 0, vmm = 0, blocking = 0, local_register = -1, gpus_per_thread = 0;
   app.add_flag("--smoke", options.smoke, "run the symmetric-memory smoke run (peer writes, checked) instead");
   app.add_flag("--moe", options.moe,
                "benchmark MoE dispatch and combine (braid::MoeBuffer) instead of the collectives; -d defaults to bfloat16");
@@ -204,7 +204,11 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
       ->check(integer_in(0, 2))->capture_default_str();
   app.add_option("--symmetric", symmetric, "1: buffers from comm.alloc (zero-copy path); 0: cudaMalloc (staged eagerly; with -G registered automatically at capture unless BRAID_AUTO_REGISTER=0)")
       ->check(integer_in(0, 1))->capture_default_str();
-  app.add_option("--register", registered, "1: cudaMalloc buffers registered with comm.register_buffer (zero copy)")
+  app.add_option("--register", registered, "1: the user buffers registered with comm.register_buffer (zero copy)")
+      ->check(integer_in(0, 1))->capture_default_str();
+  app.add_option("--vmm", vmm, "1: user buffers of VMM memory with POSIX-fd handles, as PyTorch's expandable segments "
+                               "make them, instead of cudaMalloc (with --register 1 and BRAID_EAGER_ZERO_COPY=1, "
+                               "exposed to the peers)")
       ->check(integer_in(0, 1))->capture_default_str();
   app.add_option("-R,--local_register", local_register,
                  "nccl-tests' registration: 0 cudaMalloc, 1 --register 1, 2 --symmetric 1")
@@ -268,6 +272,7 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   options.blocking = blocking != 0;
   options.symmetric = symmetric != 0;
   options.registered = registered != 0;
+  options.vmm = vmm != 0;
   if (local_register >= 0) {
     if (app.count("--symmetric") + app.count("--register") > 0) {
       std::fprintf(stderr, "braid-bench: -R/--local_register says what --symmetric and --register say: give one of them\n");
@@ -278,6 +283,10 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
   }
   if (options.symmetric && options.registered) {
     std::fprintf(stderr, "braid-bench: --symmetric 1 and --register 1 exclude each other\n");
+    return 2;
+  }
+  if (options.symmetric && options.vmm) {
+    std::fprintf(stderr, "braid-bench: --symmetric 1 and --vmm 1 exclude each other\n");
     return 2;
   }
   if (gpus_per_thread > 0) options.threads = (options.threads > 0 ? options.threads : 1) * gpus_per_thread;

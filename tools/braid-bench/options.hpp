@@ -59,7 +59,8 @@ struct Options {
   std::string nccl_lib = "libnccl.so.2";
   int in_place = 2;  // 0: out-of-place only, 1: in-place only, 2: both (never in place: alltoall)
   bool symmetric = false;  // buffers from comm.alloc (zero-copy) instead of cudaMalloc (staged)
-  bool registered = false;  // cudaMalloc buffers registered with the communicator (zero copy after the first use)
+  bool registered = false;  // user buffers registered with the communicator (zero copy after the first use)
+  bool vmm = false;         // user buffers of VMM memory with POSIX-fd handles (PyTorch's expandable segments)
   double timeout_s = 0;    // 0: braid's default (BRAID_TIMEOUT_S)
 
   bool out_of_place() const { return in_place != 1; }
@@ -77,9 +78,12 @@ std::optional<size_t> parse_bytes(const std::string& text);
 // A row's time from every rank's (in rank order), as -a asks: rank 0's, the mean, the min or the max.
 double combine_rank_times(const std::vector<double>& times, int average);
 
-// The kind of buffers the run uses, for the header and the JSON: "symmetric", "registered" or "cudaMalloc".
+// The kind of buffers the run uses, for the header and the JSON: "symmetric", "registered", "cudaMalloc", or with
+// --vmm "registered-vmm" and "vmm".
 inline const char* buffers_name(const Options& options) {
-  return options.symmetric ? "symmetric" : options.registered ? "registered" : "cudaMalloc";
+  if (options.symmetric) return "symmetric";
+  if (options.vmm) return options.registered ? "registered-vmm" : "vmm";
+  return options.registered ? "registered" : "cudaMalloc";
 }
 
 }  // namespace braid::bench

@@ -59,6 +59,20 @@ TEST(BenchOptions, ThreadsTimesGpusAndLongOptions) {
   EXPECT_EQ(o.average, 3);  // the max over ranks unless -a says otherwise
 }
 
+TEST(BenchOptions, VmmBuffersRegisteredOrNot) {
+  Options o;
+  ASSERT_EQ(parse({"--vmm", "1", "--register", "1"}, o), std::nullopt);
+  EXPECT_TRUE(o.vmm);
+  EXPECT_TRUE(o.registered);
+  EXPECT_STREQ(buffers_name(o), "registered-vmm");
+  Options plain;
+  ASSERT_EQ(parse({"--vmm", "1"}, plain), std::nullopt);
+  EXPECT_STREQ(buffers_name(plain), "vmm");
+  Options malloced;
+  ASSERT_EQ(parse({}, malloced), std::nullopt);
+  EXPECT_STREQ(buffers_name(malloced), "cudaMalloc");
+}
+
 TEST(BenchOptions, StepBytesAddInsteadOfMultiplying) {
   Options o;
   ASSERT_EQ(parse({"-b", "1M", "-e", "4M", "-i", "1M"}, o), std::nullopt);
@@ -79,6 +93,7 @@ TEST(BenchOptions, BadValuesStopTheRunBeforeItStarts) {
       {"-i", "1M", "-f", "2"},         // one step rule
       {"-R", "1", "--register", "1"},  // one way to say the buffers
       {"--symmetric", "1", "--register", "1"},
+      {"--symmetric", "1", "--vmm", "1"},
       {"--json", "/nonexistent-directory/rows.json"},  // checked at the start
       {"-b", "2M", "-e", "1M"},
   };
