@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -211,6 +213,79 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
     }
     free_when_ranks_end(input);
     device_synchronize();  // the VMM output goes next
+  });
+}
+
+// BRAID_EAGER_ZERO_COPY=1: every rank keeps a pool of registered VMM segments and, call after call, in an order of
+// its own, frees one (deregistering it, sometimes right after a call that wrote into it) and makes a new one of
+// another size, and passes as output a segment, at an offset, or an unregistered buffer. Every all-gather, zero
+// copy or staged as the ranks' outputs fall, must equal the reference.
+TEST(ExposedRanges, AnnouncedAllGathersWhileRanksReplaceTheirSegmentsInOrdersOfTheirOwn) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    const size_t calls = ranks_share_gpus() ? 1000 : 10000;
+    constexpr size_t kSegments = 4, kMaxCount = size_t(1) << 20;  // int32 a rank: 4 MiB
+    const uint64_t seed = shared_seed(comm);
+    std::mt19937_64 shared(seed);              // the same on every rank: the calls' counts
+    std::mt19937_64 own(seed ^ (rank + 1) * 0x9E3779B97F4A7C15ull);  // this rank's choices
+    struct Segment {
+      std::unique_ptr<VmmBuffer> memory;
+      RegisteredBuffer registration;
+    };
+    auto make_segment = [&] {
+      const size_t bytes = (kMaxCount * world + (own() % kMaxCount) * world) * sizeof(int32_t) + 4096;  // offsets
+      Segment segment{std::make_unique<VmmBuffer>(bytes, comm.device()), {}};
+      segment.memory->synchronize_on_free = false;  // replaced after deregister, which waited for this rank's calls
+      segment.registration = comm.register_buffer(segment.memory->pointer(), segment.memory->bytes);
+      return segment;
+    };
+    std::vector<Segment> pool;
+    for (size_t i = 0; i < kSegments; ++i) pool.push_back(make_segment());
+    auto replace = [&](size_t i) {
+      comm.deregister(pool[i].registration);  // this rank's calls ended, every peer unmapped: free it
+      pool[i] = make_segment();
+    };
+    int32_t* input = nullptr;
+    int32_t* unexposed = nullptr;
+    cuda(cudaMalloc(reinterpret_cast<void**>(&input), kMaxCount * sizeof(int32_t)), "cudaMalloc");
+    cuda(cudaMalloc(reinterpret_cast<void**>(&unexposed), kMaxCount * world * sizeof(int32_t)), "cudaMalloc");
+    std::vector<int32_t> mine(kMaxCount), seen(kMaxCount * world);
+    size_t wrong = 0, calls_with_errors = 0;
+    for (size_t call = 0; call < calls; ++call) {
+      const size_t count = (kMaxCount / 4) + shared() % (kMaxCount - kMaxCount / 4);  // beyond LL at every world
+      if (own() % 8 == 0) replace(own() % kSegments);
+      // The output: a segment at a 16-byte offset, a segment at an odd offset (announced as staged), or unexposed.
+      int32_t* out = unexposed;
+      const uint64_t pick = own() % 10;
+      const size_t i = own() % kSegments;
+      if (pick < 7) out = static_cast<int32_t*>(pool[i].memory->pointer()) + (own() % 64) * 4;
+      if (pick == 7) out = static_cast<int32_t*>(pool[i].memory->pointer()) + 1;
+      const uint32_t round = static_cast<uint32_t>(seed + call);
+      for (size_t k = 0; k < count; ++k) mine[k] = element(round, rank, k);
+      cuda(cudaMemcpyAsync(input, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice, cudaStreamPerThread),
+           "cudaMemcpyAsync");
+      cuda(cudaMemsetAsync(out, 0xA5, count * world * sizeof(int32_t), cudaStreamPerThread), "cudaMemsetAsync");
+      comm.all_gather(input, out, count, DataType::kInt32, cudaStreamPerThread);
+      // The call done before the copy to pageable memory (NOTE [shared-GPU waits], world.hpp).
+      cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+      comm.check();
+      cuda(cudaMemcpy(seen.data(), out, count * world * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      size_t here = 0;
+      for (int q = 0; q < world; ++q) {
+        for (size_t k = 0; k < count; ++k) here += seen[q * count + k] != element(round, q, k);
+      }
+      wrong += here;
+      calls_with_errors += here != 0;
+      // Right after a peer stored into it: deregistering waits for this rank's calls and the peers' unmap.
+      if (pick < 8 && own() % 16 == 0) replace(i);
+    }
+    EXPECT_EQ(wrong, 0u) << calls_with_errors << " of " << calls << " calls had wrong elements";
+    for (size_t i = 0; i < kSegments; ++i) comm.deregister(pool[i].registration);
+    comm.barrier();
+    free_when_ranks_end(input);
+    free_when_ranks_end(unexposed);
   });
 }
 
