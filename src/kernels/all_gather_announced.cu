@@ -1,7 +1,8 @@
 // All-gather of an eager call that announces its output (announced_launch.hpp). Entry barrier: every rank's
 // announcement is here. Every rank's output exposed: rank r stores its input into block r of each (zero copy),
 // then an exit barrier. Any rank's not: every rank stages, in rounds of a staging half (NOTE [announced staged
-// rounds]). launch.staged.count: bytes of one rank's block.
+// rounds]). launch.staged.count: bytes of one rank's block. verify/models/announced_gather.pml models the
+// announcements, the one decision and the rounds' halves (docs/dev/protocol.md).
 #include "core/kernel_modules.hpp"
 #include "kernels/announced_launch.hpp"
 #include "kernels/dependent_launch.cuh"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "braid/device/sync_device.hpp"
+#include "kernels/announced_launch.hpp"
 #include "kernels/ll128_launch.hpp"
 #include "kernels/ll_launch.hpp"
 #include "kernels/pipeline_launch.hpp"
@@ -329,9 +330,19 @@ TEST(ModelConstants, HostFailure) {
   EXPECT_NE(constant(model, "NONE"), constant(model, "HOST_CODE"));
 }
 
+TEST(ModelConstants, AnnouncedGather) {
+  const auto model = model_constants("announced_gather");
+  EXPECT_EQ(constant(model, "HALVES"), 2) << "the staged rounds alternate the two staging halves";
+  EXPECT_GE(constant(model, "ROUNDS"), 2) << "a round must follow a round for the halves' reuse";
+  EXPECT_EQ(kernels::announcement_words(1, 1), 2u) << "the code keeps an announcement slot a barrier parity, as the model";
+  EXPECT_EQ(constant(model, "COUNTER_MOD") % 2, 0) << "the counters' wrap must keep the parity of the slots";
+  EXPECT_GE(constant(model, "ANNOUNCING_CALLS"), 2) << "a slot is written again by a later call";
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
-  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure"}) {
+  for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure",
+                            "announced_gather"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }
