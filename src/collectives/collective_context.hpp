@@ -71,7 +71,8 @@ struct CollectiveContext {
   std::unique_ptr<detail::MulticastRegion> multicast;
   // Where announcing kernels tell the peers where their buffers lie; made only where eager_zero_copy holds.
   SymmetricMemory announcements;
-  // The ranges this rank exposed to its peers and theirs mapped here (null on one rank). Last: its helper stops
+  // The ranges this rank exposed to its peers and theirs mapped here (null on one rank and without
+  // eager_zero_copy). Last: its helper stops
   // before anything it reads goes. Shared: registrations' removal hooks hold it weakly.
   std::shared_ptr<detail::RegisteredExposures> exposures;
 };

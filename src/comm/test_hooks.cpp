@@ -49,7 +49,7 @@ namespace {
 detail::RegisteredExposures& exposures_of(Communicator& comm, const char* function) {
   detail::CommState& state = detail::TestAccess::state(comm, function);
   collectives::CollectiveContext& cuda = detail::cuda_context(state, function);
-  if (cuda.exposures == nullptr) raise(ErrorCode::kUnsupported, "{}: a communicator of one rank exposes nothing", function);
+  if (cuda.exposures == nullptr) raise(ErrorCode::kUnsupported, "{}: the communicator exposes nothing (one rank, or BRAID_EAGER_ZERO_COPY is not 1)", function);
   return *cuda.exposures;
 }
 

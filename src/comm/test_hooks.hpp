@@ -22,8 +22,8 @@ namespace braid::testing {
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped_by);
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far);
 
-// The exposure of ranges to the peers (memory/registered_exposures.hpp), before any call uses it: on a
-// communicator of the CUDA backend with more than one rank (kUnsupported otherwise). Not collective: the peers'
+// The exposure of ranges to the peers (memory/registered_exposures.hpp), outside registration: on a communicator
+// of the CUDA backend with more than one rank and BRAID_EAGER_ZERO_COPY=1 (kUnsupported otherwise). Not collective: the peers'
 // helper threads answer.
 // Exposes [pointer, pointer + bytes) (device memory as register_buffer takes it) under `key` (this rank's choice,
 // one range a key): the exposure's id, or 0 where some peer could not map it.

@@ -80,10 +80,8 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
     c.exchange_stream = std::make_unique<detail::PrivateStream>();
   }
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
-  if (c.size > 1) {
-    if (c.eager_zero_copy) {
-      c.announcements = setup.allocate(kernels::announcement_words(c.size, device::kBarrierChannels) * sizeof(uint64_t));
-    }
+  if (c.size > 1 && c.eager_zero_copy) {  // the helper thread and its store clients only where something uses them
+    c.announcements = setup.allocate(kernels::announcement_words(c.size, device::kBarrierChannels) * sizeof(uint64_t));
     detail::CallOrder* order = &c.order;
     DeviceGuard guard(c.device);
     c.exposures = std::make_shared<detail::RegisteredExposures>(
