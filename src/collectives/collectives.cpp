@@ -460,7 +460,7 @@ void run_all_gather_announced(CollectiveContext& state, const PlannedCall& plann
   launch.word = announcement_of(state, call.recv, bytes * state.size, bytes);
   launch.area.local = static_cast<uint64_t*>(state.announcements.local());
   launch.area.peers = reinterpret_cast<uint64_t* const*>(state.announcements.device_peers());
-  launch.table = state.exposures->device_table();
+  launch.exposures = kernels::ExposureLookup{state.exposures->device_table(), state.exposures->device_cache()};
   kernels::launch_all_gather_announced(launch, plan.blocks, stream);
 }
 

@@ -20,23 +20,54 @@ __device__ __forceinline__ uint64_t* announcement_slot(uint64_t* area, int world
   return area + (static_cast<size_t>(channel) * world + sender) * 2 + (count & 1);
 }
 
+// NOTE [exposure cache]
+// The exposure table lies in pinned host memory (NOTE [exposure table writes]), and loads of host memory from
+// many blocks at once are served one after another: three per block and peer cost a call about 100 us. So each
+// GPU keeps a copy of the slots it used in device memory (ExposureTable::device_cache): a block looks there
+// first, and only where the slot there holds another id it reads the host table and fills the copy (base and
+// length, then the id with release, GPU scope). A range's id is never reused by its owner, so a cached slot that
+// holds the announced id holds that range. Two blocks that fill a slot at once write the same range: a slot
+// holds another id only once that id was withdrawn, and its owner withdraws it only after its calls ended, that is
+// after every peer's kernels looked it up (they did so before the barriers of those calls).
+__device__ __forceinline__ uint64_t load_acquire_gpu(const uint64_t* address) {
+  uint64_t value;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void store_release_gpu(uint64_t* address, uint64_t value) {
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+}
+
+// Slot `slot` of the exposure table for `id`: from the device copy where it holds the id, else from the host
+// table (copied into the device copy where it holds the id there). {0, 0, 0} where neither does.
+__device__ __forceinline__ ExposedRange exposed_range(const ExposureLookup& lookup, size_t slot, uint64_t id) {
+  ExposedRange* cached = lookup.cache + slot;
+  if (load_acquire_gpu(&cached->id) == id) return ExposedRange{id, cached->base, cached->bytes};
+  const ExposedRange* entry = lookup.table + slot;
+  const uint64_t held = device::load_acquire_system(&entry->id);  // the helper stored the id last (release)
+  if (held != id) return ExposedRange{0, 0, 0};
+  const ExposedRange range{id, device::load_relaxed_system(&entry->base), device::load_relaxed_system(&entry->bytes)};
+  cached->base = range.base;
+  cached->bytes = range.bytes;
+  store_release_gpu(&cached->id, id);
+  return range;
+}
+
 // Rank `owner`'s buffer of `bytes` as announced by `word`, mapped here; null where the word says staged.
 // `found` is false where the word names a range this rank's table does not hold as announced (NOTE [exposure table
 // writes] says why that cannot happen for a range its owner exposed).
-__device__ __forceinline__ char* resolve(const ExposedRange* table, int owner, uint64_t word, size_t bytes,
+__device__ __forceinline__ char* resolve(const ExposureLookup& lookup, int owner, uint64_t word, size_t bytes,
                                          bool& found) {
   found = true;
   if (word == kAnnouncedStaged) return nullptr;
   const uint64_t id = word >> kAnnouncedOffsetBits, offset = word & kAnnouncedOffsetMask;
-  const ExposedRange* entry = table + exposure_slot(owner, id);
-  const uint64_t held = device::load_acquire_system(&entry->id);  // the helper stored the id last (release)
-  const uint64_t base = device::load_relaxed_system(&entry->base);
-  const uint64_t length = device::load_relaxed_system(&entry->bytes);
-  if (held != id || offset > length || bytes > length - offset) {
+  const ExposedRange range = exposed_range(lookup, exposure_slot(owner, id), id);
+  if (range.id != id || offset > range.bytes || bytes > range.bytes - offset) {
     found = false;
     return nullptr;
   }
-  return reinterpret_cast<char*>(base + offset);
+  return reinterpret_cast<char*>(range.base + offset);
 }
 
 // NOTE [announced staged rounds]
@@ -95,7 +126,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_announced(Announc
   if (peer < world && peer != rank) {
     const uint64_t word = device::load_relaxed_system(announcement_slot(launch.area.local, world, channel, peer, count));
     bool found = true;
-    outputs[peer] = resolve(launch.table, peer, word, world * call.rank_stride, found);
+    outputs[peer] = resolve(launch.exposures, peer, word, world * call.rank_stride, found);
     if (outputs[peer] == nullptr) atomicOr(&staged, 1);
     if (!found) atomicMax(&unknown, peer);
   }

@@ -36,11 +36,17 @@ struct AnnouncementArea {
   uint64_t* const* peers;  // device array [world]: every rank's area, mapped here
 };
 
+// Where a rank finds the ranges its peers exposed: [world * kExposureSlots] each (NOTE [exposure cache]).
+struct ExposureLookup {
+  const ExposedRange* table;  // the exposure table (pinned host memory, filled by the exposure helper)
+  ExposedRange* cache;        // its copy in this GPU's memory, filled by the kernels that look slots up
+};
+
 struct AnnouncedLaunch {
   StagedLaunch staged;  // the call (count: bytes of one rank's block) and the staging its staged path uses
   uint64_t word;        // this rank's announcement for the buffer the peers write (all-gather: its output)
   AnnouncementArea area;
-  const ExposedRange* table;  // this rank's exposure table: [world * kExposureSlots]
+  ExposureLookup exposures;
 };
 
 void launch_all_gather_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream);

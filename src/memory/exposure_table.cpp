@@ -6,24 +6,41 @@
 #include <cstring>
 
 #include "core/cuda_check.hpp"
+#include "core/device_guard.hpp"
+#include "core/private_copy.hpp"
 
 namespace braid::detail {
 
-ExposureTable::ExposureTable(int world) : world_(world) {
+ExposureTable::ExposureTable(int world, int device) : world_(world) {
   const size_t bytes = static_cast<size_t>(world) * kExposureSlots * sizeof(ExposedRange);
+  DeviceGuard guard(device);
   void* host = nullptr;
   BRAID_CUDA(cudaHostAlloc(&host, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(host, 0, bytes);
-  void* device = nullptr;
-  if (cudaError_t error = cudaHostGetDevicePointer(&device, host, 0); error != cudaSuccess) {
+  void* device_pointer = nullptr;
+  if (cudaError_t error = cudaHostGetDevicePointer(&device_pointer, host, 0); error != cudaSuccess) {
     cudaFreeHost(host);
     BRAID_CUDA(error);
   }
+  void* cache = nullptr;
+  if (cudaError_t error = cudaMalloc(&cache, bytes); error != cudaSuccess) {
+    cudaFreeHost(host);
+    BRAID_CUDA(error);
+  }
+  try {
+    fill_zeros_now(cache, bytes);  // NOTE [no device-wide waits]
+  } catch (...) {
+    cudaFree(cache);
+    cudaFreeHost(host);
+    throw;
+  }
   entries_ = static_cast<ExposedRange*>(host);
-  device_entries_ = static_cast<const ExposedRange*>(device);
+  device_entries_ = static_cast<const ExposedRange*>(device_pointer);
+  device_cache_ = static_cast<ExposedRange*>(cache);
 }
 
 ExposureTable::~ExposureTable() {
+  if (device_cache_ != nullptr) cudaFree(device_cache_);
   if (entries_ != nullptr) cudaFreeHost(entries_);
 }
 

@@ -1,5 +1,6 @@
 // The ranges the peers exposed to this rank (memory/exposure.hpp), as this rank's kernels read them: a table in
-// this GPU's memory, one row of slots per owner rank, filled by the exposure helper after it mapped a range. A
+// pinned host memory, one row of slots per owner rank, filled by the exposure helper after it mapped a range, and
+// its copy in this GPU's memory, which the kernels fill from it (NOTE [exposure cache], all_gather_announced.cu). A
 // kernel that learns at its entry barrier that rank q passes (id, offset) finds q's range at slot
 // exposure_slot(q, id) and checks the slot's id (docs/dev/registration.md, "Eager zero copy on registered memory").
 #pragma once
@@ -21,7 +22,7 @@ struct ExposedRange {
 
 // Slots a row: an owner's exposure id lands in slot id % kExposureSlots. Ids are serial, so an owner with fewer
 // than kExposureSlots live ranges never collides with itself; a collision is refused (the range stays staged).
-// A row of 8192 slots is 192 KiB of pinned host memory (1.5 MiB for 8 ranks).
+// A row of 8192 slots is 192 KiB of pinned host memory and as much device memory (1.5 MiB each for 8 ranks).
 constexpr uint64_t kExposureSlots = 8192;
 
 #if defined(__CUDACC__)
@@ -48,14 +49,16 @@ namespace detail {
 // only marked free here (no kernel looks for a withdrawn id: its owner announces it no more).
 class ExposureTable {
  public:
-  // A zeroed table for `world` owners, in pinned host memory mapped for the current device.
-  explicit ExposureTable(int world);
+  // A zeroed table for `world` owners, in pinned host memory mapped for `device`, and its zeroed copy there.
+  ExposureTable(int world, int device);
   ~ExposureTable();
   ExposureTable(const ExposureTable&) = delete;
   ExposureTable& operator=(const ExposureTable&) = delete;
 
   // The table for kernels: [world * kExposureSlots], slot exposure_slot(owner, id).
   const ExposedRange* device_entries() const { return device_entries_; }
+  // Its copy in the device's memory, for kernels only: [world * kExposureSlots], zeroed at first.
+  ExposedRange* device_cache() const { return device_cache_; }
 
   // Writes (id, base, bytes) into owner's slot: false, writing nothing, where the slot holds another live range
   // of that owner, or `owner` is no rank, or id is 0.
@@ -69,6 +72,7 @@ class ExposureTable {
   int world_;
   ExposedRange* entries_ = nullptr;               // host view
   const ExposedRange* device_entries_ = nullptr;  // the same memory as the GPU sees it
+  ExposedRange* device_cache_ = nullptr;           // device memory
   std::mutex mutex_;
   std::map<size_t, uint64_t> live_;  // slot -> the id it holds
 };

@@ -51,6 +51,7 @@ class RegisteredExposures {
   std::optional<Found> find(uintptr_t pointer, size_t bytes) const;
 
   const ExposedRange* device_table() const { return table_.device_entries(); }
+  ExposedRange* device_cache() const { return table_.device_cache(); }  // NOTE [exposure cache]
   // What this rank's table holds for `owner`'s exposure `id` (host view).
   ExposedRange table_entry(int owner, uint64_t id) const { return table_.read(owner, id); }
   size_t exposed_count() const;   // this rank's ranges every peer maps
