@@ -28,7 +28,7 @@ struct CallSettings {
   // Every GPU pair reports native P2P atomics (NVLink, not PCIe in general) and delivers a warp's 128-byte line
   // whole (all_reduce_ll128.cu).
   bool ll128_lines = false;
-  bool eager_zero_copy = false;  // BRAID_EAGER_ZERO_COPY: eager all-gathers announce their outputs (announced_launch.hpp)
+  bool eager_zero_copy = false;  // BRAID_EAGER_ZERO_COPY: eager all-gathers, reduce-scatters and all-reduces announce their buffers (announced_launch.hpp)
 };
 
 // The CUDA backend's state (backends/cuda/cuda_backend.hpp owns it): the communicator's memory context and call

@@ -445,23 +445,61 @@ uint64_t announcement_of(const CollectiveContext& state, const void* pointer, si
   return found ? kernels::announcement(found->id, found->offset) : kernels::kAnnouncedStaged;
 }
 
-}  // namespace
+// The announcing launch of `call`: the staged launch its staged path uses, and this rank's words for `buffers`
+// (each a pointer, its bytes and its rank blocks' bytes; every rank's buffer holds the same bytes).
+struct AnnouncedBuffer {
+  const void* pointer;
+  size_t bytes;
+  size_t block;
+};
 
-void run_all_gather_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
-  const CollectiveCall& call = planned.call;
-  const CallPlan& plan = planned.plan;
-  const size_t bytes = rank_block_bytes(call);
+kernels::AnnouncedLaunch announced_launch(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan,
+                                          std::initializer_list<AnnouncedBuffer> buffers) {
   kernels::AnnouncedLaunch launch{};
   launch.staged = base_launch(state, call, plan);
   launch.staged.send = static_cast<const char*>(call.send);
   launch.staged.recv = static_cast<char*>(call.recv);
-  launch.staged.count = bytes;
-  launch.staged.rank_stride = bytes;
-  launch.word = announcement_of(state, call.recv, bytes * state.size, bytes);
+  for (const AnnouncedBuffer& buffer : buffers) {
+    launch.words[launch.buffers] = announcement_of(state, buffer.pointer, buffer.bytes, buffer.block);
+    launch.extents[launch.buffers] = buffer.bytes;
+    ++launch.buffers;
+  }
   launch.area.local = static_cast<uint64_t*>(state.announcements.local());
   launch.area.peers = reinterpret_cast<uint64_t* const*>(state.announcements.device_peers());
   launch.exposures = kernels::ExposureLookup{state.exposures->device_table(), state.exposures->device_cache()};
-  kernels::launch_all_gather_announced(launch, plan.blocks, stream);
+  return launch;
+}
+
+}  // namespace
+
+void run_all_gather_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const size_t bytes = rank_block_bytes(call);
+  kernels::AnnouncedLaunch launch =
+      announced_launch(state, call, planned.plan, {AnnouncedBuffer{call.recv, bytes * state.size, bytes}});
+  launch.staged.count = bytes;
+  launch.staged.rank_stride = bytes;
+  kernels::launch_all_gather_announced(launch, planned.plan.blocks, stream);
+}
+
+void run_reduce_scatter_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const size_t block = call.count * datatype_size(call.type);
+  kernels::AnnouncedLaunch launch =
+      announced_launch(state, call, planned.plan, {AnnouncedBuffer{call.send, block * state.size, block}});
+  launch.staged.count = call.count;
+  launch.staged.rank_stride = call.count;
+  kernels::launch_reduce_scatter_announced(call.type, call.op, launch, planned.plan.blocks, stream);
+}
+
+void run_all_reduce_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const size_t bytes = call.count * datatype_size(call.type);
+  // The two-shot shards split at whole vectors; the buffers' own alignment is what announcement_of checks.
+  kernels::AnnouncedLaunch launch = announced_launch(
+      state, call, planned.plan, {AnnouncedBuffer{call.send, bytes, 16}, AnnouncedBuffer{call.recv, bytes, 16}});
+  launch.staged.count = call.count;
+  kernels::launch_all_reduce_announced(call.type, call.op, launch, planned.plan.blocks, stream);
 }
 
 void run_all_gather_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
@@ -534,7 +572,7 @@ void run_broadcast_copy_engine_pairs(CollectiveContext& state, const PlannedCall
 
 namespace {
 
-// Whether an eager call beyond LL announces its buffers (BufferFacts::announced): the same on every rank, from the
+// Whether an eager call beyond LL (all-reduce, reduce-scatter, all-gather) announces its buffers (BufferFacts::announced): the same on every rank, from the
 // agreed switch and the call alone.
 bool announces(const CollectiveContext& state, const CallShape& shape, const AreaCapacities& capacities) {
   return state.eager_zero_copy && state.exposures != nullptr && state.order.call_graph() == nullptr &&
@@ -557,6 +595,7 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
     facts.same_process_peers =
         facts.peers_map && (zero_copy.send->same_process_peers || zero_copy.recv->same_process_peers);
     facts.in_place = overlap(call.send, bytes, call.recv, bytes);
+    facts.announced = !facts.peers_map && announces(state, shape, capacities);
   }
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), zero_copy.send, zero_copy.recv}, stream);
 }
@@ -586,6 +625,8 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   facts.peers_map = send_range && send_range->aligned16;
   facts.peers_map_output = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;
+  // Announced where its zero copy could run: every rank block 16-byte aligned (the same on every rank).
+  facts.announced = !facts.peers_map && call.count * size % 16 == 0 && announces(state, shape, capacities);
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), send_range, recv_range}, stream);
 }
 

@@ -28,6 +28,7 @@ void run_all_reduce_ll128(CollectiveContext& context, const PlannedCall& planned
 void run_all_reduce_one_shot(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_two_shot(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_two_shot_zero_copy(CollectiveContext& context, const PlannedCall& planned, Stream stream);
+void run_all_reduce_announced(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_copy_engine(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_reduce_copy_engine_pairs(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_multicast(CollectiveContext& context, const PlannedCall& planned, Stream stream);  // all-reduce too
@@ -43,6 +44,7 @@ void run_reduce_scatter_ll(CollectiveContext& context, const PlannedCall& planne
 void run_reduce_scatter_staged(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_scatter_pipelined(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_scatter_zero_copy(CollectiveContext& context, const PlannedCall& planned, Stream stream);
+void run_reduce_scatter_announced(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_scatter_copy_engine(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_reduce_scatter_copy_engine_pairs(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 

@@ -21,6 +21,7 @@ constexpr Protocol kProtocols[] = {
     {kAR, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_all_reduce_ll},
     {kAR, kLL128, kStagedCopy, Gate::kLL128, kNothing, kLL128Payload, run_all_reduce_ll128},
     {kAR, kOneShot, kStagedCopy, Gate::kOpen, kNothing, kStagingHalf, run_all_reduce_one_shot},
+    {kAR, kTwoShot, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_all_reduce_announced},
     {kAR, kTwoShot, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_reduce_two_shot_zero_copy},
     {kAR, kTwoShot, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_reduce_two_shot},
     {kAR, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeerMapsOfTwo, kWholeCall, run_all_reduce_copy_engine},
@@ -37,6 +38,7 @@ constexpr Protocol kProtocols[] = {
 
     {kRS, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_reduce_scatter_ll},
     {kRS, kStaged, kStagedCopy, Gate::kOpen, kNothing, kStagingHalfPerRank, run_reduce_scatter_staged},
+    {kRS, kPipelined, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_reduce_scatter_announced},
     {kRS, kPipelined, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_reduce_scatter_zero_copy},
     {kRS, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_reduce_scatter_pipelined},
     {kRS, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMapOutput, kWholeCall, run_reduce_scatter_copy_engine},

@@ -68,7 +68,7 @@ double timeout_seconds();
 // where it is negative, not a number, below kMinTimeoutS or above kMaxTimeoutS.
 double timeout_seconds(double chosen, const char* name);
 
-// BRAID_EAGER_ZERO_COPY=1: registration exposes ranges to the peers and eager all-gathers announce their outputs
+// BRAID_EAGER_ZERO_COPY=1: registration exposes ranges to the peers and eager all-gathers, reduce-scatters and all-reduces announce their buffers
 // (communicators agree on it at init; the NCCL shim registers segments with braid only then).
 bool eager_zero_copy_enabled();
 

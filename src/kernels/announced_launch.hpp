@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/types.hpp"
 #include "kernels/staged_launch.hpp"
 #include "memory/exposure_table.hpp"
 
@@ -27,9 +28,14 @@ constexpr uint64_t announcement(uint64_t id, uint64_t offset) {
                                                                           : (id << kAnnouncedOffsetBits) | offset;
 }
 
-// Words of one rank's announcement area: [channel][sender][parity of the barrier's count] (as the signal pad's plan
-// words): each block announces to the same block of every peer.
-constexpr size_t announcement_words(int world, int channels) { return size_t(channels) * size_t(world) * 2; }
+// Buffers a call announces: all-gather its output, reduce-scatter its input, all-reduce its input and output.
+constexpr int kAnnouncedBuffers = 2;
+
+// Words of one rank's announcement area: [channel][sender][parity of the barrier's count][buffer] (as the signal
+// pad's plan words): each block announces to the same block of every peer.
+constexpr size_t announcement_words(int world, int channels) {
+  return size_t(channels) * size_t(world) * 2 * kAnnouncedBuffers;
+}
 
 struct AnnouncementArea {
   uint64_t* local;         // this rank's area
@@ -43,12 +49,21 @@ struct ExposureLookup {
 };
 
 struct AnnouncedLaunch {
-  StagedLaunch staged;  // the call (count: bytes of one rank's block) and the staging its staged path uses
-  uint64_t word;        // this rank's announcement for the buffer the peers write (all-gather: its output)
+  StagedLaunch staged;  // the call and the staging its staged path uses (count and rank_stride: see each kernel)
+  int buffers;          // how many it announces, at most kAnnouncedBuffers
+  uint64_t words[kAnnouncedBuffers];     // this rank's announcement of each
+  size_t extents[kAnnouncedBuffers];     // the bytes each rank's buffer holds (the same on every rank)
   AnnouncementArea area;
   ExposureLookup exposures;
 };
 
+// All-gather (count, rank_stride: bytes), buffer 0 its output.
 void launch_all_gather_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream);
+// Reduce-scatter (count: elements of the output, rank_stride: elements between input blocks), buffer 0 its input.
+void launch_reduce_scatter_announced(DataType type, ReduceOp op, const AnnouncedLaunch& launch, int blocks,
+                                     cudaStream_t stream);
+// All-reduce, two shot (count: elements), buffer 0 its input, 1 its output.
+void launch_all_reduce_announced(DataType type, ReduceOp op, const AnnouncedLaunch& launch, int blocks,
+                                 cudaStream_t stream);
 
 }  // namespace braid::kernels

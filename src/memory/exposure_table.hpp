@@ -1,6 +1,6 @@
 // The ranges the peers exposed to this rank (memory/exposure.hpp), as this rank's kernels read them: a table in
 // pinned host memory, one row of slots per owner rank, filled by the exposure helper after it mapped a range, and
-// its copy in this GPU's memory, which the kernels fill from it (NOTE [exposure cache], all_gather_announced.cu). A
+// its copy in this GPU's memory, which the kernels fill from it (NOTE [exposure cache], kernels/announced.cuh). A
 // kernel that learns at its entry barrier that rank q passes (id, offset) finds q's range at slot
 // exposure_slot(q, id) and checks the slot's id (docs/dev/registration.md, "Eager zero copy on registered memory").
 #pragma once

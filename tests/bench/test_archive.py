@@ -76,6 +76,21 @@ class ArchiveTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.add(self.write(collective_run(settings=dict(launch, BRAID_ALGO="allreduce=ll"))))
 
+    def test_eager_zero_copy_runs_are_points_of_their_own(self):
+        on = collective_run(settings={"BRAID_EAGER_ZERO_COPY": "1"})
+        on["config"].update(buffers="registered-vmm", graph=0)
+        off = collective_run()
+        off["config"].update(buffers="registered-vmm", graph=0)
+        rows = self.add(self.write(on), self.write(off))
+        self.assertEqual(len(rows), 2)
+        switched = [r for r in rows if r.get("eager_zero_copy")]
+        self.assertEqual(len(switched), 1)
+        self.assertEqual((switched[0]["buffers"], switched[0]["memory"], switched[0]["mode"]),
+                         ("registered", "vmm", "eager"))
+        self.assertEqual(len({performance.point_key(r) for r in rows}), 2)
+        with self.assertRaises(SystemExit):
+            self.add(self.write(collective_run(settings={"BRAID_EAGER_ZERO_COPY": "0"})))
+
     def test_a_run_without_commit_needs_one(self):
         with self.assertRaises(SystemExit) as refused:
             self.add(self.write(collective_run(commit=None)))

@@ -334,7 +334,8 @@ TEST(ModelConstants, AnnouncedGather) {
   const auto model = model_constants("announced_gather");
   EXPECT_EQ(constant(model, "HALVES"), 2) << "the staged rounds alternate the two staging halves";
   EXPECT_GE(constant(model, "ROUNDS"), 2) << "a round must follow a round for the halves' reuse";
-  EXPECT_EQ(kernels::announcement_words(1, 1), 2u) << "the code keeps an announcement slot a barrier parity, as the model";
+  EXPECT_EQ(kernels::announcement_words(1, 1), 2u * kernels::kAnnouncedBuffers)
+      << "the code keeps an announcement slot a barrier parity (and buffer), as the model";
   EXPECT_EQ(constant(model, "COUNTER_MOD") % 2, 0) << "the counters' wrap must keep the parity of the slots";
   EXPECT_GE(constant(model, "ANNOUNCING_CALLS"), 2) << "a slot is written again by a later call";
 }

@@ -8,6 +8,7 @@
 
 #include "braid/types.hpp"
 #include "collectives/planner.hpp"
+#include "collectives/selection.hpp"
 #include "core/error.hpp"
 
 namespace braid::collectives {
@@ -80,29 +81,40 @@ TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   }
 }
 
-// NOTE [announced calls]: an announced all-gather takes the announcing row beyond LL whatever the table or
-// BRAID_ALGO names, on every world; LL stays LL; collectives without an announcing row plan as they would.
-TEST(Planner, AnnouncedAllGatherTakesTheAnnouncingRowBeyondLL) {
+// NOTE [announced calls]: an announced all-gather, reduce-scatter or all-reduce takes its announcing row beyond LL
+// and LL128 whatever the table or BRAID_ALGO names, on every world; LL stays LL; collectives without an announcing
+// row plan as they would.
+TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowBeyondLL) {
   const BufferFacts announced{.announced = true};
-  const std::string forced = "allgather=copyengine";
-  for (const int world : {2, 3, 8}) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    for (const size_t bytes : {size_t(4) << 20, size_t(64) << 20, size_t(512) << 20}) {
-      for (const std::string* text : {&kNoOverride, &forced}) {
-        const CallPlan plan = plan_call(shape(Collective::kAllGather, bytes, world, DataType::kFloat32, text), kAreas,
-                                        announced);
-        EXPECT_EQ(plan.mode, BufferMode::kAnnounced) << bytes << " bytes, override '" << *text << "'";
-        EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
-        EXPECT_EQ(plan.chunk, SIZE_MAX);
+  struct Case {
+    Collective collective;
+    std::string forced;
+    Algorithm row;
+  };
+  const Case cases[] = {{Collective::kAllGather, "allgather=copyengine", Algorithm::kPipelined},
+                        {Collective::kReduceScatter, "reducescatter=copyengine", Algorithm::kPipelined},
+                        {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot}};
+  for (const Case& c : cases) {
+    for (const int world : {2, 3, 8}) {
+      SCOPED_TRACE(std::string(collective_name(static_cast<unsigned int>(c.collective))) + ", world " +
+                   std::to_string(world));
+      for (const size_t bytes : {size_t(4) << 20, size_t(64) << 20, size_t(512) << 20}) {
+        for (const std::string* text : {&kNoOverride, &c.forced}) {
+          const CallPlan plan = plan_call(shape(c.collective, bytes, world, DataType::kFloat32, text), kAreas, announced);
+          EXPECT_EQ(plan.mode, BufferMode::kAnnounced) << bytes << " bytes, override '" << *text << "'";
+          EXPECT_EQ(plan.algorithm, c.row);
+          EXPECT_EQ(plan.chunk, SIZE_MAX);
+          EXPECT_GE(plan.blocks, 1);
+        }
       }
+      const CallPlan small = plan_call(shape(c.collective, 1024, world), kAreas, announced);
+      EXPECT_TRUE(small.algorithm == Algorithm::kLL || small.algorithm == Algorithm::kLL128);
+      EXPECT_EQ(small.mode, BufferMode::kStagedCopy);
     }
-    const CallPlan small = plan_call(shape(Collective::kAllGather, 1024, world), kAreas, announced);
-    EXPECT_EQ(small.algorithm, Algorithm::kLL);
-    EXPECT_EQ(small.mode, BufferMode::kStagedCopy);
-    const CallPlan reduce = plan_call(shape(Collective::kAllReduce, size_t(64) << 20, world), kAreas, announced);
-    EXPECT_NE(reduce.mode, BufferMode::kAnnounced) << "all-reduce has no announcing row";
+    EXPECT_NE(plan_call(shape(c.collective, size_t(64) << 20), kAreas, {}).mode, BufferMode::kAnnounced);
   }
-  EXPECT_NE(plan_call(shape(Collective::kAllGather, size_t(64) << 20), kAreas, {}).mode, BufferMode::kAnnounced);
+  const CallPlan broadcast = plan_call(shape(Collective::kBroadcast, size_t(64) << 20), kAreas, announced);
+  EXPECT_NE(broadcast.mode, BufferMode::kAnnounced) << "broadcast has no announcing row";
 }
 
 BufferFacts output_mapped(bool input_mapped, bool same_process_peers = false, bool in_place = false) {

@@ -219,11 +219,83 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
   });
 }
 
+// BRAID_EAGER_ZERO_COPY=1: eager reduce-scatters (input announced) and all-reduces (input and output announced)
+// on registered VMM memory that every rank, one rank or no rank registered, out of place and in place, at a size
+// zero copy serves, one larger than a staging half (the staged rounds) and, for reduce-scatter, one whose rank
+// blocks are not whole 16-byte vectors (not announced: the table's staged paths): int32 sums (exact in any order)
+// equal to the host's, outputs poisoned before each call.
+TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateverEachRankExposed) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    const size_t counts[] = {(size_t(1) << 18) + 4, (size_t(5) << 20) + 4, (size_t(1) << 18) + 3};
+    const size_t most = (size_t(5) << 20) + 4;
+    VmmBuffer memory(2 * most * sizeof(int32_t) * world, comm.device());
+    int32_t* const input = static_cast<int32_t*>(memory.pointer());
+    int32_t* const output = input + most * world;
+    const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
+    enum Exposing { kEveryRank, kRankZero, kNoRank };
+    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
+      std::optional<RegisteredBuffer> registered;
+      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
+        registered = comm.register_buffer(memory.pointer(), memory.bytes);
+      }
+      for (const size_t count : counts) {
+        for (const bool in_place : {false, true}) {
+          const std::string what = std::string("exposing ") + std::to_string(exposing) + ", " + std::to_string(count) +
+                                   " int32, " + (in_place ? "in place" : "out of place");
+          const uint32_t round = seed + static_cast<uint32_t>(count * 5 + in_place + exposing * 13);
+          // Reduce-scatter: count elements a rank block.
+          std::vector<int32_t> mine(count * world);
+          for (size_t i = 0; i < mine.size(); ++i) mine[i] = element(round, rank, i) % 100000;
+          cuda(cudaMemcpy(input, mine.data(), mine.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          int32_t* out = in_place ? input + rank * count : output;
+          if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
+          comm.reduce_scatter(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+          comm.check();
+          std::vector<int32_t> seen(count);
+          cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          size_t wrong = 0;
+          for (size_t i = 0; i < count; ++i) {
+            int32_t expected = 0;
+            for (int q = 0; q < world; ++q) expected += element(round, q, rank * count + i) % 100000;
+            wrong += seen[i] != expected;
+          }
+          EXPECT_EQ(wrong, 0u) << "reduce_scatter, " << what;
+          // All-reduce: count elements.
+          mine.resize(count);
+          for (size_t i = 0; i < count; ++i) mine[i] = element(round + 1, rank, i) % 100000;
+          cuda(cudaMemcpy(input, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          out = in_place ? input : output;
+          if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
+          comm.all_reduce(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+          comm.check();
+          cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          wrong = 0;
+          for (size_t i = 0; i < count; ++i) {
+            int32_t expected = 0;
+            for (int q = 0; q < world; ++q) expected += element(round + 1, q, i) % 100000;
+            wrong += seen[i] != expected;
+          }
+          EXPECT_EQ(wrong, 0u) << "all_reduce, " << what;
+        }
+      }
+      if (registered) comm.deregister(*registered);
+      comm.barrier();
+    }
+    device_synchronize();  // the VMM memory goes next
+  });
+}
+
 // BRAID_EAGER_ZERO_COPY=1: every rank keeps a pool of registered VMM segments and, call after call, in an order of
-// its own, frees one (deregistering it, sometimes right after a call that wrote into it) and makes a new one of
-// another size, and passes as output a segment, at an offset, or an unregistered buffer. Every all-gather, zero
-// copy or staged as the ranks' outputs fall, must equal the reference.
-TEST(ExposedRanges, AnnouncedAllGathersWhileRanksReplaceTheirSegmentsInOrdersOfTheirOwn) {
+// its own, frees one (deregistering it, sometimes right after a call that used it) and makes a new one of another
+// size, and passes as the announced buffer (all-gather's output, reduce-scatter's input, all-reduce's buffer, in
+// place) a segment, at an offset, or an unregistered buffer. Every call, zero copy or staged as the ranks'
+// buffers fall, must equal the reference.
+TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirOwn) {
   if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
   with_communicator([](Communicator& comm) {
     make_current(comm);
@@ -254,34 +326,46 @@ TEST(ExposedRanges, AnnouncedAllGathersWhileRanksReplaceTheirSegmentsInOrdersOfT
     int32_t* unexposed = nullptr;
     cuda(cudaMalloc(reinterpret_cast<void**>(&input), kMaxCount * sizeof(int32_t)), "cudaMalloc");
     cuda(cudaMalloc(reinterpret_cast<void**>(&unexposed), kMaxCount * world * sizeof(int32_t)), "cudaMalloc");
-    std::vector<int32_t> mine(kMaxCount), seen(kMaxCount * world);
+    std::vector<int32_t> mine(kMaxCount * world), seen(kMaxCount * world);
     size_t wrong = 0, calls_with_errors = 0;
     for (size_t call = 0; call < calls; ++call) {
       const size_t count = (kMaxCount / 4) + shared() % (kMaxCount - kMaxCount / 4);  // beyond LL at every world
+      const uint64_t collective = shared() % 3;  // all-gather, reduce-scatter, all-reduce
       if (own() % 8 == 0) replace(own() % kSegments);
-      // The output: a segment at a 16-byte offset, a segment at an odd offset (announced as staged), or unexposed.
-      int32_t* out = unexposed;
+      // The buffer: a segment at a 16-byte offset, a segment at an odd offset (announced as staged), or unexposed.
+      int32_t* buffer = unexposed;
       const uint64_t pick = own() % 10;
       const size_t i = own() % kSegments;
-      if (pick < 7) out = static_cast<int32_t*>(pool[i].memory->pointer()) + (own() % 64) * 4;
-      if (pick == 7) out = static_cast<int32_t*>(pool[i].memory->pointer()) + 1;
+      if (pick < 7) buffer = static_cast<int32_t*>(pool[i].memory->pointer()) + (own() % 64) * 4;
+      if (pick == 7) buffer = static_cast<int32_t*>(pool[i].memory->pointer()) + 1;
       const uint32_t round = static_cast<uint32_t>(seed + call);
-      for (size_t k = 0; k < count; ++k) mine[k] = element(round, rank, k);
-      cuda(cudaMemcpyAsync(input, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice, cudaStreamPerThread),
+      const size_t in_count = collective == 1 ? count * world : count;
+      const size_t out_count = collective == 0 ? count * world : count;
+      for (size_t k = 0; k < in_count; ++k) mine[k] = element(round, rank, k) % 100000;
+      int32_t* in = collective == 0 ? input : buffer;
+      int32_t* out = collective == 0 ? buffer : collective == 1 ? input : buffer;
+      cuda(cudaMemcpyAsync(in, mine.data(), in_count * sizeof(int32_t), cudaMemcpyHostToDevice, cudaStreamPerThread),
            "cudaMemcpyAsync");
-      cuda(cudaMemsetAsync(out, 0xA5, count * world * sizeof(int32_t), cudaStreamPerThread), "cudaMemsetAsync");
-      comm.all_gather(input, out, count, DataType::kInt32, cudaStreamPerThread);
+      if (out != in) cuda(cudaMemsetAsync(out, 0xA5, out_count * sizeof(int32_t), cudaStreamPerThread), "cudaMemsetAsync");
+      if (collective == 0) comm.all_gather(in, out, count, DataType::kInt32, cudaStreamPerThread);
+      if (collective == 1) comm.reduce_scatter(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+      if (collective == 2) comm.all_reduce(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
       // The call done before the copy to pageable memory (NOTE [shared-GPU waits], world.hpp).
       cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
       comm.check();
-      cuda(cudaMemcpy(seen.data(), out, count * world * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cuda(cudaMemcpy(seen.data(), out, out_count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
       size_t here = 0;
-      for (int q = 0; q < world; ++q) {
-        for (size_t k = 0; k < count; ++k) here += seen[q * count + k] != element(round, q, k);
+      for (size_t k = 0; k < out_count; ++k) {
+        int32_t expected = 0;
+        if (collective == 0) expected = element(round, static_cast<int>(k / count), k % count) % 100000;
+        for (int q = 0; collective != 0 && q < world; ++q) {
+          expected += element(round, q, (collective == 1 ? rank * count : 0) + k) % 100000;
+        }
+        here += seen[k] != expected;
       }
       wrong += here;
       calls_with_errors += here != 0;
-      // Right after a peer stored into it: deregistering waits for this rank's calls and the peers' unmap.
+      // Right after a peer used it: deregistering waits for this rank's calls and the peers' unmap.
       if (pick < 8 && own() % 16 == 0) replace(i);
     }
     EXPECT_EQ(wrong, 0u) << calls_with_errors << " of " << calls << " calls had wrong elements";
