@@ -8,13 +8,16 @@
 
 `add` reads braid-bench --json files and appends one row per measured point that is not in the archive yet.
 A file whose run changed BRAID_* settings (a forced algorithm, say) is refused: the archive holds measurements
-of braid as it ships. A file without a commit needs --commit, which also overrides the file's.
+of braid as it ships. Switches a user turns on to get a path (OPT_IN: BRAID_EAGER_ZERO_COPY=1) are the exception:
+their rows say so (eager_zero_copy) and are points of their own. A file without a commit needs --commit, which
+also overrides the file's.
 
 A collective row:
     date, commit, gpu (the machine kind, e.g. nvidia-h100-x2), gpu_name, world, nccl_version, kind="collective",
-    collective, dtype, op, root, bytes, count, buffers (cudaMalloc | registered | symmetric),
-    mode (graph | eager), graph_calls, placement (out-of-place | in-place),
-    braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong
+    collective, dtype, op, root, bytes, count, buffers (cudaMalloc | registered | symmetric | vmm |
+    registered-vmm), mode (graph | eager), graph_calls, placement (out-of-place | in-place),
+    braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong;
+    with BRAID_EAGER_ZERO_COPY=1: eager_zero_copy=true, buffers "registered" and memory (vmm | cudaMalloc)
 A floor row (bench/probes/graph_floor's output): the identity fields, kind="floor", collective (the probe's
 case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
@@ -39,6 +42,8 @@ import subprocess
 import sys
 
 ARCHIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "archive.jsonl")
+# Settings a user sets to take a path that is off by default, with the value that turns it on.
+OPT_IN = {"BRAID_EAGER_ZERO_COPY": "1"}
 GPU_KIND = re.compile(r"^nvidia-[a-z0-9]+(-x[0-9]+)?$")
 
 
@@ -79,9 +84,14 @@ def timing(side, key):
     return side.get("time_us"), side.get(key)
 
 
-def collective_rows(run, args):
+def collective_rows(run, args, opt_in):
     config = run["config"]
     base = identity(config, args)
+    buffers = config["buffers"]
+    if opt_in.get("BRAID_EAGER_ZERO_COPY") == "1":
+        memory = "vmm" if buffers.endswith("vmm") else "cudaMalloc"
+        base.update(eager_zero_copy=True, memory=memory)
+        buffers = "registered" if buffers.startswith("registered") else buffers
     graph = int(config.get("graph") or 0)
     for row in run["rows"]:
         for placement_key, placement in (("out_of_place", "out-of-place"), ("in_place", "in-place")):
@@ -94,7 +104,7 @@ def collective_rows(run, args):
                 continue
             wrong = [side.get("wrong") for side in (measured.get("braid"), measured.get("nccl")) if side]
             yield dict(base, kind="collective", collective=row["coll"], dtype=row["type"], op=row["redop"],
-                       root=row["root"], bytes=row["size"], count=row["count"], buffers=config["buffers"],
+                       root=row["root"], bytes=row["size"], count=row["count"], buffers=buffers,
                        mode="graph" if graph else "eager", graph_calls=graph, placement=placement,
                        braid_us=braid_us, braid_busbw_gbs=braid_busbw, nccl_us=nccl_us, nccl_busbw_gbs=nccl_busbw,
                        wrong=None if any(w is None for w in wrong) else sum(wrong))
@@ -127,11 +137,15 @@ def rows_of(path, args):
     launch = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_JOB_ID",
               "BRAID_JOB_SECRET"}
     settings = {k: v for k, v in (run["config"].get("settings") or {}).items() if k not in launch}
-    if settings:
-        raise SystemExit(f"archive: {path} ran with changed settings {settings}; the archive holds defaults")
+    opt_in = {k: v for k, v in settings.items() if OPT_IN.get(k) == v}
+    changed = {k: v for k, v in settings.items() if k not in opt_in}
+    if changed:
+        raise SystemExit(f"archive: {path} ran with changed settings {changed}; the archive holds defaults")
     if run["config"].get("mode") == "moe":
+        if opt_in:
+            raise SystemExit(f"archive: {path} is an MoE run with {opt_in}, which MoE calls do not use")
         return list(moe_rows(run, args))
-    return list(collective_rows(run, args))
+    return list(collective_rows(run, args, opt_in))
 
 
 def load(path=ARCHIVE):

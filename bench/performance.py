@@ -54,7 +54,7 @@ def point_key(row):
         return (row["gpu"], row["world"], "moe", row["collective"], row["layout"], row["dtype"], row["tokens"],
                 row["hidden"], row["top_k"], row["experts"], row["mode"], row.get("max_sms", 0))
     return (row["gpu"], row["world"], "collective", row["collective"], row["dtype"], row["op"], row["bytes"],
-            row["buffers"], row["mode"], row["placement"])
+            row["buffers"], row["mode"], row["placement"], row.get("eager_zero_copy", False), row.get("memory"))
 
 
 def newest(rows):
