@@ -42,8 +42,9 @@ import subprocess
 import sys
 
 ARCHIVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "archive.jsonl")
-# Settings a user sets to take a path that is off by default, with the value that turns it on.
+# Settings a user sets to take a path that is off by default, with the value that turns it on and the default.
 OPT_IN = {"BRAID_EAGER_ZERO_COPY": "1"}
+OPT_IN_DEFAULTS = {"BRAID_EAGER_ZERO_COPY": "0"}
 GPU_KIND = re.compile(r"^nvidia-[a-z0-9]+(-x[0-9]+)?$")
 
 
@@ -136,7 +137,8 @@ def rows_of(path, args):
     # braid-run sets these for every rank (older braid-bench builds wrote them): where the ranks are, not how braid runs.
     launch = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_JOB_ID",
               "BRAID_JOB_SECRET"}
-    settings = {k: v for k, v in (run["config"].get("settings") or {}).items() if k not in launch}
+    settings = {k: v for k, v in (run["config"].get("settings") or {}).items()
+                if k not in launch and OPT_IN_DEFAULTS.get(k) != v}
     opt_in = {k: v for k, v in settings.items() if OPT_IN.get(k) == v}
     changed = {k: v for k, v in settings.items() if k not in opt_in}
     if changed:

@@ -27,7 +27,12 @@ GOALS = os.path.join(HERE, "performance_goals.json")
 COLLECTIVES = ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv"]
 TITLES = {"allreduce": "All-reduce", "allgather": "All-gather", "reducescatter": "Reduce-scatter",
           "alltoall": "All-to-all", "broadcast": "Broadcast", "reduce": "Reduce", "sendrecv": "Send/recv"}
-BUFFERS = ["cudaMalloc", "registered", "symmetric"]
+BUFFERS = ["cudaMalloc", "registered", "symmetric", "vmm", "registered, eager zero copy"]
+
+
+def buffers_of(row):
+    """The buffer kind a row's table is for: rows with BRAID_EAGER_ZERO_COPY=1 have one of their own."""
+    return "registered, eager zero copy" if row.get("eager_zero_copy") else row["buffers"]
 # The machine kinds the goals are stated for come first; the rest follow by name.
 PREFERRED = ["nvidia-h100-x2", "nvidia-h200-x2"]
 # Small calls are measured in CUDA graphs up to this size, large ones eagerly (dev/performance_run.sh).
@@ -98,7 +103,9 @@ def goal_results(goal, rows):
     selected = [r for r in rows if matches(r, goal["select"])]
     groups = {}
     for row in selected:
-        groups.setdefault(row.get(goal.get("per", "")) if goal.get("per") else "", []).append(row)
+        per = goal.get("per")
+        label = (buffers_of(row) if per == "buffers" else row.get(per)) if per else ""
+        groups.setdefault(label, []).append(row)
     results = []
     for label, group in sorted(groups.items()):
         kind = goal["kind"]
@@ -204,9 +211,13 @@ def bench_lines(rows, world):
             root = f" -r {r['root']}" if r.get("root", -1) > 0 else ""
             sizes = sorted({x["bytes"] for x in mine})
             what = f"{'Graph' if mode == 'graph' else 'Eager'} rows {size_name(sizes[0])} to {size_name(sizes[-1])}"
-            lines += [f"{what}: `braid-bench -t {world} --coll {r['collective']} -d {r['dtype']}{op}{root} "
-                      f"-b {bench_flag_size(sizes[0])} -e {bench_flag_size(sizes[-1])} -f 2 {graph} --inplace 0 "
-                      f"--symmetric {1 if r['buffers'] == 'symmetric' else 0} --compare nccl`", ""]
+            memory = "--vmm 1 " if r["buffers"] == "vmm" or r.get("memory") == "vmm" else ""
+            register = "--register 1 " if r["buffers"] == "registered" else ""
+            switch = "BRAID_EAGER_ZERO_COPY=1 " if r.get("eager_zero_copy") else ""
+            lines += [f"{what}: `{switch}braid-bench -t {world} --coll {r['collective']} -d {r['dtype']}{op}{root} "
+                      f"-b {bench_flag_size(sizes[0])} -e {bench_flag_size(sizes[-1])} -f 2 {graph} "
+                      f"--inplace {1 if r['placement'] == 'in-place' else 0} "
+                      f"--symmetric {1 if r['buffers'] == 'symmetric' else 0} {memory}{register}--compare nccl`", ""]
     return lines[:-1]
 
 
@@ -316,13 +327,14 @@ def page(rows, goals):
                 out += [f"![{TITLES[coll]} on {gpu}](img/{image_name(gpu, f'{coll}-{world}')})", ""]
                 for buffers in BUFFERS:
                     table = [r for r in here if r["kind"] == "collective" and r["collective"] == coll
-                             and r["buffers"] == buffers]
+                             and buffers_of(r) == buffers]
                     if not table:
                         continue
-                    for dtype in sorted({r["dtype"] for r in table}):
-                        typed = [r for r in table if r["dtype"] == dtype]
+                    for dtype, placement in sorted({(r["dtype"], r["placement"]) for r in table},
+                                                   key=lambda k: (k[0], k[1] != "out-of-place")):
+                        typed = [r for r in table if r["dtype"] == dtype and r["placement"] == placement]
                         out += [f"{buffers} buffers, {dtype}, {typed[0]['op'] if coll not in ('allgather', 'alltoall', 'broadcast', 'sendrecv') else 'no op'}"
-                                f", {typed[0]['placement']}; commit {provenance(typed)}:", ""]
+                                f", {placement}; commit {provenance(typed)}:", ""]
                         out += collective_table(typed) + [""] + bench_lines(typed, world) + [""]
             moe = [r for r in here if r["kind"] == "moe"]
             if moe:
@@ -387,7 +399,7 @@ def plots(rows):
                 fig, (bw, lat) = plt.subplots(1, 2, figsize=(11, 4))
                 for buffers in BUFFERS:
                     for dtype in sorted({r["dtype"] for r in rows_c}):
-                        mine_b = [r for r in rows_c if r["buffers"] == buffers and r["dtype"] == dtype]
+                        mine_b = [r for r in rows_c if buffers_of(r) == buffers and r["dtype"] == dtype]
                         # The title's modes (graphs through 16 MiB, eager above) make the line; larger calls
                         # captured into graphs are a series of their own.
                         line = sorted((r for r in mine_b if (r["mode"] == "graph") == (r["bytes"] <= GRAPH_MAX_BYTES)),

@@ -88,8 +88,11 @@ class ArchiveTest(unittest.TestCase):
         self.assertEqual((switched[0]["buffers"], switched[0]["memory"], switched[0]["mode"]),
                          ("registered", "vmm", "eager"))
         self.assertEqual(len({performance.point_key(r) for r in rows}), 2)
+        default = collective_run(settings={"BRAID_EAGER_ZERO_COPY": "0"})  # the default, said aloud
+        default["config"]["buffers"] = "vmm"
+        self.assertEqual(len(self.add(self.write(default))), 3)
         with self.assertRaises(SystemExit):
-            self.add(self.write(collective_run(settings={"BRAID_EAGER_ZERO_COPY": "0"})))
+            self.add(self.write(collective_run(settings={"BRAID_EAGER_ZERO_COPY": "2"})))
 
     def test_a_run_without_commit_needs_one(self):
         with self.assertRaises(SystemExit) as refused:
