@@ -34,11 +34,12 @@ bool needs_met(Needs needs, const BufferFacts& facts, int world) {
 }
 
 // NOTE [announced calls]
-// A call with BufferFacts::announced takes its collective's announcing row whatever protocol the table names
-// beyond LL and LL128 (which never depend on the buffers), with the width the table gives buffers the peers map: its kernel is
-// zero copy where every rank announces an exposed buffer, and stages inside itself otherwise, so one row serves
-// every size. Its plan word differs from every other row's (plan.hpp), so a rank that runs another kernel fails
-// the call with kMismatch on every rank.
+// A call with BufferFacts::announced takes its collective's announcing row at the sizes where it pays (NOTE
+// [announced sizes], selection.cpp), whatever protocol the table names there beyond LL and LL128 (which never
+// depend on the buffers), with the width the table gives buffers the peers map: its kernel is zero copy where
+// every rank announces an exposed buffer, and stages inside itself otherwise. Elsewhere the call plans as a
+// staged one. Both depend on the call's shape alone, so every rank plans alike. Its plan word differs from every
+// other row's (plan.hpp), so a rank that runs another kernel fails the call with kMismatch on every rank.
 const Protocol* announced_row(Collective collective) {
   for (const Protocol& row : protocols()) {
     if (row.collective == collective && row.mode == BufferMode::kAnnounced) return &row;
@@ -139,7 +140,8 @@ bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacitie
 }
 
 CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
-  const BufferFacts facts = usable_facts(shape.collective, call_facts);
+  BufferFacts facts = usable_facts(shape.collective, call_facts);
+  facts.announced = facts.announced && announcing_pays(shape.collective, shape.bytes);  // else planned as staged
   const Gates gates = gates_of(shape, capacities, facts);
   const Protocol* announcing = facts.announced ? announced_row(shape.collective) : nullptr;
   const Buffers key = announcing != nullptr ? Buffers::kSymmetric : table_key(shape.collective, facts);

@@ -1,6 +1,7 @@
 #include "collectives/selection.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <span>
 #include <sstream>
@@ -300,6 +301,43 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
   if (collective == Collective::kSendRecv) return Choice{algorithm, kSendRecvBlocks};
   return Choice{algorithm, blocks_for(algorithm, collective, bytes, buffers)};
 }
+
+// NOTE [announced sizes]
+// The sizes where an announcing kernel (kernels/announced.cuh) runs an eager call on exposed buffers. Its zero
+// copy runs on the SMs (the copy engines would need the peers' addresses on the host), and its entry reads the
+// peers' words and the exposure table after the barrier, about 1.5 us more than a staged call's start: so the
+// staged paths win below some MiB, and the copy-engine pairs beyond 256 MiB for reduce-scatter and the pipelined
+// two shot (already at the SM limit) beyond 128 MiB for all-reduce. 2xH200, bf16, eager, ranks as threads,
+// registered VMM buffers announced against unregistered ones staged, one run (µs): all-gather 4 MiB 15.4 / 14.1,
+// 8 MiB 21.4 / 21.6, 16 MiB 33.0 / 36.8, 512 MiB 754 / 767; reduce-scatter 8 MiB 23.1 / 22.0, 16 MiB 35.6 / 37.4,
+// 256 MiB 412 / 418, 512 MiB 811 / 776; all-reduce 4 MiB 22.3 / 20.3, 8 MiB 34.0 / 34.3, 16 MiB 58.4 / 66.8,
+// 128 MiB 394.7 / 394.8, 256 MiB 776 / 773. Not measured beyond 2 ranks: the same sizes serve every world.
+namespace {
+
+struct AnnouncedSizes {
+  Collective collective;
+  size_t min_bytes, max_bytes;
+};
+constexpr AnnouncedSizes kAnnouncedSizes[] = {
+    {Collective::kAllGather, size_t(8) << 20, SIZE_MAX},
+    {Collective::kReduceScatter, size_t(16) << 20, size_t(256) << 20},
+    {Collective::kAllReduce, size_t(8) << 20, size_t(128) << 20},
+};
+
+std::atomic<bool> announce_at_every_size{false};
+
+}  // namespace
+
+bool announcing_pays(Collective collective, size_t bytes) {
+  for (const AnnouncedSizes& sizes : kAnnouncedSizes) {
+    if (sizes.collective != collective) continue;
+    return announce_at_every_size.load(std::memory_order_relaxed) ||
+           (bytes >= sizes.min_bytes && bytes <= sizes.max_bytes);
+  }
+  return false;
+}
+
+void set_announce_at_every_size(bool on) { announce_at_every_size.store(on, std::memory_order_relaxed); }
 
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
              Gates gates) {

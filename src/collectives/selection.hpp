@@ -45,6 +45,12 @@ struct Gates {
 Choice select_algorithm(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,
                         Buffers buffers = Buffers::kAny, Gates gates = {});
 
+// Whether an eager call whose buffers are announced (BRAID_EAGER_ZERO_COPY) takes the announcing kernel at this
+// size: where its zero copy beat the staged paths (kAnnouncedSizes). `bytes` as above; the same on every rank.
+bool announcing_pays(Collective collective, size_t bytes);
+// Tests only (testing::announce_at_every_size): every size beyond LL announces, on every rank of the process.
+void set_announce_at_every_size(bool on);
+
 // Whether the call runs LL or LL128. Those rows serve every buffer kind (tests/cpu/test_selection.cpp), so ranks
 // agree on LL from the call alone and an LL call looks up no buffer. `gates.copy_engines` plays no part.
 bool runs_ll(Collective collective, size_t bytes, int world, DataType type, const std::string& override_text,

@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "collectives/selection.hpp"
 #include "comm/comm_state.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -41,6 +42,8 @@ void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped
   }
   comm.barrier();  // no rank's next LL call stores into an area its owner is still stamping
 }
+
+void announce_at_every_size(bool on) { set_announce_at_every_size(on); }
 
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far) { set_ll_sequence(comm, calls_so_far, calls_so_far - 1); }
 

@@ -22,6 +22,11 @@ namespace braid::testing {
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far, uint64_t stamped_by);
 void set_ll_sequence(Communicator& comm, uint64_t calls_so_far);
 
+// Every eager call that announces its buffers (BRAID_EAGER_ZERO_COPY) does so at every size beyond LL, not only
+// where it pays (NOTE [announced sizes]), while `on`: for every communicator of this process. Set it alike on
+// every rank, with no call in flight, and set it back.
+void announce_at_every_size(bool on);
+
 // The exposure of ranges to the peers (memory/registered_exposures.hpp), outside registration: on a communicator
 // of the CUDA backend with more than one rank and BRAID_EAGER_ZERO_COPY=1 (kUnsupported otherwise). Not collective: the peers'
 // helper threads answer.

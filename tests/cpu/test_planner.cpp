@@ -81,26 +81,39 @@ TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   }
 }
 
-// NOTE [announced calls]: an announced all-gather, reduce-scatter or all-reduce takes its announcing row beyond LL
-// and LL128 whatever the table or BRAID_ALGO names, on every world; LL stays LL; collectives without an announcing
-// row plan as they would.
-TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowBeyondLL) {
+// NOTE [announced calls]: an announced all-gather, reduce-scatter or all-reduce takes its announcing row where
+// it pays (NOTE [announced sizes]) whatever the table or BRAID_ALGO names, on every world, and plans as a staged
+// call elsewhere; LL stays LL; collectives without an announcing row plan as they would.
+TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowWhereItPays) {
   const BufferFacts announced{.announced = true};
   struct Case {
     Collective collective;
     std::string forced;
     Algorithm row;
+    size_t first, last;  // the announced sizes
   };
-  const Case cases[] = {{Collective::kAllGather, "allgather=copyengine", Algorithm::kPipelined},
-                        {Collective::kReduceScatter, "reducescatter=copyengine", Algorithm::kPipelined},
-                        {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot}};
+  const Case cases[] = {
+      {Collective::kAllGather, "allgather=copyengine", Algorithm::kPipelined, size_t(8) << 20, SIZE_MAX},
+      {Collective::kReduceScatter, "reducescatter=copyengine", Algorithm::kPipelined, size_t(16) << 20,
+       size_t(256) << 20},
+      {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot, size_t(8) << 20, size_t(128) << 20}};
   for (const Case& c : cases) {
     for (const int world : {2, 3, 8}) {
       SCOPED_TRACE(std::string(collective_name(static_cast<unsigned int>(c.collective))) + ", world " +
                    std::to_string(world));
-      for (const size_t bytes : {size_t(4) << 20, size_t(64) << 20, size_t(512) << 20}) {
+      for (const size_t bytes : {size_t(4) << 20, c.first - 16, c.first, size_t(64) << 20, c.last, c.last + 16,
+                                 size_t(1) << 30}) {
+        if (bytes == SIZE_MAX || bytes + 16 == 0) continue;
+        const bool pays = bytes >= c.first && bytes <= c.last;
+        EXPECT_EQ(announcing_pays(c.collective, bytes), pays) << bytes << " bytes";
         for (const std::string* text : {&kNoOverride, &c.forced}) {
-          const CallPlan plan = plan_call(shape(c.collective, bytes, world, DataType::kFloat32, text), kAreas, announced);
+          const CallShape call = shape(c.collective, bytes, world, DataType::kFloat32, text);
+          const CallPlan plan = plan_call(call, kAreas, announced);
+          if (!pays) {
+            const CallPlan staged = plan_call(call, kAreas, {});
+            EXPECT_EQ(plan.protocol, staged.protocol) << bytes << " bytes: planned as a staged call";
+            continue;
+          }
           EXPECT_EQ(plan.mode, BufferMode::kAnnounced) << bytes << " bytes, override '" << *text << "'";
           EXPECT_EQ(plan.algorithm, c.row);
           EXPECT_EQ(plan.chunk, SIZE_MAX);
@@ -113,6 +126,7 @@ TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowBeyondLL) {
     }
     EXPECT_NE(plan_call(shape(c.collective, size_t(64) << 20), kAreas, {}).mode, BufferMode::kAnnounced);
   }
+  EXPECT_FALSE(announcing_pays(Collective::kBroadcast, size_t(64) << 20));
   const CallPlan broadcast = plan_call(shape(Collective::kBroadcast, size_t(64) << 20), kAreas, announced);
   EXPECT_NE(broadcast.mode, BufferMode::kAnnounced) << "broadcast has no announcing row";
 }
