@@ -38,8 +38,8 @@ GRAPH_REPLAYS = 6
 POISON = float("nan")  # written over every output before each call: an unwritten output never compares equal
 
 # The training sections: LAYERS blocks of Linear(width, width) + GELU, float32, BATCH rows a step, WARMUP untimed
-# steps (allocation, lazy init, compilation) before the timed ones. --cpu-gloo uses a narrower model: there it only
-# checks the script, on a small CPU.
+# steps (allocation, lazy init, compilation) before the timed ones (--width and --layers change the model).
+# --cpu-gloo uses a narrower model: there it only checks the script, on a small CPU.
 WIDTH, WIDTH_CPU = 1024, 256
 LAYERS = 4
 BATCH = 64
@@ -54,14 +54,15 @@ def dtype_name(dt):
 
 
 class Check:
-    def __init__(self, rank, world, device, lenient=False):
+    def __init__(self, rank, world, device, lenient=False, width=None, layers=LAYERS):
         self.rank, self.world, self.device = rank, world, device
         self.results = {}  # case name -> output tensor on the CPU (saved for the bitwise comparison)
         self.passed = 0
         self.wrong = []
         self.lenient = lenient  # --cpu-gloo: a collective gloo lacks is left out instead of failing the run
         self.left_out = set()
-        self.width = WIDTH_CPU if device.type == "cpu" else WIDTH
+        self.width = width or (WIDTH_CPU if device.type == "cpu" else WIDTH)
+        self.layers = layers
 
     def run(self, what, fn, *args):
         try:
@@ -321,7 +322,7 @@ class Check:
         """The section's model, built from the global RNG seeded alike on every rank: the same weights everywhere
         (DDP broadcasts rank 0's anyway; fully_shard keeps each rank's shard of what it was given)."""
         torch.manual_seed(zlib.crc32(f"{section}|model".encode()))
-        blocks = [nn.Sequential(nn.Linear(self.width, self.width), nn.GELU()) for _ in range(LAYERS)]
+        blocks = [nn.Sequential(nn.Linear(self.width, self.width), nn.GELU()) for _ in range(self.layers)]
         return nn.Sequential(*blocks).to(self.device)
 
     def batches(self, section, steps):
@@ -576,6 +577,11 @@ def main():
     parser.add_argument("--no-ddp", action="store_true", help="leave the DDP training section out")
     parser.add_argument("--no-fsdp", action="store_true", help="leave the FSDP2 training section out")
     parser.add_argument("--no-compile", action="store_true", help="leave the torch.compile'd DDP section out")
+    parser.add_argument("--width", type=int, default=None,
+                        help=f"the training model's width (default {WIDTH}, {WIDTH_CPU} with --cpu-gloo): a layer's "
+                             "float32 weight is width^2 * 4 bytes, what FSDP2 all-gathers and reduce-scatters per "
+                             "layer (4096: 64 MiB)")
+    parser.add_argument("--layers", type=int, default=LAYERS, help="the training model's blocks")
     parser.add_argument("--cpu-gloo", action="store_true",
                         help="check this script itself without GPUs: gloo on CPU tensors, no graphs, no AVG; "
                              "collectives gloo lacks are left out, FSDP2 is skipped if it fails on gloo, and the "
@@ -605,7 +611,9 @@ def main():
               f"libraries {libs}: this run would test the real NCCL", flush=True)
         sys.exit(3)
 
-    check = Check(rank, world, device, lenient=args.cpu_gloo)
+    if (args.width is not None and args.width < 1) or args.layers < 1:
+        parser.error("--width and --layers must be at least 1")
+    check = Check(rank, world, device, lenient=args.cpu_gloo, width=args.width, layers=args.layers)
     check.eager()
     if not args.no_graph and not args.cpu_gloo:
         check.graph(args.graph_count)
