@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Eager zero copy on exposed buffers (BRAID_EAGER_ZERO_COPY=1): tests and benchmarks on the GPU machine (device
-# tool), after bench/dev/stage_build.sh staged the build:
+# tool), after bench/dev/stage_build.sh staged the build (unpacked here from .carry/build.tgz):
 #   tests     the ExposedRanges GPU tests with the switch on, as threads (all GPUs, then 2) and as braid-run
 #             processes (all GPUs), and as threads at world 4 with ranks sharing GPUs
-#   bench     braid-bench --compare nccl, eager all-gather bf16 on registered VMM buffers (as PyTorch's expandable
-#             segments make them), the switch on (announced: zero copy) and off (the table's staged paths), ranks
-#             as threads and as braid-run processes
+#   bench     braid-bench --compare nccl, eager all-gather, reduce-scatter and all-reduce bf16 on VMM buffers (as
+#             PyTorch's expandable segments make them): registered with the switch on (announced) and unregistered
+#             with it off (the staged paths), ranks as threads
+#   torch     nccl_shim/tests/run_torch_check.sh with the allocator hook, expandable segments and the switch on, at
+#             the default model and at width 4096 (FSDP2 layers of 64 MiB); needs the shim, stripped and gzipped, as
+#             .carry/libnccl.so.2.gz (the staged build leaves nccl_shim out to fit)
+# Staging that fits the device tool's 64 MiB: STAGE_EXCLUDE="nccl_shim probes python examples _deps
+# src/libbraid.so.0.1.0 tools/braid-bench/braid-bench-reference-test tools/braid-bench/braid-bench-options-test"
+# bench/dev/stage_build.sh (the tests and braid-bench link braid statically).
 # Usage: bench/dev/eager_zero_copy_run.sh KIND PHASE...   Logs go to $OUT (eager-zero-copy-logs.tgz).
+[ -d .carry/build ] || tar -C .carry -xzf .carry/build.tgz
 set -u
 RUN_TITLE=eager-zero-copy source "$(dirname "$0")/run_common.sh"
 shift
@@ -22,17 +29,23 @@ for phase in "$@"; do
       ;;
     bench)
       cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
-      for on in 1 0; do
-        BRAID_EAGER_ZERO_COPY=$on bench 150 allgather-vmm-eager-switch$on --coll allgather -d bfloat16 -b 1M -e 512M -f 2 \
-          --vmm 1 --register 1 $cmp
+      for coll in allgather reducescatter allreduce; do
+        for on in 1 0; do
+          BRAID_EAGER_ZERO_COPY=$on bench 90 $coll-vmm-switch$on --coll $coll -d bfloat16 -b 1M -e 512M -f 2 \
+            --vmm 1 --register $on $cmp
+        done
       done
-      for on in 1 0; do
-        { echo "## braid-run -n $gpus braid-bench (processes), BRAID_EAGER_ZERO_COPY=$on"; } > "$out/allgather-vmm-processes-switch$on.txt"
-        BRAID_EAGER_ZERO_COPY=$on timeout 150 stdbuf -oL build/tools/braid-run/braid-run -n "$gpus" -- \
-          build/tools/braid-bench/braid-bench --coll allgather -d bfloat16 -b 1M -e 512M -f 2 --vmm 1 --register 1 $cmp \
-          --json "$out/allgather-vmm-processes-switch$on.json" >> "$out/allgather-vmm-processes-switch$on.txt" 2>&1
-        echo "## exit code $?" >> "$out/allgather-vmm-processes-switch$on.txt"
-        grep -v '^\[[1-9]' "$out/allgather-vmm-processes-switch$on.txt" | tail -n 30
+      ;;
+    torch)
+      gunzip -c .carry/libnccl.so.2.gz > /tmp/libnccl.so.2 || { echo "torch: no .carry/libnccl.so.2.gz"; continue; }
+      for width in 1024 4096; do
+        BRAID_EAGER_ZERO_COPY=1 TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 \
+          PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True TORCH_CHECK_ARGS="--no-graph --no-compile --width $width" \
+          timeout 250 bash nccl_shim/tests/run_torch_check.sh "$gpus" "$out/torch-$width" /tmp/libnccl.so.2 \
+          > "$out/torch-check-$width.log" 2>&1
+        echo "torch check, width $width: exit $?"
+        grep -E "PASS|FAIL|ddp |fsdp2 |differ" "$out/torch-check-$width.log" | head -12
+        rm -f "$out/torch-$width"/*.pt
       done
       ;;
     *) echo "unknown phase $phase" ;;
