@@ -1,8 +1,8 @@
 // Arguments of the announcing kernels (plain data, by value): eager calls whose buffers the peers may map through
 // exposure (docs/dev/registration.md, "Eager zero copy on registered memory"). Each rank announces, at the entry
-// barrier, where its buffer lies (an exposure id and an offset) or that it has none; every rank then finds the
-// peers' buffers in its exposure table and moves the data zero copy, or, where any rank announced none, every rank
-// runs the staged path inside the same kernel.
+// barrier, where each of its buffers lies (an exposure id and an offset) or that it has none; every rank then
+// finds the peers' buffers in its exposure table and moves the data zero copy, or, where any rank announced none,
+// every rank runs the staged path inside the same kernel (kernels/announced.cuh).
 #pragma once
 
 #include <cuda_runtime_api.h>
