@@ -259,9 +259,10 @@ class Communicator {
   // exchanging them, at the sizes where that pays (all_gather from 8 MiB of output, reduce_scatter 16 to 256 MiB
   // of input, all_reduce 8 to 128 MiB): zero copy where every rank's are exposed and 16-byte aligned, staged
   // otherwise. Other sizes, and a reduce_scatter whose rank blocks are not multiples of 16 bytes, take the
-  // staged paths without announcing. No eager call then exchanges a registered buffer's mappings (eager calls of the other
-  // collectives stage registered buffers), so ranks need not register alike and no eager call fails with
-  // kMismatch for it; captured calls are unchanged (docs/registration.md).
+  // staged paths without announcing. No eager call then exchanges a registered buffer's mappings (eager calls of
+  // the other collectives, and of these three at other sizes, stage registered buffers), so ranks need not
+  // register alike and no eager call fails with kMismatch for it; captured calls are unchanged
+  // (docs/registration.md).
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
