@@ -1,10 +1,13 @@
-/* The announcing all-gather: announcements beside the entry barrier, one decision on every rank, and the staged
+/* The announcing kernels, as the all-gather runs them: announcements beside the entry barrier, one decision on every rank, and the staged
  * path's rounds through the staging halves.
  *
  * Models (file:function):
- *   src/kernels/all_gather_announced.cu: all_gather_announced (the announcement stored into the peer's slot of the
- *     entry barrier count's parity before the barrier, read after it; staged where any word says so),
- *     gather_staged_rounds (round i in half (epoch + i) mod 2, a barrier after each copy-in, a last barrier)
+ *   src/kernels/announced.cuh: enter_announced (the announcements stored into the peer's slots of the entry barrier
+ *     count's parity before the barrier, read after it; staged where any word says so), run_staged_rounds (round i
+ *     in half (epoch + i) mod 2, a barrier after each copy-in, a last barrier); the all-gather's use of them
+ *     (src/kernels/all_gather_announced.cu). Reduce-scatter and all-reduce use the same entry and rounds; a call
+ *     announces one word a buffer (at most two), stored and read beside each other under the same release and
+ *     acquire, so one word a call stands for them.
  *   include/braid/device/sync_device.hpp: signal, wait, barrier (as signal_barrier.pml models them)
  *   src/kernels/launch_counter.cuh: read_launch_start, advance_once_read (the epoch advances once a launch)
  *
