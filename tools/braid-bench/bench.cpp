@@ -18,7 +18,7 @@
 
 #include "collective.hpp"
 #include "reference.hpp"
-#include "vmm_memory.hpp"
+#include "vmm_allocation.hpp"
 #include "report.hpp"
 
 namespace braid::bench {
@@ -41,8 +41,8 @@ class Buffer {
       data_ = memory_.local();
     } else {
       if (options.vmm) {
-        vmm_ = std::make_unique<VmmMemory>(bytes, comm.device());
-        data_ = vmm_->data();
+        vmm_ = std::make_unique<check::VmmAllocation>(bytes, comm.device());
+        data_ = vmm_->pointer();
       } else {
         cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
         owned_ = true;
@@ -63,7 +63,7 @@ class Buffer {
 
  private:
   SymmetricMemory memory_;
-  std::unique_ptr<VmmMemory> vmm_;
+  std::unique_ptr<check::VmmAllocation> vmm_;
   RegisteredBuffer registration_;
   void* data_ = nullptr;
   bool owned_ = false;
