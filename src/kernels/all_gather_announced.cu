@@ -5,58 +5,36 @@
 #include "kernels/announced.cuh"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 
 namespace braid::kernels {
 namespace {
 
-// Round by round: this rank's part of the round into its half; every rank's half into the output.
-__device__ void gather_staged(const StagedLaunch& launch, uint64_t counter) {
-  const int world = launch.pad.world, rank = launch.pad.rank;
-  const size_t rounds = (launch.count + launch.half_bytes - 1) / launch.half_bytes;
-  Slice slice{};
-  size_t first = 0;
-  const auto part = [&](size_t round) {
-    first = round * launch.half_bytes;
-    const size_t bytes = launch.count - first < launch.half_bytes ? launch.count - first : launch.half_bytes;
-    slice = block_slice<uint8_t>(bytes, blockIdx.x, gridDim.x);
-  };
-  run_staged_rounds(
-      launch, counter, rounds,
-      [&](size_t round, size_t half) {
-        part(round);
-        block_copy(launch.staging[rank] + half + slice.begin, launch.send + first + slice.begin, slice.end - slice.begin);
-      },
-      [&](size_t, size_t half) {
-        for (int step = 0; step < world; ++step) {
-          const int q = (rank + step) % world;  // rotated: spreads the links' load
-          char* to = launch.recv + q * launch.rank_stride + first + slice.begin;
-          const char* from = q == rank ? launch.send + first + slice.begin : launch.staging[q] + half + slice.begin;
-          if (to != from) block_copy(to, from, slice.end - slice.begin);  // in place: the own block is there
-        }
-      });
-}
-
 __global__ void __launch_bounds__(kThreadsPerBlock) all_gather_announced(AnnouncedLaunch launch) {
   start_dependent_kernel();
   const StagedLaunch& call = launch.staged;
+  const int world = call.pad.world, rank = call.pad.rank;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {call.recv, nullptr};
   const AnnouncedEntry entry = enter_announced(launch, buffers, own);
   if (entry.path == AnnouncedPath::kEnd) return;
-  if (entry.path == AnnouncedPath::kStaged) {
-    gather_staged(call, entry.counter);
+  if (entry.path == AnnouncedPath::kStaged) {  // this rank's part of the round into its half; every half out
+    run_staged_rounds<uint8_t>(
+        call, entry.counter, staged_chunk(call, 1, 1),
+        [&](size_t first, const Slice& slice, size_t half) {
+          block_copy(call.staging[rank] + half + slice.begin, call.send + first + slice.begin, slice.end - slice.begin);
+        },
+        [&](size_t first, const Slice& slice, size_t half) {
+          for (int step = 0; step < world; ++step) {
+            const int q = (rank + step) % world;  // rotated: spreads the links' load
+            char* to = call.recv + q * call.rank_stride + first + slice.begin;
+            const char* from = q == rank ? call.send + first + slice.begin : call.staging[q] + half + slice.begin;
+            if (to != from) block_copy(to, from, slice.end - slice.begin);  // in place: the own block is there
+          }
+        });
     return;
   }
-  const int world = call.pad.world, rank = call.pad.rank;
-  const Slice part = block_slice<uint8_t>(call.count, blockIdx.x, gridDim.x);
-  const char* source = call.send + part.begin;
-  char* destinations[kMaxWorld];
-  int destination_count = 0;
-  for (int k = 0; k < world; ++k) {
-    char* to = buffers[0][(rank + k) % world] + rank * call.rank_stride + part.begin;  // rotated
-    if (to != source) destinations[destination_count++] = to;                          // in place
-  }
-  block_copy_to(destinations, destination_count, source, part.end - part.begin);
+  all_gather_stores(buffers[0], call.send, call.count, call.rank_stride, world, rank);
   device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
 }
 

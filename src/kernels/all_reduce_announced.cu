@@ -8,63 +8,36 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 
 namespace braid::kernels {
 namespace {
 
 template <typename T, ReduceOp Op>
-__device__ void all_reduce_staged_rounds(const StagedLaunch& launch, uint64_t counter) {
-  const int world = launch.pad.world, rank = launch.pad.rank;
-  const size_t chunk = launch.half_bytes / 256 * 256 / sizeof(T);
-  const size_t rounds = (launch.count + chunk - 1) / chunk;
-  Slice slice{};
-  size_t first = 0;
-  const auto part = [&](size_t round) {
-    first = round * chunk;
-    slice = block_slice<T>(launch.count - first < chunk ? launch.count - first : chunk, blockIdx.x, gridDim.x);
-  };
-  run_staged_rounds(
-      launch, counter, rounds,
-      [&](size_t round, size_t half) {
-        part(round);
-        block_copy(launch.staging[rank] + half + slice.begin * sizeof(T),
-                   launch.send + (first + slice.begin) * sizeof(T), (slice.end - slice.begin) * sizeof(T));
-      },
-      [&](size_t, size_t half) {
-        const char* sources[kMaxWorld];
-        for (int r = 0; r < world; ++r) sources[r] = launch.staging[r] + half;
-        char* destination = launch.recv + first * sizeof(T);
-        block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
-      });
-}
-
-template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_announced(AnnouncedLaunch launch) {
   start_dependent_kernel();
   const StagedLaunch& call = launch.staged;
+  const int world = call.pad.world, rank = call.pad.rank;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {const_cast<char*>(call.send), call.recv};
   const AnnouncedEntry entry = enter_announced(launch, buffers, own);
   if (entry.path == AnnouncedPath::kEnd) return;
-  if (entry.path == AnnouncedPath::kStaged) {
-    all_reduce_staged_rounds<T, Op>(call, entry.counter);
+  if (entry.path == AnnouncedPath::kStaged) {  // the round into this rank's half; every half reduced into the output
+    run_staged_rounds<T>(
+        call, entry.counter, staged_chunk(call, 1, sizeof(T)),
+        [&](size_t first, const Slice& slice, size_t half) {
+          block_copy(call.staging[rank] + half + slice.begin * sizeof(T), call.send + (first + slice.begin) * sizeof(T),
+                     (slice.end - slice.begin) * sizeof(T));
+        },
+        [&](size_t first, const Slice& slice, size_t half) {
+          const char* sources[kMaxWorld];
+          for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half;
+          char* destination = call.recv + first * sizeof(T);
+          block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
+        });
     return;
   }
-  const int world = call.pad.world, rank = call.pad.rank;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = buffers[0][r];
-  const Slice shard = block_slice<T>(call.count, rank, world);
-  Slice part = block_slice<T>(shard.end - shard.begin, blockIdx.x, gridDim.x);
-  part.begin += shard.begin;
-  part.vector_end += shard.begin;
-  part.end += shard.begin;
-  char* own_output = call.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &own_output, 1, part, 0, 0, world);
-  __syncthreads();  // all loads done before any peer's output (maybe its input) is overwritten; the sums visible
-  char* peers[kMaxWorld];
-  int peer_count = 0;
-  for (int k = 1; k < world; ++k) peers[peer_count++] = buffers[1][(rank + k) % world] + part.begin * sizeof(T);
-  block_copy_to(peers, peer_count, call.recv + part.begin * sizeof(T), (part.end - part.begin) * sizeof(T));
+  all_reduce_two_shot_stores<T, Op>(buffers[0], call.recv, buffers[1], call.count, world, rank);
   device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
 }
 

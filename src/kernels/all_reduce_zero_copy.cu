@@ -6,6 +6,7 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/staged_launch.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 #include "kernels/zero_copy_launch.hpp"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
@@ -18,21 +19,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_two_shot_zero_cop
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r];
-  const Slice shard = block_slice<T>(launch.count, rank, world);
-  Slice part = block_slice<T>(shard.end - shard.begin, blockIdx.x, gridDim.x);
-  part.begin += shard.begin;
-  part.vector_end += shard.begin;
-  part.end += shard.begin;
-  char* own = launch.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &own, 1, part, 0, 0, world);
-  // All loads done before any peer's output (maybe its input) is overwritten; the sums visible.
-  __syncthreads();
-  char* peers[kMaxWorld];
-  int peer_count = 0;
-  for (int k = 1; k < world; ++k) peers[peer_count++] = launch.recv_peers.at[(rank + k) % world] + part.begin * sizeof(T);
-  block_copy_to(peers, peer_count, launch.recv + part.begin * sizeof(T), (part.end - part.begin) * sizeof(T));
+  all_reduce_two_shot_stores<T, Op>(launch.send.at, launch.recv, launch.recv_peers.at, launch.count, world, rank);
   device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 

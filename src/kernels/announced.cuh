@@ -147,16 +147,28 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
 // half (the same slices, in program order); a last barrier ends the kernel, so the next call may write any half.
 // A round reads only the part of the input it stages and writes only the same part of the output, so in place is
 // safe.
-template <typename CopyIn, typename ReadOut>
-__device__ __forceinline__ void run_staged_rounds(const StagedLaunch& launch, uint64_t counter, size_t rounds,
+//
+// launch.count Elements in rounds of `chunk`; copy_in and read_out get the round's first element, this block's
+// slice of the round (from that element) and the byte offset of the round's half.
+template <typename Element, typename CopyIn, typename ReadOut>
+__device__ __forceinline__ void run_staged_rounds(const StagedLaunch& launch, uint64_t counter, size_t chunk,
                                                   CopyIn&& copy_in, ReadOut&& read_out) {
+  const size_t rounds = (launch.count + chunk - 1) / chunk;
   for (size_t round = 0; round < rounds; ++round) {
+    const size_t first = round * chunk;
+    const Slice slice =
+        block_slice<Element>(launch.count - first < chunk ? launch.count - first : chunk, blockIdx.x, gridDim.x);
     const size_t half = ((counter + round) & 1) * launch.half_bytes;
-    copy_in(round, half);
+    copy_in(first, slice, half);
     if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
-    read_out(round, half);
+    read_out(first, slice, half);
   }
   device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteExitBarrier, launch.plan);
+}
+
+// The chunk of a round whose staging holds `parts` parts of one chunk each (whole 256-byte lines), in elements.
+__device__ __forceinline__ size_t staged_chunk(const StagedLaunch& launch, int parts, size_t element_bytes) {
+  return launch.half_bytes / parts / 256 * 256 / element_bytes;
 }
 
 }  // namespace braid::kernels

@@ -7,60 +7,42 @@
 #include "kernels/dependent_launch.cuh"
 #include "kernels/dispatch.cuh"
 #include "kernels/kernels.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 
 namespace braid::kernels {
 namespace {
-
-// Round by round: part of every block of this rank's input into its half, at a stride of `chunk` elements;
-// every rank's part of block `rank` reduced into the output.
-template <typename T, ReduceOp Op>
-__device__ void reduce_scatter_staged_rounds(const StagedLaunch& launch, uint64_t counter) {
-  const int world = launch.pad.world, rank = launch.pad.rank;
-  const size_t chunk_bytes = launch.half_bytes / world / 256 * 256;
-  const size_t chunk = chunk_bytes / sizeof(T);
-  const size_t rounds = (launch.count + chunk - 1) / chunk;
-  Slice slice{};
-  size_t first = 0;
-  const auto part = [&](size_t round) {
-    first = round * chunk;
-    slice = block_slice<T>(launch.count - first < chunk ? launch.count - first : chunk, blockIdx.x, gridDim.x);
-  };
-  run_staged_rounds(
-      launch, counter, rounds,
-      [&](size_t round, size_t half) {
-        part(round);
-        for (int q = 0; q < world; ++q) {
-          block_copy(launch.staging[rank] + half + q * chunk_bytes + slice.begin * sizeof(T),
-                     launch.send + (q * launch.rank_stride + first + slice.begin) * sizeof(T),
-                     (slice.end - slice.begin) * sizeof(T));
-        }
-      },
-      [&](size_t, size_t half) {
-        const char* sources[kMaxWorld];
-        for (int r = 0; r < world; ++r) sources[r] = launch.staging[r] + half + rank * chunk_bytes;
-        char* destination = launch.recv + first * sizeof(T);
-        block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
-      });
-}
 
 template <typename T, ReduceOp Op>
 __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_announced(AnnouncedLaunch launch) {
   start_dependent_kernel();
   const StagedLaunch& call = launch.staged;
+  const int world = call.pad.world, rank = call.pad.rank;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {const_cast<char*>(call.send), nullptr};
   const AnnouncedEntry entry = enter_announced(launch, buffers, own);
   if (entry.path == AnnouncedPath::kEnd) return;
   if (entry.path == AnnouncedPath::kStaged) {
-    reduce_scatter_staged_rounds<T, Op>(call, entry.counter);
+    // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part of
+    // block `rank` reduced into the output.
+    const size_t chunk = staged_chunk(call, world, sizeof(T)), chunk_bytes = chunk * sizeof(T);
+    run_staged_rounds<T>(
+        call, entry.counter, chunk,
+        [&](size_t first, const Slice& slice, size_t half) {
+          for (int q = 0; q < world; ++q) {
+            block_copy(call.staging[rank] + half + q * chunk_bytes + slice.begin * sizeof(T),
+                       call.send + (q * call.rank_stride + first + slice.begin) * sizeof(T),
+                       (slice.end - slice.begin) * sizeof(T));
+          }
+        },
+        [&](size_t first, const Slice& slice, size_t half) {
+          const char* sources[kMaxWorld];
+          for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half + rank * chunk_bytes;
+          char* destination = call.recv + first * sizeof(T);
+          block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
+        });
     return;
   }
-  const int world = call.pad.world, rank = call.pad.rank;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = buffers[0][r] + rank * call.rank_stride * sizeof(T);
-  char* destination = call.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, block_slice<T>(call.count, blockIdx.x, gridDim.x),
-                                     0, 0, world);
+  reduce_scatter_loads<T, Op>(buffers[0], call.recv, call.count, call.rank_stride * sizeof(T), world, rank);
   device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
 }
 

@@ -5,6 +5,7 @@
 #include "kernels/elementwise.cuh"
 #include "kernels/kernels.hpp"
 #include "kernels/staged_launch.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 #include "kernels/zero_copy_launch.hpp"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
@@ -17,11 +18,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_zero_copy(Zer
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const char* sources[kMaxWorld];
-  for (int r = 0; r < world; ++r) sources[r] = launch.send.at[r] + rank * launch.rank_stride;
-  char* destination = launch.recv;
-  block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, block_slice<T>(launch.count, blockIdx.x, gridDim.x),
-                                     0, 0, world);
+  reduce_scatter_loads<T, Op>(launch.send.at, launch.recv, launch.count, launch.rank_stride, world, rank);
   device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 

@@ -149,6 +149,19 @@ int32_t element(uint32_t seed, int rank, size_t i) {
                               2000003u) + 1;
 }
 
+// Elements i < count of `seen` that differ from the sum over every rank q of element(round, q, first + i) % modulus
+// (small enough for int32 sums to be exact in any order).
+size_t wrong_sums(const std::vector<int32_t>& seen, size_t count, uint32_t round, int world, size_t first,
+                  int32_t modulus) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int32_t expected = 0;
+    for (int q = 0; q < world; ++q) expected += element(round, q, first + i) % modulus;
+    wrong += seen[i] != expected;
+  }
+  return wrong;
+}
+
 // BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
 // exposed (registered VMM memory), out of place and in place, at an announced size (NOTE [announced sizes]) within
 // a staging half, one larger than a staging half (the staged path's rounds) and a small one whose rank blocks are
@@ -204,13 +217,7 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
         comm.check();
         std::vector<int32_t> sum(count);
         cuda(cudaMemcpy(sum.data(), out + count, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-        size_t wrong = 0;
-        for (size_t i = 0; i < count; ++i) {
-          int32_t expected = 0;
-          for (int q = 0; q < world; ++q) expected += element(seed + 11, q, i) % 1000;
-          wrong += sum[i] != expected;
-        }
-        EXPECT_EQ(wrong, 0u) << "all_reduce with exposing " << exposing;
+        EXPECT_EQ(wrong_sums(sum, count, seed + 11, world, 0, 1000), 0u) << "all_reduce with exposing " << exposing;
       }
       if (registered) comm.deregister(*registered);  // waits for this rank's calls and the peers' release
       comm.barrier();
@@ -258,13 +265,7 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
           comm.check();
           std::vector<int32_t> seen(count);
           cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-          size_t wrong = 0;
-          for (size_t i = 0; i < count; ++i) {
-            int32_t expected = 0;
-            for (int q = 0; q < world; ++q) expected += element(round, q, rank * count + i) % 100000;
-            wrong += seen[i] != expected;
-          }
-          EXPECT_EQ(wrong, 0u) << "reduce_scatter, " << what;
+          EXPECT_EQ(wrong_sums(seen, count, round, world, rank * count, 100000), 0u) << "reduce_scatter, " << what;
           // All-reduce: count elements.
           mine.resize(count);
           for (size_t i = 0; i < count; ++i) mine[i] = element(round + 1, rank, i) % 100000;
@@ -275,13 +276,7 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
           cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
           comm.check();
           cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-          wrong = 0;
-          for (size_t i = 0; i < count; ++i) {
-            int32_t expected = 0;
-            for (int q = 0; q < world; ++q) expected += element(round + 1, q, i) % 100000;
-            wrong += seen[i] != expected;
-          }
-          EXPECT_EQ(wrong, 0u) << "all_reduce, " << what;
+          EXPECT_EQ(wrong_sums(seen, count, round + 1, world, 0, 100000), 0u) << "all_reduce, " << what;
         }
       }
       if (registered) comm.deregister(*registered);
@@ -370,13 +365,12 @@ TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirO
       comm.check();
       cuda(cudaMemcpy(seen.data(), out, out_count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
       size_t here = 0;
-      for (size_t k = 0; k < out_count; ++k) {
-        int32_t expected = 0;
-        if (collective == 0) expected = element(round, static_cast<int>(k / count), k % count) % 100000;
-        for (int q = 0; collective != 0 && q < world; ++q) {
-          expected += element(round, q, (collective == 1 ? rank * count : 0) + k) % 100000;
+      if (collective == 0) {
+        for (size_t k = 0; k < out_count; ++k) {
+          here += seen[k] != element(round, static_cast<int>(k / count), k % count) % 100000;
         }
-        here += seen[k] != expected;
+      } else {
+        here = wrong_sums(seen, out_count, round, world, collective == 1 ? rank * count : 0, 100000);
       }
       wrong += here;
       calls_with_errors += here != 0;
