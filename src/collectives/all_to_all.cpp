@@ -9,6 +9,8 @@
 #include <optional>
 
 #include "collectives/all_to_all.hpp"
+#include "collectives/announced_calls.hpp"
+#include "kernels/announced_launch.hpp"
 #include "kernels/all_to_all_launch.hpp"
 #include "collectives/call_buffers.hpp"
 #include "collectives/call_checks.hpp"
@@ -45,11 +47,12 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
 }
 
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
-                         bool zero_copy, uint64_t send, uint64_t recv) {
+                         bool zero_copy, uint64_t send, uint64_t recv, bool announced) {
   PlanArguments plan{};
   plan.collective = collective;
   plan.algorithm = algorithm;
   plan.zero_copy = zero_copy;
+  plan.announced = announced;
   plan.blocks = blocks;
   plan.count = count;
   plan.type = static_cast<uint64_t>(type);
@@ -74,7 +77,7 @@ uint64_t plan_word_of(const PlannedCall& planned) {
   const bool zero_copy = planned.plan.mode == BufferMode::kZeroCopy;
   return all_to_all_plan(Collective::kAllToAll, planned.plan.algorithm, planned.plan.blocks, planned.call.count,
                          planned.call.type, zero_copy, zero_copy ? planned.send->identity : 0,
-                         zero_copy ? planned.recv->identity : 0);
+                         zero_copy ? planned.recv->identity : 0, planned.plan.mode == BufferMode::kAnnounced);
 }
 
 }  // namespace
@@ -111,6 +114,20 @@ void run_all_to_all_direct(CollectiveContext& state, const PlannedCall& planned,
   kernels::launch_all_to_all_direct(launch, planned.plan.blocks, stream);
 }
 
+void run_all_to_all_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  const CollectiveCall& call = planned.call;
+  const size_t block_bytes = block_bytes_of(call);
+  // In place, this rank's stores could land in a peer's output before that peer has read it as its input: it
+  // announces its output as staged, and every rank runs the rounds, which are safe in place.
+  const void* output = call.send == call.recv ? nullptr : call.recv;
+  kernels::AnnouncedLaunch launch =
+      announced_launch(state, staged_call_launch(state, call, plan_word_of(planned)),
+                       {AnnouncedBuffer{output, block_bytes * state.size, block_bytes}});
+  launch.staged.count = block_bytes;
+  launch.staged.rank_stride = block_bytes;
+  kernels::launch_all_to_all_announced(launch, planned.plan.blocks, stream);
+}
+
 void run_all_to_all_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const size_t block_bytes = block_bytes_of(call);
@@ -138,6 +155,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
     facts.peers_map = send_range && recv_range;
     facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
     facts.in_place = call.send == call.recv;
+    facts.announced = !facts.peers_map && announces(state, shape, capacities);
   }
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), send_range, recv_range}, stream);
 }

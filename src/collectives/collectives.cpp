@@ -11,6 +11,7 @@
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
 #include "collectives/launches.hpp"
+#include "collectives/announced_calls.hpp"
 #include "kernels/announced_launch.hpp"
 #include "kernels/kernels.hpp"
 #include "kernels/ll128_launch.hpp"
@@ -45,6 +46,21 @@ size_t multicast_half_bytes(const CollectiveContext& state) {
 }
 
 }  // namespace
+
+kernels::StagedLaunch staged_call_launch(const CollectiveContext& state, const CollectiveCall& call, uint64_t plan) {
+  kernels::StagedLaunch launch{};
+  launch.send = static_cast<const char*>(call.send);
+  launch.recv = static_cast<char*>(call.recv);
+  launch.root = call.root;
+  launch.collective = static_cast<unsigned int>(call.collective);
+  launch.staging = reinterpret_cast<char* const*>(state.staging.device_peers());
+  launch.half_bytes = staging_half_bytes(state);
+  launch.pad = state.sync->pad();
+  launch.epoch = state.sync->epoch();
+  launch.blocks_done = state.sync->blocks_done();
+  launch.plan = plan;
+  return launch;
+}
 
 AreaCapacities area_capacities(const CollectiveContext& state) {
   AreaCapacities capacities{};
@@ -111,16 +127,7 @@ uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::op
 }
 
 kernels::StagedLaunch base_launch(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan) {
-  kernels::StagedLaunch launch{};
-  launch.root = call.root;
-  launch.collective = static_cast<unsigned int>(call.collective);
-  launch.staging = reinterpret_cast<char* const*>(state.staging.device_peers());
-  launch.half_bytes = staging_half_bytes(state);
-  launch.pad = state.sync->pad();
-  launch.epoch = state.sync->epoch();
-  launch.blocks_done = state.sync->blocks_done();
-  launch.plan = plan_of(call, plan);
-  return launch;
+  return staged_call_launch(state, call, plan_of(call, plan));
 }
 
 static_assert(kMaxBlocks <= kernels::kPipelineChannels, "a pipelined launch has a FIFO per block");
@@ -433,50 +440,11 @@ void run_all_gather_zero_copy(CollectiveContext& state, const PlannedCall& plann
   kernels::launch_all_gather_zero_copy(launch, plan.blocks, stream);
 }
 
-namespace {
-
-// This rank's announcement of [pointer, pointer + bytes), whose rank blocks are `block` bytes each: where it lies
-// among the ranges it exposed, or staged (none holds it, or it or a block is not 16-byte aligned, as the
-// zero-copy stores want).
-uint64_t announcement_of(const CollectiveContext& state, const void* pointer, size_t bytes, size_t block) {
-  const auto address = reinterpret_cast<uintptr_t>(pointer);
-  if (state.exposures == nullptr || address % 16 != 0 || block % 16 != 0) return kernels::kAnnouncedStaged;
-  const std::optional<detail::RegisteredExposures::Found> found = state.exposures->find(address, bytes);
-  return found ? kernels::announcement(found->id, found->offset) : kernels::kAnnouncedStaged;
-}
-
-// The announcing launch of `call`: the staged launch its staged path uses, and this rank's words for `buffers`
-// (each a pointer, its bytes and its rank blocks' bytes; every rank's buffer holds the same bytes).
-struct AnnouncedBuffer {
-  const void* pointer;
-  size_t bytes;
-  size_t block;
-};
-
-kernels::AnnouncedLaunch announced_launch(const CollectiveContext& state, const CollectiveCall& call, const CallPlan& plan,
-                                          std::initializer_list<AnnouncedBuffer> buffers) {
-  kernels::AnnouncedLaunch launch{};
-  launch.staged = base_launch(state, call, plan);
-  launch.staged.send = static_cast<const char*>(call.send);
-  launch.staged.recv = static_cast<char*>(call.recv);
-  for (const AnnouncedBuffer& buffer : buffers) {
-    launch.words[launch.buffers] = announcement_of(state, buffer.pointer, buffer.bytes, buffer.block);
-    launch.extents[launch.buffers] = buffer.bytes;
-    ++launch.buffers;
-  }
-  launch.area.local = static_cast<uint64_t*>(state.announcements.local());
-  launch.area.peers = reinterpret_cast<uint64_t* const*>(state.announcements.device_peers());
-  launch.exposures = kernels::ExposureLookup{state.exposures->device_table(), state.exposures->device_cache()};
-  return launch;
-}
-
-}  // namespace
-
 void run_all_gather_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const size_t bytes = rank_block_bytes(call);
-  kernels::AnnouncedLaunch launch =
-      announced_launch(state, call, planned.plan, {AnnouncedBuffer{call.recv, bytes * state.size, bytes}});
+  kernels::AnnouncedLaunch launch = announced_launch(state, base_launch(state, call, planned.plan),
+                                                     {AnnouncedBuffer{call.recv, bytes * state.size, bytes}});
   launch.staged.count = bytes;
   launch.staged.rank_stride = bytes;
   kernels::launch_all_gather_announced(launch, planned.plan.blocks, stream);
@@ -485,8 +453,8 @@ void run_all_gather_announced(CollectiveContext& state, const PlannedCall& plann
 void run_reduce_scatter_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const size_t block = call.count * datatype_size(call.type);
-  kernels::AnnouncedLaunch launch =
-      announced_launch(state, call, planned.plan, {AnnouncedBuffer{call.send, block * state.size, block}});
+  kernels::AnnouncedLaunch launch = announced_launch(state, base_launch(state, call, planned.plan),
+                                                     {AnnouncedBuffer{call.send, block * state.size, block}});
   launch.staged.count = call.count;
   launch.staged.rank_stride = call.count;
   kernels::launch_reduce_scatter_announced(call.type, call.op, launch, planned.plan.blocks, stream);
@@ -496,8 +464,9 @@ void run_all_reduce_announced(CollectiveContext& state, const PlannedCall& plann
   const CollectiveCall& call = planned.call;
   const size_t bytes = call.count * datatype_size(call.type);
   // The two-shot shards split at whole vectors; the buffers' own alignment is what announcement_of checks.
-  kernels::AnnouncedLaunch launch = announced_launch(
-      state, call, planned.plan, {AnnouncedBuffer{call.send, bytes, 16}, AnnouncedBuffer{call.recv, bytes, 16}});
+  kernels::AnnouncedLaunch launch =
+      announced_launch(state, base_launch(state, call, planned.plan),
+                       {AnnouncedBuffer{call.send, bytes, 16}, AnnouncedBuffer{call.recv, bytes, 16}});
   launch.staged.count = call.count;
   kernels::launch_all_reduce_announced(call.type, call.op, launch, planned.plan.blocks, stream);
 }
@@ -569,17 +538,6 @@ void run_broadcast_copy_engine_pairs(CollectiveContext& state, const PlannedCall
   broadcast_copy_engine_pairs(state, call.send, call.recv, rank_block_bytes(call), call.root, plan_of(call, plan),
                               stream);  // through the peers' pipeline areas
 }
-
-namespace {
-
-// Whether an eager call beyond LL (all-reduce, reduce-scatter, all-gather) announces its buffers (BufferFacts::announced): the same on every rank, from the
-// agreed switch and the call alone.
-bool announces(const CollectiveContext& state, const CallShape& shape, const AreaCapacities& capacities) {
-  return state.eager_zero_copy && state.exposures != nullptr && state.order.call_graph() == nullptr &&
-         !plans_ll(shape, capacities);
-}
-
-}  // namespace
 
 // The entries: which buffers each collective looks up, the facts they give, the plan, its launch.
 void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream stream) {

@@ -7,12 +7,15 @@
 #include "collectives/call_checks.hpp"
 #include "collectives/collective_context.hpp"
 #include "kernels/ll_launch.hpp"
+#include "kernels/staged_launch.hpp"
 #include "collectives/planner.hpp"
 #include "memory/peer_range.hpp"
 
 namespace braid::collectives {
 
 AreaCapacities area_capacities(const CollectiveContext& context);
+// A staged launch over the call's buffers (count and strides zero) whose barriers announce `plan`.
+kernels::StagedLaunch staged_call_launch(const CollectiveContext& context, const CollectiveCall& call, uint64_t plan);
 // Buffers, count and strides zero; the polls check the peers' announcements against `plan`.
 kernels::LLLaunch ll_launch(const CollectiveContext& context, const CollectiveCall& call, uint64_t plan);
 

@@ -61,6 +61,7 @@ constexpr Protocol kProtocols[] = {
     {kBC, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_broadcast_copy_engine_pairs},
 
     {kA2A, kLL, kStagedCopy, Gate::kLLFits, kNothing, kWholeCall, run_all_to_all_ll},
+    {kA2A, kPipelined, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_all_to_all_announced},
     {kA2A, kPipelined, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_to_all_direct},
     {kA2A, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_to_all_pipelined},
     {kA2A, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMap, kWholeCall, run_all_to_all_copy_engine},

@@ -81,7 +81,7 @@ TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   }
 }
 
-// NOTE [announced calls]: an announced all-gather, reduce-scatter or all-reduce takes its announcing row where
+// NOTE [announced calls]: an announced all-gather, reduce-scatter, all-reduce or all-to-all takes its announcing row where
 // it pays (NOTE [announced sizes]) whatever the table or BRAID_ALGO names, on every world, and plans as a staged
 // call elsewhere; LL stays LL; collectives without an announcing row plan as they would.
 TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowWhereItPays) {
@@ -96,7 +96,8 @@ TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowWhereItPays) {
       {Collective::kAllGather, "allgather=copyengine", Algorithm::kPipelined, size_t(8) << 20, SIZE_MAX},
       {Collective::kReduceScatter, "reducescatter=copyengine", Algorithm::kPipelined, size_t(16) << 20,
        size_t(256) << 20},
-      {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot, size_t(8) << 20, size_t(128) << 20}};
+      {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot, size_t(8) << 20, size_t(128) << 20},
+      {Collective::kAllToAll, "alltoall=copyengine", Algorithm::kPipelined, size_t(4) << 20, size_t(64) << 20}};
   for (const Case& c : cases) {
     for (const int world : {2, 3, 8}) {
       SCOPED_TRACE(std::string(collective_name(static_cast<unsigned int>(c.collective))) + ", world " +

@@ -286,6 +286,55 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
   });
 }
 
+// BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output announced) on registered VMM memory that every rank, one rank
+// or no rank registered, out of place and in place (a rank in place announces its output as staged), at an
+// announced size (NOTE [announced sizes]), one whose blocks are larger than a staging half's share (the staged
+// rounds) and a small one (planned as staged): every block equal to what its sender sent, outputs poisoned first.
+TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    const size_t counts[] = {(size_t(1) << 20) + 4, (size_t(5) << 20) + 4, (size_t(1) << 14) + 3};
+    const size_t most = (size_t(5) << 20) + 4;
+    VmmBuffer memory(2 * most * sizeof(int32_t) * world, comm.device());
+    int32_t* const input = static_cast<int32_t*>(memory.pointer());
+    int32_t* const output = input + most * world;
+    const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
+    enum Exposing { kEveryRank, kRankZero, kNoRank };
+    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
+      std::optional<RegisteredBuffer> registered;
+      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
+        registered = comm.register_buffer(memory.pointer(), memory.bytes);
+      }
+      for (const size_t count : counts) {
+        for (const bool in_place : {false, true}) {
+          const uint32_t round = seed + static_cast<uint32_t>(count * 7 + in_place + exposing * 17);
+          std::vector<int32_t> mine(count * world);  // block q goes to rank q
+          for (size_t i = 0; i < mine.size(); ++i) mine[i] = element(round, rank, i);
+          cuda(cudaMemcpy(input, mine.data(), mine.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          int32_t* out = in_place ? input : output;
+          if (!in_place) cuda(cudaMemset(out, 0xA5, count * world * sizeof(int32_t)), "cudaMemset");
+          comm.all_to_all(input, out, count, DataType::kInt32, cudaStreamPerThread);
+          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+          comm.check();
+          std::vector<int32_t> seen(count * world);
+          cuda(cudaMemcpy(seen.data(), out, seen.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          size_t wrong = 0;
+          for (int q = 0; q < world; ++q) {  // block q came from rank q, its block `rank`
+            for (size_t i = 0; i < count; ++i) wrong += seen[q * count + i] != element(round, q, rank * count + i);
+          }
+          EXPECT_EQ(wrong, 0u) << "exposing " << exposing << ", " << count << " int32 a block, "
+                               << (in_place ? "in place" : "out of place");
+        }
+      }
+      if (registered) comm.deregister(*registered);
+      comm.barrier();
+    }
+    device_synchronize();  // the VMM memory goes next
+  });
+}
+
 // BRAID_EAGER_ZERO_COPY=1: every rank keeps a pool of registered VMM segments and, call after call, in an order of
 // its own, frees one (deregistering it, sometimes right after a call that used it) and makes a new one of another
 // size, and passes as the announced buffer (all-gather's output, reduce-scatter's input, all-reduce's buffer, in
@@ -340,7 +389,7 @@ TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirO
     size_t wrong = 0, calls_with_errors = 0;
     for (size_t call = 0; call < calls; ++call) {
       const size_t count = (kMaxCount / 4) + shared() % (kMaxCount - kMaxCount / 4);  // beyond LL at every world
-      const uint64_t collective = shared() % 3;  // all-gather, reduce-scatter, all-reduce
+      const uint64_t collective = shared() % 4;  // all-gather, reduce-scatter, all-reduce, all-to-all
       if (own() % 8 == 0) replace(own() % kSegments);
       // The buffer: a segment at a 16-byte offset, a segment at an odd offset (announced as staged), or unexposed.
       int32_t* buffer = unexposed;
@@ -349,10 +398,13 @@ TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirO
       if (pick < 7) buffer = static_cast<int32_t*>(pool[i].memory->pointer()) + (own() % 64) * 4;
       if (pick == 7) buffer = static_cast<int32_t*>(pool[i].memory->pointer()) + 1;
       const uint32_t round = static_cast<uint32_t>(seed + call);
-      const size_t in_count = collective == 1 ? count * world : count;
-      const size_t out_count = collective == 0 ? count * world : count;
+      // All-to-all: blocks of count / world elements, its output the buffer (its input `unexposed`, unless the
+      // buffer is: then in place).
+      const size_t block = count / world;
+      const size_t in_count = collective == 1 ? count * world : collective == 3 ? block * world : count;
+      const size_t out_count = collective == 0 ? count * world : collective == 3 ? block * world : count;
       for (size_t k = 0; k < in_count; ++k) mine[k] = element(round, rank, k) % 100000;
-      int32_t* in = collective == 0 ? input : buffer;
+      int32_t* in = collective == 0 ? input : collective == 3 ? unexposed : buffer;
       int32_t* out = collective == 0 ? buffer : collective == 1 ? input : buffer;
       cuda(cudaMemcpyAsync(in, mine.data(), in_count * sizeof(int32_t), cudaMemcpyHostToDevice, cudaStreamPerThread),
            "cudaMemcpyAsync");
@@ -360,14 +412,18 @@ TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirO
       if (collective == 0) comm.all_gather(in, out, count, DataType::kInt32, cudaStreamPerThread);
       if (collective == 1) comm.reduce_scatter(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
       if (collective == 2) comm.all_reduce(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+      if (collective == 3) comm.all_to_all(in, out, block, DataType::kInt32, cudaStreamPerThread);
       // The call done before the copy to pageable memory (NOTE [shared-GPU waits], world.hpp).
       cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
       comm.check();
       cuda(cudaMemcpy(seen.data(), out, out_count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
       size_t here = 0;
-      if (collective == 0) {
+      if (collective == 0 || collective == 3) {
         for (size_t k = 0; k < out_count; ++k) {
-          here += seen[k] != element(round, static_cast<int>(k / count), k % count) % 100000;
+          const int32_t expected = collective == 0
+                                       ? element(round, static_cast<int>(k / count), k % count) % 100000
+                                       : element(round, static_cast<int>(k / block), rank * block + k % block) % 100000;
+          here += seen[k] != expected;
         }
       } else {
         here = wrong_sums(seen, out_count, round, world, collective == 1 ? rank * count : 0, 100000);

@@ -1,0 +1,59 @@
+// All-to-all of an eager call that announces its output (announced.cuh). launch.staged.count and rank_stride: bytes
+// of one block. Every rank's output exposed: rank r stores its block q into block r of rank q's output (zero copy),
+// then an exit barrier. Any rank's not (in place, a rank announces its output as staged): every rank stages, in
+// rounds of a staging half (NOTE [announced staged rounds]).
+#include "core/kernel_modules.hpp"
+#include "kernels/announced.cuh"
+#include "kernels/dependent_launch.cuh"
+#include "kernels/kernels.hpp"
+
+namespace braid::kernels {
+namespace {
+
+__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(AnnouncedLaunch launch) {
+  start_dependent_kernel();
+  const StagedLaunch& call = launch.staged;
+  __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
+  char* const own[kAnnouncedBuffers] = {call.recv, nullptr};
+  const AnnouncedEntry entry = enter_announced(launch, buffers, own);
+  if (entry.path == AnnouncedPath::kEnd) return;
+  const int world = call.pad.world, rank = call.pad.rank;
+  if (entry.path == AnnouncedPath::kStaged) {
+    // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part for
+    // this rank into the output's blocks.
+    const size_t chunk = staged_chunk(call, world, 1);
+    run_staged_rounds<uint8_t>(
+        call, entry.counter, chunk,
+        [&](size_t first, const Slice& slice, size_t half) {
+          for (int q = 0; q < world; ++q) {
+            block_copy(call.staging[rank] + half + q * chunk + slice.begin,
+                       call.send + q * call.rank_stride + first + slice.begin, slice.end - slice.begin);
+          }
+        },
+        [&](size_t first, const Slice& slice, size_t half) {
+          for (int step = 0; step < world; ++step) {
+            const int q = (rank + step) % world;  // rotated: spreads the links' load
+            block_copy(call.recv + q * call.rank_stride + first + slice.begin,
+                       call.staging[q] + half + rank * chunk + slice.begin, slice.end - slice.begin);
+          }
+        });
+    return;
+  }
+  const Slice part = block_slice<uint8_t>(call.count, blockIdx.x, gridDim.x);
+  for (int step = 0; step < world; ++step) {
+    const int q = (rank + step) % world;  // rotated: spreads the links' load
+    block_copy(buffers[0][q] + rank * call.rank_stride + part.begin, call.send + q * call.rank_stride + part.begin,
+               part.end - part.begin);
+  }
+  device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
+}
+
+}  // namespace
+
+void launch_all_to_all_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream) {
+  launch_dependent(all_to_all_announced, blocks, kThreadsPerBlock, stream, launch);
+}
+
+}  // namespace braid::kernels
+
+BRAID_KERNEL_MODULE()
