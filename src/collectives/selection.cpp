@@ -322,7 +322,7 @@ constexpr AnnouncedSizes kAnnouncedSizes[] = {
     {Collective::kAllGather, size_t(8) << 20, SIZE_MAX},
     {Collective::kReduceScatter, size_t(16) << 20, size_t(256) << 20},
     {Collective::kAllReduce, size_t(8) << 20, size_t(128) << 20},
-    {Collective::kAllToAll, size_t(4) << 20, size_t(64) << 20},  // not measured yet
+    {Collective::kAllToAll, 0, SIZE_MAX},  // every size until measured
 };
 
 std::atomic<bool> announce_at_every_size{false};
