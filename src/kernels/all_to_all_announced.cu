@@ -6,6 +6,7 @@
 #include "kernels/announced.cuh"
 #include "kernels/dependent_launch.cuh"
 #include "kernels/kernels.hpp"
+#include "kernels/zero_copy_bodies.cuh"
 
 namespace braid::kernels {
 namespace {
@@ -39,12 +40,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(Announc
         });
     return;
   }
-  const Slice part = block_slice<uint8_t>(call.count, blockIdx.x, gridDim.x);
-  for (int step = 0; step < world; ++step) {
-    const int q = (rank + step) % world;  // rotated: spreads the links' load
-    block_copy(buffers[0][q] + rank * call.rank_stride + part.begin, call.send + q * call.rank_stride + part.begin,
-               part.end - part.begin);
-  }
+  const char* sends[kMaxWorld] = {};
+  sends[rank] = call.send;
+  all_to_all_copies(buffers[0], sends, call.count, world, rank, false);
   device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
 }
 

@@ -3,7 +3,7 @@
 // another GPU's cudaMalloc memory of this process, which copy engines must not read).
 #include "kernels/all_to_all_launch.hpp"
 #include "kernels/dependent_launch.cuh"
-#include "kernels/elementwise.cuh"
+#include "kernels/zero_copy_bodies.cuh"
 #include "kernels/kernels.hpp"
 #include "core/kernel_modules.hpp"
 #include "sync/device_sync.hpp"
@@ -15,13 +15,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_direct(AllToAllDi
   start_dependent_kernel();
   const int world = launch.pad.world, rank = launch.pad.rank, channel = blockIdx.x;
   if (!device::barrier(launch.pad, channel, launch.collective, kSiteEntryBarrier, launch.plan)) return;
-  const Slice part = block_slice<uint8_t>(launch.block_bytes, blockIdx.x, gridDim.x);
-  for (int step = 0; step < world; ++step) {
-    const int q = (rank + step) % world;  // rotated: spreads the links' load
-    const int from = launch.loads ? q : rank, to = launch.loads ? rank : q;
-    block_copy(launch.recv.at[to] + from * launch.block_bytes + part.begin,
-               launch.send.at[from] + to * launch.block_bytes + part.begin, part.end - part.begin);
-  }
+  all_to_all_copies(launch.recv.at, launch.send.at, launch.block_bytes, world, rank, launch.loads);
   device::barrier(launch.pad, channel, launch.collective, kSiteExitBarrier, launch.plan);
 }
 

@@ -22,6 +22,21 @@ __device__ __forceinline__ void all_gather_stores(char* const* outputs, const ch
   block_copy_to(destinations, count, source, part.end - part.begin);
 }
 
+// All-to-all: block q of rank r's send (`block_bytes` apart) into block r of rank q's recv, for this rank's
+// blocks: pushed (its send into every recv) or, with `loads`, pulled (every send into its recv); only this rank's
+// entry of the other array is read. Each block starts at another peer (rotated by rank and block), so copies
+// within this GPU run beside the stores over the links instead of ahead of them.
+__device__ __forceinline__ void all_to_all_copies(char* const* recvs, const char* const* sends, size_t block_bytes,
+                                                  int world, int rank, bool loads) {
+  const Slice part = block_slice<uint8_t>(block_bytes, blockIdx.x, gridDim.x);
+  for (int step = 0; step < world; ++step) {
+    const int q = (rank + step + blockIdx.x) % world;
+    const int from = loads ? q : rank, to = loads ? rank : q;
+    block_copy(recvs[to] + from * block_bytes + part.begin, sends[from] + to * block_bytes + part.begin,
+               part.end - part.begin);
+  }
+}
+
 // Reduce-scatter: block `rank` (at `rank * rank_stride` bytes) of every input, `count` elements, reduced into
 // `output`.
 template <typename T, ReduceOp Op>

@@ -174,7 +174,8 @@ class RankBench {
         throw std::runtime_error("--compare nccl: " + library_->path() +
                                  " exports neither ncclAlltoAll nor ncclSend/ncclRecv: no NCCL alltoall to compare with");
       }
-      note("nccl alltoall: " + method + (method == "ncclAlltoAll" ? "" : " (one per peer, in a group)"));
+      note("nccl alltoall: " + method + (method == "ncclAlltoAll" ? "" : " (one per peer, in a group)") +
+           (options_.in_place_too() ? "; not run in place: NCCL defines no in-place all-to-all" : ""));
     }
     if (report_) report_->begin(coll);
     int skipped = 0;
@@ -211,6 +212,7 @@ class RankBench {
       char* send = in_place ? recv_->data() + shape.in_place_send_offset * element : send_->data();
       char* recv = recv_->data() + (in_place ? shape.in_place_recv_offset * element : 0);
       for (int impl = 0; impl < (nccl_ ? 2 : 1); ++impl) {
+        if (impl == 1 && in_place && !nccl_has_in_place(coll)) continue;  // its slot stays "not run": n/a
         Call call;
         if (impl == 0) {
           call = [&, send, recv](cudaStream_t s) {

@@ -26,6 +26,8 @@ bool has_root(Collective coll) { return coll == Collective::kReduce || coll == C
 
 bool has_in_place(Collective coll) { return coll != Collective::kSendRecv; }
 
+bool nccl_has_in_place(Collective coll) { return has_in_place(coll) && coll != Collective::kAllToAll; }
+
 bool is_signed_int(DataType type) {
   return type == DataType::kInt8 || type == DataType::kInt32 || type == DataType::kInt64;
 }

@@ -24,6 +24,10 @@ bool has_root(Collective coll);                 // reduce, broadcast
 // Has an in-place form: every collective but sendrecv (alltoall in place takes recv == send, as ncclAlltoAll
 // does; a send and a receive of one batch on one buffer have no defined result).
 bool has_in_place(Collective coll);
+// Has an in-place form in NCCL: NCCL defines in place for the reductions, broadcast, all-gather and
+// reduce-scatter only (its all-to-all on one buffer returns wrong elements), so --compare nccl runs no in-place
+// alltoall.
+bool nccl_has_in_place(Collective coll);
 
 // Element sizes, names and kinds come from braid/types.hpp (datatype_size, datatype_name, is_floating,
 // reduce_op_name).
