@@ -97,7 +97,7 @@ TEST(Planner, AnnouncedCallsTakeTheAnnouncingRowWhereItPays) {
       {Collective::kReduceScatter, "reducescatter=copyengine", Algorithm::kPipelined, size_t(16) << 20,
        size_t(256) << 20},
       {Collective::kAllReduce, "allreduce=oneshot", Algorithm::kTwoShot, size_t(8) << 20, size_t(128) << 20},
-      {Collective::kAllToAll, "alltoall=copyengine", Algorithm::kPipelined, size_t(4) << 20, size_t(64) << 20}};
+      {Collective::kAllToAll, "alltoall=copyengine", Algorithm::kPipelined, size_t(4) << 20, size_t(128) << 20}};
   for (const Case& c : cases) {
     for (const int world : {2, 3, 8}) {
       SCOPED_TRACE(std::string(collective_name(static_cast<unsigned int>(c.collective))) + ", world " +
