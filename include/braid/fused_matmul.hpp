@@ -5,10 +5,7 @@
 //   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
 //
 // The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
-// never links it. The first run of each GEMM shape a call cuts, on a stream that is not being captured, times
-// cuBLASLt's first 4 candidate algorithms on the call's operands and keeps the fastest for the FusedMatmul's life
-// (that call waits on the host for the timings, a few GEMMs' time); a shape first met in a capture, and every
-// shape under BRAID_GEMM_TUNING=off, takes cuBLASLt's first. The communication moves through the copy engines into a symmetric workspace, beside the GEMMs,
+// never links it. The communication moves through the copy engines into a symmetric workspace, beside the GEMMs,
 // which leave 4 multiprocessors to it; ranks meet at single-element all-reduces of the communicator on a side stream.
 #pragma once
 

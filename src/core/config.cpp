@@ -66,10 +66,6 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_CUBLASLT_LIBRARY", ConfigType::kString, "libcublasLt.so.13", nullptr,
      "cuBLASLt library the fused GEMM calls (FusedMatmul) dlopen: a path, or a name looked for by the loader, in "
      "the CUDA toolkit's lib folders and in python3's site-packages (nvidia/cu13/lib, nvidia/cublas/lib)."},
-    {"BRAID_GEMM_TUNING", ConfigType::kEnum, "on", "on|off",
-     "on: the first run of each GEMM shape of the fused calls (FusedMatmul) outside a CUDA graph capture times "
-     "cuBLASLt's first 4 candidate algorithms on the call's operands and keeps the fastest (the ranks may then run "
-     "different algorithms, whose roundings may differ); off: cuBLASLt's first candidate, the same on every run."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "
      "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "

@@ -19,17 +19,6 @@ constexpr const char* kDefaultLibrary = "libcublasLt.so.13";
 // Where the nvidia-cublas wheels put it (CUDA 13's, then the older per-library layout).
 constexpr const char* kPackageFolders[] = {"nvidia/cu13/lib", "nvidia/cublas/lib"};
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
-constexpr int kTimedCandidates = 4;  // NOTE [GEMM algorithm choice]
-constexpr int kTimedRuns = 3;
-
-bool tuning_enabled() { return Config::get().string("BRAID_GEMM_TUNING").value_or("on") == "on"; }
-
-// Whether `stream` is being captured (nothing can be timed on it then).
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  BRAID_CUDA(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
-}
 
 CublasLtApi load_cublaslt() {
   const std::string name = Config::get().string("BRAID_CUBLASLT_LIBRARY").value_or(kDefaultLibrary);
@@ -90,10 +79,6 @@ CublasLtApi load_cublaslt() {
     const cublasStatus_t braid_status_ = (api).call(__VA_ARGS__);           \
     if (braid_status_ != CUBLAS_STATUS_SUCCESS) raise_cublas((api), braid_status_, #call); \
   } while (0)
-
-void check_matmul(const CublasLtApi& api, cublasStatus_t status) {
-  if (status != CUBLAS_STATUS_SUCCESS) raise_cublas(api, status, "matmul");
-}
 
 cudaDataType_t cuda_type(DataType type) { return type == DataType::kBFloat16 ? CUDA_R_16BF : CUDA_R_16F; }
 
@@ -159,7 +144,7 @@ GemmRunner::~GemmRunner() {
   api_.destroy(handle_);
 }
 
-const GemmRunner::Plan& GemmRunner::plan(const Key& key, const Gemm& gemm, cudaStream_t stream) {
+const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d, multiprocessors] = key;
@@ -200,78 +185,16 @@ const GemmRunner::Plan& GemmRunner::plan(const Key& key, const Gemm& gemm, cudaS
   for (int i = 0; i < 4; ++i) {
     BRAID_CUBLAS(api_, preference_set_attribute, preference, attributes[i], &alignments[i], sizeof(uint32_t));
   }
-  cublasLtMatmulHeuristicResult_t results[kTimedCandidates]{};
+  cublasLtMatmulHeuristicResult_t result{};
   int found_count = 0;
-  const bool timed = tuning_enabled() && !capturing(stream);
   BRAID_CUBLAS(api_, algo_get_heuristic, handle_, plan->desc, plan->b_layout, plan->a_layout, plan->cd_layout,
-               plan->cd_layout, preference, timed ? kTimedCandidates : 1, results, &found_count);
+               plan->cd_layout, preference, 1, &result, &found_count);
   if (found_count == 0) {
     raise(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a {} GEMM of [{}, {}] x [{}, {}]{}",
           datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
   }
-  plan->algo = results[0].algo;
-  if (found_count > 1) plan->algo = results[fastest(*plan, results, found_count, gemm, stream)].algo;
+  plan->algo = result.algo;
   return *plans_.emplace(key, std::move(plan)).first->second;
-}
-
-cublasStatus_t GemmRunner::launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Gemm& gemm,
-                                  cudaStream_t stream) {
-  const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
-  const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
-  return api_.matmul(handle_, plan.desc, &gemm.alpha, gemm.b, plan.b_layout, gemm.a, plan.a_layout, &beta, c,
-                     plan.cd_layout, gemm.d, plan.cd_layout, &algo, workspace_, kWorkspaceBytes, stream);
-}
-
-// NOTE [GEMM algorithm choice]
-// cuBLASLt's heuristic ranks its algorithms by a model, and for the pieces the fused calls cut (half or a quarter
-// of a GEMM's rows, beside the copies, on fewer SMs) its first choice can lose several percent to its third: on
-// 2xH200, bf16, all_gather_matmul 8192x8192x3584 took 638 us with the first for every piece, 619 with the third
-// and 655 with the second, while 4096^3 took 185 with the first and 195 with the third. So, as cuDNN's benchmark
-// mode does, the first run of a shape (a plan) on a stream that is not being captured times the heuristic's first
-// kTimedCandidates algorithms on the call's own operands (each once untimed, then kTimedRuns times) and keeps the
-// fastest; a GEMM has no side effect but D, which the real run then writes. A shape first met inside a capture,
-// and every shape under BRAID_GEMM_TUNING=off, keeps the heuristic's first. The choice is per process and rank:
-// ranks may run different algorithms for the same shape (each rank's product is its own; their roundings may
-// differ in the last bit).
-int GemmRunner::fastest(const Plan& plan, const cublasLtMatmulHeuristicResult_t* candidates, int count,
-                        const Gemm& gemm, cudaStream_t stream) {
-  cudaEvent_t start = nullptr, end = nullptr;
-  BRAID_CUDA(cudaEventCreate(&start));
-  const cudaError_t created = cudaEventCreate(&end);
-  if (created != cudaSuccess) {
-    cudaEventDestroy(start);
-    raise_cuda(created, "cudaEventCreate", __FILE__, __LINE__);
-  }
-  struct Events {
-    cudaEvent_t start, end;
-    ~Events() {
-      cudaEventDestroy(start);
-      cudaEventDestroy(end);
-    }
-  } events{start, end};
-  // Host waits are refused while another thread captures in global mode; this thread's are allowed for the timing.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  BRAID_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
-  struct RestoreMode {
-    cudaStreamCaptureMode mode;
-    ~RestoreMode() { cudaThreadExchangeStreamCaptureMode(&mode); }
-  } restore{mode};
-  int chosen = 0;
-  float best = -1;  // none timed yet
-  for (int i = 0; i < count; ++i) {
-    if (launch(plan, candidates[i].algo, gemm, stream) != CUBLAS_STATUS_SUCCESS) continue;  // unusable here
-    BRAID_CUDA(cudaEventRecord(start, stream));
-    for (int run = 0; run < kTimedRuns; ++run) check_matmul(api_, launch(plan, candidates[i].algo, gemm, stream));
-    BRAID_CUDA(cudaEventRecord(end, stream));
-    BRAID_CUDA(cudaEventSynchronize(end));
-    float ms = 0;
-    BRAID_CUDA(cudaEventElapsedTime(&ms, start, end));
-    if (best < 0 || ms < best) {
-      best = ms;
-      chosen = i;
-    }
-  }
-  return chosen;
 }
 
 void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
@@ -280,8 +203,10 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
   const Key key{static_cast<int>(gemm.type), gemm.rows, gemm.k, gemm.n, static_cast<int>(gemm.b_layout),
                 gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d),
                 gemm.multiprocessors};
-  const Plan& chosen = plan(key, gemm, stream);
-  check_matmul(api_, launch(chosen, chosen.algo, gemm, stream));
+  const Plan& chosen = plan(key);
+  const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
+  BRAID_CUBLAS(api_, matmul, handle_, chosen.desc, &gemm.alpha, gemm.b, chosen.b_layout, gemm.a, chosen.a_layout,
+               &beta, c, chosen.cd_layout, gemm.d, chosen.cd_layout, &chosen.algo, workspace_, kWorkspaceBytes, stream);
 }
 
 }  // namespace braid::detail

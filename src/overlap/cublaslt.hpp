@@ -54,8 +54,8 @@ struct Gemm {
   int multiprocessors = 0;  // the multiprocessors the GEMM may take (cuBLASLt's SM count target); 0: all
 };
 
-// A cuBLASLt handle, its workspace and the plans (algorithm choices: NOTE [GEMM algorithm choice]) of the shapes
-// seen, on one GPU. One thread at a time; the GEMMs it enqueues share the workspace, so they must run on one stream.
+// A cuBLASLt handle, its workspace and the plans (heuristic choices) of the shapes seen, on one GPU. One thread at a
+// time; the GEMMs it enqueues share the workspace, so they must run on one stream.
 class GemmRunner {
  public:
   explicit GemmRunner(int device);
@@ -69,13 +69,7 @@ class GemmRunner {
   // type, rows, k, n, layout, has C, the alignment (bytes, up to 256) of A, B, C and D, and the multiprocessors.
   using Key = std::tuple<int, size_t, size_t, size_t, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int>;
   struct Plan;
-  // The plan of `key`, made on first use with the algorithm NOTE [GEMM algorithm choice] picks (`gemm` and `stream`:
-  // the run it is made for, on which candidates are timed).
-  const Plan& plan(const Key& key, const Gemm& gemm, cudaStream_t stream);
-  cublasStatus_t launch(const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Gemm& gemm, cudaStream_t stream);
-  // The index of the fastest of `count` candidates, timed on `gemm`'s operands on `stream`.
-  int fastest(const Plan& plan, const cublasLtMatmulHeuristicResult_t* candidates, int count, const Gemm& gemm,
-              cudaStream_t stream);
+  const Plan& plan(const Key& key);
 
   const CublasLtApi& api_;
   int device_;
