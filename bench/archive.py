@@ -137,8 +137,10 @@ def rows_of(path, args):
     # braid-run sets these for every rank (older braid-bench builds wrote them): where the ranks are, not how braid runs.
     launch = {"BRAID_RANK", "BRAID_WORLD_SIZE", "BRAID_LOCAL_RANK", "BRAID_LOCAL_SIZE", "BRAID_STORE_ADDR", "BRAID_JOB_ID",
               "BRAID_JOB_SECRET"}
+    # Where a library is found, not how braid runs (the rows record the NCCL version that ran).
+    locations = {"BRAID_NCCL_LIBRARY", "BRAID_CUBLASLT_LIBRARY"}
     settings = {k: v for k, v in (run["config"].get("settings") or {}).items()
-                if k not in launch and OPT_IN_DEFAULTS.get(k) != v}
+                if k not in launch and k not in locations and OPT_IN_DEFAULTS.get(k) != v}
     opt_in = {k: v for k, v in settings.items() if OPT_IN.get(k) == v}
     changed = {k: v for k, v in settings.items() if k not in opt_in}
     if changed:

@@ -76,6 +76,10 @@ class ArchiveTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.add(self.write(collective_run(settings=dict(launch, BRAID_ALGO="allreduce=ll"))))
 
+    def test_where_a_library_is_found_is_not_a_setting(self):
+        where = {"BRAID_NCCL_LIBRARY": "/opt/nccl/lib/libnccl.so.2", "BRAID_CUBLASLT_LIBRARY": "libcublasLt.so.13"}
+        self.assertEqual(len(self.add(self.write(collective_run(settings=where)))), 1)
+
     def test_eager_zero_copy_runs_are_points_of_their_own(self):
         on = collective_run(settings={"BRAID_EAGER_ZERO_COPY": "1"})
         on["config"].update(buffers="registered-vmm", graph=0)
