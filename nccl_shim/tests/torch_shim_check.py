@@ -38,13 +38,14 @@ GRAPH_REPLAYS = 6
 POISON = float("nan")  # written over every output before each call: an unwritten output never compares equal
 
 # The training sections: LAYERS blocks of Linear(width, width) + GELU, float32, BATCH rows a step, WARMUP untimed
-# steps (allocation, lazy init, compilation) before the timed ones (--width and --layers change the model).
+# steps (allocation, lazy init, compilation) before the timed ones (--width, --layers, --batch and --steps change
+# them).
 # --cpu-gloo uses a narrower model: there it only checks the script, on a small CPU.
 WIDTH, WIDTH_CPU = 1024, 256
 LAYERS = 4
 BATCH = 64
 WARMUP = 3
-DDP_STEPS = FSDP_STEPS = 20
+TRAIN_STEPS = 20  # timed steps of the DDP and FSDP2 sections (--steps)
 COMPILE_STEPS = 10
 LR = 0.05  # plain SGD: a small difference in a gradient stays a small difference in the parameters
 
@@ -54,7 +55,8 @@ def dtype_name(dt):
 
 
 class Check:
-    def __init__(self, rank, world, device, lenient=False, width=None, layers=LAYERS):
+    def __init__(self, rank, world, device, lenient=False, width=None, layers=LAYERS, batch=BATCH,
+                 steps=TRAIN_STEPS):
         self.rank, self.world, self.device = rank, world, device
         self.results = {}  # case name -> output tensor on the CPU (saved for the bitwise comparison)
         self.passed = 0
@@ -63,6 +65,7 @@ class Check:
         self.left_out = set()
         self.width = width or (WIDTH_CPU if device.type == "cpu" else WIDTH)
         self.layers = layers
+        self.batch, self.steps = batch, steps  # rows a training step, timed steps a training section
 
     def run(self, what, fn, *args):
         try:
@@ -329,8 +332,8 @@ class Check:
         """Inputs and targets of every step for this rank, made up front so that no step waits on a copy. One
         tensor each (not views of one): every step hands torch.compile an input of its own, at offset 0."""
         g = torch.Generator().manual_seed(zlib.crc32(f"{section}|{self.rank}|batches".encode()))
-        x = torch.randn(steps, BATCH, self.width, generator=g)
-        y = torch.randn(steps, BATCH, self.width, generator=g)
+        x = torch.randn(steps, self.batch, self.width, generator=g)
+        y = torch.randn(steps, self.batch, self.width, generator=g)
         return [t.to(self.device) for t in x.unbind(0)], [t.to(self.device) for t in y.unbind(0)]
 
     def train(self, step, timed):
@@ -389,7 +392,7 @@ class Check:
         net = self.mlp(section)
         model = DDP(net, device_ids=self.ddp_device_ids())
         opt = torch.optim.SGD(model.parameters(), lr=LR)
-        xs, ys = self.batches(section, WARMUP + DDP_STEPS)
+        xs, ys = self.batches(section, WARMUP + self.steps)
 
         def step(i):
             loss = F.mse_loss(model(xs[i]), ys[i])
@@ -398,8 +401,8 @@ class Check:
             opt.zero_grad(set_to_none=True)
             return loss.detach()
 
-        trace, ms = self.train(step, DDP_STEPS)
-        self.finish(section, trace, ms, DDP_STEPS, list(net.named_parameters()))
+        trace, ms = self.train(step, self.steps)
+        self.finish(section, trace, ms, self.steps, list(net.named_parameters()))
 
     def fsdp2(self):
         section = "fsdp2"
@@ -420,7 +423,7 @@ class Check:
                     if hasattr(m, "set_force_sum_reduction_for_comms"):
                         m.set_force_sum_reduction_for_comms(True)
             opt = torch.optim.SGD(model.parameters(), lr=LR)  # after fully_shard: over the sharded parameters
-            xs, ys = self.batches(section, WARMUP + FSDP_STEPS)
+            xs, ys = self.batches(section, WARMUP + self.steps)
 
             def step(i):
                 loss = F.mse_loss(model(xs[i]), ys[i])
@@ -429,7 +432,7 @@ class Check:
                 opt.zero_grad(set_to_none=True)
                 return loss.detach()
 
-            trace, ms = self.train(step, FSDP_STEPS)
+            trace, ms = self.train(step, self.steps)
             with torch.no_grad():  # full_tensor() all-gathers a DTensor parameter: every rank, in the same order
                 full = [(name, p.full_tensor() if hasattr(p, "full_tensor") else p)
                         for name, p in model.named_parameters()]
@@ -438,7 +441,7 @@ class Check:
                 raise
             # Every rank takes the same path on gloo, so all of them get here (or none).
             return self.skip(section, f"FSDP2 on CPU through gloo: {type(e).__name__}: {message_start(e)}")
-        self.finish(section, trace, ms, FSDP_STEPS, full)
+        self.finish(section, trace, ms, self.steps, full)
 
     def compile_probe(self):
         """Compiles a tiny function and runs it forward and backward. A toolchain missing on this machine (triton,
@@ -582,6 +585,9 @@ def main():
                              "float32 weight is width^2 * 4 bytes, what FSDP2 all-gathers and reduce-scatters per "
                              "layer (4096: 64 MiB)")
     parser.add_argument("--layers", type=int, default=LAYERS, help="the training model's blocks")
+    parser.add_argument("--batch", type=int, default=BATCH, help="rows of a DDP and FSDP2 training step")
+    parser.add_argument("--steps", type=int, default=TRAIN_STEPS,
+                        help="timed steps of the DDP and FSDP2 sections (their mean is printed)")
     parser.add_argument("--cpu-gloo", action="store_true",
                         help="check this script itself without GPUs: gloo on CPU tensors, no graphs, no AVG; "
                              "collectives gloo lacks are left out, FSDP2 is skipped if it fails on gloo, and the "
@@ -611,9 +617,10 @@ def main():
               f"libraries {libs}: this run would test the real NCCL", flush=True)
         sys.exit(3)
 
-    if (args.width is not None and args.width < 1) or args.layers < 1:
-        parser.error("--width and --layers must be at least 1")
-    check = Check(rank, world, device, lenient=args.cpu_gloo, width=args.width, layers=args.layers)
+    if (args.width is not None and args.width < 1) or min(args.layers, args.batch, args.steps) < 1:
+        parser.error("--width, --layers, --batch and --steps must be at least 1")
+    check = Check(rank, world, device, lenient=args.cpu_gloo, width=args.width, layers=args.layers,
+                  batch=args.batch, steps=args.steps)
     check.eager()
     if not args.no_graph and not args.cpu_gloo:
         check.graph(args.graph_count)
