@@ -22,7 +22,10 @@ A floor row (bench/probes/graph_floor's output): the identity fields, kind="floo
 case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
 (the training: ddp | fsdp2 | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
-shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs).
+shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs); width, layers, batch and
+steps (the training model's line; absent from outputs without it: width 1024, 4 layers, batch 64, 20 steps); with
+--eager-zero-copy, eager_zero_copy=true (both runs had BRAID_EAGER_ZERO_COPY=1, PyTorch's allocator hook and
+expandable segments).
 A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identity fields, torch (its version),
     kind="fused_matmul", collective (all_gather_matmul | matmul_reduce_scatter), m, k, n, dtype, mode="eager",
     braid_us (the fused call), gemm_us (the GEMM alone), comm_us (braid's collective alone), nccl_serial_us (NCCL's
@@ -204,6 +207,7 @@ def add_floor(args):
 
 
 TORCH_STEP_LINE = re.compile(r"^\s+(ddp|fsdp2|compile)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$")
+TORCH_MODEL_LINE = re.compile(r"training model: width ([0-9]+), layers ([0-9]+), batch ([0-9]+), timed steps ([0-9]+)")
 
 
 def add_torch(args):
@@ -218,6 +222,11 @@ def add_torch(args):
         raise SystemExit(f"archive: {args.file} has no step-time table")
     base = {"date": args.date, "commit": full_commit(args.commit), "gpu": args.gpu, "gpu_name": None,
             "world": args.world, "nccl_version": None, "torch": args.torch}
+    model = TORCH_MODEL_LINE.search(text)
+    if model:
+        base.update(zip(("width", "layers", "batch", "steps"), (int(v) for v in model.groups())))
+    if args.eager_zero_copy:
+        base["eager_zero_copy"] = True
     rows = [dict(base, kind="torch", collective=m.group(1), mode="eager", nccl_ms=float(m.group(2)),
                  braid_ms=float(m.group(3)), nccl_us=float(m.group(2)) * 1e3, braid_us=float(m.group(3)) * 1e3)
             for m in found]
@@ -248,6 +257,9 @@ def main(argv=None):
     p.add_argument("--commit", required=True, help="the commit whose shim ran")
     p.add_argument("--torch", required=True, help="torch's version, e.g. 2.11.0+cu130")
     p.add_argument("--world", type=int, required=True, help="the ranks (GPUs) of the run")
+    p.add_argument("--eager-zero-copy", action="store_true",
+                   help="both runs had BRAID_EAGER_ZERO_COPY=1, TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 and "
+                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     p.add_argument("file")
     p.set_defaults(run=add_torch)
     p = sub.add_parser("add-floor", help="append the figures of a bench/probes/graph_floor run")

@@ -51,7 +51,8 @@ def point_key(row):
     if row["kind"] == "floor":
         return (row["gpu"], row["world"], "floor", row["collective"])
     if row["kind"] == "torch":
-        return (row["gpu"], row["world"], "torch", row["collective"])
+        return (row["gpu"], row["world"], "torch", row["collective"], row.get("width"), row.get("layers"),
+                row.get("batch"), row.get("steps"), bool(row.get("eager_zero_copy")))
     if row["kind"] == "fused_matmul":
         return (row["gpu"], row["world"], "fused_matmul", row["collective"], row["dtype"], row["m"], row["k"], row["n"],
                 row["mode"])
@@ -239,18 +240,29 @@ def torch_steps(current, kinds):
         return []
     lines = ["## PyTorch training through the NCCL shim", "",
              "torch.distributed (backend \"nccl\") with braid's NCCL shim preloaded against torch's own NCCL, on the "
-             "same GPUs: a 4-layer MLP (width 1024, GELU), batch 64, plain SGD, trained with DDP, with FSDP2 "
-             "(`fully_shard` per layer) and with DDP around a `torch.compile`'d forward and loss. Rank 0's mean time "
-             "per step, after 3 warm-up steps, over 20 steps (10 compiled). Measured with "
-             "`nccl_shim/tests/run_torch_check.sh NGPUS OUT_DIR build/nccl_shim/libnccl.so.2`, which also checks that "
-             "both runs' losses and parameters agree.", "",
-             "| GPUs | ranks | torch | training | shim ms/step | NCCL ms/step | shim/NCCL | commit |",
-             "|---|---:|---|---|---:|---:|---:|---|"]
+             "same GPUs: an MLP of Linear + GELU layers (float32; the model column: width x layers, batch, timed "
+             "steps; 1024 x 4, batch 64, 20 steps where the run did not print it), plain SGD, trained with DDP, with "
+             "FSDP2 (`fully_shard` per layer) and with DDP around a `torch.compile`'d forward and loss (10 steps). "
+             "Rank 0's mean time per step, after 3 warm-up steps. Eager zero copy: both runs with "
+             "`BRAID_EAGER_ZERO_COPY=1`, `TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1` and "
+             "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` ([nccl-shim.md](nccl-shim.md)). Measured with "
+             "`nccl_shim/tests/run_torch_check.sh NGPUS OUT_DIR build/nccl_shim/libnccl.so.2` (`TORCH_CHECK_ARGS` "
+             "sets the model), which also checks that both runs' losses and parameters agree.", "",
+             "| GPUs | ranks | torch | model | eager zero copy | training | shim ms/step | NCCL ms/step | shim/NCCL "
+             "| commit |",
+             "|---|---:|---|---|---|---|---:|---:|---:|---|"]
     order = {"ddp": 0, "fsdp2": 1, "compile": 2}
     names = {"ddp": "DDP", "fsdp2": "FSDP2", "compile": "DDP, compiled"}
     for gpu in kinds:
-        for r in sorted((r for r in rows if r["gpu"] == gpu), key=lambda r: (r["world"], order.get(r["collective"], 9))):
-            lines.append(f"| {gpu} | {r['world']} | {r['torch']} | {names.get(r['collective'], r['collective'])} | "
+        def model(r):
+            return (r.get("width") or 1024, r.get("layers") or 4, r.get("batch") or 64, r.get("steps") or 20)
+
+        for r in sorted((r for r in rows if r["gpu"] == gpu),
+                        key=lambda r: (r["world"], model(r), bool(r.get("eager_zero_copy")),
+                                       order.get(r["collective"], 9))):
+            width, layers, batch, steps = model(r)
+            lines.append(f"| {gpu} | {r['world']} | {r['torch']} | {width} x {layers}, batch {batch}, {steps} steps | "
+                         f"{'yes' if r.get('eager_zero_copy') else 'no'} | {names.get(r['collective'], r['collective'])} | "
                          f"{r['braid_ms']:.2f} | {r['nccl_ms']:.2f} | {r['braid_ms'] / r['nccl_ms']:.2f} | "
                          f"{short(r['commit'])} ({r['date']}) |")
     return lines + [""]

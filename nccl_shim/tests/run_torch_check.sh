@@ -45,7 +45,7 @@ run shim LD_PRELOAD="$shim" BRAID_LOG_LEVEL=info
 shim_rc=$?
 for mode in nccl shim; do
   echo "--- $mode run: $(grep -c ' WRONG' "$out/torch-$mode.log") WRONG lines; its summary lines:"
-  grep -E 'torch_shim_check: (mode|mapped|rank [0-9]+ mode|.*not a power|(ddp|fsdp2|compile) |[a-z0-9]+ skipped:)' \
+  grep -E 'torch_shim_check: (mode|mapped|training model|rank [0-9]+ mode|.*not a power|(ddp|fsdp2|compile) |[a-z0-9]+ skipped:)' \
     "$out/torch-$mode.log" | sed 's/^/  /'
 done
 echo "run_torch_check: nccl run exit $nccl_rc, shim run exit $shim_rc"

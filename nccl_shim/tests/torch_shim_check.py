@@ -621,6 +621,9 @@ def main():
         parser.error("--width, --layers, --batch and --steps must be at least 1")
     check = Check(rank, world, device, lenient=args.cpu_gloo, width=args.width, layers=args.layers,
                   batch=args.batch, steps=args.steps)
+    if rank == 0:
+        print(f"torch_shim_check: training model: width {check.width}, layers {check.layers}, batch {check.batch}, "
+              f"timed steps {check.steps}", flush=True)
     check.eager()
     if not args.no_graph and not args.cpu_gloo:
         check.graph(args.graph_count)
