@@ -117,17 +117,15 @@ void run_all_to_all_direct(CollectiveContext& state, const PlannedCall& planned,
 void run_all_to_all_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const size_t block_bytes = block_bytes_of(call);
-  const bool loads = announced_all_to_all_loads(block_bytes * state.size);
-  // In place, this rank's stores could land in a peer's output before that peer has read it as its input (or its
-  // loads overwrite blocks a peer has yet to load): it announces its buffer as staged, and every rank runs the
-  // rounds, which are safe in place.
-  const void* announced = call.send == call.recv ? nullptr : loads ? call.send : call.recv;
+  // In place, this rank's stores could land in a peer's output before that peer has read it as its input: it
+  // announces its output as staged, and every rank runs the rounds, which are safe in place.
+  const void* output = call.send == call.recv ? nullptr : call.recv;
   kernels::AnnouncedLaunch launch =
       announced_launch(state, staged_call_launch(state, call, plan_word_of(planned)),
-                       {AnnouncedBuffer{announced, block_bytes * state.size, block_bytes}});
+                       {AnnouncedBuffer{output, block_bytes * state.size, block_bytes}});
   launch.staged.count = block_bytes;
   launch.staged.rank_stride = block_bytes;
-  kernels::launch_all_to_all_announced(launch, loads, planned.plan.blocks, stream);
+  kernels::launch_all_to_all_announced(launch, planned.plan.blocks, stream);
 }
 
 void run_all_to_all_pipelined(CollectiveContext& state, const PlannedCall& planned, Stream stream) {

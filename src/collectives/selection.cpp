@@ -324,12 +324,8 @@ constexpr AnnouncedSizes kAnnouncedSizes[] = {
     {Collective::kAllGather, size_t(8) << 20, SIZE_MAX},
     {Collective::kReduceScatter, size_t(16) << 20, size_t(256) << 20},
     {Collective::kAllReduce, size_t(8) << 20, size_t(128) << 20},
-    {Collective::kAllToAll, size_t(4) << 20, SIZE_MAX},
+    {Collective::kAllToAll, size_t(4) << 20, size_t(128) << 20},
 };
-
-// An announcing all-to-all stores into the peers' outputs up to this many bytes of output, and loads from the
-// peers' inputs beyond (the staged path's loads beat the stores there).
-constexpr size_t kAnnouncedAllToAllStoresUpTo = size_t(128) << 20;
 
 std::atomic<bool> announce_at_every_size{false};
 
@@ -343,8 +339,6 @@ bool announcing_pays(Collective collective, size_t bytes) {
   }
   return false;
 }
-
-bool announced_all_to_all_loads(size_t bytes) { return bytes > kAnnouncedAllToAllStoresUpTo; }
 
 void set_announce_at_every_size(bool on) { announce_at_every_size.store(on, std::memory_order_relaxed); }
 

@@ -48,10 +48,6 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
 // Whether an eager call whose buffers are announced (BRAID_EAGER_ZERO_COPY) takes the announcing kernel at this
 // size: where its zero copy beat the staged paths (kAnnouncedSizes). `bytes` as above; the same on every rank.
 bool announcing_pays(Collective collective, size_t bytes);
-// Whether an announcing all-to-all of `bytes` (its whole output) loads from the peers' inputs (announcing its
-// input) instead of storing into their outputs (announcing its output): the same on every rank.
-bool announced_all_to_all_loads(size_t bytes);
-
 // Tests only (testing::announce_at_every_size): every size beyond LL announces, on every rank of the process.
 void set_announce_at_every_size(bool on);
 

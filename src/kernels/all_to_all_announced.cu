@@ -1,8 +1,7 @@
-// All-to-all of an eager call that announces one buffer (announced.cuh): its output, or with `loads` its input.
-// launch.staged.count and rank_stride: bytes of one block. Every rank's buffer exposed: rank r stores its block q
-// into block r of rank q's output, or loads block r of rank q's input into its block q (zero copy), then an exit
-// barrier. Any rank's not (in place, a rank announces its buffer as staged): every rank stages, in rounds of a
-// staging half (NOTE [announced staged rounds]).
+// All-to-all of an eager call that announces its output (announced.cuh). launch.staged.count and rank_stride: bytes
+// of one block. Every rank's output exposed: rank r stores its block q into block r of rank q's output (zero copy),
+// then an exit barrier. Any rank's not (in place, a rank announces its output as staged): every rank stages, in
+// rounds of a staging half (NOTE [announced staged rounds]).
 #include "core/kernel_modules.hpp"
 #include "kernels/announced.cuh"
 #include "kernels/dependent_launch.cuh"
@@ -12,12 +11,11 @@
 namespace braid::kernels {
 namespace {
 
-__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(AnnouncedLaunch launch, bool loads) {
+__global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(AnnouncedLaunch launch) {
   start_dependent_kernel();
   const StagedLaunch& call = launch.staged;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
-  // The input is only read, by every rank.
-  char* const own[kAnnouncedBuffers] = {loads ? const_cast<char*>(call.send) : call.recv, nullptr};
+  char* const own[kAnnouncedBuffers] = {call.recv, nullptr};
   const AnnouncedEntry entry = enter_announced(launch, buffers, own);
   if (entry.path == AnnouncedPath::kEnd) return;
   const int world = call.pad.world, rank = call.pad.rank;
@@ -42,22 +40,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(Announc
         });
     return;
   }
-  if (loads) {  // every peer's input into this rank's output
-    char* recvs[kMaxWorld] = {};
-    recvs[rank] = call.recv;
-    all_to_all_copies(recvs, buffers[0], call.count, world, rank, true);
-  } else {  // this rank's input into every peer's output
-    const char* sends[kMaxWorld] = {};
-    sends[rank] = call.send;
-    all_to_all_copies(buffers[0], sends, call.count, world, rank, false);
-  }
+  const char* sends[kMaxWorld] = {};
+  sends[rank] = call.send;
+  all_to_all_copies(buffers[0], sends, call.count, world, rank, false);
   device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
 }
 
 }  // namespace
 
-void launch_all_to_all_announced(const AnnouncedLaunch& launch, bool loads, int blocks, cudaStream_t stream) {
-  launch_dependent(all_to_all_announced, blocks, kThreadsPerBlock, stream, launch, loads);
+void launch_all_to_all_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream) {
+  launch_dependent(all_to_all_announced, blocks, kThreadsPerBlock, stream, launch);
 }
 
 }  // namespace braid::kernels

@@ -28,8 +28,8 @@ constexpr uint64_t announcement(uint64_t id, uint64_t offset) {
                                                                           : (id << kAnnouncedOffsetBits) | offset;
 }
 
-// Buffers a call announces: all-gather its output, reduce-scatter its input, all-reduce its input and output,
-// all-to-all its output or its input.
+// Buffers a call announces: all-gather and all-to-all their output, reduce-scatter its input, all-reduce its input
+// and output.
 constexpr int kAnnouncedBuffers = 2;
 
 // Words of one rank's announcement area: [channel][sender][parity of the barrier's count][buffer] (as the signal
@@ -63,9 +63,8 @@ void launch_all_gather_announced(const AnnouncedLaunch& launch, int blocks, cuda
 // Reduce-scatter (count: elements of the output, rank_stride: elements between input blocks), buffer 0 its input.
 void launch_reduce_scatter_announced(DataType type, ReduceOp op, const AnnouncedLaunch& launch, int blocks,
                                      cudaStream_t stream);
-// All-to-all (count, rank_stride: bytes of one block), buffer 0 its output (stored into), or with `loads` its input
-// (loaded from).
-void launch_all_to_all_announced(const AnnouncedLaunch& launch, bool loads, int blocks, cudaStream_t stream);
+// All-to-all (count, rank_stride: bytes of one block), buffer 0 its output.
+void launch_all_to_all_announced(const AnnouncedLaunch& launch, int blocks, cudaStream_t stream);
 // All-reduce, two shot (count: elements), buffer 0 its input, 1 its output.
 void launch_all_reduce_announced(DataType type, ReduceOp op, const AnnouncedLaunch& launch, int blocks,
                                  cudaStream_t stream);
