@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -162,6 +163,29 @@ size_t wrong_sums(const std::vector<int32_t>& seen, size_t count, uint32_t round
   return wrong;
 }
 
+// Who registers (so exposes) the tested buffer: every rank, rank 0 alone, or no rank.
+enum Exposing { kEveryRank, kRankZero, kNoRank };
+
+// Runs `body` for each Exposing with [pointer, pointer + bytes) registered on this rank as it says; after each,
+// deregisters it (waiting for this rank's calls and the peers' release) and meets the peers.
+void for_each_exposing(Communicator& comm, void* pointer, size_t bytes, const std::function<void(Exposing)>& body) {
+  for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
+    std::optional<RegisteredBuffer> registered;
+    if (exposing == kEveryRank || (exposing == kRankZero && comm.rank() == 0)) {
+      registered = comm.register_buffer(pointer, bytes);
+    }
+    body(exposing);
+    if (registered) comm.deregister(*registered);
+    comm.barrier();
+  }
+}
+
+// Waits for this thread's default stream, where the tests enqueue, then raises what the communicator recorded.
+void finish_calls(Communicator& comm) {
+  cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
+  comm.check();
+}
+
 // BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
 // exposed (registered VMM memory), out of place and in place, at an announced size (NOTE [announced sizes]) within
 // a staging half, one larger than a staging half (the staged path's rounds) and a small one whose rank blocks are
@@ -180,12 +204,7 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
     cuda(cudaMalloc(reinterpret_cast<void**>(&input), most * sizeof(int32_t)), "cudaMalloc");
     int32_t* out = static_cast<int32_t*>(output.pointer());
     const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));  // fresh each run, the same on every rank
-    enum Exposing { kEveryRank, kRankZero, kNoRank };
-    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
-      std::optional<RegisteredBuffer> registered;
-      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
-        registered = comm.register_buffer(out, most * sizeof(int32_t) * world);
-      }
+    for_each_exposing(comm, out, most * sizeof(int32_t) * world, [&](Exposing exposing) {
       for (const size_t count : counts) {
         for (const bool in_place : {false, true}) {
           const uint32_t round = seed + static_cast<uint32_t>(count * 3 + in_place + exposing * 7);
@@ -195,8 +214,7 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
           int32_t* source = in_place ? out + rank * count : input;
           cuda(cudaMemcpy(source, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
           comm.all_gather(source, out, count, DataType::kInt32, cudaStreamPerThread);
-          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-          comm.check();
+          finish_calls(comm);
           std::vector<int32_t> seen(count * world);
           cuda(cudaMemcpy(seen.data(), out, seen.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
           size_t wrong = 0;
@@ -213,15 +231,12 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
         for (size_t i = 0; i < count; ++i) mine[i] = element(seed + 11, rank, i) % 1000;
         cuda(cudaMemcpy(out, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
         comm.all_reduce(out, out + count, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-        cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-        comm.check();
+        finish_calls(comm);
         std::vector<int32_t> sum(count);
         cuda(cudaMemcpy(sum.data(), out + count, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
         EXPECT_EQ(wrong_sums(sum, count, seed + 11, world, 0, 1000), 0u) << "all_reduce with exposing " << exposing;
       }
-      if (registered) comm.deregister(*registered);  // waits for this rank's calls and the peers' release
-      comm.barrier();
-    }
+    });
     free_when_ranks_end(input);
     device_synchronize();  // the VMM output goes next
   });
@@ -243,12 +258,7 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
     int32_t* const input = static_cast<int32_t*>(memory.pointer());
     int32_t* const output = input + most * world;
     const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
-    enum Exposing { kEveryRank, kRankZero, kNoRank };
-    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
-      std::optional<RegisteredBuffer> registered;
-      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
-        registered = comm.register_buffer(memory.pointer(), memory.bytes);
-      }
+    for_each_exposing(comm, memory.pointer(), memory.bytes, [&](Exposing exposing) {
       for (const size_t count : counts) {
         for (const bool in_place : {false, true}) {
           const std::string what = std::string("exposing ") + std::to_string(exposing) + ", " + std::to_string(count) +
@@ -261,8 +271,7 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
           int32_t* out = in_place ? input + rank * count : output;
           if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
           comm.reduce_scatter(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-          comm.check();
+          finish_calls(comm);
           std::vector<int32_t> seen(count);
           cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
           EXPECT_EQ(wrong_sums(seen, count, round, world, rank * count, 100000), 0u) << "reduce_scatter, " << what;
@@ -273,15 +282,12 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
           out = in_place ? input : output;
           if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
           comm.all_reduce(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-          comm.check();
+          finish_calls(comm);
           cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
           EXPECT_EQ(wrong_sums(seen, count, round + 1, world, 0, 100000), 0u) << "all_reduce, " << what;
         }
       }
-      if (registered) comm.deregister(*registered);
-      comm.barrier();
-    }
+    });
     device_synchronize();  // the VMM memory goes next
   });
 }
@@ -301,12 +307,7 @@ TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) 
     int32_t* const input = static_cast<int32_t*>(memory.pointer());
     int32_t* const output = input + most * world;
     const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
-    enum Exposing { kEveryRank, kRankZero, kNoRank };
-    for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
-      std::optional<RegisteredBuffer> registered;
-      if (exposing == kEveryRank || (exposing == kRankZero && rank == 0)) {
-        registered = comm.register_buffer(memory.pointer(), memory.bytes);
-      }
+    for_each_exposing(comm, memory.pointer(), memory.bytes, [&](Exposing exposing) {
       for (const size_t count : counts) {
         for (const bool in_place : {false, true}) {
           const uint32_t round = seed + static_cast<uint32_t>(count * 7 + in_place + exposing * 17);
@@ -316,8 +317,7 @@ TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) 
           int32_t* out = in_place ? input : output;
           if (!in_place) cuda(cudaMemset(out, 0xA5, count * world * sizeof(int32_t)), "cudaMemset");
           comm.all_to_all(input, out, count, DataType::kInt32, cudaStreamPerThread);
-          cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-          comm.check();
+          finish_calls(comm);
           std::vector<int32_t> seen(count * world);
           cuda(cudaMemcpy(seen.data(), out, seen.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
           size_t wrong = 0;
@@ -328,9 +328,7 @@ TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) 
                                << (in_place ? "in place" : "out of place");
         }
       }
-      if (registered) comm.deregister(*registered);
-      comm.barrier();
-    }
+    });
     device_synchronize();  // the VMM memory goes next
   });
 }
@@ -413,9 +411,7 @@ TEST(ExposedRanges, AnnouncedCallsWhileRanksReplaceTheirSegmentsInOrdersOfTheirO
       if (collective == 1) comm.reduce_scatter(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
       if (collective == 2) comm.all_reduce(in, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
       if (collective == 3) comm.all_to_all(in, out, block, DataType::kInt32, cudaStreamPerThread);
-      // The call done before the copy to pageable memory (NOTE [shared-GPU waits], world.hpp).
-      cuda(cudaStreamSynchronize(cudaStreamPerThread), "cudaStreamSynchronize");
-      comm.check();
+      finish_calls(comm);  // the call done before the copy to pageable memory (NOTE [shared-GPU waits], world.hpp)
       cuda(cudaMemcpy(seen.data(), out, out_count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
       size_t here = 0;
       if (collective == 0 || collective == 3) {
