@@ -88,7 +88,11 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
                                                  char* const (&own)[kAnnouncedBuffers]) {
   const StagedLaunch& call = launch.staged;
   const device::SignalPad& pad = call.pad;
-  const int world = pad.world, rank = pad.rank, channel = blockIdx.x, peer = threadIdx.x;
+  // Thread b * kMaxWorld + p announces buffer b to peer p and resolves peer p's buffer b: one dependent chain of
+  // loads a thread, the buffers' side by side.
+  const int world = pad.world, rank = pad.rank, channel = blockIdx.x;
+  const int peer = threadIdx.x % kMaxWorld, b = threadIdx.x / kMaxWorld;
+  const bool mine = b < launch.buffers && peer < world && peer != rank;
   const LaunchStart start = read_launch_start(call.epoch, pad);
   if (start.stopped) {
     device::barrier(pad, channel, call.collective, kSiteEntryBarrier, call.plan);
@@ -98,35 +102,32 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
   // The slot of the entry barrier's count on this channel (the barrier's signal releases the stores: its
   // __syncthreads orders them first).
   uint64_t count = 0;
-  if (peer < world && peer != rank) {
+  if (mine) {
     count = pad.expected[channel * world + peer] + 1;
-    for (int b = 0; b < launch.buffers; ++b) {
-      device::store_relaxed_system(announcement_slot(launch.area.peers[peer], world, channel, rank, count, b),
-                                   launch.words[b]);
-    }
+    device::store_relaxed_system(announcement_slot(launch.area.peers[peer], world, channel, rank, count, b),
+                                 launch.words[b]);
   }
   __shared__ int staged, unknown;
-  if (peer == 0) {
+  if (threadIdx.x == 0) {
     staged = 0;
     unknown = -1;
-    for (int b = 0; b < launch.buffers; ++b) {
-      staged |= launch.words[b] == kAnnouncedStaged;
-      buffers[b][rank] = own[b];
+    for (int k = 0; k < launch.buffers; ++k) {
+      staged |= launch.words[k] == kAnnouncedStaged;
+      buffers[k][rank] = own[k];
     }
   }
   if (!device::barrier(pad, channel, call.collective, kSiteEntryBarrier, call.plan)) {
     return AnnouncedEntry{AnnouncedPath::kEnd, start.counter};
   }
-  // Thread p read peer p's signal (acquire) in the barrier: peer p's announcements are here.
-  if (peer < world && peer != rank) {
-    for (int b = 0; b < launch.buffers; ++b) {
-      const uint64_t word =
-          device::load_relaxed_system(announcement_slot(launch.area.local, world, channel, peer, count, b));
-      bool found = true;
-      buffers[b][peer] = resolve(launch.exposures, peer, word, launch.extents[b], found);
-      if (buffers[b][peer] == nullptr) atomicOr(&staged, 1);
-      if (!found) atomicMax(&unknown, peer);
-    }
+  // Thread p read peer p's signal (acquire) in the barrier, whose last __syncthreads orders that before every
+  // thread's loads: peer p's announcements are here.
+  if (mine) {
+    const uint64_t word =
+        device::load_relaxed_system(announcement_slot(launch.area.local, world, channel, peer, count, b));
+    bool found = true;
+    buffers[b][peer] = resolve(launch.exposures, peer, word, launch.extents[b], found);
+    if (buffers[b][peer] == nullptr) atomicOr(&staged, 1);
+    if (!found) atomicMax(&unknown, peer);
   }
   __syncthreads();
   if (unknown >= 0) {
@@ -144,9 +145,10 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
 // rounds of one staging half: copy this rank's part of the round into its half, barrier, read every rank's half
 // into the output. Round i uses half (launch counter + i) mod 2. A half is written again two rounds later, after
 // the barrier of the round between, which every peer's block of this channel passes only once it has read the
-// half (the same slices, in program order); a last barrier ends the kernel, so the next call may write any half.
-// A round reads only the part of the input it stages and writes only the same part of the output, so in place is
-// safe.
+// half. Every round splits its elements between blocks as a full round does (a short last round only clips that
+// split), so a block writes only what the same block of every peer has read. A last barrier ends the kernel, so
+// the next call may write any half. A round reads only the part of the input it stages and writes only the same
+// part of the output, so in place is safe.
 //
 // launch.count Elements in rounds of `chunk`; copy_in and read_out get the round's first element, this block's
 // slice of the round (from that element) and the byte offset of the round's half.
@@ -154,14 +156,24 @@ template <typename Element, typename CopyIn, typename ReadOut>
 __device__ __forceinline__ void run_staged_rounds(const StagedLaunch& launch, uint64_t counter, size_t chunk,
                                                   CopyIn&& copy_in, ReadOut&& read_out) {
   const size_t rounds = (launch.count + chunk - 1) / chunk;
+  const Slice full = block_slice<Element>(chunk, blockIdx.x, gridDim.x);
+  const auto slice_of = [&](size_t round) {  // the full round's split, clipped to what the round holds
+    const size_t count = launch.count - round * chunk < chunk ? launch.count - round * chunk : chunk;
+    const size_t vectors_end = count / Vector<Element>::kCount * Vector<Element>::kCount;
+    const bool tail = (full.begin <= vectors_end && vectors_end < full.vector_end) || blockIdx.x == gridDim.x - 1;
+    Slice slice;
+    slice.begin = full.begin < count ? full.begin : count;
+    slice.vector_end = full.vector_end < vectors_end ? full.vector_end : vectors_end;
+    if (slice.vector_end < slice.begin) slice.vector_end = slice.begin;
+    slice.end = tail ? count : slice.vector_end;  // the scalar tail: the block whose vectors reach it
+    return slice;
+  };
+  const auto half_of = [&](size_t round) { return ((counter + round) & 1) * launch.half_bytes; };
   for (size_t round = 0; round < rounds; ++round) {
-    const size_t first = round * chunk;
-    const Slice slice =
-        block_slice<Element>(launch.count - first < chunk ? launch.count - first : chunk, blockIdx.x, gridDim.x);
-    const size_t half = ((counter + round) & 1) * launch.half_bytes;
-    copy_in(first, slice, half);
+    const Slice slice = slice_of(round);
+    copy_in(round * chunk, slice, half_of(round));
     if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
-    read_out(first, slice, half);
+    read_out(round * chunk, slice, half_of(round));
   }
   device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteExitBarrier, launch.plan);
 }
