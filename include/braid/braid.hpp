@@ -255,11 +255,12 @@ class Communicator {
   // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
   // the timeout passed (a range some peer did not map stays registered, unexposed). Eager all_gather,
   // reduce_scatter, all_reduce and all_to_all calls whose buffers are not symmetric memory then announce at their
-  // entry barrier where their buffers lie (all_gather and all_to_all their output, reduce_scatter its input,
-  // all_reduce both) instead of exchanging them, at the sizes where that pays (all_gather from 8 MiB of output,
+  // entry barrier where their buffers lie (all_gather its output, reduce_scatter its input, all_reduce and
+  // all_to_all both) instead of exchanging them, at the sizes where that pays (all_gather from 8 MiB of output,
   // reduce_scatter 16 to 256 MiB of input, all_reduce 8 to 128 MiB, all_to_all 4 to 128 MiB of output): zero
-  // copy where every rank's are exposed and 16-byte aligned, staged otherwise (an all_to_all in place announces
-  // its output as not exposed). Other sizes, and a reduce_scatter whose rank blocks are not multiples of 16
+  // copy where every rank's are exposed and 16-byte aligned, staged otherwise (an all_to_all runs zero copy where
+  // every rank's output is exposed and no rank runs in place, or where some rank runs in place and every rank's
+  // input and output are exposed). Other sizes, and a reduce_scatter whose rank blocks are not multiples of 16
   // bytes, take the staged paths without announcing. No eager call then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged

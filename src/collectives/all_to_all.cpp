@@ -117,12 +117,11 @@ void run_all_to_all_direct(CollectiveContext& state, const PlannedCall& planned,
 void run_all_to_all_announced(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const size_t block_bytes = block_bytes_of(call);
-  // In place, this rank's stores could land in a peer's output before that peer has read it as its input: it
-  // announces its output as staged, and every rank runs the rounds, which are safe in place.
-  const void* output = call.send == call.recv ? nullptr : call.recv;
-  kernels::AnnouncedLaunch launch =
-      announced_launch(state, staged_call_launch(state, call, plan_word_of(planned)),
-                       {AnnouncedBuffer{output, block_bytes * state.size, block_bytes}});
+  // The output, then the input: a rank in place announces one range twice, which the kernel reads as in place.
+  const size_t bytes = block_bytes * state.size;
+  kernels::AnnouncedLaunch launch = announced_launch(state, staged_call_launch(state, call, plan_word_of(planned)),
+                                                     {AnnouncedBuffer{call.recv, bytes, block_bytes},
+                                                      AnnouncedBuffer{call.send, bytes, block_bytes}});
   launch.staged.count = block_bytes;
   launch.staged.rank_stride = block_bytes;
   kernels::launch_all_to_all_announced(launch, planned.plan.blocks, stream);

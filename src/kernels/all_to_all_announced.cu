@@ -1,7 +1,8 @@
-// All-to-all of an eager call that announces its output (announced.cuh). launch.staged.count and rank_stride: bytes
-// of one block. Every rank's output exposed: rank r stores its block q into block r of rank q's output (zero copy),
-// then an exit barrier. Any rank's not (in place, a rank announces its output as staged): every rank stages, in
-// rounds of a staging half (NOTE [announced staged rounds]).
+// All-to-all of an eager call that announces its output and its input (announced.cuh). launch.staged.count and
+// rank_stride: bytes of one block. Every rank's output exposed and none in place: rank r stores its block q into
+// block r of rank q's output (zero copy). Some rank in place and every buffer exposed: pair exchanges (NOTE
+// [all-to-all pair exchanges]). Either ends with an exit barrier. Otherwise every rank stages, in rounds of a
+// staging half (NOTE [announced staged rounds]).
 #include "core/kernel_modules.hpp"
 #include "kernels/announced.cuh"
 #include "kernels/dependent_launch.cuh"
@@ -15,35 +16,43 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(Announc
   start_dependent_kernel();
   const StagedLaunch& call = launch.staged;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
-  char* const own[kAnnouncedBuffers] = {call.recv, nullptr};
+  char* const own[kAnnouncedBuffers] = {call.recv, const_cast<char*>(call.send)};
   const AnnouncedEntry entry = enter_announced(launch, buffers, own);
   if (entry.path == AnnouncedPath::kEnd) return;
   const int world = call.pad.world, rank = call.pad.rank;
-  if (entry.path == AnnouncedPath::kStaged) {
-    // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part for
-    // this rank into the output's blocks.
-    const size_t chunk = staged_chunk(call, world, 1);
-    run_staged_rounds<uint8_t>(
-        call, entry.counter, chunk,
-        [&](size_t first, const Slice& slice, size_t half) {
-          for (int q = 0; q < world; ++q) {
-            block_copy(call.staging[rank] + half + q * chunk + slice.begin,
-                       call.send + q * call.rank_stride + first + slice.begin, slice.end - slice.begin);
-          }
-        },
-        [&](size_t first, const Slice& slice, size_t half) {
-          for (int step = 0; step < world; ++step) {
-            const int q = (rank + step) % world;  // rotated: spreads the links' load
-            block_copy(call.recv + q * call.rank_stride + first + slice.begin,
-                       call.staging[q] + half + rank * chunk + slice.begin, slice.end - slice.begin);
-          }
-        });
+  // The same on every rank: every rank's words decide it (a rank's own buffers count as exposed by its words).
+  bool outputs = true, inputs = true, in_place = false;
+  for (int q = 0; q < world; ++q) {
+    const char* output = q != rank || launch.words[0] != kAnnouncedStaged ? buffers[0][q] : nullptr;
+    const char* input = q != rank || launch.words[1] != kAnnouncedStaged ? buffers[1][q] : nullptr;
+    outputs &= output != nullptr;
+    inputs &= input != nullptr;
+    in_place |= input != nullptr && input == output;
+  }
+  if (outputs && (inputs || !in_place)) {
+    if (in_place) all_to_all_exchanges(buffers[0], buffers[1], call.count, world, rank);
+    else all_to_all_copies(buffers[0], buffers[1], call.count, world, rank, false);
+    device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
     return;
   }
-  const char* sends[kMaxWorld] = {};
-  sends[rank] = call.send;
-  all_to_all_copies(buffers[0], sends, call.count, world, rank, false);
-  device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
+  // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part for
+  // this rank into the output's blocks.
+  const size_t chunk = staged_chunk(call, world, 1);
+  run_staged_rounds<uint8_t>(
+      call, entry.counter, chunk,
+      [&](size_t first, const Slice& slice, size_t half) {
+        for (int q = 0; q < world; ++q) {
+          block_copy(call.staging[rank] + half + q * chunk + slice.begin,
+                     call.send + q * call.rank_stride + first + slice.begin, slice.end - slice.begin);
+        }
+      },
+      [&](size_t first, const Slice& slice, size_t half) {
+        for (int step = 0; step < world; ++step) {
+          const int q = (rank + step) % world;  // rotated: spreads the links' load
+          block_copy(call.recv + q * call.rank_stride + first + slice.begin,
+                     call.staging[q] + half + rank * chunk + slice.begin, slice.end - slice.begin);
+        }
+      });
 }
 
 }  // namespace

@@ -37,6 +37,57 @@ __device__ __forceinline__ void all_to_all_copies(char* const* recvs, const char
   }
 }
 
+// All-to-all where a rank may run in place (its send is its recv), on every rank's send and recv: rank r and each
+// peer q swap block q of r's send with block r of q's send (NOTE [all-to-all pair exchanges]); the own block is
+// copied unless in place. block_bytes: whole 16-byte vectors.
+__device__ __forceinline__ void all_to_all_exchanges(char* const* recvs, const char* const* sends, size_t block_bytes,
+                                                     int world, int rank) {
+  const size_t vectors = block_bytes / 16, lower_half = (vectors + 1) / 2;
+  for (int step = 0; step < world; ++step) {
+    const int q = (rank + step + blockIdx.x) % world;  // rotated as all_to_all_copies
+    if (q == rank) {
+      const Slice part = block_slice<uint8_t>(block_bytes, blockIdx.x, gridDim.x);
+      block_copy(recvs[rank] + rank * block_bytes + part.begin, sends[rank] + rank * block_bytes + part.begin,
+                 part.end - part.begin);
+      continue;
+    }
+    const size_t first = rank < q ? 0 : lower_half, count = rank < q ? lower_half : vectors - lower_half;
+    const Slice part = block_slice<uint4>(count, blockIdx.x, gridDim.x);
+    const uint4* mine = reinterpret_cast<const uint4*>(sends[rank] + q * block_bytes) + first;
+    const uint4* theirs = reinterpret_cast<const uint4*>(sends[q] + rank * block_bytes) + first;
+    uint4* into_mine = reinterpret_cast<uint4*>(recvs[rank] + q * block_bytes) + first;
+    uint4* into_theirs = reinterpret_cast<uint4*>(recvs[q] + rank * block_bytes) + first;
+    constexpr int kInFlight = device::kLoadsInFlight;
+    for (size_t i = part.begin + threadIdx.x; i < part.end; i += kInFlight * blockDim.x) {
+      uint4 own_values[kInFlight], peer_values[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const size_t at = i + u * blockDim.x;
+        if (at < part.end) {
+          own_values[u] = mine[at];
+          peer_values[u] = theirs[at];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const size_t at = i + u * blockDim.x;
+        if (at < part.end) {
+          into_theirs[at] = own_values[u];
+          into_mine[at] = peer_values[u];
+        }
+      }
+    }
+  }
+}
+
+// NOTE [all-to-all pair exchanges]
+// In place, a rank's recv is its send: a peer's store into it could land before the rank has read the block it
+// overwrites. So a pair of ranks swaps its two blocks, each rank half of them (the lower rank the first half),
+// and a thread loads its vectors of both sends before it stores any into the two recvs. Block q of r's recv and
+// block r of q's recv (so also these blocks of their sends, in place) are touched by that pair's threads alone,
+// each vector by one thread: nothing is overwritten before it is read, whoever of the two runs in place. Each
+// rank loads half a block from every peer and stores half a block into it, the bytes an out-of-place call moves.
+
 // Reduce-scatter: block `rank` (at `rank * rank_stride` bytes) of every input, `count` elements, reduced into
 // `output`.
 template <typename T, ReduceOp Op>

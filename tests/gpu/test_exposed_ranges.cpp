@@ -292,10 +292,11 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
   });
 }
 
-// BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output announced) on registered VMM memory that every rank, one rank
-// or no rank registered, out of place and in place (a rank in place announces its output as staged), at an
-// announced size (NOTE [announced sizes]), one whose blocks are larger than a staging half's share (the staged
-// rounds) and a small one (planned as staged): every block equal to what its sender sent, outputs poisoned first.
+// BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output and input announced) on registered VMM memory that every rank,
+// one rank or no rank registered, with no rank, rank 0 alone or every rank in place (every rank exposing: the
+// stores, then the pair exchanges), at an announced size (NOTE [announced sizes]), one whose blocks are larger
+// than a staging half's share (the staged rounds) and a small one (planned as staged): every block equal to what
+// its sender sent, outputs poisoned first.
 TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) {
   if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
   with_communicator([](Communicator& comm) {
@@ -309,8 +310,9 @@ TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) 
     const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
     for_each_exposing(comm, memory.pointer(), memory.bytes, [&](Exposing exposing) {
       for (const size_t count : counts) {
-        for (const bool in_place : {false, true}) {
-          const uint32_t round = seed + static_cast<uint32_t>(count * 7 + in_place + exposing * 17);
+        for (const int ranks_in_place : {0, 1, world}) {
+          const bool in_place = rank < ranks_in_place;
+          const uint32_t round = seed + static_cast<uint32_t>(count * 7 + ranks_in_place * 3 + exposing * 17);
           std::vector<int32_t> mine(count * world);  // block q goes to rank q
           for (size_t i = 0; i < mine.size(); ++i) mine[i] = element(round, rank, i);
           cuda(cudaMemcpy(input, mine.data(), mine.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
@@ -324,8 +326,8 @@ TEST(ExposedRanges, AnnouncedAllToAllsMatchTheReferenceWhateverEachRankExposed) 
           for (int q = 0; q < world; ++q) {  // block q came from rank q, its block `rank`
             for (size_t i = 0; i < count; ++i) wrong += seen[q * count + i] != element(round, q, rank * count + i);
           }
-          EXPECT_EQ(wrong, 0u) << "exposing " << exposing << ", " << count << " int32 a block, "
-                               << (in_place ? "in place" : "out of place");
+          EXPECT_EQ(wrong, 0u) << "exposing " << exposing << ", " << count << " int32 a block, " << ranks_in_place
+                               << " ranks in place, this one " << (in_place ? "in place" : "out of place");
         }
       }
     });
