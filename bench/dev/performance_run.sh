@@ -7,6 +7,7 @@
 #   moe          MoE dispatch and combine, every layout, CUDA graphs: DeepEP's shapes (H=7168, K=8, E=256,
 #                T=128 and 4096), T=1..8192 at E=64 (rank-major) and T=1..512 (low latency), bf16; T=128, 512,
 #                4096 with fp8 dispatch
+#   large, small  the eager or the graph half of collectives alone (DTYPE picks the datatype, bfloat16 by default)
 # Usage: bench/dev/performance_run.sh KIND PHASE...   JSON (one file per braid-bench run) and logs go to $OUT as
 # performance-logs.tgz; file them with bench/archive.py add --gpu <kind> perf-*.json.
 set -u
@@ -15,11 +16,20 @@ shift
 cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
 for phase in "$@"; do
   case "$phase" in
-    collectives)
-      for buffers in cudaMalloc symmetric; do
-        symmetric=$([ $buffers = symmetric ] && echo 1 || echo 0)
-        bench 240 "perf-small-$buffers" --coll all -d bfloat16 -b 8K -e 16M -f 2 -G 20 --inplace 0 --symmetric $symmetric $cmp
-        bench 240 "perf-large-$buffers" --coll all -d bfloat16 -b 32M -e 512M -f 2 -c 0 --inplace 0 --symmetric $symmetric $cmp
+    collectives|large|small)
+      # One braid-bench run per collective, so a run cut off by its limit (or by DEADLINE_S, the seconds this
+      # script may take in all) loses one collective's JSON, not every one's.
+      sizes=()
+      [ "$phase" != small ] && sizes+=("large:-b 32M -e 512M -f 2 -c 0")
+      [ "$phase" != large ] && sizes+=("small:-b 8K -e 16M -f 2 -G 20")
+      for size in "${sizes[@]}"; do
+        for buffers in cudaMalloc symmetric; do
+          symmetric=$([ $buffers = symmetric ] && echo 1 || echo 0)
+          for c in allreduce allgather reducescatter alltoall broadcast reduce sendrecv; do
+            if [ $SECONDS -gt "${DEADLINE_S:-100000}" ]; then echo "deadline: perf-${size%%:*}-$buffers-$c not run"; continue; fi
+            bench 90 "perf-${size%%:*}-$buffers-$c" --coll $c -d ${DTYPE:-bfloat16} ${size#*:} --inplace 0 --symmetric $symmetric $cmp
+          done
+        done
       done
       ;;
     moe)
