@@ -23,9 +23,10 @@ case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL sid
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
 (the training: ddp | fsdp2 | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
 shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs); width, layers, batch and
-steps (the training model's line; absent from outputs without it: width 1024, 4 layers, batch 64, 20 steps); with
---eager-zero-copy, eager_zero_copy=true (both runs had BRAID_EAGER_ZERO_COPY=1, PyTorch's allocator hook and
-expandable segments).
+steps (the training model's line; absent from outputs without it: width 1024, 4 layers, batch 64, 20 steps); what
+both runs had set, each true where it was: eager_zero_copy (--eager-zero-copy: BRAID_EAGER_ZERO_COPY=1),
+allocator_hook (--allocator-hook: TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1), expandable_segments
+(--expandable-segments: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).
 A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identity fields, torch (its version),
     kind="fused_matmul", collective (all_gather_matmul | matmul_reduce_scatter), m, k, n, dtype, mode="eager",
     braid_us (the fused call), gemm_us (the GEMM alone), comm_us (braid's collective alone), nccl_serial_us (NCCL's
@@ -206,6 +207,8 @@ def add_floor(args):
     print(f"archive: {append(args.archive, rows)} graph-floor rows of {args.gpu} added to {args.archive}")
 
 
+# What a torch row records of the settings both runs had (add-torch's flags of the same names).
+TORCH_SETTINGS = ("eager_zero_copy", "allocator_hook", "expandable_segments")
 TORCH_STEP_LINE = re.compile(r"^\s+(ddp|fsdp2|compile)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$")
 TORCH_MODEL_LINE = re.compile(r"training model: width ([0-9]+), layers ([0-9]+), batch ([0-9]+), timed steps ([0-9]+)")
 
@@ -225,8 +228,9 @@ def add_torch(args):
     model = TORCH_MODEL_LINE.search(text)
     if model:
         base.update(zip(("width", "layers", "batch", "steps"), (int(v) for v in model.groups())))
-    if args.eager_zero_copy:
-        base["eager_zero_copy"] = True
+    for setting in TORCH_SETTINGS:
+        if getattr(args, setting):
+            base[setting] = True
     rows = [dict(base, kind="torch", collective=m.group(1), mode="eager", nccl_ms=float(m.group(2)),
                  braid_ms=float(m.group(3)), nccl_us=float(m.group(2)) * 1e3, braid_us=float(m.group(3)) * 1e3)
             for m in found]
@@ -257,9 +261,11 @@ def main(argv=None):
     p.add_argument("--commit", required=True, help="the commit whose shim ran")
     p.add_argument("--torch", required=True, help="torch's version, e.g. 2.11.0+cu130")
     p.add_argument("--world", type=int, required=True, help="the ranks (GPUs) of the run")
-    p.add_argument("--eager-zero-copy", action="store_true",
-                   help="both runs had BRAID_EAGER_ZERO_COPY=1, TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1 and "
-                        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+    p.add_argument("--eager-zero-copy", action="store_true", help="both runs had BRAID_EAGER_ZERO_COPY=1")
+    p.add_argument("--allocator-hook", action="store_true",
+                   help="both runs had TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1")
+    p.add_argument("--expandable-segments", action="store_true",
+                   help="both runs had PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     p.add_argument("file")
     p.set_defaults(run=add_torch)
     p = sub.add_parser("add-floor", help="append the figures of a bench/probes/graph_floor run")

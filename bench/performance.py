@@ -47,12 +47,18 @@ def size_name(n):
     return f"{n} B"
 
 
+def torch_settings(row):
+    """What both runs of a torch row had set, as the page names it."""
+    names = (("eager_zero_copy", "switch"), ("allocator_hook", "hook"), ("expandable_segments", "expandable"))
+    return ", ".join(name for field, name in names if row.get(field)) or "none"
+
+
 def point_key(row):
     if row["kind"] == "floor":
         return (row["gpu"], row["world"], "floor", row["collective"])
     if row["kind"] == "torch":
         return (row["gpu"], row["world"], "torch", row["collective"], row.get("width"), row.get("layers"),
-                row.get("batch"), row.get("steps"), bool(row.get("eager_zero_copy")))
+                row.get("batch"), row.get("steps"), torch_settings(row))
     if row["kind"] == "fused_matmul":
         return (row["gpu"], row["world"], "fused_matmul", row["collective"], row["dtype"], row["m"], row["k"], row["n"],
                 row["mode"])
@@ -243,12 +249,12 @@ def torch_steps(current, kinds):
              "same GPUs: an MLP of Linear + GELU layers (float32; the model column: width x layers, batch, timed "
              "steps; 1024 x 4, batch 64, 20 steps where the run did not print it), plain SGD, trained with DDP, with "
              "FSDP2 (`fully_shard` per layer) and with DDP around a `torch.compile`'d forward and loss (10 steps). "
-             "Rank 0's mean time per step, after 3 warm-up steps. Eager zero copy: both runs with "
-             "`BRAID_EAGER_ZERO_COPY=1`, `TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1` and "
+             "Rank 0's mean time per step, after 3 warm-up steps. Settings, what both runs had set: switch "
+             "`BRAID_EAGER_ZERO_COPY=1`, hook `TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1`, expandable "
              "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` ([nccl-shim.md](nccl-shim.md)). Measured with "
              "`nccl_shim/tests/run_torch_check.sh NGPUS OUT_DIR build/nccl_shim/libnccl.so.2` (`TORCH_CHECK_ARGS` "
              "sets the model), which also checks that both runs' losses and parameters agree.", "",
-             "| GPUs | ranks | torch | model | eager zero copy | training | shim ms/step | NCCL ms/step | shim/NCCL "
+             "| GPUs | ranks | torch | model | settings | training | shim ms/step | NCCL ms/step | shim/NCCL "
              "| commit |",
              "|---|---:|---|---|---|---|---:|---:|---:|---|"]
     order = {"ddp": 0, "fsdp2": 1, "compile": 2}
@@ -258,11 +264,11 @@ def torch_steps(current, kinds):
             return (r.get("width") or 1024, r.get("layers") or 4, r.get("batch") or 64, r.get("steps") or 20)
 
         for r in sorted((r for r in rows if r["gpu"] == gpu),
-                        key=lambda r: (r["world"], model(r), bool(r.get("eager_zero_copy")),
+                        key=lambda r: (r["world"], model(r), torch_settings(r),
                                        order.get(r["collective"], 9))):
             width, layers, batch, steps = model(r)
             lines.append(f"| {gpu} | {r['world']} | {r['torch']} | {width} x {layers}, batch {batch}, {steps} steps | "
-                         f"{'yes' if r.get('eager_zero_copy') else 'no'} | {names.get(r['collective'], r['collective'])} | "
+                         f"{torch_settings(r)} | {names.get(r['collective'], r['collective'])} | "
                          f"{r['braid_ms']:.2f} | {r['nccl_ms']:.2f} | {r['braid_ms'] / r['nccl_ms']:.2f} | "
                          f"{short(r['commit'])} ({r['date']}) |")
     return lines + [""]

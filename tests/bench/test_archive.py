@@ -183,24 +183,30 @@ class PerformanceTest(unittest.TestCase):
         self.assertEqual([(r["collective"], r["braid_ms"], r["nccl_ms"]) for r in rows],
                          [("ddp", 2.5, 2.0), ("fsdp2", 9.0, 10.0)])
         text, _ = performance.page(rows, [])
-        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | 1024 x 4, batch 64, 20 steps | no | DDP | 2.50 | 2.00 | 1.25 |",
+        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | 1024 x 4, batch 64, 20 steps | none | DDP | 2.50 | 2.00 | 1.25 |",
                       text)
-        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | 1024 x 4, batch 64, 20 steps | no | FSDP2 | 9.00 | 10.00 | 0.90 |",
+        self.assertIn("| nvidia-h100-x2 | 2 | 2.11.0 | 1024 x 4, batch 64, 20 steps | none | FSDP2 | 9.00 | 10.00 | 0.90 |",
                       text)
 
-    def test_a_torch_runs_model_and_eager_zero_copy_make_points_of_their_own(self):
+    def test_a_torch_runs_model_and_settings_make_points_of_their_own(self):
         steps = ("--- step times, rank 0, ms per step:\n  section        nccl       shim shim/nccl\n"
                  "  fsdp2        10.000      9.000     0.900\nrun_torch_check: PASS: both runs right\n")
         model = "  torch_shim_check: training model: width 8192, layers 4, batch 64, timed steps 50\n"
-        wide = self.add_torch(model + steps, flags=["--eager-zero-copy"])
-        self.assertEqual([(r["width"], r["layers"], r["batch"], r["steps"], r["eager_zero_copy"]) for r in wide],
-                         [(8192, 4, 64, 50, True)])
+        every = ["--eager-zero-copy", "--allocator-hook", "--expandable-segments"]
+        wide = self.add_torch(model + steps, flags=every)
+        self.assertEqual([(r["width"], r["layers"], r["batch"], r["steps"], r["eager_zero_copy"], r["allocator_hook"],
+                           r["expandable_segments"]) for r in wide], [(8192, 4, 64, 50, True, True, True)])
         plain = self.add_torch(steps)
         self.assertNotIn("width", plain[0])
-        self.assertNotEqual(performance.point_key(wide[0]), performance.point_key(plain[0]))
-        text, _ = performance.page(wide + plain, [])
-        self.assertIn("| 8192 x 4, batch 64, 50 steps | yes | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
-        self.assertIn("| 1024 x 4, batch 64, 20 steps | no | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
+        self.assertNotIn("allocator_hook", plain[0])
+        hook_only = self.add_torch(steps, flags=["--eager-zero-copy", "--allocator-hook"])
+        self.assertNotIn("expandable_segments", hook_only[0])
+        keys = {performance.point_key(r) for r in wide + plain + hook_only}
+        self.assertEqual(len(keys), 3)
+        text, _ = performance.page(wide + plain + hook_only, [])
+        self.assertIn("| 8192 x 4, batch 64, 50 steps | switch, hook, expandable | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
+        self.assertIn("| 1024 x 4, batch 64, 20 steps | none | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
+        self.assertIn("| 1024 x 4, batch 64, 20 steps | switch, hook | FSDP2 | 9.00 | 10.00 | 0.90 |", text)
 
     def test_a_torch_run_that_failed_is_refused(self):
         with self.assertRaises(SystemExit):
