@@ -138,7 +138,8 @@ class Communicator {
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
-  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there, an
+  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there
+  // (except an eager one that announces its buffers, see register_buffer: it runs one kernel on every rank), an
   // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, which keeps its SM kernels where the other
   // takes the copy engines, a reduce-scatter on 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
   // input (symmetric or registered, whole 16-byte rank blocks), in place on one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
