@@ -20,21 +20,25 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_reduce_announced(Announc
   const int world = call.pad.world, rank = call.pad.rank;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {const_cast<char*>(call.send), call.recv};
-  const AnnouncedEntry entry = enter_announced(launch, buffers, own);
+  // Staged: the round into this rank's half; every half reduced into the output.
+  const StagedRounds<T> rounds(call, staged_chunk(call, 1, sizeof(T)));
+  const auto copy_in = [&](size_t first, const Slice& slice, size_t half) {
+    block_copy(call.staging[rank] + half + slice.begin * sizeof(T), call.send + (first + slice.begin) * sizeof(T),
+               (slice.end - slice.begin) * sizeof(T));
+  };
+  const auto read_out = [&](size_t first, const Slice& slice, size_t half) {
+    const char* sources[kMaxWorld];
+    for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half;
+    char* destination = call.recv + first * sizeof(T);
+    block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
+  };
+  const bool staged = staged_here(launch, 3u);  // either buffer: staged whatever the peers announce
+  const AnnouncedEntry entry = enter_announced(launch, buffers, own, [&](uint64_t counter) {
+    if (staged) rounds.copy_first(counter, copy_in);
+  });
   if (entry.path == AnnouncedPath::kEnd) return;
-  if (entry.path == AnnouncedPath::kStaged) {  // the round into this rank's half; every half reduced into the output
-    run_staged_rounds<T>(
-        call, entry.counter, staged_chunk(call, 1, sizeof(T)),
-        [&](size_t first, const Slice& slice, size_t half) {
-          block_copy(call.staging[rank] + half + slice.begin * sizeof(T), call.send + (first + slice.begin) * sizeof(T),
-                     (slice.end - slice.begin) * sizeof(T));
-        },
-        [&](size_t first, const Slice& slice, size_t half) {
-          const char* sources[kMaxWorld];
-          for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half;
-          char* destination = call.recv + first * sizeof(T);
-          block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
-        });
+  if (entry.path == AnnouncedPath::kStaged) {
+    rounds.run(entry.counter, staged, every_rank_staged(launch, buffers, 3u), copy_in, read_out);
     return;
   }
   all_reduce_two_shot_stores<T, Op>(buffers[0], call.recv, buffers[1], call.count, world, rank);

@@ -17,9 +17,29 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(Announc
   const StagedLaunch& call = launch.staged;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {call.recv, const_cast<char*>(call.send)};
-  const AnnouncedEntry entry = enter_announced(launch, buffers, own);
-  if (entry.path == AnnouncedPath::kEnd) return;
   const int world = call.pad.world, rank = call.pad.rank;
+  // Staged: the round's part of every block of this rank's input into its half, a chunk apart; every rank's part
+  // for this rank into the output's blocks.
+  const size_t chunk = staged_chunk(call, world, 1);
+  const StagedRounds<uint8_t> rounds(call, chunk);
+  const auto copy_in = [&](size_t first, const Slice& slice, size_t half) {
+    for (int q = 0; q < world; ++q) {
+      block_copy(call.staging[rank] + half + q * chunk + slice.begin,
+                 call.send + q * call.rank_stride + first + slice.begin, slice.end - slice.begin);
+    }
+  };
+  const auto read_out = [&](size_t first, const Slice& slice, size_t half) {
+    for (int step = 0; step < world; ++step) {
+      const int q = (rank + step) % world;  // rotated: spreads the links' load
+      block_copy(call.recv + q * call.rank_stride + first + slice.begin,
+                 call.staging[q] + half + rank * chunk + slice.begin, slice.end - slice.begin);
+    }
+  };
+  const bool staged = staged_here(launch, 1u);  // its output: both zero-copy paths need every output
+  const AnnouncedEntry entry = enter_announced(launch, buffers, own, [&](uint64_t counter) {
+    if (staged) rounds.copy_first(counter, copy_in);
+  });
+  if (entry.path == AnnouncedPath::kEnd) return;
   // The same on every rank: every rank's words decide it (a rank's own buffers count as exposed by its words).
   bool outputs = true, inputs = true, in_place = false;
   for (int q = 0; q < world; ++q) {
@@ -35,24 +55,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) all_to_all_announced(Announc
     device::barrier(call.pad, blockIdx.x, call.collective, kSiteExitBarrier, call.plan);
     return;
   }
-  // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part for
-  // this rank into the output's blocks.
-  const size_t chunk = staged_chunk(call, world, 1);
-  run_staged_rounds<uint8_t>(
-      call, entry.counter, chunk,
-      [&](size_t first, const Slice& slice, size_t half) {
-        for (int q = 0; q < world; ++q) {
-          block_copy(call.staging[rank] + half + q * chunk + slice.begin,
-                     call.send + q * call.rank_stride + first + slice.begin, slice.end - slice.begin);
-        }
-      },
-      [&](size_t first, const Slice& slice, size_t half) {
-        for (int step = 0; step < world; ++step) {
-          const int q = (rank + step) % world;  // rotated: spreads the links' load
-          block_copy(call.recv + q * call.rank_stride + first + slice.begin,
-                     call.staging[q] + half + rank * chunk + slice.begin, slice.end - slice.begin);
-        }
-      });
+  rounds.run(entry.counter, staged, every_rank_staged(launch, buffers, 1u), copy_in, read_out);
 }
 
 }  // namespace

@@ -80,12 +80,15 @@ struct AnnouncedEntry {
 };
 
 // The entry of an announcing kernel, for every thread of the block: announces this rank's words to every peer
-// (thread p to peer p), passes the entry barrier, and resolves the peers' words. kEnd where the block must end:
+// (thread p to peer p), runs before_barrier(launch counter) (a rank whose own word makes the call staged copies
+// its first round in there: NOTE [announced staged rounds]), passes the entry barrier, and resolves the peers'
+// words. kEnd where the block must end:
 // a stopped rank (NOTE [stopped ranks]: it announces nothing and answers the barrier), a failed barrier, or a
 // word naming a range this rank never mapped (recorded: rather fail than write anywhere; the peers then wait for
 // this rank at their next barrier until the timeout).
+template <typename BeforeBarrier>
 __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, char* (&buffers)[kAnnouncedBuffers][kMaxWorld],
-                                                 char* const (&own)[kAnnouncedBuffers]) {
+                                                 char* const (&own)[kAnnouncedBuffers], BeforeBarrier&& before_barrier) {
   const StagedLaunch& call = launch.staged;
   const device::SignalPad& pad = call.pad;
   // Thread b * kMaxWorld + p announces buffer b to peer p and resolves peer p's buffer b: one dependent chain of
@@ -116,6 +119,7 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
       buffers[k][rank] = own[k];
     }
   }
+  before_barrier(start.counter);  // the barrier's first __syncthreads orders what it writes before the signal
   if (!device::barrier(pad, channel, call.collective, kSiteEntryBarrier, call.plan)) {
     return AnnouncedEntry{AnnouncedPath::kEnd, start.counter};
   }
@@ -146,36 +150,85 @@ __device__ inline AnnouncedEntry enter_announced(const AnnouncedLaunch& launch, 
 // into the output. Round i uses half (launch counter + i) mod 2. A half is written again two rounds later, after
 // the barrier of the round between, which every peer's block of this channel passes only once it has read the
 // half. Every round splits its elements between blocks as a full round does (a short last round only clips that
-// split), so a block writes only what the same block of every peer has read. A last barrier ends the kernel, so
-// the next call may write any half. A round reads only the part of the input it stages and writes only the same
-// part of the output, so in place is safe.
-//
-// launch.count Elements in rounds of `chunk`; copy_in and read_out get the round's first element, this block's
-// slice of the round (from that element) and the byte offset of the round's half.
-template <typename Element, typename CopyIn, typename ReadOut>
-__device__ __forceinline__ void run_staged_rounds(const StagedLaunch& launch, uint64_t counter, size_t chunk,
-                                                  CopyIn&& copy_in, ReadOut&& read_out) {
-  const size_t rounds = (launch.count + chunk - 1) / chunk;
-  const Slice full = block_slice<Element>(chunk, blockIdx.x, gridDim.x);
-  const auto slice_of = [&](size_t round) {  // the full round's split, clipped to what the round holds
+// split), so a block writes only what the same block of every peer has read. A round reads only the part of the
+// input it stages and writes only the same part of the output, so in place is safe.
+// A rank whose own word makes the call staged whatever the peers announce copies round 0 in before the entry
+// barrier, as the selection table's staged kernels do; where every rank did, the entry barrier is round 0's
+// barrier. A call of more than one round ends with a last barrier, so the next call may write any half; a call of
+// one round ends as the staged kernels do, without one: the next call writes the other half, and the one after
+// starts only once every peer entered the next (its entry barrier), having read this one's half.
+template <typename Element>
+struct StagedRounds {
+  const StagedLaunch& launch;
+  size_t chunk;  // elements a round
+  size_t rounds;
+  Slice full;  // this block's part of a full round
+
+  __device__ StagedRounds(const StagedLaunch& staged, size_t chunk_elements)
+      : launch(staged),
+        chunk(chunk_elements),
+        rounds((staged.count + chunk_elements - 1) / chunk_elements),
+        full(block_slice<Element>(chunk_elements, blockIdx.x, gridDim.x)) {}
+
+  // This block's slice of round `round`: the full round's split, clipped to what the round holds.
+  __device__ Slice slice(size_t round) const {
     const size_t count = launch.count - round * chunk < chunk ? launch.count - round * chunk : chunk;
     const size_t vectors_end = count / Vector<Element>::kCount * Vector<Element>::kCount;
     const bool tail = (full.begin <= vectors_end && vectors_end < full.vector_end) || blockIdx.x == gridDim.x - 1;
-    Slice slice;
-    slice.begin = full.begin < count ? full.begin : count;
-    slice.vector_end = full.vector_end < vectors_end ? full.vector_end : vectors_end;
-    if (slice.vector_end < slice.begin) slice.vector_end = slice.begin;
-    slice.end = tail ? count : slice.vector_end;  // the scalar tail: the block whose vectors reach it
-    return slice;
-  };
-  const auto half_of = [&](size_t round) { return ((counter + round) & 1) * launch.half_bytes; };
-  for (size_t round = 0; round < rounds; ++round) {
-    const Slice slice = slice_of(round);
-    copy_in(round * chunk, slice, half_of(round));
-    if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
-    read_out(round * chunk, slice, half_of(round));
+    Slice part;
+    part.begin = full.begin < count ? full.begin : count;
+    part.vector_end = full.vector_end < vectors_end ? full.vector_end : vectors_end;
+    if (part.vector_end < part.begin) part.vector_end = part.begin;
+    part.end = tail ? count : part.vector_end;  // the scalar tail: the block whose vectors reach it
+    return part;
   }
-  device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteExitBarrier, launch.plan);
+  __device__ size_t half(uint64_t counter, size_t round) const { return ((counter + round) & 1) * launch.half_bytes; }
+
+  // Round 0's copy, before the entry barrier. copy_in gets the round's first element, this block's slice of the
+  // round (from that element) and the byte offset of the round's half.
+  template <typename CopyIn>
+  __device__ void copy_first(uint64_t counter, CopyIn&& copy_in) const {
+    if (rounds > 0) copy_in(size_t(0), slice(0), half(counter, 0));
+  }
+
+  // Every round after the entry barrier: `copied_first` where this rank ran copy_first, `everyone_copied_first`
+  // where every rank did (the same on every rank). read_out gets what copy_in gets.
+  template <typename CopyIn, typename ReadOut>
+  __device__ void run(uint64_t counter, bool copied_first, bool everyone_copied_first, CopyIn&& copy_in,
+                      ReadOut&& read_out) const {
+    for (size_t round = 0; round < rounds; ++round) {
+      const Slice part = slice(round);
+      if (round > 0 || !copied_first) copy_in(round * chunk, part, half(counter, round));
+      if (round > 0 || !everyone_copied_first) {
+        if (!device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteMiddleBarrier, launch.plan)) return;
+      }
+      read_out(round * chunk, part, half(counter, round));
+    }
+    if (rounds != 1) device::barrier(launch.pad, blockIdx.x, launch.collective, kSiteExitBarrier, launch.plan);
+  }
+};
+
+// Whether every rank announced at least one of the buffers in `mask` (bit b: buffer b) as staged: this rank by its
+// words, the peers by what their words resolved to. The same on every rank.
+__device__ inline bool every_rank_staged(const AnnouncedLaunch& launch,
+                                         char* const (&buffers)[kAnnouncedBuffers][kMaxWorld], unsigned mask) {
+  const int world = launch.staged.pad.world, rank = launch.staged.pad.rank;
+  for (int q = 0; q < world; ++q) {
+    bool staged = false;
+    for (int b = 0; b < launch.buffers; ++b) {
+      if ((mask >> b & 1u) == 0) continue;
+      staged |= q == rank ? launch.words[b] == kAnnouncedStaged : buffers[b][q] == nullptr;
+    }
+    if (!staged) return false;
+  }
+  return true;
+}
+
+// Whether this rank announced one of the buffers in `mask` as staged.
+__device__ inline bool staged_here(const AnnouncedLaunch& launch, unsigned mask) {
+  bool staged = false;
+  for (int b = 0; b < launch.buffers; ++b) staged |= (mask >> b & 1u) != 0 && launch.words[b] == kAnnouncedStaged;
+  return staged;
 }
 
 // The chunk of a round whose staging holds `parts` parts of one chunk each (whole 256-byte lines), in elements.

@@ -19,27 +19,30 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_scatter_announced(Ann
   const int world = call.pad.world, rank = call.pad.rank;
   __shared__ char* buffers[kAnnouncedBuffers][kMaxWorld];
   char* const own[kAnnouncedBuffers] = {const_cast<char*>(call.send), nullptr};
-  const AnnouncedEntry entry = enter_announced(launch, buffers, own);
+  // Staged: the round's part of every block of this rank's input into its half, a chunk apart; every rank's part
+  // of block `rank` reduced into the output.
+  const size_t chunk = staged_chunk(call, world, sizeof(T)), chunk_bytes = chunk * sizeof(T);
+  const StagedRounds<T> rounds(call, chunk);
+  const auto copy_in = [&](size_t first, const Slice& slice, size_t half) {
+    for (int q = 0; q < world; ++q) {
+      block_copy(call.staging[rank] + half + q * chunk_bytes + slice.begin * sizeof(T),
+                 call.send + (q * call.rank_stride + first + slice.begin) * sizeof(T),
+                 (slice.end - slice.begin) * sizeof(T));
+    }
+  };
+  const auto read_out = [&](size_t first, const Slice& slice, size_t half) {
+    const char* sources[kMaxWorld];
+    for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half + rank * chunk_bytes;
+    char* destination = call.recv + first * sizeof(T);
+    block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
+  };
+  const bool staged = staged_here(launch, 1u);  // its input: staged whatever the peers announce
+  const AnnouncedEntry entry = enter_announced(launch, buffers, own, [&](uint64_t counter) {
+    if (staged) rounds.copy_first(counter, copy_in);
+  });
   if (entry.path == AnnouncedPath::kEnd) return;
   if (entry.path == AnnouncedPath::kStaged) {
-    // The round's part of every block of this rank's input into its half, a chunk apart; every rank's part of
-    // block `rank` reduced into the output.
-    const size_t chunk = staged_chunk(call, world, sizeof(T)), chunk_bytes = chunk * sizeof(T);
-    run_staged_rounds<T>(
-        call, entry.counter, chunk,
-        [&](size_t first, const Slice& slice, size_t half) {
-          for (int q = 0; q < world; ++q) {
-            block_copy(call.staging[rank] + half + q * chunk_bytes + slice.begin * sizeof(T),
-                       call.send + (q * call.rank_stride + first + slice.begin) * sizeof(T),
-                       (slice.end - slice.begin) * sizeof(T));
-          }
-        },
-        [&](size_t first, const Slice& slice, size_t half) {
-          const char* sources[kMaxWorld];
-          for (int r = 0; r < world; ++r) sources[r] = call.staging[r] + half + rank * chunk_bytes;
-          char* destination = call.recv + first * sizeof(T);
-          block_reduce<T, Op, kLoadBatch<T>>(sources, world, &destination, 1, slice, 0, 0, world);
-        });
+    rounds.run(entry.counter, staged, every_rank_staged(launch, buffers, 1u), copy_in, read_out);
     return;
   }
   reduce_scatter_loads<T, Op>(buffers[0], call.recv, call.count, call.rank_stride * sizeof(T), world, rank);
