@@ -173,14 +173,7 @@ struct StagedRounds {
   // This block's slice of round `round`: the full round's split, clipped to what the round holds.
   __device__ Slice slice(size_t round) const {
     const size_t count = launch.count - round * chunk < chunk ? launch.count - round * chunk : chunk;
-    const size_t vectors_end = count / Vector<Element>::kCount * Vector<Element>::kCount;
-    const bool tail = (full.begin <= vectors_end && vectors_end < full.vector_end) || blockIdx.x == gridDim.x - 1;
-    Slice part;
-    part.begin = full.begin < count ? full.begin : count;
-    part.vector_end = full.vector_end < vectors_end ? full.vector_end : vectors_end;
-    if (part.vector_end < part.begin) part.vector_end = part.begin;
-    part.end = tail ? count : part.vector_end;  // the scalar tail: the block whose vectors reach it
-    return part;
+    return clip_slice(full, count, blockIdx.x == gridDim.x - 1, Vector<Element>::kCount);
   }
   __device__ size_t half(uint64_t counter, size_t round) const { return ((counter + round) & 1) * launch.half_bytes; }
 

@@ -10,6 +10,7 @@
 
 #include "braid/device/copy_device.hpp"
 #include "braid/types.hpp"
+#include "kernels/block_slices.hpp"
 
 namespace braid::kernels {
 
@@ -106,25 +107,10 @@ using device::block_copy_to;
 using device::group_copy_to;
 using device::warp_copy;
 
-// ---- Splitting elements between blocks in whole vectors, the last taking the tail: the same on every rank.
-struct Slice {
-  size_t begin;  // elements
-  size_t end;
-  size_t vector_end;  // [vector_end, end): the scalar tail
-};
-
+// ---- Splitting elements between blocks in whole vectors of T, the last taking the tail (block_slices.hpp).
 template <typename T>
 __device__ __forceinline__ Slice block_slice(size_t count, int block, int blocks) {
-  constexpr size_t kPer = Vector<T>::kCount;
-  const size_t vectors = count / kPer;
-  const size_t base = vectors / blocks, extra = vectors % blocks;
-  const size_t first = block * base + (block < static_cast<int>(extra) ? block : extra);
-  const size_t mine = base + (block < static_cast<int>(extra) ? 1 : 0);
-  Slice slice;
-  slice.begin = first * kPer;
-  slice.vector_end = slice.begin + mine * kPer;
-  slice.end = block == blocks - 1 ? count : slice.vector_end;
-  return slice;
+  return split_elements(count, block, blocks, Vector<T>::kCount);
 }
 
 // Sources whose loads a thread issues together (block_reduce's Batch) when loading from peers: one NVLink round
