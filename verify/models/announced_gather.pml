@@ -3,11 +3,13 @@
  *
  * Models (file:function):
  *   src/kernels/announced.cuh: enter_announced (the announcements stored into the peer's slots of the entry barrier
- *     count's parity before the barrier, read after it; staged where any word says so), run_staged_rounds (round i
- *     in half (epoch + i) mod 2, a barrier after each copy-in, a last barrier); the all-gather's use of them
- *     (src/kernels/all_gather_announced.cu). Reduce-scatter and all-reduce use the same entry and rounds; a call
- *     announces one word a buffer (at most two), stored and read beside each other under the same release and
- *     acquire, so one word a call stands for them.
+ *     count's parity before the barrier, read after it; what runs before the barrier; staged where any word says
+ *     so), StagedRounds (round i in half (epoch + i) mod 2; a rank whose own word is staged copies round 0 in
+ *     before the entry barrier, and where every rank did, the entry barrier is round 0's; a barrier after every
+ *     other copy-in; a last barrier where the call has more than one round); the all-gather's use of them
+ *     (src/kernels/all_gather_announced.cu). Reduce-scatter, all-reduce and all-to-all use the same entry and
+ *     rounds; a call announces one word a buffer (at most two), stored and read beside each other under the same
+ *     release and acquire, so one word a call stands for them (the one that decides whether the call is staged).
  *   include/braid/device/sync_device.hpp: signal, wait, barrier (as signal_barrier.pml models them)
  *   src/kernels/launch_counter.cuh: read_launch_start, advance_once_read (the epoch advances once a launch)
  *
@@ -15,8 +17,9 @@
  * kernel (run_staged: its copy into its half before its barrier), the call that may follow. At each announcing
  * call a rank announces exposed or staged, as it likes (each rank's buffers are its own); the word it reads and
  * its decision are checked. The zero-copy path's stores into the peer's output are signal_barrier.pml's and not
- * modelled: it ends with the exit barrier. The staged path runs ROUNDS rounds. Two ranks keep the search within
- * the suite's time; signal_barrier.pml checks the barrier itself on three.
+ * modelled: it ends with the exit barrier. Each announcing call has 1 or 2 rounds (chosen at the start, the same
+ * on every rank: the call's count), so a one-round call without a last barrier is followed by each kind of call.
+ * Two ranks keep the search within the suite's time; signal_barrier.pml checks the barrier itself on three.
  *
  * Weak ordering as in signal_barrier.pml: a rank's relaxed stores (announcements into peers' slots, staging) go
  * into pending buffers that the Memory process lands when it likes; signal()'s release lands the rank's pending
@@ -40,7 +43,10 @@
  *        one slot a sender instead of two by the count's parity, and no barrier after the read (a zero-copy
  *        path without its exit barrier): the next call's word lands before a slow peer read this one's
  * @run MUTANT_NO_LAST_BARRIER            safety          assert
- *        the staged rounds end without their last barrier: the next call rewrites a half a peer still reads
+ *        calls of two rounds end without their last barrier too: the next call rewrites a half a peer still reads
+ * @run MUTANT_FIRST_BARRIER_SKIPPED_ALONE safety         assert
+ *        a rank that copied round 0 in before the entry barrier skips round 0's barrier though a peer did not
+ *        copy first: it reads the peer's half before the peer's copy
  * @run MUTANT_ONE_HALF_FOR_EVERY_ROUND   safety          assert
  *        every round in the launch's half: round 2 rewrites the half a peer still reads from round 1
  */
@@ -48,7 +54,7 @@
 #define RANKS 2
 #define CALLS 3             /* two announcing calls, then a plain staged one */
 #define ANNOUNCING_CALLS 2
-#define ROUNDS 2
+#define ROUNDS 2            /* at most, a call */
 #define HALVES 2
 #define COUNTER_MOD 4
 #define COUNTER_START 2
@@ -74,6 +80,7 @@ byte staging[RANKS * HALVES];       /* r's half h as peers see it: (call * ROUND
 byte staging_pending[RANKS * HALVES];
 byte reading[RANKS * HALVES];       /* peers loading r's half h now */
 byte decision[ANNOUNCING_CALLS];    /* 0: no rank decided call c yet; 1: zero copy; 2: staged */
+byte rounds_of[ANNOUNCING_CALLS];   /* the rounds of call c's staged path: 1 or 2, alike on every rank */
 byte finished;
 
 /* Lands r's pending announcements (stores r made into the peers' slots) and its pending staging stores. */
@@ -140,7 +147,7 @@ inline announce(r, p, value) {
 proctype Rank(byte r) {
   byte call = 0, epoch = 0, start, k, i, round, half, peer, mine, theirs, count_seen;
   byte expected[RANKS];
-  bool signalled[RANKS], passed[RANKS], staged_call;
+  bool signalled[RANKS], passed[RANKS], staged_call, copied_first, everyone_copied_first;
   k = 0;
   do :: k < RANKS -> expected[k] = COUNTER_START; k++ :: else -> break od;
 
@@ -170,6 +177,20 @@ proctype Rank(byte r) {
 #ifndef MUTANT_ANNOUNCE_AFTER_SIGNAL
      announce(r, peer_of(r, 1), mine);
 #endif
+     /* before the barrier: a rank whose own word makes the call staged copies round 0 in (copy_first) */
+     copied_first = (mine % 2 == 0);
+     if
+     :: copied_first ->
+        half = start % HALVES;
+        atomic {
+          assert(reading[half_of(r, half)] == 0);   /* no peer still reads the half this store rewrites */
+          if :: staging_pending[half_of(r, half)] != 0 -> staging[half_of(r, half)] = staging_pending[half_of(r, half)]
+             :: else -> skip
+          fi;
+          staging_pending[half_of(r, half)] = call * ROUNDS + 1
+        }
+     :: else -> skip
+     fi;
      count_seen = plus_one(expected[peer_of(r, 1)]);   /* the entry barrier's count (alike with both peers) */
 #ifdef MUTANT_ANNOUNCE_AFTER_SIGNAL
      /* the store after the signal */
@@ -184,13 +205,14 @@ proctype Rank(byte r) {
 #endif
      /* read every peer's word for this call; staged where any word (this rank's too) says so */
      staged_call = (mine % 2 == 0);
+     everyone_copied_first = copied_first;
      k = 1;
      do
      :: k < RANKS ->
         peer = peer_of(r, k);
         theirs = word[word_slot(r, peer, count_seen)];
         assert(theirs / 2 == call + 1);   /* the word of this very call, not an older or newer one */
-        if :: theirs % 2 == 0 -> staged_call = 1 :: else -> skip fi;
+        if :: theirs % 2 == 0 -> staged_call = 1 :: else -> everyone_copied_first = 0 fi;
         k++
      :: else -> break
      od;
@@ -210,21 +232,31 @@ proctype Rank(byte r) {
      :: else ->
         round = 0;
         do
-        :: round < ROUNDS ->
+        :: round < rounds_of[call] ->
 #ifdef MUTANT_ONE_HALF_FOR_EVERY_ROUND
            half = start % HALVES;
 #else
            half = (start + round) % HALVES;
 #endif
-           atomic {
-             assert(reading[half_of(r, half)] == 0);   /* no peer still reads the half this store rewrites */
-             if :: staging_pending[half_of(r, half)] != 0 ->
-                   staging[half_of(r, half)] = staging_pending[half_of(r, half)]
-                :: else -> skip
-             fi;
-             staging_pending[half_of(r, half)] = call * ROUNDS + round + 1
-           }
-           barrier(r);                 /* the round's barrier */
+           if
+           :: round > 0 || !copied_first ->
+              atomic {
+                assert(reading[half_of(r, half)] == 0);   /* no peer still reads the half this store rewrites */
+                if :: staging_pending[half_of(r, half)] != 0 ->
+                      staging[half_of(r, half)] = staging_pending[half_of(r, half)]
+                   :: else -> skip
+                fi;
+                staging_pending[half_of(r, half)] = call * ROUNDS + round + 1
+              }
+           :: else -> skip
+           fi;
+#ifdef MUTANT_FIRST_BARRIER_SKIPPED_ALONE
+           if :: round > 0 || !copied_first -> barrier(r) :: else -> skip fi;
+#else
+           if :: round > 0 || !everyone_copied_first -> barrier(r)   /* the round's barrier */
+              :: else -> skip                                          /* the entry barrier was round 0's */
+           fi;
+#endif
            k = 1;
            do
            :: k < RANKS ->
@@ -239,7 +271,9 @@ proctype Rank(byte r) {
         :: else -> break
         od;
 #ifndef MUTANT_NO_LAST_BARRIER
-        barrier(r)                     /* the last barrier: every peer read every half */
+        if :: rounds_of[call] != 1 -> barrier(r)   /* the last barrier: every peer read every half */
+           :: else -> skip                         /* one round: the next call writes the other half */
+        fi
 #else
         skip
 #endif
@@ -274,6 +308,8 @@ init {
   byte n = 0;
   atomic {
     do :: n < RANKS * RANKS -> slot[n] = COUNTER_START; n++ :: else -> break od;
+    n = 0;
+    do :: n < ANNOUNCING_CALLS -> if :: rounds_of[n] = 1 :: rounds_of[n] = 2 fi; n++ :: else -> break od;
     run Rank(0); run Rank(1)
   }
 }
