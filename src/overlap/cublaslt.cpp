@@ -1,8 +1,12 @@
 #include "overlap/cublaslt.hpp"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/config.hpp"
@@ -19,6 +23,15 @@ constexpr const char* kDefaultLibrary = "libcublasLt.so.13";
 // Where the nvidia-cublas wheels put it (CUDA 13's, then the older per-library layout).
 constexpr const char* kPackageFolders[] = {"nvidia/cu13/lib", "nvidia/cublas/lib"};
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+constexpr int kCandidates = 4;  // NOTE [GEMM algorithm choice]
+constexpr size_t kSamples = 3;
+
+// Whether `stream` is being captured (nothing is timed on it then).
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  BRAID_CUDA(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
 
 CublasLtApi load_cublaslt() {
   const std::string name = Config::get().string("BRAID_CUBLASLT_LIBRARY").value_or(kDefaultLibrary);
@@ -113,11 +126,30 @@ const CublasLtApi& cublaslt() {
 // D^T = B^T x A^T: cuBLASLt's first operand is B (column-major [n, k] with leading dimension n, or, for B stored
 // transposed as [n, k] row-major, column-major [k, n] with leading dimension k, transposed by the op), its second
 // is A (column-major [k, rows], leading dimension k), and C and D are column-major [n, rows] with leading dimension n.
+// NOTE [GEMM algorithm choice]
+// cuBLASLt's heuristic ranks its algorithms by a model of a GEMM alone; for the pieces the fused calls cut (half or
+// a quarter of a GEMM's rows, beside the copies, some on fewer multiprocessors) another is often faster, and which
+// one changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of
+// 8192 x 8192 x 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a
+// device-to-device copy a half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a
+// call, picks by the wrong measure; so a plan times its candidates where they run. Its first kCandidates x kSamples
+// runs on streams not being captured cycle through cuBLASLt's first kCandidates algorithms, each GEMM between two
+// CUDA events; later runs read the events without waiting (those not complete yet stay for the next run) and take
+// the first candidate meanwhile; the first run, captured or not, that finds every trial read keeps the candidate
+// with the lowest median time for the runner's life. A run inside a capture before that takes the first candidate
+// and times nothing. A candidate cuBLASLt refuses to launch is passed over. Ranks may settle on different
+// algorithms for one shape (each rank's product is its own), and a shape's runs before it settles differ likewise:
+// their roundings may differ in the last bit. BRAID_GEMM_TUNING=off: cuBLASLt's first candidate always.
 struct GemmRunner::Plan {
   const CublasLtApi& api;
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b_layout = nullptr, a_layout = nullptr, cd_layout = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order; the first alone where tuning is off
+  std::vector<std::vector<float>> samples;       // milliseconds, a list per candidate
+  std::vector<size_t> in_flight;                 // trials not yet read, per candidate
+  std::vector<Trial> trials;                     // not yet read
+  int chosen = 0;
+  bool settled = false;
   explicit Plan(const CublasLtApi& api) : api(api) {}
   ~Plan() {
     if (cd_layout != nullptr) api.matrix_layout_destroy(cd_layout);
@@ -125,9 +157,21 @@ struct GemmRunner::Plan {
     if (b_layout != nullptr) api.matrix_layout_destroy(b_layout);
     if (desc != nullptr) api.matmul_desc_destroy(desc);
   }
+  // The candidate the next timed run tries (the one with the fewest times, taken and in flight), or -1 where every
+  // candidate has its kSamples times taken or in flight.
+  int next_trial() const;
 };
 
-GemmRunner::GemmRunner(int device) : api_(cublaslt()), device_(device) {
+int GemmRunner::Plan::next_trial() const {
+  int next = 0;
+  for (int i = 1; i < static_cast<int>(candidates.size()); ++i) {
+    if (samples[i].size() + in_flight[i] < samples[next].size() + in_flight[next]) next = i;
+  }
+  return samples[next].size() + in_flight[next] < kSamples ? next : -1;
+}
+
+GemmRunner::GemmRunner(int device)
+    : api_(cublaslt()), device_(device), tuning_(Config::get().string("BRAID_GEMM_TUNING").value_or("on") == "on") {
   DeviceGuard guard(device_);
   BRAID_CUBLAS(api_, create, &handle_);
   const cudaError_t allocated = cudaMalloc(&workspace_, kWorkspaceBytes);
@@ -139,12 +183,19 @@ GemmRunner::GemmRunner(int device) : api_(cublaslt()), device_(device) {
 
 GemmRunner::~GemmRunner() {
   DeviceGuard guard(device_);
+  for (auto& [key, plan] : plans_) {
+    for (const Trial& trial : plan->trials) release(trial);
+  }
   plans_.clear();
+  for (const auto& [start, end] : idle_events_) {
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+  }
   cudaFree(workspace_);
   api_.destroy(handle_);
 }
 
-const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
+GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d, multiprocessors] = key;
@@ -185,16 +236,89 @@ const GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   for (int i = 0; i < 4; ++i) {
     BRAID_CUBLAS(api_, preference_set_attribute, preference, attributes[i], &alignments[i], sizeof(uint32_t));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found_count = 0;
   BRAID_CUBLAS(api_, algo_get_heuristic, handle_, plan->desc, plan->b_layout, plan->a_layout, plan->cd_layout,
-               plan->cd_layout, preference, 1, &result, &found_count);
+               plan->cd_layout, preference, tuning_ ? kCandidates : 1, results, &found_count);
   if (found_count == 0) {
     raise(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a {} GEMM of [{}, {}] x [{}, {}]{}",
           datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
   }
-  plan->algo = result.algo;
+  for (int i = 0; i < found_count; ++i) plan->candidates.push_back(results[i].algo);
+  plan->samples.resize(found_count);
+  plan->in_flight.resize(found_count);
+  plan->settled = found_count == 1;
   return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+cublasStatus_t GemmRunner::launch(const Plan& plan, int candidate, const Gemm& gemm, cudaStream_t stream) {
+  const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
+  const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
+  return api_.matmul(handle_, plan.desc, &gemm.alpha, gemm.b, plan.b_layout, gemm.a, plan.a_layout, &beta, c,
+                     plan.cd_layout, gemm.d, plan.cd_layout, &plan.candidates[candidate], workspace_,
+                     kWorkspaceBytes, stream);
+}
+
+GemmRunner::Trial GemmRunner::take_trial(int candidate) {
+  if (idle_events_.empty()) {
+    cudaEvent_t start = nullptr, end = nullptr;
+    BRAID_CUDA(cudaEventCreate(&start));
+    const cudaError_t created = cudaEventCreate(&end);
+    if (created != cudaSuccess) {
+      cudaEventDestroy(start);
+      raise_cuda(created, "cudaEventCreate", __FILE__, __LINE__);
+    }
+    idle_events_.push_back({start, end});
+  }
+  const auto [start, end] = idle_events_.back();
+  idle_events_.pop_back();
+  return Trial{candidate, start, end};
+}
+
+void GemmRunner::collect(const Key& key, Plan& plan) {
+  // Reading an event is refused while another thread captures in global mode; this thread's reads are allowed.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  BRAID_CUDA(cudaThreadExchangeStreamCaptureMode(&mode));
+  struct RestoreMode {
+    cudaStreamCaptureMode mode;
+    ~RestoreMode() { cudaThreadExchangeStreamCaptureMode(&mode); }
+  } restore{mode};
+  auto unread = plan.trials.begin();
+  for (const Trial& trial : plan.trials) {
+    const cudaError_t done = cudaEventQuery(trial.end);
+    if (done == cudaErrorNotReady) {
+      *unread++ = trial;
+      continue;
+    }
+    if (done != cudaSuccess) raise_cuda(done, "cudaEventQuery(GEMM trial)", __FILE__, __LINE__);
+    float ms = 0;
+    BRAID_CUDA(cudaEventElapsedTime(&ms, trial.start, trial.end));
+    plan.samples[trial.candidate].push_back(ms);
+    --plan.in_flight[trial.candidate];
+    release(trial);
+  }
+  plan.trials.erase(unread, plan.trials.end());
+  auto median = [](std::vector<float> times) {
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    return times[times.size() / 2];
+  };
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    if (plan.samples[i].size() < kSamples) return;  // not every candidate timed enough yet
+  }
+  float best = std::numeric_limits<float>::infinity();
+  std::string times;
+  for (size_t i = 0; i < plan.candidates.size(); ++i) {
+    const float time = median(plan.samples[i]);
+    times += fmt::format("{}{:.1f}", i == 0 ? "" : " ", time * 1000.0f);
+    if (time < best) {
+      best = time;
+      plan.chosen = static_cast<int>(i);
+    }
+  }
+  plan.settled = true;
+  BRAID_DEBUG("GEMM [{}, {}] x [{}, {}]{} on {} multiprocessors: cuBLASLt candidates' median us {}; keeps #{}",
+              std::get<1>(key), std::get<2>(key), std::get<2>(key), std::get<3>(key), std::get<5>(key) ? " + C" : "",
+              std::get<10>(key) == 0 ? std::string("all") : std::to_string(std::get<10>(key)), times, plan.chosen);
 }
 
 void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
@@ -203,10 +327,28 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
   const Key key{static_cast<int>(gemm.type), gemm.rows, gemm.k, gemm.n, static_cast<int>(gemm.b_layout),
                 gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d),
                 gemm.multiprocessors};
-  const Plan& chosen = plan(key);
-  const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
-  BRAID_CUBLAS(api_, matmul, handle_, chosen.desc, &gemm.alpha, gemm.b, chosen.b_layout, gemm.a, chosen.a_layout,
-               &beta, c, chosen.cd_layout, gemm.d, chosen.cd_layout, &chosen.algo, workspace_, kWorkspaceBytes, stream);
+  Plan& chosen = plan(key);
+  if (!chosen.settled) {  // NOTE [GEMM algorithm choice]
+    collect(key, chosen);
+    const int candidate = chosen.settled || capturing(stream) ? -1 : chosen.next_trial();
+    if (candidate >= 0) {
+      const Trial trial = take_trial(candidate);
+      BRAID_CUDA(cudaEventRecord(trial.start, stream));
+      const cublasStatus_t launched = launch(chosen, candidate, gemm, stream);
+      if (launched == CUBLAS_STATUS_SUCCESS) {
+        BRAID_CUDA(cudaEventRecord(trial.end, stream));
+        chosen.trials.push_back(trial);
+        ++chosen.in_flight[candidate];
+        return;
+      }
+      release(trial);
+      if (candidate == 0) raise_cublas(api_, launched, "matmul");
+      // Refused here: never tried again (its times are infinite), and this run takes the first.
+      chosen.samples[candidate].assign(kSamples, std::numeric_limits<float>::infinity());
+    }
+  }
+  const cublasStatus_t launched = launch(chosen, chosen.chosen, gemm, stream);
+  if (launched != CUBLAS_STATUS_SUCCESS) raise_cublas(api_, launched, "matmul");
 }
 
 }  // namespace braid::detail

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "braid/fused_matmul.hpp"
 #include "braid/types.hpp"
@@ -54,8 +55,9 @@ struct Gemm {
   int multiprocessors = 0;  // the multiprocessors the GEMM may take (cuBLASLt's SM count target); 0: all
 };
 
-// A cuBLASLt handle, its workspace and the plans (heuristic choices) of the shapes seen, on one GPU. One thread at a
-// time; the GEMMs it enqueues share the workspace, so they must run on one stream.
+// A cuBLASLt handle, its workspace and the plans of the shapes seen (each with the algorithm it runs: NOTE [GEMM
+// algorithm choice]), on one GPU. One thread at a time; the GEMMs it enqueues share the workspace, so they must run
+// on one stream.
 class GemmRunner {
  public:
   explicit GemmRunner(int device);
@@ -69,13 +71,25 @@ class GemmRunner {
   // type, rows, k, n, layout, has C, the alignment (bytes, up to 256) of A, B, C and D, and the multiprocessors.
   using Key = std::tuple<int, size_t, size_t, size_t, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int>;
   struct Plan;
-  const Plan& plan(const Key& key);
+  // One timed run of a candidate: events recorded around its GEMM, read once the second has completed.
+  struct Trial {
+    int candidate;
+    cudaEvent_t start, end;
+  };
+  Plan& plan(const Key& key);
+  cublasStatus_t launch(const Plan& plan, int candidate, const Gemm& gemm, cudaStream_t stream);
+  // Reads the plan's completed trials into its samples, settling the plan once every candidate has enough.
+  void collect(const Key& key, Plan& plan);
+  Trial take_trial(int candidate);  // events from the pool
+  void release(const Trial& trial) { idle_events_.push_back({trial.start, trial.end}); }
 
   const CublasLtApi& api_;
   int device_;
+  const bool tuning_;  // BRAID_GEMM_TUNING
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> idle_events_;
 };
 
 }  // namespace braid::detail

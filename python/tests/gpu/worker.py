@@ -684,8 +684,8 @@ def fused_matmul(rank, world):
 
 
 def fused_graph(rank, world):
-    """A column-parallel GEMM then a row-parallel one captured in one graph; each replay, on new inputs, equals
-    eager calls on those inputs bit for bit."""
+    """A column-parallel GEMM then a row-parallel one captured in one graph, after a warm-up (NOTE [GEMM algorithm
+    choice]); each replay, on new inputs, equals eager calls on those inputs bit for bit."""
     rows, k, n = 48, 512, 256
     x = fused_random((rows, k), rank, k ** -0.5)
     w1, w2 = fused_random((n, k), 60, n ** -0.5), fused_random((k, n), 61, n ** -0.5)
@@ -696,9 +696,11 @@ def fused_graph(rank, world):
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # eager first: the workspace grows outside the capture
-        layer()
+    with torch.cuda.stream(side):  # eager first: the workspace grows, and each GEMM shape settles its algorithm
+        for _ in range(16):
+            layer()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()  # the algorithm trials read: the capture and the eager calls after it run alike
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         captured = layer()
