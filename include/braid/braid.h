@@ -233,6 +233,28 @@ braidResult_t braidMoeRedispatch(braidMoeBuffer_t buffer, uint64_t handle, const
  * stream. The split calls of braid::MoeHook have no C form. */
 braidResult_t braidMoeCopyExpertCounts(braidMoeBuffer_t buffer, int64_t* host_counts, braidStream_t stream);
 
+/* ---- GEMMs with their collective hidden under them (braid::FusedMatmul; docs/overlap.md) ---- */
+typedef struct braidFusedMatmul* braidFusedMatmul_t;
+/* Same values as braid::Layout: how a K x N matrix B is stored, dense and row-major either way. */
+typedef enum { braidLayoutRowMajor = 0, braidLayoutTransposed = 1 } braidLayout_t;
+/* Local (braid::FusedMatmul::create; loads cuBLASLt; the CUDA backend only). It holds its own reference to the
+ * communicator's state, so braidFusedMatmulFree may come after braidCommDestroy; it waits for the side stream. */
+braidResult_t braidFusedMatmulCreate(braidComm_t comm, braidFusedMatmul_t* fused);
+braidResult_t braidFusedMatmulFree(braidFusedMatmul_t fused);
+/* Collective (braid::FusedMatmul::reserve): the symmetric workspace holds at least bytes (before a graph capture). */
+braidResult_t braidFusedMatmulReserve(braidFusedMatmul_t fused, size_t bytes);
+braidResult_t braidFusedMatmulWorkspaceBytes(braidFusedMatmul_t fused, size_t* bytes);
+/* braid::FusedMatmul::all_gather_matmul: out [rows * size, n] = the ranks' a_shard [rows, k] gathered, times B;
+ * a_gathered NULL or [rows * size, k]. braidBfloat16 or braidFloat16. */
+braidResult_t braidAllGatherMatmul(braidFusedMatmul_t fused, const void* a_shard, size_t rows, size_t k, const void* b,
+                                   braidLayout_t b_layout, size_t n, void* out, void* a_gathered,
+                                   braidDataType_t type, braidStream_t stream);
+/* braid::FusedMatmul::matmul_reduce_scatter: out [m / size, n] = block rank of the sum (braidSum) or mean
+ * (braidAvg) over ranks of a [m, k] times B. */
+braidResult_t braidMatmulReduceScatter(braidFusedMatmul_t fused, const void* a, size_t m, size_t k, const void* b,
+                                       braidLayout_t b_layout, size_t n, void* out, braidDataType_t type,
+                                       braidRedOp_t op, braidStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

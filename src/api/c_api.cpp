@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "braid/fused_matmul.hpp"
 #include "core/error.hpp"
 
 // Every call passes a braidDataType_t on as a braid::DataType (data_type()): the values must agree one for one.
@@ -52,6 +53,12 @@ struct braidMoeBuffer {
 static_assert(static_cast<int>(braidMoeExpertMajor) == static_cast<int>(braid::MoeLayout::kExpertMajor) &&
                   static_cast<int>(braidMoeRankMajor) == static_cast<int>(braid::MoeLayout::kRankMajor),
               "braidMoeLayout_t and braid::MoeLayout disagree");
+struct braidFusedMatmul {
+  braid::FusedMatmul fused;
+};
+static_assert(static_cast<int>(braidLayoutRowMajor) == static_cast<int>(braid::Layout::kRowMajor) &&
+                  static_cast<int>(braidLayoutTransposed) == static_cast<int>(braid::Layout::kTransposed),
+              "braidLayout_t and braid::Layout disagree");
 
 namespace {
 
@@ -526,6 +533,54 @@ braidResult_t braidMoeCombine(braidMoeBuffer_t buffer, const void* y, void* out,
   return guarded([&] {
     require(buffer, "braidMoeCombine", "buffer");
     buffer->buffer.combine(y, out, weighted != 0, stream);
+  });
+}
+
+braidResult_t braidFusedMatmulCreate(braidComm_t comm, braidFusedMatmul_t* fused) {
+  return guarded([&] {
+    require(comm, "braidFusedMatmulCreate", "comm");
+    require(fused, "braidFusedMatmulCreate", "fused");
+    *fused = nullptr;
+    *fused = new braidFusedMatmul{braid::FusedMatmul::create(comm->comm)};
+  });
+}
+
+braidResult_t braidFusedMatmulFree(braidFusedMatmul_t fused) {
+  return guarded([&] { delete fused; });
+}
+
+braidResult_t braidFusedMatmulReserve(braidFusedMatmul_t fused, size_t bytes) {
+  return guarded([&] {
+    require(fused, "braidFusedMatmulReserve", "fused");
+    fused->fused.reserve(bytes);
+  });
+}
+
+braidResult_t braidFusedMatmulWorkspaceBytes(braidFusedMatmul_t fused, size_t* bytes) {
+  return guarded([&] {
+    require(fused, "braidFusedMatmulWorkspaceBytes", "fused");
+    require(bytes, "braidFusedMatmulWorkspaceBytes", "bytes");
+    *bytes = fused->fused.workspace_bytes();
+  });
+}
+
+braidResult_t braidAllGatherMatmul(braidFusedMatmul_t fused, const void* a_shard, size_t rows, size_t k, const void* b,
+                                   braidLayout_t b_layout, size_t n, void* out, void* a_gathered,
+                                   braidDataType_t type, braidStream_t stream) {
+  return guarded([&] {
+    require(fused, "braidAllGatherMatmul", "fused");
+    fused->fused.all_gather_matmul(a_shard, rows, k, b, static_cast<braid::Layout>(b_layout), n, out, a_gathered,
+                                   data_type(type), stream);
+  });
+}
+
+braidResult_t braidMatmulReduceScatter(braidFusedMatmul_t fused, const void* a, size_t m, size_t k, const void* b,
+                                       braidLayout_t b_layout, size_t n, void* out, braidDataType_t type,
+                                       braidRedOp_t op, braidStream_t stream) {
+  return guarded([&] {
+    require(fused, "braidMatmulReduceScatter", "fused");
+    fused->fused.matmul_reduce_scatter(a, m, k, b, static_cast<braid::Layout>(b_layout), n, out, data_type(type),
+                                       reduce_op(op), stream);
   });
 }
 

@@ -103,12 +103,36 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
          braidMoeBuffer_t buffer = nullptr;
          return braidMoeBufferCreate(nullptr, &shape, &buffer);
        }},
+      {"braidFusedMatmulCreate",
+       [] {
+         braidFusedMatmul_t fused = nullptr;
+         return braidFusedMatmulCreate(nullptr, &fused);
+       }},
   };
   for (const auto& [name, call] : calls) {
     EXPECT_EQ(call(), braidInvalidArgument) << name;
     EXPECT_NE(std::string(braidGetLastError()).find(name + ": argument 'comm' is NULL"), std::string::npos)
         << name << ": " << braidGetLastError();
   }
+}
+
+// The fused GEMM calls name a NULL handle; freeing NULL is a no-op.
+TEST(Errors, CApiFusedMatmulCallsNameTheirArguments) {
+  auto named = [](braidResult_t result, const std::string& text) {
+    EXPECT_EQ(result, braidInvalidArgument) << text;
+    EXPECT_NE(std::string(braidGetLastError()).find(text), std::string::npos) << braidGetLastError();
+  };
+  named(braidFusedMatmulCreate(nullptr, nullptr), "braidFusedMatmulCreate: argument 'comm' is NULL");
+  named(braidFusedMatmulReserve(nullptr, 1 << 20), "braidFusedMatmulReserve: argument 'fused' is NULL");
+  size_t bytes = 0;
+  named(braidFusedMatmulWorkspaceBytes(nullptr, &bytes), "braidFusedMatmulWorkspaceBytes: argument 'fused' is NULL");
+  named(braidAllGatherMatmul(nullptr, nullptr, 1, 8, nullptr, braidLayoutRowMajor, 8, nullptr, nullptr, braidBfloat16,
+                             nullptr),
+        "braidAllGatherMatmul: argument 'fused' is NULL");
+  named(braidMatmulReduceScatter(nullptr, nullptr, 2, 8, nullptr, braidLayoutTransposed, 8, nullptr, braidFloat16,
+                                 braidSum, nullptr),
+        "braidMatmulReduceScatter: argument 'fused' is NULL");
+  EXPECT_EQ(braidFusedMatmulFree(nullptr), braidSuccess);
 }
 
 // The handle calls name their null out-arguments and refuse a blob that is not one; freeing NULL is a no-op.

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "braid/braid.h"
 #include "braid/fused_matmul.hpp"
 #include "test_helpers.hpp"
 #include "world.hpp"
@@ -344,6 +345,82 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
       host_barrier();
     }
     device_free(ag_out);
+    device_free(rs_out);
+  });
+}
+
+// The C API's fused calls (braid.h) against the host reference, on a C communicator; its argument checks name the
+// argument; the FusedMatmul is freed after the communicator, as braid.h allows.
+TEST(FusedMatmul, CApiMatchesTheHostReference) {
+  for_each_rank([](const RankContext& context) {
+    const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
+    braidComm_t comm = nullptr;
+    ASSERT_EQ(braidCommInitRank(&comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
+        << braidGetLastError();
+    int device = -1;
+    ASSERT_EQ(braidCommDevice(comm, &device), braidSuccess);
+    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    const int rank = context.rank, world = context.world;
+    braidFusedMatmul_t fused = nullptr;
+    ASSERT_EQ(braidFusedMatmulCreate(comm, &fused), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(braidFusedMatmulReserve(fused, size_t(4) << 20), braidSuccess) << braidGetLastError();
+    size_t workspace = 0;
+    EXPECT_EQ(braidFusedMatmulWorkspaceBytes(fused, &workspace), braidSuccess);
+    EXPECT_GE(workspace, size_t(4) << 20);
+    const Case c{DataType::kFloat16, Layout::kTransposed, 24, 72, 40};
+    const size_t m = c.rows * world;
+    std::vector<Matrix> shards(world), as(world);
+    Matrix b;
+    for (int q = 0; q < world; ++q) {
+      make_random(shards[q], c.rows, c.k, c.type, seed_of(31, q));
+      make_random(as[q], m, c.k, c.type, seed_of(32, q));
+    }
+    make_random(b, c.n, c.k, c.type, seed_of(33, 1000));
+    void* ag_out = poisoned(m * c.n * 2);
+    void* gathered = poisoned(m * c.k * 2);
+    void* rs_out = poisoned(c.rows * c.n * 2);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    host_barrier();  // every rank's buffers made before any call (NOTE [shared-GPU waits])
+    ASSERT_EQ(braidAllGatherMatmul(fused, shards[rank].device, c.rows, c.k, b.device, braidLayoutTransposed, c.n,
+                                   ag_out, gathered, braidFloat16, stream), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(braidMatmulReduceScatter(fused, as[rank].device, m, c.k, b.device, braidLayoutTransposed, c.n, rs_out,
+                                       braidFloat16, braidAvg, stream), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<float> ag = download(c.type, ag_out, m * c.n);
+    size_t wrong = 0;
+    for (size_t row = 0; row < m; ++row) {
+      const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
+      for (size_t j = 0; j < c.n; ++j) {
+        wrong += !close(c.type, ag[row * c.n + j], round_to(c.type, product(a_row, b, true, c.k, c.n, j)));
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << rank << ": braidAllGatherMatmul";
+    const std::vector<float> a = download(c.type, gathered, m * c.k);
+    size_t differ = 0;
+    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != shards[i / (c.rows * c.k)].host[i % (c.rows * c.k)];
+    EXPECT_EQ(differ, 0u) << "rank " << rank << ": braidAllGatherMatmul's a_gathered";
+    const std::vector<float> rs = download(c.type, rs_out, c.rows * c.n);
+    const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, ReduceOp::kAvg);
+    wrong = 0;
+    for (size_t i = 0; i < rs.size(); ++i) wrong += !close(c.type, rs[i], expected[i]);
+    EXPECT_EQ(wrong, 0u) << "rank " << rank << ": braidMatmulReduceScatter";
+
+    // Refused before anything is enqueued, the same on every rank: the argument named.
+    EXPECT_EQ(braidAllGatherMatmul(fused, shards[rank].device, c.rows, c.k, b.device, static_cast<braidLayout_t>(7),
+                                   c.n, ag_out, nullptr, braidFloat16, stream), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError()).find("'b_layout'"), std::string::npos) << braidGetLastError();
+    EXPECT_EQ(braidMatmulReduceScatter(fused, as[rank].device, m, c.k, b.device, braidLayoutTransposed, c.n, rs_out,
+                                       braidFloat32, braidSum, stream), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError()).find("'type'"), std::string::npos) << braidGetLastError();
+    EXPECT_EQ(braidMatmulReduceScatter(fused, as[rank].device, m, c.k, b.device, braidLayoutTransposed, c.n, rs_out,
+                                       braidFloat16, braidMax, stream), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError()).find("'op'"), std::string::npos) << braidGetLastError();
+    host_barrier();
+    EXPECT_EQ(braidCommDestroy(comm), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(braidFusedMatmulFree(fused), braidSuccess) << braidGetLastError();
+    device_free(ag_out);
+    device_free(gathered);
     device_free(rs_out);
   });
 }
