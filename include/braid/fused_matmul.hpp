@@ -9,9 +9,9 @@
 // runs outside a capture try cuBLASLt's first 4 candidates (3 runs each, between CUDA events that later runs read;
 // nothing waits), and its first run after those have completed keeps the fastest; runs before that, captured ones
 // included, take cuBLASLt's first (BRAID_GEMM_TUNING=off: always). Results may differ in the last bit between a
-// shape's runs before it settles, and between ranks. The communication moves through the copy engines into a symmetric
-// workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-element all-reduces of the
-// communicator on a side stream.
+// shape's runs before it settles, and between ranks. The communication moves through the copy engines into a
+// symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-element
+// all-reduces of the communicator on a side stream.
 #pragma once
 
 #include <cstddef>
