@@ -1,10 +1,7 @@
 #include "overlap/cublaslt.hpp"
 
 #include <dlfcn.h>
-#include <fmt/format.h>
 
-#include <algorithm>
-#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,6 +11,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "overlap/algorithm_trials.hpp"
 #include "core/shared_library.hpp"
 
 namespace braid::detail {
@@ -145,11 +143,8 @@ struct GemmRunner::Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b_layout = nullptr, a_layout = nullptr, cd_layout = nullptr;
   std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order; the first alone where tuning is off
-  std::vector<std::vector<float>> samples;       // milliseconds, a list per candidate
-  std::vector<size_t> in_flight;                 // trials not yet read, per candidate
-  std::vector<Trial> trials;                     // not yet read
-  int chosen = 0;
-  bool settled = false;
+  AlgorithmTrials choice{1, 0};
+  std::vector<Trial> trials;  // timed runs not yet read
   explicit Plan(const CublasLtApi& api) : api(api) {}
   ~Plan() {
     if (cd_layout != nullptr) api.matrix_layout_destroy(cd_layout);
@@ -157,18 +152,7 @@ struct GemmRunner::Plan {
     if (b_layout != nullptr) api.matrix_layout_destroy(b_layout);
     if (desc != nullptr) api.matmul_desc_destroy(desc);
   }
-  // The candidate the next timed run tries (the one with the fewest times, taken and in flight), or -1 where every
-  // candidate has its kSamples times taken or in flight.
-  int next_trial() const;
 };
-
-int GemmRunner::Plan::next_trial() const {
-  int next = 0;
-  for (int i = 1; i < static_cast<int>(candidates.size()); ++i) {
-    if (samples[i].size() + in_flight[i] < samples[next].size() + in_flight[next]) next = i;
-  }
-  return samples[next].size() + in_flight[next] < kSamples ? next : -1;
-}
 
 GemmRunner::GemmRunner(int device)
     : api_(cublaslt()), device_(device), tuning_(Config::get().string("BRAID_GEMM_TUNING").value_or("on") == "on") {
@@ -245,9 +229,7 @@ GemmRunner::Plan& GemmRunner::plan(const Key& key) {
           datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
   }
   for (int i = 0; i < found_count; ++i) plan->candidates.push_back(results[i].algo);
-  plan->samples.resize(found_count);
-  plan->in_flight.resize(found_count);
-  plan->settled = found_count == 1;
+  plan->choice = AlgorithmTrials(found_count, kSamples);
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
@@ -293,32 +275,15 @@ void GemmRunner::collect(const Key& key, Plan& plan) {
     if (done != cudaSuccess) raise_cuda(done, "cudaEventQuery(GEMM trial)", __FILE__, __LINE__);
     float ms = 0;
     BRAID_CUDA(cudaEventElapsedTime(&ms, trial.start, trial.end));
-    plan.samples[trial.candidate].push_back(ms);
-    --plan.in_flight[trial.candidate];
+    plan.choice.finished(trial.candidate, ms * 1e-3f);
     release(trial);
   }
   plan.trials.erase(unread, plan.trials.end());
-  auto median = [](std::vector<float> times) {
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    return times[times.size() / 2];
-  };
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    if (plan.samples[i].size() < kSamples) return;  // not every candidate timed enough yet
-  }
-  float best = std::numeric_limits<float>::infinity();
-  std::string times;
-  for (size_t i = 0; i < plan.candidates.size(); ++i) {
-    const float time = median(plan.samples[i]);
-    times += fmt::format("{}{:.1f}", i == 0 ? "" : " ", time * 1000.0f);
-    if (time < best) {
-      best = time;
-      plan.chosen = static_cast<int>(i);
-    }
-  }
-  plan.settled = true;
+  if (!plan.choice.settle()) return;
   BRAID_DEBUG("GEMM [{}, {}] x [{}, {}]{} on {} multiprocessors: cuBLASLt candidates' median us {}; keeps #{}",
               std::get<1>(key), std::get<2>(key), std::get<2>(key), std::get<3>(key), std::get<5>(key) ? " + C" : "",
-              std::get<10>(key) == 0 ? std::string("all") : std::to_string(std::get<10>(key)), times, plan.chosen);
+              std::get<10>(key) == 0 ? std::string("all") : std::to_string(std::get<10>(key)),
+              plan.choice.medians_us(), plan.choice.chosen());
 }
 
 void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
@@ -328,9 +293,9 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
                 gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d),
                 gemm.multiprocessors};
   Plan& chosen = plan(key);
-  if (!chosen.settled) {  // NOTE [GEMM algorithm choice]
+  if (!chosen.choice.settled()) {  // NOTE [GEMM algorithm choice]
     collect(key, chosen);
-    const int candidate = chosen.settled || capturing(stream) ? -1 : chosen.next_trial();
+    const int candidate = capturing(stream) ? -1 : chosen.choice.next();
     if (candidate >= 0) {
       const Trial trial = take_trial(candidate);
       BRAID_CUDA(cudaEventRecord(trial.start, stream));
@@ -338,16 +303,15 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
       if (launched == CUBLAS_STATUS_SUCCESS) {
         BRAID_CUDA(cudaEventRecord(trial.end, stream));
         chosen.trials.push_back(trial);
-        ++chosen.in_flight[candidate];
+        chosen.choice.started(candidate);
         return;
       }
       release(trial);
       if (candidate == 0) raise_cublas(api_, launched, "matmul");
-      // Refused here: never tried again (its times are infinite), and this run takes the first.
-      chosen.samples[candidate].assign(kSamples, std::numeric_limits<float>::infinity());
+      chosen.choice.refused(candidate);  // this run takes the first
     }
   }
-  const cublasStatus_t launched = launch(chosen, chosen.chosen, gemm, stream);
+  const cublasStatus_t launched = launch(chosen, chosen.choice.chosen(), gemm, stream);
   if (launched != CUBLAS_STATUS_SUCCESS) raise_cublas(api_, launched, "matmul");
 }
 
