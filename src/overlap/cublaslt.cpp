@@ -125,19 +125,20 @@ const CublasLtApi& cublaslt() {
 // transposed as [n, k] row-major, column-major [k, n] with leading dimension k, transposed by the op), its second
 // is A (column-major [k, rows], leading dimension k), and C and D are column-major [n, rows] with leading dimension n.
 // NOTE [GEMM algorithm choice]
-// cuBLASLt's heuristic ranks its algorithms by a model of a GEMM alone; for the pieces the fused calls cut (half or
-// a quarter of a GEMM's rows, beside the copies, some on fewer multiprocessors) another is often faster, and which
-// one changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of
-// 8192 x 8192 x 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a
-// device-to-device copy a half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a
-// call, picks by the wrong measure; so a plan times its candidates where they run. Its first kCandidates x kSamples
-// runs on streams not being captured cycle through cuBLASLt's first kCandidates algorithms, each GEMM between two
-// CUDA events; later runs read the events without waiting (those not complete yet stay for the next run) and take
-// the first candidate meanwhile; the first run, captured or not, that finds every trial read keeps the candidate
-// with the lowest median time for the runner's life. A run inside a capture before that takes the first candidate
-// and times nothing. A candidate cuBLASLt refuses to launch is passed over. Ranks may settle on different
-// algorithms for one shape (each rank's product is its own), and a shape's runs before it settles differ likewise:
-// their roundings may differ in the last bit. BRAID_GEMM_TUNING=off: cuBLASLt's first candidate always.
+// cuBLASLt's heuristic ranks its algorithms by a model of a GEMM alone; for the pieces the fused calls cut (half or a
+// quarter of a GEMM's rows, beside the copies, some on fewer multiprocessors) another is often faster, and which one
+// changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of 8192 x 8192
+// x 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a device-to-device copy
+// a half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a call, picks by the wrong
+// measure; so a plan times its candidates where they run. Its first kCandidates x kSamples runs on streams not being
+// captured cycle through cuBLASLt's first kCandidates algorithms, each GEMM between two CUDA events; later runs read
+// the events without waiting (those not complete yet stay for the next run) and take the first candidate meanwhile;
+// the first run, captured or not, that finds every trial read keeps the candidate with the lowest median time for the
+// runner's life. A run inside a capture before that takes the first candidate and times nothing. A candidate cuBLASLt
+// refuses to launch is passed over. A trial's time starts at its event, so on a GPU idle waiting for the host it
+// includes the launch of its GEMM, alike for every candidate. Ranks may settle on different algorithms for one shape
+// (each rank's product is its own), and a shape's runs before it settles differ likewise: their roundings may differ
+// in the last bit. BRAID_GEMM_TUNING=off: cuBLASLt's first candidate always.
 struct GemmRunner::Plan {
   const CublasLtApi& api;
   cublasLtMatmulDesc_t desc = nullptr;
