@@ -128,22 +128,12 @@ TEST(CApi, InitAllocPeersViewFreeDestroy) {
   });
 }
 
-// A C communicator at the test's store, its GPU made current.
-void init_on_its_device(const RankContext& context, braidComm_t* comm) {
-  const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
-  ASSERT_EQ(braidCommInitRank(comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
-      << braidGetLastError();
-  int device = -1;
-  ASSERT_EQ(braidCommDevice(*comm, &device), braidSuccess);
-  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
-}
-
 // The C API's collectives, all-to-all, a send/recv ring and a registered buffer, on fresh random int32 inputs that
 // every rank can recompute for every rank (seeded by rank), outputs poisoned first, against a host reference.
 TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
   for_each_rank([](const RankContext& context) {
     braidComm_t comm = nullptr;
-    ASSERT_NO_FATAL_FAILURE(init_on_its_device(context, &comm));
+    ASSERT_NO_FATAL_FAILURE(init_c_communicator(context, &comm));
     // The rank's own stream, not blocking on the legacy one: ranks sharing a GPU as threads share its legacy
     // stream, so every copy and memset here goes on the rank's stream too.
     cudaStream_t stream = nullptr;
@@ -287,7 +277,7 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks: a token's two experts are on two ranks";
   for_each_rank([](const RankContext& context) {
     braidComm_t comm = nullptr;
-    ASSERT_NO_FATAL_FAILURE(init_on_its_device(context, &comm));
+    ASSERT_NO_FATAL_FAILURE(init_c_communicator(context, &comm));
     const int rank = context.rank, world = context.world;
     braidMoeShape_t shape;
     ASSERT_EQ(braidMoeShapeDefaults(&shape), braidSuccess);

@@ -129,6 +129,31 @@ void after_barrier(int rank, int delayed_rank) {
   if (rank == delayed_rank) std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
+// Elements of an all_gather_matmul output `got` [M, N] that differ from the host product of the gathered shards and
+// b; the first 3 are reported, labelled `what`.
+size_t wrong_gathered_products(const std::vector<Matrix>& shards, const Matrix& b, const Case& c,
+                               const std::vector<float>& got, const std::string& what) {
+  size_t wrong = 0;
+  for (size_t row = 0; row < shards.size() * c.rows; ++row) {
+    const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
+    for (size_t j = 0; j < c.n; ++j) {
+      const double expected = round_to(c.type, product(a_row, b, c.layout == Layout::kTransposed, c.k, c.n, j));
+      if (!close(c.type, got[row * c.n + j], expected) && wrong++ < 3) {
+        ADD_FAILURE() << what << ": out[" << row << ", " << j << "] = " << got[row * c.n + j] << ", expected "
+                      << expected;
+      }
+    }
+  }
+  return wrong;
+}
+
+// Elements of a gathered A `got` [M, K] that differ from the shards.
+size_t differing_gathered_a(const std::vector<Matrix>& shards, const Case& c, const std::vector<float>& got) {
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += got[i] != shards[i / (c.rows * c.k)].host[i % (c.rows * c.k)];
+  return differ;
+}
+
 void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case& c, uint64_t seed, cudaStream_t stream,
                              bool gather_a, int delayed_rank = -1) {
   std::vector<Matrix> shards(world);
@@ -142,24 +167,10 @@ void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case
   after_barrier(rank, delayed_rank);
   fused.all_gather_matmul(shards[rank].device, c.rows, c.k, b.device, c.layout, c.n, out, gathered, c.type, stream);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  const std::vector<float> got = download(c.type, out, m * c.n);
-  size_t wrong = 0;
-  for (size_t row = 0; row < m; ++row) {
-    const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
-    for (size_t j = 0; j < c.n; ++j) {
-      const double expected = round_to(c.type, product(a_row, b, c.layout == Layout::kTransposed, c.k, c.n, j));
-      if (!close(c.type, got[row * c.n + j], expected) && wrong++ < 3) {
-        ADD_FAILURE() << "rank " << rank << " " << describe(c) << ": out[" << row << ", " << j << "] = "
-                      << got[row * c.n + j] << ", expected " << expected;
-      }
-    }
-  }
-  EXPECT_EQ(wrong, 0u) << "rank " << rank << " " << describe(c);
+  const std::string what = "rank " + std::to_string(rank) + " " + describe(c);
+  EXPECT_EQ(wrong_gathered_products(shards, b, c, download(c.type, out, m * c.n), what), 0u) << what;
   if (gather_a) {
-    const std::vector<float> a = download(c.type, gathered, m * c.k);
-    size_t differ = 0;
-    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != shards[i / (c.rows * c.k)].host[i % (c.rows * c.k)];
-    EXPECT_EQ(differ, 0u) << "rank " << rank << " " << describe(c) << ": a_gathered";
+    EXPECT_EQ(differing_gathered_a(shards, c, download(c.type, gathered, m * c.k)), 0u) << what << ": a_gathered";
   }
   device_free(out);
   if (gathered != nullptr) device_free(gathered);
@@ -328,18 +339,12 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
       ASSERT_EQ(cudaGraphLaunch(graph.exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       comm.check();  // a meeting that timed out inside the graph names itself before the data is judged
-      const std::vector<float> ag = download(c.type, ag_out, m * c.n);
-      size_t wrong = 0;
-      for (size_t row = 0; row < m; ++row) {
-        const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
-        for (size_t j = 0; j < c.n; ++j) {
-          wrong += !close(c.type, ag[row * c.n + j], round_to(c.type, product(a_row, b, false, c.k, c.n, j)));
-        }
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << rank << " replay " << replay << ": all_gather_matmul";
+      const std::string what = "rank " + std::to_string(rank) + " replay " + std::to_string(replay);
+      EXPECT_EQ(wrong_gathered_products(shards, b, c, download(c.type, ag_out, m * c.n), what), 0u)
+          << what << ": all_gather_matmul";
       const std::vector<float> rs = download(c.type, rs_out, c.rows * c.n);
       const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, ReduceOp::kSum);
-      wrong = 0;
+      size_t wrong = 0;
       for (size_t i = 0; i < rs.size(); ++i) wrong += !close(c.type, rs[i], expected[i]);
       EXPECT_EQ(wrong, 0u) << "rank " << rank << " replay " << replay << ": matmul_reduce_scatter";
       host_barrier();
@@ -353,13 +358,8 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
 // argument; the FusedMatmul is freed after the communicator, as braid.h allows.
 TEST(FusedMatmul, CApiMatchesTheHostReference) {
   for_each_rank([](const RankContext& context) {
-    const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
     braidComm_t comm = nullptr;
-    ASSERT_EQ(braidCommInitRank(&comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
-        << braidGetLastError();
-    int device = -1;
-    ASSERT_EQ(braidCommDevice(comm, &device), braidSuccess);
-    ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+    ASSERT_NO_FATAL_FAILURE(init_c_communicator(context, &comm));
     const int rank = context.rank, world = context.world;
     braidFusedMatmul_t fused = nullptr;
     ASSERT_EQ(braidFusedMatmulCreate(comm, &fused), braidSuccess) << braidGetLastError();
@@ -387,22 +387,12 @@ TEST(FusedMatmul, CApiMatchesTheHostReference) {
     ASSERT_EQ(braidMatmulReduceScatter(fused, as[rank].device, m, c.k, b.device, braidLayoutTransposed, c.n, rs_out,
                                        braidFloat16, braidAvg, stream), braidSuccess) << braidGetLastError();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::vector<float> ag = download(c.type, ag_out, m * c.n);
-    size_t wrong = 0;
-    for (size_t row = 0; row < m; ++row) {
-      const float* a_row = shards[row / c.rows].host.data() + (row % c.rows) * c.k;
-      for (size_t j = 0; j < c.n; ++j) {
-        wrong += !close(c.type, ag[row * c.n + j], round_to(c.type, product(a_row, b, true, c.k, c.n, j)));
-      }
-    }
-    EXPECT_EQ(wrong, 0u) << "rank " << rank << ": braidAllGatherMatmul";
-    const std::vector<float> a = download(c.type, gathered, m * c.k);
-    size_t differ = 0;
-    for (size_t i = 0; i < a.size(); ++i) differ += a[i] != shards[i / (c.rows * c.k)].host[i % (c.rows * c.k)];
-    EXPECT_EQ(differ, 0u) << "rank " << rank << ": braidAllGatherMatmul's a_gathered";
+    const std::string what = "rank " + std::to_string(rank) + ": braidAllGatherMatmul";
+    EXPECT_EQ(wrong_gathered_products(shards, b, c, download(c.type, ag_out, m * c.n), what), 0u) << what;
+    EXPECT_EQ(differing_gathered_a(shards, c, download(c.type, gathered, m * c.k)), 0u) << what << "'s a_gathered";
     const std::vector<float> rs = download(c.type, rs_out, c.rows * c.n);
     const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, ReduceOp::kAvg);
-    wrong = 0;
+    size_t wrong = 0;
     for (size_t i = 0; i < rs.size(); ++i) wrong += !close(c.type, rs[i], expected[i]);
     EXPECT_EQ(wrong, 0u) << "rank " << rank << ": braidMatmulReduceScatter";
 

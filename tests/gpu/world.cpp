@@ -112,6 +112,15 @@ void for_each_rank(const std::function<void(const RankContext&)>& body) {
   free_released();  // no rank's kernel is left to wait for
 }
 
+void init_c_communicator(const RankContext& context, braidComm_t* comm) {
+  const std::string address = context.rendezvous.store_host + ":" + std::to_string(context.rendezvous.store_port);
+  ASSERT_EQ(braidCommInitRank(comm, address.c_str(), context.rank, context.world, 0, -1), braidSuccess)
+      << braidGetLastError();
+  int device = -1;
+  ASSERT_EQ(braidCommDevice(*comm, &device), braidSuccess);
+  ASSERT_EQ(cudaSetDevice(device), cudaSuccess);
+}
+
 void host_barrier() {
   if (t_barrier != nullptr) t_barrier->arrive_and_wait();
 }

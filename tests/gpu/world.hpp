@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 
+#include "braid/braid.h"
 #include "braid/braid.hpp"
 
 namespace braid::testing {
@@ -26,6 +27,10 @@ void set_thread_world(int world);
 void for_each_rank(const std::function<void(const RankContext&)>& body);
 
 CommOptions test_options(double timeout_s = 30.0);
+
+// A C communicator (braid.h) at the test's store, its GPU made current (gtest assertions: wrap the call in
+// ASSERT_NO_FATAL_FAILURE).
+void init_c_communicator(const RankContext& context, braidComm_t* comm);
 
 // for_each_rank with a communicator made for the body (by default: timeout 30 s, the selection table).
 void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options = test_options());
