@@ -203,6 +203,8 @@ def main() -> int:
     parser.add_argument("--archive", help="append the rows to this JSONL file (bench/results/archive.jsonl)")
     parser.add_argument("--gpu", help="the machine kind the rows are filed under, e.g. nvidia-h200-x2")
     parser.add_argument("--commit", help="the commit measured (default: BRAID_COMMIT, else git HEAD)")
+    parser.add_argument("--collective", choices=("all_gather_matmul", "matmul_reduce_scatter"),
+                        help="time this fused call's shapes alone (default: both calls')")
     parser.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())
     args = parser.parse_args()
     if args.repeats < 20:
@@ -224,6 +226,8 @@ def main() -> int:
     rows = []
     for collective, shapes, case in (("all_gather_matmul", ALL_GATHER_SHAPES, all_gather_case),
                                      ("matmul_reduce_scatter", REDUCE_SCATTER_SHAPES, reduce_scatter_case)):
+        if args.collective not in (None, collective):
+            continue
         for m, k, n in shapes:
             measured = case(m, k, n, args, group_name)
             rows.append(dict(base, kind="fused_matmul", collective=collective, m=m, k=k, n=n, dtype="bfloat16",
