@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tensor-parallel GEMMs fused with their collective, timed against their parts and against the alternatives:
 
-    torchrun --nproc-per-node 2 bench/tp_overlap.py [--archive FILE --gpu KIND [--commit SHA]]
+    torchrun --nproc-per-node 2 bench/tp_overlap.py [--mode graph] [--archive FILE --gpu KIND [--commit SHA]]
 
 For each shape (M rows of the whole A, bfloat16; B [K, N] is a Linear weight's .t()), per call in microseconds:
   braid_us        braid.ops.all_gather_matmul (return_A=False) or braid.ops.matmul_reduce_scatter ('sum')
@@ -11,7 +11,8 @@ For each shape (M rows of the whole A, bfloat16; B [K, N] is a Linear weight's .
   nccl_serial_us  torch.distributed's NCCL collective, then cuBLAS (or cuBLAS, then NCCL), one after the other
   torch_us        torch.ops.symm_mem.fused_all_gather_matmul / fused_matmul_reduce_scatter (null, with the
                   reason, where it fails)
-Each figure is the slowest rank's median over --repeats timings of one call (CUDA events), after warm-up calls;
+Each figure is the slowest rank's median over --repeats timings of one call (CUDA events), after warm-up calls
+(--mode graph: of one replay of a CUDA graph that captured one call, after the warm-up calls);
 the ranks meet at a barrier before each timing. The fused result is checked against the serial one (`wrong`:
 elements outside rtol 2e-2, atol 5e-2 on products of magnitude about 1). Prints a table on rank 0; --archive FILE
 appends one row per shape (kind "fused_matmul", bench/archive.py's identity fields; nccl_us repeats
@@ -44,13 +45,21 @@ TOLERANCE = dict(rtol=2e-2, atol=5e-2)
 _SLEEP_CYCLES = 2_000_000  # about 1 ms of GPU time: the host launches the timed call meanwhile
 
 
-def median_us(fn, warmup: int, repeats: int) -> float:
-    """The slowest rank's median microseconds of one call of fn."""
-    for _ in range(warmup):
+def median_us(fn, args) -> float:
+    """The slowest rank's median microseconds of one call of fn (--mode graph: of one replay of a CUDA graph that
+    captured one call, after the eager warm-up calls)."""
+    for _ in range(args.warmup):
         fn()
     torch.cuda.synchronize()
+    if args.mode == "graph":
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        fn = graph.replay
+        fn()
+        torch.cuda.synchronize()
     times = []
-    for _ in range(repeats):
+    for _ in range(args.repeats):
         braid.barrier()  # host barrier: no GPU work is pending (synchronised below)
         torch.cuda._sleep(_SLEEP_CYCLES)  # every rank alike: the launch below is not timed
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -92,10 +101,10 @@ def enable_torch_symmetric_memory(group) -> None:
         symm_mem.enable_symm_mem_for_group(group.group_name)
 
 
-def torch_fused_us(call, warmup: int, repeats: int):
+def torch_fused_us(call, args):
     """(torch's fused op's time, None) or (None, why it could not run)."""
     try:
-        return median_us(call, warmup, repeats), None
+        return median_us(call, args), None
     except Exception as error:  # noqa: BLE001 - any failure of torch's op is recorded, not fatal
         torch.cuda.synchronize()
         return None, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
@@ -115,13 +124,12 @@ def all_gather_case(m: int, k: int, n: int, args, group_name: str) -> dict:
         dist.all_gather_into_tensor(gathered, shard)
         return torch.matmul(gathered, B)
 
-    row = dict(braid_us=median_us(fused, args.warmup, args.repeats),
-               gemm_us=median_us(lambda: torch.matmul(full_a, B), args.warmup, args.repeats),
-               comm_us=median_us(lambda: braid.functional.all_gather_into_tensor(shard), args.warmup, args.repeats),
-               nccl_serial_us=median_us(serial, args.warmup, args.repeats))
+    row = dict(braid_us=median_us(fused, args),
+               gemm_us=median_us(lambda: torch.matmul(full_a, B), args),
+               comm_us=median_us(lambda: braid.functional.all_gather_into_tensor(shard), args),
+               nccl_serial_us=median_us(serial, args))
     row["torch_us"], row["torch_error"] = torch_fused_us(
-        lambda: torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, group_name, return_A=False),
-        args.warmup, args.repeats)
+        lambda: torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, group_name, return_A=False), args)
     row["wrong"] = wrong_elements(fused(), serial())
     return row
 
@@ -140,13 +148,12 @@ def reduce_scatter_case(m: int, k: int, n: int, args, group_name: str) -> dict:
         dist.reduce_scatter_tensor(scattered, torch.matmul(A, B))
         return scattered
 
-    row = dict(braid_us=median_us(fused, args.warmup, args.repeats),
-               gemm_us=median_us(lambda: torch.matmul(A, B), args.warmup, args.repeats),
-               comm_us=median_us(lambda: braid.functional.reduce_scatter_tensor(partial), args.warmup, args.repeats),
-               nccl_serial_us=median_us(serial, args.warmup, args.repeats))
+    row = dict(braid_us=median_us(fused, args),
+               gemm_us=median_us(lambda: torch.matmul(A, B), args),
+               comm_us=median_us(lambda: braid.functional.reduce_scatter_tensor(partial), args),
+               nccl_serial_us=median_us(serial, args))
     row["torch_us"], row["torch_error"] = torch_fused_us(
-        lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, group_name), args.warmup,
-        args.repeats)
+        lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(A, B, "sum", 0, group_name), args)
     row["wrong"] = wrong_elements(fused(), serial().clone())
     return row
 
@@ -203,6 +210,8 @@ def main() -> int:
     parser.add_argument("--archive", help="append the rows to this JSONL file (bench/results/archive.jsonl)")
     parser.add_argument("--gpu", help="the machine kind the rows are filed under, e.g. nvidia-h200-x2")
     parser.add_argument("--commit", help="the commit measured (default: BRAID_COMMIT, else git HEAD)")
+    parser.add_argument("--mode", choices=("eager", "graph"), default="eager",
+                        help="time eager calls, or replays of CUDA graphs that captured one call each")
     parser.add_argument("--collective", choices=("all_gather_matmul", "matmul_reduce_scatter"),
                         help="time this fused call's shapes alone (default: both calls')")
     parser.add_argument("--date", default=datetime.datetime.now(datetime.timezone.utc).date().isoformat())
@@ -231,7 +240,7 @@ def main() -> int:
         for m, k, n in shapes:
             measured = case(m, k, n, args, group_name)
             rows.append(dict(base, kind="fused_matmul", collective=collective, m=m, k=k, n=n, dtype="bfloat16",
-                             mode="eager", nccl_us=measured["nccl_serial_us"], **measured))
+                             mode=args.mode, nccl_us=measured["nccl_serial_us"], **measured))
             torch.cuda.synchronize()
     if dist.get_rank() == 0:
         print_table(rows)
