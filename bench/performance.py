@@ -230,10 +230,10 @@ def bench_lines(rows, world):
 
 def fused_table(rows):
     """One line per fused GEMM + collective shape: braid's fused call against its parts and the alternatives."""
-    lines = ["| call | M | K | N | braid µs | GEMM alone µs | collective alone µs | NCCL then cuBLAS µs | torch µs "
-             "| NCCL serial / braid |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"])):
-        lines.append(f"| {r['collective']} | {r['m']} | {r['k']} | {r['n']} | {fmt(r['braid_us'])} | "
+    lines = ["| call | M | K | N | mode | braid µs | GEMM alone µs | collective alone µs | NCCL then cuBLAS µs "
+             "| torch µs | NCCL serial / braid |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"], r["mode"])):
+        lines.append(f"| {r['collective']} | {r['m']} | {r['k']} | {r['n']} | {r['mode']} | {fmt(r['braid_us'])} | "
                      f"{fmt(r['gemm_us'])} | {fmt(r['comm_us'])} | {fmt(r['nccl_serial_us'])} | {fmt(r['torch_us'])} "
                      f"| {r['nccl_serial_us'] / r['braid_us']:.2f} |")
     return lines
@@ -371,9 +371,11 @@ def page(rows, goals):
                         "`braid.ops.matmul_reduce_scatter` (the reduce-scatter of A x B hidden under the GEMM), "
                         "bfloat16, M the rows of the whole A and B a Linear weight's transpose, beside the GEMM "
                         "alone on one GPU, braid's collective alone, NCCL's collective and cuBLAS one after the "
-                        f"other, and torch's `symm_mem` fused ops (torch {fused[0].get('torch', '?')}). Eager calls, "
-                        "each launched while the GPU sleeps about 1 ms so that the host's launch time is not "
-                        "counted (the GPU's time), the slowest rank's median. Measured with `torchrun --nproc-per-node 2 bench/tp_overlap.py`; "
+                        f"other, and torch's `symm_mem` fused ops (torch {fused[0].get('torch', '?')}). Eager calls "
+                        "(mode graph: replays of a CUDA graph that captured one call), each launched while the GPU "
+                        "sleeps about 1 ms so that the host's launch time is not counted (the GPU's time), the "
+                        "slowest rank's median; the plot shows the eager calls. Measured with `torchrun "
+                        "--nproc-per-node 2 bench/tp_overlap.py [--mode graph]`; "
                         f"commit {provenance(fused)}.", ""]
                 out += [f"![Fused GEMM and collective on {gpu}](img/{image_name(gpu, f'fused-{world}')})", ""]
                 out += fused_table(fused) + [""]
@@ -463,7 +465,7 @@ def plots(rows):
                     axis.legend(fontsize=8)
                 written.append(save(plt, fig, f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}", gpu,
                                     f"moe-{world}"))
-            fused = sorted((r for r in here if r["kind"] == "fused_matmul"),
+            fused = sorted((r for r in here if r["kind"] == "fused_matmul" and r["mode"] == "eager"),
                            key=lambda r: (r["collective"], r["m"], r["k"], r["n"]))
             if fused:
                 written.append(fused_plot(plt, fused, gpu, world))
