@@ -212,6 +212,20 @@ class PerformanceTest(unittest.TestCase):
         with self.assertRaises(SystemExit):
             self.add_torch("  ddp           2.000      2.500     1.250\nrun_torch_check: FAILED\n")
 
+    def test_fused_matmul_rows_of_each_mode_are_points_of_their_own(self):
+        eager = {"kind": "fused_matmul", "gpu": "nvidia-h200-x2", "gpu_name": "NVIDIA H200", "world": 2,
+                 "date": "2026-01-02", "commit": HEAD, "nccl_version": "2.28.9", "torch": "2.11.0",
+                 "collective": "matmul_reduce_scatter", "dtype": "bfloat16", "m": 4096, "k": 4096, "n": 4096,
+                 "mode": "eager", "braid_us": 200.0, "gemm_us": 180.0, "comm_us": 80.0, "nccl_serial_us": 280.0,
+                 "nccl_us": 280.0, "torch_us": 240.0, "torch_error": None, "wrong": 0}
+        graph = dict(eager, mode="graph", braid_us=190.0)
+        self.assertEqual(len(performance.newest([eager, graph])), 2)
+        text, _ = performance.page([eager, graph], [])
+        self.assertIn("| matmul_reduce_scatter | 4096 | 4096 | 4096 | eager | 200.0 | 180.0 | 80.0 | 280.0 | 240.0 | 1.40 |",
+                      text)
+        self.assertIn("| matmul_reduce_scatter | 4096 | 4096 | 4096 | graph | 190.0 | 180.0 | 80.0 | 280.0 | 240.0 | 1.47 |",
+                      text)
+
     def test_the_checked_in_page_is_what_the_archive_gives(self):
         self.assertEqual(performance.main(["--check"]), 0)
 
