@@ -4,7 +4,15 @@
 // order(): an event recorded on one stream and waited on by the other right away, so one event serves every
 // hand-over. Graph capture follows the hand-overs: the side stream joins the caller's capture at the first
 // order(caller, side) and must be ordered back into the caller's stream before the call returns.
-// Made at communicator init (collectives never create CUDA objects).
+// Made at communicator init (collectives never create CUDA objects), at the GPU's greatest stream priority.
+//
+// NOTE [side streams at the greatest priority]
+// A collective's side-stream work (the copy-engine pairs' kernels of each chunk, the own block's kernel beside the
+// copy engines) runs while the caller's other streams compute. A kernel starts only on free multiprocessors: at the
+// default priority, one queued behind a compute kernel that fills the GPU waits for that kernel's last block, and
+// every chunk after it waits too, so the copies stall. At the greatest priority the block scheduler gives it the
+// next multiprocessor a block frees. The copy engines are not affected, and a GPU running nothing else runs the
+// side streams' work the same at either priority.
 #pragma once
 
 #include <cuda_runtime_api.h>
