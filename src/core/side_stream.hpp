@@ -12,7 +12,8 @@
 // default priority, one queued behind a compute kernel that fills the GPU waits for that kernel's last block, and
 // every chunk after it waits too, so the copies stall. At the greatest priority the block scheduler gives it the
 // next multiprocessor a block frees. The copy engines are not affected, and a GPU running nothing else runs the
-// side streams' work the same at either priority.
+// side streams' work the same at either priority. Kernels on the caller's stream keep its priority: launched at
+// the greatest one instead, they made the same FSDP2 step no shorter.
 #pragma once
 
 #include <cuda_runtime_api.h>
