@@ -5,12 +5,11 @@
 
 namespace braid {
 
-SideStream::SideStream(int device) : device_(device) {
+SideStream::SideStream(int device, bool greatest_priority) : device_(device) {
   DeviceGuard guard(device_);
-  // NOTE [side streams at the greatest priority] (side_stream.hpp)
   int least = 0, greatest = 0;
   BRAID_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  BRAID_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  BRAID_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority ? greatest : least));
   // No timing: the event only orders streams (and is cheaper to record).
   if (cudaError_t error = cudaEventCreateWithFlags(&handover_, cudaEventDisableTiming); error != cudaSuccess) {
     cudaStreamDestroy(stream_);
