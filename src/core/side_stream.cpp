@@ -7,9 +7,13 @@ namespace braid {
 
 SideStream::SideStream(int device, bool greatest_priority) : device_(device) {
   DeviceGuard guard(device_);
-  int least = 0, greatest = 0;
-  BRAID_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  BRAID_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority ? greatest : least));
+  if (greatest_priority) {
+    int least = 0, greatest = 0;
+    BRAID_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    BRAID_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest));
+  } else {
+    BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
   // No timing: the event only orders streams (and is cheaper to record).
   if (cudaError_t error = cudaEventCreateWithFlags(&handover_, cudaEventDisableTiming); error != cudaSuccess) {
     cudaStreamDestroy(stream_);
