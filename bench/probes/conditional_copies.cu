@@ -82,32 +82,35 @@ unsigned long long check(const void* dst, uint32_t seed, unsigned long long* wro
 }
 
 
+// Adds to `graph` a kernel that sets a condition from `choice`, then an IF node of `bodies` (1: the body runs where
+// the condition is nonzero; 2: and the second where it is zero) after it. Returns the bodies (CUDA's array).
+cudaGraph_t* add_decided_if(cudaGraph_t graph, const int* choice, unsigned bodies) {
+  cudaGraphConditionalHandle handle;
+  CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 0, 0));
+  cudaGraphNode_t decide_node;
+  void* args[] = {&handle, &choice};
+  cudaKernelNodeParams p{};
+  p.func = reinterpret_cast<void*>(decide);
+  p.gridDim = dim3(1);
+  p.blockDim = dim3(1);
+  p.kernelParams = args;
+  CHECK(cudaGraphAddKernelNode(&decide_node, graph, nullptr, 0, &p));
+  cudaGraphNodeParams cond{};
+  cond.type = cudaGraphNodeTypeConditional;
+  cond.conditional.handle = handle;
+  cond.conditional.type = cudaGraphCondTypeIf;
+  cond.conditional.size = bodies;
+  cudaGraphNode_t cond_node;
+  CHECK(cudaGraphAddNode(&cond_node, graph, &decide_node, nullptr, 1, &cond));
+  return cond.conditional.phGraph_out;
+}
+
 // A graph of `pieces` parallel copies of the whole buffer, inside an IF body (decided by `choice`) or not.
 void time_copy_graph(int pieces, bool conditional, void* dst, const void* src, const int* choice,
                      unsigned long long* wrong, uint32_t seed, cudaStream_t stream) {
   cudaGraph_t graph;
   CHECK(cudaGraphCreate(&graph, 0));
-  cudaGraph_t body = graph;
-  if (conditional) {
-    cudaGraphConditionalHandle handle;
-    CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 0, 0));
-    cudaGraphNode_t decide_node;
-    void* args[] = {&handle, &choice};
-    cudaKernelNodeParams p{};
-    p.func = reinterpret_cast<void*>(decide);
-    p.gridDim = dim3(1);
-    p.blockDim = dim3(1);
-    p.kernelParams = args;
-    CHECK(cudaGraphAddKernelNode(&decide_node, graph, nullptr, 0, &p));
-    cudaGraphNodeParams cond{};
-    cond.type = cudaGraphNodeTypeConditional;
-    cond.conditional.handle = handle;
-    cond.conditional.type = cudaGraphCondTypeIf;
-    cond.conditional.size = 1;
-    cudaGraphNode_t cond_node;
-    CHECK(cudaGraphAddNode(&cond_node, graph, &decide_node, nullptr, 1, &cond));
-    body = cond.conditional.phGraph_out[0];
-  }
+  cudaGraph_t body = conditional ? add_decided_if(graph, choice, 1)[0] : graph;
   const size_t piece = kBytes / pieces;
   for (int h = 0; h < pieces; ++h) {
     cudaGraphNode_t node;
@@ -166,26 +169,8 @@ int main() {
   // decide -> IF { two copies of half each } ELSE { SM copy kernel }
   cudaGraph_t graph;
   CHECK(cudaGraphCreate(&graph, 0));
-  cudaGraphConditionalHandle handle;
-  CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 0, 0));
-  cudaGraphNode_t decide_node;
-  {
-    void* args[] = {&handle, &choice};
-    cudaKernelNodeParams p{};
-    p.func = reinterpret_cast<void*>(decide);
-    p.gridDim = dim3(1);
-    p.blockDim = dim3(1);
-    p.kernelParams = args;
-    CHECK(cudaGraphAddKernelNode(&decide_node, graph, nullptr, 0, &p));
-  }
-  cudaGraphNodeParams cond{};
-  cond.type = cudaGraphNodeTypeConditional;
-  cond.conditional.handle = handle;
-  cond.conditional.type = cudaGraphCondTypeIf;
-  cond.conditional.size = 2;
-  cudaGraphNode_t cond_node;
-  CHECK(cudaGraphAddNode(&cond_node, graph, &decide_node, nullptr, 1, &cond));
-  cudaGraph_t copies = cond.conditional.phGraph_out[0], kernel_body = cond.conditional.phGraph_out[1];
+  cudaGraph_t* bodies = add_decided_if(graph, choice, 2);
+  cudaGraph_t copies = bodies[0], kernel_body = bodies[1];
   cudaGraphNode_t copy_nodes[2];
   const size_t half = kBytes / 2;
   for (int h = 0; h < 2; ++h) {
