@@ -72,10 +72,10 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   c.ll = setup.allocate(kernels::ll_area_bytes(c.size));
   c.ll128 = setup.allocate(kernels::ll128_area_bytes(c.size));
   if (c.ll128_lines) c.send_recv_lines = setup.allocate(lines_bytes);
-  const bool side_streams_first = c.ranks_per_gpu == 1;  // NOTE [side streams at the greatest priority]
-  c.side = std::make_unique<SideStream>(c.device, side_streams_first);
-  c.second_side = std::make_unique<SideStream>(c.device, side_streams_first);
-  c.third_side = std::make_unique<SideStream>(c.device, side_streams_first);
+  const bool side_streams_greatest_priority = c.ranks_per_gpu == 1;  // NOTE [side streams at the greatest priority]
+  c.side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
+  c.second_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
+  c.third_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
   {
     DeviceGuard guard(c.device);
     c.exchange_stream = std::make_unique<detail::PrivateStream>();
