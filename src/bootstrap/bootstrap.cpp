@@ -17,6 +17,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <unordered_map>
 
@@ -32,7 +33,8 @@ std::string key_for(const std::string& prefix, uint64_t sequence, int rank) {
 
 // Posts `mine` for call `sequence`, then waits until every rank has posted. `label` names the call in
 // the error, e.g. "allgather 'symmetric alloc' #3". Throws kTimeout naming the ranks that never posted.
-void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label) {
+void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label,
+                   const std::function<void()>& poll = {}) {
   const std::string& prefix = bootstrap.prefix();
   bootstrap.store().set(key_for(prefix, sequence, bootstrap.rank()), mine);
 
@@ -43,7 +45,18 @@ void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& m
     others.push_back(key_for(prefix, sequence, rank));
     rank_of_key[others.back()] = rank;
   }
-  const std::vector<std::string> missing = bootstrap.store().wait(others, bootstrap.timeout_s());
+  std::vector<std::string> missing;
+  if (!poll) {
+    missing = bootstrap.store().wait(others, bootstrap.timeout_s());
+  } else {  // in slices, polling between them, within the same deadline
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bootstrap.timeout_s());
+    for (;;) {
+      const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+      missing = bootstrap.store().wait(others, std::max(0.0, std::min(left, Bootstrap::kPollInterval_s)));
+      if (missing.empty() || left <= Bootstrap::kPollInterval_s) break;
+      poll();
+    }
+  }
   if (missing.empty()) return;
 
   std::vector<int> missing_ranks;
@@ -80,14 +93,15 @@ Bootstrap::Bootstrap(std::shared_ptr<StoreClient> store, std::string prefix, int
   if (!(timeout_s_ > 0)) raise_invalid_argument("Bootstrap", "timeout_s", "is {}; it must be positive", timeout_s_);
 }
 
-std::vector<std::string> Bootstrap::allgather(const std::string& mine, const char* what) {
+std::vector<std::string> Bootstrap::allgather(const std::string& mine, const char* what,
+                                              const std::function<void()>& poll) {
   const uint64_t sequence = ++sequence_;
   std::vector<std::string> result(size_);
   result[rank_] = mine;
   if (size_ == 1) return result;  // nobody to meet
 
   const std::string label = fmt::format("allgather '{}' #{}", what, sequence);
-  post_and_wait(*this, sequence, mine, label);
+  post_and_wait(*this, sequence, mine, label, poll);
   for (int rank = 0; rank < size_; ++rank) {
     if (rank != rank_) result[rank] = read_post(*this, sequence, rank, label);
   }

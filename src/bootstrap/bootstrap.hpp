@@ -1,7 +1,9 @@
 // Host-side collectives among the ranks of one communicator, built on the store.
-// Used at setup time only (communicator init, symmetric allocation), never on a collective's data path.
+// Used at setup time (communicator init, symmetric allocation) and, through a Bootstrap of its own, by the large
+// eager calls that learn where the peers' exposed buffers lie (NOTE [exchanged exposures], collectives/call_buffers.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +26,11 @@ class Bootstrap {
   // Every rank contributes `mine`; returns all contributions indexed by rank.
   // `what` names the operation in errors. On timeout: Error(kTimeout) naming the ranks that did not arrive,
   // e.g. "bootstrap allgather 'symmetric alloc' #3: rank(s) 2, 3 did not arrive within 30 s (store 127.0.0.1:2999)".
-  std::vector<std::string> allgather(const std::string& mine, const char* what = "allgather");
+  // `poll` (optional) runs every kPollInterval_s while waiting, and may throw to end the wait (a failure the
+  // communicator recorded); the wait stays bounded by the timeout.
+  std::vector<std::string> allgather(const std::string& mine, const char* what = "allgather",
+                                     const std::function<void()>& poll = {});
+  static constexpr double kPollInterval_s = 0.05;
   // Returns root's `value` on every rank (others pass anything).
   std::string broadcast(const std::string& value, int root, const char* what = "broadcast");
   void barrier(const char* what = "barrier");

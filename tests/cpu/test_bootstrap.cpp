@@ -175,6 +175,53 @@ TEST(BootstrapTest, TimeoutInALaterCallNamesItsSequence) {
   expect_contains(message, "allgather 'second' #2: rank(s) 1 did not arrive");
 }
 
+// A polled allgather (what large eager calls use): the same results, the poll runs while a rank is late, and a
+// poll that throws ends the wait at once with its error, long before the timeout.
+TEST(BootstrapTest, PolledAllgatherGathersAndPollsWhileWaiting) {
+  StoreServer server;
+  std::atomic<int> polls{0}, mismatches{0};
+  run_ranks({0, 1, 2}, [&](int rank) {
+    Bootstrap bootstrap(connect_to(server), "polled", rank, 3, 5.0);
+    for (int call = 1; call <= 20; ++call) {
+      if (rank == 2 && call == 3) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const std::vector<std::string> all =
+          bootstrap.allgather(contribution(rank, call), "polled", [&] { ++polls; });
+      for (int peer = 0; peer < 3; ++peer) {
+        if (all[peer] != contribution(peer, call)) ++mismatches;
+      }
+    }
+  });
+  EXPECT_EQ(mismatches.load(), 0);
+  EXPECT_GE(polls.load(), 2);  // ranks 0 and 1 waited about 300 ms for rank 2, polling every 50 ms
+}
+
+TEST(BootstrapTest, PollThatThrowsEndsTheWait) {
+  StoreServer server;
+  std::string message;
+  double elapsed = 0;
+  run_ranks({0}, [&](int rank) {
+    Bootstrap bootstrap(connect_to(server), "poll-throws", rank, 2, 30.0);  // rank 1 never comes
+    const auto start = Clock::now();
+    int polls = 0;
+    try {
+      bootstrap.allgather("x", "poll", [&] {
+        if (++polls == 3) throw Error(ErrorCode::kRemoteError, "a peer failed");
+      });
+    } catch (const Error& error) {
+      message = error.what();
+    }
+    elapsed = seconds_since(start);
+  });
+  expect_contains(message, "a peer failed");
+  EXPECT_LT(elapsed, 5.0);
+}
+
+TEST(BootstrapTest, PolledAllgatherTimesOutNamingTheRank) {
+  const auto messages = timeouts_with_missing_ranks(
+      3, {0, 2}, 1.0, [](Bootstrap& b) { b.allgather("x", "eager call's buffer", [] {}); });
+  for (const std::string& message : messages) expect_contains(message, "rank(s) 1 did not arrive within 1 s");
+}
+
 TEST(BootstrapTest, BadArgumentsRejected) {
   StoreServer server;
   auto store = connect_to(server);
