@@ -6,11 +6,8 @@
 #include "memory/registered_exposures.hpp"
 
 namespace braid::collectives {
-namespace {
 
-// This rank's announcement of [pointer, pointer + bytes), whose rank blocks are `block` bytes each: where it lies
-// among the ranges it exposed, or staged (none holds it, or it or a block is not 16-byte aligned, as the
-// zero-copy stores want).
+// Staged where no exposed range holds it, or it or a block is not 16-byte aligned, as the zero-copy stores want.
 uint64_t announcement_of(const CollectiveContext& state, const void* pointer, size_t bytes, size_t block) {
   const auto address = reinterpret_cast<uintptr_t>(pointer);
   if (state.exposures == nullptr || pointer == nullptr || address % 16 != 0 || block % 16 != 0) {
@@ -19,8 +16,6 @@ uint64_t announcement_of(const CollectiveContext& state, const void* pointer, si
   const std::optional<detail::RegisteredExposures::Found> found = state.exposures->find(address, bytes);
   return found ? kernels::announcement(found->id, found->offset) : kernels::kAnnouncedStaged;
 }
-
-}  // namespace
 
 bool announces(const CollectiveContext& state, const CallShape& shape, const AreaCapacities& capacities) {
   return state.eager_zero_copy && state.exposures != nullptr && state.order.call_graph() == nullptr &&

@@ -23,6 +23,10 @@ struct AnnouncedBuffer {
   size_t block;
 };
 
+// This rank's announcement of [pointer, pointer + bytes), whose rank blocks are `block` bytes each: where it lies
+// among the ranges it exposed, or kernels::kAnnouncedStaged.
+uint64_t announcement_of(const CollectiveContext& state, const void* pointer, size_t bytes, size_t block);
+
 // The announcing launch over `staged` (the launch its staged path uses, with the call's plan word): this rank's
 // word for each of `buffers`, the announcement area and the exposure lookup.
 kernels::AnnouncedLaunch announced_launch(const CollectiveContext& state, const kernels::StagedLaunch& staged,

@@ -1,5 +1,9 @@
 #include "collectives/call_buffers.hpp"
 
+#include <string>
+#include <vector>
+
+#include "collectives/announced_calls.hpp"
 #include "collectives/collective_context.hpp"
 #include "kernels/kernels.hpp"
 #include "core/capture_mode.hpp"
@@ -57,13 +61,57 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
   }
 }
 
+// NOTE [exchanged exposures]
+// An eager call's kernels learn where the peers' buffers lie at their entry barrier (announcing kernels), too late
+// for the copy engines, whose copies the host enqueues with every address. So at the sizes where the engines pay
+// (NOTE [exchanged sizes], selection.cpp) every rank gathers every rank's announcement of the buffer on the host
+// first (exposure_exchange, through the store) and forms the peers' addresses from its exposure table: the call
+// then plans as one on buffers peers map, every rank from the same words, or, where any rank's buffer is not
+// exposed, as before. Every rank exchanges for the same calls (the switch, the world, the collective and the
+// buffer's size are the same everywhere), in the communicator's call order. A peer's range stays mapped until the
+// call has ended: its owner withdraws it only after its own calls have, and the owner's call ends after this
+// rank's copies into or from it. The exchange waits for every peer's host (bounded by the timeout, ended early
+// by a failure the communicator recorded or by abort).
+std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, const void* pointer, size_t bytes) {
+  const uint64_t mine = announcement_of(state, pointer, bytes, 16);
+  CollectiveContext* const communicator = &state;
+  const std::vector<std::string> words = state.exposure_exchange->allgather(
+      std::to_string(mine), "eager call's buffer",
+      [communicator] { communicator->sync->raise_recorded_error(collective_name, describe_plan); });
+  PeerRange range{};
+  range.aligned16 = true;  // an exposed announcement starts on 16 bytes (announcement_of)
+  range.same_process_peers = false;
+  range.identity = 0xcbf29ce484222325ull;  // FNV-1a of every rank's word: the same on every rank
+  for (int r = 0; r < state.size; ++r) {
+    const uint64_t word = std::stoull(words[r]);
+    range.identity = (range.identity ^ word) * 0x100000001b3ull;
+    if (word == kernels::kAnnouncedStaged) return std::nullopt;
+    if (r == state.rank) {
+      range.buffers.at[r] = static_cast<char*>(const_cast<void*>(pointer));
+      continue;
+    }
+    const uint64_t id = word >> kernels::kAnnouncedOffsetBits;
+    const std::optional<uintptr_t> base = state.exposures->imported(r, id);
+    if (!base) {  // an owner posts only a range every peer mapped, and withdraws it only after its calls end
+      raise(ErrorCode::kInternal, "rank {} passed its exposed range {}, which rank {} does not hold", r, id,
+            state.rank);
+    }
+    range.buffers.at[r] = reinterpret_cast<char*>(*base + (word & kernels::kAnnouncedOffsetMask));
+  }
+  return range;
+}
+
 }  // namespace
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes) {
   // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
   // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
-  if (state.eager_zero_copy && state.order.call_graph() == nullptr) return find_symmetric_range(state.memory, pointer, bytes);
+  if (state.eager_zero_copy && state.order.call_graph() == nullptr) {
+    std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);
+    if (symmetric || state.exposure_exchange == nullptr || !exchanging_pays(collective, bytes)) return symmetric;
+    return exchanged_exposure_range(state, pointer, bytes);
+  }
   // Two pointers, which std::function holds without allocating: every call builds the hook, few run it.
   CollectiveContext* const communicator = &state;
   const Exchange registered{collective, buffer, bytes, ExchangeKind::kRegistered};

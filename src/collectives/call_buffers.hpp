@@ -17,7 +17,9 @@ struct CollectiveContext;
 // announcing exchange_plan_word: a peer that does not join runs other kernels, so both fail with kMismatch rather
 // than one waiting in an exchange. A captured call registers an unregistered buffer automatically (unless
 // BRAID_AUTO_REGISTER=0) after the same barrier, the graph holding the mappings; eager calls get nullopt. Eager
-// calls under BRAID_EAGER_ZERO_COPY find symmetric memory alone (registered buffers are announced instead).
+// calls under BRAID_EAGER_ZERO_COPY find symmetric memory, and where every rank is a process of its own, at the
+// sizes of NOTE [exchanged sizes], every rank's exposed buffer through a host exchange that every rank joins (NOTE
+// [exchanged exposures]); other registered buffers are announced instead.
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes);
 

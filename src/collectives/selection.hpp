@@ -48,6 +48,9 @@ Choice select_algorithm(Collective collective, size_t bytes, int world, DataType
 // Whether an eager call whose buffers are announced (BRAID_EAGER_ZERO_COPY) takes the announcing kernel at this
 // size: where its zero copy beat the staged paths (kAnnouncedSizes). `bytes` as above; the same on every rank.
 bool announcing_pays(Collective collective, size_t bytes);
+// Whether an eager call under BRAID_EAGER_ZERO_COPY gathers every rank's announcement of a buffer of `bytes` on the
+// host, so that the copy engines can serve it where every rank's buffer is exposed (NOTE [exchanged sizes]).
+bool exchanging_pays(Collective collective, size_t bytes);
 // Tests only (testing::announce_at_every_size): every size beyond LL announces, on every rank of the process.
 void set_announce_at_every_size(bool on);
 

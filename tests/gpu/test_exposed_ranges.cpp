@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -285,6 +286,63 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
           finish_calls(comm);
           cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
           EXPECT_EQ(wrong_sums(seen, count, round + 1, world, 0, 100000), 0u) << "all_reduce, " << what;
+        }
+      }
+    });
+    device_synchronize();  // the VMM memory goes next
+  });
+}
+
+// BRAID_EAGER_ZERO_COPY=1: eager all-gathers and reduce-scatters at the sizes whose buffers the ranks exchange on
+// the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on registered VMM memory that every
+// rank, one rank or no rank registered, out of place and in place: the copy engines where every rank's buffer is
+// exposed, the announced or staged paths elsewhere, the same results. The reduce-scatters' outputs reach the
+// exchanged size once with every rank's input (pushes into the peers' outputs on 2 ranks) and once without.
+TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateverEachRankExposed) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    const size_t least = (size_t(256) << 20) / sizeof(int32_t);  // elements of the least exchanged buffer
+    const size_t gather_count = least / world + 4;               // a rank's block: the output just beyond it
+    const size_t scatter_counts[] = {least / world + 4, least + 4};
+    const size_t most = std::max(gather_count * world, (least + 4) * world);
+    VmmBuffer memory(2 * most * sizeof(int32_t), comm.device());
+    int32_t* const first = static_cast<int32_t*>(memory.pointer());
+    int32_t* const second = first + most;
+    const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
+    for_each_exposing(comm, memory.pointer(), memory.bytes, [&](Exposing exposing) {
+      for (const bool in_place : {false, true}) {
+        const std::string how = std::string("exposing ") + std::to_string(exposing) + (in_place ? ", in place" : "");
+        {  // All-gather into `second`.
+          const uint32_t round = seed + static_cast<uint32_t>(in_place + exposing * 7);
+          std::vector<int32_t> values(gather_count * world);
+          for (size_t i = 0; i < gather_count; ++i) values[i] = element(round, rank, i);
+          cuda(cudaMemset(second, 0xA5, values.size() * sizeof(int32_t)), "cudaMemset");
+          int32_t* source = in_place ? second + rank * gather_count : first;
+          cuda(cudaMemcpy(source, values.data(), gather_count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          comm.all_gather(source, second, gather_count, DataType::kInt32, cudaStreamPerThread);
+          finish_calls(comm);
+          cuda(cudaMemcpy(values.data(), second, values.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          size_t wrong = 0;
+          for (int q = 0; q < world; ++q) {
+            for (size_t i = 0; i < gather_count; ++i) wrong += values[q * gather_count + i] != element(round, q, i);
+          }
+          EXPECT_EQ(wrong, 0u) << "all_gather, " << how;
+        }
+        for (const size_t count : scatter_counts) {  // Reduce-scatter of `first` (count elements a rank block).
+          const uint32_t round = seed + static_cast<uint32_t>(count * 5 + in_place + exposing * 13);
+          std::vector<int32_t> values(count * world);
+          for (size_t i = 0; i < values.size(); ++i) values[i] = element(round, rank, i) % 100000;
+          cuda(cudaMemcpy(first, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          int32_t* out = in_place ? first + rank * count : second;
+          if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
+          comm.reduce_scatter(first, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+          finish_calls(comm);
+          values.resize(count);
+          cuda(cudaMemcpy(values.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          EXPECT_EQ(wrong_sums(values, count, round, world, rank * count, 100000), 0u)
+              << "reduce_scatter of " << count << " int32 a rank, " << how;
         }
       }
     });

@@ -1,5 +1,8 @@
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -50,6 +53,17 @@ void require_room(MemoryContext& memory, int ranks_per_gpu, size_t area_bytes) {
   }
 }
 
+// Collective (init): whether no two ranks share a process.
+bool every_rank_its_own_process(MemoryContext& memory) {
+  std::vector<std::string> pids;
+  {
+    std::lock_guard<std::mutex> lock(memory.setup_mutex);
+    pids = memory.bootstrap->allgather(std::to_string(getpid()), "CUDA backend processes");
+  }
+  std::sort(pids.begin(), pids.end());
+  return std::adjacent_find(pids.begin(), pids.end()) == pids.end();
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory, *setup.order, setup.settings) {
@@ -87,6 +101,11 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
     DeviceGuard guard(c.device);
     c.exposures = std::make_shared<detail::RegisteredExposures>(
         c.memory, setup.connect, setup.store_prefix, [order](double wait_s) { return order->wait_for_calls(wait_s); });
+    if (every_rank_its_own_process(c.memory)) {
+      c.exposure_exchange = std::make_unique<Bootstrap>(std::shared_ptr<StoreClient>(setup.connect()),
+                                                        setup.store_prefix + "/exposure-exchange", c.rank, c.size,
+                                                        c.memory.timeout_s);
+    }
   }
   DeviceSync* sync = c.sync.get();
   auto exited = [sync](int rank, int pid) {
@@ -102,6 +121,7 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
 void CudaBackend::revoke() { peer_watch_->revoke(); }
 
 void CudaBackend::abort() noexcept {
+  if (context_.exposure_exchange) context_.exposure_exchange->store().interrupt();  // a call waiting there ends
   try {
     context_.sync->publish_failure(device::kErrorAborted, context_.rank, 0);
   } catch (...) {
