@@ -21,7 +21,7 @@ A collective row:
 A floor row (bench/probes/graph_floor's output): the identity fields, kind="floor", collective (the probe's
 case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
-(the training: ddp | fsdp2 | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
+(the training: ddp | fsdp2 | fsdp2pg (FSDP2, collectives' buffers from the process group's allocator) | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
 shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs); width, layers, batch and
 steps (the training model's line; absent from outputs without it: width 1024, 4 layers, batch 64, 20 steps); what
 both runs had set, each true where it was: eager_zero_copy (--eager-zero-copy: BRAID_EAGER_ZERO_COPY=1),
@@ -209,7 +209,7 @@ def add_floor(args):
 
 # What a torch row records of the settings both runs had (add-torch's flags of the same names).
 TORCH_SETTINGS = ("eager_zero_copy", "allocator_hook", "expandable_segments")
-TORCH_STEP_LINE = re.compile(r"^\s+(ddp|fsdp2|compile)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$")
+TORCH_STEP_LINE = re.compile(r"^\s+(ddp|fsdp2|fsdp2pg|compile)\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+\s*$")
 TORCH_MODEL_LINE = re.compile(r"training model: width ([0-9]+), layers ([0-9]+), batch ([0-9]+), timed steps ([0-9]+)")
 
 

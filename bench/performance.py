@@ -248,7 +248,9 @@ def torch_steps(current, kinds):
              "torch.distributed (backend \"nccl\") with braid's NCCL shim preloaded against torch's own NCCL, on the "
              "same GPUs: an MLP of Linear + GELU layers (float32; the model column: width x layers, batch, timed "
              "steps; 1024 x 4, batch 64, 20 steps where the run did not print it), plain SGD, trained with DDP, with "
-             "FSDP2 (`fully_shard` per layer) and with DDP around a `torch.compile`'d forward and loss (10 steps). "
+             "FSDP2 (`fully_shard` per layer), with FSDP2 whose collectives' buffers come from the process group's "
+             "allocator (`set_allocate_memory_from_process_group_for_comm(True)`: `ncclMemAlloc` memory, registered) "
+             "and with DDP around a `torch.compile`'d forward and loss (10 steps). "
              "Rank 0's mean time per step, after 3 warm-up steps. Settings, what both runs had set: switch "
              "`BRAID_EAGER_ZERO_COPY=1`, hook `TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1`, expandable "
              "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` ([nccl-shim.md](nccl-shim.md)). Measured with "
@@ -257,8 +259,9 @@ def torch_steps(current, kinds):
              "| GPUs | ranks | torch | model | settings | training | shim ms/step | NCCL ms/step | shim/NCCL "
              "| commit |",
              "|---|---:|---|---|---|---|---:|---:|---:|---|"]
-    order = {"ddp": 0, "fsdp2": 1, "compile": 2}
-    names = {"ddp": "DDP", "fsdp2": "FSDP2", "compile": "DDP, compiled"}
+    order = {"ddp": 0, "fsdp2": 1, "fsdp2pg": 2, "compile": 3}
+    names = {"ddp": "DDP", "fsdp2": "FSDP2", "fsdp2pg": "FSDP2, buffers from the process group",
+             "compile": "DDP, compiled"}
     for gpu in kinds:
         def model(r):
             return (r.get("width") or 1024, r.get("layers") or 4, r.get("batch") or 64, r.get("steps") or 20)

@@ -3,7 +3,7 @@
 # Runs torch_shim_check.py under torchrun twice on NGPUS GPUs: once with the real NCCL (torch's own, mode nccl)
 # and once with the shim preloaded (LD_PRELOAD=SHIM_PATH BRAID_LOG_LEVEL=info, mode shim). Keeps both logs in
 # OUT_DIR, compares the saved output tensors of the two runs bitwise, prints the training sections' step times
-# (ddp, fsdp2, compile) of both runs side by side and the shim's "served by" lines, and exits nonzero if either run
+# (ddp, fsdp2, fsdp2pg, compile) of both runs side by side and the shim's "served by" lines, and exits nonzero if either run
 # failed, any tensor differs, or a section was skipped in one run and not in the other. A section skipped in both
 # (e.g. compile where this machine has no compiler toolchain) is reported as SKIPPED, not as passed. The .pt files
 # are removed after an identical comparison (they are tens of MB) unless KEEP_TENSORS=1. TORCH_CHECK_ARGS adds
@@ -45,7 +45,7 @@ run shim LD_PRELOAD="$shim" BRAID_LOG_LEVEL=info
 shim_rc=$?
 for mode in nccl shim; do
   echo "--- $mode run: $(grep -c ' WRONG' "$out/torch-$mode.log") WRONG lines; its summary lines:"
-  grep -E 'torch_shim_check: (mode|mapped|training model|rank [0-9]+ mode|.*not a power|(ddp|fsdp2|compile) |[a-z0-9]+ skipped:)' \
+  grep -E 'torch_shim_check: (mode|mapped|training model|rank [0-9]+ mode|.*not a power|(ddp|fsdp2|fsdp2pg|compile) |[a-z0-9]+ skipped:)' \
     "$out/torch-$mode.log" | sed 's/^/  /'
 done
 echo "run_torch_check: nccl run exit $nccl_rc, shim run exit $shim_rc"
@@ -58,7 +58,7 @@ import os, sys
 import torch
 
 out, n = sys.argv[1], int(sys.argv[2])
-TRAINING = ("ddp.", "fsdp2.", "compile.")  # float sums over the ranks (see the header)
+TRAINING = ("ddp.", "fsdp2.", "fsdp2pg.", "compile.")  # float sums over the ranks (see the header)
 exact_training = n <= 2 or os.environ.get("TRAIN_BITWISE", "0") == "1"
 rtol, atol = float(os.environ.get("TRAIN_RTOL", "1e-4")), float(os.environ.get("TRAIN_ATOL", "1e-6"))
 def bits(t):
@@ -124,7 +124,7 @@ step_ms() {  # step_ms MODE SECTION
 skips() {  # skips MODE: the sections that run reported skipped, sorted, space-separated
   sed -nE 's/^.*torch_shim_check: ([a-z0-9]+) skipped:.*$/\1/p' "$out/torch-$1.log" | sort -u | tr '\n' ' '
 }
-for section in ddp fsdp2 compile; do
+for section in ddp fsdp2 fsdp2pg compile; do
   t_nccl=$(step_ms nccl $section) t_shim=$(step_ms shim $section)
   ratio=-
   if [ -n "$t_nccl" ] && [ -n "$t_shim" ]; then

@@ -11,8 +11,9 @@ the CPU, into DIR/rank<r>-<mode>.pt; run_torch_check.sh compares the shim's file
 The same sequence is then captured in a CUDA graph (after a warm-up on a side stream, as torch's docs ask) and
 replayed with the inputs rewritten between replays.
 
-Then three short trainings of one small MLP (seeded alike on every rank, per-rank seeded batches, SGD): DDP, FSDP2
-(fully_shard per block, then the root) and a DDP step whose forward and loss are torch.compile'd (inductor). Each
+Then four short trainings of one small MLP (seeded alike on every rank, per-rank seeded batches, SGD): DDP, FSDP2
+(fully_shard per block, then the root), FSDP2 with its collectives' buffers from the process group's allocator
+(section fsdp2pg) and a DDP step whose forward and loss are torch.compile'd (inductor). Each
 saves its per-step loss trace and its final full parameters (rank 0; every rank must hold the same) for the same
 comparison, and rank 0 prints its mean step time. A section this torch or machine cannot run prints
 "<section> skipped: <reason>" and saves a marker, so run_torch_check.sh reports it as skipped, never as passed.
@@ -404,8 +405,11 @@ class Check:
         trace, ms = self.train(step, self.steps)
         self.finish(section, trace, ms, self.steps, list(net.named_parameters()))
 
-    def fsdp2(self):
-        section = "fsdp2"
+    def fsdp2(self, comm_memory_from_process_group=False):
+        """FSDP2; with comm_memory_from_process_group, its all-gathers' and reduce-scatters' buffers come from the
+        process group's allocator (ncclMemAlloc, registered with the communicator), as FSDP2 offers for zero
+        copy: section fsdp2pg."""
+        section = "fsdp2pg" if comm_memory_from_process_group else "fsdp2"
         fully_shard = import_fully_shard()
         if fully_shard is None:
             return self.skip(section, "no fully_shard in this torch (neither torch.distributed.fsdp nor "
@@ -417,6 +421,12 @@ class Check:
             for block in model:
                 fully_shard(block, mesh=mesh)  # per block and step: all-gathers (forward, backward), a reduce-scatter
             fully_shard(model, mesh=mesh)
+            if comm_memory_from_process_group:
+                if self.lenient or not hasattr(model, "set_allocate_memory_from_process_group_for_comm"):
+                    return self.skip(section, "FSDP2 here cannot take its collectives' buffers from the process "
+                                              "group (set_allocate_memory_from_process_group_for_comm; not on gloo)")
+                for m in list(model) + [model]:
+                    m.set_allocate_memory_from_process_group_for_comm(True)
             if self.lenient:
                 # FSDP2 reduce-scatters float32 gradients with AVG, which gloo lacks: sum, then divide.
                 for m in model.modules():
@@ -631,6 +641,7 @@ def main():
         check.ddp()
     if not args.no_fsdp:
         check.fsdp2()
+        check.fsdp2(comm_memory_from_process_group=True)
     if not args.no_compile:
         check.compiled()
     os.makedirs(args.out, exist_ok=True)
