@@ -1,6 +1,7 @@
 // Host-side collectives among the ranks of one communicator, built on the store.
 // Used at setup time (communicator init, symmetric allocation) and, through a Bootstrap of its own, by the large
-// eager calls that learn where the peers' exposed buffers lie (NOTE [exchanged exposures], collectives/call_buffers.cpp).
+// eager calls that learn where the peers' exposed buffers lie (NOTE [exchanged exposures],
+// collectives/call_buffers.cpp).
 #pragma once
 
 #include <functional>

@@ -5,6 +5,7 @@
 
 #include "collectives/announced_calls.hpp"
 #include "collectives/collective_context.hpp"
+#include "collectives/exchanged_posts.hpp"
 #include "kernels/kernels.hpp"
 #include "core/capture_mode.hpp"
 #include "core/cuda_check.hpp"
@@ -62,28 +63,35 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 }
 
 // NOTE [exchanged exposures]
-// An eager call's kernels learn where the peers' buffers lie at their entry barrier (announcing kernels), too late
-// for the copy engines, whose copies the host enqueues with every address. So at the sizes where the engines pay
-// (NOTE [exchanged sizes], selection.cpp) every rank gathers every rank's announcement of the buffer on the host
-// first (exposure_exchange, through the store) and forms the peers' addresses from its exposure table: the call
-// then plans as one on buffers peers map, every rank from the same words, or, where any rank's buffer is not
-// exposed, as before. Every rank exchanges for the same calls (the switch, the world, the collective and the
-// buffer's size are the same everywhere), in the communicator's call order. A peer's range stays mapped until the
-// call has ended: its owner withdraws it only after its own calls have, and the owner's call ends after this
-// rank's copies into or from it. The exchange waits for every peer's host (bounded by the timeout, ended early
-// by a failure the communicator recorded or by abort).
-std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, const void* pointer, size_t bytes) {
+// An eager call's kernels learn where the peers' buffers lie at their entry barrier (announcing kernels), too late for
+// the copy engines, whose copies the host enqueues with every address. So at the sizes where the engines pay (NOTE
+// [exchanged sizes], selection.cpp) every rank gathers every rank's announcement of the buffer on the host first
+// (exposure_exchange, through the store) and forms the peers' addresses from its exposure table: the call then plans as
+// one on buffers peers map, every rank from the same words, or, where any rank's buffer is not exposed, or where the
+// ranks differ in whether the call runs in place (a reduce-scatter's plan depends on it), as before. Every rank
+// exchanges for the same calls (the switch, the world, the collective and the buffer's size are the same everywhere;
+// symmetric buffers too), in the communicator's call order; posts of different calls fail the call with kMismatch on
+// every rank that exchanged, before anything is enqueued. A peer's range stays mapped until the call has ended: its
+// owner withdraws it only after its own calls have, and the owner's call ends after this rank's copies into or from it.
+// The exchange waits for every peer's host (bounded by the timeout, ended early by a failure the communicator recorded
+// or by abort).
+std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, Collective collective,
+                                                  ExchangedBuffer buffer, const void* pointer, size_t bytes,
+                                                  bool in_place) {
   const uint64_t mine = announcement_of(state, pointer, bytes, 16);
   CollectiveContext* const communicator = &state;
-  const std::vector<std::string> words = state.exposure_exchange->allgather(
-      std::to_string(mine), "eager call's buffer",
+  const std::vector<std::string> posts = state.exposure_exchange->allgather(
+      exchanged_post(collective, buffer, bytes, in_place, mine), "eager call's buffer",
       [communicator] { communicator->sync->raise_recorded_error(collective_name, describe_plan); });
+  const ExchangedPosts read = read_exchanged_posts(posts, state.rank);
+  const std::vector<uint64_t>& words = read.words;
+  if (!read.same_placement) return std::nullopt;  // in place on some ranks only
   PeerRange range{};
   range.aligned16 = true;  // an exposed announcement starts on 16 bytes (announcement_of)
   range.same_process_peers = false;
   range.identity = 0xcbf29ce484222325ull;  // FNV-1a of every rank's word: the same on every rank
   for (int r = 0; r < state.size; ++r) {
-    const uint64_t word = std::stoull(words[r]);
+    const uint64_t word = words[r];
     range.identity = (range.identity ^ word) * 0x100000001b3ull;
     if (word == kernels::kAnnouncedStaged) return std::nullopt;
     if (r == state.rank) {
@@ -104,13 +112,16 @@ std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, cons
 }  // namespace
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes) {
+                                           const void* pointer, size_t bytes, bool in_place) {
   // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
   // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
   if (state.eager_zero_copy && state.order.call_graph() == nullptr) {
+    std::optional<PeerRange> exchanged;  // every rank joins, symmetric buffer or not (NOTE [exchanged exposures])
+    if (state.exposure_exchange != nullptr && exchanging_pays(collective, bytes)) {
+      exchanged = exchanged_exposure_range(state, collective, buffer, pointer, bytes, in_place);
+    }
     std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);
-    if (symmetric || state.exposure_exchange == nullptr || !exchanging_pays(collective, bytes)) return symmetric;
-    return exchanged_exposure_range(state, pointer, bytes);
+    return symmetric ? symmetric : exchanged;
   }
   // Two pointers, which std::function holds without allocating: every call builds the hook, few run it.
   CollectiveContext* const communicator = &state;

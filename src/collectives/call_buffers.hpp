@@ -20,7 +20,9 @@ struct CollectiveContext;
 // calls under BRAID_EAGER_ZERO_COPY find symmetric memory, and where every rank is a process of its own, at the
 // sizes of NOTE [exchanged sizes], every rank's exposed buffer through a host exchange that every rank joins (NOTE
 // [exchanged exposures]); other registered buffers are announced instead.
+// `in_place`: whether this rank's call runs in place, where its plan depends on it (reduce-scatter): an exchange
+// whose ranks differ there finds nothing, so that every rank plans alike.
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes);
+                                           const void* pointer, size_t bytes, bool in_place = false);
 
 }  // namespace braid::collectives

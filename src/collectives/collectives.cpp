@@ -571,15 +571,17 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   const AreaCapacities capacities = area_capacities(state);
   // Zero-copy loads need every rank block 16-byte aligned; copy-engine pushes, the output mapped too. The same
   // lookups on every rank, in place or not, so the same answers.
+  const bool in_place = overlap(call.send, input_bytes, call.recv, call.count * size);
   std::optional<PeerRange> send_range, recv_range;
   if (call.count * size % 16 == 0 && !plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, input_bytes);
+    send_range = call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, input_bytes, in_place);
     if (plans_output_pushes(shape, capacities)) {
-      recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size);
+      recv_range =
+          call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size, in_place);
     }
   }
   BufferFacts facts{};
-  facts.in_place = overlap(call.send, input_bytes, call.recv, call.count * size);
+  facts.in_place = in_place;
   facts.peers_map = send_range && send_range->aligned16;
   facts.peers_map_output = recv_range.has_value();
   facts.same_process_peers = recv_range && recv_range->same_process_peers;

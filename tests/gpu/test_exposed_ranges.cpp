@@ -323,7 +323,8 @@ TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateve
           cuda(cudaMemcpy(source, values.data(), gather_count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
           comm.all_gather(source, second, gather_count, DataType::kInt32, cudaStreamPerThread);
           finish_calls(comm);
-          cuda(cudaMemcpy(values.data(), second, values.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          cuda(cudaMemcpy(values.data(), second, values.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+               "cudaMemcpy");
           size_t wrong = 0;
           for (int q = 0; q < world; ++q) {
             for (size_t i = 0; i < gather_count; ++i) wrong += values[q * gather_count + i] != element(round, q, i);
