@@ -187,6 +187,22 @@ void finish_calls(Communicator& comm) {
   comm.check();
 }
 
+// An int32 sum reduce-scatter of count elements a rank block from `input` (filled here with element(round, rank, i)
+// % 100000) into `out` (poisoned first unless it is this rank's block of the input): the elements that differ from
+// the host's sums.
+size_t reduce_scatter_wrong_sums(Communicator& comm, int32_t* input, int32_t* out, size_t count, uint32_t round) {
+  const int rank = comm.rank(), world = comm.size();
+  std::vector<int32_t> values(count * world);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = element(round, rank, i) % 100000;
+  cuda(cudaMemcpy(input, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (out != input + rank * count) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
+  comm.reduce_scatter(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+  finish_calls(comm);
+  values.resize(count);
+  cuda(cudaMemcpy(values.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return wrong_sums(values, count, round, world, rank * count, 100000);
+}
+
 // BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
 // exposed (registered VMM memory), out of place and in place, at an announced size (NOTE [announced sizes]) within
 // a staging half, one larger than a staging half (the staged path's rounds) and a small one whose rank blocks are
@@ -266,21 +282,14 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
                                    " int32, " + (in_place ? "in place" : "out of place");
           const uint32_t round = seed + static_cast<uint32_t>(count * 5 + in_place + exposing * 13);
           // Reduce-scatter: count elements a rank block.
-          std::vector<int32_t> mine(count * world);
-          for (size_t i = 0; i < mine.size(); ++i) mine[i] = element(round, rank, i) % 100000;
-          cuda(cudaMemcpy(input, mine.data(), mine.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
-          int32_t* out = in_place ? input + rank * count : output;
-          if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
-          comm.reduce_scatter(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-          finish_calls(comm);
-          std::vector<int32_t> seen(count);
-          cuda(cudaMemcpy(seen.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-          EXPECT_EQ(wrong_sums(seen, count, round, world, rank * count, 100000), 0u) << "reduce_scatter, " << what;
+          EXPECT_EQ(reduce_scatter_wrong_sums(comm, input, in_place ? input + rank * count : output, count, round), 0u)
+              << "reduce_scatter, " << what;
           // All-reduce: count elements.
-          mine.resize(count);
+          std::vector<int32_t> mine(count);
+          std::vector<int32_t> seen(count);
           for (size_t i = 0; i < count; ++i) mine[i] = element(round + 1, rank, i) % 100000;
           cuda(cudaMemcpy(input, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
-          out = in_place ? input : output;
+          int32_t* const out = in_place ? input : output;
           if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
           comm.all_reduce(input, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
           finish_calls(comm);
@@ -333,16 +342,7 @@ TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateve
         }
         for (const size_t count : scatter_counts) {  // Reduce-scatter of `first` (count elements a rank block).
           const uint32_t round = seed + static_cast<uint32_t>(count * 5 + in_place + exposing * 13);
-          std::vector<int32_t> values(count * world);
-          for (size_t i = 0; i < values.size(); ++i) values[i] = element(round, rank, i) % 100000;
-          cuda(cudaMemcpy(first, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
-          int32_t* out = in_place ? first + rank * count : second;
-          if (!in_place) cuda(cudaMemset(out, 0xA5, count * sizeof(int32_t)), "cudaMemset");
-          comm.reduce_scatter(first, out, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
-          finish_calls(comm);
-          values.resize(count);
-          cuda(cudaMemcpy(values.data(), out, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
-          EXPECT_EQ(wrong_sums(values, count, round, world, rank * count, 100000), 0u)
+          EXPECT_EQ(reduce_scatter_wrong_sums(comm, first, in_place ? first + rank * count : second, count, round), 0u)
               << "reduce_scatter of " << count << " int32 a rank, " << how;
         }
       }
