@@ -13,7 +13,7 @@ uint64_t announcement_of(const CollectiveContext& state, const void* pointer, si
   if (state.exposures == nullptr || pointer == nullptr || address % 16 != 0 || block % 16 != 0) {
     return kernels::kAnnouncedStaged;
   }
-  const std::optional<detail::RegisteredExposures::Found> found = state.exposures->find(address, bytes);
+  const std::optional<detail::RegisteredExposures::Found> found = state.exposures->find_or_expose(address, bytes);
   return found ? kernels::announcement(found->id, found->offset) : kernels::kAnnouncedStaged;
 }
 

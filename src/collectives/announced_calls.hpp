@@ -24,7 +24,8 @@ struct AnnouncedBuffer {
 };
 
 // This rank's announcement of [pointer, pointer + bytes), whose rank blocks are `block` bytes each: where it lies
-// among the ranges it exposed, or kernels::kAnnouncedStaged.
+// among the ranges it exposed (registered, or exposed automatically now where that applies: NOTE [automatic
+// exposures], memory/registered_exposures.hpp), or kernels::kAnnouncedStaged.
 uint64_t announcement_of(const CollectiveContext& state, const void* pointer, size_t bytes, size_t block);
 
 // The announcing launch over `staged` (the launch its staged path uses, with the call's plan word): this rank's

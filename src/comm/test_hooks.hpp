@@ -44,5 +44,7 @@ struct ExposedEntry {
 };
 ExposedEntry exposed_entry(Communicator& comm, int owner, uint64_t id);
 size_t imported_exposures(Communicator& comm);
+// The automatic exposures (NOTE [automatic exposures]) every peer maps, live on this rank now.
+size_t automatic_exposures(Communicator& comm);
 
 }  // namespace braid::testing

@@ -8,6 +8,8 @@
 #include "core/error.hpp"
 #include "memory/export_import.hpp"
 #include "memory/memory_context.hpp"
+#include "memory/page_blob.hpp"
+#include "memory/paged_ranges.hpp"
 #include "memory/shareable.hpp"
 
 namespace braid::detail {
@@ -56,16 +58,54 @@ CudaExposureImporter::CudaExposureImporter(const MemoryContext& context, Exposur
 
 CudaExposureImporter::~CudaExposureImporter() = default;
 
-uintptr_t CudaExposureImporter::import(int owner, uint64_t id, const std::string& blob) {
-  constexpr const char* kFunction = "exposure";
-  MemoryDescriptor descriptor = unpack(blob, kFunction, "descriptor", this_host_id(), job_secret());
-  if (descriptor.pid == static_cast<uint32_t>(getpid()) &&
-      !ExposureOffers::get().offered(context_.uid, owner, id, blob)) {
-    raise_invalid_argument(kFunction, "descriptor",
+void CudaExposureImporter::check_offered(int owner, uint64_t id, uint32_t pid, const std::string& blob) const {
+  if (pid == static_cast<uint32_t>(getpid()) && !ExposureOffers::get().offered(context_.uid, owner, id, blob)) {
+    raise_invalid_argument("exposure", "descriptor",
                            "from rank {} names this process ({}), but no rank of this communicator that is a thread "
                            "of it offered it for exposure {} (a forged or replayed request)",
                            owner, getpid(), id);
   }
+}
+
+uintptr_t CudaExposureImporter::put_in_table(int owner, uint64_t id, uintptr_t address, uint64_t bytes) {
+  if (!table_.put(owner, id, address, bytes)) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    mappings_.erase({owner, id});
+    paged_.erase({owner, id});
+    raise(ErrorCode::kUnsupported,
+          "rank {}'s exposure {} lands in a slot of the exposure table that another of its ranges holds (more than "
+          "{} ranges exposed at once)", owner, id, kExposureSlots);
+  }
+  return address;
+}
+
+uintptr_t CudaExposureImporter::import_pages(int owner, uint64_t id, const std::string& blob) {
+  const std::vector<MemoryDescriptor> pages =
+      unpack_pages(blob, "exposure", "descriptor", this_host_id(), job_secret());
+  check_offered(owner, id, pages.front().pid, blob);
+  std::vector<int> fds;
+  fds.reserve(pages.size());
+  try {
+    for (const MemoryDescriptor& page : pages) fds.push_back(take_fd(page.pid, page.fd));
+  } catch (...) {
+    for (int fd : fds) close(fd);
+    throw;
+  }
+  std::shared_ptr<PagedMapping> mapping = PagedMapping::open(pages, std::move(fds), context_.device);
+  const auto address = reinterpret_cast<uintptr_t>(mapping->address());
+  const uint64_t bytes = mapping->bytes();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    paged_[{owner, id}] = std::move(mapping);
+  }
+  return put_in_table(owner, id, address, bytes);
+}
+
+uintptr_t CudaExposureImporter::import(int owner, uint64_t id, const std::string& blob) {
+  constexpr const char* kFunction = "exposure";
+  if (is_page_blob(blob)) return import_pages(owner, id, blob);
+  MemoryDescriptor descriptor = unpack(blob, kFunction, "descriptor", this_host_id(), job_secret());
+  check_offered(owner, id, descriptor.pid, blob);
   if (descriptor.kind == MemoryKind::kLegacyIpc && descriptor.pid != static_cast<uint32_t>(getpid())) {
     // NOTE [no exposed cudaMalloc memory across processes]
     raise(ErrorCode::kUnsupported,
@@ -82,27 +122,26 @@ uintptr_t CudaExposureImporter::import(int owner, uint64_t id, const std::string
     std::lock_guard<std::mutex> lock(mutex_);
     mappings_[{owner, id}] = mapping;
   }
-  if (!table_.put(owner, id, address, descriptor.bytes)) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    mappings_.erase({owner, id});
-    raise(ErrorCode::kUnsupported,
-          "rank {}'s exposure {} lands in a slot of the exposure table that another of its ranges holds (more than "
-          "{} ranges exposed at once)", owner, id, kExposureSlots);
-  }
-  return address;
+  return put_in_table(owner, id, address, descriptor.bytes);
 }
 
 void CudaExposureImporter::release(int owner, uint64_t id) noexcept {
   table_.remove(owner, id);
   std::shared_ptr<PeerMapping> mapping;
+  std::shared_ptr<PagedMapping> paged;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = mappings_.find({owner, id});
-    if (it == mappings_.end()) return;
-    mapping = std::move(it->second);
-    mappings_.erase(it);
+    if (auto it = mappings_.find({owner, id}); it != mappings_.end()) {
+      mapping = std::move(it->second);
+      mappings_.erase(it);
+    }
+    if (auto it = paged_.find({owner, id}); it != paged_.end()) {
+      paged = std::move(it->second);
+      paged_.erase(it);
+    }
   }
   mapping.reset();  // unmaps, outside the lock
+  paged.reset();
 }
 
 }  // namespace braid::detail

@@ -1,7 +1,8 @@
 // The exposure helper's CUDA side (memory/exposure.hpp): maps a peer's exposed range into this rank (the
-// allocation's fd taken from its owner for VMM memory, the range where it lies for a rank that is a thread of this
-// process; cudaMalloc memory of another process is refused), writes it into this rank's ExposureTable, and
-// releases it when its owner withdraws it.
+// allocation's fd taken from its owner for VMM memory, every allocation's for a range that several back side by side
+// (memory/page_blob.hpp); the range where it lies for cudaMalloc memory of a rank that is a thread of this process;
+// cudaMalloc memory of another process is refused), writes it into this rank's ExposureTable, and releases it when
+// its owner withdraws it.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ namespace braid::detail {
 
 struct MemoryContext;
 class PeerMapping;
+class PagedMapping;
 
 // NOTE [exposed descriptors of this process]
 // An exposure request is read from the store, which only the job's processes can write (its frames carry MACs
@@ -48,10 +50,17 @@ class CudaExposureImporter : public ExposureImporter {
   void release(int owner, uint64_t id) noexcept override;
 
  private:
+  uintptr_t import_pages(int owner, uint64_t id, const std::string& blob);
+  // Refuses a blob naming this process that no rank of it offered (NOTE [exposed descriptors of this process]).
+  void check_offered(int owner, uint64_t id, uint32_t pid, const std::string& blob) const;
+  // Writes an import into the table; where its slot is taken, drops the import and throws.
+  uintptr_t put_in_table(int owner, uint64_t id, uintptr_t address, uint64_t bytes);
+
   const MemoryContext& context_;
   ExposureTable& table_;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, std::shared_ptr<PeerMapping>> mappings_;
+  std::map<std::pair<int, uint64_t>, std::shared_ptr<PagedMapping>> paged_;
 };
 
 }  // namespace braid::detail

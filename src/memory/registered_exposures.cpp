@@ -6,6 +6,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "memory/memory_context.hpp"
+#include "memory/page_blob.hpp"
 #include "memory/shareable.hpp"
 
 namespace braid::detail {
@@ -21,6 +22,20 @@ RegisteredExposures::RegisteredExposures(const MemoryContext& context,
 
 RegisteredExposures::~RegisteredExposures() = default;
 
+uint64_t RegisteredExposures::expose_blob(const std::string& blob, uint64_t address, uint64_t bytes) {
+  const ExposureService::Exposure exposure =
+      service_.expose(blob, [&](uint64_t id) { offer_exposure(context_, id, blob); });
+  withdraw_exposure_offer(context_, exposure.id);  // every peer that imports it has done so
+  if (exposure.everywhere()) return exposure.id;
+  BRAID_INFO("range [{:#x}, +{}) is not exposed: not every peer could map it:\n{}", address, bytes, exposure.reasons);
+  try {
+    service_.withdraw(exposure.id);
+  } catch (const Error& error) {
+    BRAID_WARN("withdrawing a range not every peer mapped: {}", error.what());
+  }
+  return 0;
+}
+
 bool RegisteredExposures::expose(uint64_t registration, const MemoryDescriptor& registered) {
   MemoryDescriptor descriptor = registered;
   FdOwner fd;  // kPosixFd: open until every peer answered (each takes its own copy with pidfd_getfd first)
@@ -28,23 +43,68 @@ bool RegisteredExposures::expose(uint64_t registration, const MemoryDescriptor& 
     fd.fd = export_allocation_fd(descriptor, context_.device);
     descriptor.fd = fd.fd;
   }
-  const std::string blob = pack(descriptor, job_secret());
-  const ExposureService::Exposure exposure =
-      service_.expose(blob, [&](uint64_t id) { offer_exposure(context_, id, blob); });
-  withdraw_exposure_offer(context_, exposure.id);  // every peer that imports it has done so
-  if (!exposure.everywhere()) {
-    BRAID_INFO("registered range [{:#x}, +{}) is not exposed: not every peer could map it:\n{}", descriptor.address,
-               descriptor.bytes, exposure.reasons);
-    try {
-      service_.withdraw(exposure.id);
-    } catch (const Error& error) {
-      BRAID_WARN("withdrawing a range not every peer mapped: {}", error.what());
-    }
-    return false;
-  }
+  const uint64_t id = expose_blob(pack(descriptor, job_secret()), descriptor.address, descriptor.bytes);
+  if (id == 0) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  exposed_[registration] = Exposed{exposure.id, descriptor.address, descriptor.bytes};
+  exposed_[registration] = Exposed{id, descriptor.address, descriptor.bytes};
   return true;
+}
+
+std::optional<RegisteredExposures::Found> RegisteredExposures::find_or_expose(uintptr_t pointer, size_t bytes) {
+  if (std::optional<Found> found = find(pointer, bytes)) return found;
+  if (bytes < kAutomaticExposureBytes) return std::nullopt;
+  std::lock_guard<std::mutex> lock(automatic_mutex_);
+  // NOTE [automatic exposures]
+  for (size_t i = automatic_.size(); i-- > 0;) {  // newest first
+    const Automatic& automatic = automatic_[i];
+    if (!automatic.pages->holds(pointer, bytes)) continue;
+    if (automatic.pages->unchanged()) {
+      if (automatic.id == 0) return std::nullopt;  // some peer could not map it
+      return Found{automatic.id, pointer - automatic.pages->base()};
+    }
+    drop_automatic(i);
+  }
+  std::unique_ptr<BackingPages> pages = BackingPages::find(reinterpret_cast<const void*>(pointer), bytes, context_.device);
+  if (!pages) return std::nullopt;  // not memory of whole VMM allocations
+  for (size_t i = automatic_.size(); i-- > 0;) {
+    if (!automatic_[i].pages->unchanged()) drop_automatic(i);
+  }
+  if (automatic_.size() >= kMostAutomaticExposures) return std::nullopt;
+  std::vector<MemoryDescriptor> described = pages->describe();
+  std::vector<std::unique_ptr<FdOwner>> fds;  // open until every peer answered
+  for (size_t i = 0; i < described.size(); ++i) {
+    fds.push_back(std::make_unique<FdOwner>(pages->export_fd(i)));
+    described[i].fd = fds.back()->fd;
+  }
+  const uint64_t id = expose_blob(pack_pages(described, job_secret()), pages->base(), pages->bytes());
+  BRAID_DEBUG("buffer [{:#x}, +{}) {} as {} VMM allocations [{:#x}, +{})", pointer, bytes,
+              id != 0 ? "exposed automatically" : "not exposed: not every peer could map it", pages->count(),
+              pages->base(), pages->bytes());
+  const uint64_t base = pages->base();
+  automatic_.push_back(Automatic{id, std::move(pages)});
+  if (id == 0) return std::nullopt;
+  return Found{id, pointer - base};
+}
+
+void RegisteredExposures::drop_automatic(size_t index) {
+  Automatic dropped = std::move(automatic_[index]);
+  automatic_.erase(automatic_.begin() + static_cast<ptrdiff_t>(index));
+  if (dropped.id == 0) return;
+  if (!wait_for_calls_(context_.timeout_s)) {
+    raise(ErrorCode::kTimeout,
+          "rank {}'s calls of the communicator did not end within {} s, so its peers were not asked to release the "
+          "automatically exposed range [{:#x}, +{}), whose memory was unmapped or replaced; it stays mapped there "
+          "until the communicator is destroyed", context_.rank, context_.timeout_s, dropped.pages->base(),
+          dropped.pages->bytes());
+  }
+  service_.withdraw(dropped.id);
+}
+
+size_t RegisteredExposures::automatic_count() const {
+  std::lock_guard<std::mutex> lock(automatic_mutex_);
+  size_t count = 0;
+  for (const Automatic& automatic : automatic_) count += automatic.id != 0;
+  return count;
 }
 
 void RegisteredExposures::withdraw(uint64_t registration) {

@@ -12,16 +12,33 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "memory/exposure.hpp"
 #include "memory/exposure_importer.hpp"
 #include "memory/exposure_table.hpp"
 #include "memory/memory_handle.hpp"
+#include "memory/paged_ranges.hpp"
 #include "memory/vmm.hpp"
 
 namespace braid::detail {
 
 struct MemoryContext;
+
+// NOTE [automatic exposures]
+// An eager call's buffer of kAutomaticExposureBytes or more that no registered range holds, but that whole VMM
+// allocations with POSIX-fd handles back (PyTorch's expandable segments, which grow by mapping allocations that its
+// allocator hook never registers), is exposed at its first use: the allocations behind it (BackingPages) go to every
+// peer's helper as one range, which each maps side by side (PagedMapping). Nobody says when such memory is unmapped,
+// so every later use first checks that each allocation still lies where it was found (each stays retained here, so
+// no other allocation can take its handle): where one does not, the exposure is withdrawn as a deregistration would
+// (after this rank's calls end) and the buffer exposed anew. Memory the owner unmaps stays allocated while exposed:
+// until its next use, the next automatic exposure of this rank (which first withdraws every exposure whose
+// allocations changed), or the communicator's destruction. A range some peer could not map is remembered while its
+// allocations are unchanged, so later calls do not ask again. At most kMostAutomaticExposures live at once; beyond
+// that such buffers stay staged.
+constexpr size_t kAutomaticExposureBytes = size_t(4) << 20;
+constexpr size_t kMostAutomaticExposures = 1024;
 
 class RegisteredExposures {
  public:
@@ -49,6 +66,11 @@ class RegisteredExposures {
   };
   // The exposed range that holds [pointer, pointer + bytes) (the newest where several do).
   std::optional<Found> find(uintptr_t pointer, size_t bytes) const;
+  // find's range, else the automatic exposure that holds the buffer, made now where there is none yet (NOTE
+  // [automatic exposures]). nullopt where neither serves. Throws Error(kTimeout) where a changed automatic exposure
+  // could not be withdrawn in time (as withdraw).
+  std::optional<Found> find_or_expose(uintptr_t pointer, size_t bytes);
+  size_t automatic_count() const;  // automatic exposures every peer maps, live now
 
   const ExposedRange* device_table() const { return table_.device_entries(); }
   ExposedRange* device_cache() const { return table_.device_cache(); }  // NOTE [exposure cache]
@@ -65,10 +87,22 @@ class RegisteredExposures {
     uint64_t address;
     uint64_t bytes;
   };
+  struct Automatic {
+    uint64_t id;  // 0: some peer could not map it
+    std::unique_ptr<BackingPages> pages;
+  };
+  // Posts `blob` (kPosixFd fds open until every peer answered); withdraws it where some peer could not map it.
+  // The exposure's id, or 0 then.
+  uint64_t expose_blob(const std::string& blob, uint64_t address, uint64_t bytes);
+  // Withdraws automatic_[index] (after this rank's calls end) and forgets it.
+  void drop_automatic(size_t index);
+
   const MemoryContext& context_;
   std::function<bool(double)> wait_for_calls_;
   ExposureTable table_;
   CudaExposureImporter importer_;
+  mutable std::mutex automatic_mutex_;  // held across an automatic exposure's round trip: one at a time
+  std::vector<Automatic> automatic_;    // oldest first
   ExposureService service_;  // last: its helper stops before the importer and the table go
   mutable std::mutex mutex_;
   std::map<uint64_t, Exposed> exposed_;  // by registration id

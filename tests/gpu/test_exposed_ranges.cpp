@@ -351,6 +351,67 @@ TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateve
   });
 }
 
+// BRAID_EAGER_ZERO_COPY=1: unregistered buffers that several VMM allocations back side by side (PyTorch's expandable
+// segments) are exposed at their first eager use (NOTE [automatic exposures]): an in-place all-reduce, an all-gather
+// into and a reduce-scatter from such a buffer, spanning four allocations from the middle of one, equal the host's
+// results with outputs poisoned first, and the calls leave one automatic exposure on every rank. Then every rank
+// replaces one allocation under the buffer (unmaps it and maps a new one there, as an allocator that gives memory
+// back does): the same calls on fresh data are right again, which they would not be if a peer still wrote into the
+// allocation that went, and the buffer is exposed anew in place of the old exposure.
+TEST(ExposedRanges, UnregisteredBuffersOfSeveralVmmAllocationsAreExposedAtFirstUseAndFollowTheirMemory) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    if (comm.size() == 1) GTEST_SKIP() << "one rank exposes nothing";
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    VmmBuffer memory(size_t(3) << 20, comm.device(), 6);  // six allocations of the granularity's multiple
+    ASSERT_GE(memory.each * 3, size_t(4) << 20) << "the buffer must reach the size of automatic exposures";
+    // The buffer: from the middle of allocation 0 to the middle of allocation 3.
+    int32_t* const buffer = reinterpret_cast<int32_t*>(static_cast<char*>(memory.pointer()) + memory.each / 2);
+    const size_t count = memory.each * 3 / sizeof(int32_t) / world * world;  // elements of the whole buffer
+    const size_t block = count / world;
+    int32_t* plain = nullptr;  // the all-gather's input and the reduce-scatter's output
+    cuda(cudaMalloc(reinterpret_cast<void**>(&plain), count * sizeof(int32_t)), "cudaMalloc");
+    const uint32_t seed = static_cast<uint32_t>(shared_seed(comm));
+    auto run_calls = [&](uint32_t round, const std::string& when) {
+      {  // All-reduce in place.
+        std::vector<int32_t> values(count);
+        for (size_t i = 0; i < count; ++i) values[i] = element(round, rank, i) % 100000;
+        cuda(cudaMemcpy(buffer, values.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+        comm.all_reduce(buffer, buffer, count, DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+        finish_calls(comm);
+        cuda(cudaMemcpy(values.data(), buffer, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        EXPECT_EQ(wrong_sums(values, count, round, world, 0, 100000), 0u) << "all_reduce in place, " << when;
+      }
+      {  // All-gather into the buffer.
+        std::vector<int32_t> values(count);
+        for (size_t i = 0; i < block; ++i) values[i] = element(round + 1, rank, i);
+        cuda(cudaMemcpy(plain, values.data(), block * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+        cuda(cudaMemset(buffer, 0xA5, count * sizeof(int32_t)), "cudaMemset");
+        comm.all_gather(plain, buffer, block, DataType::kInt32, cudaStreamPerThread);
+        finish_calls(comm);
+        cuda(cudaMemcpy(values.data(), buffer, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        size_t wrong = 0;
+        for (int q = 0; q < world; ++q) {
+          for (size_t i = 0; i < block; ++i) wrong += values[q * block + i] != element(round + 1, q, i);
+        }
+        EXPECT_EQ(wrong, 0u) << "all_gather, " << when;
+      }
+      EXPECT_EQ(reduce_scatter_wrong_sums(comm, buffer, plain, block, round + 2), 0u) << "reduce_scatter, " << when;
+    };
+    run_calls(seed, "first use");
+    EXPECT_EQ(automatic_exposures(comm), 1u) << "the calls' buffer was not exposed automatically";
+    device_synchronize();  // no work of any rank on the memory while it is replaced
+    comm.barrier();
+    memory.allocation.replace(1 + rank % 3);  // ranks replace different allocations under the buffer
+    comm.barrier();
+    run_calls(seed + 7, "after an allocation under the buffer was replaced");
+    EXPECT_EQ(automatic_exposures(comm), 1u) << "the old exposure was not withdrawn, or the buffer not exposed anew";
+    free_when_ranks_end(plain);
+    device_synchronize();  // the VMM memory goes next
+  });
+}
+
 // BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output and input announced) on registered VMM memory that every rank,
 // one rank or no rank registered, with no rank, rank 0 alone or every rank in place (every rank exposing: the
 // stores, then the pair exchanges), at an announced size (NOTE [announced sizes]), one whose blocks are larger

@@ -23,6 +23,7 @@ class VmmAllocation {
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    prop_ = prop;
     size_t granularity = 0;
     check(entry<decltype(&cuMemGetAllocationGranularity)>("cuMemGetAllocationGranularity")(
               &granularity, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
@@ -55,6 +56,22 @@ class VmmAllocation {
   VmmAllocation(const VmmAllocation&) = delete;
   VmmAllocation& operator=(const VmmAllocation&) = delete;
 
+  // Unmaps allocation `index`, releases it and maps a new one in its place, as an allocator that gives memory back
+  // and takes it again does. The caller's work on it must have completed.
+  void replace(int index) {
+    const CUdeviceptr at = address_ + static_cast<size_t>(index) * each_;
+    check(entry<decltype(&cuMemUnmap)>("cuMemUnmap")(at, each_), "cuMemUnmap");
+    check(entry<decltype(&cuMemRelease)>("cuMemRelease")(handles_.at(index)), "cuMemRelease");
+    CUmemGenericAllocationHandle handle = 0;
+    check(entry<decltype(&cuMemCreate)>("cuMemCreate")(&handle, each_, &prop_, 0), "cuMemCreate");
+    handles_.at(index) = handle;
+    check(entry<decltype(&cuMemMap)>("cuMemMap")(at, each_, 0, handle, 0), "cuMemMap");
+    CUmemAccessDesc access = {};
+    access.location = prop_.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check(entry<decltype(&cuMemSetAccess)>("cuMemSetAccess")(at, each_, &access, 1), "cuMemSetAccess");
+  }
+
   void* pointer() const { return reinterpret_cast<void*>(address_); }
   size_t bytes() const { return bytes_; }  // of the whole range
   size_t each() const { return each_; }    // of one allocation
@@ -86,6 +103,7 @@ class VmmAllocation {
     handles_.clear();
   }
 
+  CUmemAllocationProp prop_ = {};
   CUdeviceptr address_ = 0;
   size_t bytes_ = 0;
   size_t each_ = 0;
