@@ -243,7 +243,7 @@ class Communicator {
   // shared (host, managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations)
   // makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
   // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
-  // exchange nothing.
+  // exchange nothing (but see BRAID_EAGER_ZERO_COPY below for buffers of VMM memory).
   //
   // Freeing: the peers map a cudaMalloc buffer through CUDA IPC, and CUDA leaves a cudaFree of memory that
   // another process still has open undefined. So free a registered cudaMalloc buffer only after every rank has
@@ -271,7 +271,12 @@ class Communicator {
   // then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged
-  // (docs/registration.md).
+  // (docs/registration.md). A buffer of 4 MiB or more that such a call announces, that no registered range holds,
+  // but that whole VMM allocations with POSIX-fd handles back (one, or several mapped side by side as PyTorch's
+  // expandable segments grow) is exposed at that first use as registering would; each later use first checks that
+  // its allocations still lie where they were found, and where not withdraws the old exposure (after this rank's
+  // calls end; kTimeout where they do not within the timeout) and exposes the buffer anew. Memory unmapped while
+  // exposed stays allocated until that check, this rank's next such exposure, or the communicator's destruction.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after

@@ -81,9 +81,10 @@ constexpr ConfigVar kTable[] = {
      "threads of one process), and every eager all-gather, reduce-scatter, all-reduce and all-to-all whose buffers "
      "are not symmetric memory, at the sizes where that pays (docs/registration.md), runs one kernel that "
      "announces at its entry barrier where each rank's buffers lie: zero copy where every rank's are exposed, else "
-     "staged inside that kernel; no eager call exchanges a registered buffer (other calls stage registered "
-     "buffers). Every rank must set the same value (init refuses a mismatch). 0: registration stays local and "
-     "such calls take the selection table's paths."},
+     "staged inside that kernel; buffers of 4 MiB or more that nobody registered but whole VMM allocations back "
+     "(PyTorch's expandable segments) are exposed at their first use; no eager call exchanges a registered buffer "
+     "(other calls stage registered buffers). Every rank must set the same value (init refuses a mismatch). 0: "
+     "registration stays local and such calls take the selection table's paths."},
     {"BRAID_NCCL_REGISTER", ConfigType::kEnum, "try", "try|yes|no",
      "Whether the NCCL backend registers user buffers with NCCL (ncclCommRegister, NCCL 2.19+) on their first "
      "collective. try: where it can; yes: a failure is an error; no: never."},

@@ -3,6 +3,8 @@
 // holds each range's id, length and an address here through which the owner's bytes read back; withdrawal
 // leaves nothing mapped on any peer. cudaMalloc memory of another process is refused (NOTE [no exposed cudaMalloc
 // memory across processes]). Exposures and withdrawals made while the peers' collectives run never wait for them.
+// Eager calls on exposed buffers (announced, exchanged, and buffers of several VMM allocations exposed at first use)
+// equal the host's results whatever each rank exposed.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
