@@ -149,11 +149,12 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   std::optional<PeerRange> send_range, recv_range;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, call.send, bytes);
-    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, call.recv, bytes);
+    const bool in_place = call.send == call.recv;  // staged whatever the buffers (usable_facts, planner.cpp)
+    send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, call.send, bytes, in_place);
+    recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, call.recv, bytes, in_place);
     facts.peers_map = send_range && recv_range;
     facts.same_process_peers = facts.peers_map && send_range->same_process_peers;
-    facts.in_place = call.send == call.recv;
+    facts.in_place = in_place;
     facts.announced = !facts.peers_map && announces(state, shape, capacities);
   }
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), send_range, recv_range}, stream);

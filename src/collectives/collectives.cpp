@@ -547,12 +547,14 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   ZeroCopyBuffers zero_copy;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    zero_copy = ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes),
-                                call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes)};
+    const bool in_place = overlap(call.send, bytes, call.recv, bytes);  // the copy engines serve out of place only
+    zero_copy =
+        ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes, in_place),
+                        call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes, in_place)};
     facts.peers_map = zero_copy.usable();
     facts.same_process_peers =
         facts.peers_map && (zero_copy.send->same_process_peers || zero_copy.recv->same_process_peers);
-    facts.in_place = overlap(call.send, bytes, call.recv, bytes);
+    facts.in_place = in_place;
     facts.announced = !facts.peers_map && announces(state, shape, capacities);
   }
   launch(state, PlannedCall{call, plan_call(shape, capacities, facts), zero_copy.send, zero_copy.recv}, stream);
@@ -575,9 +577,9 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   std::optional<PeerRange> send_range, recv_range;
   if (call.count * size % 16 == 0 && !plans_ll(shape, capacities)) {
     send_range = call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, input_bytes, in_place);
-    if (plans_output_pushes(shape, capacities)) {
-      recv_range =
-          call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size, in_place);
+    if (plans_output_pushes(shape, capacities)) {  // exchanged with the input: the call's size decides
+      recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size,
+                                     in_place, input_bytes);
     }
   }
   BufferFacts facts{};

@@ -341,17 +341,19 @@ bool announcing_pays(Collective collective, size_t bytes) {
 }
 
 // NOTE [exchanged sizes]
-// The buffers whose eager calls learn the peers' exposed buffers on the host (NOTE [exchanged exposures],
-// call_buffers.cpp), which opens the copy-engine rows of buffers peers map to them: all-gather outputs and
-// reduce-scatter inputs and outputs of 256 MiB or more, where the engines' pushes beat the SMs' stores and loads
-// (the table's rows for symmetric buffers) and the host's exchange, a few store round trips, is a small part of
-// the call. All-reduce stays announced: an in-place call on mapped buffers takes the SMs' zero-copy two shot, no
-// faster than the staged one, and whether a call is in place is each rank's own. FSDP2's steps with their
-// collectives' buffers from the process group's allocator (2xH200, width 16384, batch 8, float32): 23.71 ms with
-// the exchange against 25.87 announced (NCCL 28.94).
+// The calls whose eager buffers learn the peers' exposed buffers on the host (NOTE [exchanged exposures],
+// call_buffers.cpp), which opens the copy-engine rows of buffers peers map to them: all-gathers, reduce-scatters
+// (input and output), all-reduces and all-to-alls of 256 MiB or more (the size the table reads: an all-gather's
+// output, a reduce-scatter's input), where the engines beat the SMs' stores and loads (the table's rows for
+// symmetric buffers) and the host's exchange, a few store round trips, is a small part of the call. An all-reduce or
+// all-to-all in place gains nothing (in place, the engines do not serve them), but costs no more than its exchange:
+// 2xH200, bf16, ranks as processes, exchanged against symmetric buffers, all-gather 359.5 / 359.3 us at 256 MiB.
+// FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width 16384, batch 8,
+// float32): 23.71 ms with the exchange against 25.87 announced (NCCL 28.94).
 bool exchanging_pays(Collective collective, size_t bytes) {
   constexpr size_t kLeast = size_t(256) << 20;
-  return bytes >= kLeast && (collective == Collective::kAllGather || collective == Collective::kReduceScatter);
+  return bytes >= kLeast && (collective == Collective::kAllGather || collective == Collective::kReduceScatter ||
+                             collective == Collective::kAllReduce || collective == Collective::kAllToAll);
 }
 
 void set_announce_at_every_size(bool on) { announce_at_every_size.store(on, std::memory_order_relaxed); }

@@ -72,6 +72,21 @@ TEST(Selection, EveryCollectiveByItsSizeAndWorld) {
   }
 }
 
+// NOTE [exchanged sizes]: the four collectives whose buffers peers can map exchange from 256 MiB of the call's
+// size; no other collective does.
+TEST(Selection, LargeEagerCallsExchangeTheirBuffersFrom256MiB) {
+  constexpr size_t kLeast = size_t(256) << 20;
+  for (const Collective collective :
+       {Collective::kAllGather, Collective::kReduceScatter, Collective::kAllReduce, Collective::kAllToAll}) {
+    EXPECT_FALSE(exchanging_pays(collective, kLeast - 1)) << collective_name(static_cast<unsigned>(collective));
+    EXPECT_TRUE(exchanging_pays(collective, kLeast)) << collective_name(static_cast<unsigned>(collective));
+    EXPECT_TRUE(exchanging_pays(collective, size_t(1) << 32)) << collective_name(static_cast<unsigned>(collective));
+  }
+  for (const Collective collective : {Collective::kBroadcast, Collective::kReduce, Collective::kSendRecv}) {
+    EXPECT_FALSE(exchanging_pays(collective, size_t(1) << 32)) << collective_name(static_cast<unsigned>(collective));
+  }
+}
+
 TEST(Selection, SymmetricBuffersHaveRowsOfTheirOwn) {
   const auto pick = [](size_t bytes, Buffers buffers) {
     return select_algorithm(Collective::kAllReduce, bytes, 4, DataType::kBFloat16, "", buffers).algorithm;

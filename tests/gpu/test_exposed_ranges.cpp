@@ -304,12 +304,13 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
   });
 }
 
-// BRAID_EAGER_ZERO_COPY=1: eager all-gathers and reduce-scatters at the sizes whose buffers the ranks exchange on
-// the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on registered VMM memory that every
-// rank, one rank or no rank registered, out of place and in place: the copy engines where every rank's buffer is
-// exposed, the announced or staged paths elsewhere, the same results. The reduce-scatters' outputs reach the
-// exchanged size once with every rank's input (pushes into the peers' outputs on 2 ranks) and once without.
-TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateverEachRankExposed) {
+// BRAID_EAGER_ZERO_COPY=1: eager all-gathers, reduce-scatters, all-reduces and all-to-alls at the sizes whose
+// buffers the ranks exchange on the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on
+// registered VMM memory that every rank, one rank or no rank registered, out of place and in place: the copy engines
+// where every rank's buffer is exposed and the call runs out of place, the announced, zero-copy or staged paths
+// elsewhere, the same results. The reduce-scatters' outputs are exchanged with their inputs (pushes into the peers'
+// outputs on 2 ranks). The all-reduces also run with rank 0 alone in place, which every rank must plan alike.
+TEST(ExposedRanges, ExchangedCallsMatchTheReferenceWhateverEachRankExposed) {
   if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
   with_communicator([](Communicator& comm) {
     make_current(comm);
@@ -346,6 +347,38 @@ TEST(ExposedRanges, ExchangedAllGathersAndReduceScattersMatchTheReferenceWhateve
           const uint32_t round = seed + static_cast<uint32_t>(count * 5 + in_place + exposing * 13);
           EXPECT_EQ(reduce_scatter_wrong_sums(comm, first, in_place ? first + rank * count : second, count, round), 0u)
               << "reduce_scatter of " << count << " int32 a rank, " << how;
+        }
+        for (const bool rank_zero_alone : {false, true}) {  // All-reduce of `first` into `second` or in place.
+          const bool here_in_place = rank_zero_alone ? rank == 0 : in_place;
+          if (rank_zero_alone && in_place) continue;
+          const uint32_t round = seed + static_cast<uint32_t>(31 + in_place + rank_zero_alone * 2 + exposing * 17);
+          std::vector<int32_t> values(least + 4);
+          for (size_t i = 0; i < values.size(); ++i) values[i] = element(round, rank, i) % 100000;
+          cuda(cudaMemcpy(first, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          int32_t* const out = here_in_place ? first : second;
+          if (!here_in_place) cuda(cudaMemset(out, 0xA5, values.size() * sizeof(int32_t)), "cudaMemset");
+          comm.all_reduce(first, out, values.size(), DataType::kInt32, ReduceOp::kSum, cudaStreamPerThread);
+          finish_calls(comm);
+          cuda(cudaMemcpy(values.data(), out, values.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          EXPECT_EQ(wrong_sums(values, values.size(), round, world, 0, 100000), 0u)
+              << "all_reduce, " << how << (rank_zero_alone ? ", rank 0 alone in place" : "");
+        }
+        {  // All-to-all from `first` into `second` (in place: in `second`), blocks of `block` elements.
+          const size_t block = least / world + 4;
+          const uint32_t round = seed + static_cast<uint32_t>(41 + in_place + exposing * 19);
+          std::vector<int32_t> values(block * world);
+          for (size_t i = 0; i < values.size(); ++i) values[i] = element(round, rank, i);  // block q goes to rank q
+          int32_t* const source = in_place ? second : first;
+          if (!in_place) cuda(cudaMemset(second, 0xA5, values.size() * sizeof(int32_t)), "cudaMemset");
+          cuda(cudaMemcpy(source, values.data(), values.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "cudaMemcpy");
+          comm.all_to_all(source, second, block, DataType::kInt32, cudaStreamPerThread);
+          finish_calls(comm);
+          cuda(cudaMemcpy(values.data(), second, values.size() * sizeof(int32_t), cudaMemcpyDeviceToHost), "cudaMemcpy");
+          size_t wrong = 0;
+          for (int q = 0; q < world; ++q) {  // block q here is what rank q sent to this rank
+            for (size_t i = 0; i < block; ++i) wrong += values[q * block + i] != element(round, q, rank * block + i);
+          }
+          EXPECT_EQ(wrong, 0u) << "all_to_all, " << how;
         }
       }
     });
