@@ -112,12 +112,12 @@ std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, Coll
 }  // namespace
 
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes, bool in_place, size_t call_bytes) {
+                                           const void* pointer, size_t bytes, bool in_place) {
   // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
   // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
   if (state.eager_zero_copy && state.order.call_graph() == nullptr) {
     std::optional<PeerRange> exchanged;  // every rank joins, symmetric buffer or not (NOTE [exchanged exposures])
-    if (state.exposure_exchange != nullptr && exchanging_pays(collective, call_bytes != 0 ? call_bytes : bytes)) {
+    if (state.exposure_exchange != nullptr && exchanging_pays(collective, bytes)) {
       exchanged = exchanged_exposure_range(state, collective, buffer, pointer, bytes, in_place);
     }
     std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);

@@ -21,10 +21,8 @@ struct CollectiveContext;
 // sizes of NOTE [exchanged sizes], every rank's exposed buffer through a host exchange that every rank joins (NOTE
 // [exchanged exposures]); other registered buffers are announced instead.
 // `in_place`: whether this rank's call runs in place, where its plan depends on it (reduce-scatter, all-reduce,
-// all-to-all): an exchange whose ranks differ there finds nothing, so that every rank plans alike. `call_bytes`:
-// the call's size as the selection table reads it, which decides whether the ranks exchange (0: `bytes`).
+// all-to-all): an exchange whose ranks differ there finds nothing, so that every rank plans alike.
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
-                                           const void* pointer, size_t bytes, bool in_place = false,
-                                           size_t call_bytes = 0);
+                                           const void* pointer, size_t bytes, bool in_place = false);
 
 }  // namespace braid::collectives

@@ -577,9 +577,9 @@ void reduce_scatter(CollectiveContext& state, const CollectiveCall& call, Stream
   std::optional<PeerRange> send_range, recv_range;
   if (call.count * size % 16 == 0 && !plans_ll(shape, capacities)) {
     send_range = call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, input_bytes, in_place);
-    if (plans_output_pushes(shape, capacities)) {  // exchanged with the input: the call's size decides
-      recv_range = call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size,
-                                     in_place, input_bytes);
+    if (plans_output_pushes(shape, capacities)) {
+      recv_range =
+          call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, call.count * size, in_place);
     }
   }
   BufferFacts facts{};

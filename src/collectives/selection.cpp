@@ -341,15 +341,18 @@ bool announcing_pays(Collective collective, size_t bytes) {
 }
 
 // NOTE [exchanged sizes]
-// The calls whose eager buffers learn the peers' exposed buffers on the host (NOTE [exchanged exposures],
-// call_buffers.cpp), which opens the copy-engine rows of buffers peers map to them: all-gathers, reduce-scatters
-// (input and output), all-reduces and all-to-alls of 256 MiB or more (the size the table reads: an all-gather's
-// output, a reduce-scatter's input), where the engines beat the SMs' stores and loads (the table's rows for
-// symmetric buffers) and the host's exchange, a few store round trips, is a small part of the call. An all-reduce or
-// all-to-all in place gains nothing (in place, the engines do not serve them), but costs no more than its exchange:
-// 2xH200, bf16, ranks as processes, exchanged against symmetric buffers, all-gather 359.5 / 359.3 us at 256 MiB.
-// FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width 16384, batch 8,
-// float32): 23.71 ms with the exchange against 25.87 announced (NCCL 28.94).
+// The buffers whose eager calls learn the peers' exposed buffers on the host (NOTE [exchanged exposures],
+// call_buffers.cpp), which opens the copy-engine rows of buffers peers map to them: all-gather outputs,
+// reduce-scatter inputs and outputs, all-reduce and all-to-all inputs and outputs, of 256 MiB or more each. There
+// the engines beat the SMs' stores and loads (the table's rows for symmetric buffers), and the host's exchange, a
+// few store round trips, is a small part of the call: 2xH200, bf16, ranks as processes, VMM buffers exposed at
+// first use, out of place, GB/s bus bandwidth at 256 / 512 MiB: all-gather 373.4 / 382.2 (staged 328.8 / 350.3),
+// all-reduce 375.3 / 379.2 (344 / 345), all-to-all 371.0 / 381.9 (each alone; 349 at 512 MiB staged). A
+// reduce-scatter's output of 128 MiB, exchanged with its 256 MiB input, made the engines' pushes no faster than the
+// loads of the staged path (428 and 459 us in two runs against 419), so outputs, like inputs, exchange from
+// 256 MiB. An all-reduce or all-to-all in place gains nothing (the engines serve them out of place only) and costs
+// its exchange alone. FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200,
+// width 16384, batch 8, float32): 23.71 ms with the exchange against 25.87 announced (NCCL 28.94).
 bool exchanging_pays(Collective collective, size_t bytes) {
   constexpr size_t kLeast = size_t(256) << 20;
   return bytes >= kLeast && (collective == Collective::kAllGather || collective == Collective::kReduceScatter ||

@@ -308,8 +308,9 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
 // buffers the ranks exchange on the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on
 // registered VMM memory that every rank, one rank or no rank registered, out of place and in place: the copy engines
 // where every rank's buffer is exposed and the call runs out of place, the announced, zero-copy or staged paths
-// elsewhere, the same results. The reduce-scatters' outputs are exchanged with their inputs (pushes into the peers'
-// outputs on 2 ranks). The all-reduces also run with rank 0 alone in place, which every rank must plan alike.
+// elsewhere, the same results. The reduce-scatters' outputs reach the exchanged size once with every rank's input
+// (pushes into the peers' outputs on 2 ranks) and once without. The all-reduces also run with rank 0 alone in place,
+// which every rank must plan alike.
 TEST(ExposedRanges, ExchangedCallsMatchTheReferenceWhateverEachRankExposed) {
   if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
   with_communicator([](Communicator& comm) {
