@@ -263,11 +263,12 @@ class Communicator {
   // every rank's output is exposed and no rank runs in place, or where some rank runs in place and every rank's
   // input and output are exposed). Other sizes, and a reduce_scatter whose rank blocks are not multiples of 16
   // bytes, take the staged paths without announcing. Where every rank is a process of its own, an eager all_gather
-  // whose output, or reduce_scatter whose input or output, is 256 MiB or more first gathers every rank's
-  // announcement of that buffer on the host, through the store (the calling thread waits until every peer's has
-  // reached the same call, within the timeout; kMismatch where the ranks' calls differ), and takes the paths of
-  // buffers every peer maps (the copy engines' pushes, as for registered buffers) where every rank's buffer is
-  // exposed (and, for reduce_scatter, every rank runs in place or none does), as above otherwise. No eager call
+  // whose output, reduce_scatter whose input or output, or all_reduce or all_to_all whose input and output are
+  // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through the store (the
+  // calling thread waits until every peer's has reached the same call, within the timeout; kMismatch where the
+  // ranks' calls differ), and takes the paths of buffers every peer maps (out of place the copy engines, as for
+  // symmetric buffers; in place all_reduce's zero-copy two shot and all_to_all's staged path) where every rank's
+  // buffer is exposed and every rank runs in place or none does, as above otherwise. No eager call
   // then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged
