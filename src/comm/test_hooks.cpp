@@ -82,5 +82,7 @@ size_t automatic_exposures(Communicator& comm) {
   return exposures_of(comm, "testing::automatic_exposures").automatic_count();
 }
 
+void expose_automatically(bool on) { detail::set_automatic_exposures(on); }
+
 }  // namespace testing
 }  // namespace braid

@@ -1,5 +1,6 @@
 #include "memory/registered_exposures.hpp"
 
+#include <atomic>
 #include <utility>
 
 #include "bootstrap/job_secret.hpp"
@@ -10,6 +11,12 @@
 #include "memory/shareable.hpp"
 
 namespace braid::detail {
+
+namespace {
+std::atomic<bool> automatic_exposures{true};
+}  // namespace
+
+void set_automatic_exposures(bool on) { automatic_exposures.store(on, std::memory_order_relaxed); }
 
 RegisteredExposures::RegisteredExposures(const MemoryContext& context,
                                          const std::function<std::unique_ptr<StoreClient>()>& connect,
@@ -52,7 +59,7 @@ bool RegisteredExposures::expose(uint64_t registration, const MemoryDescriptor& 
 
 std::optional<RegisteredExposures::Found> RegisteredExposures::find_or_expose(uintptr_t pointer, size_t bytes) {
   if (std::optional<Found> found = find(pointer, bytes)) return found;
-  if (bytes < kAutomaticExposureBytes) return std::nullopt;
+  if (bytes < kAutomaticExposureBytes || !automatic_exposures.load(std::memory_order_relaxed)) return std::nullopt;
   std::lock_guard<std::mutex> lock(automatic_mutex_);
   // NOTE [automatic exposures]
   for (size_t i = automatic_.size(); i-- > 0;) {  // newest first

@@ -40,6 +40,11 @@ struct MemoryContext;
 constexpr size_t kAutomaticExposureBytes = size_t(4) << 20;
 constexpr size_t kMostAutomaticExposures = 1024;
 
+// Whether find_or_expose exposes buffers nobody registered, for every communicator of this process (on unless
+// turned off). Tests turn it off to keep unregistered buffers unexposed; set it alike on every rank, with no call
+// in flight.
+void set_automatic_exposures(bool on);
+
 class RegisteredExposures {
  public:
   // `wait_for_calls(timeout_s)`: waits until this rank's calls of the communicator made so far have ended on the

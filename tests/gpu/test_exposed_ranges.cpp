@@ -166,13 +166,18 @@ size_t wrong_sums(const std::vector<int32_t>& seen, size_t count, uint32_t round
   return wrong;
 }
 
-// Who registers (so exposes) the tested buffer: every rank, rank 0 alone, or no rank.
-enum Exposing { kEveryRank, kRankZero, kNoRank };
+// Who exposes the tested buffer: every rank, rank 0 alone or no rank by registering it (buffers nobody registered
+// left unexposed), or every rank by its first use (NOTE [automatic exposures]: nobody registers it).
+enum Exposing { kEveryRank, kRankZero, kNoRank, kAutomatic };
 
 // Runs `body` for each Exposing with [pointer, pointer + bytes) registered on this rank as it says; after each,
 // deregisters it (waiting for this rank's calls and the peers' release) and meets the peers.
 void for_each_exposing(Communicator& comm, void* pointer, size_t bytes, const std::function<void(Exposing)>& body) {
-  for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank}) {
+  struct AutomaticExposuresBack {  // on again when the loop ends, even by an exception
+    ~AutomaticExposuresBack() { expose_automatically(true); }
+  } back;
+  for (const Exposing exposing : {kEveryRank, kRankZero, kNoRank, kAutomatic}) {
+    expose_automatically(exposing == kAutomatic);  // every rank's previous body ended at the barrier below
     std::optional<RegisteredBuffer> registered;
     if (exposing == kEveryRank || (exposing == kRankZero && comm.rank() == 0)) {
       registered = comm.register_buffer(pointer, bytes);
@@ -206,7 +211,7 @@ size_t reduce_scatter_wrong_sums(Communicator& comm, int32_t* input, int32_t* ou
 }
 
 // BRAID_EAGER_ZERO_COPY=1 (its own ctest entries): eager all-gathers whose outputs every rank, one rank or no rank
-// exposed (registered VMM memory), out of place and in place, at an announced size (NOTE [announced sizes]) within
+// exposed (registered VMM memory; or every rank at first use, unregistered: for_each_exposing), out of place and in place, at an announced size (NOTE [announced sizes]) within
 // a staging half, one larger than a staging half (the staged path's rounds) and a small one whose rank blocks are
 // not whole 16-byte vectors (planned as staged):
 // every block equal to its rank's input, outputs poisoned before each call; and an all-reduce on the output (staged
@@ -262,8 +267,8 @@ TEST(ExposedRanges, AnnouncedAllGathersMatchTheReferenceWhateverEachRankExposed)
 }
 
 // BRAID_EAGER_ZERO_COPY=1: eager reduce-scatters (input announced) and all-reduces (input and output announced)
-// on registered VMM memory that every rank, one rank or no rank registered, out of place and in place, at an
-// announced size (NOTE [announced sizes]), one larger than a staging half (the staged rounds) and a small one
+// on VMM memory that every rank, one rank or no rank registered (or every rank exposed at first use), out of place
+// and in place, at an announced size (NOTE [announced sizes]), one larger than a staging half (the staged rounds) and a small one
 // (planned as staged; for reduce-scatter its rank blocks are not whole 16-byte vectors either): int32 sums (exact
 // in any order) equal to the host's, outputs poisoned before each call.
 TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateverEachRankExposed) {
@@ -306,7 +311,8 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
 
 // BRAID_EAGER_ZERO_COPY=1: eager all-gathers, reduce-scatters, all-reduces and all-to-alls at the sizes whose
 // buffers the ranks exchange on the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on
-// registered VMM memory that every rank, one rank or no rank registered, out of place and in place: the copy engines
+// VMM memory that every rank, one rank or no rank registered (or every rank exposed at first use), out of place and
+// in place: the copy engines
 // where every rank's buffer is exposed and the call runs out of place, the announced, zero-copy or staged paths
 // elsewhere, the same results. The reduce-scatters' outputs reach the exchanged size once with every rank's input
 // (pushes into the peers' outputs on 2 ranks) and once without. The all-reduces also run with rank 0 alone in place,
@@ -448,8 +454,8 @@ TEST(ExposedRanges, UnregisteredBuffersOfSeveralVmmAllocationsAreExposedAtFirstU
   });
 }
 
-// BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output and input announced) on registered VMM memory that every rank,
-// one rank or no rank registered, with no rank, rank 0 alone or every rank in place (every rank exposing: the
+// BRAID_EAGER_ZERO_COPY=1: eager all-to-alls (output and input announced) on VMM memory that every rank, one rank
+// or no rank registered (or every rank exposed at first use), with no rank, rank 0 alone or every rank in place (every rank exposing: the
 // stores, then the pair exchanges), at an announced size (NOTE [announced sizes]), one whose blocks are larger
 // than a staging half's share (the staged rounds) and a small one (planned as staged): every block equal to what
 // its sender sent, outputs poisoned first.
