@@ -77,8 +77,9 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 // or by abort).
 std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, Collective collective,
                                                   ExchangedBuffer buffer, const void* pointer, size_t bytes,
-                                                  bool in_place) {
-  const uint64_t mine = announcement_of(state, pointer, bytes, 16);
+                                                  bool in_place, bool symmetric) {
+  // A symmetric buffer posts nothing to map (its call takes its symmetric range), so it is never exposed itself.
+  const uint64_t mine = symmetric ? kernels::kAnnouncedStaged : announcement_of(state, pointer, bytes, 16);
   CollectiveContext* const communicator = &state;
   const std::vector<std::string> posts = state.exposure_exchange->allgather(
       exchanged_post(collective, buffer, bytes, in_place, mine), "eager call's buffer",
@@ -116,11 +117,11 @@ std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective 
   // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
   // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
   if (state.eager_zero_copy && state.order.call_graph() == nullptr) {
+    std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);
     std::optional<PeerRange> exchanged;  // every rank joins, symmetric buffer or not (NOTE [exchanged exposures])
     if (state.exposure_exchange != nullptr && exchanging_pays(collective, bytes)) {
-      exchanged = exchanged_exposure_range(state, collective, buffer, pointer, bytes, in_place);
+      exchanged = exchanged_exposure_range(state, collective, buffer, pointer, bytes, in_place, symmetric.has_value());
     }
-    std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);
     return symmetric ? symmetric : exchanged;
   }
   // Two pointers, which std::function holds without allocating: every call builds the hook, few run it.

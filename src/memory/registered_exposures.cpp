@@ -79,9 +79,15 @@ std::optional<RegisteredExposures::Found> RegisteredExposures::find_or_expose(ui
   if (automatic_.size() >= kMostAutomaticExposures) return std::nullopt;
   std::vector<MemoryDescriptor> described = pages->describe();
   std::vector<std::unique_ptr<FdOwner>> fds;  // open until every peer answered
-  for (size_t i = 0; i < described.size(); ++i) {
-    fds.push_back(std::make_unique<FdOwner>(pages->export_fd(i)));
-    described[i].fd = fds.back()->fd;
+  try {
+    for (size_t i = 0; i < described.size(); ++i) {
+      fds.push_back(std::make_unique<FdOwner>(pages->export_fd(i)));
+      described[i].fd = fds.back()->fd;
+    }
+  } catch (const Error& error) {  // an allocation this process imported, say: the buffer stays staged
+    BRAID_DEBUG("buffer [{:#x}, +{}) is not exposed: {}", pointer, bytes, error.what());
+    automatic_.push_back(Automatic{0, std::move(pages)});
+    return std::nullopt;
   }
   const uint64_t id = expose_blob(pack_pages(described, job_secret()), pages->base(), pages->bytes());
   BRAID_DEBUG("buffer [{:#x}, +{}) {} as {} VMM allocations [{:#x}, +{})", pointer, bytes,
