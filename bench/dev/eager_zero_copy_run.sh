@@ -6,6 +6,9 @@
 #   bench     braid-bench --compare nccl, eager all-gather, reduce-scatter and all-reduce bf16 on VMM buffers (as
 #             PyTorch's expandable segments make them): registered with the switch on (announced) and unregistered
 #             with it off (the staged paths), ranks as threads
+#   processes braid-bench --compare nccl under braid-run (every rank a process, so large calls exchange their
+#             buffers on the host), eager all-gather, reduce-scatter, all-reduce and all-to-all bf16 of 32-512 MiB on
+#             unregistered VMM buffers (exposed at first use) with the switch on, and off (the staged paths)
 #   torch     nccl_shim/tests/run_torch_check.sh with the allocator hook, expandable segments and the switch on, at
 #             the default model and at width 4096 (FSDP2 layers of 64 MiB); needs the shim, stripped and gzipped, as
 #             .carry/libnccl.so.2.gz (the staged build leaves nccl_shim out to fit)
@@ -33,6 +36,19 @@ for phase in "$@"; do
         for on in 1 0; do
           BRAID_EAGER_ZERO_COPY=$on bench 90 $coll-vmm-switch$on --coll $coll -d bfloat16 -b 1M -e 512M -f 2 \
             --vmm 1 --register $on $cmp
+        done
+      done
+      ;;
+    processes)
+      cmp="--compare nccl --nccl-lib $nccl_dir/libnccl.so.2"
+      for coll in allgather reducescatter allreduce alltoall; do
+        for on in 1 0; do
+          name=$coll-vmm-processes-switch$on
+          echo "## BRAID_EAGER_ZERO_COPY=$on braid-run -n $gpus braid-bench --coll $coll -d bfloat16 -b 32M -e 512M -f 2 --vmm 1 $cmp" > "$out/$name.txt"
+          BRAID_EAGER_ZERO_COPY=$on timeout 100 build/tools/braid-run/braid-run -n "$gpus" -- build/tools/braid-bench/braid-bench \
+            --coll $coll -d bfloat16 -b 32M -e 512M -f 2 --vmm 1 $cmp --json "$out/$name.json" >> "$out/$name.txt" 2>&1
+          echo "## exit code $?" >> "$out/$name.txt"
+          grep -E '^\[0\] +[0-9]' "$out/$name.txt" | head -8
         done
       done
       ;;
