@@ -340,10 +340,23 @@ TEST(ModelConstants, AnnouncedGather) {
   EXPECT_GE(constant(model, "ANNOUNCING_CALLS"), 2) << "a slot is written again by a later call";
 }
 
+// The automatic exposure's model: enough allocations, handle values and ids for every replacement it makes, and
+// more than one page (the check must cover every page, not the first).
+TEST(ModelConstants, AutomaticExposure) {
+  const auto model = model_constants("automatic_exposure");
+  EXPECT_GE(constant(model, "PAGES"), 2);
+  EXPECT_EQ(constant(model, "ALLOCATIONS"), constant(model, "PAGES") + constant(model, "REPLACES") + 1)
+      << "index 0 is none, then the first pages and one allocation a replacement";
+  EXPECT_GE(constant(model, "HANDLES"), 2 * constant(model, "PAGES") + 1)
+      << "the program's and braid's retained allocations, and a fresh value beyond them";
+  EXPECT_GE(constant(model, "IDS"), constant(model, "REPLACES") + 2) << "index 0 is none, then one id an exposure";
+  EXPECT_GE(constant(model, "CALLS"), constant(model, "REPLACES") + 2) << "a call after each replacement";
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
   for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure",
-                            "announced_gather"}) {
+                            "announced_gather", "automatic_exposure"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }
