@@ -278,6 +278,7 @@ class Communicator {
   // its allocations still lie where they were found, and where not withdraws the old exposure (after this rank's
   // calls end; kTimeout where they do not within the timeout) and exposes the buffer anew. Memory unmapped while
   // exposed stays allocated until that check, this rank's next such exposure, or the communicator's destruction.
+  // At most 1024 such exposures live at once on a communicator; beyond that such buffers stay staged.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
   // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
