@@ -34,6 +34,12 @@ struct RegistrationStats {
                                      // with buffers neither symmetric nor registered; BRAID_AUTO_REGISTER)
   uint64_t peer_mappings = 0;  // peers' allocations mapped here now
   uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now
+  // BRAID_EAGER_ZERO_COPY=1 (the CUDA backend, more than one rank; 0 otherwise): this rank's ranges every peer maps
+  // now, registered buffers' and those of buffers exposed at their first use; of those, the latter; and the peers'
+  // exposed ranges mapped here now.
+  uint64_t exposed = 0;
+  uint64_t exposed_at_first_use = 0;
+  uint64_t peer_exposures = 0;
 };
 
 // One symmetric allocation: the same size on every rank, every rank's copy mapped here.

@@ -68,6 +68,11 @@ RegistrationStats Communicator::registration_stats() {
   detail::CommState& state = detail::usable(state_, "Communicator::registration_stats");
   RegistrationStats stats = state.registrations->stats();
   if (state.nccl) stats.nccl_registered = state.nccl->registered_count();
+  if (detail::RegisteredExposures* exposures = exposures_of(state)) {
+    stats.exposed_at_first_use = exposures->automatic_count();
+    stats.exposed = exposures->exposed_count() + stats.exposed_at_first_use;
+    stats.peer_exposures = exposures->imported_count();
+  }
   return stats;
 }
 

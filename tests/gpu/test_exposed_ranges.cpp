@@ -443,6 +443,10 @@ TEST(ExposedRanges, UnregisteredBuffersOfSeveralVmmAllocationsAreExposedAtFirstU
     };
     run_calls(seed, "first use");
     EXPECT_EQ(automatic_exposures(comm), 1u) << "the calls' buffer was not exposed automatically";
+    const RegistrationStats stats = comm.registration_stats();
+    EXPECT_EQ(stats.exposed_at_first_use, 1u);
+    EXPECT_EQ(stats.exposed, 1u) << "nothing else is exposed here";
+    EXPECT_EQ(stats.peer_exposures, static_cast<uint64_t>(world - 1)) << "each peer's buffer, mapped here";
     device_synchronize();  // no work of any rank on the memory while it is replaced
     comm.barrier();
     memory.allocation.replace(1 + rank % 3);  // ranks replace different allocations under the buffer
