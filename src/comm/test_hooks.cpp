@@ -78,10 +78,6 @@ ExposedEntry exposed_entry(Communicator& comm, int owner, uint64_t id) {
 
 size_t imported_exposures(Communicator& comm) { return exposures_of(comm, "testing::imported_exposures").imported_count(); }
 
-size_t automatic_exposures(Communicator& comm) {
-  return exposures_of(comm, "testing::automatic_exposures").automatic_count();
-}
-
 void expose_automatically(bool on) { detail::set_automatic_exposures(on); }
 
 }  // namespace testing

@@ -44,8 +44,6 @@ struct ExposedEntry {
 };
 ExposedEntry exposed_entry(Communicator& comm, int owner, uint64_t id);
 size_t imported_exposures(Communicator& comm);
-// The automatic exposures (NOTE [automatic exposures]) every peer maps, live on this rank now.
-size_t automatic_exposures(Communicator& comm);
 // Whether buffers nobody registered are exposed at their first use, for every communicator of this process (on
 // unless turned off). Set it alike on every rank, with no call in flight.
 void expose_automatically(bool on);

@@ -1,6 +1,5 @@
 #include "memory/paged_ranges.hpp"
 
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include "core/capture_mode.hpp"
@@ -8,6 +7,7 @@
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "memory/page_blob.hpp"
+#include "memory/shareable.hpp"
 #include "memory/vmm.hpp"
 
 namespace braid::detail {
@@ -68,30 +68,13 @@ bool BackingPages::unchanged() const {
 }
 
 std::vector<MemoryDescriptor> BackingPages::describe() const {
-  char bus_id[32] = {};
-  if (cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device_) != cudaSuccess) bus_id[0] = '\0';
   std::vector<MemoryDescriptor> pages;
   pages.reserve(pages_.size());
   for (const Page& page : pages_) {
-    MemoryDescriptor d;
-    d.kind = MemoryKind::kPosixFd;
-    d.host_id = this_host_id();
-    d.pid = static_cast<uint32_t>(getpid());
-    d.device = device_;
-    d.pci_bus_id = bus_id;
-    d.address = d.allocation_base = page.address;
-    d.bytes = d.allocation_bytes = page.bytes;
-    pages.push_back(d);
+    pages.push_back(describe_shareable("exposure", "buffer", reinterpret_cast<const void*>(page.address), page.bytes,
+                                       device_));
   }
   return pages;
-}
-
-int BackingPages::export_fd(size_t index) const {
-  RelaxedCaptureMode relaxed;
-  DeviceGuard guard(device_);
-  int fd = -1;
-  BRAID_CU(cuMemExportToShareableHandle, &fd, pages_.at(index).handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-  return fd;
 }
 
 std::unique_ptr<PagedMapping> PagedMapping::open(const std::vector<MemoryDescriptor>& pages, std::vector<int> fds,

@@ -34,10 +34,8 @@ class BackingPages {
   }
   // Whether every allocation still lies where it was found (none unmapped, none replaced by another).
   bool unchanged() const;
-  // Each allocation described for a peer (kPosixFd, whole, fd not set).
+  // Each allocation described for a peer (describe_shareable of the whole allocation: kPosixFd, fd not set).
   std::vector<MemoryDescriptor> describe() const;
-  // A new file descriptor of allocation `index`, owned by the caller.
-  int export_fd(size_t index) const;
 
  private:
   struct Page {

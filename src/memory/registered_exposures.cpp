@@ -77,12 +77,13 @@ std::optional<RegisteredExposures::Found> RegisteredExposures::find_or_expose(ui
     if (!automatic_[i].pages->unchanged()) drop_automatic(i);
   }
   if (automatic_.size() >= kMostAutomaticExposures) return std::nullopt;
-  std::vector<MemoryDescriptor> described = pages->describe();
+  std::vector<MemoryDescriptor> described;
   std::vector<std::unique_ptr<FdOwner>> fds;  // open until every peer answered
   try {
-    for (size_t i = 0; i < described.size(); ++i) {
-      fds.push_back(std::make_unique<FdOwner>(pages->export_fd(i)));
-      described[i].fd = fds.back()->fd;
+    described = pages->describe();
+    for (MemoryDescriptor& page : described) {
+      fds.push_back(std::make_unique<FdOwner>(export_allocation_fd(page, context_.device)));
+      page.fd = fds.back()->fd;
     }
   } catch (const Error& error) {  // an allocation this process imported, say: the buffer stays staged
     BRAID_DEBUG("buffer [{:#x}, +{}) is not exposed: {}", pointer, bytes, error.what());
