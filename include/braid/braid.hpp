@@ -264,9 +264,9 @@ class Communicator {
   // input and output are exposed). Other sizes, and a reduce_scatter whose rank blocks are not multiples of 16
   // bytes, take the staged paths without announcing. Where every rank is a process of its own, an eager all_gather
   // whose output, reduce_scatter whose input or output, or all_reduce or all_to_all whose input and output are
-  // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through the store (the
-  // calling thread waits until every peer's has reached the same call, within the timeout; kMismatch where the
-  // ranks' calls differ), and takes the paths of buffers every peer maps (out of place the copy engines, as for
+  // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through memory the
+  // ranks' processes share (the calling thread waits until every peer's has reached the same call, within the
+  // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (out of place the copy engines, as for
   // symmetric buffers; in place all_reduce's zero-copy two shot and all_to_all's staged path) where every rank's
   // buffer is exposed and every rank runs in place or none does, as above otherwise. No eager call
   // then exchanges a registered buffer's mappings

@@ -66,7 +66,7 @@ void hold_in_graph(cudaGraph_t graph, std::shared_ptr<const void> mappings) {
 // An eager call's kernels learn where the peers' buffers lie at their entry barrier (announcing kernels), too late for
 // the copy engines, whose copies the host enqueues with every address. So at the sizes where the engines pay (NOTE
 // [exchanged sizes], selection.cpp) every rank gathers every rank's announcement of the buffer on the host first
-// (exposure_exchange, through the store) and forms the peers' addresses from its exposure table: the call then plans as
+// (exposure_exchange, a mailbox in shared memory) and forms the peers' addresses from its exposure table: the call then plans as
 // one on buffers peers map, every rank from the same words, or, where any rank's buffer is not exposed, or where the
 // ranks differ in whether the call runs in place (a reduce-scatter's plan depends on it), as before. Every rank
 // exchanges for the same calls (the switch, the world, the collective and the buffer's size are the same everywhere;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "bootstrap/bootstrap.hpp"
+#include "bootstrap/host_mailbox.hpp"
 #include "braid/types.hpp"
 #include "collectives/selection.hpp"  // kMaxBlocks
 #include "core/error.hpp"
@@ -77,9 +77,9 @@ struct CollectiveContext {
   // before anything it reads goes. Shared: registrations' removal hooks hold it weakly.
   std::shared_ptr<detail::RegisteredExposures> exposures;
   // Gathers the announcements of large eager calls on the host (NOTE [exchanged exposures], call_buffers.cpp): a
-  // store client and sequence of its own, advanced only by the communicator's calls. Null unless exposures is
-  // set and every rank is a process of its own (peers in this process are served by kernels, not the engines).
-  std::unique_ptr<Bootstrap> exposure_exchange;
+  // mailbox in shared memory, advanced only by the communicator's calls. Null unless exposures is set and every
+  // rank is a process of its own (peers in this process are served by kernels, not the engines).
+  std::unique_ptr<HostMailbox> exposure_exchange;
 };
 
 // The ordering scope a call holds while it enqueues (after its checks), with its GPU current. Ranks that share a

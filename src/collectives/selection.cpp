@@ -344,8 +344,9 @@ bool announcing_pays(Collective collective, size_t bytes) {
 // The buffers whose eager calls learn the peers' exposed buffers on the host (NOTE [exchanged exposures],
 // call_buffers.cpp), which opens the copy-engine rows of buffers peers map to them: all-gather outputs,
 // reduce-scatter inputs and outputs, all-reduce and all-to-all inputs and outputs, of 256 MiB or more each. There
-// the engines beat the SMs' stores and loads (the table's rows for symmetric buffers), and the host's exchange, a
-// few store round trips, is a small part of the call: 2xH200, bf16, ranks as processes, VMM buffers exposed at
+// the engines beat the SMs' stores and loads (the table's rows for symmetric buffers), and the host's exchange is a
+// small part of the call. Measured with the exchange through the store (about 85 us a buffer; the host mailbox
+// takes microseconds): 2xH200, bf16, ranks as processes, VMM buffers exposed at
 // first use, out of place, GB/s bus bandwidth at 256 / 512 MiB: all-gather 373.4 / 382.2 (staged 328.8 / 350.3),
 // all-reduce 375.3 / 379.2 (344 / 345), all-to-all 371.0 / 381.9 (each alone; 349 at 512 MiB staged). A
 // reduce-scatter's output of 128 MiB, exchanged with its 256 MiB input, made the engines' pushes no faster than the

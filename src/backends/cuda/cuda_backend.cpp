@@ -102,9 +102,9 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
     c.exposures = std::make_shared<detail::RegisteredExposures>(
         c.memory, setup.connect, setup.store_prefix, [order](double wait_s) { return order->wait_for_calls(wait_s); });
     if (every_rank_its_own_process(c.memory)) {
-      c.exposure_exchange = std::make_unique<Bootstrap>(std::shared_ptr<StoreClient>(setup.connect()),
-                                                        setup.store_prefix + "/exposure-exchange", c.rank, c.size,
-                                                        c.memory.timeout_s);
+      std::lock_guard<std::mutex> lock(c.memory.setup_mutex);
+      c.exposure_exchange = std::make_unique<HostMailbox>(*c.memory.fds, c.rank, c.size, c.memory.alloc_sequence++,
+                                                          c.memory.timeout_s);
     }
   }
   DeviceSync* sync = c.sync.get();
@@ -121,7 +121,7 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
 void CudaBackend::revoke() { peer_watch_->revoke(); }
 
 void CudaBackend::abort() noexcept {
-  if (context_.exposure_exchange) context_.exposure_exchange->store().interrupt();  // a call waiting there ends
+  if (context_.exposure_exchange) context_.exposure_exchange->interrupt();  // a call waiting there ends
   try {
     context_.sync->publish_failure(device::kErrorAborted, context_.rank, 0);
   } catch (...) {

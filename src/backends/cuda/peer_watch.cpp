@@ -2,7 +2,6 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -24,33 +23,18 @@ int open_pidfd(int pid) {
 #endif
 }
 
-// The board: rank 0 makes it, every other rank receives its fd (NOTE [peer exit]).
-int board_fd(MemoryContext& memory, size_t bytes) {
-  const uint64_t tag = memory.alloc_sequence++;  // every rank exchanges once, in the same order
-  if (memory.rank != 0) return memory.fds->receive(0, tag);
-  const int fd = ::memfd_create("braid-peer-board", MFD_CLOEXEC);
-  if (fd < 0) raise_system("memfd_create", errno, "the peer board");
-  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    const int err = errno;
-    ::close(fd);
-    raise_system("ftruncate", err, "the peer board");
-  }
-  for (int peer = 1; peer < memory.size; ++peer) memory.fds->send(peer, fd, tag);
-  return fd;
-}
-
 }  // namespace
 
 PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::function<void(int, int)> on_exit,
                      std::function<void(int)> on_revoke)
-    : rank_(memory.rank), world_(memory.size), on_exit_(std::move(on_exit)), on_revoke_(std::move(on_revoke)) {
-  board_bytes_ = static_cast<size_t>(memory.size + 1) * sizeof(std::atomic<uint32_t>);
-  const int fd = board_fd(memory, board_bytes_);
-  void* mapped = ::mmap(nullptr, board_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  const int map_error = errno;
-  ::close(fd);
-  if (mapped == MAP_FAILED) raise_system("mmap", map_error, "the peer board");
-  board_ = static_cast<std::atomic<uint32_t>*>(mapped);
+    : rank_(memory.rank),
+      world_(memory.size),
+      // every rank makes its boards in the same order, so the tags agree
+      board_memory_(*memory.fds, memory.rank, memory.size, memory.alloc_sequence++,
+                    static_cast<size_t>(memory.size + 1) * sizeof(std::atomic<uint32_t>), "braid-peer-board"),
+      board_(static_cast<std::atomic<uint32_t>*>(board_memory_.data())),
+      on_exit_(std::move(on_exit)),
+      on_revoke_(std::move(on_revoke)) {
   const int self = static_cast<int>(::getpid());
   for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
     if (r == rank_ || pids[r] <= 0 || pids[r] == self) continue;
@@ -84,7 +68,6 @@ PeerWatch::~PeerWatch() {
     if (pidfd >= 0) ::close(pidfd);
   }
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  ::munmap(board_, board_bytes_);
 }
 
 bool PeerWatch::revoke() {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "bootstrap/host_board.hpp"
 #include "memory/memory_context.hpp"
 
 namespace braid::detail {
@@ -40,8 +41,8 @@ class PeerWatch {
 
   int rank_ = -1;
   int world_ = 0;
-  std::atomic<uint32_t>* board_ = nullptr;  // [world] words: 1 once the rank left cleanly; [world]: revoker + 1
-  size_t board_bytes_ = 0;
+  HostBoard board_memory_;
+  std::atomic<uint32_t>* board_;  // [world] words: 1 once the rank left cleanly; [world]: revoker + 1
   std::vector<int> ranks_, pids_, pidfds_;  // the watched peers
   int wake_fd_ = -1;                        // an eventfd: the destructor's stop
   std::function<void(int, int)> on_exit_;
