@@ -9,27 +9,20 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "core/fd_owner.hpp"
 
 namespace braid {
 namespace {
 
 constexpr int kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-// Closes the fd when the scope ends, whatever it threw.
-struct ClosedAtEnd {
-  int fd;
-  ~ClosedAtEnd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 int made_board(size_t bytes, const char* name) {
   const int fd = ::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) raise_system("memfd_create", errno, name);
-  ClosedAtEnd closed{fd};
+  detail::FdOwner owned(fd);  // closed if anything below throws
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) raise_system("ftruncate", errno, name);
   if (::fcntl(fd, F_ADD_SEALS, kSeals) != 0) raise_system("fcntl(F_ADD_SEALS)", errno, name);
-  closed.fd = -1;
+  owned.fd = -1;
   return fd;
 }
 
@@ -50,7 +43,7 @@ void check_received(int fd, size_t bytes, const char* name) {
 HostBoard::HostBoard(FdExchanger& fds, int rank, int size, uint64_t tag, size_t bytes, const char* name)
     : bytes_(bytes) {
   const int fd = rank == 0 ? made_board(bytes, name) : fds.receive(0, tag);
-  ClosedAtEnd closed{fd};  // the mapping keeps the memory
+  const detail::FdOwner owned(fd);  // the mapping keeps the memory
   if (rank == 0) {
     for (int peer = 1; peer < size; ++peer) fds.send(peer, fd, tag);
   } else {

@@ -12,8 +12,6 @@
 namespace braid {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // The peers' hosts usually post within microseconds of each other: spin that long, then sleep between looks.
 constexpr auto kSpinFor = std::chrono::microseconds(100);
 constexpr auto kSleep = std::chrono::microseconds(20);
@@ -38,13 +36,12 @@ HostMailbox::Slot& HostMailbox::slot(int rank, uint64_t number) const {
   return static_cast<Slot*>(board_.data())[static_cast<size_t>(rank) * 2 + number % 2];
 }
 
-bool HostMailbox::wait_for(int peer, uint64_t number, const char* what, const std::function<void()>& poll) {
+bool HostMailbox::wait_for(int peer, uint64_t number, const char* what, const std::function<void()>& poll,
+                           Clock::time_point deadline) {
   const Slot& theirs = slot(peer, number);
   const uint64_t previous = number >= 2 ? number - 2 : 0;
-  const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + std::chrono::duration_cast<Clock::duration>(
-                                                 std::chrono::duration<double>(timeout_s_));
   const auto poll_interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(kPollInterval_s));
+  const Clock::time_point start = Clock::now();
   Clock::time_point next_poll = start + poll_interval;
   for (;;) {
     const uint64_t seen = theirs.number.load(std::memory_order_acquire);
@@ -84,9 +81,11 @@ std::vector<std::string> HostMailbox::allgather(const std::string& mine, const c
 
   std::vector<std::string> posts(size_);
   posts[rank_] = mine;
+  const Clock::time_point deadline =  // one for the whole allgather, however many peers it waits for
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    if (!wait_for(peer, number, what, poll)) {
+    if (!wait_for(peer, number, what, poll, deadline)) {
       std::vector<int> missing;
       for (int r = 0; r < size_; ++r) {
         if (r != rank_ && slot(r, number).number.load(std::memory_order_acquire) != number) missing.push_back(r);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -46,9 +47,12 @@ class HostMailbox {
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the slots are shared between processes");
 
+  using Clock = std::chrono::steady_clock;
+
   Slot& slot(int rank, uint64_t number) const;
-  // Waits until rank `peer` posted `number`; false at the deadline.
-  bool wait_for(int peer, uint64_t number, const char* what, const std::function<void()>& poll);
+  // Waits until rank `peer` posted `number`; false at `deadline`.
+  bool wait_for(int peer, uint64_t number, const char* what, const std::function<void()>& poll,
+                Clock::time_point deadline);
 
   int rank_;
   int size_;

@@ -3,23 +3,12 @@
 #pragma once
 
 #include <cuda.h>
-#include <unistd.h>
 
 #include <cstddef>
 
-namespace braid::detail {
+#include "core/fd_owner.hpp"
 
-// Owns a file descriptor until destroyed.
-struct FdOwner {
-  int fd = -1;
-  FdOwner() = default;
-  explicit FdOwner(int owned) : fd(owned) {}
-  FdOwner(const FdOwner&) = delete;
-  FdOwner& operator=(const FdOwner&) = delete;
-  ~FdOwner() {
-    if (fd >= 0) close(fd);
-  }
-};
+namespace braid::detail {
 
 // Pinned device memory on `device`, exportable as a POSIX fd.
 CUmemAllocationProp posix_fd_allocation_properties(int device);

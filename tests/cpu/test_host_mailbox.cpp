@@ -94,6 +94,25 @@ TEST(HostMailbox, AMissingRankTimesOutNamed) {
   });
 }
 
+// One deadline for the whole allgather, not one a peer: rank 1 posts late, rank 2 never; rank 0 gives up one
+// timeout after it posted, naming rank 2 alone.
+TEST(HostMailbox, ALatePeerDoesNotExtendTheWaitForAMissingOne) {
+  const std::string scope = fresh_scope();
+  run_ranks(all_ranks(3), [&](int rank) {
+    FdExchanger fds(scope, rank, 3, kTimeoutS);
+    HostMailbox mailbox(fds, rank, 3, kTag, 1.0);
+    EXPECT_EQ(mailbox.allgather(post_of(rank, 1), "first").size(), 3u);
+    if (rank == 2) return;
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = expect_error([&] { mailbox.allgather("second", "test"); }, ErrorCode::kTimeout);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_NE(message.find("rank(s) 2 did not post within 1 s"), std::string::npos) << message;
+    EXPECT_GE(waited, 1.0);
+    if (rank == 0) EXPECT_LT(waited, 1.5) << "rank 1's late post restarted the wait for rank 2";
+  });
+}
+
 // interrupt() from another thread ends a wait with kAborted; the poll hook runs while waiting and its throw ends
 // the wait too.
 TEST(HostMailbox, InterruptAndPollEndAWait) {
