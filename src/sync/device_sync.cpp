@@ -81,6 +81,8 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   detail::fill_zeros_now(counters_, sizeof(Counters));
   // Two words: [0] fatal failures, [1] refused data.
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), 2 * sizeof(device::ErrorWord), cudaHostAllocMapped));
+  BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&stop_value_), sizeof(unsigned int), cudaHostAllocDefault));
+  *stop_value_ = 1;
   error_host_[0] = device::ErrorWord{};
   error_host_[1] = device::ErrorWord{};
   device::ErrorWord* error_device = nullptr;
@@ -101,10 +103,14 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
 
 DeviceSync::~DeviceSync() {
   DeviceGuard guard(device_);
+  // A stopped flag's copy still queued would land in counters_ after they are freed, perhaps in the next
+  // communicator's, whose kernels would then act on nothing.
+  if (stop_enqueued_.load()) cudaStreamSynchronize(stop_stream_);
   cudaStreamDestroy(stop_stream_);
   cudaFree(expected_);
   cudaFree(counters_);
   cudaFreeHost(error_host_);
+  cudaFreeHost(stop_value_);
 }
 
 void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
@@ -118,31 +124,33 @@ void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
 }
 
 bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
-  // Stopped before the claim (verify/models/host_failure.pml): a kernel that gives its call up, on this code or on
-  // a claim of its own that loses to this one, may end at once, and the kernel behind it must start stopped.
-  {
-    RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
-    DeviceGuard guard(device_);
-    const unsigned int stopped = 1;
-    cudaMemcpyAsync(&counters_->stopped, &stopped, sizeof stopped, cudaMemcpyHostToDevice, stop_stream_);
-    cudaStreamSynchronize(stop_stream_);  // a copy engine's: it does not wait for the spinning kernels
-  }
+  // The word first, the flag's copy after it and never waited for (verify/models/host_failure.pml): a kernel that
+  // gives its call up marks the rank stopped itself, so the kernel behind it starts stopped however late this copy
+  // lands. It may land late: on a GPU that ranks of one process share, the copy can sit in a hardware queue behind
+  // a kernel that spins until it sees this code.
   device::ErrorWord& word = *error_host_;
   unsigned int free = 0;
   // The claim kernels make (claim_error_word), from the host: one of them or this thread wins the word.
-  if (!std::atomic_ref<unsigned int>(word.claimed).compare_exchange_strong(free, 1u, std::memory_order_acquire)) {
-    return false;
+  const bool won = std::atomic_ref<unsigned int>(word.claimed).compare_exchange_strong(free, 1u,
+                                                                                       std::memory_order_acquire);
+  if (won) {
+    word.collective = 0;
+    word.site = 0;
+    word.rank = pad_.rank;
+    word.peer = peer;
+    word.channel = -1;
+    word.waited_ns = 0;
+    word.value = value;
+    word.limit = 0;
+    std::atomic_ref<unsigned int>(word.code).store(code, std::memory_order_release);
   }
-  word.collective = 0;
-  word.site = 0;
-  word.rank = pad_.rank;
-  word.peer = peer;
-  word.channel = -1;
-  word.waited_ns = 0;
-  word.value = value;
-  word.limit = 0;
-  std::atomic_ref<unsigned int>(word.code).store(code, std::memory_order_release);
-  return true;
+  if (!stop_enqueued_.exchange(true)) {  // kernels that start later act on nothing (NOTE [stopped ranks])
+    RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
+    DeviceGuard guard(device_);
+    // Pinned source: the copy is asynchronous and enqueues without waiting for the stream.
+    cudaMemcpyAsync(&counters_->stopped, stop_value_, sizeof *stop_value_, cudaMemcpyHostToDevice, stop_stream_);
+  }
+  return won;
 }
 
 void DeviceSync::set_ll_epoch_for_testing(uint64_t calls_so_far) {

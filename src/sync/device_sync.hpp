@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -65,9 +66,10 @@ class DeviceSync {
   // Publishes a fatal failure the host found (device::kErrorPeerExited naming `peer` and its pid in `value`,
   // device::kErrorRevoked naming the revoking rank in `peer`, or device::kErrorAborted) in the word kernels record
   // theirs in: every wait of this rank's kernels gives up at its next look (spin_until looks every 1024 spins) and
-  // the next call raises it. First it marks the rank stopped on the device (NOTE [stopped ranks]) and waits for
-  // that copy, so a kernel that starts behind one that gave its call up acts on nothing. False when the word
-  // already held a failure (the first one stays; the rank is stopped either way). Any thread.
+  // the next call raises it. Then it enqueues a copy that marks the rank stopped on the device (NOTE [stopped
+  // ranks]) and returns without waiting for it: a wait that gives up on the code marks the rank stopped itself, so
+  // a kernel that starts behind one that gave its call up acts on nothing. False when the word already held a
+  // failure (the first one stays; the rank is stopped either way). Any thread; never waits for the GPU.
   bool publish_failure(unsigned int code, int peer, long long value);
 
   // Throws the fatal failure a kernel recorded, if any: kTimeout naming collective, wait site and peer, or
@@ -95,7 +97,9 @@ class DeviceSync {
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;
   int device_ = -1;
-  cudaStream_t stop_stream_ = nullptr;  // non-blocking: the stopped flag lands beside kernels that spin
+  cudaStream_t stop_stream_ = nullptr;  // non-blocking: the stopped flag's copy, enqueued once
+  unsigned int* stop_value_ = nullptr;  // pinned host memory holding 1: the copy's source
+  std::atomic<bool> stop_enqueued_{false};
 };
 
 }  // namespace braid

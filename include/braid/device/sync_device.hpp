@@ -14,8 +14,9 @@
 //   - error, data_error: two zeroed ErrorWords that kernels write and this rank's host reads (host-mapped memory:
 //     cudaHostAlloc with cudaHostAllocMapped, then cudaHostGetDevicePointer); neither may be null;
 //   - rank = comm.rank(), world = comm.size(), channels, timeout_ns (e.g. comm.timeout_s() * 1e9);
-//   - stopped (optional, may stay null): one zeroed unsigned int of this rank's device memory, set once a failure
-//     is recorded in `error`, so that barriers of later kernels answer kStoppedPlan (NOTE [stopped ranks]).
+//   - stopped (optional, may stay null): one zeroed unsigned int of this rank's device memory, set by every thread
+//     that gives a call up on a failure in `error`, so that barriers of later kernels answer kStoppedPlan (NOTE
+//     [stopped ranks]).
 // Communicator::check() and braid's calls never read such a pad's words: the user's host code reads them as said
 // under ErrorWord below, and decides what a failure there means. docs/api.md (sync_device.hpp) has the code.
 #pragma once
@@ -91,7 +92,7 @@ struct SignalPad {
   int world;
   int channels;
   unsigned long long timeout_ns;
-  unsigned int* stopped = nullptr;  // device memory private to this rank, or null: nonzero once `error` is claimed
+  unsigned int* stopped = nullptr;  // device memory private to this rank, or null: nonzero once a wait gave up
 };
 
 // Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
@@ -109,10 +110,13 @@ constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 // could be taken by a peer as another call's (a peer would then finish with wrong data and no error). So a kernel
 // that starts on a stopped rank writes nothing a peer reads and posts nothing; at a barrier it announces
 // kStoppedPlan instead of its plan (so a peer parked there fails with kMismatch) and fails without waiting.
-// SignalPad::stopped holds the state in device memory, set by whoever claims the fatal word (record_error,
-// answer_mismatch; the host's DeviceSync::publish_failure sets it before it claims, verify/models/host_failure.pml)
-// and read with a plain load: a kernel of the same stream that starts after the failure sees it
-// (the kernel boundary), and one of the same launch may see it or not, as it may see the failure or not.
+// SignalPad::stopped holds the state in device memory, read with a plain load. Every thread that gives its call up
+// on a failure sets it before its kernel can end (mark_stopped): one that is about to claim the fatal word
+// (record_error, answer_mismatch), whether it wins the claim or not, and one whose wait ends on a failure already in
+// the word (a peer's exit, an abort or a revocation the host published, or another wait's). So a kernel of the same
+// stream that starts behind one that gave its call up sees it (the kernel boundary), whoever published the failure
+// and however late the host's own copy of the flag lands (verify/models/host_failure.pml); one of the same launch
+// may see it or not, as it may see the failure or not.
 // verify/models/agreement.pml proves that with this rule every rank fails with kMismatch and none uses another
 // call's data.
 
@@ -182,11 +186,16 @@ __device__ inline void write_error_fields(const SignalPad& pad, unsigned int col
 // may be seen or not.
 __device__ __forceinline__ bool rank_stopped(const SignalPad& pad) { return pad.stopped != nullptr && *pad.stopped != 0; }
 
-// Step 1 for the fatal word: claims it and marks this rank stopped (NOTE [stopped ranks]).
-__device__ __forceinline__ bool claim_fatal_word(const SignalPad& pad) {
-  if (!claim_error_word(pad.error)) return false;
+// Marks this rank stopped (NOTE [stopped ranks]); a thread giving its call up calls it before it returns.
+__device__ __forceinline__ void mark_stopped(const SignalPad& pad) {
   if (pad.stopped != nullptr) *static_cast<volatile unsigned int*>(pad.stopped) = 1u;  // written through to L2
-  return true;
+}
+
+// Step 1 for the fatal word: marks this rank stopped (NOTE [stopped ranks]: also when the claim is lost, as this
+// thread's call ends either way), then claims the word.
+__device__ __forceinline__ bool claim_fatal_word(const SignalPad& pad) {
+  mark_stopped(pad);
+  return claim_error_word(pad.error);
 }
 
 // Records the first failure of this communicator for the host; later ones are dropped.
@@ -315,7 +324,10 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
         record_error(pad, kErrorTimeout, collective, site, peer, channel, waited);
         return false;
       }
-      if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) return false;  // another wait failed
+      if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) {  // another wait failed, or the host
+        mark_stopped(pad);
+        return false;
+      }
       uint64_t theirs = 0;
       if (watch.grace_over(pad, check, peer, &theirs) && !ready()) {
         answer_mismatch(pad, check, peer, theirs, collective, site);
