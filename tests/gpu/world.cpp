@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -164,6 +165,19 @@ void replay_graph(cudaGraphExec_t exec, cudaStream_t stream, int times) {
     if (shared) check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (between replays)");
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (replays)");
+}
+
+LockstepBuffer::LockstepBuffer(size_t bytes) {
+  const cudaError_t result = cudaMalloc(&pointer_, bytes == 0 ? 1 : bytes);
+  if (result != cudaSuccess) throw std::runtime_error(std::string("cudaMalloc: ") + cudaGetErrorString(result));
+}
+
+LockstepBuffer::~LockstepBuffer() {
+  try {
+    device_free(pointer_);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "LockstepBuffer: %s\n", error.what());
+  }
 }
 
 void free_when_ranks_end(void* pointer) {

@@ -74,6 +74,21 @@ void replay_graph(cudaGraphExec_t exec, cudaStream_t stream, int times);
 // for memory that ranks release on their own, whose cudaFree could wait for a peer's kernel that waits for this rank.
 void free_when_ranks_end(void* pointer);
 
+// cudaMalloc'd device memory freed with device_free: every rank must drop its buffer at the same point of the test,
+// where no rank's kernel still runs. For the leak tests, whose free GPU memory would count what free_when_ranks_end
+// holds back until the test's end.
+class LockstepBuffer {
+ public:
+  explicit LockstepBuffer(size_t bytes);
+  ~LockstepBuffer();
+  LockstepBuffer(const LockstepBuffer&) = delete;
+  LockstepBuffer& operator=(const LockstepBuffer&) = delete;
+  void* get() const { return pointer_; }
+
+ private:
+  void* pointer_ = nullptr;
+};
+
 // Makes the communicator's GPU current in this thread (init leaves the caller's current device as it was).
 void make_current(const Communicator& comm);
 
