@@ -92,7 +92,7 @@ struct SignalPad {
   int world;
   int channels;
   unsigned long long timeout_ns;
-  unsigned int* stopped = nullptr;  // device memory private to this rank, or null: nonzero once a wait gave up
+  unsigned int* stopped = nullptr;  // this rank's device memory, or null: nonzero once a thread gave its call up
 };
 
 // Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
