@@ -78,12 +78,16 @@ void make_random(Matrix& m, size_t rows, size_t cols, DataType type, uint64_t se
   for (size_t i = 0; i < bits.size(); ++i) bits[i] = bits_of(type, m.host[i]);
   if (m.device == nullptr) ASSERT_EQ(cudaMalloc(&m.device, std::max<size_t>(bits.size() * 2, 16)), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(m.device, bits.data(), bits.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  // From pageable memory the copy may return before its data lands; the calls' streams do not wait for it.
+  ASSERT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
 }
 
 void* poisoned(size_t bytes) {
   void* p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 16)), cudaSuccess);
   EXPECT_EQ(cudaMemset(p, kPoison, bytes), cudaSuccess);
+  // The memset runs on this thread's default stream, which the calls' non-blocking streams do not wait for.
+  EXPECT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
   return p;
 }
 
@@ -333,8 +337,9 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
     graph.exec = instantiate_on_every_rank(graph.graph, stream);
     for (uint64_t replay = 0; replay < 3; ++replay) {
       fill(100 + 10 * replay);  // same device buffers, new values
-      ASSERT_EQ(cudaMemset(ag_out, kPoison, m * c.n * 2), cudaSuccess);
-      ASSERT_EQ(cudaMemset(rs_out, kPoison, c.rows * c.n * 2), cudaSuccess);
+      // On the graph's stream: a memset on the thread's default stream could land after the graph's first GEMM.
+      ASSERT_EQ(cudaMemsetAsync(ag_out, kPoison, m * c.n * 2, stream), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(rs_out, kPoison, c.rows * c.n * 2, stream), cudaSuccess);
       host_barrier();
       ASSERT_EQ(cudaGraphLaunch(graph.exec, stream), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
