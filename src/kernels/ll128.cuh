@@ -81,8 +81,7 @@ class WarpPollBound {
       if (waited > pad_.timeout_ns) {
         device::record_error(pad_, device::kErrorTimeout, collective_, site_, peer_, blockIdx.x, waited);
         stop = 1;
-      } else if (*static_cast<volatile unsigned int*>(&pad_.error->code) != 0) {
-        device::mark_stopped(pad_);  // NOTE [stopped ranks]
+      } else if (device::failure_recorded(pad_)) {
         stop = 1;
       } else if (uint64_t theirs = 0; watch_.grace_over(pad_, check_, peer_, &theirs)) {
         // the round of loads since the first sighting was still unmet

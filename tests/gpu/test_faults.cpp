@@ -39,7 +39,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-// A float all-reduce of `count` ones; true when the result is the world size everywhere.
 // An all-reduce of ones from `send` into `recv` (count floats each); true when every element is the world size.
 bool all_reduce_ones(Communicator& comm, cudaStream_t stream, size_t count, void* send, void* recv) {
   const std::vector<float> ones(count, 1.0f);
@@ -54,6 +53,7 @@ bool all_reduce_ones(Communicator& comm, cudaStream_t stream, size_t count, void
   return true;
 }
 
+// The same on buffers of its own.
 bool all_reduce_ones(Communicator& comm, cudaStream_t stream, size_t count) {
   DeviceBuffer send(count * sizeof(float)), recv(count * sizeof(float));
   return all_reduce_ones(comm, stream, count, send.get(), recv.get());

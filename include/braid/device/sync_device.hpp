@@ -191,6 +191,14 @@ __device__ __forceinline__ void mark_stopped(const SignalPad& pad) {
   if (pad.stopped != nullptr) *static_cast<volatile unsigned int*>(pad.stopped) = 1u;  // written through to L2
 }
 
+// Whether this rank's fatal word already holds a failure (another wait's, or one the host published); if so, marks
+// this rank stopped, as the caller then gives its call up (NOTE [stopped ranks]).
+__device__ __forceinline__ bool failure_recorded(const SignalPad& pad) {
+  if (*static_cast<volatile unsigned int*>(&pad.error->code) == 0) return false;
+  mark_stopped(pad);
+  return true;
+}
+
 // Step 1 for the fatal word: marks this rank stopped (NOTE [stopped ranks]: also when the claim is lost, as this
 // thread's call ends either way), then claims the word.
 __device__ __forceinline__ bool claim_fatal_word(const SignalPad& pad) {
@@ -324,10 +332,7 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
         record_error(pad, kErrorTimeout, collective, site, peer, channel, waited);
         return false;
       }
-      if (*static_cast<volatile unsigned int*>(&pad.error->code) != 0) {  // another wait failed, or the host
-        mark_stopped(pad);
-        return false;
-      }
+      if (failure_recorded(pad)) return false;  // another wait failed, or the host published a failure
       uint64_t theirs = 0;
       if (watch.grace_over(pad, check, peer, &theirs) && !ready()) {
         answer_mismatch(pad, check, peer, theirs, collective, site);
