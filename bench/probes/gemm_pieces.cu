@@ -18,7 +18,13 @@
 //   rs serial all    the same, all on all multiprocessors
 //   rs two streams   this rank's chunks on a second stream that waits for the peer chunks' first piece only
 //   rs chunks=c      the rs serial schedule with c chunks
-// Usage: gemm_pieces
+//   rs tail add      the peer's M/2 rows as one GEMM, then this rank's M/2 rows as one GEMM without C, then an SM
+//                    pass adding C to them (what a two-piece schedule costs when the peer's rows arrive under the
+//                    second GEMM instead of before it), all on all multiprocessors
+//   rs tail add only that last pass alone
+//   rs half+quarters the peer's M/2 rows as one GEMM, then this rank's rows in two chunks adding C
+// Usage: gemm_pieces [OP M [pieces]]   (OP M: that shape alone, e.g. rs 4096; pieces: also each piece shape alone
+// on each algorithm, which the full run always times)
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 bench/probes/gemm_pieces.cu -lcublasLt -o build/probes/gemm_pieces
 #include <cublasLt.h>
@@ -53,6 +59,19 @@ __global__ void fill_random(__nv_bfloat16* to, size_t count, uint32_t seed) {
     x *= 0x5bd1e995u;
     x ^= x >> 15;
     to[i] = __float2bfloat16((static_cast<float>(x & 0xffff) / 65536.0f - 0.5f) * 0.1f);
+  }
+}
+
+// to[i] += from[i], 8 bf16 a thread per step.
+__global__ void add_into(__nv_bfloat16* to, const __nv_bfloat16* from, size_t count) {
+  const size_t vectors = count / 8;
+  for (size_t v = blockIdx.x * size_t(blockDim.x) + threadIdx.x; v < vectors; v += size_t(gridDim.x) * blockDim.x) {
+    uint4 a = reinterpret_cast<const uint4*>(to)[v];
+    const uint4 b = reinterpret_cast<const uint4*>(from)[v];
+    __nv_bfloat162* x = reinterpret_cast<__nv_bfloat162*>(&a);
+    const __nv_bfloat162* y = reinterpret_cast<const __nv_bfloat162*>(&b);
+    for (int i = 0; i < 4; ++i) x[i] = __hadd2(x[i], y[i]);
+    reinterpret_cast<uint4*>(to)[v] = a;
   }
 }
 
@@ -119,7 +138,10 @@ struct Lt {
   }
 };
 
-int main() {
+int main(int argc, char** argv) {
+  const std::string only_op = argc > 2 ? argv[1] : "";
+  const size_t only_m = argc > 2 ? std::stoul(argv[2]) : 0;
+  const bool piece_tables = argc <= 2 || (argc > 3 && std::string(argv[3]) == "pieces");
   CHECK(cudaSetDevice(0));
   int sm_count = 0;
   CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
@@ -143,6 +165,7 @@ int main() {
                           {"rs", 4096, 4096, 4096},  {"rs", 8192, 3584, 8192}, {"rs", 16384, 7168, 4096}};
   std::printf("GPU 0: %d multiprocessors; times in us, median of 21\n", sm_count);
   for (const Shape& s : shapes) {
+    if (!only_op.empty() && (only_op != s.op || only_m != s.m)) continue;
     __nv_bfloat16 *a, *w, *d, *c;
     CHECK(cudaMalloc(&a, s.m * s.k * 2));
     CHECK(cudaMalloc(&w, s.n * s.k * 2));
@@ -230,6 +253,18 @@ int main() {
       for (size_t chunks : {1, 3, 4}) {
         time("rs chunks=" + std::to_string(chunks), [&] { rs(chunks, false, false); });
       }
+      auto tail_add = [&] { add_into<<<sm_count * 4, 512, 0, s1>>>(D(0), C(0), half * s.n); };
+      time("rs tail add", [&] {
+        lt.run(A(half), w, nullptr, D(half), half, s.k, s.n, 0, 0, 0, s1);
+        lt.run(A(0), w, nullptr, D(0), half, s.k, s.n, 0, 0, 0, s1);
+        tail_add();
+      });
+      time("rs tail add only", tail_add);
+      time("rs half+quarters", [&] {
+        lt.run(A(half), w, nullptr, D(half), half, s.k, s.n, 0, 0, 0, s1);
+        lt.run(A(0), w, C(0), D(0), half / 2, s.k, s.n, 0, 0, 0, s1);
+        lt.run(A(half / 2), w, C(half / 2), D(half / 2), half - half / 2, s.k, s.n, 0, 0, 0, s1);
+      });
     }
     // Each piece shape alone, on each of the heuristic's first 8 algorithms: alone, and beside a device-to-device
     // copy on a third stream (the copy engines' traffic of the fused call, heavier: both ends local).
@@ -246,6 +281,7 @@ int main() {
       pieces = {{"rs quarter sms-4", half / 2, false, reduced}, {"rs quarter +C", half / 2, true, reduced},
                 {"rs half +C all", half, true, 0}};
     }
+    if (!piece_tables) pieces.clear();
     for (const Piece& pc : pieces) {
       Plan& p = lt.plan(pc.rows, s.k, s.n, pc.sms);
       for (int algo = 0; algo < static_cast<int>(p.algos.size()); ++algo) {
