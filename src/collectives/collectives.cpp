@@ -110,7 +110,7 @@ void trace_plan(const CollectiveCall& call, const CallPlan& plan) {
 
 // `send`, `recv`: the ranges zero-copy kernels use.
 uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::optional<PeerRange>& send = std::nullopt,
-                 const std::optional<PeerRange>& recv = std::nullopt) {
+                 const std::optional<PeerRange>& recv = std::nullopt, bool in_place = false) {
   PlanArguments arguments{};
   arguments.collective = call.collective;
   arguments.algorithm = plan.algorithm;
@@ -123,6 +123,7 @@ uint64_t plan_of(const CollectiveCall& call, const CallPlan& plan, const std::op
   arguments.root = call.rooted() ? call.root : -1;
   arguments.send_identity = send ? send->identity : 0;
   arguments.recv_identity = recv ? recv->identity : 0;
+  arguments.in_place = in_place;
   return plan_word(arguments);
 }
 
@@ -258,8 +259,14 @@ void run_all_reduce_two_shot_zero_copy(CollectiveContext& state, const PlannedCa
 void run_all_reduce_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   const CollectiveCall& call = planned.call;
   const CallPlan& plan = planned.plan;
-  all_reduce_copy_engine(state, call.send, planned.recv->buffers, call.count * datatype_size(call.type), call.type,
-                         call.op, plan_of(call, plan, planned.send, planned.recv), stream);
+  const size_t bytes = call.count * datatype_size(call.type);
+  if (call.send == call.recv) {  // NOTE [all-reduce in place by the copy engines]
+    all_reduce_in_place_copy_engine(state, planned.recv->buffers, bytes, call.type, call.op,
+                                    plan_of(call, plan, planned.send, planned.recv, true), stream);
+    return;
+  }
+  all_reduce_copy_engine(state, call.send, planned.recv->buffers, bytes, call.type, call.op,
+                         plan_of(call, plan, planned.send, planned.recv), stream);
 }
 
 void run_all_reduce_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
@@ -547,7 +554,7 @@ void all_reduce(CollectiveContext& state, const CollectiveCall& call, Stream str
   ZeroCopyBuffers zero_copy;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    const bool in_place = overlap(call.send, bytes, call.recv, bytes);  // the copy engines serve out of place only
+    const bool in_place = overlap(call.send, bytes, call.recv, bytes);  // the copy engines' schedules differ there
     zero_copy =
         ZeroCopyBuffers{call_buffer_range(state, call.collective, ExchangedBuffer::kSend, call.send, bytes, in_place),
                         call_buffer_range(state, call.collective, ExchangedBuffer::kRecv, call.recv, bytes, in_place)};

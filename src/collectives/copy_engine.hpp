@@ -34,6 +34,7 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);
 // Both ranks' inputs, reduced, land in both outputs (copy_engine_push_reduce.cpp); 2 ranks, out of place.
+// In place instead: all_reduce_in_place_copy_engine.
 void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // Block q of both ranks' inputs, reduced, lands in rank q's output; 2 ranks, out of place.

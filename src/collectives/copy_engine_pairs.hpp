@@ -5,7 +5,8 @@
 // All-reduce on more than 2 ranks is a reduce-scatter's pairs and then an all-gather's.
 // Reduce-scatter and reduce reduce each chunk on arrival, in place too: each own element is read before the same
 // thread writes it. Reduce-scatter serves any world, a rounding per receive (NOTE [reduction pairs on more than 2
-// ranks] in send_recv.cpp); reduce 2 ranks.
+// ranks] in send_recv.cpp); reduce 2 ranks. All-reduce in place on 2 ranks whose buffers the peer maps sends
+// its first pushes as pairs and the reduced chunks into the peer's buffer.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 
 #include "braid/types.hpp"
 #include "kernels/send_recv_bulk_launch.hpp"
+#include "memory/peer_range.hpp"
 
 namespace braid::collectives {
 
@@ -34,6 +36,10 @@ void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send
 // other blocks of its input, which its own phase two overwrites after them. state.size must be more than 2.
 void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, uint64_t plan, Stream stream);
+// 2 ranks, in place, on buffers the peer maps: each half's first pushes as pairs into the peer's pipeline area,
+// reduced there in place, then pushed into the peer's buffer (NOTE [all-reduce in place by the copy engines]).
+void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t bytes,
+                                     DataType type, ReduceOp op, uint64_t plan, Stream stream);
 // The other rank's output is not written. state.size must be 2.
 void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,
                               ReduceOp op, int root, uint64_t plan, Stream stream);

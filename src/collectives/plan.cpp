@@ -14,6 +14,8 @@ constexpr uint64_t kHashBits = (uint64_t(1) << 48) - 1;
 constexpr uint64_t kAutomaticExchangeBit = 4;
 // Mixed into the hash of an announcing kernel's plan, so it never matches the staged plan of the same algorithm.
 constexpr uint64_t kAnnouncedField = 0xA5A5'0A11'0CED'5A5Aull;
+// Mixed into the hash of a call whose schedule in place differs from the one out of place.
+constexpr uint64_t kInPlaceField = 0x1F1A'CE00'0D0E'5EEDull;
 }  // namespace
 
 uint64_t plan_word(const PlanArguments& plan) {
@@ -22,6 +24,7 @@ uint64_t plan_word(const PlanArguments& plan) {
     hash = mix64(hash ^ field);
   }
   if (plan.announced) hash = mix64(hash ^ kAnnouncedField);
+  if (plan.in_place) hash = mix64(hash ^ kInPlaceField);
   return (static_cast<uint64_t>(plan.algorithm) + 1) << 60 | (static_cast<uint64_t>(plan.collective) & 0xF) << 56 |
          static_cast<uint64_t>(plan.zero_copy) << 55 | (static_cast<uint64_t>(plan.blocks) & 0x7F) << 48 |
          (hash & kHashBits);

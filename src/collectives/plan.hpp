@@ -23,6 +23,7 @@ struct PlanArguments {
   uint64_t send_identity;  // PeerRange::identity of a buffer the peers map, else 0
   uint64_t recv_identity;
   bool announced = false;  // an announcing kernel (BufferMode::kAnnounced): part of the hash
+  bool in_place = false;   // where the schedule depends on the placement (all-reduce by the copy engines)
 };
 
 uint64_t plan_word(const PlanArguments& plan);

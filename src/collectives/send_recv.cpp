@@ -181,6 +181,7 @@ struct PairReduction {
   ReduceOp op;
   const char* own;
   int divisor;
+  char* push_back = nullptr;  // where each reduced chunk goes on to in the peer's buffer (the engines), or null
 };
 
 // NOTE [reduction pairs on more than 2 ranks]
@@ -197,7 +198,8 @@ PairReduction reduction_of_receive(const PairReduction& call, size_t receive, si
 }
 
 // The receiver's side: per chunk, the step (hand back the previous slot, wait for this chunk, check its header),
-// then the SM copy or reduction out of the slot; a last step hands back the last slot.
+// then the SM copy or reduction out of the slot (and the reduced chunk's push back); a last step hands back the
+// last slot.
 void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const kernels::BulkLayout& layout,
                        const BulkPair& pair, uint64_t plan, const PairReduction* reduction, cudaStream_t stream) {
   char* const area = static_cast<char*>(state.pipeline.local());
@@ -229,6 +231,12 @@ void enqueue_bulk_recv(CollectiveContext& state, Collective collective, const ke
       reduce.chunk = c;
       reduce.world = reduction->divisor;
       kernels::launch_bulk_reduce_out(reduction->type, reduction->op, reduce, copy_blocks, stream);
+      if (reduction->push_back != nullptr) {  // on the third side stream, beside the next chunk's reduction
+        const cudaStream_t pushes = state.third_side->get();
+        state.third_side->order(stream, pushes);
+        BRAID_CUDA(cudaMemcpyAsync(reduction->push_back + chunk.offset, pair.buffer + chunk.offset, chunk.bytes,
+                                   cudaMemcpyDefault, pushes));
+      }
       continue;
     }
     copy.slot = slot;
@@ -407,6 +415,44 @@ void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, vo
     if (bytes_of(from) != 0) gather.recvs.push_back({from, output + begin(from), bytes_of(from)});
   }
   exchange_pairs(state, gather, plan, stream);
+}
+
+// NOTE [all-reduce in place by the copy engines]
+// On 2 ranks whose buffers the peer maps, in place, neither rank's buffer is free for the other's first push (its
+// own half is its input until reduced, the other half the input the peer needs). So the first pushes go as pairs
+// into the peer's pipeline area, the rest into the peer's buffer itself. Each rank owns a half (split at a
+// 256-byte boundary, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
+// peer's slots; SMs reduce each received chunk in place into the own half (each own element read before the same
+// thread writes it); the engines push each reduced chunk into the same place of the peer's buffer. That place is
+// free: it held the peer's input for this half, whose chunk the peer posted only once its copy had completed.
+// The exit barrier: every push into this rank's buffer has completed before its stream goes on. The plan word
+// carries the placement (the out-of-place schedule pushes into the output at once), so mixed placement fails
+// with kMismatch on both ranks.
+void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t bytes,
+                                     DataType type, ReduceOp op, uint64_t plan, Stream stream) {
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "all_reduce: the copy engines in place serve 2 ranks, not {}", state.size);
+  }
+  const kernels::BulkLayout layout = bulk_layout(state);
+  if (layout.slot_payload == 0) {
+    raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no copy-engine slots");
+  }
+  constexpr size_t kHalfAlignment = 256;
+  const int rank = state.rank, peer = 1 - rank;
+  const size_t boundary = std::min(bytes, ((bytes + 1) / 2 + kHalfAlignment - 1) / kHalfAlignment * kHalfAlignment);
+  const size_t own_offset = rank == 0 ? 0 : boundary, own_bytes = rank == 0 ? boundary : bytes - boundary;
+  const size_t peer_offset = rank == 0 ? boundary : 0, peer_bytes = bytes - own_bytes;
+  char* const buffer = buffers.at[rank];
+  std::vector<BulkPair> sends, recvs;
+  if (peer_bytes != 0) sends.push_back({peer, buffer + peer_offset, peer_bytes});
+  if (own_bytes != 0) recvs.push_back({peer, buffer + own_offset, own_bytes});
+  PairReduction reduction{type, op, buffer + own_offset, state.size, buffers.at[peer] + own_offset};
+  const unsigned int id = static_cast<unsigned int>(Collective::kAllReduce);
+  DeviceGuard guard(state.device);
+  kernels::launch_barrier(state.sync->pad(), id, kSiteEntryBarrier, plan, stream);
+  enqueue_bulk_pairs(state, Collective::kAllReduce, layout, sends, recvs, plan, stream, [] {}, &reduction);
+  if (!recvs.empty()) state.third_side->order(state.third_side->get(), stream);  // the pushes back
+  kernels::launch_barrier(state.sync->pad(), id, kSiteExitBarrier, plan, stream);
 }
 
 void reduce_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t bytes, DataType type,

@@ -42,7 +42,7 @@ TEST(PlanWord, TheSameCallGivesTheSameWordAndNeverZero) {
 
 TEST(PlanWord, EverythingARankMayChooseDifferentlyChangesTheWord) {
   const uint64_t base = plan_word(one_shot());
-  std::vector<PlanArguments> variants(11, one_shot());
+  std::vector<PlanArguments> variants(12, one_shot());
   variants[0].algorithm = Algorithm::kTwoShot;
   variants[1].zero_copy = true;
   variants[2].blocks = 16;
@@ -54,6 +54,7 @@ TEST(PlanWord, EverythingARankMayChooseDifferentlyChangesTheWord) {
   variants[8].recv_identity = 0x1234;
   variants[9].collective = Collective::kReduce;
   variants[10].announced = true;
+  variants[11].in_place = true;
   std::vector<uint64_t> words{base};
   for (const PlanArguments& variant : variants) {
     const uint64_t word = plan_word(variant);

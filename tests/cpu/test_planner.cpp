@@ -57,7 +57,7 @@ TEST(Planner, CopyEnginesOnlyWhereTheyReachEveryPeer) {
   EXPECT_EQ(not_reachable.mode, BufferMode::kStagedCopy);  // broadcast has no zero-copy kernel but the pushes
 }
 
-// All-reduce's copy engines: on 2 ranks the pushes into the peer's output (out of place, where the peer maps it),
+// All-reduce's copy engines: on 2 ranks the pushes into the peer's output (where the peer maps it, in place too),
 // else the table's choice; on more, the pairs on any buffer, mapped or not, in place or not.
 TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   const std::string forced = "allreduce=copyengine";
@@ -66,7 +66,8 @@ TEST(Planner, AllReduceCopyEnginesArePushesOnTwoRanksAndPairsOnMore) {
   EXPECT_EQ(pushes.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(pushes.mode, BufferMode::kZeroCopy);
   EXPECT_NE(plan_call(two, kAreas, {}).algorithm, Algorithm::kCopyEngine);
-  EXPECT_NE(plan_call(two, kAreas, mapped(false, true)).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(two, kAreas, mapped(false, true)).algorithm, Algorithm::kCopyEngine);
+  EXPECT_NE(plan_call(two, kAreas, mapped(true, true)).algorithm, Algorithm::kCopyEngine);
   for (const int world : {3, 4, 8}) {
     SCOPED_TRACE("world " + std::to_string(world));
     const CallShape more = shape(Collective::kAllReduce, size_t(64) << 20, world, DataType::kFloat32, &forced);
@@ -213,8 +214,9 @@ TEST(Planner, TheOneShotAlwaysStages) {
 }
 
 // On 2 ranks an all-reduce on buffers the peer maps goes by copy engines beyond 64 MiB: pushes into the peer's
-// output, so out of place only and never from another GPU's cudaMalloc memory of this process; those calls, and
-// more ranks, keep the zero-copy two shot. Buffers no peer maps have no copy-engine all-reduce.
+// output (in place, the first ones as pairs into its pipeline area, so only where that has slots), never from
+// another GPU's cudaMalloc memory of this process; those calls, and more ranks, keep the zero-copy two shot.
+// Buffers no peer maps have no copy-engine all-reduce on 2 ranks.
 TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
   const CallPlan below = plan_call(shape(Collective::kAllReduce, size_t(64) << 20), kAreas, mapped());
   EXPECT_EQ(below.algorithm, Algorithm::kTwoShot);
@@ -224,7 +226,13 @@ TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
   EXPECT_EQ(beyond.mode, BufferMode::kZeroCopy);
   EXPECT_EQ(beyond.chunk, SIZE_MAX);
   const CallShape large = shape(Collective::kAllReduce, size_t(512) << 20);
-  EXPECT_EQ(plan_call(large, kAreas, mapped(false, true)).algorithm, Algorithm::kTwoShot);  // in place
+  const CallPlan in_place = plan_call(large, kAreas, mapped(false, true));
+  EXPECT_EQ(in_place.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(in_place.mode, BufferMode::kZeroCopy);
+  AreaCapacities no_slots = kAreas;
+  no_slots.copy_engine_slot_payload = 0;
+  EXPECT_EQ(plan_call(large, no_slots, mapped(false, true)).algorithm, Algorithm::kTwoShot);  // in place, no slots
+  EXPECT_EQ(plan_call(large, no_slots, mapped()).algorithm, Algorithm::kCopyEngine);  // out of place needs none
   EXPECT_EQ(plan_call(large, kAreas, mapped(true)).algorithm, Algorithm::kTwoShot);         // same-process peers
   EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20, 4), kAreas, mapped()).algorithm,
             Algorithm::kTwoShot);
@@ -234,7 +242,8 @@ TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
   const std::string forced = "allreduce=copyengine";
   const CallShape small = shape(Collective::kAllReduce, size_t(1) << 20, 2, DataType::kBFloat16, &forced);
   EXPECT_EQ(plan_call(small, kAreas, mapped()).algorithm, Algorithm::kCopyEngine);
-  EXPECT_EQ(plan_call(small, kAreas, mapped(false, true)).algorithm, Algorithm::kLL128);
+  EXPECT_EQ(plan_call(small, kAreas, mapped(false, true)).algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(small, kAreas, mapped(true, true)).algorithm, Algorithm::kLL128);
 }
 
 // In place, an all-to-all's zero-copy stores and copy engines would overwrite blocks peers still read: it runs

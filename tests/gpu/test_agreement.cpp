@@ -132,10 +132,10 @@ const Scenario kScenarios[] = {
     {Call::kReduceScatter, 144 * kMiB, Kind::kDevice, Kind::kDevice, false, false, true},
     {Call::kReduceScatter, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false, false, true},
     {Call::kReduceScatter, 144 * kMiB, Kind::kRegistered, Kind::kRegistered, false, false, true},
-    // The copy-engine all-reduce (2 ranks, beyond 64 MiB, out of place on buffers the peer maps) has barriers that
-    // announce the plan: against the FIFO two shot of cudaMalloc buffers and against the zero-copy two shot of a
-    // rank in place, a mismatch; on both sides, right (registered buffers too: processes take the engines, threads
-    // the two shot, the same on every rank).
+    // The copy-engine all-reduce (2 ranks, beyond 64 MiB, on buffers the peer maps) has barriers that announce the
+    // plan: against the FIFO two shot of cudaMalloc buffers and against the engines of a rank in place (whose
+    // first pushes go as pairs), a mismatch; on both sides, right (registered buffers too: processes take the
+    // engines, threads the two shot, the same on every rank).
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kDevice, true, false, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false, false, true},

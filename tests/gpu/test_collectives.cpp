@@ -498,7 +498,7 @@ TEST(Collectives, SymmetricMemoryZeroCopyReduceScatterAndAllGather) {
 // into the peers' outputs (larger than a staging half too; all-reduce and reduce-scatter on 2 ranks out of place,
 // in chunks; the unaligned variants reduce element by element). Sizes that are not whole 16-byte rank blocks, and
 // the in-place variants, check the fallbacks (zero-copy kernels or FIFOs; reduce-scatter's pairs through the
-// pipeline area; for all-reduce, the table's choice).
+// pipeline area; all-reduce on 2 ranks: the pairs, then pushes into the peer's buffer).
 TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const std::vector<Collective> collectives = {Collective::kAllGather, Collective::kBroadcast,
@@ -511,6 +511,31 @@ TEST(Collectives, SymmetricMemoryCopyEngineMatrices) {
       if (has_root(c.collective) && c.count % 2 == 1) c.root = comm.size() - 1;  // roots other than 0 too
     }
     run_symmetric_cases(comm, cases, "copy engines");
+  });
+}
+
+// An all-reduce in place on symmetric buffers of 2 ranks by the copy engines (NOTE [all-reduce in place by the copy
+// engines]): forced at small sizes (one element, odd counts, halves that are not whole 256-byte pieces, unaligned),
+// and where the table picks them beyond 64 MiB, up to a half of five pipeline slots and an odd tail, so every slot
+// is used more than once; sum and avg, float32 and bfloat16, each against the host reference.
+TEST(Collectives, AllReduceInPlaceByCopyEnginesOnTwoRanks) {
+  if (world_size() != 2) GTEST_SKIP() << "the copy engines serve an all-reduce in place on 2 ranks";
+  with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
+    constexpr size_t kMiB = size_t(1) << 20;
+    std::vector<Case> cases;
+    auto add = [&](DataType type, ReduceOp op, size_t bytes, bool aligned) {
+      const size_t count = std::max<size_t>(1, bytes / datatype_size(type));
+      cases.push_back(Case{Collective::kAllReduce, type, op, count, 0, true, aligned, 0});
+    };
+    for (const size_t bytes : {size_t(4), size_t(28), size_t(4097 * 4), kOneMiBPlus3 + 1}) {
+      add(DataType::kFloat32, ReduceOp::kSum, bytes, true);
+    }
+    add(DataType::kFloat32, ReduceOp::kSum, 4097 * 4, false);
+    add(DataType::kBFloat16, ReduceOp::kAvg, 6, true);
+    add(DataType::kBFloat16, ReduceOp::kAvg, 64 * kMiB + 6, true);
+    add(DataType::kBFloat16, ReduceOp::kSum, 96 * kMiB + 2, false);
+    add(DataType::kFloat32, ReduceOp::kSum, 320 * kMiB + 12, true);  // a half of 5 slots of 32 MiB, and a tail
+    run_symmetric_cases(comm, cases, "copy engines, all-reduce in place");
   });
 }
 
