@@ -140,8 +140,8 @@ class Communicator {
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
   // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there
   // (except an eager one that announces its buffers, see register_buffer: it runs one kernel on every rank), an
-  // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, which keeps its SM kernels where the other
-  // takes the copy engines, a reduce-scatter on 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
+  // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, whose copy engines there first push as
+  // chunk pairs into the peer's pipeline area where the other pushes into the peer's output, a reduce-scatter on 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
   // input (symmetric or registered, whole 16-byte rank blocks), in place on one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
   // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and fail
   // on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
@@ -266,8 +266,8 @@ class Communicator {
   // whose output, reduce_scatter whose input or output, or all_reduce or all_to_all whose input and output are
   // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through memory the
   // ranks' processes share (the calling thread waits until every peer's has reached the same call, within the
-  // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (out of place the copy engines, as for
-  // symmetric buffers; in place all_reduce's zero-copy two shot and all_to_all's staged path) where every rank's
+  // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (the copy engines, as for symmetric
+  // buffers, all_reduce's in place too; in place all_to_all's staged path) where every rank's
   // buffer is exposed and every rank runs in place or none does, as above otherwise. No eager call
   // then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
