@@ -895,7 +895,8 @@ TEST(Collectives, GraphCaptureReplaysMatchEager) {
 }
 
 // The copy-engine collectives captured: the side stream's fork and join of the own block's copy, and the
-// reductions' side streams (reduce-scatter's 20 MiB blocks: tapered chunks of 12 and 8 MiB).
+// reductions' side streams (reduce-scatter's 20 MiB blocks: tapered chunks of 12 and 8 MiB; an all-reduce of
+// 72 MiB in place: halves of a whole pipeline slot and a part of one, each chunk's push back on the third).
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
@@ -903,6 +904,7 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
                                     {
                                         {C::kAllGather, D::kBFloat16, O::kSum, (1u << 20) / 2, 0, false, true, 0},
                                         {C::kAllReduce, D::kBFloat16, O::kSum, (6u << 20) / 2 + 5, 0, false, true, 0},
+                                        {C::kAllReduce, D::kFloat32, O::kAvg, (72u << 20) / 4 + 3, 0, true, true, 0},
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4, 0, false, true, 0},
                                         {C::kReduceScatter, D::kBFloat16, O::kSum, (20u << 20) / 2 + 8, 0, false, true, 0},
@@ -913,9 +915,10 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEager) {
 }
 
 // The same on cudaMalloc'd buffers. With automatic registration the captured calls take the engines into the
-// registered outputs (ranks as processes) or the zero-copy kernels (threads); with BRAID_AUTO_REGISTER=0, the
-// pairs through the peers' pipeline areas, whose forks and joins of the communicator's side streams the capture
-// must follow (the all-reduce, which has no pairs, then takes the table's choice).
+// registered outputs (ranks as processes; an all-reduce in place its pairs, then pushes into the peer's buffer)
+// or the zero-copy kernels (threads); with BRAID_AUTO_REGISTER=0, the pairs through the peers' pipeline areas,
+// whose forks and joins of the communicator's side streams the capture must follow (the all-reduces, which have
+// no pairs on 2 ranks there, then take the table's choice).
 TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
   with_algorithms(kCopyEngineEverywhere, [](Communicator& comm) {
     const int last = comm.size() - 1;
@@ -925,6 +928,7 @@ TEST(Collectives, CopyEngineGraphCaptureReplaysMatchEagerOnCudaMallocBuffers) {
                                         {C::kBroadcast, D::kFloat32, O::kSum, (4u << 20) / 4 + 3, last, false, true, 0},
                                         {C::kAllGather, D::kInt32, O::kSum, (16u << 10) / 4 + 1, 0, true, true, 0},
                                         {C::kAllReduce, D::kFloat32, O::kAvg, (6u << 20) / 4 + 3, 0, false, true, 0},
+                                        {C::kAllReduce, D::kBFloat16, O::kSum, (72u << 20) / 2 + 1, 0, true, true, 0},
                                         {C::kReduceScatter, D::kBFloat16, O::kSum, (20u << 20) / 2 + 8, 0, false, true, 0},
                                         {C::kReduceScatter, D::kFloat32, O::kAvg, (1u << 20) / 4 + 4, 0, false, false, 0},
                                     },
