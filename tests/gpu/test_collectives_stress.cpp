@@ -8,6 +8,8 @@
 //     rank), each batch on cudaMalloc'd, registered or symmetric arenas in turn, each call on one of two streams
 //     of the rank's own choosing, with the same delays; checked as above. Where ranks share GPUs it runs fewer
 //     calls, so that a world of 8 on 2 GPUs has an entry of its own within 4 minutes.
+//   - large all-reduces in place (the copy engines' on 2 ranks) among small calls of every kind on symmetric
+//     buffers, on two streams with the same delays; checked as above.
 //   - a rank that skips an all_reduce: the others get braid::Error kTimeout naming it, within the
 //     communicator's timeout (2 s) and a margin, and nobody hangs.
 #include <cuda_runtime_api.h>
@@ -200,6 +202,44 @@ TEST(CollectivesStress, RandomCasesOnEveryBufferKindAndTwoStreams) {
     comm.barrier();  // no rank releases its buffers while a peer's call may still reach them
     comm.deregister(send_registration);
     comm.deregister(recv_registration);
+  });
+}
+
+// Large all-reduces in place among small calls of every kind, on symmetric buffers, two streams and the same
+// delays: on 2 ranks the large ones take the copy engines, whose first pushes land in the peer's pipeline area,
+// which the small calls' FIFOs (reduce, broadcast, all-to-all in place, ...) use before and after them. Every
+// fourth call is an all-reduce in place of 65-100 MiB (an odd count; sum, avg or max; float32 or bfloat16).
+TEST(CollectivesStress, LargeAllReducesInPlaceAmongSmallCallsOnTwoStreams) {
+  with_communicator([](Communicator& comm) {
+    const int rank = comm.rank(), world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    std::vector<Case> calls = random_cases(seed ^ 0x1A46Eull, world, ranks_share_gpus() ? 24 : 48, stress_count);
+    for (size_t i = 0; i < calls.size(); i += 4) {
+      const uint64_t r = mix64(seed ^ (0x1A46E0ull + i));
+      Case& c = calls[i];
+      c.collective = Collective::kAllReduce;
+      c.type = r % 2 == 0 ? DataType::kFloat32 : DataType::kBFloat16;
+      constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+      c.op = kOps[(r >> 8) % 3];
+      c.in_place = true;
+      c.aligned = true;
+      const size_t bytes = (size_t(65) << 20) + (r >> 16) % (size_t(35) << 20);
+      c.count = bytes / datatype_size(c.type) | 1;
+    }
+    const uint64_t key = mix64(seed ^ mix64(0x1A46E5ull + static_cast<uint64_t>(rank)));  // this rank's own draws
+    SymmetricMemory send = comm.alloc(kArenaBytes), recv = comm.alloc(kArenaBytes);
+    const KindArenas symmetric{"symmetric", Arenas{send.local(), recv.local(), kArenaBytes, kArenaBytes}};
+    StreamHandle first, second;
+    BatchPlan plan;
+    plan.arenas_of = [&](size_t) -> const KindArenas& { return symmetric; };
+    plan.streams = {first.get(), second.get()};
+    plan.stream_of = [&](size_t call) { return plan.streams[random_value(key, call) % 2]; };
+    plan.delay_key = key ^ 0xD7ull;
+    size_t failed = 0;
+    if (run_in_batches(comm, calls, seed, plan, failed) == 0) return;  // a call threw: reported
+    EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
+                          << std::hex << seed << std::dec << ")";
+    comm.barrier();  // no rank frees its symmetric buffers while a peer's call may still reach them
   });
 }
 
