@@ -160,11 +160,13 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
     const uint64_t bytes = chunk.bytes;
     char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
     const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
-    if (rows > 0) {
+    if (layout.row_pitch == layout.row_bytes) {  // a contiguous slot: one copy
+      BRAID_CUDA(cudaMemcpyAsync(slot, source, bytes, cudaMemcpyDefault, copies));
+    } else if (rows > 0) {
       BRAID_CUDA(cudaMemcpy2DAsync(slot, layout.row_pitch, source, layout.row_bytes, layout.row_bytes, rows,
                                    cudaMemcpyDefault, copies));
     }
-    if (tail > 0) {
+    if (tail > 0 && layout.row_pitch != layout.row_bytes) {
       BRAID_CUDA(cudaMemcpyAsync(slot + rows * layout.row_pitch, source + rows * layout.row_bytes, tail,
                                  cudaMemcpyDefault, copies));
     }
@@ -417,6 +419,29 @@ void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, vo
   exchange_pairs(state, gather, plan, stream);
 }
 
+// NOTE [in-place window]
+// The all-reduce in place of 2 ranks receives into its pipeline area laid out as two contiguous slots after the
+// headers (kernels::BulkLayout::window), not the pairs' rows: the engines then copy each chunk in one piece, and
+// chunks may be as large as the engines need (each copy costs the engine a fixed time; 64 MiB chunks measured best
+// for the pushes into the peer's output, docs/dev/selection.md), while the larger half still makes at least two, so
+// that one chunk's reduction and push back run beside the next chunk's push. Nothing else uses the area then: the
+// entry barrier ends this rank's earlier calls, and the sender's drain the FIFO pieces it sent before. Both ranks
+// derive it from the larger half, so every slot and header lies alike on both.
+kernels::BulkLayout in_place_window(size_t area_bytes, size_t larger_half) {
+  constexpr size_t kMaxSlotBytes = size_t(64) << 20;
+  constexpr size_t kRowAlignment = 256;
+  constexpr size_t kRows = kernels::kBulkRowsPerSlot;
+  // The rows: world (2) of headers, then the two slots' kRows each.
+  const size_t fits = area_bytes / (2 + kernels::kBulkSlots * kRows) / kRowAlignment * kRowAlignment;
+  const size_t wanted = ((larger_half + 1) / 2 + kRows * kRowAlignment - 1) / (kRows * kRowAlignment) * kRowAlignment;
+  kernels::BulkLayout layout{};
+  layout.row_bytes = layout.row_pitch = std::min({kMaxSlotBytes / kRows, fits, std::max(wanted, kRowAlignment)});
+  if (layout.row_bytes < kernels::kBulkSlots * sizeof(kernels::BulkHeader)) return kernels::BulkLayout{};
+  layout.slot_payload = kRows * layout.row_bytes;
+  layout.window = 2 * layout.row_bytes;
+  return layout;
+}
+
 // NOTE [all-reduce in place by the copy engines]
 // On 2 ranks whose buffers the peer maps, in place, neither rank's buffer is free for the other's first push (its
 // own half is its input until reduced, the other half the input the peer needs). So the first pushes go as pairs
@@ -433,13 +458,13 @@ void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   if (state.size != 2) {
     raise(ErrorCode::kInternal, "all_reduce: the copy engines in place serve 2 ranks, not {}", state.size);
   }
-  const kernels::BulkLayout layout = bulk_layout(state);
-  if (layout.slot_payload == 0) {
-    raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no copy-engine slots");
-  }
   constexpr size_t kHalfAlignment = 256;
   const int rank = state.rank, peer = 1 - rank;
   const size_t boundary = std::min(bytes, ((bytes + 1) / 2 + kHalfAlignment - 1) / kHalfAlignment * kHalfAlignment);
+  const kernels::BulkLayout layout = in_place_window(state.pipeline.bytes(), boundary);
+  if (layout.slot_payload == 0) {
+    raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no room for copy-engine slots");
+  }
   const size_t own_offset = rank == 0 ? 0 : boundary, own_bytes = rank == 0 ? boundary : bytes - boundary;
   const size_t peer_offset = rank == 0 ? boundary : 0, peer_bytes = bytes - own_bytes;
   char* const buffer = buffers.at[rank];

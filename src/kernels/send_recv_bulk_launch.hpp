@@ -26,6 +26,7 @@ struct BulkLayout {
   size_t row_bytes;     // kFifoDepth pieces
   size_t row_pitch;     // from one channel's row to the next
   size_t slot_payload;
+  size_t window = 0;    // where each slot is one contiguous run of the area (one sender an area), or 0
 
   static BulkLayout of(size_t piece_bytes, int world) {
     BulkLayout layout;
@@ -35,6 +36,7 @@ struct BulkLayout {
     return layout;
   }
   char* slot(char* area, int world, int sender, int slot_index) const {
+    if (window != 0) return area + window + size_t(slot_index) * slot_payload;
     const size_t channel = size_t(kPipelineChannels) + size_t(slot_index) * kBulkRowsPerSlot;  // phase 1
     return area + (channel * world + sender) * row_bytes;
   }
