@@ -419,37 +419,17 @@ void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, vo
   exchange_pairs(state, gather, plan, stream);
 }
 
-// NOTE [in-place window]
-// The all-reduce in place of 2 ranks receives into its pipeline area laid out as two contiguous slots after the
-// headers (kernels::BulkLayout::window), not the pairs' rows: the engines then copy each chunk in one piece, and
-// chunks may be as large as the engines need (each copy costs the engine a fixed time; 64 MiB chunks measured best
-// for the pushes into the peer's output, docs/dev/selection.md), while the larger half still makes at least two, so
-// that one chunk's reduction and push back run beside the next chunk's push. Nothing else uses the area then: the
-// entry barrier ends this rank's earlier calls, and the sender's drain the FIFO pieces it sent before. Both ranks
-// derive it from the larger half, so every slot and header lies alike on both.
-kernels::BulkLayout in_place_window(size_t area_bytes, size_t larger_half) {
-  constexpr size_t kMaxSlotBytes = size_t(64) << 20;
-  constexpr size_t kRowAlignment = 256;
-  constexpr size_t kRows = kernels::kBulkRowsPerSlot;
-  // The rows: world (2) of headers, then the two slots' kRows each.
-  const size_t fits = area_bytes / (2 + kernels::kBulkSlots * kRows) / kRowAlignment * kRowAlignment;
-  const size_t wanted = ((larger_half + 1) / 2 + kRows * kRowAlignment - 1) / (kRows * kRowAlignment) * kRowAlignment;
-  kernels::BulkLayout layout{};
-  layout.row_bytes = layout.row_pitch = std::min({kMaxSlotBytes / kRows, fits, std::max(wanted, kRowAlignment)});
-  if (layout.row_bytes < kernels::kBulkSlots * sizeof(kernels::BulkHeader)) return kernels::BulkLayout{};
-  layout.slot_payload = kRows * layout.row_bytes;
-  layout.window = 2 * layout.row_bytes;
-  return layout;
-}
-
 // NOTE [all-reduce in place by the copy engines]
 // On 2 ranks whose buffers the peer maps, in place, neither rank's buffer is free for the other's first push (its
 // own half is its input until reduced, the other half the input the peer needs). So the first pushes go as pairs
 // into the peer's pipeline area, the rest into the peer's buffer itself. Each rank owns a half (split at a
 // 256-byte boundary, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
-// peer's slots; SMs reduce each received chunk in place into the own half (each own element read before the same
-// thread writes it); the engines push each reduced chunk into the same place of the peer's buffer. That place is
-// free: it held the peer's input for this half, whose chunk the peer posted only once its copy had completed.
+// peer's slots, the area laid out as two contiguous ones (NOTE [contiguous window], send_recv_bulk_launch.hpp,
+// from the larger half, so alike on both ranks; nothing else uses the area then: the entry barrier ends this
+// rank's earlier calls, and the sender's drain the FIFO pieces it sent before); SMs reduce each received chunk in
+// place into the own half (each own element read before the same thread writes it); the engines push each
+// reduced chunk into the same place of the peer's buffer. That place is free: it held the peer's input for this
+// half, whose chunk the peer posted only once its copy had completed.
 // The exit barrier: every push into this rank's buffer has completed before its stream goes on. The plan word
 // carries the placement (the out-of-place schedule pushes into the output at once), so mixed placement fails
 // with kMismatch on both ranks.
@@ -461,7 +441,7 @@ void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   constexpr size_t kHalfAlignment = 256;
   const int rank = state.rank, peer = 1 - rank;
   const size_t boundary = std::min(bytes, ((bytes + 1) / 2 + kHalfAlignment - 1) / kHalfAlignment * kHalfAlignment);
-  const kernels::BulkLayout layout = in_place_window(state.pipeline.bytes(), boundary);
+  const kernels::BulkLayout layout = kernels::BulkLayout::window_of(state.pipeline.bytes(), boundary);
   if (layout.slot_payload == 0) {
     raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no room for copy-engine slots");
   }

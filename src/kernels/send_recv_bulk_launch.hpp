@@ -26,13 +26,37 @@ struct BulkLayout {
   size_t row_bytes;     // kFifoDepth pieces
   size_t row_pitch;     // from one channel's row to the next
   size_t slot_payload;
-  size_t window = 0;    // where each slot is one contiguous run of the area (one sender an area), or 0
+  size_t window = 0;    // window_of: where the slots begin, each one contiguous run; 0: the rows' layout
 
   static BulkLayout of(size_t piece_bytes, int world) {
     BulkLayout layout;
     layout.row_bytes = size_t(kFifoDepth) * piece_bytes;
     layout.row_pitch = size_t(world) * layout.row_bytes;
     layout.slot_payload = size_t(kBulkRowsPerSlot) * layout.row_bytes;
+    return layout;
+  }
+  // NOTE [contiguous window]
+  // An area of `area_bytes` that one sender fills (2 ranks) as two headers' rows and then two contiguous slots:
+  // each chunk then moves in one copy, and chunks may be as large as the engines need (each copy costs an engine a
+  // fixed time; 64 MiB chunks measured best for the pushes into the peer's output, docs/dev/selection.md), while
+  // a pair of `chunked_bytes` still makes at least two, so that one chunk's reduction runs beside the next's copy.
+  // Rows stay kBulkRowsPerSlot a slot, of a multiple of 256 bytes. slot_payload 0: the area has no room.
+  static BulkLayout window_of(size_t area_bytes, size_t chunked_bytes) {
+    constexpr size_t kMaxSlotBytes = size_t(64) << 20;
+    constexpr size_t kRowAlignment = 256;
+    constexpr size_t kRows = kBulkRowsPerSlot;
+    constexpr size_t kHeaderRows = 2;  // one a rank, where header() puts them
+    const size_t fits = area_bytes / (kHeaderRows + kBulkSlots * kRows) / kRowAlignment * kRowAlignment;
+    const size_t half = (chunked_bytes + 1) / 2;
+    size_t row = (half + kRows * kRowAlignment - 1) / (kRows * kRowAlignment) * kRowAlignment;
+    row = row < kRowAlignment ? kRowAlignment : row;
+    row = row < kMaxSlotBytes / kRows ? row : kMaxSlotBytes / kRows;
+    row = row < fits ? row : fits;
+    BulkLayout layout{};
+    if (row < kBulkSlots * sizeof(BulkHeader)) return layout;
+    layout.row_bytes = layout.row_pitch = row;
+    layout.slot_payload = kRows * row;
+    layout.window = kHeaderRows * row;
     return layout;
   }
   char* slot(char* area, int world, int sender, int slot_index) const {
