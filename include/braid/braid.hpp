@@ -266,10 +266,10 @@ class Communicator {
   // whose output, reduce_scatter whose input or output, or all_reduce or all_to_all whose input and output are
   // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through memory the
   // ranks' processes share (the calling thread waits until every peer's has reached the same call, within the
-  // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (the copy engines, as for symmetric
-  // buffers, all_reduce's in place too; in place all_to_all's staged path) where every rank's
-  // buffer is exposed and every rank runs in place or none does, as above otherwise. No eager call
-  // then exchanges a registered buffer's mappings
+  // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (as for
+  // symmetric buffers: the copy engines where the table takes them, for an all_reduce of 2 ranks in place too; in
+  // place all_to_all's staged path) where every rank's buffer is exposed and every rank runs in place or none
+  // does, as above otherwise. No eager call then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged
   // (docs/registration.md). A buffer of 4 MiB or more that such a call announces, that no registered range holds,
