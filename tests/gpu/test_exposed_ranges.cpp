@@ -312,9 +312,8 @@ TEST(ExposedRanges, AnnouncedReduceScattersAndAllReducesMatchTheReferenceWhateve
 // BRAID_EAGER_ZERO_COPY=1: eager all-gathers, reduce-scatters, all-reduces and all-to-alls at the sizes whose
 // buffers the ranks exchange on the host (NOTE [exchanged sizes]; ranks as processes of their own: braid-run), on
 // VMM memory that every rank, one rank or no rank registered (or every rank exposed at first use), out of place and
-// in place: the copy engines
-// where every rank's buffer is exposed and the call runs out of place, the announced, zero-copy or staged paths
-// elsewhere, the same results. The reduce-scatters' outputs reach the exchanged size once with every rank's input
+// in place: the copy engines where every rank's buffer is exposed and the call runs out of place (an all-reduce on
+// 2 ranks in place too), the announced, zero-copy or staged paths elsewhere, the same results. The reduce-scatters' outputs reach the exchanged size once with every rank's input
 // (pushes into the peers' outputs on 2 ranks) and once without. The all-reduces also run with rank 0 alone in place,
 // which every rank must plan alike.
 TEST(ExposedRanges, ExchangedCallsMatchTheReferenceWhateverEachRankExposed) {
