@@ -141,7 +141,8 @@ class Communicator {
   // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there
   // (except an eager one that announces its buffers, see register_buffer: it runs one kernel on every rank), an
   // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, whose copy engines there first push as
-  // chunk pairs into the peer's pipeline area where the other pushes into the peer's output, a reduce-scatter on 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
+  // chunk pairs into the peer's pipeline area where the other pushes into the peer's output, a reduce-scatter on
+  // 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
   // input (symmetric or registered, whole 16-byte rank blocks), in place on one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
   // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and fail
   // on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is

@@ -33,6 +33,14 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);
+// The halves of a 2-rank all-reduce's `bytes` by the copy engines: rank 0 owns the first, split at a 256-byte
+// boundary (no element straddles it), rank 1 the rest; the same on both ranks, in place or not.
+struct AllReduceHalves {
+  size_t own_offset, own_bytes, peer_offset, peer_bytes;
+  size_t larger() const { return own_bytes > peer_bytes ? own_bytes : peer_bytes; }
+};
+AllReduceHalves all_reduce_halves(size_t bytes, int rank);
+
 // Both ranks' inputs, reduced, land in both outputs (copy_engine_push_reduce.cpp); 2 ranks, out of place.
 // In place instead: all_reduce_in_place_copy_engine.
 void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,

@@ -205,22 +205,26 @@ size_t max_chunks_of(const CollectiveContext& state, Collective collective) {
 
 }  // namespace
 
+AllReduceHalves all_reduce_halves(size_t bytes, int rank) {
+  const size_t boundary = std::min(bytes, round_up((bytes + 1) / 2, kChunkAlignment));
+  return rank == 0 ? AllReduceHalves{0, boundary, boundary, bytes - boundary}
+                   : AllReduceHalves{boundary, bytes - boundary, 0, boundary};
+}
+
 void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             DataType type, ReduceOp op, uint64_t plan, Stream stream) {
   const size_t max_chunks = max_chunks_of(state, Collective::kAllReduce);
   const int rank = state.rank, peer = 1 - rank;
-  const size_t boundary = std::min(bytes, round_up((bytes + 1) / 2, kChunkAlignment));
-  const size_t own_offset = rank == 0 ? 0 : boundary, own_bytes = rank == 0 ? boundary : bytes - boundary;
-  const size_t peer_offset = rank == 0 ? boundary : 0, peer_bytes = bytes - own_bytes;
+  const AllReduceHalves halves = all_reduce_halves(bytes, rank);
   const char* const input = static_cast<const char*>(send);
   PushReduce call{Collective::kAllReduce};
-  call.push_source = input + peer_offset;
-  call.push_destination = recv.at[peer] + peer_offset;
-  call.push_chunks = Chunks::even(peer_bytes, max_chunks);
-  call.own = input + own_offset;
-  call.result = recv.at[rank] + own_offset;
-  call.own_chunks = Chunks::even(own_bytes, max_chunks);
-  call.push_back_destination = recv.at[peer] + own_offset;
+  call.push_source = input + halves.peer_offset;
+  call.push_destination = recv.at[peer] + halves.peer_offset;
+  call.push_chunks = Chunks::even(halves.peer_bytes, max_chunks);
+  call.own = input + halves.own_offset;
+  call.result = recv.at[rank] + halves.own_offset;
+  call.own_chunks = Chunks::even(halves.own_bytes, max_chunks);
+  call.push_back_destination = recv.at[peer] + halves.own_offset;
   call.type = type;
   call.op = op;
   call.plan = plan;

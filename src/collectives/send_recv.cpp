@@ -159,16 +159,15 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
     const char* source = pair.buffer + chunk.offset;
     const uint64_t bytes = chunk.bytes;
     char* const slot = layout.slot(area, state.size, state.rank, static_cast<int>(c % kernels::kBulkSlots));
-    const uint64_t rows = bytes / layout.row_bytes, tail = bytes % layout.row_bytes;
-    if (layout.row_pitch == layout.row_bytes) {  // a contiguous slot: one copy
-      BRAID_CUDA(cudaMemcpyAsync(slot, source, bytes, cudaMemcpyDefault, copies));
-    } else if (rows > 0) {
+    const uint64_t rows = layout.row_pitch == layout.row_bytes ? 0 : bytes / layout.row_bytes;  // contiguous: none
+    if (rows > 0) {
       BRAID_CUDA(cudaMemcpy2DAsync(slot, layout.row_pitch, source, layout.row_bytes, layout.row_bytes, rows,
                                    cudaMemcpyDefault, copies));
     }
-    if (tail > 0 && layout.row_pitch != layout.row_bytes) {
-      BRAID_CUDA(cudaMemcpyAsync(slot + rows * layout.row_pitch, source + rows * layout.row_bytes, tail,
-                                 cudaMemcpyDefault, copies));
+    const uint64_t done = rows * layout.row_bytes;
+    if (bytes > done) {  // the rest, or the whole chunk of a contiguous slot
+      BRAID_CUDA(cudaMemcpyAsync(slot + rows * layout.row_pitch, source + done, bytes - done, cudaMemcpyDefault,
+                                 copies));
     }
     if (c >= 1) post(c - 1);
     handover.order(copies, steps);  // the step of chunk c follows its copy
@@ -423,7 +422,7 @@ void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // On 2 ranks whose buffers the peer maps, in place, neither rank's buffer is free for the other's first push (its
 // own half is its input until reduced, the other half the input the peer needs). So the first pushes go as pairs
 // into the peer's pipeline area, the rest into the peer's buffer itself. Each rank owns a half (split at a
-// 256-byte boundary, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
+// 256-byte boundary, all_reduce_halves, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
 // peer's slots, the area laid out as two contiguous ones (NOTE [contiguous window], send_recv_bulk_launch.hpp,
 // from the larger half, so alike on both ranks; nothing else uses the area then: the entry barrier ends this
 // rank's earlier calls, and the sender's drain the FIFO pieces it sent before); SMs reduce each received chunk in
@@ -438,20 +437,17 @@ void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   if (state.size != 2) {
     raise(ErrorCode::kInternal, "all_reduce: the copy engines in place serve 2 ranks, not {}", state.size);
   }
-  constexpr size_t kHalfAlignment = 256;
   const int rank = state.rank, peer = 1 - rank;
-  const size_t boundary = std::min(bytes, ((bytes + 1) / 2 + kHalfAlignment - 1) / kHalfAlignment * kHalfAlignment);
-  const kernels::BulkLayout layout = kernels::BulkLayout::window_of(state.pipeline.bytes(), boundary);
+  const AllReduceHalves halves = all_reduce_halves(bytes, rank);
+  const kernels::BulkLayout layout = kernels::BulkLayout::window_of(state.pipeline.bytes(), halves.larger());
   if (layout.slot_payload == 0) {
     raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no room for copy-engine slots");
   }
-  const size_t own_offset = rank == 0 ? 0 : boundary, own_bytes = rank == 0 ? boundary : bytes - boundary;
-  const size_t peer_offset = rank == 0 ? boundary : 0, peer_bytes = bytes - own_bytes;
   char* const buffer = buffers.at[rank];
   std::vector<BulkPair> sends, recvs;
-  if (peer_bytes != 0) sends.push_back({peer, buffer + peer_offset, peer_bytes});
-  if (own_bytes != 0) recvs.push_back({peer, buffer + own_offset, own_bytes});
-  PairReduction reduction{type, op, buffer + own_offset, state.size, buffers.at[peer] + own_offset};
+  if (halves.peer_bytes != 0) sends.push_back({peer, buffer + halves.peer_offset, halves.peer_bytes});
+  if (halves.own_bytes != 0) recvs.push_back({peer, buffer + halves.own_offset, halves.own_bytes});
+  PairReduction reduction{type, op, buffer + halves.own_offset, state.size, buffers.at[peer] + halves.own_offset};
   const unsigned int id = static_cast<unsigned int>(Collective::kAllReduce);
   DeviceGuard guard(state.device);
   kernels::launch_barrier(state.sync->pad(), id, kSiteEntryBarrier, plan, stream);
