@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "braid/braid.hpp"
@@ -79,6 +80,20 @@ struct BatchPlan {
   std::function<cudaStream_t(size_t call)> stream_of;
   std::vector<cudaStream_t> streams;  // the first also uploads and downloads
   uint64_t delay_key = 0;             // this rank's delays (delay_before)
+};
+
+// Two streams of this rank's own: each call on one of them, and its delays, drawn from `key`.
+struct TwoStreams {
+  StreamHandle first, second;
+  BatchPlan plan;
+  TwoStreams(uint64_t key, std::function<const KindArenas&(size_t batch)> arenas_of) {
+    plan.arenas_of = std::move(arenas_of);
+    plan.streams = {first.get(), second.get()};
+    plan.stream_of = [this, key](size_t call) { return plan.streams[random_value(key, call) % 2]; };
+    plan.delay_key = key ^ 0xD7ull;
+  }
+  TwoStreams(const TwoStreams&) = delete;  // plan.stream_of refers to this
+  TwoStreams& operator=(const TwoStreams&) = delete;
 };
 
 // Runs `calls` (the same on every rank) in batches of up to kMaxBatch that fit the arenas, each enqueued without a
@@ -189,14 +204,9 @@ TEST(CollectivesStress, RandomCasesOnEveryBufferKindAndTwoStreams) {
         {"registered", Arenas{registered_send.get(), registered_recv.get(), kArenaBytes, kArenaBytes}},
         {"symmetric", Arenas{symmetric_send.local(), symmetric_recv.local(), kArenaBytes, kArenaBytes}},
     };
-    StreamHandle first, second;
-    BatchPlan plan;
-    plan.arenas_of = [&](size_t batch) -> const KindArenas& { return kinds[batch % 3]; };
-    plan.streams = {first.get(), second.get()};
-    plan.stream_of = [&](size_t call) { return plan.streams[random_value(key, call) % 2]; };
-    plan.delay_key = key ^ 0xD7ull;
+    TwoStreams two(key, [&](size_t batch) -> const KindArenas& { return kinds[batch % 3]; });
     size_t failed = 0;
-    if (run_in_batches(comm, calls, seed, plan, failed) == 0) return;  // a call threw: reported
+    if (run_in_batches(comm, calls, seed, two.plan, failed) == 0) return;  // a call threw: reported
     EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
                           << std::hex << seed << std::dec << ")";
     comm.barrier();  // no rank releases its buffers while a peer's call may still reach them
@@ -229,14 +239,9 @@ TEST(CollectivesStress, LargeAllReducesInPlaceAmongSmallCallsOnTwoStreams) {
     const uint64_t key = mix64(seed ^ mix64(0x1A46E5ull + static_cast<uint64_t>(rank)));  // this rank's own draws
     SymmetricMemory send = comm.alloc(kArenaBytes), recv = comm.alloc(kArenaBytes);
     const KindArenas symmetric{"symmetric", Arenas{send.local(), recv.local(), kArenaBytes, kArenaBytes}};
-    StreamHandle first, second;
-    BatchPlan plan;
-    plan.arenas_of = [&](size_t) -> const KindArenas& { return symmetric; };
-    plan.streams = {first.get(), second.get()};
-    plan.stream_of = [&](size_t call) { return plan.streams[random_value(key, call) % 2]; };
-    plan.delay_key = key ^ 0xD7ull;
+    TwoStreams two(key, [&](size_t) -> const KindArenas& { return symmetric; });
     size_t failed = 0;
-    if (run_in_batches(comm, calls, seed, plan, failed) == 0) return;  // a call threw: reported
+    if (run_in_batches(comm, calls, seed, two.plan, failed) == 0) return;  // a call threw: reported
     EXPECT_EQ(failed, 0u) << "rank " << rank << ": " << failed << " of " << calls.size() << " calls failed (seed 0x"
                           << std::hex << seed << std::dec << ")";
     comm.barrier();  // no rank frees its symmetric buffers while a peer's call may still reach them
