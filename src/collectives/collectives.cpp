@@ -70,6 +70,8 @@ AreaCapacities area_capacities(const CollectiveContext& state) {
   capacities.ll128_payload = kernels::kLL128MaxPayloadBytes;
   capacities.send_recv_lines_payload = state.send_recv_lines ? kernels::kSendRecvLinesMaxPayload : 0;
   capacities.copy_engine_slot_payload = bulk_layout(state).slot_payload;
+  // The window's room does not depend on the call's size: any area that holds its smallest rows holds it.
+  capacities.copy_engine_window = kernels::BulkLayout::window_of(state.pipeline.bytes(), 1).slot_payload != 0;
   return capacities;
 }
 

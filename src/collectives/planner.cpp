@@ -99,7 +99,7 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else if (shape.collective == Collective::kAllReduce) {
     gates.copy_engines = shape.world > 2 || (shape.world == 2 && facts.peers_map && !facts.same_process_peers &&
-                                             (!facts.in_place || capacities.copy_engine_slot_payload != 0));
+                                             (!facts.in_place || capacities.copy_engine_window));
   } else {
     gates.copy_engines =
         facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);

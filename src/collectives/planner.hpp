@@ -33,6 +33,7 @@ struct AreaCapacities {
   size_t ll128_payload;   // from each sender
   size_t send_recv_lines_payload = 0;  // 0: no area
   size_t copy_engine_slot_payload = 0;  // a send/recv pair's slot in the peer's pipeline area; 0: no slots
+  bool copy_engine_window = false;  // the pipeline area holds the contiguous window (kernels::BulkLayout::window_of)
 };
 
 // What the lookups found; each fact holds for every rank's buffers, so every rank has the same.

@@ -73,5 +73,17 @@ TEST(BulkChunks, TheContiguousWindowFitsTheAreaAndCutsAPairInTwoOrMore) {
   EXPECT_EQ(BulkLayout::window_of(66 * 256 - 1, 1 << 20).slot_payload, 0u);
 }
 
+// Whether an area holds the window does not depend on the pair's bytes: the planner asks once with 1 byte
+// (AreaCapacities::copy_engine_window) for every call.
+TEST(BulkChunks, TheWindowsRoomDependsOnTheAreaAlone) {
+  for (size_t area = 60 * 256; area <= 72 * 256; area += 37) {
+    const bool room = BulkLayout::window_of(area, 1).slot_payload != 0;
+    for (const uint64_t bytes : {uint64_t(2), uint64_t(4097), uint64_t(1) << 30, (uint64_t(1) << 40) + 1}) {
+      EXPECT_EQ(BulkLayout::window_of(area, bytes).slot_payload != 0, room) << "area " << area << ", pair " << bytes;
+    }
+  }
+  EXPECT_TRUE(BulkLayout::window_of(size_t(1) << 20, 1).slot_payload != 0);
+}
+
 }  // namespace
 }  // namespace braid::kernels

@@ -18,7 +18,7 @@ const std::string kNoOverride;
 
 // The default areas of a 2-rank communicator: 16 MiB staging halves, a 1 MiB LL payload a sender, no multicast, no
 // send/recv lines, 8 MiB copy-engine slots.
-constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, 0, size_t(1) << 20, 0, size_t(8) << 20};
+constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, 0, size_t(1) << 20, 0, size_t(8) << 20, true};
 
 CallShape shape(Collective collective, size_t bytes, int world = 2, DataType type = DataType::kFloat32,
                 const std::string* algorithm_override = &kNoOverride) {
@@ -229,10 +229,10 @@ TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
   const CallPlan in_place = plan_call(large, kAreas, mapped(false, true));
   EXPECT_EQ(in_place.algorithm, Algorithm::kCopyEngine);
   EXPECT_EQ(in_place.mode, BufferMode::kZeroCopy);
-  AreaCapacities no_slots = kAreas;
-  no_slots.copy_engine_slot_payload = 0;
-  EXPECT_EQ(plan_call(large, no_slots, mapped(false, true)).algorithm, Algorithm::kTwoShot);  // in place, no slots
-  EXPECT_EQ(plan_call(large, no_slots, mapped()).algorithm, Algorithm::kCopyEngine);  // out of place needs none
+  AreaCapacities no_window = kAreas;
+  no_window.copy_engine_window = false;
+  EXPECT_EQ(plan_call(large, no_window, mapped(false, true)).algorithm, Algorithm::kTwoShot);  // in place, no window
+  EXPECT_EQ(plan_call(large, no_window, mapped()).algorithm, Algorithm::kCopyEngine);  // out of place needs none
   EXPECT_EQ(plan_call(large, kAreas, mapped(true)).algorithm, Algorithm::kTwoShot);         // same-process peers
   EXPECT_EQ(plan_call(shape(Collective::kAllReduce, size_t(512) << 20, 4), kAreas, mapped()).algorithm,
             Algorithm::kTwoShot);

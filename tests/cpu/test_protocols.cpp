@@ -50,7 +50,7 @@ std::set<size_t> swept_sizes() {
   return sizes;
 }
 constexpr AreaCapacities kAreas{size_t(16) << 20, size_t(1) << 20, size_t(16) << 20, size_t(1) << 20,
-                                size_t(256) << 10, size_t(8) << 20};
+                                size_t(256) << 10, size_t(8) << 20, true};
 
 std::vector<BufferFacts> every_facts() {
   std::vector<BufferFacts> all;
