@@ -70,8 +70,18 @@ typedef struct {
   braidDataType_t datatype;
 } braidP2POp_t;
 
-const char* braidGetErrorString(braidResult_t result); /* name of a code */
-const char* braidGetLastError(void);                   /* message of this thread's last failure, or "" */
+/* A short description of a code ("invalid argument", "timeout", ...; "unknown error" for a value that is none). */
+const char* braidGetErrorString(braidResult_t result);
+/* The message of this thread's last failure, or "": valid until this thread's next failing call. */
+const char* braidGetLastError(void);
+
+/* A communicator is driven by one host thread at a time (as in NCCL); braidCommAbort and braidCommRevoke may come
+ * from any thread. Constructors (braidCommInit*, braidCommShrink, braidSymmetricAlloc, braidRegisterBuffer,
+ * braidExportHandle, braidImportHandle, braidImportGlobal, braidMoeBufferCreate, braidFusedMatmulCreate) set their
+ * out-parameter to NULL when they fail; other calls leave their out-parameters unchanged when they fail. On the NCCL
+ * backend (BRAID_BACKEND=nccl, or ranks the CUDA backend cannot serve) braidSymmetricAlloc, braidAllToAllvDevice,
+ * braidImportGlobal, braidAllToAllGlobal, braidMoeBufferCreate, braidFusedMatmulCreate and braidCommRevoke return
+ * braidUnsupported. */
 
 /* Rendezvous from the environment (braid-run, torchrun, Open MPI, MPICH, Slurm). device < 0 (here and in
  * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known). */
@@ -85,7 +95,8 @@ braidResult_t braidCommSize(braidComm_t comm, int* size);
 braidResult_t braidCommDevice(braidComm_t comm, int* device);
 braidResult_t braidCommBarrier(braidComm_t comm);
 
-/* Collective symmetric allocation; contiguous_view != 0 also maps a [world x stride] view. */
+/* Collective symmetric allocation of bytes >= 1 (0: braidInvalidArgument); contiguous_view != 0 also maps a
+ * [world x stride] view. */
 braidResult_t braidSymmetricAlloc(braidComm_t comm, size_t bytes, int contiguous_view, braidSymmetricMemory_t* memory);
 braidResult_t braidSymmetricFree(braidSymmetricMemory_t memory);
 braidResult_t braidSymmetricLocal(braidSymmetricMemory_t memory, void** pointer);
@@ -97,8 +108,10 @@ braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, siz
 
 /* Collectives, stream-ordered and CUDA-graph capturable, with NCCL's argument order and the rules of
  * braid::Communicator's (braid.hpp): every rank calls them in the same order with the same count, datatype, op and
- * root; in place as NCCL takes it; a count of 0 moves nothing. A failure on the GPU (a peer that never arrives,
- * ranks that disagree) is returned by the next call of the communicator, or by braidCommCheck. */
+ * root; in place as NCCL takes it (braidAllToAllv and braidAllToAllvDevice never in place: overlapping send and
+ * receive buffers are braidInvalidArgument); a count of 0 moves nothing and checks no buffer. A fatal failure on
+ * the GPU (a peer that never arrives, ranks that disagree on a call's plan) is returned by every later call that
+ * takes a stream and by braidCommCheck; data a kernel refused (braidCommCheck below) only by braidCommCheck. */
 braidResult_t braidAllReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
                              braidDataType_t datatype, braidRedOp_t op, braidStream_t stream);
 braidResult_t braidReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
@@ -118,8 +131,9 @@ braidResult_t braidAllToAllv(braidComm_t comm, const void* sendbuff, const size_
                              void* recvbuff, const size_t* recvcounts, const size_t* rdispls, braidDataType_t datatype,
                              braidStream_t stream);
 /* The send counts (and displacements, or NULL) in device memory as int64 elements; what arrives is packed into
- * recvbuff (recvcapacity elements) and its counts and offsets written to the device arrays recvcounts and
- * rdispls (may be NULL) (braid::Communicator::all_to_allv_device). */
+ * recvbuff (recvcapacity elements), its counts written to the device array recvcounts (required) and its offsets
+ * to the device array rdispls (may be NULL) (braid::Communicator::all_to_allv_device). sendbuff must be device
+ * memory even where every count turns out 0. */
 braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const int64_t* sendcounts,
                                    const int64_t* sdispls, void* recvbuff, size_t recvcapacity, int64_t* recvcounts,
                                    int64_t* rdispls, braidDataType_t datatype, braidStream_t stream);
@@ -127,18 +141,23 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
  * mismatch, a peer's process that exited, braidAborted after braidCommAbort) every time, refused data once. Does
  * not synchronise. */
 braidResult_t braidCommCheck(braidComm_t comm);
-/* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end, later
- * calls return braidAborted. Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
+/* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end; then
+ * braidCommCheck, every call that takes a stream and every call that waits on the store (braidCommBarrier,
+ * braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted, while braidCommRank, braidCommSize and
+ * braidCommDevice still succeed and braidCommShrink still works.
+ * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
-/* Revokes the communicator for every rank (braid::Communicator::revoke): every rank's calls return braidRevoked
- * within about 10 ms. braidUnsupported on the NCCL backend. */
+/* Revokes the communicator for every rank (braid::Communicator::revoke): within about 10 ms every rank's waits
+ * end, and braidCommCheck and every call that takes a stream return braidRevoked on every rank. braidUnsupported
+ * on the NCCL backend. */
 braidResult_t braidCommRevoke(braidComm_t comm);
 /* A new communicator of the ranks not in excluded[0..count) (braid::Communicator::shrink): collective over the
  * survivors alone. *newcomm is NULL on failure. */
 braidResult_t braidCommShrink(braidComm_t comm, const int* excluded, size_t count, braidComm_t* newcomm);
 
 /* Point to point, stream-ordered (braid::Communicator::send / recv: a batch of one op). The k-th send to a peer
- * matches the k-th receive that peer makes from this rank; their byte sizes must agree. */
+ * matches the k-th receive that peer makes from this rank; their byte sizes must agree. A count of 0 still pairs
+ * with the peer's op. */
 braidResult_t braidSend(braidComm_t comm, const void* buffer, size_t count, braidDataType_t datatype, int peer,
                         braidStream_t stream);
 braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataType_t datatype, int peer,
@@ -148,13 +167,16 @@ braidResult_t braidRecv(braidComm_t comm, void* buffer, size_t count, braidDataT
  * ops may be NULL when count is 0. */
 braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t count, braidStream_t stream);
 
-/* User buffers served zero copy (braid::Communicator::register_buffer). braidDeregisterBuffer deregisters and
- * frees the handle; it may come after braidCommDestroy. */
+/* User buffers served zero copy (braid::Communicator::register_buffer). braidDeregisterBuffer releases the
+ * registration and frees the handle (braid::RegisteredBuffer's destruction); it may come after braidCommDestroy,
+ * and returns braidSuccess: a failure to withdraw the range from the peers is logged, not returned. Free a
+ * registered cudaMalloc buffer only after every rank has deregistered it (braid.hpp, Freeing). */
 braidResult_t braidRegisterBuffer(braidComm_t comm, void* pointer, size_t bytes, braidRegisteredBuffer_t* buffer);
 braidResult_t braidDeregisterBuffer(braidRegisteredBuffer_t buffer);
 
 /* Memory handles between processes of this host (braid::export_handle, braid::import_handle). The blob is
- * *size bytes at *blob, valid while the handle lives; device < 0: the current device. */
+ * *size bytes at *blob, valid while the handle lives; device -1: the current device (below -1, or not a
+ * device this process sees: braidInvalidArgument). */
 braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, braidExportedHandle_t* handle);
 braidResult_t braidExportedBlob(braidExportedHandle_t handle, const void** blob, size_t* size);
 braidResult_t braidExportedHandleFree(braidExportedHandle_t handle);
@@ -179,7 +201,8 @@ typedef struct braidMoeBuffer* braidMoeBuffer_t;
 typedef enum { braidMoeExpertMajor = 0, braidMoeRankMajor = 1 } braidMoeLayout_t;
 /* braid::MoeShape field for field; braidMoeShapeDefaults fills the defaults (bfloat16 rows, int64 ids, alignment
  * 1, expert-major), after which the caller sets hidden, max_tokens, top_k and experts. dispatch_datatype equal to
- * datatype: dispatch moves datatype rows; braidFloat8e4m3 or braidFloat8e5m2: fp8 rows with float32 scales. */
+ * datatype: dispatch moves datatype rows; braidFloat8e4m3 or braidFloat8e5m2: fp8 rows with float32 scales; any
+ * other value is braidInvalidArgument (a caller who changes datatype sets dispatch_datatype too). */
 typedef struct {
   size_t hidden;
   braidDataType_t datatype;
@@ -213,8 +236,9 @@ typedef struct {
   uint64_t handle;
 } braidMoeDispatchOutput_t;
 braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape);
-/* Collective (braid::MoeBuffer::create). braidMoeBufferFree releases it once no rank's call on it is in flight
- * (free it before braidCommDestroy). */
+/* Collective (braid::MoeBuffer::create). braidMoeBufferFree frees it at once, waiting for nothing: call it only
+ * once no rank's call on it is in flight. The buffer holds its own reference to the communicator's state, so it
+ * may come after braidCommDestroy. */
 braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer);
 braidResult_t braidMoeBufferFree(braidMoeBuffer_t buffer);
 braidResult_t braidMoeCapacityRows(braidMoeBuffer_t buffer, size_t* rows);
@@ -223,7 +247,8 @@ braidResult_t braidMoeCapacityRows(braidMoeBuffer_t buffer, size_t* rows);
 braidResult_t braidMoeDispatch(braidMoeBuffer_t buffer, const void* x, const float* x_scales, const void* topk_idx,
                                const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
                                braidStream_t stream, braidMoeDispatchOutput_t* output);
-/* braid::MoeBuffer::combine of the last dispatch; weighted: 0 or 1. */
+/* braid::MoeBuffer::combine of the last dispatch; weighted: 0 or 1 (another value: braidInvalidArgument; 1 is
+ * refused on rank-major buffers). */
 braidResult_t braidMoeCombine(braidMoeBuffer_t buffer, const void* y, void* out, int weighted, braidStream_t stream);
 /* braid::MoeBuffer::redispatch (rank-major): new rows on the routing of the dispatch `handle` names, which must be
  * the buffer's last routed one. */

@@ -79,12 +79,21 @@ braidResult_t guarded(Body&& body) {
   } catch (const std::exception& error) {
     t_last_error = error.what();
     return braidInternalError;
+  } catch (...) {
+    t_last_error = "an exception that is not a std::exception";
+    return braidInternalError;
   }
 }
 
 template <typename T>
 void require(const T* pointer, const char* function, const char* argument) {
   if (pointer == nullptr) braid::raise_invalid_argument(function, argument, "is NULL");
+}
+
+// A constructor's out-parameter is NULL from its first step until its object is made, whatever fails.
+template <typename T>
+void clear_output(T** out) {
+  if (out != nullptr) *out = nullptr;
 }
 
 braid::DataType data_type(braidDataType_t datatype) { return static_cast<braid::DataType>(datatype); }
@@ -109,8 +118,8 @@ const char* braidGetLastError(void) { return t_last_error.c_str(); }
 
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, int device) {
   return guarded([&] {
+    clear_output(comm);
     require(comm, "braidCommInitFromEnv", "comm");
-    *comm = nullptr;
     braid::CommOptions options;
     options.device = device;
     *comm = new braidComm{braid::Communicator::init(braid::Rendezvous::from_env(), options)};
@@ -120,9 +129,9 @@ braidResult_t braidCommInitFromEnv(braidComm_t* comm, int device) {
 braidResult_t braidCommInitRank(braidComm_t* comm, const char* store_address, int rank, int size,
                                 int rank0_serves_store, int device) {
   return guarded([&] {
+    clear_output(comm);
     require(comm, "braidCommInitRank", "comm");
     require(store_address, "braidCommInitRank", "store_address");
-    *comm = nullptr;
     braid::CommOptions options;
     options.device = device;
     *comm = new braidComm{braid::Communicator::init(
@@ -167,9 +176,9 @@ braidResult_t braidCommBarrier(braidComm_t comm) {
 
 braidResult_t braidSymmetricAlloc(braidComm_t comm, size_t bytes, int contiguous_view, braidSymmetricMemory_t* memory) {
   return guarded([&] {
+    clear_output(memory);
     require(comm, "braidSymmetricAlloc", "comm");
     require(memory, "braidSymmetricAlloc", "memory");
-    *memory = nullptr;
     braid::AllocOptions options;
     options.contiguous_view = contiguous_view != 0;
     *memory = new braidSymmetricMemory{comm->comm.alloc(bytes, options)};
@@ -319,8 +328,8 @@ braidResult_t braidCommRevoke(braidComm_t comm) {
 
 braidResult_t braidCommShrink(braidComm_t comm, const int* excluded, size_t count, braidComm_t* newcomm) {
   return guarded([&] {
+    clear_output(newcomm);
     require(newcomm, "braidCommShrink", "newcomm");
-    *newcomm = nullptr;
     require(comm, "braidCommShrink", "comm");
     if (excluded == nullptr && count > 0) {
       braid::raise_invalid_argument("braidCommShrink", "excluded", "is NULL with count {}", count);
@@ -345,9 +354,9 @@ braidResult_t braidSendRecv(braidComm_t comm, const braidP2POp_t* ops, size_t co
 
 braidResult_t braidRegisterBuffer(braidComm_t comm, void* pointer, size_t bytes, braidRegisteredBuffer_t* buffer) {
   return guarded([&] {
+    clear_output(buffer);
     require(comm, "braidRegisterBuffer", "comm");
     require(buffer, "braidRegisterBuffer", "buffer");
-    *buffer = nullptr;
     *buffer = new braidRegisteredBuffer{comm->comm.register_buffer(pointer, bytes)};
   });
 }
@@ -358,8 +367,8 @@ braidResult_t braidDeregisterBuffer(braidRegisteredBuffer_t buffer) {
 
 braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, braidExportedHandle_t* handle) {
   return guarded([&] {
+    clear_output(handle);
     require(handle, "braidExportHandle", "handle");
-    *handle = nullptr;
     *handle = new braidExportedHandle{braid::export_handle(pointer, bytes, device)};
   });
 }
@@ -380,8 +389,8 @@ braidResult_t braidExportedHandleFree(braidExportedHandle_t handle) {
 
 braidResult_t braidImportHandle(const void* blob, size_t size, int device, braidImportedMemory_t* memory) {
   return guarded([&] {
+    clear_output(memory);
     require(memory, "braidImportHandle", "memory");
-    *memory = nullptr;
     if (blob == nullptr && size > 0) braid::raise_invalid_argument("braidImportHandle", "blob", "is NULL with size {}", size);
     const std::string text = blob == nullptr ? std::string() : std::string(static_cast<const char*>(blob), size);
     *memory = new braidImportedMemory{braid::import_handle(text, device)};
@@ -403,10 +412,10 @@ braidResult_t braidImportedMemoryFree(braidImportedMemory_t memory) {
 
 braidResult_t braidImportGlobal(braidComm_t comm, braidExportedHandle_t mine, braidGlobalMemory_t* memory) {
   return guarded([&] {
+    clear_output(memory);
     require(comm, "braidImportGlobal", "comm");
     require(mine, "braidImportGlobal", "mine");
     require(memory, "braidImportGlobal", "memory");
-    *memory = nullptr;
     *memory = new braidGlobalMemory{comm->comm.import_global(mine->handle)};
   });
 }
@@ -465,14 +474,22 @@ braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape) {
 
 braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer) {
   return guarded([&] {
+    clear_output(buffer);
     require(comm, "braidMoeBufferCreate", "comm");
     require(shape, "braidMoeBufferCreate", "shape");
     require(buffer, "braidMoeBufferCreate", "buffer");
-    *buffer = nullptr;
     braid::MoeShape cpp;
     cpp.hidden = shape->hidden;
     cpp.type = data_type(shape->datatype);
-    if (shape->dispatch_datatype != shape->datatype) cpp.dispatch_type = data_type(shape->dispatch_datatype);
+    if (shape->dispatch_datatype != shape->datatype) {
+      if (shape->dispatch_datatype != braidFloat8e4m3 && shape->dispatch_datatype != braidFloat8e5m2) {
+        braid::raise_invalid_argument("braidMoeBufferCreate", "shape->dispatch_datatype",
+                                      "is {} and datatype {}: it equals datatype, or is braidFloat8e4m3 or "
+                                      "braidFloat8e5m2 for fp8 dispatch",
+                                      static_cast<int>(shape->dispatch_datatype), static_cast<int>(shape->datatype));
+      }
+      cpp.dispatch_type = data_type(shape->dispatch_datatype);
+    }
     cpp.index_type = data_type(shape->index_datatype);
     cpp.max_tokens = shape->max_tokens;
     cpp.top_k = shape->top_k;
@@ -532,15 +549,18 @@ braidResult_t braidMoeCopyExpertCounts(braidMoeBuffer_t buffer, int64_t* host_co
 braidResult_t braidMoeCombine(braidMoeBuffer_t buffer, const void* y, void* out, int weighted, braidStream_t stream) {
   return guarded([&] {
     require(buffer, "braidMoeCombine", "buffer");
-    buffer->buffer.combine(y, out, weighted != 0, stream);
+    if (weighted != 0 && weighted != 1) {
+      braid::raise_invalid_argument("braidMoeCombine", "weighted", "is {}; 0 or 1", weighted);
+    }
+    buffer->buffer.combine(y, out, weighted == 1, stream);
   });
 }
 
 braidResult_t braidFusedMatmulCreate(braidComm_t comm, braidFusedMatmul_t* fused) {
   return guarded([&] {
+    clear_output(fused);
     require(comm, "braidFusedMatmulCreate", "comm");
     require(fused, "braidFusedMatmulCreate", "fused");
-    *fused = nullptr;
     *fused = new braidFusedMatmul{braid::FusedMatmul::create(comm->comm)};
   });
 }

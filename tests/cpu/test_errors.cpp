@@ -116,6 +116,32 @@ TEST(Errors, CApiCallsNameANullCommunicator) {
   }
 }
 
+// A constructor of the C API that fails leaves its out-parameter NULL, whichever argument it refused.
+TEST(Errors, CApiConstructorsLeaveTheirOutputNullOnFailure) {
+  void* const stale = reinterpret_cast<void*>(uintptr_t(1));
+  braidComm_t comm = static_cast<braidComm_t>(stale);
+  EXPECT_EQ(braidCommInitRank(&comm, nullptr, 0, 1, 1, -1), braidInvalidArgument);
+  EXPECT_EQ(comm, nullptr);
+  braidSymmetricMemory_t memory = static_cast<braidSymmetricMemory_t>(stale);
+  EXPECT_EQ(braidSymmetricAlloc(nullptr, 16, 0, &memory), braidInvalidArgument);
+  EXPECT_EQ(memory, nullptr);
+  braidRegisteredBuffer_t registered = static_cast<braidRegisteredBuffer_t>(stale);
+  EXPECT_EQ(braidRegisterBuffer(nullptr, nullptr, 0, &registered), braidInvalidArgument);
+  EXPECT_EQ(registered, nullptr);
+  braidGlobalMemory_t global = static_cast<braidGlobalMemory_t>(stale);
+  EXPECT_EQ(braidImportGlobal(nullptr, nullptr, &global), braidInvalidArgument);
+  EXPECT_EQ(global, nullptr);
+  braidMoeBuffer_t moe = static_cast<braidMoeBuffer_t>(stale);
+  EXPECT_EQ(braidMoeBufferCreate(nullptr, nullptr, &moe), braidInvalidArgument);
+  EXPECT_EQ(moe, nullptr);
+  braidFusedMatmul_t fused = static_cast<braidFusedMatmul_t>(stale);
+  EXPECT_EQ(braidFusedMatmulCreate(nullptr, &fused), braidInvalidArgument);
+  EXPECT_EQ(fused, nullptr);
+  braidComm_t child = static_cast<braidComm_t>(stale);
+  EXPECT_EQ(braidCommShrink(nullptr, nullptr, 0, &child), braidInvalidArgument);
+  EXPECT_EQ(child, nullptr);
+}
+
 // The fused GEMM calls name a NULL handle; freeing NULL is a no-op.
 TEST(Errors, CApiFusedMatmulCallsNameTheirArguments) {
   auto named = [](braidResult_t result, const std::string& text) {

@@ -295,7 +295,13 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), T * H * sizeof(float)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&weights), T * K * sizeof(float)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ids), T * K * sizeof(int64_t)), cudaSuccess);
-    braidMoeBuffer_t moe = nullptr;
+    braidMoeShape_t mixed = shape;  // neither datatype nor an fp8 type: refused before anything collective
+    mixed.dispatch_datatype = braidFloat16;
+    braidMoeBuffer_t moe = reinterpret_cast<braidMoeBuffer_t>(uintptr_t(1));
+    EXPECT_EQ(braidMoeBufferCreate(comm, &mixed, &moe), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError()).find("'shape->dispatch_datatype'"), std::string::npos)
+        << braidGetLastError();
+    EXPECT_EQ(moe, nullptr) << "a failed constructor leaves its out-parameter NULL";
     ASSERT_EQ(braidMoeBufferCreate(comm, &shape, &moe), braidSuccess) << braidGetLastError();
     size_t rows = 0;
     ASSERT_EQ(braidMoeCapacityRows(moe, &rows), braidSuccess);
@@ -322,6 +328,8 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
     EXPECT_NE(got.x, nullptr);
     EXPECT_EQ(got.local_experts, 2);
     EXPECT_EQ(got.handle, 1u);
+    EXPECT_EQ(braidMoeCombine(moe, got.x, out, 2, stream), braidInvalidArgument);  // nothing enqueued
+    EXPECT_NE(std::string(braidGetLastError()).find("'weighted'"), std::string::npos) << braidGetLastError();
     ASSERT_EQ(braidMoeCombine(moe, got.x, out, 0, stream), braidSuccess) << braidGetLastError();
     int64_t counts[2] = {-1, -1};
     ASSERT_EQ(braidMoeCopyExpertCounts(moe, counts, stream), braidSuccess) << braidGetLastError();
