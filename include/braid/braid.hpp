@@ -31,7 +31,7 @@ struct CollectiveContext;
 }  // namespace collectives
 
 struct CommOptions {
-  int device = -1;         // CUDA device ordinal; -1: BRAID_DEVICE, else the local rank
+  int device = -1;         // CUDA device ordinal; negative: BRAID_DEVICE, else the local rank
   double timeout_s = 0.0;  // bound on every wait for a peer, in [0.001, 1e6] s; 0: BRAID_TIMEOUT_S (other values:
                            // init fails with kInvalidArgument naming options.timeout_s)
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
@@ -77,16 +77,17 @@ class FusedMatmul;
 // work on the stream starts after the call's work is done.
 class Communicator {
  public:
-  // Collective over the ranks of `rendezvous`: at most 16 ranks (more fail with kUnsupported, whatever the
-  // backend). Backend: CUDA (symmetric memory) where every rank is on one host with every pair P2P-reachable;
-  // otherwise, or when asked (options.backend, BRAID_BACKEND), NCCL, loaded at run time (BRAID_NCCL_LIBRARY),
-  // which serves the collectives, all_to_all and all_to_allv (host counts), send/recv/send_recv, and
-  // register_buffer (the buffer is registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric
-  // memory, MoE, all_to_allv_device, import_global and all_to_all on GlobalMemory need the CUDA backend
-  // (kUnsupported). Refuses two ranks on one GPU (kInvalidArgument) and, with backend "cuda", ranks it cannot
-  // serve (kPeerUnreachable). The ranks meet at the rendezvous' store, proving BRAID_JOB_SECRET where it is set
-  // (braid-run sets one): a store that refuses this rank, or that does not know the secret, fails init with
-  // kRemoteError.
+  // Collective over the ranks of `rendezvous`: at most 16 ranks (more fail with kUnsupported, whatever the backend).
+  // Backend: CUDA (symmetric memory) where every rank is on one host with every pair P2P-reachable; otherwise, or when
+  // asked (options.backend, BRAID_BACKEND), NCCL, loaded at run time (BRAID_NCCL_LIBRARY), which serves the
+  // collectives, all_to_all and all_to_allv (host counts), send/recv/send_recv, and register_buffer (the buffer is
+  // registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric memory, MoE, all_to_allv_device,
+  // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). Refuses two ranks on one GPU
+  // (kInvalidArgument) unless BRAID_ALLOW_SHARED_GPU=1 (see docs/shared-gpu.md; ranks that share a GPU then refuse the
+  // legacy default stream, nullptr or cudaStreamLegacy, in every call that takes a stream: kInvalidArgument naming
+  // stream) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the rendezvous'
+  // store, proving BRAID_JOB_SECRET where it is set (braid-run sets one): a store that refuses this rank, or that does
+  // not know the secret, fails init with kRemoteError.
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
 
   Communicator(Communicator&&) noexcept;
@@ -99,7 +100,8 @@ class Communicator {
   double timeout_s() const;
   const PeerInfo& peer(int rank) const;
   const std::vector<PeerInfo>& peers() const;
-  // A line per peer: host, GPU, P2P, native atomics.
+  // A first line for this rank (rank, size, GPU and its PCI bus id), then a line per other rank: host, GPU, P2P,
+  // native atomics, performance rank.
   std::string describe() const;
   // "cuda" (symmetric memory between the GPUs of one host) or "nccl" (see init).
   const char* backend() const;
@@ -119,22 +121,23 @@ class Communicator {
   std::vector<std::string> host_allgather(const std::string& mine);
 
   // ---- Collectives (stream-ordered, CUDA-graph capturable; NCCL's argument order) ----
-  // Every rank calls them in the same order with the same count, datatype, op and root. Any device buffer
-  // works. In place as NCCL takes it: recv == send (all_reduce; reduce and broadcast on the root); recv == send
-  // + rank() * recv_count elements (reduce_scatter: the output is this rank's block of the input); send == recv
-  // + rank() * send_count elements (all_gather: the input is this rank's block of the output). Buffers that
-  // overlap in any other way are refused (kInvalidArgument naming recv). reduce reads send on every rank and
-  // writes recv on the root only: a non-root's recv is never written and may be null. broadcast reads send on
-  // the root only (a non-root's may be null) and writes recv on every rank. A count of 0 moves nothing: after
-  // the checks of the datatype, op and root the call returns without enqueuing or waiting for anything, and its
-  // buffers may be null. ReduceOp::kAvg is the sum divided by size() once, at the end (types.hpp:
-  // reduction_supported). Half, bfloat16 and fp8 accumulate in float32 and round once, except beyond 2 ranks in
-  // reduce's chain, reduce-scatter's copy-engine pairs and all-reduce's (BRAID_ALGO=allreduce=copyengine), which
-  // round a partial result to the datatype after each peer, as NCCL's ring does (docs/collectives.md says where the
-  // table takes them). Errors of arguments are raised before anything is enqueued (kInvalidArgument naming
-  // the argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers that are not device
-  // memory this rank's GPU can use. A device-side failure (a peer that never arrives) is recorded and raised by
-  // the next call or by check().
+  // Every rank calls them in the same order with the same count, datatype, op and root. Any buffer of this rank's
+  // GPU works. In place as NCCL takes it: recv == send (all_reduce; reduce and broadcast on the root); recv == send
+  // + rank() * recv_count elements (reduce_scatter: the output is this rank's block of the input); send == recv +
+  // rank() * send_count elements (all_gather: the input is this rank's block of the output). Buffers that overlap in
+  // any other way are refused (kInvalidArgument naming recv). reduce reads send on every rank and writes recv on the
+  // root only: a non-root's recv is never written and may be null. broadcast reads send on the root only (a non-root's
+  // may be null) and writes recv on every rank. A count of 0 moves nothing: after the checks of the datatype, op and
+  // root the call returns without enqueuing or waiting for anything, and its buffers may be null. ReduceOp::kAvg is the
+  // sum divided by size() once, at the end (types.hpp: reduction_supported). Half, bfloat16 and fp8 accumulate in
+  // float32 and round once, except beyond 2 ranks in reduce's chain, reduce-scatter's copy-engine pairs and
+  // all-reduce's (BRAID_ALGO=allreduce=copyengine), which round a partial result to the datatype after each peer, as
+  // NCCL's ring does (docs/collectives.md says where the table takes them). On the NCCL backend NCCL computes the
+  // reductions, with its own rounding and its own avg. Errors of arguments are raised before anything is enqueued
+  // (kInvalidArgument naming the argument): null buffers a call uses, and, unless BRAID_CHECK_POINTERS=off, buffers
+  // that are neither device memory of this rank's GPU nor managed memory (host memory, and another GPU's memory even
+  // where peer access would let this GPU use it). A device-side failure (a peer that never arrives) is recorded and
+  // raised by every later call that takes a stream and by check() (see check()).
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
@@ -185,7 +188,8 @@ class Communicator {
   // send_counts[rank()] (kInvalidArgument at the call). recv_counts[q] must equal rank q's send_counts[rank()];
   // where it does not, nothing from q is written and the receiving rank's check() raises kMismatch naming both
   // counts (the NCCL backend does not detect it: as with NCCL, the result is then undefined). send and recv must
-  // not overlap (kInvalidArgument naming recv).
+  // not overlap: the range from send to the end of its last non-empty block and the one from recv to the end of its
+  // last non-empty block are disjoint (kInvalidArgument naming recv; all_to_allv is never in place).
   void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                    const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
   // The same with the send counts in device memory (int64 elements, size() entries; routing decided on the GPU,

@@ -275,21 +275,29 @@ std::optional<Rendezvous> from_torchrun(const EnvReader& reader) {
 
   Rendezvous result = served_by_rank0(info);
 
-  std::string master_addr = reader.text("MASTER_ADDR").value_or("127.0.0.1");
-  int master_port = reader.required_integer("MASTER_PORT", "torchrun");
-  if (auto address = store_override(reader)) {
+  // The job's address: the master's, or, where BRAID_STORE_ADDR overrides the store and MASTER_PORT is not set,
+  // the store's (MASTER_PORT is required only without the override).
+  const std::string master_addr = reader.text("MASTER_ADDR").value_or("127.0.0.1");
+  const std::optional<std::pair<std::string, int>> address = store_override(reader);
+  std::string job_address;
+  if (address && !reader.has("MASTER_PORT")) {
+    job_address = fmt::format("{}-{}", address->first, address->second);
+  } else {
+    job_address = fmt::format("{}-{}", master_addr, reader.required_integer("MASTER_PORT", "torchrun"));
+  }
+  if (address) {
     std::tie(result.store_host, result.store_port) = *address;
   } else {
     result.store_host = master_addr;
     result.store_port = master_store_port(reader, "torchrun");
   }
   // torchrun's default run id is the literal "none" (static rendezvous), shared by every job on the
-  // host, so it cannot tell jobs apart in the store's keys; the master address and port can.
+  // host, so it cannot tell jobs apart in the store's keys; the job's address can.
   std::optional<std::string> run_id = reader.text("TORCHELASTIC_RUN_ID");
   if (run_id && *run_id != "none") {
     result.job_id = "torchrun-" + *run_id;
   } else {
-    result.job_id = fmt::format("torchrun-{}-{}", master_addr, master_port);
+    result.job_id = "torchrun-" + job_address;
   }
   return result;
 }

@@ -209,7 +209,7 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
     if (entry.empty()) continue;
     size_t eq = entry.find('=');
     if (eq == std::string::npos) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': entry '{}' is not collective=algorithm", text, entry);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO (or CommOptions::algorithms) '{}': entry '{}' is not collective=algorithm", text, entry);
     }
     std::string name = entry.substr(0, eq), value = entry.substr(eq + 1);
     const Collective* named = nullptr;
@@ -217,16 +217,16 @@ bool override_for(Collective collective, const std::string& text, Algorithm* alg
       if (name == short_name(candidate)) named = &candidate;
     }
     if (named == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast, alltoall, alltoallv, sendrecv)", text, name);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO (or CommOptions::algorithms) '{}': unknown collective '{}' (allreduce, reduce, reducescatter, allgather, broadcast, alltoall, alltoallv, sendrecv)", text, name);
     }
     const Algorithm* parsed = nullptr;
     for (const Algorithm& candidate : kAlgorithms) {
       if (value == algorithm_name(candidate)) parsed = &candidate;
     }
     if (parsed == nullptr) {
-      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': unknown algorithm '{}' (ll, ll128, oneshot, twoshot, pipelined, staged, copyengine, multicast, split)", text, value);
+      raise(ErrorCode::kInvalidArgument, "BRAID_ALGO (or CommOptions::algorithms) '{}': unknown algorithm '{}' (ll, ll128, oneshot, twoshot, pipelined, staged, copyengine, multicast, split)", text, value);
     }
-    if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO='{}': {} cannot run as {}", text, name, value);
+    if (!serves(*named, *parsed)) raise(ErrorCode::kInvalidArgument, "BRAID_ALGO (or CommOptions::algorithms) '{}': {} cannot run as {}", text, name, value);
     if (*named == collective) {
       *algorithm = *parsed;
       found = true;

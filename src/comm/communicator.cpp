@@ -158,7 +158,10 @@ bool use_nccl_backend(detail::CommState& state, const Topology& topology, const 
     }
   }
   const bool shared_gpu = topology.problem.find("both use GPU") != std::string::npos;
-  if (shared_gpu) raise(ErrorCode::kInvalidArgument, "Communicator::init: {}", topology.problem);
+  if (shared_gpu) {  // the device each rank chose (options.device, else BRAID_DEVICE, else its local rank)
+    raise_invalid_argument("Communicator::init", "options.device", "(or BRAID_DEVICE, or the local rank): {}",
+                           topology.problem);
+  }
   if (wanted == "nccl") return true;
   if (topology.problem.empty()) return false;
   if (wanted == "cuda") raise(ErrorCode::kPeerUnreachable, "Communicator::init: {}", topology.problem);

@@ -148,6 +148,13 @@ TEST(Rendezvous, StoreAddrOverridesEveryConvention) {
   EXPECT_EQ(r.store_host, "store.example");
   EXPECT_EQ(r.store_port, 7000);
   EXPECT_FALSE(r.serve_store);
+  EXPECT_EQ(r.job_id, "torchrun-node0-29500");
+  // With the override, torchrun's MASTER_PORT is not needed: the store's address names the job.
+  torchrun.erase("MASTER_PORT");
+  r = rendezvous_from_environment(torchrun);
+  EXPECT_EQ(r.store_host, "store.example");
+  EXPECT_EQ(r.store_port, 7000);
+  EXPECT_EQ(r.job_id, "torchrun-store.example-7000");
 
   Environment mpi = open_mpi_single_host_env("99");
   mpi["OMPI_COMM_WORLD_RANK"] = "0";
