@@ -41,15 +41,16 @@ enum class Layout : int {
 // interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
 // for each). Where any two of the communicator's ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), every rank's call
 // runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
-// barrier()): the same results, nothing hidden.
+// barrier()): the same results, nothing hidden; the legacy default stream is refused there (kInvalidArgument naming
+// `stream`), as by every call of the communicator.
 //
-// Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not
-// are not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16
-// (A, B and the outputs alike); products accumulate in float32. Every matrix is dense and row-major (leading
-// dimension = its columns) in this rank's GPU memory, which must be 16-byte aligned, and no output may overlap an
-// input. Arguments are checked before anything is enqueued (kInvalidArgument naming the argument); a call whose
-// workspace must grow allocates collectively, which a graph capture refuses (kInvalidArgument naming `stream`: make
-// the call once eagerly before capturing it, or call reserve()).
+// Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not are
+// not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16 (A, B and
+// the outputs alike); products accumulate in float32. Every matrix is dense and row-major (leading dimension = its
+// columns) in this rank's GPU memory, which must be 16-byte aligned, and no output may overlap an input or another
+// output. Arguments are checked before anything is enqueued (kInvalidArgument naming the argument); a call whose
+// workspace must grow allocates collectively, which a graph capture refuses (kInvalidArgument naming `stream`: make the
+// call once eagerly before capturing it, or call reserve()).
 class FusedMatmul {
  public:
   // Local (no peer takes part). comm must use the CUDA backend (kUnsupported otherwise). kUnsupported where

@@ -155,6 +155,11 @@ void FusedMatmulState::meet() {
 }
 
 void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) {
+  if (shares_gpu && (stream == nullptr || stream == cudaStreamLegacy)) {  // as every call of the communicator
+    raise_invalid_argument(function, "stream",
+                           "is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
+                           "their calls would wait on each other there; pass a stream of the rank's own");
+  }
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &capture));
   if (status != cudaStreamCaptureStatusActive) capture = 0;
@@ -280,7 +285,7 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   const int world = state.size, rank = state.rank;
   const size_t m = checked_product(kFunction, "rows", rows, static_cast<size_t>(world));
   const size_t shard_bytes = checked_product(kFunction, "k", checked_product(kFunction, "rows", rows, k), element);
-  const size_t gathered_bytes = checked_product(kFunction, "k", m, k) * element;
+  const size_t gathered_bytes = checked_product(kFunction, "k", checked_product(kFunction, "k", m, k), element);
   const size_t b_bytes = checked_product(kFunction, "n", checked_product(kFunction, "k", k, n), element);
   const size_t row_bytes = checked_product(kFunction, "n", n, element);
   const size_t out_bytes = checked_product(kFunction, "n", m, row_bytes);
@@ -293,8 +298,11 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   if (out_bytes == 0) return;
 
   DeviceGuard guard(state.device);
-  if (k == 0) {  // a product over nothing: zeros, and nothing to gather
+  if (k == 0) {  // a product over nothing: zeros, and nothing to gather; ordered as every call
+    state.begin(kFunction, 0, stream);
     BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
+    state.follow(stream, state.side);  // the side stream forked by begin joins back (a capture ends joined)
+    state.end(stream);
     return;
   }
   state.begin(kFunction, gathered_bytes, stream);
@@ -367,8 +375,11 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   if (out_bytes == 0) return;
 
   DeviceGuard guard(state.device);
-  if (k == 0) {
+  if (k == 0) {  // a product over nothing: zeros; ordered as every call
+    state.begin(kFunction, 0, stream);
     BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
+    state.follow(stream, state.side);  // the side stream forked by begin joins back (a capture ends joined)
+    state.end(stream);
     return;
   }
   const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);

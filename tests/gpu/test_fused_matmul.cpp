@@ -359,6 +359,45 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
   });
 }
 
+// Products over k = 0 columns are zeros, eager on two streams (ordered as every call: the zeros land after the
+// previous call's GEMMs on the other stream) and captured in a graph, whose capture ends joined.
+TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
+  with_communicator([](Communicator& comm) {
+    FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
+    const int world = comm.size();
+    StreamHandle first, second;
+    const Case c{DataType::kBFloat16, Layout::kTransposed, 64, 96, 80};
+    const size_t rows = c.rows, n = c.n, m = rows * world;
+    void* ag_out = poisoned(m * n * 2);
+    void* rs_out = poisoned(rows * n * 2);
+    auto zeros = [&](const char* what) {
+      size_t wrong = 0;
+      for (float v : download(c.type, ag_out, m * n)) wrong += v != 0.0f;
+      for (float v : download(c.type, rs_out, rows * n)) wrong += v != 0.0f;
+      EXPECT_EQ(wrong, 0u) << "rank " << comm.rank() << ": " << what;
+    };
+    // A real call on the first stream, then k = 0 on the second into the same outputs: the zeros come last.
+    check_all_gather_matmul(fused, comm.rank(), world, c, 900, first.get(), /*gather_a=*/false);
+    fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, first.get());
+    fused.matmul_reduce_scatter(nullptr, m, 0, nullptr, c.layout, n, rs_out, c.type, ReduceOp::kSum, second.get());
+    ASSERT_EQ(cudaStreamSynchronize(second.get()), cudaSuccess);
+    zeros("eager");
+    ASSERT_EQ(cudaMemsetAsync(ag_out, kPoison, m * n * 2, first.get()), cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(rs_out, kPoison, rows * n * 2, first.get()), cudaSuccess);
+    GraphHandles graph;
+    ASSERT_EQ(cudaStreamBeginCapture(first.get(), cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, first.get());
+    fused.matmul_reduce_scatter(nullptr, m, 0, nullptr, c.layout, n, rs_out, c.type, ReduceOp::kAvg, first.get());
+    ASSERT_EQ(cudaStreamEndCapture(first.get(), &graph.graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&graph.exec, graph.graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(graph.exec, first.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(first.get()), cudaSuccess);
+    zeros("graph");
+    device_free(ag_out);
+    device_free(rs_out);
+  });
+}
+
 // The C API's fused calls (braid.h) against the host reference, on a C communicator; its argument checks name the
 // argument; the FusedMatmul is freed after the communicator, as braid.h allows.
 TEST(FusedMatmul, CApiMatchesTheHostReference) {
