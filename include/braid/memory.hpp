@@ -21,6 +21,9 @@ class PeerMapping;
 class Communicator;
 class GlobalMemory;
 
+// The handles below (SymmetricMemory, RegisteredBuffer, ExportedHandle, ImportedMemory) may be empty (default-made,
+// reset, or moved from): operator bool says so, and every other accessor of an empty one throws kInvalidArgument.
+
 struct AllocOptions {
   bool contiguous_view = false;  // also map every rank's memory into one [world × view_stride()] range
 };
@@ -103,8 +106,8 @@ class ExportedHandle {
   std::shared_ptr<detail::ExportedRange> impl_;
 };
 
-// Exports [pointer, pointer + bytes) of device `device` (-1: the current device). Refused as register_buffer
-// refuses.
+// Exports [pointer, pointer + bytes) of device `device` (-1: the current device; below -1, or not a device this
+// process sees: kInvalidArgument naming 'device'). Refused as register_buffer refuses.
 ExportedHandle export_handle(const void* pointer, size_t bytes, int device = -1);
 
 // Another process's exported range, mapped here. Stays mapped while a copy lives.
@@ -124,16 +127,18 @@ class ImportedMemory {
   std::shared_ptr<detail::PeerMapping> mapping_;
 };
 
-// Maps an export_handle() blob of another process of this host on `device` (-1: the current device). Refused
+// Maps an export_handle() blob of another process of this host on `device` (-1: the current device; below -1, or
+// not a device this process sees: kInvalidArgument naming 'device', checked after the blob). Refused
 // (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot;
 // unsigned, or signed with another key, where this process has BRAID_JOB_SECRET; naming this process as its
-// exporter without being one of its live exports. Also refused: a cudaMalloc handle stating a larger allocation
-// than its IPC handle opens (kInvalidArgument), VMM memory whose exporter's fd cannot be taken (the exporter gone,
-// or no ptrace permission over it for pidfd_getfd: kSystemError), a VMM handle stating more than its allocation
-// (kDriverError from cuMemMap).
+// exporter without being one of its live exports; a cudaMalloc handle stating a larger allocation than its IPC
+// handle opens. Also refused: VMM memory whose exporter's fd cannot be taken (the exporter gone, or no ptrace
+// permission over it for pidfd_getfd: kSystemError), a VMM handle stating more than its allocation (kDriverError
+// from cuMemMap).
 ImportedMemory import_handle(const std::string& blob, int device = -1);
 
-// Every rank's exported range, mapped here (Communicator::import_global).
+// Every rank's exported range, mapped here (Communicator::import_global). An empty one (default-made) has
+// world_size() 0 and rank() -1, and its peer() and bytes() refuse every rank (kInvalidArgument naming 'rank').
 class GlobalMemory {
  public:
   GlobalMemory() = default;

@@ -144,36 +144,44 @@ class MoeHook {
 // Symmetric buffers for one shape class on one communicator, made once and reused by every dispatch/combine
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
 // Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows, max_tokens and the receive rows
-// (capacity_rows, or the worst case when it is 0) < 2^31, and a buffer's byte sizes within size_t.
+// (capacity_rows, or the worst case when it is 0) < 2^31, and a buffer's byte sizes within size_t (a shape past
+// them is refused, naming the field: shape.hidden for the byte sizes, shape.expert_alignment where the padding
+// alone leaves no room for max_tokens). A moved-from MoeBuffer's calls and getters throw kInvalidArgument.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
-  // disagree on it, kUnsupported on a communicator of the NCCL backend.
+  // disagree on it, kUnsupported on a communicator of the NCCL backend. A rank whose shape is refused still joins
+  // the ranks' exchange of shapes, so every rank fails at once: where this rank's shape passed but rank r's was
+  // refused, this rank throws kMismatch naming rank r and quoting its refusal.
   static MoeBuffer create(Communicator& comm, const MoeShape& shape);
   // Receive rows that no routing can exceed. Expert-major: every token of every rank sent to one rank's experts,
   // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert. Rank-major: W * max_tokens.
   static size_t worst_case_rows(const MoeShape& shape, int world);
   // Symmetric memory one MoeBuffer of this shape holds on each rank (see docs/moe.md for the breakdown).
-  // Validates the shape as create does (kInvalidArgument naming the field).
+  // Validates the shape as create does (kInvalidArgument naming the field), and world: in [1, 16], else
+  // kInvalidArgument naming it.
   static size_t symmetric_bytes(const MoeShape& shape, int world);
 
   MoeBuffer(MoeBuffer&&) noexcept;
   MoeBuffer& operator=(MoeBuffer&&) noexcept;
   ~MoeBuffer();
 
+  // Getters: they never raise a failure the communicator recorded (comm.check() does).
   const MoeShape& shape() const;
   size_t capacity_rows() const;
 
   // Sends each token x[t] (hidden elements of shape().type) to the ranks holding its experts topk_idx[t, 0..K)
   // (index_type; -1: no expert), once per rank however many of its experts that rank holds, and lays the rows
   // out there in shape().layout. topk_weights [T, K] float32. T = num_tokens, or, when num_tokens_device is not null,
-  // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size.
-  // A host num_tokens above max_tokens throws at the call. Expert ids outside [-1, E) and a device T above
-  // max_tokens or negative, and a token's repeated id, are refused on the device (the pair, or the rank's whole call, is
-  // skipped; combine then sums the valid pairs only) and reported by comm.check(). Expert-major: a rank whose
-  // rows would exceed capacity_rows receives none:
+  // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size;
+  // num_tokens is not read when num_tokens_device is given. A host num_tokens above max_tokens (num_tokens_device
+  // null) throws at the call. Expert ids outside [-1, E) and a token's repeated id (the pair is skipped), and a
+  // device T above max_tokens or negative (the rank's whole call is skipped), are refused on the device: combine
+  // then sums the valid pairs only, and comm.check() raises kInvalidArgument naming topk_idx or num_tokens_device.
+  // Expert-major: a rank whose rows, alignment padding included, would exceed capacity_rows receives none:
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
-  // that rank's partials out, and comm.check() on that rank reports it. Every rank must call it, even with T = 0.
+  // that rank's partials out, and comm.check() on that rank raises kInvalidArgument with the rows it needed and
+  // capacity_rows. Every rank must call it, even with T = 0.
   // `hook` (rank-major only, else kInvalidArgument naming it): when given, only the sending half is enqueued and
   // hook->receive() enqueues the rest; the outputs hold this dispatch once that half has run. T (and
   // num_tokens_device) is read by the sending half.

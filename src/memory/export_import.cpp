@@ -136,9 +136,16 @@ void withdraw_earlier_offers(const MemoryContext& context, const std::string& cu
 
 namespace {
 
-int current_device(int device) {
+// `device`, or the current device for -1; refused below -1 (before CUDA is touched) and past the devices.
+int current_device(const char* function, int device) {
+  if (device < -1) {
+    raise_invalid_argument(function, "device", "is {}; must be -1 (the current device) or a device ordinal", device);
+  }
+  const int count = require_cuda_devices("braid memory handles");
+  if (device >= count) {
+    raise_invalid_argument(function, "device", "is {}, but this process sees {} CUDA device(s)", device, count);
+  }
   if (device >= 0) return device;
-  require_cuda_devices("braid memory handles");
   int current = 0;
   BRAID_CUDA(cudaGetDevice(&current));
   return current;
@@ -170,7 +177,7 @@ int take_fd(uint32_t pid, int fd) {
 }  // namespace detail
 
 ExportedHandle export_handle(const void* pointer, size_t bytes, int device) {
-  device = detail::current_device(device);
+  device = detail::current_device("export_handle", device);
   auto exported = std::make_shared<detail::ExportedRange>();
   exported->descriptor = detail::describe_shareable("export_handle", "pointer", pointer, bytes, device);
   if (exported->descriptor.kind == detail::MemoryKind::kPosixFd) {
@@ -201,10 +208,10 @@ size_t ExportedHandle::bytes() const { return checked(impl_, "bytes").descriptor
 
 ImportedMemory import_handle(const std::string& blob, int device) {
   const detail::MemoryDescriptor descriptor = detail::unpack_for_import(blob, "import_handle", "blob");
-  device = detail::current_device(device);
+  device = detail::current_device("import_handle", device);
   const int fd = descriptor.kind == detail::MemoryKind::kPosixFd ? detail::take_fd(descriptor.pid, descriptor.fd) : -1;
   ImportedMemory imported;
-  imported.mapping_ = detail::PeerMapping::open(descriptor, fd, device);
+  imported.mapping_ = detail::PeerMapping::open("import_handle", "blob", descriptor, fd, device);
   return imported;
 }
 
@@ -250,7 +257,7 @@ detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, 
       continue;
     }
     const int fd = theirs[q].kind == MemoryKind::kPosixFd ? context.fds->receive(q, tag) : -1;
-    imported.mappings.push_back(PeerMapping::open(theirs[q], fd, context.device));
+    imported.mappings.push_back(PeerMapping::open(function, "peer handle", theirs[q], fd, context.device));
     imported.peers[q] = imported.mappings.back()->address();
   }
   return imported;

@@ -116,7 +116,8 @@ uintptr_t CudaExposureImporter::import(int owner, uint64_t id, const std::string
   const int fd = descriptor.kind == MemoryKind::kPosixFd ? take_fd(descriptor.pid, descriptor.fd) : -1;
   // Released by a withdrawal, which comes only after the owner's calls that used the range have ended: no
   // kernel of this rank reads it then (docs/dev/registration.md), so the mapping need not wait for the device.
-  std::shared_ptr<PeerMapping> mapping = PeerMapping::open(descriptor, fd, context_.device, /*unmap_at_once=*/true);
+  std::shared_ptr<PeerMapping> mapping =
+      PeerMapping::open(kFunction, "descriptor", descriptor, fd, context_.device, /*unmap_at_once=*/true);
   const auto address = reinterpret_cast<uintptr_t>(mapping->address());
   {
     std::lock_guard<std::mutex> lock(mutex_);

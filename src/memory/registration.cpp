@@ -173,7 +173,7 @@ std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const Memory
     if (mapping) {
       if (fd >= 0) FdOwner unused(fd);
     } else {
-      mapping = PeerMapping::open(d, fd, state.device, graph_held);
+      mapping = PeerMapping::open(what, "peer descriptor", d, fd, state.device, graph_held);
     }
     range.buffers.at[q] = mapping->at(d.address);
     range.same_process_peers = range.same_process_peers || mapping->in_place();

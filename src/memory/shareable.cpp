@@ -113,7 +113,9 @@ int export_allocation_fd(const MemoryDescriptor& descriptor, int device) {
   return fd;
 }
 
-std::shared_ptr<PeerMapping> PeerMapping::open(const MemoryDescriptor& descriptor, int fd, int device, bool unmap_at_once) {
+std::shared_ptr<PeerMapping> PeerMapping::open(const char* function, const char* argument,
+                                               const MemoryDescriptor& descriptor, int fd, int device,
+                                               bool unmap_at_once) {
   FdOwner owned_fd(fd);
   std::shared_ptr<PeerMapping> mapping(new PeerMapping());
   mapping->descriptor_ = descriptor;
@@ -145,9 +147,10 @@ std::shared_ptr<PeerMapping> PeerMapping::open(const MemoryDescriptor& descripto
     size_t opened_bytes = 0;
     BRAID_CU(cuMemGetAddressRange, &opened_base, &opened_bytes, reinterpret_cast<CUdeviceptr>(mapping->ipc_base_));
     if (descriptor.allocation_bytes > opened_bytes) {
-      raise(ErrorCode::kInvalidArgument,
-            "a handle of process {} describes an allocation of {} bytes, but the memory its IPC handle opens has {}: "
-            "the handle is not what that process exported", descriptor.pid, descriptor.allocation_bytes, opened_bytes);
+      raise_invalid_argument(function, argument,
+                             "describes an allocation of {} bytes of process {}, but the memory its IPC handle opens "
+                             "has {}: it is not what that process exported",
+                             descriptor.allocation_bytes, descriptor.pid, opened_bytes);
     }
     mapping->address_ = static_cast<char*>(mapping->ipc_base_) + descriptor.offset();
     return mapping;

@@ -25,12 +25,15 @@ int export_allocation_fd(const MemoryDescriptor& descriptor, int device);
 class PeerMapping {
  public:
   // `fd` (kPosixFd): a descriptor of the allocation valid in this process; the mapping takes and closes it.
+  // A cudaMalloc descriptor stating a larger allocation than its IPC handle opens is refused with kInvalidArgument
+  // naming `function` and `argument` (where the descriptor came from).
   // A range of this very process is used where it lies (peer access enabled between the two GPUs) rather than
   // mapped again: CUDA IPC cannot open a handle of its own process.
   // `unmap_at_once`: once the mapping's last holder lets go, no kernel of this rank still uses it (it is held by
   // CUDA graphs only, which release what they hold after their launches complete; or by an exposure, withdrawn
   // only after every call that used it ended), so its destructor need not wait for the device.
-  static std::shared_ptr<PeerMapping> open(const MemoryDescriptor& descriptor, int fd, int device,
+  static std::shared_ptr<PeerMapping> open(const char* function, const char* argument,
+                                           const MemoryDescriptor& descriptor, int fd, int device,
                                            bool unmap_at_once = false);
   ~PeerMapping();
   PeerMapping(const PeerMapping&) = delete;

@@ -6,8 +6,11 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <exception>
+#include <initializer_list>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,6 +23,7 @@
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
+#include "core/limits.hpp"
 #include "core/log.hpp"
 #include "core/private_copy.hpp"
 #include "memory/symmetric_memory.hpp"
@@ -64,12 +68,31 @@ constexpr size_t kPieceAlignment = 256;
 
 size_t round_up(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
+// NOTE [byte sizes within size_t]
+// A piece is a product of the shape's sizes, saturated at SIZE_MAX where it would wrap, and the Carver notes the
+// first piece whose end (aligned) would not fit in size_t. validate_shape refuses a shape whose symmetric layout
+// overflows, naming shape.hidden (max_tokens and the rows are bounded by 2^31, the world by kMaxWorld), so the
+// offsets and sizes of a validated shape are exact.
 struct Carver {
   size_t used = 0;
+  bool overflowed = false;
   size_t take(size_t bytes) {
     const size_t offset = used;
-    used = round_up(used + bytes, kPieceAlignment);
+    if (bytes > SIZE_MAX - (kPieceAlignment - 1) - used) {
+      overflowed = true;
+    } else {
+      used = round_up(used + bytes, kPieceAlignment);
+    }
     return offset;
+  }
+  // A piece of `factors` multiplied, saturated at SIZE_MAX (NOTE [byte sizes within size_t]).
+  size_t take(std::initializer_list<size_t> factors) {
+    size_t bytes = 1;
+    for (const size_t factor : factors) {
+      if (factor == 0) return take(0);
+    }
+    for (const size_t factor : factors) bytes = bytes > SIZE_MAX / factor ? SIZE_MAX : bytes * factor;
+    return take(bytes);
   }
 };
 
@@ -95,35 +118,43 @@ size_t slot_lines(const MoeShape& shape) {
   return round_up(lines, kernels::kLL128LinesPerWarp);
 }
 
-kernels::moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world) {
+// Raises kInvalidArgument naming shape.hidden where a byte size would not fit in size_t (NOTE [byte sizes within
+// size_t]).
+kernels::moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world, const char* function) {
   const size_t capacity = capacity_of(shape, world), W = world, T = shape.max_tokens, K = shape.top_k;
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
   const size_t expert_major = rank_major(shape) ? 0 : 1, ranks = 1 - expert_major;
   Carver carve;
   kernels::moe::SymmetricLayout layout{};
-  layout.rows = carve.take(capacity * dispatch_row_bytes(shape));
-  layout.row_scales = carve.take(capacity * scale_bytes(shape));
-  layout.row_weight = carve.take(expert_major * capacity * sizeof(float));
-  layout.row_expert = carve.take(expert_major * capacity * sizeof(int32_t));
-  layout.row_rank = carve.take(capacity * sizeof(int32_t));
-  layout.row_token = carve.take(capacity * sizeof(int32_t));
-  layout.records = carve.take(expert_major * W * T * kernels::moe::record_words(static_cast<int>(K)) * sizeof(int32_t));
-  layout.counts = carve.take(expert_major * 2 * W * (shape.experts + W) * sizeof(uint64_t));
-  layout.combine = carve.take(W * T * row_bytes);
-  layout.topk_expert = carve.take(ranks * capacity * K * sizeof(int32_t));
-  layout.topk_weight = carve.take(ranks * capacity * K * sizeof(float));
-  layout.received = carve.take(ranks * 2 * W * sizeof(int64_t));
-  layout.block_rows = carve.take(ranks * W * kernels::moe::kScatterBlocks * sizeof(uint64_t));
-  layout.expert_pairs = carve.take(ranks * (shape.experts / std::max(world, 1)) * sizeof(uint32_t));
+  layout.rows = carve.take({capacity, dispatch_row_bytes(shape)});
+  layout.row_scales = carve.take({capacity, scale_bytes(shape)});
+  layout.row_weight = carve.take({expert_major, capacity, sizeof(float)});
+  layout.row_expert = carve.take({expert_major, capacity, sizeof(int32_t)});
+  layout.row_rank = carve.take({capacity, sizeof(int32_t)});
+  layout.row_token = carve.take({capacity, sizeof(int32_t)});
+  layout.records = carve.take({expert_major, W, T, kernels::moe::record_words(static_cast<int>(K)), sizeof(int32_t)});
+  layout.counts = carve.take({expert_major, 2, W, shape.experts + W, sizeof(uint64_t)});
+  layout.combine = carve.take({W, T, row_bytes});
+  layout.topk_expert = carve.take({ranks, capacity, K, sizeof(int32_t)});
+  layout.topk_weight = carve.take({ranks, capacity, K, sizeof(float)});
+  layout.received = carve.take({ranks, 2, W, sizeof(int64_t)});
+  layout.block_rows = carve.take({ranks, W, kernels::moe::kScatterBlocks, sizeof(uint64_t)});
+  layout.expert_pairs = carve.take({ranks, static_cast<size_t>(shape.experts / std::max(world, 1)), sizeof(uint32_t)});
   const size_t lines = line_rows(shape) ? 1 : 0;
-  layout.line_tokens = carve.take(lines * 2 * W * kernels::kLL128LineBytes);
-  layout.lines = carve.take(lines * 2 * W * T * slot_lines(shape) * kernels::kLL128LineBytes);
+  layout.line_tokens = carve.take({lines, 2, W, kernels::kLL128LineBytes});
+  layout.lines = carve.take({lines, 2, W, T, slot_lines(shape), kernels::kLL128LineBytes});
+  if (carve.overflowed) {
+    raise_invalid_argument(function, "shape.hidden", "is {}: the buffer's symmetric memory on {} ranks would exceed "
+                           "SIZE_MAX bytes", shape.hidden, world);
+  }
   layout.bytes = carve.used;
   return layout;
 }
 
-void validate_shape(const MoeShape& shape, int world) {
-  const char* function = "MoeBuffer::create";
+void validate_shape(const MoeShape& shape, int world, const char* function) {
+  if (world < 1 || world > kMaxWorld) {
+    raise_invalid_argument(function, "world", "is {}; must be in [1, {}] (ranks of one host)", world, kMaxWorld);
+  }
   if (shape.hidden == 0) raise_invalid_argument(function, "shape.hidden", "is 0");
   if (shape.type != DataType::kBFloat16 && shape.type != DataType::kFloat16 && shape.type != DataType::kFloat32) {
     raise_invalid_argument(function, "shape.type", "is {}; MoE rows are bfloat16, float16 or float32",
@@ -176,14 +207,22 @@ void validate_shape(const MoeShape& shape, int world) {
     if (shape.capacity_rows != 0) {
       raise_invalid_argument(function, "shape.capacity_rows", "is {}; rows are indexed in 32 bits", capacity);
     }
+    // The padding of every local expert's block, with the rows of one token (max_tokens 1), already too many.
+    const size_t local = static_cast<size_t>(shape.experts / world);
+    const size_t padding = local * static_cast<size_t>(shape.expert_alignment - 1);
+    if (padding + size_t(world) * std::min(local, static_cast<size_t>(shape.top_k)) > INT32_MAX) {
+      raise_invalid_argument(function, "shape.expert_alignment", "is {}: the padding of {} local experts, {} rows, "
+                             "with one token's rows exceeds the 2^31 - 1 that rows are indexed in, whatever max_tokens",
+                             shape.expert_alignment, local, padding);
+    }
     raise_invalid_argument(function, "shape.max_tokens", "is {}: the receive rows it needs on {} ranks, {}, exceed the "
                            "2^31 - 1 that rows are indexed in", shape.max_tokens, world, capacity);
   }
   const size_t row_bytes = shape.hidden * datatype_size(shape.type);
-  if (row_bytes / datatype_size(shape.type) != shape.hidden || capacity > SIZE_MAX / 2 / row_bytes ||
-      shape.max_tokens * size_t(world) > SIZE_MAX / 2 / row_bytes) {
-    raise_invalid_argument(function, "shape.hidden", "is {}: the buffer's size in bytes overflows", shape.hidden);
+  if (row_bytes / datatype_size(shape.type) != shape.hidden) {
+    raise_invalid_argument(function, "shape.hidden", "is {}: a row's size in bytes exceeds SIZE_MAX", shape.hidden);
   }
+  symmetric_layout(shape, world, function);  // NOTE [byte sizes within size_t]
 }
 
 std::string describe(const MoeShape& shape) {
@@ -213,13 +252,19 @@ int agreed_blocks(collectives::CollectiveContext& context, const MoeShape& shape
   return blocks;
 }
 
-// `call`: not a getter, so refused while a receiving half is pending.
-detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, bool call = true) {
+// The state of a buffer not moved from (all the getters need).
+detail::MoeState& existing(const std::unique_ptr<detail::MoeState>& state, const char* function) {
   if (!state) raise(ErrorCode::kInvalidArgument, "{}: the MoeBuffer was moved from", function);
+  return *state;
+}
+
+// The state for a call: refused after a recorded failure and while a receiving half is pending.
+detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function) {
+  existing(state, function);
   set_log_rank(state->comm->rank);
   // A recorded timeout leaves the communicator unusable.
   state->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
-  if (call && state->pending_call != nullptr) {
+  if (state->pending_call != nullptr) {
     raise_invalid_argument(function, "hook", "the receiving half of the last {} (its MoeHook) is still to be called: "
                            "call MoeHook::receive first", state->pending_call);
   }
@@ -276,16 +321,37 @@ size_t MoeBuffer::worst_case_rows(const MoeShape& shape, int world) {
 }
 
 size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
-  validate_shape(shape, world);
-  return symmetric_layout(shape, world).bytes;
+  const char* function = "MoeBuffer::symmetric_bytes";
+  validate_shape(shape, world, function);
+  return symmetric_layout(shape, world, function).bytes;
 }
 
 MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> context, const MoeShape& shape) {
   const char* function = "MoeBuffer::create";
   collectives::CollectiveContext& comm_state = *context;
   const int world = comm_state.size;
-  validate_shape(shape, world);
-  const std::vector<std::string> shapes = host_allgather(comm_state, describe(shape));
+  // NOTE [a refused shape in the allgather]
+  // A rank whose shape is refused still takes part in the allgather, with kRefused and its message in place of the
+  // shape, so its peers fail at once instead of at the bootstrap's timeout: it raises its own kInvalidArgument, and
+  // a rank whose shape passed raises kMismatch naming the first rank refused (their shapes differ).
+  constexpr std::string_view kRefused = "refused: ";
+  std::exception_ptr refused;
+  std::string mine;
+  try {
+    validate_shape(shape, world, function);
+    mine = describe(shape);
+  } catch (const Error& error) {
+    refused = std::current_exception();
+    mine = std::string(kRefused) + error.what();
+  }
+  const std::vector<std::string> shapes = host_allgather(comm_state, mine);
+  if (refused) std::rethrow_exception(refused);
+  for (int r = 0; r < world; ++r) {
+    if (shapes[r].starts_with(kRefused)) {
+      raise(ErrorCode::kMismatch, "{}: rank {}'s shape was refused ({}); this rank {} asked for ({})", function, r,
+            shapes[r].substr(kRefused.size()), comm_state.rank, mine);
+    }
+  }
   for (int r = 0; r < world; ++r) {
     if (shapes[r] != shapes[comm_state.rank]) {
       raise(ErrorCode::kMismatch, "{}: rank {} asked for ({}) but rank {} for ({})", function, comm_state.rank,
@@ -299,7 +365,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   // The communicator's memory context, kept alive by the same owner as `context`.
   const std::shared_ptr<detail::MemoryContext> memory(context, &comm_state.memory);
   state->sync = std::make_unique<DeviceSync>(memory, comm_state.memory.timeout_s, kernels::moe::kGridChannel + 1);
-  const kernels::moe::SymmetricLayout layout = symmetric_layout(shape, world);
+  const kernels::moe::SymmetricLayout layout = symmetric_layout(shape, world, function);
   state->memory = allocate_symmetric(memory, layout.bytes, AllocOptions{});  // zeroed
 
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;
@@ -369,8 +435,8 @@ MoeBuffer::MoeBuffer(MoeBuffer&&) noexcept = default;
 MoeBuffer& MoeBuffer::operator=(MoeBuffer&&) noexcept = default;
 MoeBuffer::~MoeBuffer() = default;
 
-const MoeShape& MoeBuffer::shape() const { return checked(state_, "MoeBuffer::shape", false).shape; }
-size_t MoeBuffer::capacity_rows() const { return checked(state_, "MoeBuffer::capacity_rows", false).capacity; }
+const MoeShape& MoeBuffer::shape() const { return existing(state_, "MoeBuffer::shape").shape; }
+size_t MoeBuffer::capacity_rows() const { return existing(state_, "MoeBuffer::capacity_rows").capacity; }
 
 MoeHook::MoeHook(MoeHook&& other) noexcept : state_(std::exchange(other.state_, nullptr)) {}
 MoeHook& MoeHook::operator=(MoeHook&& other) noexcept {

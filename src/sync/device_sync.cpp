@@ -208,9 +208,12 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
   const char* name = collective_name(seen.collective);
   switch (seen.code) {
     case device::kErrorOverflow:
+      // all_to_allv_device: elements against recv_capacity; MoE dispatch: receive rows, alignment padding
+      // included, against the shape's capacity_rows.
       raise(ErrorCode::kInvalidArgument,
-            "{}: rank {} was sent {} elements (rows) in total but its receive capacity is {}; nothing was written "
-            "to its receive buffer (the received counts were)",
+            "{}: rank {} was sent {} elements (MoE dispatch: receive rows, alignment padding included) in total but "
+            "its receive capacity (recv_capacity; MoE: the shape's capacity_rows) is {}; nothing was written to its "
+            "receive buffer (the received counts and offsets were)",
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorCountMismatch:
       raise(ErrorCode::kMismatch,
@@ -224,15 +227,18 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
       raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
             seen.rank, seen.value, seen.peer);
     case device::kErrorBadExpert:
-      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given expert id {}; ids must be in [-1, {}) (the pair was skipped)",
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was given expert id {} in argument 'topk_idx'; ids must be in [-1, {}) (the pair was skipped)",
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorRepeatedExpert:
       raise(ErrorCode::kInvalidArgument,
-            "{}: rank {} was given expert id {} twice for token {}; a token's expert ids must be distinct (the "
-            "repeated pair was skipped)",
+            "{}: rank {} was given expert id {} twice for token {} in argument 'topk_idx'; a token's expert ids "
+            "must be distinct (the repeated pair was skipped)",
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorTooManyTokens:
-      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given {} tokens; the buffer holds at most {} (nothing was sent)",
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was given {} tokens in argument 'num_tokens_device'; must be in [0, {}] (shape.max_tokens; "
+            "nothing was sent)",
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorNegativeDisplacement:
       raise(ErrorCode::kInvalidArgument,

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <random>
 #include <string>
 
@@ -220,6 +221,35 @@ TEST(MemoryHandle, ExportAndImportWithoutAGpuFailClearly) {
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ErrorCode::kNoDevice) << error.what();
   }
+}
+
+void expect_device_refused(const std::function<void()>& call, const std::string& function) {
+  try {
+    call();
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find(function + ": argument 'device'"), std::string::npos) << error.what();
+  }
+}
+
+// -1 is the current device; a device below it is refused before CUDA is touched, one past the GPUs once counted.
+TEST(MemoryHandle, ADeviceBelowMinusOneIsRefusedNamingIt) {
+  char host[64];
+  const std::string blob = pack(sample(MemoryKind::kPosixFd));  // another process's: passes the blob checks
+  for (const int device : {-2, -100}) {
+    expect_device_refused([&] { export_handle(host, sizeof host, device); }, "export_handle");
+    expect_device_refused([&] { import_handle(blob, device); }, "import_handle");
+  }
+}
+
+TEST(MemoryHandle, ADevicePastTheGpusIsRefusedNamingIt) {
+  char host[64];
+  const std::string blob = pack(sample(MemoryKind::kPosixFd));
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no GPU: devices cannot be counted";
+  expect_device_refused([&] { export_handle(host, sizeof host, devices); }, "export_handle");
+  expect_device_refused([&] { import_handle(blob, devices); }, "import_handle");
 }
 
 }  // namespace

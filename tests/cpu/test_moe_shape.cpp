@@ -5,6 +5,7 @@
 #include <string>
 
 #include "braid/moe.hpp"
+#include "core/limits.hpp"
 #include "kernels/moe_launch.hpp"
 
 namespace braid {
@@ -125,6 +126,52 @@ TEST(MoeShape, BadShapesAreRefusedNamingTheField) {
   shape = deepseek_like();
   shape.low_latency = true;  // fixed rows are rank-major's
   expect_refused(shape, "low_latency");
+}
+
+void expect_refused_naming(const MoeShape& shape, int world, const std::string& argument) {
+  try {
+    MoeBuffer::symmetric_bytes(shape, world);
+    ADD_FAILURE() << "accepted world " << world << "; expected '" << argument << "' refused";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+    EXPECT_NE(std::string(error.what()).find("MoeBuffer::symmetric_bytes: argument '" + argument + "'"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST(MoeShape, AWorldOutsideOneToSixteenRanksIsRefusedNamingIt) {
+  const MoeShape shape = deepseek_like();  // 64 experts: a multiple of every world tried
+  for (const int world : {0, -1, -4, kMaxWorld + 1, 64}) expect_refused_naming(shape, world, "world");
+  EXPECT_GT(MoeBuffer::symmetric_bytes(shape, 1), 0u);
+  EXPECT_GT(MoeBuffer::symmetric_bytes(shape, kMaxWorld), 0u);
+}
+
+// Every piece below SIZE_MAX / 2 bytes, their sum past SIZE_MAX: the rows and the combine area of one token.
+TEST(MoeShape, ByteSizesWhoseSumWrapsAreRefusedNamingHidden) {
+  for (const MoeLayout layout : {MoeLayout::kExpertMajor, MoeLayout::kRankMajor}) {
+    MoeShape shape;
+    shape.hidden = (size_t(1) << 62) - 1;  // bf16 rows of 2^63 - 2 bytes
+    shape.max_tokens = 1;
+    shape.top_k = 1;
+    shape.experts = 16;
+    shape.layout = layout;
+    expect_refused_naming(shape, 1, "shape.hidden");
+    // A quarter as wide: the rows and the combine area, 2^61 bytes each, fit.
+    shape.hidden = size_t(1) << 60;
+    EXPECT_GE(MoeBuffer::symmetric_bytes(shape, 1), size_t(1) << 62);
+  }
+}
+
+TEST(MoeShape, RowsPastTheIndexAreBlamedOnTheAlignmentWhenItsPaddingAloneIsTooMany) {
+  MoeShape shape = deepseek_like();
+  shape.expert_alignment = 1 << 28;  // 16 local experts on 4 ranks: 16 * (2^28 - 1) padding rows, past 2^31 - 1
+  expect_refused_naming(shape, 4, "shape.expert_alignment");
+  shape.max_tokens = 1;  // no max_tokens makes it fit
+  expect_refused_naming(shape, 4, "shape.expert_alignment");
+  // Padding that fits with fewer tokens: max_tokens is to blame.
+  shape.expert_alignment = 128;
+  shape.max_tokens = size_t(1) << 30;
+  expect_refused_naming(shape, 4, "shape.max_tokens");
 }
 
 TEST(MoeShape, RankMajorHoldsEveryTokenOfEveryRankOnceAndAsMuchCombineInput) {

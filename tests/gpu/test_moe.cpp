@@ -1681,6 +1681,37 @@ void expect_refused_naming(int me, const char* what, const char* field, const st
   }
 }
 
+// One rank's shape is refused (hidden 0): that rank throws kInvalidArgument naming shape.hidden and every other
+// rank kMismatch naming it, all at once (well before the timeout); a good buffer is then made on every rank.
+TEST(MoeErrors, AShapeRefusedOnOneRankFailsEveryRankAtOnce) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size(), me = comm.rank(), refused_rank = world - 1;
+    const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
+    MoeShape shape = make_shape(config, world, MoeLayout::kExpertMajor);
+    MoeShape mine = shape;
+    if (me == refused_rank) mine.hidden = 0;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      MoeBuffer::create(comm, mine);
+      ADD_FAILURE() << "rank " << me << ": create succeeded";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      if (me == refused_rank) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << message;
+        EXPECT_NE(message.find("'shape.hidden'"), std::string::npos) << message;
+      } else {
+        EXPECT_EQ(error.code(), ErrorCode::kMismatch) << message;
+        EXPECT_NE(message.find("rank " + std::to_string(refused_rank) + "'s shape was refused"), std::string::npos)
+            << message;
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, comm.timeout_s() / 2) << "rank " << me << " waited for the timeout";
+    MoeBuffer good = MoeBuffer::create(comm, shape);
+    EXPECT_EQ(good.shape().hidden, shape.hidden);
+  });
+}
+
 // A call on the buffer while a hook holds a receiving half, a hook received twice, and a hook on an expert-major
 // buffer are refused naming the hook (on every rank alike: nothing was launched); the buffer then works.
 TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
