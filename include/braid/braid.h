@@ -142,8 +142,8 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
  * not synchronise. */
 braidResult_t braidCommCheck(braidComm_t comm);
 /* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end; then
- * braidCommCheck, every call that takes a stream and every call that waits on the store (braidCommBarrier,
- * braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted, while braidCommRank, braidCommSize and
+ * braidCommCheck, every call that takes a stream and, on more than one rank, every call that waits on the store
+ * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted, while braidCommRank, braidCommSize and
  * braidCommDevice still succeed and braidCommShrink still works.
  * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
@@ -181,6 +181,7 @@ braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, b
 braidResult_t braidExportedBlob(braidExportedHandle_t handle, const void** blob, size_t* size);
 braidResult_t braidExportedHandleFree(braidExportedHandle_t handle);
 braidResult_t braidImportHandle(const void* blob, size_t size, int device, braidImportedMemory_t* memory);
+/* bytes may be NULL (here and in braidGlobalPeer). */
 braidResult_t braidImportedPointer(braidImportedMemory_t memory, void** pointer, size_t* bytes);
 braidResult_t braidImportedMemoryFree(braidImportedMemory_t memory);
 

@@ -21,11 +21,13 @@ enum class ErrorCode : int {
   kUnsupported = 9,      // a valid request this build or device cannot serve
   kRemoteError = 10,     // a peer failed or went away
   kInternal = 11,        // a bug in braid
-  kAborted = 12,         // this rank aborted the communicator (Communicator::abort): every later call fails so
-  kRevoked = 13,         // a rank revoked the communicator (Communicator::revoke): every rank's calls fail so
+  kAborted = 12,   // this rank aborted the communicator (Communicator::abort): check(), later calls that take a
+                   // stream and waits on the store (more than one rank) fail so
+  kRevoked = 13,   // a rank revoked the communicator (Communicator::revoke): every rank's check() and calls that
+                   // take a stream fail so
 };
 
-// Name of a code, e.g. "invalid argument".
+// A short description of a code, e.g. "invalid argument" ("unknown error" for a value that is none).
 const char* error_code_name(ErrorCode code) noexcept;
 
 // Thrown by every braid C++ call that fails. what() is a complete sentence naming the argument,

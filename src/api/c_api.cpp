@@ -8,6 +8,26 @@
 #include "braid/fused_matmul.hpp"
 #include "core/error.hpp"
 
+// guarded() returns a braid::ErrorCode as a braidResult_t: the values must agree one for one.
+static constexpr bool same_code(braidResult_t c, braid::ErrorCode cpp) {
+  return static_cast<int>(c) == static_cast<int>(cpp);
+}
+static_assert(same_code(braidSuccess, braid::ErrorCode::kSuccess) &&
+                  same_code(braidInvalidArgument, braid::ErrorCode::kInvalidArgument) &&
+                  same_code(braidNoDevice, braid::ErrorCode::kNoDevice) &&
+                  same_code(braidCudaError, braid::ErrorCode::kCudaError) &&
+                  same_code(braidDriverError, braid::ErrorCode::kDriverError) &&
+                  same_code(braidSystemError, braid::ErrorCode::kSystemError) &&
+                  same_code(braidTimeout, braid::ErrorCode::kTimeout) &&
+                  same_code(braidPeerUnreachable, braid::ErrorCode::kPeerUnreachable) &&
+                  same_code(braidMismatch, braid::ErrorCode::kMismatch) &&
+                  same_code(braidUnsupported, braid::ErrorCode::kUnsupported) &&
+                  same_code(braidRemoteError, braid::ErrorCode::kRemoteError) &&
+                  same_code(braidInternalError, braid::ErrorCode::kInternal) &&
+                  same_code(braidAborted, braid::ErrorCode::kAborted) &&
+                  same_code(braidRevoked, braid::ErrorCode::kRevoked),
+              "braidResult_t and braid::ErrorCode disagree");
+
 // Every call passes a braidDataType_t on as a braid::DataType (data_type()): the values must agree one for one.
 static constexpr bool same_value(braidDataType_t c, braid::DataType cpp) { return static_cast<int>(c) == static_cast<int>(cpp); }
 static_assert(same_value(braidInt8, braid::DataType::kInt8) && same_value(braidUint8, braid::DataType::kUint8) &&
