@@ -151,7 +151,8 @@ kernels::moe::SymmetricLayout symmetric_layout(const MoeShape& shape, int world,
   return layout;
 }
 
-void validate_shape(const MoeShape& shape, int world, const char* function) {
+// Returns the shape's symmetric layout, which the checks compute (NOTE [byte sizes within size_t]).
+kernels::moe::SymmetricLayout validate_shape(const MoeShape& shape, int world, const char* function) {
   if (world < 1 || world > kMaxWorld) {
     raise_invalid_argument(function, "world", "is {}; must be in [1, {}] (ranks of one host)", world, kMaxWorld);
   }
@@ -222,7 +223,7 @@ void validate_shape(const MoeShape& shape, int world, const char* function) {
   if (row_bytes / datatype_size(shape.type) != shape.hidden) {
     raise_invalid_argument(function, "shape.hidden", "is {}: a row's size in bytes exceeds SIZE_MAX", shape.hidden);
   }
-  symmetric_layout(shape, world, function);  // NOTE [byte sizes within size_t]
+  return symmetric_layout(shape, world, function);  // NOTE [byte sizes within size_t]
 }
 
 std::string describe(const MoeShape& shape) {
@@ -322,8 +323,7 @@ size_t MoeBuffer::worst_case_rows(const MoeShape& shape, int world) {
 
 size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
   const char* function = "MoeBuffer::symmetric_bytes";
-  validate_shape(shape, world, function);
-  return symmetric_layout(shape, world, function).bytes;
+  return validate_shape(shape, world, function).bytes;
 }
 
 MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> context, const MoeShape& shape) {
@@ -337,8 +337,9 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   constexpr std::string_view kRefused = "refused: ";
   std::exception_ptr refused;
   std::string mine;
+  kernels::moe::SymmetricLayout layout{};
   try {
-    validate_shape(shape, world, function);
+    layout = validate_shape(shape, world, function);
     mine = describe(shape);
   } catch (const Error& error) {
     refused = std::current_exception();
@@ -365,7 +366,6 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   // The communicator's memory context, kept alive by the same owner as `context`.
   const std::shared_ptr<detail::MemoryContext> memory(context, &comm_state.memory);
   state->sync = std::make_unique<DeviceSync>(memory, comm_state.memory.timeout_s, kernels::moe::kGridChannel + 1);
-  const kernels::moe::SymmetricLayout layout = symmetric_layout(shape, world, function);
   state->memory = allocate_symmetric(memory, layout.bytes, AllocOptions{});  // zeroed
 
   const size_t W = world, T = shape.max_tokens, K = shape.top_k, E = shape.experts, L = E / W;

@@ -60,9 +60,13 @@ struct FusedMatmulState {
   bool made_a_call = false;
   unsigned long long capture = 0;  // the call in progress's capture id (0: eager)
 
-  // Checks the workspace holds `bytes` (growing it, collectively, outside a capture), then orders this call after
-  // the previous one and forks the side stream from `stream`.
+  // What every call starts with: refuses the legacy stream where ranks share a GPU, checks the workspace holds
+  // `bytes` (growing it, collectively, outside a capture), then orders this call after the previous one.
+  void order(const char* function, size_t bytes, Stream stream);
+  // order(), then forks the side stream from `stream`.
   void begin(const char* function, size_t bytes, Stream stream);
+  // A call's product over k = 0: zeros into `out`, ordered as every call, with nothing on the side stream.
+  void zeros(const char* function, void* out, size_t bytes, Stream stream);
   void end(Stream stream);
   cudaEvent_t record(cudaStream_t on);  // an unused event, recorded on `on`
   // `waiter`'s later work waits for what `leader` has enqueued so far (nothing to do where they are one stream).
@@ -154,7 +158,7 @@ void FusedMatmulState::meet() {
   comm.all_reduce(meeting_word, meeting_word, 1, DataType::kInt32, ReduceOp::kMax, side);
 }
 
-void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) {
+void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
   if (shares_gpu && (stream == nullptr || stream == cudaStreamLegacy)) {  // as every call of the communicator
     raise_invalid_argument(function, "stream",
                            "is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
@@ -179,6 +183,16 @@ void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) 
   if (made_a_call && last_stream != stream && last_capture == capture) {
     BRAID_CUDA(cudaStreamWaitEvent(stream, done, 0));
   }
+}
+
+void FusedMatmulState::zeros(const char* function, void* out, size_t bytes, Stream stream) {
+  order(function, 0, stream);
+  BRAID_CUDA(cudaMemsetAsync(out, 0, bytes, stream));
+  end(stream);
+}
+
+void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) {
+  order(function, bytes, stream);
   side = shares_gpu ? stream : own_side;
   follow(side, stream);
 }
@@ -298,13 +312,7 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
   if (out_bytes == 0) return;
 
   DeviceGuard guard(state.device);
-  if (k == 0) {  // a product over nothing: zeros, and nothing to gather; ordered as every call
-    state.begin(kFunction, 0, stream);
-    BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
-    state.follow(stream, state.side);  // the side stream forked by begin joins back (a capture ends joined)
-    state.end(stream);
-    return;
-  }
+  if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);  // nothing to gather
   state.begin(kFunction, gathered_bytes, stream);
   cudaStream_t side = state.side;
   auto multiply = [&](const void* a, size_t first_row, size_t row_count, int multiprocessors) {
@@ -375,13 +383,7 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   if (out_bytes == 0) return;
 
   DeviceGuard guard(state.device);
-  if (k == 0) {  // a product over nothing: zeros; ordered as every call
-    state.begin(kFunction, 0, stream);
-    BRAID_CUDA(cudaMemsetAsync(out, 0, out_bytes, stream));
-    state.follow(stream, state.side);  // the side stream forked by begin joins back (a capture ends joined)
-    state.end(stream);
-    return;
-  }
+  if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);
   const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);
   state.begin(kFunction, checked_product(kFunction, "m", 2, partials), stream);
   cudaStream_t side = state.side;
