@@ -5,11 +5,13 @@
 //   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
 //
 // The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
-// never links it. Each GEMM shape a call cuts picks its cuBLASLt algorithm by timing where it runs: its first 12
-// runs outside a capture try cuBLASLt's first 4 candidates (3 runs each, between CUDA events that later runs read;
-// nothing waits), and its first run after those have completed keeps the fastest; runs before that, captured ones
-// included, take cuBLASLt's first (BRAID_GEMM_TUNING=off: always). Results may differ in the last bit between a
-// shape's runs before it settles, and between ranks. The communication moves through the copy engines into a
+// never links it. On GPUs of compute capability 9.0 (H100, H200), a GEMM whose B is Layout::kTransposed and whose k
+// and n are multiples of 8 may run on braid's own Hopper GEMM kernel instead. Each GEMM shape a call cuts picks its
+// candidate by timing where it runs: its first runs outside a capture try cuBLASLt's first 4 algorithms and, where
+// it takes the shape, braid's kernel (3 runs each: 12 or 15 runs, between CUDA events that later runs read; nothing
+// waits), and its first run after those have completed keeps the fastest; runs before that, captured ones
+// included, take cuBLASLt's first (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's 4 alone; off: cuBLASLt's first always).
+// Results may differ in the last bit between a shape's runs before it settles, and between ranks. The communication moves through the copy engines into a
 // symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-element
 // all-reduces of the communicator on a side stream.
 #pragma once

@@ -29,8 +29,9 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
     """(A or None, [A @ B for B in Bs]) with A = all_gather(A_shard, gather_dim): rank q's A_shard [..., K] is
     block q of A along gather_dim. The first product runs fused with the all-gather; the others multiply the
     gathered A once it is there. gather_dim may be any dim of A_shard; the last one (K) runs unfused. return_A=False
-    returns None for A (it is kept anyway where a B needs a gradient). Each GEMM shape settles on its cuBLASLt
-    algorithm after its first 12 eager calls (BRAID_GEMM_TUNING): results may differ in the last bit until then."""
+    returns None for A (it is kept anyway where a B needs a gradient). Each GEMM shape settles on its GEMM (a cuBLASLt
+    algorithm, or braid's Hopper kernel) after its first 12 or 15 eager calls (BRAID_GEMM_TUNING): results may
+    differ in the last bit until then."""
     function = "braid.ops.all_gather_matmul"
     torch = import_torch(function)
     if isinstance(Bs, torch.Tensor) or not isinstance(Bs, (list, tuple)) or not Bs:
@@ -45,8 +46,9 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
 def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *, comm=None):
     """reduce_scatter(A @ B, reduce_op, scatter_dim): block `rank` along scatter_dim of every rank's product,
     summed ('sum') or averaged ('avg'). A [..., K] (A's scatter_dim must divide by the world size), B [K, N]. Any
-    dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its cuBLASLt algorithm after
-    its first 12 eager calls (BRAID_GEMM_TUNING): results may differ in the last bit until then."""
+    dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its GEMM (a cuBLASLt algorithm,
+    or braid's Hopper kernel) after its first 12 or 15 eager calls (BRAID_GEMM_TUNING): results may differ in the
+    last bit until then."""
     function = "braid.ops.matmul_reduce_scatter"
     torch = import_torch(function)
     check_operands(torch, function, A, "A", [B], ["B"])

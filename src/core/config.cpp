@@ -66,11 +66,12 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_CUBLASLT_LIBRARY", ConfigType::kString, "libcublasLt.so.13", nullptr,
      "cuBLASLt library the fused GEMM calls (FusedMatmul) dlopen: a path, or a name looked for by the loader, in "
      "the CUDA toolkit's lib folders and in python3's site-packages (nvidia/cu13/lib, nvidia/cublas/lib)."},
-    {"BRAID_GEMM_TUNING", ConfigType::kEnum, "on", "on|off",
-     "on: each GEMM shape of the fused calls (FusedMatmul) times cuBLASLt's first 4 candidate algorithms where it "
-     "runs, on its first 12 runs outside CUDA graph captures (3 each), and its first run after those have completed "
-     "keeps the fastest (ranks may settle on different algorithms, whose roundings may differ); off: cuBLASLt's "
-     "first candidate on every run."},
+    {"BRAID_GEMM_TUNING", ConfigType::kEnum, "on", "on|cublaslt|off",
+     "on: each GEMM shape of the fused calls (FusedMatmul) times its candidates where it runs (cuBLASLt's first 4 "
+     "algorithms, and braid's Hopper GEMM where the GPU and the shape allow it), on its first runs outside CUDA "
+     "graph captures (3 each), and its first run after those have completed keeps the fastest (ranks may settle on "
+     "different candidates, whose roundings may differ); cublaslt: the same among cuBLASLt's 4 alone; off: "
+     "cuBLASLt's first candidate on every run."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "
      "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "

@@ -62,6 +62,7 @@ DriverApi load() {
   BRAID_FETCH(cuMemGetAllocationPropertiesFromHandle);
   BRAID_FETCH(cuPointerGetAttribute);
 #undef BRAID_FETCH
+  fetch("cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, kEntryPointVersion, false);
 #define BRAID_FETCH_MULTICAST(name) fetch(#name, api.name, kMulticastEntryPointVersion, false)
   BRAID_FETCH_MULTICAST(cuMulticastGetGranularity);
   BRAID_FETCH_MULTICAST(cuMulticastCreate);

@@ -27,6 +27,8 @@ struct DriverApi {
   decltype(&::cuMemRetainAllocationHandle) cuMemRetainAllocationHandle;
   decltype(&::cuMemGetAllocationPropertiesFromHandle) cuMemGetAllocationPropertiesFromHandle;
   decltype(&::cuPointerGetAttribute) cuPointerGetAttribute;
+  // The TMA's tensor maps (CUDA 12.0+) for braid's Hopper GEMM (kernels/matmul_sm90.hpp); nullptr where missing.
+  decltype(&::cuTensorMapEncodeTiled) cuTensorMapEncodeTiled;
   // Kernel preload (core/kernel_modules.hpp; CUDA 12.4+); nullptr where the driver lacks them.
   decltype(&::cuFuncGetModule) cuFuncGetModule;
   decltype(&::cuModuleGetFunctionCount) cuModuleGetFunctionCount;

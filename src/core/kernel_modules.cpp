@@ -15,6 +15,7 @@ namespace {
 struct ModuleAnchor {
   const void* kernel;  // host stub of the module's anchor kernel
   const char* file;
+  int major, minor;    // the only compute capability it is built for; major 0: every one libbraid is built for
 };
 
 // Filled by static initialisers (one per .cu file), read at communicator init: a function-local static, so it
@@ -53,7 +54,15 @@ KernelLoadCount visit(bool load) {
     return count;
   }
   std::vector<CUfunction> functions;
+  int device = 0, major = 0, minor = 0;
+  BRAID_CUDA(cudaGetDevice(&device));
+  BRAID_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  BRAID_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
   for (const ModuleAnchor& anchor : anchors()) {
+    if (anchor.major != 0 && (anchor.major != major || anchor.minor != minor)) {
+      ++count.skipped;
+      continue;
+    }
     cudaFunction_t anchor_function = nullptr;
     BRAID_CUDA(cudaGetFuncBySymbol(&anchor_function, anchor.kernel));
     CUmodule module = nullptr;
@@ -81,10 +90,10 @@ KernelLoadCount visit(bool load) {
 
 }  // namespace
 
-bool register_kernel_module(const void* kernel, const char* file) {
+bool register_kernel_module(const void* kernel, const char* file, int major, int minor) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
-  r.anchors.push_back({kernel, file});
+  r.anchors.push_back({kernel, file, major, minor});
   return true;
 }
 

@@ -19,15 +19,17 @@
 
 namespace braid::detail {
 
-// Records the module holding `kernel` (a __global__ function of that module). Host-only bookkeeping, safe in a
+// Records the module holding `kernel` (a __global__ function of that module), built for GPUs of compute capability
+// `major`.`minor` alone, or for every GPU libbraid is built for where major is 0. Host-only bookkeeping, safe in a
 // static initialiser; returns true so it can initialise a constant.
-bool register_kernel_module(const void* kernel, const char* file);
+bool register_kernel_module(const void* kernel, const char* file, int major = 0, int minor = 0);
 
 // Modules registered so far (one per .cu file linked into this binary).
 size_t registered_kernel_modules();
 
 struct KernelLoadCount {
   size_t modules = 0;    // registered modules visited
+  size_t skipped = 0;    // registered modules built for another compute capability than the current GPU's
   size_t functions = 0;  // functions in them
   size_t loaded = 0;     // functions loaded into the current context (after preload_kernels: all of them)
   size_t loaded_now = 0; // functions preload_kernels loaded itself
@@ -49,5 +51,13 @@ KernelLoadCount count_loaded_kernels();
   __global__ void braid_kernel_module_anchor() {}                                                     \
   [[maybe_unused]] const bool braid_kernel_module_registered = ::braid::detail::register_kernel_module( \
       reinterpret_cast<const void*>(&braid_kernel_module_anchor), __FILE__);                          \
+  }
+// The same for a .cu file built for one compute capability alone (an sm_90a file: BRAID_KERNEL_MODULE_FOR(9, 0)):
+// preload skips it on other GPUs, which have no code of it to load.
+#define BRAID_KERNEL_MODULE_FOR(major, minor)                                                         \
+  namespace {                                                                                         \
+  __global__ void braid_kernel_module_anchor() {}                                                     \
+  [[maybe_unused]] const bool braid_kernel_module_registered = ::braid::detail::register_kernel_module( \
+      reinterpret_cast<const void*>(&braid_kernel_module_anchor), __FILE__, major, minor);            \
   }
 #endif

@@ -13,6 +13,7 @@
 #include "core/log.hpp"
 #include "overlap/algorithm_trials.hpp"
 #include "core/shared_library.hpp"
+#include "kernels/matmul_sm90.hpp"
 
 namespace braid::detail {
 namespace {
@@ -29,6 +30,29 @@ bool capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   BRAID_CUDA(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
+}
+
+GemmRunner::Tuning tuning_setting() {
+  const std::string value = Config::get().string("BRAID_GEMM_TUNING").value_or("on");
+  if (value == "off") return GemmRunner::Tuning::kOff;
+  return value == "cublaslt" ? GemmRunner::Tuning::kCublasLt : GemmRunner::Tuning::kAll;
+}
+
+// The GEMM as braid's Hopper kernel takes it (B transposed: [n, k]).
+kernels::Sm90Matmul sm90_matmul(const Gemm& gemm) {
+  kernels::Sm90Matmul m;
+  m.type = gemm.type;
+  m.rows = gemm.rows;
+  m.k = gemm.k;
+  m.n = gemm.n;
+  m.a = gemm.a;
+  m.b = gemm.b;
+  m.c = gemm.c;
+  m.d = gemm.d;
+  m.alpha = gemm.alpha;
+  m.beta = gemm.beta;
+  m.multiprocessors = gemm.multiprocessors;
+  return m;
 }
 
 CublasLtApi load_cublaslt() {
@@ -130,17 +154,20 @@ const CublasLtApi& cublaslt() {
 // changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of 8192 x 8192
 // x 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a device-to-device copy
 // a half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a call, picks by the wrong
-// measure; so a plan times its candidates where they run. Its first kCandidates x kSamples runs on streams not being
-// captured cycle through cuBLASLt's first kCandidates algorithms, each GEMM between two CUDA events; later runs read
-// the events without waiting (those not complete yet stay for the next run) and take the first candidate meanwhile;
-// the first run, captured or not, that finds every trial read keeps the candidate with the lowest median time for the
-// runner's life. A run inside a capture before that takes the first candidate and times nothing. A candidate cuBLASLt
-// refuses to launch is passed over. A trial's time starts at its event, so on a GPU idle waiting for the host it
-// includes the launch of its GEMM, alike for every candidate. Ranks may settle on different algorithms for one shape
-// (each rank's product is its own), and a shape's runs before it settles differ likewise: their roundings may differ
-// in the last bit. BRAID_GEMM_TUNING=off: cuBLASLt's first candidate always.
+// measure; so a plan times its candidates where they run. The candidates are cuBLASLt's first kCandidates
+// algorithms, then braid's Hopper GEMM (kernels/matmul_sm90.hpp) where the GPU is a Hopper, B is transposed and the
+// kernel takes the shape. A plan's first (candidates x kSamples) runs on streams not being captured cycle through
+// them, each GEMM between two CUDA events; later runs read the events without waiting (those not complete yet stay
+// for the next run) and take the first candidate meanwhile; the first run, captured or not, that finds every trial
+// read keeps the candidate with the lowest median time for the runner's life. A run inside a capture before that
+// takes the first candidate and times nothing. A candidate cuBLASLt refuses to launch is passed over. A trial's time
+// starts at its event, so on a GPU idle waiting for the host it includes the launch of its GEMM, alike for every
+// candidate. Ranks may settle on different candidates for one shape (each rank's product is its own), and a shape's
+// runs before it settles differ likewise: their roundings may differ in the last bit. BRAID_GEMM_TUNING=cublaslt:
+// cuBLASLt's candidates alone; off: cuBLASLt's first candidate always.
 struct GemmRunner::Plan {
   const CublasLtApi& api;
+  bool braid_kernel = false;  // the candidate after cuBLASLt's is braid's Hopper GEMM
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b_layout = nullptr, a_layout = nullptr, cd_layout = nullptr;
   std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order; the first alone where tuning is off
@@ -156,7 +183,10 @@ struct GemmRunner::Plan {
 };
 
 GemmRunner::GemmRunner(int device)
-    : api_(cublaslt()), device_(device), tuning_(Config::get().string("BRAID_GEMM_TUNING").value_or("on") == "on") {
+    : api_(cublaslt()),
+      device_(device),
+      tuning_(tuning_setting()),
+      braid_kernel_available_(tuning_ == Tuning::kAll && kernels::sm90_matmul_available(device)) {
   DeviceGuard guard(device_);
   BRAID_CUBLAS(api_, create, &handle_);
   const cudaError_t allocated = cudaMalloc(&workspace_, kWorkspaceBytes);
@@ -180,7 +210,7 @@ GemmRunner::~GemmRunner() {
   api_.destroy(handle_);
 }
 
-GemmRunner::Plan& GemmRunner::plan(const Key& key) {
+GemmRunner::Plan& GemmRunner::plan(const Key& key, const Gemm& gemm) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
   const auto [type_value, rows, k, n, layout_value, has_c, align_a, align_b, align_c, align_d, multiprocessors] = key;
@@ -224,17 +254,22 @@ GemmRunner::Plan& GemmRunner::plan(const Key& key) {
   cublasLtMatmulHeuristicResult_t results[kCandidates]{};
   int found_count = 0;
   BRAID_CUBLAS(api_, algo_get_heuristic, handle_, plan->desc, plan->b_layout, plan->a_layout, plan->cd_layout,
-               plan->cd_layout, preference, tuning_ ? kCandidates : 1, results, &found_count);
+               plan->cd_layout, preference, tuning_ != Tuning::kOff ? kCandidates : 1, results, &found_count);
   if (found_count == 0) {
     raise(ErrorCode::kUnsupported, "cuBLASLt has no algorithm for a {} GEMM of [{}, {}] x [{}, {}]{}",
           datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
   }
   for (int i = 0; i < found_count; ++i) plan->candidates.push_back(results[i].algo);
-  plan->choice = AlgorithmTrials(found_count, kSamples);
+  plan->braid_kernel = braid_kernel_available_ && transposed && kernels::sm90_matmul_supports(sm90_matmul(gemm));
+  plan->choice = AlgorithmTrials(found_count + (plan->braid_kernel ? 1 : 0), kSamples);
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
 cublasStatus_t GemmRunner::launch(const Plan& plan, int candidate, const Gemm& gemm, cudaStream_t stream) {
+  if (static_cast<size_t>(candidate) == plan.candidates.size()) {  // braid's Hopper GEMM
+    BRAID_CUDA(kernels::launch_sm90_matmul(sm90_matmul(gemm), stream));
+    return CUBLAS_STATUS_SUCCESS;
+  }
   const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
   const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
   return api_.matmul(handle_, plan.desc, &gemm.alpha, gemm.b, plan.b_layout, gemm.a, plan.a_layout, &beta, c,
@@ -281,10 +316,10 @@ void GemmRunner::collect(const Key& key, Plan& plan) {
   }
   plan.trials.erase(unread, plan.trials.end());
   if (!plan.choice.settle()) return;
-  BRAID_DEBUG("GEMM [{}, {}] x [{}, {}]{} on {} multiprocessors: cuBLASLt candidates' median us {}; keeps #{}",
+  BRAID_DEBUG("GEMM [{}, {}] x [{}, {}]{} on {} multiprocessors: candidates' median us {}{}; keeps #{}",
               std::get<1>(key), std::get<2>(key), std::get<2>(key), std::get<3>(key), std::get<5>(key) ? " + C" : "",
               std::get<10>(key) == 0 ? std::string("all") : std::to_string(std::get<10>(key)),
-              plan.choice.medians_us(), plan.choice.chosen());
+              plan.choice.medians_us(), plan.braid_kernel ? " (the last braid's Hopper GEMM)" : "", plan.choice.chosen());
 }
 
 void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
@@ -293,7 +328,7 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
   const Key key{static_cast<int>(gemm.type), gemm.rows, gemm.k, gemm.n, static_cast<int>(gemm.b_layout),
                 gemm.c != nullptr, alignment(gemm.a), alignment(gemm.b), alignment(c), alignment(gemm.d),
                 gemm.multiprocessors};
-  Plan& chosen = plan(key);
+  Plan& chosen = plan(key, gemm);
   if (!chosen.choice.settled()) {  // NOTE [GEMM algorithm choice]
     collect(key, chosen);
     const int candidate = capturing(stream) ? -1 : chosen.choice.next();

@@ -55,8 +55,8 @@ struct Gemm {
   int multiprocessors = 0;  // the multiprocessors the GEMM may take (cuBLASLt's SM count target); 0: all
 };
 
-// A cuBLASLt handle, its workspace and the plans of the shapes seen (each with the algorithm it runs: NOTE [GEMM
-// algorithm choice]), on one GPU. One thread at a time; the GEMMs it enqueues share the workspace, so they must run
+// A cuBLASLt handle, its workspace and the plans of the shapes seen (each with the candidate it runs, one of
+// cuBLASLt's algorithms or braid's Hopper GEMM: NOTE [GEMM algorithm choice]), on one GPU. One thread at a time; the GEMMs it enqueues share the workspace, so they must run
 // on one stream.
 class GemmRunner {
  public:
@@ -67,6 +67,9 @@ class GemmRunner {
 
   void run(const Gemm& gemm, cudaStream_t stream);
 
+  // BRAID_GEMM_TUNING: kOff (cuBLASLt's first), kCublasLt (trials among cuBLASLt's), kAll (braid's Hopper GEMM too).
+  enum class Tuning { kOff, kCublasLt, kAll };
+
  private:
   // type, rows, k, n, layout, has C, the alignment (bytes, up to 256) of A, B, C and D, and the multiprocessors.
   using Key = std::tuple<int, size_t, size_t, size_t, int, bool, uint32_t, uint32_t, uint32_t, uint32_t, int>;
@@ -76,7 +79,7 @@ class GemmRunner {
     int candidate;
     cudaEvent_t start, end;
   };
-  Plan& plan(const Key& key);
+  Plan& plan(const Key& key, const Gemm& gemm);
   cublasStatus_t launch(const Plan& plan, int candidate, const Gemm& gemm, cudaStream_t stream);
   // Reads the plan's completed trials into its samples, settling the plan once every candidate has enough.
   void collect(const Key& key, Plan& plan);
@@ -85,7 +88,8 @@ class GemmRunner {
 
   const CublasLtApi& api_;
   int device_;
-  const bool tuning_;  // BRAID_GEMM_TUNING
+  const Tuning tuning_;
+  const bool braid_kernel_available_;  // braid's Hopper GEMM runs on this device (kernels/matmul_sm90.hpp)
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;
