@@ -32,8 +32,9 @@ namespace {
 // since the other block's multicast writes this block's stage too (empty counts 2 warpgroups x 2 blocks).
 // Stages are 128-byte swizzled (the TMA's layout is the one wgmma's descriptors name), so nothing reorders them.
 // The epilogue turns each lane's two columns of every 8 into one lane's 8 columns (a transpose within each quad of
-// lanes), so each lane adds alpha and beta x C in float32 and stores 16 bytes: storing the accumulators' own layout,
-// 4 bytes a lane, took about as long as a tenth of the tile's multiplications.
+// lanes: of rounded 16-bit pairs where there is no C and alpha is 1, else of float32 pairs, to which each lane adds
+// alpha and beta x C from 16-byte loads), so each lane stores 16 bytes: storing the accumulators' own layout, 4 bytes
+// a lane, took about as long as a tenth of the tile's multiplications.
 // Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); none waits on another GPU.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
