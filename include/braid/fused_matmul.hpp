@@ -5,15 +5,16 @@
 //   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
 //
 // The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
-// never links it. On GPUs of compute capability 9.0 (H100, H200), a GEMM whose B is Layout::kTransposed and whose k
-// and n are multiples of 8 may run on braid's own Hopper GEMM kernel instead. Each GEMM shape a call cuts picks its
-// candidate by timing where it runs: its first runs outside a capture try cuBLASLt's first 4 algorithms and, where
-// it takes the shape, braid's kernel (3 runs each: 12 or 15 runs, between CUDA events that later runs read; nothing
-// waits), and its first run after those have completed keeps the fastest; runs before that, captured ones
-// included, take cuBLASLt's first (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's 4 alone; off: cuBLASLt's first always).
-// Results may differ in the last bit between a shape's runs before it settles, and between ranks. The communication moves through the copy engines into a
-// symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-element
-// all-reduces of the communicator on a side stream.
+// never links it. On GPUs of compute capability 9.0 (H100, H200) a GEMM may instead run on braid's own Hopper GEMM
+// kernel, where that kernel takes the shape (B Layout::kTransposed, k and n multiples of 8, among its limits) and
+// BRAID_GEMM_TUNING is on. Each GEMM shape a call cuts picks its candidate by timing where it runs: its first runs
+// outside a capture try cuBLASLt's first algorithms (up to 4) and braid's kernel where it is offered, 3 timed runs
+// of each (at most 15 runs, between CUDA events that later runs read; nothing waits), and its first run after
+// those have completed keeps the fastest; runs before that, captured ones included, take cuBLASLt's first
+// (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's candidates alone; off: cuBLASLt's first always). Results may differ in
+// the last bit between a shape's runs before it settles, and between ranks. The communication moves through the
+// copy engines into a symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at
+// single-element all-reduces of the communicator on a side stream.
 #pragma once
 
 #include <cstddef>
@@ -65,16 +66,16 @@ class FusedMatmul {
   // out[M, N] = all_gather(a_shard) [M, K] x B, M = rows * size(): rank q's a_shard [rows, K] holds rows
   // [q * rows, (q + 1) * rows) of the gathered A. b is B (K x N, stored as `b_layout` says). a_gathered: null, or
   // [M, K] that receives the gathered A. The GEMM of this rank's rows starts at once; the other ranks' rows are
-  // multiplied once the copy engines have brought them. Each output element is one GEMM's, as cuBLASLt computes it
-  // for a block of rows. rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream`
-  // (cudaMemsetAsync), and nothing else is enqueued.
+  // multiplied once the copy engines have brought them. Each output element is one GEMM's (cuBLASLt's or braid's
+  // kernel, float32 accumulation rounded once) for a block of rows. rows or n of 0: nothing is enqueued (after the
+  // checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
                          void* out, void* a_gathered, DataType type, Stream stream);
 
   // out[M / size(), N] = block rank() of op over the ranks of (a [M, K] x B), blocks of M / size() rows: the
   // reduce-scatter of every rank's product. M must divide by size(). op: kSum or kAvg. Each rank first multiplies
   // the blocks its peers own, in chunks, and the copy engines move each chunk to its owner as soon as it is done;
-  // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as cuBLASLt's C matrix, so a
+  // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as the GEMM's C matrix, so a
   // result is this rank's product in float32 plus the peers' products rounded to the datatype (and, beyond 2
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and

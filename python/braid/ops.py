@@ -30,8 +30,8 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
     block q of A along gather_dim. The first product runs fused with the all-gather; the others multiply the
     gathered A once it is there. gather_dim may be any dim of A_shard; the last one (K) runs unfused. return_A=False
     returns None for A (it is kept anyway where a B needs a gradient). Each GEMM shape settles on its GEMM (a cuBLASLt
-    algorithm, or braid's Hopper kernel) after its first 12 or 15 eager calls (BRAID_GEMM_TUNING): results may
-    differ in the last bit until then."""
+    algorithm, or braid's Hopper kernel) once its eager trials have run and completed, 3 timed GEMM runs of each
+    candidate, at most 15 (BRAID_GEMM_TUNING): results may differ in the last bit until then."""
     function = "braid.ops.all_gather_matmul"
     torch = import_torch(function)
     if isinstance(Bs, torch.Tensor) or not isinstance(Bs, (list, tuple)) or not Bs:
@@ -47,8 +47,8 @@ def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *,
     """reduce_scatter(A @ B, reduce_op, scatter_dim): block `rank` along scatter_dim of every rank's product,
     summed ('sum') or averaged ('avg'). A [..., K] (A's scatter_dim must divide by the world size), B [K, N]. Any
     dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its GEMM (a cuBLASLt algorithm,
-    or braid's Hopper kernel) after its first 12 or 15 eager calls (BRAID_GEMM_TUNING): results may differ in the
-    last bit until then."""
+    or braid's Hopper kernel) once its eager trials have run and completed, 3 timed GEMM runs of each candidate, at
+    most 15 (BRAID_GEMM_TUNING): results may differ in the last bit until then."""
     function = "braid.ops.matmul_reduce_scatter"
     torch = import_torch(function)
     check_operands(torch, function, A, "A", [B], ["B"])

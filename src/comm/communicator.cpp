@@ -250,7 +250,8 @@ void load_kernels() {
   if (Config::get().string("BRAID_PRELOAD_KERNELS").value_or("on") != "on") return;
   const auto start = std::chrono::steady_clock::now();
   const detail::KernelLoadCount count = detail::preload_kernels();
-  BRAID_DEBUG("loaded {} of {} kernels in {} modules in {:.1f} ms", count.loaded_now, count.functions, count.modules,
+  BRAID_DEBUG("loaded {} of {} kernels in {} modules ({} built for other GPUs skipped) in {:.1f} ms", count.loaded_now,
+              count.functions, count.modules, count.skipped,
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
 }
 

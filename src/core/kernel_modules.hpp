@@ -8,9 +8,10 @@
 // through the shim) would wait on its own next launch until BRAID_TIMEOUT_S. NCCL loads its kernels at init for
 // the same reason.
 //
-// So every .cu file of libbraid ends with BRAID_KERNEL_MODULE(), which registers its module (one per .cu
-// translation unit); communicator init calls preload_kernels() with the communicator's GPU current, which loads
-// every function of every registered module (BRAID_PRELOAD_KERNELS=off skips it and saves init that load time).
+// So every .cu file of libbraid ends with BRAID_KERNEL_MODULE() (BRAID_KERNEL_MODULE_FOR(major, minor) where it
+// is built for one compute capability alone), which registers its module (one per .cu translation unit);
+// communicator init calls preload_kernels() with the communicator's GPU current, which loads every function of
+// every registered module built for that GPU (BRAID_PRELOAD_KERNELS=off skips it and saves init that load time).
 // It runs before init's first exchange with the peers, so the one wait it may have (for work the caller already
 // queued on the GPU) holds up no peer's braid collective: none can be in flight on a context with nothing loaded.
 #pragma once
@@ -35,8 +36,9 @@ struct KernelLoadCount {
   size_t loaded_now = 0; // functions preload_kernels loaded itself
 };
 
-// Loads every function of every registered module into the current context (a no-op for those already
-// loaded, as under CUDA_MODULE_LOADING=EAGER). Raises braid::Error naming the driver call that failed.
+// Loads every function of every registered module built for the current GPU into the current context (a no-op
+// for those already loaded, as under CUDA_MODULE_LOADING=EAGER). Raises braid::Error naming the driver call that
+// failed.
 KernelLoadCount preload_kernels();
 
 // Counts without loading anything (for tests).
@@ -45,7 +47,8 @@ KernelLoadCount count_loaded_kernels();
 }  // namespace braid::detail
 
 #ifdef __CUDACC__
-// At file scope of every .cu file of libbraid: an empty kernel that names the file's module, registered at load.
+// At file scope of every .cu file of libbraid built for every GPU it targets: an empty kernel that names the file's
+// module, registered at load.
 #define BRAID_KERNEL_MODULE()                                                                         \
   namespace {                                                                                         \
   __global__ void braid_kernel_module_anchor() {}                                                     \

@@ -121,7 +121,9 @@ __device__ __forceinline__ uint32_t cluster_block() {
   return block;
 }
 
-__device__ __forceinline__ void cluster_sync() { asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory"); }
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory");
+}
 
 // Loads the box at (x = column, y = row) into `destination` of every block of the cluster, completing on each
 // block's barrier at `barrier`'s offset.
@@ -160,8 +162,9 @@ __device__ __forceinline__ uint64_t operand_descriptor(const void* p) {
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "               \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "   \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define BRAID_ACC8(i) \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define BRAID_ACC8(i)                                                                                          \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
 #define BRAID_ACC32(i) BRAID_ACC8(i), BRAID_ACC8(i + 8), BRAID_ACC8(i + 16), BRAID_ACC8(i + 24)
 #define BRAID_WGMMA_M64N256K16(name, types)                                                                   \
   __device__ __forceinline__ void name(float(&d)[128], uint64_t a, uint64_t b, int accumulate) {              \
@@ -203,7 +206,9 @@ struct Pack<__nv_bfloat16> {
     const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
     return *reinterpret_cast<const uint32_t*>(&v);
   }
-  static __device__ float2 from(uint32_t word) { return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word)); }
+  static __device__ float2 from(uint32_t word) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+  }
 };
 template <>
 struct Pack<__half> {
@@ -307,9 +312,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) matmul_sm90(const __grid_constant__ CUtensorMap map_a,
-                                                            const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
-                                                            Schedule schedule, int k) {
+__global__ void __launch_bounds__(kThreads, 1)
+    matmul_sm90(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
+                Schedule schedule, int k) {
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* a_tiles = shared;
@@ -453,14 +458,17 @@ bool sm90_matmul_available(int device) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     return false;
   }
-  return major == 9 && minor == 0 && driver().cuTensorMapEncodeTiled != nullptr;
+  return major == 9 && minor == 0 && driver().cuTensorMapEncodeTiled != nullptr &&
+         resident_blocks(device, DataType::kBFloat16) >= kCluster &&
+         resident_blocks(device, DataType::kFloat16) >= kCluster;
 }
 
 bool sm90_matmul_supports(const Sm90Matmul& m) {
   constexpr size_t kLimit = size_t(1) << 30;  // tile coordinates stay within int
   if (m.type != DataType::kBFloat16 && m.type != DataType::kFloat16) return false;
   if (m.rows == 0 || m.k == 0 || m.n == 0 || m.rows >= kLimit || m.k >= kLimit || m.n >= kLimit) return false;
-  const size_t units = (m.rows + kCluster * kTileRows - 1) / (kCluster * kTileRows) * ((m.n + kTileCols - 1) / kTileCols);
+  const size_t m_units = (m.rows + kCluster * kTileRows - 1) / (kCluster * kTileRows);
+  const size_t units = m_units * ((m.n + kTileCols - 1) / kTileCols);
   if (units >= kLimit) return false;
   if (m.k % 8 != 0 || m.n % 8 != 0) return false;
   if (!aligned16(m.a) || !aligned16(m.b) || !aligned16(m.d) || (m.c != nullptr && !aligned16(m.c))) return false;

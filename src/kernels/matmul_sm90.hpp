@@ -24,10 +24,11 @@ struct Sm90Matmul {
   int multiprocessors = 0;  // the thread blocks it runs on (it is persistent); 0: every multiprocessor
 };
 
-// Whether `device` runs the kernel: compute capability 9.0 and a driver with cuTensorMapEncodeTiled.
+// Whether `device`, the current device, runs the kernel: compute capability 9.0, a driver with
+// cuTensorMapEncodeTiled, and room for its clusters (the occupancy query, made once a device and datatype).
 bool sm90_matmul_available(int device);
 
-// Whether the kernel takes `matmul` (on a device where it is available): bf16 or fp16; rows, k and n in [1, 2^31);
+// Whether the kernel takes `matmul` (on a device where it is available): bf16 or fp16; rows, k and n in [1, 2^30);
 // k and n multiples of 8; a, b, c (if any) and d 16-byte aligned; multiprocessors 0 or at least 2.
 bool sm90_matmul_supports(const Sm90Matmul& matmul);
 

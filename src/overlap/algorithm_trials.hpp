@@ -1,5 +1,5 @@
-// Which cuBLASLt candidate a GEMM shape runs: the bookkeeping of its timed trials (NOTE [GEMM algorithm choice] in
-// cublaslt.cpp), host-only. The runner times the runs; this decides which candidate each run tries and which one
+// Which candidate a GEMM shape runs (one of cuBLASLt's algorithms, or braid's Hopper GEMM): the bookkeeping of its
+// timed trials (NOTE [GEMM algorithm choice] in cublaslt.cpp), host-only. The runner times the runs; this decides which candidate each run tries and which one
 // the shape keeps.
 #pragma once
 
@@ -11,8 +11,8 @@ namespace braid::detail {
 
 class AlgorithmTrials {
  public:
-  // `candidates` in cuBLASLt's order (at least 1), `samples` timed runs of each before the shape settles. One
-  // candidate: settled from the start.
+  // `candidates` in the runner's order (at least 1: cuBLASLt's, then braid's Hopper GEMM where offered), `samples`
+  // timed runs of each before the shape settles. One candidate: settled from the start.
   AlgorithmTrials(int candidates, size_t samples);
 
   // The candidate the next timed run tries: the one with the fewest times, read and in flight (the first on a tie);
@@ -20,7 +20,7 @@ class AlgorithmTrials {
   int next() const;
   void started(int candidate);                 // a timed run of `candidate` is in flight
   void finished(int candidate, float seconds);  // one of them ended, taking `seconds`
-  // cuBLASLt refused to launch `candidate`: it is never tried again nor kept (candidate 0 cannot be refused).
+  // `candidate` could not be launched: it is never tried again nor kept (candidate 0 cannot be refused).
   void refused(int candidate);
   // Settles once every candidate has its samples read: the lowest median (the first on a tie) is kept. Returns
   // whether the shape is settled.

@@ -35,7 +35,7 @@ bool capturing(cudaStream_t stream) {
 GemmRunner::Tuning tuning_setting() {
   const std::string value = Config::get().string("BRAID_GEMM_TUNING").value_or("on");
   if (value == "off") return GemmRunner::Tuning::kOff;
-  return value == "cublaslt" ? GemmRunner::Tuning::kCublasLt : GemmRunner::Tuning::kAll;
+  return value == "cublaslt" ? GemmRunner::Tuning::kCublasLt : GemmRunner::Tuning::kWithHopperGemm;
 }
 
 // The GEMM as braid's Hopper kernel takes it (B transposed: [n, k]).
@@ -151,23 +151,24 @@ const CublasLtApi& cublaslt() {
 // NOTE [GEMM algorithm choice]
 // cuBLASLt's heuristic ranks its algorithms by a model of a GEMM alone; for the pieces the fused calls cut (half or a
 // quarter of a GEMM's rows, beside the copies, some on fewer multiprocessors) another is often faster, and which one
-// changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of 8192 x 8192
-// x 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a device-to-device copy
-// a half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a call, picks by the wrong
-// measure; so a plan times its candidates where they run. The candidates are cuBLASLt's first kCandidates
-// algorithms, then braid's Hopper GEMM (kernels/matmul_sm90.hpp) where the GPU is a Hopper, B is transposed and the
-// kernel takes the shape. A plan's first (candidates x kSamples) runs on streams not being captured cycle through
-// them, each GEMM between two CUDA events; later runs read the events without waiting (those not complete yet stay
-// for the next run) and take the first candidate meanwhile; the first run, captured or not, that finds every trial
-// read keeps the candidate with the lowest median time for the runner's life. A run inside a capture before that
-// takes the first candidate and times nothing. A candidate cuBLASLt refuses to launch is passed over. A trial's time
-// starts at its event, so on a GPU idle waiting for the host it includes the launch of its GEMM, alike for every
-// candidate. Ranks may settle on different candidates for one shape (each rank's product is its own), and a shape's
-// runs before it settles differ likewise: their roundings may differ in the last bit. BRAID_GEMM_TUNING=cublaslt:
-// cuBLASLt's candidates alone; off: cuBLASLt's first candidate always.
+// changes beside the copies. On one H200, bf16 (bench/probes/gemm_pieces.cu): the two 4096-row halves of 8192 x 8192 x
+// 3584 took 626 us on the first candidate and 605 on the third (the whole GEMM 588); beside a device-to-device copy a
+// half took 360 us on the first and 335 on the eighth. Timing candidates alone, before a call, picks by the wrong
+// measure; so a plan times its candidates where they run. The candidates are cuBLASLt's first kCandidates algorithms,
+// then braid's Hopper GEMM (kernels/matmul_sm90.hpp) where the GPU is a Hopper, B is transposed and the kernel takes
+// the shape. A plan's first (candidates x kSamples) runs on streams not being captured cycle through them, each GEMM
+// between two CUDA events; later runs read the events without waiting (those not complete yet stay for the next run)
+// and take the first candidate meanwhile; the first run, captured or not, that finds every trial read keeps the
+// candidate with the lowest median time for the runner's life. A run inside a capture before that takes the first
+// candidate and times nothing. A candidate that cannot be launched (cuBLASLt refuses it, or braid's kernel's launch
+// fails) is passed over. A trial's time starts at its event, so on a GPU idle waiting for the host it includes the
+// host's launch of its GEMM (for braid's kernel, the encoding of its two tensor maps too). Ranks may settle on
+// different candidates for one shape (each rank's product is its own), and a shape's runs before it settles differ
+// likewise: their roundings may differ in the last bit. BRAID_GEMM_TUNING=cublaslt: cuBLASLt's candidates alone; off:
+// cuBLASLt's first candidate always.
 struct GemmRunner::Plan {
   const CublasLtApi& api;
-  bool braid_kernel = false;  // the candidate after cuBLASLt's is braid's Hopper GEMM
+  bool offers_hopper_gemm = false;  // the candidate after cuBLASLt's is braid's Hopper GEMM
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t b_layout = nullptr, a_layout = nullptr, cd_layout = nullptr;
   std::vector<cublasLtMatmulAlgo_t> candidates;  // cuBLASLt's order; the first alone where tuning is off
@@ -185,9 +186,9 @@ struct GemmRunner::Plan {
 GemmRunner::GemmRunner(int device)
     : api_(cublaslt()),
       device_(device),
-      tuning_(tuning_setting()),
-      braid_kernel_available_(tuning_ == Tuning::kAll && kernels::sm90_matmul_available(device)) {
+      tuning_(tuning_setting()) {
   DeviceGuard guard(device_);
+  hopper_gemm_available_ = tuning_ == Tuning::kWithHopperGemm && kernels::sm90_matmul_available(device_);
   BRAID_CUBLAS(api_, create, &handle_);
   const cudaError_t allocated = cudaMalloc(&workspace_, kWorkspaceBytes);
   if (allocated != cudaSuccess) {
@@ -260,15 +261,19 @@ GemmRunner::Plan& GemmRunner::plan(const Key& key, const Gemm& gemm) {
           datatype_name(static_cast<DataType>(type_value)), rows, k, k, n, has_c ? " + C" : "");
   }
   for (int i = 0; i < found_count; ++i) plan->candidates.push_back(results[i].algo);
-  plan->braid_kernel = braid_kernel_available_ && transposed && kernels::sm90_matmul_supports(sm90_matmul(gemm));
-  plan->choice = AlgorithmTrials(found_count + (plan->braid_kernel ? 1 : 0), kSamples);
+  plan->offers_hopper_gemm = hopper_gemm_available_ && transposed && kernels::sm90_matmul_supports(sm90_matmul(gemm));
+  plan->choice = AlgorithmTrials(found_count + (plan->offers_hopper_gemm ? 1 : 0), kSamples);
   return *plans_.emplace(key, std::move(plan)).first->second;
 }
 
 cublasStatus_t GemmRunner::launch(const Plan& plan, int candidate, const Gemm& gemm, cudaStream_t stream) {
   if (static_cast<size_t>(candidate) == plan.candidates.size()) {  // braid's Hopper GEMM
-    BRAID_CUDA(kernels::launch_sm90_matmul(sm90_matmul(gemm), stream));
-    return CUBLAS_STATUS_SUCCESS;
+    hopper_refusal_ = kernels::launch_sm90_matmul(sm90_matmul(gemm), stream);
+    if (hopper_refusal_ == cudaSuccess) return CUBLAS_STATUS_SUCCESS;
+    cudaGetLastError();  // a launch it refused leaves no error behind, as cuBLASLt's refusals leave none
+    BRAID_DEBUG("braid's Hopper GEMM refused [{}, {}] x [{}, {}]: {}", gemm.rows, gemm.k, gemm.k, gemm.n,
+                cudaGetErrorString(hopper_refusal_));
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   }
   const void* c = gemm.c != nullptr ? gemm.c : gemm.d;
   const float beta = gemm.c != nullptr ? gemm.beta : 0.0f;
@@ -319,7 +324,8 @@ void GemmRunner::collect(const Key& key, Plan& plan) {
   BRAID_DEBUG("GEMM [{}, {}] x [{}, {}]{} on {} multiprocessors: candidates' median us {}{}; keeps #{}",
               std::get<1>(key), std::get<2>(key), std::get<2>(key), std::get<3>(key), std::get<5>(key) ? " + C" : "",
               std::get<10>(key) == 0 ? std::string("all") : std::to_string(std::get<10>(key)),
-              plan.choice.medians_us(), plan.braid_kernel ? " (the last braid's Hopper GEMM)" : "", plan.choice.chosen());
+              plan.choice.medians_us(), plan.offers_hopper_gemm ? " (the last is braid's Hopper GEMM)" : "",
+              plan.choice.chosen());
 }
 
 void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
@@ -347,8 +353,13 @@ void GemmRunner::run(const Gemm& gemm, cudaStream_t stream) {
       chosen.choice.refused(candidate);  // this run takes the first
     }
   }
-  const cublasStatus_t launched = launch(chosen, chosen.choice.chosen(), gemm, stream);
-  if (launched != CUBLAS_STATUS_SUCCESS) raise_cublas(api_, launched, "matmul");
+  const int candidate = chosen.choice.chosen();
+  const cublasStatus_t launched = launch(chosen, candidate, gemm, stream);
+  if (launched == CUBLAS_STATUS_SUCCESS) return;
+  if (static_cast<size_t>(candidate) == chosen.candidates.size()) {
+    raise_cuda(hopper_refusal_, "launch of braid's Hopper GEMM", __FILE__, __LINE__);
+  }
+  raise_cublas(api_, launched, "matmul");
 }
 
 }  // namespace braid::detail

@@ -55,9 +55,9 @@ struct Gemm {
   int multiprocessors = 0;  // the multiprocessors the GEMM may take (cuBLASLt's SM count target); 0: all
 };
 
-// A cuBLASLt handle, its workspace and the plans of the shapes seen (each with the candidate it runs, one of
-// cuBLASLt's algorithms or braid's Hopper GEMM: NOTE [GEMM algorithm choice]), on one GPU. One thread at a time; the GEMMs it enqueues share the workspace, so they must run
-// on one stream.
+// A cuBLASLt handle, its workspace and the plans of the shapes seen (each with the candidate it runs, one of cuBLASLt's
+// algorithms or braid's Hopper GEMM: NOTE [GEMM algorithm choice]), on one GPU. One thread at a time; the GEMMs it
+// enqueues share the workspace, so they must run on one stream.
 class GemmRunner {
  public:
   explicit GemmRunner(int device);
@@ -67,8 +67,9 @@ class GemmRunner {
 
   void run(const Gemm& gemm, cudaStream_t stream);
 
-  // BRAID_GEMM_TUNING: kOff (cuBLASLt's first), kCublasLt (trials among cuBLASLt's), kAll (braid's Hopper GEMM too).
-  enum class Tuning { kOff, kCublasLt, kAll };
+  // BRAID_GEMM_TUNING: kOff (cuBLASLt's first), kCublasLt (trials among cuBLASLt's), kWithHopperGemm (braid's
+  // Hopper GEMM among the candidates too).
+  enum class Tuning { kOff, kCublasLt, kWithHopperGemm };
 
  private:
   // type, rows, k, n, layout, has C, the alignment (bytes, up to 256) of A, B, C and D, and the multiprocessors.
@@ -89,7 +90,8 @@ class GemmRunner {
   const CublasLtApi& api_;
   int device_;
   const Tuning tuning_;
-  const bool braid_kernel_available_;  // braid's Hopper GEMM runs on this device (kernels/matmul_sm90.hpp)
+  bool hopper_gemm_available_ = false;  // braid's Hopper GEMM runs on this device (kernels/matmul_sm90.hpp)
+  cudaError_t hopper_refusal_ = cudaSuccess;  // why its last launch failed
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   std::map<Key, std::unique_ptr<Plan>> plans_;

@@ -76,7 +76,10 @@ std::string describe(DataType type, const Case& c) {
 // Runs one case; returns the number of elements of D that differ from the reference.
 size_t run_case(DataType type, const Case& c, uint64_t seed) {
   std::mt19937_64 random(seed);
-  DeviceMatrix a(type, c.rows * c.k, random), b(type, c.n * c.k, random), d(type, c.rows * c.n, random);
+  // D has a guard of kGuard elements past its end, which the kernel must leave as they are.
+  constexpr size_t kGuard = 256;
+  DeviceMatrix a(type, c.rows * c.k, random), b(type, c.n * c.k, random), d(type, c.rows * c.n + kGuard, random);
+  cuda_check(cudaMemset(static_cast<uint16_t*>(d.device) + c.rows * c.n, 0x5A, kGuard * 2), "guard");
   std::vector<float> c_host = d.host;  // D's random contents are C where C is D itself
   std::unique_ptr<DeviceMatrix> separate_c;
   if (c.with_c && !c.c_is_d) {
@@ -106,9 +109,12 @@ size_t run_case(DataType type, const Case& c, uint64_t seed) {
   cuda_check(kernels::launch_sm90_matmul(m, stream), "launch_sm90_matmul");
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   cudaStreamDestroy(stream);
-  std::vector<uint16_t> got(c.rows * c.n);
+  std::vector<uint16_t> got(c.rows * c.n + kGuard);
   cuda_check(cudaMemcpy(got.data(), d.device, got.size() * 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
   size_t wrong = 0;
+  for (size_t i = c.rows * c.n; i < got.size(); ++i) {
+    if (got[i] != 0x5A5A && wrong++ < 5) ADD_FAILURE() << describe(type, c) << ": written past D at element " << i;
+  }
   for (size_t r = 0; r < c.rows; ++r) {
     for (size_t j = 0; j < c.n; ++j) {
       double sum = 0;
