@@ -4,17 +4,17 @@
 //   fused.all_gather_matmul(x_shard, rows, k, w, braid::Layout::kTransposed, n, y, nullptr, type, stream);
 //   fused.matmul_reduce_scatter(h, m, k, w2, braid::Layout::kTransposed, n, y_shard, type, ReduceOp::kSum, stream);
 //
-// The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid
-// never links it. On GPUs of compute capability 9.0 (H100, H200) a GEMM may instead run on braid's own Hopper GEMM
-// kernel, where that kernel takes the shape (B Layout::kTransposed, k and n multiples of 8, among its limits) and
+// The GEMMs run through cuBLASLt, loaded at run time (BRAID_CUBLASLT_LIBRARY, else libcublasLt.so.13): libbraid never
+// links it. On GPUs of compute capability 9.0 (H100, H200) a GEMM may instead run on braid's own Hopper GEMM kernel,
+// where that kernel takes the shape (B Layout::kTransposed, k and n multiples of 8, among its limits) and
 // BRAID_GEMM_TUNING is on. Each GEMM shape a call cuts picks its candidate by timing where it runs: its first runs
-// outside a capture try cuBLASLt's first algorithms (up to 4) and braid's kernel where it is offered, 3 timed runs
-// of each (at most 15 runs, between CUDA events that later runs read; nothing waits), and its first run after
-// those have completed keeps the fastest; runs before that, captured ones included, take cuBLASLt's first
-// (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's candidates alone; off: cuBLASLt's first always). Results may differ in
-// the last bit between a shape's runs before it settles, and between ranks. The communication moves through the
-// copy engines into a symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at
-// single-element all-reduces of the communicator on a side stream.
+// outside a capture try cuBLASLt's first algorithms (up to 4) and braid's kernel where it is offered, 3 timed runs of
+// each where there are two or more (at most 15 runs, between CUDA events that later runs read; nothing waits), and its
+// first run after those have completed keeps the fastest; runs before that, captured ones included, take cuBLASLt's
+// first (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's candidates alone; off: cuBLASLt's first always). Results may differ in
+// the last bit between a shape's runs before it settles, and between ranks. The communication moves through the copy
+// engines into a symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-
+// element all-reduces of the communicator on a side stream.
 #pragma once
 
 #include <cstddef>
