@@ -13,8 +13,8 @@
 // first run after those have completed keeps the fastest; runs before that, captured ones included, take cuBLASLt's
 // first (BRAID_GEMM_TUNING=cublaslt: cuBLASLt's candidates alone; off: cuBLASLt's first always). Results may differ in
 // the last bit between a shape's runs before it settles, and between ranks. The communication moves through the copy
-// engines into a symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at single-
-// element all-reduces of the communicator on a side stream.
+// engines into a symmetric workspace, beside the GEMMs, which leave 4 multiprocessors to it; ranks meet at
+// single-element all-reduces of the communicator on a side stream.
 #pragma once
 
 #include <cstddef>
