@@ -17,6 +17,7 @@
 
 #include "braid/braid.h"
 #include "braid/fused_matmul.hpp"
+#include "half_bits.hpp"
 #include "test_helpers.hpp"
 #include "world.hpp"
 
@@ -26,18 +27,6 @@ namespace {
 float round_to(DataType type, double value) {
   return type == DataType::kBFloat16 ? __bfloat162float(__float2bfloat16_rn(static_cast<float>(value)))
                                      : __half2float(__float2half_rn(static_cast<float>(value)));
-}
-
-uint16_t bits_of(DataType type, float value) {
-  uint16_t bits;
-  if (type == DataType::kBFloat16) {
-    const __nv_bfloat16 v = __float2bfloat16_rn(value);
-    std::memcpy(&bits, &v, 2);
-  } else {
-    const __half v = __float2half_rn(value);
-    std::memcpy(&bits, &v, 2);
-  }
-  return bits;
 }
 
 float value_of(DataType type, uint16_t bits) {

@@ -17,23 +17,12 @@
 #include <vector>
 
 #include "collective_reference.hpp"  // cuda_check
+#include "half_bits.hpp"
 #include "kernels/matmul_sm90.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
 namespace {
-
-uint16_t bits_of(DataType type, float value) {
-  uint16_t bits;
-  if (type == DataType::kBFloat16) {
-    const __nv_bfloat16 v = __float2bfloat16_rn(value);
-    std::memcpy(&bits, &v, 2);
-  } else {
-    const __half v = __float2half_rn(value);
-    std::memcpy(&bits, &v, 2);
-  }
-  return bits;
-}
 
 // The copies and memsets that made the inputs ran on this thread's default stream, which the GEMM's non-blocking
 // stream does not wait for.
