@@ -89,6 +89,10 @@ class FusedMatmul {
   void reserve(size_t bytes);
   // The symmetric workspace's bytes on each rank now.
   size_t workspace_bytes() const;
+  // The matmul_reduce_scatter calls this FusedMatmul has run as one launch of braid's Hopper GEMM with the
+  // reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue, where every rank can), captured ones
+  // counted once at capture.
+  unsigned long long epilogue_reduce_scatters() const;
 
  private:
   explicit FusedMatmul(std::unique_ptr<detail::FusedMatmulState> state);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "braid/device/sync_device.hpp"
 #include "core/cuda_driver.hpp"
 #include "core/kernel_modules.hpp"
 
@@ -36,6 +37,25 @@ namespace {
 // alpha and beta x C from 16-byte loads), so each lane stores 16 bytes: storing the accumulators' own layout, 4 bytes
 // a lane, took about as long as a tenth of the tile's multiplications.
 // Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); none waits on another GPU.
+
+// NOTE [reduce-scatter in the epilogue]
+// With an exchange (Sm90Exchange), each rank computes every row of A x B^T and reduce-scatters the product by rows
+// as it goes, in one launch, with no copy, meeting or side stream:
+//   - Order: the schedule runs over rows rotated by rank + 1 blocks, so a rank computes the blocks its peers own
+//     first (rank + 1's first) and its own last: the peers' rows travel while its own still compute.
+//   - A peer's 64-row half-tile (one consumer warpgroup's) is stored straight into that peer's exchange area, in its
+//     received block for this rank, rounded to the datatype. Then the warpgroup meets (a named barrier), and its
+//     first thread fences at system scope and stores the call's stamp into the peer's flag for that half-tile.
+//   - An own half-tile waits until every peer's flag for it holds the stamp, then stores alpha x (its product plus
+//     the received blocks, summed in float32) to D.
+//   - Stamps: the area's call count + 1, read by every block at its start. The last block to finish stores it back,
+//     then writes it into every peer's freed word for this rank: "this rank has read what you sent, up to this call".
+//     Before its first store into a peer's area, a warpgroup waits for that peer's freed word to reach the previous
+//     stamp, so a call never overwrites rows the peer's previous call still reads.
+//   - Words only grow, so back-to-back calls and graph replays need no reset; an area is zeroed when made (on every
+//     rank together, so their counts agree), and its flags never move while it lives.
+// No wait depends on a block that may not be resident: a rank's own half-tiles wait for its peers' blocks only, and
+// those wait only for the peers' previous launches. A wait longer than the exchange's timeout traps.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
 constexpr int kCluster = 2;
@@ -51,7 +71,12 @@ struct Epilogue {
   const void* c;  // null: no C
   float alpha, beta;
   int rows, n;
+  int c_count = 1;        // C matrices to add, c_stride elements apart
+  size_t c_stride = 0;
 };
+
+// The exchange area's control words (NOTE [reduce-scatter in the epilogue]).
+constexpr size_t kCallsOffset = 0, kBlocksDoneOffset = 8, kFreedOffset = 64;
 
 struct Schedule {
   int m_units, n_blocks;  // units: pairs of 128-row blocks of D by 256-column blocks
@@ -254,7 +279,7 @@ __device__ __forceinline__ void quad_transpose(V (&v)[4], int lane) {
 // stores 16 bytes a row: 8 columns of one group, after a transpose within its quad. Without C and with alpha 1 the
 // lanes round first and exchange 16-bit pairs; otherwise they exchange float32 pairs, and each lane loads its C
 // (16 bytes a group) for 8 groups before it stores any of them (C may be D itself: each lane reads only what it
-// writes).
+// writes). Further C matrices (c_count > 1) are loaded as each group is stored, and summed with the first in float32.
 template <typename T>
 __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilogue& e, int row0, int col0, int tid) {
   const int lane = tid % 32;
@@ -297,10 +322,23 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
       uint32_t out[4];
       if (e.c != nullptr) {
         const uint32_t words[4] = {c[g / 4].x, c[g / 4].y, c[g / 4].z, c[g / 4].w};
+        float2 cv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cv[i] = Pack<T>::from(words[i]);
+        for (int source = 1; source < e.c_count; ++source) {
+          const uint4 more = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.c) + source * e.c_stride +
+                                                             size_t(r) * e.n + col);
+          const uint32_t more_words[4] = {more.x, more.y, more.z, more.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 add = Pack<T>::from(more_words[i]);
+            cv[i].x += add.x;
+            cv[i].y += add.y;
+          }
+        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const float2 cv = Pack<T>::from(words[i]);
-          out[i] = Pack<T>::to(e.alpha * v[i].x + e.beta * cv.x, e.alpha * v[i].y + e.beta * cv.y);
+          out[i] = Pack<T>::to(e.alpha * v[i].x + e.beta * cv[i].x, e.alpha * v[i].y + e.beta * cv[i].y);
         }
       } else {
 #pragma unroll
@@ -311,10 +349,106 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
   }
 }
 
+// Spins until `word` reaches `target` (words compared by their difference); traps after `timeout_ns`.
+__device__ __forceinline__ void wait_for_word(const uint64_t* word, uint64_t target, unsigned long long timeout_ns) {
+  if (device::reached(device::load_acquire_system(word), target)) return;
+  const uint64_t start = global_time_ns();
+  for (uint32_t spins = 1;; ++spins) {
+    if (device::reached(device::load_acquire_system(word), target)) return;
+    if ((spins & 1023u) == 0 && global_time_ns() - start > timeout_ns) __trap();
+  }
+}
+
+__device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t value) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
+}
+
+// The 128 threads of consumer warpgroup `consumer` meet (named barriers 1 and 2; 0 is __syncthreads').
+__device__ __forceinline__ void warpgroup_barrier(int consumer) {
+  asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+}
+
+// The kernel's view of an exchange (NOTE [reduce-scatter in the epilogue]); world 0: none.
+struct ExchangeView {
+  Sm90Exchange x;
+  int m_blocks;     // 128-row blocks of A
+  int shift;        // the rotation of the schedule's rows, in 128-row blocks
+  int n_blocks;     // 256-column blocks of D
+  size_t halves;    // flags a peer sends: 64-row half-tiles of a block
+
+  // The 128-row block of A the schedule's block `logical` stands for.
+  __device__ int rotate(int logical) const {
+    return x.world == 0 || logical >= m_blocks ? logical : (logical + shift) % m_blocks;
+  }
+  __device__ uint64_t* control(uint8_t* area, size_t offset) const {
+    return reinterpret_cast<uint64_t*>(area + offset);
+  }
+  // The flag for half-tile `half` that the peer `slot` places before this rank (slot 0: rank - 1) sends.
+  __device__ uint64_t* flag(uint8_t* area, int slot, size_t half) const {
+    return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * halves + half;
+  }
+  __device__ int slot_of(int sender, int receiver) const { return (sender - receiver - 1 + x.world) % x.world; }
+};
+
+// Stores a consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256, as NOTE
+// [reduce-scatter in the epilogue] says. `cleared` holds the peers whose freed word this warpgroup has seen.
 template <typename T>
+__device__ __forceinline__ void store_exchanged(const float (&acc)[128], const ExchangeView& v, const Epilogue& e,
+                                                int row0, int n_block, int consumer, int tid, uint64_t stamp,
+                                                uint64_t& cleared) {
+  const Sm90Exchange& x = v.x;
+  const int block_rows = static_cast<int>(x.block_rows);
+  const int owner = row0 / block_rows, local_row0 = row0 - owner * block_rows;
+  const size_t half = (size_t(local_row0 / kTileRows) * v.n_blocks + n_block) * 2 + consumer;
+  const size_t block_elements = x.block_rows * size_t(e.n);
+  if (owner != x.rank) {
+    const int slot = v.slot_of(x.rank, owner);
+    uint8_t* peer = x.peers[owner];
+    if (!((cleared >> owner) & 1)) {
+      if (tid == 0) wait_for_word(v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1, x.timeout_ns);
+      warpgroup_barrier(consumer);
+      cleared |= uint64_t(1) << owner;
+    }
+    Epilogue out{peer + x.received_offset + slot * block_elements * sizeof(T), nullptr, 1.0f, 0.0f, block_rows, e.n};
+    store_tile<T>(acc, out, local_row0, n_block * kTileCols, tid);
+    warpgroup_barrier(consumer);
+    if (tid == 0) {
+      __threadfence_system();
+      store_release_system(v.flag(peer, slot, half), stamp);
+    }
+    return;
+  }
+  if (tid == 0) {
+    for (int slot = 0; slot < x.world - 1; ++slot) wait_for_word(v.flag(x.local, slot, half), stamp, x.timeout_ns);
+  }
+  warpgroup_barrier(consumer);
+  Epilogue out{e.d, x.local + x.received_offset, e.alpha, e.alpha, block_rows, e.n, x.world - 1, block_elements};
+  store_tile<T>(acc, out, local_row0, n_block * kTileCols, tid);
+}
+
+// After every block's tiles: the last block to finish stores the stamp as the area's call count and into every
+// peer's freed word for this rank.
+__device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t stamp) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const Sm90Exchange& x = v.x;
+  unsigned int* blocks_done = reinterpret_cast<unsigned int*>(x.local + kBlocksDoneOffset);
+  __threadfence();
+  if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return;
+  *blocks_done = 0;
+  *v.control(x.local, kCallsOffset) = stamp;
+  __threadfence_system();
+  for (int peer = 0; peer < x.world; ++peer) {
+    if (peer != x.rank) store_release_system(v.control(x.peers[peer], kFreedOffset + x.rank * sizeof(uint64_t)), stamp);
+  }
+}
+
+// Exchanged: with an exchange (NOTE [reduce-scatter in the epilogue]); a kernel of its own, so that the plain GEMM's
+// code stays as it is.
+template <typename T, bool Exchanged>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_sm90(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
-                Schedule schedule, int k) {
+                Schedule schedule, int k, ExchangeView exchange) {
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* a_tiles = shared;
@@ -323,7 +457,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* empty = full + kStages;
   const int group = threadIdx.x / 128, tid = threadIdx.x % 128;
   const uint32_t block = cluster_block();
+  __shared__ uint64_t stamp;  // the exchange's call (NOTE [reduce-scatter in the epilogue]); unused without
   if (threadIdx.x == 0) {
+    if (Exchanged) stamp = *exchange.control(exchange.x.local, kCallsOffset) + 1;
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);
       barrier_init(&empty[s], 2 * kCluster);
@@ -343,6 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         int m_block, n_block;
         schedule.unit(u, m_block, n_block);
         m_block += block;
+        if (Exchanged) m_block = exchange.rotate(m_block);
         for (int step = 0; step < k_steps; ++step) {
           barrier_wait(&empty[stage], phase ^ 1);
           barrier_expect_bytes(&full[stage], kStageBytes);
@@ -363,12 +500,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Warp w's lane 0 releases stages to block w of the cluster.
     const bool releases = tid % 32 == 0 && tid / 32 < kCluster;
     float acc[128];
+    uint64_t cleared = 0;  // the exchange's peers whose freed word this warpgroup has seen
     int stage = 0;
     uint32_t phase = 0;
     for (int u = first_unit; u < units; u += unit_step) {
       int m_block, n_block;
       schedule.unit(u, m_block, n_block);
       m_block += block;
+      if (Exchanged) m_block = exchange.rotate(m_block);
       int previous = -1;
       for (int step = 0; step < k_steps; ++step) {
         barrier_wait(&full[stage], phase);
@@ -390,10 +529,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       wgmma_wait<0>();
       if (releases) barrier_arrive_in(&empty[previous], tid / 32);
-      store_tile<T>(acc, epilogue, m_block * kTileRows + consumer * 64, n_block * kTileCols, tid);
+      const int row0 = m_block * kTileRows + consumer * 64;
+      if constexpr (!Exchanged) {
+        store_tile<T>(acc, epilogue, row0, n_block * kTileCols, tid);
+      } else if (row0 < exchange.m_blocks * kTileRows) {
+        store_exchanged<T>(acc, exchange, epilogue, row0, n_block, consumer, tid, stamp, cleared);
+      }
     }
   }
   cluster_sync();  // no block leaves while the other may still multicast into it or release its stages
+  if constexpr (Exchanged) finish_exchange(exchange, stamp);
 }
 
 cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute& cluster) {
@@ -412,16 +557,24 @@ cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttr
   return config;
 }
 
-// The most blocks of the kernel for `type` that run at once on `device` (whole clusters), its shared-memory limit
-// raised on first use; 0 where that fails.
-int resident_blocks(int device, DataType type) {
+const void* kernel_of(DataType type, bool exchanged) {
+  if (type == DataType::kBFloat16) {
+    return exchanged ? reinterpret_cast<const void*>(&matmul_sm90<__nv_bfloat16, true>)
+                     : reinterpret_cast<const void*>(&matmul_sm90<__nv_bfloat16, false>);
+  }
+  return exchanged ? reinterpret_cast<const void*>(&matmul_sm90<__half, true>)
+                   : reinterpret_cast<const void*>(&matmul_sm90<__half, false>);
+}
+
+// The most blocks of the kernel for `type` (with an exchange or not) that run at once on `device` (whole clusters),
+// its shared-memory limit raised on first use; 0 where that fails.
+int resident_blocks(int device, DataType type, bool exchanged) {
   static std::mutex mutex;
-  static std::map<std::pair<int, int>, int> known;
+  static std::map<std::tuple<int, int, bool>, int> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_pair(device, static_cast<int>(type));
+  const auto key = std::make_tuple(device, static_cast<int>(type), exchanged);
   if (const auto found = known.find(key); found != known.end()) return found->second;
-  const void* kernel = type == DataType::kBFloat16 ? reinterpret_cast<const void*>(&matmul_sm90<__nv_bfloat16>)
-                                                   : reinterpret_cast<const void*>(&matmul_sm90<__half>);
+  const void* kernel = kernel_of(type, exchanged);
   int clusters = 0;
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config = launch_config(kCluster, nullptr, cluster);
@@ -459,9 +612,13 @@ bool sm90_matmul_available(int device) {
     return false;
   }
   return major == 9 && minor == 0 && driver().cuTensorMapEncodeTiled != nullptr &&
-         resident_blocks(device, DataType::kBFloat16) >= kCluster &&
-         resident_blocks(device, DataType::kFloat16) >= kCluster;
+         resident_blocks(device, DataType::kBFloat16, false) >= kCluster &&
+         resident_blocks(device, DataType::kFloat16, false) >= kCluster &&
+         resident_blocks(device, DataType::kBFloat16, true) >= kCluster &&
+         resident_blocks(device, DataType::kFloat16, true) >= kCluster;
 }
+
+int sm90_exchange_resident_blocks(int device, DataType type) { return resident_blocks(device, type, true); }
 
 bool sm90_matmul_supports(const Sm90Matmul& m) {
   constexpr size_t kLimit = size_t(1) << 30;  // tile coordinates stay within int
@@ -472,14 +629,32 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
   if (units >= kLimit) return false;
   if (m.k % 8 != 0 || m.n % 8 != 0) return false;
   if (!aligned16(m.a) || !aligned16(m.b) || !aligned16(m.d) || (m.c != nullptr && !aligned16(m.c))) return false;
-  return m.multiprocessors == 0 || m.multiprocessors >= kCluster;
+  if (m.multiprocessors != 0 && m.multiprocessors < kCluster) return false;
+  const Sm90Exchange& x = m.exchange;
+  if (x.world == 0) return true;
+  return x.world >= 2 && x.world <= kSm90ExchangeMaxWorld && x.rank >= 0 && x.rank < x.world && m.c == nullptr &&
+         x.block_rows != 0 && x.block_rows % kTileRows == 0 && m.rows / x.world == x.block_rows &&
+         m.rows % x.world == 0 && x.local != nullptr && x.peers != nullptr &&
+         x.received_offset >= kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(x.world, x.block_rows, m.n) &&
+         x.received_offset % 16 == 0 && x.timeout_ns != 0;
+}
+
+size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n) {
+  const size_t halves = (block_rows + kTileRows - 1) / kTileRows * ((n + kTileCols - 1) / kTileCols) * 2;
+  return size_t(std::max(world - 1, 0)) * halves * sizeof(uint64_t);
+}
+
+size_t sm90_exchange_bytes(int world, size_t block_rows, size_t n, DataType type, size_t flag_capacity) {
+  const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
+  return kSm90ExchangeFlagsOffset + flag_capacity + size_t(std::max(world - 1, 0)) * block_rows * n * element;
 }
 
 cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
-  const int resident = resident_blocks(device, m.type);
+  const bool exchanged = m.exchange.world != 0;
+  const int resident = resident_blocks(device, m.type, exchanged);
   if (resident < kCluster) return cudaErrorInvalidConfiguration;
   int blocks = m.multiprocessors == 0 ? resident : std::min(m.multiprocessors, resident);
   CUtensorMap map_a, map_b;
@@ -495,13 +670,24 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
   const bool reads_c = m.c != nullptr && m.beta != 0.0f;
   const Epilogue epilogue{m.d, reads_c ? m.c : nullptr, m.alpha, reads_c ? m.beta : 0.0f, static_cast<int>(m.rows),
                           static_cast<int>(m.n)};
+  ExchangeView exchange{m.exchange, m_blocks, 0, schedule.n_blocks, 0};
+  if (m.exchange.world != 0) {
+    const int per_rank = static_cast<int>(m.exchange.block_rows / kTileRows);
+    exchange.shift = (m.exchange.rank + 1) % m.exchange.world * per_rank;
+    exchange.halves = size_t(per_rank) * schedule.n_blocks * 2;
+  }
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config = launch_config(blocks, stream, cluster);
   const int k = static_cast<int>(m.k);
   if (m.type == DataType::kBFloat16) {
-    return cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16>, map_a, map_b, epilogue, schedule, k);
+    return exchanged ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, true>, map_a, map_b, epilogue, schedule,
+                                          k, exchange)
+                     : cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, false>, map_a, map_b, epilogue,
+                                          schedule, k, exchange);
   }
-  return cudaLaunchKernelEx(&config, matmul_sm90<__half>, map_a, map_b, epilogue, schedule, k);
+  return exchanged
+             ? cudaLaunchKernelEx(&config, matmul_sm90<__half, true>, map_a, map_b, epilogue, schedule, k, exchange)
+             : cudaLaunchKernelEx(&config, matmul_sm90<__half, false>, map_a, map_b, epilogue, schedule, k, exchange);
 }
 
 }  // namespace braid::kernels

@@ -7,10 +7,33 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "braid/types.hpp"
 
 namespace braid::kernels {
+
+// The reduce-scatter that the kernel's epilogue makes of its product (NOTE [reduce-scatter in the epilogue]):
+// rows are `world` blocks of `block_rows`, block q rank q's. world 0: none.
+struct Sm90Exchange {
+  int world = 0, rank = 0;
+  size_t block_rows = 0;             // a multiple of 128
+  uint8_t* local = nullptr;          // this rank's exchange area (symmetric, zeroed when made)
+  uint8_t* const* peers = nullptr;   // device array [world]: every rank's exchange area, mapped here
+  size_t received_offset = 0;        // where the received blocks start in an area: kSm90ExchangeFlagsOffset + the
+                                     // flag capacity it was made with (at least sm90_exchange_flag_bytes)
+  unsigned long long timeout_ns = 0;  // a wait for a peer longer than this traps
+};
+// An exchange area: control words, then flags (from kSm90ExchangeFlagsOffset), then world - 1 received blocks of
+// block_rows x n elements (from received_offset).
+constexpr size_t kSm90ExchangeFlagsOffset = 4096;
+// The flags a call needs; the area's flag capacity must hold them (flags never move while an area lives, so no
+// flag of one call lands where another call's rows were).
+size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n);
+// The area's bytes for a call, with `flag_capacity` bytes of flags.
+size_t sm90_exchange_bytes(int world, size_t block_rows, size_t n, DataType type, size_t flag_capacity);
+// The most ranks an exchange takes.
+constexpr int kSm90ExchangeMaxWorld = 64;
 
 struct Sm90Matmul {
   DataType type;  // kBFloat16 or kFloat16, every matrix
@@ -22,6 +45,10 @@ struct Sm90Matmul {
   float alpha = 1.0f;
   float beta = 0.0f;  // ignored where c is null
   int multiprocessors = 0;  // the thread blocks it runs on (it is persistent); 0: every multiprocessor
+  // With an exchange (world >= 2): a is [rows = world * block_rows, k]; c must be null; d is [block_rows, n] and
+  // receives block `rank` of alpha x the sum over the ranks of their products (each peer's rounded to the
+  // datatype, the sum in float32).
+  Sm90Exchange exchange{};
 };
 
 // Whether `device`, the current device, runs the kernel: compute capability 9.0, a driver with
@@ -29,8 +56,14 @@ struct Sm90Matmul {
 bool sm90_matmul_available(int device);
 
 // Whether the kernel takes `matmul` (on a device where it is available): bf16 or fp16; rows, k and n in [1, 2^30);
-// k and n multiples of 8; a, b, c (if any) and d 16-byte aligned; multiprocessors 0 or at least 2.
+// k and n multiples of 8; a, b, c (if any) and d 16-byte aligned; multiprocessors 0 or at least 2. With an
+// exchange also: world in [2, kSm90ExchangeMaxWorld], rank in [0, world), block_rows a multiple of 128 with
+// rows = world * block_rows, no c, and the exchange's pointers set.
 bool sm90_matmul_supports(const Sm90Matmul& matmul);
+
+// The most thread blocks of the kernel with an exchange that run at once on `device`, the current device (whole
+// clusters; 0 where it cannot run): ranks that share a GPU split them, so that all their launches are resident.
+int sm90_exchange_resident_blocks(int device, DataType type);
 
 // Enqueues the GEMM on the current device, which must be `sm90_matmul_available` and run `matmul` (supported).
 // Returns the launch's error (cudaSuccess where it was enqueued).

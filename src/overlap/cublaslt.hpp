@@ -66,6 +66,8 @@ class GemmRunner {
   GemmRunner& operator=(const GemmRunner&) = delete;
 
   void run(const Gemm& gemm, cudaStream_t stream);
+  // Whether braid's Hopper GEMM is among the candidates here (the device runs it and BRAID_GEMM_TUNING is on).
+  bool offers_hopper_gemm() const { return hopper_gemm_available_; }
 
   // BRAID_GEMM_TUNING: kOff (cuBLASLt's first), kCublasLt (trials among cuBLASLt's), kWithHopperGemm (braid's
   // Hopper GEMM among the candidates too).

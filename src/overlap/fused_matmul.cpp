@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "collectives/call_checks.hpp"
+#include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
+#include "kernels/matmul_sm90.hpp"
 #include "kernels/matrix_sum.hpp"
 #include "overlap/cublaslt.hpp"
 
@@ -50,6 +52,14 @@ struct FusedMatmulState {
   cudaStream_t own_side = nullptr;
   cudaStream_t side = nullptr;  // the call in progress's: own_side, or the caller's stream on a shared GPU
   int32_t* meeting_word = nullptr;  // the all-reduced element of the meetings
+  // The reduce-scatter in braid's Hopper GEMM's epilogue (NOTE [epilogue reduce-scatter choice]).
+  const bool epilogue_wanted;       // BRAID_MATMUL_REDUCE_SCATTER=epilogue
+  int epilogue_agreed = -1;         // every rank runs it: 1, not: 0, not asked yet: -1
+  const int ranks_on_gpu;           // this rank's GPU's ranks, this one included
+  int32_t* agreement_word = nullptr;  // the all-reduced element of that agreement
+  SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp)
+  size_t exchange_flags = 0;        // the flag capacity it was made with
+  unsigned long long epilogue_calls = 0;
   std::vector<cudaEvent_t> events;  // made as needed; a call uses each at most once
   size_t events_used = 0;
   SymmetricMemory workspace;
@@ -72,6 +82,10 @@ struct FusedMatmulState {
   // `waiter`'s later work waits for what `leader` has enqueued so far (nothing to do where they are one stream).
   void follow(cudaStream_t waiter, cudaStream_t leader);
   void meet();                          // NOTE [fused matmul synchronisation]
+  // Whether this call runs the reduce-scatter in the epilogue (NOTE [epilogue reduce-scatter choice]).
+  bool runs_epilogue(Stream stream);
+  // The exchange area for a call of block_rows x n per rank, grown (collectively, outside a capture) where needed.
+  void reserve_exchange(const char* function, size_t block_rows, size_t n, DataType type);
   size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
   char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
   char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
@@ -110,6 +124,25 @@ bool ranks_share_a_gpu(const Communicator& comm) {
   return false;
 }
 
+// The ranks of the communicator on this rank's GPU, this rank included.
+int ranks_on_my_gpu(const Communicator& comm) {
+  const std::vector<PeerInfo>& peers = comm.peers();
+  const PeerInfo& mine = peers[comm.rank()];
+  return static_cast<int>(std::count_if(peers.begin(), peers.end(), [&](const PeerInfo& p) {
+    return p.host == mine.host && p.pci_bus_id == mine.pci_bus_id;
+  }));
+}
+
+// NOTE [epilogue reduce-scatter choice]
+// BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter as one launch of braid's Hopper GEMM with an
+// exchange (NOTE [reduce-scatter in the epilogue] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner
+// offers the kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The ranks agree once, at the first eager call
+// (an all-reduce of the communicator, then a wait for it on the host); until then, and where any rank cannot, calls
+// take the pieces. The rest of the choice depends only on the call's arguments, which every rank shares: B
+// Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own limits.
+// The kernel's waits for its peers spin on the GPU: where ranks share a GPU, each takes an equal share of its
+// multiprocessors, so that every rank's launch is resident at once.
+
 FusedMatmulState::FusedMatmulState(Communicator handle)
     : comm(std::move(handle)),
       rank(comm.rank()),
@@ -117,12 +150,15 @@ FusedMatmulState::FusedMatmulState(Communicator handle)
       device(comm.device()),
       shares_gpu(ranks_share_a_gpu(comm)),
       overlapped_gemm_multiprocessors(shares_gpu ? 0 : std::max(1, multiprocessors_of(device) - kReservedMultiprocessors)),
-      gemm(device) {
+      gemm(device),
+      epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue"),
+      ranks_on_gpu(ranks_on_my_gpu(comm)) {
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
   BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), sizeof(int32_t)));
-  BRAID_CUDA(cudaMemset(meeting_word, 0, sizeof(int32_t)));
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), 2 * sizeof(int32_t)));
+  BRAID_CUDA(cudaMemset(meeting_word, 0, 2 * sizeof(int32_t)));
+  agreement_word = meeting_word + 1;
 }
 
 FusedMatmulState::~FusedMatmulState() {
@@ -156,6 +192,40 @@ void FusedMatmulState::meet() {
     return;
   }
   comm.all_reduce(meeting_word, meeting_word, 1, DataType::kInt32, ReduceOp::kMax, side);
+}
+
+bool FusedMatmulState::runs_epilogue(Stream stream) {
+  if (!epilogue_wanted || size < 2) return false;
+  if (epilogue_agreed < 0) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status));
+    if (status == cudaStreamCaptureStatusActive) return false;  // asked at the first eager call
+    int32_t able = gemm.offers_hopper_gemm() ? 1 : 0;
+    BRAID_CUDA(cudaMemcpyAsync(agreement_word, &able, sizeof(able), cudaMemcpyHostToDevice, stream));
+    comm.all_reduce(agreement_word, agreement_word, 1, DataType::kInt32, ReduceOp::kMin, stream);
+    BRAID_CUDA(cudaMemcpyAsync(&able, agreement_word, sizeof(able), cudaMemcpyDeviceToHost, stream));
+    BRAID_CUDA(cudaStreamSynchronize(stream));
+    epilogue_agreed = able;
+  }
+  return epilogue_agreed == 1;
+}
+
+void FusedMatmulState::reserve_exchange(const char* function, size_t block_rows, size_t n, DataType type) {
+  const size_t flags = kernels::sm90_exchange_flag_bytes(size, block_rows, n);
+  const size_t capacity = std::max(exchange_flags, flags);
+  const size_t bytes = kernels::sm90_exchange_bytes(size, block_rows, n, type, capacity);
+  if (exchange && flags <= exchange_flags && bytes <= exchange.bytes()) return;
+  if (capture != 0) {
+    raise_invalid_argument(function, "stream",
+                           "is being captured, and the call needs an exchange area of {} bytes where {} are made: "
+                           "growing it allocates collectively, which a capture cannot hold; make the call once "
+                           "eagerly first", bytes, exchange ? exchange.bytes() : 0);
+  }
+  constexpr size_t kFlagGrain = size_t(64) << 10, kGrain = size_t(2) << 20;
+  exchange_flags = (capacity + kFlagGrain - 1) / kFlagGrain * kFlagGrain;
+  const size_t grown = kernels::sm90_exchange_bytes(size, block_rows, n, type, exchange_flags);
+  exchange.reset();
+  exchange = comm.alloc((grown + kGrain - 1) / kGrain * kGrain);
 }
 
 void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
@@ -289,6 +359,10 @@ void FusedMatmul::reserve(size_t bytes) {
 
 size_t FusedMatmul::workspace_bytes() const { return usable(state_, "FusedMatmul::workspace_bytes").workspace_bytes(); }
 
+unsigned long long FusedMatmul::epilogue_reduce_scatters() const {
+  return usable(state_, "FusedMatmul::epilogue_reduce_scatters").epilogue_calls;
+}
+
 void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout,
                                     size_t n, void* out, void* a_gathered, DataType type, Stream stream) {
   constexpr const char* kFunction = "FusedMatmul::all_gather_matmul";
@@ -384,10 +458,35 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
 
   DeviceGuard guard(state.device);
   if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);
+  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
+  if (b_layout == Layout::kTransposed && rows % 128 == 0 && world <= kernels::kSm90ExchangeMaxWorld &&
+      state.runs_epilogue(stream)) {  // NOTE [epilogue reduce-scatter choice]
+    state.order(kFunction, 0, stream);
+    state.reserve_exchange(kFunction, rows, n, type);
+    // Where ranks share the GPU, an equal share of the blocks that fit at once each (NOTE [epilogue reduce-scatter
+    // choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
+    const int blocks = state.ranks_on_gpu == 1
+                           ? 0
+                           : std::max(2, kernels::sm90_exchange_resident_blocks(state.device, type) / state.ranks_on_gpu / 2 * 2);
+    kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale, 0.0f, blocks};
+    matmul.exchange = kernels::Sm90Exchange{
+        world, rank, rows, static_cast<uint8_t*>(state.exchange.local()),
+        reinterpret_cast<uint8_t* const*>(state.exchange.device_peers()),
+        kernels::kSm90ExchangeFlagsOffset + state.exchange_flags,
+        static_cast<unsigned long long>(state.comm.timeout_s() * 1e9)};
+    if (kernels::sm90_matmul_supports(matmul)) {
+      const cudaError_t status = kernels::launch_sm90_matmul(matmul, stream);
+      if (status != cudaSuccess) {
+        raise(ErrorCode::kCudaError, "{}: braid's Hopper GEMM with its reduce-scatter failed to launch: {}", kFunction,
+              cudaGetErrorString(status));
+      }
+      ++state.epilogue_calls;
+      return state.end(stream);
+    }
+  }
   const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);
   state.begin(kFunction, checked_product(kFunction, "m", 2, partials), stream);
   cudaStream_t side = state.side;
-  const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
   constexpr size_t kChunks = 2;
   const size_t chunks = std::min(kChunks, rows);
   auto chunk_rows = [&](size_t h) { return std::make_pair(h * rows / chunks, (h + 1) * rows / chunks); };

@@ -59,5 +59,51 @@ TEST(Sm90Matmul, LeavesOtherTypesShapesAndAlignmentsToCublasLt) {
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.multiprocessors = 1; }));  // a cluster is two blocks
 }
 
+// A reduce-scatter in the epilogue: 3 ranks of 384 rows, the exchange area laid out for that shape.
+Sm90Matmul exchanged() {
+  static uint8_t* const peers[3] = {g_memory, g_memory, g_memory};
+  Sm90Matmul m = taken();
+  m.rows = 3 * 384;
+  m.exchange.world = 3;
+  m.exchange.rank = 1;
+  m.exchange.block_rows = 384;
+  m.exchange.local = g_memory;
+  m.exchange.peers = peers;
+  m.exchange.received_offset = kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(3, 384, m.n);
+  m.exchange.timeout_ns = 1'000'000'000;
+  return m;
+}
+
+TEST(Sm90Matmul, ExchangeAreaHoldsAFlagPerHalfTileAndTheReceivedBlocks) {
+  // 3 row tiles x 2 column tiles (264 columns), 2 halves each, from each of 2 peers.
+  EXPECT_EQ(sm90_exchange_flag_bytes(3, 384, 264), 2u * 3 * 2 * 2 * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_flag_bytes(2, 128, 8), 2u * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_bytes(3, 384, 264, DataType::kBFloat16, 4096), kSm90ExchangeFlagsOffset + 4096 + 2u * 384 * 264 * 2);
+}
+
+TEST(Sm90Matmul, TakesAnExchangeOfWholeRowTilesWithoutC) {
+  EXPECT_TRUE(sm90_matmul_supports(exchanged()));
+  auto refused = [](void (*change)(Sm90Matmul&)) {
+    Sm90Matmul m = exchanged();
+    change(m);
+    return !sm90_matmul_supports(m);
+  };
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.world = 1; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.world = kSm90ExchangeMaxWorld + 1; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.rank = 3; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.rank = -1; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) {  // rows per rank not a multiple of 128
+    m.exchange.block_rows = 320;
+    m.rows = 3 * 320;
+  }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.rows = 2 * 384; }));  // rows != world x block_rows
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.c = g_memory + 48; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.local = nullptr; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.peers = nullptr; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset -= 16; }));  // flags would overlap the rows
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset += 8; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.timeout_ns = 0; }));
+}
+
 }  // namespace
 }  // namespace braid::kernels

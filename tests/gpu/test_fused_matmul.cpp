@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -169,9 +170,13 @@ void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case
   if (gathered != nullptr) device_free(gathered);
 }
 
+// How a reduce-scatter adds the peers' products beyond 2 ranks: the pieces round their sum once, the epilogue
+// (BRAID_MATMUL_REDUCE_SCATTER=epilogue) keeps it in float32.
+enum class PeersSum { kRounded, kFloat32 };
+
 // The expected block `rank` of the reduce-scatter of every rank's a x B, rounded as the fused call rounds it.
 std::vector<double> expected_reduce_scatter(const std::vector<Matrix>& as, const Matrix& b, const Case& c, int rank,
-                                            int world, ReduceOp op) {
+                                            int world, ReduceOp op, PeersSum peers_sum = PeersSum::kRounded) {
   std::vector<double> expected(c.rows * c.n);
   const bool transposed = c.layout == Layout::kTransposed;
   for (size_t i = 0; i < c.rows; ++i) {
@@ -183,7 +188,7 @@ std::vector<double> expected_reduce_scatter(const std::vector<Matrix>& as, const
         if (q == rank) own = partial;
         else peers += round_to(c.type, partial);  // each peer's product arrives in the datatype
       }
-      if (world > 2) peers = round_to(c.type, peers);
+      if (world > 2 && peers_sum == PeersSum::kRounded) peers = round_to(c.type, peers);
       const double scale = op == ReduceOp::kAvg ? 1.0 / world : 1.0;
       expected[i * c.n + j] = round_to(c.type, scale * own + scale * peers);
     }
@@ -192,7 +197,7 @@ std::vector<double> expected_reduce_scatter(const std::vector<Matrix>& as, const
 }
 
 void check_matmul_reduce_scatter(FusedMatmul& fused, int rank, int world, const Case& c, ReduceOp op, uint64_t seed,
-                                 cudaStream_t stream, int delayed_rank = -1) {
+                                 cudaStream_t stream, int delayed_rank = -1, PeersSum peers_sum = PeersSum::kRounded) {
   const size_t m = c.rows * world;
   std::vector<Matrix> as(world);
   for (int q = 0; q < world; ++q) make_random(as[q], m, c.k, c.type, seed_of(seed, q));
@@ -204,7 +209,7 @@ void check_matmul_reduce_scatter(FusedMatmul& fused, int rank, int world, const 
   fused.matmul_reduce_scatter(as[rank].device, m, c.k, b.device, c.layout, c.n, out, c.type, op, stream);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::vector<float> got = download(c.type, out, c.rows * c.n);
-  const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, op);
+  const std::vector<double> expected = expected_reduce_scatter(as, b, c, rank, world, op, peers_sum);
   size_t wrong = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!close(c.type, got[i], expected[i]) && wrong++ < 3) {
@@ -384,6 +389,120 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
     zeros("graph");
     device_free(ag_out);
     device_free(rs_out);
+  });
+}
+
+// Whether this process runs matmul_reduce_scatter in the epilogue where the shape allows: asked for
+// (BRAID_MATMUL_REDUCE_SCATTER=epilogue), on a GPU of compute capability 9.0, with braid's GEMM among the candidates.
+bool epilogue_expected(int device) {
+  const char* choice = std::getenv("BRAID_MATMUL_REDUCE_SCATTER");
+  const char* tuning = std::getenv("BRAID_GEMM_TUNING");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return choice != nullptr && std::string(choice) == "epilogue" && (tuning == nullptr || std::string(tuning) == "on") &&
+         major == 9 && minor == 0;
+}
+
+// The reduce-scatter in braid's Hopper GEMM's epilogue (NOTE [reduce-scatter in the epilogue]): shapes with several
+// tiles a rank, columns that end inside a tile, one tile, a growing exchange area, both ops and datatypes, on two
+// streams with a delayed rank, and a shape the epilogue does not take (rows not a multiple of 128) between them,
+// which runs the pieces; each call counted where it ran.
+TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    if (!epilogue_expected(comm.device())) {
+      GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
+                      "capability 9.0";
+    }
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
+    StreamHandle first, second;
+    const cudaStream_t streams[2] = {first.get(), second.get()};
+    const std::vector<Case> cases = {
+        {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},  {DataType::kFloat16, Layout::kTransposed, 256, 136, 136},
+        {DataType::kBFloat16, Layout::kTransposed, 384, 520, 520}, {DataType::kBFloat16, Layout::kTransposed, 128, 8, 8},
+        {DataType::kBFloat16, Layout::kTransposed, 37, 64, 64},    {DataType::kFloat16, Layout::kTransposed, 1024, 512, 768},
+        {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},
+    };
+    const int world = comm.size();
+    unsigned long long epilogue_calls = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const ReduceOp op = i % 3 == 1 ? ReduceOp::kAvg : ReduceOp::kSum;
+      const bool in_epilogue = c.rows % 128 == 0;
+      check_matmul_reduce_scatter(fused, comm.rank(), world, c, op, 1200 + i, streams[i % 2],
+                                  static_cast<int>(i % world), in_epilogue ? PeersSum::kFloat32 : PeersSum::kRounded);
+      epilogue_calls += in_epilogue;
+      EXPECT_EQ(fused.epilogue_reduce_scatters(), epilogue_calls) << "rank " << comm.rank() << " " << describe(c);
+    }
+    for (int call = 0; call < 8; ++call) {  // back to back, each rank's stream running ahead of the checks' waits
+      check_matmul_reduce_scatter(fused, comm.rank(), world, cases[0], ReduceOp::kSum, 1300 + call, streams[0], -1,
+                                  PeersSum::kFloat32);
+    }
+    EXPECT_EQ(fused.epilogue_reduce_scatters(), epilogue_calls + 8);
+  });
+}
+
+// Epilogue reduce-scatters of two shapes captured into one graph, after eager calls that made the exchange area,
+// replayed on new inputs: every replay equals the reference (the stamps advance on the GPU).
+TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    if (!epilogue_expected(comm.device())) {
+      GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
+                      "capability 9.0";
+    }
+    const int rank = comm.rank(), world = comm.size();
+    FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    const Case shapes[2] = {{DataType::kBFloat16, Layout::kTransposed, 256, 192, 264},
+                            {DataType::kBFloat16, Layout::kTransposed, 128, 64, 512}};
+    check_matmul_reduce_scatter(fused, rank, world, shapes[0], ReduceOp::kSum, 1400, stream, -1, PeersSum::kFloat32);
+    check_matmul_reduce_scatter(fused, rank, world, shapes[1], ReduceOp::kAvg, 1401, stream, -1, PeersSum::kFloat32);
+    std::vector<Matrix> as[2] = {std::vector<Matrix>(world), std::vector<Matrix>(world)};
+    Matrix bs[2];
+    void* outs[2];
+    auto fill = [&](uint64_t seed) {
+      for (int s = 0; s < 2; ++s) {
+        for (int q = 0; q < world; ++q) make_random(as[s][q], shapes[s].rows * world, shapes[s].k, shapes[s].type, seed_of(seed + s, q));
+        make_random(bs[s], shapes[s].n, shapes[s].k, shapes[s].type, seed_of(seed + s, 1000));
+      }
+    };
+    fill(1500);
+    for (int s = 0; s < 2; ++s) outs[s] = poisoned(shapes[s].rows * shapes[s].n * 2);
+    host_barrier();
+    const unsigned long long before = fused.epilogue_reduce_scatters();
+    GraphHandles graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const ReduceOp ops[2] = {ReduceOp::kSum, ReduceOp::kAvg};
+    for (int s = 0; s < 2; ++s) {
+      fused.matmul_reduce_scatter(as[s][rank].device, shapes[s].rows * world, shapes[s].k, bs[s].device,
+                                  shapes[s].layout, shapes[s].n, outs[s], shapes[s].type, ops[s], stream);
+    }
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph.graph), cudaSuccess);
+    EXPECT_EQ(fused.epilogue_reduce_scatters(), before + 2);
+    graph.exec = instantiate_on_every_rank(graph.graph, stream);
+    for (uint64_t replay = 0; replay < 4; ++replay) {
+      fill(1600 + 10 * replay);
+      for (int s = 0; s < 2; ++s) {
+        ASSERT_EQ(cudaMemsetAsync(outs[s], kPoison, shapes[s].rows * shapes[s].n * 2, stream), cudaSuccess);
+      }
+      host_barrier();
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      for (int s = 0; s < 2; ++s) {
+        const Case& c = shapes[s];
+        const std::vector<float> got = download(c.type, outs[s], c.rows * c.n);
+        const std::vector<double> expected =
+            expected_reduce_scatter(as[s], bs[s], c, rank, world, ops[s], PeersSum::kFloat32);
+        size_t wrong = 0;
+        for (size_t i = 0; i < got.size(); ++i) wrong += !close(c.type, got[i], expected[i]);
+        EXPECT_EQ(wrong, 0u) << "rank " << rank << " replay " << replay << " " << describe(c);
+      }
+      host_barrier();
+    }
+    for (void* out : outs) device_free(out);
   });
 }
 
