@@ -78,6 +78,13 @@ class FusedMatmul {
   // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as the GEMM's C matrix, so a
   // result is this rank's product in float32 plus the peers' products rounded to the datatype (and, beyond 2
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
+  // BRAID_MATMUL_REDUCE_SCATTER=epilogue (set alike on every rank): where every rank's GPU has compute capability
+  // 9.0 and BRAID_GEMM_TUNING is on (agreed once, at the first call on a stream not being captured, which waits
+  // for that agreement on the host), and b_layout is kTransposed, M / size() a multiple of 128, k and n multiples of
+  // 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: the peers' rows, rounded to the
+  // datatype, go from its epilogue into their owners' exchange area (a symmetric allocation of its own, grown like
+  // the workspace), and each rank adds those it received, summed in float32, to its own product in float32, times
+  // 1 / size() for kAvg, rounded once. Its waits for the peers trap after the communicator's timeout.
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
   // nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
@@ -85,7 +92,8 @@ class FusedMatmul {
 
   // Grows the symmetric workspace to at least `bytes` now (collective: every rank calls it with the same value).
   // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N; a call that needs more grows it
-  // (to a multiple of 2 MiB). Not inside a graph capture.
+  // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of matmul_reduce_scatter in the epilogue
+  // is not the workspace: its calls grow it (a graph capture refuses that too: make the call once eagerly first).
   void reserve(size_t bytes);
   // The symmetric workspace's bytes on each rank now.
   size_t workspace_bytes() const;

@@ -76,8 +76,8 @@ constexpr ConfigVar kTable[] = {
      "How FusedMatmul::matmul_reduce_scatter runs. pieces: GEMMs of chunks of rows, the copy engines moving each "
      "to its owner beside the next. epilogue: one launch of braid's Hopper GEMM whose epilogue stores the peers' rows "
      "into their workspace and adds the rows received, where every rank runs it (compute capability 9.0, "
-     "BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per rank a multiple of 128, k and n multiples of 8; other "
-     "calls take the pieces)."},
+     "BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per rank a multiple of 128, k and n multiples of 8, at most 8 "
+     "ranks; other calls take the pieces). Set it alike on every rank."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "
      "allocations at capture time (every rank joins one exchange per buffer), so its replays take the paths of "

@@ -40,17 +40,26 @@ namespace {
 
 // NOTE [reduce-scatter in the epilogue]
 // With an exchange (Sm90Exchange), each rank computes every row of A x B^T and reduce-scatters the product by rows
-// as it goes, in one launch, with no copy, meeting or side stream:
+// as it goes, in one launch, with no copy kernel, meeting or side stream:
 //   - Order: the schedule runs over rows rotated by rank + 1 blocks, so a rank computes the blocks its peers own
 //     first (rank + 1's first) and its own last: the peers' rows travel while its own still compute.
-//   - A peer's 64-row half-tile (one consumer warpgroup's) is stored straight into that peer's exchange area, in its
-//     received block for this rank, rounded to the datatype. Then the warpgroup meets (a named barrier), and its
-//     first thread fences at system scope and stores the call's stamp into the peer's flag for that half-tile.
-//   - An own half-tile waits until every peer's flag for it holds the stamp, then stores alpha x (its product plus
-//     the received blocks, summed in float32) to D.
+//   - Each consumer warpgroup has a staging buffer in shared memory (64 rows x 256 columns; the kernel keeps 3
+//     stages instead of 4 to make room), which it and a warp of the producer warpgroup, the store warp, hand to each
+//     other once a tile (barriers to_store and to_consumer).
+//   - A peer's tile: the consumers round their rows into the staging buffers and go on to their next tile; stores
+//     across NVLink from their registers would hold the multiplications up. The store warp has the copy engine store
+//     them (a TMA tensor store a half, through a tensor map of the peer's area: ExchangeMaps) into the peer's
+//     exchange area, in its received block for this rank, waits until the stores are performed, fences at system
+//     scope and stores the call's stamp into the peer's flags for the tile's two halves.
+//   - An own tile: while the consumers still multiply, the store warp waits until every peer's flags for it hold the
+//     stamp and has the copy engine load the first peer's rows into the staging buffers (a TMA tensor load a half);
+//     the consumers store alpha x (product + those rows + any further peers' rows, read from the area, summed in
+//     float32) to D.
+//   - The store warp releases a peer tile's flags before it waits for any flag of the next tile, so no flag of one
+//     rank waits for a flag of another.
 //   - Stamps: the area's call count + 1, read by every block at its start. The last block to finish stores it back,
 //     then writes it into every peer's freed word for this rank: "this rank has read what you sent, up to this call".
-//     Before its first store into a peer's area, a warpgroup waits for that peer's freed word to reach the previous
+//     Before its first copy into a peer's area, the store warp waits for that peer's freed word to reach the previous
 //     stamp, so a call never overwrites rows the peer's previous call still reads.
 //   - Words only grow, so back-to-back calls and graph replays need no reset; an area is zeroed when made (on every
 //     rank together, so their counts agree), and its flags never move while it lives.
@@ -58,12 +67,21 @@ namespace {
 // those wait only for the peers' previous launches. A wait longer than the exchange's timeout traps.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
+// With an exchange: one stage fewer, for a 64-row staging buffer per consumer warpgroup (NOTE [reduce-scatter in the
+// epilogue]).
+constexpr int kExchangeStages = 3;
+constexpr uint32_t kStagingBytes = 64 * kTileCols * 2;
 constexpr int kCluster = 2;
 constexpr int kThreads = 3 * 128;
 constexpr int kBandUnits = 8;
 constexpr uint32_t kATileBytes = kTileRows * kTileK * 2, kBTileBytes = kTileCols * kTileK * 2;
 constexpr uint32_t kStageBytes = kATileBytes + kBTileBytes;
-constexpr size_t kSharedBytes = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;  // + alignment
+// Stages, staging buffers, barriers (full and empty a stage, staged and drained a consumer), 1024 for alignment.
+constexpr size_t shared_bytes(bool exchanged) {
+  return exchanged ? size_t(kExchangeStages) * kStageBytes + 2 * kStagingBytes +
+                         (2 * kExchangeStages + 4) * sizeof(uint64_t) + 1024
+                   : size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;
+}
 constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
 
 struct Epilogue {
@@ -73,6 +91,7 @@ struct Epilogue {
   int rows, n;
   int c_count = 1;        // C matrices to add, c_stride elements apart
   size_t c_stride = 0;
+  const uint8_t* c_staged = nullptr;  // the first C's rows of the warpgroup's tile, in shared memory ([64][256]), or null
 };
 
 // The exchange area's control words (NOTE [reduce-scatter in the epilogue]).
@@ -159,6 +178,13 @@ __device__ __forceinline__ void tma_load_multicast(void* destination, const CUte
       " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(shared_address(destination)),
       "l"(map), "r"(x), "r"(y), "r"(shared_address(barrier)), "h"(uint16_t((1u << kCluster) - 1))
       : "memory");
+}
+
+// Stores the box at (x = column, y = row) of `map` from `source`, in this thread's current bulk group.
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, int x, int y, const void* source) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];" ::"l"(map), "r"(x),
+               "r"(y), "r"(shared_address(source))
+               : "memory");
 }
 
 __device__ __forceinline__ void tma_load(void* destination, const CUtensorMap* map, int x, int y, uint64_t* barrier) {
@@ -305,10 +331,17 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
     uint4 c[8];
     if (e.c != nullptr) {
       const T* c_row = static_cast<const T*>(e.c) + size_t(r) * e.n;
+      const uint8_t* staged_row = e.c_staged != nullptr ? e.c_staged + (r - row0) * kTileCols * 2 : nullptr;
 #pragma unroll
       for (int g = 0; g < 32; g += 4) {
         const int col = col0 + (g + lane % 4) * 8;
-        c[g / 4] = row_in && col < e.n ? *reinterpret_cast<const uint4*>(c_row + col) : make_uint4(0, 0, 0, 0);
+        if (!row_in || col >= e.n) {
+          c[g / 4] = make_uint4(0, 0, 0, 0);
+        } else if (e.c_staged != nullptr) {
+          c[g / 4] = *reinterpret_cast<const uint4*>(staged_row + (g + lane % 4) * 16);
+        } else {
+          c[g / 4] = *reinterpret_cast<const uint4*>(c_row + col);
+        }
       }
     }
 #pragma unroll
@@ -363,10 +396,13 @@ __device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t va
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 }
 
-// The 128 threads of consumer warpgroup `consumer` meet (named barriers 1 and 2; 0 is __syncthreads').
-__device__ __forceinline__ void warpgroup_barrier(int consumer) {
-  asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
-}
+// The copy engine's views of the exchange areas' received blocks: [(world - 1) x block_rows, n] from
+// received_offset, in boxes of 64 rows x 256 columns, unswizzled (the staging buffers' layout).
+struct ExchangeMaps {
+  CUtensorMap received;                      // this rank's
+  CUtensorMap peers[kSm90ExchangeMaxWorld];  // every peer's, mapped here (this rank's entry unused)
+};
+struct NoExchangeMaps {};
 
 // The kernel's view of an exchange (NOTE [reduce-scatter in the epilogue]); world 0: none.
 struct ExchangeView {
@@ -388,42 +424,124 @@ struct ExchangeView {
     return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * halves + half;
   }
   __device__ int slot_of(int sender, int receiver) const { return (sender - receiver - 1 + x.world) % x.world; }
+  // The flag of consumer 0's half of the tile at `local_row0` (of its owner's block) and column block `n_block`;
+  // consumer 1's is the next.
+  __device__ size_t half(int local_row0, int n_block) const {
+    return (size_t(local_row0 / kTileRows) * n_blocks + n_block) * 2 + (local_row0 % kTileRows) / 64;
+  }
 };
 
-// Stores a consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256, as NOTE
-// [reduce-scatter in the epilogue] says. `cleared` holds the peers whose freed word this warpgroup has seen.
+// Rounds a consumer warpgroup's 64 rows into its staging buffer ([64][256] of T, row-major), each lane 16 bytes a row
+// and group of 8 columns after the quad transpose, as store_tile's plain path stores them to D.
 template <typename T>
-__device__ __forceinline__ void store_exchanged(const float (&acc)[128], const ExchangeView& v, const Epilogue& e,
-                                                int row0, int n_block, int consumer, int tid, uint64_t stamp,
-                                                uint64_t& cleared) {
+__device__ __forceinline__ void stage_rows(const float (&acc)[128], uint8_t* staging, int tid) {
+  const int lane = tid % 32;
+  const int row = (tid / 32) * 16 + lane / 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint8_t* row_bytes = staging + size_t(row + 8 * half) * kTileCols * 2;
+#pragma unroll
+    for (int g = 0; g < 32; g += 4) {
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = Pack<T>::to(acc[4 * (g + i) + 2 * half], acc[4 * (g + i) + 2 * half + 1]);
+      quad_transpose(w, lane);
+      *reinterpret_cast<uint4*>(row_bytes + (g + lane % 4) * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// Closes this thread's bulk group and waits until its copies have been performed.
+__device__ __forceinline__ void bulk_stores_complete() {
+  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// A consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256 of a tile this rank owns:
+// alpha x (product + the received rows) into D, the first peer's rows from the staging buffer (NOTE [reduce-scatter
+// in the epilogue]).
+template <typename T>
+__device__ __forceinline__ void store_own_rows(const float (&acc)[128], const ExchangeView& v, const Epilogue& e,
+                                               int row0, int n_block, const uint8_t* staging, int tid) {
+  const Sm90Exchange& x = v.x;
+  Epilogue out{e.d, x.local + x.received_offset, e.alpha, e.alpha, static_cast<int>(x.block_rows), e.n,
+               x.world - 1, x.block_rows * size_t(e.n), staging};
+  store_tile<T>(acc, out, row0 - x.rank * static_cast<int>(x.block_rows), n_block * kTileCols, tid);
+}
+
+// The store warp (NOTE [reduce-scatter in the epilogue]). It takes the block's tiles in the consumers' order; at each,
+// once both consumers have handed their staging buffers back:
+//   1. the previous tile's, if a peer's: copies both staged halves into the peer's received block for this rank,
+//      waits until the copies are performed, and releases the halves' flags in the peer's area;
+//   2. this tile, if this rank's own: waits for every peer's flags for it, then has the copy engine load the first
+//      peer's rows into the staging buffers, completing the consumers' barriers; if a peer's: hands the buffers
+//      over as they are.
+template <typename T>
+__device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const ExchangeMaps& maps, const Schedule& schedule,
+                                               uint32_t block, int first_unit, int unit_step, uint8_t* staging,
+                                               uint64_t* to_store, uint64_t* to_consumer, uint64_t stamp, int lane) {
   const Sm90Exchange& x = v.x;
   const int block_rows = static_cast<int>(x.block_rows);
-  const int owner = row0 / block_rows, local_row0 = row0 - owner * block_rows;
-  const size_t half = (size_t(local_row0 / kTileRows) * v.n_blocks + n_block) * 2 + consumer;
-  const size_t block_elements = x.block_rows * size_t(e.n);
-  if (owner != x.rank) {
-    const int slot = v.slot_of(x.rank, owner);
+  const int units = schedule.m_units * schedule.n_blocks;
+  uint64_t cleared = 0;  // the peers whose freed word this lane has seen
+  uint32_t handoffs = 0;
+  int sent_owner = -1, sent_row0 = 0, sent_n_block = 0;  // the previous tile, where a peer's
+  auto send_previous = [&] {
+    const int owner = sent_owner, slot = v.slot_of(x.rank, owner);
     uint8_t* peer = x.peers[owner];
-    if (!((cleared >> owner) & 1)) {
-      if (tid == 0) wait_for_word(v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1, x.timeout_ns);
-      warpgroup_barrier(consumer);
-      cleared |= uint64_t(1) << owner;
-    }
-    Epilogue out{peer + x.received_offset + slot * block_elements * sizeof(T), nullptr, 1.0f, 0.0f, block_rows, e.n};
-    store_tile<T>(acc, out, local_row0, n_block * kTileCols, tid);
-    warpgroup_barrier(consumer);
-    if (tid == 0) {
+    if (lane < 2) {  // lane h: half h; columns past n are not stored
+      if (!((cleared >> owner) & 1)) {
+        wait_for_word(v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1, x.timeout_ns);
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
+        cleared |= uint64_t(1) << owner;
+      }
+      tma_store(&maps.peers[owner], sent_n_block * kTileCols, slot * block_rows + sent_row0 + 64 * lane,
+                staging + lane * kStagingBytes);
+      bulk_stores_complete();
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores before the flag
       __threadfence_system();
-      store_release_system(v.flag(peer, slot, half), stamp);
+      store_release_system(v.flag(peer, slot, v.half(sent_row0, sent_n_block) + lane), stamp);
     }
-    return;
+    __syncwarp();
+    sent_owner = -1;
+  };
+  auto buffers_back = [&] {  // both consumers have handed their buffers back after their previous tile
+    barrier_wait(&to_store[0], (handoffs & 1) ^ 1);
+    barrier_wait(&to_store[1], (handoffs & 1) ^ 1);
+  };
+  for (int u = first_unit; u < units; u += unit_step) {
+    int m_block, n_block;
+    schedule.unit(u, m_block, n_block);
+    m_block = v.rotate(m_block + block);
+    if (m_block >= v.m_blocks) continue;  // the second block of a cluster past the last row: the consumers skip it
+    buffers_back();
+    if (sent_owner >= 0) send_previous();
+    const int row0 = m_block * kTileRows, owner = row0 / block_rows, local_row0 = row0 - owner * block_rows;
+    if (owner == x.rank) {
+      const size_t half = v.half(local_row0, n_block);
+      if (lane < 2) {  // lane h: half h, whose flags it waits for itself; columns past n arrive as zeros
+        for (int slot = 0; slot < x.world - 1; ++slot) wait_for_word(v.flag(x.local, slot, half + lane), stamp, x.timeout_ns);
+        asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's load after the acquire
+        barrier_expect_bytes(&to_consumer[lane], kStagingBytes);
+        tma_load(staging + lane * kStagingBytes, &maps.received, n_block * kTileCols, local_row0 + 64 * lane,
+                 &to_consumer[lane]);
+      }
+    } else {
+      if (lane == 0) {
+        barrier_arrive(&to_consumer[0]);
+        barrier_arrive(&to_consumer[1]);
+      }
+      sent_owner = owner;
+      sent_row0 = local_row0;
+      sent_n_block = n_block;
+    }
+    ++handoffs;
   }
-  if (tid == 0) {
-    for (int slot = 0; slot < x.world - 1; ++slot) wait_for_word(v.flag(x.local, slot, half), stamp, x.timeout_ns);
-  }
-  warpgroup_barrier(consumer);
-  Epilogue out{e.d, x.local + x.received_offset, e.alpha, e.alpha, block_rows, e.n, x.world - 1, block_elements};
-  store_tile<T>(acc, out, local_row0, n_block * kTileCols, tid);
+  buffers_back();
+  if (sent_owner >= 0) send_previous();
 }
 
 // After every block's tiles: the last block to finish stores the stamp as the area's call count and into every
@@ -448,21 +566,32 @@ __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t 
 template <typename T, bool Exchanged>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_sm90(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
-                Schedule schedule, int k, ExchangeView exchange) {
+                Schedule schedule, int k, ExchangeView exchange,
+                const __grid_constant__ std::conditional_t<Exchanged, ExchangeMaps, NoExchangeMaps> maps) {
+  constexpr int Stages = Exchanged ? kExchangeStages : kStages;
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* a_tiles = shared;
-  uint8_t* b_tiles = shared + kStages * kATileBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(shared + kStages * kStageBytes);
-  uint64_t* empty = full + kStages;
+  uint8_t* b_tiles = shared + Stages * kATileBytes;
+  uint8_t* staging = shared + Stages * kStageBytes;  // Exchanged: the consumers' staging buffers
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + (Exchanged ? 2 * kStagingBytes : 0));
+  uint64_t* empty = full + Stages;
+  uint64_t* to_store = empty + Stages;  // Exchanged: a consumer hands its staging buffer to the store warp
+  uint64_t* to_consumer = to_store + 2;  // Exchanged: ... and the store warp hands it back
   const int group = threadIdx.x / 128, tid = threadIdx.x % 128;
   const uint32_t block = cluster_block();
   __shared__ uint64_t stamp;  // the exchange's call (NOTE [reduce-scatter in the epilogue]); unused without
   if (threadIdx.x == 0) {
     if (Exchanged) stamp = *exchange.control(exchange.x.local, kCallsOffset) + 1;
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < Stages; ++s) {
       barrier_init(&full[s], 1);
       barrier_init(&empty[s], 2 * kCluster);
+    }
+    if (Exchanged) {
+      for (int c = 0; c < 2; ++c) {
+        barrier_init(&to_store[c], 128);
+        barrier_init(&to_consumer[c], 1);
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -487,11 +616,16 @@ __global__ void __launch_bounds__(kThreads, 1)
           constexpr int part = kTileCols / kCluster;
           tma_load_multicast(b_tiles + stage * kBTileBytes + block * part * kTileK * 2, &map_b, step * kTileK,
                              n_block * kTileCols + block * part, &full[stage]);
-          if (++stage == kStages) {
+          if (++stage == Stages) {
             stage = 0;
             phase ^= 1;
           }
         }
+      }
+    } else if (Exchanged && tid / 32 == 1) {
+      if constexpr (Exchanged) {
+        exchange_tiles<T>(exchange, maps, schedule, block, first_unit, unit_step, staging, to_store, to_consumer, stamp,
+                          tid % 32);
       }
     }
   } else {
@@ -500,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Warp w's lane 0 releases stages to block w of the cluster.
     const bool releases = tid % 32 == 0 && tid / 32 < kCluster;
     float acc[128];
-    uint64_t cleared = 0;  // the exchange's peers whose freed word this warpgroup has seen
+    uint32_t handoffs = 0;  // Exchanged: the store warp's handoffs of this warpgroup's staging buffer
     int stage = 0;
     uint32_t phase = 0;
     for (int u = first_unit; u < units; u += unit_step) {
@@ -522,7 +656,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<1>();
         if (previous >= 0 && releases) barrier_arrive_in(&empty[previous], tid / 32);
         previous = stage;
-        if (++stage == kStages) {
+        if (++stage == Stages) {
           stage = 0;
           phase ^= 1;
         }
@@ -532,8 +666,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int row0 = m_block * kTileRows + consumer * 64;
       if constexpr (!Exchanged) {
         store_tile<T>(acc, epilogue, row0, n_block * kTileCols, tid);
-      } else if (row0 < exchange.m_blocks * kTileRows) {
-        store_exchanged<T>(acc, exchange, epilogue, row0, n_block, consumer, tid, stamp, cleared);
+      } else if (m_block >= exchange.m_blocks) {
+        continue;  // the second block of a cluster past the last row
+      } else {
+        uint8_t* buffer = staging + consumer * kStagingBytes;
+        barrier_wait(&to_consumer[consumer], handoffs++ & 1);
+        if (row0 / static_cast<int>(exchange.x.block_rows) == exchange.x.rank) {
+          store_own_rows<T>(acc, exchange, epilogue, row0, n_block, buffer, tid);
+        } else {  // a peer's: into the staging buffer, for the store warp
+          stage_rows<T>(acc, buffer, tid);
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copy engine reads what the lanes wrote
+        }
+        barrier_arrive(&to_store[consumer]);
       }
     }
   }
@@ -541,11 +685,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (Exchanged) finish_exchange(exchange, stamp);
 }
 
-cudaLaunchConfig_t launch_config(int blocks, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+cudaLaunchConfig_t launch_config(int blocks, bool exchanged, cudaStream_t stream, cudaLaunchAttribute& cluster) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSharedBytes;
+  config.dynamicSmemBytes = shared_bytes(exchanged);
   config.stream = stream;
   cluster = cudaLaunchAttribute{};
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -577,8 +721,9 @@ int resident_blocks(int device, DataType type, bool exchanged) {
   const void* kernel = kernel_of(type, exchanged);
   int clusters = 0;
   cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(kCluster, nullptr, cluster);
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSharedBytes)) !=
+  const cudaLaunchConfig_t config = launch_config(kCluster, exchanged, nullptr, cluster);
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared_bytes(exchanged))) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();
@@ -598,6 +743,20 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
   return driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
                                          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// An exchange area's received blocks as ExchangeMaps says.
+bool received_map(CUtensorMap& map, DataType type, const uint8_t* area, const Sm90Exchange& x, size_t n) {
+  const cuuint64_t dims[2] = {cuuint64_t(n), cuuint64_t(x.block_rows) * (x.world - 1)};
+  const cuuint64_t strides[1] = {cuuint64_t(n) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(kTileCols), 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUtensorMapDataType data_type =
+      type == DataType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<uint8_t*>(area + x.received_offset), dims,
+                                         strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                         CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -634,7 +793,7 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
   if (x.world == 0) return true;
   return x.world >= 2 && x.world <= kSm90ExchangeMaxWorld && x.rank >= 0 && x.rank < x.world && m.c == nullptr &&
          x.block_rows != 0 && x.block_rows % kTileRows == 0 && m.rows / x.world == x.block_rows &&
-         m.rows % x.world == 0 && x.local != nullptr && x.peers != nullptr &&
+         m.rows % x.world == 0 && x.local != nullptr && x.peers != nullptr && x.host_peers != nullptr &&
          x.received_offset >= kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(x.world, x.block_rows, m.n) &&
          x.received_offset % 16 == 0 && x.timeout_ns != 0;
 }
@@ -677,17 +836,28 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
     exchange.halves = size_t(per_rank) * schedule.n_blocks * 2;
   }
   cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(blocks, stream, cluster);
+  const cudaLaunchConfig_t config = launch_config(blocks, exchanged, stream, cluster);
   const int k = static_cast<int>(m.k);
-  if (m.type == DataType::kBFloat16) {
-    return exchanged ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, true>, map_a, map_b, epilogue, schedule,
-                                          k, exchange)
-                     : cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, false>, map_a, map_b, epilogue,
-                                          schedule, k, exchange);
+  if (!exchanged) {
+    return m.type == DataType::kBFloat16
+               ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, false>, map_a, map_b, epilogue, schedule, k,
+                                    exchange, NoExchangeMaps{})
+               : cudaLaunchKernelEx(&config, matmul_sm90<__half, false>, map_a, map_b, epilogue, schedule, k, exchange,
+                                    NoExchangeMaps{});
   }
-  return exchanged
-             ? cudaLaunchKernelEx(&config, matmul_sm90<__half, true>, map_a, map_b, epilogue, schedule, k, exchange)
-             : cudaLaunchKernelEx(&config, matmul_sm90<__half, false>, map_a, map_b, epilogue, schedule, k, exchange);
+  ExchangeMaps maps{};
+  bool mapped = received_map(maps.received, m.type, m.exchange.local, m.exchange, m.n);
+  for (int peer = 0; peer < m.exchange.world; ++peer) {
+    if (peer != m.exchange.rank) {
+      mapped = mapped && received_map(maps.peers[peer], m.type, m.exchange.host_peers[peer], m.exchange, m.n);
+    }
+  }
+  if (!mapped) return cudaErrorInvalidValue;
+  return m.type == DataType::kBFloat16
+             ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, true>, map_a, map_b, epilogue, schedule, k,
+                                  exchange, maps)
+             : cudaLaunchKernelEx(&config, matmul_sm90<__half, true>, map_a, map_b, epilogue, schedule, k, exchange,
+                                  maps);
 }
 
 }  // namespace braid::kernels

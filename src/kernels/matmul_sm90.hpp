@@ -20,6 +20,7 @@ struct Sm90Exchange {
   size_t block_rows = 0;             // a multiple of 128
   uint8_t* local = nullptr;          // this rank's exchange area (symmetric, zeroed when made)
   uint8_t* const* peers = nullptr;   // device array [world]: every rank's exchange area, mapped here
+  uint8_t* const* host_peers = nullptr;  // the same addresses, a host array [world]
   size_t received_offset = 0;        // where the received blocks start in an area: kSm90ExchangeFlagsOffset + the
                                      // flag capacity it was made with (at least sm90_exchange_flag_bytes)
   unsigned long long timeout_ns = 0;  // a wait for a peer longer than this traps
@@ -32,8 +33,8 @@ constexpr size_t kSm90ExchangeFlagsOffset = 4096;
 size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n);
 // The area's bytes for a call, with `flag_capacity` bytes of flags.
 size_t sm90_exchange_bytes(int world, size_t block_rows, size_t n, DataType type, size_t flag_capacity);
-// The most ranks an exchange takes.
-constexpr int kSm90ExchangeMaxWorld = 64;
+// The most ranks an exchange takes (the GPUs of one host; the kernel takes a tensor map of every peer's area).
+constexpr int kSm90ExchangeMaxWorld = 8;
 
 struct Sm90Matmul {
   DataType type;  // kBFloat16 or kFloat16, every matrix

@@ -472,6 +472,7 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
     matmul.exchange = kernels::Sm90Exchange{
         world, rank, rows, static_cast<uint8_t*>(state.exchange.local()),
         reinterpret_cast<uint8_t* const*>(state.exchange.device_peers()),
+        reinterpret_cast<uint8_t* const*>(state.exchange.peers()),
         kernels::kSm90ExchangeFlagsOffset + state.exchange_flags,
         static_cast<unsigned long long>(state.comm.timeout_s() * 1e9)};
     if (kernels::sm90_matmul_supports(matmul)) {

@@ -69,6 +69,7 @@ Sm90Matmul exchanged() {
   m.exchange.block_rows = 384;
   m.exchange.local = g_memory;
   m.exchange.peers = peers;
+  m.exchange.host_peers = peers;
   m.exchange.received_offset = kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(3, 384, m.n);
   m.exchange.timeout_ns = 1'000'000'000;
   return m;
@@ -100,6 +101,7 @@ TEST(Sm90Matmul, TakesAnExchangeOfWholeRowTilesWithoutC) {
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.c = g_memory + 48; }));
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.local = nullptr; }));
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.peers = nullptr; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.host_peers = nullptr; }));
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset -= 16; }));  // flags would overlap the rows
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset += 8; }));
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.timeout_ns = 0; }));
