@@ -710,6 +710,12 @@ class FusedMatmul:
         """The symmetric workspace's bytes on this rank now."""
 
     @property
+    def epilogue_reduce_scatters(self) -> int:
+        """
+        The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones counted once at capture.
+        """
+
+    @property
     def device(self) -> int:
         """CUDA ordinal of the communicator's GPU."""
 

@@ -22,7 +22,8 @@ from ._ops import op_handle, register_ops
 from ._state import communicator
 from ._torch import torch as import_torch
 
-__all__ = ["all_gather_matmul", "matmul_reduce_scatter", "reserve", "workspace_bytes", "release"]
+__all__ = ["all_gather_matmul", "matmul_reduce_scatter", "reserve", "workspace_bytes", "epilogue_reduce_scatters",
+           "release"]
 
 
 def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: bool = True, comm=None):
@@ -65,6 +66,13 @@ def reserve(nbytes: int, comm=None) -> None:
 def workspace_bytes(comm=None) -> int:
     """The communicator's fused-GEMM workspace on this rank now, in bytes (0 before its first call)."""
     return fused_matmul(communicator(comm, "braid.ops.workspace_bytes")).workspace_bytes
+
+
+def epilogue_reduce_scatters(comm=None) -> int:
+    """The matmul_reduce_scatter calls of the communicator's braid.FusedMatmul that ran as one launch of braid's
+    Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones
+    counted once at capture."""
+    return fused_matmul(communicator(comm, "braid.ops.epilogue_reduce_scatters")).epilogue_reduce_scatters
 
 
 def release(comm=None) -> None:

@@ -87,6 +87,11 @@ void bind_fused_matmul(nb::module_& m) {
       .def_prop_ro(
           "workspace_bytes", [](PyFusedMatmul& f) { return f.get("workspace_bytes").workspace_bytes(); },
           "The symmetric workspace's bytes on this rank now.")
+      .def_prop_ro(
+          "epilogue_reduce_scatters",
+          [](PyFusedMatmul& f) { return f.get("epilogue_reduce_scatters").epilogue_reduce_scatters(); },
+          "The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its "
+          "epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones counted once at capture.")
       .def_prop_ro("device", &PyFusedMatmul::device, "CUDA ordinal of the communicator's GPU.")
       .def("close", &PyFusedMatmul::close, release_gil(),
            "Frees the cuBLASLt handle, the side stream and the workspace now (later calls raise braid.Error).")
