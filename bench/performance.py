@@ -61,7 +61,7 @@ def point_key(row):
                 row.get("batch"), row.get("steps"), torch_settings(row))
     if row["kind"] == "fused_matmul":
         return (row["gpu"], row["world"], "fused_matmul", row["collective"], row["dtype"], row["m"], row["k"], row["n"],
-                row["mode"])
+                row["mode"], row.get("algorithm", "pieces"))
     if row["kind"] == "moe":
         return (row["gpu"], row["world"], "moe", row["collective"], row["layout"], row["dtype"], row["tokens"],
                 row["hidden"], row["top_k"], row["experts"], row["mode"], row.get("max_sms", 0))
@@ -232,8 +232,9 @@ def fused_table(rows):
     """One line per fused GEMM + collective shape: braid's fused call against its parts and the alternatives."""
     lines = ["| call | M | K | N | mode | braid µs | GEMM alone µs | collective alone µs | NCCL then cuBLAS µs "
              "| torch µs | NCCL serial / braid |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
-    for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"], r["mode"])):
-        lines.append(f"| {r['collective']} | {r['m']} | {r['k']} | {r['n']} | {r['mode']} | {fmt(r['braid_us'])} | "
+    for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"], r["mode"], r.get("algorithm", ""))):
+        call = r["collective"] + (" (epilogue)" if r.get("algorithm") == "epilogue" else "")
+        lines.append(f"| {call} | {r['m']} | {r['k']} | {r['n']} | {r['mode']} | {fmt(r['braid_us'])} | "
                      f"{fmt(r['gemm_us'])} | {fmt(r['comm_us'])} | {fmt(r['nccl_serial_us'])} | {fmt(r['torch_us'])} "
                      f"| {r['nccl_serial_us'] / r['braid_us']:.2f} |")
     return lines
@@ -468,7 +469,8 @@ def plots(rows):
                     axis.legend(fontsize=8)
                 written.append(save(plt, fig, f"MoE, H=7168, K=8, E=64, bf16, {world} ranks, {gpu}", gpu,
                                     f"moe-{world}"))
-            fused = sorted((r for r in here if r["kind"] == "fused_matmul" and r["mode"] == "eager"),
+            fused = sorted((r for r in here if r["kind"] == "fused_matmul" and r["mode"] == "eager"
+                            and r.get("algorithm", "pieces") == "pieces"),  # the default's; the table has the rest
                            key=lambda r: (r["collective"], r["m"], r["k"], r["n"]))
             if fused:
                 written.append(fused_plot(plt, fused, gpu, world))

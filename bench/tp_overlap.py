@@ -148,8 +148,11 @@ def reduce_scatter_case(m: int, k: int, n: int, args, group_name: str) -> dict:
         dist.reduce_scatter_tensor(scattered, torch.matmul(A, B))
         return scattered
 
-    row = dict(braid_us=median_us(fused, args),
-               gemm_us=median_us(lambda: torch.matmul(A, B), args),
+    before = braid.ops.epilogue_reduce_scatters()
+    row = dict(braid_us=median_us(fused, args))
+    # What the timed calls ran (BRAID_MATMUL_REDUCE_SCATTER): every one in the GEMM's epilogue, or none.
+    row["algorithm"] = "epilogue" if braid.ops.epilogue_reduce_scatters() > before else "pieces"
+    row.update(gemm_us=median_us(lambda: torch.matmul(A, B), args),
                comm_us=median_us(lambda: braid.functional.reduce_scatter_tensor(partial), args),
                nccl_serial_us=median_us(serial, args))
     row["torch_us"], row["torch_error"] = torch_fused_us(
