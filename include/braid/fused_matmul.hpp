@@ -83,8 +83,8 @@ class FusedMatmul {
   // for that agreement on the host), and b_layout is kTransposed, M / size() a multiple of 128, k and n multiples of
   // 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: the peers' rows, rounded to the
   // datatype, go from its epilogue into their owners' exchange area (a symmetric allocation of its own, grown like
-  // the workspace), and each rank adds those it received, summed in float32, to its own product in float32, times
-  // 1 / size() for kAvg, rounded once. Its waits for the peers trap after the communicator's timeout.
+  // the workspace), and each rank adds those it received to its own product in float32, times 1 / size() for kAvg,
+  // rounded once. Its waits for the peers trap after the communicator's timeout.
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
   // nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,

@@ -43,18 +43,18 @@ namespace {
 // as it goes, in one launch, with no copy kernel, meeting or side stream:
 //   - Order: the schedule runs over rows rotated by rank + 1 blocks, so a rank computes the blocks its peers own
 //     first (rank + 1's first) and its own last: the peers' rows travel while its own still compute.
-//   - Each consumer warpgroup has a staging buffer in shared memory (64 rows x 256 columns; the kernel keeps 3
-//     stages instead of 4 to make room), which it and a warp of the producer warpgroup, the store warp, hand to each
-//     other once a tile (barriers to_store and to_consumer).
+//   - Each consumer warpgroup has a staging buffer in shared memory (64 rows x 256 columns, in the TMA's 128-byte
+//     swizzle; the kernel keeps 3 stages instead of 4 to make room), which it and a warp of the producer warpgroup,
+//     the store warp, hand to each other once a tile (barriers to_store and to_consumer).
 //   - A peer's tile: the consumers round their rows into the staging buffers and go on to their next tile; stores
 //     across NVLink from their registers would hold the multiplications up. The store warp has the copy engine store
-//     them (a TMA tensor store a half, through a tensor map of the peer's area: ExchangeMaps) into the peer's
+//     them (TMA tensor stores of 64 columns, through a tensor map of the peer's area: ExchangeMaps) into the peer's
 //     exchange area, in its received block for this rank, waits until the stores are performed, fences at system
 //     scope and stores the call's stamp into the peer's flags for the tile's two halves.
 //   - An own tile: while the consumers still multiply, the store warp waits until every peer's flags for it hold the
-//     stamp and has the copy engine load the first peer's rows into the staging buffers (a TMA tensor load a half);
-//     the consumers store alpha x (product + those rows + any further peers' rows, read from the area, summed in
-//     float32) to D.
+//     stamp and has the copy engine load the first peer's rows into the staging buffers (TMA tensor loads of 64
+//     columns); the consumers add any further peers' rows (read from the area) and those to their accumulators, in
+//     float32 and in the accumulators' own layout, and store alpha x the sum to D as the plain GEMM stores.
 //   - The store warp releases a peer tile's flags before it waits for any flag of the next tile, so no flag of one
 //     rank waits for a flag of another.
 //   - Stamps: the area's call count + 1, read by every block at its start. The last block to finish stores it back,
@@ -89,9 +89,6 @@ struct Epilogue {
   const void* c;  // null: no C
   float alpha, beta;
   int rows, n;
-  int c_count = 1;        // C matrices to add, c_stride elements apart
-  size_t c_stride = 0;
-  const uint8_t* c_staged = nullptr;  // the first C's rows of the warpgroup's tile, in shared memory ([64][256]), or null
 };
 
 // The exchange area's control words (NOTE [reduce-scatter in the epilogue]).
@@ -305,7 +302,7 @@ __device__ __forceinline__ void quad_transpose(V (&v)[4], int lane) {
 // stores 16 bytes a row: 8 columns of one group, after a transpose within its quad. Without C and with alpha 1 the
 // lanes round first and exchange 16-bit pairs; otherwise they exchange float32 pairs, and each lane loads its C
 // (16 bytes a group) for 8 groups before it stores any of them (C may be D itself: each lane reads only what it
-// writes). Further C matrices (c_count > 1) are loaded as each group is stored, and summed with the first in float32.
+// writes).
 template <typename T>
 __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilogue& e, int row0, int col0, int tid) {
   const int lane = tid % 32;
@@ -331,17 +328,10 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
     uint4 c[8];
     if (e.c != nullptr) {
       const T* c_row = static_cast<const T*>(e.c) + size_t(r) * e.n;
-      const uint8_t* staged_row = e.c_staged != nullptr ? e.c_staged + (r - row0) * kTileCols * 2 : nullptr;
 #pragma unroll
       for (int g = 0; g < 32; g += 4) {
         const int col = col0 + (g + lane % 4) * 8;
-        if (!row_in || col >= e.n) {
-          c[g / 4] = make_uint4(0, 0, 0, 0);
-        } else if (e.c_staged != nullptr) {
-          c[g / 4] = *reinterpret_cast<const uint4*>(staged_row + (g + lane % 4) * 16);
-        } else {
-          c[g / 4] = *reinterpret_cast<const uint4*>(c_row + col);
-        }
+        c[g / 4] = row_in && col < e.n ? *reinterpret_cast<const uint4*>(c_row + col) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
@@ -355,23 +345,10 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
       uint32_t out[4];
       if (e.c != nullptr) {
         const uint32_t words[4] = {c[g / 4].x, c[g / 4].y, c[g / 4].z, c[g / 4].w};
-        float2 cv[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cv[i] = Pack<T>::from(words[i]);
-        for (int source = 1; source < e.c_count; ++source) {
-          const uint4 more = *reinterpret_cast<const uint4*>(static_cast<const T*>(e.c) + source * e.c_stride +
-                                                             size_t(r) * e.n + col);
-          const uint32_t more_words[4] = {more.x, more.y, more.z, more.w};
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float2 add = Pack<T>::from(more_words[i]);
-            cv[i].x += add.x;
-            cv[i].y += add.y;
-          }
-        }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          out[i] = Pack<T>::to(e.alpha * v[i].x + e.beta * cv[i].x, e.alpha * v[i].y + e.beta * cv[i].y);
+          const float2 cv = Pack<T>::from(words[i]);
+          out[i] = Pack<T>::to(e.alpha * v[i].x + e.beta * cv.x, e.alpha * v[i].y + e.beta * cv.y);
         }
       } else {
 #pragma unroll
@@ -397,7 +374,7 @@ __device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t va
 }
 
 // The copy engine's views of the exchange areas' received blocks: [(world - 1) x block_rows, n] from
-// received_offset, in boxes of 64 rows x 256 columns, unswizzled (the staging buffers' layout).
+// received_offset, in boxes of 64 rows x 64 columns in the 128-byte swizzle (the staging buffers' layout).
 struct ExchangeMaps {
   CUtensorMap received;                      // this rank's
   CUtensorMap peers[kSm90ExchangeMaxWorld];  // every peer's, mapped here (this rank's entry unused)
@@ -431,22 +408,31 @@ struct ExchangeView {
   }
 };
 
-// Rounds a consumer warpgroup's 64 rows into its staging buffer ([64][256] of T, row-major), each lane 16 bytes a row
-// and group of 8 columns after the quad transpose, as store_tile's plain path stores them to D.
+// A staging buffer holds a warpgroup's 64 rows x 256 columns as the copy engine moves them: 4 boxes of 64 columns
+// (kStagingBoxBytes each), each 64 rows of 128 bytes in the TMA's 128-byte swizzle (the 16-byte chunk c of row r at
+// chunk c ^ (r % 8)), so that the lanes' accesses below spread over the banks.
+constexpr int kStagingBoxCols = 64;
+constexpr uint32_t kStagingBoxBytes = 64 * kStagingBoxCols * 2;
+// The byte of the staging buffer where row `row`'s group `group` of 8 columns starts.
+__device__ __forceinline__ uint32_t staged_group(int row, int group) {
+  return (group / 8) * kStagingBoxBytes + row * 128 + (((group % 8) ^ (row % 8)) * 16);
+}
+
+// Rounds a consumer warpgroup's 64 rows into its staging buffer, each lane 16 bytes a row and group of 8 columns
+// after the quad transpose, as store_tile's plain path stores them to D.
 template <typename T>
 __device__ __forceinline__ void stage_rows(const float (&acc)[128], uint8_t* staging, int tid) {
   const int lane = tid % 32;
   const int row = (tid / 32) * 16 + lane / 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    uint8_t* row_bytes = staging + size_t(row + 8 * half) * kTileCols * 2;
 #pragma unroll
     for (int g = 0; g < 32; g += 4) {
       uint32_t w[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[i] = Pack<T>::to(acc[4 * (g + i) + 2 * half], acc[4 * (g + i) + 2 * half + 1]);
       quad_transpose(w, lane);
-      *reinterpret_cast<uint4*>(row_bytes + (g + lane % 4) * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(staging + staged_group(row + 8 * half, g + lane % 4)) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
 }
@@ -461,15 +447,44 @@ __device__ __forceinline__ void bulk_stores_complete() {
 }
 
 // A consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256 of a tile this rank owns:
-// alpha x (product + the received rows) into D, the first peer's rows from the staging buffer (NOTE [reduce-scatter
-// in the epilogue]).
+// alpha x (product + the received rows, added in float32) into D (NOTE [reduce-scatter in the epilogue]). The
+// received rows are added in the accumulators' own layout, each lane's column pairs read from the exchange area
+// (further peers', beyond 2 ranks) and then from the staging buffer (the first peer's), so the store is
+// store_tile's plain path.
 template <typename T>
-__device__ __forceinline__ void store_own_rows(const float (&acc)[128], const ExchangeView& v, const Epilogue& e,
-                                               int row0, int n_block, const uint8_t* staging, int tid) {
+__device__ __forceinline__ void store_own_rows(float (&acc)[128], const ExchangeView& v, const Epilogue& e, int row0,
+                                               int n_block, const uint8_t* staging, int tid) {
   const Sm90Exchange& x = v.x;
-  Epilogue out{e.d, x.local + x.received_offset, e.alpha, e.alpha, static_cast<int>(x.block_rows), e.n,
-               x.world - 1, x.block_rows * size_t(e.n), staging};
-  store_tile<T>(acc, out, row0 - x.rank * static_cast<int>(x.block_rows), n_block * kTileCols, tid);
+  const int lane = tid % 32, row = (tid / 32) * 16 + lane / 4;
+  const int local_row0 = row0 - x.rank * static_cast<int>(x.block_rows), col0 = n_block * kTileCols;
+  const size_t block_elements = x.block_rows * size_t(e.n);
+  const T* received = reinterpret_cast<const T*>(x.local + x.received_offset);
+  for (int slot = 1; slot < x.world - 1; ++slot) {  // further peers' rows, beyond 2 ranks
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const T* source = received + slot * block_elements + size_t(local_row0 + row + 8 * half) * e.n;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j + 2 * (lane % 4);
+        if (col >= e.n) continue;
+        const float2 more = Pack<T>::from(*reinterpret_cast<const uint32_t*>(source + col));
+        acc[4 * j + 2 * half] += more.x;
+        acc[4 * j + 2 * half + 1] += more.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float2 c =
+          Pack<T>::from(*reinterpret_cast<const uint32_t*>(staging + staged_group(row + 8 * half, j) + (lane % 4) * 4));
+      acc[4 * j + 2 * half] = e.alpha * (acc[4 * j + 2 * half] + c.x);
+      acc[4 * j + 2 * half + 1] = e.alpha * (acc[4 * j + 2 * half + 1] + c.y);
+    }
+  }
+  const Epilogue out{e.d, nullptr, 1.0f, 0.0f, static_cast<int>(x.block_rows), e.n};
+  store_tile<T>(acc, out, local_row0, col0, tid);
 }
 
 // The store warp (NOTE [reduce-scatter in the epilogue]). It takes the block's tiles in the consumers' order; at each,
@@ -482,7 +497,8 @@ __device__ __forceinline__ void store_own_rows(const float (&acc)[128], const Ex
 template <typename T>
 __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const ExchangeMaps& maps, const Schedule& schedule,
                                                uint32_t block, int first_unit, int unit_step, uint8_t* staging,
-                                               uint64_t* to_store, uint64_t* to_consumer, uint64_t stamp, int lane) {
+                                               uint64_t* to_store, uint64_t* to_consumer, int n, uint64_t stamp,
+                                               int lane) {
   const Sm90Exchange& x = v.x;
   const int block_rows = static_cast<int>(x.block_rows);
   const int units = schedule.m_units * schedule.n_blocks;
@@ -498,8 +514,13 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
         asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
         cleared |= uint64_t(1) << owner;
       }
-      tma_store(&maps.peers[owner], sent_n_block * kTileCols, slot * block_rows + sent_row0 + 64 * lane,
-                staging + lane * kStagingBytes);
+      for (int box = 0; box < kTileCols / kStagingBoxCols; ++box) {
+        const int col = sent_n_block * kTileCols + box * kStagingBoxCols;
+        if (col < n) {
+          tma_store(&maps.peers[owner], col, slot * block_rows + sent_row0 + 64 * lane,
+                    staging + lane * kStagingBytes + box * kStagingBoxBytes);
+        }
+      }
       bulk_stores_complete();
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores before the flag
       __threadfence_system();
@@ -526,8 +547,10 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
         for (int slot = 0; slot < x.world - 1; ++slot) wait_for_word(v.flag(x.local, slot, half + lane), stamp, x.timeout_ns);
         asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's load after the acquire
         barrier_expect_bytes(&to_consumer[lane], kStagingBytes);
-        tma_load(staging + lane * kStagingBytes, &maps.received, n_block * kTileCols, local_row0 + 64 * lane,
-                 &to_consumer[lane]);
+        for (int box = 0; box < kTileCols / kStagingBoxCols; ++box) {  // a box past n arrives as zeros
+          tma_load(staging + lane * kStagingBytes + box * kStagingBoxBytes, &maps.received,
+                   n_block * kTileCols + box * kStagingBoxCols, local_row0 + 64 * lane, &to_consumer[lane]);
+        }
       }
     } else {
       if (lane == 0) {
@@ -624,8 +647,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else if (Exchanged && tid / 32 == 1) {
       if constexpr (Exchanged) {
-        exchange_tiles<T>(exchange, maps, schedule, block, first_unit, unit_step, staging, to_store, to_consumer, stamp,
-                          tid % 32);
+        exchange_tiles<T>(exchange, maps, schedule, block, first_unit, unit_step, staging, to_store, to_consumer,
+                          epilogue.n, stamp, tid % 32);
       }
     }
   } else {
@@ -750,13 +773,13 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
 bool received_map(CUtensorMap& map, DataType type, const uint8_t* area, const Sm90Exchange& x, size_t n) {
   const cuuint64_t dims[2] = {cuuint64_t(n), cuuint64_t(x.block_rows) * (x.world - 1)};
   const cuuint64_t strides[1] = {cuuint64_t(n) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kTileCols), 64};
+  const cuuint32_t box[2] = {cuuint32_t(kStagingBoxCols), 64};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUtensorMapDataType data_type =
       type == DataType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   return driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<uint8_t*>(area + x.received_offset), dims,
                                          strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                         CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
