@@ -84,7 +84,9 @@ class FusedMatmul {
   // 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: the peers' rows, rounded to the
   // datatype, go from its epilogue into their owners' exchange area (a symmetric allocation of its own, grown like
   // the workspace), and each rank adds those it received to its own product in float32, times 1 / size() for kAvg,
-  // rounded once. Its waits for the peers trap after the communicator's timeout.
+  // rounded once. Its waits for the peers are bounded by the communicator's timeout and end on its failure (abort,
+  // revocation, a peer's exit): the launch ends, and the next call raises kTimeout naming the wait and the peer, or
+  // the failure.
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
   // nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,

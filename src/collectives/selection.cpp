@@ -196,6 +196,7 @@ const char* short_name(Collective collective) {
     case Collective::kMoeDispatch: return "moedispatch";
     case Collective::kMoeCombine: return "moecombine";
     case Collective::kSendRecv: return "sendrecv";
+    case Collective::kMatmulReduceScatter: return "matmulreducescatter";
   }
   return "?";
 }
@@ -249,6 +250,7 @@ const char* collective_name(unsigned int collective) {
     case Collective::kMoeDispatch: return "moe_dispatch";
     case Collective::kMoeCombine: return "moe_combine";
     case Collective::kSendRecv: return "send_recv";
+    case Collective::kMatmulReduceScatter: return "matmul_reduce_scatter";
   }
   return "collective";
 }

@@ -15,6 +15,8 @@
 #include "braid/device/sync_device.hpp"
 #include "core/cuda_driver.hpp"
 #include "core/kernel_modules.hpp"
+#include "kernels/collective_id.hpp"
+#include "sync/device_sync.hpp"
 
 namespace braid::kernels {
 namespace {
@@ -64,7 +66,11 @@ namespace {
 //   - Words only grow, so back-to-back calls and graph replays need no reset; an area is zeroed when made (on every
 //     rank together, so their counts agree), and its flags never move while it lives.
 // No wait depends on a block that may not be resident: a rank's own half-tiles wait for its peers' blocks only, and
-// those wait only for the peers' previous launches. A wait longer than the exchange's timeout traps.
+// those wait only for the peers' previous launches. Every wait for a peer is bounded by the communicator's timeout
+// and ends on a failure in its fatal word (device::spin_until: a timeout is recorded there, for the host to raise
+// at the next call); a lane that gave up, and every lane of a launch that started on a stopped rank, stores nothing
+// into a peer's area and releases no flag, and the last block then leaves the call count and freed words as they
+// were (NOTE [stopped ranks]). verify/models/epilogue_exchange.pml checks the protocol.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
 // With an exchange: one stage fewer, for a 64-row staging buffer per consumer warpgroup (NOTE [reduce-scatter in the
@@ -359,14 +365,13 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
   }
 }
 
-// Spins until `word` reaches `target` (words compared by their difference); traps after `timeout_ns`.
-__device__ __forceinline__ void wait_for_word(const uint64_t* word, uint64_t target, unsigned long long timeout_ns) {
-  if (device::reached(device::load_acquire_system(word), target)) return;
-  const uint64_t start = global_time_ns();
-  for (uint32_t spins = 1;; ++spins) {
-    if (device::reached(device::load_acquire_system(word), target)) return;
-    if ((spins & 1023u) == 0 && global_time_ns() - start > timeout_ns) __trap();
-  }
+// Spins until `word` (written by `peer`) reaches `target` (words compared by their difference). False where the
+// wait gave up: it timed out (recorded in the pad's fatal word) or a failure is recorded there; the rank is then
+// stopped (NOTE [stopped ranks]).
+__device__ __forceinline__ bool wait_for_word(const device::SignalPad& pad, const uint64_t* word, uint64_t target,
+                                              unsigned int site, int peer) {
+  return device::spin_until(pad, [&] { return device::reached(device::load_acquire_system(word), target); },
+                            static_cast<unsigned int>(Collective::kMatmulReduceScatter), site, peer, 0);
 }
 
 __device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t value) {
@@ -498,22 +503,25 @@ template <typename T>
 __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const ExchangeMaps& maps, const Schedule& schedule,
                                                uint32_t block, int first_unit, int unit_step, uint8_t* staging,
                                                uint64_t* to_store, uint64_t* to_consumer, int n, uint64_t stamp,
-                                               int lane) {
+                                               bool stopped, int lane) {
   const Sm90Exchange& x = v.x;
   const int block_rows = static_cast<int>(x.block_rows);
   const int units = schedule.m_units * schedule.n_blocks;
+  // stopped: this lane gave the call up, or the rank was stopped when the launch started: it stores nothing into
+  // a peer's area and waits for nothing, but still hands the buffers back (NOTE [stopped ranks]).
   uint64_t cleared = 0;  // the peers whose freed word this lane has seen
   uint32_t handoffs = 0;
   int sent_owner = -1, sent_row0 = 0, sent_n_block = 0;  // the previous tile, where a peer's
   auto send_previous = [&] {
     const int owner = sent_owner, slot = v.slot_of(x.rank, owner);
     uint8_t* peer = x.peers[owner];
-    if (lane < 2) {  // lane h: half h; columns past n are not stored
-      if (!((cleared >> owner) & 1)) {
-        wait_for_word(v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1, x.timeout_ns);
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
-        cleared |= uint64_t(1) << owner;
-      }
+    if (lane < 2 && !stopped && !((cleared >> owner) & 1)) {
+      stopped = !wait_for_word(x.pad, v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1,
+                               kSiteExchangeFreed, owner);
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
+      cleared |= uint64_t(1) << owner;
+    }
+    if (lane < 2 && !stopped) {  // lane h: half h; columns past n are not stored
       for (int box = 0; box < kTileCols / kStagingBoxCols; ++box) {
         const int col = sent_n_block * kTileCols + box * kStagingBoxCols;
         if (col < n) {
@@ -543,8 +551,13 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
     const int row0 = m_block * kTileRows, owner = row0 / block_rows, local_row0 = row0 - owner * block_rows;
     if (owner == x.rank) {
       const size_t half = v.half(local_row0, n_block);
-      if (lane < 2) {  // lane h: half h, whose flags it waits for itself; columns past n arrive as zeros
-        for (int slot = 0; slot < x.world - 1; ++slot) wait_for_word(v.flag(x.local, slot, half + lane), stamp, x.timeout_ns);
+      for (int slot = 0; lane < 2 && !stopped && slot < x.world - 1; ++slot) {
+        const int sender = (x.rank + slot + 1) % x.world;  // slot_of(sender, rank) == slot
+        stopped = !wait_for_word(x.pad, v.flag(x.local, slot, half + lane), stamp, kSiteExchangeRows, sender);
+      }
+      if (lane < 2 && stopped) {
+        barrier_arrive(&to_consumer[lane]);  // the consumer adds whatever the buffer holds: the call is given up
+      } else if (lane < 2) {  // lane h: half h, whose flags it waited for itself; columns past n arrive as zeros
         asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's load after the acquire
         barrier_expect_bytes(&to_consumer[lane], kStagingBytes);
         for (int box = 0; box < kTileCols / kStagingBoxCols; ++box) {  // a box past n arrives as zeros
@@ -568,7 +581,7 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
 }
 
 // After every block's tiles: the last block to finish stores the stamp as the area's call count and into every
-// peer's freed word for this rank.
+// peer's freed word for this rank, unless the rank is stopped (NOTE [stopped ranks]: it posts nothing more).
 __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t stamp) {
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -577,6 +590,7 @@ __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t 
   __threadfence();
   if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return;
   *blocks_done = 0;
+  if (device::rank_stopped(x.pad)) return;
   *v.control(x.local, kCallsOffset) = stamp;
   __threadfence_system();
   for (int peer = 0; peer < x.world; ++peer) {
@@ -604,8 +618,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int group = threadIdx.x / 128, tid = threadIdx.x % 128;
   const uint32_t block = cluster_block();
   __shared__ uint64_t stamp;  // the exchange's call (NOTE [reduce-scatter in the epilogue]); unused without
+  __shared__ int stopped_at_start;  // the exchange's rank was stopped (NOTE [stopped ranks]); unused without
   if (threadIdx.x == 0) {
-    if (Exchanged) stamp = *exchange.control(exchange.x.local, kCallsOffset) + 1;
+    if (Exchanged) {
+      stamp = *exchange.control(exchange.x.local, kCallsOffset) + 1;
+      stopped_at_start = device::rank_stopped(exchange.x.pad);
+    }
     for (int s = 0; s < Stages; ++s) {
       barrier_init(&full[s], 1);
       barrier_init(&empty[s], 2 * kCluster);
@@ -648,7 +666,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (Exchanged && tid / 32 == 1) {
       if constexpr (Exchanged) {
         exchange_tiles<T>(exchange, maps, schedule, block, first_unit, unit_step, staging, to_store, to_consumer,
-                          epilogue.n, stamp, tid % 32);
+                          epilogue.n, stamp, stopped_at_start != 0, tid % 32);
       }
     }
   } else {
@@ -818,7 +836,7 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
          x.block_rows != 0 && x.block_rows % kTileRows == 0 && m.rows / x.world == x.block_rows &&
          m.rows % x.world == 0 && x.local != nullptr && x.peers != nullptr && x.host_peers != nullptr &&
          x.received_offset >= kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(x.world, x.block_rows, m.n) &&
-         x.received_offset % 16 == 0 && x.timeout_ns != 0;
+         x.received_offset % 16 == 0 && x.pad.error != nullptr;
 }
 
 size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "braid/device/sync_device.hpp"
 #include "braid/types.hpp"
 
 namespace braid::kernels {
@@ -23,7 +24,10 @@ struct Sm90Exchange {
   uint8_t* const* host_peers = nullptr;  // the same addresses, a host array [world]
   size_t received_offset = 0;        // where the received blocks start in an area: kSm90ExchangeFlagsOffset + the
                                      // flag capacity it was made with (at least sm90_exchange_flag_bytes)
-  unsigned long long timeout_ns = 0;  // a wait for a peer longer than this traps
+  // The communicator's signal pad: its timeout bounds every wait for a peer, which records a timeout in its fatal
+  // word; a failure there (or this rank stopped) ends every wait, and the launch then posts nothing a peer reads
+  // (NOTE [stopped ranks]). Only error, stopped and timeout_ns are used.
+  device::SignalPad pad{};
 };
 // An exchange area: control words, then flags (from kSm90ExchangeFlagsOffset), then world - 1 received blocks of
 // block_rows x n elements (from received_offset).
@@ -59,7 +63,7 @@ bool sm90_matmul_available(int device);
 // Whether the kernel takes `matmul` (on a device where it is available): bf16 or fp16; rows, k and n in [1, 2^30);
 // k and n multiples of 8; a, b, c (if any) and d 16-byte aligned; multiprocessors 0 or at least 2. With an
 // exchange also: world in [2, kSm90ExchangeMaxWorld], rank in [0, world), block_rows a multiple of 128 with
-// rows = world * block_rows, no c, and the exchange's pointers set.
+// rows = world * block_rows, no c, and the exchange's pointers and the pad's error word set.
 bool sm90_matmul_supports(const Sm90Matmul& matmul);
 
 // The most thread blocks of the kernel with an exchange that run at once on `device`, the current device (whole

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "collectives/call_checks.hpp"
+#include "collectives/collective_context.hpp"
+#include "collectives/collectives.hpp"
 #include "core/config.hpp"
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
@@ -37,12 +39,15 @@ namespace detail {
 // The caller's stream waits for every event the side stream records before the call ends, so a call's side work
 // is joined into its stream (and into its capture), and the next call's fork comes after all of it.
 struct FusedMatmulState {
-  explicit FusedMatmulState(Communicator handle);
+  FusedMatmulState(Communicator handle, std::shared_ptr<collectives::CollectiveContext> context);
   ~FusedMatmulState();
   FusedMatmulState(const FusedMatmulState&) = delete;
   FusedMatmulState& operator=(const FusedMatmulState&) = delete;
 
   Communicator comm;  // a handle of its own on the communicator's state
+  // The communicator's collective context: its signal pad's fatal word, which the epilogue reduce-scatter's waits
+  // report to and give up on (NOTE [stopped ranks]).
+  const std::shared_ptr<collectives::CollectiveContext> context;
   const int rank, size, device;
   const bool shares_gpu;  // some ranks share a GPU: NOTE [fused matmul on a shared GPU]
   // The multiprocessors a GEMM that runs beside the side stream's work may take (NOTE [multiprocessors left to the
@@ -143,8 +148,9 @@ int ranks_on_my_gpu(const Communicator& comm) {
 // The kernel's waits for its peers spin on the GPU: where ranks share a GPU, each takes an equal share of its
 // multiprocessors, so that every rank's launch is resident at once.
 
-FusedMatmulState::FusedMatmulState(Communicator handle)
+FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collectives::CollectiveContext> collective_context)
     : comm(std::move(handle)),
+      context(std::move(collective_context)),
       rank(comm.rank()),
       size(comm.size()),
       device(comm.device()),
@@ -346,7 +352,7 @@ FusedMatmul FusedMatmul::create(Communicator& comm) {
     raise(ErrorCode::kUnsupported, "{}: the communicator runs on the {} backend; fused GEMMs need the CUDA backend "
           "(symmetric memory)", kFunction, comm.backend());
   }
-  return FusedMatmul(std::make_unique<detail::FusedMatmulState>(Communicator(comm.state_)));
+  return FusedMatmul(std::make_unique<detail::FusedMatmulState>(Communicator(comm.state_), comm.cuda_context(kFunction)));
 }
 
 void FusedMatmul::reserve(size_t bytes) {
@@ -461,6 +467,7 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
   if (b_layout == Layout::kTransposed && rows % 128 == 0 && world <= kernels::kSm90ExchangeMaxWorld &&
       state.runs_epilogue(stream)) {  // NOTE [epilogue reduce-scatter choice]
+    collectives::raise_recorded_failure(*state.context);  // a wait of an earlier call that gave up, or a failure
     state.order(kFunction, 0, stream);
     state.reserve_exchange(kFunction, rows, n, type);
     // Where ranks share the GPU, an equal share of the blocks that fit at once each (NOTE [epilogue reduce-scatter
@@ -473,8 +480,7 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
         world, rank, rows, static_cast<uint8_t*>(state.exchange.local()),
         reinterpret_cast<uint8_t* const*>(state.exchange.device_peers()),
         reinterpret_cast<uint8_t* const*>(state.exchange.peers()),
-        kernels::kSm90ExchangeFlagsOffset + state.exchange_flags,
-        static_cast<unsigned long long>(state.comm.timeout_s() * 1e9)};
+        kernels::kSm90ExchangeFlagsOffset + state.exchange_flags, state.context->sync->pad()};
     if (kernels::sm90_matmul_supports(matmul)) {
       const cudaError_t status = kernels::launch_sm90_matmul(matmul, stream);
       if (status != cudaSuccess) {

@@ -27,6 +27,8 @@ const char* wait_site_name(unsigned int site) {
     case kSiteMoeCounts: return "MoE routing counts";
     case kSiteExchangeBarrier: return "barrier before a registered buffer's exchange";
     case kSiteMoeCountsCleared: return "wait for block 0 to clear the MoE expert counts";
+    case kSiteExchangeRows: return "wait for a peer's rows of the reduce-scatter in the GEMM's epilogue";
+    case kSiteExchangeFreed: return "wait for a peer to have read the previous call's rows";
   }
   return "wait";
 }

@@ -27,6 +27,8 @@ enum WaitSite : unsigned int {
   kSiteMoeCounts = 8,   // MoE dispatch waiting for a peer's routing counts
   kSiteExchangeBarrier = 9,  // the barrier before a registered buffer's mappings are exchanged
   kSiteMoeCountsCleared = 10,  // MoE dispatch waiting for its own kernel's block 0 to clear the expert counts
+  kSiteExchangeRows = 11,      // the epilogue reduce-scatter waiting for a peer's rows (its flag)
+  kSiteExchangeFreed = 12,     // ... for a peer to have read what this rank sent in the previous call
 };
 const char* wait_site_name(unsigned int site);
 

@@ -71,7 +71,9 @@ Sm90Matmul exchanged() {
   m.exchange.peers = peers;
   m.exchange.host_peers = peers;
   m.exchange.received_offset = kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(3, 384, m.n);
-  m.exchange.timeout_ns = 1'000'000'000;
+  static device::ErrorWord error{};
+  m.exchange.pad.error = &error;
+  m.exchange.pad.timeout_ns = 1'000'000'000;
   return m;
 }
 
@@ -104,7 +106,7 @@ TEST(Sm90Matmul, TakesAnExchangeOfWholeRowTilesWithoutC) {
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.host_peers = nullptr; }));
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset -= 16; }));  // flags would overlap the rows
   EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset += 8; }));
-  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.timeout_ns = 0; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.pad.error = nullptr; }));  // waits report and stop there
 }
 
 }  // namespace

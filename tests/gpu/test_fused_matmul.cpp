@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +25,8 @@
 
 namespace braid::testing {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 float round_to(DataType type, double value) {
   return type == DataType::kBFloat16 ? __bfloat162float(__float2bfloat16_rn(static_cast<float>(value)))
@@ -504,6 +507,65 @@ TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
     }
     for (void* out : outs) device_free(out);
   });
+}
+
+// A reduce-scatter in the epilogue that its peer never joins, ended by the peer's revocation (within a second, not
+// at the timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call
+// raises kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call
+// with it (the agreement and the exchange area), then stays out.
+TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
+  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
+  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
+  for (const bool revoke : {true, false}) {
+    std::atomic<bool> waiting{false}, done{false};
+    for_each_rank([&](const RankContext& context) {
+      Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
+      make_current(comm);
+      if (!epilogue_expected(comm.device())) {
+        GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
+                        "capability 9.0";
+      }
+      FusedMatmul fused = FusedMatmul::create(comm);
+      StreamHandle stream_handle;
+      const cudaStream_t stream = stream_handle.get();
+      const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+      check_matmul_reduce_scatter(fused, context.rank, 2, c, ReduceOp::kSum, 1700, stream, -1, PeersSum::kFloat32);
+      const unsigned long long before = fused.epilogue_reduce_scatters();
+      DeviceBuffer a(c.rows * 2 * c.k * 2), b(c.n * c.k * 2), out(c.rows * c.n * 2);
+      cuda_check(cudaMemset(a.get(), 0, c.rows * 2 * c.k * 2), "cudaMemset");
+      cuda_check(cudaMemset(b.get(), 0, c.n * c.k * 2), "cudaMemset");
+      comm.barrier();
+      const std::string what = std::string(revoke ? "revoked" : "timed out") + ", rank " + std::to_string(context.rank);
+      if (context.rank == 1) {
+        fused.matmul_reduce_scatter(a.get(), c.rows * 2, c.k, b.get(), c.layout, c.n, out.get(), c.type,
+                                    ReduceOp::kSum, stream);
+        EXPECT_EQ(fused.epilogue_reduce_scatters(), before + 1) << what;
+        const Clock::time_point started = Clock::now();
+        waiting = true;
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+        const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+        std::printf("[fused] %s: the waiting kernel ended after %.2f s\n", what.c_str(), waited);
+        EXPECT_LT(waited, revoke ? 1.5 : comm.timeout_s() + 2.0) << what;
+        done = true;
+      } else {
+        while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's kernel waits by now
+        if (revoke) comm.revoke();
+        while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!revoke) return;  // never raises: only rank 1 waited
+      }
+      try {
+        fused.matmul_reduce_scatter(a.get(), c.rows * 2, c.k, b.get(), c.layout, c.n, out.get(), c.type,
+                                    ReduceOp::kSum, stream);
+        ADD_FAILURE() << what << ": the next call raised nothing";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
+        if (!revoke) {
+          EXPECT_NE(std::string(error.what()).find("matmul_reduce_scatter"), std::string::npos) << error.what();
+        }
+      }
+    });
+  }
 }
 
 // The C API's fused calls (braid.h) against the host reference, on a C communicator; its argument checks name the
