@@ -36,7 +36,8 @@ enum class Layout : int {
 };
 
 // What a FusedMatmul holds, for every call: a cuBLASLt handle and its 32 MiB workspace, a side stream and events
-// of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call made so far.
+// of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call made so far; with
+// BRAID_MATMUL_REDUCE_SCATTER=epilogue also an exchange area (from comm.alloc) that grows likewise.
 // Movable, not copyable; it holds a handle of its own on the communicator's state, so it may outlive comm. Its calls
 // are stream-ordered and CUDA-graph capturable, and their meetings are calls of the communicator, in its order
 // (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
@@ -44,8 +45,10 @@ enum class Layout : int {
 // interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
 // for each). Where any two of the communicator's ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), every rank's call
 // runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
-// barrier()): the same results, nothing hidden; the legacy default stream is refused there (kInvalidArgument naming
-// `stream`), as by every call of the communicator.
+// barrier()): the same results, nothing hidden. A reduce-scatter in the epilogue (matmul_reduce_scatter below) is
+// one launch there too, on an equal share of the GPU's multiprocessors for each of its ranks, and its ranks wait for
+// each other on the GPU. The legacy default stream is refused there (kInvalidArgument naming `stream`), as by every
+// call of the communicator.
 //
 // Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not are
 // not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16 (A, B and
