@@ -38,7 +38,8 @@ namespace {
 // lanes: of rounded 16-bit pairs where there is no C and alpha is 1, else of float32 pairs, to which each lane adds
 // alpha and beta x C from 16-byte loads), so each lane stores 16 bytes: storing the accumulators' own layout, 4 bytes
 // a lane, took about as long as a tenth of the tile's multiplications.
-// Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); none waits on another GPU.
+// Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); the only waits on another GPU are an
+// exchange's (NOTE [reduce-scatter in the epilogue]), bounded by the communicator's timeout.
 
 // NOTE [reduce-scatter in the epilogue]
 // With an exchange (Sm90Exchange), each rank computes every row of A x B^T and reduce-scatters the product by rows
