@@ -304,6 +304,17 @@ __device__ __forceinline__ void quad_transpose(V (&v)[4], int lane) {
   }
 }
 
+// Lane `lane`'s 16 bytes of its row `half` (0: its first row, 1: the one 8 below) after the quad transpose: its
+// accumulators' columns of groups g to g + 3 rounded to T, transposed so that the lane holds group g + lane % 4.
+template <typename T>
+__device__ __forceinline__ uint4 rounded_group(const float (&acc)[128], int half, int g, int lane) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = Pack<T>::to(acc[4 * (g + i) + 2 * half], acc[4 * (g + i) + 2 * half + 1]);
+  quad_transpose(w, lane);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Rows [row0, row0 + 64) and columns [col0, col0 + 256) of D from this warpgroup's accumulators, where thread t holds
 // rows 16 (t / 32) + (t % 32) / 4 (+ 8) and columns 8j + 2 (t % 4) (+ 1) of every group j of 8 columns. Each lane
 // stores 16 bytes a row: 8 columns of one group, after a transpose within its quad. Without C and with alpha 1 the
@@ -323,12 +334,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
     if (plain) {
 #pragma unroll
       for (int g = 0; g < 32; g += 4) {
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = Pack<T>::to(acc[4 * (g + i) + 2 * half], acc[4 * (g + i) + 2 * half + 1]);
-        quad_transpose(w, lane);
+        const uint4 words = rounded_group<T>(acc, half, g, lane);
         const int col = col0 + (g + lane % 4) * 8;
-        if (row_in && col < e.n) *reinterpret_cast<uint4*>(d_row + col) = make_uint4(w[0], w[1], w[2], w[3]);
+        if (row_in && col < e.n) *reinterpret_cast<uint4*>(d_row + col) = words;
       }
       continue;
     }
@@ -434,11 +442,7 @@ __device__ __forceinline__ void stage_rows(const float (&acc)[128], uint8_t* sta
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
     for (int g = 0; g < 32; g += 4) {
-      uint32_t w[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = Pack<T>::to(acc[4 * (g + i) + 2 * half], acc[4 * (g + i) + 2 * half + 1]);
-      quad_transpose(w, lane);
-      *reinterpret_cast<uint4*>(staging + staged_group(row + 8 * half, g + lane % 4)) = make_uint4(w[0], w[1], w[2], w[3]);
+      *reinterpret_cast<uint4*>(staging + staged_group(row + 8 * half, g + lane % 4)) = rounded_group<T>(acc, half, g, lane);
     }
   }
 }

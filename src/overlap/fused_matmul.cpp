@@ -49,7 +49,9 @@ struct FusedMatmulState {
   // report to and give up on (NOTE [stopped ranks]).
   const std::shared_ptr<collectives::CollectiveContext> context;
   const int rank, size, device;
-  const bool shares_gpu;  // some ranks share a GPU: NOTE [fused matmul on a shared GPU]
+  // Some ranks share a GPU (NOTE [fused matmul on a shared GPU]): the collective context's ranks_per_gpu, the same
+  // on every rank, so every rank takes the same schedule (its meetings must match).
+  const bool shares_gpu;
   // The multiprocessors a GEMM that runs beside the side stream's work may take (NOTE [multiprocessors left to the
   // meetings]); 0: all, on a shared GPU, where nothing runs beside.
   const int overlapped_gemm_multiprocessors;
@@ -60,7 +62,6 @@ struct FusedMatmulState {
   // The reduce-scatter in braid's Hopper GEMM's epilogue (NOTE [epilogue reduce-scatter choice]).
   const bool epilogue_wanted;       // BRAID_MATMUL_REDUCE_SCATTER=epilogue
   int epilogue_agreed = -1;         // every rank runs it: 1, not: 0, not asked yet: -1
-  const int ranks_on_gpu;           // this rank's GPU's ranks, this one included
   int32_t* agreement_word = nullptr;  // the all-reduced element of that agreement
   SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp)
   size_t exchange_flags = 0;        // the flag capacity it was made with
@@ -118,26 +119,6 @@ int multiprocessors_of(int device) {
 // an eager call meets its peers on the host (its stream synchronised, then Communicator::barrier), so nothing of it
 // spins on the GPU: the same results, nothing overlapped (timings mean nothing in that mode anyway). A captured
 // call still meets on the GPU.
-// Whether any two ranks of the communicator share a GPU: every rank takes the same schedule (its meetings must match).
-bool ranks_share_a_gpu(const Communicator& comm) {
-  const std::vector<PeerInfo>& peers = comm.peers();
-  for (size_t i = 0; i < peers.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) {
-      if (peers[i].host == peers[j].host && peers[i].pci_bus_id == peers[j].pci_bus_id) return true;
-    }
-  }
-  return false;
-}
-
-// The ranks of the communicator on this rank's GPU, this rank included.
-int ranks_on_my_gpu(const Communicator& comm) {
-  const std::vector<PeerInfo>& peers = comm.peers();
-  const PeerInfo& mine = peers[comm.rank()];
-  return static_cast<int>(std::count_if(peers.begin(), peers.end(), [&](const PeerInfo& p) {
-    return p.host == mine.host && p.pci_bus_id == mine.pci_bus_id;
-  }));
-}
-
 // NOTE [epilogue reduce-scatter choice]
 // BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter as one launch of braid's Hopper GEMM with an
 // exchange (NOTE [reduce-scatter in the epilogue] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner
@@ -154,11 +135,10 @@ FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collecti
       rank(comm.rank()),
       size(comm.size()),
       device(comm.device()),
-      shares_gpu(ranks_share_a_gpu(comm)),
+      shares_gpu(context->ranks_per_gpu > 1),
       overlapped_gemm_multiprocessors(shares_gpu ? 0 : std::max(1, multiprocessors_of(device) - kReservedMultiprocessors)),
       gemm(device),
-      epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue"),
-      ranks_on_gpu(ranks_on_my_gpu(comm)) {
+      epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue") {
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
   BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -470,11 +450,11 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
     collectives::raise_recorded_failure(*state.context);  // a wait of an earlier call that gave up, or a failure
     state.order(kFunction, 0, stream);
     state.reserve_exchange(kFunction, rows, n, type);
-    // Where ranks share the GPU, an equal share of the blocks that fit at once each (NOTE [epilogue reduce-scatter
-    // choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
-    const int blocks = state.ranks_on_gpu == 1
-                           ? 0
-                           : std::max(2, kernels::sm90_exchange_resident_blocks(state.device, type) / state.ranks_on_gpu / 2 * 2);
+    // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
+    // (NOTE [epilogue reduce-scatter choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
+    const int sharing = state.context->ranks_per_gpu;
+    const int blocks =
+        sharing == 1 ? 0 : std::max(2, kernels::sm90_exchange_resident_blocks(state.device, type) / sharing / 2 * 2);
     kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale, 0.0f, blocks};
     matmul.exchange = kernels::Sm90Exchange{
         world, rank, rows, static_cast<uint8_t*>(state.exchange.local()),

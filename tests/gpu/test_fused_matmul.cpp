@@ -395,6 +395,9 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
   });
 }
 
+constexpr const char* kEpilogueNeeds =
+    "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute capability 9.0";
+
 // Whether this process runs matmul_reduce_scatter in the epilogue where the shape allows: asked for
 // (BRAID_MATMUL_REDUCE_SCATTER=epilogue), on a GPU of compute capability 9.0, with braid's GEMM among the candidates.
 bool epilogue_expected(int device) {
@@ -415,8 +418,7 @@ TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     if (!epilogue_expected(comm.device())) {
-      GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
-                      "capability 9.0";
+      GTEST_SKIP() << kEpilogueNeeds;
     }
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     StreamHandle first, second;
@@ -452,8 +454,7 @@ TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
     if (!epilogue_expected(comm.device())) {
-      GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
-                      "capability 9.0";
+      GTEST_SKIP() << kEpilogueNeeds;
     }
     const int rank = comm.rank(), world = comm.size();
     FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
@@ -522,8 +523,7 @@ TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
       Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
       make_current(comm);
       if (!epilogue_expected(comm.device())) {
-        GTEST_SKIP() << "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
-                        "capability 9.0";
+        GTEST_SKIP() << kEpilogueNeeds;
       }
       FusedMatmul fused = FusedMatmul::create(comm);
       StreamHandle stream_handle;
