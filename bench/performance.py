@@ -233,7 +233,8 @@ def fused_table(rows):
     lines = ["| call | M | K | N | mode | braid µs | GEMM alone µs | collective alone µs | NCCL then cuBLAS µs "
              "| torch µs | NCCL serial / braid |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in sorted(rows, key=lambda r: (r["collective"], r["m"], r["k"], r["n"], r["mode"], r.get("algorithm", ""))):
-        call = r["collective"] + (" (epilogue)" if r.get("algorithm") == "epilogue" else "")
+        algorithm = r.get("algorithm", "pieces")
+        call = r["collective"] + ("" if algorithm == "pieces" else f" ({algorithm})")
         lines.append(f"| {call} | {r['m']} | {r['k']} | {r['n']} | {r['mode']} | {fmt(r['braid_us'])} | "
                      f"{fmt(r['gemm_us'])} | {fmt(r['comm_us'])} | {fmt(r['nccl_serial_us'])} | {fmt(r['torch_us'])} "
                      f"| {r['nccl_serial_us'] / r['braid_us']:.2f} |")

@@ -37,7 +37,8 @@ enum class Layout : int {
 
 // What a FusedMatmul holds, for every call: a cuBLASLt handle and its 32 MiB workspace, a side stream and events
 // of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call made so far; with
-// BRAID_MATMUL_REDUCE_SCATTER=epilogue also an exchange area (from comm.alloc) that grows likewise.
+// BRAID_MATMUL_REDUCE_SCATTER=epilogue or BRAID_ALL_GATHER_MATMUL=loads also an exchange area (from comm.alloc) that
+// grows likewise.
 // Movable, not copyable; it holds a handle of its own on the communicator's state, so it may outlive comm. Its calls
 // are stream-ordered and CUDA-graph capturable, and their meetings are calls of the communicator, in its order
 // (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
@@ -45,9 +46,9 @@ enum class Layout : int {
 // interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
 // for each). Where any two of the communicator's ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), every rank's call
 // runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
-// barrier()): the same results, nothing hidden. A reduce-scatter in the epilogue (matmul_reduce_scatter below) is
-// one launch there too, on an equal share of the GPU's multiprocessors for each of its ranks, and its ranks wait for
-// each other on the GPU. The legacy default stream is refused there (kInvalidArgument naming `stream`), as by every
+// barrier()): the same results, nothing hidden. A call in one launch (BRAID_MATMUL_REDUCE_SCATTER=epilogue,
+// BRAID_ALL_GATHER_MATMUL=loads, below) is one launch there too, on an equal share of the GPU's multiprocessors for
+// each of its ranks, and its ranks wait for each other on the GPU. The legacy default stream is refused there (kInvalidArgument naming `stream`), as by every
 // call of the communicator.
 //
 // Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not are
@@ -70,8 +71,17 @@ class FusedMatmul {
   // [q * rows, (q + 1) * rows) of the gathered A. b is B (K x N, stored as `b_layout` says). a_gathered: null, or
   // [M, K] that receives the gathered A. The GEMM of this rank's rows starts at once; the other ranks' rows are
   // multiplied once the copy engines have brought them. Each output element is one GEMM's (cuBLASLt's or braid's
-  // kernel, float32 accumulation rounded once) for a block of rows. rows or n of 0: nothing is enqueued (after the
-  // checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and nothing else is enqueued.
+  // kernel, float32 accumulation rounded once) for a block of rows.
+  // BRAID_ALL_GATHER_MATMUL=loads (set alike on every rank): where every rank's GPU has compute capability 9.0 and
+  // BRAID_GEMM_TUNING is on (agreed once, at the first call of either kind that asks for one launch on a stream not
+  // being captured, which waits for that agreement on the host), and b_layout is kTransposed, rows a multiple of 128, k
+  // and n multiples of 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: it multiplies
+  // this rank's rows first while it copies them into every peer's exchange area (a symmetric allocation of its own,
+  // grown like the workspace) and into a_gathered, and each load of a peer's rows waits until they have arrived; each
+  // output element is that kernel's (float32 accumulation rounded once). Its waits for the peers are bounded and end as
+  // matmul_reduce_scatter's below do.
+  // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
+  // nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
                          void* out, void* a_gathered, DataType type, Stream stream);
 
@@ -81,15 +91,14 @@ class FusedMatmul {
   // its own block's GEMM adds the peers' chunks (their sum, on more than 2 ranks) as the GEMM's C matrix, so a
   // result is this rank's product in float32 plus the peers' products rounded to the datatype (and, beyond 2
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
-  // BRAID_MATMUL_REDUCE_SCATTER=epilogue (set alike on every rank): where every rank's GPU has compute capability
-  // 9.0 and BRAID_GEMM_TUNING is on (agreed once, at the first call on a stream not being captured, which waits
-  // for that agreement on the host), and b_layout is kTransposed, M / size() a multiple of 128, k and n multiples of
-  // 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: the peers' rows, rounded to the
-  // datatype, go from its epilogue into their owners' exchange area (a symmetric allocation of its own, grown like
-  // the workspace), and each rank adds those it received to its own product in float32, times 1 / size() for kAvg,
-  // rounded once. Its waits for the peers are bounded by the communicator's timeout and end on its failure (abort,
-  // revocation, a peer's exit): the launch ends, and the next call raises kTimeout naming the wait and the peer, or
-  // the failure.
+  // BRAID_MATMUL_REDUCE_SCATTER=epilogue (set alike on every rank): where every rank's GPU has compute capability 9.0
+  // and BRAID_GEMM_TUNING is on (agreed as all_gather_matmul's above), and b_layout is kTransposed, M / size() a
+  // multiple of 128, k and n multiples of 8 and size() at most 8, the call is instead one launch of braid's Hopper
+  // GEMM: the peers' rows, rounded to the datatype, go from its epilogue into their owners' exchange area (a symmetric
+  // allocation of its own, grown like the workspace), and each rank adds those it received to its own product in
+  // float32, times 1 / size() for kAvg, rounded once. Its waits for the peers are bounded by the communicator's timeout
+  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next call raises kTimeout
+  // naming the wait and the peer, or the failure.
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
   // nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
@@ -97,8 +106,8 @@ class FusedMatmul {
 
   // Grows the symmetric workspace to at least `bytes` now (collective: every rank calls it with the same value).
   // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N; a call that needs more grows it
-  // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of matmul_reduce_scatter in the epilogue
-  // is not the workspace: its calls grow it (a graph capture refuses that too: make the call once eagerly first).
+  // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of the calls in one launch is not the
+  // workspace: their calls grow it (a graph capture refuses that too: make the call once eagerly first).
   void reserve(size_t bytes);
   // The symmetric workspace's bytes on each rank now.
   size_t workspace_bytes() const;
@@ -106,6 +115,9 @@ class FusedMatmul {
   // reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue, where every rank can), captured ones
   // counted once at capture.
   unsigned long long epilogue_reduce_scatters() const;
+  // The all_gather_matmul calls this FusedMatmul has run as one launch of braid's Hopper GEMM with the all-gather
+  // under its loads (BRAID_ALL_GATHER_MATMUL=loads, where every rank can), captured ones counted once at capture.
+  unsigned long long all_gathers_under_loads() const;
 
  private:
   explicit FusedMatmul(std::unique_ptr<detail::FusedMatmulState> state);

@@ -716,6 +716,12 @@ class FusedMatmul:
         """
 
     @property
+    def all_gathers_under_loads(self) -> int:
+        """
+        The all_gather_matmul calls run as one launch of braid's Hopper GEMM with the all-gather under its loads (BRAID_ALL_GATHER_MATMUL=loads), captured ones counted once at capture.
+        """
+
+    @property
     def device(self) -> int:
         """CUDA ordinal of the communicator's GPU."""
 

@@ -23,7 +23,7 @@ from ._state import communicator
 from ._torch import torch as import_torch
 
 __all__ = ["all_gather_matmul", "matmul_reduce_scatter", "reserve", "workspace_bytes", "epilogue_reduce_scatters",
-           "release"]
+           "all_gathers_under_loads", "release"]
 
 
 def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: bool = True, comm=None):
@@ -73,6 +73,13 @@ def epilogue_reduce_scatters(comm=None) -> int:
     Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones
     counted once at capture."""
     return fused_matmul(communicator(comm, "braid.ops.epilogue_reduce_scatters")).epilogue_reduce_scatters
+
+
+def all_gathers_under_loads(comm=None) -> int:
+    """The all_gather_matmul calls of the communicator's braid.FusedMatmul that ran as one launch of braid's Hopper
+    GEMM with the all-gather under its loads (BRAID_ALL_GATHER_MATMUL=loads), captured ones counted once at
+    capture."""
+    return fused_matmul(communicator(comm, "braid.ops.all_gathers_under_loads")).all_gathers_under_loads
 
 
 def release(comm=None) -> None:

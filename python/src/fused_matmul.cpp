@@ -92,6 +92,11 @@ void bind_fused_matmul(nb::module_& m) {
           [](PyFusedMatmul& f) { return f.get("epilogue_reduce_scatters").epilogue_reduce_scatters(); },
           "The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its "
           "epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones counted once at capture.")
+      .def_prop_ro(
+          "all_gathers_under_loads",
+          [](PyFusedMatmul& f) { return f.get("all_gathers_under_loads").all_gathers_under_loads(); },
+          "The all_gather_matmul calls run as one launch of braid's Hopper GEMM with the all-gather under its loads "
+          "(BRAID_ALL_GATHER_MATMUL=loads), captured ones counted once at capture.")
       .def_prop_ro("device", &PyFusedMatmul::device, "CUDA ordinal of the communicator's GPU.")
       .def("close", &PyFusedMatmul::close, release_gil(),
            "Frees the cuBLASLt handle, the side stream and the workspace now (later calls raise braid.Error).")

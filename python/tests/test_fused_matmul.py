@@ -38,7 +38,7 @@ def test_public_names():
 
 def test_workspace_calls_need_a_communicator():
     for call in (lambda: braid.ops.reserve(1 << 20), braid.ops.workspace_bytes, braid.ops.epilogue_reduce_scatters,
-                 braid.ops.release):
+                 braid.ops.all_gathers_under_loads, braid.ops.release):
         with pytest.raises(Error, match=r"braid.ops.\w+: no communicator") as caught:
             call()
         assert caught.value.code is ErrorCode.INVALID_ARGUMENT

@@ -197,6 +197,7 @@ const char* short_name(Collective collective) {
     case Collective::kMoeCombine: return "moecombine";
     case Collective::kSendRecv: return "sendrecv";
     case Collective::kMatmulReduceScatter: return "matmulreducescatter";
+    case Collective::kAllGatherMatmul: return "allgathermatmul";
   }
   return "?";
 }
@@ -251,6 +252,7 @@ const char* collective_name(unsigned int collective) {
     case Collective::kMoeCombine: return "moe_combine";
     case Collective::kSendRecv: return "send_recv";
     case Collective::kMatmulReduceScatter: return "matmul_reduce_scatter";
+    case Collective::kAllGatherMatmul: return "all_gather_matmul";
   }
   return "collective";
 }

@@ -72,6 +72,13 @@ constexpr ConfigVar kTable[] = {
      "graph captures (3 each), and its first run after those have completed keeps the fastest (ranks may settle on "
      "different candidates, whose roundings may differ); cublaslt: the same among cuBLASLt's 4 alone; off: "
      "cuBLASLt's first candidate on every run."},
+    {"BRAID_ALL_GATHER_MATMUL", ConfigType::kEnum, "pieces", "pieces|loads",
+     "How FusedMatmul::all_gather_matmul runs. pieces: a GEMM of this rank's rows beside the copy engines' copies "
+     "of them into the peers' workspace, then a GEMM of the peers' rows. loads: one launch of braid's Hopper GEMM "
+     "that sends this rank's rows to its peers while it multiplies them, each load of a peer's rows waiting for "
+     "them, where every rank runs it (compute capability 9.0, BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per "
+     "rank a multiple of 128, k and n multiples of 8, at most 8 ranks; other calls take the pieces). Set it alike on "
+     "every rank."},
     {"BRAID_MATMUL_REDUCE_SCATTER", ConfigType::kEnum, "pieces", "pieces|epilogue",
      "How FusedMatmul::matmul_reduce_scatter runs. pieces: GEMMs of chunks of rows, the copy engines moving each "
      "to its owner beside the next. epilogue: one launch of braid's Hopper GEMM whose epilogue stores the peers' rows "

@@ -14,7 +14,8 @@ enum class Collective : unsigned int {
   kMoeDispatch = 8,  // 8-10: not in the selection table
   kMoeCombine = 9,
   kSendRecv = 10,
-  kMatmulReduceScatter = 11,  // FusedMatmul's reduce-scatter in braid's Hopper GEMM's epilogue; not in the table
+  kMatmulReduceScatter = 11,  // 11-12: FusedMatmul's exchanges in braid's Hopper GEMM; not in the table
+  kAllGatherMatmul = 12,
 };
 
 }  // namespace braid

@@ -39,7 +39,8 @@ namespace {
 // alpha and beta x C from 16-byte loads), so each lane stores 16 bytes: storing the accumulators' own layout, 4 bytes
 // a lane, took about as long as a tenth of the tile's multiplications.
 // Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); the only waits on another GPU are an
-// exchange's (NOTE [reduce-scatter in the epilogue]), bounded by the communicator's timeout.
+// exchange's (NOTE [reduce-scatter in the epilogue], NOTE [all-gather under the loads]), bounded by the
+// communicator's timeout.
 
 // NOTE [reduce-scatter in the epilogue]
 // With an exchange (Sm90Exchange), each rank computes every row of A x B^T and reduce-scatters the product by rows
@@ -72,22 +73,58 @@ namespace {
 // at the next call); a lane that gave up, and every lane of a launch that started on a stopped rank, stores nothing
 // into a peer's area and releases no flag, and the last block then leaves the call count and freed words as they
 // were (NOTE [stopped ranks]). verify/models/epilogue_exchange.pml checks the protocol.
+
+// NOTE [all-gather under the loads]
+// With an exchange of kind kAllGather, each rank multiplies the gathered A, every rank's block of rows, by B^T in
+// one launch, as the rows arrive, with no copy kernel, meeting or side stream:
+//   - Order: the schedule runs over rows rotated by rank blocks, so a rank multiplies its own block first (read
+//     from its A where it is) while its peers' blocks travel.
+//   - Sending: a warp of the producer warpgroup, the gather warp, copies this rank's rows into every peer's
+//     exchange area (its received block for this rank) in pieces of 128 rows x kGatherPieceSteps steps of K: the
+//     copy engine loads a box of 128 rows x 64 columns into one of two slots in shared memory and stores it to
+//     every peer (TMA tensor copies through tensor maps of the peers' areas: ExchangeMaps), and into the gathered
+//     A where one is asked for. Once a piece's stores are performed, it fences at system scope and stores the
+//     call's stamp into each peer's flag for the piece. The pieces go round the blocks of the grid, so all of them
+//     send at once.
+//   - Loading: the producer, before the first step of a peer's piece in a tile, waits until its flag holds the
+//     stamp, then has the copy engine load the step from the received block as it loads its own rows from A.
+//   - The gathered A (where asked for): after their pieces, the gather warps wait for the peers' flags in turn and
+//     copy the received pieces into it.
+//   - Stamps and freed words as in the reduce-scatter: the last block to finish stores the stamp as the area's
+//     call count and into every peer's freed word for this rank, and the gather warp waits for a peer's freed word
+//     to reach the previous stamp before its first store into that peer's area.
+// No wait depends on a block that may not be resident: the producers wait for the peers' gather warps, which wait
+// only for the peers' previous launches; the waits are bounded and end on a failure as the reduce-scatter's do, and
+// a producer that gave up loads on without waiting, so its consumers finish (NOTE [stopped ranks]).
+// verify/models/loads_gather.pml checks the protocol.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
 // With an exchange: one stage fewer, for a 64-row staging buffer per consumer warpgroup (NOTE [reduce-scatter in the
 // epilogue]).
 constexpr int kExchangeStages = 3;
 constexpr uint32_t kStagingBytes = 64 * kTileCols * 2;
+// An all-gather's piece: 128 rows of a rank's block by kGatherPieceSteps steps of K, a flag each (NOTE [all-gather
+// under the loads]).
+constexpr int kGatherPieceSteps = 8;
 constexpr int kCluster = 2;
 constexpr int kThreads = 3 * 128;
 constexpr int kBandUnits = 8;
 constexpr uint32_t kATileBytes = kTileRows * kTileK * 2, kBTileBytes = kTileCols * kTileK * 2;
 constexpr uint32_t kStageBytes = kATileBytes + kBTileBytes;
-// Stages, staging buffers, barriers (full and empty a stage, staged and drained a consumer), 1024 for alignment.
-constexpr size_t shared_bytes(bool exchanged) {
-  return exchanged ? size_t(kExchangeStages) * kStageBytes + 2 * kStagingBytes +
-                         (2 * kExchangeStages + 4) * sizeof(uint64_t) + 1024
-                   : size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t) + 1024;
+
+// The kernel's instances: the plain GEMM, and one for each kind of exchange.
+enum class Variant { kPlain, kReduceScatter, kAllGather };
+__host__ __device__ constexpr int stages_of(Variant variant) {
+  return variant == Variant::kReduceScatter ? kExchangeStages : kStages;
+}
+// Stages, then the reduce-scatter's staging buffers or the all-gather's two slots of one box (an A tile), then
+// barriers (full and empty a stage; the reduce-scatter's staged and drained a consumer, the all-gather's loaded a
+// slot), and 1024 for alignment.
+constexpr size_t shared_bytes(Variant variant) {
+  const size_t stages = size_t(stages_of(variant)) * kStageBytes + 2 * stages_of(variant) * sizeof(uint64_t) + 1024;
+  if (variant == Variant::kReduceScatter) return stages + 2 * kStagingBytes + 4 * sizeof(uint64_t);
+  if (variant == Variant::kAllGather) return stages + 2 * kATileBytes + 2 * sizeof(uint64_t);
+  return stages;
 }
 constexpr uint64_t kWaitLimitNs = 10'000'000'000ull;
 
@@ -378,20 +415,22 @@ __device__ __forceinline__ void store_tile(const float (&acc)[128], const Epilog
 // wait gave up: it timed out (recorded in the pad's fatal word) or a failure is recorded there; the rank is then
 // stopped (NOTE [stopped ranks]).
 __device__ __forceinline__ bool wait_for_word(const device::SignalPad& pad, const uint64_t* word, uint64_t target,
-                                              unsigned int site, int peer) {
+                                              Collective collective, unsigned int site, int peer) {
   return device::spin_until(pad, [&] { return device::reached(device::load_acquire_system(word), target); },
-                            static_cast<unsigned int>(Collective::kMatmulReduceScatter), site, peer, 0);
+                            static_cast<unsigned int>(collective), site, peer, 0);
 }
 
 __device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t value) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(value) : "memory");
 }
 
-// The copy engine's views of the exchange areas' received blocks: [(world - 1) x block_rows, n] from
-// received_offset, in boxes of 64 rows x 64 columns in the 128-byte swizzle (the staging buffers' layout).
+// The copy engine's views of the exchange areas' received blocks: [(world - 1) x block_rows, columns] from
+// received_offset, in the 128-byte swizzle; a reduce-scatter's in boxes of 64 rows x 64 columns (the staging
+// buffers' layout), an all-gather's in A's tiles.
 struct ExchangeMaps {
   CUtensorMap received;                      // this rank's
   CUtensorMap peers[kSm90ExchangeMaxWorld];  // every peer's, mapped here (this rank's entry unused)
+  CUtensorMap gathered;                      // an all-gather's gathered A, [world x block_rows, k] (if asked for)
 };
 struct NoExchangeMaps {};
 
@@ -401,7 +440,8 @@ struct ExchangeView {
   int m_blocks;     // 128-row blocks of A
   int shift;        // the rotation of the schedule's rows, in 128-row blocks
   int n_blocks;     // 256-column blocks of D
-  size_t halves;    // flags a peer sends: 64-row half-tiles of a block
+  size_t flags_per_peer;  // a reduce-scatter's 64-row half-tiles of a block, an all-gather's pieces of a block
+  int pieces;       // an all-gather's pieces of a 128-row block (kGatherPieceSteps steps of K each)
 
   // The 128-row block of A the schedule's block `logical` stands for.
   __device__ int rotate(int logical) const {
@@ -410,9 +450,9 @@ struct ExchangeView {
   __device__ uint64_t* control(uint8_t* area, size_t offset) const {
     return reinterpret_cast<uint64_t*>(area + offset);
   }
-  // The flag for half-tile `half` that the peer `slot` places before this rank (slot 0: rank - 1) sends.
-  __device__ uint64_t* flag(uint8_t* area, int slot, size_t half) const {
-    return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * halves + half;
+  // The flag `index` (a half-tile, or a piece) that the peer `slot` places before this rank (slot 0: rank - 1) sends.
+  __device__ uint64_t* flag(uint8_t* area, int slot, size_t index) const {
+    return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * flags_per_peer + index;
   }
   __device__ int slot_of(int sender, int receiver) const { return (sender - receiver - 1 + x.world) % x.world; }
   // The flag of consumer 0's half of the tile at `local_row0` (of its owner's block) and column block `n_block`;
@@ -522,7 +562,7 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
     uint8_t* peer = x.peers[owner];
     if (lane < 2 && !stopped && !((cleared >> owner) & 1)) {
       stopped = !wait_for_word(x.pad, v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1,
-                               kSiteExchangeFreed, owner);
+                               Collective::kMatmulReduceScatter, kSiteExchangeFreed, owner);
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
       cleared |= uint64_t(1) << owner;
     }
@@ -558,7 +598,8 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
       const size_t half = v.half(local_row0, n_block);
       for (int slot = 0; lane < 2 && !stopped && slot < x.world - 1; ++slot) {
         const int sender = (x.rank + slot + 1) % x.world;  // slot_of(sender, rank) == slot
-        stopped = !wait_for_word(x.pad, v.flag(x.local, slot, half + lane), stamp, kSiteExchangeRows, sender);
+        stopped = !wait_for_word(x.pad, v.flag(x.local, slot, half + lane), stamp, Collective::kMatmulReduceScatter,
+                                 kSiteExchangeRows, sender);
       }
       if (lane < 2 && stopped) {
         barrier_arrive(&to_consumer[lane]);  // the consumer adds whatever the buffer holds: the call is given up
@@ -603,23 +644,101 @@ __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t 
   }
 }
 
-// Exchanged: with an exchange (NOTE [reduce-scatter in the epilogue]); a kernel of its own, so that the plain GEMM's
-// code stays as it is.
-template <typename T, bool Exchanged>
+// The gather warp of an all-gather (NOTE [all-gather under the loads]); lane 0 works. Its block takes every
+// gridDim.x-th item: first the pieces of this rank's block, which it sends to every peer (and into the gathered A),
+// then, where a gathered A is asked for, the pieces received from the peers, which it copies there.
+__device__ __forceinline__ void gather_rows(const ExchangeView& v, const ExchangeMaps& maps, const CUtensorMap* shard,
+                                            uint8_t* slots, uint64_t* loaded, int k_steps, uint64_t stamp,
+                                            bool stopped, int lane) {
+  if (lane != 0) return;
+  const Sm90Exchange& x = v.x;
+  const int block_rows = static_cast<int>(x.block_rows);
+  const int sends = block_rows / kTileRows * v.pieces;
+  const int items = x.gathered == nullptr ? sends : x.world * sends;
+  uint32_t uses = 0;  // boxes through the slots so far
+  // A box into the next slot from `from` at (col, row), then `store` of the slot as one bulk group. The slot's
+  // previous stores, two boxes back, must have read it first.
+  auto copy_box = [&](const CUtensorMap* from, int col, int row, auto&& store) {
+    const uint32_t s = uses % 2;
+    uint8_t* slot = slots + s * kATileBytes;
+    if (uses >= 2) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+    barrier_expect_bytes(&loaded[s], kATileBytes);
+    tma_load(slot, from, col, row, &loaded[s]);
+    barrier_wait(&loaded[s], (uses / 2) & 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    store(slot);
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    ++uses;
+  };
+  uint64_t cleared = 0;  // the peers whose freed word this lane has seen
+  for (int item = blockIdx.x; item < items && !stopped; item += gridDim.x) {
+    const int source = item / sends, index = item % sends;  // source 0: this rank's block; s: received slot s - 1
+    const int row = index / v.pieces * kTileRows, piece = index % v.pieces;
+    const int first_box = piece * kGatherPieceSteps, last_box = min(k_steps, first_box + kGatherPieceSteps);
+    if (source == 0) {
+      for (int i = 1; i < x.world && !stopped; ++i) {
+        const int peer = (x.rank + i) % x.world;
+        if ((cleared >> peer) & 1) continue;
+        stopped = !wait_for_word(x.pad, v.control(x.local, kFreedOffset + peer * sizeof(uint64_t)), stamp - 1,
+                                 Collective::kAllGatherMatmul, kSiteExchangeFreed, peer);
+        cleared |= uint64_t(1) << peer;
+      }
+      if (stopped) break;
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquires
+      for (int box = first_box; box < last_box; ++box) {
+        copy_box(shard, box * kTileK, row, [&](const uint8_t* slot) {
+          for (int i = 1; i < x.world; ++i) {
+            const int peer = (x.rank + i) % x.world;
+            tma_store(&maps.peers[peer], box * kTileK, v.slot_of(x.rank, peer) * block_rows + row, slot);
+          }
+          if (x.gathered != nullptr) tma_store(&maps.gathered, box * kTileK, x.rank * block_rows + row, slot);
+        });
+      }
+      bulk_stores_complete();
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores before the flags
+      __threadfence_system();
+      for (int i = 1; i < x.world; ++i) {
+        const int peer = (x.rank + i) % x.world;
+        store_release_system(v.flag(x.peers[peer], v.slot_of(x.rank, peer), index), stamp);
+      }
+    } else {
+      const int slot = source - 1, sender = (x.rank + slot + 1) % x.world;  // slot_of(sender, rank) == slot
+      stopped = !wait_for_word(x.pad, v.flag(x.local, slot, index), stamp, Collective::kAllGatherMatmul,
+                               kSiteGatheredRows, sender);
+      if (stopped) break;
+      asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's loads after the acquire
+      for (int box = first_box; box < last_box; ++box) {
+        copy_box(&maps.received, box * kTileK, slot * block_rows + row, [&](const uint8_t* slot_bytes) {
+          tma_store(&maps.gathered, box * kTileK, sender * block_rows + row, slot_bytes);
+        });
+      }
+    }
+  }
+  bulk_stores_complete();  // every store performed (and the slots read) before the block ends
+}
+
+// Each variant a kernel of its own, so that the plain GEMM's code stays as it is.
+template <typename T, Variant V>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_sm90(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
                 Schedule schedule, int k, ExchangeView exchange,
-                const __grid_constant__ std::conditional_t<Exchanged, ExchangeMaps, NoExchangeMaps> maps) {
-  constexpr int Stages = Exchanged ? kExchangeStages : kStages;
+                const __grid_constant__ std::conditional_t<V != Variant::kPlain, ExchangeMaps, NoExchangeMaps> maps) {
+  constexpr bool Exchanged = V != Variant::kPlain;
+  constexpr bool ReduceScatter = V == Variant::kReduceScatter, AllGather = V == Variant::kAllGather;
+  constexpr int Stages = stages_of(V);
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* a_tiles = shared;
   uint8_t* b_tiles = shared + Stages * kATileBytes;
-  uint8_t* staging = shared + Stages * kStageBytes;  // Exchanged: the consumers' staging buffers
-  uint64_t* full = reinterpret_cast<uint64_t*>(staging + (Exchanged ? 2 * kStagingBytes : 0));
+  // The reduce-scatter's staging buffers for the consumers, the all-gather's slots for the gather warp.
+  uint8_t* staging = shared + Stages * kStageBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(staging + (ReduceScatter ? 2 * kStagingBytes
+                                                          : AllGather   ? 2 * kATileBytes
+                                                                        : 0));
   uint64_t* empty = full + Stages;
-  uint64_t* to_store = empty + Stages;  // Exchanged: a consumer hands its staging buffer to the store warp
-  uint64_t* to_consumer = to_store + 2;  // Exchanged: ... and the store warp hands it back
+  uint64_t* to_store = empty + Stages;  // ReduceScatter: a consumer hands its staging buffer to the store warp
+  uint64_t* to_consumer = to_store + 2;  // ReduceScatter: ... and the store warp hands it back
+  uint64_t* loaded = empty + Stages;     // AllGather: a slot's box has landed
   const int group = threadIdx.x / 128, tid = threadIdx.x % 128;
   const uint32_t block = cluster_block();
   __shared__ uint64_t stamp;  // the exchange's call (NOTE [reduce-scatter in the epilogue]); unused without
@@ -633,11 +752,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(&full[s], 1);
       barrier_init(&empty[s], 2 * kCluster);
     }
-    if (Exchanged) {
+    if (ReduceScatter) {
       for (int c = 0; c < 2; ++c) {
         barrier_init(&to_store[c], 128);
         barrier_init(&to_consumer[c], 1);
       }
+    }
+    if (AllGather) {
+      barrier_init(&loaded[0], 1);
+      barrier_init(&loaded[1], 1);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -650,15 +773,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tid == 0) {
       int stage = 0;
       uint32_t phase = 0;
+      // AllGather: the rank is stopped, or a wait gave up: load on without waiting (NOTE [stopped ranks]).
+      [[maybe_unused]] bool stopped = Exchanged && stopped_at_start != 0;
       for (int u = first_unit; u < units; u += unit_step) {
         int m_block, n_block;
         schedule.unit(u, m_block, n_block);
         m_block += block;
         if (Exchanged) m_block = exchange.rotate(m_block);
+        // Where A's rows come from: A itself, or (AllGather) this rank's block of A or the received block of a
+        // peer's rows, whose pieces' flags the steps wait for (NOTE [all-gather under the loads]).
+        const CUtensorMap* a_map = &map_a;
+        int a_row = m_block * kTileRows, sender = -1, slot = 0, piece_of_block = 0;
+        if constexpr (AllGather) {
+          const int block_rows = static_cast<int>(exchange.x.block_rows);
+          const int owner = m_block < exchange.m_blocks ? a_row / block_rows : exchange.x.rank;
+          a_row = a_row - owner * block_rows;  // past this rank's block (zeros) for a row block past the last
+          if (owner != exchange.x.rank) {
+            sender = owner;
+            slot = exchange.slot_of(owner, exchange.x.rank);
+            piece_of_block = a_row / kTileRows * exchange.pieces;
+            a_map = &maps.received;
+            a_row += slot * block_rows;
+          }
+        }
         for (int step = 0; step < k_steps; ++step) {
+          if constexpr (AllGather) {
+            if (sender >= 0 && !stopped && step % kGatherPieceSteps == 0) {
+              stopped = !wait_for_word(exchange.x.pad,
+                                       exchange.flag(exchange.x.local, slot, piece_of_block + step / kGatherPieceSteps),
+                                       stamp, Collective::kAllGatherMatmul, kSiteGatheredRows, sender);
+              asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's loads after the acquire
+            }
+          }
           barrier_wait(&empty[stage], phase ^ 1);
           barrier_expect_bytes(&full[stage], kStageBytes);
-          tma_load(a_tiles + stage * kATileBytes, &map_a, step * kTileK, m_block * kTileRows, &full[stage]);
+          tma_load(a_tiles + stage * kATileBytes, a_map, step * kTileK, a_row, &full[stage]);
           constexpr int part = kTileCols / kCluster;
           tma_load_multicast(b_tiles + stage * kBTileBytes + block * part * kTileK * 2, &map_b, step * kTileK,
                              n_block * kTileCols + block * part, &full[stage]);
@@ -669,9 +818,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     } else if (Exchanged && tid / 32 == 1) {
-      if constexpr (Exchanged) {
+      if constexpr (ReduceScatter) {
         exchange_tiles<T>(exchange, maps, schedule, block, first_unit, unit_step, staging, to_store, to_consumer,
                           epilogue.n, stamp, stopped_at_start != 0, tid % 32);
+      } else if constexpr (AllGather) {
+        gather_rows(exchange, maps, &map_a, staging, loaded, k_steps, stamp, stopped_at_start != 0, tid % 32);
       }
     }
   } else {
@@ -710,7 +861,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       if (releases) barrier_arrive_in(&empty[previous], tid / 32);
       const int row0 = m_block * kTileRows + consumer * 64;
-      if constexpr (!Exchanged) {
+      if constexpr (!ReduceScatter) {
         store_tile<T>(acc, epilogue, row0, n_block * kTileCols, tid);
       } else if (m_block >= exchange.m_blocks) {
         continue;  // the second block of a cluster past the last row
@@ -731,11 +882,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (Exchanged) finish_exchange(exchange, stamp);
 }
 
-cudaLaunchConfig_t launch_config(int blocks, bool exchanged, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+cudaLaunchConfig_t launch_config(int blocks, Variant variant, cudaStream_t stream, cudaLaunchAttribute& cluster) {
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = shared_bytes(exchanged);
+  config.dynamicSmemBytes = shared_bytes(variant);
   config.stream = stream;
   cluster = cudaLaunchAttribute{};
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -747,29 +898,39 @@ cudaLaunchConfig_t launch_config(int blocks, bool exchanged, cudaStream_t stream
   return config;
 }
 
-const void* kernel_of(DataType type, bool exchanged) {
-  if (type == DataType::kBFloat16) {
-    return exchanged ? reinterpret_cast<const void*>(&matmul_sm90<__nv_bfloat16, true>)
-                     : reinterpret_cast<const void*>(&matmul_sm90<__nv_bfloat16, false>);
+template <typename T>
+const void* kernel_of(Variant variant) {
+  switch (variant) {
+    case Variant::kPlain: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kPlain>);
+    case Variant::kReduceScatter: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kReduceScatter>);
+    case Variant::kAllGather: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kAllGather>);
   }
-  return exchanged ? reinterpret_cast<const void*>(&matmul_sm90<__half, true>)
-                   : reinterpret_cast<const void*>(&matmul_sm90<__half, false>);
+  return nullptr;
 }
 
-// The most blocks of the kernel for `type` (with an exchange or not) that run at once on `device` (whole clusters),
-// its shared-memory limit raised on first use; 0 where that fails.
-int resident_blocks(int device, DataType type, bool exchanged) {
+const void* kernel_of(DataType type, Variant variant) {
+  return type == DataType::kBFloat16 ? kernel_of<__nv_bfloat16>(variant) : kernel_of<__half>(variant);
+}
+
+Variant variant_of(const Sm90Exchange& x) {
+  if (x.world == 0) return Variant::kPlain;
+  return x.kind == Sm90ExchangeKind::kAllGather ? Variant::kAllGather : Variant::kReduceScatter;
+}
+
+// The most blocks of the kernel's `variant` for `type` that run at once on `device` (whole clusters), its
+// shared-memory limit raised on first use; 0 where that fails.
+int resident_blocks(int device, DataType type, Variant variant) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, int, bool>, int> known;
+  static std::map<std::tuple<int, int, int>, int> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(device, static_cast<int>(type), exchanged);
+  const auto key = std::make_tuple(device, static_cast<int>(type), static_cast<int>(variant));
   if (const auto found = known.find(key); found != known.end()) return found->second;
-  const void* kernel = kernel_of(type, exchanged);
+  const void* kernel = kernel_of(type, variant);
   int clusters = 0;
   cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(kCluster, exchanged, nullptr, cluster);
+  const cudaLaunchConfig_t config = launch_config(kCluster, variant, nullptr, cluster);
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(shared_bytes(exchanged))) !=
+                           static_cast<int>(shared_bytes(variant))) !=
           cudaSuccess ||
       cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
     cudaGetLastError();
@@ -792,7 +953,7 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// An exchange area's received blocks as ExchangeMaps says.
+// A reduce-scatter's received blocks in an exchange area, as ExchangeMaps says (an all-gather's are tiles of A).
 bool received_map(CUtensorMap& map, DataType type, const uint8_t* area, const Sm90Exchange& x, size_t n) {
   const cuuint64_t dims[2] = {cuuint64_t(n), cuuint64_t(x.block_rows) * (x.world - 1)};
   const cuuint64_t strides[1] = {cuuint64_t(n) * 2};
@@ -816,14 +977,19 @@ bool sm90_matmul_available(int device) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
     return false;
   }
-  return major == 9 && minor == 0 && driver().cuTensorMapEncodeTiled != nullptr &&
-         resident_blocks(device, DataType::kBFloat16, false) >= kCluster &&
-         resident_blocks(device, DataType::kFloat16, false) >= kCluster &&
-         resident_blocks(device, DataType::kBFloat16, true) >= kCluster &&
-         resident_blocks(device, DataType::kFloat16, true) >= kCluster;
+  if (major != 9 || minor != 0 || driver().cuTensorMapEncodeTiled == nullptr) return false;
+  for (const DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
+    for (const Variant variant : {Variant::kPlain, Variant::kReduceScatter, Variant::kAllGather}) {
+      if (resident_blocks(device, type, variant) < kCluster) return false;
+    }
+  }
+  return true;
 }
 
-int sm90_exchange_resident_blocks(int device, DataType type) { return resident_blocks(device, type, true); }
+int sm90_exchange_resident_blocks(int device, DataType type, Sm90ExchangeKind kind) {
+  return resident_blocks(device, type, kind == Sm90ExchangeKind::kAllGather ? Variant::kAllGather
+                                                                             : Variant::kReduceScatter);
+}
 
 bool sm90_matmul_supports(const Sm90Matmul& m) {
   constexpr size_t kLimit = size_t(1) << 30;  // tile coordinates stay within int
@@ -837,33 +1003,45 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
   if (m.multiprocessors != 0 && m.multiprocessors < kCluster) return false;
   const Sm90Exchange& x = m.exchange;
   if (x.world == 0) return true;
+  const bool all_gather = x.kind == Sm90ExchangeKind::kAllGather;
+  if (x.kind != Sm90ExchangeKind::kReduceScatter && !all_gather) return false;
+  const size_t columns = all_gather ? m.k : m.n;
   return x.world >= 2 && x.world <= kSm90ExchangeMaxWorld && x.rank >= 0 && x.rank < x.world && m.c == nullptr &&
          x.block_rows != 0 && x.block_rows % kTileRows == 0 && m.rows / x.world == x.block_rows &&
          m.rows % x.world == 0 && x.local != nullptr && x.peers != nullptr && x.host_peers != nullptr &&
-         x.received_offset >= kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(x.world, x.block_rows, m.n) &&
-         x.received_offset % 16 == 0 && x.pad.error != nullptr;
+         x.received_offset >=
+             kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(x.kind, x.world, x.block_rows, columns) &&
+         x.received_offset % 16 == 0 && x.pad.error != nullptr &&
+         (x.gathered == nullptr || (all_gather && aligned16(x.gathered)));
 }
 
-size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n) {
-  const size_t halves = (block_rows + kTileRows - 1) / kTileRows * ((n + kTileCols - 1) / kTileCols) * 2;
-  return size_t(std::max(world - 1, 0)) * halves * sizeof(uint64_t);
+size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns) {
+  const size_t row_blocks = (block_rows + kTileRows - 1) / kTileRows;
+  const size_t steps = (columns + kTileK - 1) / kTileK;
+  const size_t per_block = kind == Sm90ExchangeKind::kAllGather
+                               ? (steps + kGatherPieceSteps - 1) / kGatherPieceSteps  // pieces of K
+                               : (columns + kTileCols - 1) / kTileCols * 2;         // 64-row half-tiles
+  return size_t(std::max(world - 1, 0)) * row_blocks * per_block * sizeof(uint64_t);
 }
 
-size_t sm90_exchange_bytes(int world, size_t block_rows, size_t n, DataType type, size_t flag_capacity) {
+size_t sm90_exchange_bytes(int world, size_t block_rows, size_t columns, DataType type, size_t flag_capacity) {
   const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
-  return kSm90ExchangeFlagsOffset + flag_capacity + size_t(std::max(world - 1, 0)) * block_rows * n * element;
+  return kSm90ExchangeFlagsOffset + flag_capacity + size_t(std::max(world - 1, 0)) * block_rows * columns * element;
 }
 
 cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return status;
-  const bool exchanged = m.exchange.world != 0;
-  const int resident = resident_blocks(device, m.type, exchanged);
+  const Sm90Exchange& x = m.exchange;
+  const Variant variant = variant_of(x);
+  const int resident = resident_blocks(device, m.type, variant);
   if (resident < kCluster) return cudaErrorInvalidConfiguration;
   int blocks = m.multiprocessors == 0 ? resident : std::min(m.multiprocessors, resident);
+  // An all-gather's A is this rank's block; its peers' blocks come through the exchange (ExchangeMaps).
+  const size_t a_rows = variant == Variant::kAllGather ? x.block_rows : m.rows;
   CUtensorMap map_a, map_b;
-  if (!tensor_map(map_a, m.type, m.a, m.rows, m.k, kTileRows) ||
+  if (!tensor_map(map_a, m.type, m.a, a_rows, m.k, kTileRows) ||
       !tensor_map(map_b, m.type, m.b, m.n, m.k, kTileCols / kCluster)) {
     return cudaErrorInvalidValue;
   }
@@ -875,35 +1053,51 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
   const bool reads_c = m.c != nullptr && m.beta != 0.0f;
   const Epilogue epilogue{m.d, reads_c ? m.c : nullptr, m.alpha, reads_c ? m.beta : 0.0f, static_cast<int>(m.rows),
                           static_cast<int>(m.n)};
-  ExchangeView exchange{m.exchange, m_blocks, 0, schedule.n_blocks, 0};
-  if (m.exchange.world != 0) {
-    const int per_rank = static_cast<int>(m.exchange.block_rows / kTileRows);
-    exchange.shift = (m.exchange.rank + 1) % m.exchange.world * per_rank;
-    exchange.halves = size_t(per_rank) * schedule.n_blocks * 2;
+  ExchangeView exchange{x, m_blocks, 0, schedule.n_blocks, 0, 0};
+  const int k = static_cast<int>(m.k);
+  const int per_rank = static_cast<int>(x.block_rows / kTileRows);
+  if (variant == Variant::kReduceScatter) {  // peers' blocks first, from rank + 1's
+    exchange.shift = (x.rank + 1) % x.world * per_rank;
+    exchange.flags_per_peer = size_t(per_rank) * schedule.n_blocks * 2;
+  } else if (variant == Variant::kAllGather) {  // this rank's block first
+    exchange.shift = x.rank * per_rank;
+    exchange.pieces = ((k + kTileK - 1) / kTileK + kGatherPieceSteps - 1) / kGatherPieceSteps;
+    exchange.flags_per_peer = size_t(per_rank) * exchange.pieces;
   }
   cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = launch_config(blocks, exchanged, stream, cluster);
-  const int k = static_cast<int>(m.k);
-  if (!exchanged) {
+  const cudaLaunchConfig_t config = launch_config(blocks, variant, stream, cluster);
+  if (variant == Variant::kPlain) {
     return m.type == DataType::kBFloat16
-               ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, false>, map_a, map_b, epilogue, schedule, k,
-                                    exchange, NoExchangeMaps{})
-               : cudaLaunchKernelEx(&config, matmul_sm90<__half, false>, map_a, map_b, epilogue, schedule, k, exchange,
-                                    NoExchangeMaps{});
+               ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, Variant::kPlain>, map_a, map_b, epilogue,
+                                    schedule, k, exchange, NoExchangeMaps{})
+               : cudaLaunchKernelEx(&config, matmul_sm90<__half, Variant::kPlain>, map_a, map_b, epilogue, schedule, k,
+                                    exchange, NoExchangeMaps{});
   }
   ExchangeMaps maps{};
-  bool mapped = received_map(maps.received, m.type, m.exchange.local, m.exchange, m.n);
-  for (int peer = 0; peer < m.exchange.world; ++peer) {
-    if (peer != m.exchange.rank) {
-      mapped = mapped && received_map(maps.peers[peer], m.type, m.exchange.host_peers[peer], m.exchange, m.n);
-    }
+  bool mapped = true;
+  // The received blocks: a reduce-scatter's rows of D, an all-gather's rows of A (in A's tiles).
+  auto map_received = [&](CUtensorMap& map, const uint8_t* area) {
+    if (variant == Variant::kReduceScatter) return received_map(map, m.type, area, x, m.n);
+    return tensor_map(map, m.type, area + x.received_offset, x.block_rows * (x.world - 1), m.k, kTileRows);
+  };
+  mapped = map_received(maps.received, x.local);
+  for (int peer = 0; peer < x.world; ++peer) {
+    if (peer != x.rank) mapped = mapped && map_received(maps.peers[peer], x.host_peers[peer]);
   }
+  if (x.gathered != nullptr) mapped = mapped && tensor_map(maps.gathered, m.type, x.gathered, m.rows, m.k, kTileRows);
   if (!mapped) return cudaErrorInvalidValue;
+  if (variant == Variant::kReduceScatter) {
+    return m.type == DataType::kBFloat16
+               ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, Variant::kReduceScatter>, map_a, map_b,
+                                    epilogue, schedule, k, exchange, maps)
+               : cudaLaunchKernelEx(&config, matmul_sm90<__half, Variant::kReduceScatter>, map_a, map_b, epilogue,
+                                    schedule, k, exchange, maps);
+  }
   return m.type == DataType::kBFloat16
-             ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, true>, map_a, map_b, epilogue, schedule, k,
-                                  exchange, maps)
-             : cudaLaunchKernelEx(&config, matmul_sm90<__half, true>, map_a, map_b, epilogue, schedule, k, exchange,
-                                  maps);
+             ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, Variant::kAllGather>, map_a, map_b, epilogue,
+                                  schedule, k, exchange, maps)
+             : cudaLaunchKernelEx(&config, matmul_sm90<__half, Variant::kAllGather>, map_a, map_b, epilogue, schedule,
+                                  k, exchange, maps);
 }
 
 }  // namespace braid::kernels

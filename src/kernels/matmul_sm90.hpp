@@ -14,9 +14,14 @@
 
 namespace braid::kernels {
 
-// The reduce-scatter that the kernel's epilogue makes of its product (NOTE [reduce-scatter in the epilogue]):
-// rows are `world` blocks of `block_rows`, block q rank q's. world 0: none.
+// What an exchange does with the kernel's rows: the reduce-scatter that its epilogue makes of its product (NOTE
+// [reduce-scatter in the epilogue]), or the all-gather of A that its loads wait for (NOTE [all-gather under the
+// loads]).
+enum class Sm90ExchangeKind { kReduceScatter, kAllGather };
+
+// An exchange with the kernel's peers: rows are `world` blocks of `block_rows`, block q rank q's. world 0: none.
 struct Sm90Exchange {
+  Sm90ExchangeKind kind = Sm90ExchangeKind::kReduceScatter;
   int world = 0, rank = 0;
   size_t block_rows = 0;             // a multiple of 128
   uint8_t* local = nullptr;          // this rank's exchange area (symmetric, zeroed when made)
@@ -28,15 +33,18 @@ struct Sm90Exchange {
   // word; a failure there (or this rank stopped) ends every wait, and the launch then posts nothing a peer reads
   // (NOTE [stopped ranks]). Only error, stopped and timeout_ns are used.
   device::SignalPad pad{};
+  // kAllGather: where the gathered A goes too, [world x block_rows, k] row-major, 16-byte aligned; null: nowhere.
+  void* gathered = nullptr;
 };
 // An exchange area: control words, then flags (from kSm90ExchangeFlagsOffset), then world - 1 received blocks of
-// block_rows x n elements (from received_offset).
+// block_rows x `columns` elements (from received_offset), where columns is n for a reduce-scatter and k for an
+// all-gather.
 constexpr size_t kSm90ExchangeFlagsOffset = 4096;
 // The flags a call needs; the area's flag capacity must hold them (flags never move while an area lives, so no
 // flag of one call lands where another call's rows were).
-size_t sm90_exchange_flag_bytes(int world, size_t block_rows, size_t n);
+size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns);
 // The area's bytes for a call, with `flag_capacity` bytes of flags.
-size_t sm90_exchange_bytes(int world, size_t block_rows, size_t n, DataType type, size_t flag_capacity);
+size_t sm90_exchange_bytes(int world, size_t block_rows, size_t columns, DataType type, size_t flag_capacity);
 // The most ranks an exchange takes (the GPUs of one host; the kernel takes a tensor map of every peer's area).
 constexpr int kSm90ExchangeMaxWorld = 8;
 
@@ -50,9 +58,11 @@ struct Sm90Matmul {
   float alpha = 1.0f;
   float beta = 0.0f;  // ignored where c is null
   int multiprocessors = 0;  // the thread blocks it runs on (it is persistent); 0: every multiprocessor
-  // With an exchange (world >= 2): a is [rows = world * block_rows, k]; c must be null; d is [block_rows, n] and
-  // receives block `rank` of alpha x the sum over the ranks of their products (each peer's rounded to the
-  // datatype, the sum in float32).
+  // With an exchange (world >= 2), c must be null, and rows = world x block_rows.
+  //   - kReduceScatter: a is [rows, k]; d is [block_rows, n] and receives block `rank` of alpha x the sum over the
+  //     ranks of their products (each peer's rounded to the datatype, the sum in float32).
+  //   - kAllGather: a is this rank's block of A, [block_rows, k]; d is [rows, n] and receives alpha x the gathered
+  //     A (every rank's block, in rank order) x B^T.
   Sm90Exchange exchange{};
 };
 
@@ -63,12 +73,14 @@ bool sm90_matmul_available(int device);
 // Whether the kernel takes `matmul` (on a device where it is available): bf16 or fp16; rows, k and n in [1, 2^30);
 // k and n multiples of 8; a, b, c (if any) and d 16-byte aligned; multiprocessors 0 or at least 2. With an
 // exchange also: world in [2, kSm90ExchangeMaxWorld], rank in [0, world), block_rows a multiple of 128 with
-// rows = world * block_rows, no c, and the exchange's pointers and the pad's error word set.
+// rows = world * block_rows, no c, the exchange's pointers and the pad's error word set, received_offset past the
+// flags the call needs, and gathered (if any) 16-byte aligned and only with kAllGather.
 bool sm90_matmul_supports(const Sm90Matmul& matmul);
 
-// The most thread blocks of the kernel with an exchange that run at once on `device`, the current device (whole
-// clusters; 0 where it cannot run): ranks that share a GPU split them, so that all their launches are resident.
-int sm90_exchange_resident_blocks(int device, DataType type);
+// The most thread blocks of the kernel with an exchange of `kind` that run at once on `device`, the current device
+// (whole clusters; 0 where it cannot run): ranks that share a GPU split them, so that all their launches are
+// resident.
+int sm90_exchange_resident_blocks(int device, DataType type, Sm90ExchangeKind kind);
 
 // Enqueues the GEMM on the current device, which must be `sm90_matmul_available` and run `matmul` (supported).
 // Returns the launch's error (cudaSuccess where it was enqueued).

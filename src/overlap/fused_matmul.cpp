@@ -59,13 +59,14 @@ struct FusedMatmulState {
   cudaStream_t own_side = nullptr;
   cudaStream_t side = nullptr;  // the call in progress's: own_side, or the caller's stream on a shared GPU
   int32_t* meeting_word = nullptr;  // the all-reduced element of the meetings
-  // The reduce-scatter in braid's Hopper GEMM's epilogue (NOTE [epilogue reduce-scatter choice]).
+  // The calls in one launch of braid's Hopper GEMM with an exchange (NOTE [one-launch choice]).
   const bool epilogue_wanted;       // BRAID_MATMUL_REDUCE_SCATTER=epilogue
-  int epilogue_agreed = -1;         // every rank runs it: 1, not: 0, not asked yet: -1
+  const bool loads_wanted;          // BRAID_ALL_GATHER_MATMUL=loads
+  int hopper_agreed = -1;           // every rank runs the kernel: 1, not: 0, not asked yet: -1
   int32_t* agreement_word = nullptr;  // the all-reduced element of that agreement
-  SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp)
+  SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp), for both kinds
   size_t exchange_flags = 0;        // the flag capacity it was made with
-  unsigned long long epilogue_calls = 0;
+  unsigned long long epilogue_calls = 0, loads_calls = 0;
   std::vector<cudaEvent_t> events;  // made as needed; a call uses each at most once
   size_t events_used = 0;
   SymmetricMemory workspace;
@@ -88,10 +89,16 @@ struct FusedMatmulState {
   // `waiter`'s later work waits for what `leader` has enqueued so far (nothing to do where they are one stream).
   void follow(cudaStream_t waiter, cudaStream_t leader);
   void meet();                          // NOTE [fused matmul synchronisation]
-  // Whether this call runs the reduce-scatter in the epilogue (NOTE [epilogue reduce-scatter choice]).
-  bool runs_epilogue(Stream stream);
-  // The exchange area for a call of block_rows x n per rank, grown (collectively, outside a capture) where needed.
-  void reserve_exchange(const char* function, size_t block_rows, size_t n, DataType type);
+  // Whether every rank runs braid's Hopper GEMM with an exchange (NOTE [one-launch choice]).
+  bool hopper_agreed_on(Stream stream);
+  // The exchange area for a call of `kind` with block_rows x columns per rank, grown (collectively, outside a
+  // capture) where needed.
+  void reserve_exchange(const char* function, kernels::Sm90ExchangeKind kind, size_t block_rows, size_t columns,
+                        DataType type);
+  // A call in one launch of braid's Hopper GEMM with an exchange of `matmul.exchange.kind`, its exchange filled in
+  // here (ordered, the area reserved, an equal share of the GPU where ranks share it); false, with nothing
+  // enqueued, where the kernel does not take the call.
+  bool run_exchanged(const char* function, kernels::Sm90Matmul matmul, size_t block_rows, Stream stream);
   size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
   char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
   char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
@@ -119,10 +126,11 @@ int multiprocessors_of(int device) {
 // an eager call meets its peers on the host (its stream synchronised, then Communicator::barrier), so nothing of it
 // spins on the GPU: the same results, nothing overlapped (timings mean nothing in that mode anyway). A captured
 // call still meets on the GPU.
-// NOTE [epilogue reduce-scatter choice]
-// BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter as one launch of braid's Hopper GEMM with an
-// exchange (NOTE [reduce-scatter in the epilogue] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner
-// offers the kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The ranks agree once, at the first eager call
+// NOTE [one-launch choice]
+// BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter, and BRAID_ALL_GATHER_MATMUL=loads runs
+// all_gather_matmul, as one launch of braid's Hopper GEMM with an exchange (NOTE [reduce-scatter in the epilogue]
+// and NOTE [all-gather under the loads] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner offers the
+// kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The ranks agree once, at the first eager call that asks
 // (an all-reduce of the communicator, then a wait for it on the host); until then, and where any rank cannot, calls
 // take the pieces. The rest of the choice depends only on the call's arguments, which every rank shares: B
 // Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own limits.
@@ -138,7 +146,8 @@ FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collecti
       shares_gpu(context->ranks_per_gpu > 1),
       overlapped_gemm_multiprocessors(shares_gpu ? 0 : std::max(1, multiprocessors_of(device) - kReservedMultiprocessors)),
       gemm(device),
-      epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue") {
+      epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue"),
+      loads_wanted(Config::get().string("BRAID_ALL_GATHER_MATMUL").value_or("pieces") == "loads") {
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
   BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
@@ -180,9 +189,9 @@ void FusedMatmulState::meet() {
   comm.all_reduce(meeting_word, meeting_word, 1, DataType::kInt32, ReduceOp::kMax, side);
 }
 
-bool FusedMatmulState::runs_epilogue(Stream stream) {
-  if (!epilogue_wanted || size < 2) return false;
-  if (epilogue_agreed < 0) {
+bool FusedMatmulState::hopper_agreed_on(Stream stream) {
+  if (size < 2) return false;
+  if (hopper_agreed < 0) {
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status));
     if (status == cudaStreamCaptureStatusActive) return false;  // asked at the first eager call
@@ -191,15 +200,16 @@ bool FusedMatmulState::runs_epilogue(Stream stream) {
     comm.all_reduce(agreement_word, agreement_word, 1, DataType::kInt32, ReduceOp::kMin, stream);
     BRAID_CUDA(cudaMemcpyAsync(&able, agreement_word, sizeof(able), cudaMemcpyDeviceToHost, stream));
     BRAID_CUDA(cudaStreamSynchronize(stream));
-    epilogue_agreed = able;
+    hopper_agreed = able;
   }
-  return epilogue_agreed == 1;
+  return hopper_agreed == 1;
 }
 
-void FusedMatmulState::reserve_exchange(const char* function, size_t block_rows, size_t n, DataType type) {
-  const size_t flags = kernels::sm90_exchange_flag_bytes(size, block_rows, n);
+void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90ExchangeKind kind, size_t block_rows,
+                                        size_t columns, DataType type) {
+  const size_t flags = kernels::sm90_exchange_flag_bytes(kind, size, block_rows, columns);
   const size_t capacity = std::max(exchange_flags, flags);
-  const size_t bytes = kernels::sm90_exchange_bytes(size, block_rows, n, type, capacity);
+  const size_t bytes = kernels::sm90_exchange_bytes(size, block_rows, columns, type, capacity);
   if (exchange && flags <= exchange_flags && bytes <= exchange.bytes()) return;
   if (capture != 0) {
     raise_invalid_argument(function, "stream",
@@ -209,9 +219,47 @@ void FusedMatmulState::reserve_exchange(const char* function, size_t block_rows,
   }
   constexpr size_t kFlagGrain = size_t(64) << 10, kGrain = size_t(2) << 20;
   exchange_flags = (capacity + kFlagGrain - 1) / kFlagGrain * kFlagGrain;
-  const size_t grown = kernels::sm90_exchange_bytes(size, block_rows, n, type, exchange_flags);
+  const size_t grown = kernels::sm90_exchange_bytes(size, block_rows, columns, type, exchange_flags);
   exchange.reset();
   exchange = comm.alloc((grown + kGrain - 1) / kGrain * kGrain);
+}
+
+bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, size_t block_rows,
+                                     Stream stream) {
+  kernels::Sm90Matmul shape = matmul;  // the kernel's limits on the shape, before anything is reserved
+  shape.exchange = {};
+  if (!kernels::sm90_matmul_supports(shape)) return false;
+  collectives::raise_recorded_failure(*context);  // a wait of an earlier call that gave up, or a failure
+  const kernels::Sm90ExchangeKind kind = matmul.exchange.kind;
+  const size_t columns = kind == kernels::Sm90ExchangeKind::kAllGather ? matmul.k : matmul.n;
+  order(function, 0, stream);
+  reserve_exchange(function, kind, block_rows, columns, matmul.type);
+  // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
+  // (NOTE [one-launch choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
+  const int sharing = context->ranks_per_gpu;
+  matmul.multiprocessors =
+      sharing == 1 ? 0
+                   : std::max(2, kernels::sm90_exchange_resident_blocks(device, matmul.type, kind) / sharing / 2 * 2);
+  kernels::Sm90Exchange& x = matmul.exchange;
+  x.world = size;
+  x.rank = rank;
+  x.block_rows = block_rows;
+  x.local = static_cast<uint8_t*>(exchange.local());
+  x.peers = reinterpret_cast<uint8_t* const*>(exchange.device_peers());
+  x.host_peers = reinterpret_cast<uint8_t* const*>(exchange.peers());
+  x.received_offset = kernels::kSm90ExchangeFlagsOffset + exchange_flags;
+  x.pad = context->sync->pad();
+  if (!kernels::sm90_matmul_supports(matmul)) {  // the exchange as filled in here: always taken
+    raise(ErrorCode::kInternal, "{}: braid's Hopper GEMM refused the exchange it was given", function);
+  }
+  const cudaError_t status = kernels::launch_sm90_matmul(matmul, stream);
+  if (status != cudaSuccess) {
+    raise(ErrorCode::kCudaError, "{}: braid's Hopper GEMM with its exchange failed to launch: {}", function,
+          cudaGetErrorString(status));
+  }
+  ++(kind == kernels::Sm90ExchangeKind::kAllGather ? loads_calls : epilogue_calls);
+  end(stream);
+  return true;
 }
 
 void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
@@ -349,6 +397,10 @@ unsigned long long FusedMatmul::epilogue_reduce_scatters() const {
   return usable(state_, "FusedMatmul::epilogue_reduce_scatters").epilogue_calls;
 }
 
+unsigned long long FusedMatmul::all_gathers_under_loads() const {
+  return usable(state_, "FusedMatmul::all_gathers_under_loads").loads_calls;
+}
+
 void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout,
                                     size_t n, void* out, void* a_gathered, DataType type, Stream stream) {
   constexpr const char* kFunction = "FusedMatmul::all_gather_matmul";
@@ -373,6 +425,13 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
 
   DeviceGuard guard(state.device);
   if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);  // nothing to gather
+  if (state.loads_wanted && b_layout == Layout::kTransposed && rows % 128 == 0 &&
+      world <= kernels::kSm90ExchangeMaxWorld && state.hopper_agreed_on(stream)) {  // NOTE [one-launch choice]
+    kernels::Sm90Matmul matmul{type, m, k, n, a_shard, b, nullptr, out};
+    matmul.exchange.kind = kernels::Sm90ExchangeKind::kAllGather;
+    matmul.exchange.gathered = a_gathered;
+    if (state.run_exchanged(kFunction, matmul, rows, stream)) return;
+  }
   state.begin(kFunction, gathered_bytes, stream);
   cudaStream_t side = state.side;
   auto multiply = [&](const void* a, size_t first_row, size_t row_count, int multiprocessors) {
@@ -445,31 +504,11 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   DeviceGuard guard(state.device);
   if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
-  if (b_layout == Layout::kTransposed && rows % 128 == 0 && world <= kernels::kSm90ExchangeMaxWorld &&
-      state.runs_epilogue(stream)) {  // NOTE [epilogue reduce-scatter choice]
-    collectives::raise_recorded_failure(*state.context);  // a wait of an earlier call that gave up, or a failure
-    state.order(kFunction, 0, stream);
-    state.reserve_exchange(kFunction, rows, n, type);
-    // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
-    // (NOTE [epilogue reduce-scatter choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
-    const int sharing = state.context->ranks_per_gpu;
-    const int blocks =
-        sharing == 1 ? 0 : std::max(2, kernels::sm90_exchange_resident_blocks(state.device, type) / sharing / 2 * 2);
-    kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale, 0.0f, blocks};
-    matmul.exchange = kernels::Sm90Exchange{
-        world, rank, rows, static_cast<uint8_t*>(state.exchange.local()),
-        reinterpret_cast<uint8_t* const*>(state.exchange.device_peers()),
-        reinterpret_cast<uint8_t* const*>(state.exchange.peers()),
-        kernels::kSm90ExchangeFlagsOffset + state.exchange_flags, state.context->sync->pad()};
-    if (kernels::sm90_matmul_supports(matmul)) {
-      const cudaError_t status = kernels::launch_sm90_matmul(matmul, stream);
-      if (status != cudaSuccess) {
-        raise(ErrorCode::kCudaError, "{}: braid's Hopper GEMM with its reduce-scatter failed to launch: {}", kFunction,
-              cudaGetErrorString(status));
-      }
-      ++state.epilogue_calls;
-      return state.end(stream);
-    }
+  if (state.epilogue_wanted && b_layout == Layout::kTransposed && rows % 128 == 0 &&
+      world <= kernels::kSm90ExchangeMaxWorld && state.hopper_agreed_on(stream)) {  // NOTE [one-launch choice]
+    kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale};
+    matmul.exchange.kind = kernels::Sm90ExchangeKind::kReduceScatter;
+    if (state.run_exchanged(kFunction, matmul, rows, stream)) return;
   }
   const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);
   state.begin(kFunction, checked_product(kFunction, "m", 2, partials), stream);

@@ -29,6 +29,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteMoeCountsCleared: return "wait for block 0 to clear the MoE expert counts";
     case kSiteExchangeRows: return "wait for a peer's rows of the reduce-scatter in the GEMM's epilogue";
     case kSiteExchangeFreed: return "wait for a peer to have read the previous call's rows";
+    case kSiteGatheredRows: return "wait for a peer's rows of A, gathered under the GEMM's loads";
   }
   return "wait";
 }

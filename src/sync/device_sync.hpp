@@ -29,6 +29,7 @@ enum WaitSite : unsigned int {
   kSiteMoeCountsCleared = 10,  // MoE dispatch waiting for its own kernel's block 0 to clear the expert counts
   kSiteExchangeRows = 11,      // the epilogue reduce-scatter waiting for a peer's rows (its flag)
   kSiteExchangeFreed = 12,     // ... for a peer to have read what this rank sent in the previous call
+  kSiteGatheredRows = 13,      // the all-gather under the GEMM's loads waiting for a peer's rows of A (a flag)
 };
 const char* wait_site_name(unsigned int site);
 

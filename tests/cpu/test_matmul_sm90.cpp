@@ -70,18 +70,66 @@ Sm90Matmul exchanged() {
   m.exchange.local = g_memory;
   m.exchange.peers = peers;
   m.exchange.host_peers = peers;
-  m.exchange.received_offset = kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(3, 384, m.n);
+  m.exchange.received_offset =
+      kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(Sm90ExchangeKind::kReduceScatter, 3, 384, m.n);
   static device::ErrorWord error{};
   m.exchange.pad.error = &error;
   m.exchange.pad.timeout_ns = 1'000'000'000;
   return m;
 }
 
+// An all-gather under the loads: 3 ranks of 384 rows, this rank's block as A, the exchange area laid out for that
+// shape (the received rows are rows of A, k wide).
+Sm90Matmul gathering() {
+  Sm90Matmul m = exchanged();
+  m.exchange.kind = Sm90ExchangeKind::kAllGather;
+  m.exchange.received_offset =
+      kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(Sm90ExchangeKind::kAllGather, 3, 384, m.k);
+  m.exchange.gathered = g_memory + 64;
+  return m;
+}
+
 TEST(Sm90Matmul, ExchangeAreaHoldsAFlagPerHalfTileAndTheReceivedBlocks) {
+  constexpr Sm90ExchangeKind kReduceScatter = Sm90ExchangeKind::kReduceScatter;
   // 3 row tiles x 2 column tiles (264 columns), 2 halves each, from each of 2 peers.
-  EXPECT_EQ(sm90_exchange_flag_bytes(3, 384, 264), 2u * 3 * 2 * 2 * sizeof(uint64_t));
-  EXPECT_EQ(sm90_exchange_flag_bytes(2, 128, 8), 2u * sizeof(uint64_t));
-  EXPECT_EQ(sm90_exchange_bytes(3, 384, 264, DataType::kBFloat16, 4096), kSm90ExchangeFlagsOffset + 4096 + 2u * 384 * 264 * 2);
+  EXPECT_EQ(sm90_exchange_flag_bytes(kReduceScatter, 3, 384, 264), 2u * 3 * 2 * 2 * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_flag_bytes(kReduceScatter, 2, 128, 8), 2u * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_bytes(3, 384, 264, DataType::kBFloat16, 4096),
+            kSm90ExchangeFlagsOffset + 4096 + 2u * 384 * 264 * 2);
+}
+
+TEST(Sm90Matmul, AllGatherAreaHoldsAFlagPerPieceOfKAndTheReceivedRows) {
+  constexpr Sm90ExchangeKind kAllGather = Sm90ExchangeKind::kAllGather;
+  // A piece is 128 rows x 8 steps of 64 columns of K: 3 row tiles x 2 pieces (520 columns: 9 steps), from each of 2
+  // peers; K of 8 (one step) is one piece.
+  EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 3, 384, 520), 2u * 3 * 2 * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 3, 384, 512), 2u * 3 * 1 * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 2, 128, 8), 1u * sizeof(uint64_t));
+  EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 8, 256, 4096), 7u * 2 * 8 * sizeof(uint64_t));
+}
+
+TEST(Sm90Matmul, TakesAnAllGatherWithItsOwnRowsAsA) {
+  EXPECT_TRUE(sm90_matmul_supports(gathering()));
+  {
+    Sm90Matmul m = gathering();
+    m.exchange.gathered = nullptr;  // the gathered A is optional
+    EXPECT_TRUE(sm90_matmul_supports(m));
+  }
+  auto refused = [](void (*change)(Sm90Matmul&)) {
+    Sm90Matmul m = gathering();
+    change(m);
+    return !sm90_matmul_supports(m);
+  };
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.gathered = g_memory + 72; }));  // not 16-byte aligned
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.received_offset -= 8; }));      // flags would overlap the rows
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.exchange.kind = static_cast<Sm90ExchangeKind>(7); }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.c = g_memory + 48; }));
+  EXPECT_TRUE(refused([](Sm90Matmul& m) { m.rows = 2 * 384; }));  // rows != world x block_rows
+  EXPECT_TRUE(refused([](Sm90Matmul& m) {  // a gathered A is an all-gather's only
+    m.exchange.kind = Sm90ExchangeKind::kReduceScatter;
+    m.exchange.received_offset =
+        kSm90ExchangeFlagsOffset + sm90_exchange_flag_bytes(Sm90ExchangeKind::kReduceScatter, 3, 384, m.n);
+  }));
 }
 
 TEST(Sm90Matmul, TakesAnExchangeOfWholeRowTilesWithoutC) {

@@ -367,10 +367,23 @@ TEST(ModelConstants, EpilogueExchange) {
   EXPECT_GE(constant(model, "CALLS"), 3) << "a block is rewritten by a later call while a slow peer may still read";
 }
 
+// The all-gather under the loads' model: as the epilogue's, a received block and a flag for each peer, a world the
+// kernel takes, and calls enough for a rank a call ahead of a peer that still reads.
+TEST(ModelConstants, LoadsGather) {
+  const auto model = model_constants("loads_gather");
+  EXPECT_GE(constant(model, "RANKS"), 3) << "a rank receives from two peers, one of which may be a call ahead";
+  EXPECT_LE(constant(model, "RANKS"), kernels::kSm90ExchangeMaxWorld);
+  EXPECT_EQ(constant(model, "SLOTS"), constant(model, "RANKS") - 1)
+      << "an area holds a received block for each peer (kernels::sm90_exchange_bytes)";
+  EXPECT_EQ(kernels::sm90_exchange_bytes(3, 128, 512, DataType::kBFloat16, 0),
+            kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 512 * 2);
+  EXPECT_GE(constant(model, "CALLS"), 3) << "a block is rewritten by a later call while a slow peer may still read";
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
   for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure",
-                            "announced_gather", "automatic_exposure", "epilogue_exchange"}) {
+                            "announced_gather", "automatic_exposure", "epilogue_exchange", "loads_gather"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }

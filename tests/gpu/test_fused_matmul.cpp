@@ -568,6 +568,190 @@ TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
   }
 }
 
+constexpr const char* kLoadsNeeds =
+    "needs BRAID_ALL_GATHER_MATMUL=loads, BRAID_GEMM_TUNING on and a GPU of compute capability 9.0";
+
+// Whether this process runs all_gather_matmul under the Hopper GEMM's loads where the shape allows: asked for
+// (BRAID_ALL_GATHER_MATMUL=loads), on a GPU of compute capability 9.0, with braid's GEMM among the candidates.
+bool loads_expected(int device) {
+  const char* choice = std::getenv("BRAID_ALL_GATHER_MATMUL");
+  const char* tuning = std::getenv("BRAID_GEMM_TUNING");
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return choice != nullptr && std::string(choice) == "loads" && (tuning == nullptr || std::string(tuning) == "on") &&
+         major == 9 && minor == 0;
+}
+
+// The all-gather under braid's Hopper GEMM's loads (NOTE [all-gather under the loads]): shapes with several row
+// tiles and pieces of K a rank, K and N that end inside a step and a tile, one tile, a growing exchange area, both
+// datatypes, with and without the gathered A, on two streams with a delayed rank; a shape the kernel does not take
+// (rows not a multiple of 128) between them runs the pieces, and a reduce-scatter between them shares the exchange
+// area where it runs in the epilogue; each call counted where it ran.
+TEST(FusedMatmul, AllGatherUnderLoadsMatchesTheHostReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    if (!loads_expected(comm.device())) {
+      GTEST_SKIP() << kLoadsNeeds;
+    }
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
+    StreamHandle first, second;
+    const cudaStream_t streams[2] = {first.get(), second.get()};
+    const std::vector<Case> cases = {
+        {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},
+        {DataType::kFloat16, Layout::kTransposed, 256, 520, 136},
+        {DataType::kBFloat16, Layout::kTransposed, 384, 1096, 264},
+        {DataType::kBFloat16, Layout::kTransposed, 128, 8, 8},
+        {DataType::kBFloat16, Layout::kTransposed, 37, 64, 64},
+        {DataType::kFloat16, Layout::kTransposed, 1024, 512, 768},
+        {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},
+    };
+    const int world = comm.size();
+    const bool epilogue = epilogue_expected(comm.device());
+    unsigned long long loads_calls = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case& c = cases[i];
+      const bool under_loads = c.rows % 128 == 0;
+      check_all_gather_matmul(fused, comm.rank(), world, c, 1800 + i, streams[i % 2], /*gather_a=*/i % 2 == 0,
+                              static_cast<int>(i % world));
+      loads_calls += under_loads;
+      EXPECT_EQ(fused.all_gathers_under_loads(), loads_calls) << "rank " << comm.rank() << " " << describe(c);
+      if (i % 3 == 2) {  // a reduce-scatter between, in the same exchange area where it runs in the epilogue
+        const Case between{DataType::kBFloat16, Layout::kTransposed, 256, 192, 264};
+        check_matmul_reduce_scatter(fused, comm.rank(), world, between, ReduceOp::kSum, 1850 + i, streams[i % 2], -1,
+                                    epilogue ? PeersSum::kFloat32 : PeersSum::kRounded);
+      }
+    }
+    for (int call = 0; call < 8; ++call) {  // back to back, each rank's stream running ahead of the checks' waits
+      check_all_gather_matmul(fused, comm.rank(), world, cases[0], 1900 + call, streams[0], /*gather_a=*/call % 2 == 1);
+    }
+    EXPECT_EQ(fused.all_gathers_under_loads(), loads_calls + 8);
+  });
+}
+
+// All-gathers under the loads of two shapes captured into one graph, after eager calls that made the exchange area,
+// replayed on new inputs: every replay equals the reference, the gathered A included (the stamps advance on the
+// GPU).
+TEST(FusedMatmul, AllGatherUnderLoadsGraphReplaysMatchTheReference) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    if (!loads_expected(comm.device())) {
+      GTEST_SKIP() << kLoadsNeeds;
+    }
+    const int rank = comm.rank(), world = comm.size();
+    FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    const Case shapes[2] = {{DataType::kBFloat16, Layout::kTransposed, 256, 584, 264},
+                            {DataType::kFloat16, Layout::kTransposed, 128, 64, 512}};
+    check_all_gather_matmul(fused, rank, world, shapes[0], 2000, stream, /*gather_a=*/true);
+    check_all_gather_matmul(fused, rank, world, shapes[1], 2001, stream, /*gather_a=*/false);
+    std::vector<Matrix> shards[2] = {std::vector<Matrix>(world), std::vector<Matrix>(world)};
+    Matrix bs[2];
+    void* outs[2];
+    const size_t m[2] = {shapes[0].rows * world, shapes[1].rows * world};
+    void* gathered = poisoned(m[0] * shapes[0].k * 2);  // shape 0's gathered A; shape 1 asks for none
+    auto fill = [&](uint64_t seed) {
+      for (int s = 0; s < 2; ++s) {
+        for (int q = 0; q < world; ++q) {
+          make_random(shards[s][q], shapes[s].rows, shapes[s].k, shapes[s].type, seed_of(seed + s, q));
+        }
+        make_random(bs[s], shapes[s].n, shapes[s].k, shapes[s].type, seed_of(seed + s, 1000));
+      }
+    };
+    fill(2100);
+    for (int s = 0; s < 2; ++s) outs[s] = poisoned(m[s] * shapes[s].n * 2);
+    host_barrier();
+    const unsigned long long before = fused.all_gathers_under_loads();
+    GraphHandles graph;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    for (int s = 0; s < 2; ++s) {
+      fused.all_gather_matmul(shards[s][rank].device, shapes[s].rows, shapes[s].k, bs[s].device, shapes[s].layout,
+                              shapes[s].n, outs[s], s == 0 ? gathered : nullptr, shapes[s].type, stream);
+    }
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph.graph), cudaSuccess);
+    EXPECT_EQ(fused.all_gathers_under_loads(), before + 2);
+    graph.exec = instantiate_on_every_rank(graph.graph, stream);
+    for (uint64_t replay = 0; replay < 4; ++replay) {
+      fill(2200 + 10 * replay);
+      for (int s = 0; s < 2; ++s) {
+        ASSERT_EQ(cudaMemsetAsync(outs[s], kPoison, m[s] * shapes[s].n * 2, stream), cudaSuccess);
+      }
+      ASSERT_EQ(cudaMemsetAsync(gathered, kPoison, m[0] * shapes[0].k * 2, stream), cudaSuccess);
+      host_barrier();
+      ASSERT_EQ(cudaGraphLaunch(graph.exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      for (int s = 0; s < 2; ++s) {
+        const std::string what = "rank " + std::to_string(rank) + " replay " + std::to_string(replay) + " " +
+                                 describe(shapes[s]);
+        const std::vector<float> got = download(shapes[s].type, outs[s], m[s] * shapes[s].n);
+        EXPECT_EQ(wrong_gathered_products(shards[s], bs[s], shapes[s], got, what), 0u) << what;
+      }
+      EXPECT_EQ(differing_gathered_a(shards[0], shapes[0], download(shapes[0].type, gathered, m[0] * shapes[0].k)), 0u)
+          << "rank " << rank << " replay " << replay << ": a_gathered";
+      host_barrier();
+    }
+    for (void* out : outs) device_free(out);
+    device_free(gathered);
+  });
+}
+
+// An all-gather under the loads that its peer never joins, ended by the peer's revocation (within a second, not at
+// the timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call raises
+// kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call with it (the
+// agreement and the exchange area), then stays out.
+TEST(FusedMatmul, AllGatherUnderLoadsEndsOnARevocationAndOnTheTimeout) {
+  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
+  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
+  for (const bool revoke : {true, false}) {
+    std::atomic<bool> waiting{false}, done{false};
+    for_each_rank([&](const RankContext& context) {
+      Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
+      make_current(comm);
+      if (!loads_expected(comm.device())) {
+        GTEST_SKIP() << kLoadsNeeds;
+      }
+      FusedMatmul fused = FusedMatmul::create(comm);
+      StreamHandle stream_handle;
+      const cudaStream_t stream = stream_handle.get();
+      const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+      check_all_gather_matmul(fused, context.rank, 2, c, 2300, stream, /*gather_a=*/true);
+      const unsigned long long before = fused.all_gathers_under_loads();
+      DeviceBuffer a(c.rows * c.k * 2), b(c.n * c.k * 2), out(c.rows * 2 * c.n * 2);
+      cuda_check(cudaMemset(a.get(), 0, c.rows * c.k * 2), "cudaMemset");
+      cuda_check(cudaMemset(b.get(), 0, c.n * c.k * 2), "cudaMemset");
+      comm.barrier();
+      const std::string what = std::string(revoke ? "revoked" : "timed out") + ", rank " + std::to_string(context.rank);
+      if (context.rank == 1) {
+        fused.all_gather_matmul(a.get(), c.rows, c.k, b.get(), c.layout, c.n, out.get(), nullptr, c.type, stream);
+        EXPECT_EQ(fused.all_gathers_under_loads(), before + 1) << what;
+        const Clock::time_point started = Clock::now();
+        waiting = true;
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+        const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+        std::printf("[fused] all-gather %s: the waiting kernel ended after %.2f s\n", what.c_str(), waited);
+        EXPECT_LT(waited, revoke ? 1.5 : comm.timeout_s() + 2.0) << what;
+        done = true;
+      } else {
+        while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's kernel waits by now
+        if (revoke) comm.revoke();
+        while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!revoke) return;  // never raises: only rank 1 waited
+      }
+      try {
+        fused.all_gather_matmul(a.get(), c.rows, c.k, b.get(), c.layout, c.n, out.get(), nullptr, c.type, stream);
+        ADD_FAILURE() << what << ": the next call raised nothing";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
+        if (!revoke) {
+          EXPECT_NE(std::string(error.what()).find("all_gather_matmul"), std::string::npos) << error.what();
+        }
+      }
+    });
+  }
+}
+
 // The C API's fused calls (braid.h) against the host reference, on a C communicator; its argument checks name the
 // argument; the FusedMatmul is freed after the communicator, as braid.h allows.
 TEST(FusedMatmul, CApiMatchesTheHostReference) {
