@@ -831,7 +831,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Warp w's lane 0 releases stages to block w of the cluster.
     const bool releases = tid % 32 == 0 && tid / 32 < kCluster;
     float acc[128];
-    uint32_t handoffs = 0;  // Exchanged: the store warp's handoffs of this warpgroup's staging buffer
+    uint32_t handoffs = 0;  // ReduceScatter: the store warp's handoffs of this warpgroup's staging buffer
     int stage = 0;
     uint32_t phase = 0;
     for (int u = first_unit; u < units; u += unit_step) {
