@@ -73,13 +73,13 @@ class FusedMatmul {
   // multiplied once the copy engines have brought them. Each output element is one GEMM's (cuBLASLt's or braid's
   // kernel, float32 accumulation rounded once) for a block of rows.
   // BRAID_ALL_GATHER_MATMUL=loads (set alike on every rank): where every rank's GPU has compute capability 9.0 and
-  // BRAID_GEMM_TUNING is on (agreed once, at the first call of either kind that asks for one launch on a stream not
-  // being captured, which waits for that agreement on the host), and b_layout is kTransposed, rows a multiple of 128, k
-  // and n multiples of 8 and size() at most 8, the call is instead one launch of braid's Hopper GEMM: it multiplies
-  // this rank's rows first while it copies them into every peer's exchange area (a symmetric allocation of its own,
-  // grown like the workspace) and into a_gathered, and each load of a peer's rows waits until they have arrived; each
-  // output element is that kernel's (float32 accumulation rounded once). Its waits for the peers are bounded and end as
-  // matmul_reduce_scatter's below do.
+  // BRAID_GEMM_TUNING is on (agreed once, at the first call of either kind that asks for one launch and meets the
+  // conditions below, on a stream not being captured, which waits for that agreement on the host), and b_layout is
+  // kTransposed, rows a multiple of 128, k and n multiples of 8 and size() at most 8, the call is instead one launch of
+  // braid's Hopper GEMM: it multiplies this rank's rows first while it copies them into every peer's exchange area (a
+  // symmetric allocation of its own, grown like the workspace) and into a_gathered, and each load of a peer's rows
+  // waits until they have arrived; each output element is that kernel's (float32 accumulation rounded once). Its waits
+  // for the peers are bounded and end as matmul_reduce_scatter's below do.
   // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
   // nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,

@@ -450,6 +450,8 @@ struct ExchangeView {
   __device__ uint64_t* control(uint8_t* area, size_t offset) const {
     return reinterpret_cast<uint64_t*>(area + offset);
   }
+  // The freed word in `area` that rank q writes: the calls of q that have read what the area's rank sent it.
+  __device__ uint64_t* freed(uint8_t* area, int q) const { return control(area, kFreedOffset + q * sizeof(uint64_t)); }
   // The flag `index` (a half-tile, or a piece) that the peer `slot` places before this rank (slot 0: rank - 1) sends.
   __device__ uint64_t* flag(uint8_t* area, int slot, size_t index) const {
     return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * flags_per_peer + index;
@@ -462,10 +464,17 @@ struct ExchangeView {
   }
 };
 
+// Waits until `peer` has read what this rank sent it in its previous call (its freed word here reaches stamp - 1),
+// before this rank stores into the peer's area; false where the wait gave up (NOTE [stopped ranks]).
+__device__ __forceinline__ bool wait_freed(const ExchangeView& v, int peer, uint64_t stamp, Collective collective) {
+  return wait_for_word(v.x.pad, v.freed(v.x.local, peer), stamp - 1, collective, kSiteExchangeFreed, peer);
+}
+
 // A staging buffer holds a warpgroup's 64 rows x 256 columns as the copy engine moves them: 4 boxes of 64 columns
 // (kStagingBoxBytes each), each 64 rows of 128 bytes in the TMA's 128-byte swizzle (the 16-byte chunk c of row r at
 // chunk c ^ (r % 8)), so that the lanes' accesses below spread over the banks.
 constexpr int kStagingBoxCols = 64;
+static_assert(kStagingBoxCols == kTileK, "a staging box is the tensor maps' box of 64 columns");
 constexpr uint32_t kStagingBoxBytes = 64 * kStagingBoxCols * 2;
 // The byte of the staging buffer where row `row`'s group `group` of 8 columns starts.
 __device__ __forceinline__ uint32_t staged_group(int row, int group) {
@@ -561,8 +570,7 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
     const int owner = sent_owner, slot = v.slot_of(x.rank, owner);
     uint8_t* peer = x.peers[owner];
     if (lane < 2 && !stopped && !((cleared >> owner) & 1)) {
-      stopped = !wait_for_word(x.pad, v.control(x.local, kFreedOffset + owner * sizeof(uint64_t)), stamp - 1,
-                               Collective::kMatmulReduceScatter, kSiteExchangeFreed, owner);
+      stopped = !wait_freed(v, owner, stamp, Collective::kMatmulReduceScatter);
       asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's stores after the acquire
       cleared |= uint64_t(1) << owner;
     }
@@ -640,7 +648,7 @@ __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t 
   *v.control(x.local, kCallsOffset) = stamp;
   __threadfence_system();
   for (int peer = 0; peer < x.world; ++peer) {
-    if (peer != x.rank) store_release_system(v.control(x.peers[peer], kFreedOffset + x.rank * sizeof(uint64_t)), stamp);
+    if (peer != x.rank) store_release_system(v.freed(x.peers[peer], x.rank), stamp);
   }
 }
 
@@ -679,8 +687,7 @@ __device__ __forceinline__ void gather_rows(const ExchangeView& v, const Exchang
       for (int i = 1; i < x.world && !stopped; ++i) {
         const int peer = (x.rank + i) % x.world;
         if ((cleared >> peer) & 1) continue;
-        stopped = !wait_for_word(x.pad, v.control(x.local, kFreedOffset + peer * sizeof(uint64_t)), stamp - 1,
-                                 Collective::kAllGatherMatmul, kSiteExchangeFreed, peer);
+        stopped = !wait_freed(v, peer, stamp, Collective::kAllGatherMatmul);
         cleared |= uint64_t(1) << peer;
       }
       if (stopped) break;
@@ -940,6 +947,7 @@ int resident_blocks(int device, DataType type, Variant variant) {
   return clusters * kCluster;
 }
 
+// A row-major [rows, k] matrix at `base` in boxes of 64 columns x box_rows rows, in the 128-byte swizzle.
 bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, size_t k, uint32_t box_rows) {
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(k) * 2};
@@ -950,20 +958,6 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
   return driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<void*>(base), dims, strides, box,
                                          element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
-// A reduce-scatter's received blocks in an exchange area, as ExchangeMaps says (an all-gather's are tiles of A).
-bool received_map(CUtensorMap& map, DataType type, const uint8_t* area, const Sm90Exchange& x, size_t n) {
-  const cuuint64_t dims[2] = {cuuint64_t(n), cuuint64_t(x.block_rows) * (x.world - 1)};
-  const cuuint64_t strides[1] = {cuuint64_t(n) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kStagingBoxCols), 64};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUtensorMapDataType data_type =
-      type == DataType::kBFloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return driver().cuTensorMapEncodeTiled(&map, data_type, 2, const_cast<uint8_t*>(area + x.received_offset), dims,
-                                         strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
@@ -1075,10 +1069,12 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
   }
   ExchangeMaps maps{};
   bool mapped = true;
-  // The received blocks: a reduce-scatter's rows of D, an all-gather's rows of A (in A's tiles).
+  // The received blocks: a reduce-scatter's rows of D in the staging buffers' boxes, an all-gather's rows of A in
+  // A's tiles.
+  const bool reduce_scatter = variant == Variant::kReduceScatter;
   auto map_received = [&](CUtensorMap& map, const uint8_t* area) {
-    if (variant == Variant::kReduceScatter) return received_map(map, m.type, area, x, m.n);
-    return tensor_map(map, m.type, area + x.received_offset, x.block_rows * (x.world - 1), m.k, kTileRows);
+    return tensor_map(map, m.type, area + x.received_offset, x.block_rows * (x.world - 1), reduce_scatter ? m.n : m.k,
+                      reduce_scatter ? 64 : kTileRows);
   };
   mapped = map_received(maps.received, x.local);
   for (int peer = 0; peer < x.world; ++peer) {

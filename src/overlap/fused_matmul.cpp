@@ -95,10 +95,11 @@ struct FusedMatmulState {
   // capture) where needed.
   void reserve_exchange(const char* function, kernels::Sm90ExchangeKind kind, size_t block_rows, size_t columns,
                         DataType type);
-  // A call in one launch of braid's Hopper GEMM with an exchange of `matmul.exchange.kind`, its exchange filled in
-  // here (ordered, the area reserved, an equal share of the GPU where ranks share it); false, with nothing
-  // enqueued, where the kernel does not take the call.
-  bool run_exchanged(const char* function, kernels::Sm90Matmul matmul, size_t block_rows, Stream stream);
+  // A call in one launch of braid's Hopper GEMM with an exchange of `matmul.exchange.kind`, where it is asked for
+  // and every rank and the call allow it (NOTE [one-launch choice]), its exchange filled in here (ordered, the area
+  // reserved, an equal share of the GPU where ranks share it); false, with nothing enqueued, where not.
+  bool run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout, size_t block_rows,
+                     Stream stream);
   size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
   char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
   char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
@@ -130,10 +131,11 @@ int multiprocessors_of(int device) {
 // BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter, and BRAID_ALL_GATHER_MATMUL=loads runs
 // all_gather_matmul, as one launch of braid's Hopper GEMM with an exchange (NOTE [reduce-scatter in the epilogue]
 // and NOTE [all-gather under the loads] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner offers the
-// kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The ranks agree once, at the first eager call that asks
-// (an all-reduce of the communicator, then a wait for it on the host); until then, and where any rank cannot, calls
-// take the pieces. The rest of the choice depends only on the call's arguments, which every rank shares: B
-// Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own limits.
+// kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The rest of the choice depends only on the call's
+// arguments, which every rank shares: B Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own
+// limits (FusedMatmulState::run_exchanged checks them first). The ranks agree once, at the first eager call that asks
+// and whose arguments allow it (an all-reduce of the communicator, then a wait for it on the host); until then, and
+// where any rank cannot, calls take the pieces.
 // The kernel's waits for its peers spin on the GPU: where ranks share a GPU, each takes an equal share of its
 // multiprocessors, so that every rank's launch is resident at once.
 
@@ -224,13 +226,19 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
   exchange = comm.alloc((grown + kGrain - 1) / kGrain * kGrain);
 }
 
-bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, size_t block_rows,
-                                     Stream stream) {
-  kernels::Sm90Matmul shape = matmul;  // the kernel's limits on the shape, before anything is reserved
-  shape.exchange = {};
-  if (!kernels::sm90_matmul_supports(shape)) return false;
-  collectives::raise_recorded_failure(*context);  // a wait of an earlier call that gave up, or a failure
+bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout,
+                                     size_t block_rows, Stream stream) {
   const kernels::Sm90ExchangeKind kind = matmul.exchange.kind;
+  const bool wanted = kind == kernels::Sm90ExchangeKind::kAllGather ? loads_wanted : epilogue_wanted;
+  // What the call's arguments allow (the same on every rank), checked before the ranks agree or anything is
+  // reserved: the kernel's limits on the shape, and those of its exchange.
+  kernels::Sm90Matmul shape = matmul;
+  shape.exchange = {};
+  if (!wanted || b_layout != Layout::kTransposed || block_rows % 128 != 0 || size > kernels::kSm90ExchangeMaxWorld ||
+      !kernels::sm90_matmul_supports(shape) || !hopper_agreed_on(stream)) {
+    return false;
+  }
+  collectives::raise_recorded_failure(*context);  // a wait of an earlier call that gave up, or a failure
   const size_t columns = kind == kernels::Sm90ExchangeKind::kAllGather ? matmul.k : matmul.n;
   order(function, 0, stream);
   reserve_exchange(function, kind, block_rows, columns, matmul.type);
@@ -425,12 +433,11 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
 
   DeviceGuard guard(state.device);
   if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);  // nothing to gather
-  if (state.loads_wanted && b_layout == Layout::kTransposed && rows % 128 == 0 &&
-      world <= kernels::kSm90ExchangeMaxWorld && state.hopper_agreed_on(stream)) {  // NOTE [one-launch choice]
+  {
     kernels::Sm90Matmul matmul{type, m, k, n, a_shard, b, nullptr, out};
     matmul.exchange.kind = kernels::Sm90ExchangeKind::kAllGather;
     matmul.exchange.gathered = a_gathered;
-    if (state.run_exchanged(kFunction, matmul, rows, stream)) return;
+    if (state.run_exchanged(kFunction, matmul, b_layout, rows, stream)) return;  // NOTE [one-launch choice]
   }
   state.begin(kFunction, gathered_bytes, stream);
   cudaStream_t side = state.side;
@@ -504,12 +511,12 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   DeviceGuard guard(state.device);
   if (k == 0) return state.zeros(kFunction, out, out_bytes, stream);
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
-  if (state.epilogue_wanted && b_layout == Layout::kTransposed && rows % 128 == 0 &&
-      world <= kernels::kSm90ExchangeMaxWorld && state.hopper_agreed_on(stream)) {  // NOTE [one-launch choice]
+  {
     kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale};
     matmul.exchange.kind = kernels::Sm90ExchangeKind::kReduceScatter;
-    if (state.run_exchanged(kFunction, matmul, rows, stream)) return;
+    if (state.run_exchanged(kFunction, matmul, b_layout, rows, stream)) return;  // NOTE [one-launch choice]
   }
+
   const size_t received = 0, partials = checked_product(kFunction, "m", static_cast<size_t>(world), block_bytes);
   state.begin(kFunction, checked_product(kFunction, "m", 2, partials), stream);
   cudaStream_t side = state.side;

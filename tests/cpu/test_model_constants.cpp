@@ -354,30 +354,24 @@ TEST(ModelConstants, AutomaticExposure) {
   EXPECT_GE(constant(model, "CALLS"), constant(model, "REPLACES") + 2) << "a call after each replacement";
 }
 
-// The epilogue reduce-scatter's model: a received block and a flag for each peer, a world the kernel takes, and
-// calls enough for a rank a call ahead of a peer that still reads.
-TEST(ModelConstants, EpilogueExchange) {
-  const auto model = model_constants("epilogue_exchange");
-  EXPECT_GE(constant(model, "RANKS"), 3) << "a rank receives from two peers, one of which may be a call ahead";
-  EXPECT_LE(constant(model, "RANKS"), kernels::kSm90ExchangeMaxWorld);
-  EXPECT_EQ(constant(model, "SLOTS"), constant(model, "RANKS") - 1)
-      << "an area holds a received block for each peer (kernels::sm90_exchange_bytes)";
+// The models of an exchange of braid's Hopper GEMM (the epilogue reduce-scatter's, the all-gather under the loads'):
+// a received block and a flag for each peer, a world the kernel takes, and calls enough for a rank a call ahead of
+// a peer that still reads.
+TEST(ModelConstants, HopperGemmExchanges) {
+  for (const char* name : {"epilogue_exchange", "loads_gather"}) {
+    const auto model = model_constants(name);
+    EXPECT_GE(constant(model, "RANKS"), 3)
+        << name << ": a rank receives from two peers, one of which may be a call ahead";
+    EXPECT_LE(constant(model, "RANKS"), kernels::kSm90ExchangeMaxWorld) << name;
+    EXPECT_EQ(constant(model, "SLOTS"), constant(model, "RANKS") - 1)
+        << name << ": an area holds a received block for each peer (kernels::sm90_exchange_bytes)";
+    EXPECT_GE(constant(model, "CALLS"), 3)
+        << name << ": a block is rewritten by a later call while a slow peer may still read";
+  }
   EXPECT_EQ(kernels::sm90_exchange_bytes(3, 128, 256, DataType::kBFloat16, 0),
             kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 256 * 2);
-  EXPECT_GE(constant(model, "CALLS"), 3) << "a block is rewritten by a later call while a slow peer may still read";
-}
-
-// The all-gather under the loads' model: as the epilogue's, a received block and a flag for each peer, a world the
-// kernel takes, and calls enough for a rank a call ahead of a peer that still reads.
-TEST(ModelConstants, LoadsGather) {
-  const auto model = model_constants("loads_gather");
-  EXPECT_GE(constant(model, "RANKS"), 3) << "a rank receives from two peers, one of which may be a call ahead";
-  EXPECT_LE(constant(model, "RANKS"), kernels::kSm90ExchangeMaxWorld);
-  EXPECT_EQ(constant(model, "SLOTS"), constant(model, "RANKS") - 1)
-      << "an area holds a received block for each peer (kernels::sm90_exchange_bytes)";
   EXPECT_EQ(kernels::sm90_exchange_bytes(3, 128, 512, DataType::kBFloat16, 0),
             kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 512 * 2);
-  EXPECT_GE(constant(model, "CALLS"), 3) << "a block is rewritten by a later call while a slow peer may still read";
 }
 
 // Every model reads: its #if blocks close and its numeric constants evaluate.

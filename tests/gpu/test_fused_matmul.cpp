@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -395,19 +396,90 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
   });
 }
 
-constexpr const char* kEpilogueNeeds =
-    "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute capability 9.0";
+// A fused call in one launch of braid's Hopper GEMM (NOTE [one-launch choice]): the setting that asks for it.
+struct OneLaunch {
+  const char* variable;
+  const char* value;
+  const char* needs;  // why a test of it skips
+};
+constexpr OneLaunch kEpilogue{"BRAID_MATMUL_REDUCE_SCATTER", "epilogue",
+                              "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
+                              "capability 9.0"};
+constexpr OneLaunch kLoads{"BRAID_ALL_GATHER_MATMUL", "loads",
+                           "needs BRAID_ALL_GATHER_MATMUL=loads, BRAID_GEMM_TUNING on and a GPU of compute capability "
+                           "9.0"};
 
-// Whether this process runs matmul_reduce_scatter in the epilogue where the shape allows: asked for
-// (BRAID_MATMUL_REDUCE_SCATTER=epilogue), on a GPU of compute capability 9.0, with braid's GEMM among the candidates.
-bool epilogue_expected(int device) {
-  const char* choice = std::getenv("BRAID_MATMUL_REDUCE_SCATTER");
+// Whether this process runs the call in one launch where the shape allows: asked for, on a GPU of compute
+// capability 9.0, with braid's GEMM among the candidates.
+bool one_launch_expected(const OneLaunch& launch, int device) {
+  const char* choice = std::getenv(launch.variable);
   const char* tuning = std::getenv("BRAID_GEMM_TUNING");
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return choice != nullptr && std::string(choice) == "epilogue" && (tuning == nullptr || std::string(tuning) == "on") &&
-         major == 9 && minor == 0;
+  return choice != nullptr && std::string(choice) == launch.value &&
+         (tuning == nullptr || std::string(tuning) == "on") && major == 9 && minor == 0;
+}
+
+// A call in one launch that its peer never joins, ended by the peer's revocation (within a second, not at the
+// timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call raises
+// kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call with it
+// (`first`: the agreement and the exchange area), then stays out. `call` enqueues the call on zeroed a, b and out of
+// `bytes` each, `count` reads the FusedMatmul's count of calls in one launch, `name` is the call's name in a
+// timeout.
+using FirstCall = std::function<void(FusedMatmul&, int rank, cudaStream_t)>;
+using ZerosCall = std::function<void(FusedMatmul&, void* a, void* b, void* out, cudaStream_t)>;
+using LaunchCount = std::function<unsigned long long(const FusedMatmul&)>;
+void check_one_launch_ends_on_a_revocation_and_on_the_timeout(const OneLaunch& launch, const char* name,
+                                                             const size_t (&bytes)[3], const FirstCall& first,
+                                                             const ZerosCall& call, const LaunchCount& count) {
+  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
+  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
+  for (const bool revoke : {true, false}) {
+    std::atomic<bool> waiting{false}, done{false};
+    for_each_rank([&](const RankContext& context) {
+      Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
+      make_current(comm);
+      if (!one_launch_expected(launch, comm.device())) {
+        GTEST_SKIP() << launch.needs;
+      }
+      FusedMatmul fused = FusedMatmul::create(comm);
+      StreamHandle stream_handle;
+      const cudaStream_t stream = stream_handle.get();
+      first(fused, context.rank, stream);
+      const unsigned long long before = count(fused);
+      DeviceBuffer a(bytes[0]), b(bytes[1]), out(bytes[2]);
+      cuda_check(cudaMemset(a.get(), 0, bytes[0]), "cudaMemset");
+      cuda_check(cudaMemset(b.get(), 0, bytes[1]), "cudaMemset");
+      comm.barrier();
+      const std::string what = std::string(name) + (revoke ? " revoked" : " timed out") + ", rank " +
+                               std::to_string(context.rank);
+      if (context.rank == 1) {
+        call(fused, a.get(), b.get(), out.get(), stream);
+        EXPECT_EQ(count(fused), before + 1) << what;
+        const Clock::time_point started = Clock::now();
+        waiting = true;
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
+        const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+        std::printf("[fused] %s: the waiting kernel ended after %.2f s\n", what.c_str(), waited);
+        EXPECT_LT(waited, revoke ? 1.5 : comm.timeout_s() + 2.0) << what;
+        done = true;
+      } else {
+        while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's kernel waits by now
+        if (revoke) comm.revoke();
+        while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!revoke) return;  // never raises: only rank 1 waited
+      }
+      try {
+        call(fused, a.get(), b.get(), out.get(), stream);
+        ADD_FAILURE() << what << ": the next call raised nothing";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
+        if (!revoke) EXPECT_NE(std::string(error.what()).find(name), std::string::npos) << error.what();
+      }
+    });
+  }
 }
 
 // The reduce-scatter in braid's Hopper GEMM's epilogue (NOTE [reduce-scatter in the epilogue]): shapes with several
@@ -417,8 +489,8 @@ bool epilogue_expected(int device) {
 TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!epilogue_expected(comm.device())) {
-      GTEST_SKIP() << kEpilogueNeeds;
+    if (!one_launch_expected(kEpilogue, comm.device())) {
+      GTEST_SKIP() << kEpilogue.needs;
     }
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     StreamHandle first, second;
@@ -453,8 +525,8 @@ TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
 TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!epilogue_expected(comm.device())) {
-      GTEST_SKIP() << kEpilogueNeeds;
+    if (!one_launch_expected(kEpilogue, comm.device())) {
+      GTEST_SKIP() << kEpilogue.needs;
     }
     const int rank = comm.rank(), world = comm.size();
     FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
@@ -510,77 +582,19 @@ TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
   });
 }
 
-// A reduce-scatter in the epilogue that its peer never joins, ended by the peer's revocation (within a second, not
-// at the timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call
-// raises kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call
-// with it (the agreement and the exchange area), then stays out.
+// A reduce-scatter in the epilogue that its peer never joins
+// (check_one_launch_ends_on_a_revocation_and_on_the_timeout).
 TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
-  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
-  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
-  for (const bool revoke : {true, false}) {
-    std::atomic<bool> waiting{false}, done{false};
-    for_each_rank([&](const RankContext& context) {
-      Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
-      make_current(comm);
-      if (!epilogue_expected(comm.device())) {
-        GTEST_SKIP() << kEpilogueNeeds;
-      }
-      FusedMatmul fused = FusedMatmul::create(comm);
-      StreamHandle stream_handle;
-      const cudaStream_t stream = stream_handle.get();
-      const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
-      check_matmul_reduce_scatter(fused, context.rank, 2, c, ReduceOp::kSum, 1700, stream, -1, PeersSum::kFloat32);
-      const unsigned long long before = fused.epilogue_reduce_scatters();
-      DeviceBuffer a(c.rows * 2 * c.k * 2), b(c.n * c.k * 2), out(c.rows * c.n * 2);
-      cuda_check(cudaMemset(a.get(), 0, c.rows * 2 * c.k * 2), "cudaMemset");
-      cuda_check(cudaMemset(b.get(), 0, c.n * c.k * 2), "cudaMemset");
-      comm.barrier();
-      const std::string what = std::string(revoke ? "revoked" : "timed out") + ", rank " + std::to_string(context.rank);
-      if (context.rank == 1) {
-        fused.matmul_reduce_scatter(a.get(), c.rows * 2, c.k, b.get(), c.layout, c.n, out.get(), c.type,
-                                    ReduceOp::kSum, stream);
-        EXPECT_EQ(fused.epilogue_reduce_scatters(), before + 1) << what;
-        const Clock::time_point started = Clock::now();
-        waiting = true;
-        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
-        const double waited = std::chrono::duration<double>(Clock::now() - started).count();
-        std::printf("[fused] %s: the waiting kernel ended after %.2f s\n", what.c_str(), waited);
-        EXPECT_LT(waited, revoke ? 1.5 : comm.timeout_s() + 2.0) << what;
-        done = true;
-      } else {
-        while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's kernel waits by now
-        if (revoke) comm.revoke();
-        while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (!revoke) return;  // never raises: only rank 1 waited
-      }
-      try {
-        fused.matmul_reduce_scatter(a.get(), c.rows * 2, c.k, b.get(), c.layout, c.n, out.get(), c.type,
-                                    ReduceOp::kSum, stream);
-        ADD_FAILURE() << what << ": the next call raised nothing";
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
-        if (!revoke) {
-          EXPECT_NE(std::string(error.what()).find("matmul_reduce_scatter"), std::string::npos) << error.what();
-        }
-      }
-    });
-  }
-}
-
-constexpr const char* kLoadsNeeds =
-    "needs BRAID_ALL_GATHER_MATMUL=loads, BRAID_GEMM_TUNING on and a GPU of compute capability 9.0";
-
-// Whether this process runs all_gather_matmul under the Hopper GEMM's loads where the shape allows: asked for
-// (BRAID_ALL_GATHER_MATMUL=loads), on a GPU of compute capability 9.0, with braid's GEMM among the candidates.
-bool loads_expected(int device) {
-  const char* choice = std::getenv("BRAID_ALL_GATHER_MATMUL");
-  const char* tuning = std::getenv("BRAID_GEMM_TUNING");
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  return choice != nullptr && std::string(choice) == "loads" && (tuning == nullptr || std::string(tuning) == "on") &&
-         major == 9 && minor == 0;
+  const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+  check_one_launch_ends_on_a_revocation_and_on_the_timeout(
+      kEpilogue, "matmul_reduce_scatter", {c.rows * 2 * c.k * 2, c.n * c.k * 2, c.rows * c.n * 2},
+      [&](FusedMatmul& fused, int rank, cudaStream_t stream) {
+        check_matmul_reduce_scatter(fused, rank, 2, c, ReduceOp::kSum, 1700, stream, -1, PeersSum::kFloat32);
+      },
+      [&](FusedMatmul& fused, void* a, void* b, void* out, cudaStream_t stream) {
+        fused.matmul_reduce_scatter(a, c.rows * 2, c.k, b, c.layout, c.n, out, c.type, ReduceOp::kSum, stream);
+      },
+      [](const FusedMatmul& fused) { return fused.epilogue_reduce_scatters(); });
 }
 
 // The all-gather under braid's Hopper GEMM's loads (NOTE [all-gather under the loads]): shapes with several row
@@ -591,8 +605,8 @@ bool loads_expected(int device) {
 TEST(FusedMatmul, AllGatherUnderLoadsMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!loads_expected(comm.device())) {
-      GTEST_SKIP() << kLoadsNeeds;
+    if (!one_launch_expected(kLoads, comm.device())) {
+      GTEST_SKIP() << kLoads.needs;
     }
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     StreamHandle first, second;
@@ -607,7 +621,7 @@ TEST(FusedMatmul, AllGatherUnderLoadsMatchesTheHostReference) {
         {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},
     };
     const int world = comm.size();
-    const bool epilogue = epilogue_expected(comm.device());
+    const bool epilogue = one_launch_expected(kEpilogue, comm.device());
     unsigned long long loads_calls = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
@@ -635,8 +649,8 @@ TEST(FusedMatmul, AllGatherUnderLoadsMatchesTheHostReference) {
 TEST(FusedMatmul, AllGatherUnderLoadsGraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!loads_expected(comm.device())) {
-      GTEST_SKIP() << kLoadsNeeds;
+    if (!one_launch_expected(kLoads, comm.device())) {
+      GTEST_SKIP() << kLoads.needs;
     }
     const int rank = comm.rank(), world = comm.size();
     FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
@@ -696,60 +710,19 @@ TEST(FusedMatmul, AllGatherUnderLoadsGraphReplaysMatchTheReference) {
   });
 }
 
-// An all-gather under the loads that its peer never joins, ended by the peer's revocation (within a second, not at
-// the timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call raises
-// kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call with it (the
-// agreement and the exchange area), then stays out.
+// An all-gather under the loads that its peer never joins
+// (check_one_launch_ends_on_a_revocation_and_on_the_timeout).
 TEST(FusedMatmul, AllGatherUnderLoadsEndsOnARevocationAndOnTheTimeout) {
-  if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
-  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
-  for (const bool revoke : {true, false}) {
-    std::atomic<bool> waiting{false}, done{false};
-    for_each_rank([&](const RankContext& context) {
-      Communicator comm = Communicator::init(context.rendezvous, test_options(revoke ? 30.0 : 2.0));
-      make_current(comm);
-      if (!loads_expected(comm.device())) {
-        GTEST_SKIP() << kLoadsNeeds;
-      }
-      FusedMatmul fused = FusedMatmul::create(comm);
-      StreamHandle stream_handle;
-      const cudaStream_t stream = stream_handle.get();
-      const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
-      check_all_gather_matmul(fused, context.rank, 2, c, 2300, stream, /*gather_a=*/true);
-      const unsigned long long before = fused.all_gathers_under_loads();
-      DeviceBuffer a(c.rows * c.k * 2), b(c.n * c.k * 2), out(c.rows * 2 * c.n * 2);
-      cuda_check(cudaMemset(a.get(), 0, c.rows * c.k * 2), "cudaMemset");
-      cuda_check(cudaMemset(b.get(), 0, c.n * c.k * 2), "cudaMemset");
-      comm.barrier();
-      const std::string what = std::string(revoke ? "revoked" : "timed out") + ", rank " + std::to_string(context.rank);
-      if (context.rank == 1) {
-        fused.all_gather_matmul(a.get(), c.rows, c.k, b.get(), c.layout, c.n, out.get(), nullptr, c.type, stream);
-        EXPECT_EQ(fused.all_gathers_under_loads(), before + 1) << what;
-        const Clock::time_point started = Clock::now();
-        waiting = true;
-        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << what;
-        const double waited = std::chrono::duration<double>(Clock::now() - started).count();
-        std::printf("[fused] all-gather %s: the waiting kernel ended after %.2f s\n", what.c_str(), waited);
-        EXPECT_LT(waited, revoke ? 1.5 : comm.timeout_s() + 2.0) << what;
-        done = true;
-      } else {
-        while (!waiting.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 1's kernel waits by now
-        if (revoke) comm.revoke();
-        while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        if (!revoke) return;  // never raises: only rank 1 waited
-      }
-      try {
-        fused.all_gather_matmul(a.get(), c.rows, c.k, b.get(), c.layout, c.n, out.get(), nullptr, c.type, stream);
-        ADD_FAILURE() << what << ": the next call raised nothing";
-      } catch (const Error& error) {
-        EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
-        if (!revoke) {
-          EXPECT_NE(std::string(error.what()).find("all_gather_matmul"), std::string::npos) << error.what();
-        }
-      }
-    });
-  }
+  const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+  check_one_launch_ends_on_a_revocation_and_on_the_timeout(
+      kLoads, "all_gather_matmul", {c.rows * c.k * 2, c.n * c.k * 2, c.rows * 2 * c.n * 2},
+      [&](FusedMatmul& fused, int rank, cudaStream_t stream) {
+        check_all_gather_matmul(fused, rank, 2, c, 2300, stream, /*gather_a=*/true);
+      },
+      [&](FusedMatmul& fused, void* a, void* b, void* out, cudaStream_t stream) {
+        fused.all_gather_matmul(a, c.rows, c.k, b, c.layout, c.n, out, nullptr, c.type, stream);
+      },
+      [](const FusedMatmul& fused) { return fused.all_gathers_under_loads(); });
 }
 
 // The C API's fused calls (braid.h) against the host reference, on a C communicator; its argument checks name the
