@@ -82,20 +82,28 @@ struct CollectiveContext {
   std::unique_ptr<HostMailbox> exposure_exchange;
 };
 
-// The ordering scope a call holds while it enqueues (after its checks), with its GPU current. Ranks that share a
-// GPU (ranks_per_gpu > 1) refuse the legacy default stream: ranks as threads of one process share their GPU's
-// context and so its legacy stream, where one rank's kernel would wait for a peer's queued behind it, forever.
-inline detail::CallOrder::Scope ordered(detail::CallOrder& order, int device, int ranks_per_gpu, Stream stream) {
+// Ranks that share a GPU (ranks_per_gpu > 1) refuse the legacy default stream: ranks as threads of one process
+// share their GPU's context and so its legacy stream, where one rank's kernel would wait for a peer's queued behind
+// it, forever. `function` names the call in the error.
+inline void refuse_shared_legacy_stream(const char* function, int ranks_per_gpu, Stream stream) {
   if (ranks_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
-    raise(ErrorCode::kInvalidArgument,
-          "argument 'stream' is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
-          "their calls would wait on each other there; pass a stream of the rank's own (or cudaStreamPerThread)");
+    raise_invalid_argument(function, "stream",
+                           "is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
+                           "their calls would wait on each other there; pass a stream of the rank's own (or "
+                           "cudaStreamPerThread)");
   }
+}
+
+// The ordering scope a call holds while it enqueues (after its checks), with its GPU current; the legacy stream
+// refused where ranks share a GPU.
+inline detail::CallOrder::Scope ordered(const char* function, detail::CallOrder& order, int device, int ranks_per_gpu,
+                                        Stream stream) {
+  refuse_shared_legacy_stream(function, ranks_per_gpu, stream);
   return detail::CallOrder::Scope(order, device, stream);
 }
 
-inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
-  return ordered(context.order, context.device, context.ranks_per_gpu, stream);
+inline detail::CallOrder::Scope ordered(const char* function, CollectiveContext& context, Stream stream) {
+  return ordered(function, context.order, context.device, context.ranks_per_gpu, stream);
 }
 
 }  // namespace braid::collectives

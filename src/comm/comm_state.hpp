@@ -51,8 +51,8 @@ void require_cuda_backend(const CommState& state, const char* function);
 collectives::CollectiveContext& cuda_context(CommState& state, const char* function);
 
 // The ordering scope of a call on `state` (collectives::ordered).
-inline CallOrder::Scope ordered(CommState& state, Stream stream) {
-  return collectives::ordered(*state.order, state.device, state.settings.ranks_per_gpu, stream);
+inline CallOrder::Scope ordered(const char* function, CommState& state, Stream stream) {
+  return collectives::ordered(function, *state.order, state.device, state.settings.ranks_per_gpu, stream);
 }
 
 }  // namespace braid::detail

@@ -282,8 +282,9 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
 }
 
 // Launches a dispatch or combine in the communicator's order of calls.
-void launch_call(detail::MoeState& state, const kernels::moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
-  const auto order = collectives::ordered(*state.comm, stream);
+void launch_call(const char* function, detail::MoeState& state, const kernels::moe::MoeLaunch& launch, bool dispatch,
+                 cudaStream_t stream) {
+  const auto order = collectives::ordered(function, *state.comm, stream);
   if (dispatch) {
     if (launch.slot_lines != 0) {
       kernels::moe::launch_line_dispatch(launch, state.shape.index_type, stream);
@@ -303,7 +304,7 @@ void launch_call(detail::MoeState& state, const kernels::moe::MoeLaunch& launch,
 void enqueue(detail::MoeState& state, kernels::moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
              detail::MoeState** hook_state, cudaStream_t stream) {
   launch.phase = hook != nullptr ? kernels::moe::kSendingHalf : kernels::moe::kWholeCall;
-  launch_call(state, launch, dispatch, stream);
+  launch_call(function, state, launch, dispatch, stream);
   if (hook == nullptr) return;
   launch.phase = kernels::moe::kReceivingHalf;
   state.pending = launch;
@@ -447,11 +448,12 @@ MoeHook& MoeHook::operator=(MoeHook&& other) noexcept {
 void MoeHook::receive(Stream stream) {
   const char* function = "MoeHook::receive";
   if (state_ == nullptr) raise_invalid_argument(function, "hook", "holds no receiving half (received already, or never given to a call)");
+  collectives::refuse_shared_legacy_stream(function, state_->comm->ranks_per_gpu, stream);  // the hook kept
   detail::MoeState& state = *std::exchange(state_, nullptr);
   set_log_rank(state.comm->rank);
   state.comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
   state.pending_call = nullptr;
-  launch_call(state, state.pending, state.pending_dispatch, stream);
+  launch_call(function, state, state.pending, state.pending_dispatch, stream);
 }
 
 namespace {

@@ -228,6 +228,7 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
 
 bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout,
                                      size_t block_rows, Stream stream) {
+  collectives::refuse_shared_legacy_stream(function, context->ranks_per_gpu, stream);  // before the agreement's call
   const kernels::Sm90ExchangeKind kind = matmul.exchange.kind;
   const bool wanted = kind == kernels::Sm90ExchangeKind::kAllGather ? loads_wanted : epilogue_wanted;
   // What the call's arguments allow (the same on every rank), checked before the ranks agree or anything is
@@ -271,11 +272,7 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
 }
 
 void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
-  if (shares_gpu && (stream == nullptr || stream == cudaStreamLegacy)) {  // as every call of the communicator
-    raise_invalid_argument(function, "stream",
-                           "is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
-                           "their calls would wait on each other there; pass a stream of the rank's own");
-  }
+  collectives::refuse_shared_legacy_stream(function, context->ranks_per_gpu, stream);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &capture));
   if (status != cudaStreamCaptureStatusActive) capture = 0;

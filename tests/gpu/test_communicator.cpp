@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/braid.h"
 #include "braid/braid.hpp"
+#include "braid/fused_matmul.hpp"
 #include "collective_reference.hpp"
 #include "world.hpp"
 
@@ -359,6 +362,69 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
     cudaFree(weights);
     cudaFree(ids);
     EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
+// Ranks that share a GPU refuse its legacy default stream (null and cudaStreamLegacy) in every kind of call that
+// takes a stream: kInvalidArgument naming 'stream' and the call, before anything is enqueued, so the ranks stay in
+// step: an all-reduce on a stream of their own then gives the right sum.
+TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
+  if (!ranks_share_gpus()) GTEST_SKIP() << "no two ranks share a GPU here";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int me = comm.rank(), peer = (comm.rank() + 1) % comm.size();
+    const size_t count = 4096;
+    int32_t *send = nullptr, *recv = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), count * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), count * sizeof(int32_t) * comm.size()), cudaSuccess);
+    std::vector<int32_t> mine(count);
+    for (size_t i = 0; i < count; ++i) mine[i] = static_cast<int32_t>(mix64((uint64_t(me) << 32) + i) % 1000003) + 1;
+    ASSERT_EQ(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+    FusedMatmul fused = FusedMatmul::create(comm);
+    const size_t rows = 16, k = 8, n = 8;  // bf16 operands: the int32 buffers hold them
+    const std::vector<std::pair<const char*, std::function<void(cudaStream_t)>>> calls = {
+        {"Communicator::all_reduce",
+         [&](cudaStream_t s) { comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, s); }},
+        {"Communicator::all_gather", [&](cudaStream_t s) { comm.all_gather(send, recv, count, DataType::kInt32, s); }},
+        {"Communicator::send", [&](cudaStream_t s) { comm.send(send, count, DataType::kInt32, peer, s); }},
+        {"FusedMatmul::matmul_reduce_scatter",
+         [&](cudaStream_t s) {
+           fused.matmul_reduce_scatter(send, rows * comm.size(), k, send, Layout::kTransposed, n, recv,
+                                       DataType::kBFloat16, ReduceOp::kSum, s);
+         }},
+        {"FusedMatmul::all_gather_matmul",
+         [&](cudaStream_t s) {
+           fused.all_gather_matmul(send, rows, k, send, Layout::kTransposed, n, recv, nullptr, DataType::kBFloat16, s);
+         }},
+    };
+    for (const auto& [function, call] : calls) {
+      for (cudaStream_t legacy : {cudaStream_t(nullptr), cudaStreamLegacy}) {
+        try {
+          call(legacy);
+          ADD_FAILURE() << "rank " << me << ": " << function << " on the legacy stream was accepted";
+        } catch (const Error& error) {
+          EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << error.what();
+          EXPECT_TRUE(contains(error.what(), "'stream'")) << error.what();
+          EXPECT_TRUE(contains(error.what(), function)) << error.what();
+        }
+      }
+    }
+    StreamHandle stream;
+    comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, stream.get());
+    ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
+    comm.check();
+    std::vector<int32_t> got(count);
+    ASSERT_EQ(cudaMemcpy(got.data(), recv, count * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; ++i) {
+      int64_t sum = 0;
+      for (int r = 0; r < comm.size(); ++r) sum += static_cast<int32_t>(mix64((uint64_t(r) << 32) + i) % 1000003) + 1;
+      wrong += got[i] != static_cast<int32_t>(sum);
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << me;
+    cudaFree(send);
+    cudaFree(recv);
+    comm.barrier();
   });
 }
 
