@@ -501,25 +501,15 @@ braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shap
     braid::MoeShape cpp;
     cpp.hidden = shape->hidden;
     cpp.type = data_type(shape->datatype);
-    if (shape->dispatch_datatype != shape->datatype) {
-      if (shape->dispatch_datatype != braidFloat8e4m3 && shape->dispatch_datatype != braidFloat8e5m2) {
-        braid::raise_invalid_argument("braidMoeBufferCreate", "shape->dispatch_datatype",
-                                      "is {} and datatype {}: it equals datatype, or is braidFloat8e4m3 or "
-                                      "braidFloat8e5m2 for fp8 dispatch",
-                                      static_cast<int>(shape->dispatch_datatype), static_cast<int>(shape->datatype));
-      }
-      cpp.dispatch_type = data_type(shape->dispatch_datatype);
-    }
+    // Out-of-range values pass through: MoeBuffer::create refuses them inside the ranks' exchange of shapes, so every
+    // rank fails at once (NOTE [a refused shape in the allgather]).
+    if (shape->dispatch_datatype != shape->datatype) cpp.dispatch_type = data_type(shape->dispatch_datatype);
     cpp.index_type = data_type(shape->index_datatype);
     cpp.max_tokens = shape->max_tokens;
     cpp.top_k = shape->top_k;
     cpp.experts = shape->experts;
     cpp.expert_alignment = shape->expert_alignment;
     cpp.capacity_rows = shape->capacity_rows;
-    if (shape->layout != braidMoeExpertMajor && shape->layout != braidMoeRankMajor) {
-      braid::raise_invalid_argument("braidMoeBufferCreate", "shape->layout", "is {}; braidMoeExpertMajor (0) or braidMoeRankMajor (1)",
-                                    static_cast<int>(shape->layout));
-    }
     cpp.layout = static_cast<braid::MoeLayout>(shape->layout);
     cpp.max_sms = shape->max_sms;
     cpp.low_latency = shape->low_latency != 0;

@@ -412,6 +412,12 @@ detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, co
   return state;
 }
 
+detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, const char* function, Stream stream) {
+  CommState& state = enter(state_ptr, function);
+  collectives::refuse_shared_legacy_stream(function, state.settings.ranks_per_gpu, stream);
+  return state;
+}
+
 std::shared_ptr<collectives::CollectiveContext> Communicator::cuda_context(const char* function) const {
   // Aliasing the state: whoever holds the context keeps the communicator alive.
   return std::shared_ptr<collectives::CollectiveContext>(state_, &detail::cuda_context(detail::usable(state_, function), function));

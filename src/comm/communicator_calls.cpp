@@ -16,7 +16,7 @@ using collectives::CollectiveCall;
 
 // Checks `call`, then runs it on the backend in the communicator's order.
 void run_collective(const std::shared_ptr<detail::CommState>& state_ptr, const CollectiveCall& call, Stream stream) {
-  detail::CommState& state = detail::enter(state_ptr, call.function);
+  detail::CommState& state = detail::enter(state_ptr, call.function, stream);
   if (!collectives::validate(call, detail::place_of(state))) return;
   const auto order = detail::ordered(call.function, state, stream);
   state.backend->collective(call, stream);
@@ -24,7 +24,7 @@ void run_collective(const std::shared_ptr<detail::CommState>& state_ptr, const C
 
 void run_point_to_point(const std::shared_ptr<detail::CommState>& state_ptr, const char* function, bool single,
                         const PointToPoint* ops, size_t op_count, Stream stream) {
-  detail::CommState& state = detail::enter(state_ptr, function);
+  detail::CommState& state = detail::enter(state_ptr, function, stream);
   const collectives::PointToPointBatch batch =
       collectives::validate_point_to_point(function, single, ops, op_count, detail::place_of(state));
   if (op_count == 0) return;
@@ -65,7 +65,7 @@ void Communicator::all_to_all(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream) {
   const char* function = "Communicator::all_to_all";
-  detail::CommState& state = detail::enter(state_, function);
+  detail::CommState& state = detail::enter(state_, function, stream);
   collectives::CollectiveContext& cuda = detail::cuda_context(state, "Communicator::all_to_all on GlobalMemory");
   const size_t size = collectives::element_size(function, type);
   const size_t block_bytes = collectives::checked_product(function, "count", count, size);
@@ -96,7 +96,7 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
 void Communicator::all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                                const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream) {
   const char* function = "Communicator::all_to_allv";
-  detail::CommState& state = detail::enter(state_, function);
+  detail::CommState& state = detail::enter(state_, function, stream);
   const collectives::AllToAllvCall call = collectives::validate_all_to_allv(
       function, send, send_counts, send_displs, recv, recv_counts, recv_displs, type, detail::place_of(state));
   const auto order = detail::ordered(function, state, stream);
@@ -107,7 +107,7 @@ void Communicator::all_to_allv_device(const void* send, const int64_t* send_coun
                                       void* recv, size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs,
                                       DataType type, Stream stream) {
   const char* function = "Communicator::all_to_allv_device";
-  detail::CommState& state = detail::enter(state_, function);
+  detail::CommState& state = detail::enter(state_, function, stream);
   collectives::CollectiveContext& cuda = detail::cuda_context(state, function);  // NCCL needs the counts on the host
   const collectives::AllToAllvDeviceCall call = collectives::validate_all_to_allv_device(
       function, send, send_counts, send_displs, recv, recv_capacity, recv_counts, recv_displs, type, detail::place_of(state));

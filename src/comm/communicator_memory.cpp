@@ -113,7 +113,7 @@ char* range_at(const GlobalMemory& memory, const char* function, int peer, size_
 }  // namespace
 
 void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream) {
-  detail::CommState& state = detail::enter(state_, "Communicator::put");
+  detail::CommState& state = detail::enter(state_, "Communicator::put", stream);
   char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
   if (bytes == 0) return;
   if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
@@ -122,7 +122,7 @@ void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, cons
 }
 
 void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream) {
-  detail::CommState& state = detail::enter(state_, "Communicator::get");
+  detail::CommState& state = detail::enter(state_, "Communicator::get", stream);
   const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
   if (bytes == 0) return;
   if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");

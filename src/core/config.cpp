@@ -77,13 +77,13 @@ constexpr ConfigVar kTable[] = {
      "of them into the peers' workspace, then a GEMM of the peers' rows. loads: one launch of braid's Hopper GEMM "
      "that sends this rank's rows to its peers while it multiplies them, each load of a peer's rows waiting for "
      "them, where every rank runs it (compute capability 9.0, BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per "
-     "rank a multiple of 128, k and n multiples of 8, at most 8 ranks; other calls take the pieces). Set it alike on "
+     "rank a multiple of 128, k and n multiples of 8, 2 to 8 ranks; other calls take the pieces). Set it alike on "
      "every rank."},
     {"BRAID_MATMUL_REDUCE_SCATTER", ConfigType::kEnum, "pieces", "pieces|epilogue",
      "How FusedMatmul::matmul_reduce_scatter runs. pieces: GEMMs of chunks of rows, the copy engines moving each "
      "to its owner beside the next. epilogue: one launch of braid's Hopper GEMM whose epilogue stores the peers' rows "
      "into their workspace and adds the rows received, where every rank runs it (compute capability 9.0, "
-     "BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per rank a multiple of 128, k and n multiples of 8, at most 8 "
+     "BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per rank a multiple of 128, k and n multiples of 8, 2 to 8 "
      "ranks; other calls take the pieces). Set it alike on every rank."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",
      "1: a collective captured into a CUDA graph with buffers neither symmetric nor registered maps the peers' "

@@ -41,9 +41,12 @@ SymmetricAllocation::~SymmetricAllocation() {
 
 namespace {
 
-// Every rank must ask for the same size; name the ranks that differ.
+// Every rank must ask for the same size, of at least one byte; name the ranks that differ. Checked after the ranks
+// exchanged their sizes, so that a rank asking for 0 bytes (kInvalidArgument) leaves no peer waiting: they raise
+// kMismatch at once.
 void check_same_size(detail::MemoryContext& comm, size_t bytes) {
   std::vector<std::string> sizes = comm.bootstrap->allgather(std::to_string(bytes), "symmetric alloc size");
+  if (bytes == 0) raise_invalid_argument("Communicator::alloc", "bytes", "is 0; a symmetric allocation needs ≥ 1 byte");
   std::string differing;
   for (int r = 0; r < comm.size; ++r) {
     if (sizes[r] != sizes[0]) differing += fmt::format("{}rank {} asked for {} bytes", differing.empty() ? "" : ", ", r, sizes[r]);
@@ -58,7 +61,6 @@ void check_same_size(detail::MemoryContext& comm, size_t bytes) {
 
 std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::shared_ptr<detail::MemoryContext>& comm,
                                                                size_t bytes, const AllocOptions& options) {
-  if (bytes == 0) raise_invalid_argument("Communicator::alloc", "bytes", "is 0; a symmetric allocation needs ≥ 1 byte");
   std::lock_guard<std::mutex> lock(comm->setup_mutex);
   DeviceGuard guard(comm->device);
   check_same_size(*comm, bytes);

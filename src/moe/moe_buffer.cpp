@@ -633,6 +633,7 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
 void MoeBuffer::copy_expert_counts(int64_t* host_counts, Stream stream) {
   const char* function = "MoeBuffer::copy_expert_counts";
   detail::MoeState& state = checked(state_, function);
+  collectives::refuse_shared_legacy_stream(function, state.comm->ranks_per_gpu, stream);
   if (host_counts == nullptr) raise_invalid_argument(function, "host_counts", "is null");
   DeviceGuard guard(state.comm->device);
   BRAID_CUDA(cudaMemcpyAsync(host_counts, state.base.expert_counts, state.base.local_experts * sizeof(int64_t),

@@ -228,7 +228,6 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
 
 bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout,
                                      size_t block_rows, Stream stream) {
-  collectives::refuse_shared_legacy_stream(function, context->ranks_per_gpu, stream);  // before the agreement's call
   const kernels::Sm90ExchangeKind kind = matmul.exchange.kind;
   const bool wanted = kind == kernels::Sm90ExchangeKind::kAllGather ? loads_wanted : epilogue_wanted;
   // What the call's arguments allow (the same on every rank), checked before the ranks agree or anything is
@@ -239,7 +238,6 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
       !kernels::sm90_matmul_supports(shape) || !hopper_agreed_on(stream)) {
     return false;
   }
-  collectives::raise_recorded_failure(*context);  // a wait of an earlier call that gave up, or a failure
   const size_t columns = kind == kernels::Sm90ExchangeKind::kAllGather ? matmul.k : matmul.n;
   order(function, 0, stream);
   reserve_exchange(function, kind, block_rows, columns, matmul.type);
@@ -272,7 +270,6 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
 }
 
 void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
-  collectives::refuse_shared_legacy_stream(function, context->ranks_per_gpu, stream);
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &capture));
   if (status != cudaStreamCaptureStatusActive) capture = 0;
@@ -324,6 +321,17 @@ using collectives::overlap;
 detail::FusedMatmulState& usable(const std::unique_ptr<detail::FusedMatmulState>& state, const char* function) {
   if (state == nullptr) raise(ErrorCode::kInvalidArgument, "{}: the FusedMatmul was moved from", function);
   return *state;
+}
+
+// A call's start, as every call of the communicator's: a failure recorded on it (a wait of an earlier call that
+// gave up, an abort, a revocation, a peer's exit) raises first, then the legacy stream is refused where ranks
+// share a GPU, whatever the sizes.
+detail::FusedMatmulState& enter(const std::unique_ptr<detail::FusedMatmulState>& state, const char* function,
+                                Stream stream) {
+  detail::FusedMatmulState& usable_state = usable(state, function);
+  collectives::raise_recorded_failure(*usable_state.context);
+  collectives::refuse_shared_legacy_stream(function, usable_state.context->ranks_per_gpu, stream);
+  return usable_state;
 }
 
 void check_type(const char* function, DataType type) {
@@ -409,7 +417,7 @@ unsigned long long FusedMatmul::all_gathers_under_loads() const {
 void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout,
                                     size_t n, void* out, void* a_gathered, DataType type, Stream stream) {
   constexpr const char* kFunction = "FusedMatmul::all_gather_matmul";
-  detail::FusedMatmulState& state = usable(state_, kFunction);
+  detail::FusedMatmulState& state = enter(state_, kFunction, stream);
   check_type(kFunction, type);
   check_layout(kFunction, b_layout);
   const size_t element = datatype_size(type);
@@ -479,7 +487,7 @@ void FusedMatmul::all_gather_matmul(const void* a_shard, size_t rows, size_t k, 
 void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n,
                                         void* out, DataType type, ReduceOp op, Stream stream) {
   constexpr const char* kFunction = "FusedMatmul::matmul_reduce_scatter";
-  detail::FusedMatmulState& state = usable(state_, kFunction);
+  detail::FusedMatmulState& state = enter(state_, kFunction, stream);
   check_type(kFunction, type);
   check_layout(kFunction, b_layout);
   if (op != ReduceOp::kSum && op != ReduceOp::kAvg) {

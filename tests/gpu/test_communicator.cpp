@@ -298,11 +298,11 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&out), T * H * sizeof(float)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&weights), T * K * sizeof(float)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&ids), T * K * sizeof(int64_t)), cudaSuccess);
-    braidMoeShape_t mixed = shape;  // neither datatype nor an fp8 type: refused before anything collective
+    braidMoeShape_t mixed = shape;  // neither datatype nor an fp8 type: refused on every rank alike
     mixed.dispatch_datatype = braidFloat16;
     braidMoeBuffer_t moe = reinterpret_cast<braidMoeBuffer_t>(uintptr_t(1));
     EXPECT_EQ(braidMoeBufferCreate(comm, &mixed, &moe), braidInvalidArgument);
-    EXPECT_NE(std::string(braidGetLastError()).find("'shape->dispatch_datatype'"), std::string::npos)
+    EXPECT_NE(std::string(braidGetLastError()).find("'shape.dispatch_type'"), std::string::npos)
         << braidGetLastError();
     EXPECT_EQ(moe, nullptr) << "a failed constructor leaves its out-parameter NULL";
     ASSERT_EQ(braidMoeBufferCreate(comm, &shape, &moe), braidSuccess) << braidGetLastError();
@@ -366,8 +366,8 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
 }
 
 // Ranks that share a GPU refuse its legacy default stream (null and cudaStreamLegacy) in every kind of call that
-// takes a stream: kInvalidArgument naming 'stream' and the call, before anything is enqueued, so the ranks stay in
-// step: an all-reduce on a stream of their own then gives the right sum.
+// takes a stream, whatever its sizes: kInvalidArgument naming 'stream' and the call, before anything is enqueued,
+// so the ranks stay in step: an all-reduce on a stream of their own then gives the right sum.
 TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
   if (!ranks_share_gpus()) GTEST_SKIP() << "no two ranks share a GPU here";
   with_communicator([](Communicator& comm) {
@@ -386,6 +386,9 @@ TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
         {"Communicator::all_reduce",
          [&](cudaStream_t s) { comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, s); }},
         {"Communicator::all_gather", [&](cudaStream_t s) { comm.all_gather(send, recv, count, DataType::kInt32, s); }},
+        {"Communicator::all_reduce",  // nothing to move: refused all the same
+         [&](cudaStream_t s) { comm.all_reduce(send, recv, 0, DataType::kInt32, ReduceOp::kSum, s); }},
+        {"Communicator::send_recv", [&](cudaStream_t s) { comm.send_recv(nullptr, 0, s); }},
         {"Communicator::send", [&](cudaStream_t s) { comm.send(send, count, DataType::kInt32, peer, s); }},
         {"FusedMatmul::matmul_reduce_scatter",
          [&](cudaStream_t s) {

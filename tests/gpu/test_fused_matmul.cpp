@@ -786,6 +786,59 @@ TEST(FusedMatmul, CApiMatchesTheHostReference) {
   });
 }
 
+// After abort(), every call of a FusedMatmul raises kAborted at its entry, whatever its sizes (rows, m, n or k of 0
+// too) and before its arguments are looked at (the null matrices below would be refused otherwise), and the
+// legacy stream comes after the failure too; nothing is enqueued: out keeps its poison.
+TEST(FusedMatmul, CallsOfEveryShapeRaiseAFailureRecordedBefore) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    FusedMatmul fused = FusedMatmul::create(comm);
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
+    const DataType bf16 = DataType::kBFloat16;
+    const size_t rows = 128, k = 64, n = 64, m = rows * comm.size();
+    void* out = poisoned(m * n * 2);
+    comm.abort();  // local: this rank's calls raise from now on
+    const std::vector<std::pair<const char*, std::function<void(cudaStream_t)>>> calls = {
+        {"all_gather_matmul, rows 0",
+         [&](cudaStream_t s) { fused.all_gather_matmul(nullptr, 0, k, nullptr, Layout::kTransposed, n, out, nullptr, bf16, s); }},
+        {"all_gather_matmul, k 0",
+         [&](cudaStream_t s) { fused.all_gather_matmul(nullptr, rows, 0, nullptr, Layout::kTransposed, n, out, nullptr, bf16, s); }},
+        {"all_gather_matmul, null operands",
+         [&](cudaStream_t s) { fused.all_gather_matmul(nullptr, rows, k, nullptr, Layout::kTransposed, n, out, nullptr, bf16, s); }},
+        {"matmul_reduce_scatter, m 0",
+         [&](cudaStream_t s) {
+           fused.matmul_reduce_scatter(nullptr, 0, k, nullptr, Layout::kTransposed, n, out, bf16, ReduceOp::kSum, s);
+         }},
+        {"matmul_reduce_scatter, n 0",
+         [&](cudaStream_t s) {
+           fused.matmul_reduce_scatter(nullptr, m, k, nullptr, Layout::kTransposed, 0, out, bf16, ReduceOp::kSum, s);
+         }},
+        {"matmul_reduce_scatter, k 0",
+         [&](cudaStream_t s) {
+           fused.matmul_reduce_scatter(nullptr, m, 0, nullptr, Layout::kTransposed, n, out, bf16, ReduceOp::kSum, s);
+         }},
+    };
+    for (const auto& [what, call] : calls) {
+      for (cudaStream_t s : {stream, cudaStreamLegacy}) {
+        try {
+          call(s);
+          ADD_FAILURE() << "rank " << comm.rank() << ": " << what << " after abort() was accepted";
+        } catch (const Error& error) {
+          EXPECT_EQ(error.code(), ErrorCode::kAborted) << what << ": " << error.what();
+        }
+      }
+    }
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    size_t touched = 0;
+    std::vector<uint8_t> bytes(m * n * 2);
+    cuda_check(cudaMemcpy(bytes.data(), out, bytes.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (uint8_t byte : bytes) touched += byte != kPoison;
+    EXPECT_EQ(touched, 0u) << "rank " << comm.rank() << ": a refused call wrote into out";
+    cudaFree(out);
+  });
+}
+
 TEST(FusedMatmul, BadArgumentsNameTheArgument) {
   with_communicator([](Communicator& comm) {
     make_current(comm);

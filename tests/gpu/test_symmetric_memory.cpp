@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <vector>
 
 #include "braid/braid.hpp"
@@ -179,6 +181,8 @@ TEST(SymmetricMemory, DifferentSizesOnDifferentRanksAreRefused) {
   });
 }
 
+// 0 bytes on every rank: kInvalidArgument naming bytes. 0 bytes on the last rank alone: that rank raises
+// kInvalidArgument naming bytes and the others kMismatch, all at once (well before the timeout).
 TEST(SymmetricMemory, ZeroBytesIsRefusedNamingTheArgument) {
   with_communicator([](Communicator& comm) {
     try {
@@ -188,6 +192,21 @@ TEST(SymmetricMemory, ZeroBytesIsRefusedNamingTheArgument) {
       EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument);
       EXPECT_NE(std::string(error.what()).find("'bytes'"), std::string::npos) << error.what();
     }
+    comm.barrier();
+    if (comm.size() < 2) return;
+    const bool zero = comm.rank() == comm.size() - 1;
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.alloc(zero ? 0 : 4096);
+      ADD_FAILURE() << "rank " << comm.rank() << ": an allocation with 0 bytes on one rank was accepted";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), zero ? ErrorCode::kInvalidArgument : ErrorCode::kMismatch) << error.what();
+      if (zero) EXPECT_NE(std::string(error.what()).find("'bytes'"), std::string::npos) << error.what();
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, comm.timeout_s() / 2) << "rank " << comm.rank() << " waited for the timeout";
+    SymmetricMemory ok = comm.alloc(4096);  // the ranks are still in step
+    EXPECT_NE(ok.local(), nullptr);
     comm.barrier();
   });
 }

@@ -380,18 +380,28 @@ void NcclBackend::abort() noexcept {
   abort_communicator();
 }
 
+// The first fatal failure stays the one raised: the watchdog's timeout, an asynchronous error already met, and only
+// then an abort(); a communicator aborted is not asked for its errors any more.
 void NcclBackend::check() {
+  raise_if_expired();
+  {
+    std::lock_guard<std::mutex> lock(async_failure_mutex_);
+    if (async_failure_) throw *async_failure_;
+  }
   if (user_aborted_.load()) {
     raise(ErrorCode::kAborted, "NCCL rank {} aborted the communicator (Communicator::abort); destroy it", rank_text_);
   }
-  raise_if_expired();
   ncclResult_t async = ncclSuccess;
   check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
   if (async == ncclSuccess || async == ncclInProgress) return;
   async_error_ = true;  // the destructor aborts rather than destroys
-  throw Error(nccl_error_code(async),
-              library_->failure_message(async, "an operation of the NCCL communicator (ncclCommGetAsyncError)", comm_,
-                                        rank_text_));
+  std::lock_guard<std::mutex> lock(async_failure_mutex_);
+  if (!async_failure_) {
+    async_failure_.emplace(nccl_error_code(async),
+                           library_->failure_message(async, "an operation of the NCCL communicator (ncclCommGetAsyncError)",
+                                                     comm_, rank_text_));
+  }
+  throw *async_failure_;
 }
 
 }  // namespace braid::detail

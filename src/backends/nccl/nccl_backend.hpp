@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 #include "backends/nccl/nccl_library.hpp"
 #include "backends/nccl/nccl_watchdog.hpp"
+#include "braid/error.hpp"
 #include "braid/types.hpp"
 
 namespace braid {
@@ -127,6 +129,9 @@ class NcclBackend {
   int uncaught_at_init_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> async_error_{false};
+  // The first asynchronous NCCL error check() met, raised again by every later check(), also after an abort().
+  std::optional<Error> async_failure_;
+  std::mutex async_failure_mutex_;
   std::atomic<bool> aborted_{false};  // by the watchdog or abort(): comm_ is gone
   std::atomic<bool> user_aborted_{false};  // by abort(): check() raises kAborted
   std::mutex abort_mutex_;  // one ncclCommAbort: the watchdog's or abort()'s
