@@ -108,8 +108,10 @@ braidResult_t braidSymmetricView(braidSymmetricMemory_t memory, void** view, siz
 
 /* Collectives, stream-ordered and CUDA-graph capturable, with NCCL's argument order and the rules of
  * braid::Communicator's (braid.hpp): every rank calls them in the same order with the same count, datatype, op and
- * root; in place as NCCL takes it (braidAllToAllv and braidAllToAllvDevice never in place: overlapping send and
- * receive buffers are braidInvalidArgument); a count of 0 moves nothing and checks no buffer. A fatal failure on
+ * root; in place as NCCL takes it (braidAllToAllv and braidAllToAllvDevice never in place: braidAllToAllv's
+ * overlapping send and receive extents are braidInvalidArgument, and braidAllToAllvDevice's where sendbuff's first
+ * byte lies in recvbuff's recvcapacity elements, its send extent being known on the device only); a count of 0
+ * moves nothing and checks no buffer. A fatal failure on
  * the GPU (a peer that never arrives, ranks that disagree on a call's plan) is returned by every later call that
  * takes a stream and by braidCommCheck; data a kernel refused (braidCommCheck below) only by braidCommCheck. */
 braidResult_t braidAllReduce(braidComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
@@ -143,12 +145,14 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
 braidResult_t braidCommCheck(braidComm_t comm);
 /* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end; then
  * braidCommCheck, every call that takes a stream and, on more than one rank, every call that waits on the store
- * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted, while braidCommRank, braidCommSize and
+ * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted (unless another fatal failure
+ * was recorded first, which they return instead), while braidCommRank, braidCommSize and
  * braidCommDevice still succeed and braidCommShrink still works.
  * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
 /* Revokes the communicator for every rank (braid::Communicator::revoke): within about 10 ms every rank's waits
- * end, and braidCommCheck and every call that takes a stream return braidRevoked on every rank. braidUnsupported
+ * end, and braidCommCheck and every call that takes a stream return braidRevoked on every rank (a rank where
+ * another fatal failure was recorded first returns that one). braidUnsupported
  * on the NCCL backend. */
 braidResult_t braidCommRevoke(braidComm_t comm);
 /* A new communicator of the ranks not in excluded[0..count) (braid::Communicator::shrink): collective over the
@@ -203,7 +207,9 @@ typedef enum { braidMoeExpertMajor = 0, braidMoeRankMajor = 1 } braidMoeLayout_t
 /* braid::MoeShape field for field; braidMoeShapeDefaults fills the defaults (bfloat16 rows, int64 ids, alignment
  * 1, expert-major), after which the caller sets hidden, max_tokens, top_k and experts. dispatch_datatype equal to
  * datatype: dispatch moves datatype rows; braidFloat8e4m3 or braidFloat8e5m2: fp8 rows with float32 scales; any
- * other value is braidInvalidArgument (a caller who changes datatype sets dispatch_datatype too). */
+ * other value is braidInvalidArgument naming shape.dispatch_type (a caller who changes datatype sets
+ * dispatch_datatype too). Every field is checked as braid::MoeBuffer::create checks it, inside the ranks' exchange
+ * of shapes: a rank whose shape is refused returns braidInvalidArgument, and its peers braidMismatch, at once. */
 typedef struct {
   size_t hidden;
   braidDataType_t datatype;
@@ -237,8 +243,8 @@ typedef struct {
   uint64_t handle;
 } braidMoeDispatchOutput_t;
 braidResult_t braidMoeShapeDefaults(braidMoeShape_t* shape);
-/* Collective (braid::MoeBuffer::create). braidMoeBufferFree frees it at once, waiting for nothing: call it only
- * once no rank's call on it is in flight. The buffer holds its own reference to the communicator's state, so it
+/* Collective (braid::MoeBuffer::create). braidMoeBufferFree frees it at once, waiting for no peer (cudaFree waits
+ * for this rank's GPU): call it only once no rank's call on it is in flight. The buffer holds its own reference to the communicator's state, so it
  * may come after braidCommDestroy. */
 braidResult_t braidMoeBufferCreate(braidComm_t comm, const braidMoeShape_t* shape, braidMoeBuffer_t* buffer);
 braidResult_t braidMoeBufferFree(braidMoeBuffer_t buffer);

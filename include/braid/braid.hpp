@@ -31,7 +31,8 @@ struct CollectiveContext;
 }  // namespace collectives
 
 struct CommOptions {
-  int device = -1;         // CUDA device ordinal; negative: BRAID_DEVICE, else the local rank
+  int device = -1;         // CUDA device ordinal; negative: BRAID_DEVICE, else the local rank (the rank where the
+                           // rendezvous has no local rank; modulo the visible GPUs with BRAID_ALLOW_SHARED_GPU=1)
   double timeout_s = 0.0;  // bound on every wait for a peer, in [0.001, 1e6] s; 0: BRAID_TIMEOUT_S (other values:
                            // init fails with kInvalidArgument naming options.timeout_s)
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
@@ -51,6 +52,8 @@ struct PeerInfo {
   bool same_host = false;
   int device = -1;         // the peer's CUDA ordinal in this process's numbering (-1: not visible here)
   std::string pci_bus_id;  // the peer's GPU
+  // A peer on this rank's own GPU (this rank itself, or another with BRAID_ALLOW_SHARED_GPU=1): p2p and
+  // native_atomics true, performance_rank 0.
   bool p2p = false;        // this rank's GPU can map the peer's memory (cudaDeviceCanAccessPeer)
   bool native_atomics = false;  // P2P atomics are native (NVLink); false for PCIe peers
   int performance_rank = -1;    // cudaDevP2PAttrPerformanceRank (lower is faster); -1 when not P2P
@@ -82,10 +85,12 @@ class Communicator {
   // asked (options.backend, BRAID_BACKEND), NCCL, loaded at run time (BRAID_NCCL_LIBRARY), which serves the
   // collectives, all_to_all and all_to_allv (host counts), send/recv/send_recv, and register_buffer (the buffer is
   // registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric memory, MoE, all_to_allv_device,
-  // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). Refuses two ranks on one GPU
-  // (kInvalidArgument) unless BRAID_ALLOW_SHARED_GPU=1 (see docs/shared-gpu.md; ranks that share a GPU then refuse the
-  // legacy default stream, nullptr or cudaStreamLegacy, in every call that takes a stream: kInvalidArgument naming
-  // stream) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the rendezvous'
+  // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). The CUDA backend needs every
+  // GPU to offer virtual memory management with POSIX-fd handles: a GPU without them fails init with kUnsupported
+  // (no fallback to NCCL). Refuses two ranks on one GPU (kInvalidArgument) unless BRAID_ALLOW_SHARED_GPU=1 (see
+  // docs/shared-gpu.md; every rank of a communicator where some ranks share a GPU then refuses the legacy default
+  // stream, nullptr or cudaStreamLegacy, in every call that takes a stream, whatever its sizes: kInvalidArgument
+  // naming stream and the call) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the rendezvous'
   // store, proving BRAID_JOB_SECRET where it is set (braid-run sets one): a store that refuses this rank, or that does
   // not know the secret, fails init with kRemoteError.
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
@@ -112,7 +117,8 @@ class Communicator {
   void* nccl_communicator() const;
 
   // Collective: every rank asks for the same number of bytes, in the same order (kMismatch otherwise).
-  // bytes > 0. The memory is zeroed.
+  // bytes > 0: a rank asking for 0 raises kInvalidArgument naming bytes, once the ranks have exchanged their sizes,
+  // so its peers raise kMismatch at once. The memory is zeroed.
   SymmetricMemory alloc(size_t bytes, const AllocOptions& options = {});
 
   // Host-side barrier over the store (setup and tests; collectives never use it).
@@ -125,7 +131,8 @@ class Communicator {
   // GPU works. In place as NCCL takes it: recv == send (all_reduce; reduce and broadcast on the root); recv == send
   // + rank() * recv_count elements (reduce_scatter: the output is this rank's block of the input); send == recv +
   // rank() * send_count elements (all_gather: the input is this rank's block of the output). Buffers that overlap in
-  // any other way are refused (kInvalidArgument naming recv). reduce reads send on every rank and writes recv on the
+  // any other way are refused (kInvalidArgument naming recv) on a rank whose call uses both (not on a non-root of
+  // reduce or broadcast). reduce reads send on every rank and writes recv on the
   // root only: a non-root's recv is never written and may be null. broadcast reads send on the root only (a non-root's
   // may be null) and writes recv on every rank. A count of 0 moves nothing: after the checks of the datatype, op and
   // root the call returns without enqueuing or waiting for anything, and its buffers may be null. ReduceOp::kAvg is the
@@ -216,8 +223,8 @@ class Communicator {
   // until it fails with kTimeout too). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
   // (kInvalidArgument at the call otherwise). Ops of count 0 still take part (the pair exchanges its sizes); a
-  // batch of none is a no-op. Errors of arguments name the op ("ops[2].peer") and are raised before anything is
-  // enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
+  // batch of none is a no-op. Errors of arguments name the op in send_recv ("ops[2].peer") and the parameter in
+  // send and recv ("peer"), and are raised before anything is enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
   // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs, or once a third
   // message in lines to one peer waits for the first to be received.
   void send(const void* buffer, size_t count, DataType type, int peer, Stream stream);  // a batch of one
@@ -285,8 +292,9 @@ class Communicator {
   // exposed stays allocated until that check, this rank's next such exposure, or the communicator's destruction.
   // At most 1024 such exposures live at once on a communicator; beyond that such buffers stay staged.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
-  // Deregisters (also done when the last copy of the handle goes, and allowed after the communicator is
-  // destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
+  // Deregisters `buffer`, which this communicator registered (kInvalidArgument naming buffer where it is empty or
+  // another communicator's; the last copy's destruction or reset() releases a registration too, also after the
+  // communicator is destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
   // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
   // An exposed range (BRAID_EAGER_ZERO_COPY=1) is first withdrawn: this waits until this rank's calls of the
   // communicator have ended on the GPU, then until every peer has unmapped it; kTimeout where either takes longer

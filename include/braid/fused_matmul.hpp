@@ -36,9 +36,9 @@ enum class Layout : int {
 };
 
 // What a FusedMatmul holds, for every call: a cuBLASLt handle and its 32 MiB workspace, a side stream and events
-// of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call made so far; with
-// BRAID_MATMUL_REDUCE_SCATTER=epilogue or BRAID_ALL_GATHER_MATMUL=loads also an exchange area (from comm.alloc) that
-// grows likewise.
+// of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call so far that uses it
+// (calls with k of 0 and calls in one launch use none); with BRAID_MATMUL_REDUCE_SCATTER=epilogue or
+// BRAID_ALL_GATHER_MATMUL=loads also an exchange area (from comm.alloc) that the calls in one launch grow likewise.
 // Movable, not copyable; it holds a handle of its own on the communicator's state, so it may outlive comm. Its calls
 // are stream-ordered and CUDA-graph capturable, and their meetings are calls of the communicator, in its order
 // (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
@@ -75,13 +75,13 @@ class FusedMatmul {
   // BRAID_ALL_GATHER_MATMUL=loads (set alike on every rank): where every rank's GPU has compute capability 9.0 and
   // BRAID_GEMM_TUNING is on (agreed once, at the first call of either kind that asks for one launch and meets the
   // conditions below, on a stream not being captured, which waits for that agreement on the host), and b_layout is
-  // kTransposed, rows a multiple of 128, k and n multiples of 8 and size() at most 8, the call is instead one launch of
-  // braid's Hopper GEMM: it multiplies this rank's rows first while it copies them into every peer's exchange area (a
+  // kTransposed, rows a multiple of 128, k and n multiples of 8 and size() from 2 to 8, the call is instead one
+  // launch of braid's Hopper GEMM: it multiplies this rank's rows first while it copies them into every peer's exchange area (a
   // symmetric allocation of its own, grown like the workspace) and into a_gathered, and each load of a peer's rows
   // waits until they have arrived; each output element is that kernel's (float32 accumulation rounded once). Its waits
   // for the peers are bounded and end as matmul_reduce_scatter's below do.
-  // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
-  // nothing else is enqueued.
+  // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
+  // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
                          void* out, void* a_gathered, DataType type, Stream stream);
 
@@ -93,19 +93,21 @@ class FusedMatmul {
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
   // BRAID_MATMUL_REDUCE_SCATTER=epilogue (set alike on every rank): where every rank's GPU has compute capability 9.0
   // and BRAID_GEMM_TUNING is on (agreed as all_gather_matmul's above), and b_layout is kTransposed, M / size() a
-  // multiple of 128, k and n multiples of 8 and size() at most 8, the call is instead one launch of braid's Hopper
+  // multiple of 128, k and n multiples of 8 and size() from 2 to 8, the call is instead one launch of braid's Hopper
   // GEMM: the peers' rows, rounded to the datatype, go from its epilogue into their owners' exchange area (a symmetric
   // allocation of its own, grown like the workspace), and each rank adds those it received to its own product in
   // float32, times 1 / size() for kAvg, rounded once. Its waits for the peers are bounded by the communicator's timeout
-  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next call raises kTimeout
-  // naming the wait and the peer, or the failure.
-  // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync), and
-  // nothing else is enqueued.
+  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next call (of this
+  // FusedMatmul, whatever its sizes, or of the communicator) raises kTimeout naming the wait and the peer, or the
+  // failure.
+  // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
+  // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
                              DataType type, ReduceOp op, Stream stream);
 
   // Grows the symmetric workspace to at least `bytes` now (collective: every rank calls it with the same value).
-  // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N; a call that needs more grows it
+  // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N (calls with k of 0 and calls in
+  // one launch need none); a call that needs more grows it
   // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of the calls in one launch is not the
   // workspace: their calls grow it (a graph capture refuses that too: make the call once eagerly first).
   void reserve(size_t bytes);

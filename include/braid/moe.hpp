@@ -145,8 +145,9 @@ class MoeHook {
 // pair. Movable, not copyable. Two MoeBuffers never interfere, even used by two graphs at once on two streams.
 // Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows, max_tokens and the receive rows
 // (capacity_rows, or the worst case when it is 0) < 2^31, and a buffer's byte sizes within size_t (a shape past
-// them is refused, naming the field: shape.hidden for the byte sizes, shape.expert_alignment where the padding
-// alone leaves no room for max_tokens). A moved-from MoeBuffer's calls and getters throw kInvalidArgument.
+// them is refused, naming the field: shape.hidden for the byte sizes, shape.capacity_rows where it is set past the
+// limit, shape.max_tokens where the worst case (capacity_rows 0) is, and shape.expert_alignment where the padding
+// with one token's rows alone passes it). A moved-from MoeBuffer's calls and getters throw kInvalidArgument.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
@@ -155,9 +156,11 @@ class MoeBuffer {
   // refused, this rank throws kMismatch naming rank r and quoting its refusal.
   static MoeBuffer create(Communicator& comm, const MoeShape& shape);
   // Receive rows that no routing can exceed. Expert-major: every token of every rank sent to one rank's experts,
-  // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert. Rank-major: W * max_tokens.
+  // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert, (E / W) * (expert_alignment
+  // - 1). Rank-major: W * max_tokens.
   static size_t worst_case_rows(const MoeShape& shape, int world);
-  // Symmetric memory one MoeBuffer of this shape holds on each rank (see docs/moe.md for the breakdown).
+  // Symmetric memory of one MoeBuffer's rows and metadata on each rank (see docs/moe.md for the breakdown), before
+  // rounding to the allocation granularity; the buffer's own signal pad is allocated besides.
   // Validates the shape as create does (kInvalidArgument naming the field), and world: in [1, 16], else
   // kInvalidArgument naming it.
   static size_t symmetric_bytes(const MoeShape& shape, int world);

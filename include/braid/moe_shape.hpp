@@ -17,7 +17,7 @@ enum class MoeLayout {
 
 // What a MoeBuffer is made for. Every rank passes the same shape.
 struct MoeShape {
-  size_t hidden = 0;                       // H: elements of one token row
+  size_t hidden = 0;                       // H >= 1: elements of one token row
   DataType type = DataType::kBFloat16;     // of token rows: kBFloat16, kFloat16 or kFloat32; what combine takes
                                            // and returns, and what dispatch moves unless dispatch_type is set
   // What dispatch moves, when not `type`: kFloat8E4M3 or kFloat8E5M2 rows, each with hidden / kMoeScaleColumns
@@ -25,9 +25,10 @@ struct MoeShape {
   // quantises nor dequantises.
   std::optional<DataType> dispatch_type;
   DataType index_type = DataType::kInt64;  // of topk_idx: kInt32 or kInt64
-  size_t max_tokens = 0;                   // most tokens one rank passes to one dispatch (T <= this)
+  size_t max_tokens = 0;                   // most tokens one rank passes to one dispatch (T <= this), 1..2^31 - 1
   int top_k = 0;                           // K: experts per token, 1..kMaxTopK
-  int experts = 0;                         // E: experts in all, a multiple of the world size, at most kMoeMaxExperts
+  int experts = 0;                         // E >= 1: experts in all, a multiple of the world size, at most
+                                           // kMoeMaxExperts
   int expert_alignment = 1;                // each local expert's block of rows starts at a multiple of this
                                            // (expert-major; must be 1 with kRankMajor)
   // Rows of the receive buffer (expert-major). 0: the worst case (worst_case_rows), so no routing can overflow

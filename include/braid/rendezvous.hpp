@@ -33,7 +33,9 @@ struct Rendezvous {
   static Rendezvous from_env();
 
   // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when
-  // rank0_serves_store (then the port must be free), otherwise someone else does (see StoreHost).
+  // rank0_serves_store (then the port must be free), otherwise someone else does (see StoreHost). Port 0 is refused
+  // (kInvalidArgument naming store_address: every rank must know the port; for a free port picked for you, make a
+  // StoreHost with port 0 and pass its address()), and so are size < 1 and rank outside [0, size) (naming them).
   static Rendezvous at_store(const std::string& store_address, int rank, int size, bool rank0_serves_store);
 };
 

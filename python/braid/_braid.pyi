@@ -246,7 +246,7 @@ class SymmetricMemory:
 
     def view_buffer(self) -> Any:
         """
-        The contiguous view: world_size * view_stride uint8 on this rank's GPU (DLPack).
+        The contiguous view: world_size * view_stride uint8 on this rank's GPU (DLPack). Raises braid.Error (INVALID_ARGUMENT) where the memory was allocated without contiguous_view.
         """
 
     def __repr__(self) -> str: ...
@@ -291,7 +291,7 @@ class Communicator:
     def uses_multicast(self) -> bool: ...
 
     def describe(self) -> str:
-        """A line per peer."""
+        """A line for this rank, then a line per other rank."""
 
     def alloc(self, bytes: int, contiguous_view: bool = False) -> SymmetricMemory:
         """
@@ -315,7 +315,7 @@ class Communicator:
 
     def abort(self) -> None:
         """
-        Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. Local (the peers are not told). Raises only on a destroyed communicator.
+        Aborts this rank's use of the communicator from any thread: its waits end; check() and every later call that takes a stream raise ABORTED (unless another fatal failure came first). Local (the peers are not told). Raises only on a destroyed communicator.
         """
 
     def shrink(self, excluded: Sequence[int]) -> Communicator:
@@ -325,7 +325,7 @@ class Communicator:
 
     def revoke(self) -> None:
         """
-        Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise REVOKED. CUDA backend only.
+        Revokes the communicator for every rank: within about 10 ms every rank's waits end; check() and every later call that takes a stream raise REVOKED (unless another fatal failure came first). CUDA backend only.
         """
 
     def all_reduce(self, send: int, recv: int, count: int, dtype: DataType, op: ReduceOp, stream: int) -> None: ...
@@ -343,7 +343,7 @@ class Communicator:
 
     def all_to_allv(self, send: int, send_counts: Sequence[int] | None, send_displs: Sequence[int] | None, recv: int, recv_counts: Sequence[int] | None, recv_displs: Sequence[int] | None, dtype: DataType, stream: int) -> None:
         """
-        MPI_Alltoallv's shape: host lists of one count (and displacement) per rank, in elements; None displacements: packed in rank order.
+        MPI_Alltoallv's shape: host lists of one count (and displacement) per rank, in elements; None displacements: packed in rank order. send_counts and recv_counts are required: None, or a length other than the world size, raises braid.Error (INVALID_ARGUMENT) naming them.
         """
 
     def all_to_allv_device(self, send: int, send_counts: int, send_displs: int, recv: int, recv_capacity: int, recv_counts: int, recv_displs: int, dtype: DataType, stream: int) -> None:
@@ -664,12 +664,12 @@ class SignalPad:
 
     def check(self) -> None:
         """
-        Raises braid.Error for a failure a kernel recorded in this pad: a timeout (TIMEOUT; recorded for good) or a data error (cleared once raised).
+        Raises braid.Error for a failure a kernel recorded in this pad: a timeout (TIMEOUT) or a barrier's plan mismatch (MISMATCH), both recorded for good, or a data error (cleared once raised).
         """
 
     def __repr__(self) -> str: ...
 
-SIGNAL_PAD_STRUCT_BYTES: int = 64
+SIGNAL_PAD_STRUCT_BYTES: int = 72
 
 class Layout(enum.Enum):
     """

@@ -306,7 +306,7 @@ class MoeBuffer:
     def dispatch(self, x, topk_idx, topk_weights, num_tokens=None, *, x_scales=None, hook: bool = False) -> MoeDispatch:
         """Sends each token x[t] ([T, hidden] of the dispatch dtype) to the ranks holding its experts topk_idx[t]
         ([T, top_k]; -1: none) with weights topk_weights ([T, top_k] float32). num_tokens: None (x's rows), an
-        int, or a device int64 tensor (then x and the routing need max_tokens rows). Every rank must call it.
+        int, or a device int64 tensor (then x and the routing need at least max_tokens rows). Every rank must call it.
         hook=True (rank-major): only the sending half; call .hook.receive() before reading the outputs."""
         function = "braid.MoeBuffer.dispatch"
         torch = import_torch(function)

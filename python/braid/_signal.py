@@ -49,8 +49,9 @@ class SignalPad:
         return self._tensor(self.native.peers_array(), None)
 
     def check(self) -> None:
-        """Raises braid.Error for a failure sync_device.hpp's waits recorded in this pad (TIMEOUT; recorded for
-        good), or a data error a kernel recorded (raised once)."""
+        """Raises braid.Error for a failure sync_device.hpp's waits recorded in this pad: a timeout (TIMEOUT) or a
+        barrier's plan mismatch (MISMATCH), both recorded for good, or a data error a kernel recorded (raised
+        once)."""
         self.native.check()
 
     def __repr__(self) -> str:

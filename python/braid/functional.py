@@ -1,7 +1,8 @@
 """Functional collectives through braid's custom ops (torch.ops.braid.*): each returns a new tensor, as torch's
-_c10d_functional ops do, so they trace under torch.compile without graph breaks and capture in torch.cuda.graph.
-They run on torch.cuda.current_stream(). comm: None (the default communicator when the op runs), a
-Communicator, or its braid.op_handle() (an int, which is what traces without a guard on the object)."""
+_c10d_functional ops do (but all_reduce_, which returns its input reduced in place, and send, which returns
+None), so they trace under torch.compile without graph breaks and capture in torch.cuda.graph. They run on
+torch.cuda.current_stream(). comm: None (the default communicator when the op runs), a Communicator, or its
+braid.op_handle() (an int, which is what traces without a guard on the object)."""
 from __future__ import annotations
 
 from typing import Optional, Sequence

@@ -9,7 +9,9 @@ communicator in place of the group name, so a model switches by name:
 Calls are collective (every rank, the same shapes), run on torch.cuda.current_stream() and go through braid's
 custom ops (torch.ops.braid.all_gather_matmul, .matmul_reduce_scatter): they trace under torch.compile without
 graph breaks, capture in torch.cuda.graph (after one eager call of the largest shape, or reserve(): the symmetric
-workspace grows outside captures only), and carry autograd, each op the other's backward. Operands are bfloat16 or
+workspace grows outside captures only; reserve() does not cover the calls in one launch of
+BRAID_MATMUL_REDUCE_SCATTER=epilogue and BRAID_ALL_GATHER_MATMUL=loads, whose exchange area only an eager call of
+the largest shape grows), and carry autograd, each op the other's backward. Operands are bfloat16 or
 float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linear weight's .t() needs no copy).
 Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
 from __future__ import annotations
@@ -27,8 +29,8 @@ __all__ = ["all_gather_matmul", "matmul_reduce_scatter", "reserve", "workspace_b
 
 
 def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: bool = True, comm=None):
-    """(A or None, [A @ B for B in Bs]) with A = all_gather(A_shard, gather_dim): rank q's A_shard [..., K] is
-    block q of A along gather_dim. The first product runs fused with the all-gather; the others multiply the
+    """(A or None, [A @ B for B in Bs]) with A = all_gather(A_shard, gather_dim): rank q's A_shard [..., K] (at
+    least 2 dims) is block q of A along gather_dim. The first product runs fused with the all-gather; the others multiply the
     gathered A once it is there. gather_dim may be any dim of A_shard; the last one (K) runs unfused. return_A=False
     returns None for A (it is kept anyway where a B needs a gradient). Each GEMM shape settles on its GEMM (a cuBLASLt
     algorithm, or braid's Hopper kernel) once its eager trials have run and completed, 3 timed GEMM runs of each
@@ -46,7 +48,8 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
 
 def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *, comm=None):
     """reduce_scatter(A @ B, reduce_op, scatter_dim): block `rank` along scatter_dim of every rank's product,
-    summed ('sum') or averaged ('avg'). A [..., K] (A's scatter_dim must divide by the world size), B [K, N]. Any
+    summed ('sum') or averaged ('avg'). A [..., K] (at least 2 dims), B [K, N]; the product's extent along
+    scatter_dim (A's, or B's N for the last dim) must divide by the world size. Any
     dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its GEMM (a cuBLASLt algorithm,
     or braid's Hopper kernel) once its eager trials have run and completed, 3 timed GEMM runs of each candidate, at
     most 15 (BRAID_GEMM_TUNING): results may differ in the last bit until then."""

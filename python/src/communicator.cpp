@@ -66,7 +66,7 @@ void bind_communicator(nb::module_& m) {
       .def_prop_ro("backend", [](PyCommunicator& c) { return std::string(c.get("backend").backend()); },
                    "'cuda' (symmetric memory, one host) or 'nccl'.")
       .def_prop_ro("uses_multicast", [](PyCommunicator& c) { return c.get("uses_multicast").uses_multicast(); })
-      .def("describe", [](PyCommunicator& c) { return c.get("describe").describe(); }, "A line per peer.")
+      .def("describe", [](PyCommunicator& c) { return c.get("describe").describe(); }, "A line for this rank, then a line per other rank.")
       .def(
           "alloc",
           [](PyCommunicator& c, size_t bytes, bool contiguous_view) {
@@ -95,8 +95,9 @@ void bind_communicator(nb::module_& m) {
            "Raises what a kernel recorded (a timeout, a plan mismatch, a peer process that exited, an abort, refused "
            "data); does not synchronise.")
       .def("abort", [](PyCommunicator& c) { c.get("abort").abort(); },
-           "Aborts this rank's use of the communicator from any thread: its waits end, later calls raise ABORTED. "
-           "Local (the peers are not told). Raises only on a destroyed communicator.")
+           "Aborts this rank's use of the communicator from any thread: its waits end; check() and every later call "
+           "that takes a stream raise ABORTED (unless another fatal failure came first). Local (the peers are not "
+           "told). Raises only on a destroyed communicator.")
       .def(
           "shrink",
           [](PyCommunicator& c, const std::vector<int>& excluded) {
@@ -108,8 +109,9 @@ void bind_communicator(nb::module_& m) {
           "Collective over the ranks not in `excluded` (they alone call it): a new communicator of theirs, ranks in "
           "their old order, through this one's store. Works after a failure; revoke first.")
       .def("revoke", [](PyCommunicator& c) { c.get("revoke").revoke(); },
-           "Revokes the communicator for every rank: within about 10 ms every rank's waits end and its calls raise "
-           "REVOKED. CUDA backend only.")
+           "Revokes the communicator for every rank: within about 10 ms every rank's waits end; check() and every "
+           "later call that takes a stream raise REVOKED (unless another fatal failure came first). CUDA backend "
+           "only.")
       .def(
           "all_reduce",
           [](PyCommunicator& c, uintptr_t send, uintptr_t recv, size_t count, DataType type, ReduceOp op,
@@ -173,7 +175,8 @@ void bind_communicator(nb::module_& m) {
           nb::arg("recv_counts").none(), nb::arg("recv_displs").none(), nb::arg("dtype"), nb::arg("stream"),
           release_gil(),
           "MPI_Alltoallv's shape: host lists of one count (and displacement) per rank, in elements; None "
-          "displacements: packed in rank order.")
+          "displacements: packed in rank order. send_counts and recv_counts are required: None, or a length other "
+          "than the world size, raises braid.Error (INVALID_ARGUMENT) naming them.")
       .def(
           "all_to_allv_device",
           [](PyCommunicator& c, uintptr_t send, uintptr_t send_counts, uintptr_t send_displs, uintptr_t recv,

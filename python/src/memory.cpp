@@ -59,7 +59,8 @@ void bind_memory(nb::module_& m) {
             return device_array<uint8_t>(s.memory.view(), s.memory.view_stride() * s.memory.world_size(), s.device,
                               nb::find(&s));
           },
-          "The contiguous view: world_size * view_stride uint8 on this rank's GPU (DLPack).")
+          "The contiguous view: world_size * view_stride uint8 on this rank's GPU (DLPack). Raises braid.Error "
+          "(INVALID_ARGUMENT) where the memory was allocated without contiguous_view.")
       .def("__repr__", [](const Symmetric& s) {
         return fmt::format("SymmetricMemory(bytes={}, rank={}, world_size={}, device={}, view={})", s.memory.bytes(),
                            s.memory.rank(), s.memory.world_size(), s.device, s.memory.view() ? "True" : "False");

@@ -158,8 +158,8 @@ void bind_signal_pad(nb::module_& m) {
           },
           "Every rank's counters' address as mapped here, [world] int64 on the GPU.")
       .def("check", &UserSignalPad::check,
-           "Raises braid.Error for a failure a kernel recorded in this pad: a timeout (TIMEOUT; recorded for good) or "
-           "a data error (cleared once raised).")
+           "Raises braid.Error for a failure a kernel recorded in this pad: a timeout (TIMEOUT) or a barrier's plan "
+           "mismatch (MISMATCH), both recorded for good, or a data error (cleared once raised).")
       .def("__repr__", [](const UserSignalPad& p) {
         return fmt::format("SignalPad(rank={}, world={}, channels={}, device={})", p.pad().rank, p.pad().world,
                            p.pad().channels, p.device());
