@@ -1,6 +1,8 @@
 // Device copies by a group of threads (a warp, a block), for braid's kernels and for users' own kernels: any
-// alignment and any length, in 16-byte vectors where the source and every destination allow (else 4-byte words,
-// else bytes), with several loads in flight per thread, which NVLink needs to reach its bandwidth. One source may
+// alignment and any length, in 16-byte vectors when the source and every destination start 16-byte aligned (then
+// kLoadsInFlight loads in flight per thread, which NVLink needs to reach its bandwidth), else in 4-byte words when
+// all start 4-byte aligned, else in bytes (one load per thread at a time); the rest after the last whole vector
+// or word byte by byte. One source may
 // go to several destinations (a row pushed to every peer's buffer is read once). Destinations may be peers'
 // memory (a symmetric allocation's peer pointers); the copies are plain stores: order them against the peers
 // with device::barrier (sync_device.hpp), which every thread of the block calls after its copies, or with
@@ -65,8 +67,9 @@ __device__ inline void block_copy_to(char* const* destinations, int destination_
   group_copy_to(destinations, destination_count, source, bytes, threadIdx.x, blockDim.x);
 }
 
-// One warp copies (lane threadIdx.x % 32): many warps with a row each keep more requests in flight than one block
-// with a row. Copying a buffer onto itself does nothing.
+// One warp copies (lane threadIdx.x % 32; all 32 lanes of a full warp of a one-dimensional block call it): many
+// warps with a row each keep more requests in flight than one block with a row. Copying a buffer onto itself does
+// nothing.
 __device__ inline void warp_copy(char* destination, const char* source, size_t bytes) {
   if (destination == source) return;
   group_copy_to(&destination, 1, source, bytes, threadIdx.x & 31u, 32u);

@@ -1,18 +1,22 @@
 // Device primitives of the LL (low-latency) protocol, for braid's LL kernels and for users' own kernels: a line
 // of 8 payload bytes travels as one 16-byte store {4 data bytes, flag, 4 data bytes, flag}. The GPU delivers
-// each 8-byte half whole, so a receiver that reads the expected flag in both halves holds the payload, with no
+// each 8-byte half whole (a property of the hardware that NCCL's LL protocol relies on too; PTX's memory model
+// does not promise it), so a receiver that reads the expected flag in both halves holds the payload, with no
 // signal and no fence between sender and receiver.
 //
 // Using them in a kernel of your own:
 //   - the receiver owns an area of wire lines (kLLWireBytes each) in memory the sender can store to (a
 //     symmetric allocation: comm.alloc, its peer pointer on the sender's side);
 //   - every use of the area carries a flag that no line of the area holds yet (a call counter that only grows;
-//     the area starts zeroed, so never use flag 0 on a fresh area, and alternate two areas, or two halves, so
-//     that a sender never overwrites a line the receiver has not read);
+//     the area starts zeroed, so never use flag 0 on a fresh area). Flags are 32 bits: before the counter wraps,
+//     rewrite every line of the area with a current flag (or stop). Reuse an area (or one of two alternating
+//     halves) only once the sender has learned that the receiver finished reading its previous use (a line or
+//     signal the receiver sent after it, or a barrier): alternating alone lets a sender run two uses ahead;
 //   - the sender packs 8 payload bytes with load_line and stores them with store_wire(line address, payload,
 //     flag); the receiver polls load_wire(line address, flag, &payload) until it returns true, then unpacks with
 //     store_line. Bound the poll with a timeout (device::global_time_ns in sync_device.hpp).
-// The loads and stores are volatile (not cached in L1), at the scope of the memory they touch.
+// store_wire and load_wire are volatile 16-byte accesses to global memory (PTX .volatile: relaxed, system
+// scope, not cached in L1); load_line and store_line are plain accesses.
 #pragma once
 
 #include <cstddef>

@@ -2,16 +2,19 @@
 // object), one instruction reaches the copy of every GPU bound to the object. No public call returns a multicast
 // mapping: the one braid makes (only with BRAID_ENABLE_MULTICAST=1: docs/multicast.md) serves its own
 // collectives. A user's kernel needs a multicast object its program made, bound and mapped itself (the CUDA
-// driver's cuMulticastCreate, cuMulticastAddDevice, cuMulticastBindMem, cuMemMap).
+// driver's cuMulticastGetGranularity, cuMulticastCreate, cuMulticastAddDevice, cuMulticastBindMem or
+// cuMulticastBindAddr, cuMemAddressReserve, cuMemMap, cuMemSetAccess).
 //   - multimem_load_reduce<T, Op>(address): loads the 16-byte vector at `address` from every GPU's copy and
 //     returns their reduction (the NVSwitch reduces; each byte crosses NVLink once);
 //   - multimem_store(address, value): stores a 16-byte vector into every GPU's copy.
-// Addresses must be 16-byte aligned and inside a multicast mapping. Both are relaxed at system scope: order
-// them against peers with a release (device::barrier) after a system-scope fence.
+// Addresses must be 16-byte aligned and inside a multicast mapping. Both are relaxed at system scope: after
+// multimem_store, __threadfence_system() then a release (device::barrier) before peers read; a
+// multimem_load_reduce only after a barrier that follows every peer's writes to the vector.
 //
-// Which reductions the hardware does (PTX multimem.ld_reduce): float32 sum only (no min or max); float16 and
-// bfloat16 sum (accumulated in float32, .acc::f32), min and max. multimem_reduces<T, Op>() says which; other
-// pairs must take the unicast algorithms. Never run these on a GPU host shared with other users: a multicast
+// Which reductions multimem_load_reduce issues (a subset of PTX multimem.ld_reduce, which also reduces integer
+// types braid does not issue): float32 sum only (no min or max); float16 and bfloat16 sum (accumulated in
+// float32, .acc::f32), min and max. multimem_reduces<T, Op>() says which; other pairs must take the unicast
+// algorithms. Never run these on a GPU host shared with other users: a multicast
 // program can take the host's GPUs out of service (docs/multicast.md).
 #pragma once
 

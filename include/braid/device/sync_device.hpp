@@ -8,15 +8,17 @@
 // No public call returns a communicator's own pad (braid's calls alone use it). A user's kernel uses a pad of
 // its own, which the host builds once on every rank, as braid builds its own, with `channels` of its choice:
 //   - counters and plan words: SymmetricMemory m = comm.alloc(3 * channels * comm.size() * sizeof(uint64_t))
-//     (zeroed; a pad whose barriers announce no plan needs only the first third); local = m.local(),
+//     (zeroed; a pad whose barriers announce no plan and whose waits pass no PlanCheck needs only the first
+//     third); local = m.local(),
 //     peers = m.device_peers() (both cast to the SignalPad field's type);
 //   - expected: channels * comm.size() uint64_t of this rank's device memory, zeroed (cudaMalloc, cudaMemset);
 //   - error, data_error: two zeroed ErrorWords that kernels write and this rank's host reads (host-mapped memory:
 //     cudaHostAlloc with cudaHostAllocMapped, then cudaHostGetDevicePointer); neither may be null;
 //   - rank = comm.rank(), world = comm.size(), channels, timeout_ns (e.g. comm.timeout_s() * 1e9);
 //   - stopped (optional, may stay null): one zeroed unsigned int of this rank's device memory, set by every thread
-//     that gives a call up on a failure in `error`, so that barriers of later kernels answer kStoppedPlan (NOTE
-//     [stopped ranks]).
+//     that gives a call up on a failure in `error`, so that barriers with a plan of later kernels answer
+//     kStoppedPlan, and barriers with plan 0 fail at once without signalling (their peers then time out) (NOTE
+//     [stopped ranks]). signal and wait do not read it: a kernel of yours checks rank_stopped itself.
 // Communicator::check() and braid's calls never read such a pad's words: the user's host code reads them as said
 // under ErrorWord below, and decides what a failure there means. docs/api.md (sync_device.hpp) has the code.
 #pragma once
@@ -26,7 +28,9 @@
 namespace braid::device {
 
 // A failure a kernel recorded for the host, in host-mapped memory. Plain data; kernels (users' too) write it only
-// through record_error and record_data_error below, the host only as said under "Clearing". The protocol:
+// through record_error, record_data_error and answer_mismatch below (spin_until and barrier call them), the host
+// when it publishes a failure (kErrorPeerExited, kErrorAborted, kErrorRevoked: the same claim and publish steps)
+// and as said under "Clearing". The protocol:
 //   1. claim: a kernel that fails swaps `claimed` from 0 to 1 (atomic compare-and-swap, acquire, system scope).
 //      A kernel that loses the claim writes nothing: the word holds an earlier failure, and this one is dropped.
 //   2. the winner writes every other field;
@@ -68,7 +72,9 @@ constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above t
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
 constexpr unsigned int kErrorRepeatedExpert = 10;       // a token naming one expert twice (value: the id, limit: the token)
 // Fatal: at a barrier, a peer announced another plan for the call than this rank's (another algorithm, buffer
-// kind or offset, size, datatype, op or root): value is this rank's plan word, limit the peer's. Nothing of the
+// kind or offset, size, datatype, op or root), or, in a wait with a PlanCheck, a peer kept another plan announced
+// for the grace period (the record's channel is then the check's barrier channel, its site the wait's): value is
+// this rank's plan word, limit the peer's. Nothing of the
 // peers' data was used; the communicator is unusable.
 constexpr unsigned int kErrorPlanMismatch = 9;
 // Fatal, published by the host, not by a kernel (the same claim and publish steps): `peer`'s process exited while
@@ -108,7 +114,8 @@ constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 // it enqueued before the failure landed still start, and they must not act on their call: peers may have failed
 // in the middle of a call, the counters are out of step, and a piece such a kernel posted or a plan it announced
 // could be taken by a peer as another call's (a peer would then finish with wrong data and no error). So a kernel
-// that starts on a stopped rank writes nothing a peer reads and posts nothing; at a barrier it announces
+// that starts on a stopped rank writes nothing a peer reads and posts nothing (braid's kernels check
+// rank_stopped themselves; signal and wait do not read it, only barrier does); at a barrier it announces
 // kStoppedPlan instead of its plan (so a peer parked there fails with kMismatch) and fails without waiting.
 // SignalPad::stopped holds the state in device memory, read with a plain load. Every thread that gives its call up
 // on a failure sets it before its kernel can end (mark_stopped): one that is about to claim the fatal word
@@ -246,9 +253,10 @@ struct PlanCheck {
   int barrier_channel = 0;
 };
 
-// Whether `peer` announced, for this rank's next barrier on the check's channel, a plan other than this rank's.
-// A barrier clears every slot it reads, so a nonzero slot is an announcement for a barrier still to come: the
-// peer's barrier kernel for the call this rank runs without one (a mismatch), or, when the peer has finished
+// The plan word `peer` announced for this rank's next barrier on the check's channel (0: none, or nothing checked:
+// plan 0, peer out of range or this rank); spin_until's MismatchWatch compares it with this rank's. A barrier
+// clears every slot it reads, so a nonzero slot is an announcement for a barrier still to come: the peer's barrier
+// kernel for the call this rank runs without one (a mismatch), or, when the peer has finished
 // this call already, for its next call; then everything this rank waits for from it in this call has landed or
 // is about to (a kernel ends after its stores are performed), so spin_until tells the two apart by waiting a
 // grace period (kPlanGraceNs) with the announcement still there before it calls it a mismatch.
@@ -317,7 +325,8 @@ struct MismatchWatch {
 
 // Bounded spin of one thread until `ready()` holds. On timeout it records (collective, site, peer, channel) and
 // returns false; it also gives up when another wait of this rank already failed, and when `check` finds that
-// `peer` runs another plan for the call (MismatchWatch). Every device wait spins here.
+// `peer` runs another plan for the call (MismatchWatch). Every wait on a signal counter spins here (LL128's polls
+// use a per-warp bound of their own to the same effect).
 template <typename Ready>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
                                   int peer, int channel, const PlanCheck& check = PlanCheck{}) {
@@ -343,8 +352,10 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
 }
 
 // Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
-// Returns false when the timeout passed (or another wait of this rank already failed) after recording it.
-// `count_out`, when given, receives the count this wait reached (FIFOs derive their slot from it).
+// Returns false on a timeout (kErrorTimeout recorded where the fatal word was still free), when the fatal word
+// already holds a failure (another wait's or the host's: nothing recorded), or, with a PlanCheck, on a plan
+// mismatch (kErrorPlanMismatch). `count_out`, when given, receives the count this wait waits for, set also when
+// it fails (FIFOs derive their slot from it).
 __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site,
                             uint64_t* count_out = nullptr, const PlanCheck& check = PlanCheck{}) {
   uint64_t* expected = pad.expected + channel * pad.world + peer;
@@ -421,7 +432,8 @@ __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int c
 }
 
 // Records the first refused-data failure of this communicator for the host (see kErrorOverflow); later ones are
-// dropped until Communicator::check() has taken it. Waits go on.
+// dropped until the host takes it (Communicator::check() for braid's pad; for a pad of yours, your host code or
+// braid.SignalPad.check()). Waits go on.
 __device__ inline void record_data_error(const SignalPad& pad, unsigned int code, unsigned int collective, int peer,
                                          long long value, long long limit) {
   ErrorWord* word = pad.data_error;
