@@ -251,6 +251,9 @@ ncclResult_t run_in_background(ncclComm& comm, const char* function, std::functi
 void release(ncclComm& comm, bool abort) {
   if (comm.background.joinable()) comm.background.join();
   comm.ready = false;
+  // braid's first: its kernels' waits end, so neither NCCL's abort (which may synchronise the device) nor
+  // destroying braid's communicator below waits on a peer.
+  if (abort && comm.braid) comm.braid->abort();
   if (comm.owns_real && comm.real != nullptr && comm.library != nullptr) {
     DeviceGuard guard(comm.device);
     const auto& api = comm.library->api();
@@ -258,8 +261,6 @@ void release(ncclComm& comm, bool abort) {
     if (result != ncclSuccess) BRAID_WARN("braid shim: releasing NCCL's communicator: {}", detail::nccl_result_name(result));
   }
   comm.real = nullptr;
-  // On braid's path too: the kernels' waits end first, so destroying the communicator below never waits on a peer.
-  if (abort && comm.braid) comm.braid->abort();
   {
     std::lock_guard<std::mutex> lock(comm.events_mutex);
     for (cudaEvent_t event : comm.events) cudaEventDestroy(event);
