@@ -61,11 +61,13 @@ constexpr ConfigVar kTable[] = {
      "Backend of a communicator's collectives. auto: the CUDA backend when every rank is on one host and every "
      "pair is P2P-reachable, otherwise NCCL."},
     {"BRAID_NCCL_LIBRARY", ConfigType::kString, "libnccl.so.2", nullptr,
-     "NCCL library the NCCL backend dlopens: a path, or a name looked for by the loader, in the CUDA toolkit's lib "
-     "folders and in python3's site-packages (nvidia/nccl/lib)."},
+     "NCCL library the NCCL backend dlopens: a path, or a name looked for by the loader, in every LD_LIBRARY_PATH "
+     "folder, in the CUDA toolkit's lib folders and in python3's site-packages (nvidia/nccl/lib); braid's NCCL shim "
+     "is passed over."},
     {"BRAID_CUBLASLT_LIBRARY", ConfigType::kString, "libcublasLt.so.13", nullptr,
      "cuBLASLt library the fused GEMM calls (FusedMatmul) dlopen: a path, or a name looked for by the loader, in "
-     "the CUDA toolkit's lib folders and in python3's site-packages (nvidia/cu13/lib, nvidia/cublas/lib)."},
+     "every LD_LIBRARY_PATH folder, in the CUDA toolkit's lib folders and in python3's site-packages "
+     "(nvidia/cu13/lib, nvidia/cublas/lib)."},
     {"BRAID_GEMM_TUNING", ConfigType::kEnum, "on", "on|cublaslt|off",
      "on: each GEMM shape of the fused calls (FusedMatmul) times its candidates where it runs (cuBLASLt's first 4 "
      "algorithms, and braid's Hopper GEMM where the GPU and the shape allow it), on its first runs outside CUDA "
@@ -109,8 +111,9 @@ constexpr ConfigVar kTable[] = {
      "on: communicator init loads every braid kernel into its GPU's context, so no later launch waits for a lazy "
      "load (which can wait for the GPU to go idle); off: kernels load on first launch (CUDA_MODULE_LOADING)."},
     {"BRAID_LL128", ConfigType::kEnum, "on", "on|off",
-     "on: LL128 lines (the all-reduce's ll128 rows, MoE low-latency dispatch) where every pair of GPUs reports "
-     "native P2P atomics (NVLink); off: never on this communicator (any rank's off turns them off on all)."},
+     "on: LL128 lines (the all-reduce's ll128 rows, send/recv pairs of at most 256 KiB, MoE low-latency dispatch) "
+     "where every pair of GPUs reports native P2P atomics (NVLink); off: never on this communicator (any rank's off "
+     "turns them off on all)."},
     {"BRAID_CHECK_POINTERS", ConfigType::kEnum, "on", "on|off",
      "on: every call asks CUDA (cudaPointerGetAttributes) whether each buffer is device memory this rank's GPU can "
      "use, and refuses one that is not naming the argument; off: only null buffers are refused (NCCL's default)."},
