@@ -130,7 +130,7 @@ def all_gather_case(m: int, k: int, n: int, args, group_name: str) -> dict:
     row["algorithm"] = "loads" if braid.ops.all_gathers_under_loads() > before else "pieces"
     row.update(gemm_us=median_us(lambda: torch.matmul(full_a, B), args),
                comm_us=median_us(lambda: braid.functional.all_gather_into_tensor(shard), args),
-               nccl_serial_us=median_us(serial, args)))
+               nccl_serial_us=median_us(serial, args))
     row["torch_us"], row["torch_error"] = torch_fused_us(
         lambda: torch.ops.symm_mem.fused_all_gather_matmul(shard, [B], 0, group_name, return_A=False), args)
     row["wrong"] = wrong_elements(fused(), serial())
