@@ -7,8 +7,9 @@
     bench/archive.py list [--gpu KIND]
 
 `add` reads braid-bench --json files and appends one row per measured point that is not in the archive yet.
-A file whose run changed BRAID_* settings (a forced algorithm, say) is refused: the archive holds measurements
-of braid as it ships. Switches a user turns on to get a path (OPT_IN: BRAID_EAGER_ZERO_COPY=1) are the exception:
+A file whose run changed BRAID_* settings (a forced algorithm, say; where a library is found, BRAID_NCCL_LIBRARY and
+BRAID_CUBLASLT_LIBRARY, does not count) is refused: the archive holds measurements of braid as it ships. So is one
+timed otherwise than the archive's rows are (braid-bench's -a other than 3, the max over ranks, or -z 1). Switches a user turns on to get a path (OPT_IN: BRAID_EAGER_ZERO_COPY=1) are the exception:
 their rows say so (eager_zero_copy) and are points of their own. A file without a commit needs --commit, which
 also overrides the file's.
 
@@ -17,9 +18,10 @@ A collective row:
     collective, dtype, op, root, bytes, count, buffers (cudaMalloc | registered | symmetric | vmm |
     registered-vmm), mode (graph | eager), graph_calls, placement (out-of-place | in-place),
     braid_us, braid_busbw_gbs, nccl_us, nccl_busbw_gbs (null when NCCL did not run), wrong;
-    with BRAID_EAGER_ZERO_COPY=1: eager_zero_copy=true, buffers "registered" and memory (vmm | cudaMalloc)
-A floor row (bench/probes/graph_floor's output): the identity fields, kind="floor", collective (the probe's
-case: "empty node" or "signal+wait node"), braid_us (per graph node; no NCCL side).
+    with BRAID_EAGER_ZERO_COPY=1: eager_zero_copy=true, memory (vmm | cudaMalloc), and buffers "registered" where
+    the run registered them, else as run (vmm: exposed at their first use)
+A floor row (bench/probes/graph_floor's output): the identity fields (world 2), kind="floor", collective (the
+probe's case: "empty node" or "signal+wait node"), mode="graph", braid_us (per graph node), nccl_us=null.
 A torch row (nccl_shim/tests/run_torch_check.sh's step-time table): the identity fields, kind="torch", collective
 (the training: ddp | fsdp2 | fsdp2pg (FSDP2, collectives' buffers from the process group's allocator) | compile), mode="eager", torch (torch's version), braid_ms (ms per step through the
 shim), nccl_ms (the same with torch's own NCCL), braid_us and nccl_us (the same in µs); width, layers, batch and
@@ -28,7 +30,8 @@ both runs had set, each true where it was: eager_zero_copy (--eager-zero-copy: B
 allocator_hook (--allocator-hook: TORCH_NCCL_USE_TENSOR_REGISTER_ALLOCATOR_HOOK=1), expandable_segments
 (--expandable-segments: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).
 A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identity fields, torch (its version),
-    kind="fused_matmul", collective (all_gather_matmul | matmul_reduce_scatter), m, k, n, dtype, mode="eager",
+    kind="fused_matmul", collective (all_gather_matmul | matmul_reduce_scatter), m, k, n, dtype, mode (eager |
+    graph),
     braid_us (the fused call), gemm_us (the GEMM alone), comm_us (braid's collective alone), nccl_serial_us (NCCL's
     collective and cuBLAS one after the other; nccl_us repeats it), torch_us (torch's symm_mem fused op; null with
     torch_error where it failed), wrong (elements outside the tolerance of the serial result), algorithm (what the
@@ -36,8 +39,9 @@ A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identit
     loads for all_gather_matmul, BRAID_ALL_GATHER_MATMUL; rows without it ran the pieces)
 An MoE row:
     the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,
-    hidden, top_k, experts, dtype (the dispatched type), bytes (tokens * top_k rows), nvlink_bytes,
-    braid_us, braid_nvlink_gbs, nccl_us, nccl_nvlink_gbs, wrong
+    hidden, top_k, experts, dtype (the dispatched type), bytes (the logical bytes: tokens * top_k rows, scales
+    included; dispatch and combine together for moe-layer), nvlink_bytes, mode (graph | eager), graph_calls,
+    max_sms, braid_us, braid_nvlink_gbs, nccl_us, nccl_nvlink_gbs, wrong
 """
 import argparse
 import datetime
@@ -151,6 +155,10 @@ def rows_of(path, args):
     changed = {k: v for k, v in settings.items() if k not in opt_in}
     if changed:
         raise SystemExit(f"archive: {path} ran with changed settings {changed}; the archive holds defaults")
+    timing_method = {k: run["config"][k] for k in ("average", "blocking") if k in run["config"]}
+    if timing_method.get("average", 3) != 3 or timing_method.get("blocking", False):
+        raise SystemExit(f"archive: {path} was timed with {timing_method}; the archive holds the max over ranks of "
+                         "calls the host does not wait for")
     if run["config"].get("mode") == "moe":
         if opt_in:
             raise SystemExit(f"archive: {path} is an MoE run with {opt_in}, which MoE calls do not use")

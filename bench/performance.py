@@ -27,12 +27,16 @@ GOALS = os.path.join(HERE, "performance_goals.json")
 COLLECTIVES = ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "sendrecv"]
 TITLES = {"allreduce": "All-reduce", "allgather": "All-gather", "reducescatter": "Reduce-scatter",
           "alltoall": "All-to-all", "broadcast": "Broadcast", "reduce": "Reduce", "sendrecv": "Send/recv"}
-BUFFERS = ["cudaMalloc", "registered", "symmetric", "vmm", "registered, eager zero copy"]
+EXPOSED_AT_FIRST_USE = "vmm, exposed at first use (eager zero copy)"
+BUFFERS = ["cudaMalloc", "registered", "symmetric", "vmm", "registered, eager zero copy", EXPOSED_AT_FIRST_USE]
 
 
 def buffers_of(row):
-    """The buffer kind a row's table is for: rows with BRAID_EAGER_ZERO_COPY=1 have one of their own."""
-    return "registered, eager zero copy" if row.get("eager_zero_copy") else row["buffers"]
+    """The buffer kind a row's table is for: rows with BRAID_EAGER_ZERO_COPY=1 have their own, registered buffers
+    apart from the unregistered VMM buffers the switch exposes at their first use."""
+    if not row.get("eager_zero_copy"):
+        return row["buffers"]
+    return "registered, eager zero copy" if row["buffers"] == "registered" else EXPOSED_AT_FIRST_USE
 # The machine kinds the goals are stated for come first; the rest follow by name.
 PREFERRED = ["nvidia-h100-x2", "nvidia-h200-x2"]
 # Small calls are measured in CUDA graphs up to this size, large ones eagerly (dev/performance_run.sh).
@@ -221,7 +225,11 @@ def bench_lines(rows, world):
             memory = "--vmm 1 " if r["buffers"] == "vmm" or r.get("memory") == "vmm" else ""
             register = "--register 1 " if r["buffers"] == "registered" else ""
             switch = "BRAID_EAGER_ZERO_COPY=1 " if r.get("eager_zero_copy") else ""
-            lines += [f"{what}: `{switch}braid-bench -t {world} --coll {r['collective']} -d {r['dtype']}{op}{root} "
+            # Buffers exposed at their first use were timed with every rank a process (braid-run), where the
+            # large calls exchange on the host.
+            launch = (f"braid-run -n {world} braid-bench" if buffers_of(r) == EXPOSED_AT_FIRST_USE
+                      else f"braid-bench -t {world}")
+            lines += [f"{what}: `{switch}{launch} --coll {r['collective']} -d {r['dtype']}{op}{root} "
                       f"-b {bench_flag_size(sizes[0])} -e {bench_flag_size(sizes[-1])} -f 2 {graph} "
                       f"--inplace {1 if r['placement'] == 'in-place' else 0} "
                       f"--symmetric {1 if r['buffers'] == 'symmetric' else 0} {memory}{register}--compare nccl`", ""]

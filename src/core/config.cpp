@@ -50,7 +50,8 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_STAGING_BYTES", ConfigType::kInt, "33554432", nullptr,
      "Bytes of each rank's symmetric staging buffer, made at communicator init; larger collectives run in chunks."},
     {"BRAID_COMMIT", ConfigType::kString, nullptr, nullptr,
-     "Read by braid-bench only: the source commit it writes into its output's header (set by bench/ scripts)."},
+     "Read by the benchmarks only (braid-bench, bench/tp_overlap.py): the source commit they write into their "
+     "output's header and JSON rows (set by bench/ scripts)."},
     {"BRAID_PIPELINE_BYTES", ConfigType::kInt, "268435456", nullptr,
      "Bytes of each rank's symmetric pipeline buffer (FIFOs of the pipelined collectives), made at communicator init."},
     {"BRAID_ALGO", ConfigType::kString, nullptr, nullptr,

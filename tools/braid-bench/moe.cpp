@@ -1037,7 +1037,9 @@ class MoeBench {
                           {"repeats", options_.repeats},
                           {"check", options_.check},
                           {"gpus", gpus_},
-                          {"time", "per call: max over ranks of each rank's median repetition"},
+                          {"time", time_description(options_)},
+                          {"average", options_.average},
+                          {"blocking", options_.blocking},
                           {"nvlink", "max over ranks of max(bytes sent to, received from other ranks) / time"},
                           {"logical", "tokens * top_k * (row bytes, scales included) / time"}};
     const char* commit = std::getenv("BRAID_COMMIT");

@@ -67,6 +67,14 @@ double combine_rank_times(const std::vector<double>& times, int average) {
   }
 }
 
+std::string time_description(const Options& options) {
+  static const char* const kOver[] = {"rank 0's", "the mean over ranks", "the min over ranks", "the max over ranks"};
+  const int over = options.average >= 0 && options.average <= 3 ? options.average : 3;
+  std::string text = std::string("per call: ") + kOver[over] + " of each rank's median repetition";
+  if (options.blocking) text += ", the host waiting for each call";
+  return text;
+}
+
 namespace {
 
 template <typename T>
@@ -146,7 +154,8 @@ std::optional<int> parse_options(int argc, char** argv, Options& options) {
                  "--moe: multiprocessors dispatch and combine may occupy (MoeShape::max_sms; 0: braid picks)")
       ->check(integer_in(0))->capture_default_str();
   app.add_option("--seed", options.moe_seed,
-                 "--moe: the routing's seed (0: a random one, shared by the ranks); python -m braid.bench --seed "
+                 "--moe: the routing's seed (0: a random one, shared by the ranks); python -m braid.bench --seed (with the "
+                 "same --experts and --tokens) "
                  "draws the same routing")
       ->capture_default_str();
   std::string dispatch_type;

@@ -77,6 +77,9 @@ std::optional<size_t> parse_bytes(const std::string& text);
 
 // A row's time from every rank's (in rank order), as -a asks: rank 0's, the mean, the min or the max.
 double combine_rank_times(const std::vector<double>& times, int average);
+// What a row's time is, as -a and -z make it ("per call: the max over ranks of each rank's median repetition"), for
+// the header and the JSON.
+std::string time_description(const Options& options);
 
 // The kind of buffers the run uses, for the header and the JSON: "symmetric", "registered", "cudaMalloc", or with
 // --vmm "registered-vmm" and "vmm".

@@ -84,13 +84,15 @@ void Report::header() const {
   for (size_t rank = 0; rank < info_.gpus.size(); ++rank) {
     std::printf("#   rank %zu: %s\n", rank, info_.gpus[rank].c_str());
   }
-  std::printf("# sizes %zu..%zu bytes x%zu; %d warm-up calls; per size and placement, %d repetitions of %d calls",
-              options_.min_bytes, options_.max_bytes, options_.step_factor, options_.warmup_iters, options_.repeats,
+  const std::string step = options_.step_bytes > 0 ? "+" + std::to_string(options_.step_bytes)
+                                                   : "x" + std::to_string(options_.step_factor);
+  std::printf("# sizes %zu..%zu bytes %s; %d warm-up calls; per size and placement, %d repetitions of %d calls",
+              options_.min_bytes, options_.max_bytes, step.c_str(), options_.warmup_iters, options_.repeats,
               options_.iters);
   if (options_.graph_calls > 0) {
     std::printf(" (as replays of a CUDA graph of %d calls)", options_.graph_calls);
   }
-  std::printf("\n# time = per-call time, the max over ranks of each rank's median repetition; algbw = size / time;\n");
+  std::printf("\n# time = %s; algbw = size / time;\n", time_description(options_).c_str());
   std::printf("# busbw = algbw * nccl-tests' factor; #wrong = elements outside the reference, summed over ranks%s\n",
               options_.check ? "" : " (N/A: -c 0)");
   if (!info_.nccl_version.empty()) {
@@ -210,8 +212,11 @@ void Report::write_json(const std::string& path) const {
       {"min_bytes", options_.min_bytes},
       {"max_bytes", options_.max_bytes},
       {"step_factor", options_.step_factor},
+      {"step_bytes", options_.step_bytes},
+      {"average", options_.average},
+      {"blocking", options_.blocking},
       {"gpus", info_.gpus},
-      {"time", "per call: max over ranks of each rank's median repetition"},
+      {"time", time_description(options_)},
   };
   config["settings"] = braid_settings();
   config["commit"] = info_.commit.empty() ? nlohmann::json(nullptr) : nlohmann::json(info_.commit);
