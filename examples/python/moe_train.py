@@ -8,7 +8,7 @@ rows it received, and combine sums the expert outputs back on the token's rank, 
 is the mean squared error against a fixed target map, so it has a minimum the experts can reach. Autograd flows
 through dispatch and combine by braid's registered formulas (docs/python.md, "Autograd through MoE"), so the
 training loop is plain PyTorch: loss.backward(), then SGD on the experts and the router. Prints the loss per step
-on rank 0 and exits non-zero where it did not decrease."""
+on rank 0 and exits non-zero unless the last loss is below half the first."""
 import sys
 
 import torch

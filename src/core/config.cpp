@@ -34,7 +34,8 @@ constexpr ConfigVar kTable[] = {
      "MASTER_PORT plus this offset, since the launcher's own store holds MASTER_PORT."},
     {"BRAID_JOB_SECRET", ConfigType::kString, nullptr, nullptr,
      "Secret every connection to the job's store proves it knows (an HMAC challenge both ways; never sent, never "
-     "logged); at least 16 bytes. Set by braid-run; unset: the store takes any client that reaches it."},
+     "logged); at least 16 bytes. Set by braid-run; unset: the store takes any client of its own uid on this host, "
+     "and any client of another host, that reaches it."},
     {"BRAID_STORE_BUDGET_BYTES", ConfigType::kInt, "268435456", nullptr,
      "Bytes the bootstrap store served in this process may hold in all (stored keys and values, requests being "
      "received, replies not yet read, keys of waiting requests); a request beyond is refused with an error naming "
