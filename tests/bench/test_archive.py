@@ -69,6 +69,31 @@ class ArchiveTest(unittest.TestCase):
         self.assertIn("BRAID_ALGO", str(refused.exception))
         self.assertEqual(archive.load(self.archive), [])
 
+    def test_a_run_timed_otherwise_is_refused(self):
+        for method, named in (({"average": 1}, "average"), ({"blocking": True}, "blocking")):
+            run = collective_run()
+            run["config"].update(method)
+            with self.assertRaises(SystemExit) as refused:
+                self.add(self.write(run))
+            self.assertIn(named, str(refused.exception))
+        self.assertEqual(archive.load(self.archive), [])
+        timed = collective_run()
+        timed["config"].update(average=3, blocking=False, step_bytes=0)  # what braid-bench writes by default
+        self.assertEqual(len(self.add(self.write(timed))), 1)
+
+    def test_exposed_at_first_use_rows_have_a_table_and_command_of_their_own(self):
+        exposed = collective_run(settings={"BRAID_EAGER_ZERO_COPY": "1"})
+        exposed["config"].update(buffers="vmm", graph=0)
+        registered = collective_run(settings={"BRAID_EAGER_ZERO_COPY": "1"})
+        registered["config"].update(buffers="registered-vmm", graph=0)
+        rows = self.add(self.write(exposed), self.write(registered))
+        kinds = {performance.buffers_of(r) for r in rows}
+        self.assertEqual(kinds, {"registered, eager zero copy", performance.EXPOSED_AT_FIRST_USE})
+        mine = [r for r in rows if performance.buffers_of(r) == performance.EXPOSED_AT_FIRST_USE]
+        command = "\n".join(performance.bench_lines(mine, 2))
+        self.assertIn("braid-run -n 2 braid-bench", command)
+        self.assertNotIn("--register 1", command)
+
     def test_the_launchers_variables_are_not_settings(self):
         launch = {"BRAID_RANK": "0", "BRAID_WORLD_SIZE": "2", "BRAID_LOCAL_RANK": "0", "BRAID_LOCAL_SIZE": "2",
                   "BRAID_STORE_ADDR": "127.0.0.1:1", "BRAID_JOB_ID": "run-1", "BRAID_JOB_SECRET": "x" * 64}
