@@ -132,8 +132,8 @@ class MoeHook {
   // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
   // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Where the communicator's ranks share
   // a GPU, the legacy default stream is refused (kInvalidArgument naming stream) and the hook stays pending. Until
-  // it is called, the MoeBuffer
-  // refuses every dispatch, redispatch, combine and copy_expert_counts (kInvalidArgument naming the hook).
+  // it is called, the MoeBuffer refuses every dispatch, redispatch, combine and copy_expert_counts
+  // (kInvalidArgument naming the hook).
   // Destroying a pending hook, or moving another hook into it, drops its receiving half: the peers' signals
   // for it are never consumed, so that MoeBuffer refuses every later call; make a new one.
   void receive(Stream stream);
