@@ -170,7 +170,8 @@ TEST(Errors, CApiMemoryHandlesNameTheirArguments) {
   size_t size = 0;
   EXPECT_EQ(braidExportedBlob(nullptr, &blob, &size), braidInvalidArgument);
   EXPECT_NE(std::string(braidGetLastError()).find("'handle'"), std::string::npos) << braidGetLastError();
-  braidImportedMemory_t memory = nullptr;
+  // A stale value: a failed constructor sets its out-parameter to NULL.
+  braidImportedMemory_t memory = reinterpret_cast<braidImportedMemory_t>(uintptr_t(1));
   EXPECT_EQ(braidImportHandle(nullptr, 3, -1, &memory), braidInvalidArgument);
   EXPECT_NE(std::string(braidGetLastError()).find("braidImportHandle: argument 'blob' is NULL with size 3"),
             std::string::npos) << braidGetLastError();

@@ -374,12 +374,23 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
       for (float v : download(c.type, rs_out, rows * n)) wrong += v != 0.0f;
       EXPECT_EQ(wrong, 0u) << "rank " << comm.rank() << ": " << what;
     };
-    // A real call on the first stream, then k = 0 on the second into the same outputs: the zeros come last.
     check_all_gather_matmul(fused, comm.rank(), world, c, 900, first.get(), /*gather_a=*/false);
-    fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, first.get());
+    // Real calls into the outputs on the first stream, left running, then k = 0 into the same outputs on the
+    // second: a call waits for the previous one where it names another stream, so the zeros come last.
+    void* a = poisoned(m * c.k * 2);
+    void* b = poisoned(n * c.k * 2);
+    ASSERT_EQ(cudaMemset(a, 0x3F, m * c.k * 2), cudaSuccess);  // bfloat16 0x3F3F, about 0.75: products far from 0
+    ASSERT_EQ(cudaMemset(b, 0x3F, n * c.k * 2), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);  // the memsets ran on this thread's stream
+    fused.all_gather_matmul(a, rows, c.k, b, c.layout, n, ag_out, nullptr, c.type, first.get());
+    fused.matmul_reduce_scatter(a, m, c.k, b, c.layout, n, rs_out, c.type, ReduceOp::kSum, first.get());
+    fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, second.get());
     fused.matmul_reduce_scatter(nullptr, m, 0, nullptr, c.layout, n, rs_out, c.type, ReduceOp::kSum, second.get());
     ASSERT_EQ(cudaStreamSynchronize(second.get()), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(first.get()), cudaSuccess);
     zeros("eager");
+    cudaFree(a);
+    cudaFree(b);
     ASSERT_EQ(cudaMemsetAsync(ag_out, kPoison, m * n * 2, first.get()), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(rs_out, kPoison, rows * n * 2, first.get()), cudaSuccess);
     GraphHandles graph;

@@ -1900,6 +1900,7 @@ TEST(MoeRankMajor, WeightedCombineIsRefusedNamingTheArgument) {
     DeviceBuffer x(shape.max_tokens * shape.hidden * 2), ids(shape.max_tokens * shape.top_k * 8),
         weights(shape.max_tokens * shape.top_k * 4), out(shape.max_tokens * shape.hidden * 2);
     cuda_check(cudaMemset(ids.get(), 0xFF, ids.bytes()), "cudaMemset (ids: -1)");
+    cuda_check(cudaMemset(out.get(), kPoison, out.bytes()), "cudaMemset (out: poison)");  // combine must write zeros
     const MoeDispatchOutput view = moe.dispatch(x.get(), ids.get(), static_cast<const float*>(weights.get()), 4, nullptr, stream.get());
     try {
       moe.combine(view.combine_input, out.get(), true, stream.get());

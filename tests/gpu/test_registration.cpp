@@ -506,6 +506,7 @@ TEST(MemoryHandles, ImportPeersExportsAndOneSidedAllToAll) {
       comm.barrier();
       EXPECT_EQ(download(static_cast<char*>(send) + 4 * previous, 1)[0], 1000 + previous) << what << ": put";
       const int before_previous = (previous + world - 1) % world;
+      upload(marker.pointer, {-1});  // poisoned: a get that moves nothing leaves -1
       comm.get(global, previous, 4 * before_previous, marker.pointer, 4, cudaStreamPerThread);
       device_synchronize();
       EXPECT_EQ(download(marker.pointer, 1)[0], 1000 + before_previous) << what << ": get";
