@@ -26,7 +26,9 @@
 // Everything a client can make the server hold counts against one budget (StoreLimits::budget_bytes): stored keys
 // and values, request bytes received and not yet handled (a frame's whole length is reserved as soon as its header
 // is in, and no more is read than the budget has room for), replies not yet sent, and parked keys. A request that
-// would take the server past it is refused, naming the limit; an allocation that fails anyway drops that client.
+// would take the server past it first drops the clients that hold more than its own would with it, the largest first
+// (make_room_for: what they hold goes with them, stored entries stay); what still does not fit is refused, naming
+// the limit. An allocation that fails anyway drops that client.
 // GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
 // never polls. ADD keeps the counter as decimal text, so GET returns it as such.
 #include "bootstrap/store.hpp"
@@ -48,6 +50,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "bootstrap/job_secret.hpp"
 #include "bootstrap/socket.hpp"
@@ -71,8 +74,7 @@ constexpr uint32_t kMaxFrameBytes = 1u << 30;
 constexpr size_t kRequestFrameOverhead = kStoreMaxKeyBytes + 64 + kStoreFrameMacBytes;
 // Request frames that carry no value (a WAIT for many keys) may still be this long.
 constexpr size_t kMinRequestFrameBytes = size_t(4) << 20;
-// What a stored key, a parked key or a reply costs the budget beyond its bytes (the containers' own memory).
-constexpr size_t kEntryOverhead = 64;
+constexpr size_t kEntryOverhead = kStoreEntryOverheadBytes;
 // Largest frame a connection may send before it proved it knows the job secret (HELLO and PROVE are ~40 bytes).
 constexpr uint32_t kMaxUnprovenFrameBytes = 256;
 // A blocking GET/WAIT's reply is due when the server-side timeout passes; the client waits this much
@@ -278,6 +280,7 @@ struct StoreServer::Impl {
   void track_unfinished_frame(Connection& connection, net::Clock::time_point now);
   void drop_slow_clients(net::Clock::time_point now);
   void make_room();
+  bool make_room_for(Connection& requester, size_t more);
   void drop_client(Connection& connection, const std::string& why);
   void warn(const std::string& message);
 
@@ -506,6 +509,33 @@ void StoreServer::Impl::make_room() {
                                     "(BRAID_STORE_BUDGET_BYTES)", largest->held_bytes(), limits.budget_bytes));
 }
 
+// Whether `more` bytes fit the budget, once the clients holding more than `requester` would with them are dropped,
+// the largest first (their unread replies, unfinished frames and parked keys; stored entries stay), so that a
+// client that floods the store loses to the job's small requests instead of starving them. No client is dropped
+// where dropping them all would not make the room.
+bool StoreServer::Impl::make_room_for(Connection& requester, size_t more) {
+  if (fits(more)) return true;
+  const size_t own = requester.held_bytes() + more;
+  std::vector<Connection*> larger;
+  size_t freeable = 0;
+  for (const auto& connection : connections) {
+    if (connection->dead || connection->closing || connection.get() == &requester) continue;
+    if (connection->held_bytes() <= own) continue;
+    larger.push_back(connection.get());
+    freeable += connection->held_bytes();
+  }
+  if (bytes_in_use() - freeable + more > limits.budget_bytes) return false;
+  std::sort(larger.begin(), larger.end(),
+            [](const Connection* x, const Connection* y) { return x->held_bytes() > y->held_bytes(); });
+  for (Connection* connection : larger) {
+    if (fits(more)) break;
+    drop_client(*connection, fmt::format("the {} bytes it holds took the store to its budget of {} bytes "
+                                         "(BRAID_STORE_BUDGET_BYTES), where another client's request of {} bytes "
+                                         "needed room", connection->held_bytes(), limits.budget_bytes, more));
+  }
+  return fits(more);
+}
+
 void StoreServer::Impl::refuse_over_budget(Connection& connection, const std::string& what, size_t bytes) {
   refuse(connection,
          fmt::format("{} needs {} bytes that the store's budget of {} bytes (BRAID_STORE_BUDGET_BYTES) does not have "
@@ -672,7 +702,7 @@ std::optional<std::string_view> StoreServer::Impl::next_frame(Connection& connec
     // The whole frame is reserved from its header, before its body is read (NOTE [store budget]); its buffer is
     // allocated once, at its size.
     const size_t more = 4 + length - std::max(available, connection.frame_reserved);
-    if (!fits(more)) {
+    if (!make_room_for(connection, more)) {
       refuse_over_budget(connection, "a request frame", 4 + length);
       return std::nullopt;
     }
@@ -725,7 +755,7 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
       const auto old = data.find(key);
       const size_t freed = old == data.end() ? 0 : entry_cost(old->first, old->second);
       const size_t cost = key.size() + value.size() + kEntryOverhead;
-      if (cost > freed && !fits(cost - freed)) {
+      if (cost > freed && !make_room_for(connection, cost - freed)) {
         refuse_over_budget(connection, fmt::format("SET '{}'", key), cost);
         return;
       }
@@ -758,7 +788,7 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
         raise(ErrorCode::kRemoteError, "WAIT for {} keys (at most {})", count, kStoreMaxWaitKeys);
       }
       // What the keys will cost, at most, before they are made (the frame's bytes and each key's overhead).
-      if (!fits(body.size() + size_t(count) * kEntryOverhead)) {
+      if (!make_room_for(connection, body.size() + size_t(count) * kEntryOverhead)) {
         refuse_over_budget(connection, "a WAIT", body.size() + size_t(count) * kEntryOverhead);
         return;
       }
@@ -859,7 +889,7 @@ void StoreServer::Impl::add(Connection& connection, const std::string& key, int6
   std::string text = std::to_string(value);
   const size_t freed = found == data.end() ? 0 : entry_cost(found->first, found->second);
   const size_t cost = entry_cost(key, text);
-  if (cost > freed && !fits(cost - freed)) {
+  if (cost > freed && !make_room_for(connection, cost - freed)) {
     refuse_over_budget(connection, fmt::format("ADD '{}'", key), cost);
     return;
   }
@@ -885,7 +915,7 @@ void StoreServer::Impl::reply(Connection& connection, Encoder& encoder) {
 void StoreServer::Impl::park(Connection& connection, Parked parked) {
   size_t cost = 0;
   for (const std::string& key : parked.keys) cost += key.size() + kEntryOverhead;
-  if (!fits(cost)) {
+  if (!make_room_for(connection, cost)) {
     refuse_over_budget(connection, parked.op == Op::kGet ? "a GET" : "a WAIT", cost);
     return;
   }
@@ -945,7 +975,7 @@ bool StoreServer::Impl::try_answer(Connection& connection, net::Clock::time_poin
     if (found != data.end()) {
       // The reply copies the value: it must fit the budget (less the parked key it replaces).
       const size_t cost = found->second.size() + kEntryOverhead + kStoreFrameMacBytes;
-      if (cost > connection.parked_bytes && !fits(cost - connection.parked_bytes)) {
+      if (cost > connection.parked_bytes && !make_room_for(connection, cost - connection.parked_bytes)) {
         connection.parked.reset();
         connection.parked_bytes = 0;
         refuse_over_budget(connection, fmt::format("the reply to GET '{}'", found->first), cost);

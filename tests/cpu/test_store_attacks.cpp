@@ -588,6 +588,37 @@ TEST(StoreAttacks, MemoryFloodsStayWithinTheBudget) {
       << "peak resident memory " << (peak >> 20) << " MiB, baseline " << (baseline >> 20) << " MiB";
 }
 
+// A client whose unfinished frame holds all but a few bytes of the budget is dropped when a rank's GET, read into
+// those bytes, needs room to park its key: the rank is served, the hog's connection closed. The gap fits the GET's
+// frame (17 bytes and its key) but not the parked key (the key and kStoreEntryOverheadBytes).
+TEST(StoreAttacks, AClientHoldingTheBudgetIsDroppedForARanksSmallRequest) {
+  constexpr size_t kBudget = size_t(1) << 20;
+  StoreLimits limits;
+  limits.budget_bytes = kBudget;
+  limits.max_value_bytes = kBudget;
+  StoreServer server("127.0.0.1", 0, limits, std::string());
+  const int port = server.port();
+  StoreClient("127.0.0.1", port, 5.0, std::string()).set("k", "v");
+  const size_t stored = 2 + kStoreEntryOverheadBytes;
+  const size_t get_frame = 17 + 1, gap = get_frame + kStoreEntryOverheadBytes / 2;
+  static_assert(17 + 1 + kStoreEntryOverheadBytes / 2 < 1 + kStoreEntryOverheadBytes, "the gap must not hold the key");
+  // The hog: a SET frame's header, its whole length reserved, the rest never sent.
+  const int hog = connect_v4(port);
+  ASSERT_GE(hog, 0);
+  ASSERT_TRUE(send_bytes(hog, u32(static_cast<uint32_t>(kBudget - stored - gap - 4)) + std::string(1, 1)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server reserves it
+  const int rank = connect_v4(port);
+  ASSERT_GE(rank, 0);
+  ASSERT_TRUE(send_bytes(rank, frame(std::string(1, 2) + field("k") + i64(2000))));
+  char reply[10] = {};
+  ASSERT_TRUE(net::read_all(rank, reply, sizeof reply, net::deadline_after(2.0))) << "no reply to the rank's GET";
+  EXPECT_EQ(reply[4], 0) << "the rank's GET was refused: " << std::string(reply + 5, 5);
+  EXPECT_EQ(std::string(reply + 5, 5), u32(1) + "v");
+  EXPECT_TRUE(closed_within(hog, 2.0)) << "the hog's connection stayed open";
+  close(hog);
+  close(rank);
+}
+
 // An allocation that fails anyway (an address-space limit below the budget) drops that client, never the server.
 TEST(StoreAttacks, AnAllocationFailureDropsTheClientNotTheServer) {
   StoreLimits limits;
