@@ -94,16 +94,10 @@ inline void refuse_shared_legacy_stream(const char* function, int ranks_per_gpu,
   }
 }
 
-// The ordering scope a call holds while it enqueues (after its checks), with its GPU current; the legacy stream
-// refused where ranks share a GPU.
-inline detail::CallOrder::Scope ordered(const char* function, detail::CallOrder& order, int device, int ranks_per_gpu,
-                                        Stream stream) {
-  refuse_shared_legacy_stream(function, ranks_per_gpu, stream);
-  return detail::CallOrder::Scope(order, device, stream);
-}
-
-inline detail::CallOrder::Scope ordered(const char* function, CollectiveContext& context, Stream stream) {
-  return ordered(function, context.order, context.device, context.ranks_per_gpu, stream);
+// The ordering scope a call holds while it enqueues (after its checks, the legacy-stream refusal among them), with
+// its GPU current.
+inline detail::CallOrder::Scope ordered(CollectiveContext& context, Stream stream) {
+  return detail::CallOrder::Scope(context.order, context.device, stream);
 }
 
 }  // namespace braid::collectives

@@ -53,9 +53,7 @@ void require_cuda_backend(const CommState& state, const char* function);
 // The CUDA backend's state, the one way to it: require_cuda_backend first.
 collectives::CollectiveContext& cuda_context(CommState& state, const char* function);
 
-// The ordering scope of a call on `state` (collectives::ordered).
-inline CallOrder::Scope ordered(const char* function, CommState& state, Stream stream) {
-  return collectives::ordered(function, *state.order, state.device, state.settings.ranks_per_gpu, stream);
-}
+// The ordering scope a call on `state` holds while it enqueues (after enter() and its checks), its GPU current.
+inline CallOrder::Scope ordered(CommState& state, Stream stream) { return CallOrder::Scope(*state.order, state.device, stream); }
 
 }  // namespace braid::detail

@@ -18,7 +18,7 @@ using collectives::CollectiveCall;
 void run_collective(const std::shared_ptr<detail::CommState>& state_ptr, const CollectiveCall& call, Stream stream) {
   detail::CommState& state = detail::enter(state_ptr, call.function, stream);
   if (!collectives::validate(call, detail::place_of(state))) return;
-  const auto order = detail::ordered(call.function, state, stream);
+  const auto order = detail::ordered(state, stream);
   state.backend->collective(call, stream);
 }
 
@@ -28,7 +28,7 @@ void run_point_to_point(const std::shared_ptr<detail::CommState>& state_ptr, con
   const collectives::PointToPointBatch batch =
       collectives::validate_point_to_point(function, single, ops, op_count, detail::place_of(state));
   if (op_count == 0) return;
-  const auto order = detail::ordered(function, state, stream);
+  const auto order = detail::ordered(state, stream);
   state.backend->send_recv(batch, stream);
 }
 
@@ -89,7 +89,7 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   // barrier for that very peer.
   bool same_process_peers = false;
   for (const auto& mapping : send.mappings_) same_process_peers = same_process_peers || mapping->in_place();
-  const auto order = detail::ordered(function, state, stream);
+  const auto order = detail::ordered(state, stream);
   collectives::all_to_all_global(cuda, table, same_process_peers, recv, count, type, stream);
 }
 
@@ -99,7 +99,7 @@ void Communicator::all_to_allv(const void* send, const size_t* send_counts, cons
   detail::CommState& state = detail::enter(state_, function, stream);
   const collectives::AllToAllvCall call = collectives::validate_all_to_allv(
       function, send, send_counts, send_displs, recv, recv_counts, recv_displs, type, detail::place_of(state));
-  const auto order = detail::ordered(function, state, stream);
+  const auto order = detail::ordered(state, stream);
   state.backend->all_to_allv(call, stream);
 }
 
@@ -111,7 +111,7 @@ void Communicator::all_to_allv_device(const void* send, const int64_t* send_coun
   collectives::CollectiveContext& cuda = detail::cuda_context(state, function);  // NCCL needs the counts on the host
   const collectives::AllToAllvDeviceCall call = collectives::validate_all_to_allv_device(
       function, send, send_counts, send_displs, recv, recv_capacity, recv_counts, recv_displs, type, detail::place_of(state));
-  const auto order = detail::ordered(function, state, stream);
+  const auto order = detail::ordered(state, stream);
   collectives::all_to_allv_device(cuda, call, stream);
 }
 

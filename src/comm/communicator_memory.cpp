@@ -117,7 +117,7 @@ void Communicator::put(const GlobalMemory& memory, int peer, size_t offset, cons
   char* destination = range_at(memory, "Communicator::put", peer, offset, bytes);
   if (bytes == 0) return;
   if (source == nullptr) raise_invalid_argument("Communicator::put", "source", "is null");
-  const auto order = detail::ordered("Communicator::put", state, stream);
+  const auto order = detail::ordered(state, stream);
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 
@@ -126,7 +126,7 @@ void Communicator::get(const GlobalMemory& memory, int peer, size_t offset, void
   const char* source = range_at(memory, "Communicator::get", peer, offset, bytes);
   if (bytes == 0) return;
   if (destination == nullptr) raise_invalid_argument("Communicator::get", "destination", "is null");
-  const auto order = detail::ordered("Communicator::get", state, stream);
+  const auto order = detail::ordered(state, stream);
   BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, stream));
 }
 

@@ -272,6 +272,13 @@ detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const 
   return *state;
 }
 
+// The same for a call that enqueues on `stream`: then, where ranks share a GPU, the legacy stream is refused.
+detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, Stream stream) {
+  detail::MoeState& usable_state = checked(state, function);
+  collectives::refuse_shared_legacy_stream(function, usable_state.comm->ranks_per_gpu, stream);
+  return usable_state;
+}
+
 // A call with a hook: rank-major only, and the hook must hold nothing pending.
 void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* function) {
   if (hook == nullptr) return;
@@ -282,9 +289,8 @@ void check_hook(const detail::MoeState& state, const MoeHook* hook, const char* 
 }
 
 // Launches a dispatch or combine in the communicator's order of calls.
-void launch_call(const char* function, detail::MoeState& state, const kernels::moe::MoeLaunch& launch, bool dispatch,
-                 cudaStream_t stream) {
-  const auto order = collectives::ordered(function, *state.comm, stream);
+void launch_call(detail::MoeState& state, const kernels::moe::MoeLaunch& launch, bool dispatch, cudaStream_t stream) {
+  const auto order = collectives::ordered(*state.comm, stream);
   if (dispatch) {
     if (launch.slot_lines != 0) {
       kernels::moe::launch_line_dispatch(launch, state.shape.index_type, stream);
@@ -304,7 +310,7 @@ void launch_call(const char* function, detail::MoeState& state, const kernels::m
 void enqueue(detail::MoeState& state, kernels::moe::MoeLaunch launch, bool dispatch, const char* function, MoeHook* hook,
              detail::MoeState** hook_state, cudaStream_t stream) {
   launch.phase = hook != nullptr ? kernels::moe::kSendingHalf : kernels::moe::kWholeCall;
-  launch_call(function, state, launch, dispatch, stream);
+  launch_call(state, launch, dispatch, stream);
   if (hook == nullptr) return;
   launch.phase = kernels::moe::kReceivingHalf;
   state.pending = launch;
@@ -453,7 +459,7 @@ void MoeHook::receive(Stream stream) {
   set_log_rank(state.comm->rank);
   state.comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
   state.pending_call = nullptr;
-  launch_call(function, state, state.pending, state.pending_dispatch, stream);
+  launch_call(state, state.pending, state.pending_dispatch, stream);
 }
 
 namespace {
@@ -512,7 +518,7 @@ void check_handle(const detail::MoeState& state, const MoeHandle& handle, const 
 MoeDispatchOutput MoeBuffer::redispatch(const MoeHandle& handle, const void* x, const float* x_scales, Stream stream,
                                         MoeHook* hook) {
   const char* function = "MoeBuffer::redispatch";
-  detail::MoeState& state = checked(state_, function);
+  detail::MoeState& state = checked(state_, function, stream);
   if (!state.base.rank_major) raise_invalid_argument(function, "handle", "redispatch takes a rank-major buffer's handle");
   check_handle(state, handle, function);
   check_hook(state, hook, function);
@@ -535,7 +541,7 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
                                       const float* topk_weights, size_t num_tokens, const int64_t* num_tokens_device,
                                       Stream stream, MoeHook* hook) {
   const char* function = "MoeBuffer::dispatch";
-  detail::MoeState& state = checked(state_, function);
+  detail::MoeState& state = checked(state_, function, stream);
   check_hook(state, hook, function);
   const int device = state.comm->device;
   if (num_tokens_device == nullptr && num_tokens > state.shape.max_tokens) {
@@ -568,13 +574,13 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
 }
 
 void MoeBuffer::combine(const MoeHandle& handle, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
-  check_handle(checked(state_, "MoeBuffer::combine"), handle, "MoeBuffer::combine");
+  check_handle(checked(state_, "MoeBuffer::combine", stream), handle, "MoeBuffer::combine");
   combine(y, out, weighted, stream, hook);
 }
 
 void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
   const char* function = "MoeBuffer::combine";
-  detail::MoeState& state = checked(state_, function);
+  detail::MoeState& state = checked(state_, function, stream);
   check_hook(state, hook, function);
   const int device = state.comm->device;
   if (y == nullptr) raise_invalid_argument(function, "y", "is null");
@@ -630,10 +636,16 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
   detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset);  // NOTE [no device-wide waits]
 }
 
+MoeDispatchOutput testing::moe_output_views(MoeBuffer& buffer) {
+  detail::MoeState& state = detail::MoeTestAccess::state(buffer, "testing::moe_output_views");
+  MoeDispatchOutput views = output_of(state, state.base);
+  views.handle.dispatch = 0;
+  return views;
+}
+
 void MoeBuffer::copy_expert_counts(int64_t* host_counts, Stream stream) {
   const char* function = "MoeBuffer::copy_expert_counts";
-  detail::MoeState& state = checked(state_, function);
-  collectives::refuse_shared_legacy_stream(function, state.comm->ranks_per_gpu, stream);
+  detail::MoeState& state = checked(state_, function, stream);
   if (host_counts == nullptr) raise_invalid_argument(function, "host_counts", "is null");
   DeviceGuard guard(state.comm->device);
   BRAID_CUDA(cudaMemcpyAsync(host_counts, state.base.expert_counts, state.base.local_experts * sizeof(int64_t),

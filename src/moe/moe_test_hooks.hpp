@@ -10,4 +10,8 @@ namespace braid::testing {
 // buffer's work may be in flight. kInvalidArgument for other layouts.
 void stall_next_moe_dispatch(MoeBuffer& buffer);
 
+// The views every dispatch and redispatch of `buffer` returns (the handle apart: 0), known before the first one so
+// that a test can poison them first.
+MoeDispatchOutput moe_output_views(MoeBuffer& buffer);
+
 }  // namespace braid::testing

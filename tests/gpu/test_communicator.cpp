@@ -15,6 +15,7 @@
 #include "braid/braid.h"
 #include "braid/braid.hpp"
 #include "braid/fused_matmul.hpp"
+#include "braid/moe.hpp"
 #include "collective_reference.hpp"
 #include "world.hpp"
 
@@ -382,6 +383,12 @@ TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
     ASSERT_EQ(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
     FusedMatmul fused = FusedMatmul::create(comm);
     const size_t rows = 16, k = 8, n = 8;  // bf16 operands: the int32 buffers hold them
+    MoeShape shape;
+    shape.hidden = 64;
+    shape.max_tokens = 8;
+    shape.top_k = 1;
+    shape.experts = comm.size();
+    MoeBuffer moe = MoeBuffer::create(comm, shape);
     const std::vector<std::pair<const char*, std::function<void(cudaStream_t)>>> calls = {
         {"Communicator::all_reduce",
          [&](cudaStream_t s) { comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, s); }},
@@ -399,6 +406,10 @@ TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
          [&](cudaStream_t s) {
            fused.all_gather_matmul(send, rows, k, send, Layout::kTransposed, n, recv, nullptr, DataType::kBFloat16, s);
          }},
+        {"MoeBuffer::dispatch", [&](cudaStream_t s) { moe.dispatch(send, send, nullptr, 0, nullptr, s); }},
+        // The stream is refused before the arguments (y null here).
+        {"MoeBuffer::combine", [&](cudaStream_t s) { moe.combine(nullptr, recv, false, s); }},
+        {"MoeBuffer::copy_expert_counts", [&](cudaStream_t s) { moe.copy_expert_counts(nullptr, s); }},
     };
     for (const auto& [function, call] : calls) {
       for (cudaStream_t legacy : {cudaStream_t(nullptr), cudaStreamLegacy}) {
