@@ -93,7 +93,11 @@ NcclBackend::~NcclBackend() {
     }
     // Unwinding from a failure, peers may never join a teardown, and after an asynchronous error the
     // communicator cannot finish one: abort, which is local and frees the registrations with the communicator.
-    const bool abort = async_error_.load() || std::uncaught_exceptions() > uncaught_at_init_;
+    bool abort = std::uncaught_exceptions() > uncaught_at_init_;
+    {
+      std::lock_guard<std::mutex> lock(async_failure_mutex_);
+      abort = abort || async_failure_.has_value();
+    }
     DeviceGuard guard(device_);
     const NcclApi& api = library_->api();
     if (abort) {
@@ -394,7 +398,6 @@ void NcclBackend::check() {
   ncclResult_t async = ncclSuccess;
   check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
   if (async == ncclSuccess || async == ncclInProgress) return;
-  async_error_ = true;  // the destructor aborts rather than destroys
   std::lock_guard<std::mutex> lock(async_failure_mutex_);
   if (!async_failure_) {
     async_failure_.emplace(nccl_error_code(async),

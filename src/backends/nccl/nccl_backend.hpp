@@ -128,8 +128,8 @@ class NcclBackend {
   std::string rank_text_;  // as error messages show it
   int uncaught_at_init_ = 0;  // std::uncaught_exceptions() at construction: more at destruction means unwinding
   ncclComm_t comm_ = nullptr;
-  std::atomic<bool> async_error_{false};
-  // The first asynchronous NCCL error check() met, raised again by every later check(), also after an abort().
+  // The first asynchronous NCCL error check() met, raised again by every later check(), also after an abort(); with
+  // one, the destructor aborts the communicator rather than destroys it.
   std::optional<Error> async_failure_;
   std::mutex async_failure_mutex_;
   std::atomic<bool> aborted_{false};  // by the watchdog or abort(): comm_ is gone
