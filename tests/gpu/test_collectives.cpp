@@ -287,6 +287,49 @@ TEST(CollectiveReference, EncodingsWrapAroundAndInputRangesAreRight) {
   }
 }
 
+// An output of zeros passes fp8 e5m2 sums at 8 ranks element by element (their tolerance reaches the inputs'
+// summed magnitude), but not the check of the summed errors; one rounded after every step, as a chain does, passes.
+TEST(CollectiveReference, SummedErrorsRefuseZerosThatEachElementsToleranceAccepts) {
+  constexpr int kWorld = 8;
+  constexpr DataType kType = DataType::kFloat8E5M2;
+  const Case c{Collective::kAllReduce, kType, ReduceOp::kSum, 1000, 0, false, true, 0x5E77ull};
+  auto nearest_e5m2 = [](double value) {  // round to nearest, ties to the even code
+    uint64_t best = 0;
+    for (uint64_t bits = 0; bits < 256; ++bits) {
+      const double candidate = decode_float(kType, bits);
+      if (!std::isfinite(candidate)) continue;
+      const double distance = std::fabs(candidate - value), best_distance = std::fabs(decode_float(kType, best) - value);
+      if (distance < best_distance || (distance == best_distance && (bits & 1) == 0 && (best & 1) != 0)) best = bits;
+    }
+    return best;
+  };
+  std::vector<std::vector<unsigned char>> inputs(kWorld, std::vector<unsigned char>(c.count));
+  for (int r = 0; r < kWorld; ++r) fill_input(c, r, 0, c.count, inputs[r].data());
+  std::vector<unsigned char> chained(c.count);
+  for (size_t i = 0; i < c.count; ++i) {
+    double partial = decode_float(kType, inputs[0][i]);
+    for (int r = 1; r < kWorld; ++r) partial = decode_float(kType, nearest_e5m2(partial + decode_float(kType, inputs[r][i])));
+    chained[i] = static_cast<unsigned char>(nearest_e5m2(partial));
+  }
+
+  Batch batch(0, kWorld);
+  ASSERT_TRUE(batch.add(c, SIZE_MAX, SIZE_MAX));
+  std::vector<unsigned char> initial_send, initial_recv;
+  batch.initial_images(initial_send, initial_recv);
+  auto check_output = [&](const std::vector<unsigned char>& output) {
+    std::vector<unsigned char> recv = initial_recv;
+    std::memcpy(batch.recv_pointer(0, initial_send.data(), recv.data()), output.data(), output.size());
+    return batch.check(initial_send, initial_recv, initial_send.data(), recv.data(), 1);
+  };
+  const std::vector<std::string> chained_lines = check_output(chained);
+  EXPECT_TRUE(chained_lines.empty()) << chained_lines.front();
+  const std::vector<std::string> zero_lines = check_output(std::vector<unsigned char>(c.count, 0));
+  ASSERT_EQ(zero_lines.size(), 1u) << "an output of zeros passed";
+  EXPECT_EQ(zero_lines[0].find("wrong output element"), std::string::npos) << "each element's tolerance refused a zero: "
+                                                                           << zero_lines[0];
+  EXPECT_NE(zero_lines[0].find("errors sum to"), std::string::npos) << zero_lines[0];
+}
+
 // ---- The matrix, per collective ----
 
 TEST(Collectives, AllReduceMatrix) { run_matrix(Collective::kAllReduce); }

@@ -498,7 +498,9 @@ class Rig {
         out_((shape.max_tokens + kGuardTokens) * out_row_bytes_),
         y_(std::max<size_t>(capacity_, 1) * out_row_bytes_),
         tokens_device_(sizeof(int64_t)),
-        scratch_(size_t(1) << 20) {}
+        scratch_(size_t(1) << 20) {
+    remember(testing::moe_output_views(moe_));  // so the first round's views are poisoned too
+  }
 
   MoeBuffer& moe() { return moe_; }
   const MoeShape& shape() const { return shape_; }
@@ -1070,7 +1072,7 @@ class Rig {
   MoeBuffer moe_;
   size_t capacity_;
   DeviceBuffer x_, scales_, ids_, weights_, out_, y_, tokens_device_, scratch_;
-  std::vector<MoeDispatchOutput> views_;  // every view dispatch has returned (poisoned before each round)
+  std::vector<MoeDispatchOutput> views_;  // the buffer's views and every view dispatch has returned (poisoned before each round)
   std::vector<unsigned char> host_ids_;
   int64_t host_tokens_ = 0;
   MoeHandle handle_;  // of the last dispatch (redispatch rounds reuse it)
@@ -1515,8 +1517,8 @@ TEST(MoeErrors, RowsAboveCapacityAreReported) {
     heavy.label = "rank 0 receives " + std::to_string(need0) + " rows, capacity_rows " + std::to_string(capacity);
     Rig rig(comm, shape, stream.get());
     EXPECT_EQ(rig.capacity(), capacity);
-    // Routings that fit: T small enough that no rank can need more than the capacity. One runs first, so that
-    // the views are known and poisoned before the overflowing dispatch (the rig learns them from a dispatch).
+    // Routings that fit: T small enough that no rank can need more than the capacity; one before the overflowing
+    // dispatch, three after it.
     size_t fitting = shape.max_tokens;
     const size_t worst_per_token = static_cast<size_t>(world) * std::min(shape.top_k, shape.experts / world);
     const size_t padding = static_cast<size_t>(shape.experts / world) * (shape.expert_alignment - 1);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -164,11 +165,15 @@ TEST(NcclCommunicator, RegisteredBuffersRegisterWithNcclOnce) {
       }
       EXPECT_EQ(bad, 0u);
     }
+    // Both ranges registered with NCCL by their first use; none with BRAID_NCCL_REGISTER=no. NCCL 2.19 and later
+    // register cudaMalloc memory, so a refusal under =try (the default) fails here too.
+    const char* mode = std::getenv("BRAID_NCCL_REGISTER");
+    const bool registering = mode == nullptr || std::string(mode) != "no";
     const RegistrationStats stats = comm.registration_stats();
     EXPECT_EQ(stats.exchanges, 0u) << "the NCCL backend exchanges nothing of its own";
-    EXPECT_LE(stats.nccl_registered, 2u);
+    EXPECT_EQ(stats.nccl_registered, registering ? 2u : 0u) << "NCCL refused a range? (the log says why)";
     comm.deregister(rs);
-    EXPECT_LE(comm.registration_stats().nccl_registered, 1u);
+    EXPECT_EQ(comm.registration_stats().nccl_registered, registering ? 1u : 0u);
     // rr outlives the communicator: destroying it with a range still registered, then deregistering, both work.
   }, nccl_options());
 }
