@@ -509,18 +509,19 @@ void StoreServer::Impl::make_room() {
                                     "(BRAID_STORE_BUDGET_BYTES)", largest->held_bytes(), limits.budget_bytes));
 }
 
-// Whether `more` bytes fit the budget, once the clients holding more than `requester` would with them are dropped,
-// the largest first (their unread replies, unfinished frames and parked keys; stored entries stay), so that a
-// client that floods the store loses to the job's small requests instead of starving them. No client is dropped
-// where dropping them all would not make the room.
+// Whether `more` bytes fit the budget, once the clients holding more than `requester` would with them, and at
+// least kStoreDroppableShare of the budget, are dropped, the largest first (their unread replies, unfinished frames
+// and parked keys; stored entries stay), so that a client that floods the store loses to the job's small requests
+// instead of starving them, while a rank's few waiting keys are never dropped for another's request. No client is
+// dropped where dropping them all would not make the room.
 bool StoreServer::Impl::make_room_for(Connection& requester, size_t more) {
   if (fits(more)) return true;
-  const size_t own = requester.held_bytes() + more;
+  const size_t least = std::max(requester.held_bytes() + more + 1, limits.budget_bytes / kStoreDroppableShare);
   std::vector<Connection*> larger;
   size_t freeable = 0;
   for (const auto& connection : connections) {
     if (connection->dead || connection->closing || connection.get() == &requester) continue;
-    if (connection->held_bytes() <= own) continue;
+    if (connection->held_bytes() < least) continue;
     larger.push_back(connection.get());
     freeable += connection->held_bytes();
   }

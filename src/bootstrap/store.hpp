@@ -20,8 +20,9 @@ struct StoreLimits {
   double slow_client_s = 60.0;  // a request frame begun and not finished for this long: the client is dropped
   // One byte budget for the whole store: stored keys and values, request bytes received and not yet handled (a
   // frame's whole length is reserved once its header is in), replies not yet sent, the keys of parked GET/WAITs.
-  // A request that does not fit drops the clients holding more than its own would with it (largest first, where
-  // that makes the room); otherwise it is refused with an error naming the limit. 0: BRAID_STORE_BUDGET_BYTES.
+  // A request that does not fit drops the clients holding more than its own would with it and at least
+  // 1/kStoreDroppableShare of the budget (largest first, where that makes the room); otherwise it is refused with
+  // an error naming the limit. 0: BRAID_STORE_BUDGET_BYTES.
   size_t budget_bytes = 0;
   size_t max_value_bytes = 0;  // largest value a SET may store; 0: BRAID_STORE_MAX_VALUE_BYTES
   double prove_within_s = 5.0;  // with a job secret: a connection that has not proved it this long is closed
@@ -30,6 +31,8 @@ struct StoreLimits {
 
 // What a stored key, a parked key or a reply costs the budget beyond its bytes (the containers' own memory).
 constexpr size_t kStoreEntryOverheadBytes = 64;
+// A request that does not fit the budget drops only clients holding at least 1/kStoreDroppableShare of it.
+constexpr size_t kStoreDroppableShare = 64;
 constexpr size_t kStoreMaxWaitKeys = 65536;  // keys one WAIT may name: the server rescans them every round
 constexpr size_t kStoreMaxKeyBytes = 4096;   // longest key a request may name
 

@@ -39,7 +39,7 @@ constexpr ConfigVar kTable[] = {
     {"BRAID_STORE_BUDGET_BYTES", ConfigType::kInt, "268435456", nullptr,
      "Bytes the bootstrap store served in this process may hold in all (stored keys and values, requests being "
      "received, replies not yet read, keys of waiting requests); a request beyond first drops the clients holding "
-     "more of it than its own, where that makes room, and is otherwise refused with an error naming this variable."},
+     "more of it than its own and at least 1/64 of it, where that makes room, and is otherwise refused with an error naming this variable."},
     {"BRAID_STORE_MAX_VALUE_BYTES", ConfigType::kInt, "16777216", nullptr,
      "Largest value one key of the bootstrap store served in this process may hold; a larger SET is refused with "
      "an error naming this variable."},

@@ -619,6 +619,48 @@ TEST(StoreAttacks, AClientHoldingTheBudgetIsDroppedForARanksSmallRequest) {
   close(rank);
 }
 
+// A store full of values: a client's request that does not fit is refused, and a rank waiting on a few keys is not
+// dropped to make room for it (it holds far less than kStoreDroppableShare of the budget).
+TEST(StoreAttacks, ARanksWaitingKeysAreNotDroppedForAnotherClientsRequest) {
+  constexpr size_t kBudget = size_t(1) << 20;
+  StoreLimits limits;
+  limits.budget_bytes = kBudget;
+  limits.max_value_bytes = kBudget;
+  StoreServer server("127.0.0.1", 0, limits, std::string());
+  const int port = server.port();
+  auto wait_frame = [](const std::vector<std::string>& keys) {
+    std::string body = std::string(1, 4) + u32(static_cast<uint32_t>(keys.size()));
+    for (const std::string& key : keys) body += field(key);
+    return frame(body + i64(60000));
+  };
+  const int rank = connect_v4(port);
+  ASSERT_GE(rank, 0);
+  ASSERT_TRUE(send_bytes(rank, wait_frame({"rank/0", "rank/1", "rank/2", "rank/3"})));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // parked
+  // Values of halving sizes until the budget has less room left than the smallest entry.
+  int stored = 0;
+  for (size_t size = kBudget / 2; size >= 1; size /= 2) {
+    for (int again = 0; again < 2; ++again) {
+      try {
+        StoreClient("127.0.0.1", port, 5.0, std::string()).set("v" + std::to_string(stored), std::string(size, 'v'));
+        ++stored;
+      } catch (const Error&) {
+        break;
+      }
+    }
+  }
+  ASSERT_GT(stored, 10);
+  const int other = connect_v4(port);
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(send_bytes(other, wait_frame({"a", "b"})));
+  char reply[5] = {};
+  ASSERT_TRUE(net::read_all(other, reply, sizeof reply, net::deadline_after(2.0))) << "no reply to the WAIT";
+  EXPECT_NE(reply[4], 0) << "a WAIT fitted a full budget";
+  EXPECT_FALSE(closed_within(rank, 0.5)) << "the rank waiting on 4 keys was dropped to make room";
+  close(other);
+  close(rank);
+}
+
 // An allocation that fails anyway (an address-space limit below the budget) drops that client, never the server.
 TEST(StoreAttacks, AnAllocationFailureDropsTheClientNotTheServer) {
   StoreLimits limits;
