@@ -26,9 +26,10 @@
 // Everything a client can make the server hold counts against one budget (StoreLimits::budget_bytes): stored keys
 // and values, request bytes received and not yet handled (a frame's whole length is reserved as soon as its header
 // is in, and no more is read than the budget has room for), replies not yet sent, and parked keys. A request that
-// would take the server past it first drops the clients that hold more than its own would with it, the largest first
-// (make_room_for: what they hold goes with them, stored entries stay); what still does not fit is refused, naming
-// the limit. An allocation that fails anyway drops that client.
+// would take the server past it first drops the clients that hold more than its own would with it and at least
+// 1/kStoreDroppableShare of the budget, the largest first (make_room_for: what they hold goes with them, stored
+// entries stay); what still does not fit is refused, naming the limit. An allocation that fails anyway drops that
+// client.
 // GET and WAIT are parked in the server until their keys exist or their timeout passes, so a client
 // never polls. ADD keeps the counter as decimal text, so GET returns it as such.
 #include "bootstrap/store.hpp"
