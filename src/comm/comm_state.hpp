@@ -54,6 +54,8 @@ void require_cuda_backend(const CommState& state, const char* function);
 collectives::CollectiveContext& cuda_context(CommState& state, const char* function);
 
 // The ordering scope a call on `state` holds while it enqueues (after enter() and its checks), its GPU current.
-inline CallOrder::Scope ordered(CommState& state, Stream stream) { return CallOrder::Scope(*state.order, state.device, stream); }
+inline CallOrder::Scope ordered(CommState& state, Stream stream) {
+  return CallOrder::Scope(*state.order, state.device, stream);
+}
 
 }  // namespace braid::detail

@@ -588,15 +588,20 @@ TEST(StoreAttacks, MemoryFloodsStayWithinTheBudget) {
       << "peak resident memory " << (peak >> 20) << " MiB, baseline " << (baseline >> 20) << " MiB";
 }
 
+// The budget tests' store: 1 MiB for everything, a value as large as the budget allowed.
+constexpr size_t kSmallBudget = size_t(1) << 20;
+StoreLimits small_budget() {
+  StoreLimits limits;
+  limits.budget_bytes = kSmallBudget;
+  limits.max_value_bytes = kSmallBudget;
+  return limits;
+}
+
 // A client whose unfinished frame holds all but a few bytes of the budget is dropped when a rank's GET, read into
 // those bytes, needs room to park its key: the rank is served, the hog's connection closed. The gap fits the GET's
 // frame (17 bytes and its key) but not the parked key (the key and kStoreEntryOverheadBytes).
 TEST(StoreAttacks, AClientHoldingTheBudgetIsDroppedForARanksSmallRequest) {
-  constexpr size_t kBudget = size_t(1) << 20;
-  StoreLimits limits;
-  limits.budget_bytes = kBudget;
-  limits.max_value_bytes = kBudget;
-  StoreServer server("127.0.0.1", 0, limits, std::string());
+  StoreServer server("127.0.0.1", 0, small_budget(), std::string());
   const int port = server.port();
   StoreClient("127.0.0.1", port, 5.0, std::string()).set("k", "v");
   const size_t stored = 2 + kStoreEntryOverheadBytes;
@@ -605,7 +610,7 @@ TEST(StoreAttacks, AClientHoldingTheBudgetIsDroppedForARanksSmallRequest) {
   // The hog: a SET frame's header, its whole length reserved, the rest never sent.
   const int hog = connect_v4(port);
   ASSERT_GE(hog, 0);
-  ASSERT_TRUE(send_bytes(hog, u32(static_cast<uint32_t>(kBudget - stored - gap - 4)) + std::string(1, 1)));
+  ASSERT_TRUE(send_bytes(hog, u32(static_cast<uint32_t>(kSmallBudget - stored - gap - 4)) + std::string(1, 1)));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the server reserves it
   const int rank = connect_v4(port);
   ASSERT_GE(rank, 0);
@@ -622,11 +627,7 @@ TEST(StoreAttacks, AClientHoldingTheBudgetIsDroppedForARanksSmallRequest) {
 // A store full of values: a client's request that does not fit is refused, and a rank waiting on a few keys is not
 // dropped to make room for it (it holds far less than kStoreDroppableShare of the budget).
 TEST(StoreAttacks, ARanksWaitingKeysAreNotDroppedForAnotherClientsRequest) {
-  constexpr size_t kBudget = size_t(1) << 20;
-  StoreLimits limits;
-  limits.budget_bytes = kBudget;
-  limits.max_value_bytes = kBudget;
-  StoreServer server("127.0.0.1", 0, limits, std::string());
+  StoreServer server("127.0.0.1", 0, small_budget(), std::string());
   const int port = server.port();
   auto wait_frame = [](const std::vector<std::string>& keys) {
     std::string body = std::string(1, 4) + u32(static_cast<uint32_t>(keys.size()));
@@ -639,7 +640,7 @@ TEST(StoreAttacks, ARanksWaitingKeysAreNotDroppedForAnotherClientsRequest) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // parked
   // Values of halving sizes until the budget has less room left than the smallest entry.
   int stored = 0;
-  for (size_t size = kBudget / 2; size >= 1; size /= 2) {
+  for (size_t size = kSmallBudget / 2; size >= 1; size /= 2) {
     for (int again = 0; again < 2; ++again) {
       try {
         StoreClient("127.0.0.1", port, 5.0, std::string()).set("v" + std::to_string(stored), std::string(size, 'v'));
