@@ -573,14 +573,12 @@ MoeDispatchOutput MoeBuffer::dispatch(const void* x, const float* x_scales, cons
   return output_of(state, launch);
 }
 
-void MoeBuffer::combine(const MoeHandle& handle, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
-  check_handle(checked(state_, "MoeBuffer::combine", stream), handle, "MoeBuffer::combine");
-  combine(y, out, weighted, stream, hook);
-}
+namespace {
 
-void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
+// combine's checks and launch on the state checked() returned; `hook_state`: the hook's pending slot (MoeHook's).
+void combine_on(detail::MoeState& state, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook,
+                detail::MoeState** hook_state) {
   const char* function = "MoeBuffer::combine";
-  detail::MoeState& state = checked(state_, function, stream);
   check_hook(state, hook, function);
   const int device = state.comm->device;
   if (y == nullptr) raise_invalid_argument(function, "y", "is null");
@@ -614,8 +612,21 @@ void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, 
                            "the combine after it, or pass the rows in a buffer of your own (combine copies them there "
                            "once every peer is done)");
   }
-  enqueue(state, launch, false, function, hook, hook != nullptr ? &hook->state_ : nullptr, stream);
+  enqueue(state, launch, false, function, hook, hook_state, stream);
   state.combine_copied_last = launch.copy_y;
+}
+
+}  // namespace
+
+void MoeBuffer::combine(const MoeHandle& handle, const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
+  detail::MoeState& state = checked(state_, "MoeBuffer::combine", stream);
+  check_handle(state, handle, "MoeBuffer::combine");
+  combine_on(state, y, out, weighted, stream, hook, hook != nullptr ? &hook->state_ : nullptr);
+}
+
+void MoeBuffer::combine(const void* y, void* out, bool weighted, Stream stream, MoeHook* hook) {
+  combine_on(checked(state_, "MoeBuffer::combine", stream), y, out, weighted, stream, hook,
+             hook != nullptr ? &hook->state_ : nullptr);
 }
 
 namespace detail {

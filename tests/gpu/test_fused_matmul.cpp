@@ -76,14 +76,17 @@ void make_random(Matrix& m, size_t rows, size_t cols, DataType type, uint64_t se
   ASSERT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
 }
 
-void* poisoned(size_t bytes) {
+// `bytes` of device memory, every byte `value`.
+void* filled(size_t bytes, int value) {
   void* p = nullptr;
   EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 16)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(p, kPoison, bytes), cudaSuccess);
+  EXPECT_EQ(cudaMemset(p, value, bytes), cudaSuccess);
   // The memset runs on this thread's default stream, which the calls' non-blocking streams do not wait for.
   EXPECT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);
   return p;
 }
+
+void* poisoned(size_t bytes) { return filled(bytes, kPoison); }
 
 std::vector<float> download(DataType type, const void* device, size_t count) {
   std::vector<uint16_t> bits(count);
@@ -377,11 +380,8 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
     check_all_gather_matmul(fused, comm.rank(), world, c, 900, first.get(), /*gather_a=*/false);
     // Real calls into the outputs on the first stream, left running, then k = 0 into the same outputs on the
     // second: a call waits for the previous one where it names another stream, so the zeros come last.
-    void* a = poisoned(m * c.k * 2);
-    void* b = poisoned(n * c.k * 2);
-    ASSERT_EQ(cudaMemset(a, 0x3F, m * c.k * 2), cudaSuccess);  // bfloat16 0x3F3F, about 0.75: products far from 0
-    ASSERT_EQ(cudaMemset(b, 0x3F, n * c.k * 2), cudaSuccess);
-    ASSERT_EQ(cudaStreamSynchronize(cudaStreamPerThread), cudaSuccess);  // the memsets ran on this thread's stream
+    void* a = filled(m * c.k * 2, 0x3F);  // bfloat16 0x3F3F, about 0.75: products far from 0
+    void* b = filled(n * c.k * 2, 0x3F);
     fused.all_gather_matmul(a, rows, c.k, b, c.layout, n, ag_out, nullptr, c.type, first.get());
     fused.matmul_reduce_scatter(a, m, c.k, b, c.layout, n, rs_out, c.type, ReduceOp::kSum, first.get());
     fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, second.get());
