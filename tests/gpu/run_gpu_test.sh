@@ -3,6 +3,9 @@
 #   run_gpu_test.sh processes BRAID_RUN GPU_TESTS N|all [--skip-if-gpus=M] [ARGS...]
 #       the GPU suite with N ranks as processes (ARGS go to every rank, e.g. --gtest_filter); with
 #       --skip-if-gpus=M, skipped when exactly M GPUs are visible (an entry for M ranks covers it)
+#   run_gpu_test.sh shared_processes BRAID_RUN GPU_TESTS N [ARGS...]
+#       N ranks as processes on however many GPUs are visible, sharing them (the entry sets
+#       BRAID_ALLOW_SHARED_GPU=1): each process has a context and hardware queues of its own
 #   run_gpu_test.sh crash     BRAID_RUN GPU_TESTS N|all   rank 1 aborts; braid-run must stop all, exit 134
 set -u
 mode=$1 braid_run=$2 tests=$3 want=$4
@@ -16,11 +19,13 @@ if [ -n "$skip_if_gpus" ] && [ "$gpus" -eq "$skip_if_gpus" ]; then
 fi
 n=$gpus
 if [ "$want" != all ]; then
-  if [ "$gpus" -lt "$want" ]; then echo "SKIPPED: needs $want GPUs, $gpus visible"; exit 77; fi
+  if [ "$mode" != shared_processes ] && [ "$gpus" -lt "$want" ]; then
+    echo "SKIPPED: needs $want GPUs, $gpus visible"; exit 77
+  fi
   n=$want
 fi
 case "$mode" in
-  processes)
+  processes|shared_processes)
     exec "$braid_run" -n "$n" -- "$tests" "$@" ;;
   crash)
     if [ "$n" -lt 2 ]; then echo "SKIPPED: needs 2 GPUs"; exit 77; fi
