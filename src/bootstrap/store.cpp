@@ -75,7 +75,6 @@ constexpr uint32_t kMaxFrameBytes = 1u << 30;
 constexpr size_t kRequestFrameOverhead = kStoreMaxKeyBytes + 64 + kStoreFrameMacBytes;
 // Request frames that carry no value (a WAIT for many keys) may still be this long.
 constexpr size_t kMinRequestFrameBytes = size_t(4) << 20;
-constexpr size_t kEntryOverhead = kStoreEntryOverheadBytes;
 // Largest frame a connection may send before it proved it knows the job secret (HELLO and PROVE are ~40 bytes).
 constexpr uint32_t kMaxUnprovenFrameBytes = 256;
 // A blocking GET/WAIT's reply is due when the server-side timeout passes; the client waits this much
@@ -756,7 +755,7 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
       }
       const auto old = data.find(key);
       const size_t freed = old == data.end() ? 0 : entry_cost(old->first, old->second);
-      const size_t cost = key.size() + value.size() + kEntryOverhead;
+      const size_t cost = key.size() + value.size() + kStoreEntryOverheadBytes;
       if (cost > freed && !make_room_for(connection, cost - freed)) {
         refuse_over_budget(connection, fmt::format("SET '{}'", key), cost);
         return;
@@ -790,8 +789,8 @@ void StoreServer::Impl::handle_request(Connection& connection, std::string_view 
         raise(ErrorCode::kRemoteError, "WAIT for {} keys (at most {})", count, kStoreMaxWaitKeys);
       }
       // What the keys will cost, at most, before they are made (the frame's bytes and each key's overhead).
-      if (!make_room_for(connection, body.size() + size_t(count) * kEntryOverhead)) {
-        refuse_over_budget(connection, "a WAIT", body.size() + size_t(count) * kEntryOverhead);
+      if (!make_room_for(connection, body.size() + size_t(count) * kStoreEntryOverheadBytes)) {
+        refuse_over_budget(connection, "a WAIT", body.size() + size_t(count) * kStoreEntryOverheadBytes);
         return;
       }
       std::vector<std::string> keys;
@@ -916,7 +915,7 @@ void StoreServer::Impl::reply(Connection& connection, Encoder& encoder) {
 // Parks a GET or WAIT, its keys counted against the budget; answered at once where its keys exist.
 void StoreServer::Impl::park(Connection& connection, Parked parked) {
   size_t cost = 0;
-  for (const std::string& key : parked.keys) cost += key.size() + kEntryOverhead;
+  for (const std::string& key : parked.keys) cost += key.size() + kStoreEntryOverheadBytes;
   if (!make_room_for(connection, cost)) {
     refuse_over_budget(connection, parked.op == Op::kGet ? "a GET" : "a WAIT", cost);
     return;
@@ -935,7 +934,7 @@ bool StoreServer::Impl::key_allowed(Connection& connection, const std::string& k
 }
 
 size_t StoreServer::Impl::entry_cost(const std::string& key, const std::string& value) {
-  return key.size() + value.size() + kEntryOverhead;
+  return key.size() + value.size() + kStoreEntryOverheadBytes;
 }
 
 void StoreServer::Impl::store(std::string key, std::string value) {
@@ -976,7 +975,7 @@ bool StoreServer::Impl::try_answer(Connection& connection, net::Clock::time_poin
     const auto found = data.find(parked.keys.front());
     if (found != data.end()) {
       // The reply copies the value: it must fit the budget (less the parked key it replaces).
-      const size_t cost = found->second.size() + kEntryOverhead + kStoreFrameMacBytes;
+      const size_t cost = found->second.size() + kStoreEntryOverheadBytes + kStoreFrameMacBytes;
       if (cost > connection.parked_bytes && !make_room_for(connection, cost - connection.parked_bytes)) {
         connection.parked.reset();
         connection.parked_bytes = 0;

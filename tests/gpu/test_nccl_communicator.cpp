@@ -8,12 +8,12 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backends/nccl/nccl_backend.hpp"
 #include "braid/braid.hpp"
 #include "world.hpp"
 
@@ -167,8 +167,7 @@ TEST(NcclCommunicator, RegisteredBuffersRegisterWithNcclOnce) {
     }
     // Both ranges registered with NCCL by their first use; none with BRAID_NCCL_REGISTER=no. NCCL 2.19 and later
     // register cudaMalloc memory, so a refusal under =try (the default) fails here too.
-    const char* mode = std::getenv("BRAID_NCCL_REGISTER");
-    const bool registering = mode == nullptr || std::string(mode) != "no";
+    const bool registering = detail::nccl_register_mode() != detail::NcclRegisterMode::kNo;
     const RegistrationStats stats = comm.registration_stats();
     EXPECT_EQ(stats.exchanges, 0u) << "the NCCL backend exchanges nothing of its own";
     EXPECT_EQ(stats.nccl_registered, registering ? 2u : 0u) << "NCCL refused a range? (the log says why)";
