@@ -144,10 +144,10 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
  * not synchronise. */
 braidResult_t braidCommCheck(braidComm_t comm);
 /* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end; then
- * braidCommCheck, every call that takes a stream and, on more than one rank, every call that waits on the store
- * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate) return braidAborted (unless another fatal failure
- * was recorded first, which they return instead), while braidCommRank, braidCommSize and
- * braidCommDevice still succeed and braidCommShrink still works.
+ * braidCommCheck and every call that takes a stream return braidAborted (unless another fatal failure was recorded
+ * first, which they return instead), on more than one rank every call that waits on the store (braidCommBarrier,
+ * braidSymmetricAlloc, braidMoeBufferCreate) returns braidAborted, whatever was recorded before, while
+ * braidCommRank, braidCommSize and braidCommDevice still succeed and braidCommShrink still works.
  * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
 /* Revokes the communicator for every rank (braid::Communicator::revoke): within about 10 ms every rank's waits

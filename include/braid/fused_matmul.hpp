@@ -61,7 +61,8 @@ enum class Layout : int {
 class FusedMatmul {
  public:
   // Local (no peer takes part). comm must use the CUDA backend (kUnsupported otherwise). kUnsupported where
-  // cuBLASLt cannot be loaded, naming the libraries tried.
+  // cuBLASLt cannot be loaded (naming the libraries tried), where the library loaded lacks a function braid calls
+  // (naming the library and the function), or where BRAID_CUBLASLT_LIBRARY is set but empty.
   static FusedMatmul create(Communicator& comm);
   FusedMatmul(FusedMatmul&&) noexcept;
   FusedMatmul& operator=(FusedMatmul&&) noexcept;
@@ -97,9 +98,9 @@ class FusedMatmul {
   // GEMM: the peers' rows, rounded to the datatype, go from its epilogue into their owners' exchange area (a symmetric
   // allocation of its own, grown like the workspace), and each rank adds those it received to its own product in
   // float32, times 1 / size() for kAvg, rounded once. Its waits for the peers are bounded by the communicator's timeout
-  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next call (of this
-  // FusedMatmul, whatever its sizes, or of the communicator) raises kTimeout naming the wait and the peer, or the
-  // failure.
+  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next all_gather_matmul or
+  // matmul_reduce_scatter of this FusedMatmul (whatever its sizes), or the communicator's next call that takes a
+  // stream, raises kTimeout naming the wait and the peer, or the failure (reserve() and the counters raise nothing).
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,

@@ -91,10 +91,12 @@ struct FusedMatmulState {
   void meet();                          // NOTE [fused matmul synchronisation]
   // Whether every rank runs braid's Hopper GEMM with an exchange (NOTE [one-launch choice]).
   bool hopper_agreed_on(Stream stream);
-  // The exchange area for a call of `kind` with block_rows x columns per rank, grown (collectively, outside a
-  // capture) where needed.
+  // The exchange area for a call of `kind` with block_rows x columns per rank on `stream`, grown (collectively,
+  // outside a capture; refused naming `stream` inside one) where needed.
   void reserve_exchange(const char* function, kernels::Sm90ExchangeKind kind, size_t block_rows, size_t columns,
-                        DataType type);
+                        DataType type, Stream stream);
+  // The id of the capture `stream` is in (0: none).
+  static unsigned long long capture_of(Stream stream);
   // A call in one launch of braid's Hopper GEMM with an exchange of `matmul.exchange.kind`, where it is asked for
   // and every rank and the call allow it (NOTE [one-launch choice]), its exchange filled in here (ordered, the area
   // reserved, an equal share of the GPU where ranks share it); false, with nothing enqueued, where not.
@@ -194,9 +196,7 @@ void FusedMatmulState::meet() {
 bool FusedMatmulState::hopper_agreed_on(Stream stream) {
   if (size < 2) return false;
   if (hopper_agreed < 0) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status));
-    if (status == cudaStreamCaptureStatusActive) return false;  // asked at the first eager call
+    if (capture_of(stream) != 0) return false;  // asked at the first eager call
     int32_t able = gemm.offers_hopper_gemm() ? 1 : 0;
     BRAID_CUDA(cudaMemcpyAsync(agreement_word, &able, sizeof(able), cudaMemcpyHostToDevice, stream));
     comm.all_reduce(agreement_word, agreement_word, 1, DataType::kInt32, ReduceOp::kMin, stream);
@@ -208,12 +208,12 @@ bool FusedMatmulState::hopper_agreed_on(Stream stream) {
 }
 
 void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90ExchangeKind kind, size_t block_rows,
-                                        size_t columns, DataType type) {
+                                        size_t columns, DataType type, Stream stream) {
   const size_t flags = kernels::sm90_exchange_flag_bytes(kind, size, block_rows, columns);
   const size_t capacity = std::max(exchange_flags, flags);
   const size_t bytes = kernels::sm90_exchange_bytes(size, block_rows, columns, type, capacity);
   if (exchange && flags <= exchange_flags && bytes <= exchange.bytes()) return;
-  if (capture != 0) {
+  if (capture_of(stream) != 0) {
     raise_invalid_argument(function, "stream",
                            "is being captured, and the call needs an exchange area of {} bytes where {} are made: "
                            "growing it allocates collectively, which a capture cannot hold; make the call once "
@@ -239,8 +239,8 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
     return false;
   }
   const size_t columns = kind == kernels::Sm90ExchangeKind::kAllGather ? matmul.k : matmul.n;
+  reserve_exchange(function, kind, block_rows, columns, matmul.type, stream);  // may refuse: before order()'s wait
   order(function, 0, stream);
-  reserve_exchange(function, kind, block_rows, columns, matmul.type);
   // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
   // (NOTE [one-launch choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
   const int sharing = context->ranks_per_gpu;
@@ -269,10 +269,15 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
   return true;
 }
 
-void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
+unsigned long long FusedMatmulState::capture_of(Stream stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &capture));
-  if (status != cudaStreamCaptureStatusActive) capture = 0;
+  unsigned long long id = 0;
+  BRAID_CUDA(cudaStreamGetCaptureInfo(stream, &status, &id));
+  return status == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) {
+  capture = capture_of(stream);
   if (bytes > workspace_bytes()) {
     if (capture != 0) {
       raise_invalid_argument(function, "stream",

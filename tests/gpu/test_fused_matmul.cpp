@@ -850,6 +850,72 @@ TEST(FusedMatmul, CallsOfEveryShapeRaiseAFailureRecordedBefore) {
   });
 }
 
+// A call whose workspace (or, in one launch, exchange area) must grow is refused inside a capture, naming `stream`,
+// and adds nothing to the capture, not even its wait for the capture's previous call on another stream; the graph
+// of the call before it replays as that call ran eagerly.
+TEST(FusedMatmul, ACallThatMustGrowIsRefusedInACaptureAndAddsNothing) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size();
+    FusedMatmul fused = FusedMatmul::create(comm);
+    StreamHandle first_handle, second_handle;
+    const cudaStream_t first = first_handle.get(), second = second_handle.get();
+    // small fits in the 2 MiB its eager call makes (workspace or exchange area); large needs more. Both shapes are
+    // ones the one-launch reduce-scatter takes, where it is asked for.
+    const Case small{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+    const Case large{DataType::kBFloat16, Layout::kTransposed, 512, 64, 2048};
+    void* a = filled(large.rows * world * large.k * 2, 0x3F);
+    void* b = filled(large.n * large.k * 2, 0x3E);
+    void* eager_out = poisoned(small.rows * small.n * 2);
+    void* graph_out = poisoned(large.rows * large.n * 2);
+    cudaEvent_t fork = nullptr, join = nullptr;
+    ASSERT_EQ(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), cudaSuccess);
+    ASSERT_EQ(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), cudaSuccess);
+    auto reduce_scatter = [&](const Case& c, void* out, cudaStream_t stream) {
+      fused.matmul_reduce_scatter(a, c.rows * world, c.k, b, c.layout, c.n, out, c.type, ReduceOp::kSum, stream);
+    };
+    auto waited_on = [&](cudaStream_t stream) {  // the capture's nodes that `stream`'s next work would wait for
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      const cudaGraphNode_t* nodes = nullptr;
+      size_t count = 0;
+      EXPECT_EQ(cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &nodes, nullptr, &count), cudaSuccess);
+      EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+      return std::vector<cudaGraphNode_t>(nodes, nodes + count);
+    };
+    host_barrier();
+    reduce_scatter(small, eager_out, first);
+    ASSERT_EQ(cudaStreamSynchronize(first), cudaSuccess);
+    const size_t workspace = fused.workspace_bytes();
+    const unsigned long long one_launch = fused.epilogue_reduce_scatters();  // 1 where the call ran in one launch
+    host_barrier();
+    GraphHandles graph;
+    ASSERT_EQ(cudaStreamBeginCapture(first, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    ASSERT_EQ(cudaEventRecord(fork, first), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(second, fork, 0), cudaSuccess);  // second joins the capture before the call
+    reduce_scatter(small, graph_out, first);
+    const std::vector<cudaGraphNode_t> before = waited_on(second);
+    expect_invalid_argument(rank, "a captured call that needs more memory", {"'stream'"},
+                            [&] { reduce_scatter(large, graph_out, second); });
+    EXPECT_EQ(waited_on(second), before) << "rank " << rank << ": the refused call added a wait to the capture";
+    ASSERT_EQ(cudaEventRecord(join, second), cudaSuccess);
+    ASSERT_EQ(cudaStreamWaitEvent(first, join, 0), cudaSuccess);
+    ASSERT_EQ(cudaStreamEndCapture(first, &graph.graph), cudaSuccess);
+    EXPECT_EQ(fused.workspace_bytes(), workspace) << "rank " << rank << ": a refused call grew the workspace";
+    EXPECT_EQ(fused.epilogue_reduce_scatters(), one_launch * 2) << "rank " << rank;
+    graph.exec = instantiate_on_every_rank(graph.graph, first);
+    replay_graph(graph.exec, first, 1);
+    std::vector<uint16_t> eager(small.rows * small.n), replayed(small.rows * small.n);
+    ASSERT_EQ(cudaMemcpy(eager.data(), eager_out, eager.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(replayed.data(), graph_out, replayed.size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(replayed, eager) << "rank " << rank << ": the replay differs from the eager call";
+    EXPECT_NE(eager[0], uint16_t(kPoison * 0x101)) << "rank " << rank << ": the eager call wrote nothing";
+    host_barrier();
+    cudaEventDestroy(fork);
+    cudaEventDestroy(join);
+    for (void* p : {a, b, eager_out, graph_out}) device_free(p);
+  });
+}
+
 TEST(FusedMatmul, BadArgumentsNameTheArgument) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
