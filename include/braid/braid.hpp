@@ -175,14 +175,15 @@ class Communicator {
 
   // ---- All-to-all (stream-ordered, CUDA-graph capturable) ----
   // send holds size() blocks of `count` elements: block q goes to rank q, which receives it as its block
-  // rank(). In place when recv == send (every block is replaced by the one its rank sent here, as ncclAlltoAll
-  // in place does); a recv that overlaps send without being it is kInvalidArgument. Out of place and beyond the
-  // LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer (register_buffer)
-  // takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric ones at the same
-  // offsets in the same allocations. In place the call runs the staged paths whatever the buffers, so a call in
-  // place on some ranks only fails with kMismatch where the others run zero copy, or, on buffers no peer maps,
-  // move their blocks through the copy engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond 32 MiB; see Agreement
-  // above).
+  // rank(). In place when recv == send (every block is replaced by the one its rank sent here; the NCCL backend
+  // hands NCCL a copy of the input made on `stream`, with memory from the stream's pool, since NCCL's own
+  // all-to-all in place races); a recv that overlaps send without being it is kInvalidArgument. Out of place and
+  // beyond the LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer
+  // (register_buffer) takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric
+  // ones at the same offsets in the same allocations. In place the call runs the staged paths whatever the
+  // buffers, so a call in place on some ranks only fails with kMismatch where the others run zero copy, or, on
+  // buffers no peer maps, move their blocks through the copy engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond
+  // 32 MiB; see Agreement above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it
@@ -195,8 +196,8 @@ class Communicator {
   // send_counts[rank()] (kInvalidArgument at the call). recv_counts[q] must equal rank q's send_counts[rank()];
   // where it does not, nothing from q is written and the receiving rank's check() raises kMismatch naming both
   // counts (the NCCL backend does not detect it: as with NCCL, the result is then undefined). send and recv must
-  // not overlap: the range from send to the end of its last non-empty block and the one from recv to the end of its
-  // last non-empty block are disjoint (kInvalidArgument naming recv; all_to_allv is never in place).
+  // not overlap: the range from send to the furthest end of its non-empty blocks and the one from recv to the
+  // furthest end of its non-empty blocks are disjoint (kInvalidArgument naming recv; all_to_allv is never in place).
   void all_to_allv(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                    const size_t* recv_counts, const size_t* recv_displs, DataType type, Stream stream);
   // The same with the send counts in device memory (int64 elements, size() entries; routing decided on the GPU,
@@ -223,8 +224,9 @@ class Communicator {
   // until it fails with kTimeout too). Only the ranks named take part (not collective over the
   // communicator). A send to self must be matched by a receive from self in the same batch, of the same byte size
   // (kInvalidArgument at the call otherwise). Ops of count 0 still take part (the pair exchanges its sizes); a
-  // batch of none is a no-op. Errors of arguments name the op in send_recv ("ops[2].peer") and the parameter in
-  // send and recv ("peer"), and are raised before anything is enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
+  // batch of none is a no-op. Errors of arguments name the op in send_recv ("ops[2].peer"; "ops" where the sends
+  // to self and receives from self do not pair up) and the parameter in send and recv ("peer"), and are raised
+  // before anything is enqueued. As with NCCL, batches that depend on each other across ranks (a send in one batch waiting for a
   // receive the peer makes only in a later batch) may deadlock once a message outgrows the FIFOs, or once a third
   // message in lines to one peer waits for the first to be received.
   void send(const void* buffer, size_t count, DataType type, int peer, Stream stream);  // a batch of one
@@ -266,7 +268,8 @@ class Communicator {
   // With BRAID_EAGER_ZERO_COPY=1 (every rank alike; the CUDA backend, more than one rank), registering also
   // exposes the range: each peer's helper thread maps it (VMM memory with POSIX-fd handles; cudaMalloc memory only
   // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
-  // the timeout passed (a range some peer did not map stays registered, unexposed). Eager all_gather,
+  // the timeout passed (a range some peer did not map stays registered, unexposed; after abort() it raises
+  // kAborted, registering nothing). Eager all_gather,
   // reduce_scatter, all_reduce and all_to_all calls whose buffers are not symmetric memory then announce at their
   // entry barrier where their buffers lie (all_gather its output, reduce_scatter its input, all_reduce and
   // all_to_all both) instead of exchanging them, at the sizes where that pays (all_gather from 8 MiB of output,
@@ -298,7 +301,8 @@ class Communicator {
   // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
   // An exposed range (BRAID_EAGER_ZERO_COPY=1) is first withdrawn: this waits until this rank's calls of the
   // communicator have ended on the GPU, then until every peer has unmapped it; kTimeout where either takes longer
-  // than the timeout (the registration is gone all the same). Then the memory may be freed.
+  // than the timeout, kAborted after abort() (the registration is gone all the same either way). Then the memory
+  // may be freed.
   void deregister(RegisteredBuffer& buffer);
   RegistrationStats registration_stats();
 
@@ -307,7 +311,8 @@ class Communicator {
   // sockets, so VMM memory needs no further permission). The result outlives the communicator.
   GlobalMemory import_global(const ExportedHandle& mine);
   // One-sided copies into or out of rank `peer`'s range at byte `offset` (copy engines, stream-ordered; the
-  // caller orders them against the peer's use, e.g. with barrier() or a collective).
+  // caller orders them against the peer's use, e.g. with barrier() or a collective). kInvalidArgument naming
+  // memory (empty), peer (out of [0, size())), offset (past the range's end) or bytes (offset + bytes past it).
   void put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream);
   void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
   // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
@@ -332,8 +337,9 @@ class Communicator {
 
   // Aborts this rank's use of the communicator, from any thread, also while another thread is inside one of its
   // calls or its kernels run: every wait of those kernels ends (within microseconds once the GPU runs them), a
-  // host wait on the store (barrier, host_allgather, a buffer's first exchange) or on a peer's fd (symmetric memory
-  // across processes) ends with kAborted (the fd wait within 20 ms), and check()
+  // host wait on the store (barrier, host_allgather, a buffer's first exchange, a registration's exposure or
+  // withdrawal) or on a peer's fd (symmetric memory across processes) ends with kAborted (the fd wait within
+  // 20 ms), and check()
   // and every later call that takes a stream raise kAborted (unless another fatal failure came first).
   // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too), and
   // their kernels may still write into this rank's memory, which stays mapped until the communicator and its

@@ -35,8 +35,10 @@ struct RegistrationStats {
   uint64_t cache_hits = 0;     // uses that found the peers' mappings cached (no host exchange)
   uint64_t automatic_exchanges = 0;  // exchanges made by automatic registration (calls captured into CUDA graphs
                                      // with buffers neither symmetric nor registered; BRAID_AUTO_REGISTER)
-  uint64_t peer_mappings = 0;  // peers' allocations mapped here now
-  uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now
+  uint64_t peer_mappings = 0;  // peers' ranges mapped here now: one for each peer registration, or automatically
+                               // registered allocation, exchanged (two registrations of one allocation count twice)
+  uint64_t nccl_registered = 0;  // NCCL backend: ranges NCCL has registered (ncclCommRegister) now; 0 once the
+                                 // NCCL communicator was aborted (abort(), or the watchdog at a timeout)
   // BRAID_EAGER_ZERO_COPY=1 (the CUDA backend, more than one rank; 0 otherwise): this rank's ranges every peer maps
   // now, registered buffers' and those of buffers exposed at their first use; of those, the latter; and the peers'
   // exposed ranges mapped here now.

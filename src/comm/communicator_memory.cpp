@@ -103,9 +103,13 @@ namespace {
 char* range_at(const GlobalMemory& memory, const char* function, int peer, size_t offset, size_t bytes) {
   if (!memory) raise_invalid_argument(function, "memory", "is empty");
   if (peer < 0 || peer >= memory.world_size()) raise_invalid_argument(function, "peer", "is {}; must be in [0, {})", peer, memory.world_size());
-  if (offset > memory.bytes(peer) || bytes > memory.bytes(peer) - offset) {
-    raise_invalid_argument(function, "bytes", "is {} at offset {}: past the end of rank {}'s {} bytes", bytes, offset, peer,
+  if (offset > memory.bytes(peer)) {
+    raise_invalid_argument(function, "offset", "is {}: past the end of rank {}'s {} bytes", offset, peer,
                            memory.bytes(peer));
+  }
+  if (bytes > memory.bytes(peer) - offset) {
+    raise_invalid_argument(function, "bytes", "is {} at offset {}: past the end of rank {}'s {} bytes", bytes, offset,
+                           peer, memory.bytes(peer));
   }
   return static_cast<char*>(memory.peer(peer)) + offset;
 }

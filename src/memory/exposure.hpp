@@ -67,6 +67,9 @@ class ExposureService {
   // Makes every peer release range `id` (one this rank exposed) and waits for every answer. Throws
   // Error(kTimeout) naming the peers that did not answer within the timeout.
   void withdraw(uint64_t id);
+  // From any thread (Communicator::abort): expose and withdraw, waiting now or later, raise Error(kAborted). The
+  // helper goes on answering the peers.
+  void interrupt() { caller_store_->interrupt(); }
 
   // Where this rank's helper mapped range `id` of `owner`, if it holds it.
   std::optional<uintptr_t> imported(int owner, uint64_t id) const;

@@ -64,6 +64,8 @@ class RegisteredExposures {
   // where it is not exposed). Throws Error(kTimeout) where the calls or a peer's answer did not come in time;
   // the range then counts as withdrawn here.
   void withdraw(uint64_t registration);
+  // From any thread (Communicator::abort): every exposure and withdrawal, now or later, raises Error(kAborted).
+  void interrupt() { service_.interrupt(); }
 
   struct Found {
     uint64_t id;      // the exposure's id (what the peers' tables hold)

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -118,6 +119,39 @@ TEST(ExposedRanges, EveryPeerMapsEachRangeAndReleasesItOnWithdrawal) {
     EXPECT_EQ(imported_exposures(comm), 0u) << "a withdrawn range stays mapped here";
     free_when_ranks_end(plain);
     device_synchronize();  // the VMM buffer goes next: no peer's work still on the GPU
+  });
+}
+
+// After abort(), a registration's exposure and an exposed range's withdrawal end at once with kAborted, though the
+// peers' helpers would still answer them; deregister lets the registration go all the same.
+TEST(ExposedRanges, AbortEndsExposuresAndWithdrawals) {
+  if (!eager_zero_copy_on()) GTEST_SKIP() << "runs with BRAID_EAGER_ZERO_COPY=1 (the eager_zero_copy entries)";
+  with_communicator([](Communicator& comm) {
+    if (comm.size() == 1) GTEST_SKIP() << "one rank exposes nothing";
+    make_current(comm);
+    const int rank = comm.rank();
+    constexpr size_t kBytes = size_t(2) << 20;
+    VmmBuffer exposed(kBytes, comm.device()), later(kBytes, comm.device());
+    RegisteredBuffer registered = comm.register_buffer(exposed.pointer(), kBytes);
+    EXPECT_EQ(comm.registration_stats().exposed, 1u) << "rank " << rank << ": the range is not exposed";
+    comm.barrier();  // every rank exposed its range
+    comm.abort();
+    auto expect_aborted = [&](const char* what, const std::function<void()>& call) {
+      const auto started = std::chrono::steady_clock::now();
+      try {
+        call();
+        ADD_FAILURE() << "rank " << rank << ": " << what << " after abort() raised nothing";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kAborted) << "rank " << rank << ": " << what << ": " << error.what();
+      }
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      EXPECT_LT(took, 1.0) << "rank " << rank << ": " << what << " waited for the peers";
+    };
+    expect_aborted("register_buffer", [&] { comm.register_buffer(later.pointer(), kBytes); });
+    expect_aborted("deregister", [&] { comm.deregister(registered); });
+    EXPECT_FALSE(registered) << "rank " << rank << ": deregister kept the registration";
+    EXPECT_EQ(comm.registration_stats().buffers, 0u) << "rank " << rank;
+    host_barrier();  // no rank's buffers go while a peer's helper may still map them
   });
 }
 

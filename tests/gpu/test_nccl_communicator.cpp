@@ -1,8 +1,9 @@
 // A braid Communicator on the NCCL backend (CommOptions::backend = "nccl"), on every rank (threads or braid-run
 // processes): every collective and all-to-all(v) through braid's API against a host reference on fresh inputs
-// with poisoned outputs; registered buffers registered with NCCL lazily, once, and released on deregister in
-// either order; what the NCCL backend does not serve refused with kUnsupported; a rank that skips a call ends the
-// others' wait within BRAID_TIMEOUT_S (the watchdog) with kTimeout naming the operation.
+// with poisoned outputs (all-to-all in place too, eager and in a graph); registered buffers registered with NCCL
+// lazily, once, and released on deregister in either order; what the NCCL backend does not serve refused with
+// kUnsupported; a rank that skips a call ends the others' wait within BRAID_TIMEOUT_S (the watchdog) with kTimeout
+// naming the operation.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -108,6 +109,43 @@ size_t run_all(Communicator& comm, size_t count, uint32_t seed) {
     b.fill(seed, rank);
     comm.all_to_all(b.send, b.recv, count, DataType::kInt32, nullptr);
     expect(b.result(), [&](size_t i) { return value(seed, static_cast<int>(i / count), rank * count + i % count); }, "all_to_all");
+  }
+  {
+    // In place, eager and in a CUDA graph: every block replaced by the one its rank sent here (NCCL's own in-place
+    // all-to-all races; NOTE [in-place all-to-all on NCCL]).
+    Buffers b(count * world, count * world);
+    cudaStream_t stream = nullptr;
+    cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    auto in_place = [&](uint32_t in_seed) {
+      return [&, in_seed](size_t i) { return value(in_seed, static_cast<int>(i / count), rank * count + i % count); };
+    };
+    auto downloaded = [&] {
+      std::vector<int32_t> host(count * world);
+      cuda(cudaStreamSynchronize(stream), "sync");
+      cuda(cudaMemcpy(host.data(), b.send, host.size() * 4, cudaMemcpyDeviceToHost), "download");
+      return host;
+    };
+    auto fill = [&](uint32_t in_seed) {  // on the legacy stream, done before the stream's next work
+      b.fill(in_seed, rank);
+      cuda(cudaDeviceSynchronize(), "sync");
+    };
+    fill(seed);
+    comm.all_to_all(b.send, b.send, count, DataType::kInt32, stream);
+    expect(downloaded(), in_place(seed), "all_to_all in place");
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    comm.all_to_all(b.send, b.send, count, DataType::kInt32, stream);
+    cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (uint32_t replay = 1; replay <= 2; ++replay) {
+      fill(seed + replay);
+      cuda(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+      expect(downloaded(), in_place(seed + replay), "all_to_all in place, graph replay");
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
   }
   {
     // all_to_allv: rank r sends (r + q + 1) * count / world elements to rank q, packed.

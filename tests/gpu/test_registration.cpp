@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -36,6 +37,7 @@
 #include "collectives/selection.hpp"
 #include "memory/memory_handle.hpp"
 #include "process_resources.hpp"
+#include "test_helpers.hpp"
 #include "vmm_buffer.hpp"
 #include "world.hpp"
 
@@ -578,6 +580,41 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
         comm.barrier();  // no rank changes its send buffer while a peer may still read it
       }
     }
+  });
+}
+
+// put and get outside a peer's range: refused naming the argument, nothing moved (the destination keeps its poison).
+TEST(MemoryHandles, PutAndGetOutsideARangeNameTheArgument) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size(), next = (rank + 1) % world;
+    constexpr size_t kBytes = 4096;
+    VmmBuffer exported(kBytes, comm.device());
+    DeviceBuffer local(kBytes);
+    poison(local.pointer, kBytes);
+    device_synchronize();
+    ExportedHandle mine = export_handle(exported.pointer(), kBytes);
+    GlobalMemory global = comm.import_global(mine);
+    ASSERT_EQ(global.bytes(next), kBytes);
+    const Stream stream = cudaStreamPerThread;
+    expect_invalid_argument(rank, "put at an offset past the range", {"'offset'"},
+                            [&] { comm.put(global, next, kBytes + 1, local.pointer, 0, stream); });
+    expect_invalid_argument(rank, "get at an offset past the range", {"'offset'"},
+                            [&] { comm.get(global, next, kBytes + 1, local.pointer, 0, stream); });
+    expect_invalid_argument(rank, "put past the range's end", {"'bytes'"},
+                            [&] { comm.put(global, next, kBytes - 2, local.pointer, 4, stream); });
+    expect_invalid_argument(rank, "get past the range's end", {"'bytes'"},
+                            [&] { comm.get(global, next, 0, local.pointer, kBytes + 1, stream); });
+    expect_invalid_argument(rank, "get from no rank", {"'peer'"},
+                            [&] { comm.get(global, world, 0, local.pointer, 4, stream); });
+    expect_invalid_argument(rank, "put to a negative rank", {"'peer'"},
+                            [&] { comm.put(global, -1, 0, local.pointer, 4, stream); });
+    device_synchronize();
+    const std::vector<int32_t> kept = download(local.pointer, kBytes / 4);
+    int32_t poisoned = 0;
+    std::memset(&poisoned, kPoison, sizeof(poisoned));
+    EXPECT_EQ(std::count(kept.begin(), kept.end(), poisoned), static_cast<long>(kBytes / 4)) << "rank " << rank;
+    comm.barrier();  // every rank is done with the peers' exports before they go
   });
 }
 

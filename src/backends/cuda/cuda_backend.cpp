@@ -122,6 +122,7 @@ void CudaBackend::revoke() { peer_watch_->revoke(); }
 
 void CudaBackend::abort() noexcept {
   if (context_.exposure_exchange) context_.exposure_exchange->interrupt();  // a call waiting there ends
+  if (context_.exposures) context_.exposures->interrupt();  // and a registration's exposure or withdrawal
   try {
     context_.sync->publish_failure(device::kErrorAborted, context_.rank, 0);
   } catch (...) {

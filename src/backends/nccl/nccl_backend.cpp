@@ -2,11 +2,13 @@
 
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "braid/types.hpp"
 #include "core/config.hpp"
+#include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -161,8 +163,44 @@ void NcclBackend::broadcast(const void* send, void* recv, size_t count, DataType
   check_call(library_->api().broadcast(send, recv, count, to_nccl(type), root, comm_, stream), "ncclBroadcast");
 }
 
+namespace {
+
+// A copy of `bytes` at `source` made on `stream` from its memory pool, and freed on `stream` after the work enqueued
+// while it lives (memory nodes where `stream` is being captured).
+class StreamOrderedCopy {
+ public:
+  StreamOrderedCopy(const void* source, size_t bytes, Stream stream) : stream_(stream) {
+    BRAID_CUDA(cudaMallocAsync(&copy_, bytes, stream));
+    const cudaError_t copied = cudaMemcpyAsync(copy_, source, bytes, cudaMemcpyDeviceToDevice, stream);
+    if (copied != cudaSuccess) {
+      cudaFreeAsync(copy_, stream);
+      BRAID_CUDA(copied);
+    }
+  }
+  StreamOrderedCopy(const StreamOrderedCopy&) = delete;
+  StreamOrderedCopy& operator=(const StreamOrderedCopy&) = delete;
+  ~StreamOrderedCopy() { cudaFreeAsync(copy_, stream_); }
+  const void* get() const { return copy_; }
+
+ private:
+  Stream stream_;
+  void* copy_ = nullptr;
+};
+
+}  // namespace
+
+// NOTE [in-place all-to-all on NCCL]
+// NCCL's all-to-all in place sends each block and receives the peer's block into the same bytes in one group, and
+// the two race: NCCL 2.28.9 returns ncclSuccess with a wrong result on 2 ranks from a count of 1. braid promises
+// in place (every block replaced by the one its rank sent here), so the input is first copied on the stream and
+// NCCL reads the copy.
 void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
   const auto watched = watch("all_to_all (ncclAlltoAll or grouped ncclSend/ncclRecv)", stream);
+  std::optional<StreamOrderedCopy> input;
+  if (send == recv) {
+    input.emplace(send, count * static_cast<size_t>(size_) * datatype_size(type), stream);
+    send = input->get();
+  }
   if (library_->has_all_to_all()) {
     check_call(library_->api().all_to_all(send, recv, count, to_nccl(type), comm_, stream), "ncclAlltoAll");
     return;
@@ -358,6 +396,7 @@ void NcclBackend::deregister(void* handle, uint64_t key) noexcept {
 }
 
 size_t NcclBackend::registered_count() const {
+  if (aborted_.load()) return 0;  // NCCL dropped them with the aborted communicator
   std::lock_guard<std::mutex> lock(mutex_);
   size_t count = 0;
   for (const auto& [key, registration] : registrations_) {

@@ -69,7 +69,8 @@ class NcclBackend {
   void all_gather(const void* send, void* recv, size_t send_count, DataType type, Stream stream);
   void broadcast(const void* send, void* recv, size_t count, DataType type, int root, Stream stream);
   // `count` elements to and from every rank: ncclAlltoAll where exported, else one ncclSend and one ncclRecv per
-  // peer in a group (kUnsupported where the library has neither).
+  // peer in a group (kUnsupported where the library has neither). In place (send == recv) NCCL reads a copy of
+  // the input made on `stream` (NOTE [in-place all-to-all on NCCL]).
   void all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream);
   // MPI_Alltoallv's shape: host arrays of size() entries, counts and displacements in elements; null
   // displacements mean packed in rank order. One ncclSend and one ncclRecv per peer with a nonzero count (this
