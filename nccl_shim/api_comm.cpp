@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <set>
 #include <string>
@@ -135,19 +136,22 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
     }
     const ncclUniqueId id = make_unique_id();
     for (int i = 0; i < ndev; ++i) made.push_back(new ncclComm());
-    // Each rank's init is collective: one thread per rank.
-    std::vector<ncclResult_t> results(ndev, ncclSuccess);
-    std::vector<std::string> errors(ndev);
+    // Each rank's init is collective: one thread per rank. The first rank's failure is returned as it was raised
+    // (its code, its message).
+    std::vector<std::exception_ptr> failures(ndev);
     std::vector<std::thread> threads;
     for (int i = 0; i < ndev; ++i) {
       threads.emplace_back([&, i] {
-        results[i] = guarded(function, [&] { initialise(*made[i], id, ndev, i, devices[i]); });
-        if (results[i] != ncclSuccess) errors[i] = last_error();
+        try {
+          initialise(*made[i], id, ndev, i, devices[i]);
+        } catch (...) {
+          failures[i] = std::current_exception();
+        }
       });
     }
     for (std::thread& thread : threads) thread.join();
-    for (int i = 0; i < ndev; ++i) {
-      if (results[i] != ncclSuccess) braid::raise(braid::ErrorCode::kInternal, "{}", errors[i]);
+    for (const std::exception_ptr& failure : failures) {
+      if (failure) std::rethrow_exception(failure);
     }
     std::copy(made.begin(), made.end(), comms);
   });

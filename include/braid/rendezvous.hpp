@@ -21,8 +21,9 @@ struct Rendezvous {
                              // unless store_host is a loopback address)
   std::string job_id;        // namespaces the job's keys in the store, so communicators of jobs that share a store
                              // never mix (it names no socket). from_env(): BRAID_JOB_ID where set, else derived
-                             // from the launcher's job variables (braid-run sets BRAID_JOB_ID). Empty (as at_store
-                             // makes it): the fixed namespace "job"
+                             // from the launcher's job variables (torchrun, Open MPI, MPICH, Slurm; braid-run sets
+                             // BRAID_JOB_ID, and its variables without it derive none). Empty (as at_store makes
+                             // it, or braid-run's variables without BRAID_JOB_ID): the fixed namespace "job"
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 
@@ -44,8 +45,9 @@ struct Rendezvous {
 // address `bind_host` resolves to ("localhost": 127.0.0.1 and ::1; "" or "0.0.0.0"/"::": every interface of that
 // family, "" both), so that no other process can hold one of them; throws kSystemError naming the address where
 // one is taken. With
-// BRAID_JOB_SECRET set in this process, it serves only clients that prove they know that secret (set it alike
-// in every process of the job); clients of this host that run as another user are closed whatever the secret
+// BRAID_JOB_SECRET set in this process (before braid's first call: braid takes its BRAID_* settings once,
+// docs/config.md), it serves only clients that prove they know that secret (set it alike in every process of the
+// job); clients of this host that run as another user are closed whatever the secret
 // (docs/security.md). Throws kInvalidArgument naming BRAID_JOB_SECRET for a secret under 16 bytes.
 class StoreHost {
  public:

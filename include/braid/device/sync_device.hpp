@@ -323,10 +323,11 @@ struct MismatchWatch {
   }
 };
 
-// Bounded spin of one thread until `ready()` holds. On timeout it records (collective, site, peer, channel) and
-// returns false; it also gives up when another wait of this rank already failed, and when `check` finds that
-// `peer` runs another plan for the call (MismatchWatch). Every wait on a signal counter spins here (LL128's polls
-// use a per-warp bound of their own to the same effect).
+// Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records
+// (collective, site, peer, channel) and returns false; it also gives up when the fatal word holds a failure
+// (another wait's or the host's; looked at every 1024 polls), and when `check` finds that `peer` runs another
+// plan for the call (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound
+// of their own to the same effect).
 template <typename Ready>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
                                   int peer, int channel, const PlanCheck& check = PlanCheck{}) {
@@ -352,9 +353,10 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
 }
 
 // Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
-// Returns false on a timeout (kErrorTimeout recorded where the fatal word was still free), when the fatal word
-// already holds a failure (another wait's or the host's: nothing recorded), or, with a PlanCheck, on a plan
-// mismatch (kErrorPlanMismatch). `count_out`, when given, receives the count this wait waits for, set also when
+// Returns true as soon as the signal is there (looked at first, so a signal that already arrived wins over a
+// failure recorded meanwhile). While it is not, returns false on a timeout (kErrorTimeout recorded where the
+// fatal word was still free), once the fatal word holds a failure (another wait's or the host's: nothing recorded;
+// looked at every 1024 polls), or, with a PlanCheck, on a plan mismatch (kErrorPlanMismatch). `count_out`, when given, receives the count this wait waits for, set also when
 // it fails (FIFOs derive their slot from it).
 __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site,
                             uint64_t* count_out = nullptr, const PlanCheck& check = PlanCheck{}) {
