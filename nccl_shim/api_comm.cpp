@@ -131,8 +131,19 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
     if (ndev < 1) raise_invalid_argument(function, "ndev", "is {}; it must be at least 1", ndev);
     std::vector<int> devices(ndev);
     for (int i = 0; i < ndev; ++i) devices[i] = devlist != nullptr ? devlist[i] : i;
-    if (std::set<int>(devices.begin(), devices.end()).size() != devices.size()) {
-      braid::raise(braid::ErrorCode::kMismatch, "{}: argument 'devlist' names a device twice", function);
+    int visible = 0;
+    if (const cudaError_t status = cudaGetDeviceCount(&visible); status != cudaSuccess) {
+      braid::raise(braid::ErrorCode::kCudaError, "{}: cudaGetDeviceCount failed: {}", function,
+                   cudaGetErrorString(status));
+    }
+    std::set<int> named;
+    for (const int device : devices) {  // as NCCL: each entry in range, then not a repeat
+      if (device < 0 || device >= visible) {
+        raise_invalid_argument(function, "devlist", "names device {}; {} are visible", device, visible);
+      }
+      if (!named.insert(device).second) {
+        braid::raise(braid::ErrorCode::kMismatch, "{}: argument 'devlist' names device {} twice", function, device);
+      }
     }
     const ncclUniqueId id = make_unique_id();
     for (int i = 0; i < ndev; ++i) made.push_back(new ncclComm());
