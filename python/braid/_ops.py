@@ -344,7 +344,7 @@ def _register(torch) -> None:
     from ._autograd import register_fused_matmul_autograd
     register_fused_matmul_autograd(torch, all_gather_matmul, matmul_reduce_scatter)
 
-    for op in (all_reduce, all_gather_into_tensor, reduce_scatter_tensor, reduce, send_recv, broadcast,
+    for op in (all_reduce, all_reduce_, all_gather_into_tensor, reduce_scatter_tensor, reduce, send_recv, broadcast,
                all_to_all_single, all_to_all_v_device, moe_dispatch, moe_redispatch, moe_combine, moe_to_sources,
                all_gather_matmul, matmul_reduce_scatter):
         _side_effect(torch, op)

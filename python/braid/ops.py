@@ -67,7 +67,8 @@ def reserve(nbytes: int, comm=None) -> None:
 
 
 def workspace_bytes(comm=None) -> int:
-    """The communicator's fused-GEMM workspace on this rank now, in bytes (0 before its first call)."""
+    """The communicator's fused-GEMM workspace on this rank now, in bytes (0 before its first call; asking makes
+    the communicator's braid.FusedMatmul, loading cuBLASLt, and raises UNSUPPORTED on the NCCL backend)."""
     return fused_matmul(communicator(comm, "braid.ops.workspace_bytes")).workspace_bytes
 
 
