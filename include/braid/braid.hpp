@@ -254,8 +254,8 @@ class Communicator {
   // buffer's allocation (identified by its CUDA buffer id, so memory freed and allocated again at an address is
   // mapped anew); the replays then take the paths of registered buffers, with no host call. The graph holds the
   // peers' mappings until it (and every executable graph made from it) is destroyed. A rank whose memory cannot be
-  // shared (host, managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations)
-  // makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
+  // shared (managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations; host
+  // memory where BRAID_CHECK_POINTERS=off, which otherwise refuses it) makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
   // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
   // exchange nothing (but see BRAID_EAGER_ZERO_COPY below for buffers of VMM memory).
   //
@@ -341,15 +341,18 @@ class Communicator {
   // withdrawal) or on a peer's fd (symmetric memory across processes) ends with kAborted (the fd wait within
   // 20 ms), and check()
   // and every later call that takes a stream raise kAborted (unless another fatal failure came first).
-  // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too), and
+  // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too; a kernel
+  // of this rank queued before the abort answers a peer's barrier with its stopped plan: kMismatch there), and
   // their kernels may still write into this rank's memory, which stays mapped until the communicator and its
   // allocations are destroyed. On the NCCL backend it calls ncclCommAbort. Then destroy the communicator.
   // Idempotent; never throws.
   void abort() noexcept;
 
   // Revokes the communicator for every rank, from any rank and any thread (MPI's MPI_Comm_revoke): within about
-  // 10 ms every rank's waits end, and check() and every later call that takes a stream raise kRevoked on every
-  // rank (a rank where another fatal failure came first raises that one). For the survivors of a failure to agree
+  // 10 ms every rank's waits on the GPU end, and check() and every later call that takes a stream raise kRevoked on
+  // every rank (a rank where another fatal failure came first raises that one). Host waits on the store (barrier,
+  // host_allgather, alloc, a buffer's first exchange) are not ended: they end when the peers arrive or at the
+  // timeout (abort() ends them). For the survivors of a failure to agree
   // that the communicator is over before they make a new one. Works after a fatal failure too. CUDA backend only:
   // kUnsupported on the NCCL backend (abort every rank there).
   void revoke();
