@@ -78,10 +78,15 @@ const char* braidGetLastError(void);
 /* A communicator is driven by one host thread at a time (as in NCCL); braidCommAbort and braidCommRevoke may come
  * from any thread. Constructors (braidCommInit*, braidCommShrink, braidSymmetricAlloc, braidRegisterBuffer,
  * braidExportHandle, braidImportHandle, braidImportGlobal, braidMoeBufferCreate, braidFusedMatmulCreate) set their
- * out-parameter to NULL when they fail; other calls leave their out-parameters unchanged when they fail. On the NCCL
- * backend (BRAID_BACKEND=nccl, or ranks the CUDA backend cannot serve) braidSymmetricAlloc, braidAllToAllvDevice,
+ * out-parameter to NULL when they fail; other calls leave their out-parameters unchanged when they fail. A NULL
+ * handle is braidInvalidArgument naming it, except in the calls that destroy or free one (braidCommDestroy,
+ * braidSymmetricFree, braidDeregisterBuffer, braidExportedHandleFree, braidImportedMemoryFree, braidGlobalMemoryFree,
+ * braidMoeBufferFree, braidFusedMatmulFree), which return braidSuccess for NULL. The C calls refuse a NULL handle or
+ * array argument (and braidMoeCombine's weighted) before anything else, ahead of a recorded fatal failure. On the
+ * NCCL backend (BRAID_BACKEND=nccl, or ranks the CUDA backend cannot serve) braidSymmetricAlloc, braidAllToAllvDevice,
  * braidImportGlobal, braidAllToAllGlobal, braidMoeBufferCreate, braidFusedMatmulCreate and braidCommRevoke return
- * braidUnsupported. */
+ * braidUnsupported (braidAllToAllvDevice and braidAllToAllGlobal after a recorded fatal failure and the shared-GPU
+ * stream check, which come first). */
 
 /* Rendezvous from the environment (braid-run, torchrun, Open MPI, MPICH, Slurm). device < 0 (here and in
  * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known). */
@@ -146,7 +151,8 @@ braidResult_t braidCommCheck(braidComm_t comm);
 /* Aborts this rank's use of the communicator from any thread (braid::Communicator::abort): its waits end; then
  * braidCommCheck and every call that takes a stream return braidAborted (unless another fatal failure was recorded
  * first, which they return instead), on more than one rank every call that waits on the store (braidCommBarrier,
- * braidSymmetricAlloc, braidMoeBufferCreate) returns braidAborted, whatever was recorded before, while
+ * braidSymmetricAlloc, braidMoeBufferCreate; the latter two return braidUnsupported on the NCCL backend) returns
+ * braidAborted, whatever was recorded before, while
  * braidCommRank, braidCommSize and braidCommDevice still succeed and braidCommShrink still works.
  * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
@@ -180,7 +186,7 @@ braidResult_t braidDeregisterBuffer(braidRegisteredBuffer_t buffer);
 
 /* Memory handles between processes of this host (braid::export_handle, braid::import_handle). The blob is
  * *size bytes at *blob, valid while the handle lives; device -1: the current device (below -1, or not a
- * device this process sees: braidInvalidArgument). */
+ * device this process sees: braidInvalidArgument; braidNoDevice where this process sees no device at all). */
 braidResult_t braidExportHandle(const void* pointer, size_t bytes, int device, braidExportedHandle_t* handle);
 braidResult_t braidExportedBlob(braidExportedHandle_t handle, const void** blob, size_t* size);
 braidResult_t braidExportedHandleFree(braidExportedHandle_t handle);

@@ -109,7 +109,7 @@ class ExportedHandle {
 };
 
 // Exports [pointer, pointer + bytes) of device `device` (-1: the current device; below -1, or not a device this
-// process sees: kInvalidArgument naming 'device'). Refused as register_buffer refuses.
+// process sees: kInvalidArgument naming 'device'; kNoDevice where it sees none). Refused as register_buffer refuses.
 ExportedHandle export_handle(const void* pointer, size_t bytes, int device = -1);
 
 // Another process's exported range, mapped here. Stays mapped while a copy lives.
@@ -130,7 +130,8 @@ class ImportedMemory {
 };
 
 // Maps an export_handle() blob of another process of this host on `device` (-1: the current device; below -1, or
-// not a device this process sees: kInvalidArgument naming 'device', checked after the blob). Refused
+// not a device this process sees: kInvalidArgument naming 'device', checked after the blob; kNoDevice where it sees
+// none). Refused
 // (kInvalidArgument naming 'blob'): empty, truncated, damaged, another format version, another host or boot;
 // unsigned, or signed with another key, where this process has BRAID_JOB_SECRET; naming this process as its
 // exporter without being one of its live exports; a cudaMalloc handle stating a larger allocation than its IPC
