@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -131,11 +132,7 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
     if (ndev < 1) raise_invalid_argument(function, "ndev", "is {}; it must be at least 1", ndev);
     std::vector<int> devices(ndev);
     for (int i = 0; i < ndev; ++i) devices[i] = devlist != nullptr ? devlist[i] : i;
-    int visible = 0;
-    if (const cudaError_t status = cudaGetDeviceCount(&visible); status != cudaSuccess) {
-      braid::raise(braid::ErrorCode::kCudaError, "{}: cudaGetDeviceCount failed: {}", function,
-                   cudaGetErrorString(status));
-    }
+    const int visible = braid::require_cuda_devices(function);
     std::set<int> named;
     for (const int device : devices) {  // as NCCL: each entry in range, then not a repeat
       if (device < 0 || device >= visible) {
