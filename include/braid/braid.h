@@ -157,9 +157,10 @@ braidResult_t braidCommCheck(braidComm_t comm);
  * Local. Then braidCommDestroy. braidInvalidArgument for a NULL comm. */
 braidResult_t braidCommAbort(braidComm_t comm);
 /* Revokes the communicator for every rank (braid::Communicator::revoke): within about 10 ms every rank's waits
- * on the GPU end (host waits on the store end when the peers arrive or at the timeout), and braidCommCheck and
- * every call that takes a stream return braidRevoked on every rank (a rank where another fatal failure was
- * recorded first returns that one). braidUnsupported on the NCCL backend. */
+ * on the GPU end, and braidCommCheck and every call that takes a stream return braidRevoked on every rank (a rank
+ * where another fatal failure was recorded first returns that one); every call waiting on the store or a peer's fd
+ * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate, a registration's exposure), now or later, returns
+ * the same. braidCommShrink still works. braidUnsupported on the NCCL backend. */
 braidResult_t braidCommRevoke(braidComm_t comm);
 /* A new communicator of the ranks not in excluded[0..count) (braid::Communicator::shrink): collective over the
  * survivors alone. *newcomm is NULL on failure. */

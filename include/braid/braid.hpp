@@ -328,6 +328,7 @@ class Communicator {
   //     destroying its communicator (kRemoteError naming the rank and its pid; noticed within milliseconds, CUDA
   //     backend), abort() (kAborted) or revoke() on any rank (kRevoked). The communicator is then unusable; check()
   //     and every later call that takes a stream (those listed under Ordering above) raise it again, each time.
+  //     On the CUDA backend a peer's exit and a revocation also end this rank's host waits (see revoke()).
   //   - refused data (kMismatch, kInvalidArgument; a count mismatch, an overflow, a bad expert id...): the
   //     communicator stays usable; check() raises it once and clears it. Only the first refusal is kept until
   //     then; later ones are dropped.
@@ -350,10 +351,13 @@ class Communicator {
 
   // Revokes the communicator for every rank, from any rank and any thread (MPI's MPI_Comm_revoke): within about
   // 10 ms every rank's waits on the GPU end, and check() and every later call that takes a stream raise kRevoked on
-  // every rank (a rank where another fatal failure came first raises that one). Host waits on the store (barrier,
-  // host_allgather, alloc, a buffer's first exchange) are not ended: they end when the peers arrive or at the
-  // timeout (abort() ends them). For the survivors of a failure to agree
-  // that the communicator is over before they make a new one. Works after a fatal failure too. CUDA backend only:
+  // every rank (a rank where another fatal failure came first raises that one). In the same 10 ms every rank's
+  // host waits end too, now and later, with the error its calls raise: waits on the store (barrier,
+  // host_allgather, alloc, a buffer's first exchange, a registration's exposure or withdrawal) and on a peer's fd
+  // (within 20 ms more). A peer's process exit ends them the same way (kRemoteError); abort() after either makes
+  // them raise kAborted.
+  // For the survivors of a failure to agree that the communicator is over before they make a new one (shrink()
+  // still works: it makes its own store connection). Works after a fatal failure too. CUDA backend only:
   // kUnsupported on the NCCL backend (abort every rank there).
   void revoke();
 

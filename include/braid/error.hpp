@@ -23,8 +23,8 @@ enum class ErrorCode : int {
   kInternal = 11,        // a bug in braid
   kAborted = 12,   // this rank aborted the communicator (Communicator::abort): check(), later calls that take a
                    // stream and waits on the store (more than one rank) fail so
-  kRevoked = 13,   // a rank revoked the communicator (Communicator::revoke): every rank's check() and calls that
-                   // take a stream fail so
+  kRevoked = 13,   // a rank revoked the communicator (Communicator::revoke): every rank's check(), calls that
+                   // take a stream and waits on the store or a peer's fd fail so
 };
 
 // A short description of a code, e.g. "invalid argument" ("unknown error" for a value that is none).

@@ -448,9 +448,8 @@ int FdExchanger::receive(int peer, uint64_t tag) {
         return fd;
       }
     }
-    if (interrupted_) {
-      raise(ErrorCode::kAborted, "fd passing: the wait for rank {}'s fd (tag {}) ended: the communicator was aborted",
-            peer, tag);
+    if (interrupted_.ended()) {
+      interrupted_.raise(fmt::format("fd passing: the wait for rank {}'s fd (tag {})", peer, tag));
     }
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) {

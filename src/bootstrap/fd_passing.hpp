@@ -6,15 +6,17 @@
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "braid/error.hpp"
+#include "core/interruption.hpp"
 #include "core/rate_limit.hpp"
 
 namespace braid {
@@ -34,10 +36,12 @@ class FdExchanger {
   void send(int peer, int fd, uint64_t tag);
   // Returns the fd `peer` sent with `tag` (the caller owns it), waiting at most timeout_s.
   // Messages that arrive for other (peer, tag) pairs are kept for later calls.
-  // Throws Error(kTimeout) naming the peer and the tag, or Error(kAborted) once interrupt() was called.
+  // Throws Error(kTimeout) naming the peer and the tag, or the interruption's error once interrupt() was called.
   int receive(int peer, uint64_t tag);
-  // Ends every receive() waiting now or later (from any thread) within 20 ms: they raise kAborted.
-  void interrupt() noexcept { interrupted_ = true; }
+  // Ends every receive() waiting now or later (from any thread) within 20 ms: they raise `code` with `reason`
+  // (NOTE [ended host waits]), or kAborted for interrupt().
+  void interrupt(ErrorCode code, std::string_view reason) noexcept { interrupted_.end(code, reason); }
+  void interrupt() noexcept { interrupted_.abort(); }
   // The process id of every rank (0: not known, checked by uid alone), once the ranks have told each other:
   // from then on send() passes fds only to a listener that is the rank's process, and receive() takes fds only
   // from it (others are dropped with a warning). Ranks in another pid namespace are passed as 0: the kernel
@@ -74,7 +78,7 @@ class FdExchanger {
   int listen_fd_ = -1;
   dev_t socket_device_ = 0;  // the bound socket file, unlinked on close only if it is still this one
   ino_t socket_inode_ = 0;
-  std::atomic<bool> interrupted_{false};
+  Interruption interrupted_;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
   RateLimit warnings_{10, std::chrono::minutes(1)};  // under mutex_

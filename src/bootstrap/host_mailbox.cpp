@@ -50,8 +50,8 @@ bool HostMailbox::wait_for(int peer, uint64_t number, const char* what, const st
       raise(ErrorCode::kInternal, "host mailbox '{}' #{}: rank {}'s slot holds post #{}, neither #{} nor #{}", what,
             number, peer, seen, previous, number);
     }
-    if (interrupted_.load(std::memory_order_relaxed)) {
-      raise(ErrorCode::kAborted, "host mailbox '{}' #{}: aborted while waiting for rank {}", what, number, peer);
+    if (interrupted_.ended()) {
+      interrupted_.raise(fmt::format("host mailbox '{}' #{}: the wait for rank {}", what, number, peer));
     }
     const Clock::time_point now = Clock::now();
     if (now >= deadline) return false;

@@ -33,11 +33,13 @@ class HostMailbox {
   // Every rank contributes `mine` (at most kMostPostBytes); returns every rank's, indexed by rank. `what` names the
   // exchange in errors. `poll` (optional) runs every kPollInterval_s while waiting and may throw to end the wait.
   // Throws Error(kInvalidArgument) for a longer `mine`, Error(kTimeout) naming the ranks that did not post within
-  // the timeout, Error(kAborted) once interrupt() was called.
+  // the timeout, the interruption's error once interrupt() was called.
   std::vector<std::string> allgather(const std::string& mine, const char* what,
                                      const std::function<void()>& poll = {});
-  // Ends every allgather waiting now or later (from any thread): they raise kAborted.
-  void interrupt() noexcept { interrupted_ = true; }
+  // Ends every allgather waiting now or later (from any thread): they raise `code` with `reason` (NOTE [ended host
+  // waits]), or kAborted for interrupt().
+  void interrupt(ErrorCode code, std::string_view reason) noexcept { interrupted_.end(code, reason); }
+  void interrupt() noexcept { interrupted_.abort(); }
 
  private:
   struct alignas(64) Slot {
@@ -59,7 +61,7 @@ class HostMailbox {
   double timeout_s_;
   HostBoard board_;
   uint64_t number_ = 0;  // allgathers are collective, so every rank's count agrees
-  std::atomic<bool> interrupted_{false};
+  Interruption interrupted_;
 };
 
 }  // namespace braid

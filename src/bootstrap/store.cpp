@@ -1096,9 +1096,14 @@ void StoreClient::lose_connection() {
   lost_ = true;
 }
 
-void StoreClient::interrupt() noexcept {
-  interrupted_ = true;
+void StoreClient::interrupt(ErrorCode code, std::string_view reason) noexcept {
+  interrupted_.end(code, reason);
   ::shutdown(fd_, SHUT_RDWR);  // a blocked read or write returns; the fd stays this client's
+}
+
+void StoreClient::interrupt() noexcept {
+  interrupted_.abort();
+  ::shutdown(fd_, SHUT_RDWR);
 }
 
 void StoreClient::prove(const std::string& secret) {
@@ -1130,7 +1135,7 @@ StoreClient::~StoreClient() {
 std::string StoreClient::exchange(const std::string& request, double reply_timeout_s, const std::string& what) {
   std::lock_guard lock(mutex_);
   auto raise_if_interrupted = [&] {
-    if (interrupted_.load()) raise(ErrorCode::kAborted, "store {}: {} ended: the communicator was aborted", address_, what);
+    if (interrupted_.ended()) interrupted_.raise(fmt::format("store {}: {}", address_, what));
   };
   raise_if_interrupted();
   if (lost_) {

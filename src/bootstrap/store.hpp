@@ -6,11 +6,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <atomic>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "braid/error.hpp"
+#include "core/interruption.hpp"
 
 namespace braid {
 
@@ -86,9 +89,10 @@ class StoreClient {
 
   const std::string& address() const { return address_; }  // "host:port", for messages
 
-  // From any thread: a request under way ends at once, and it and every later one raise kAborted (the
-  // communicator that owns this client was aborted). Never throws.
-  void interrupt() noexcept;
+  // From any thread: a request under way ends at once, and it and every later one raise `code` with `reason`
+  // (NOTE [ended host waits]: kAborted replaces an earlier end, another code is dropped after one). Never throws.
+  void interrupt(ErrorCode code, std::string_view reason) noexcept;
+  void interrupt() noexcept;  // the communicator that owns this client was aborted: kAborted
 
  private:
   // Sends one request frame and returns the reply's body; `reply_timeout_s` bounds the whole exchange.
@@ -106,7 +110,7 @@ class StoreClient {
   bool lost_ = false;  // a failed exchange lost the connection: later requests raise
   double request_timeout_s_ = 0;  // bound on requests that never wait server-side
   std::mutex mutex_;
-  std::atomic<bool> interrupted_{false};
+  Interruption interrupted_;
 };
 
 }  // namespace braid

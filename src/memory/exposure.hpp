@@ -67,9 +67,11 @@ class ExposureService {
   // Makes every peer release range `id` (one this rank exposed) and waits for every answer. Throws
   // Error(kTimeout) naming the peers that did not answer within the timeout.
   void withdraw(uint64_t id);
-  // From any thread (Communicator::abort): expose and withdraw, waiting now or later, raise Error(kAborted). The
-  // helper goes on answering the peers.
+  // From any thread (Communicator::abort, a fatal failure the peer watch saw): expose and withdraw, waiting now or
+  // later, raise Error(kAborted), or `code` with `reason` (NOTE [ended host waits]). The helper goes on answering
+  // the peers.
   void interrupt() { caller_store_->interrupt(); }
+  void interrupt(ErrorCode code, std::string_view reason) { caller_store_->interrupt(code, reason); }
 
   // Where this rank's helper mapped range `id` of `owner`, if it holds it.
   std::optional<uintptr_t> imported(int owner, uint64_t id) const;

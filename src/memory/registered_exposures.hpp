@@ -64,8 +64,10 @@ class RegisteredExposures {
   // where it is not exposed). Throws Error(kTimeout) where the calls or a peer's answer did not come in time;
   // the range then counts as withdrawn here.
   void withdraw(uint64_t registration);
-  // From any thread (Communicator::abort): every exposure and withdrawal, now or later, raises Error(kAborted).
+  // From any thread (Communicator::abort, a fatal failure the peer watch saw): every exposure and withdrawal, now or
+  // later, raises Error(kAborted), or `code` with `reason` (NOTE [ended host waits]).
   void interrupt() { service_.interrupt(); }
+  void interrupt(ErrorCode code, std::string_view reason) { service_.interrupt(code, reason); }
 
   struct Found {
     uint64_t id;      // the exposure's id (what the peers' tables hold)

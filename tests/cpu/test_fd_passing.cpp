@@ -280,6 +280,24 @@ TEST(FdPassing, InterruptEndsAWaitingReceiveWithAborted) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
+// A fatal failure the peer watch saw ends a waiting receive with its code and reason (NOTE [ended host waits]);
+// abort() replaces it.
+TEST(FdPassing, InterruptWithAFailureEndsAWaitingReceiveWithIt) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 30.0);
+  FdExchanger rank1(scope, 1, 2, 30.0);  // exists, never sends
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rank0.interrupt(ErrorCode::kRevoked, "rank 1 revoked the communicator");
+  });
+  Error error = expect_error([&] { rank0.receive(1, 7); });
+  interrupter.join();
+  EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
+  EXPECT_TRUE(contains(error.what(), "rank 1's fd (tag 7) ended: rank 1 revoked the communicator")) << error.what();
+  rank0.interrupt();
+  EXPECT_EQ(expect_error([&] { rank0.receive(1, 8); }).code(), ErrorCode::kAborted);
+}
+
 // No process has this id (pids stay below 2^22 on Linux).
 constexpr int kNoSuchPid = 0x7ffffff0;
 

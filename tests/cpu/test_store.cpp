@@ -149,6 +149,30 @@ TEST(StoreTest, InterruptEndsABlockedGetWithAborted) {
   EXPECT_EQ(other->get("key", 1.0), "value");
 }
 
+// A communicator's peer watch ends its store waits with the fatal failure it saw (NOTE [ended host waits]): a
+// blocked GET ends with that code and reason, a second failure does not replace the first, and abort() does.
+TEST(StoreTest, InterruptWithAFailureEndsAGetWithItUntilAnAbort) {
+  StoreServer server;
+  auto client = connect_to(server);
+  const auto start = Clock::now();
+  std::thread revoker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    client->interrupt(ErrorCode::kRevoked, "rank 1 revoked the communicator");
+  });
+  const std::string message = expect_error([&] { client->get("never-set", 30.0); }, ErrorCode::kRevoked);
+  const double elapsed = seconds_since(start);
+  revoker.join();
+  EXPECT_LT(elapsed, 1.0) << "the blocked GET outlived the interrupt";
+  EXPECT_NE(message.find("'never-set' ended: rank 1 revoked the communicator"), std::string::npos) << message;
+  client->interrupt(ErrorCode::kRemoteError, "rank 2's process exited");  // the first end stays
+  EXPECT_NE(expect_error([&] { client->set("later", "x"); }, ErrorCode::kRevoked).find("rank 1 revoked"),
+            std::string::npos);
+  client->interrupt();
+  EXPECT_NE(expect_error([&] { client->add("later", 1); }, ErrorCode::kAborted).find("aborted"), std::string::npos);
+  client->interrupt(ErrorCode::kRevoked, "rank 1 revoked the communicator");  // abort() stays
+  expect_error([&] { client->try_get("later"); }, ErrorCode::kAborted);
+}
+
 TEST(StoreTest, GetTimesOutNamingTheKey) {
   StoreServer server;
   auto client = connect_to(server);

@@ -1,10 +1,10 @@
 // Failures a job must survive without a hang: abort() from another thread ends a call that waits on a peer,
-// revoke() on one rank ends every rank's, survivors shrink and carry on, a peer process that exits or is
-// SIGKILLed during any kind of call (every protocol family, MoE dispatch and combine, a graph replay) is reported
-// to the survivor within a second (a peer that destroyed its communicator first is no failure), and a peer that is
-// alive but never calls ends in a timeout; a thousand cycles of init, collectives and abort leave no fd, thread or
-// GPU memory behind. The peer process is this binary run again (GPU_TEST_FAULT_CHILD, FaultChild.*), sharing the
-// survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
+// revoke() on one rank ends every rank's (their host waits too), survivors shrink and carry on, a peer process that
+// exits or is SIGKILLed during any kind of call (every protocol family, MoE dispatch and combine, a graph replay) or a
+// host wait is reported to the survivor within a second (a peer that destroyed its communicator first is no
+// failure), and a peer that is alive but never calls ends in a timeout; a thousand cycles of init, collectives and
+// abort leave no fd, thread or GPU memory behind. The peer process is this binary run again (GPU_TEST_FAULT_CHILD,
+// FaultChild.*), sharing the survivor's GPU where only one is visible (BRAID_ALLOW_SHARED_GPU=1).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -214,6 +214,63 @@ TEST(Faults, SurvivorsShrinkAndCarryOn) {
   });
 }
 
+// Runs `call`, which must raise `code` with `text` in its message; returns the seconds it took.
+double expect_raises(const std::function<void()>& call, ErrorCode code, const std::string& text, const char* what) {
+  const auto started = Clock::now();
+  try {
+    call();
+    ADD_FAILURE() << what << ": nothing raised";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), code) << what << ": " << error.what();
+    EXPECT_NE(std::string(error.what()).find(text), std::string::npos) << what << ": " << error.what();
+  }
+  return seconds_since(started);
+}
+
+// Rank 0 revokes while the others wait in barrier() for it (a host wait on the store, which rank 0 never joins):
+// their barriers end with kRevoked naming rank 0 within a second, not at the 30 s timeout, and every rank's later
+// host waits (barrier, host_allgather) raise it at once, the revoking rank's too. Then every rank shrinks with
+// nobody excluded and the child runs.
+TEST(Faults, RevokeEndsEveryRanksHostWaitsAndShrinkStillWorks) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  for_each_rank([&](const RankContext& context) {
+    Communicator comm = Communicator::init(context.rendezvous, test_options(30));
+    make_current(comm);
+    comm.barrier();
+    if (context.rank == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others wait in their barrier by now
+      comm.revoke();
+    } else {
+      const double waited = expect_raises([&] { comm.barrier(); }, ErrorCode::kRevoked, "rank 0 revoked",
+                                          "a barrier waiting for the revoking rank");
+      std::printf("[faults] rank %d: barrier ended by rank 0's revoke after %.1f ms (from its start)\n", context.rank,
+                  waited * 1e3);
+      EXPECT_LT(waited, 5.0) << "rank " << context.rank << "'s barrier outlived the revocation";
+    }
+    double later = expect_raises([&] { comm.barrier(); }, ErrorCode::kRevoked, "rank 0 revoked", "a later barrier");
+    later += expect_raises([&] { comm.host_allgather("x"); }, ErrorCode::kRevoked, "rank 0 revoked",
+                           "a later host_allgather");
+    EXPECT_LT(later, 1.0) << "rank " << context.rank << ": later host waits did not end at once";
+    Communicator child = comm.shrink({});
+    make_current(child);
+    EXPECT_EQ(child.size(), comm.size());
+    EXPECT_EQ(child.rank(), context.rank);
+    StreamHandle stream;
+    const size_t count = 4096;
+    DeviceBuffer send(count * sizeof(float)), recv(count * sizeof(float));
+    const std::vector<float> mine(count, static_cast<float>(context.rank + 1));
+    cuda_check(cudaMemcpy(send.get(), mine.data(), send.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy");
+    child.barrier();  // every rank done with the allocations above before any kernel waits (ranks may share a GPU)
+    child.all_reduce(send.get(), recv.get(), count, DataType::kFloat32, ReduceOp::kSum, stream.get());
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    child.check();
+    std::vector<float> got(count);
+    cuda_check(cudaMemcpy(got.data(), recv.get(), recv.bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    const float sum = static_cast<float>(child.size() * (child.size() + 1) / 2);
+    EXPECT_EQ(std::count(got.begin(), got.end(), sum), static_cast<long>(count)) << "rank " << context.rank;
+  });
+}
+
 // init, collectives, abort, over and over: 1000 cycles as threads, 100 as processes (GPU_TEST_ABORT_CYCLES
 // overrides). Every fifth cycle rank 0 aborts while its all-reduce waits for peers that never join it. A second
 // communicator, made once, holds the ranks together between cycles (no rank destroys what a peer's kernel may
@@ -348,6 +405,24 @@ TEST(Faults, PeerProcessThatExitsIsReportedWithinASecond) {
     const double waited = seconds_since(exited_at);
     std::printf("[faults] the peer's exit to kRemoteError: %.1f ms\n", waited * 1e3);
     EXPECT_TRUE(raised) << "no failure reported " << waited << " s after rank 1 exited";
+  });
+}
+
+// Rank 1 exits without destroying its communicator while rank 0 waits for it in barrier() (a host wait on the
+// store): the barrier ends with kRemoteError naming rank 1 soon after the exit (3 s bound), not at the 30 s timeout.
+TEST(Faults, PeerProcessThatExitsEndsAHostWait) {
+  if (in_process_mode()) GTEST_SKIP() << "spawns its own peer process";
+  with_child_rank("exit", [](Communicator& comm, pid_t child) {
+    StreamHandle stream;
+    EXPECT_TRUE(all_reduce_ones(comm, stream.get(), 1024)) << "the first all-reduce, with the child";
+    const double waited = expect_raises([&] { comm.barrier(); }, ErrorCode::kRemoteError, "rank 1",
+                                        "a barrier waiting for the exited rank");
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed before it exited: " << status;
+    std::printf("[faults] barrier ended by the peer's exit after %.1f ms (the child leaves 300 ms in)\n", waited * 1e3);
+    EXPECT_LT(waited, 3.0) << "the barrier outlived the peer's exit";
+    expect_raises([&] { comm.host_allgather("x"); }, ErrorCode::kRemoteError, "rank 1", "a later host_allgather");
   });
 }
 

@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/collectives.hpp"
@@ -108,14 +110,39 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
     }
   }
   DeviceSync* sync = c.sync.get();
-  auto exited = [sync](int rank, int pid) {
+  auto exited = [this, sync](int rank, int pid) {
     if (sync->publish_failure(device::kErrorPeerExited, rank, pid)) {
       BRAID_WARN("rank {}'s process (pid {}) exited without destroying the communicator; this rank's calls fail "
                  "with kRemoteError", rank, pid);
     }
+    end_host_waits();
   };
-  auto revoked = [sync](int by) { sync->publish_failure(device::kErrorRevoked, by, 0); };
+  auto revoked = [this, sync](int by) {
+    sync->publish_failure(device::kErrorRevoked, by, 0);
+    end_host_waits();
+  };
   peer_watch_ = std::make_unique<PeerWatch>(c.memory, setup.peer_pids, exited, revoked);
+}
+
+// The failure the watch saw ends the host waits too (NOTE [ended host waits]), with the error the next call raises.
+void CudaBackend::end_host_waits() noexcept {
+  try {
+    // The word is published (by this thread, or by a kernel that claimed it first and writes it within
+    // microseconds): wait, bounded, until it reads back.
+    for (int look = 0; look < 1000; ++look) {
+      raise_recorded_failure();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    BRAID_WARN("a fatal failure was published but did not read back within a second; host waits are not ended");
+  } catch (const Error& error) {
+    MemoryContext& memory = context_.memory;
+    if (memory.bootstrap) memory.bootstrap->store().interrupt(error.code(), error.what());
+    if (memory.fds) memory.fds->interrupt(error.code(), error.what());
+    if (context_.exposure_exchange) context_.exposure_exchange->interrupt(error.code(), error.what());
+    if (context_.exposures) context_.exposures->interrupt(error.code(), error.what());
+  } catch (...) {
+    // raise_recorded_failure raises braid::Error alone
+  }
 }
 
 void CudaBackend::revoke() { peer_watch_->revoke(); }

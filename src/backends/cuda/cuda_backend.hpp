@@ -50,6 +50,10 @@ class CudaBackend final : public Backend {
   collectives::CollectiveContext& context() { return context_; }
 
  private:
+  // Ends this rank's host waits (store, fd passing, the exposure exchange) with the recorded fatal failure, from the
+  // peer watch's thread or revoke()'s caller. Never throws.
+  void end_host_waits() noexcept;
+
   collectives::CollectiveContext context_;
   std::unique_ptr<PeerWatch> peer_watch_;  // after context_: stops before the signal pad goes
 };
