@@ -31,10 +31,10 @@ std::string key_for(const std::string& prefix, uint64_t sequence, int rank) {
   return fmt::format("{}/{}/{}", prefix, sequence, rank);
 }
 
-// Posts `mine` for call `sequence`, then waits until every rank has posted. `label` names the call in
-// the error, e.g. "allgather 'symmetric alloc' #3". Throws kTimeout naming the ranks that never posted.
-void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label,
-                   const std::function<void()>& poll = {}) {
+// Posts `mine` for call `sequence`, then waits until every rank has posted or the timeout passed: the ranks that
+// did not post.
+std::vector<int> post_and_wait_for_ranks(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine,
+                                         const std::function<void()>& poll) {
   const std::string& prefix = bootstrap.prefix();
   bootstrap.store().set(key_for(prefix, sequence, bootstrap.rank()), mine);
 
@@ -57,11 +57,24 @@ void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& m
       poll();
     }
   }
-  if (missing.empty()) return;
-
   std::vector<int> missing_ranks;
   for (const std::string& key : missing) missing_ranks.push_back(rank_of_key.at(key));
   std::sort(missing_ranks.begin(), missing_ranks.end());
+  return missing_ranks;
+}
+
+// post_and_wait_for_ranks, raising: kTimeout naming the ranks that never posted, and a store request's failure (a
+// lost store, an ended wait: NOTE [ended host waits]) with its own code and `label`, which names the call, e.g.
+// "allgather 'symmetric alloc' #3", before its message.
+void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label,
+                   const std::function<void()>& poll = {}) {
+  std::vector<int> missing_ranks;
+  try {
+    missing_ranks = post_and_wait_for_ranks(bootstrap, sequence, mine, poll);
+  } catch (const Error& error) {
+    throw Error(error.code(), fmt::format("bootstrap {}: {}", label, error.what()));
+  }
+  if (missing_ranks.empty()) return;
   raise(ErrorCode::kTimeout, "bootstrap {}: rank(s) {} did not arrive within {} s (store {})", label,
         fmt::join(missing_ranks, ", "), bootstrap.timeout_s(), bootstrap.store().address());
 }

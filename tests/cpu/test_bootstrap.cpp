@@ -216,6 +216,29 @@ TEST(BootstrapTest, PollThatThrowsEndsTheWait) {
   EXPECT_LT(elapsed, 5.0);
 }
 
+// A barrier whose store wait another thread ends (a revocation the peer watch saw: NOTE [ended host waits]) raises
+// the interruption's code, the call named before the store's message.
+TEST(BootstrapTest, AnEndedStoreWaitKeepsItsCodeAndNamesTheCall) {
+  StoreServer server;
+  auto store = connect_to(server);
+  Bootstrap bootstrap(store, "ended", 0, 2, 30.0);  // rank 1 never comes
+  std::thread revoker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    store->interrupt(ErrorCode::kRevoked, "rank 1 revoked the communicator");
+  });
+  const auto start = Clock::now();
+  try {
+    bootstrap.barrier("Communicator::barrier");
+    ADD_FAILURE() << "the barrier outlived the interrupt";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ErrorCode::kRevoked) << error.what();
+    expect_contains(error.what(), "bootstrap barrier 'Communicator::barrier' #1: store 127.0.0.1:");
+    expect_contains(error.what(), "ended: rank 1 revoked the communicator");
+  }
+  revoker.join();
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
 TEST(BootstrapTest, PolledAllgatherTimesOutNamingTheRank) {
   const auto messages = timeouts_with_missing_ranks(
       3, {0, 2}, 1.0, [](Bootstrap& b) { b.allgather("x", "eager call's buffer", [] {}); });
