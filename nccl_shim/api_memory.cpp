@@ -197,11 +197,20 @@ SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t 
     if (shim_made == nullptr) braid::raise_invalid_argument("ncclCommWindowDeregister", "win", "was not made by ncclCommWindowRegister");
     forget_window(shim_made);
     std::unique_ptr<ShimWindow> window(shim_made);
-    if (window->braid) shim.braid->deregister(window->braid);
+    // As ncclCommDeregister: the real NCCL's deregistration runs even where braid's fails.
+    std::exception_ptr failure;
+    if (window->braid) {
+      try {
+        shim.braid->deregister(window->braid);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
     if (window->real != nullptr && shim.real != nullptr) {
       braid::DeviceGuard guard(shim.device);
       check_real(shim, shim.library->api().window_deregister(shim.real, window->real), "ncclCommWindowDeregister");
     }
+    if (failure) std::rethrow_exception(failure);
   });
 }
 

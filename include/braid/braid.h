@@ -158,9 +158,10 @@ braidResult_t braidCommCheck(braidComm_t comm);
 braidResult_t braidCommAbort(braidComm_t comm);
 /* Revokes the communicator for every rank (braid::Communicator::revoke): within about 10 ms every rank's waits
  * on the GPU end, and braidCommCheck and every call that takes a stream return braidRevoked on every rank (a rank
- * where another fatal failure was recorded first returns that one); every call waiting on the store or a peer's fd
- * (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate, a registration's exposure), now or later, returns
- * the same. braidCommShrink still works. braidUnsupported on the NCCL backend. */
+ * where another fatal failure was recorded first returns that one); on more than one rank every call waiting on
+ * the store or a peer's fd (braidCommBarrier, braidSymmetricAlloc, braidMoeBufferCreate, a registration's
+ * exposure), now or later, returns the same, or braidAborted after braidCommAbort. braidCommShrink still works.
+ * braidUnsupported on the NCCL backend. */
 braidResult_t braidCommRevoke(braidComm_t comm);
 /* A new communicator of the ranks not in excluded[0..count) (braid::Communicator::shrink): collective over the
  * survivors alone. *newcomm is NULL on failure. */

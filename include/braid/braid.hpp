@@ -269,7 +269,7 @@ class Communicator {
   // exposes the range: each peer's helper thread maps it (VMM memory with POSIX-fd handles; cudaMalloc memory only
   // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
   // the timeout passed (a range some peer did not map stays registered, unexposed; after abort() it raises
-  // kAborted, registering nothing). Eager all_gather,
+  // kAborted, and after a revocation or a peer's exit that fatal failure, registering nothing). Eager all_gather,
   // reduce_scatter, all_reduce and all_to_all calls whose buffers are not symmetric memory then announce at their
   // entry barrier where their buffers lie (all_gather its output, reduce_scatter its input, all_reduce and
   // all_to_all both) instead of exchanging them, at the sizes where that pays (all_gather from 8 MiB of output,
@@ -301,8 +301,9 @@ class Communicator {
   // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
   // An exposed range (BRAID_EAGER_ZERO_COPY=1) is first withdrawn: this waits until this rank's calls of the
   // communicator have ended on the GPU, then until every peer has unmapped it; kTimeout where either takes longer
-  // than the timeout, kAborted after abort() (the registration is gone all the same either way). Then the memory
-  // may be freed.
+  // than the timeout, kAborted after abort(), the fatal failure after a revocation or a peer's exit (the
+  // registration is gone all the same in each case). Then the memory may be freed; where it raised, a peer may
+  // still have the range mapped, so free cudaMalloc memory only once the communicator is destroyed.
   void deregister(RegisteredBuffer& buffer);
   RegistrationStats registration_stats();
 

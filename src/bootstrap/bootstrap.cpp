@@ -31,12 +31,24 @@ std::string key_for(const std::string& prefix, uint64_t sequence, int rank) {
   return fmt::format("{}/{}/{}", prefix, sequence, rank);
 }
 
-// Posts `mine` for call `sequence`, then waits until every rank has posted or the timeout passed: the ranks that
-// did not post.
-std::vector<int> post_and_wait_for_ranks(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine,
-                                         const std::function<void()>& poll) {
+// Runs a store request of the call `label` names (e.g. "allgather 'symmetric alloc' #3"): a failure (a lost store,
+// a wait the client's interrupt ended: NOTE [ended host waits]) keeps its code, with the call named first.
+template <typename Request>
+auto on_store(const std::string& label, Request&& request) -> decltype(request()) {
+  try {
+    return request();
+  } catch (const Error& error) {
+    throw Error(error.code(), fmt::format("bootstrap {}: {}", label, error.what()));
+  }
+}
+
+// Posts `mine` for call `sequence`, then waits until every rank has posted. Throws kTimeout naming the ranks that
+// never posted.
+void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label,
+                   const std::function<void()>& poll = {}) {
   const std::string& prefix = bootstrap.prefix();
-  bootstrap.store().set(key_for(prefix, sequence, bootstrap.rank()), mine);
+  StoreClient& store = bootstrap.store();
+  on_store(label, [&] { store.set(key_for(prefix, sequence, bootstrap.rank()), mine); });
 
   std::vector<std::string> others;
   std::unordered_map<std::string, int> rank_of_key;
@@ -47,41 +59,31 @@ std::vector<int> post_and_wait_for_ranks(Bootstrap& bootstrap, uint64_t sequence
   }
   std::vector<std::string> missing;
   if (!poll) {
-    missing = bootstrap.store().wait(others, bootstrap.timeout_s());
+    missing = on_store(label, [&] { return store.wait(others, bootstrap.timeout_s()); });
   } else {  // in slices, polling between them, within the same deadline
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(bootstrap.timeout_s());
     for (;;) {
       const double left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
-      missing = bootstrap.store().wait(others, std::max(0.0, std::min(left, Bootstrap::kPollInterval_s)));
+      missing = on_store(label, [&] {
+        return store.wait(others, std::max(0.0, std::min(left, Bootstrap::kPollInterval_s)));
+      });
       if (missing.empty() || left <= Bootstrap::kPollInterval_s) break;
       poll();
     }
   }
+  if (missing.empty()) return;
+
   std::vector<int> missing_ranks;
   for (const std::string& key : missing) missing_ranks.push_back(rank_of_key.at(key));
   std::sort(missing_ranks.begin(), missing_ranks.end());
-  return missing_ranks;
-}
-
-// post_and_wait_for_ranks, raising: kTimeout naming the ranks that never posted, and a store request's failure (a
-// lost store, an ended wait: NOTE [ended host waits]) with its own code and `label`, which names the call, e.g.
-// "allgather 'symmetric alloc' #3", before its message.
-void post_and_wait(Bootstrap& bootstrap, uint64_t sequence, const std::string& mine, const std::string& label,
-                   const std::function<void()>& poll = {}) {
-  std::vector<int> missing_ranks;
-  try {
-    missing_ranks = post_and_wait_for_ranks(bootstrap, sequence, mine, poll);
-  } catch (const Error& error) {
-    throw Error(error.code(), fmt::format("bootstrap {}: {}", label, error.what()));
-  }
-  if (missing_ranks.empty()) return;
   raise(ErrorCode::kTimeout, "bootstrap {}: rank(s) {} did not arrive within {} s (store {})", label,
-        fmt::join(missing_ranks, ", "), bootstrap.timeout_s(), bootstrap.store().address());
+        fmt::join(missing_ranks, ", "), bootstrap.timeout_s(), store.address());
 }
 
 // Reads rank `rank`'s post of call `sequence`, known to exist (post_and_wait succeeded).
 std::string read_post(Bootstrap& bootstrap, uint64_t sequence, int rank, const std::string& label) {
-  std::optional<std::string> value = bootstrap.store().try_get(key_for(bootstrap.prefix(), sequence, rank));
+  std::optional<std::string> value =
+      on_store(label, [&] { return bootstrap.store().try_get(key_for(bootstrap.prefix(), sequence, rank)); });
   if (!value) {
     raise(ErrorCode::kInternal, "bootstrap {}: rank {}'s post vanished before rank {} read it (store {})",
           label, rank, bootstrap.rank(), bootstrap.store().address());
@@ -90,8 +92,10 @@ std::string read_post(Bootstrap& bootstrap, uint64_t sequence, int rank, const s
 }
 
 // After call `sequence` completed: every rank has finished call sequence-1, so our post there is dead.
-void delete_previous_post(Bootstrap& bootstrap, uint64_t sequence) {
-  if (sequence > 1) bootstrap.store().remove(key_for(bootstrap.prefix(), sequence - 1, bootstrap.rank()));
+void delete_previous_post(Bootstrap& bootstrap, uint64_t sequence, const std::string& label) {
+  if (sequence > 1) {
+    on_store(label, [&] { bootstrap.store().remove(key_for(bootstrap.prefix(), sequence - 1, bootstrap.rank())); });
+  }
 }
 
 }  // namespace
@@ -118,7 +122,7 @@ std::vector<std::string> Bootstrap::allgather(const std::string& mine, const cha
   for (int rank = 0; rank < size_; ++rank) {
     if (rank != rank_) result[rank] = read_post(*this, sequence, rank, label);
   }
-  delete_previous_post(*this, sequence);
+  delete_previous_post(*this, sequence, label);
   return result;
 }
 
@@ -132,7 +136,7 @@ std::string Bootstrap::broadcast(const std::string& value, int root, const char*
   const std::string label = fmt::format("broadcast '{}' #{} from root {}", what, sequence, root);
   post_and_wait(*this, sequence, rank_ == root ? value : std::string(), label);
   std::string result = rank_ == root ? value : read_post(*this, sequence, root, label);
-  delete_previous_post(*this, sequence);
+  delete_previous_post(*this, sequence, label);
   return result;
 }
 
@@ -140,8 +144,9 @@ void Bootstrap::barrier(const char* what) {
   const uint64_t sequence = ++sequence_;
   if (size_ == 1) return;
 
-  post_and_wait(*this, sequence, std::string(), fmt::format("barrier '{}' #{}", what, sequence));
-  delete_previous_post(*this, sequence);
+  const std::string label = fmt::format("barrier '{}' #{}", what, sequence);
+  post_and_wait(*this, sequence, std::string(), label);
+  delete_previous_post(*this, sequence, label);
 }
 
 }  // namespace braid

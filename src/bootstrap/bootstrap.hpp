@@ -28,9 +28,9 @@ class Bootstrap {
   // `what` names the operation in errors. On timeout: Error(kTimeout) naming the ranks that did not arrive,
   // e.g. "bootstrap allgather 'symmetric alloc' #3: rank(s) 2, 3 did not arrive within 30 s (store 127.0.0.1:2999)".
   // `poll` (optional) runs every kPollInterval_s while waiting, and may throw to end the wait (a failure the
-  // communicator recorded); the wait stays bounded by the timeout. A store request that fails while posting or
-  // waiting (a lost store, a wait the store client's interrupt ended), or a throw of `poll`, keeps its code, with
-  // the call's name before its message: "bootstrap allgather 'symmetric alloc' #3: store ...".
+  // communicator recorded); the wait stays bounded by the timeout. A store request of the call that fails (a lost
+  // store, a wait the store client's interrupt ended) keeps its code, with the call's name before its message:
+  // "bootstrap allgather 'symmetric alloc' #3: store ...".
   std::vector<std::string> allgather(const std::string& mine, const char* what = "allgather",
                                      const std::function<void()>& poll = {});
   static constexpr double kPollInterval_s = 0.05;

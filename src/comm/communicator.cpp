@@ -347,7 +347,12 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
           try {
             held->withdraw(id);
           } catch (const Error& error) {
-            BRAID_WARN("a registered buffer dropped without deregister: {}", error.what());
+            if (error.code() == ErrorCode::kAborted || error.code() == ErrorCode::kRevoked ||
+                error.code() == ErrorCode::kRemoteError) {  // reported already: the communicator's fatal failure
+              BRAID_INFO("a registered buffer dropped without deregister: {}", error.what());
+            } else {
+              BRAID_WARN("a registered buffer dropped without deregister: {}", error.what());
+            }
           }
         });
   }

@@ -245,6 +245,7 @@ TEST(Faults, RevokeEndsEveryRanksHostWaitsAndShrinkStillWorks) {
                                           "a barrier waiting for the revoking rank");
       std::printf("[faults] rank %d: barrier ended by rank 0's revoke after %.1f ms (from its start)\n", context.rank,
                   waited * 1e3);
+      EXPECT_GT(waited, 0.2) << "rank " << context.rank << "'s barrier did not wait for the revocation";
       EXPECT_LT(waited, 5.0) << "rank " << context.rank << "'s barrier outlived the revocation";
     }
     double later = expect_raises([&] { comm.barrier(); }, ErrorCode::kRevoked, "rank 0 revoked", "a later barrier");
@@ -421,6 +422,7 @@ TEST(Faults, PeerProcessThatExitsEndsAHostWait) {
     ASSERT_EQ(waitpid(child, &status, 0), child);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child failed before it exited: " << status;
     std::printf("[faults] barrier ended by the peer's exit after %.1f ms (the child leaves 300 ms in)\n", waited * 1e3);
+    EXPECT_GT(waited, 0.1) << "the barrier did not wait for the peer's exit";
     EXPECT_LT(waited, 3.0) << "the barrier outlived the peer's exit";
     expect_raises([&] { comm.host_allgather("x"); }, ErrorCode::kRemoteError, "rank 1", "a later host_allgather");
   });
