@@ -24,6 +24,7 @@
 #include "braid/braid.hpp"
 #include "collective_reference.hpp"
 #include "comm/test_hooks.hpp"
+#include "test_helpers.hpp"
 #include "vmm_buffer.hpp"
 #include "world.hpp"
 
@@ -52,11 +53,6 @@ std::vector<uint64_t> gather(Communicator& comm, uint64_t mine) {
   cuda(cudaMemcpy(all.data(), words + 1, sizeof(uint64_t) * comm.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
   free_when_ranks_end(words);
   return all;
-}
-
-bool eager_zero_copy_on() {
-  const char* value = std::getenv("BRAID_EAGER_ZERO_COPY");
-  return value != nullptr && std::string(value) == "1";
 }
 
 TEST(ExposedRanges, EveryPeerMapsEachRangeAndReleasesItOnWithdrawal) {

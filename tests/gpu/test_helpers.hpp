@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <regex>
@@ -96,6 +97,13 @@ inline void expect_invalid_argument(int rank, const std::string& what, const std
                                    [&](const char* argument) { return message.find(argument) != std::string::npos; });
     EXPECT_TRUE(named) << "rank " << rank << ": " << what << ": the message does not name " << names << ": " << message;
   }
+}
+
+// Whether BRAID_EAGER_ZERO_COPY=1 runs this process's eager calls (its own ctest entries): registered buffers of
+// eager calls are then announced or staged, never exchanged.
+inline bool eager_zero_copy_on() {
+  const char* value = std::getenv("BRAID_EAGER_ZERO_COPY");
+  return value != nullptr && std::string(value) == "1";
 }
 
 // Whether `text` names `value` as a number of its own.
