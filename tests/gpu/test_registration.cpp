@@ -155,8 +155,12 @@ TEST(Registration, RegisteredMatchesUnregisteredAndReference) {
   });
 }
 
+// Why the tests that count eager calls' exchanges skip under BRAID_EAGER_ZERO_COPY=1 (ExposedRanges.* test that mode).
+constexpr const char* kCountsEagerExchanges =
+    "counts the exchanges of eager calls, which BRAID_EAGER_ZERO_COPY=1 replaces";
+
 TEST(Registration, CacheHitMakesNoExchange) {
-  if (eager_zero_copy_on()) GTEST_SKIP() << "counts the exchanges of eager calls, which BRAID_EAGER_ZERO_COPY=1 replaces";
+  if (eager_zero_copy_on()) GTEST_SKIP() << kCountsEagerExchanges;
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
@@ -185,7 +189,7 @@ TEST(Registration, CacheHitMakesNoExchange) {
 // cache hit, no peer mapping, the right answer. The same buffers at a size beyond LL's then exchange once. The
 // sizes are LL at every world (the smallest all-reduce cut-off is 64 KiB, at 7 and 8 ranks): checked first.
 TEST(Registration, LLSizesLookUpNoBuffer) {
-  if (eager_zero_copy_on()) GTEST_SKIP() << "counts the exchanges of eager calls, which BRAID_EAGER_ZERO_COPY=1 replaces";
+  if (eager_zero_copy_on()) GTEST_SKIP() << kCountsEagerExchanges;
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
@@ -215,7 +219,7 @@ TEST(Registration, LLSizesLookUpNoBuffer) {
 }
 
 TEST(Registration, VmmMemory) {
-  if (eager_zero_copy_on()) GTEST_SKIP() << "counts the exchanges of eager calls, which BRAID_EAGER_ZERO_COPY=1 replaces";
+  if (eager_zero_copy_on()) GTEST_SKIP() << kCountsEagerExchanges;
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const uint32_t seed = shared_seed(comm);
@@ -310,7 +314,7 @@ TEST(Registration, CommunicatorCyclesWithoutRegistration) {
 }
 
 TEST(Registration, TwoCommunicatorsMapOnceEach) {
-  if (eager_zero_copy_on()) GTEST_SKIP() << "counts the exchanges of eager calls, which BRAID_EAGER_ZERO_COPY=1 replaces";
+  if (eager_zero_copy_on()) GTEST_SKIP() << kCountsEagerExchanges;
   for_each_rank([](const RankContext& context) {
     Communicator a = Communicator::init(context.rendezvous, test_options());
     Communicator b = Communicator::init(context.rendezvous, test_options());
