@@ -131,7 +131,8 @@ class MoeHook {
   bool pending() const { return state_ != nullptr; }
   // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
   // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Where the communicator's ranks share
-  // a GPU, the legacy default stream is refused (kInvalidArgument naming stream) and the hook stays pending. Until
+  // a GPU, the legacy default stream is refused (kInvalidArgument naming stream) and the hook stays pending; a
+  // fatal failure recorded on the communicator (Communicator::check) raises again and leaves it pending too. Until
   // it is called, the MoeBuffer refuses every dispatch, redispatch, combine and copy_expert_counts
   // (kInvalidArgument naming the hook).
   // Destroying a pending hook, or moving another hook into it, drops its receiving half: the peers' signals
@@ -148,8 +149,9 @@ class MoeHook {
 // Limits: at most 16 ranks, experts <= kMoeMaxExperts, capacity_rows, max_tokens and the receive rows
 // (capacity_rows, or the worst case when it is 0) < 2^31, and a buffer's byte sizes within size_t (a shape past
 // them is refused, naming the field: shape.hidden for the byte sizes, shape.capacity_rows where it is set past the
-// limit, shape.max_tokens where the worst case (capacity_rows 0) is, and shape.expert_alignment where the padding
-// with one token's rows alone passes it). A moved-from MoeBuffer's calls and getters throw kInvalidArgument.
+// limit, shape.max_tokens where the worst case (capacity_rows 0) is, and shape.expert_alignment where the worst
+// case at max_tokens 1, (E / W) * (expert_alignment - 1) + W * min(K, E / W), passes it already). A moved-from
+// MoeBuffer's calls and getters throw kInvalidArgument.
 class MoeBuffer {
  public:
   // Collective over comm's ranks. Throws kInvalidArgument naming the field of a bad shape, kMismatch when ranks
@@ -159,7 +161,7 @@ class MoeBuffer {
   static MoeBuffer create(Communicator& comm, const MoeShape& shape);
   // Receive rows that no routing can exceed. Expert-major: every token of every rank sent to one rank's experts,
   // W * max_tokens * min(K, E / W), plus the alignment padding of each local expert, (E / W) * (expert_alignment
-  // - 1). Rank-major: W * max_tokens.
+  // - 1). Rank-major: W * max_tokens. Saturates at SIZE_MAX (for shapes that create refuses).
   static size_t worst_case_rows(const MoeShape& shape, int world);
   // Symmetric memory of one MoeBuffer's rows and metadata on each rank (see docs/moe.md for the breakdown), before
   // rounding to the allocation granularity; the buffer's own signal pad is allocated besides.

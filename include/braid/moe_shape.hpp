@@ -36,20 +36,24 @@ struct MoeShape {
   // reports it. Must be 0 with kRankMajor, whose rows are always world * max_tokens (no routing overflows them).
   size_t capacity_rows = 0;
   MoeLayout layout = MoeLayout::kExpertMajor;
-  // Multiprocessors the kernels that move rows may occupy (2 blocks each, every block resident at once): every
-  // rank-major kernel, and expert-major's scatter, send and reduce, so the rest of the GPU stays free for kernels
-  // that overlap them. Expert-major's routing kernel, one short block per expert plus world + 1, does not follow
-  // it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with max_tokens <= 512,
-  // which takes 64: its batches are faster on fewer blocks. Where ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1) those
-  // kernels take at most 64 / (the most ranks on one GPU) blocks, as every collective does.
+  // Multiprocessors' worth of the GPU that the kernels moving rows may take (every rank-major kernel, and
+  // expert-major's scatter, send and reduce): they run 2 * max_sms blocks (their launch bounds fit 2 on a
+  // multiprocessor), every block resident at once, which leaves room for kernels that overlap them. The GPU's
+  // block scheduler places the blocks: on an otherwise idle GPU they may spread over up to 2 * max_sms
+  // multiprocessors, a block each. Expert-major's routing kernel, one short block per expert plus world + 1, does
+  // not follow it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with
+  // max_tokens <= 512, which takes 64: its batches are faster on fewer blocks. Where ranks share a GPU
+  // (BRAID_ALLOW_SHARED_GPU=1) those kernels take at most 64 / (the most ranks on one GPU) blocks, as every
+  // collective does.
   int max_sms = 0;
   // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
   // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
   // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput). Combine's result is
-  // the same as without it. With max_tokens <= 128 the buffer also holds a line area (docs/moe.md, "What a shape
-  // costs"), and where every pair of GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row
-  // there with its metadata in 128-byte lines that carry their own flags, and the receiver copies them out: no
-  // signal and no barrier. Otherwise it stores the rows into the peers' rows and signals, as without it.
+  // the same as without it. With max_tokens <= 128 (and a token's slot of lines, its row and scales with a
+  // metadata line, under 4 GiB) the buffer also holds a line area (docs/moe.md, "What a shape costs"), and where
+  // every pair of GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row there with its
+  // metadata in 128-byte lines that carry their own flags, and the receiver copies them out: no signal and no
+  // barrier. Otherwise it stores the rows into the peers' rows and signals, as without it.
   bool low_latency = false;
 };
 

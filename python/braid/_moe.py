@@ -91,11 +91,19 @@ class MoeBuffer:
                  dispatch_dtype=None, index_dtype="int64", expert_alignment: int = 1, capacity_rows: int = 0,
                  layout="expert_major", max_sms: int = 0, low_latency: bool = False, comm=None) -> None:
         function = "braid.MoeBuffer"
-        shape = self._make_shape(function, hidden, max_tokens, top_k, experts, dtype, dispatch_dtype, index_dtype,
-                                 expert_alignment, capacity_rows, layout, max_sms, low_latency)
         comm = communicator(comm, function)
-        _MoeBuffer.symmetric_bytes(shape, comm.size)  # validates the shape (naming the field) before any collective
-        buffer = _MoeBuffer.create(comm, shape)
+        try:
+            shape = self._make_shape(function, hidden, max_tokens, top_k, experts, dtype, dispatch_dtype,
+                                     index_dtype, expert_alignment, capacity_rows, layout, max_sms, low_latency)
+        except Error:
+            # Still join the ranks' exchange of shapes, with one that create refuses (hidden 0), so that every
+            # rank fails at once (the others with kMismatch naming this rank), then raise this rank's reason.
+            try:
+                _MoeBuffer.create(comm, MoeShape())
+            except Error:
+                pass
+            raise
+        buffer = _MoeBuffer.create(comm, shape)  # validates the shape, naming the field, within the exchange
         self._setup(shape, comm, buffer, comm.size, comm.rank, comm.device, buffer.capacity_rows)
 
     @classmethod
@@ -122,11 +130,13 @@ class MoeBuffer:
     def _make_shape(function, hidden, max_tokens, top_k, experts, dtype, dispatch_dtype, index_dtype,
                     expert_alignment, capacity_rows, layout, max_sms, low_latency) -> MoeShape:
         shape = MoeShape()
-        for name, value in (("hidden", hidden), ("max_tokens", max_tokens), ("top_k", top_k), ("experts", experts),
-                            ("expert_alignment", expert_alignment), ("capacity_rows", capacity_rows),
-                            ("max_sms", max_sms)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise argument_error(function, name, f"is {value!r}; it must be a non-negative int")
+        # The most each field holds: size_t (hidden, max_tokens, capacity_rows) or int (the rest) in braid::MoeShape.
+        for name, value, most in (("hidden", hidden, 2**64 - 1), ("max_tokens", max_tokens, 2**64 - 1),
+                                  ("top_k", top_k, 2**31 - 1), ("experts", experts, 2**31 - 1),
+                                  ("expert_alignment", expert_alignment, 2**31 - 1),
+                                  ("capacity_rows", capacity_rows, 2**64 - 1), ("max_sms", max_sms, 2**31 - 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+                raise argument_error(function, name, f"is {value!r}; it must be an int in [0, {most}]")
             setattr(shape, name, value)
         shape.type = datatype(dtype, function, "dtype")
         if dispatch_dtype is not None:

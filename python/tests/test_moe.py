@@ -21,6 +21,10 @@ def test_shape_errors_name_the_field():
         braid.MoeBuffer.meta(H, T, K, E, world_size=W, layout="diagonal")
     with pytest.raises(Error, match="argument 'hidden'"):
         braid.MoeBuffer.meta(-1, T, K, E, world_size=W)
+    with pytest.raises(Error, match="argument 'max_tokens' is 1180591620717411303424; it must be an int in"):
+        braid.MoeBuffer.meta(H, 2**70, K, E, world_size=W)  # past size_t
+    with pytest.raises(Error, match="argument 'top_k' is 2147483648; it must be an int in"):
+        braid.MoeBuffer.meta(H, T, 2**31, E, world_size=W)  # past int
     with pytest.raises(Error, match="argument 'dispatch_dtype'"):
         braid.MoeBuffer.meta(H, T, K, E, world_size=W, dispatch_dtype="complex64")
     with pytest.raises(Error, match="argument 'colour'"):

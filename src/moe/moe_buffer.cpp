@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <initializer_list>
 #include <mutex>
@@ -108,14 +109,18 @@ size_t scale_bytes(const MoeShape& shape) {
   return shape.dispatch_type ? shape.hidden / kMoeScaleColumns * sizeof(float) : 0;
 }
 
-// Whether a shape dispatches in LL128 lines where the GPUs carry them (moe_lines.cu).
-bool line_rows(const MoeShape& shape) { return shape.low_latency && shape.max_tokens <= kernels::moe::kLineTokens; }
-
 // Lines of a token's slot: metadata, row and scales, each from a line of its own, in whole groups of 4 (a warp's).
 size_t slot_lines(const MoeShape& shape) {
   const size_t payload = kernels::kLL128LinePayload;
   const size_t lines = 1 + (dispatch_row_bytes(shape) + payload - 1) / payload + (scale_bytes(shape) + payload - 1) / payload;
   return round_up(lines, kernels::kLL128LinesPerWarp);
+}
+
+// Whether a shape dispatches in LL128 lines where the GPUs carry them (moe_lines.cu): few tokens, and a slot whose
+// bytes (and so its row's) the kernel's 32-bit offsets address.
+bool line_rows(const MoeShape& shape) {
+  return shape.low_latency && shape.max_tokens <= kernels::moe::kLineTokens &&
+         slot_lines(shape) <= UINT32_MAX / kernels::kLL128LineBytes;
 }
 
 // Raises kInvalidArgument naming shape.hidden where a byte size would not fit in size_t (NOTE [byte sizes within
@@ -322,10 +327,15 @@ void enqueue(detail::MoeState& state, kernels::moe::MoeLaunch launch, bool dispa
 }  // namespace
 
 size_t MoeBuffer::worst_case_rows(const MoeShape& shape, int world) {
+  // Saturated at SIZE_MAX, like the Carver's pieces, for shapes that create would refuse.
+  auto times = [](size_t a, size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; };
+  const size_t ranks = static_cast<size_t>(std::max(world, 0));
   const size_t local = world > 0 && shape.experts > 0 ? static_cast<size_t>(shape.experts / world) : 0;
   const size_t per_token = std::min<size_t>(static_cast<size_t>(std::max(shape.top_k, 0)), local);
-  if (rank_major(shape)) return size_t(std::max(world, 0)) * shape.max_tokens;
-  return size_t(world) * shape.max_tokens * per_token + local * static_cast<size_t>(std::max(shape.expert_alignment - 1, 0));
+  if (rank_major(shape)) return times(ranks, shape.max_tokens);
+  const size_t rows = times(times(ranks, shape.max_tokens), per_token);
+  const size_t padding = times(local, static_cast<size_t>(std::max(shape.expert_alignment - 1, 0)));
+  return rows > SIZE_MAX - padding ? SIZE_MAX : rows + padding;
 }
 
 size_t MoeBuffer::symmetric_bytes(const MoeShape& shape, int world) {
@@ -455,9 +465,9 @@ void MoeHook::receive(Stream stream) {
   const char* function = "MoeHook::receive";
   if (state_ == nullptr) raise_invalid_argument(function, "hook", "holds no receiving half (received already, or never given to a call)");
   collectives::refuse_shared_legacy_stream(function, state_->comm->ranks_per_gpu, stream);  // the hook kept
+  set_log_rank(state_->comm->rank);
+  state_->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // the hook kept
   detail::MoeState& state = *std::exchange(state_, nullptr);
-  set_log_rank(state.comm->rank);
-  state.comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);
   state.pending_call = nullptr;
   launch_call(state, state.pending, state.pending_dispatch, stream);
 }

@@ -1765,6 +1765,31 @@ TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
   });
 }
 
+// A receive after abort() raises kAborted and keeps the hook pending, so a second one raises kAborted too (a fatal
+// failure is raised again by every later call, braid.hpp).
+TEST(MoeErrors, AReceiveAfterAnAbortRaisesItAndKeepsTheHook) {
+  with_communicator([](Communicator& comm) {
+    const int me = comm.rank();
+    StreamHandle stream;
+    const Config config{DataType::kBFloat16, DataType::kInt64, 128, 4, 16, 1, 64};
+    Rig rig(comm, make_shape(config, comm.size(), MoeLayout::kRankMajor), stream.get());
+    MoeHook hook;
+    rig.moe().dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get(), &hook);
+    cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+    comm.barrier();  // every rank's sending half has run
+    comm.abort();
+    for (int attempt = 1; attempt <= 2; ++attempt) {
+      try {
+        hook.receive(stream.get());
+        ADD_FAILURE() << "rank " << me << ": receive #" << attempt << " after abort() raised nothing";
+      } catch (const Error& error) {
+        EXPECT_EQ(error.code(), ErrorCode::kAborted) << "rank " << me << ", receive #" << attempt << ": " << error.what();
+      }
+      EXPECT_TRUE(hook.pending()) << "rank " << me << ": receive #" << attempt << " after abort() dropped the hook";
+    }
+  });
+}
+
 // A buffer limited to 3 multiprocessors (6 blocks, far fewer than the tokens) in both layouts, and
 // copy_expert_counts: the host copy equals expert_counts.
 TEST(Moe, FewMultiprocessorsAndExpertCountsOnTheHost) {
@@ -2195,6 +2220,14 @@ TEST(MoeShape, WorstCaseRowsAndSymmetricBytes) {
     // K above L: min(K, L) rows per token and rank.
     MoeShape s = make_shape({DataType::kBFloat16, DataType::kInt64, 64, 8, 8, 128, 10}, world);
     EXPECT_EQ(MoeBuffer::worst_case_rows(s, world), expected_worst_case(s, world)) << describe(s) << " world " << world;
+    // Shapes create refuses saturate instead of wrapping: W * 2^62 * min(K, E / W) is 2^65 at every world here.
+    MoeShape huge = s;
+    huge.max_tokens = size_t(1) << 62;
+    EXPECT_EQ(MoeBuffer::worst_case_rows(huge, world), SIZE_MAX) << describe(huge) << " world " << world;
+    huge.layout = MoeLayout::kRankMajor;
+    huge.expert_alignment = 1;
+    EXPECT_EQ(MoeBuffer::worst_case_rows(huge, world), world < 4 ? static_cast<size_t>(world) << 62 : SIZE_MAX)
+        << describe(huge) << " world " << world;
   }
   with_communicator([](Communicator& comm) {
     const int world = comm.size();
