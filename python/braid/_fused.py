@@ -6,7 +6,8 @@ argument, in the real calls and in the fake implementations alike.
 NOTE [fused matmul layout]: braid's calls take 2-D row-major matrices and gather or scatter whole rows. A tensor of
 more dims is moved so that the gathered (scattered) dim leads, made contiguous and flattened to [rows, K]: rank q's
 rows are then block q of that dim, so a result unflattens to [W * s, rest..., N] (or [s / W, ...]) and moves the dim
-back, as torch.ops.symm_mem does, and the outputs are views with the same strides in the real and the fake calls.
+back, as torch.ops.symm_mem does: all_gather_matmul's outputs are such views, matmul_reduce_scatter's is made
+contiguous (as torch's reduction returns it), with the same strides in the real and the fake calls.
 A gather or scatter over the last dim (A's K in all_gather_matmul, the product's N in matmul_reduce_scatter) moves
 no rows: it runs unfused, braid's collective and torch.matmul one after the other."""
 from __future__ import annotations
@@ -196,6 +197,7 @@ def all_gather_matmul(torch, c, A_shard, Bs, gather_dim_: int, return_A: bool, f
     """(all_gather(A_shard, gather_dim) or None, [that @ B for B in Bs]): the first product fused with the
     all-gather, the others torch.matmul of the gathered A (NOTE [fused matmul layout])."""
     dim = check_all_gather(torch, function, A_shard, Bs, gather_dim_, c.size)
+    _check_communicator(c, function, A_shard, "A_shard")
     if dim == A_shard.dim() - 1:
         A = gather_dim(torch, c, A_shard, dim)
         return (A if return_A else None), [torch.matmul(A, B) for B in Bs]
@@ -208,6 +210,14 @@ def all_gather_matmul(torch, c, A_shard, Bs, gather_dim_: int, return_A: bool, f
     outs = [out] + [torch.matmul(A_flat, B) for B in Bs[1:]]  # the gathered A is here: no more communication
     A = unflatten(A_flat, lead, dim) if return_A else None
     return A, [unflatten(o, lead, dim) for o in outs]
+
+
+def _check_communicator(c, function: str, A, name: str) -> None:
+    """Before anything is enqueued: the communicator runs fused GEMMs (its FusedMatmul, which the NCCL backend
+    refuses with UNSUPPORTED, whichever path the call takes), and A is on its GPU."""
+    fused_matmul(c)
+    if A.device.type != "cuda" or A.device.index != c.device:
+        raise argument_error(function, name, f"is on {A.device}; the communicator's GPU is cuda:{c.device}")
 
 
 def _first_product(torch, c, a, B, out, A_flat, function: str) -> None:
@@ -232,8 +242,9 @@ def matmul_reduce_scatter(torch, c, A, B, reduce_op: str, scatter_dim_: int, fun
     """reduce_scatter(A @ B, reduce_op, scatter_dim): fused where the scatter moves rows (NOTE [fused matmul
     layout])."""
     dim, op, _ = reduce_scatter_shape(torch, function, A, B, reduce_op, scatter_dim_, c.size)
+    _check_communicator(c, function, A, "A")
     if dim == A.dim() - 1:
-        return scatter_dim(torch, c, torch.matmul(A, B), dim, op)
+        return scatter_dim(torch, c, torch.matmul(A, B), dim, op).contiguous()
     a, lead = flat_rows(torch, A, dim)
     lead = (lead[0] // c.size, *lead[1:])
     m, k = a.shape
@@ -247,7 +258,7 @@ def matmul_reduce_scatter(torch, c, A, B, reduce_op: str, scatter_dim_: int, fun
         weights = buffer(torch, b, c, function, "B")
         fused_matmul(c).matmul_reduce_scatter(src.pointer, m, k, weights.pointer, layout, n, dst.pointer, src.dtype,
                                               op, current_stream(torch, c.device))
-    return unflatten(out, lead, dim)
+    return unflatten(out, lead, dim).contiguous()  # a copy where dim is not 0, as torch's result is contiguous
 
 
 def fake_all_gather_matmul(torch, A_shard, Bs, gather_dim_: int, return_A: bool, world: int, function: str):
@@ -265,8 +276,4 @@ def fake_all_gather_matmul(torch, A_shard, Bs, gather_dim_: int, return_A: bool,
 def fake_matmul_reduce_scatter(torch, A, B, reduce_op: str, scatter_dim_: int, world: int, function: str):
     """What matmul_reduce_scatter returns (shape, dtype and strides) without running it."""
     dim, _, shape = reduce_scatter_shape(torch, function, A, B, reduce_op, scatter_dim_, world)
-    if dim == A.dim() - 1:  # as scatter_dim returns it
-        return A.new_empty((shape[-1], *shape[:-1])).movedim(0, dim)
-    moved = A.movedim(dim, 0)
-    lead = (moved.shape[0] // world, *moved.shape[1:-1])
-    return new_results(A, dim, lead, [B.shape[1]])[0]
+    return A.new_empty(shape)  # contiguous, as matmul_reduce_scatter returns it

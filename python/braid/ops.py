@@ -16,6 +16,7 @@ float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linea
 Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
 from __future__ import annotations
 
+import operator
 from typing import Sequence
 
 from ._error import argument_error
@@ -42,21 +43,23 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
     Bs = list(Bs)
     check_operands(torch, function, A_shard, "A_shard", Bs, b_names(len(Bs)))
     keep_A = bool(return_A) or (torch.is_grad_enabled() and any(B.requires_grad for B in Bs))
-    A, outs = register_ops().all_gather_matmul(A_shard, Bs, int(gather_dim), keep_A, op_handle(comm))
+    dim = _dim_index(gather_dim, function, "gather_dim")
+    A, outs = register_ops().all_gather_matmul(A_shard, Bs, dim, keep_A, op_handle(comm))
     return (A if return_A else None), list(outs)
 
 
 def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *, comm=None):
     """reduce_scatter(A @ B, reduce_op, scatter_dim): block `rank` along scatter_dim of every rank's product,
     summed ('sum') or averaged ('avg'). A [..., K] (at least 2 dims), B [K, N]; the product's extent along
-    scatter_dim (A's, or B's N for the last dim) must divide by the world size. Any
-    dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its GEMM (a cuBLASLt algorithm,
+    scatter_dim (A's, or B's N for the last dim) must divide by the world size. The result is contiguous, as torch's
+    is. Any dim but the last (N) runs fused; the last runs unfused. Each GEMM shape settles on its GEMM (a cuBLASLt algorithm,
     or braid's Hopper kernel) once its eager trials have run and completed, 3 timed GEMM runs of each candidate, at
     most 15 (BRAID_GEMM_TUNING): results may differ in the last bit until then."""
     function = "braid.ops.matmul_reduce_scatter"
     torch = import_torch(function)
     check_operands(torch, function, A, "A", [B], ["B"])
-    return register_ops().matmul_reduce_scatter(A, B, _op_name(reduce_op), int(scatter_dim), op_handle(comm))
+    dim = _dim_index(scatter_dim, function, "scatter_dim")
+    return register_ops().matmul_reduce_scatter(A, B, _op_name(reduce_op), dim, op_handle(comm))
 
 
 def reserve(nbytes: int, comm=None) -> None:
@@ -90,6 +93,17 @@ def release(comm=None) -> None:
     """Frees the communicator's braid.FusedMatmul (its cuBLASLt handle, side stream and workspace); the next call
     makes a new one. Graphs captured with the old one must not be replayed afterwards."""
     _release(communicator(comm, "braid.ops.release"))
+
+
+def _dim_index(dim, function: str, name: str) -> int:
+    """`dim` as the int the custom op takes: an int or an integer index (a numpy or 0-d integer tensor value), never a
+    bool, float or str."""
+    if not isinstance(dim, bool):
+        try:
+            return operator.index(dim)
+        except TypeError:
+            pass
+    raise argument_error(function, name, f"is {dim!r}; it must be an int")
 
 
 def _op_name(op) -> str:
