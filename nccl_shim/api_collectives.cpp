@@ -37,7 +37,7 @@ ncclResult_t enqueue(const char* function, Op op, unsigned uses, bool reduces, b
       raise_invalid_argument(function, "recvbuff", "is NULL with count {}", op.count);
     }
   });
-  if (checked != ncclSuccess) return checked;
+  if (checked != ncclSuccess) return group_failure(checked);  // NOTE [group failure]
   return submit(op);
 }
 

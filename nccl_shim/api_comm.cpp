@@ -58,7 +58,7 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
     comm = new ncclComm();
     *newcomm = comm;
   });
-  if (checked != ncclSuccess) return checked;
+  if (checked != ncclSuccess) return group_failure(checked);  // NOTE [group failure]
   RealConfig real_config(config);  // copied now: the caller's config may be gone when a group ends
   return submit_init(
       comm,
@@ -182,10 +182,10 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
     ncclComm_t child_real = nullptr;
-    RealConfig real_config = config_or_defaults(config);  // whole, as large as the caller's nccl.h made it
+    RealConfig real_config = child_config(parent, config);  // whole, as large as the caller's nccl.h made it
     if (parent.real != nullptr && parent.library->api().comm_split != nullptr) {
-      check_real(parent, parent.library->api().comm_split(parent.real, color, key, &child_real, real_config.get()),
-                 "ncclCommSplit");
+      ncclConfig_t* given = config != nullptr ? real_config.get() : nullptr;
+      check_real(parent, parent.library->api().comm_split(parent.real, color, key, &child_real, given), "ncclCommSplit");
     }
     if (!parent.braid) {  // NCCL only: so is the child
       if (child_real == nullptr) return;
@@ -249,8 +249,17 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     ncclComm& parent = checked_comm(comm, function);
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
-    if (excludeRanksCount < 0) raise_invalid_argument(function, "excludeRanksCount", "is {}", excludeRanksCount);
-    if (excludeRanksCount > 0) require_pointer(excludeRanksList, function, "excludeRanksList");
+    // NCCL's checks, before NCCL_SHRINK_ABORT touches the parent: a list of at least one rank, not this one.
+    require_pointer(excludeRanksList, function, "excludeRanksList");
+    if (excludeRanksCount <= 0) {
+      raise_invalid_argument(function, "excludeRanksCount", "is {}; it must be at least 1", excludeRanksCount);
+    }
+    for (int i = 0; i < excludeRanksCount; ++i) {
+      if (excludeRanksList[i] == parent.rank) {
+        raise_invalid_argument(function, "excludeRanksList", "names this rank ({}); excluded ranks do not call "
+                               "ncclCommShrink", parent.rank);
+      }
+    }
     using Shrink = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
     auto shrink = parent.library != nullptr ? reinterpret_cast<Shrink>(parent.library->symbol("ncclCommShrink")) : nullptr;
     if (!parent.braid_on_cuda) {
@@ -258,11 +267,11 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
       if (shrink == nullptr) braid::raise(braid::ErrorCode::kUnsupported, "{}: the real NCCL has no ncclCommShrink", function);
     }
     if (parent.braid_on_cuda && (shrinkFlags & NCCL_SHRINK_ABORT) != 0) parent.braid->abort();
-    RealConfig real_config = config_or_defaults(config);
+    RealConfig real_config = child_config(parent, config);
     ncclComm_t child_real = nullptr;
     if (parent.real != nullptr && shrink != nullptr) {
-      check_real(parent,
-                 shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, real_config.get(), shrinkFlags),
+      ncclConfig_t* given = config != nullptr ? real_config.get() : nullptr;
+      check_real(parent, shrink(parent.real, excludeRanksList, excludeRanksCount, &child_real, given, shrinkFlags),
                  function);
     }
     auto* child = new ncclComm();
@@ -270,6 +279,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     child->real = child_real;
     child->owns_real = child_real != nullptr;
     child->device = parent.device;
+    child->config = std::move(real_config);
     if (parent.braid_on_cuda) {
       try {
         const std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
@@ -297,7 +307,11 @@ SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommFinalize, comm);
   if (comm == nullptr) return ncclSuccess;  // as NCCL
   ncclComm* shim = nullptr;
-  const ncclResult_t checked = guarded("ncclCommFinalize", [&] { shim = &checked_comm(comm, "ncclCommFinalize"); });
+  const ncclResult_t checked = guarded("ncclCommFinalize", [&] {
+    shim = &checked_comm(comm, "ncclCommFinalize");
+    if (shim->finalize_called) raise_invalid_argument("ncclCommFinalize", "comm", "was finalized already");
+    shim->finalize_called = true;
+  });
   if (checked != ncclSuccess) return checked;
   // Flushes the real NCCL's side (braid's calls need no flush: their completion is the stream's).
   auto finalize = [shim] {
@@ -401,10 +415,8 @@ SHIM_EXPORT ncclResult_t ncclGroupEnd() {
   return group_end();
 }
 
-SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  if (simInfo != nullptr) simInfo->estimatedTime = NCCL_UNDEF_FLOAT;  // braid makes no estimate
-  return group_discard();
-}
+// NCCL: with a NULL simInfo exactly ncclGroupEnd; else the inits run and the calls are dropped (no estimate).
+SHIM_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) { return group_end(simInfo); }
 
 SHIM_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
   // NCCL's texts, where NCCL points at its own log pointing at braid's: the failed call's message is

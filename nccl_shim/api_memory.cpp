@@ -42,9 +42,13 @@ std::map<void*, Allocation> allocations;
 // What ncclCommRegister returns: the real NCCL's handle (null where it did not register), and braid's registration
 // (BRAID_EAGER_ZERO_COPY=1, braid's CUDA backend, memory braid can share).
 struct Registration {
+  const ncclComm* comm = nullptr;  // the communicator it was made on
   void* real = nullptr;
   std::optional<braid::RegisteredBuffer> braid;
 };
+
+std::mutex registrations_mutex;
+std::unordered_set<Registration*> registrations;  // every handle ncclCommRegister returned and nobody deregistered
 
 std::mutex windows_mutex;
 std::unordered_set<ShimWindow*> windows;  // every window the shim made and has not freed
@@ -139,6 +143,11 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
         BRAID_INFO("ncclCommRegister: {} bytes at {} are not exposed to the peers: {}", size, buff, error.what());
       }
     }
+    registration->comm = &shim;
+    {
+      std::lock_guard<std::mutex> lock(registrations_mutex);
+      registrations.insert(registration.get());
+    }
     *handle = registration.release();
   });
 }
@@ -147,7 +156,18 @@ SHIM_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle)
   SHIM_FORWARD_FOREIGN(comm, ncclCommDeregister, comm, handle);
   return guarded("ncclCommDeregister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommDeregister");
-    require_pointer(handle, "ncclCommDeregister", "handle");
+    if (handle == nullptr) return;  // as NCCL: nothing to deregister
+    {
+      // As NCCL, a handle this communicator did not return (or one deregistered already) is refused:
+      // kUnsupported, NCCL's ncclInvalidUsage.
+      std::lock_guard<std::mutex> lock(registrations_mutex);
+      auto found = registrations.find(static_cast<Registration*>(handle));
+      if (found == registrations.end() || (*found)->comm != &shim) {
+        braid::raise(braid::ErrorCode::kUnsupported, "ncclCommDeregister: argument 'handle' ({}) was not returned by "
+                     "ncclCommRegister on this communicator, or was deregistered already", handle);
+      }
+      registrations.erase(found);
+    }
     std::unique_ptr<Registration> registration(static_cast<Registration*>(handle));
     // braid's first: its withdrawal waits for this rank's calls and every peer's unmap, after which the caller
     // may free the memory (the real NCCL's deregistration runs even where it fails).
@@ -171,9 +191,12 @@ SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
                                                 int winFlags) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommWindowRegister, comm, buff, size, win, winFlags);
   return guarded("ncclCommWindowRegister", [&] {
+    if (buff == nullptr || size == 0) {  // as NCCL: no window, and success
+      if (win != nullptr) *win = nullptr;
+      return;
+    }
     ncclComm& shim = checked_comm(comm, "ncclCommWindowRegister");
     require_pointer(win, "ncclCommWindowRegister", "win");
-    require_pointer(buff, "ncclCommWindowRegister", "buff");
     *win = nullptr;
     auto window = std::make_unique<ShimWindow>();
     window->user = buff;
@@ -190,9 +213,9 @@ SHIM_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, siz
 
 SHIM_EXPORT ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommWindowDeregister, comm, win);
+  if (win == nullptr) return ncclSuccess;  // as NCCL: nothing to deregister, whatever comm is
   return guarded("ncclCommWindowDeregister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommWindowDeregister");
-    require_pointer(win, "ncclCommWindowDeregister", "win");
     ShimWindow* const shim_made = shim_window(win);
     if (shim_made == nullptr) braid::raise_invalid_argument("ncclCommWindowDeregister", "win", "was not made by ncclCommWindowRegister");
     forget_window(shim_made);

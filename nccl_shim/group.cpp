@@ -1,6 +1,8 @@
 #include "group.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -19,11 +21,19 @@ struct PendingInit {
   std::function<void()> init;
 };
 
-// This thread's group: depth of nested ncclGroupStart calls and what they kept.
+// This thread's group: depth of nested ncclGroupStart calls, what they kept, and the first call of it that failed.
 struct ThreadGroup {
   int depth = 0;
   std::vector<PendingInit> inits;
   std::vector<Op> ops;
+  ncclResult_t error = ncclSuccess;
+  std::string error_text;
+  void clear() {
+    inits.clear();
+    ops.clear();
+    error = ncclSuccess;
+    error_text.clear();
+  }
 };
 thread_local ThreadGroup t_group;
 
@@ -170,7 +180,7 @@ void run_ops(const std::vector<Op>& ops) {
     }
   } real_group{library};
   if (library != nullptr) {
-    library->check(library->api().group_start(), "ncclGroupStart", nullptr, "?");
+    check_real(*library, library->api().group_start(), "ncclGroupStart");
     real_group.open = true;
   }
   std::vector<Batch> batches;
@@ -189,7 +199,7 @@ void run_ops(const std::vector<Op>& ops) {
   for (Batch& batch : batches) run_batch(batch);
   if (library != nullptr) {
     real_group.open = false;
-    library->check(library->api().group_end(), "ncclGroupEnd", nullptr, "?");
+    check_real(*library, library->api().group_end(), "ncclGroupEnd");
   }
 }
 
@@ -253,36 +263,51 @@ ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init, bool nonbl
   return guarded("communicator init", init);
 }
 
+ncclResult_t group_failure(ncclResult_t result) {
+  if (result != ncclSuccess && t_group.depth > 0 && t_group.error == ncclSuccess) {
+    t_group.error = result;
+    t_group.error_text = last_error();
+  }
+  return result;
+}
+
 ncclResult_t group_start() {
   ++t_group.depth;
   return ncclSuccess;
 }
 
-ncclResult_t group_end() {
+ncclResult_t group_end(ncclSimInfo_t* simulation) {
+  const char* function = simulation != nullptr ? "ncclGroupSimulateEnd" : "ncclGroupEnd";
   if (t_group.depth == 0) {
-    set_last_error("ncclGroupEnd: not in a group (no ncclGroupStart before it)");
+    set_last_error(std::string(function) + ": not in a group (no ncclGroupStart before it)");
     return ncclInvalidUsage;
   }
   if (--t_group.depth > 0) return ncclSuccess;
   std::vector<PendingInit> inits = std::move(t_group.inits);
   std::vector<Op> ops = std::move(t_group.ops);
-  t_group.inits.clear();
-  t_group.ops.clear();
+  ncclResult_t failed = t_group.error;
+  std::string failure = std::string(function) + ": the group's call failed: " + t_group.error_text;
+  t_group.clear();
+  if (failed == ncclSuccess && simulation != nullptr) {  // NCCL reads the first `size` bytes, magic included
+    ncclSimInfo_t given{};
+    std::memcpy(&given, simulation, std::min(simulation->size, sizeof(ncclSimInfo_t)));
+    if (given.magic != ncclSimInfo_t(NCCL_SIM_INFO_INITIALIZER).magic) {
+      failed = ncclInvalidArgument;
+      failure = std::string(function) + ": argument 'simInfo' was not initialised with NCCL_SIM_INFO_INITIALIZER";
+    }
+  }
+  if (failed != ncclSuccess) {  // NOTE [group failure]
+    for (PendingInit& init : inits) {
+      init.comm->async_error = failure;
+      init.comm->async_state = failed;
+    }
+    set_last_error(failure);
+    return failed;
+  }
   const ncclResult_t init_result = run_inits(inits);
-  if (init_result != ncclSuccess) return init_result;
+  if (simulation != nullptr) simulation->estimatedTime = NCCL_UNDEF_FLOAT;  // braid makes no estimate
+  if (init_result != ncclSuccess || simulation != nullptr) return init_result;  // a simulation launches nothing
   return guarded("ncclGroupEnd", [&] { run_ops(ops); });
-}
-
-ncclResult_t group_discard() {
-  if (t_group.depth == 0) {
-    set_last_error("ncclGroupSimulateEnd: not in a group (no ncclGroupStart before it)");
-    return ncclInvalidUsage;
-  }
-  if (--t_group.depth == 0) {
-    t_group.inits.clear();
-    t_group.ops.clear();
-  }
-  return ncclSuccess;
 }
 
 }  // namespace braid::shim

@@ -35,9 +35,15 @@ ncclResult_t submit(const Op& op);
 // where `nonblocking` (ncclInProgress), else before returning. The communicator's `ready` is false until it is done.
 ncclResult_t submit_init(ncclComm_t comm, std::function<void()> init, bool nonblocking = false);
 
+// NOTE [group failure]: a call that fails inside a group (its arguments, as NCCL's ncclGroupErrCheck) returns its
+// error and fails the group: the ncclGroupEnd that closes it runs nothing the group kept and returns the first
+// such error; the communicators it was to initialise report that error (ncclCommGetAsyncError) and stay unusable.
+// Records `result` as this thread's group's error where it is a failure inside a group; returns it.
+ncclResult_t group_failure(ncclResult_t result);
+
 ncclResult_t group_start();
-ncclResult_t group_end();
-// Ends the group without running what it kept.
-ncclResult_t group_discard();
+// Closes one level of this thread's group; the outermost runs what the group kept: its inits, then its calls, or,
+// with `simulation` (ncclGroupSimulateEnd; its magic checked as NCCL does), its inits alone, the calls dropped.
+ncclResult_t group_end(ncclSimInfo_t* simulation = nullptr);
 
 }  // namespace braid::shim

@@ -23,6 +23,26 @@ namespace braid {
 class StoreHost;
 }
 
+namespace braid::shim {
+
+// A caller's ncclConfig_t for the real NCCL's communicator: copied whole (its size field says how much; the configs
+// of newer nccl.h releases are larger than this build's), with blocking set, since the shim's init is done before
+// it returns. Null config: none.
+class RealConfig {
+ public:
+  RealConfig() = default;
+  explicit RealConfig(const ncclConfig_t* config);
+  ncclConfig_t* get() { return bytes_.empty() ? nullptr : reinterpret_cast<ncclConfig_t*>(bytes_.data()); }
+  // The config's maxCTAs where the caller set it (braid's cap on a launch's blocks, CommOptions::max_blocks),
+  // else 0.
+  int max_ctas() const;
+
+ private:
+  std::vector<unsigned char> bytes_;
+};
+
+}  // namespace braid::shim
+
 // NCCL's opaque communicator type, defined by the shim: a braid communicator (absent where only NCCL serves the
 // ranks) and the real NCCL's communicator on the same ranks (null where NCCL could not be loaded).
 struct ncclComm {
@@ -45,6 +65,8 @@ struct ncclComm {
   ncclComm_t real = nullptr;  // the real NCCL's communicator (NCCL's type, not this struct)
   bool owns_real = false;     // false: borrowed from braid's NCCL backend
   std::shared_ptr<braid::StoreHost> store;  // the rendezvous store, where this process made the unique id
+  braid::shim::RealConfig config;  // the caller's config (none: empty), which a split or shrink without one inherits
+  bool finalize_called = false;    // ncclCommFinalize was called (a second call is refused, as NCCL does)
   std::mutex events_mutex;
   std::vector<cudaEvent_t> events;  // joins the streams of a send/recv batch (made on first need, kept)
   ~ncclComm() {
@@ -75,8 +97,21 @@ std::shared_ptr<detail::NcclLibrary> real_nccl();
 const std::string& real_nccl_problem();
 // The real NCCL of `comm`, or kUnsupported naming what needed it and why it is absent.
 const detail::NcclLibrary& require_real(const ncclComm& comm, const char* what);
-// Raises braid::Error for a failed real NCCL call (message from NCCL).
+// A failure the real NCCL returned: guarded() returns its ncclResult_t as it is (braid's ErrorCode folds
+// ncclInvalidUsage into kInvalidArgument).
+class RealNcclError : public braid::Error {
+ public:
+  RealNcclError(ncclResult_t result, const std::string& message)
+      : Error(braid::detail::nccl_error_code(result), message), result_(result) {}
+  ncclResult_t result() const noexcept { return result_; }
+
+ private:
+  ncclResult_t result_;
+};
+// Raises RealNcclError for a failed real NCCL call (message from NCCL); ncclInProgress is no failure.
 void check_real(const ncclComm& comm, ncclResult_t result, const char* call);
+// The same for a call of `library` without a communicator (ncclGroupStart, ncclGroupEnd).
+void check_real(const braid::detail::NcclLibrary& library, ncclResult_t result, const char* call);
 
 // Calls that reach the shim but belong to the real NCCL. Where the real NCCL was loaded before the shim opened it
 // (PyTorch preloads its wheel's libnccl.so.2 with RTLD_GLOBAL), NCCL's calls to its own exported names bind to the
@@ -89,24 +124,9 @@ void* foreign_entry(const void* comm, const char* name);
 void* real_entry(const char* name);  // the real NCCL's `name`; null where it is not loaded
 bool called_by_real_nccl(const void* return_address);
 
-// A caller's ncclConfig_t for the real NCCL's communicator: copied whole (its size field says how much; the configs
-// of newer nccl.h releases are larger than this build's), with blocking set, since the shim's init is done before
-// it returns. Null config: none.
-class RealConfig {
- public:
-  RealConfig() = default;
-  explicit RealConfig(const ncclConfig_t* config);
-  ncclConfig_t* get() { return bytes_.empty() ? nullptr : reinterpret_cast<ncclConfig_t*>(bytes_.data()); }
-  // The config's maxCTAs where the caller set it (braid's cap on a launch's blocks, CommOptions::max_blocks),
-  // else 0.
-  int max_ctas() const;
-
- private:
-  std::vector<unsigned char> bytes_;
-};
-
-// The caller's config for the real NCCL, or NCCL's defaults where it gave none (blocking either way).
-RealConfig config_or_defaults(const ncclConfig_t* config);
+// A split's or shrink's config: the caller's, or, as in NCCL, the parent's where it gave none. The real NCCL's own
+// split or shrink is passed the caller's (null included: NCCL then copies its parent's itself).
+RealConfig child_config(const ncclComm& parent, const ncclConfig_t* config);
 
 // Makes a shim communicator (collective over `size` ranks): braid's communicator at the store the unique id
 // names (its rendezvous), then the real NCCL's communicator on the same ranks: `real` when given (a split of the

@@ -128,7 +128,13 @@ const detail::NcclLibrary& require_real(const ncclComm& comm, const char* what) 
 
 void check_real(const ncclComm& comm, ncclResult_t result, const char* call) {
   if (result != ncclSuccess && result != ncclInProgress) {
-    comm.library->raise_error(result, call, comm.real, std::to_string(comm.rank));
+    throw RealNcclError(result, comm.library->failure_message(result, call, comm.real, std::to_string(comm.rank)));
+  }
+}
+
+void check_real(const detail::NcclLibrary& library, ncclResult_t result, const char* call) {
+  if (result != ncclSuccess && result != ncclInProgress) {
+    throw RealNcclError(result, library.failure_message(result, call, nullptr, "?"));
   }
 }
 
@@ -172,10 +178,8 @@ RealConfig::RealConfig(const ncclConfig_t* config) {
   reinterpret_cast<ncclConfig_t*>(bytes_.data())->blocking = 1;  // the same offset in every release
 }
 
-RealConfig config_or_defaults(const ncclConfig_t* config) {
-  if (config != nullptr) return RealConfig(config);
-  ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
-  return RealConfig(&defaults);
+RealConfig child_config(const ncclComm& parent, const ncclConfig_t* config) {
+  return config != nullptr ? RealConfig(config) : parent.config;
 }
 
 int RealConfig::max_ctas() const {
@@ -192,6 +196,7 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
   comm.rank = rank;
   comm.size = size;
   comm.device = device;
+  comm.config = config;
   comm.library = real_nccl();
   DeviceGuard guard(device);
   const std::optional<StoreAddress> store = read_unique_id(id);

@@ -13,6 +13,10 @@ ncclResult_t guarded(const char* function, Body&& body) {
   try {
     body();
     return ncclSuccess;
+  } catch (const RealNcclError& error) {  // the real NCCL's own result
+    set_last_error(error.what());
+    BRAID_WARN("{}", error.what());
+    return error.result();
   } catch (const braid::Error& error) {
     set_last_error(error.what());
     BRAID_WARN("{}", error.what());  // braid's messages name the call

@@ -121,6 +121,56 @@ const Entry kEntries[] = {
   {"MemFree_Null", [](void* lib, char*, size_t) { SYM(ncclMemFree); return (int)ncclMemFree_(nullptr); }},
   {"CommRegister_NullComm", [](void* lib, char*, size_t) { SYM(ncclCommRegister); void* h = nullptr; return (int)ncclCommRegister_(nullptr, kBuf, 4096, &h); }},
   {"CommDeregister_NullCommNullHandle", [](void* lib, char*, size_t) { SYM(ncclCommDeregister); return (int)ncclCommDeregister_(nullptr, nullptr); }},
+  {"CommWindowDeregister_NullCommNullWindow", [](void* lib, char*, size_t) { SYM(ncclCommWindowDeregister); return (int)ncclCommWindowDeregister_(nullptr, nullptr); }},
+  // A refused call fails its group: 100 x the call's result + ncclGroupEnd's.
+  {"Group_RefusedAllReduceFailsTheGroup", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclAllReduce);
+     ncclGroupStart_();
+     const ncclResult_t call = ncclAllReduce_(kBuf, kBuf2, 4, ncclFloat32, ncclSum, nullptr, nullptr);
+     return 100 * (int)call + (int)ncclGroupEnd_(); }},
+  {"Group_RefusedSendFailsTheGroup", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclSend);
+     ncclGroupStart_();
+     const ncclResult_t call = ncclSend_(kBuf, 4, ncclFloat32, 0, nullptr, nullptr);
+     return 100 * (int)call + (int)ncclGroupEnd_(); }},
+  // The failure ends with its group: 100 x the failed group's end + the next (empty) group's end.
+  {"Group_FailureEndsWithItsGroup", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclAllReduce);
+     ncclGroupStart_();
+     ncclAllReduce_(kBuf, kBuf2, 4, ncclFloat32, ncclSum, nullptr, nullptr);
+     const ncclResult_t failed = ncclGroupEnd_();
+     ncclGroupStart_();
+     return 100 * (int)failed + (int)ncclGroupEnd_(); }},
+  // Nested: the inner end succeeds, the outer returns the failure (100 x inner + outer).
+  {"Group_NestedFailureAtTheOuterEnd", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclAllReduce);
+     ncclGroupStart_();
+     ncclGroupStart_();
+     ncclAllReduce_(kBuf, kBuf2, 4, ncclFloat32, ncclSum, nullptr, nullptr);
+     const ncclResult_t inner = ncclGroupEnd_();
+     return 100 * (int)inner + (int)ncclGroupEnd_(); }},
+  // ncclGroupSimulateEnd: NULL is ncclGroupEnd (so a second end has no group: 100 x simulate + that end).
+  {"GroupSimulateEnd_NullIsGroupEnd", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclGroupSimulateEnd);
+     ncclGroupStart_();
+     const ncclResult_t simulated = ncclGroupSimulateEnd_(nullptr);
+     return 100 * (int)simulated + (int)ncclGroupEnd_(); }},
+  {"GroupSimulateEnd_Initialised", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupSimulateEnd);
+     ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+     ncclGroupStart_();
+     return (int)ncclGroupSimulateEnd_(&info); }},
+  {"GroupSimulateEnd_NotInitialised", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupSimulateEnd);
+     ncclSimInfo_t info;
+     std::memset(&info, 0, sizeof info);
+     info.size = sizeof info;
+     ncclGroupStart_();
+     return (int)ncclGroupSimulateEnd_(&info); }},
+  {"GroupSimulateEnd_WithoutStart", [](void* lib, char*, size_t) {
+     SYM(ncclGroupSimulateEnd);
+     ncclSimInfo_t info = NCCL_SIM_INFO_INITIALIZER;
+     return (int)ncclGroupSimulateEnd_(&info); }},
 };
 // clang-format on
 
