@@ -53,6 +53,7 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   int device = -1;
   const ncclResult_t checked = guarded(function, [&] {
     check_init_arguments(function, newcomm, nranks, rank);
+    check_config(function, config);
     *newcomm = nullptr;
     device = current_device(function);
     comm = new ncclComm();
@@ -181,6 +182,7 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     ncclComm& parent = checked_comm(comm, function);
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
+    if (color != NCCL_SPLIT_NOCOLOR) check_config(function, config);  // as NCCL: only where a child is made
     ncclComm_t child_real = nullptr;
     RealConfig real_config = child_config(parent, config);  // whole, as large as the caller's nccl.h made it
     if (parent.real != nullptr && parent.library->api().comm_split != nullptr) {
@@ -260,6 +262,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
                                "ncclCommShrink", parent.rank);
       }
     }
+    check_config(function, config);
     using Shrink = ncclResult_t (*)(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int);
     auto shrink = parent.library != nullptr ? reinterpret_cast<Shrink>(parent.library->symbol("ncclCommShrink")) : nullptr;
     if (!parent.braid_on_cuda) {

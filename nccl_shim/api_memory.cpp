@@ -35,6 +35,7 @@ namespace {
 struct Allocation {
   CUmemGenericAllocationHandle handle;
   size_t bytes;  // reserved and mapped (rounded up to the granularity)
+  int device;    // the GPU it was made on
 };
 std::mutex allocations_mutex;
 std::map<void*, Allocation> allocations;
@@ -74,7 +75,9 @@ extern "C" {
 SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
   SHIM_FORWARD_FROM_REAL(ncclMemAlloc, ptr, size);
   return guarded("ncclMemAlloc", [&] {
-    require_pointer(ptr, "ncclMemAlloc", "ptr");
+    if (ptr == nullptr) {  // NCCL passes it to its cudaMalloc fallback, which refuses it: ncclUnhandledCudaError
+      braid::raise(braid::ErrorCode::kCudaError, "ncclMemAlloc: argument 'ptr' is NULL");
+    }
     *ptr = nullptr;
     if (size == 0) return;  // as NCCL: nothing allocated
     int device = 0;
@@ -97,7 +100,7 @@ SHIM_EXPORT ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
       throw;
     }
     std::lock_guard<std::mutex> lock(allocations_mutex);
-    allocations[reinterpret_cast<void*>(address)] = Allocation{handle, bytes};
+    allocations[reinterpret_cast<void*>(address)] = Allocation{handle, bytes, device};
     *ptr = reinterpret_cast<void*>(address);
   });
 }
@@ -117,7 +120,8 @@ SHIM_EXPORT ncclResult_t ncclMemFree(void* ptr) {
       allocations.erase(found);
     }
     const CUdeviceptr address = reinterpret_cast<CUdeviceptr>(ptr);
-    BRAID_CUDA(cudaDeviceSynchronize());  // as cudaFree: no work may still use it
+    braid::DeviceGuard guard(allocation.device);
+    BRAID_CUDA(cudaDeviceSynchronize());  // as cudaFree: no work of its GPU may still use it
     braid::detail::release_quietly(driver().cuMemUnmap(address, allocation.bytes), "cuMemUnmap");
     braid::detail::release_quietly(driver().cuMemAddressFree(address, allocation.bytes), "cuMemAddressFree");
     braid::detail::release_quietly(driver().cuMemRelease(allocation.handle), "cuMemRelease");

@@ -140,7 +140,11 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
 // for a non-blocking init or finalize still running first.
 void release(ncclComm& comm, bool abort);
 
-// Whether a config asks for non-blocking calls (blocking = 0).
+// Refuses a config as NCCL's parseCommConfig does (kInvalidArgument naming `config` and the field): no
+// NCCL_CONFIG_INITIALIZER magic, or a field outside its range (fields newer than the config's version are
+// NCCL's defaults). Null: nothing to check.
+void check_config(const char* function, const ncclConfig_t* config);
+// Whether a config asks for non-blocking calls (blocking = 0, in a config of NCCL 2.14 or later).
 bool nonblocking_config(const ncclConfig_t* config);
 // Starts `work` on the communicator's background thread (after the last one ended) and returns ncclInProgress;
 // its result goes to async_state.

@@ -218,7 +218,11 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
   if (comm.library != nullptr) options.nccl_library = comm.library->path();  // never the shim itself
   comm.braid.emplace(Communicator::init(rendezvous, options));
   comm.braid_on_cuda = std::strcmp(comm.braid->backend(), "cuda") == 0;
-  if (!comm.braid_on_cuda) {
+  if (!comm.braid_on_cuda) {  // braid runs on NCCL: its communicator serves; a split's real child is not needed
+    if (real != nullptr && comm.library != nullptr) {
+      const ncclResult_t destroyed = comm.library->api().comm_destroy(real);
+      if (destroyed != ncclSuccess) BRAID_WARN("braid shim: rank {}: ncclCommDestroy of a split's child failed ({})", rank, static_cast<int>(destroyed));
+    }
     comm.real = static_cast<ncclComm_t>(comm.braid->nccl_communicator());
     comm.owns_real = false;
   } else if (real != nullptr) {
@@ -237,8 +241,75 @@ void initialise(ncclComm& comm, const ncclUniqueId& id, int size, int rank, int 
              comm.real != nullptr ? ", NCCL beside it" : ", no NCCL fallback");
 }
 
+namespace {
+
+// The caller's config as NCCL reads it: its first `size` bytes over NCCL's defaults, and the fields of releases
+// newer than its version back at their defaults.
+ncclConfig_t read_config(const ncclConfig_t* config) {
+  ncclConfig_t read = NCCL_CONFIG_INITIALIZER;
+  read.magic = 0;
+  std::memcpy(&read, config, std::min(config->size, sizeof(ncclConfig_t)));
+  const ncclConfig_t defaults = NCCL_CONFIG_INITIALIZER;
+  if (read.version < NCCL_VERSION(2, 14, 0)) read.blocking = defaults.blocking;
+  if (read.version < NCCL_VERSION(2, 17, 0)) {
+    read.cgaClusterSize = defaults.cgaClusterSize;
+    read.minCTAs = defaults.minCTAs;
+    read.maxCTAs = defaults.maxCTAs;
+  }
+  if (read.version < NCCL_VERSION(2, 27, 0)) {
+    read.collnetEnable = defaults.collnetEnable;
+    read.CTAPolicy = defaults.CTAPolicy;
+    read.shrinkShare = defaults.shrinkShare;
+    read.nvlsCTAs = defaults.nvlsCTAs;
+  }
+  if (read.version < NCCL_VERSION(2, 28, 0)) {
+    read.nChannelsPerNetPeer = defaults.nChannelsPerNetPeer;
+    read.nvlinkCentricSched = defaults.nvlinkCentricSched;
+  }
+  return read;
+}
+
+}  // namespace
+
+void check_config(const char* function, const ncclConfig_t* config) {
+  if (config == nullptr) return;
+  const ncclConfig_t read = read_config(config);
+  if (read.magic != ncclConfig_t(NCCL_CONFIG_INITIALIZER).magic) {
+    raise_invalid_argument(function, "config", "was not initialised with NCCL_CONFIG_INITIALIZER");
+  }
+  constexpr int kUndefined = NCCL_CONFIG_UNDEF_INT, kMaxChannels = 64;  // NCCL's MAXCHANNELS
+  auto flag = [&](const char* field, int value) {
+    if (value != kUndefined && value != 0 && value != 1) {
+      raise_invalid_argument(function, "config", "has {} {}; it must be 0 or 1", field, value);
+    }
+  };
+  flag("blocking", read.blocking);
+  if (read.cgaClusterSize != kUndefined && read.cgaClusterSize < 0) {
+    raise_invalid_argument(function, "config", "has cgaClusterSize {}; it must not be negative", read.cgaClusterSize);
+  }
+  if ((read.minCTAs != kUndefined && read.minCTAs <= 0) || (read.maxCTAs != kUndefined && read.maxCTAs <= 0) ||
+      read.minCTAs > read.maxCTAs) {
+    raise_invalid_argument(function, "config", "has minCTAs {} and maxCTAs {}; both must be positive, min <= max",
+                           read.minCTAs, read.maxCTAs);
+  }
+  flag("splitShare", read.splitShare);
+  flag("collnetEnable", read.collnetEnable);
+  if (read.CTAPolicy != kUndefined && (read.CTAPolicy < NCCL_CTA_POLICY_DEFAULT || read.CTAPolicy > NCCL_CTA_POLICY_ZERO)) {
+    raise_invalid_argument(function, "config", "has CTAPolicy {}, not an NCCL_CTA_POLICY", read.CTAPolicy);
+  }
+  flag("shrinkShare", read.shrinkShare);
+  if (read.nvlsCTAs != kUndefined && read.nvlsCTAs <= 0) {
+    raise_invalid_argument(function, "config", "has nvlsCTAs {}; it must be positive", read.nvlsCTAs);
+  }
+  if (read.nChannelsPerNetPeer != kUndefined && (read.nChannelsPerNetPeer <= 0 || read.nChannelsPerNetPeer > kMaxChannels)) {
+    raise_invalid_argument(function, "config", "has nChannelsPerNetPeer {}; it must be in [1, {}]",
+                           read.nChannelsPerNetPeer, kMaxChannels);
+  }
+  flag("nvlinkCentricSched", read.nvlinkCentricSched);
+}
+
 bool nonblocking_config(const ncclConfig_t* config) {
-  return config != nullptr && config->blocking == 0;  // the same offset in every release
+  return config != nullptr && read_config(config).blocking == 0;
 }
 
 ncclResult_t run_in_background(ncclComm& comm, const char* function, std::function<void()> work) {

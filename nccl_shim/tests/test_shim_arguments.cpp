@@ -80,6 +80,21 @@ const Entry kEntries[] = {
   {"CommInitRank_NegativeRanks", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, -1, zero_id(), 0); }},
   {"CommInitRank_RankNotBelowNranks", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, 2, zero_id(), 2); }},
   {"CommInitRank_NegativeRank", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, 2, zero_id(), -1); }},
+  // Configs NCCL's parseCommConfig refuses (it runs after NCCL's CUDA set-up: compared on a GPU machine).
+  {"CommInitRankConfig_ConfigNotInitialised", [](void* lib, char*, size_t) {
+     SYM(ncclCommInitRankConfig); ncclComm_t c = nullptr; ncclConfig_t config;
+     std::memset(&config, 0, sizeof config);
+     config.size = sizeof config;
+     return (int)ncclCommInitRankConfig_(&c, 2, zero_id(), 0, &config); }},
+  {"CommInitRankConfig_BlockingTwo", [](void* lib, char*, size_t) {
+     SYM(ncclCommInitRankConfig); ncclComm_t c = nullptr; ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+     config.blocking = 2;
+     return (int)ncclCommInitRankConfig_(&c, 2, zero_id(), 0, &config); }},
+  {"CommInitRankConfig_MinCtasAboveMax", [](void* lib, char*, size_t) {
+     SYM(ncclCommInitRankConfig); ncclComm_t c = nullptr; ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+     config.minCTAs = 8;
+     config.maxCTAs = 4;
+     return (int)ncclCommInitRankConfig_(&c, 2, zero_id(), 0, &config); }},
   {"CommInitAll_NullComms", [](void* lib, char*, size_t) { SYM(ncclCommInitAll); return (int)ncclCommInitAll_(nullptr, 2, nullptr); }},
   {"CommInitAll_ZeroDevices", [](void* lib, char*, size_t) { SYM(ncclCommInitAll); ncclComm_t c[2] = {}; return (int)ncclCommInitAll_(c, 0, nullptr); }},
   {"CommInitAll_NegativeDevices", [](void* lib, char*, size_t) { SYM(ncclCommInitAll); ncclComm_t c[2] = {}; return (int)ncclCommInitAll_(c, -1, nullptr); }},
