@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 
 from ._braid import Communicator, ReduceOp
 from ._dtypes import reduce_op
-from ._error import Error, ErrorCode, argument_error
+from ._error import Error, ErrorCode, argument_error, int_argument, rank_argument
 from ._state import communicator
 from ._tensors import buffer, same_dtype
 from ._torch import current_stream, torch as import_torch
@@ -31,6 +31,7 @@ def reduce(tensor, dst: int, op=ReduceOp.SUM, comm: Optional[Communicator] = Non
     function = "braid.reduce"
     torch, c = _setup(function, comm)
     t = buffer(torch, tensor, c, function, "tensor")
+    dst = rank_argument(dst, c.size, function, "dst")
     recv = t.pointer if c.rank == dst else 0  # braid writes recv on the root only
     c.reduce(t.pointer, recv, t.count, t.dtype, reduce_op(op, function), dst, current_stream(torch, c.device))
 
@@ -40,6 +41,7 @@ def broadcast(tensor, src: int, comm: Optional[Communicator] = None) -> None:
     function = "braid.broadcast"
     torch, c = _setup(function, comm)
     t = buffer(torch, tensor, c, function, "tensor")
+    src = rank_argument(src, c.size, function, "src")
     send = t.pointer if c.rank == src else 0  # braid reads send on the root only
     c.broadcast(send, t.pointer, t.count, t.dtype, src, current_stream(torch, c.device))
 
@@ -75,20 +77,41 @@ def all_gather(tensor_list: Sequence, tensor, comm: Optional[Communicator] = Non
     """tensor_list[r] gets rank r's `tensor` (torch's list form: gathers into one buffer, then copies out)."""
     function = "braid.all_gather"
     torch, c = _setup(function, comm)
-    if len(tensor_list) != c.size:
-        raise argument_error(function, "tensor_list", f"has {len(tensor_list)} tensors; it needs {c.size} (world size)")
+    buffer(torch, tensor, c, function, "tensor")
+    _check_list(torch, c, tensor_list, tensor, function, "tensor_list")
     gathered = torch.empty((c.size, *tensor.shape), dtype=tensor.dtype, device=tensor.device)
     all_gather_into_tensor(gathered, tensor, c)
     for rank, out in enumerate(tensor_list):
         out.copy_(gathered[rank])
 
 
+def _check_list(torch, c, tensors: Sequence, like, function: str, argument: str) -> None:
+    """The list form's tensors, before anything is enqueued: world of them, each of `like`'s shape and dtype on the
+    communicator's GPU (as torch.distributed asks)."""
+    if isinstance(tensors, torch.Tensor) or not isinstance(tensors, (list, tuple)):
+        raise argument_error(function, argument, f"is a {type(tensors).__name__}; it must be a list of {c.size} "
+                             "tensors")
+    if len(tensors) != c.size:
+        raise argument_error(function, argument, f"has {len(tensors)} tensors; it needs {c.size} (world size)")
+    for rank, t in enumerate(tensors):
+        name = f"{argument}[{rank}]"
+        if not isinstance(t, torch.Tensor):
+            raise argument_error(function, name, f"must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != like.dtype or tuple(t.shape) != tuple(like.shape):
+            raise argument_error(function, name, f"is a {t.dtype} tensor of shape {tuple(t.shape)}; it must match "
+                                 f"{like.dtype} and {tuple(like.shape)}")
+    for rank, t in enumerate(tensors):
+        if t.device.type != "cuda" or t.device.index != c.device:
+            raise argument_error(function, f"{argument}[{rank}]", f"is on {t.device}; the communicator's GPU is "
+                                 f"cuda:{c.device}")
+
+
 def reduce_scatter(output, input_list: Sequence, op=ReduceOp.SUM, comm: Optional[Communicator] = None) -> None:
     """output gets input_list[rank] reduced over every rank (torch's list form: concatenates, then reduces)."""
     function = "braid.reduce_scatter"
     torch, c = _setup(function, comm)
-    if len(input_list) != c.size:
-        raise argument_error(function, "input_list", f"has {len(input_list)} tensors; it needs {c.size} (world size)")
+    buffer(torch, output, c, function, "output")
+    _check_list(torch, c, input_list, output, function, "input_list")
     joined = torch.cat([t.reshape(-1) for t in input_list])
     reduce_scatter_tensor(output, joined, op, c)
 
@@ -105,7 +128,7 @@ def _splits(splits, tensor, world: int, function: str, argument: str, tensor_nam
     if hasattr(splits, "device") and hasattr(splits, "tolist"):
         raise Error(f"{function}: argument '{argument}' is a tensor; here split sizes are host lists of ints (split "
                     "sizes on the GPU: braid.all_to_all_v_device)", ErrorCode.UNSUPPORTED)
-    splits = [int(s) for s in splits]
+    splits = [int_argument(s, function, argument) for s in splits]
     if len(splits) != world or any(s < 0 for s in splits) or sum(splits) != rows:
         raise argument_error(function, argument, f"is {splits}; it needs {world} sizes (one per rank), none negative, "
                              f"summing to {tensor_name}'s {rows} rows")
@@ -123,9 +146,13 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
     same_dtype(input, output, function, "output")
     stream = current_stream(torch, c.device)
     if output_split_sizes is None and input_split_sizes is None:
-        if inp.count != out.count or inp.count % c.size:
+        for name, tensor in (("input", input), ("output", output)):  # blocks of whole rows, as torch asks
+            if tensor.dim() == 0 or tensor.shape[0] % c.size:
+                raise argument_error(function, name, f"has shape {tuple(tensor.shape)}; without split sizes its dim 0 "
+                                     f"must split evenly over the {c.size} ranks")
+        if inp.count != out.count:
             raise argument_error(function, "output", f"has {out.count} elements and input {inp.count}; without split "
-                                 f"sizes they must be equal and divide by the world size ({c.size})")
+                                 "sizes they must be equal")
         c.all_to_all(inp.pointer, out.pointer, inp.count // c.size, inp.dtype, stream)
         return
     send_counts = _splits(input_split_sizes, input, c.size, function, "input_split_sizes", "input")
@@ -184,9 +211,16 @@ def all_to_all_v_device(output, input, input_split_sizes, output_split_sizes=Non
             buffer(torch, tensor, c, function, name)  # a contiguous CUDA tensor on the communicator's GPU
     out = buffer(torch, output, c, function, "output")
     inp = buffer(torch, input, c, function, "input")
-    for name, tensor in (("output_split_sizes", recv_counts), ("output_offsets", recv_displs)):
-        if tensor is not None and any(tensor is other for other in (send_counts, send_displs)):
-            raise argument_error(function, name, "is one of the input's split sizes or offsets; it is written")
+    # The written arrays overlap none of the four (views of one tensor included): their bytes are compared.
+    def span(tensor):
+        return tensor.data_ptr(), tensor.data_ptr() + tensor.numel() * tensor.element_size()
+    arrays = (("input_split_sizes", send_counts), ("input_offsets", send_displs), ("output_split_sizes", recv_counts),
+              ("output_offsets", recv_displs))
+    for index, (name, tensor) in enumerate(arrays[2:], start=2):
+        for other_name, other in arrays[:index]:
+            if tensor is not None and other is not None and span(tensor)[0] < span(other)[1] \
+                    and span(other)[0] < span(tensor)[1]:
+                raise argument_error(function, name, f"overlaps {other_name}; it is written")
     new = dict(dtype=torch.int64, device=input.device)
     if recv_counts is None:
         recv_counts = torch.empty(c.size, **new)
@@ -196,6 +230,9 @@ def all_to_all_v_device(output, input, input_split_sizes, output_split_sizes=Non
     row = 1
     for extent in input.shape[1:]:
         row *= extent
+    if row == 0:
+        raise argument_error(function, "input", f"has rows of shape {tuple(input.shape[1:])}, no elements each; the "
+                             "split sizes count rows")
     if row == 1:
         counts_in, displs_in, counts_out, displs_out = send_counts, send_displs, recv_counts, recv_displs
     else:

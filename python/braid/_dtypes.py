@@ -46,15 +46,27 @@ def datatype(dtype, function: str = "braid.datatype", argument: str = "dtype") -
     return found
 
 
+def torch_name(dtype: DataType) -> str:
+    """The name of a braid DataType's torch.dtype (torch.<name>; float8_e4m3fn for FLOAT8_E4M3)."""
+    return next(name for name, value in _DATATYPES.items() if value == dtype)
+
+
+def reduce_op_name(op) -> str:
+    """The lower-case name of a reduction op, as given: 'sum' for torch.distributed.ReduceOp.SUM (a RedOpType with
+    .name 'SUM'), for a ReduceOp instance made from one (ReduceOp(ReduceOp.SUM), whose .op is that RedOpType), for
+    'SUM' or 'sum', and for braid's ReduceOp.SUM. Not checked: reduce_op() refuses what braid lacks."""
+    if not isinstance(op, (str, ReduceOp)) and hasattr(op, "op") and hasattr(op.op, "name"):
+        op = op.op
+    name = op if isinstance(op, str) else getattr(op, "name", None) or str(op)
+    return str(name).rsplit(".", 1)[-1].lower()
+
+
 def reduce_op(op, function: str = "braid.reduce_op", argument: str = "op") -> ReduceOp:
     """braid's ReduceOp for a torch.distributed.ReduceOp (or 'sum', ..., or a ReduceOp); braid.Error
     (INVALID_ARGUMENT) naming `argument` for ops braid lacks (BAND, BOR, BXOR, PREMUL_SUM)."""
     if isinstance(op, ReduceOp):
         return op
-    # torch.distributed.ReduceOp.SUM is a RedOpType with .name 'SUM'; a ReduceOp instance made from one
-    # (ReduceOp(ReduceOp.SUM)) prints as such too.
-    name = getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]
-    found = _REDUCE_OPS.get(str(name).lower()) if isinstance(name, str) else None
+    found = _REDUCE_OPS.get(reduce_op_name(op))
     if found is None:
         raise argument_error(function, argument,
                              f"is {op!r}, which braid does not reduce with (supported: SUM, PRODUCT, MAX, MIN, AVG)")

@@ -3,6 +3,7 @@ its message and code) and by the package's own argument checks."""
 from __future__ import annotations
 
 import enum
+import operator
 
 
 class ErrorCode(enum.IntEnum):
@@ -42,3 +43,22 @@ class Error(RuntimeError):
 def argument_error(function: str, argument: str, problem: str) -> Error:
     """An INVALID_ARGUMENT error worded as braid's own: "<function>: argument '<name>' <problem>"."""
     return Error(f"{function}: argument '{argument}' {problem}", ErrorCode.INVALID_ARGUMENT)
+
+
+def int_argument(value, function: str, argument: str) -> int:
+    """`value` as an int: an int or an integer index (operator.index: a numpy integer, a 0-d integer tensor), never
+    a bool, float or str; else an INVALID_ARGUMENT error naming `argument`."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise argument_error(function, argument, f"is {value!r}; it must be an int")
+
+
+def rank_argument(value, world: int, function: str, argument: str) -> int:
+    """int_argument, within the ranks [0, world)."""
+    rank = int_argument(value, function, argument)
+    if not 0 <= rank < world:
+        raise argument_error(function, argument, f"is {rank}; it must be a rank in [0, {world})")
+    return rank

@@ -11,15 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ._braid import DataType, MoeBuffer as _MoeBuffer, MoeHandle, MoeHook, MoeLayout, MoeShape, MOE_SCALE_COLUMNS
-from ._dtypes import datatype
+from ._dtypes import datatype, torch_name
 from ._error import Error, ErrorCode, argument_error
 from ._state import communicator
 from ._torch import current_stream, torch as import_torch
-
-# torch dtype names of braid's DataTypes that a MoeBuffer's tensors take.
-_TORCH_NAMES = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16", DataType.FLOAT32: "float32",
-                DataType.FLOAT8_E4M3: "float8_e4m3fn", DataType.FLOAT8_E5M2: "float8_e5m2", DataType.INT32: "int32",
-                DataType.INT64: "int64"}
 
 _EXPERT_MAJOR_FIELDS = ("x", "scales", "expert_counts", "expert_offsets", "weights", "local_expert", "source_rank",
                         "source_token")
@@ -76,7 +71,7 @@ def _torch_available() -> bool:
 
 
 def _dtype_of(torch, dtype: DataType):
-    return getattr(torch, _TORCH_NAMES[dtype])
+    return getattr(torch, torch_name(dtype))
 
 
 class MoeBuffer:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from ._braid import Communicator, PointToPoint
-from ._error import argument_error
+from ._error import argument_error, rank_argument
 from ._state import communicator
 from ._tensors import buffer
 from ._torch import current_stream, torch as import_torch
@@ -45,5 +45,7 @@ def batch_isend_irecv(p2p_op_list: Sequence[P2POp], comm: Optional[Communicator]
             raise argument_error(function, name, "must be a braid.P2POp whose op is braid.send or braid.recv")
         t = buffer(torch, item.tensor, c, function, name if name == "tensor" else f"{name}.tensor")
         kind = PointToPoint.Kind.SEND if item.op is send else PointToPoint.Kind.RECV
-        ops.append(PointToPoint(kind, int(item.peer), t.pointer, t.count, t.dtype))
+        peer_name = {"braid.send": "dst", "braid.recv": "src"}.get(function, f"{name}.peer")
+        ops.append(PointToPoint(kind, rank_argument(item.peer, c.size, function, peer_name), t.pointer, t.count,
+                                t.dtype))
     c.send_recv(ops, current_stream(torch, c.device))

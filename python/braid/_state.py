@@ -58,8 +58,10 @@ def _group_rendezvous(group, function: str):
     rendezvous, host = exchange_store_address(store, f"braid/init/{name}/{generation}", rank, size,
                                               multi_host=local_size != size)
     rendezvous.source = "torch.distributed"
-    if world and "LOCAL_RANK" in os.environ:
-        rendezvous.local_rank, rendezvous.local_size = int(os.environ["LOCAL_RANK"]), local_size
+    if "LOCAL_RANK" in os.environ:  # this process's GPU, whatever the group (a subgroup numbers its ranks anew)
+        local_rank = int(os.environ["LOCAL_RANK"])
+        rendezvous.local_rank = local_rank
+        rendezvous.local_size = max(int(os.environ.get("LOCAL_WORLD_SIZE", local_size)), local_rank + 1)
     return rendezvous, host
 
 
@@ -72,7 +74,8 @@ def init(group=None, *, device: Optional[int] = None, timeout_s: Optional[float]
     second port are needed. Make its GPU current
     (torch.cuda.set_device(comm.device)) before making tensors for it. None leaves an option to braid's
     environment variables (BRAID_DEVICE or the local rank, BRAID_TIMEOUT_S, BRAID_BACKEND, BRAID_ALGO,
-    BRAID_MAX_BLOCKS)."""
+    BRAID_MAX_BLOCKS); with `group`, the local rank is the launcher's LOCAL_RANK where it is set (a subgroup's
+    rank otherwise)."""
     global _default, _store_host
     if _default is not None:
         raise Error("braid.init: the default communicator exists already; call braid.destroy() first",

@@ -9,8 +9,8 @@ import math
 from typing import Optional
 
 from ._braid import Communicator, SymmetricMemory, datatype_size
-from ._dtypes import datatype
-from ._error import argument_error
+from ._dtypes import datatype, torch_name
+from ._error import Error, argument_error, int_argument
 from ._state import communicator
 from ._torch import torch as import_torch
 
@@ -19,8 +19,8 @@ def _shape(size, function: str) -> tuple:
     if len(size) == 1 and isinstance(size[0], (tuple, list)) or len(size) == 1 and type(size[0]).__name__ == "Size":
         size = tuple(size[0])
     try:
-        shape = tuple(int(d) for d in size)
-    except (TypeError, ValueError):
+        shape = tuple(int_argument(d, function, "size") for d in size)
+    except Error:
         raise argument_error(function, "size", f"is {size!r}; it must be ints or one sequence of ints") from None
     if any(d < 0 for d in shape):
         raise argument_error(function, "size", f"is {shape}; no dimension may be negative")
@@ -42,6 +42,8 @@ def empty(*size, dtype=None, comm: Optional[Communicator] = None):
     shape = _shape(size, function)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     element = datatype_size(datatype(dtype, function))
+    if not isinstance(dtype, torch.dtype):  # a name or a braid.DataType: the torch.dtype the tensor views it as
+        dtype = getattr(torch, torch_name(datatype(dtype, function)))
     nbytes = math.prod(shape) * element
     memory = c.alloc(max(nbytes, element), contiguous_view=True)  # braid allocates at least one element
     tensor = _typed(torch, memory.local_buffer(), nbytes, dtype).view(shape)

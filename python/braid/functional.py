@@ -8,6 +8,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from ._braid import ReduceOp
+from ._dtypes import reduce_op_name
+from ._error import int_argument
 from ._ops import op_handle, register_ops
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "broadcast",
@@ -15,9 +17,7 @@ __all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatte
 
 
 def _op_name(op) -> str:
-    if isinstance(op, str):
-        return op
-    return str(getattr(op, "name", op)).rsplit(".", 1)[-1]
+    return reduce_op_name(op)
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, comm=None):
@@ -43,7 +43,8 @@ def reduce_scatter_tensor(tensor, op=ReduceOp.SUM, comm=None):
 
 def reduce(tensor, dst: int, op=ReduceOp.SUM, comm=None):
     """On rank dst, `tensor` reduced over every rank, as a new tensor; on the other ranks a copy of `tensor`."""
-    return register_ops().reduce(tensor, int(dst), _op_name(op), op_handle(comm))
+    return register_ops().reduce(tensor, int_argument(dst, "braid.functional.reduce", "dst"), _op_name(op),
+                                 op_handle(comm))
 
 
 def send_recv(sends: Sequence = (), send_peers: Sequence[int] = (), recv_like: Sequence = (),
@@ -51,8 +52,10 @@ def send_recv(sends: Sequence = (), send_peers: Sequence[int] = (), recv_like: S
     """A batch of point-to-point transfers in flight together (batch_isend_irecv as a function): sends[i] goes to
     rank send_peers[i], and a new tensor shaped like recv_like[i] receives from rank recv_peers[i]; returns the
     received tensors in that order. The k-th send to q matches the k-th receive q makes from this rank."""
-    return register_ops().send_recv(list(sends), [int(p) for p in send_peers], list(recv_like),
-                                    [int(p) for p in recv_peers], op_handle(comm))
+    function = "braid.functional.send_recv"
+    return register_ops().send_recv(list(sends), [int_argument(p, function, "send_peers") for p in send_peers],
+                                    list(recv_like), [int_argument(p, function, "recv_peers") for p in recv_peers],
+                                    op_handle(comm))
 
 
 def send(tensor, dst: int, comm=None) -> None:
@@ -67,15 +70,18 @@ def recv(like, src: int, comm=None):
 
 def broadcast(tensor, src: int, comm=None):
     """Rank src's `tensor` on every rank, as a new tensor."""
-    return register_ops().broadcast(tensor, src, op_handle(comm))
+    return register_ops().broadcast(tensor, int_argument(src, "braid.functional.broadcast", "src"), op_handle(comm))
 
 
 def all_to_all_single(tensor, output_split_sizes: Optional[Sequence[int]] = None,
                       input_split_sizes: Optional[Sequence[int]] = None, comm=None):
     """torch's all_to_all_single as a function: rows of dim 0 (equal blocks, or host lists of split sizes)."""
-    return register_ops().all_to_all_single(
-        tensor, None if output_split_sizes is None else [int(s) for s in output_split_sizes],
-        None if input_split_sizes is None else [int(s) for s in input_split_sizes], op_handle(comm))
+    function = "braid.functional.all_to_all_single"
+    outs = None if output_split_sizes is None else [int_argument(s, function, "output_split_sizes")
+                                                    for s in output_split_sizes]
+    ins = None if input_split_sizes is None else [int_argument(s, function, "input_split_sizes")
+                                                  for s in input_split_sizes]
+    return register_ops().all_to_all_single(tensor, outs, ins, op_handle(comm))
 
 
 def all_to_all_v_device(tensor, input_split_sizes, output_rows: int, input_offsets=None, comm=None):

@@ -16,10 +16,9 @@ float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linea
 Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
 from __future__ import annotations
 
-import operator
 from typing import Sequence
 
-from ._error import argument_error
+from ._error import argument_error, int_argument
 from ._fused import b_names, check_operands, fused_matmul, release as _release
 from ._ops import op_handle, register_ops
 from ._state import communicator
@@ -43,7 +42,7 @@ def all_gather_matmul(A_shard, Bs: Sequence, gather_dim: int = 0, *, return_A: b
     Bs = list(Bs)
     check_operands(torch, function, A_shard, "A_shard", Bs, b_names(len(Bs)))
     keep_A = bool(return_A) or (torch.is_grad_enabled() and any(B.requires_grad for B in Bs))
-    dim = _dim_index(gather_dim, function, "gather_dim")
+    dim = int_argument(gather_dim, function, "gather_dim")
     A, outs = register_ops().all_gather_matmul(A_shard, Bs, dim, keep_A, op_handle(comm))
     return (A if return_A else None), list(outs)
 
@@ -58,7 +57,7 @@ def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *,
     function = "braid.ops.matmul_reduce_scatter"
     torch = import_torch(function)
     check_operands(torch, function, A, "A", [B], ["B"])
-    dim = _dim_index(scatter_dim, function, "scatter_dim")
+    dim = int_argument(scatter_dim, function, "scatter_dim")
     return register_ops().matmul_reduce_scatter(A, B, _op_name(reduce_op), dim, op_handle(comm))
 
 
@@ -93,17 +92,6 @@ def release(comm=None) -> None:
     """Frees the communicator's braid.FusedMatmul (its cuBLASLt handle, side stream and workspace); the next call
     makes a new one. Graphs captured with the old one must not be replayed afterwards."""
     _release(communicator(comm, "braid.ops.release"))
-
-
-def _dim_index(dim, function: str, name: str) -> int:
-    """`dim` as the int the custom op takes: an int or an integer index (a numpy or 0-d integer tensor value), never a
-    bool, float or str."""
-    if not isinstance(dim, bool):
-        try:
-            return operator.index(dim)
-        except TypeError:
-            pass
-    raise argument_error(function, name, f"is {dim!r}; it must be an int")
 
 
 def _op_name(op) -> str:

@@ -56,7 +56,18 @@ def test_rows_must_match(torch, comm, monkeypatch):
             torch.empty(4, 4, device="meta"), x, counts)
     refused(torch, comm, "argument 'input' is a scalar", x, torch.empty((), device="meta"), counts)
     refused(torch, comm, "argument 'output' must be a torch.Tensor, got list", [], x, counts)
-    refused(torch, comm, "argument 'output_split_sizes' is one of the input's", x, x, counts, counts)
+    # The written arrays overlap none of the others, by their bytes (host tensors here: meta ones have no address).
+    host, more, rows = (torch.zeros(W, dtype=torch.int64) for _ in range(3))
+    y = torch.empty(4, 3)
+    refused(torch, comm, "argument 'output_split_sizes' overlaps input_split_sizes", y, y, host, host)
+    refused(torch, comm, "argument 'output_split_sizes' overlaps input_split_sizes", y, y, host, host[:])
+    refused(torch, comm, "argument 'output_offsets' overlaps output_split_sizes", y, y, host, more,
+            output_offsets=more.view(W))
+    refused(torch, comm, "argument 'output_offsets' overlaps input_offsets", y, y, host, more, input_offsets=rows,
+            output_offsets=rows)
+    # Rows of no elements: the split sizes count rows, which carry nothing.
+    refused(torch, comm, "argument 'input' has rows of shape \\(0,\\), no elements each", torch.empty(4, 0),
+            torch.empty(4, 0), host, more)
 
 
 def test_host_tensor_rows_named(torch, comm):
