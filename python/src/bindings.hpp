@@ -7,6 +7,8 @@
 #include <nanobind/ndarray.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -40,23 +42,39 @@ nb::ndarray<> device_array(void* pointer, size_t count, int device, nb::handle o
 }
 
 // The Python object Communicator: braid::Communicator until destroy() (communicator.cpp; moe.cpp builds on it).
+// NOTE [communicator held by each call]: the bindings release the GIL around braid's calls, so one thread's
+// destroy() may run while another thread is inside a call (abort() from another thread is the documented way to end
+// such a call). Each call holds the communicator through its own reference (get(), taken under a mutex), and
+// destroy() drops only this object's: the communicator goes when the last call holding it returns.
 class PyCommunicator {
  public:
-  explicit PyCommunicator(Communicator comm) : comm_(std::move(comm)) {}
+  explicit PyCommunicator(Communicator comm) : comm_(std::make_shared<Communicator>(std::move(comm))) {}
 
-  // The communicator, or braid.Error naming `function` after destroy().
-  Communicator& get(const char* function) {
+  // The communicator, held for as long as the returned reference lives, or braid.Error naming `function` after
+  // destroy().
+  std::shared_ptr<Communicator> get(const char* function) {
+    std::lock_guard<std::mutex> lock(mutex_);
     if (!comm_) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("Communicator.{}: the communicator was destroyed (destroy())", function));
     }
-    return *comm_;
+    return comm_;
   }
-  bool alive() const { return comm_.has_value(); }
-  void destroy() { comm_.reset(); }
+  bool alive() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return comm_ != nullptr;
+  }
+  void destroy() {
+    std::shared_ptr<Communicator> last;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      last.swap(comm_);
+    }
+  }  // `last` goes here, outside the lock: the communicator's teardown may wait for its peers
 
  private:
-  std::optional<Communicator> comm_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<Communicator> comm_;
 };
 
 // A symmetric allocation and the GPU it lives on (what a DLPack export of it must name).

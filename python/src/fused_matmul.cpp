@@ -20,7 +20,7 @@ using release_gil = nb::call_guard<nb::gil_scoped_release>;
 class PyFusedMatmul {
  public:
   explicit PyFusedMatmul(PyCommunicator& comm)
-      : comm_(&comm), fused_(FusedMatmul::create(comm.get("FusedMatmul"))), device_(comm.get("FusedMatmul").device()) {}
+      : comm_(&comm), fused_(FusedMatmul::create(*comm.get("FusedMatmul"))), device_(comm.get("FusedMatmul")->device()) {}
 
   // The FusedMatmul, or braid.Error naming `function` once its communicator was destroyed or close() ran.
   FusedMatmul& get(const char* function) {

@@ -104,8 +104,8 @@ void bind_moe(nb::module_& m) {
       .def_static(
           "create",
           [](PyCommunicator& c, const MoeShape& shape) {
-            Communicator& comm = c.get("MoeBuffer.create");
-            return PyMoeBuffer{MoeBuffer::create(comm, shape), comm.size(), comm.device()};
+            const std::shared_ptr<Communicator> comm = c.get("MoeBuffer.create");
+            return PyMoeBuffer{MoeBuffer::create(*comm, shape), comm->size(), comm->device()};
           },
           nb::arg("comm"), nb::arg("shape"), nb::keep_alive<0, 1>(), release_gil(),
           "Collective over comm's ranks, every rank with the same shape. The buffer keeps comm alive.")

@@ -28,10 +28,10 @@ class UserSignalPad {
   UserSignalPad(PyCommunicator& c, int channels) {
     const char* function = "SignalPad";
     if (channels < 1) raise_argument(function, "channels", fmt::format("is {}; it must be >= 1", channels));
-    Communicator& comm = c.get("SignalPad");
-    device_ = comm.device();
-    const size_t slots = size_t(channels) * size_t(comm.size());
-    memory_ = comm.alloc(3 * slots * sizeof(uint64_t));  // counters, then plan words (zeroed)
+    const std::shared_ptr<Communicator> comm = c.get("SignalPad");
+    device_ = comm->device();
+    const size_t slots = size_t(channels) * size_t(comm->size());
+    memory_ = comm->alloc(3 * slots * sizeof(uint64_t));  // counters, then plan words (zeroed)
     int previous = 0;
     cuda_check(cudaGetDevice(&previous), "cudaGetDevice");
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
@@ -48,10 +48,10 @@ class UserSignalPad {
       pad_.expected = static_cast<uint64_t*>(expected_);
       pad_.error = static_cast<device::ErrorWord*>(mapped);
       pad_.data_error = static_cast<device::ErrorWord*>(mapped) + 1;
-      pad_.rank = comm.rank();
-      pad_.world = comm.size();
+      pad_.rank = comm->rank();
+      pad_.world = comm->size();
       pad_.channels = channels;
-      pad_.timeout_ns = static_cast<unsigned long long>(comm.timeout_s() * 1e9);
+      pad_.timeout_ns = static_cast<unsigned long long>(comm->timeout_s() * 1e9);
       cuda_check(cudaMalloc(&device_struct_, sizeof(pad_)), "cudaMalloc (struct)");
       cuda_check(cudaMemcpy(device_struct_, &pad_, sizeof(pad_), cudaMemcpyHostToDevice), "cudaMemcpy (struct)");
     } catch (...) {
