@@ -268,7 +268,9 @@ class Communicator {
   // With BRAID_EAGER_ZERO_COPY=1 (every rank alike; the CUDA backend, more than one rank), registering also
   // exposes the range: each peer's helper thread maps it (VMM memory with POSIX-fd handles; cudaMalloc memory only
   // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
-  // the timeout passed (a range some peer did not map stays registered, unexposed; after abort() it raises
+  // the timeout passed (where a peer did not answer, the exposure is then withdrawn from every peer, which may
+  // wait the timeout once more: up to twice the timeout in all; a range some peer did not map stays registered,
+  // unexposed; after abort() it raises
   // kAborted, and after a revocation or a peer's exit that fatal failure, registering nothing). Eager all_gather,
   // reduce_scatter, all_reduce and all_to_all calls whose buffers are not symmetric memory then announce at their
   // entry barrier where their buffers lie (all_gather its output, reduce_scatter its input, all_reduce and
@@ -309,18 +311,27 @@ class Communicator {
 
   // ---- Exported memory of every rank (one-sided) ----
   // Collective: gathers every rank's exported range and maps the peers' here (fds travel over this host's
-  // sockets, so VMM memory needs no further permission). The result outlives the communicator.
+  // sockets, so VMM memory needs no further permission). The result outlives the communicator. CUDA backend only
+  // (kUnsupported). `mine` must be this process's export of this rank's GPU: an empty or foreign one is refused
+  // (kInvalidArgument naming mine) after the ranks exchange their exports, so every rank fails at once (the
+  // others kMismatch naming that rank). A peer's blob this rank cannot map fails this rank alone.
   GlobalMemory import_global(const ExportedHandle& mine);
   // One-sided copies into or out of rank `peer`'s range at byte `offset` (copy engines, stream-ordered; the
   // caller orders them against the peer's use, e.g. with barrier() or a collective). kInvalidArgument naming
-  // memory (empty), peer (out of [0, size())), offset (past the range's end) or bytes (offset + bytes past it).
+  // memory (empty), peer (out of [0, size())), offset (past the range's end) or bytes (offset + bytes past it),
+  // then source (destination) where it is null. bytes 0: after the checks of memory, peer and offset, the call
+  // returns without enqueuing or waiting for anything (as a collective of count 0), and source (destination)
+  // may be null.
   void put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream);
   void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
   // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
-  // of each peer's range (count elements a block) into recv with copy engines (SM loads where a peer's range is
-  // another GPU's cudaMalloc memory of this process) where the table takes the copy engines (SM loads below that
-  // size, and at every size where a peer's range is another GPU's cudaMalloc memory of this process), then an exit
-  // barrier; BRAID_ALGO's "alltoall=" steers it. Every range must hold size() * count elements.
+  // of each peer's range (count elements a block) into recv with copy engines where the table takes the copy
+  // engines (SM loads below that size, and at every size where a peer's range is another rank's cudaMalloc
+  // memory of this process, ranks as threads), then an exit barrier; BRAID_ALGO's "alltoall=" steers it. Every
+  // range must hold size() * count elements (kInvalidArgument naming send, as for send not of this
+  // communicator's import_global); recv must not overlap this rank's own range, which the peers read
+  // (kInvalidArgument naming recv). count 0: after the checks of type and send, the call returns without
+  // enqueuing or waiting for anything, and recv may be null.
   void all_to_all(const GlobalMemory& send, void* recv, size_t count, DataType type, Stream stream);
 
   // Raises (braid::Error) a failure that a kernel recorded. Two kinds, kept apart:

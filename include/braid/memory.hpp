@@ -92,7 +92,9 @@ class RegisteredBuffer {
 // Device memory of this process described for other processes of this host: blob() is an opaque, versioned byte
 // string that import_handle() maps elsewhere. It stays importable while this handle (or a copy) lives: for VMM
 // memory the handle keeps the file descriptor importers take (with pidfd_getfd, which needs ptrace permission
-// over this process: same user, Yama ptrace_scope ≤ 1 with a parent/child relation, or 0).
+// over this process: same user, Yama ptrace_scope ≤ 1 with a parent/child relation, or 0). Import a blob only
+// while its handle lives: the blob names the fd by its number, which this process may give to another export (or
+// another file) once the handle is gone, so a stale blob may be refused or may map other memory of this process.
 class ExportedHandle {
  public:
   ExportedHandle() = default;
@@ -137,14 +139,19 @@ class ImportedMemory {
 // exporter without being one of its live exports; a cudaMalloc handle stating a larger allocation than its IPC
 // handle opens. Also refused: VMM memory whose exporter's fd cannot be taken (the exporter gone, or no ptrace
 // permission over it for pidfd_getfd: kSystemError), a VMM handle stating more than its allocation (kDriverError
-// from cuMemMap).
+// from cuMemAddressReserve or cuMemMap).
 ImportedMemory import_handle(const std::string& blob, int device = -1);
 
-// Every rank's exported range, mapped here (Communicator::import_global). An empty one (default-made) has
-// world_size() 0 and rank() -1, and its peer() and bytes() refuse every rank (kInvalidArgument naming 'rank').
+// Every rank's exported range, mapped here (Communicator::import_global). An empty one (default-made, or moved
+// from) has world_size() 0 and rank() -1, and its peer() and bytes() refuse every rank (kInvalidArgument naming
+// 'rank').
 class GlobalMemory {
  public:
   GlobalMemory() = default;
+  GlobalMemory(const GlobalMemory&) = default;
+  GlobalMemory& operator=(const GlobalMemory&) = default;
+  GlobalMemory(GlobalMemory&& other) noexcept;
+  GlobalMemory& operator=(GlobalMemory&& other) noexcept;
   explicit operator bool() const { return !peers_.empty(); }
   int world_size() const { return static_cast<int>(peers_.size()); }
   int rank() const { return rank_; }

@@ -81,6 +81,9 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   }
   if (count == 0) return;
   collectives::check_buffer(function, recv, "recv", bytes, state.device);
+  if (collectives::overlap(recv, bytes, send.peer(state.rank), send.bytes(state.rank))) {
+    raise_invalid_argument(function, "recv", "overlaps this rank's range of send, which the peers read during the call");
+  }
   PeerBuffers table{};
   for (int q = 0; q < state.size; ++q) table.at[q] = static_cast<char*>(send.peer(q));
   // A peer's range that is another GPU's cudaMalloc memory of this process (ranks as threads) is read by SM

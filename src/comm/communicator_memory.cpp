@@ -79,15 +79,18 @@ RegistrationStats Communicator::registration_stats() {
 GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
   const char* function = "Communicator::import_global";
   detail::CommState& state = detail::usable(state_, function);
-  detail::require_cuda_backend(state, function);
-  if (!mine) raise_invalid_argument(function, "mine", "is an empty handle");
-  const detail::ExportedRange& exported = *mine.impl_;
-  if (exported.descriptor.device != state.device || exported.descriptor.pid != static_cast<uint32_t>(getpid())) {
-    raise_invalid_argument(function, "mine", "was exported from GPU {} of process {}; this rank is GPU {} of process {}",
-                           exported.descriptor.device, exported.descriptor.pid, state.device, getpid());
+  detail::require_cuda_backend(state, function);  // the same on every rank
+  // A handle refused here still joins the exchange (import_every_rank), so that the peers fail at once.
+  const detail::ExportedRange* exported = mine ? mine.impl_.get() : nullptr;
+  std::string refusal = exported == nullptr ? "is an empty handle" : "";
+  if (exported != nullptr &&
+      (exported->descriptor.device != state.device || exported->descriptor.pid != static_cast<uint32_t>(getpid()))) {
+    refusal = fmt::format("was exported from GPU {} of process {}; this rank is GPU {} of process {}",
+                          exported->descriptor.device, exported->descriptor.pid, state.device, getpid());
   }
   set_log_rank(state.rank);
-  detail::ImportedPeers imported = detail::import_every_rank(state, exported, function);
+  detail::ImportedPeers imported =
+      detail::import_every_rank(state, refusal.empty() ? exported : nullptr, refusal, function);
   GlobalMemory global;
   global.rank_ = state.rank;
   global.own_ = mine;

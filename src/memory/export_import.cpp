@@ -225,27 +225,50 @@ void* GlobalMemory::peer(int rank) const {
   return peers_[rank];
 }
 
+GlobalMemory::GlobalMemory(GlobalMemory&& other) noexcept { *this = std::move(other); }
+
+GlobalMemory& GlobalMemory::operator=(GlobalMemory&& other) noexcept {
+  if (this == &other) return *this;
+  rank_ = std::exchange(other.rank_, -1);  // moved from: empty, as default-made
+  peers_ = std::exchange(other.peers_, {});
+  bytes_ = std::exchange(other.bytes_, {});
+  own_ = std::exchange(other.own_, ExportedHandle());
+  mappings_ = std::exchange(other.mappings_, {});
+  return *this;
+}
+
 size_t GlobalMemory::bytes(int rank) const {
   if (rank < 0 || rank >= world_size()) raise_invalid_argument("GlobalMemory::bytes", "rank", "is {}; must be in [0, {})", rank, world_size());
   return bytes_[rank];
 }
 
-detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, const detail::ExportedRange& mine,
-                                                const char* function) {
+detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, const detail::ExportedRange* given,
+                                                const std::string& refusal, const char* function) {
+  // What a refusing rank puts in the exchange: never a blob (those start with braid's magic bytes).
+  static const std::string kRefused = std::string("\0refused: ", 10);
   std::lock_guard<std::mutex> setup(context.setup_mutex);
-  offer_to_thread_ranks(context, mine.blob);
-  const std::vector<std::string> blobs = context.bootstrap->allgather(mine.blob, "import_global");
-  withdraw_earlier_offers(context, mine.blob);
+  if (given != nullptr) offer_to_thread_ranks(context, given->blob);
+  const std::vector<std::string> blobs =
+      context.bootstrap->allgather(given != nullptr ? given->blob : kRefused + refusal, "import_global");
+  if (given == nullptr) raise_invalid_argument(function, "mine", "{}", refusal);
+  withdraw_earlier_offers(context, given->blob);
+  for (int q = 0; q < context.size; ++q) {
+    if (blobs[q].compare(0, kRefused.size(), kRefused) == 0) {
+      raise(ErrorCode::kMismatch, "{}: rank {} refused its handle ('mine' {}), so no rank imports", function, q,
+            blobs[q].substr(kRefused.size()));
+    }
+  }
+  const detail::ExportedRange& mine = *given;
   const uint64_t tag = context.alloc_sequence++;
+  if (mine.descriptor.kind == MemoryKind::kPosixFd) {  // first: a peer's bad blob below must not leave it waiting
+    for (int q = 0; q < context.size; ++q) {
+      if (q != context.rank) context.fds->send(q, mine.fd.fd, tag);
+    }
+  }
   std::vector<MemoryDescriptor> theirs(context.size);
   for (int q = 0; q < context.size; ++q) {  // this rank's own entry is its own export, never one from the store
     theirs[q] = q == context.rank ? mine.descriptor
                                   : unpack_for_import(blobs[q], function, "peer handle", BlobOrigin{&context, q});
-  }
-  if (mine.descriptor.kind == MemoryKind::kPosixFd) {
-    for (int q = 0; q < context.size; ++q) {
-      if (q != context.rank) context.fds->send(q, mine.fd.fd, tag);
-    }
   }
   ImportedPeers imported;
   imported.peers.resize(context.size);

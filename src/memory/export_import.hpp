@@ -70,7 +70,11 @@ void withdraw_earlier_offers(const MemoryContext& context, const std::string& cu
 int take_fd(uint32_t pid, int fd);
 
 // Collective over the communicator's ranks: every rank passes its own export, and gets every peer's mapped.
-// `function` names the call in errors about a peer's blob.
-ImportedPeers import_every_rank(MemoryContext& context, const ExportedRange& mine, const char* function);
+// `function` names the call in errors about a peer's blob. A rank whose export was refused passes null and the
+// reason in `refusal`: it still joins the exchange, so that every rank fails at once (this one kInvalidArgument
+// naming mine, the others kMismatch naming it). This rank's fds go to the peers before their blobs are read, so a
+// peer's bad blob fails this rank alone.
+ImportedPeers import_every_rank(MemoryContext& context, const ExportedRange* mine, const std::string& refusal,
+                                const char* function);
 
 }  // namespace braid::detail

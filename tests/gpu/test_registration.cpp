@@ -617,11 +617,46 @@ TEST(MemoryHandles, PutAndGetOutsideARangeNameTheArgument) {
                             [&] { comm.get(global, world, 0, local.pointer, 4, stream); });
     expect_invalid_argument(rank, "put to a negative rank", {"'peer'"},
                             [&] { comm.put(global, -1, 0, local.pointer, 4, stream); });
+    // The one-sided all-to-all's recv inside this rank's own range, which the peers read during the call.
+    const size_t count = kBytes / (sizeof(int32_t) * static_cast<size_t>(world));
+    expect_invalid_argument(rank, "an all-to-all into this rank's own range", {"'recv'"},
+                            [&] { comm.all_to_all(global, exported.pointer(), count, DataType::kInt32, stream); });
     device_synchronize();
     const std::vector<int32_t> kept = download(local.pointer, kBytes / 4);
     int32_t poisoned = 0;
     std::memset(&poisoned, kPoison, sizeof(poisoned));
     EXPECT_EQ(std::count(kept.begin(), kept.end(), poisoned), static_cast<long>(kBytes / 4)) << "rank " << rank;
+    comm.barrier();  // every rank is done with the peers' exports before they go
+  });
+}
+
+// One rank's handle is refused (empty): it still joins the exchange, so it throws kInvalidArgument naming mine and
+// every other rank kMismatch naming it, all at once (well before the timeout); a good import then works.
+TEST(MemoryHandles, AHandleRefusedOnOneRankFailsEveryRankAtOnce) {
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const int rank = comm.rank(), world = comm.size(), refused = world - 1;
+    constexpr size_t kBytes = 4096;
+    VmmBuffer exported(kBytes, comm.device());
+    ExportedHandle mine = export_handle(exported.pointer(), kBytes);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      comm.import_global(rank == refused ? ExportedHandle() : mine);
+      ADD_FAILURE() << "rank " << rank << ": the import succeeded though rank " << refused << "'s handle is empty";
+    } catch (const Error& error) {
+      const std::string message = error.what();
+      if (rank == refused) {
+        EXPECT_EQ(error.code(), ErrorCode::kInvalidArgument) << message;
+        EXPECT_NE(message.find("'mine'"), std::string::npos) << message;
+      } else {
+        EXPECT_EQ(error.code(), ErrorCode::kMismatch) << "rank " << rank << ": " << message;
+        EXPECT_NE(message.find("rank " + std::to_string(refused)), std::string::npos) << message;
+      }
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(waited, comm.timeout_s() / 2) << "rank " << rank << ": the refusal took " << waited << " s";
+    GlobalMemory global = comm.import_global(mine);
+    EXPECT_EQ(global.bytes((rank + 1) % world), kBytes) << "rank " << rank;
     comm.barrier();  // every rank is done with the peers' exports before they go
   });
 }
