@@ -55,9 +55,12 @@ enum class Layout : int {
 // not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16 (A, B and
 // the outputs alike); products accumulate in float32. Every matrix is dense and row-major (leading dimension = its
 // columns) in this rank's GPU memory, which must be 16-byte aligned, and no output may overlap an input or another
-// output. Arguments are checked before anything is enqueued (kInvalidArgument naming the argument); a call whose
-// workspace must grow allocates collectively, which a graph capture refuses (kInvalidArgument naming `stream`: make the
-// call once eagerly before capturing it, or call reserve()).
+// output. Arguments are checked before anything is enqueued (kInvalidArgument naming the argument; a matrix of no
+// elements is not checked and may be null; with BRAID_CHECK_POINTERS=off, where memory lies is not checked); a call
+// whose workspace must grow allocates collectively, which a graph capture refuses (kInvalidArgument naming `stream`:
+// make the call once eagerly before capturing it, or call reserve()). A growth keeps the workspace (and exchange
+// area) that graphs captured before it use until the FusedMatmul is destroyed, so those graphs stay valid; a graph
+// of its calls must not run after the FusedMatmul is destroyed.
 class FusedMatmul {
  public:
   // Local (no peer takes part). comm must use the CUDA backend (kUnsupported otherwise). kUnsupported where
@@ -74,13 +77,14 @@ class FusedMatmul {
   // multiplied once the copy engines have brought them. Each output element is one GEMM's (cuBLASLt's or braid's
   // kernel, float32 accumulation rounded once) for a block of rows.
   // BRAID_ALL_GATHER_MATMUL=loads (set alike on every rank): where every rank's GPU has compute capability 9.0 and
-  // BRAID_GEMM_TUNING is on (agreed once, at the first call of either kind that asks for one launch and meets the
-  // conditions below, on a stream not being captured, which waits for that agreement on the host), and b_layout is
-  // kTransposed, rows a multiple of 128, k and n multiples of 8 and size() from 2 to 8, the call is instead one
-  // launch of braid's Hopper GEMM: it multiplies this rank's rows first while it copies them into every peer's exchange area (a
-  // symmetric allocation of its own, grown like the workspace) and into a_gathered, and each load of a peer's rows
-  // waits until they have arrived; each output element is that kernel's (float32 accumulation rounded once). Its waits
-  // for the peers are bounded and end as matmul_reduce_scatter's below do.
+  // BRAID_GEMM_TUNING is on (agreed once, on the host through the communicator's store, at the first call of either
+  // kind that asks for one launch and meets the conditions below, on a stream not being captured), and b_layout is
+  // kTransposed, rows a multiple of 128, k and n multiples of 8, M, K, N and the kernel's tile count below 2^30,
+  // and size() from 2 to 8, the call is instead one launch of braid's Hopper GEMM: it multiplies this rank's rows
+  // first while it copies them into every peer's exchange area (a symmetric allocation of its own, grown like the
+  // workspace) and into a_gathered, and each load of a peer's rows waits until they have arrived; each output
+  // element is that kernel's (float32 accumulation rounded once). Its waits for the peers are bounded and end as
+  // matmul_reduce_scatter's below do.
   // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
@@ -94,13 +98,16 @@ class FusedMatmul {
   // ranks, summed in float32 and rounded once), times 1 / size() for kAvg, rounded once.
   // BRAID_MATMUL_REDUCE_SCATTER=epilogue (set alike on every rank): where every rank's GPU has compute capability 9.0
   // and BRAID_GEMM_TUNING is on (agreed as all_gather_matmul's above), and b_layout is kTransposed, M / size() a
-  // multiple of 128, k and n multiples of 8 and size() from 2 to 8, the call is instead one launch of braid's Hopper
-  // GEMM: the peers' rows, rounded to the datatype, go from its epilogue into their owners' exchange area (a symmetric
-  // allocation of its own, grown like the workspace), and each rank adds those it received to its own product in
-  // float32, times 1 / size() for kAvg, rounded once. Its waits for the peers are bounded by the communicator's timeout
-  // and end on its failure (abort, revocation, a peer's exit): the launch ends, and the next all_gather_matmul or
+  // multiple of 128, k and n multiples of 8, M, K, N and the kernel's tile count below 2^30, and size() from 2 to
+  // 8, the call is instead one launch of braid's Hopper GEMM: the peers' rows, rounded to the datatype, go from its
+  // epilogue into their owners' exchange area (a symmetric allocation of its own, grown like the workspace), and
+  // each rank adds those it received to its own product in float32, times 1 / size() for kAvg, rounded once. Its
+  // waits for the peers are bounded by the communicator's timeout and end on its failure (abort, revocation, a
+  // peer's exit): the launch ends, and the next all_gather_matmul or
   // matmul_reduce_scatter of this FusedMatmul (whatever its sizes), or the communicator's next call that takes a
-  // stream, raises kTimeout naming the wait and the peer, or the failure (reserve() and the counters raise nothing).
+  // stream, raises kTimeout naming the wait and the peer, or the failure (the counters do not raise it, nor does a
+  // reserve() that does not grow; one that grows meets the peers on the store, which raises as
+  // Communicator::alloc does).
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
@@ -110,7 +117,8 @@ class FusedMatmul {
   // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N (calls with k of 0 and calls in
   // one launch need none); a call that needs more grows it
   // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of the calls in one launch is not the
-  // workspace: their calls grow it (a graph capture refuses that too: make the call once eagerly first).
+  // workspace: their calls grow it (a graph capture refuses that too: make the call once eagerly first). A workspace
+  // that graphs captured before use is kept, not freed, when this grows it (see above).
   void reserve(size_t bytes);
   // The symmetric workspace's bytes on each rank now.
   size_t workspace_bytes() const;

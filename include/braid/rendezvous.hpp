@@ -30,7 +30,8 @@ struct Rendezvous {
   // From the environment, in this order: braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/
   // LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_*.
   // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the
-  // missing or malformed variable.
+  // missing or malformed variable; torchrun's MASTER_ADDR alone may be missing (then 127.0.0.1, one host).
+  // BRAID_JOB_ID names the job under any convention where it is set and not empty.
   static Rendezvous from_env();
 
   // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when

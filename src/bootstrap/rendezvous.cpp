@@ -396,7 +396,9 @@ Rendezvous rendezvous_from_environment(const Environment& env) {
   for (Convention convention : {from_braid_run, from_torchrun, from_open_mpi, from_mpich, from_slurm}) {
     if (std::optional<Rendezvous> result = convention(reader)) {
       // BRAID_JOB_ID names the job under any launcher (braid-run sets it; users may too).
-      if (std::optional<std::string> job_id = reader.config().string("BRAID_JOB_ID")) result->job_id = *job_id;
+      // An empty value is unset, as every launcher variable's.
+      std::optional<std::string> job_id = reader.config().string("BRAID_JOB_ID");
+      if (job_id && !job_id->empty()) result->job_id = *job_id;
       return *result;
     }
   }

@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -63,13 +64,19 @@ struct FusedMatmulState {
   const bool epilogue_wanted;       // BRAID_MATMUL_REDUCE_SCATTER=epilogue
   const bool loads_wanted;          // BRAID_ALL_GATHER_MATMUL=loads
   int hopper_agreed = -1;           // every rank runs the kernel: 1, not: 0, not asked yet: -1
-  int32_t* agreement_word = nullptr;  // the all-reduced element of that agreement
   SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp), for both kinds
   size_t exchange_flags = 0;        // the flag capacity it was made with
   unsigned long long epilogue_calls = 0, loads_calls = 0;
   std::vector<cudaEvent_t> events;  // made as needed; a call uses each at most once
   size_t events_used = 0;
   SymmetricMemory workspace;
+  // NOTE [workspace kept for captured graphs]: a graph captured from a call reads and writes the workspace (and the
+  // exchange area) at the addresses it had then; a later growth must not unmap them under that graph. So an
+  // allocation that a capture used is kept here when it is replaced, until the FusedMatmul is destroyed.
+  bool workspace_captured = false, exchange_captured = false;
+  std::vector<SymmetricMemory> retired;
+  // Replaces `memory` by a new allocation of `bytes` (collective), keeping the old one where a capture used it.
+  void regrow(SymmetricMemory& memory, bool& captured, size_t bytes);
   // The previous call: its stream, its capture's id (0: eager), and an event recorded at its end.
   cudaEvent_t done = nullptr;
   Stream last_stream = nullptr;
@@ -136,8 +143,8 @@ int multiprocessors_of(int device) {
 // kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The rest of the choice depends only on the call's
 // arguments, which every rank shares: B Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own
 // limits (FusedMatmulState::run_exchanged checks them first). The ranks agree once, at the first eager call that asks
-// and whose arguments allow it (an all-reduce of the communicator, then a wait for it on the host); until then, and
-// where any rank cannot, calls take the pieces.
+// and whose arguments allow it (a host allgather of the communicator: no GPU work); until then, and where any rank
+// cannot, calls take the pieces.
 // The kernel's waits for its peers spin on the GPU: where ranks share a GPU, each takes an equal share of its
 // multiprocessors, so that every rank's launch is resident at once.
 
@@ -155,9 +162,8 @@ FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collecti
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
   BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), 2 * sizeof(int32_t)));
-  BRAID_CUDA(cudaMemset(meeting_word, 0, 2 * sizeof(int32_t)));
-  agreement_word = meeting_word + 1;
+  BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), sizeof(int32_t)));
+  BRAID_CUDA(cudaMemset(meeting_word, 0, sizeof(int32_t)));
 }
 
 FusedMatmulState::~FusedMatmulState() {
@@ -197,11 +203,11 @@ bool FusedMatmulState::hopper_agreed_on(Stream stream) {
   if (size < 2) return false;
   if (hopper_agreed < 0) {
     if (capture_of(stream) != 0) return false;  // asked at the first eager call
-    int32_t able = gemm.offers_hopper_gemm() ? 1 : 0;
-    BRAID_CUDA(cudaMemcpyAsync(agreement_word, &able, sizeof(able), cudaMemcpyHostToDevice, stream));
-    comm.all_reduce(agreement_word, agreement_word, 1, DataType::kInt32, ReduceOp::kMin, stream);
-    BRAID_CUDA(cudaMemcpyAsync(&able, agreement_word, sizeof(able), cudaMemcpyDeviceToHost, stream));
-    BRAID_CUDA(cudaStreamSynchronize(stream));
+    // On the host (no GPU work): ranks sharing a GPU would wait on each other's copies around a GPU meeting.
+    int able = 1;
+    for (const std::string& theirs : comm.host_allgather(gemm.offers_hopper_gemm() ? "1" : "0")) {
+      able = std::min(able, theirs == "1" ? 1 : 0);
+    }
     hopper_agreed = able;
   }
   return hopper_agreed == 1;
@@ -222,8 +228,14 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
   constexpr size_t kFlagGrain = size_t(64) << 10, kGrain = size_t(2) << 20;
   exchange_flags = (capacity + kFlagGrain - 1) / kFlagGrain * kFlagGrain;
   const size_t grown = kernels::sm90_exchange_bytes(size, block_rows, columns, type, exchange_flags);
-  exchange.reset();
-  exchange = comm.alloc((grown + kGrain - 1) / kGrain * kGrain);
+  regrow(exchange, exchange_captured, (grown + kGrain - 1) / kGrain * kGrain);
+}
+
+void FusedMatmulState::regrow(SymmetricMemory& memory, bool& captured, size_t bytes) {
+  if (captured) retired.push_back(std::move(memory));  // NOTE [workspace kept for captured graphs]
+  memory.reset();
+  captured = false;
+  memory = comm.alloc(bytes);
 }
 
 bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout,
@@ -241,6 +253,7 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
   const size_t columns = kind == kernels::Sm90ExchangeKind::kAllGather ? matmul.k : matmul.n;
   reserve_exchange(function, kind, block_rows, columns, matmul.type, stream);  // may refuse: before order()'s wait
   order(function, 0, stream);
+  if (capture != 0) exchange_captured = true;
   // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
   // (NOTE [one-launch choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
   const int sharing = context->ranks_per_gpu;
@@ -286,9 +299,7 @@ void FusedMatmulState::order(const char* function, size_t bytes, Stream stream) 
                              "first, or call reserve({})", bytes, workspace_bytes(), bytes);
     }
     constexpr size_t kGrain = size_t(2) << 20;
-    const size_t grown = (bytes + kGrain - 1) / kGrain * kGrain;
-    workspace.reset();
-    workspace = comm.alloc(grown);
+    regrow(workspace, workspace_captured, (bytes + kGrain - 1) / kGrain * kGrain);
   }
   events_used = 0;
   if (made_a_call && last_stream != stream && last_capture == capture) {
@@ -304,6 +315,7 @@ void FusedMatmulState::zeros(const char* function, void* out, size_t bytes, Stre
 
 void FusedMatmulState::begin(const char* function, size_t bytes, Stream stream) {
   order(function, bytes, stream);
+  if (capture != 0) workspace_captured = true;
   side = shares_gpu ? stream : own_side;
   follow(side, stream);
 }
@@ -405,8 +417,7 @@ void FusedMatmul::reserve(size_t bytes) {
   detail::FusedMatmulState& state = usable(state_, "FusedMatmul::reserve");
   if (bytes <= state.workspace_bytes()) return;
   DeviceGuard guard(state.device);
-  state.workspace.reset();
-  state.workspace = state.comm.alloc(bytes);
+  state.regrow(state.workspace, state.workspace_captured, bytes);
 }
 
 size_t FusedMatmul::workspace_bytes() const { return usable(state_, "FusedMatmul::workspace_bytes").workspace_bytes(); }

@@ -326,6 +326,11 @@ TEST(Rendezvous, JobIdOverride) {
   Environment env = torchrun_env();
   env["BRAID_JOB_ID"] = "mine";
   EXPECT_EQ(rendezvous_from_environment(env).job_id, "mine");
+  // Empty is unset, as every launcher variable: the launcher's job id stays.
+  const std::string derived = rendezvous_from_environment(torchrun_env()).job_id;
+  env["BRAID_JOB_ID"] = "";
+  EXPECT_EQ(rendezvous_from_environment(env).job_id, derived);
+  EXPECT_FALSE(derived.empty());
 }
 
 TEST(Rendezvous, AtStore) {

@@ -306,7 +306,8 @@ TEST(FusedMatmul, CallsOnTwoStreamsWithADelayedRankStayOrdered) {
   });
 }
 
-// Both calls captured into one graph, replayed on new inputs: every replay equals the reference.
+// Both calls captured into one graph, replayed on new inputs: every replay equals the reference, also after
+// reserve() grew the workspace (the graph keeps the one it captured).
 TEST(FusedMatmul, GraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
@@ -337,6 +338,10 @@ TEST(FusedMatmul, GraphReplaysMatchTheReference) {
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph.graph), cudaSuccess);
     graph.exec = instantiate_on_every_rank(graph.graph, stream);
     for (uint64_t replay = 0; replay < 3; ++replay) {
+      if (replay == 1) {  // a growth after the capture keeps the workspace the graph uses
+        fused.reserve(fused.workspace_bytes() + (size_t(8) << 20));
+        host_barrier();
+      }
       fill(100 + 10 * replay);  // same device buffers, new values
       // On the graph's stream: a memset on the thread's default stream could land after the graph's first GEMM.
       ASSERT_EQ(cudaMemsetAsync(ag_out, kPoison, m * c.n * 2, stream), cudaSuccess);
@@ -532,7 +537,8 @@ TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
 }
 
 // Epilogue reduce-scatters of two shapes captured into one graph, after eager calls that made the exchange area,
-// replayed on new inputs: every replay equals the reference (the stamps advance on the GPU).
+// replayed on new inputs: every replay equals the reference (the stamps advance on the GPU), also after an eager
+// call of a larger shape grew the exchange area.
 TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
@@ -571,6 +577,11 @@ TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
     EXPECT_EQ(fused.epilogue_reduce_scatters(), before + 2);
     graph.exec = instantiate_on_every_rank(graph.graph, stream);
     for (uint64_t replay = 0; replay < 4; ++replay) {
+      if (replay == 2) {  // an eager call that grows the exchange area: the graph keeps the one it captured
+        const Case larger{DataType::kBFloat16, Layout::kTransposed, 512, 64, 1024};
+        check_matmul_reduce_scatter(fused, rank, world, larger, ReduceOp::kSum, 1700, stream, -1, PeersSum::kFloat32);
+        host_barrier();
+      }
       fill(1600 + 10 * replay);
       for (int s = 0; s < 2; ++s) {
         ASSERT_EQ(cudaMemsetAsync(outs[s], kPoison, shapes[s].rows * shapes[s].n * 2, stream), cudaSuccess);

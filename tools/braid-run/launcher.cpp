@@ -57,7 +57,7 @@ Ranks read stdin from /dev/null; each line they print is prefixed with "[rank] "
 When a rank fails, the others are stopped and braid-run exits with that rank's code (128 + signal if it
 was killed by one). When a rank exits 0 and others still run --grace-s later, they are stopped and
 braid-run exits with 124. SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank and stop the job;
-SIGUSR1 and SIGUSR2 are forwarded only.
+SIGUSR1 and SIGUSR2 are forwarded only. A signal ignored when braid-run started (nohup's SIGHUP) stays ignored.
 Each rank runs in its own process group, and that group (the rank's process tree) ends with braid-run:
 processes a rank leaves behind when it exits are stopped (SIGTERM, then SIGKILL after --timeout-s) before
 braid-run exits, and if braid-run itself is killed (even by SIGKILL) a guardian process SIGKILLs every
