@@ -99,6 +99,8 @@ def collective_rows(run, args, opt_in):
     config = run["config"]
     base = identity(config, args)
     buffers = config["buffers"]
+    if config.get("launch"):  # "threads" or "processes" (braid-bench records it; older runs did not)
+        base["launch"] = config["launch"]
     if opt_in.get("BRAID_EAGER_ZERO_COPY") == "1":
         memory = "vmm" if buffers.endswith("vmm") else "cudaMalloc"
         base.update(eager_zero_copy=True, memory=memory)

@@ -74,7 +74,8 @@ def point_key(row):
 
 
 def newest(rows):
-    """The newest row of every point: later dates win, and on one date the later line of the archive."""
+    """The newest row of every point: later dates win, and on one date the later line of the archive (the archive
+    files the runs of one date in the order of their builds)."""
     best = {}
     for row in rows:
         key = point_key(row)
@@ -209,13 +210,21 @@ def bench_flag_size(n):
     return str(n)
 
 
+def launch_of(row):
+    """How a row's ranks ran: "processes" (braid-run) or "threads" (braid-bench -t). Rows without the field ran as
+    threads, but for buffers exposed at their first use, timed as processes, where the large calls exchange on the
+    host."""
+    return row.get("launch") or ("processes" if buffers_of(row) == EXPOSED_AT_FIRST_USE else "threads")
+
+
 def bench_lines(rows, world):
     """The braid-bench command behind each run of one table's rows (one collective, buffer kind and datatype):
     one per mode and graph length."""
     lines = []
     for mode in ("graph", "eager"):
-        for calls in sorted({r["graph_calls"] for r in rows if r["mode"] == mode}):
-            mine = [r for r in rows if r["mode"] == mode and r["graph_calls"] == calls]
+        runs = sorted({(r["graph_calls"], launch_of(r)) for r in rows if r["mode"] == mode})
+        for calls, launch_kind in runs:
+            mine = [r for r in rows if r["mode"] == mode and r["graph_calls"] == calls and launch_of(r) == launch_kind]
             r = mine[0]
             graph = f"-G {calls}" if mode == "graph" else "-G 0"
             op = f" -o {r['op']}" if r["op"] not in ("none", "sum") else ""
@@ -225,10 +234,7 @@ def bench_lines(rows, world):
             memory = "--vmm 1 " if r["buffers"] == "vmm" or r.get("memory") == "vmm" else ""
             register = "--register 1 " if r["buffers"] == "registered" else ""
             switch = "BRAID_EAGER_ZERO_COPY=1 " if r.get("eager_zero_copy") else ""
-            # Buffers exposed at their first use were timed with every rank a process (braid-run), where the
-            # large calls exchange on the host.
-            launch = (f"braid-run -n {world} braid-bench" if buffers_of(r) == EXPOSED_AT_FIRST_USE
-                      else f"braid-bench -t {world}")
+            launch = f"braid-run -n {world} braid-bench" if launch_kind == "processes" else f"braid-bench -t {world}"
             lines += [f"{what}: `{switch}{launch} --coll {r['collective']} -d {r['dtype']}{op}{root} "
                       f"-b {bench_flag_size(sizes[0])} -e {bench_flag_size(sizes[-1])} -f 2 {graph} "
                       f"--inplace {1 if r['placement'] == 'in-place' else 0} "
@@ -299,11 +305,13 @@ def page(rows, goals):
            "braid against NCCL on the same GPUs, data and buffers, measured by `braid-bench` with NCCL's library "
            "loaded beside braid (`--compare nccl`). Times are per call: CUDA events around a run of calls after a "
            "warm-up, the median of five runs on each rank, the slowest rank's median. Small messages run as CUDA "
-           "graphs of 20 calls (`-G 20`), large ones eagerly. Bus bandwidth (busbw) is nccl-tests': the data a rank "
+           "graphs of 20 calls (`-G 20`), large ones eagerly (and, in the graph tables, as CUDA graphs of 2 calls). Bus bandwidth (busbw) is nccl-tests': the data a rank "
            "must move over its links per second, comparable across collectives and world sizes.", "",
-           "Each table shows the newest measurement of every point with the commit and date it was taken at. "
+           "Each table shows the newest measurement of every point (the newest build where two were measured on "
+           "one date) with the commit and date it was taken at, and gives the command of each of its runs. "
            "To measure on your own GPUs: [bench/README.md](../bench/README.md) (`braid-bench --compare nccl`, "
-           "with `-G 20` for the graph rows and `--symmetric 1` for the symmetric ones). The archive's runs are "
+           "with `-G 20` for the graph rows through 16 MiB, `-G 2` for the larger graph rows, and `--symmetric 1` "
+           "for the symmetric ones). The archive's runs are "
            "filed with `bench/archive.py add --gpu <kind> <files>`, and `bench/performance.py` writes this page.", ""]
     out += at_a_glance(current, kinds)
     out += torch_steps(current, kinds)

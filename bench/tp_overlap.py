@@ -211,7 +211,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--warmup", type=int, default=16,
                         help="untimed calls before each timing series (braid's GEMM shapes settle their cuBLASLt "
-                             "algorithm over their first 12 eager calls)")
+                             "algorithm over their first 15 eager calls)")
     parser.add_argument("--repeats", type=int, default=25, help="timings per figure (median; at least 20)")
     parser.add_argument("--archive", help="append the rows to this JSONL file (bench/results/archive.jsonl)")
     parser.add_argument("--gpu", help="the machine kind the rows are filed under, e.g. nvidia-h200-x2")

@@ -2,6 +2,7 @@
 #include "bench.hpp"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -140,9 +141,13 @@ class RankBench {
     const std::string gpu = "GPU " + std::to_string(comm_.device()) + " " + properties.name + " (" +
                             comm_.peer(rank_).pci_bus_id + ")";
     std::vector<std::string> gpus = comm_.host_allgather(gpu);
+    const std::vector<std::string> pids = comm_.host_allgather(std::to_string(getpid()));
     if (rank_ != 0) return;
     RunInfo info;
     info.ranks = ranks_;
+    info.launch = std::all_of(pids.begin(), pids.end(), [&](const std::string& pid) { return pid == pids[0]; })
+                      ? "threads"
+                      : "processes";
     info.gpus = std::move(gpus);
     if (library_) {
       info.nccl_version = library_->version();

@@ -202,6 +202,7 @@ void Report::write_json(const std::string& path) const {
       {"op", reduce_op_name(options_.op)},
       {"root", options_.root},
       {"ranks", info_.ranks},
+      {"launch", info_.launch},
       {"graph", options_.graph_calls},
       {"iters", options_.iters},
       {"warmup_iters", options_.warmup_iters},

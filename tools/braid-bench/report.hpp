@@ -39,6 +39,7 @@ struct Row {
 // Facts about the run, gathered by rank 0 before the first row.
 struct RunInfo {
   int ranks = 0;
+  std::string launch;             // "threads" (ranks of one process, -t) or "processes" (braid-run)
   std::vector<std::string> gpus;  // per rank: "GPU <ordinal> <name> (<pci bus id>)"
   std::string nccl_version;       // empty: NCCL not compared
   std::string nccl_path;
