@@ -34,7 +34,9 @@ struct CommOptions {
   int device = -1;         // CUDA device ordinal; negative: BRAID_DEVICE, else the local rank (the rank where the
                            // rendezvous has no local rank; modulo the visible GPUs with BRAID_ALLOW_SHARED_GPU=1)
   double timeout_s = 0.0;  // bound on every wait for a peer, in [0.001, 1e6] s; 0: BRAID_TIMEOUT_S (other values:
-                           // init fails with kInvalidArgument naming options.timeout_s)
+                           // init fails with kInvalidArgument naming options.timeout_s). On the NCCL backend its
+                           // watchdog bounds eager calls only: graph replays of NCCL's calls, and every call with
+                           // BRAID_NCCL_WATCHDOG=off, wait unbounded, as NCCL's own do.
   std::string algorithms;  // algorithm overrides in BRAID_ALGO's syntax ("allreduce=ll,..."); empty: BRAID_ALGO
   int max_blocks = 0;      // cap, 1..64, on the thread blocks of every collective and send/recv launch (the SMs
                            // braid's kernels may take beside the caller's); 0: BRAID_MAX_BLOCKS, else no cap.
@@ -86,8 +88,8 @@ class Communicator {
   // collectives, all_to_all and all_to_allv (host counts), send/recv/send_recv, and register_buffer (the buffer is
   // registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric memory, MoE, all_to_allv_device,
   // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). The CUDA backend needs every
-  // GPU to offer virtual memory management with POSIX-fd handles: a GPU without them fails init with kUnsupported
-  // (no fallback to NCCL). Refuses two ranks on one GPU (kInvalidArgument) unless BRAID_ALLOW_SHARED_GPU=1 (see
+  // GPU to offer virtual memory management with POSIX-fd handles: a GPU without them fails init on every rank with
+  // kUnsupported naming its rank (no fallback to NCCL). Refuses two ranks on one GPU (kInvalidArgument) unless BRAID_ALLOW_SHARED_GPU=1 (see
   // docs/shared-gpu.md; every rank of a communicator where some ranks share a GPU then refuses the legacy default
   // stream, nullptr or cudaStreamLegacy, in every call that takes a stream, whatever its sizes: kInvalidArgument
   // naming stream and the call) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the rendezvous'
@@ -205,9 +207,10 @@ class Communicator {
   // buffer even if every count turns out zero (the host cannot see them), and only its start is checked against
   // recv. What arrives is packed in rank order into recv, which holds recv_capacity elements; the counts received
   // are written to the device array recv_counts[size()] and their offsets to recv_displs[size()] (device, may be
-  // null). A total above recv_capacity writes nothing into recv (counts and offsets are still written); a
-  // negative send count or displacement sends nothing to that rank (which receives a count of 0): check()
-  // raises kInvalidArgument with the figures.
+  // null). A total above recv_capacity (a total past 64 bits of bytes included) writes nothing into recv (counts
+  // and offsets are still written); a send count or displacement that is negative, or whose bytes (a
+  // displacement's with its count) 64 bits do not hold, sends nothing to that rank (which receives a count of 0):
+  // check() raises kInvalidArgument with the figures.
   void all_to_allv_device(const void* send, const int64_t* send_counts, const int64_t* send_displs, void* recv,
                           size_t recv_capacity, int64_t* recv_counts, int64_t* recv_displs, DataType type,
                           Stream stream);

@@ -121,11 +121,16 @@ AllToAllvCall validate_all_to_allv(const char* function, const void* send, const
   auto lay_out = [&](const size_t* counts, const size_t* displs, const char* counts_name, const char* displs_name,
                      uint64_t* bytes, uint64_t* offsets) {
     size_t packed = 0, extent = 0;
+    // Packed blocks (displs null): an overflow comes from the counts, which the error names.
+    const char* offsets_name = displs != nullptr ? displs_name : counts_name;
     for (int q = 0; q < place.world; ++q) {
       bytes[q] = checked_product(function, counts_name, counts[q], size);
       const size_t displ = displs != nullptr ? displs[q] : packed;
-      offsets[q] = checked_product(function, displs_name, displ, size);
-      if (offsets[q] > SIZE_MAX - bytes[q]) raise_invalid_argument(function, displs_name, "[{}] = {} overflows with its count", q, displ);
+      offsets[q] = checked_product(function, offsets_name, displ, size);
+      if (offsets[q] > SIZE_MAX - bytes[q]) {
+        if (displs != nullptr) raise_invalid_argument(function, displs_name, "[{}] = {} overflows with its count", q, displ);
+        raise_invalid_argument(function, counts_name, "up to [{}] sum past the address space when packed", q);
+      }
       packed = (offsets[q] + bytes[q]) / size;
       if (bytes[q] != 0) extent = std::max<size_t>(extent, offsets[q] + bytes[q]);
     }

@@ -96,16 +96,23 @@ void validate(const Rendezvous& rendezvous) {
 }
 
 // Every rank must be able to use the VMM path with POSIX-fd handles.
-void require_vmm_support(int device) {
+// Every rank's GPU has virtual memory management and POSIX-fd memory handles, which symmetric memory needs: each
+// rank's answer is gathered, so every rank raises kUnsupported naming a rank that lacks them (not that rank alone,
+// its peers then waiting for it in the backend's set-up).
+void require_vmm_support(detail::CommState& state) {
   CUdevice cu_device = 0;
-  BRAID_CU(cuDeviceGet, &cu_device, device);
+  BRAID_CU(cuDeviceGet, &cu_device, state.device);
   int vmm = 0, posix_fd = 0;
   BRAID_CU(cuDeviceGetAttribute, &vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_device);
   BRAID_CU(cuDeviceGetAttribute, &posix_fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, cu_device);
-  if (!vmm || !posix_fd) {
-    raise(ErrorCode::kUnsupported,
-          "GPU {} lacks virtual memory management ({}) or POSIX-fd memory handles ({}), which symmetric memory needs",
-          device, vmm, posix_fd);
+  const std::string mine =
+      vmm && posix_fd ? "" : fmt::format("GPU {} lacks virtual memory management ({}) or POSIX-fd memory handles ({})",
+                                         state.device, vmm, posix_fd);
+  const std::vector<std::string> all = state.bootstrap->allgather(mine, "memory handles");
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].empty()) {
+      raise(ErrorCode::kUnsupported, "rank {}'s {}, which symmetric memory needs (the CUDA backend)", r, all[r]);
+    }
   }
 }
 
@@ -323,7 +330,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
                state->rank, state->size, state->device);
     return comm;
   }
-  require_vmm_support(state->device);
+  require_vmm_support(*state);
   detail::CudaBackendSetup setup;
   setup.memory = state;
   setup.order = state->order.get();

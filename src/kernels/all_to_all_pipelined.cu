@@ -43,16 +43,20 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
   const bool device_counts = launch.device_send_counts != nullptr;
   if (q < world) {
     if (device_counts) {
+      // Counts and displacements whose bytes 64 bits do not hold are refused as negative ones are.
+      const uint64_t most = UINT64_MAX / launch.element_bytes;
       int64_t count = launch.device_send_counts[q];
-      if (count < 0) {
+      if (count < 0 || uint64_t(count) > most) {
         if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeCount, launch.fifo.collective, q, count, 0);
         count = 0;
       }
       sizes.send_bytes[q] = uint64_t(count) * launch.element_bytes;
       if (launch.device_send_displs != nullptr) {
         const int64_t displ = launch.device_send_displs[q];
-        sizes.send_offset[q] = displ < 0 ? 0 : uint64_t(displ) * launch.element_bytes;
-        if (displ < 0) {
+        const bool refused = displ < 0 || uint64_t(displ) > most ||
+                             uint64_t(displ) * launch.element_bytes > UINT64_MAX - sizes.send_bytes[q];
+        sizes.send_offset[q] = refused ? 0 : uint64_t(displ) * launch.element_bytes;
+        if (refused) {
           if (blockIdx.x == 0) device::record_data_error(launch.fifo.pad, device::kErrorNegativeDisplacement, launch.fifo.collective, q, displ, 0);
           sizes.send_bytes[q] = 0;
         }
@@ -110,10 +114,10 @@ __device__ void read_headers(const AllToAllLaunch& launch, const PairGrid& grid,
   if (q == 0) {
     if (device_counts) {
       sizes.recv_bytes[rank] = sizes.send_bytes[rank];
-      uint64_t offset = 0;
+      uint64_t offset = 0;  // saturated: a total past 64 bits is past any capacity
       for (int p = 0; p < world; ++p) {
         sizes.recv_offset[p] = offset;
-        offset += sizes.recv_bytes[p];
+        offset = offset > UINT64_MAX - sizes.recv_bytes[p] ? UINT64_MAX : offset + sizes.recv_bytes[p];
       }
       if (offset > launch.recv_capacity) {
         sizes.accepted = 0;

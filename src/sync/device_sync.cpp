@@ -227,8 +227,9 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
             "{}: rank {} expected {} bytes from rank {}, which sent {} bytes; nothing of that pair was written", name,
             seen.rank, seen.limit, seen.peer, seen.value);
     case device::kErrorNegativeCount:
-      raise(ErrorCode::kInvalidArgument, "{}: rank {} was given send count {} for rank {}; nothing was sent there", name,
-            seen.rank, seen.value, seen.peer);
+      raise(ErrorCode::kInvalidArgument,
+            "{}: rank {} was given send count {} for rank {} (below zero, or more bytes than 64 bits hold); nothing "
+            "was sent there", name, seen.rank, seen.value, seen.peer);
     case device::kErrorBadExpert:
       raise(ErrorCode::kInvalidArgument,
             "{}: rank {} was given expert id {} in argument 'topk_idx'; ids must be in [-1, {}) (the pair was skipped)",
@@ -245,8 +246,8 @@ void DeviceSync::raise_refused_data(const char* (*collective_name)(unsigned int)
             name, seen.rank, seen.value, seen.limit);
     case device::kErrorNegativeDisplacement:
       raise(ErrorCode::kInvalidArgument,
-            "{}: rank {} was given send displacement {} for rank {}; nothing was sent there", name, seen.rank,
-            seen.value, seen.peer);
+            "{}: rank {} was given send displacement {} for rank {} (below zero, or past 64 bits of bytes with its "
+            "count); nothing was sent there", name, seen.rank, seen.value, seen.peer);
   }
   raise(ErrorCode::kInternal, "{}: rank {} recorded unknown device error code {}", name, seen.rank, seen.code);
 }

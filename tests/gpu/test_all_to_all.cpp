@@ -94,7 +94,12 @@ struct Plan {
   std::string label;
 
   int64_t sent(int s, int d) const { return counts[static_cast<size_t>(s) * world + d]; }
-  size_t arriving(int s, int d) const { return static_cast<size_t>(std::max<int64_t>(sent(s, d), 0)); }
+  // What a send of sent(s, d) elements delivers: nothing where the count is refused (below zero, or more bytes than
+  // 64 bits hold).
+  size_t arriving(int s, int d) const {
+    const int64_t c = sent(s, d);
+    return c < 0 || static_cast<uint64_t>(c) > UINT64_MAX / datatype_size(type) ? 0 : static_cast<size_t>(c);
+  }
 };
 
 std::string describe(const Plan& p) {
@@ -1234,6 +1239,29 @@ TEST(AllToAllvDevice, NegativeCountIsReported) {
     TestBuffers buffers(comm, send_bytes, recv_bytes, false, 4 * static_cast<size_t>(world));
     Runner runner(comm, buffers, stream.get());
     expect_data_error(comm, runner, bad, world - 1, ErrorCode::kInvalidArgument, {-7}, after);
+    comm.barrier();
+  });
+}
+
+// A count whose bytes 64 bits do not hold (2^62 float32 elements: 2^64 bytes) is refused as a negative one is: the
+// last rank sends nothing to rank 0 and check() raises kInvalidArgument naming the count; then a correct call works.
+TEST(AllToAllvDevice, CountPastSixtyFourBitsOfBytesIsReported) {
+  with_communicator([](Communicator& comm) {
+    const int world = comm.size();
+    const uint64_t seed = shared_seed(comm);
+    constexpr int64_t kHuge = int64_t(1) << 62;
+    std::vector<int64_t> counts = random_counts(seed, world, 3000, 0);
+    counts[static_cast<size_t>(world - 1) * world + 0] = kHuge;
+    const Plan bad = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, counts, world, seed, true, false, true,
+                            "rank " + std::to_string(world - 1) + " sends 2^62 float32 to rank 0");
+    const Plan after = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, random_counts(mix64(seed + 1), world, 3000, 4),
+                              world, mix64(seed + 1), true, true, true, "after");
+    size_t send_bytes = 0, recv_bytes = 0;
+    capacities({bad, after}, send_bytes, recv_bytes);
+    StreamHandle stream;
+    TestBuffers buffers(comm, send_bytes, recv_bytes, false, 4 * static_cast<size_t>(world));
+    Runner runner(comm, buffers, stream.get());
+    expect_data_error(comm, runner, bad, world - 1, ErrorCode::kInvalidArgument, {kHuge}, after);
     comm.barrier();
   });
 }

@@ -65,8 +65,10 @@ constexpr unsigned int kErrorTimeout = 1;
 // a rank that threw at a call's entry would leave its peers waiting in that call).
 constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
-constexpr unsigned int kErrorNegativeCount = 4;  // a device-side send count below zero (all_to_allv_device)
-constexpr unsigned int kErrorNegativeDisplacement = 5;  // a device-side displacement below zero
+// A device-side send count below zero, or whose bytes 64 bits do not hold (all_to_allv_device).
+constexpr unsigned int kErrorNegativeCount = 4;
+// A device-side displacement below zero, or whose bytes (with its count's) 64 bits do not hold.
+constexpr unsigned int kErrorNegativeDisplacement = 5;
 constexpr unsigned int kErrorBadExpert = 6;             // an expert id outside [-1, experts)
 constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above the buffer's maximum or below zero
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected

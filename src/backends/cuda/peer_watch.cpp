@@ -39,8 +39,8 @@ PeerWatch::PeerWatch(MemoryContext& memory, const std::vector<int>& pids, std::f
   for (int r = 0; r < static_cast<int>(pids.size()); ++r) {
     if (r == rank_ || pids[r] <= 0 || pids[r] == self) continue;
     const int pidfd = open_pidfd(pids[r]);
-    if (pidfd < 0 && errno == ESRCH) {  // already gone
-      on_exit_(r, pids[r]);
+    if (pidfd < 0 && errno == ESRCH) {  // already gone: a failure unless it left cleanly, as run() judges
+      if (board_[r].load(std::memory_order_acquire) == 0) on_exit_(r, pids[r]);
       continue;
     }
     if (pidfd < 0) {

@@ -195,6 +195,10 @@ class StreamOrderedCopy {
 // in place (every block replaced by the one its rank sent here), so the input is first copied on the stream and
 // NCCL reads the copy.
 void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataType type, Stream stream) {
+  if (!library_->has_all_to_all() && !library_->has_send_recv()) {  // before anything is enqueued
+    raise(ErrorCode::kUnsupported, "all_to_all: NCCL {} ({}) exports neither ncclAlltoAll nor ncclSend/ncclRecv",
+          library_->version(), library_->path());
+  }
   const auto watched = watch("all_to_all (ncclAlltoAll or grouped ncclSend/ncclRecv)", stream);
   std::optional<StreamOrderedCopy> input;
   if (send == recv) {
@@ -204,10 +208,6 @@ void NcclBackend::all_to_all(const void* send, void* recv, size_t count, DataTyp
   if (library_->has_all_to_all()) {
     check_call(library_->api().all_to_all(send, recv, count, to_nccl(type), comm_, stream), "ncclAlltoAll");
     return;
-  }
-  if (!library_->has_send_recv()) {
-    raise(ErrorCode::kUnsupported, "all_to_all: NCCL {} ({}) exports neither ncclAlltoAll nor ncclSend/ncclRecv",
-          library_->version(), library_->path());
   }
   // What nccl-tests' alltoall did before ncclAlltoAll existed: every pair's send and receive in one group.
   const std::vector<size_t> counts(size_, count);
