@@ -82,7 +82,8 @@ const char* braidGetLastError(void);
  * handle is braidInvalidArgument naming it, except in the calls that destroy or free one (braidCommDestroy,
  * braidSymmetricFree, braidDeregisterBuffer, braidExportedHandleFree, braidImportedMemoryFree, braidGlobalMemoryFree,
  * braidMoeBufferFree, braidFusedMatmulFree), which return braidSuccess for NULL. The C calls refuse a NULL handle or
- * array argument (and braidMoeCombine's weighted) before anything else, ahead of a recorded fatal failure. On the
+ * array argument (and braidMoeCombine's weighted) before anything else, ahead of a recorded fatal failure
+ * (braidImportGlobal's mine aside: see there). On the
  * NCCL backend (BRAID_BACKEND=nccl, or ranks the CUDA backend cannot serve) braidSymmetricAlloc, braidAllToAllvDevice,
  * braidImportGlobal, braidAllToAllGlobal, braidMoeBufferCreate, braidFusedMatmulCreate and braidCommRevoke return
  * braidUnsupported (braidAllToAllvDevice and braidAllToAllGlobal after a recorded fatal failure and the shared-GPU
@@ -198,7 +199,10 @@ braidResult_t braidImportedPointer(braidImportedMemory_t memory, void** pointer,
 braidResult_t braidImportedMemoryFree(braidImportedMemory_t memory);
 
 /* Every rank's exported range mapped here, and one-sided copies into and out of it (braid::Communicator::
- * import_global, put, get, and all_to_all over it). braidGlobalMemoryFree may come after braidCommDestroy. */
+ * import_global, put, get, and all_to_all over it). braidGlobalMemoryFree may come after braidCommDestroy. A NULL
+ * mine is taken as an empty handle: on the CUDA backend it is refused (braidInvalidArgument naming mine) after the
+ * ranks' exchange, so every rank fails at once (the others braidMismatch); on the NCCL backend the call returns
+ * braidUnsupported first. */
 braidResult_t braidImportGlobal(braidComm_t comm, braidExportedHandle_t mine, braidGlobalMemory_t* memory);
 braidResult_t braidGlobalPeer(braidGlobalMemory_t memory, int rank, void** pointer, size_t* bytes);
 braidResult_t braidGlobalMemoryFree(braidGlobalMemory_t memory);

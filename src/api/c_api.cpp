@@ -434,9 +434,10 @@ braidResult_t braidImportGlobal(braidComm_t comm, braidExportedHandle_t mine, br
   return guarded([&] {
     clear_output(memory);
     require(comm, "braidImportGlobal", "comm");
-    require(mine, "braidImportGlobal", "mine");
     require(memory, "braidImportGlobal", "memory");
-    *memory = new braidGlobalMemory{comm->comm.import_global(mine->handle)};
+    // A NULL mine is the C++ call's empty handle: refused (naming mine) after the ranks' exchange, so that the
+    // other ranks fail at once too.
+    *memory = new braidGlobalMemory{comm->comm.import_global(mine != nullptr ? mine->handle : braid::ExportedHandle())};
   });
 }
 

@@ -126,7 +126,22 @@ TEST(CApi, InitAllocPeersViewFreeDestroy) {
     EXPECT_EQ(braidSymmetricAlloc(comm, 0, 0, &none), braidInvalidArgument);
     EXPECT_TRUE(contains(braidGetLastError(), "'bytes'")) << braidGetLastError();
     EXPECT_EQ(braidSymmetricAlloc(comm, 16, 0, nullptr), braidInvalidArgument);
+    // braidImportGlobal with a NULL mine on the last rank: refused after the ranks' exchange, so every rank fails
+    // at once (that rank naming mine, the others braidMismatch naming it).
+    void* exported_buffer = nullptr;
+    ASSERT_EQ(cudaMalloc(&exported_buffer, 4096), cudaSuccess);
+    braidExportedHandle_t exported = nullptr;
+    ASSERT_EQ(braidExportHandle(exported_buffer, 4096, -1, &exported), braidSuccess) << braidGetLastError();
+    braidGlobalMemory_t global = nullptr;
+    const bool refusing = rank == size - 1;
+    const braidResult_t imported = braidImportGlobal(comm, refusing ? nullptr : exported, &global);
+    EXPECT_EQ(imported, refusing ? braidInvalidArgument : braidMismatch) << braidGetLastError();
+    EXPECT_TRUE(contains(braidGetLastError(), refusing ? "'mine'" : "rank " + std::to_string(size - 1)))
+        << braidGetLastError();
+    EXPECT_EQ(global, nullptr);
+    EXPECT_EQ(braidExportedHandleFree(exported), braidSuccess);
     EXPECT_EQ(braidCommBarrier(comm), braidSuccess) << braidGetLastError();
+    EXPECT_EQ(cudaFree(exported_buffer), cudaSuccess);
     EXPECT_EQ(braidCommDestroy(comm), braidSuccess);  // communicator first, memory after
     EXPECT_EQ(braidSymmetricFree(memory), braidSuccess);
   });
