@@ -219,7 +219,7 @@ def launch_of(row):
 
 def bench_lines(rows, world):
     """The braid-bench command behind each run of one table's rows (one collective, buffer kind and datatype):
-    one per mode and graph length."""
+    one per mode, graph length and launch kind (threads or processes)."""
     lines = []
     for mode in ("graph", "eager"):
         runs = sorted({(r["graph_calls"], launch_of(r)) for r in rows if r["mode"] == mode})

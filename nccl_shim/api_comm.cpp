@@ -53,8 +53,8 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   int device = -1;
   const ncclResult_t checked = guarded(function, [&] {
     check_init_arguments(function, newcomm, nranks, rank);
+    *newcomm = nullptr;  // as NCCL: NULL on every failure after the pointer's own check
     check_config(function, config);
-    *newcomm = nullptr;
     device = current_device(function);
     comm = new ncclComm();
     *newcomm = comm;

@@ -1,6 +1,7 @@
 #include "group.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -305,7 +306,10 @@ ncclResult_t group_end(ncclSimInfo_t* simulation) {
     return failed;
   }
   const ncclResult_t init_result = run_inits(inits);
-  if (simulation != nullptr) simulation->estimatedTime = NCCL_UNDEF_FLOAT;  // braid makes no estimate
+  // braid makes no estimate; written only where the caller's struct (its size) holds the field
+  if (simulation != nullptr && simulation->size >= offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float)) {
+    simulation->estimatedTime = NCCL_UNDEF_FLOAT;
+  }
   if (init_result != ncclSuccess || simulation != nullptr) return init_result;  // a simulation launches nothing
   return guarded("ncclGroupEnd", [&] { run_ops(ops); });
 }

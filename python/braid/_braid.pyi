@@ -264,7 +264,8 @@ class Communicator:
 
     def destroy(self) -> None:
         """
-        Frees the communicator now (later calls raise braid.Error); symmetric memory made from it stays valid.
+        Frees the communicator (later calls raise braid.Error): now, or, where another thread is inside one of its
+        calls, when that call returns. Symmetric memory made from it stays valid.
         """
 
     @property

@@ -57,7 +57,8 @@ void bind_communicator(nb::module_& m) {
           "Collective over the rendezvous' ranks (None: Rendezvous.from_env()). device -1: BRAID_DEVICE, else the "
           "local rank; 0 and '' take braid's defaults (BRAID_TIMEOUT_S, BRAID_ALGO, ...).")
       .def("destroy", &PyCommunicator::destroy, release_gil(),
-           "Frees the communicator now (later calls raise braid.Error); symmetric memory made from it stays valid.")
+           "Frees the communicator (later calls raise braid.Error): now, or, where another thread is inside one of its "
+           "calls, when that call returns. Symmetric memory made from it stays valid.")
       .def_prop_ro("destroyed", [](const PyCommunicator& c) { return !c.alive(); })
       .def_prop_ro("rank", [](PyCommunicator& c) { return c.get("rank")->rank(); })
       .def_prop_ro("size", [](PyCommunicator& c) { return c.get("size")->size(); })

@@ -95,7 +95,6 @@ void validate(const Rendezvous& rendezvous) {
   }
 }
 
-// Every rank must be able to use the VMM path with POSIX-fd handles.
 // Every rank's GPU has virtual memory management and POSIX-fd memory handles, which symmetric memory needs: each
 // rank's answer is gathered, so every rank raises kUnsupported naming a rank that lacks them (not that rank alone,
 // its peers then waiting for it in the backend's set-up).

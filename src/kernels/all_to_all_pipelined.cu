@@ -74,6 +74,14 @@ __device__ void read_send_sizes(const AllToAllLaunch& launch, const PairGrid& gr
     if (device_counts && launch.device_send_displs == nullptr) {
       uint64_t offset = 0;
       for (int p = 0; p < world; ++p) {
+        if (offset > UINT64_MAX - sizes.send_bytes[p]) {  // packed past 64 bits of bytes: refused as a count
+          if (blockIdx.x == 0) {
+            device::record_data_error(launch.fifo.pad, device::kErrorNegativeCount, launch.fifo.collective, p,
+                                      static_cast<long long>(sizes.send_bytes[p] / launch.element_bytes), 0);
+          }
+          sizes.send_bytes[p] = 0;
+          grid.cut(0, sizes.send_payload[p], sizes.send_pair_rounds[p]);
+        }
         sizes.send_offset[p] = offset;
         offset += sizes.send_bytes[p];
       }
