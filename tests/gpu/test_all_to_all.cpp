@@ -1220,50 +1220,34 @@ TEST(AllToAllvDevice, TotalAboveCapacityWritesNothingAndIsReported) {
   });
 }
 
-// The last rank is given a negative count for rank 0: it sends nothing there and check() raises kInvalidArgument
-// with the figure. Rank 0 records 0 elements from it (the API says nothing is sent; this test takes that to mean
-// a received count of 0) and gets everything else. Then a correct call works.
-TEST(AllToAllvDevice, NegativeCountIsReported) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    std::vector<int64_t> counts = random_counts(seed, world, 3000, 0);
-    counts[static_cast<size_t>(world - 1) * world + 0] = -7;
-    const Plan bad = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, counts, world, seed, true, false, true,
-                            "rank " + std::to_string(world - 1) + " sends -7 to rank 0");
-    const Plan after = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, random_counts(mix64(seed + 1), world, 3000, 4),
-                              world, mix64(seed + 1), true, true, true, "after");
-    size_t send_bytes = 0, recv_bytes = 0;
-    capacities({bad, after}, send_bytes, recv_bytes);
-    StreamHandle stream;
-    TestBuffers buffers(comm, send_bytes, recv_bytes, false, 4 * static_cast<size_t>(world));
-    Runner runner(comm, buffers, stream.get());
-    expect_data_error(comm, runner, bad, world - 1, ErrorCode::kInvalidArgument, {-7}, after);
-    comm.barrier();
-  });
+// The last rank is given `refused` (float32 elements) as its send count for rank 0: it sends nothing there and
+// check() raises kInvalidArgument with the figure. Rank 0 records 0 elements from it (the API says nothing is sent;
+// this test takes that to mean a received count of 0) and gets everything else. Then a correct call works.
+void expect_refused_send_count(Communicator& comm, int64_t refused, const std::string& label) {
+  const int world = comm.size();
+  const uint64_t seed = shared_seed(comm);
+  std::vector<int64_t> counts = random_counts(seed, world, 3000, 0);
+  counts[static_cast<size_t>(world - 1) * world + 0] = refused;
+  const Plan bad = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, counts, world, seed, true, false, true,
+                          "rank " + std::to_string(world - 1) + " sends " + label + " to rank 0");
+  const Plan after = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, random_counts(mix64(seed + 1), world, 3000, 4),
+                            world, mix64(seed + 1), true, true, true, "after");
+  size_t send_bytes = 0, recv_bytes = 0;
+  capacities({bad, after}, send_bytes, recv_bytes);
+  StreamHandle stream;
+  TestBuffers buffers(comm, send_bytes, recv_bytes, false, 4 * static_cast<size_t>(world));
+  Runner runner(comm, buffers, stream.get());
+  expect_data_error(comm, runner, bad, world - 1, ErrorCode::kInvalidArgument, {refused}, after);
+  comm.barrier();
 }
 
-// A count whose bytes 64 bits do not hold (2^62 float32 elements: 2^64 bytes) is refused as a negative one is: the
-// last rank sends nothing to rank 0 and check() raises kInvalidArgument naming the count; then a correct call works.
+TEST(AllToAllvDevice, NegativeCountIsReported) {
+  with_communicator([](Communicator& comm) { expect_refused_send_count(comm, -7, "-7"); });
+}
+
+// A count whose bytes 64 bits do not hold (2^62 float32 elements: 2^64 bytes) is refused as a negative one is.
 TEST(AllToAllvDevice, CountPastSixtyFourBitsOfBytesIsReported) {
-  with_communicator([](Communicator& comm) {
-    const int world = comm.size();
-    const uint64_t seed = shared_seed(comm);
-    constexpr int64_t kHuge = int64_t(1) << 62;
-    std::vector<int64_t> counts = random_counts(seed, world, 3000, 0);
-    counts[static_cast<size_t>(world - 1) * world + 0] = kHuge;
-    const Plan bad = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, counts, world, seed, true, false, true,
-                            "rank " + std::to_string(world - 1) + " sends 2^62 float32 to rank 0");
-    const Plan after = v_plan(Call::kAllToAllvDevice, DataType::kFloat32, random_counts(mix64(seed + 1), world, 3000, 4),
-                              world, mix64(seed + 1), true, true, true, "after");
-    size_t send_bytes = 0, recv_bytes = 0;
-    capacities({bad, after}, send_bytes, recv_bytes);
-    StreamHandle stream;
-    TestBuffers buffers(comm, send_bytes, recv_bytes, false, 4 * static_cast<size_t>(world));
-    Runner runner(comm, buffers, stream.get());
-    expect_data_error(comm, runner, bad, world - 1, ErrorCode::kInvalidArgument, {kHuge}, after);
-    comm.barrier();
-  });
+  with_communicator([](Communicator& comm) { expect_refused_send_count(comm, int64_t(1) << 62, "2^62 float32"); });
 }
 
 // ---- CUDA graph ----
