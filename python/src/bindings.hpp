@@ -46,6 +46,7 @@ nb::ndarray<> device_array(void* pointer, size_t count, int device, nb::handle o
 // destroy() may run while another thread is inside a call (abort() from another thread is the documented way to end
 // such a call). Each call holds the communicator through its own reference (get(), taken under a mutex), and
 // destroy() drops only this object's: the communicator goes when the last call holding it returns.
+// Neither copied nor moved (its mutex): the calls that make one return it in a std::unique_ptr.
 class PyCommunicator {
  public:
   explicit PyCommunicator(Communicator comm) : comm_(std::make_shared<Communicator>(std::move(comm))) {}

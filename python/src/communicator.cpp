@@ -5,8 +5,10 @@
 // object goes; symmetric memory made from it stays valid.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -49,7 +51,8 @@ void bind_communicator(nb::module_& m) {
             options.max_blocks = max_blocks;
             options.backend = backend;
             options.nccl_library = nccl_library;
-            return PyCommunicator(Communicator::init(rendezvous ? *rendezvous : Rendezvous::from_env(), options));
+            return std::make_unique<PyCommunicator>(
+                Communicator::init(rendezvous ? *rendezvous : Rendezvous::from_env(), options));
           },
           nb::arg("rendezvous").none() = nb::none(), nb::kw_only(), nb::arg("device") = -1,
           nb::arg("timeout_s") = 0.0, nb::arg("algorithms") = "", nb::arg("max_blocks") = 0,
@@ -104,7 +107,7 @@ void bind_communicator(nb::module_& m) {
           [](PyCommunicator& c, const std::vector<int>& excluded) {
             const std::shared_ptr<Communicator> parent = c.get("shrink");
             nb::gil_scoped_release released;  // collective over the survivors
-            return PyCommunicator(parent->shrink(excluded));
+            return std::make_unique<PyCommunicator>(parent->shrink(excluded));
           },
           nb::arg("excluded"),
           "Collective over the ranks not in `excluded` (they alone call it): a new communicator of theirs, ranks in "
