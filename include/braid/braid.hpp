@@ -90,12 +90,12 @@ class Communicator {
   // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). The CUDA backend needs every
   // GPU to offer virtual memory management with POSIX-fd handles: a GPU without them fails init on every rank with
   // kUnsupported naming its rank (no fallback to NCCL). Refuses two ranks on one GPU (kInvalidArgument) unless
-  // BRAID_ALLOW_SHARED_GPU=1 (see
-  // docs/shared-gpu.md; every rank of a communicator where some ranks share a GPU then refuses the legacy default
-  // stream, nullptr or cudaStreamLegacy, in every call that takes a stream, whatever its sizes: kInvalidArgument
-  // naming stream and the call) and, with backend "cuda", ranks it cannot serve (kPeerUnreachable). The ranks meet at the rendezvous'
-  // store, proving BRAID_JOB_SECRET where it is set (braid-run sets one): a store that refuses this rank, or that does
-  // not know the secret, fails init with kRemoteError.
+  // BRAID_ALLOW_SHARED_GPU=1 (see docs/shared-gpu.md; every rank of a communicator where some ranks share a GPU as
+  // threads of one process, and so its context, then refuses the legacy default stream, nullptr or
+  // cudaStreamLegacy, in every call that takes a stream, whatever its sizes: kInvalidArgument naming stream and the
+  // call; ranks sharing a GPU as processes of their own take it) and, with backend "cuda", ranks it cannot serve
+  // (kPeerUnreachable). The ranks meet at the rendezvous' store, proving BRAID_JOB_SECRET where it is set (braid-run
+  // sets one): a store that refuses this rank, or that does not know the secret, fails init with kRemoteError.
   static Communicator init(const Rendezvous& rendezvous, const CommOptions& options = {});
 
   Communicator(Communicator&&) noexcept;

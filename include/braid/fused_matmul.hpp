@@ -48,8 +48,9 @@ enum class Layout : int {
 // runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
 // barrier()): the same results, nothing hidden. A call in one launch (BRAID_MATMUL_REDUCE_SCATTER=epilogue,
 // BRAID_ALL_GATHER_MATMUL=loads, below) is one launch there too, on an equal share of the GPU's multiprocessors for
-// each of its ranks, and its ranks wait for each other on the GPU. The legacy default stream is refused there
-// (kInvalidArgument naming `stream` and the call, whatever the call's sizes), as by every call of the communicator.
+// each of its ranks, and its ranks wait for each other on the GPU. Where ranks share a GPU as threads of one process,
+// the legacy default stream is refused (kInvalidArgument naming `stream` and the call, whatever the call's sizes),
+// as by every call of the communicator.
 //
 // Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not are
 // not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16 (A, B and

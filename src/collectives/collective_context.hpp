@@ -26,6 +26,7 @@ struct CallSettings {
   std::string algorithm_override;  // CommOptions::algorithms, else BRAID_ALGO; read once
   int max_blocks = kMaxBlocks;     // CommOptions::max_blocks, else BRAID_MAX_BLOCKS; read once
   int ranks_per_gpu = 1;           // the most ranks sharing one GPU's SMs (BRAID_ALLOW_SHARED_GPU=1)
+  int threads_per_gpu = 1;         // the most of those in one process, sharing the GPU's context
   // Every GPU pair reports native P2P atomics (NVLink, not PCIe in general) and delivers a warp's 128-byte line
   // whole (all_reduce_ll128.cu).
   bool ll128_lines = false;
@@ -39,7 +40,8 @@ struct CollectiveContext {
   CollectiveContext(detail::MemoryContext& memory, detail::CallOrder& order, const CallSettings& settings)
       : memory(memory), order(order), rank(memory.rank), size(memory.size), device(memory.device),
         algorithm_override(settings.algorithm_override), max_blocks(settings.max_blocks),
-        ranks_per_gpu(settings.ranks_per_gpu), ll128_lines(settings.ll128_lines),
+        ranks_per_gpu(settings.ranks_per_gpu), threads_per_gpu(settings.threads_per_gpu),
+        ll128_lines(settings.ll128_lines),
         eager_zero_copy(settings.eager_zero_copy) {}
   CollectiveContext(const CollectiveContext&) = delete;
   CollectiveContext& operator=(const CollectiveContext&) = delete;
@@ -50,6 +52,7 @@ struct CollectiveContext {
   const std::string algorithm_override;
   const int max_blocks;
   const int ranks_per_gpu;
+  const int threads_per_gpu;
   const bool ll128_lines;
   const bool eager_zero_copy;
 
@@ -82,15 +85,16 @@ struct CollectiveContext {
   std::unique_ptr<HostMailbox> exposure_exchange;
 };
 
-// Ranks that share a GPU (ranks_per_gpu > 1) refuse the legacy default stream: ranks as threads of one process
-// share their GPU's context and so its legacy stream, where one rank's kernel would wait for a peer's queued behind
-// it, forever. `function` names the call in the error.
-inline void refuse_shared_legacy_stream(const char* function, int ranks_per_gpu, Stream stream) {
-  if (ranks_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
+// Where ranks share a GPU as threads of one process (threads_per_gpu > 1, the most on any GPU, so every rank
+// alike), they refuse the legacy default stream: they share the GPU's context and so its legacy stream, where one
+// rank's kernel would wait for a peer's queued behind it, forever. Ranks that are processes of their own each have
+// their own context and legacy stream, which they may use. `function` names the call in the error.
+inline void refuse_shared_legacy_stream(const char* function, int threads_per_gpu, Stream stream) {
+  if (threads_per_gpu > 1 && (stream == nullptr || stream == cudaStreamLegacy)) {
     raise_invalid_argument(function, "stream",
-                           "is the legacy default stream, which ranks sharing a GPU (BRAID_ALLOW_SHARED_GPU=1) share: "
-                           "their calls would wait on each other there; pass a stream of the rank's own (or "
-                           "cudaStreamPerThread)");
+                           "is the legacy default stream, which ranks sharing a GPU as threads of one process "
+                           "(BRAID_ALLOW_SHARED_GPU=1) share: their calls would wait on each other there; pass a "
+                           "stream of the rank's own (or cudaStreamPerThread)");
   }
 }
 

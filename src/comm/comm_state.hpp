@@ -41,7 +41,7 @@ CommState& usable(const std::shared_ptr<CommState>& state, const char* function)
 // The entry of a call that enqueues work: the state (refusing a moved-from one), this rank set for logging, and
 // a fatal failure an earlier call recorded raised before anything of this call is enqueued.
 CommState& enter(const std::shared_ptr<CommState>& state, const char* function);
-// The same for a call that takes a stream: then, where ranks share a GPU, the legacy stream is refused
+// The same for a call that takes a stream: then, where ranks share a GPU as threads, the legacy stream is refused
 // (collectives::refuse_shared_legacy_stream), whatever the call's sizes.
 CommState& enter(const std::shared_ptr<CommState>& state, const char* function, Stream stream);
 

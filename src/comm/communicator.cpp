@@ -301,6 +301,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   settings.eager_zero_copy = eager_zero_copy_enabled();
   agree_on_settings(*state);
   settings.ranks_per_gpu = topology.ranks_per_gpu;
+  settings.threads_per_gpu = topology.threads_per_gpu;
   if (topology.ranks_per_gpu > 1) {
     // NOTE [shared GPUs]: ranks on one GPU spin on each other, so every rank's blocks must be resident together:
     // the ranks of a GPU share min(kMaxBlocks, its multiprocessors), one block a multiprocessor. A GPU with fewer
@@ -427,7 +428,7 @@ detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, co
 
 detail::CommState& detail::enter(const std::shared_ptr<CommState>& state_ptr, const char* function, Stream stream) {
   CommState& state = enter(state_ptr, function);
-  collectives::refuse_shared_legacy_stream(function, state.settings.ranks_per_gpu, stream);
+  collectives::refuse_shared_legacy_stream(function, state.settings.threads_per_gpu, stream);
   return state;
 }
 

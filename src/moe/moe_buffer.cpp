@@ -280,7 +280,7 @@ detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const 
 // The same for a call that enqueues on `stream`: then, where ranks share a GPU, the legacy stream is refused.
 detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, Stream stream) {
   detail::MoeState& usable_state = checked(state, function);
-  collectives::refuse_shared_legacy_stream(function, usable_state.comm->ranks_per_gpu, stream);
+  collectives::refuse_shared_legacy_stream(function, usable_state.comm->threads_per_gpu, stream);
   return usable_state;
 }
 
@@ -464,7 +464,7 @@ MoeHook& MoeHook::operator=(MoeHook&& other) noexcept {
 void MoeHook::receive(Stream stream) {
   const char* function = "MoeHook::receive";
   if (state_ == nullptr) raise_invalid_argument(function, "hook", "holds no receiving half (received already, or never given to a call)");
-  collectives::refuse_shared_legacy_stream(function, state_->comm->ranks_per_gpu, stream);  // the hook kept
+  collectives::refuse_shared_legacy_stream(function, state_->comm->threads_per_gpu, stream);  // the hook kept
   set_log_rank(state_->comm->rank);
   state_->comm->sync->raise_recorded_error(collective_name, collectives::describe_plan);  // the hook kept
   detail::MoeState& state = *std::exchange(state_, nullptr);

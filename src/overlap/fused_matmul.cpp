@@ -347,7 +347,7 @@ detail::FusedMatmulState& enter(const std::unique_ptr<detail::FusedMatmulState>&
                                 Stream stream) {
   detail::FusedMatmulState& usable_state = usable(state, function);
   collectives::raise_recorded_failure(*usable_state.context);
-  collectives::refuse_shared_legacy_stream(function, usable_state.context->ranks_per_gpu, stream);
+  collectives::refuse_shared_legacy_stream(function, usable_state.context->threads_per_gpu, stream);
   return usable_state;
 }
 

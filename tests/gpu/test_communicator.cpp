@@ -381,11 +381,11 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
   });
 }
 
-// Ranks that share a GPU refuse its legacy default stream (null and cudaStreamLegacy) in every kind of call that
-// takes a stream, whatever its sizes: kInvalidArgument naming 'stream' and the call, before anything is enqueued,
-// so the ranks stay in step: an all-reduce on a stream of their own then gives the right sum.
-TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
-  if (!ranks_share_gpus()) GTEST_SKIP() << "no two ranks share a GPU here";
+// Ranks that share a GPU as threads of one process refuse its legacy default stream (null and cudaStreamLegacy) in
+// every kind of call that takes a stream, whatever its sizes: kInvalidArgument naming 'stream' and the call, before
+// anything is enqueued, so the ranks stay in step: an all-reduce on a stream of their own then gives the right sum.
+TEST(Communicator, RanksSharingAGpuAsThreadsRefuseTheLegacyStreamNamingTheCall) {
+  if (!ranks_share_a_context()) GTEST_SKIP() << "no two ranks share a GPU as threads of one process here";
   with_communicator([](Communicator& comm) {
     make_current(comm);
     const int me = comm.rank(), peer = (comm.rank() + 1) % comm.size();
@@ -451,6 +451,43 @@ TEST(Communicator, RanksSharingAGpuRefuseTheLegacyStreamNamingTheCall) {
       wrong += got[i] != static_cast<int32_t>(sum);
     }
     EXPECT_EQ(wrong, 0u) << "rank " << me;
+    cudaFree(send);
+    cudaFree(recv);
+    comm.barrier();
+  });
+}
+
+// Ranks with a context of their own (a GPU each, or processes sharing a GPU) take the legacy default stream: an
+// all-reduce there, null and cudaStreamLegacy alike, gives the right sum.
+TEST(Communicator, RanksWithAContextOfTheirOwnTakeTheLegacyStream) {
+  if (ranks_share_a_context()) GTEST_SKIP() << "ranks share a GPU as threads here: they refuse the legacy stream";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const size_t count = 5000;
+    int32_t *send = nullptr, *recv = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), count * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), count * sizeof(int32_t)), cudaSuccess);
+    std::vector<int32_t> mine(count);
+    for (size_t i = 0; i < count; ++i) {
+      mine[i] = static_cast<int32_t>(mix64((uint64_t(comm.rank()) << 32) + i) % 1000003) + 1;
+    }
+    ASSERT_EQ(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+    for (cudaStream_t legacy : {cudaStream_t(nullptr), cudaStreamLegacy}) {
+      ASSERT_EQ(cudaMemset(recv, 0xFF, count * sizeof(int32_t)), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+      comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, legacy);
+      ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
+      comm.check();
+      std::vector<int32_t> got(count);
+      ASSERT_EQ(cudaMemcpy(got.data(), recv, count * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        int64_t sum = 0;
+        for (int r = 0; r < comm.size(); ++r) sum += static_cast<int32_t>(mix64((uint64_t(r) << 32) + i) % 1000003) + 1;
+        wrong += got[i] != static_cast<int32_t>(sum);
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << comm.rank() << (legacy == nullptr ? ", null stream" : ", cudaStreamLegacy");
+    }
     cudaFree(send);
     cudaFree(recv);
     comm.barrier();

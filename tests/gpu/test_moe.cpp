@@ -1739,7 +1739,7 @@ TEST(MoeErrors, HooksAreRefusedWhereTheyCannotBeUsed) {
     MoeHook hook;
     const MoeDispatchOutput view = rig.moe().dispatch(nullptr, nullptr, nullptr, 0, nullptr, stream.get(), &hook);
     EXPECT_TRUE(hook.pending());
-    if (ranks_share_gpus()) {  // ranks sharing a GPU refuse its legacy stream; the hook keeps its receiving half
+    if (ranks_share_a_context()) {  // threads sharing a GPU refuse its legacy stream; the hook keeps its receiving half
       for (cudaStream_t legacy : {cudaStream_t(nullptr), cudaStreamLegacy}) {
         expect_refused_naming(me, "receive() on the legacy stream", "stream", [&] { hook.receive(legacy); });
         EXPECT_TRUE(hook.pending()) << "rank " << me << ": a refused receive() dropped the receiving half";

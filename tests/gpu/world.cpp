@@ -82,6 +82,8 @@ bool ranks_share_gpus() {
   return world_size() > gpus;
 }
 
+bool ranks_share_a_context() { return ranks_share_gpus() && !in_process_mode(); }
+
 int world_size() { return in_process_mode() ? std::atoi(std::getenv("BRAID_WORLD_SIZE")) : g_thread_world; }
 
 CommOptions test_options(double timeout_s) {

@@ -37,6 +37,8 @@ void with_communicator(const std::function<void(Communicator&)>& body, const Com
 
 // More ranks than visible GPUs (BRAID_ALLOW_SHARED_GPU=1): some ranks share a GPU.
 bool ranks_share_gpus();
+// Some ranks share a GPU as threads of this process, and so its context (and its legacy default stream).
+bool ranks_share_a_context();
 // NCCL refuses two ranks on one GPU: a test that makes NCCL communicators starts with this.
 #define SKIP_WHERE_RANKS_SHARE_GPUS()                                                                     \
   if (::braid::testing::ranks_share_gpus())                                                              \
