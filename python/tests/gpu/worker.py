@@ -1,12 +1,15 @@
 """One rank of the GPU tests (python/tests/test_gpu.py starts 2 under torchrun): braid's calls on tensors against
-torch.distributed's NCCL on the same random data. argv[1] names the section; prints '<section> OK' on success
-and raises (non-zero exit) on the first difference."""
+torch.distributed's on the same random data (NCCL, or its host form where ranks share a GPU: reference.py).
+argv[1] names the section; prints '<section> OK' on success and raises (non-zero exit) on the first difference."""
 import sys
 
 import torch
 import torch.distributed as dist
 
 import braid
+from reference import init_process_group, reference_calls
+
+REFERENCE = dist  # set by main(): NCCL, or its host form where ranks share a GPU (reference.py)
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.float64]
 SIZES = [1, 7, 1000, (1 << 20) + 3]  # odd and unaligned sizes, and one past the LL sizes
@@ -28,7 +31,7 @@ def same(got, expected, what):
     if got.dtype.is_floating_point:
         torch.testing.assert_close(got.float(), expected.float(), rtol=2e-2, atol=1e-3, msg=what)
     elif not torch.equal(got, expected):
-        raise AssertionError(f"{what}: braid and NCCL differ")
+        raise AssertionError(f"{what}: braid and the reference differ")
 
 
 def collectives(rank, world):
@@ -40,29 +43,29 @@ def collectives(rank, world):
                     continue  # NCCL's avg on integers truncates as braid's does; torch refuses AVG on ints
                 x, reference = random(count, dtype, seed), random(count, dtype, seed)
                 braid.all_reduce(x, op)
-                dist.all_reduce(reference, TORCH_OPS[op])
+                REFERENCE.all_reduce(reference, TORCH_OPS[op])
                 same(x, reference, f"all_reduce {dtype} {count} {op}")
                 for root in range(world):
                     x, reference = random(count, dtype, seed), random(count, dtype, seed)
                     braid.reduce(x, root, op)
-                    dist.reduce(reference, root, TORCH_OPS[op])
+                    REFERENCE.reduce(reference, root, TORCH_OPS[op])
                     if rank == root:
                         same(x, reference, f"reduce {dtype} {count} {op} root {root}")
                 out = torch.empty(count, dtype=dtype, device="cuda")
                 reference = torch.empty_like(out)
                 source = random(count * world, dtype, seed)
                 braid.reduce_scatter_tensor(out, source, op)
-                dist.reduce_scatter_tensor(reference, source, TORCH_OPS[op])
+                REFERENCE.reduce_scatter_tensor(reference, source, TORCH_OPS[op])
                 same(out, reference, f"reduce_scatter_tensor {dtype} {count} {op}")
             for root in range(world):
                 x, reference = random(count, dtype, seed), random(count, dtype, seed)
                 braid.broadcast(x, root)
-                dist.broadcast(reference, root)
+                REFERENCE.broadcast(reference, root)
                 same(x, reference, f"broadcast {dtype} {count} root {root}")
             mine = random(count, dtype, seed)
             out, reference = (torch.empty(count * world, dtype=dtype, device="cuda") for _ in range(2))
             braid.all_gather_into_tensor(out, mine)
-            dist.all_gather_into_tensor(reference, mine)
+            REFERENCE.all_gather_into_tensor(reference, mine)
             same(out, reference, f"all_gather_into_tensor {dtype} {count}")
             in_place = torch.zeros(count * world, dtype=dtype, device="cuda")
             in_place[rank * count:(rank + 1) * count] = mine
@@ -82,7 +85,7 @@ def all_to_all(rank, world):
             source = random(count * world, dtype, rank * 1000 + count)
             out, reference = torch.empty_like(source), torch.empty_like(source)
             braid.all_to_all_single(out, source)
-            dist.all_to_all_single(reference, source)
+            REFERENCE.all_to_all_single(reference, source)
             same(out, reference, f"all_to_all_single {dtype} {count}")
     # Uneven splits (rows of 3 elements): rank r sends r + q + 1 rows to rank q.
     send_splits = [rank + q + 1 for q in range(world)]
@@ -91,7 +94,7 @@ def all_to_all(rank, world):
     out = torch.empty(sum(recv_splits), 3, device="cuda")
     reference = torch.empty_like(out)
     braid.all_to_all_single(out, source, recv_splits, send_splits)
-    dist.all_to_all_single(reference, source, recv_splits, send_splits)
+    REFERENCE.all_to_all_single(reference, source, recv_splits, send_splits)
     same(out, reference, "all_to_all_single with split sizes")
 
 
@@ -115,7 +118,7 @@ def all_to_all_device(rank, world):
         recv_splits = exchange(send_splits)
         source = random(sum(send_splits) * row, dtype, rank + 7).view(-1, *row_shape)
         reference = torch.empty(sum(recv_splits), *row_shape, dtype=dtype, device="cuda")
-        dist.all_to_all_single(reference, source, recv_splits, send_splits)
+        REFERENCE.all_to_all_single(reference, source, recv_splits, send_splits)
         out = torch.full((sum(recv_splits) + 3, *row_shape), 7, dtype=dtype, device="cuda")
         counts, offsets = braid.all_to_all_v_device(out, source, torch.tensor(send_splits, device="cuda"))
         what = f"all_to_all_v_device {dtype} rows {row_shape}"
@@ -139,7 +142,7 @@ def all_to_all_device(rank, world):
     recv_splits = exchange(send_splits)
     source = random(sum(send_splits) * 3, torch.float32, rank + 11).view(-1, 3)
     reference = torch.empty(sum(recv_splits), 3, device="cuda")
-    dist.all_to_all_single(reference, source, recv_splits, send_splits)
+    REFERENCE.all_to_all_single(reference, source, recv_splits, send_splits)
     splits = torch.tensor(send_splits, device="cuda")
     for name, fn in (("eager", braid.functional.all_to_all_v_device),
                      ("compiled", torch.compile(braid.functional.all_to_all_v_device, backend="aot_eager",
@@ -191,7 +194,7 @@ def all_to_all_device(rank, world):
         splits.copy_(torch.tensor(send_splits))
         graph.replay()
         reference = torch.empty(sum(recv_splits), 3, device="cuda")
-        dist.all_to_all_single(reference, source[:sum(send_splits)], recv_splits, send_splits)
+        REFERENCE.all_to_all_single(reference, source[:sum(send_splits)], recv_splits, send_splits)
         same(out[:sum(recv_splits)], reference, f"all_to_all_v_device replay {replay}")
         assert counts.tolist() == recv_splits and offsets.tolist() == offsets_of(recv_splits), f"replay {replay}"
     torch.cuda.synchronize()
@@ -204,8 +207,8 @@ def p2p(rank, world):
         mine = random(count, torch.float32, rank + count)
         got, reference = torch.empty_like(mine), torch.empty_like(mine)
         braid.batch_isend_irecv([braid.P2POp(braid.send, mine, right), braid.P2POp(braid.recv, got, left)])
-        for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),
-                                               dist.P2POp(dist.irecv, reference, left)]):
+        for request in REFERENCE.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),
+                                                    dist.P2POp(dist.irecv, reference, left)]):
             request.wait()
         same(got, reference, f"batch_isend_irecv ring {count}")
     if world >= 2 and rank < 2:
@@ -218,9 +221,10 @@ def p2p(rank, world):
     # The functional forms (custom ops), eager and compiled: a ring exchange of two tensors and a reduce.
     mine, second = random(1000, torch.float32, rank + 5), random(77, torch.bfloat16, rank + 6)
     references = [torch.empty_like(mine), torch.empty_like(second)]
-    for request in dist.batch_isend_irecv([dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.isend, second, right),
-                                           dist.P2POp(dist.irecv, references[0], left),
-                                           dist.P2POp(dist.irecv, references[1], left)]):
+    for request in REFERENCE.batch_isend_irecv([dist.P2POp(dist.isend, mine, right),
+                                                dist.P2POp(dist.isend, second, right),
+                                                dist.P2POp(dist.irecv, references[0], left),
+                                                dist.P2POp(dist.irecv, references[1], left)]):
         request.wait()
 
     def ring(a, b):
@@ -237,7 +241,7 @@ def p2p(rank, world):
             same(braid.functional.recv(mine, 0), random(1000, torch.float32, 5), "functional send/recv")
     for dst in range(world):
         reference = mine.clone()
-        dist.reduce(reference, dst)
+        REFERENCE.reduce(reference, dst)
         got = braid.functional.reduce(mine, dst)
         same(got, reference if rank == dst else mine, f"functional reduce to {dst}")
 
@@ -264,7 +268,7 @@ def symmetric(rank, world):
         same(x, torch.full(shape, 100 + (rank - 1) % world, dtype=dtype, device="cuda"), f"written by the peer {dtype}")
         reference = x.clone()
         braid.all_reduce(x)  # a symmetric buffer: the zero-copy path
-        dist.all_reduce(reference)
+        REFERENCE.all_reduce(reference)
         same(x, reference, f"all_reduce on a symmetric tensor {dtype}")
         torch.cuda.synchronize()
         braid.barrier()
@@ -309,7 +313,7 @@ def routing(rows, experts, k, seed, hot=0, empty=()):
 
 def gathered(tensor, world):
     parts = [torch.empty_like(tensor) for _ in range(world)]
-    dist.all_gather(parts, tensor.contiguous())
+    REFERENCE.all_gather(parts, tensor.contiguous())
     return parts
 
 
@@ -474,7 +478,7 @@ def compile_first(rank, world):
     fn = torch.compile(lambda t: braid.functional.all_reduce(t * 2), fullgraph=True)
     x = random(4099, torch.float32, rank)
     expected = x * 2
-    dist.all_reduce(expected)
+    REFERENCE.all_reduce(expected)
     same(fn(x), expected, "all_reduce compiled before any eager braid call")
 
 
@@ -513,7 +517,7 @@ def moe_backward(rank, world):
         same(x.grad, xs.grad[block], f"{name} input gradient against the all-gathered reference")
         same(experts.grad, experts_all.grad[lo:lo + L], f"{name} experts' gradient against the reference")
         router_grad = router.grad.clone()
-        dist.all_reduce(router_grad)
+        REFERENCE.all_reduce(router_grad)
         same(router_grad, router_ref.grad, f"{name} router gradient (the routing weights') against the reference")
         torch.cuda.synchronize()
         braid.barrier()
@@ -543,7 +547,8 @@ def signal_pad(rank, world):
             seen = tl.atomic_add(counters + slot, 0, sem="acquire", scope="sys")
 
     pad = braid.SignalPad(2)
-    assert (pad.rank, pad.world, pad.channels) == (rank, world, 2) and len(pad.struct) == 64
+    assert (pad.rank, pad.world, pad.channels) == (rank, world, 2)
+    assert len(pad.struct) == braid._braid.SIGNAL_PAD_STRUCT_BYTES, len(pad.struct)  # the device struct, by value
     counters, expected, peers = pad.counters(), pad.expected(), pad.peers()
     assert counters.shape == expected.shape == (2, world) and peers.shape == (world,)
     data = braid.empty(4096, dtype=torch.float32)
@@ -591,7 +596,7 @@ def init_group(rank, world):
 # NOTE [fused matmul tolerance]: bfloat16 keeps 8 significant bits, so one rounding moves a value v by up to
 # |v| * 2^-8. braid and the reference both accumulate in float32 but split the GEMM differently (braid by blocks of
 # rows through cuBLASLt, torch through cuBLAS) and round at different points (reduce-scatter: braid adds each peer's
-# rounded product to its own in float32, NCCL adds two rounded products), so an element may differ by a few
+# rounded product to its own in float32, the reference adds rounded products), so an element may differ by a few
 # roundings of the terms that made it. Inputs are scaled so that products are about N(0, 1): terms stay below 5
 # in practice, and rtol 2e-2 with atol 5e-2 covers three roundings of such terms while a wrong block, a wrong rank's
 # data or a missing term (an error of about 1) still fails.
@@ -609,26 +614,26 @@ def fused_close(got, expected, what):
     torch.testing.assert_close(got.float(), expected.float(), msg=what, **FUSED_TOLERANCE)
 
 
-def nccl_gather(tensor, dim):
-    """torch.distributed's all-gather along `dim` (rank order)."""
+def reference_gather(tensor, dim):
+    """The reference all-gather along `dim` (rank order)."""
     moved = tensor.movedim(dim, 0).contiguous()
     out = moved.new_empty((dist.get_world_size() * moved.shape[0], *moved.shape[1:]))
-    dist.all_gather_into_tensor(out, moved)
+    REFERENCE.all_gather_into_tensor(out, moved)
     return out.movedim(0, dim)
 
 
-def nccl_scatter(tensor, dim, op=dist.ReduceOp.SUM):
-    """torch.distributed's reduce-scatter along `dim`."""
+def reference_scatter(tensor, dim, op=dist.ReduceOp.SUM):
+    """The reference reduce-scatter along `dim`."""
     moved = tensor.movedim(dim, 0).contiguous()
     out = moved.new_empty((moved.shape[0] // dist.get_world_size(), *moved.shape[1:]))
-    dist.reduce_scatter_tensor(out, moved, op)
+    REFERENCE.reduce_scatter_tensor(out, moved, op)
     return out.movedim(0, dim)
 
 
 def fused_matmul(rank, world):
-    """braid.ops.all_gather_matmul and matmul_reduce_scatter against the unfused reference (NCCL's all-gather then
-    torch.matmul; torch.matmul then NCCL's reduce-scatter) on random bfloat16 data (NOTE [fused matmul
-    tolerance]): odd row counts, several Bs (a Linear weight's .t() and a row-major matrix), return_A, gather and
+    """braid.ops.all_gather_matmul and matmul_reduce_scatter against the unfused reference (the reference
+    all-gather then torch.matmul; torch.matmul then the reference reduce-scatter) on random bfloat16 data (NOTE
+    [fused matmul tolerance]): odd row counts, several Bs (a Linear weight's .t() and a row-major matrix), return_A, gather and
     scatter dims 1 of 3-D tensors and the last dim, 'avg'; a captured graph whose replays equal eager calls on the
     same inputs; autograd gradients against the reference's; torch.compile(fullgraph=True) against eager; and the
     argument errors (raised on every rank before anything is enqueued)."""
@@ -637,7 +642,7 @@ def fused_matmul(rank, world):
         x = fused_random((rows, k), rank * 100 + rows, k ** -0.5)
         weight = fused_random((n, k), 7 + n)  # a Linear layer's [N, K]: B = weight.t()
         dense = fused_random((k, 2 * n), 8 + n)
-        full = nccl_gather(x, 0)
+        full = reference_gather(x, 0)
         A, (y1, y2) = braid.ops.all_gather_matmul(x, [weight.t(), dense])
         torch.cuda.synchronize()
         assert torch.equal(A, full), f"all_gather_matmul {rows}x{k}x{n}: the gathered A"
@@ -649,12 +654,12 @@ def fused_matmul(rank, world):
     x3 = fused_random((3, 5, 64), rank + 40, 0.125)  # gather_dim 1 of a 3-D A: [3, 5 * world, 64]
     B = fused_random((64, 48), 41)
     A, (y,) = braid.ops.all_gather_matmul(x3, [B], gather_dim=1)
-    full = nccl_gather(x3, 1)
+    full = reference_gather(x3, 1)
     torch.cuda.synchronize()
     assert A.shape == (3, 5 * world, 64) and torch.equal(A, full), "all_gather_matmul gather_dim=1: the gathered A"
     fused_close(y, full @ B, "all_gather_matmul gather_dim=1")
     A, (y,) = braid.ops.all_gather_matmul(x3, [fused_random((64 * world, 16), 42)], gather_dim=2)  # unfused: K
-    fused_close(y, nccl_gather(x3, 2) @ fused_random((64 * world, 16), 42), "all_gather_matmul gather_dim=2")
+    fused_close(y, reference_gather(x3, 2) @ fused_random((64 * world, 16), 42), "all_gather_matmul gather_dim=2")
 
     # matmul_reduce_scatter: (rows per rank of the output, K, N).
     for rows, k, n in ((32, 256, 128), (19, 120, 72), (1, 8, 8), (77, 1024, 264)):
@@ -663,16 +668,16 @@ def fused_matmul(rank, world):
         partial = a @ weight.t()
         for op, torch_op in (("sum", dist.ReduceOp.SUM), ("avg", dist.ReduceOp.AVG)):
             got = braid.ops.matmul_reduce_scatter(a, weight.t(), op)
-            fused_close(got, nccl_scatter(partial, 0, torch_op), f"matmul_reduce_scatter {rows}x{k}x{n} {op}")
+            fused_close(got, reference_scatter(partial, 0, torch_op), f"matmul_reduce_scatter {rows}x{k}x{n} {op}")
         dense = weight.t().contiguous()
-        fused_close(braid.ops.matmul_reduce_scatter(a, dense), nccl_scatter(a @ dense, 0),
+        fused_close(braid.ops.matmul_reduce_scatter(a, dense), reference_scatter(a @ dense, 0),
                     f"matmul_reduce_scatter {rows}x{k}x{n}, row-major B")
     a3 = fused_random((3, 4 * world, 64), rank + 50, 0.125)
     B = fused_random((64, 40), 51)
-    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=1), nccl_scatter(a3 @ B, 1),
+    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=1), reference_scatter(a3 @ B, 1),
                 "matmul_reduce_scatter scatter_dim=1")
     B = fused_random((64, 8 * world), 52)
-    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=2), nccl_scatter(a3 @ B, 2),
+    fused_close(braid.ops.matmul_reduce_scatter(a3, B, scatter_dim=2), reference_scatter(a3 @ B, 2),
                 "matmul_reduce_scatter scatter_dim=2 (unfused: N)")
 
     fused_graph(rank, world)
@@ -716,17 +721,17 @@ def fused_graph(rank, world):
 
 def fused_backward(rank, world):
     """Gradients through both ops (each the other's backward) against the reference's: every rank's loss on the
-    gathered input (all-gathered through NCCL) differentiated by plain torch, dA reduce-scattered by NCCL."""
+    gathered input (all-gathered by the reference) differentiated by plain torch, dA reduce-scattered by it."""
     rows, k, n = 24, 256, 128
     x = fused_random((2, rows, k), rank, k ** -0.5).requires_grad_()  # gather_dim 1 of a 3-D input
     w1 = fused_random((n, k), 70 + rank, k ** -0.5).requires_grad_()  # each rank's own columns
     g1 = fused_random((2, rows * world, n), 80 + rank)
     _, (y,) = braid.ops.all_gather_matmul(x, [w1.t()], gather_dim=1, return_A=False)
     y.backward(g1)
-    full = nccl_gather(x.detach(), 1).float().requires_grad_()
+    full = reference_gather(x.detach(), 1).float().requires_grad_()
     w1_ref = w1.detach().float().requires_grad_()
     (full @ w1_ref.t()).backward(g1.float())
-    fused_close(x.grad, nccl_scatter(full.grad, 1), "all_gather_matmul: the input's gradient")
+    fused_close(x.grad, reference_scatter(full.grad, 1), "all_gather_matmul: the input's gradient")
     fused_close(w1.grad, w1_ref.grad, "all_gather_matmul: B's gradient")
 
     a = fused_random((rows * world, n), rank + 90, n ** -0.5).requires_grad_()
@@ -735,7 +740,7 @@ def fused_backward(rank, world):
     for op, scale in (("sum", 1.0), ("avg", 1.0 / world)):
         a.grad = w2.grad = None
         braid.ops.matmul_reduce_scatter(a, w2.t(), op).backward(g2)
-        g_full = nccl_gather(g2, 0).float() * scale
+        g_full = reference_gather(g2, 0).float() * scale
         fused_close(a.grad, g_full @ w2.detach().float(), f"matmul_reduce_scatter {op}: A's gradient")
         fused_close(w2.grad, (a.detach().float().t() @ g_full).t(), f"matmul_reduce_scatter {op}: B's gradient")
     torch.cuda.synchronize()
@@ -786,14 +791,16 @@ def fused_errors(rank, world):
     braid.check()
     # The communicator still works: a call after the refusals.
     _, (y,) = braid.ops.all_gather_matmul(x, [B])
-    fused_close(y, nccl_gather(x, 0) @ B, "all_gather_matmul after the refused calls")
+    fused_close(y, reference_gather(x, 0) @ B, "all_gather_matmul after the refused calls")
 
 
 def main() -> int:
+    global REFERENCE
     section = sys.argv[1]
     comm = braid.init()
     torch.cuda.set_device(comm.device)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", comm.device))
+    init_process_group(comm.device, comm.size)
+    REFERENCE = reference_calls(comm.size)
     rank, world = comm.rank, comm.size
     assert (rank, world) == (dist.get_rank(), dist.get_world_size())
     sections = {"collectives": collectives, "all_to_all": all_to_all, "all_to_all_device": all_to_all_device,
