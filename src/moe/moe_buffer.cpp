@@ -277,7 +277,8 @@ detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const 
   return *state;
 }
 
-// The same for a call that enqueues on `stream`: then, where ranks share a GPU, the legacy stream is refused.
+// The same for a call that enqueues on `stream`: then, where ranks share a GPU as threads, the legacy stream is
+// refused.
 detail::MoeState& checked(const std::unique_ptr<detail::MoeState>& state, const char* function, Stream stream) {
   detail::MoeState& usable_state = checked(state, function);
   collectives::refuse_shared_legacy_stream(function, usable_state.comm->threads_per_gpu, stream);

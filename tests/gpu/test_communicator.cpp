@@ -381,6 +381,31 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
   });
 }
 
+// Rank `rank`'s element i of the legacy-stream tests' all-reduces: in [1, 1000003], different on each rank.
+int32_t legacy_test_value(int rank, size_t i) {
+  return static_cast<int32_t>(mix64((uint64_t(rank) << 32) + i) % 1000003) + 1;
+}
+
+// This rank's values, uploaded to `send` (device, `count` elements).
+void upload_legacy_test_values(int32_t* send, size_t count, int rank) {
+  std::vector<int32_t> mine(count);
+  for (size_t i = 0; i < count; ++i) mine[i] = legacy_test_value(rank, i);
+  cuda_check(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), "upload the values");
+}
+
+// The elements of `recv` (device, `count`) that are not the sum of every rank's values.
+size_t wrong_legacy_test_sums(const int32_t* recv, size_t count, int world) {
+  std::vector<int32_t> got(count);
+  cuda_check(cudaMemcpy(got.data(), recv, count * sizeof(int32_t), cudaMemcpyDeviceToHost), "download the sums");
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    int64_t sum = 0;
+    for (int r = 0; r < world; ++r) sum += legacy_test_value(r, i);
+    wrong += got[i] != static_cast<int32_t>(sum);
+  }
+  return wrong;
+}
+
 // Ranks that share a GPU as threads of one process refuse its legacy default stream (null and cudaStreamLegacy) in
 // every kind of call that takes a stream, whatever its sizes: kInvalidArgument naming 'stream' and the call, before
 // anything is enqueued, so the ranks stay in step: an all-reduce on a stream of their own then gives the right sum.
@@ -393,9 +418,7 @@ TEST(Communicator, RanksSharingAGpuAsThreadsRefuseTheLegacyStreamNamingTheCall) 
     int32_t *send = nullptr, *recv = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), count * sizeof(int32_t)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), count * sizeof(int32_t) * comm.size()), cudaSuccess);
-    std::vector<int32_t> mine(count);
-    for (size_t i = 0; i < count; ++i) mine[i] = static_cast<int32_t>(mix64((uint64_t(me) << 32) + i) % 1000003) + 1;
-    ASSERT_EQ(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+    upload_legacy_test_values(send, count, me);
     FusedMatmul fused = FusedMatmul::create(comm);
     const size_t rows = 16, k = 8, n = 8;  // bf16 operands: the int32 buffers hold them
     MoeShape shape;
@@ -442,15 +465,7 @@ TEST(Communicator, RanksSharingAGpuAsThreadsRefuseTheLegacyStreamNamingTheCall) 
     comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, stream.get());
     ASSERT_EQ(cudaStreamSynchronize(stream.get()), cudaSuccess);
     comm.check();
-    std::vector<int32_t> got(count);
-    ASSERT_EQ(cudaMemcpy(got.data(), recv, count * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
-    size_t wrong = 0;
-    for (size_t i = 0; i < count; ++i) {
-      int64_t sum = 0;
-      for (int r = 0; r < comm.size(); ++r) sum += static_cast<int32_t>(mix64((uint64_t(r) << 32) + i) % 1000003) + 1;
-      wrong += got[i] != static_cast<int32_t>(sum);
-    }
-    EXPECT_EQ(wrong, 0u) << "rank " << me;
+    EXPECT_EQ(wrong_legacy_test_sums(recv, count, comm.size()), 0u) << "rank " << me;
     cudaFree(send);
     cudaFree(recv);
     comm.barrier();
@@ -467,26 +482,15 @@ TEST(Communicator, RanksWithAContextOfTheirOwnTakeTheLegacyStream) {
     int32_t *send = nullptr, *recv = nullptr;
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), count * sizeof(int32_t)), cudaSuccess);
     ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), count * sizeof(int32_t)), cudaSuccess);
-    std::vector<int32_t> mine(count);
-    for (size_t i = 0; i < count; ++i) {
-      mine[i] = static_cast<int32_t>(mix64((uint64_t(comm.rank()) << 32) + i) % 1000003) + 1;
-    }
-    ASSERT_EQ(cudaMemcpy(send, mine.data(), count * sizeof(int32_t), cudaMemcpyHostToDevice), cudaSuccess);
+    upload_legacy_test_values(send, count, comm.rank());
     for (cudaStream_t legacy : {cudaStream_t(nullptr), cudaStreamLegacy}) {
       ASSERT_EQ(cudaMemset(recv, 0xFF, count * sizeof(int32_t)), cudaSuccess);
       ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
       comm.all_reduce(send, recv, count, DataType::kInt32, ReduceOp::kSum, legacy);
       ASSERT_EQ(cudaStreamSynchronize(cudaStreamLegacy), cudaSuccess);
       comm.check();
-      std::vector<int32_t> got(count);
-      ASSERT_EQ(cudaMemcpy(got.data(), recv, count * sizeof(int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
-      size_t wrong = 0;
-      for (size_t i = 0; i < count; ++i) {
-        int64_t sum = 0;
-        for (int r = 0; r < comm.size(); ++r) sum += static_cast<int32_t>(mix64((uint64_t(r) << 32) + i) % 1000003) + 1;
-        wrong += got[i] != static_cast<int32_t>(sum);
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << comm.rank() << (legacy == nullptr ? ", null stream" : ", cudaStreamLegacy");
+      EXPECT_EQ(wrong_legacy_test_sums(recv, count, comm.size()), 0u)
+          << "rank " << comm.rank() << (legacy == nullptr ? ", null stream" : ", cudaStreamLegacy");
     }
     cudaFree(send);
     cudaFree(recv);

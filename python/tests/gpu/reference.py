@@ -19,15 +19,10 @@ def init_process_group(device: int, world: int) -> None:
         dist.init_process_group("nccl", device_id=torch.device("cuda", device))
 
 
-class _Done:
-    def wait(self):
-        return True
-
-
-def _everyone(tensor):
-    """Every rank's copy of `tensor` (on the host), in rank order."""
+def _everyone(value):
+    """Every rank's `value` (tensors moved to the host), in rank order."""
     parts = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, tensor.detach().cpu())
+    dist.all_gather_object(parts, value.detach().cpu() if isinstance(value, torch.Tensor) else value)
     return parts
 
 
@@ -83,30 +78,24 @@ class HostReference:
     @staticmethod
     def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None):
         world, rank = dist.get_world_size(), dist.get_rank()
-        inputs = _everyone(input)
-        splits = [None] * world
-        dist.all_gather_object(splits, None if input_split_sizes is None else list(input_split_sizes))
+        mine = (input.detach().cpu(), None if input_split_sizes is None else list(input_split_sizes))
         blocks = []
-        for q in range(world):
-            sizes = splits[q] or [inputs[q].shape[0] // world] * world
-            blocks.append(inputs[q].split(sizes)[rank])
+        for inp, sizes in _everyone(mine):
+            blocks.append(inp.split(sizes or [inp.shape[0] // world] * world)[rank])
         output.copy_(torch.cat(blocks).view_as(output))
 
     @staticmethod
     def batch_isend_irecv(ops):
         """Each receive from q takes q's sends to this rank in the order q listed them."""
         rank = dist.get_rank()
-        sends = [(op.peer, op.tensor.detach().cpu()) for op in ops if op.op.__name__ == "isend"]
-        everyone = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, sends)
-        taken = {}
+        everyone = _everyone([(op.peer, op.tensor.detach().cpu()) for op in ops if op.op.__name__ == "isend"])
+        incoming = {}  # source -> its sends to this rank, not yet received
         for op in ops:
             if op.op.__name__ == "irecv":
-                from_peer = [t for dst, t in everyone[op.peer] if dst == rank]
-                index = taken.get(op.peer, 0)
-                taken[op.peer] = index + 1
-                op.tensor.copy_(from_peer[index])
-        return [_Done()]
+                if op.peer not in incoming:
+                    incoming[op.peer] = iter([t for dst, t in everyone[op.peer] if dst == rank])
+                op.tensor.copy_(next(incoming[op.peer]))
+        return []  # done already: nothing to wait for
 
 
 def reference_calls(world: int):
