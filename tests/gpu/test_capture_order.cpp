@@ -222,8 +222,12 @@ class EagerCallBetween {
     if (kind_ == Between::kEagerMoeDispatch) make_moe();
   }
 
-  // Runs the call on `stream`, which no capture holds.
+  // Runs the call on `stream`, which no capture holds, and waits for it. Where ranks share a GPU as threads, a rank
+  // still allocating or beginning its capture (waits for every kernel of the context) would hold back a peer's
+  // call that spins for it until the timeout: every rank gets here before any launches, and its call is done
+  // before it goes on to calls that wait for the context (NOTE [shared-GPU waits] in world.hpp).
   void run(cudaStream_t stream) {
+    host_barrier();
     switch (kind_) {
       case Between::kEagerAllReduce: all_reduce(comm_, send_, recv_, stream); break;
       case Between::kEagerPut: comm_.put(global_, comm_.rank(), 0, send_.get(), kCount * 4, stream); break;
@@ -234,6 +238,7 @@ class EagerCallBetween {
         break;
       default: break;
     }
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   }
 
  private:

@@ -47,9 +47,9 @@ bool ranks_share_a_context();
 // NOTE [shared-GPU waits]
 // Ranks that share a GPU as threads share its CUDA context. A peer that already launched its next collective spins
 // until this rank joins it, so this rank must never wait on the host for that peer's work:
-// - A call that waits for the whole device (cudaDeviceSynchronize, cudaFree) waits for every kernel in the
-//   context, a peer's too. Where ranks share GPUs as threads, the helpers below let every rank reach the wait
-//   before any launches more, and leave it together.
+// - A call that waits for the whole device (cudaDeviceSynchronize, cudaMalloc, cudaFree, beginning or ending a
+//   graph's capture) waits for every kernel in the context, a peer's too. Where ranks share GPUs as threads, the
+//   helpers below let every rank reach the wait before any launches more, and leave it together.
 // - The legacy default stream waits for every thread's default stream: the tests are built with per-thread
 //   default streams (tests/gpu/CMakeLists.txt).
 // - A copy to or from pageable host memory waits for its stream while it holds a lock of the context that every
