@@ -448,7 +448,9 @@ TEST(CaptureOrder, ReplaysWithAnEagerCallCapturedBetweenStayOrdered) {
         capture.fork(s2.get());
         const cudaGraphNode_t m1 = marker(s1.get(), 20000);
         comm.all_reduce(x.get(), a.get(), n, DataType::kInt32, ReduceOp::kSum, s1.get());
+        host_barrier();  // as EagerCallBetween::run: every rank set up before any eager call spins for it
         comm.all_reduce(eager_send.get(), eager_recv.get(), n, DataType::kInt32, ReduceOp::kSum, uncaptured.get());
+        cuda_check(cudaStreamSynchronize(uncaptured.get()), "cudaStreamSynchronize");
         comm.all_reduce(a.get(), b.get(), n, DataType::kInt32, ReduceOp::kSum, s2.get());
         const std::vector<cudaGraphNode_t> x2_end = capture_frontier(s2.get());
         const cudaGraphNode_t m2 = marker(s2.get());
@@ -457,7 +459,6 @@ TEST(CaptureOrder, ReplaysWithAnEagerCallCapturedBetweenStayOrdered) {
         ASSERT_TRUE(expect_ordered_pair(captured, m1, m2, x2_end, rank, std::to_string(n) + " elements"));
         graph.exec = instantiate_on_every_rank(captured, s0.get());
       }
-      cuda_check(cudaStreamSynchronize(uncaptured.get()), "cudaStreamSynchronize");
       std::vector<int32_t> host_x(n), got_a(n), got_b(n);
       int wrong_replays = 0;
       for (int replay = 0; replay < kReplays && wrong_replays < 3; ++replay) {
