@@ -131,10 +131,10 @@ class MoeHook {
   bool pending() const { return state_ != nullptr; }
   // Enqueues the receiving half on `stream` (the sending half's stream or another: the communicator orders its
   // calls). Once per hook: kInvalidArgument for a hook with nothing pending. Where the communicator's ranks share
-  // a GPU as threads of one process, the legacy default stream is refused (kInvalidArgument naming stream) and the hook stays pending; a
-  // fatal failure recorded on the communicator (Communicator::check) raises again and leaves it pending too. Until
-  // it is called, the MoeBuffer refuses every dispatch, redispatch, combine and copy_expert_counts
-  // (kInvalidArgument naming the hook).
+  // a GPU as threads of one process, the legacy default stream is refused (kInvalidArgument naming stream) and the
+  // hook stays pending; a fatal failure recorded on the communicator (Communicator::check) raises again and leaves
+  // it pending too. Until it is called, the MoeBuffer refuses every dispatch, redispatch, combine and
+  // copy_expert_counts (kInvalidArgument naming the hook).
   // Destroying a pending hook, or moving another hook into it, drops its receiving half: the peers' signals
   // for it are never consumed, so that MoeBuffer refuses every later call; make a new one.
   void receive(Stream stream);

@@ -199,6 +199,18 @@ void all_reduce(Communicator& comm, const DeviceBuffer& send, const DeviceBuffer
   comm.all_reduce(send.get(), recv.get(), kCount, DataType::kInt32, ReduceOp::kSum, stream);
 }
 
+// Enqueues `call`, an eager call on `stream` between two calls of a capture, once every rank is set up, and waits
+// for it. Where ranks share a GPU as threads, a rank still allocating or beginning its capture (which waits for
+// every kernel of the context) would hold back a peer's call that spins for it until the timeout: every rank gets
+// here before any launches, and its call is done before it goes on to calls that wait for the context (NOTE
+// [shared-GPU waits] in world.hpp).
+template <typename Call>
+void eager_call_between(cudaStream_t stream, Call&& call) {
+  host_barrier();
+  call();
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
 // What the communicator does between X1 and X2.
 enum class Between {
   kNothing,
@@ -222,23 +234,20 @@ class EagerCallBetween {
     if (kind_ == Between::kEagerMoeDispatch) make_moe();
   }
 
-  // Runs the call on `stream`, which no capture holds, and waits for it. Where ranks share a GPU as threads, a rank
-  // still allocating or beginning its capture (waits for every kernel of the context) would hold back a peer's
-  // call that spins for it until the timeout: every rank gets here before any launches, and its call is done
-  // before it goes on to calls that wait for the context (NOTE [shared-GPU waits] in world.hpp).
+  // Runs the call on `stream`, which no capture holds, and waits for it (eager_call_between).
   void run(cudaStream_t stream) {
-    host_barrier();
-    switch (kind_) {
-      case Between::kEagerAllReduce: all_reduce(comm_, send_, recv_, stream); break;
-      case Between::kEagerPut: comm_.put(global_, comm_.rank(), 0, send_.get(), kCount * 4, stream); break;
-      case Between::kEagerGet: comm_.get(global_, comm_.rank(), 0, send_.get(), kCount * 4, stream); break;
-      case Between::kEagerMoeDispatch:
-        (void)moe_->dispatch(tokens_->get(), expert_ids_->get(), static_cast<const float*>(weights_->get()), 1, nullptr,
-                             stream);
-        break;
-      default: break;
-    }
-    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    eager_call_between(stream, [&] {
+      switch (kind_) {
+        case Between::kEagerAllReduce: all_reduce(comm_, send_, recv_, stream); break;
+        case Between::kEagerPut: comm_.put(global_, comm_.rank(), 0, send_.get(), kCount * 4, stream); break;
+        case Between::kEagerGet: comm_.get(global_, comm_.rank(), 0, send_.get(), kCount * 4, stream); break;
+        case Between::kEagerMoeDispatch:
+          (void)moe_->dispatch(tokens_->get(), expert_ids_->get(), static_cast<const float*>(weights_->get()), 1,
+                               nullptr, stream);
+          break;
+        default: break;
+      }
+    });
   }
 
  private:
@@ -448,9 +457,9 @@ TEST(CaptureOrder, ReplaysWithAnEagerCallCapturedBetweenStayOrdered) {
         capture.fork(s2.get());
         const cudaGraphNode_t m1 = marker(s1.get(), 20000);
         comm.all_reduce(x.get(), a.get(), n, DataType::kInt32, ReduceOp::kSum, s1.get());
-        host_barrier();  // as EagerCallBetween::run: every rank set up before any eager call spins for it
-        comm.all_reduce(eager_send.get(), eager_recv.get(), n, DataType::kInt32, ReduceOp::kSum, uncaptured.get());
-        cuda_check(cudaStreamSynchronize(uncaptured.get()), "cudaStreamSynchronize");
+        eager_call_between(uncaptured.get(), [&] {
+          comm.all_reduce(eager_send.get(), eager_recv.get(), n, DataType::kInt32, ReduceOp::kSum, uncaptured.get());
+        });
         comm.all_reduce(a.get(), b.get(), n, DataType::kInt32, ReduceOp::kSum, s2.get());
         const std::vector<cudaGraphNode_t> x2_end = capture_frontier(s2.get());
         const cudaGraphNode_t m2 = marker(s2.get());
