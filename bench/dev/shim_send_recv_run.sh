@@ -8,6 +8,11 @@
 #   torch     the torchrun script with and without the shim (nccl_shim/tests/run_torch_check.sh)
 #   bench     nccl_shim_bench: allreduce bf16 8 KB - 512 MB in CUDA graphs, shim and real NCCL in one process;
 #             braid-bench's allreduce on the same sizes (braid's own API), to compare the shim's overhead
+#   nccltests nccl-tests' *_perf programs (built against NCCL, carried in NCCL_TESTS_DIR, default .carry/nccl-tests)
+#             on every GPU of one process with data checks (-c 1), with the shim and with the real NCCL: 8 KiB-512 MiB,
+#             every datatype and operator up to 1 MiB (NCCL 2.28 refuses fp8's avg, and the real NCCL serves the shim's
+#             PreMulSum, which it refuses on fp8: both runs end there), and the shim's registered buffers (-R 1) and
+#             windows (-R 2); NCCL_TESTS_LIBS="shim" leaves out the real NCCL's runs
 #   symbols   which NCCL symbols libtorch_cuda.so imports (the shim must export each)
 # Usage: bench/dev/shim_send_recv_run.sh KIND PHASE...   Logs go to $OUT (shim-logs.tgz).
 set -u
@@ -16,6 +21,7 @@ shift
 shim=$PWD/build/nccl_shim/libnccl.so.2
 check=build/nccl_shim/tests/nccl_check
 [ -x "$check" ] || check=build/manual/nccl_check
+nccl_tests=${NCCL_TESTS_DIR:-.carry/nccl-tests}
 export BRAID_TIMEOUT_S=60
 for phase in "$@"; do
   case "$phase" in
@@ -59,6 +65,23 @@ for phase in "$@"; do
       echo "nccl_shim_bench exit $?" | tee -a "$out/shim-vs-nccl.log"
       grep -v '^\[[1-9]' "$out/shim-vs-nccl.log" | tail -n 40
       bench 200 braid-allreduce --coll allreduce -d bfloat16 -b 8K -e 512M -f 2 -G 20
+      ;;
+    nccltests)
+      for lib in ${NCCL_TESTS_LIBS:-shim nccl}; do
+        if [ $lib = shim ]; then env=(LD_PRELOAD=$shim LD_LIBRARY_PATH=$nccl_dir); else env=(LD_LIBRARY_PATH=$nccl_dir); fi
+        for test in "$nccl_tests"/*_perf; do
+          name=$(basename "$test")
+          runs=("-b 8K -e 512M -f 2" "-d all -o all -b 8 -e 1M -f 8")
+          [ $lib = shim ] && runs+=("-R 1 -b 8K -e 512M -f 4" "-R 2 -b 8K -e 512M -f 4")
+          for args in "${runs[@]}"; do
+            log="$out/nccltests-$lib-$name-$(echo "$args" | tr -d ' -' | cut -c1-24).log"
+            timeout 240 env "${env[@]}" "$test" -g "$gpus" -c 1 -w 2 -n 5 $args > "$log" 2>&1
+            code=$?
+            wrong=$(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { w += $9 + $13; rows++ } END { printf "%d wrong in %d sizes", w, rows }' "$log")
+            echo "$lib $name $args: exit $code, $wrong, $(grep -o 'Out of bounds values : .*' "$log")"
+          done
+        done
+      done | tee "$out/nccltests-summary.log"
       ;;
     symbols)
       lib=$(python3 -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'lib', 'libtorch_cuda.so'))")

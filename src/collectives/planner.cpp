@@ -89,12 +89,13 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   gates.multicast = shape.multicast;
   // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter: on
   // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs on any buffer (the
-  // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes). Reduce: pairs, 2 ranks.
+  // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes); on 1 rank never (its pairs
+  // reduce the own block into each receive, and there are none). Reduce: pairs, 2 ranks.
   // All-reduce: on 2 ranks pushes into the peer's output where the peer maps it (in place, the first pushes go as
   // pairs: NOTE [all-reduce in place by the copy engines]); on more, a reduce-scatter's pairs and then an
   // all-gather's, on any buffer.
   if (shape.collective == Collective::kReduceScatter) {
-    gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
+    gates.copy_engines = shape.world == 2 || (shape.world > 2 && !facts.peers_map_output);
   } else if (shape.collective == Collective::kReduce) {
     gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
   } else if (shape.collective == Collective::kAllReduce) {

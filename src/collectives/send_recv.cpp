@@ -377,6 +377,9 @@ void all_gather_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 
 void reduce_scatter_copy_engine_pairs(CollectiveContext& state, const void* send, void* recv, size_t block_bytes,
                                       DataType type, ReduceOp op, uint64_t plan, Stream stream) {
+  if (state.size < 2) {  // the own block is reduced into each receive: one rank has none
+    raise(ErrorCode::kInternal, "reduce_scatter: copy-engine pairs serve 2 or more ranks, not {}", state.size);
+  }
   char* const input = const_cast<char*>(static_cast<const char*>(send));  // only read
   char* const output = static_cast<char*>(recv);
   PairExchange exchange{Collective::kReduceScatter};

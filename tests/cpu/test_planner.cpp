@@ -181,6 +181,25 @@ TEST(Planner, ReduceScatterCopyEnginesOnTwoRanks) {
   }
 }
 
+// One rank: reduce-scatter's copy-engine pairs would reduce the own block into each receive, and a lone rank has
+// none, so its calls never take the copy engines, not even forced (the forced one takes the pipelined kernel).
+TEST(Planner, ReduceScatterOfOneRankNeverTakesTheCopyEngines) {
+  const std::string forced = "reducescatter=copyengine";
+  for (const size_t bytes : {size_t(1) << 20, (size_t(64) << 20) + 16, size_t(512) << 20}) {
+    for (const std::string* text : {&kNoOverride, &forced}) {
+      for (const BufferFacts& facts : {BufferFacts{}, mapped(), output_mapped(false), output_mapped(true),
+                                       BufferFacts{.in_place = true}}) {
+        SCOPED_TRACE(std::to_string(bytes) + " bytes, BRAID_ALGO '" + *text + "'");
+        const CallPlan plan = plan_call(shape(Collective::kReduceScatter, bytes, 1, DataType::kFloat32, text), kAreas,
+                                        facts);
+        EXPECT_NE(plan.algorithm, Algorithm::kCopyEngine);
+        if (text == &forced) EXPECT_EQ(plan.algorithm, Algorithm::kPipelined);
+      }
+    }
+  }
+  EXPECT_FALSE(plans_output_pushes(shape(Collective::kReduceScatter, size_t(512) << 20, 1), kAreas));
+}
+
 // A reduce-scatter looks its output up only where it may push into it: on 2 ranks beyond the copy-engine cut-off
 // (64 MiB of input, or forced), never at LL sizes, on more ranks or for other collectives.
 TEST(Planner, OnlyReduceScattersThatMayPushLookUpTheirOutput) {
