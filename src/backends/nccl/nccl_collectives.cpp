@@ -17,7 +17,10 @@ void NcclCollectives::collective(const collectives::CollectiveCall& call, Stream
   register_buffer(call.send, call.send_elements(nccl_->size()) * element);
   register_buffer(call.recv, call.recv_elements(nccl_->size()) * element);
   DeviceGuard guard(nccl_->device());
-  const auto [function, collective, send, recv, count, type, op, root] = call;
+  const auto [function, collective, send, recv, count, type, call_op, root] = call;
+  // NCCL runs one rank's avg as a PreMulSum by 1, whose one-rank kernel its host code lacks for fp8 (invalid
+  // argument); over one rank the average is the sum.
+  const ReduceOp op = call_op == ReduceOp::kAvg && nccl_->size() == 1 ? ReduceOp::kSum : call_op;
   switch (collective) {
     case Collective::kAllReduce: return nccl_->all_reduce(send, recv, count, type, op, stream);
     case Collective::kReduce: return nccl_->reduce(send, recv, count, type, op, root, stream);
