@@ -118,6 +118,9 @@ inline double time_calls(Communicator& comm, cudaStream_t stream, const Call& ca
   int launches = plan.iters, calls = plan.iters;
   if (plan.graph_calls > 0) {
     graph = std::make_unique<Graph>(stream, call, plan.graph_calls);
+    // Instantiation waits for every kernel of the context: where ranks share a GPU as threads, a peer's replay
+    // already spinning for this rank would hold it there until the timeout (docs/shared-gpu.md).
+    comm.barrier();
     graph->launch(stream);  // the first launch uploads the graph: untimed
     cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
     launches = (plan.iters + plan.graph_calls - 1) / plan.graph_calls;
