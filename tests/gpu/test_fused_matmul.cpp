@@ -403,7 +403,7 @@ TEST(FusedMatmul, ProductsOverNoColumnsAreZerosOrderedAndCapturable) {
     fused.all_gather_matmul(nullptr, rows, 0, nullptr, c.layout, n, ag_out, nullptr, c.type, first.get());
     fused.matmul_reduce_scatter(nullptr, m, 0, nullptr, c.layout, n, rs_out, c.type, ReduceOp::kAvg, first.get());
     ASSERT_EQ(cudaStreamEndCapture(first.get(), &graph.graph), cudaSuccess);
-    ASSERT_EQ(cudaGraphInstantiate(&graph.exec, graph.graph, 0), cudaSuccess);
+    graph.exec = instantiate_on_every_rank(graph.graph, first.get());
     ASSERT_EQ(cudaGraphLaunch(graph.exec, first.get()), cudaSuccess);
     ASSERT_EQ(cudaStreamSynchronize(first.get()), cudaSuccess);
     zeros("graph");
