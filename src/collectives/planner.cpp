@@ -22,11 +22,10 @@ Buffers table_key(Collective collective, const BufferFacts& facts) {
   }
 }
 
-bool needs_met(Needs needs, const BufferFacts& facts, int world) {
+bool needs_met(Needs needs, const BufferFacts& facts) {
   switch (needs) {
     case Needs::kNothing: return true;
     case Needs::kPeersMap: return facts.peers_map;
-    case Needs::kPeerMapsOfTwo: return facts.peers_map && world == 2;
     case Needs::kPeersMapOutput: return facts.peers_map_output && !facts.same_process_peers && !facts.in_place;
     case Needs::kAnnouncedBuffers: return facts.announced;
   }
@@ -47,13 +46,17 @@ const Protocol* announced_row(Collective collective) {
   return nullptr;
 }
 
-// The row of (collective, algorithm) the buffers allow, zero copy before staged (protocols.cpp lists it first).
+// The row of (collective, algorithm) the buffers and the world allow, zero copy before staged (protocols.cpp lists
+// it first).
 const Protocol* row_for(Collective collective, Algorithm algorithm, const BufferFacts& facts, int world) {
   for (const Protocol& row : protocols()) {
-    if (row.collective == collective && row.algorithm == algorithm && needs_met(row.needs, facts, world)) return &row;
+    if (row.collective == collective && row.algorithm == algorithm && needs_met(row.needs, facts) &&
+        serves_world(row.worlds, world)) {
+      return &row;
+    }
   }
-  raise(ErrorCode::kInternal, "{}: the protocol {} has no row for these buffers",
-        collective_name(static_cast<unsigned int>(collective)), algorithm_name(algorithm));
+  raise(ErrorCode::kInternal, "{}: the protocol {} has no row for these buffers on {} rank(s)",
+        collective_name(static_cast<unsigned int>(collective)), algorithm_name(algorithm), world);
 }
 
 size_t chunk_of(const CallShape& shape, ChunkRule rule, const AreaCapacities& capacities) {

@@ -11,6 +11,7 @@ using enum Algorithm;
 using enum BufferMode;
 using enum Needs;
 using enum ChunkRule;
+using enum Worlds;
 constexpr Collective kAR = Collective::kAllReduce, kR = Collective::kReduce, kRS = Collective::kReduceScatter,
                      kAG = Collective::kAllGather, kBC = Collective::kBroadcast, kA2A = Collective::kAllToAll,
                      kA2Av = Collective::kAllToAllv, kSR = Collective::kSendRecv;
@@ -24,12 +25,13 @@ constexpr Protocol kProtocols[] = {
     {kAR, kTwoShot, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_all_reduce_announced},
     {kAR, kTwoShot, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_reduce_two_shot_zero_copy},
     {kAR, kTwoShot, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_reduce_two_shot},
-    {kAR, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeerMapsOfTwo, kWholeCall, run_all_reduce_copy_engine},
-    {kAR, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_all_reduce_copy_engine_pairs},
+    {kAR, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMap, kWholeCall, run_all_reduce_copy_engine, kTwo},
+    {kAR, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_all_reduce_copy_engine_pairs,
+     kMoreThanTwo},
     {kAR, kMulticast, kStagedCopy, Gate::kMulticast, kNothing, kMulticastHalf, run_reduce_multicast},
 
     {kR, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_reduce_ll},
-    {kR, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_reduce_copy_engine_pairs},
+    {kR, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_reduce_copy_engine_pairs, kTwo},
     {kR, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_reduce_pipelined},
     {kR, kTwoShot, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_reduce_two_shot},
     {kR, kMulticast, kStagedCopy, Gate::kMulticast, kNothing, kMulticastHalf, run_reduce_multicast},
@@ -41,8 +43,10 @@ constexpr Protocol kProtocols[] = {
     {kRS, kPipelined, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_reduce_scatter_announced},
     {kRS, kPipelined, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_reduce_scatter_zero_copy},
     {kRS, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_reduce_scatter_pipelined},
-    {kRS, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMapOutput, kWholeCall, run_reduce_scatter_copy_engine},
-    {kRS, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_reduce_scatter_copy_engine_pairs},
+    {kRS, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMapOutput, kWholeCall, run_reduce_scatter_copy_engine,
+     kTwo},
+    {kRS, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_reduce_scatter_copy_engine_pairs,
+     kTwoOrMore},
 
     {kAG, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_all_gather_ll},
     {kAG, kMulticast, kStagedCopy, Gate::kMulticast, kNothing, kMulticastHalfPerRank, run_all_gather_multicast},
@@ -83,6 +87,16 @@ const char* buffer_mode_name(BufferMode mode) {
     case kStagedCopy: break;
   }
   return "staged copy";
+}
+
+bool serves_world(Worlds worlds, int world) {
+  switch (worlds) {
+    case Worlds::kAny: return true;
+    case Worlds::kTwo: return world == 2;
+    case Worlds::kTwoOrMore: return world >= 2;
+    case Worlds::kMoreThanTwo: return world > 2;
+  }
+  return false;
 }
 
 bool gate_open(Gate gate, const Gates& gates) {

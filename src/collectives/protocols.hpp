@@ -12,10 +12,11 @@ namespace braid::collectives {
 
 // NOTE [protocol registry]
 // The selection table (selection.cpp) names a protocol per size; the planner (planner.cpp) takes that protocol's
-// row here, the zero-copy row where the buffers allow it (`needs`), else the staged one, and fills the plan from
-// it; launch() runs the row's function. Adding a protocol is one row and one launch function; a protocol with no
-// row cannot be chosen, BRAID_ALGO names only protocols with a row, and a plan without a row is kInternal, never a
-// silent fallback. tests/cpu/test_protocols.cpp walks every row against the table, the planner and BRAID_ALGO.
+// row here, of those that serve the world (`worlds`) the zero-copy row where the buffers allow it (`needs`), else
+// the staged one, and fills the plan from it; launch() runs the row's function. Adding a protocol is one row and
+// one launch function; a protocol with no row cannot be chosen, BRAID_ALGO names only protocols with a row, and a
+// plan without a row is kInternal, never a silent fallback. tests/cpu/test_protocols.cpp walks every row against
+// the table, the planner and BRAID_ALGO at every world from 1 to 8.
 
 // kAnnounced: eager calls whose kernel learns at its entry barrier where every rank's buffer lies (each rank
 // announces an exposed range, or none) and runs zero copy or staged accordingly (announced_launch.hpp).
@@ -37,9 +38,18 @@ enum class Needs {
   kNothing,
   kPeersMap,        // every peer maps the buffers the kernels use
   kPeersMapOutput,  // every peer maps its output to the copy engines (not same-process, not in place)
-  kPeerMapsOfTwo,   // 2 ranks, and the peer maps the buffers the kernels use
   kAnnouncedBuffers,  // the call announces its buffers (BufferFacts::announced): NOTE [announced calls] (planner.cpp)
 };
+
+// The world sizes a row's launch serves; the planner never takes a row for another (its launch would refuse it with
+// kInternal).
+enum class Worlds {
+  kAny,
+  kTwo,          // the one peer's buffer or pipeline area completes the call
+  kTwoOrMore,    // every receive reduces into this rank's own block: one rank has none
+  kMoreThanTwo,  // 2 ranks take the row of kTwo instead
+};
+bool serves_world(Worlds worlds, int world);
 
 // The units (elements; bytes where the collective moves bytes) one launch carries (AreaCapacities, planner.hpp).
 enum class ChunkRule {
@@ -66,6 +76,7 @@ struct Protocol {
   // Null only where a call's pairs each take a protocol of their own inside one grouped launch (all-to-all-v,
   // send/recv: send_recv.cpp), never for a collective launched whole.
   LaunchFunction launch;
+  Worlds worlds = Worlds::kAny;
 };
 
 std::span<const Protocol> protocols();

@@ -62,7 +62,9 @@ std::vector<BufferFacts> every_facts() {
   return all;
 }
 
-// Every plan the planner makes over the sweep, with and without each override, for every fact the lookups give.
+// Every plan the planner makes over the sweep, with and without each override, for every fact the lookups give, at
+// every world from one rank up: none raises (a plan the table, the gates and the rows' worlds leave without a row
+// is kInternal) and each row serves the plan's world.
 std::set<const Protocol*> planned_rows() {
   std::set<const Protocol*> reached;
   const std::string none;
@@ -72,17 +74,25 @@ std::set<const Protocol*> planned_rows() {
   for (const Collective collective : kCollectives) {
     for (const std::string& text : overrides) {
       if (!text.empty() && text.rfind(kAlgoNames.at(collective) + "=", 0) != 0) continue;
-      for (const int world : {2, 4}) {
+      for (int world = 1; world <= 8; ++world) {
         for (const size_t bytes : swept_sizes()) {
           for (const bool multicast : {false, true}) {
             const CallShape shape{collective, bytes, world, DataType::kFloat32, &text, multicast};
             for (const BufferFacts& fact : facts) {
-              const CallPlan plan = plan_call(shape, kAreas, fact);
+              const std::string where = std::string(collective_name(static_cast<unsigned int>(collective))) +
+                                        " of " + std::to_string(bytes) + " bytes on " + std::to_string(world) +
+                                        " rank(s), BRAID_ALGO '" + text + "'";
+              CallPlan plan{};
+              try {
+                plan = plan_call(shape, kAreas, fact);
+              } catch (const Error& error) {
+                ADD_FAILURE() << where << ": " << error.what();
+                return reached;
+              }
               const bool whole = plan.protocol != nullptr && plan.protocol->collective == collective &&
                                  plan.protocol->algorithm == plan.algorithm && plan.protocol->mode == plan.mode;
-              if (!whole) {
-                ADD_FAILURE() << collective_name(static_cast<unsigned int>(collective)) << " of " << bytes
-                              << " bytes: a plan without its row";
+              if (!whole || !serves_world(plan.protocol->worlds, world)) {
+                ADD_FAILURE() << where << ": " << (whole ? "a row for another world" : "a plan without its row");
                 return reached;
               }
               reached.insert(plan.protocol);
@@ -102,7 +112,7 @@ TEST(Protocols, EveryRowIsReachedByTheTableAndThePlannerAndEveryPlanHasARow) {
 
 TEST(Protocols, EveryProtocolTheTableCanNameHasARow) {
   for (const Collective collective : kCollectives) {
-    for (const int world : {2, 3, 4, 8}) {
+    for (const int world : {1, 2, 3, 4, 8}) {
       for (const DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat8E5M2}) {
         for (const Buffers buffers : {Buffers::kAny, Buffers::kSymmetric}) {
           for (int bits = 0; bits < 16; ++bits) {
@@ -178,7 +188,7 @@ TEST(Protocols, EveryLaunchFunctionIsARowsAndEveryRowsIsDeclared) {
   for (auto it = std::sregex_iterator(header.begin(), header.end(), declaration); it != std::sregex_iterator(); ++it) {
     declared.insert((*it)[1]);
   }
-  const std::regex row(R"(\{k\w+, k\w+, k\w+, Gate::k\w+, k\w+, k\w+, (run_\w+|nullptr)\})");
+  const std::regex row(R"(\{k\w+, k\w+, k\w+, Gate::k\w+, k\w+, k\w+, (run_\w+|nullptr)(,\s*k\w+)?\})");
   size_t rows = 0;
   for (auto it = std::sregex_iterator(registry.begin(), registry.end(), row); it != std::sregex_iterator(); ++it) {
     ++rows;
