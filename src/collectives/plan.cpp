@@ -38,7 +38,10 @@ uint64_t exchange_plan_word(Collective collective, ExchangedBuffer buffer, uint6
 
 std::string describe_plan(uint64_t word) {
   if (word == 0) return "no plan (a barrier outside the collectives)";
-  if (word == device::kStoppedPlan) return "none: it had stopped after a mismatch with another rank";
+  if (word == device::kStoppedPlan) {
+    return "none: it had stopped after a failure of its own (a mismatch, a timeout, a peer's exit, an abort or a "
+           "revocation), which its own error names";
+  }
   const unsigned int collective = static_cast<unsigned int>(word >> 56 & 0xF);
   if (word >> 60 == kExchangeAlgorithmBits) {
     const uint64_t field = word >> 48 & 0x7F;

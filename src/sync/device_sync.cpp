@@ -168,6 +168,13 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
     auto plan = [&](long long word) {
       return describe_plan != nullptr ? describe_plan(static_cast<uint64_t>(word)) : fmt::format("0x{:016x}", word);
     };
+    if (static_cast<uint64_t>(error.limit) == device::kStoppedPlan) {  // the peer's failure came first
+      raise(ErrorCode::kMismatch,
+            "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}. Nothing of the peers' "
+            "data was used. The communicator is unusable; destroy it.",
+            collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
+            plan(error.limit));
+    }
     raise(ErrorCode::kMismatch,
           "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}. Every rank must make the "
           "call with the same count, datatype, op and root, and pass the same kind of buffer (symmetric memory at "

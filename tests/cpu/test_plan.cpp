@@ -106,8 +106,8 @@ TEST(PlanWord, TheFirstUseOfARegisteredBufferHasAPlanOfItsOwn) {
             std::string::npos);
 }
 
-// A rank that stopped after a mismatch answers its peers' barriers with kStoppedPlan: no call's word, named as
-// what it is.
+// A stopped rank (after any failure) answers its peers' barriers with kStoppedPlan: no call's word, named as what
+// it is.
 TEST(PlanWord, TheStoppedPlanIsNoCallsPlan) {
   for (const Algorithm algorithm : {Algorithm::kLL, Algorithm::kOneShot, Algorithm::kTwoShot, Algorithm::kPipelined,
                                     Algorithm::kStaged, Algorithm::kCopyEngine, Algorithm::kMulticast,
@@ -120,7 +120,7 @@ TEST(PlanWord, TheStoppedPlanIsNoCallsPlan) {
     EXPECT_NE(plan_word(call) >> 56, device::kStoppedPlan >> 56) << algorithm_name(algorithm);
   }
   EXPECT_NE(exchange_plan_word(Collective::kSendRecv, ExchangedBuffer::kRecv, 1) >> 56, device::kStoppedPlan >> 56);
-  EXPECT_NE(describe_plan(device::kStoppedPlan).find("stopped after a mismatch"), std::string::npos);
+  EXPECT_NE(describe_plan(device::kStoppedPlan).find("stopped after a failure of its own"), std::string::npos);
 }
 
 // What an announcing kernel's block writes for its buffer (kernels/announced_launch.hpp): the id above the offset's

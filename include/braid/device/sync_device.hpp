@@ -107,8 +107,9 @@ struct SignalPad {
 // pieces and credits.
 constexpr int kBarrierChannels = 64;
 
-// The plan a rank that stopped after a mismatch answers every peer's barrier with: no call's plan word
-// (no plan word has every bit set), so every peer that meets it fails with kMismatch too.
+// The plan a stopped rank (NOTE [stopped ranks]: any failure in its fatal word, a mismatch among them) answers
+// every peer's barrier with: no call's plan word (no plan word has every bit set), so every peer that meets it
+// fails with kMismatch too.
 constexpr uint64_t kStoppedPlan = ~uint64_t(0);
 
 // NOTE [stopped ranks]
