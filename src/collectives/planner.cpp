@@ -77,12 +77,12 @@ size_t chunk_of(const CallShape& shape, ChunkRule rule, const AreaCapacities& ca
   return 0;
 }
 
-bool moves_pairs(Collective collective, int world, const BufferFacts& facts) {
+bool moves_pairs(Collective collective, const BufferFacts& facts) {
   switch (collective) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
     case Collective::kAllGather:
     case Collective::kBroadcast: return true;
-    case Collective::kReduce: return world == 2;  // one peer's data completes the output
+    case Collective::kReduce: return true;  // on 2 ranks only, as its row says: one peer's data completes the output
     default: return false;
   }
 }
@@ -92,22 +92,23 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   gates.multicast = shape.multicast;
   // Into the peers' buffers where they all map them, else as pairs into their pipeline areas. Reduce-scatter: on
   // 2 ranks pushes into the peer's output where every peer maps it, else pairs; on more, pairs on any buffer (the
-  // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes); on 1 rank never (its pairs
-  // reduce the own block into each receive, and there are none). Reduce: pairs, 2 ranks.
+  // pushes serve 2 ranks, and only there is the output looked up: plans_output_pushes). Reduce: pairs. Whatever
+  // the rule, the gate stays shut on a world no copy-engine row of the collective serves (one rank: none).
   // All-reduce: on 2 ranks pushes into the peer's output where the peer maps it (in place, the first pushes go as
   // pairs: NOTE [all-reduce in place by the copy engines]); on more, a reduce-scatter's pairs and then an
   // all-gather's, on any buffer.
   if (shape.collective == Collective::kReduceScatter) {
-    gates.copy_engines = shape.world == 2 || (shape.world > 2 && !facts.peers_map_output);
+    gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
   } else if (shape.collective == Collective::kReduce) {
-    gates.copy_engines = moves_pairs(shape.collective, shape.world, facts);
+    gates.copy_engines = moves_pairs(shape.collective, facts);
   } else if (shape.collective == Collective::kAllReduce) {
-    gates.copy_engines = shape.world > 2 || (shape.world == 2 && facts.peers_map && !facts.same_process_peers &&
-                                             (!facts.in_place || capacities.copy_engine_window));
+    gates.copy_engines = shape.world != 2 || (facts.peers_map && !facts.same_process_peers &&
+                                              (!facts.in_place || capacities.copy_engine_window));
   } else {
     gates.copy_engines =
-        facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, shape.world, facts);
+        facts.peers_map ? !facts.same_process_peers : moves_pairs(shape.collective, facts);
   }
+  gates.copy_engines = gates.copy_engines && some_row_serves(shape.collective, Algorithm::kCopyEngine, shape.world);
   gates.ll_fits = !facts.one_sided &&
                   (shape.collective != Collective::kAllToAll || shape.bytes / shape.world <= capacities.ll_payload);
   gates.ll128 = shape.ll128;

@@ -99,6 +99,13 @@ bool serves_world(Worlds worlds, int world) {
   return false;
 }
 
+bool some_row_serves(Collective collective, Algorithm algorithm, int world) {
+  for (const Protocol& row : kProtocols) {
+    if (row.collective == collective && row.algorithm == algorithm && serves_world(row.worlds, world)) return true;
+  }
+  return false;
+}
+
 bool gate_open(Gate gate, const Gates& gates) {
   switch (gate) {
     case Gate::kOpen: return true;

@@ -50,6 +50,8 @@ enum class Worlds {
   kMoreThanTwo,  // 2 ranks take the row of kTwo instead
 };
 bool serves_world(Worlds worlds, int world);
+// Whether some row of (collective, algorithm) serves `world`: where none does, the protocol's gate stays shut.
+bool some_row_serves(Collective collective, Algorithm algorithm, int world);
 
 // The units (elements; bytes where the collective moves bytes) one launch carries (AreaCapacities, planner.hpp).
 enum class ChunkRule {
