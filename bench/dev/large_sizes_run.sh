@@ -10,14 +10,14 @@ export BRAID_ALLOW_SHARED_GPU=1
 bench=build/tools/braid-bench/braid-bench
 sizes=(-b 67108876 -e 300M -f 2)
 quick=(-n 1 -w 0 --repeats 1 -c 1 --inplace 2 --coll all)
-run() {  # NAME ENV... -- ARGS...
+run() {  # NAME [ENV...] -- ARGS...
   local name=$1; shift
   [[ " ${RUNS:-$name} " == *" $name "* ]] || return 0  # RUNS: the names to run (default all)
   local envs=()
   while [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   local log="$out/large-w$world-$name.log" start=$SECONDS
-  env "${envs[@]}" timeout -k 5 "${RUN_BUDGET_S:-150}" "$bench" --threads "$world" "${sizes[@]}" "${quick[@]}" "$@" \
+  env ${envs[@]+"${envs[@]}"} timeout -k 5 "${RUN_BUDGET_S:-150}" "$bench" --threads "$world" "${sizes[@]}" "${quick[@]}" "$@" \
     > "$log" 2>&1
   local code=$?
   local wrong
@@ -25,10 +25,10 @@ run() {  # NAME ENV... -- ARGS...
   echo "world $world $name: exit $code, FAILED lines $wrong, $((SECONDS - start)) s" | tee -a "$out/large-summary.txt"
 }
 for world in "$@"; do
-  run cudamalloc_f32 X=1 -- -d float32 -o sum
-  run symmetric_f32 X=1 -- -d float32 -o sum --symmetric 1
+  run cudamalloc_f32 -- -d float32 -o sum
+  run symmetric_f32 -- -d float32 -o sum --symmetric 1
   run registered_vmm_eager_zero_copy_f32 BRAID_EAGER_ZERO_COPY=1 -- -d float32 -o sum --vmm 1 --register 1
-  run graph_cudamalloc_f32 X=1 -- -d float32 -o sum -G 2
-  run cudamalloc_bf16_avg X=1 -- -d bfloat16 -o avg
+  run graph_cudamalloc_f32 -- -d float32 -o sum -G 2
+  run cudamalloc_bf16_avg -- -d bfloat16 -o avg
 done
 tar -C "$out" -czf /tmp/large-logs.tgz . && find "$out" -type f ! -name large-summary.txt -delete && mv /tmp/large-logs.tgz "$out/"

@@ -168,20 +168,17 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
     auto plan = [&](long long word) {
       return describe_plan != nullptr ? describe_plan(static_cast<uint64_t>(word)) : fmt::format("0x{:016x}", word);
     };
-    if (static_cast<uint64_t>(error.limit) == device::kStoppedPlan) {  // the peer's failure came first
-      raise(ErrorCode::kMismatch,
-            "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}. Nothing of the peers' "
-            "data was used. The communicator is unusable; destroy it.",
-            collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
-            plan(error.limit));
-    }
+    // Against a stopped peer the call was never in question: the peer's own failure came first.
+    const char* advice = static_cast<uint64_t>(error.limit) == device::kStoppedPlan
+                             ? ""
+                             : " Every rank must make the call with the same count, datatype, op and root, and pass "
+                               "the same kind of buffer (symmetric memory at the same offset, a registered buffer, "
+                               "or neither) on every rank, with the same BRAID_ALGO.";
     raise(ErrorCode::kMismatch,
-          "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}. Every rank must make the "
-          "call with the same count, datatype, op and root, and pass the same kind of buffer (symmetric memory at "
-          "the same offset, a registered buffer, or neither) on every rank, with the same BRAID_ALGO. Nothing of "
-          "the peers' data was used. The communicator is unusable; destroy it.",
+          "{}: ranks {} and {} ran different plans for one call: rank {} {}; rank {} {}.{} Nothing of the peers' "
+          "data was used. The communicator is unusable; destroy it.",
           collective_name(error.collective), error.rank, error.peer, error.rank, plan(error.value), error.peer,
-          plan(error.limit));
+          plan(error.limit), advice);
   }
   if (error.code == device::kErrorPeerExited) {
     raise(ErrorCode::kRemoteError,
