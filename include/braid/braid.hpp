@@ -361,8 +361,10 @@ class Communicator {
   // Local: the peers are not told (their waits on this rank end at their timeout, or when they abort too; a kernel
   // of this rank queued before the abort answers a peer's barrier with its stopped plan: kMismatch there), and
   // their kernels may still write into this rank's memory, which stays mapped until the communicator and its
-  // allocations are destroyed. On the NCCL backend it calls ncclCommAbort. Then destroy the communicator.
-  // Idempotent; never throws.
+  // allocations are destroyed. On the NCCL backend it calls ncclCommAbort once the calls into NCCL that other
+  // threads are making have returned, waiting at most 2 s for them (a call still inside NCCL then, blocked on a
+  // peer, is aborted under, which ends its wait with an error). Then destroy the communicator. Idempotent; never
+  // throws.
   void abort() noexcept;
 
   // Revokes the communicator for every rank, from any rank and any thread (MPI's MPI_Comm_revoke): within about

@@ -1,5 +1,6 @@
 #include "backends/nccl/nccl_backend.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <optional>
@@ -130,9 +131,19 @@ void NcclBackend::raise_if_expired() const {
   if (watchdog_->expired()) throw Error(ErrorCode::kTimeout, watchdog_->message());
 }
 
-NcclWatchdog::Scope NcclBackend::watch(const char* operation, Stream stream) {
+void NcclBackend::raise_aborted() const {
   raise_if_expired();
-  return NcclWatchdog::Scope(*watchdog_, operation, stream);
+  raise(ErrorCode::kAborted, "NCCL rank {} aborted the communicator (Communicator::abort); destroy it", rank_text_);
+}
+
+NcclBackend::CallLock NcclBackend::enter_call() {
+  CallLock call(calls_);
+  if (aborting_.load()) raise_aborted();
+  return call;
+}
+
+NcclBackend::WatchedCall NcclBackend::watch(const char* operation, Stream stream) {
+  return WatchedCall{enter_call(), NcclWatchdog::Scope(*watchdog_, operation, stream)};
 }
 
 void NcclBackend::all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream) {
@@ -293,7 +304,7 @@ void NcclBackend::send_recv_group(const void* send, const size_t* send_counts, c
 
 bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
   if (register_mode_ == NcclRegisterMode::kNo) return false;
-  raise_if_expired();
+  if (aborting_.load()) raise_aborted();
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     auto found = registrations_.find(key);
@@ -329,6 +340,7 @@ bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
   ncclResult_t result = ncclInternalError;
   std::string failure;
   try {
+    const CallLock call = enter_call();  // an abort since the check above: the range stays unregistered
     DeviceGuard guard(device_);
     result = library_->api().comm_register(comm_, base, bytes, &handle);
     ++register_calls_;
@@ -380,9 +392,11 @@ void NcclBackend::forget_registered(uint64_t key) {
 }
 
 void NcclBackend::deregister(void* handle, uint64_t key) noexcept {
-  // After the watchdog's abort the registrations went with the communicator.
-  if (aborted_.load() || (watchdog_ != nullptr && watchdog_->expired())) return;
+  // After an abort (the watchdog's or a user's) the registrations went with the communicator.
+  if (aborting_.load() || (watchdog_ != nullptr && watchdog_->expired())) return;
   try {
+    const CallLock call(calls_);
+    if (aborting_.load()) return;
     DeviceGuard guard(device_);
     const ncclResult_t result = library_->api().comm_deregister(comm_, handle);
     ++deregister_calls_;
@@ -408,7 +422,13 @@ size_t NcclBackend::registered_count() const {
 void NcclBackend::abort_communicator() noexcept {
   std::lock_guard<std::mutex> lock(abort_mutex_);
   if (aborted_.load()) return;
+  aborting_ = true;  // from here no call enters NCCL
   try {
+    std::unique_lock<std::shared_timed_mutex> calls(calls_, std::defer_lock);
+    if (!calls.try_lock_for(std::chrono::duration<double>(kAbortWaitForCallsS))) {
+      BRAID_WARN("NCCL rank {}: a call into NCCL has not returned within {} s of the abort; aborting the "
+                 "communicator under it (NCCL's abort ends its wait)", rank_text_, kAbortWaitForCallsS);
+    }
     DeviceGuard guard(device_);
     const ncclResult_t result = library_->api().comm_abort(comm_);
     if (result != ncclSuccess) BRAID_WARN("{}", library_->failure_message(result, "ncclCommAbort", nullptr, rank_text_));
@@ -431,11 +451,12 @@ void NcclBackend::check() {
     std::lock_guard<std::mutex> lock(async_failure_mutex_);
     if (async_failure_) throw *async_failure_;
   }
-  if (user_aborted_.load()) {
-    raise(ErrorCode::kAborted, "NCCL rank {} aborted the communicator (Communicator::abort); destroy it", rank_text_);
-  }
+  if (user_aborted_.load()) raise_aborted();
   ncclResult_t async = ncclSuccess;
-  check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+  {
+    const CallLock call = enter_call();
+    check_call(library_->api().comm_get_async_error(comm_, &async), "ncclCommGetAsyncError");
+  }
   if (async == ncclSuccess || async == ncclInProgress) return;
   std::lock_guard<std::mutex> lock(async_failure_mutex_);
   if (!async_failure_) {

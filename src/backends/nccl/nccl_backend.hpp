@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 
@@ -100,8 +101,12 @@ class NcclBackend {
   // ncclCommGetAsyncError's failure mapped to braid::Error (a peer gone, a network error); nothing while the
   // communicator is fine or still working.
   void check();
-  // ncclCommAbort now (once, with the watchdog's), and check() raises kAborted from then on. Never throws.
+  // ncclCommAbort (once, with the watchdog's) after the NCCL calls other threads are making have returned, waiting
+  // at most kAbortWaitForCallsS for them (NOTE [NCCL calls and abort]). From its start, every call of this backend
+  // that would enter NCCL raises kAborted instead (kTimeout where the watchdog expired), check() included. Never
+  // throws. Safe from any thread, while other threads call the backend.
   void abort() noexcept;
+  static constexpr double kAbortWaitForCallsS = 2.0;
 
  private:
   struct Registration {
@@ -110,11 +115,28 @@ class NcclBackend {
     void* handle = nullptr;  // ncclCommRegister's, while kRegistered
   };
 
+  // NOTE [NCCL calls and abort]
+  // NCCL's calls on one communicator are not thread-safe, and ncclCommAbort frees the communicator: an abort from
+  // another thread (the watchdog's, or a user's Communicator::abort) while a call is inside NCCL would pull the
+  // communicator from under it. So every call into NCCL on comm_ holds calls_ shared (enter_call), and an abort
+  // first sets aborting_, so that no call enters any more (each raises as check() does), then takes calls_
+  // exclusively, which waits for the calls inside NCCL to return. Enqueues return in microseconds; a call that has
+  // not returned within kAbortWaitForCallsS is blocked in NCCL's host code (a connection to a peer that left), and
+  // the abort then runs under it anyway: NCCL's abort flag is what ends that wait.
+  using CallLock = std::shared_lock<std::shared_timed_mutex>;
+  // calls_ shared for a call into NCCL on comm_; raises kTimeout (the watchdog expired) or kAborted once an abort began.
+  CallLock enter_call();
+  [[noreturn]] void raise_aborted() const;  // kTimeout where the watchdog expired, else kAborted
+  // An operation enqueued into NCCL: the call's lock (enter_call), then a watchdog scope around it on its stream.
+  struct WatchedCall {
+    CallLock call;
+    NcclWatchdog::Scope scope;
+  };
+
   void check_call(ncclResult_t result, const char* call) const;
-  void abort_communicator() noexcept;  // ncclCommAbort unless done already
+  void abort_communicator() noexcept;  // ncclCommAbort unless done already (NOTE [NCCL calls and abort])
   void raise_if_expired() const;  // kTimeout with the watchdog's message, once it expired
-  // raise_if_expired, then a watchdog scope around the operation enqueued next on stream.
-  NcclWatchdog::Scope watch(const char* operation, Stream stream);
+  WatchedCall watch(const char* operation, Stream stream);
   // The grouped ncclSend/ncclRecv behind all_to_all's fallback and all_to_allv. Counts in elements, offsets in
   // elements; a null displacement array means packed.
   void send_recv_group(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
@@ -133,7 +155,9 @@ class NcclBackend {
   // one, the destructor aborts the communicator rather than destroys it.
   std::optional<Error> async_failure_;
   std::mutex async_failure_mutex_;
+  std::atomic<bool> aborting_{false};  // an abort began: no call enters NCCL (NOTE [NCCL calls and abort])
   std::atomic<bool> aborted_{false};  // by the watchdog or abort(): comm_ is gone
+  std::shared_timed_mutex calls_;  // shared by each call inside NCCL, exclusive for ncclCommAbort
   std::atomic<bool> user_aborted_{false};  // by abort(): check() raises kAborted
   std::mutex abort_mutex_;  // one ncclCommAbort: the watchdog's or abort()'s
   std::unique_ptr<NcclWatchdog> watchdog_;
