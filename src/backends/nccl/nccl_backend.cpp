@@ -336,11 +336,19 @@ bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
   // callers for other keys go on.
   registrations_[key] = Registration{};
   lock.unlock();
+  CallLock call;
+  try {
+    call = enter_call();
+  } catch (...) {  // an abort since the check above: nothing registered, nothing remembered
+    lock.lock();
+    registrations_.erase(key);
+    settled_.notify_all();
+    throw;
+  }
   void* handle = nullptr;
   ncclResult_t result = ncclInternalError;
   std::string failure;
   try {
-    const CallLock call = enter_call();  // an abort since the check above: the range stays unregistered
     DeviceGuard guard(device_);
     result = library_->api().comm_register(comm_, base, bytes, &handle);
     ++register_calls_;
@@ -348,6 +356,7 @@ bool NcclBackend::ensure_registered(uint64_t key, void* base, size_t bytes) {
   } catch (const std::exception& error) {
     failure = error.what();
   }
+  call.unlock();
   lock.lock();
   Registration& entry = registrations_[key];  // still there: forget_registered waits for pending entries
   if (failure.empty()) {
