@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -195,7 +196,24 @@ void with_communicator(const std::function<void(Communicator&)>& body, const Com
   for_each_rank([&](const RankContext& context) {
     Communicator comm = Communicator::init(context.rendezvous, options);
     make_current(comm);
-    body(comm);
+    // Destroying the communicator frees device memory, and cudaFree waits for every kernel of the GPU while it
+    // holds up the other threads' launches there: where ranks share GPUs, a rank done first would stall a peer
+    // still launching its last call, and a third rank spinning on that peer until the timeout. So every rank
+    // ends its body before any destroys its communicator (NOTE [shared-GPU waits]).
+    std::exception_ptr failure;
+    try {
+      body(comm);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (ranks_share_gpus()) {
+      try {
+        host_barrier();
+      } catch (...) {
+        if (!failure) throw;  // the body's own failure is the one to report
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
   });
 }
 

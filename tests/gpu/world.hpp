@@ -32,7 +32,8 @@ CommOptions test_options(double timeout_s = 30.0);
 // ASSERT_NO_FATAL_FAILURE).
 void init_c_communicator(const RankContext& context, braidComm_t* comm);
 
-// for_each_rank with a communicator made for the body (by default: timeout 30 s, the selection table).
+// for_each_rank with a communicator made for the body (by default: timeout 30 s, the selection table). Where ranks
+// share GPUs, every rank's body ends (returns or throws) before any rank destroys its communicator.
 void with_communicator(const std::function<void(Communicator&)>& body, const CommOptions& options = test_options());
 
 // More ranks than visible GPUs (BRAID_ALLOW_SHARED_GPU=1): some ranks share a GPU.
