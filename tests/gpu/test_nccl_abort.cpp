@@ -4,7 +4,7 @@
 //   - an abort while a call is inside NCCL waits for it to return, then aborts; every later call, check() included,
 //     raises kAborted without entering NCCL;
 //   - a call that never returns by itself (blocked on a peer) is aborted under after kAbortWaitForCallsS, and
-//     returns with an error;
+//     raises kAborted;
 //   - threads calling every kind of call in a loop while another aborts: no abort comes while a call is inside
 //     NCCL, and no call enters after it.
 #include <cuda_runtime_api.h>
@@ -168,7 +168,7 @@ TEST_F(NcclAbort, ACallThatNeverReturnsIsAbortedUnderAfterTheWait) {
   caller.join();
   EXPECT_GE(took, 0.9 * NcclBackend::kAbortWaitForCallsS) << "abort() did not wait for the call";
   EXPECT_LE(took, NcclBackend::kAbortWaitForCallsS + 2.0) << "abort() waited past its bound";
-  EXPECT_TRUE(call_error.has_value()) << "the call NCCL's abort ended returned success";
+  EXPECT_EQ(call_error, std::optional<ErrorCode>(ErrorCode::kAborted)) << "the call the abort ended";
   const FakeNcclCounts seen = fake.counts(comm);
   EXPECT_EQ(seen.aborted, 1);
   EXPECT_EQ(seen.aborts_during_calls, 1);

@@ -124,6 +124,8 @@ NcclBackend::~NcclBackend() {
 }
 
 void NcclBackend::check_call(ncclResult_t result, const char* call) const {
+  // A call the abort ran under failed because of it, and its communicator is gone: the abort is the failure.
+  if (result != ncclSuccess && result != ncclInProgress && aborting_.load()) raise_aborted();
   library_->check(result, call, comm_, rank_text_);
 }
 

@@ -133,6 +133,7 @@ class NcclBackend {
     NcclWatchdog::Scope scope;
   };
 
+  // Throws result's failure naming call; a failure once an abort began is the abort's (raise_aborted).
   void check_call(ncclResult_t result, const char* call) const;
   void abort_communicator() noexcept;  // ncclCommAbort unless done already (NOTE [NCCL calls and abort])
   void raise_if_expired() const;  // kTimeout with the watchdog's message, once it expired
