@@ -5,6 +5,7 @@
 # probes" for runs of braid's own tests and benchmarks).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+command -v rsync > /dev/null || { echo "stage_build.sh needs rsync (apt-get install rsync)" >&2; exit 1; }
 rm -rf .carry/build .carry/build.tgz && mkdir -p .carry
 excludes=()
 for folder in ${STAGE_EXCLUDE:-}; do excludes+=(--exclude "/$folder"); done
