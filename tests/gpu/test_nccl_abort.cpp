@@ -88,27 +88,36 @@ std::optional<ErrorCode> raised(Body&& body) {
   return std::nullopt;
 }
 
+// The fake loaded, a stream, and a backend on it; skipped where there is no GPU.
 class NcclAbort : public ::testing::Test {
  protected:
   void SetUp() override {
+    REQUIRE_GPU();
+    ASSERT_NO_FATAL_FAILURE(load_fake(fake_));
     ASSERT_EQ(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), cudaSuccess);
+    backend_ = make_backend(fake_);
+    comm_ = backend_->comm();
   }
   void TearDown() override {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
+    backend_.reset();
+    if (stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
   }
+  FakeNccl fake_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<NcclBackend> backend_;
+  ncclComm_t comm_ = nullptr;
   // Stand-ins for device pointers: the fake never reads them.
   float* send_ = reinterpret_cast<float*>(uintptr_t(0x1000));
   float* recv_ = reinterpret_cast<float*>(uintptr_t(0x2000));
 };
 
 TEST_F(NcclAbort, WaitsForTheCallInsideNcclThenRefusesEveryCall) {
-  REQUIRE_GPU();
-  FakeNccl fake;
-  ASSERT_NO_FATAL_FAILURE(load_fake(fake));
-  auto backend = make_backend(fake);
-  ncclComm_t comm = backend->comm();
+  FakeNccl& fake = fake_;
+  std::unique_ptr<NcclBackend>& backend = backend_;
+  const ncclComm_t comm = comm_;
 
   fake.hold(comm, 1);
   std::optional<ErrorCode> call_error;
@@ -150,11 +159,9 @@ TEST_F(NcclAbort, WaitsForTheCallInsideNcclThenRefusesEveryCall) {
 }
 
 TEST_F(NcclAbort, ACallThatNeverReturnsIsAbortedUnderAfterTheWait) {
-  REQUIRE_GPU();
-  FakeNccl fake;
-  ASSERT_NO_FATAL_FAILURE(load_fake(fake));
-  auto backend = make_backend(fake);
-  ncclComm_t comm = backend->comm();
+  FakeNccl& fake = fake_;
+  std::unique_ptr<NcclBackend>& backend = backend_;
+  const ncclComm_t comm = comm_;
 
   fake.hold(comm, 1);  // released by the abort alone, as NCCL's abort flag ends a wait for a peer
   std::optional<ErrorCode> call_error;
@@ -177,9 +184,7 @@ TEST_F(NcclAbort, ACallThatNeverReturnsIsAbortedUnderAfterTheWait) {
 
 // Threads calling every kind of backend call in a loop; another aborts after a random delay. Many rounds.
 TEST_F(NcclAbort, NoAbortComesWhileACallIsInsideNcclAndNoCallEntersAfter) {
-  REQUIRE_GPU();
-  FakeNccl fake;
-  ASSERT_NO_FATAL_FAILURE(load_fake(fake));
+  const FakeNccl& fake = fake_;
   constexpr int kRounds = 200, kCallers = 4;
   std::mt19937 random(20261204u);
   int rounds_with_calls = 0;

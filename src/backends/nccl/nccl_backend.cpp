@@ -449,10 +449,7 @@ void NcclBackend::abort_communicator() noexcept {
   aborted_ = true;
 }
 
-void NcclBackend::abort() noexcept {
-  user_aborted_ = true;
-  abort_communicator();
-}
+void NcclBackend::abort() noexcept { abort_communicator(); }
 
 // The first fatal failure stays the one raised: the watchdog's timeout, an asynchronous error already met, and only
 // then an abort(); a communicator aborted is not asked for its errors any more.
@@ -462,7 +459,6 @@ void NcclBackend::check() {
     std::lock_guard<std::mutex> lock(async_failure_mutex_);
     if (async_failure_) throw *async_failure_;
   }
-  if (user_aborted_.load()) raise_aborted();
   ncclResult_t async = ncclSuccess;
   {
     const CallLock call = enter_call();

@@ -159,7 +159,6 @@ class NcclBackend {
   std::atomic<bool> aborting_{false};  // an abort began: no call enters NCCL (NOTE [NCCL calls and abort])
   std::atomic<bool> aborted_{false};  // by the watchdog or abort(): comm_ is gone
   std::shared_timed_mutex calls_;  // shared by each call inside NCCL, exclusive for ncclCommAbort
-  std::atomic<bool> user_aborted_{false};  // by abort(): check() raises kAborted
   std::mutex abort_mutex_;  // one ncclCommAbort: the watchdog's or abort()'s
   std::unique_ptr<NcclWatchdog> watchdog_;
 
