@@ -82,7 +82,6 @@ bool moves_pairs(Collective collective, const BufferFacts& facts) {
     case Collective::kAllToAll: return !facts.in_place;  // its pairs would read blocks its receives overwrite
     case Collective::kAllGather:
     case Collective::kBroadcast: return true;
-    case Collective::kReduce: return true;  // on 2 ranks only, as its row says: one peer's data completes the output
     default: return false;
   }
 }
@@ -100,7 +99,7 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   if (shape.collective == Collective::kReduceScatter) {
     gates.copy_engines = shape.world == 2 || !facts.peers_map_output;
   } else if (shape.collective == Collective::kReduce) {
-    gates.copy_engines = moves_pairs(shape.collective, facts);
+    gates.copy_engines = true;  // pairs, where one peer's data completes the output (its row: 2 ranks)
   } else if (shape.collective == Collective::kAllReduce) {
     gates.copy_engines = shape.world != 2 || (facts.peers_map && !facts.same_process_peers &&
                                               (!facts.in_place || capacities.copy_engine_window));
