@@ -12,14 +12,16 @@ from ._error import Error, ErrorCode  # first: the extension raises these
 from ._braid import (Communicator, DataType, FusedMatmul, Layout, MoeHandle, MoeLayout, MoeShape, PointToPoint,
                      ReduceOp, Rendezvous, StoreHost, SymmetricMemory, datatype_name, datatype_size, error_code_name)
 from ._dtypes import datatype, reduce_op
-from ._state import barrier, check, default_communicator, destroy, get_rank, get_world_size, init, is_initialized
+from ._state import barrier, check, default_communicator, get_rank, get_world_size, is_initialized
+from ._lifecycle import destroy, init
 from ._collectives import (all_gather, all_gather_into_tensor, all_reduce, all_to_all_single, all_to_all_v_device,
                            broadcast, reduce, reduce_scatter, reduce_scatter_tensor)
 from ._p2p import P2POp, batch_isend_irecv, recv, send
 from ._symmetric import empty, peer, view_all
 from ._moe import MoeBuffer, MoeDispatch
 from ._signal import SignalPad
-from ._ops import op_handle, register_ops
+from ._handles import op_handle
+from ._ops import register_ops
 from . import functional, ops
 
 import sys as _sys

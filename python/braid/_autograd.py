@@ -18,7 +18,7 @@ another routing) raises braid.Error instead of moving rows by the wrong routing.
 from __future__ import annotations
 
 from ._error import Error, ErrorCode
-from ._ops import _comm, resolve
+from ._handles import comm_of, resolve
 
 
 def _fake(torch, tensor) -> bool:
@@ -229,7 +229,7 @@ def register_fused_matmul_autograd(torch, all_gather_matmul, matmul_reduce_scatt
         ctx.dim, ctx.comm = scatter_dim % A.dim(), comm
         ctx.a_grad, ctx.b_grad = A.requires_grad, B.requires_grad
         average = to_reduce_op(reduce_op, "braid.ops.matmul_reduce_scatter", "reduce_op") == ReduceOp.AVG
-        ctx.scale = 1.0 / _comm(comm, "braid.ops.matmul_reduce_scatter").size if average else None
+        ctx.scale = 1.0 / comm_of(comm, "braid.ops.matmul_reduce_scatter").size if average else None
         ctx.save_for_backward(A if ctx.b_grad else None, B if ctx.a_grad else None)
 
     def scatter_backward(ctx, grad):

@@ -13,6 +13,8 @@ from typing import Any, Optional
 from ._braid import DataType, MoeBuffer as _MoeBuffer, MoeHandle, MoeHook, MoeLayout, MoeShape, MOE_SCALE_COLUMNS
 from ._dtypes import datatype, torch_name
 from ._error import Error, ErrorCode, argument_error
+from ._handles import op_handle, release_handle
+from ._ops import register_ops
 from ._state import communicator
 from ._torch import current_stream, torch as import_torch
 
@@ -171,7 +173,6 @@ class MoeBuffer:
         # (the dispatch number a combine's backward made, the forward dispatch whose routing it repeated)
         self._replay: Optional[tuple] = None
         self._out_rows = 0  # combine's rows: the last dispatch's T (host) or x's rows (device T)
-        from ._ops import op_handle, register_ops
         if buffer is not None or _torch_available():
             register_ops()
         self._handle = op_handle(self)
@@ -188,7 +189,6 @@ class MoeBuffer:
     def close(self) -> None:
         """Drops the ops' reference to this buffer (its memory goes with this object and the last tensor over
         it)."""
-        from ._ops import release_handle
         release_handle(self)
 
     # Views of the buffer's memory -------------------------------------------------------------------------

@@ -4,71 +4,21 @@ where torch is imported already, else on first use (register_ops(), a braid.MoeB
 braid never imports torch by itself, so torch stays optional. Registered before the first traced call, a function
 that calls braid.functional compiles with fullgraph=True even as the process's first braid call.
 
-Custom ops take no Python objects, so a communicator or a MoeBuffer crosses as an int handle (op_handle(); 0 is
+Custom ops take no Python objects, so a communicator or a MoeBuffer crosses as an int handle (_handles.py; 0 is
 the default communicator as it is when the op runs). The collectives are functional, as torch's _c10d_functional
 ops are: they return a new tensor (all_reduce_ is the in-place form, a mutating op). Every op runs on
 torch.cuda.current_stream() and is marked side-effectful, so a collective whose result goes unused is never
 removed from a graph (the peers would wait for it)."""
 # No `from __future__ import annotations`: custom_op reads the ops' annotations as types.
 
-import itertools
-from typing import Any, Optional
+from typing import Optional
 
 from ._dtypes import reduce_op
 from ._error import argument_error
-from ._state import communicator
+from ._handles import comm_of, native_handle, resolve
 from ._torch import current_stream, torch as import_torch
 
 _registered = False
-_objects: dict[int, Any] = {}  # handle -> Communicator or braid.MoeBuffer (kept alive while registered)
-_handles: dict[int, int] = {}  # id(object) -> handle
-_next = itertools.count(1)
-
-
-def op_handle(obj) -> int:
-    """The int that names `obj` (a Communicator or a braid.MoeBuffer) to braid's ops; None: 0, the default
-    communicator. The registry holds obj until release_handle()."""
-    if obj is None:
-        return 0
-    if isinstance(obj, int):
-        return obj
-    handle = _handles.get(id(obj))
-    if handle is None:
-        handle = next(_next)
-        _handles[id(obj)] = handle
-        _objects[handle] = obj
-    return handle
-
-
-def release_handle(obj) -> None:
-    handle = _handles.pop(id(obj), None)
-    if handle is not None:
-        _objects.pop(handle, None)
-
-
-def resolve(handle: int, function: str):
-    """The object a handle names (0: the default communicator)."""
-    if handle == 0:
-        return communicator(None, function)
-    found = _objects.get(handle)
-    if found is None:
-        raise argument_error(function, "comm", f"is handle {handle}, which names no live communicator or MoeBuffer")
-    return found
-
-
-def native_handle(number: int):
-    """A MoeHandle from its dispatch number as the ops take it; None for -1 (the buffer's last routed dispatch)."""
-    if number < 0:
-        return None
-    from ._braid import MoeHandle
-    handle = MoeHandle()
-    handle.dispatch = number
-    return handle
-
-
-def _comm(handle: int, function: str):
-    found = resolve(handle, function)
-    return getattr(found, "_comm", found)  # a MoeBuffer names its communicator
 
 
 def register_ops():
@@ -103,7 +53,7 @@ def _register(torch) -> None:
     @custom_op("braid::all_reduce", mutates_args=(), device_types="cuda")
     def all_reduce(input: Tensor, op: str, comm: int) -> Tensor:
         function = "braid.functional.all_reduce"
-        c = _comm(comm, function)
+        c = comm_of(comm, function)
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
         t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
         c.all_reduce(t.pointer, o.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
@@ -116,7 +66,7 @@ def _register(torch) -> None:
     @custom_op("braid::all_reduce_", mutates_args=("tensor",), device_types="cuda")
     def all_reduce_(tensor: Tensor, op: str, comm: int) -> None:
         function = "braid.functional.all_reduce_"
-        c = _comm(comm, function)
+        c = comm_of(comm, function)
         t = buffer(torch, tensor, c, function, "tensor")
         c.all_reduce(t.pointer, t.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
 
@@ -125,7 +75,7 @@ def _register(torch) -> None:
         return None
 
     def world(comm: int, function: str) -> int:
-        return _comm(comm, function).size
+        return comm_of(comm, function).size
 
     def gathered_shape(input, w: int):
         return (w * input.shape[0], *input.shape[1:]) if input.dim() else (w,)
@@ -133,7 +83,7 @@ def _register(torch) -> None:
     @custom_op("braid::all_gather_into_tensor", mutates_args=(), device_types="cuda")
     def all_gather_into_tensor(input: Tensor, comm: int) -> Tensor:
         function = "braid.functional.all_gather_into_tensor"
-        c = _comm(comm, function)
+        c = comm_of(comm, function)
         out = input.new_empty(gathered_shape(input, c.size))
         t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
         c.all_gather(t.pointer, o.pointer, t.count, t.dtype, stream(c))
@@ -152,7 +102,7 @@ def _register(torch) -> None:
     @custom_op("braid::reduce_scatter_tensor", mutates_args=(), device_types="cuda")
     def reduce_scatter_tensor(input: Tensor, op: str, comm: int) -> Tensor:
         function = "braid.functional.reduce_scatter_tensor"
-        c = _comm(comm, function)
+        c = comm_of(comm, function)
         out = input.new_empty(scattered_shape(input, c.size, function))
         t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
         c.reduce_scatter(t.pointer, o.pointer, o.count, t.dtype, reduce_op(op, function), stream(c))
@@ -168,7 +118,7 @@ def _register(torch) -> None:
     def reduce(input: Tensor, dst: int, op: str, comm: int) -> Tensor:
         from ._collectives import reduce as eager
         out = input.clone(memory_format=torch.contiguous_format)
-        eager(out, dst, op, comm=_comm(comm, "braid.functional.reduce"))
+        eager(out, dst, op, comm=comm_of(comm, "braid.functional.reduce"))
         return out
 
     @reduce.register_fake
@@ -192,7 +142,7 @@ def _register(torch) -> None:
         ops = [P2POp(send_kind, t.contiguous(), p) for t, p in zip(sends, send_peers)]
         ops += [P2POp(recv_kind, t, p) for t, p in zip(outs, recv_peers)]
         if ops:
-            batch_isend_irecv(ops, _comm(comm, function), function=function)
+            batch_isend_irecv(ops, comm_of(comm, function), function=function)
         return outs
 
     @send_recv.register_fake
@@ -202,7 +152,7 @@ def _register(torch) -> None:
     @custom_op("braid::broadcast", mutates_args=(), device_types="cuda")
     def broadcast(input: Tensor, src: int, comm: int) -> Tensor:
         function = "braid.functional.broadcast"
-        c = _comm(comm, function)
+        c = comm_of(comm, function)
         out = torch.empty_like(input, memory_format=torch.contiguous_format)
         t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
         c.broadcast(t.pointer if c.rank == src else 0, o.pointer, t.count, t.dtype, src, stream(c))
@@ -220,7 +170,7 @@ def _register(torch) -> None:
     def all_to_all_single(input: Tensor, output_split_sizes: Optional[list[int]],
                           input_split_sizes: Optional[list[int]], comm: int) -> Tensor:
         from ._collectives import all_to_all_single as eager
-        c = _comm(comm, "braid.functional.all_to_all_single")
+        c = comm_of(comm, "braid.functional.all_to_all_single")
         out = exchanged(input, output_split_sizes)
         eager(out, input.contiguous(), output_split_sizes, input_split_sizes, comm=c)
         return out
@@ -243,7 +193,7 @@ def _register(torch) -> None:
     def all_to_all_v_device(input: Tensor, input_split_sizes: Tensor, input_offsets: Optional[Tensor], output_rows: int,
                             comm: int) -> tuple[Tensor, Tensor, Tensor]:
         from ._collectives import all_to_all_v_device as eager
-        c = _comm(comm, "braid.functional.all_to_all_v_device")
+        c = comm_of(comm, "braid.functional.all_to_all_v_device")
         out, counts, offsets = device_exchanged(input, output_rows, comm)
         eager(out, input.contiguous(), input_split_sizes, counts, input_offsets=input_offsets, output_offsets=offsets,
               comm=c)
@@ -323,7 +273,7 @@ def _register(torch) -> None:
                schema="(Tensor A_shard, Tensor[] Bs, int gather_dim, bool return_A, int comm) -> (Tensor?, Tensor[])")
     def all_gather_matmul(A_shard, Bs, gather_dim, return_A, comm):
         function = "braid.ops.all_gather_matmul"
-        return _fused.all_gather_matmul(torch, _comm(comm, function), A_shard, Bs, gather_dim, return_A, function)
+        return _fused.all_gather_matmul(torch, comm_of(comm, function), A_shard, Bs, gather_dim, return_A, function)
 
     @all_gather_matmul.register_fake
     def _(A_shard, Bs, gather_dim, return_A, comm):
@@ -334,7 +284,7 @@ def _register(torch) -> None:
     @custom_op("braid::matmul_reduce_scatter", mutates_args=(), device_types="cuda")
     def matmul_reduce_scatter(A: Tensor, B: Tensor, reduce_op: str, scatter_dim: int, comm: int) -> Tensor:
         function = "braid.ops.matmul_reduce_scatter"
-        return _fused.matmul_reduce_scatter(torch, _comm(comm, function), A, B, reduce_op, scatter_dim, function)
+        return _fused.matmul_reduce_scatter(torch, comm_of(comm, function), A, B, reduce_op, scatter_dim, function)
 
     @matmul_reduce_scatter.register_fake
     def _(A, B, reduce_op, scatter_dim, comm):

@@ -10,7 +10,8 @@ from typing import Optional, Sequence
 from ._braid import ReduceOp
 from ._dtypes import reduce_op_name
 from ._error import int_argument
-from ._ops import op_handle, register_ops
+from ._handles import op_handle
+from ._ops import register_ops
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "broadcast",
            "all_to_all_single", "all_to_all_v_device", "send_recv", "send", "recv"]

@@ -20,7 +20,8 @@ from typing import Sequence
 
 from ._error import argument_error, int_argument
 from ._fused import b_names, check_operands, fused_matmul, release as _release
-from ._ops import op_handle, register_ops
+from ._handles import op_handle
+from ._ops import register_ops
 from ._state import communicator
 from ._torch import torch as import_torch
 

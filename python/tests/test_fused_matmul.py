@@ -59,7 +59,7 @@ def comm():
     """An op handle naming a stand-in communicator of W ranks (the fake implementations read only .size)."""
     stand_in = types.SimpleNamespace(size=W, rank=0, device=0)
     yield braid.op_handle(stand_in)
-    braid._ops.release_handle(stand_in)
+    braid._handles.release_handle(stand_in)
 
 
 def meta(torch, *shape, dtype=None, grad=False):

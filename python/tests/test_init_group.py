@@ -15,7 +15,7 @@ def test_exchange_through_a_torch_store():
     dist = pytest.importorskip("torch.distributed")
     if not dist.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
-    from braid._state import exchange_store_address
+    from braid._lifecycle import exchange_store_address
     store = dist.HashStore()
     results = {}
 

@@ -173,7 +173,7 @@ def test_functional_fakes(torch):
         with pytest.raises(Error, match="argument 'output_rows' is -1"):
             ops.all_to_all_v_device(x, splits, None, -1, handle)
     finally:
-        braid._ops.release_handle(stand_in)
+        braid._handles.release_handle(stand_in)
 
 
 def test_point_to_point_and_reduce_trace_without_graph_breaks(torch):
@@ -191,7 +191,7 @@ def test_point_to_point_and_reduce_trace_without_graph_breaks(torch):
         code = explained.graphs[0].code
         assert "braid.send_recv" in code and "braid.reduce" in code
     finally:
-        braid._ops.release_handle(stand_in)
+        braid._handles.release_handle(stand_in)
 
 
 def test_device_counts_all_to_all_traces_without_graph_breaks(torch):
@@ -212,7 +212,7 @@ def test_device_counts_all_to_all_traces_without_graph_breaks(torch):
         assert explained.graph_break_count == 0, explained.break_reasons
         assert "braid.all_to_all_v_device" in explained.graphs[0].code
     finally:
-        braid._ops.release_handle(stand_in)
+        braid._handles.release_handle(stand_in)
 
 
 def test_ops_registered_lazily():
@@ -249,7 +249,7 @@ def test_layer_traces_without_graph_breaks(torch):
         code = explained.graphs[0].code
         assert "braid.moe_dispatch" in code and "braid.moe_combine" in code and "braid.all_reduce" in code
     finally:
-        braid._ops.release_handle(stand_in)
+        braid._handles.release_handle(stand_in)
 
 
 # Autograd (the ops' registered formulas, run on meta tensors through the fake implementations) -----------------
