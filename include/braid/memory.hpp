@@ -166,6 +166,7 @@ class GlobalMemory {
   std::vector<size_t> bytes_;
   ExportedHandle own_;
   std::vector<std::shared_ptr<detail::PeerMapping>> mappings_;
+  std::weak_ptr<const void> communicator_;  // the state of the communicator whose import_global made it
 };
 
 }  // namespace braid

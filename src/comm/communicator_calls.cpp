@@ -70,7 +70,9 @@ void Communicator::all_to_all(const GlobalMemory& send, void* recv, size_t count
   const size_t size = collectives::element_size(function, type);
   const size_t block_bytes = collectives::checked_product(function, "count", count, size);
   const size_t bytes = collectives::checked_product(function, "count", block_bytes, static_cast<size_t>(state.size));
-  if (!send || send.world_size() != state.size || send.rank() != state.rank) {
+  // The same communicator: owner-based, so memory of a destroyed communicator never passes for a new one's.
+  const bool ours = !send.communicator_.owner_before(state_) && !state_.owner_before(send.communicator_);
+  if (!send || !ours) {
     raise_invalid_argument(function, "send", "is not this communicator's global memory (import_global of {} ranks)", state.size);
   }
   for (int q = 0; q < state.size; ++q) {

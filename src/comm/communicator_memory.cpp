@@ -97,6 +97,7 @@ GlobalMemory Communicator::import_global(const ExportedHandle& mine) {
   global.peers_ = std::move(imported.peers);
   global.bytes_ = std::move(imported.bytes);
   global.mappings_ = std::move(imported.mappings);
+  global.communicator_ = state_;
   return global;
 }
 

@@ -234,6 +234,7 @@ GlobalMemory& GlobalMemory::operator=(GlobalMemory&& other) noexcept {
   bytes_ = std::exchange(other.bytes_, {});
   own_ = std::exchange(other.own_, ExportedHandle());
   mappings_ = std::exchange(other.mappings_, {});
+  communicator_ = std::exchange(other.communicator_, {});
   return *this;
 }
 

@@ -621,6 +621,12 @@ TEST(MemoryHandles, PutAndGetOutsideARangeNameTheArgument) {
     const size_t count = kBytes / (sizeof(int32_t) * static_cast<size_t>(world));
     expect_invalid_argument(rank, "an all-to-all into this rank's own range", {"'recv'"},
                             [&] { comm.all_to_all(global, exported.pointer(), count, DataType::kInt32, stream); });
+    {  // Another communicator of the same ranks (same size, same rank) refuses this one's global memory.
+      Communicator sibling = comm.shrink({});
+      expect_invalid_argument(rank, "an all-to-all on another communicator's global memory", {"'send'"},
+                              [&] { sibling.all_to_all(global, local.pointer, count, DataType::kInt32, stream); });
+      sibling.barrier();  // every rank done with it before any destroys it
+    }
     device_synchronize();
     const std::vector<int32_t> kept = download(local.pointer, kBytes / 4);
     int32_t poisoned = 0;
