@@ -90,7 +90,8 @@ const char* braidGetLastError(void);
  * stream check, which come first). */
 
 /* Rendezvous from the environment (braid-run, torchrun, Open MPI, MPICH, Slurm). device < 0 (here and in
- * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known). */
+ * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known; modulo the
+ * GPUs this process sees with BRAID_ALLOW_SHARED_GPU=1). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, int device);
 /* Explicit: every rank names the same store "host:port"; rank 0 serves it when rank0_serves_store. */
 braidResult_t braidCommInitRank(braidComm_t* comm, const char* store_address, int rank, int size,

@@ -311,6 +311,8 @@ braidResult_t braidAllToAllv(braidComm_t comm, const void* sendbuff, const size_
                              braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidAllToAllv", "comm");
+    require(sendcounts, "braidAllToAllv", "sendcounts");
+    require(recvcounts, "braidAllToAllv", "recvcounts");
     comm->comm.all_to_allv(sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, data_type(datatype), stream);
   });
 }
@@ -320,6 +322,8 @@ braidResult_t braidAllToAllvDevice(braidComm_t comm, const void* sendbuff, const
                                    int64_t* rdispls, braidDataType_t datatype, braidStream_t stream) {
   return guarded([&] {
     require(comm, "braidAllToAllvDevice", "comm");
+    require(sendcounts, "braidAllToAllvDevice", "sendcounts");
+    require(recvcounts, "braidAllToAllvDevice", "recvcounts");
     comm->comm.all_to_allv_device(sendbuff, sendcounts, sdispls, recvbuff, recvcapacity, recvcounts, rdispls,
                                   data_type(datatype), stream);
   });
@@ -553,6 +557,7 @@ braidResult_t braidMoeRedispatch(braidMoeBuffer_t buffer, uint64_t handle, const
 braidResult_t braidMoeCopyExpertCounts(braidMoeBuffer_t buffer, int64_t* host_counts, braidStream_t stream) {
   return guarded([&] {
     require(buffer, "braidMoeCopyExpertCounts", "buffer");
+    require(host_counts, "braidMoeCopyExpertCounts", "host_counts");
     buffer->buffer.copy_expert_counts(host_counts, stream);
   });
 }

@@ -292,6 +292,44 @@ TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
 
 // MoE through the C API: an expert-major float32 buffer, each token sent to two distinct experts, the dispatched
 // rows combined as they came (an identity expert, unweighted): every token comes back doubled, bit for bit.
+// A NULL count array is refused naming it before anything else: after an abort too, where every other call of the
+// communicator returns braidAborted (braid.h: "ahead of a recorded fatal failure").
+TEST(CApi, NullCountArraysAreRefusedAheadOfARecordedFailure) {
+  for_each_rank([](const RankContext& context) {
+    braidComm_t comm = nullptr;
+    ASSERT_NO_FATAL_FAILURE(init_c_communicator(context, &comm));
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    const size_t world = static_cast<size_t>(context.world);
+    std::vector<size_t> host_counts(world, 1);
+    int32_t *send = nullptr, *recv = nullptr;
+    int64_t* device_counts = nullptr;
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&send), world * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&recv), world * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device_counts), world * sizeof(int64_t)), cudaSuccess);
+    ASSERT_EQ(braidCommAbort(comm), braidSuccess) << braidGetLastError();
+    ASSERT_EQ(braidAllReduce(comm, send, recv, 1, braidInt32, braidSum, stream), braidAborted) << braidGetLastError();
+    auto refused = [&](const char* what, braidResult_t result, const char* argument) {
+      EXPECT_EQ(result, braidInvalidArgument) << what << ": " << braidGetLastError();
+      EXPECT_NE(std::string(braidGetLastError()).find(std::string("'") + argument + "' is NULL"), std::string::npos)
+          << what << ": " << braidGetLastError();
+    };
+    refused("braidAllToAllv", braidAllToAllv(comm, send, nullptr, nullptr, recv, host_counts.data(), nullptr,
+                                             braidInt32, stream), "sendcounts");
+    refused("braidAllToAllv", braidAllToAllv(comm, send, host_counts.data(), nullptr, recv, nullptr, nullptr,
+                                             braidInt32, stream), "recvcounts");
+    refused("braidAllToAllvDevice", braidAllToAllvDevice(comm, send, nullptr, nullptr, recv, world, device_counts,
+                                                         nullptr, braidInt32, stream), "sendcounts");
+    refused("braidAllToAllvDevice", braidAllToAllvDevice(comm, send, device_counts, nullptr, recv, world, nullptr,
+                                                         nullptr, braidInt32, stream), "recvcounts");
+    EXPECT_EQ(braidCommDestroy(comm), braidSuccess);
+    cudaFree(send);
+    cudaFree(recv);
+    cudaFree(device_counts);
+    EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  });
+}
+
 TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks: a token's two experts are on two ranks";
   for_each_rank([](const RankContext& context) {
@@ -351,6 +389,8 @@ TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
     EXPECT_NE(std::string(braidGetLastError()).find("'weighted'"), std::string::npos) << braidGetLastError();
     ASSERT_EQ(braidMoeCombine(moe, got.x, out, 0, stream), braidSuccess) << braidGetLastError();
     int64_t counts[2] = {-1, -1};
+    EXPECT_EQ(braidMoeCopyExpertCounts(moe, nullptr, stream), braidInvalidArgument);
+    EXPECT_NE(std::string(braidGetLastError()).find("'host_counts' is NULL"), std::string::npos) << braidGetLastError();
     ASSERT_EQ(braidMoeCopyExpertCounts(moe, counts, stream), braidSuccess) << braidGetLastError();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ(braidCommCheck(comm), braidSuccess) << braidGetLastError();
