@@ -293,13 +293,15 @@ class Communicator {
   // does, as above otherwise. No eager call then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged
-  // (docs/registration.md). A buffer of 4 MiB or more that such a call announces, that no registered range holds,
-  // but that whole VMM allocations with POSIX-fd handles back (one, or several mapped side by side as PyTorch's
-  // expandable segments grow) is exposed at that first use as registering would; each later use first checks that
-  // its allocations still lie where they were found, and where not withdraws the old exposure (after this rank's
-  // calls end; kTimeout where they do not within the timeout) and exposes the buffer anew. Memory unmapped while
-  // exposed stays allocated until that check, this rank's next such exposure, or the communicator's destruction.
-  // At most 1024 such exposures live at once on a communicator; beyond that such buffers stay staged.
+  // (docs/registration.md). A buffer of 4 MiB or more that such a call announces, that no exposed registration
+  // holds (a registration some peer could not map counts as none), but that whole VMM allocations with POSIX-fd
+  // handles back (one, or several mapped side by side as PyTorch's expandable segments grow) is exposed at that
+  // first use as registering would; each later use first checks that its allocations still lie where they were
+  // found, and where not withdraws the old exposure (after this rank's calls end; kTimeout where they do not within
+  // the timeout) and exposes the buffer anew. A buffer some peer could not map stays staged and is remembered, not
+  // offered again, while its allocations lie where they were. Memory unmapped while exposed or remembered stays
+  // allocated until that check, this rank's next such exposure, or the communicator's destruction. At most 1024
+  // such buffers, exposed or remembered, live at once on a communicator; beyond that such buffers stay staged.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters `buffer`, which this communicator registered (kInvalidArgument naming buffer where it is empty or
   // another communicator's; the last copy's destruction or reset() releases a registration too, also after the
@@ -322,10 +324,10 @@ class Communicator {
   GlobalMemory import_global(const ExportedHandle& mine);
   // One-sided copies into or out of rank `peer`'s range at byte `offset` (copy engines, stream-ordered; the
   // caller orders them against the peer's use, e.g. with barrier() or a collective). kInvalidArgument naming
-  // memory (empty), peer (out of [0, size())), offset (past the range's end) or bytes (offset + bytes past it),
-  // then source (destination) where it is null. bytes 0: after the checks of memory, peer and offset, the call
-  // returns without enqueuing or waiting for anything (as a collective of count 0), and source (destination)
-  // may be null.
+  // memory (empty), peer (out of [0, memory.world_size())), offset (past the range's end) or bytes (offset + bytes
+  // past it), then source (destination) where it is null. bytes 0: after the checks of memory, peer and offset,
+  // the call returns without enqueuing or waiting for anything (as a collective of count 0), and source
+  // (destination) may be null.
   void put(const GlobalMemory& memory, int peer, size_t offset, const void* source, size_t bytes, Stream stream);
   void get(const GlobalMemory& memory, int peer, size_t offset, void* destination, size_t bytes, Stream stream);
   // All-to-all reading the peers' send ranges one-sided: after an entry barrier every rank pulls block rank()
