@@ -57,8 +57,9 @@ struct CollectiveContext;
 class Communicator;
 class MoeBuffer;
 
-// Names one routed dispatch of a MoeBuffer (MoeDispatchOutput::handle): combine and redispatch check that it is
-// still the buffer's last one.
+// Names one routed dispatch of a MoeBuffer (MoeDispatchOutput::handle) by its number: combine and redispatch check
+// that the number is still the buffer's last routed dispatch's. A handle does not name its buffer: another
+// buffer's handle with that number passes the check.
 struct MoeHandle {
   uint64_t dispatch = 0;  // the buffer's routed dispatches up to and including this one; 0: none
 };

@@ -38,7 +38,8 @@ struct MoeShape {
   MoeLayout layout = MoeLayout::kExpertMajor;
   // Multiprocessors' worth of the GPU that the kernels moving rows may take (every rank-major kernel, and
   // expert-major's scatter, send and reduce): they run 2 * max_sms blocks (their launch bounds fit 2 on a
-  // multiprocessor), every block resident at once, which leaves room for kernels that overlap them. The GPU's
+  // multiprocessor; at most 256, and as many on every rank: the fewest any rank's GPU takes), every block resident
+  // at once, which leaves room for kernels that overlap them. The GPU's
   // block scheduler places the blocks: on an otherwise idle GPU they may spread over up to 2 * max_sms
   // multiprocessors, a block each. Expert-major's routing kernel, one short block per expert plus world + 1, does
   // not follow it. 0: every multiprocessor (at most 128 are used), except in a rank-major buffer with
