@@ -38,9 +38,9 @@ namespace {
 // lanes: of rounded 16-bit pairs where there is no C and alpha is 1, else of float32 pairs, to which each lane adds
 // alpha and beta x C from 16-byte loads), so each lane stores 16 bytes: storing the accumulators' own layout, 4 bytes
 // a lane, took about as long as a tenth of the tile's multiplications.
-// Every barrier wait is bounded (kWaitLimitNs, then the kernel traps); the only waits on another GPU are an
-// exchange's (NOTE [reduce-scatter in the epilogue], NOTE [all-gather under the loads]), bounded by the
-// communicator's timeout.
+// Every barrier wait is bounded (kWaitLimitNs, then the kernel traps; with an exchange, the communicator's timeout
+// more: a block's waits may stand behind its wait for a peer); the only waits on another GPU are an exchange's
+// (NOTE [reduce-scatter in the epilogue], NOTE [all-gather under the loads]), bounded by the communicator's timeout.
 
 // NOTE [reduce-scatter in the epilogue]
 // With an exchange (Sm90Exchange), each rank computes every row of A x B^T and reduce-scatters the product by rows
@@ -170,8 +170,10 @@ __device__ __forceinline__ uint64_t global_time_ns() {
   return now;
 }
 
-// Waits for the phase of `parity` to complete; traps after kWaitLimitNs.
-__device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity) {
+// Waits for the phase of `parity` to complete; traps after limit_ns() nanoseconds (wait_limit_ns), which is read only
+// once the wait has lasted, so that it holds no register in the multiplications' loop.
+template <typename Limit>
+__device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity, Limit&& limit_ns) {
   const uint32_t address = shared_address(barrier);
   uint64_t start = 0;
   for (uint32_t spins = 1;; ++spins) {
@@ -186,7 +188,7 @@ __device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity)
       const uint64_t now = global_time_ns();
       if (start == 0) {
         start = now;
-      } else if (now - start > kWaitLimitNs) {
+      } else if (now - start > limit_ns()) {
         __trap();
       }
     }
@@ -464,6 +466,14 @@ struct ExchangeView {
   }
 };
 
+// How long the kernel's barrier waits may last before it traps: kWaitLimitNs, and with an exchange the
+// communicator's timeout more, since any of them may stand behind a wait for a peer, which that timeout bounds.
+__device__ __forceinline__ uint64_t wait_limit_ns(const ExchangeView& v) {
+  if (v.x.world == 0) return kWaitLimitNs;
+  const uint64_t timeout = v.x.pad.timeout_ns;
+  return timeout > ~uint64_t(0) - kWaitLimitNs ? ~uint64_t(0) : timeout + kWaitLimitNs;
+}
+
 // Waits until `peer` has read what this rank sent it in its previous call (its freed word here reaches stamp - 1),
 // before this rank stores into the peer's area; false where the wait gave up (NOTE [stopped ranks]).
 __device__ __forceinline__ bool wait_freed(const ExchangeView& v, int peer, uint64_t stamp, Collective collective) {
@@ -591,8 +601,8 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
     sent_owner = -1;
   };
   auto buffers_back = [&] {  // both consumers have handed their buffers back after their previous tile
-    barrier_wait(&to_store[0], (handoffs & 1) ^ 1);
-    barrier_wait(&to_store[1], (handoffs & 1) ^ 1);
+    barrier_wait(&to_store[0], (handoffs & 1) ^ 1, [&] { return wait_limit_ns(v); });
+    barrier_wait(&to_store[1], (handoffs & 1) ^ 1, [&] { return wait_limit_ns(v); });
   };
   for (int u = first_unit; u < units; u += unit_step) {
     int m_block, n_block;
@@ -672,7 +682,7 @@ __device__ __forceinline__ void gather_rows(const ExchangeView& v, const Exchang
     if (uses >= 2) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
     barrier_expect_bytes(&loaded[s], kATileBytes);
     tma_load(slot, from, col, row, &loaded[s]);
-    barrier_wait(&loaded[s], (uses / 2) & 1);
+    barrier_wait(&loaded[s], (uses / 2) & 1, [&] { return wait_limit_ns(v); });
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     store(slot);
     asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -812,7 +822,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's loads after the acquire
             }
           }
-          barrier_wait(&empty[stage], phase ^ 1);
+          barrier_wait(&empty[stage], phase ^ 1, [&] { return wait_limit_ns(exchange); });
           barrier_expect_bytes(&full[stage], kStageBytes);
           tma_load(a_tiles + stage * kATileBytes, a_map, step * kTileK, a_row, &full[stage]);
           constexpr int part = kTileCols / kCluster;
@@ -848,7 +858,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (Exchanged) m_block = exchange.rotate(m_block);
       int previous = -1;
       for (int step = 0; step < k_steps; ++step) {
-        barrier_wait(&full[stage], phase);
+        barrier_wait(&full[stage], phase, [&] { return wait_limit_ns(exchange); });
         wgmma_fence();
         const uint8_t* a = a_tiles + stage * kATileBytes + consumer * 64 * kTileK * 2;
         const uint8_t* b = b_tiles + stage * kBTileBytes;
@@ -874,7 +884,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         continue;  // the second block of a cluster past the last row
       } else {
         uint8_t* buffer = staging + consumer * kStagingBytes;
-        barrier_wait(&to_consumer[consumer], handoffs++ & 1);
+        barrier_wait(&to_consumer[consumer], handoffs++ & 1, [&] { return wait_limit_ns(exchange); });
         if (row0 / static_cast<int>(exchange.x.block_rows) == exchange.x.rank) {
           store_own_rows<T>(acc, exchange, epilogue, row0, n_block, buffer, tid);
         } else {  // a peer's: into the staging buffer, for the store warp

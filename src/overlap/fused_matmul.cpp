@@ -226,8 +226,11 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
                            "eagerly first", bytes, exchange ? exchange.bytes() : 0);
   }
   constexpr size_t kFlagGrain = size_t(64) << 10, kGrain = size_t(2) << 20;
+  // Room for the received blocks of the largest call so far, not this call's alone: more flags move the blocks.
+  const size_t received = bytes - kernels::kSm90ExchangeFlagsOffset - capacity;
+  const size_t made = exchange ? exchange.bytes() - kernels::kSm90ExchangeFlagsOffset - exchange_flags : 0;
   exchange_flags = (capacity + kFlagGrain - 1) / kFlagGrain * kFlagGrain;
-  const size_t grown = kernels::sm90_exchange_bytes(size, block_rows, columns, type, exchange_flags);
+  const size_t grown = kernels::kSm90ExchangeFlagsOffset + exchange_flags + std::max(received, made);
   regrow(exchange, exchange_captured, (grown + kGrain - 1) / kGrain * kGrain);
 }
 

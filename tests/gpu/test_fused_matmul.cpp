@@ -124,10 +124,11 @@ uint64_t seed_of(uint64_t base, int rank) { return base * 1000003ull + static_ca
 
 // all_gather_matmul of every rank's random shard, checked against the host product, a_gathered bit-exact.
 // NOTE [shared-GPU waits] (world.hpp): every rank allocates before the barrier, so none allocates while a peer's call
-// waits for it. `delayed_rank` sleeps 20 ms after the barrier.
-void after_barrier(int rank, int delayed_rank) {
+// waits for it. `delayed_rank` sleeps `delay` after the barrier.
+constexpr std::chrono::milliseconds kDelay(20);
+void after_barrier(int rank, int delayed_rank, std::chrono::milliseconds delay) {
   host_barrier();
-  if (rank == delayed_rank) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (rank == delayed_rank) std::this_thread::sleep_for(delay);
 }
 
 // Elements of an all_gather_matmul output `got` [M, N] that differ from the host product of the gathered shards and
@@ -156,7 +157,7 @@ size_t differing_gathered_a(const std::vector<Matrix>& shards, const Case& c, co
 }
 
 void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case& c, uint64_t seed, cudaStream_t stream,
-                             bool gather_a, int delayed_rank = -1) {
+                             bool gather_a, int delayed_rank = -1, std::chrono::milliseconds delay = kDelay) {
   std::vector<Matrix> shards(world);
   for (int q = 0; q < world; ++q) make_random(shards[q], c.rows, c.k, c.type, seed_of(seed, q));
   Matrix b;
@@ -165,7 +166,7 @@ void check_all_gather_matmul(FusedMatmul& fused, int rank, int world, const Case
   const size_t m = c.rows * world;
   void* out = poisoned(m * c.n * 2);
   void* gathered = gather_a ? poisoned(m * c.k * 2) : nullptr;
-  after_barrier(rank, delayed_rank);
+  after_barrier(rank, delayed_rank, delay);
   fused.all_gather_matmul(shards[rank].device, c.rows, c.k, b.device, c.layout, c.n, out, gathered, c.type, stream);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::string what = "rank " + std::to_string(rank) + " " + describe(c);
@@ -204,7 +205,8 @@ std::vector<double> expected_reduce_scatter(const std::vector<Matrix>& as, const
 }
 
 void check_matmul_reduce_scatter(FusedMatmul& fused, int rank, int world, const Case& c, ReduceOp op, uint64_t seed,
-                                 cudaStream_t stream, int delayed_rank = -1, PeersSum peers_sum = PeersSum::kRounded) {
+                                 cudaStream_t stream, int delayed_rank = -1, PeersSum peers_sum = PeersSum::kRounded,
+                                 std::chrono::milliseconds delay = kDelay) {
   const size_t m = c.rows * world;
   std::vector<Matrix> as(world);
   for (int q = 0; q < world; ++q) make_random(as[q], m, c.k, c.type, seed_of(seed, q));
@@ -212,7 +214,7 @@ void check_matmul_reduce_scatter(FusedMatmul& fused, int rank, int world, const 
   make_random(b, c.layout == Layout::kTransposed ? c.n : c.k, c.layout == Layout::kTransposed ? c.k : c.n, c.type,
               seed_of(seed, 1000));
   void* out = poisoned(c.rows * c.n * 2);
-  after_barrier(rank, delayed_rank);
+  after_barrier(rank, delayed_rank, delay);
   fused.matmul_reduce_scatter(as[rank].device, m, c.k, b.device, c.layout, c.n, out, c.type, op, stream);
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   const std::vector<float> got = download(c.type, out, c.rows * c.n);
@@ -617,6 +619,37 @@ TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
         fused.matmul_reduce_scatter(a, c.rows * 2, c.k, b, c.layout, c.n, out, c.type, ReduceOp::kSum, stream);
       },
       [](const FusedMatmul& fused) { return fused.epilogue_reduce_scatters(); });
+}
+
+// A peer that starts its call in one launch 11 s after this rank: longer than the kernel's barrier waits last by
+// themselves (kWaitLimitNs, 10 s), but within the communicator's timeout (30 s), which bounds every wait of such a
+// launch, those behind the wait for the peer too. Each call ends right: a reduce-scatter in the epilogue, then an
+// all-gather under the loads, each after an undelayed call of its shape (the agreement and the exchange area).
+TEST(FusedMatmul, OneLaunchCallsWaitForAPeerLaterThanTheKernelsOwnWaitLimit) {
+  if (world_size() != 2) GTEST_SKIP() << "2 ranks";
+  with_communicator([](Communicator& comm) {
+    make_current(comm);
+    const bool epilogue = one_launch_expected(kEpilogue, comm.device());
+    const bool loads = one_launch_expected(kLoads, comm.device());
+    if (!epilogue && !loads) GTEST_SKIP() << kEpilogue.needs << "; or " << kLoads.needs;
+    ASSERT_GT(comm.timeout_s(), 20.0);
+    constexpr std::chrono::milliseconds kLate(11000);
+    FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
+    StreamHandle stream;
+    const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
+    const int rank = comm.rank();
+    if (epilogue) {
+      check_matmul_reduce_scatter(fused, rank, 2, c, ReduceOp::kSum, 1950, stream.get(), -1, PeersSum::kFloat32);
+      check_matmul_reduce_scatter(fused, rank, 2, c, ReduceOp::kSum, 1951, stream.get(), 1, PeersSum::kFloat32, kLate);
+      EXPECT_EQ(fused.epilogue_reduce_scatters(), 2u) << "rank " << rank;
+    }
+    if (loads) {
+      check_all_gather_matmul(fused, rank, 2, c, 1960, stream.get(), true);
+      check_all_gather_matmul(fused, rank, 2, c, 1961, stream.get(), true, 1, kLate);
+      EXPECT_EQ(fused.all_gathers_under_loads(), 2u) << "rank " << rank;
+    }
+    comm.check();
+  });
 }
 
 // The all-gather under braid's Hopper GEMM's loads (NOTE [all-gather under the loads]): shapes with several row
