@@ -89,7 +89,8 @@ class Communicator {
   // registered with NCCL on its first use, see BRAID_NCCL_REGISTER); symmetric memory, MoE, all_to_allv_device,
   // import_global and all_to_all on GlobalMemory need the CUDA backend (kUnsupported). The CUDA backend needs every
   // GPU to offer virtual memory management with POSIX-fd handles: a GPU without them fails init on every rank with
-  // kUnsupported naming its rank (no fallback to NCCL). Refuses two ranks on one GPU (kInvalidArgument) unless
+  // kUnsupported naming its rank (no fallback to NCCL). Refuses two ranks on one GPU of a job on one host
+  // (kInvalidArgument; a job over several hosts runs on NCCL, whose own check applies) unless
   // BRAID_ALLOW_SHARED_GPU=1 (see docs/shared-gpu.md; every rank of a communicator where some ranks share a GPU as
   // threads of one process, and so its context, then refuses the legacy default stream, nullptr or
   // cudaStreamLegacy, in every call that takes a stream, whatever its sizes: kInvalidArgument naming stream and the

@@ -614,7 +614,7 @@ class SignalPad:
     @property
     def expected(self) -> int:
         """
-        uint64 [channels][world] of this rank's device memory: the counts its waits reached.
+        uint64 [channels][world] of this rank's device memory: the counts its waits waited for.
         """
 
     @property

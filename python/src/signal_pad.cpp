@@ -123,7 +123,7 @@ void bind_signal_pad(nb::module_& m) {
       .def_prop_ro("peers", [](const UserSignalPad& p) { return address_of(p.pad().peers); },
                    "A device array of world pointers: every rank's counters as mapped here.")
       .def_prop_ro("expected", [](const UserSignalPad& p) { return address_of(p.pad().expected); },
-                   "uint64 [channels][world] of this rank's device memory: the counts its waits reached.")
+                   "uint64 [channels][world] of this rank's device memory: the counts its waits waited for.")
       .def_prop_ro("error", [](const UserSignalPad& p) { return address_of(p.pad().error); },
                    "The fatal ErrorWord (host-mapped), as kernels address it.")
       .def_prop_ro("data_error", [](const UserSignalPad& p) { return address_of(p.pad().data_error); },

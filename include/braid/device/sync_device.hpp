@@ -52,7 +52,8 @@ struct ErrorWord {
   unsigned int site;        // which wait inside it (timeouts; 0 for data errors)
   int rank;                 // who noticed
   int peer;                 // for whom (timeouts), or whose data (data errors)
-  int channel;              // timeouts; 0 for data errors
+  int channel;              // timeouts; 0 for data errors; -1 for failures the host publishes (a peer's exit,
+                            // an abort, a revocation: braid's own pad)
   unsigned long long waited_ns;  // timeouts; 0 for data errors
   long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch); 0 for timeouts
   long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch)
@@ -104,7 +105,8 @@ struct SignalPad {
 };
 
 // Barriers use channels [0, kBarrierChannels) of a pad (a launch's blocks); the channels beyond count FIFO
-// pieces and credits.
+// pieces and credits. A pad's waits for data belong on channels from kBarrierChannels: after a plan mismatch,
+// answer_mismatch signals every channel below it to every peer, so a plain wait there may pass with no data.
 constexpr int kBarrierChannels = 64;
 
 // The plan a stopped rank (NOTE [stopped ranks]: any failure in its fatal word, a mismatch among them) answers
