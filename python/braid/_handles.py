@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from ._braid import MoeHandle
 from ._error import argument_error
 from ._state import communicator
 
@@ -49,7 +50,6 @@ def native_handle(number: int):
     """A MoeHandle from its dispatch number as the ops take it; None for -1 (the buffer's last routed dispatch)."""
     if number < 0:
         return None
-    from ._braid import MoeHandle
     handle = MoeHandle()
     handle.dispatch = number
     return handle

@@ -600,9 +600,10 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
     __syncwarp();
     sent_owner = -1;
   };
+  const auto wait_limit = [&] { return wait_limit_ns(v); };
   auto buffers_back = [&] {  // both consumers have handed their buffers back after their previous tile
-    barrier_wait(&to_store[0], (handoffs & 1) ^ 1, [&] { return wait_limit_ns(v); });
-    barrier_wait(&to_store[1], (handoffs & 1) ^ 1, [&] { return wait_limit_ns(v); });
+    barrier_wait(&to_store[0], (handoffs & 1) ^ 1, wait_limit);
+    barrier_wait(&to_store[1], (handoffs & 1) ^ 1, wait_limit);
   };
   for (int u = first_unit; u < units; u += unit_step) {
     int m_block, n_block;
@@ -785,6 +786,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int units = schedule.m_units * schedule.n_blocks;
   const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
   const int k_steps = (k + kTileK - 1) / kTileK;
+  const auto wait_limit = [&] { return wait_limit_ns(exchange); };  // read by a wait only once it has lasted
   if (group == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (tid == 0) {
@@ -822,7 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1)
               asm volatile("fence.proxy.async.global;" ::: "memory");  // the copy engine's loads after the acquire
             }
           }
-          barrier_wait(&empty[stage], phase ^ 1, [&] { return wait_limit_ns(exchange); });
+          barrier_wait(&empty[stage], phase ^ 1, wait_limit);
           barrier_expect_bytes(&full[stage], kStageBytes);
           tma_load(a_tiles + stage * kATileBytes, a_map, step * kTileK, a_row, &full[stage]);
           constexpr int part = kTileCols / kCluster;
@@ -858,7 +860,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (Exchanged) m_block = exchange.rotate(m_block);
       int previous = -1;
       for (int step = 0; step < k_steps; ++step) {
-        barrier_wait(&full[stage], phase, [&] { return wait_limit_ns(exchange); });
+        barrier_wait(&full[stage], phase, wait_limit);
         wgmma_fence();
         const uint8_t* a = a_tiles + stage * kATileBytes + consumer * 64 * kTileK * 2;
         const uint8_t* b = b_tiles + stage * kBTileBytes;
@@ -884,7 +886,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         continue;  // the second block of a cluster past the last row
       } else {
         uint8_t* buffer = staging + consumer * kStagingBytes;
-        barrier_wait(&to_consumer[consumer], handoffs++ & 1, [&] { return wait_limit_ns(exchange); });
+        barrier_wait(&to_consumer[consumer], handoffs++ & 1, wait_limit);
         if (row0 / static_cast<int>(exchange.x.block_rows) == exchange.x.rank) {
           store_own_rows<T>(acc, exchange, epilogue, row0, n_block, buffer, tid);
         } else {  // a peer's: into the staging buffer, for the store warp

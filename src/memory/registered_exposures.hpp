@@ -36,7 +36,8 @@ struct MemoryContext;
 // until its next use, the next automatic exposure of this rank (which first withdraws every exposure whose
 // allocations changed), or the communicator's destruction. A range some peer could not map is remembered while its
 // allocations are unchanged, so later calls do not ask again (its allocations stay retained too). At most
-// kMostAutomaticExposures buffers, exposed or remembered, live at once; beyond that such buffers stay staged. verify/models/automatic_exposure.pml checks the use, the check and the withdrawal.
+// kMostAutomaticExposures buffers, exposed or remembered, live at once; beyond that such buffers stay staged.
+// verify/models/automatic_exposure.pml checks the use, the check and the withdrawal.
 constexpr size_t kAutomaticExposureBytes = size_t(4) << 20;
 constexpr size_t kMostAutomaticExposures = 1024;
 
