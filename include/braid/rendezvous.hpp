@@ -13,8 +13,8 @@ class StoreServer;
 struct Rendezvous {
   int rank = -1;
   int size = 0;
-  int local_rank = -1;  // rank among this host's ranks; -1: same as rank (one host)
-  int local_size = 0;   // ranks on this host; 0: same as size
+  int local_rank = -1;  // rank among this host's ranks, the default device; negative: same as rank
+  int local_size = 0;   // ranks on this host, as the launcher gave it (from_env checks it; init does not read it)
   std::string store_host = "127.0.0.1";
   int store_port = 0;
   bool serve_store = false;  // this rank serves the store at store_host:store_port (binds all interfaces
@@ -27,11 +27,16 @@ struct Rendezvous {
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 
-  // From the environment, in this order: braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/
-  // LOCAL_RANK/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_*.
-  // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the
-  // missing or malformed variable; torchrun's MASTER_ADDR alone may be missing (then 127.0.0.1, one host).
-  // BRAID_JOB_ID names the job under any convention where it is set and not empty.
+  // From the environment: the first convention, in this order, whose rank and size variables are both set:
+  // braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT;
+  // Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_* (docs/config.md has each one's variables).
+  // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the missing
+  // or malformed variable (where no convention has both, one whose rank or size alone is set is named). Local
+  // rank and size default to rank and size. Under torchrun, MASTER_PORT may be missing only where
+  // BRAID_STORE_ADDR is set, and MASTER_ADDR only where every rank is on this host (LOCAL_WORLD_SIZE equal to
+  // WORLD_SIZE; the store is then at 127.0.0.1). BRAID_JOB_ID names the job under any convention where it is set
+  // and not empty.
+  // Unknown BRAID_* names in the environment are reported once, as warnings on stderr.
   static Rendezvous from_env();
 
   // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when
@@ -43,9 +48,11 @@ struct Rendezvous {
 
 // A store served by this process until destroyed: for ranks that are threads of one process, or for a
 // custom launcher. Pass address() to Rendezvous::at_store(..., rank0_serves_store = false). It listens on every
-// address `bind_host` resolves to ("localhost": 127.0.0.1 and ::1; "" or "0.0.0.0"/"::": every interface of that
-// family, "" both), so that no other process can hold one of them; throws kSystemError naming the address where
-// one is taken. With
+// address `bind_host` resolves to ("localhost": 127.0.0.1, and ::1 where the resolver lists it; "0.0.0.0": every
+// IPv4 interface; "" or "::": every interface of both families, for "::" through one IPv6 socket that takes IPv4
+// too where the system allows it, as Linux does by default), so that no other process can hold one of them;
+// throws kSystemError naming the address where one is taken. `port` 0 picks a free port; outside [0, 65535]
+// throws kInvalidArgument naming port. With
 // BRAID_JOB_SECRET set in this process (before braid's first call: braid takes its BRAID_* settings once,
 // docs/config.md), it serves only clients that prove they know that secret (set it alike in every process of the
 // job); clients of this host that run as another user are closed whatever the secret

@@ -17,6 +17,7 @@
 #include "core/config.hpp"
 #include "core/hash.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 extern char** environ;
 
@@ -161,7 +162,8 @@ int master_store_port(const EnvReader& reader, const char* source) {
   if (master_port < 1 || master_port > 65535) {
     raise(ErrorCode::kInvalidArgument, "environment variable MASTER_PORT={} is not a port (1-65535)", master_port);
   }
-  int offset = reader.braid_integer("BRAID_STORE_PORT_OFFSET").value_or(1);
+  const int offset =
+      static_cast<int>(reader.config().integer_in("BRAID_STORE_PORT_OFFSET", -65535, 65535).value_or(1));
   if (offset == 0) {
     raise(ErrorCode::kInvalidArgument,
           "environment variable BRAID_STORE_PORT_OFFSET=0 would put braid's store on MASTER_PORT={}, which the "
@@ -275,6 +277,13 @@ std::optional<Rendezvous> from_torchrun(const EnvReader& reader) {
 
   Rendezvous result = served_by_rank0(info);
 
+  // Without MASTER_ADDR the store is on this host, so every rank must be here.
+  if (!reader.has("MASTER_ADDR") && !reader.config().is_set("BRAID_STORE_ADDR") && info.local_size != info.size) {
+    raise(ErrorCode::kInvalidArgument,
+          "torchrun rendezvous: environment variable MASTER_ADDR is not set, but the job spans several hosts "
+          "(LOCAL_WORLD_SIZE={} of WORLD_SIZE={}); set MASTER_ADDR (or BRAID_STORE_ADDR=host:port)",
+          info.local_size, info.size);
+  }
   // The job's address: the master's, or, where BRAID_STORE_ADDR overrides the store and MASTER_PORT is not set,
   // the store's (MASTER_PORT is required only without the override).
   const std::string master_addr = reader.text("MASTER_ADDR").value_or("127.0.0.1");
@@ -402,6 +411,19 @@ Rendezvous rendezvous_from_environment(const Environment& env) {
       return *result;
     }
   }
+  // No convention has both its rank and its size: name the half-set one, else list them all.
+  const std::pair<const char*, const char*> pairs[] = {{"BRAID_RANK", "BRAID_WORLD_SIZE"},
+                                                       {"RANK", "WORLD_SIZE"},
+                                                       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                                       {"PMI_RANK", "PMI_SIZE"},
+                                                       {"SLURM_PROCID", "SLURM_NTASKS"}};
+  for (const auto& [rank, size] : pairs) {
+    const bool has_rank = reader.has(rank), has_size = reader.has(size);
+    if (has_rank != has_size) {
+      raise(ErrorCode::kInvalidArgument, "launcher rendezvous: environment variable {} is set but {} is not",
+            has_rank ? rank : size, has_rank ? size : rank);
+    }
+  }
   raise(ErrorCode::kInvalidArgument, "{}", kNothingFound);
 }
 
@@ -416,7 +438,7 @@ Environment process_environment_map() {
 }
 
 Rendezvous Rendezvous::from_env() {
-  Config::get();  // warns once about unknown BRAID_* names (typos) in the process environment
+  log_enabled(LogLevel::kWarn);  // prints, once, the warnings about unknown BRAID_* names (typos)
   return rendezvous_from_environment(process_environment_map());
 }
 

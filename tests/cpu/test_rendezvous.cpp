@@ -109,6 +109,12 @@ TEST(Rendezvous, TorchrunDefaults) {
   EXPECT_EQ(r.store_host, "127.0.0.1");
   EXPECT_EQ(r.store_port, 1235);
   expect_invalid_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, {"MASTER_PORT"});
+  // Without MASTER_ADDR the store is on this host: a job of several hosts must name it.
+  Environment several_hosts = torchrun_env();
+  several_hosts.erase("MASTER_ADDR");
+  expect_invalid_env(several_hosts, {"MASTER_ADDR", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=8"});
+  several_hosts["BRAID_STORE_ADDR"] = "node0:7000";
+  EXPECT_EQ(rendezvous_from_environment(several_hosts).store_host, "node0");
 }
 
 TEST(Rendezvous, TorchrunPortOffset) {
@@ -121,6 +127,13 @@ TEST(Rendezvous, TorchrunPortOffset) {
   env["MASTER_PORT"] = "29500";
   env["BRAID_STORE_PORT_OFFSET"] = "0";
   expect_invalid_env(env, {"BRAID_STORE_PORT_OFFSET=0", "MASTER_PORT=29500"});
+  // Offsets are bounded before they are added (no overflow), and the sum must be a port.
+  env["BRAID_STORE_PORT_OFFSET"] = "2147483647";
+  expect_invalid_env(env, {"BRAID_STORE_PORT_OFFSET"});
+  env["BRAID_STORE_PORT_OFFSET"] = "-29499";
+  EXPECT_EQ(rendezvous_from_environment(env).store_port, 1);
+  env["BRAID_STORE_PORT_OFFSET"] = "-29500";
+  expect_invalid_env(env, {"MASTER_PORT=29500", "BRAID_STORE_PORT_OFFSET=-29500"});
 }
 
 TEST(Rendezvous, BraidRunBeatsTorchrun) {
@@ -318,8 +331,13 @@ TEST(Rendezvous, OutOfRangeNamesVariable) {
 TEST(Rendezvous, NothingSet) {
   expect_invalid_env({{"HOME", "/root"}, {"PATH", "/bin"}},
                      {"BRAID_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"});
-  // Half a convention is not a convention.
-  expect_invalid_env({{"RANK", "0"}}, {"no launcher rendezvous"});
+  // Half a convention is not a convention; where no whole one is set, the missing half is named.
+  expect_invalid_env({{"RANK", "0"}}, {"RANK is set but WORLD_SIZE is not"});
+  expect_invalid_env({{"PMI_SIZE", "2"}}, {"PMI_SIZE is set but PMI_RANK is not"});
+  // A whole convention wins over half of an earlier one.
+  Environment slurm_and_half_torchrun = {
+      {"RANK", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_ID", "7"}};
+  EXPECT_EQ(rendezvous_from_environment(slurm_and_half_torchrun).source, "slurm");
 }
 
 TEST(Rendezvous, JobIdOverride) {
@@ -355,6 +373,11 @@ TEST(Rendezvous, AtStoreValidates) {
   expect_invalid([] { Rendezvous::at_store("127.0.0.1:1", 0, 0, true); }, {"'size'"});
   expect_invalid([] { Rendezvous::at_store("no-port", 0, 1, true); }, {"'store_address'"});
   expect_invalid([] { Rendezvous::at_store("127.0.0.1:0", 0, 1, true); }, {"'store_address'", "port 0"});
+}
+
+TEST(Rendezvous, StoreHostRefusesPortsOutsideTheRange) {
+  expect_invalid([] { StoreHost host("127.0.0.1", 65536); }, {"StoreHost", "'port'", "65536"});
+  expect_invalid([] { StoreHost host("127.0.0.1", -1); }, {"StoreHost", "'port'"});
 }
 
 }  // namespace
