@@ -3,7 +3,8 @@
 // kLoadsInFlight loads in flight per thread, which NVLink needs to reach its bandwidth), else in 4-byte words when
 // all start 4-byte aligned, else in bytes (one load per thread at a time); the rest after the last whole vector
 // or word byte by byte. One source may
-// go to several destinations (a row pushed to every peer's buffer is read once). Destinations may be peers'
+// go to several destinations (a row pushed to every peer's buffer is read once). The source and the destinations
+// must not overlap, except a destination that is the source itself. Destinations may be peers'
 // memory (a symmetric allocation's peer pointers); the copies are plain stores: order them against the peers
 // with device::barrier (sync_device.hpp), which every thread of the block calls after its copies, or with
 // device::signal from one thread after a __syncthreads that follows the copies. No fence is needed in between:

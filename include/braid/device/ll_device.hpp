@@ -16,7 +16,7 @@
 //     flag); the receiver polls load_wire(line address, flag, &payload) until it returns true, then unpacks with
 //     store_line. Bound the poll with a timeout (device::global_time_ns in sync_device.hpp).
 // store_wire and load_wire are volatile 16-byte accesses to global memory (PTX .volatile: relaxed, system
-// scope, not cached in L1); load_line and store_line are plain accesses.
+// scope; today's compilers make them bypass L1); load_line and store_line are plain accesses.
 #pragma once
 
 #include <cstddef>
@@ -33,9 +33,10 @@ constexpr size_t kLLWireBytes = 16;  // one line as stored: two 8-byte {4 data b
 // alignment.
 __device__ __forceinline__ uint2 load_line(const char* source, size_t left) {
   if (left >= kLLLineBytes && (reinterpret_cast<uintptr_t>(source) & 7) == 0) return *reinterpret_cast<const uint2*>(source);
-  alignas(8) unsigned char bytes[kLLLineBytes] = {};
+  uint2 line = make_uint2(0, 0);
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(&line);
   for (size_t i = 0; i < kLLLineBytes && i < left; ++i) bytes[i] = source[i];
-  return *reinterpret_cast<const uint2*>(bytes);
+  return line;
 }
 
 // Writes a line's payload to `destination`, at most `left` bytes of it. Any alignment.

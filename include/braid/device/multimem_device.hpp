@@ -9,7 +9,8 @@
 //   - multimem_store(address, value): stores a 16-byte vector into every GPU's copy.
 // Addresses must be 16-byte aligned and inside a multicast mapping. Both are relaxed at system scope: after
 // multimem_store, __threadfence_system() then a release (device::barrier) before peers read; a
-// multimem_load_reduce only after a barrier that follows every peer's writes to the vector.
+// multimem_load_reduce only after a barrier that follows every peer's writes to the vector. Built for an
+// architecture below sm_90, both compile and trap when called.
 //
 // Which reductions multimem_load_reduce issues (a subset of PTX multimem.ld_reduce, which also reduces integer
 // types braid does not issue): float32 sum only (no min or max); float16 and bfloat16 sum (accumulated in
