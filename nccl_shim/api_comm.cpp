@@ -61,12 +61,20 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   });
   if (checked != ncclSuccess) return group_failure(checked);  // NOTE [group failure]
   RealConfig real_config(config);  // copied now: the caller's config may be gone when a group ends
-  return submit_init(
+  const ncclResult_t result = submit_init(
       comm,
       [comm, id, nranks, rank, device, real_config]() mutable {
         initialise(*comm, id, nranks, rank, device, nullptr, std::move(real_config));
       },
       nonblocking_config(config));
+  if (result != ncclSuccess && result != ncclInProgress) {  // a blocking init failed: as NCCL, no communicator
+    const std::string failure = last_error();
+    release(*comm, /*abort=*/true);
+    delete comm;
+    *newcomm = nullptr;
+    set_last_error(failure);
+  }
+  return result;
 }
 
 // ncclCommDestroy and ncclCommAbort: NULL is fine (as NCCL); abort ends the waits of braid's kernels
@@ -120,7 +128,7 @@ SHIM_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nrank
                                                   ncclUniqueId* commIds, ncclConfig_t* config) {
   if (nId < 1 || commIds == nullptr) {
     set_last_error("ncclCommInitRankScalable: argument 'commIds' must hold at least one id");
-    return ncclInvalidArgument;
+    return group_failure(ncclInvalidArgument);  // NOTE [group failure]
   }
   return init_rank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank, config);  // one store serves them all
 }
@@ -178,7 +186,7 @@ SHIM_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
 SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommSplit, comm, color, key, newcomm, config);
   const char* function = "ncclCommSplit";
-  return guarded(function, [&] {
+  return group_failure(guarded(function, [&] {  // NOTE [group failure]
     ncclComm& parent = checked_comm(comm, function);
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
@@ -236,7 +244,7 @@ SHIM_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
       throw;
     }
     *newcomm = child;
-  });
+  }));
 }
 
 // Collective over the ranks that stay (the excluded ones do not call). On braid's CUDA path the survivors form a
@@ -247,7 +255,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
   SHIM_FORWARD_FOREIGN(comm, ncclCommShrink, comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
   const char* function = "ncclCommShrink";
-  return guarded(function, [&] {
+  return group_failure(guarded(function, [&] {  // NOTE [group failure]
     ncclComm& parent = checked_comm(comm, function);
     require_pointer(newcomm, function, "newcomm");
     *newcomm = nullptr;
@@ -303,7 +311,7 @@ SHIM_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, 
     }
     child->ready = true;
     *newcomm = child;
-  });
+  }));
 }
 
 SHIM_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {

@@ -133,14 +133,15 @@ SHIM_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, siz
   return guarded("ncclCommRegister", [&] {
     ncclComm& shim = checked_comm(comm, "ncclCommRegister");
     require_pointer(handle, "ncclCommRegister", "handle");
-    require_pointer(buff, "ncclCommRegister", "buff");
+    // As NCCL, a NULL buffer or a size of 0 is no error; braid has nothing of it to expose.
+    const bool empty = buff == nullptr || size == 0;
     auto registration = std::make_unique<Registration>();
     if (shim.real != nullptr && shim.library->has_register()) {
       braid::DeviceGuard guard(shim.device);
       check_real(shim, shim.library->api().comm_register(shim.real, buff, size, &registration->real),
                  "ncclCommRegister");
     }
-    if (shim.braid && shim.braid_on_cuda && braid::eager_zero_copy_enabled()) {
+    if (!empty && shim.braid && shim.braid_on_cuda && braid::eager_zero_copy_enabled()) {
       try {
         registration->braid = shim.braid->register_buffer(buff, size);
       } catch (const braid::Error& error) {  // memory braid cannot share: the calls on it stage

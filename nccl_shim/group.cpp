@@ -220,13 +220,18 @@ ncclResult_t run_inits(std::vector<PendingInit>& inits) {
     for (size_t i = 0; i < inits.size(); ++i) threads.emplace_back(run, i);
     for (std::thread& thread : threads) thread.join();
   }
+  // A communicator whose init failed reports it (ncclCommGetAsyncError) and stays unusable; the end returns the first.
+  ncclResult_t first = ncclSuccess;
   for (size_t i = 0; i < inits.size(); ++i) {
-    if (results[i] != ncclSuccess) {
+    if (results[i] == ncclSuccess) continue;
+    inits[i].comm->async_error = errors[i];
+    inits[i].comm->async_state = results[i];
+    if (first == ncclSuccess) {
+      first = results[i];
       set_last_error(errors[i]);
-      return results[i];
     }
   }
-  return ncclSuccess;
+  return first;
 }
 
 }  // namespace

@@ -148,6 +148,21 @@ const Entry kEntries[] = {
      ncclGroupStart_();
      const ncclResult_t call = ncclSend_(kBuf, 4, ncclFloat32, 0, nullptr, nullptr);
      return 100 * (int)call + (int)ncclGroupEnd_(); }},
+  // Refused inits and splits fail their group too (an NCCL that stops at its CUDA set-up first: skipped).
+  {"Group_RefusedInitRankScalableFailsTheGroup", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclCommInitRankScalable);
+     ncclGroupStart_();
+     ncclComm_t comm = nullptr;
+     const ncclResult_t call = ncclCommInitRankScalable_(&comm, 2, 0, 0, nullptr, nullptr);
+     const ncclResult_t end = ncclGroupEnd_();
+     return call == ncclUnhandledCudaError ? (int)call : 100 * (int)call + (int)end; }},
+  {"Group_RefusedSplitFailsTheGroup", [](void* lib, char*, size_t) {
+     SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclCommSplit);
+     ncclGroupStart_();
+     ncclComm_t comm = nullptr;
+     const ncclResult_t call = ncclCommSplit_(nullptr, 0, 0, &comm, nullptr);
+     const ncclResult_t end = ncclGroupEnd_();
+     return call == ncclUnhandledCudaError ? (int)call : 100 * (int)call + (int)end; }},
   // The failure ends with its group: 100 x the failed group's end + the next (empty) group's end.
   {"Group_FailureEndsWithItsGroup", [](void* lib, char*, size_t) {
      SYM(ncclGroupStart); SYM(ncclGroupEnd); SYM(ncclAllReduce);
