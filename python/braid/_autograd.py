@@ -158,6 +158,8 @@ def register_moe_autograd(torch, moe_dispatch, moe_combine) -> None:
             if topk_idx is None:
                 raise Error(f"{function}: the combine was made without the routing of its dispatch (a dispatch "
                             "through this braid.MoeBuffer object must precede it)", ErrorCode.INVALID_ARGUMENT)
+            if ctx.host_t < 0 and device_t is None:  # T was x's rows, topk_idx's; out may have more (num_tokens)
+                grad_out = grad_out[:topk_idx.shape[0]]
             outputs = dict(zip(moe.output_fields(), ops.moe_dispatch(grad_out, None, topk_idx, topk_weights,
                                                                      device_t, ctx.host_t, ctx.buffer)))
             moe._replayed(ctx.forward)

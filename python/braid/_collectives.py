@@ -116,7 +116,7 @@ def reduce_scatter(output, input_list: Sequence, op=ReduceOp.SUM, comm: Optional
     reduce_scatter_tensor(output, joined, op, c)
 
 
-def _splits(splits, tensor, world: int, function: str, argument: str, tensor_name: str) -> Optional[list]:
+def split_counts(splits, tensor, world: int, function: str, argument: str, tensor_name: str) -> Optional[list]:
     """Element counts per rank from split sizes along dim 0 (None: equal blocks)."""
     rows = tensor.shape[0] if tensor.dim() > 0 else 0
     row = tensor.numel() // rows if rows else 0
@@ -155,12 +155,12 @@ def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=
                                  "sizes they must be equal")
         c.all_to_all(inp.pointer, out.pointer, inp.count // c.size, inp.dtype, stream)
         return
-    send_counts = _splits(input_split_sizes, input, c.size, function, "input_split_sizes", "input")
-    recv_counts = _splits(output_split_sizes, output, c.size, function, "output_split_sizes", "output")
+    send_counts = split_counts(input_split_sizes, input, c.size, function, "input_split_sizes", "input")
+    recv_counts = split_counts(output_split_sizes, output, c.size, function, "output_split_sizes", "output")
     c.all_to_allv(inp.pointer, send_counts, None, out.pointer, recv_counts, None, inp.dtype, stream)
 
 
-def _device_counts(torch, tensor, c, function: str, argument: str, required: bool):
+def device_counts(torch, tensor, c, function: str, argument: str, required: bool):
     """A per-rank int64 array (split sizes or offsets, in rows): its type, dtype and length (where it lives is
     checked with the other tensors)."""
     if tensor is None:
@@ -192,10 +192,10 @@ def all_to_all_v_device(output, input, input_split_sizes, output_split_sizes=Non
     call."""
     function = "braid.all_to_all_v_device"
     torch, c = _setup(function, comm)
-    send_counts = _device_counts(torch, input_split_sizes, c, function, "input_split_sizes", True)
-    send_displs = _device_counts(torch, input_offsets, c, function, "input_offsets", False)
-    recv_counts = _device_counts(torch, output_split_sizes, c, function, "output_split_sizes", False)
-    recv_displs = _device_counts(torch, output_offsets, c, function, "output_offsets", False)
+    send_counts = device_counts(torch, input_split_sizes, c, function, "input_split_sizes", True)
+    send_displs = device_counts(torch, input_offsets, c, function, "input_offsets", False)
+    recv_counts = device_counts(torch, output_split_sizes, c, function, "output_split_sizes", False)
+    recv_displs = device_counts(torch, output_offsets, c, function, "output_offsets", False)
     for name, tensor in (("output", output), ("input", input)):
         if not isinstance(tensor, torch.Tensor):
             raise argument_error(function, name, f"must be a torch.Tensor, got {type(tensor).__name__}")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from ._braid import DataType, MoeBuffer as _MoeBuffer, MoeHandle, MoeHook, MoeLayout, MoeShape, MOE_SCALE_COLUMNS
 from ._dtypes import datatype, torch_name
-from ._error import Error, ErrorCode, argument_error
+from ._error import Error, ErrorCode, argument_error, int_argument
 from ._handles import op_handle, release_handle
 from ._ops import register_ops
 from ._state import communicator
@@ -287,9 +287,13 @@ class MoeBuffer:
                 raise argument_error(function, "x", f"has {rows} rows; with T on the device (num_tokens a tensor) "
                                      f"the inputs need max_tokens ({self.max_tokens}) rows")
         elif num_tokens is not None and (isinstance(num_tokens, bool) or not isinstance(num_tokens, int)
-                                         or not 0 <= num_tokens <= rows):
-            raise argument_error(function, "num_tokens", f"is {num_tokens!r}; it must be None, an int in [0, x's "
-                                 f"{rows} rows] or a device int64 tensor")
+                                         or not 0 <= num_tokens <= min(rows, self.max_tokens)):
+            raise argument_error(function, "num_tokens", f"is {num_tokens!r}; it must be None, an int in [0, "
+                                 f"{min(rows, self.max_tokens)}] (x's {rows} rows, at most max_tokens "
+                                 f"{self.max_tokens}) or a device int64 tensor")
+        elif num_tokens is None and rows > self.max_tokens:
+            raise argument_error(function, "x", f"has {rows} rows; T (x's rows, num_tokens None) is at most "
+                                 f"max_tokens ({self.max_tokens})")
 
     def _check_scales(self, torch, function, x_scales, rows):
         if self.fp8:
@@ -368,12 +372,12 @@ class MoeBuffer:
         return got
 
     def redispatch(self, handle, x, *, x_scales=None, hook: bool = False) -> MoeDispatch:
-        """Rank-major: dispatches new rows x ([T, hidden], T of the dispatch `handle` names, which must be the
-        buffer's last routed one) with that dispatch's routing; only the data moves (the metadata stays). The
-        backward pass of a combine. handle None: the last dispatch."""
+        """Rank-major: dispatches new rows x ([T, hidden], T the rows of the dispatch `handle` names, which must be
+        the buffer's last routed one: its num_tokens) with that dispatch's routing; only the data moves (the
+        metadata stays). The backward pass of a combine. handle None: the last dispatch."""
         function = "braid.MoeBuffer.redispatch"
         torch = import_torch(function)
-        self._check_rows(torch, x, "x", function, self._moved, self.hidden)
+        self._check_rows(torch, x, "x", function, self._moved, self.hidden, self._out_rows)
         self._check_scales(torch, function, x_scales, x.shape[0])
         if self._traced(torch, x):
             if hook:
@@ -409,16 +413,26 @@ class MoeBuffer:
         of the buffer's dtype gets each token's rows from y ([capacity_rows, hidden]) summed, in float32.
         Expert-major: weighted (default True) applies the routing weights. Rank-major: y is a row per received
         token (weights applied; pass the dispatch's combine_input to save a copy) and weighted must be False.
-        out None: a new tensor of the last dispatch's rows (or num_tokens). Returns out, or (out, hook) with
-        hook=True (rank-major)."""
+        T is the last dispatch's num_tokens (host T, or x's rows with T on the device). out None: a new [T, hidden]
+        tensor, or one of num_tokens rows, from the rows combine writes (host T, or max_tokens with T on the
+        device) to max_tokens, the rows past them unwritten. Returns out, or (out, hook) with hook=True
+        (rank-major)."""
         function = "braid.MoeBuffer.combine"
         torch = import_torch(function)
         if weighted is None:
             weighted = not self.rank_major
         self._check_rows(torch, y, "y", function, self._type, self.hidden, self.capacity_rows)
-        rows = out.shape[0] if out is not None else (self._out_rows if num_tokens is None else num_tokens)
+        rows = self._out_rows
+        if num_tokens is not None:  # combine writes the dispatch's T rows: a shorter out would be overrun
+            least = min(self._out_rows, self.max_tokens)  # host T, or max_tokens when T is on the device
+            rows = int_argument(num_tokens, function, "num_tokens")
+            if not least <= rows <= self.max_tokens:
+                raise argument_error(function, "num_tokens", f"is {rows}; it must be in [{least}, {self.max_tokens}]"
+                                     f": at least the {least} rows combine writes (the last dispatch's T, or "
+                                     "max_tokens with T on the device), at most max_tokens")
         if out is not None:
-            self._check_rows(torch, out, "out", function, self._type, self.hidden)
+            self._check_rows(torch, out, "out", function, self._type, self.hidden, self._out_rows)
+            rows = self._out_rows
         traced = self._traced(torch, y)
         if traced and (hook or out is not None):
             raise Error(f"{function}: argument '{'hook' if hook else 'out'}' is given under torch.compile; "

@@ -11,10 +11,11 @@ torch.cuda.current_stream() and is marked side-effectful, so a collective whose 
 removed from a graph (the peers would wait for it)."""
 # No `from __future__ import annotations`: custom_op reads the ops' annotations as types.
 
+import math
 from typing import Optional
 
 from ._dtypes import reduce_op
-from ._error import argument_error
+from ._error import argument_error, rank_argument
 from ._handles import comm_of, native_handle, resolve
 from ._torch import current_stream, torch as import_torch
 
@@ -32,6 +33,13 @@ def register_ops():
     return torch.ops.braid
 
 
+def check_pairs(function: str, sends, send_peers, recv_like, recv_peers) -> None:
+    """send_recv's lists: one peer per tensor."""
+    if len(sends) != len(send_peers) or len(recv_like) != len(recv_peers):
+        raise argument_error(function, "send_peers" if len(sends) != len(send_peers) else "recv_peers",
+                             "must have one peer per tensor")
+
+
 def _side_effect(torch, op) -> None:
     try:
         from torch.fx.node import has_side_effect
@@ -44,93 +52,127 @@ def _register(torch) -> None:
     from torch import Tensor
     from torch.library import custom_op
 
-    from ._tensors import buffer
+    from ._tensors import buffer, tensor_argument
 
     def stream(c):
         return current_stream(torch, c.device)
 
     # Collectives --------------------------------------------------------------------------------------------
+    # Each op's argument checks run in its real and its fake implementation alike, so that under torch.compile an
+    # op refuses what it refuses eagerly; the real one then checks what only the communicator knows (its GPU).
+    def world(comm: int, function: str) -> int:
+        return comm_of(comm, function).size
+
+    def checked(function: str, tensor, op=None):  # a collective's tensor, and its op as braid's ReduceOp
+        tensor_argument(torch, tensor, function, "tensor", meta=True)
+        return None if op is None else reduce_op(op, function)
+
+    def placed(c, function: str, *named) -> None:  # (name, tensor or None): each on the communicator's GPU
+        for name, tensor in named:
+            if tensor is not None:
+                buffer(torch, tensor, c, function, name)
+
     @custom_op("braid::all_reduce", mutates_args=(), device_types="cuda")
-    def all_reduce(input: Tensor, op: str, comm: int) -> Tensor:
+    def all_reduce(tensor: Tensor, op: str, comm: int) -> Tensor:
         function = "braid.functional.all_reduce"
+        redop = checked(function, tensor, op)
         c = comm_of(comm, function)
-        out = torch.empty_like(input, memory_format=torch.contiguous_format)
-        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
-        c.all_reduce(t.pointer, o.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
+        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        t, o = buffer(torch, tensor, c, function, "tensor"), buffer(torch, out, c, function, "out")
+        c.all_reduce(t.pointer, o.pointer, t.count, t.dtype, redop, stream(c))
         return out
 
     @all_reduce.register_fake
-    def _(input, op, comm):
-        return torch.empty_like(input, memory_format=torch.contiguous_format)
+    def _(tensor, op, comm):
+        checked("braid.functional.all_reduce", tensor, op)
+        return torch.empty_like(tensor, memory_format=torch.contiguous_format)
 
     @custom_op("braid::all_reduce_", mutates_args=("tensor",), device_types="cuda")
     def all_reduce_(tensor: Tensor, op: str, comm: int) -> None:
         function = "braid.functional.all_reduce_"
+        redop = checked(function, tensor, op)
         c = comm_of(comm, function)
         t = buffer(torch, tensor, c, function, "tensor")
-        c.all_reduce(t.pointer, t.pointer, t.count, t.dtype, reduce_op(op, function), stream(c))
+        c.all_reduce(t.pointer, t.pointer, t.count, t.dtype, redop, stream(c))
 
     @all_reduce_.register_fake
     def _(tensor, op, comm):
-        return None
+        checked("braid.functional.all_reduce_", tensor, op)
 
-    def world(comm: int, function: str) -> int:
-        return comm_of(comm, function).size
-
-    def gathered_shape(input, w: int):
-        return (w * input.shape[0], *input.shape[1:]) if input.dim() else (w,)
+    def gathered(tensor, comm: int):  # the output, after the checks
+        function = "braid.functional.all_gather_into_tensor"
+        checked(function, tensor)
+        w = world(comm, function)
+        return tensor.new_empty((w * tensor.shape[0], *tensor.shape[1:]) if tensor.dim() else (w,))
 
     @custom_op("braid::all_gather_into_tensor", mutates_args=(), device_types="cuda")
-    def all_gather_into_tensor(input: Tensor, comm: int) -> Tensor:
+    def all_gather_into_tensor(tensor: Tensor, comm: int) -> Tensor:
         function = "braid.functional.all_gather_into_tensor"
+        out = gathered(tensor, comm)
         c = comm_of(comm, function)
-        out = input.new_empty(gathered_shape(input, c.size))
-        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        t, o = buffer(torch, tensor, c, function, "tensor"), buffer(torch, out, c, function, "out")
         c.all_gather(t.pointer, o.pointer, t.count, t.dtype, stream(c))
         return out
 
     @all_gather_into_tensor.register_fake
-    def _(input, comm):
-        return input.new_empty(gathered_shape(input, world(comm, "braid.functional.all_gather_into_tensor")))
+    def _(tensor, comm):
+        return gathered(tensor, comm)
 
-    def scattered_shape(input, w: int, function: str):
-        if input.dim() == 0 or input.shape[0] % w:
-            raise argument_error(function, "input", f"has shape {tuple(input.shape)}; dim 0 must divide by the world "
-                                 f"size ({w})")
-        return (input.shape[0] // w, *input.shape[1:])
+    def scattered(tensor, op: str, comm: int):  # (the output, braid's ReduceOp), after the checks
+        function = "braid.functional.reduce_scatter_tensor"
+        redop = checked(function, tensor, op)
+        w = world(comm, function)
+        if tensor.dim() == 0 or tensor.shape[0] % w:
+            raise argument_error(function, "tensor", f"has shape {tuple(tensor.shape)}; dim 0 must divide by the "
+                                 f"world size ({w})")
+        return tensor.new_empty((tensor.shape[0] // w, *tensor.shape[1:])), redop
 
     @custom_op("braid::reduce_scatter_tensor", mutates_args=(), device_types="cuda")
-    def reduce_scatter_tensor(input: Tensor, op: str, comm: int) -> Tensor:
+    def reduce_scatter_tensor(tensor: Tensor, op: str, comm: int) -> Tensor:
         function = "braid.functional.reduce_scatter_tensor"
+        out, redop = scattered(tensor, op, comm)
         c = comm_of(comm, function)
-        out = input.new_empty(scattered_shape(input, c.size, function))
-        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
-        c.reduce_scatter(t.pointer, o.pointer, o.count, t.dtype, reduce_op(op, function), stream(c))
+        t, o = buffer(torch, tensor, c, function, "tensor"), buffer(torch, out, c, function, "out")
+        c.reduce_scatter(t.pointer, o.pointer, o.count, t.dtype, redop, stream(c))
         return out
 
     @reduce_scatter_tensor.register_fake
-    def _(input, op, comm):
-        function = "braid.functional.reduce_scatter_tensor"
-        return input.new_empty(scattered_shape(input, world(comm, function), function))
+    def _(tensor, op, comm):
+        return scattered(tensor, op, comm)[0]
 
-    # On rank dst the reduction over every rank; on the others a copy of input (nothing arrives there).
+    def rooted(function: str, tensor, root: int, root_name: str, comm: int, op=None):  # reduce's, broadcast's
+        redop = checked(function, tensor, op)
+        rank_argument(root, world(comm, function), function, root_name)
+        return redop
+
+    # On rank dst the reduction over every rank; on the others a copy of tensor (nothing arrives there).
     @custom_op("braid::reduce", mutates_args=(), device_types="cuda")
-    def reduce(input: Tensor, dst: int, op: str, comm: int) -> Tensor:
+    def reduce(tensor: Tensor, dst: int, op: str, comm: int) -> Tensor:
         from ._collectives import reduce as eager
-        out = input.clone(memory_format=torch.contiguous_format)
-        eager(out, dst, op, comm=comm_of(comm, "braid.functional.reduce"))
+        function = "braid.functional.reduce"
+        rooted(function, tensor, dst, "dst", comm, op)
+        c = comm_of(comm, function)
+        placed(c, function, ("tensor", tensor))
+        out = tensor.clone(memory_format=torch.contiguous_format)
+        eager(out, dst, op, comm=c)
         return out
 
     @reduce.register_fake
-    def _(input, dst, op, comm):
-        return torch.empty_like(input, memory_format=torch.contiguous_format)
+    def _(tensor, dst, op, comm):
+        rooted("braid.functional.reduce", tensor, dst, "dst", comm, op)
+        return torch.empty_like(tensor, memory_format=torch.contiguous_format)
 
     # A batch of point-to-point transfers in flight together: `sends` go to `send_peers`, and a new tensor shaped
     # like each of `recv_like` receives from the matching entry of `recv_peers`; returns those.
-    def received(function, sends, send_peers, recv_like, recv_peers):  # the outputs, after the lists' checks
-        if len(sends) != len(send_peers) or len(recv_like) != len(recv_peers):
-            raise argument_error(function, "send_peers" if len(sends) != len(send_peers) else "recv_peers",
-                                 "must have one peer per tensor")
+    def received(sends, send_peers, recv_like, recv_peers, comm: int):  # the outputs, after the checks
+        function = "braid.functional.send_recv"
+        check_pairs(function, sends, send_peers, recv_like, recv_peers)
+        w = world(comm, function)
+        for name, peer_name, tensors, peers in (("sends", "send_peers", sends, send_peers),
+                                                ("recv_like", "recv_peers", recv_like, recv_peers)):
+            for index, (tensor, peer) in enumerate(zip(tensors, peers)):
+                tensor_argument(torch, tensor, function, f"{name}[{index}]", meta=True)
+                rank_argument(peer, w, function, f"{peer_name}[{index}]")
         return [torch.empty_like(t, memory_format=torch.contiguous_format) for t in recv_like]
 
     @custom_op("braid::send_recv", mutates_args=(), device_types="cuda")
@@ -138,70 +180,107 @@ def _register(torch) -> None:
                   comm: int) -> list[Tensor]:
         from ._p2p import P2POp, batch_isend_irecv, recv as recv_kind, send as send_kind
         function = "braid.functional.send_recv"
-        outs = received(function, sends, send_peers, recv_like, recv_peers)
-        ops = [P2POp(send_kind, t.contiguous(), p) for t, p in zip(sends, send_peers)]
+        outs = received(sends, send_peers, recv_like, recv_peers, comm)
+        c = comm_of(comm, function)
+        placed(c, function, *((f"sends[{i}]", t) for i, t in enumerate(sends)),
+               *((f"recv_like[{i}]", t) for i, t in enumerate(outs)))  # each output is on its recv_like's GPU
+        ops = [P2POp(send_kind, t, p) for t, p in zip(sends, send_peers)]
         ops += [P2POp(recv_kind, t, p) for t, p in zip(outs, recv_peers)]
         if ops:
-            batch_isend_irecv(ops, comm_of(comm, function), function=function)
+            batch_isend_irecv(ops, c, function=function)
         return outs
 
     @send_recv.register_fake
     def _(sends, send_peers, recv_like, recv_peers, comm):
-        return received("braid.functional.send_recv", sends, send_peers, recv_like, recv_peers)
+        return received(sends, send_peers, recv_like, recv_peers, comm)
 
     @custom_op("braid::broadcast", mutates_args=(), device_types="cuda")
-    def broadcast(input: Tensor, src: int, comm: int) -> Tensor:
+    def broadcast(tensor: Tensor, src: int, comm: int) -> Tensor:
         function = "braid.functional.broadcast"
+        rooted(function, tensor, src, "src", comm)
         c = comm_of(comm, function)
-        out = torch.empty_like(input, memory_format=torch.contiguous_format)
-        t, o = buffer(torch, input, c, function, "input"), buffer(torch, out, c, function, "out")
+        out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+        t, o = buffer(torch, tensor, c, function, "tensor"), buffer(torch, out, c, function, "out")
         c.broadcast(t.pointer if c.rank == src else 0, o.pointer, t.count, t.dtype, src, stream(c))
         return out
 
     @broadcast.register_fake
-    def _(input, src, comm):
-        return torch.empty_like(input, memory_format=torch.contiguous_format)
+    def _(tensor, src, comm):
+        rooted("braid.functional.broadcast", tensor, src, "src", comm)
+        return torch.empty_like(tensor, memory_format=torch.contiguous_format)
 
-    def exchanged(input, output_split_sizes):  # the output: the received rows, or as many as sent
-        rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
-        return input.new_empty((rows, *input.shape[1:]))
+    def with_rows(function: str, tensor) -> None:  # a tensor of rows (dim 0), each of some elements
+        if tensor.dim() == 0:
+            raise argument_error(function, "tensor", "is a scalar; it needs rows (dim 0)")
+
+    # The output: the received rows (output_split_sizes), or as many as sent, in equal blocks.
+    def exchanged(tensor, output_split_sizes, input_split_sizes, comm: int):  # the output, after the checks
+        from ._collectives import split_counts
+        function = "braid.functional.all_to_all_single"
+        checked(function, tensor)
+        with_rows(function, tensor)
+        w = world(comm, function)
+        split_counts(input_split_sizes, tensor, w, function, "input_split_sizes", "tensor")
+        if output_split_sizes is None:  # the output has tensor's rows, which must then split evenly too
+            split_counts(None, tensor, w, function, "output_split_sizes", "tensor")
+            rows = tensor.shape[0]
+        else:
+            if len(output_split_sizes) != w or any(s < 0 for s in output_split_sizes):
+                raise argument_error(function, "output_split_sizes", f"is {list(output_split_sizes)}; it needs {w} "
+                                     "sizes (one per rank), none negative")
+            rows = sum(output_split_sizes)
+        return tensor.new_empty((rows, *tensor.shape[1:]))
 
     @custom_op("braid::all_to_all_single", mutates_args=(), device_types="cuda")
-    def all_to_all_single(input: Tensor, output_split_sizes: Optional[list[int]],
+    def all_to_all_single(tensor: Tensor, output_split_sizes: Optional[list[int]],
                           input_split_sizes: Optional[list[int]], comm: int) -> Tensor:
         from ._collectives import all_to_all_single as eager
-        c = comm_of(comm, "braid.functional.all_to_all_single")
-        out = exchanged(input, output_split_sizes)
-        eager(out, input.contiguous(), output_split_sizes, input_split_sizes, comm=c)
+        function = "braid.functional.all_to_all_single"
+        out = exchanged(tensor, output_split_sizes, input_split_sizes, comm)
+        c = comm_of(comm, function)
+        placed(c, function, ("tensor", tensor))
+        eager(out, tensor, output_split_sizes, input_split_sizes, comm=c)
         return out
 
     @all_to_all_single.register_fake
-    def _(input, output_split_sizes, input_split_sizes, comm):
-        return exchanged(input, output_split_sizes)
+    def _(tensor, output_split_sizes, input_split_sizes, comm):
+        return exchanged(tensor, output_split_sizes, input_split_sizes, comm)
 
     # The split sizes on the GPU: the output has `output_rows` rows (what arrives, packed from row 0; the rows past
     # it are unspecified), and the received counts and their offsets come back as [world] int64 tensors.
-    def device_exchanged(input, output_rows: int, comm: int):
+    def device_exchanged(tensor, input_split_sizes, input_offsets, output_rows: int, comm: int):
+        from ._collectives import device_counts
         function = "braid.functional.all_to_all_v_device"
+        checked(function, tensor)
+        with_rows(function, tensor)
+        if math.prod(tensor.shape[1:]) == 0:
+            raise argument_error(function, "tensor", f"has rows of shape {tuple(tensor.shape[1:])}, no elements each; "
+                                 "the split sizes count rows")
+        c = comm_of(comm, function)
+        for name, counts, required in (("input_split_sizes", input_split_sizes, True),
+                                       ("input_offsets", input_offsets, False)):
+            if device_counts(torch, counts, c, function, name, required) is not None:
+                tensor_argument(torch, counts, function, name, meta=True)
         if output_rows < 0:
             raise argument_error(function, "output_rows", f"is {output_rows}; it must be >= 0")
-        w = world(comm, function)
-        counts = input.new_empty((w,), dtype=torch.int64)
-        return input.new_empty((output_rows, *input.shape[1:])), counts, torch.empty_like(counts)
+        counts = tensor.new_empty((c.size,), dtype=torch.int64)
+        return tensor.new_empty((output_rows, *tensor.shape[1:])), counts, torch.empty_like(counts)
 
     @custom_op("braid::all_to_all_v_device", mutates_args=(), device_types="cuda")
-    def all_to_all_v_device(input: Tensor, input_split_sizes: Tensor, input_offsets: Optional[Tensor], output_rows: int,
-                            comm: int) -> tuple[Tensor, Tensor, Tensor]:
+    def all_to_all_v_device(tensor: Tensor, input_split_sizes: Tensor, input_offsets: Optional[Tensor],
+                            output_rows: int, comm: int) -> tuple[Tensor, Tensor, Tensor]:
         from ._collectives import all_to_all_v_device as eager
-        c = comm_of(comm, "braid.functional.all_to_all_v_device")
-        out, counts, offsets = device_exchanged(input, output_rows, comm)
-        eager(out, input.contiguous(), input_split_sizes, counts, input_offsets=input_offsets, output_offsets=offsets,
-              comm=c)
+        function = "braid.functional.all_to_all_v_device"
+        out, counts, offsets = device_exchanged(tensor, input_split_sizes, input_offsets, output_rows, comm)
+        c = comm_of(comm, function)
+        placed(c, function, ("tensor", tensor), ("input_split_sizes", input_split_sizes),
+               ("input_offsets", input_offsets))
+        eager(out, tensor, input_split_sizes, counts, input_offsets=input_offsets, output_offsets=offsets, comm=c)
         return out, counts, offsets
 
     @all_to_all_v_device.register_fake
-    def _(input, input_split_sizes, input_offsets, output_rows, comm):
-        return device_exchanged(input, output_rows, comm)
+    def _(tensor, input_split_sizes, input_offsets, output_rows, comm):
+        return device_exchanged(tensor, input_split_sizes, input_offsets, output_rows, comm)
 
     # MoE ----------------------------------------------------------------------------------------------------
     # A dispatch returns the views of the buffer's memory (the same tensors every call, as braid's dispatch

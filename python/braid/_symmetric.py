@@ -10,7 +10,7 @@ from typing import Optional
 
 from ._braid import Communicator, SymmetricMemory, datatype_size
 from ._dtypes import datatype, torch_name
-from ._error import Error, argument_error, int_argument
+from ._error import Error, argument_error, int_argument, rank_argument
 from ._state import communicator
 from ._torch import torch as import_torch
 
@@ -58,8 +58,7 @@ def peer(memory: SymmetricMemory, rank: int, shape: tuple, dtype):
     NVLink). Order accesses against the peer yourself: a collective, braid.barrier after synchronising, or
     device-side signals."""
     torch = import_torch("braid.peer")
-    if not 0 <= rank < memory.world_size:
-        raise argument_error("braid.peer", "rank", f"is {rank}; it must be in [0, {memory.world_size})")
+    rank = rank_argument(rank, memory.world_size, "braid.peer", "rank")
     nbytes = math.prod(shape) * datatype_size(datatype(dtype, "braid.peer"))
     return _typed(torch, memory.peer_buffer(rank), nbytes, dtype).view(shape)
 

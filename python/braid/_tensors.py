@@ -16,17 +16,25 @@ class Buffer(NamedTuple):
     dtype: DataType
 
 
-def buffer(torch, tensor, comm: Communicator, function: str, argument: str) -> Buffer:
+def tensor_argument(torch, tensor, function: str, argument: str, meta: bool = False) -> DataType:
+    """The DataType of `tensor`, once it is what braid takes without its communicator: a contiguous CUDA tensor
+    of a dtype braid moves. meta=True also takes meta tensors, which carry shapes only: the custom ops' fake
+    implementations check with it, so that they refuse what the real ones do."""
     if not isinstance(tensor, torch.Tensor):
         raise argument_error(function, argument, f"must be a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cuda":
+    if tensor.device.type != "cuda" and not (meta and tensor.device.type == "meta"):
         raise argument_error(function, argument, f"is on {tensor.device}; braid needs a CUDA tensor")
+    if not tensor.is_contiguous():
+        raise argument_error(function, argument, "must be contiguous (call .contiguous() first)")
+    return datatype(tensor.dtype, function, f"{argument}.dtype")
+
+
+def buffer(torch, tensor, comm: Communicator, function: str, argument: str) -> Buffer:
+    dtype = tensor_argument(torch, tensor, function, argument)
     if tensor.device.index != comm.device:
         raise argument_error(function, argument,
                              f"is on {tensor.device}; the communicator's GPU is cuda:{comm.device}")
-    if not tensor.is_contiguous():
-        raise argument_error(function, argument, "must be contiguous (call .contiguous() first)")
-    return Buffer(tensor.data_ptr(), tensor.numel(), datatype(tensor.dtype, function, f"{argument}.dtype"))
+    return Buffer(tensor.data_ptr(), tensor.numel(), dtype)
 
 
 def same_dtype(first, second, function: str, argument: str) -> None:

@@ -11,67 +11,91 @@ from ._braid import ReduceOp
 from ._dtypes import reduce_op_name
 from ._error import int_argument
 from ._handles import op_handle
-from ._ops import register_ops
+from ._ops import check_pairs, register_ops
+from ._tensors import tensor_argument
+from ._torch import torch as import_torch
 
 __all__ = ["all_reduce", "all_reduce_", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce", "broadcast",
            "all_to_all_single", "all_to_all_v_device", "send_recv", "send", "recv"]
 
 
-def _op_name(op) -> str:
-    return reduce_op_name(op)
+def _tensor(tensor, function: str, argument: str):
+    """`tensor` once braid's ops can take it (a contiguous CUDA tensor of a dtype braid moves; meta ones trace),
+    checked here because a tensor on another device would not reach them: torch would raise its own error."""
+    tensor_argument(import_torch(function), tensor, function, argument, meta=True)
+    return tensor
 
 
 def all_reduce(tensor, op=ReduceOp.SUM, comm=None):
     """`tensor` reduced over every rank, as a new tensor."""
-    return register_ops().all_reduce(tensor, _op_name(op), op_handle(comm))
+    function = "braid.functional.all_reduce"
+    return register_ops().all_reduce(_tensor(tensor, function, "tensor"), reduce_op_name(op), op_handle(comm))
 
 
 def all_reduce_(tensor, op=ReduceOp.SUM, comm=None):
     """Reduces `tensor` over every rank in place (a mutating op); returns it."""
-    register_ops().all_reduce_(tensor, _op_name(op), op_handle(comm))
+    function = "braid.functional.all_reduce_"
+    register_ops().all_reduce_(_tensor(tensor, function, "tensor"), reduce_op_name(op), op_handle(comm))
     return tensor
 
 
 def all_gather_into_tensor(tensor, comm=None):
     """Every rank's `tensor` concatenated along dim 0 in rank order: [world * rows, ...]."""
-    return register_ops().all_gather_into_tensor(tensor, op_handle(comm))
+    function = "braid.functional.all_gather_into_tensor"
+    return register_ops().all_gather_into_tensor(_tensor(tensor, function, "tensor"), op_handle(comm))
 
 
 def reduce_scatter_tensor(tensor, op=ReduceOp.SUM, comm=None):
     """Block `rank` (dim 0 split into world blocks) of `tensor` reduced over every rank."""
-    return register_ops().reduce_scatter_tensor(tensor, _op_name(op), op_handle(comm))
+    function = "braid.functional.reduce_scatter_tensor"
+    return register_ops().reduce_scatter_tensor(_tensor(tensor, function, "tensor"), reduce_op_name(op),
+                                                op_handle(comm))
 
 
 def reduce(tensor, dst: int, op=ReduceOp.SUM, comm=None):
     """On rank dst, `tensor` reduced over every rank, as a new tensor; on the other ranks a copy of `tensor`."""
-    return register_ops().reduce(tensor, int_argument(dst, "braid.functional.reduce", "dst"), _op_name(op),
-                                 op_handle(comm))
+    function = "braid.functional.reduce"
+    return register_ops().reduce(_tensor(tensor, function, "tensor"), int_argument(dst, function, "dst"),
+                                 reduce_op_name(op), op_handle(comm))
 
 
 def send_recv(sends: Sequence = (), send_peers: Sequence[int] = (), recv_like: Sequence = (),
               recv_peers: Sequence[int] = (), comm=None):
     """A batch of point-to-point transfers in flight together (batch_isend_irecv as a function): sends[i] goes to
     rank send_peers[i], and a new tensor shaped like recv_like[i] receives from rank recv_peers[i]; returns the
-    received tensors in that order. The k-th send to q matches the k-th receive q makes from this rank."""
+    received tensors in that order. The k-th send to q matches the k-th receive q makes from this rank. An empty
+    batch moves nothing and returns []."""
     function = "braid.functional.send_recv"
-    return register_ops().send_recv(list(sends), [int_argument(p, function, "send_peers") for p in send_peers],
-                                    list(recv_like), [int_argument(p, function, "recv_peers") for p in recv_peers],
-                                    op_handle(comm))
+    sends = [_tensor(t, function, f"sends[{i}]") for i, t in enumerate(sends)]
+    recv_like = [_tensor(t, function, f"recv_like[{i}]") for i, t in enumerate(recv_like)]
+    send_peers = [int_argument(p, function, f"send_peers[{i}]") for i, p in enumerate(send_peers)]
+    recv_peers = [int_argument(p, function, f"recv_peers[{i}]") for i, p in enumerate(recv_peers)]
+    check_pairs(function, sends, send_peers, recv_like, recv_peers)
+    if not sends and not recv_like:  # no op: an op without a tensor has no device to run on
+        return []
+    return register_ops().send_recv(sends, send_peers, recv_like, recv_peers, op_handle(comm))
 
 
 def send(tensor, dst: int, comm=None) -> None:
-    """Sends `tensor` to rank dst (a send_recv of one send)."""
-    send_recv([tensor], [dst], comm=comm)
+    """Sends `tensor` to rank dst (a send_recv of one send; a dst outside the world is refused as
+    send_peers[0])."""
+    function = "braid.functional.send"
+    send_recv([_tensor(tensor, function, "tensor")], [int_argument(dst, function, "dst")], comm=comm)
 
 
 def recv(like, src: int, comm=None):
-    """A new tensor shaped like `like`, received from rank src (a send_recv of one receive)."""
-    return send_recv(recv_like=[like], recv_peers=[src], comm=comm)[0]
+    """A new tensor shaped like `like`, received from rank src (a send_recv of one receive; a src outside the
+    world is refused as recv_peers[0])."""
+    function = "braid.functional.recv"
+    return send_recv(recv_like=[_tensor(like, function, "like")], recv_peers=[int_argument(src, function, "src")],
+                     comm=comm)[0]
 
 
 def broadcast(tensor, src: int, comm=None):
     """Rank src's `tensor` on every rank, as a new tensor."""
-    return register_ops().broadcast(tensor, int_argument(src, "braid.functional.broadcast", "src"), op_handle(comm))
+    function = "braid.functional.broadcast"
+    return register_ops().broadcast(_tensor(tensor, function, "tensor"), int_argument(src, function, "src"),
+                                    op_handle(comm))
 
 
 def all_to_all_single(tensor, output_split_sizes: Optional[Sequence[int]] = None,
@@ -82,7 +106,7 @@ def all_to_all_single(tensor, output_split_sizes: Optional[Sequence[int]] = None
                                                     for s in output_split_sizes]
     ins = None if input_split_sizes is None else [int_argument(s, function, "input_split_sizes")
                                                   for s in input_split_sizes]
-    return register_ops().all_to_all_single(tensor, outs, ins, op_handle(comm))
+    return register_ops().all_to_all_single(_tensor(tensor, function, "tensor"), outs, ins, op_handle(comm))
 
 
 def all_to_all_v_device(tensor, input_split_sizes, output_rows: int, input_offsets=None, comm=None):
@@ -92,5 +116,9 @@ def all_to_all_v_device(tensor, input_split_sizes, output_rows: int, input_offse
     output has output_rows rows, the received ones packed in rank order from row 0 (rows past them unspecified);
     the counts and offsets are new [world] int64 tensors. A total above output_rows writes no rows (the counts
     and offsets still are) and braid.check() reports it."""
-    return register_ops().all_to_all_v_device(tensor, input_split_sizes, input_offsets, int(output_rows),
-                                              op_handle(comm))
+    function = "braid.functional.all_to_all_v_device"
+    tensor = _tensor(tensor, function, "tensor")
+    input_split_sizes = _tensor(input_split_sizes, function, "input_split_sizes")
+    offsets = None if input_offsets is None else _tensor(input_offsets, function, "input_offsets")
+    return register_ops().all_to_all_v_device(tensor, input_split_sizes, offsets,
+                                              int_argument(output_rows, function, "output_rows"), op_handle(comm))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ._dtypes import reduce_op_name
 from ._error import argument_error, int_argument
 from ._fused import b_names, check_operands, fused_matmul, release as _release
 from ._handles import op_handle
@@ -59,14 +60,18 @@ def matmul_reduce_scatter(A, B, reduce_op: str = "sum", scatter_dim: int = 0, *,
     torch = import_torch(function)
     check_operands(torch, function, A, "A", [B], ["B"])
     dim = int_argument(scatter_dim, function, "scatter_dim")
-    return register_ops().matmul_reduce_scatter(A, B, _op_name(reduce_op), dim, op_handle(comm))
+    return register_ops().matmul_reduce_scatter(A, B, reduce_op_name(reduce_op), dim, op_handle(comm))
 
 
 def reserve(nbytes: int, comm=None) -> None:
     """Collective: grows the communicator's fused-GEMM workspace to at least nbytes now, so that calls up to that
     size capture in a CUDA graph without an eager call first (workspace_bytes() after an eager call of the largest
     shape is what that shape needs). Not inside a capture."""
-    fused_matmul(communicator(comm, "braid.ops.reserve")).reserve(int(nbytes))
+    function = "braid.ops.reserve"
+    size = int_argument(nbytes, function, "nbytes")
+    if size < 0:
+        raise argument_error(function, "nbytes", f"is {size}; it must be >= 0")
+    fused_matmul(communicator(comm, function)).reserve(size)
 
 
 def workspace_bytes(comm=None) -> int:
@@ -93,10 +98,3 @@ def release(comm=None) -> None:
     """Frees the communicator's braid.FusedMatmul (its cuBLASLt handle, side stream and workspace); the next call
     makes a new one. Graphs captured with the old one must not be replayed afterwards."""
     _release(communicator(comm, "braid.ops.release"))
-
-
-def _op_name(op) -> str:
-    """'sum' or 'avg' as the custom op takes it, from a string or a ReduceOp (braid's or torch.distributed's)."""
-    if isinstance(op, str):
-        return op
-    return str(getattr(op, "name", op)).rsplit(".", 1)[-1].lower()

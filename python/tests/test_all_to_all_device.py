@@ -78,8 +78,8 @@ def test_host_tensor_rows_named(torch, comm):
 
 def test_all_to_all_single_points_at_the_device_form(torch, comm):
     with pytest.raises(Error, match="braid.all_to_all_v_device") as caught:
-        braid._collectives._splits(torch.zeros(W, dtype=torch.int64), torch.empty(4), W, "braid.all_to_all_single",
-                                   "input_split_sizes", "input")
+        braid._collectives.split_counts(torch.zeros(W, dtype=torch.int64), torch.empty(4), W,
+                                        "braid.all_to_all_single", "input_split_sizes", "input")
     assert caught.value.code is ErrorCode.UNSUPPORTED
 
 

@@ -106,3 +106,12 @@ def test_empty_checks_size_and_dtype_before_allocating(torch, monkeypatch):
         braid.empty(4, dtype="float32", comm=stand_in)
     with pytest.raises(AssertionError, match="allocated"):
         braid.empty(4, dtype=braid.DataType.BFLOAT16, comm=stand_in)
+
+
+def test_peer_rank_is_an_int_in_the_world(torch):
+    memory = types.SimpleNamespace(world_size=W)  # the rank is checked before the memory is read
+    refused("braid.peer: argument 'rank' is True; it must be an int", lambda: braid.peer(memory, True, (4,),
+                                                                                         torch.float32))
+    refused("braid.peer: argument 'rank' is 2; it must be a rank in \\[0, 2\\)",
+            lambda: braid.peer(memory, 2, (4,), torch.float32))
+    refused("braid.peer: argument 'rank' is 1.0", lambda: braid.peer(memory, 1.0, (4,), torch.float32))

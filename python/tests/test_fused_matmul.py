@@ -44,6 +44,15 @@ def test_workspace_calls_need_a_communicator():
         assert caught.value.code is ErrorCode.INVALID_ARGUMENT
 
 
+def test_reserve_takes_bytes():
+    """nbytes is checked before the communicator is looked up."""
+    for nbytes, message in ((-1, "is -1; it must be >= 0"), (2.5, "is 2.5; it must be an int"),
+                            (True, "is True; it must be an int"), ("1", "is '1'; it must be an int")):
+        with pytest.raises(Error, match=f"braid.ops.reserve: argument 'nbytes' {message}") as caught:
+            braid.ops.reserve(nbytes)
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
 def test_fused_matmul_takes_a_communicator():
     with pytest.raises(TypeError):
         braid.FusedMatmul(None)
@@ -99,6 +108,18 @@ def test_matmul_reduce_scatter_shapes(torch, comm):
     out = braid.ops.matmul_reduce_scatter(meta(torch, 3, 16), B, scatter_dim=-1, comm=comm)
     assert out.shape == (3, 12) and out.is_contiguous()
     assert braid.ops.matmul_reduce_scatter(A, B, braid.ReduceOp.AVG, comm=comm).shape == (4, 24)
+
+
+def test_matmul_reduce_scatter_takes_torch_distributed_ops(torch, comm):
+    """torch.distributed's ReduceOp: the class's members and an instance made from one."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    A, B = meta(torch, 8, 16), meta(torch, 16, 24)
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp(dist.ReduceOp.AVG)):
+        assert braid.ops.matmul_reduce_scatter(A, B, op, comm=comm).shape == (4, 24)
+    with pytest.raises(Error, match="argument 'reduce_op' is 'max'; fused GEMMs reduce with"):
+        braid.ops.matmul_reduce_scatter(A, B, dist.ReduceOp(dist.ReduceOp.MAX), comm=comm)
 
 
 def test_argument_errors(torch, comm):

@@ -88,7 +88,6 @@ def test_fake_dispatch_expert_major(torch):
     assert got.scales is None and got.combine_input is None and got.received_tokens is None
     out = moe.combine(got.x)
     assert out.shape == (T, H) and out.dtype == torch.bfloat16
-    assert moe.combine(got.x, num_tokens=3).shape == (3, H)
 
 
 def test_fake_dispatch_rank_major_fp8(torch):
@@ -139,6 +138,62 @@ def test_dispatch_argument_errors(torch):
         moe.combine(x)
 
 
+def test_tokens_at_most_max_tokens(torch):
+    """braid refuses a host T above max_tokens: so does the traced call, naming num_tokens, or x when T is x's
+    rows."""
+    moe = braid.MoeBuffer.meta(H, 4, K, E, world_size=W)
+    x, idx, w = inputs(torch)
+    with pytest.raises(Error, match="dispatch: argument 'x' has 6 rows; T \\(x's rows, num_tokens None\\) is at "
+                                    "most max_tokens \\(4\\)"):
+        moe.dispatch(x, idx, w)
+    with pytest.raises(Error, match="dispatch: argument 'num_tokens' is 5; it must be None, an int in \\[0, 4\\]"):
+        moe.dispatch(x, idx, w, 5)
+    assert moe.dispatch(x, idx, w, 4).num_tokens == 4
+
+
+@pytest.mark.parametrize("layout", ["expert_major", "rank_major"])
+def test_combine_and_redispatch_take_the_dispatch_rows(torch, layout):
+    """Combine writes the last dispatch's T rows into out, and redispatch reads T rows of x: out and x of other
+    rows are refused (fewer would be overrun or over-read); num_tokens sizes a new out from those rows to
+    max_tokens."""
+    moe = braid.MoeBuffer.meta(H, 16, K, E, world_size=W, layout=layout)
+    got = moe.dispatch(*inputs(torch))  # T = 6
+    y = got.combine_input if moe.rank_major else got.x
+    out = torch.empty(T, H, dtype=torch.bfloat16, device="meta")
+    cases = [
+        ({"out": out[:T - 1]}, "argument 'out' has shape \\(5, 256\\); it needs \\[6, 256\\]"),
+        ({"out": torch.empty(T + 1, H, dtype=torch.bfloat16, device="meta")}, "argument 'out' has shape \\(7, 256\\)"),
+        ({"num_tokens": T - 1}, "argument 'num_tokens' is 5; it must be in \\[6, 16\\]"),
+        ({"num_tokens": 17}, "argument 'num_tokens' is 17; it must be in \\[6, 16\\]"),
+        ({"num_tokens": -1}, "argument 'num_tokens' is -1"),
+        ({"num_tokens": True}, "argument 'num_tokens' is True; it must be an int"),
+        ({"num_tokens": 8.0}, "argument 'num_tokens' is 8.0; it must be an int"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(Error, match=message) as caught:
+            moe.combine(y, **kwargs)
+        assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+        assert str(caught.value).startswith("braid.MoeBuffer.combine: ")
+    assert moe.combine(y, num_tokens=10).shape == (10, H)
+    assert moe.combine(y, num_tokens=16).shape == (16, H)
+    if moe.rank_major:
+        x = inputs(torch)[0]
+        for rows in (T - 1, T + 1):
+            with pytest.raises(Error, match=f"redispatch: argument 'x' has shape \\({rows}, 256\\); it needs "
+                                            "\\[6, 256\\]"):
+                moe.redispatch(None, torch.empty(rows, H, dtype=torch.bfloat16, device="meta"))
+        assert moe.redispatch(None, x).x.shape == (moe.capacity_rows, H)
+    # With T on the device combine writes up to max_tokens rows: out has x's rows, num_tokens max_tokens.
+    rows = 20
+    x, idx, w = inputs(torch, rows)
+    moe.dispatch(x, idx, w, torch.empty(1, dtype=torch.int64, device="meta"))
+    assert moe.combine(y).shape == (rows, H) and moe.combine(y, num_tokens=16).shape == (16, H)
+    with pytest.raises(Error, match="argument 'num_tokens' is 15; it must be in \\[16, 16\\]"):
+        moe.combine(y, num_tokens=15)
+    with pytest.raises(Error, match="argument 'out' has shape \\(16, 256\\); it needs \\[20, 256\\]"):
+        moe.combine(y, torch.empty(16, H, dtype=torch.bfloat16, device="meta"))
+
+
 def test_device_tokens_trace(torch):
     moe = braid.MoeBuffer.meta(H, T, K, E, world_size=W)
     got = moe.dispatch(*inputs(torch), torch.empty(1, dtype=torch.int64, device="meta"))
@@ -157,7 +212,7 @@ def test_functional_fakes(torch):
         assert ops.broadcast(x, 0, handle).shape == (8, 3)
         assert ops.all_to_all_single(x, [1, 2, 3, 4], None, handle).shape == (10, 3)
         assert braid.functional.all_gather_into_tensor(x, comm=handle).dtype == torch.bfloat16
-        with pytest.raises(Error, match="argument 'input' has shape \\(6, 3\\); dim 0 must divide"):
+        with pytest.raises(Error, match="argument 'tensor' has shape \\(6, 3\\); dim 0 must divide"):
             ops.reduce_scatter_tensor(x[:6], "sum", handle)
         assert braid.functional.reduce(x, 1, comm=handle).shape == (8, 3)
         got = braid.functional.send_recv([x], [1], [x[:2], x.float()], [3, 2], comm=handle)
@@ -322,6 +377,20 @@ def test_autograd_host_tokens_pad_the_gradient(torch):
     out = moe.combine(moe.dispatch(x, idx, w, 3).x * 2)
     assert out.shape == (3, H)
     out.sum().backward()
+    assert x.grad.shape == (T, H)
+
+
+def test_autograd_combine_of_more_rows(torch):
+    """An out of num_tokens rows past T: combine's backward dispatches the gradient of the T rows only, which the
+    routing covers."""
+    moe = braid.MoeBuffer.meta(H, 16, K, E, world_size=W, dtype=torch.float32)
+    x, idx, w = grad_inputs(torch)
+    out = moe.combine(moe.dispatch(x, idx, w).x * 2, num_tokens=10)
+    assert out.shape == (10, H)
+    log = OpLog(torch)
+    with log.mode:
+        out.sum().backward()
+    assert log.calls[0][0] == "moe_dispatch" and log.calls[0][1][0].shape == (T, H)
     assert x.grad.shape == (T, H)
 
 
