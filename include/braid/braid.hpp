@@ -170,7 +170,9 @@ class Communicator {
   // compare, and answer a peer that announces another plan at a barrier: ranks that break the rule above at LL
   // sizes (different counts, datatypes, ops or collectives) fail on every rank with kMismatch too, unless one
   // side runs a pipelined (FIFO) kernel, which compares no plan with an LL call: there a rank left waiting fails
-  // with kTimeout.
+  // with kTimeout. Where every rank runs a pipelined kernel other than all-to-all(v) and send/recv (whose pieces
+  // carry their sizes), no plan is compared: different ops, or datatypes of one size, give wrong data and no
+  // error, and different counts end in kTimeout on the rank left waiting, as in NCCL.
   void all_reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, Stream stream);
   void reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op, int root, Stream stream);
   void reduce_scatter(const void* send, void* recv, size_t recv_count, DataType type, ReduceOp op, Stream stream);
