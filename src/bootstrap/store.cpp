@@ -186,8 +186,9 @@ void raise_descriptor_limit() {
   std::call_once(raised, [] {
     rlimit limit{};
     if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
-    const rlim_t wanted = limit.rlim_max;
-    limit.rlim_cur = wanted == RLIM_INFINITY ? rlim_t(1) << 20 : wanted;
+    const rlim_t wanted = limit.rlim_max == RLIM_INFINITY ? rlim_t(1) << 20 : limit.rlim_max;
+    if (limit.rlim_cur >= wanted) return;  // never lowered (an unlimited hard limit caps the raise at 2^20)
+    limit.rlim_cur = wanted;
     if (setrlimit(RLIMIT_NOFILE, &limit) != 0) {
       BRAID_DEBUG("cannot raise the descriptor limit to {}: {}", limit.rlim_cur, std::strerror(errno));
     }

@@ -65,7 +65,8 @@ rank's group. A descendant that leaves the group (setsid, setpgid) is not covere
 
 options:
   -n, --nprocs N    number of ranks to start (required, 1 to 16)
-  --timeout-s S     when stopping ranks, SIGKILL them S seconds after SIGTERM (default 5)
+  --timeout-s S     when stopping ranks, SIGKILL them S seconds after the stopping signal (SIGTERM,
+                    or the signal braid-run received) (default 5)
   --grace-s S       once a rank has exited 0, stop the others if they still run S seconds later
                     (default 300; 0: wait for them however long)
   --no-prefix       do not prefix output lines with the rank
