@@ -1,8 +1,10 @@
 """Shared by the tests: run Python in a fresh interpreter (environment variables and blocked imports that must
-not leak into the test process)."""
+not leak into the test process), and a stand-in communicator for the checks that need no GPU."""
+import contextlib
 import os
 import subprocess
 import sys
+import types
 
 
 def run_python(code: str, env: dict | None = None, block_torch: bool = False, timeout: float = 120):
@@ -46,3 +48,13 @@ class OpLog:
 
     def names(self):
         return [name for name, _ in self.calls]
+
+
+@contextlib.contextmanager
+def stand_in_op_handle(world: int):
+    """An op handle naming a stand-in communicator of `world` ranks: the argument checks and the custom ops' fake
+    implementations read only its size, rank and device, so they run without a GPU."""
+    import braid
+    stand_in = types.SimpleNamespace(size=world, rank=0, device=0)
+    yield braid.op_handle(stand_in)
+    braid._handles.release_handle(stand_in)

@@ -1,12 +1,13 @@
 """braid.functional's argument checks without a GPU: each refused as braid.Error naming the functional's own
 argument, the same in the custom ops' fake implementations (what torch.compile runs) as in the functions, on meta
 tensors and a stand-in communicator (the checks read only its size). Tests that need torch skip without it."""
-import types
 
 import pytest
 
 import braid
 from braid import Error, ErrorCode
+
+from helpers import stand_in_op_handle
 
 W = 2
 
@@ -18,10 +19,8 @@ def torch():
 
 @pytest.fixture
 def comm():
-    """An op handle naming a stand-in communicator of W ranks."""
-    stand_in = types.SimpleNamespace(size=W, rank=0, device=0)
-    yield braid.op_handle(stand_in)
-    braid._handles.release_handle(stand_in)
+    with stand_in_op_handle(W) as handle:
+        yield handle
 
 
 def refused(message, call):

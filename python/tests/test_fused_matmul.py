@@ -3,14 +3,13 @@ errors name the argument, the fake implementations give torch.ops.symm_mem's sha
 return) on meta tensors, the autograd formulas run each op as the other's backward, and torch.compile's front end
 traces a tensor-parallel MLP in one graph. A stand-in communicator (an object with .size) names the world size.
 Tests that need torch skip without it."""
-import types
 
 import pytest
 
 import braid
 from braid import Error, ErrorCode
 
-from helpers import OpLog, run_python
+from helpers import OpLog, run_python, stand_in_op_handle
 
 W = 2
 
@@ -65,10 +64,8 @@ def torch():
 
 @pytest.fixture
 def comm():
-    """An op handle naming a stand-in communicator of W ranks (the fake implementations read only .size)."""
-    stand_in = types.SimpleNamespace(size=W, rank=0, device=0)
-    yield braid.op_handle(stand_in)
-    braid._handles.release_handle(stand_in)
+    with stand_in_op_handle(W) as handle:
+        yield handle
 
 
 def meta(torch, *shape, dtype=None, grad=False):

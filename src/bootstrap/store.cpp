@@ -1290,14 +1290,15 @@ int store_host_port(int port) {
   if (port < 0 || port > 65535) {
     raise_invalid_argument("StoreHost", "port", "must be in [0, 65535] (0: a free port), got {}", port);
   }
-  log_enabled(LogLevel::kWarn);  // prints, once, the warnings about unknown BRAID_* names (typos)
   return port;
 }
 
 }  // namespace
 
 StoreHost::StoreHost(const std::string& bind_host, int port)
-    : host_(dialable_host(bind_host)), server_(std::make_unique<StoreServer>(bind_host, store_host_port(port))) {}
+    : host_(dialable_host(bind_host)), server_(std::make_unique<StoreServer>(bind_host, store_host_port(port))) {
+  log_enabled(LogLevel::kWarn);  // prints, once, the warnings about unknown BRAID_* names (typos)
+}
 
 StoreHost::~StoreHost() = default;
 

@@ -290,8 +290,6 @@ TEST(CApi, CollectivesAllToAllSendRecvAndRegistrationMatchTheHostReference) {
   });
 }
 
-// MoE through the C API: an expert-major float32 buffer, each token sent to two distinct experts, the dispatched
-// rows combined as they came (an identity expert, unweighted): every token comes back doubled, bit for bit.
 // A NULL count array is refused naming it before anything else: after an abort too, where every other call of the
 // communicator returns braidAborted (braid.h: "ahead of a recorded fatal failure").
 TEST(CApi, NullCountArraysAreRefusedAheadOfARecordedFailure) {
@@ -330,6 +328,8 @@ TEST(CApi, NullCountArraysAreRefusedAheadOfARecordedFailure) {
   });
 }
 
+// MoE through the C API: an expert-major float32 buffer, each token sent to two distinct experts, the dispatched
+// rows combined as they came (an identity expert, unweighted): every token comes back doubled, bit for bit.
 TEST(CApi, MoeDispatchAndCombineReturnEveryTokenTwice) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks: a token's two experts are on two ranks";
   for_each_rank([](const RankContext& context) {

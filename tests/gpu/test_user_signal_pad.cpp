@@ -115,6 +115,25 @@ std::string describe(const device::ErrorWord& word) {
          std::to_string(word.value) + ", limit " + std::to_string(word.limit);
 }
 
+// What a test expects of a record, every field but waited_ns (a timeout's is at least its bound; 0 elsewhere).
+struct Record {
+  unsigned int code, collective, site;
+  int rank, peer, channel;
+  long long value, limit;
+};
+
+void expect_record(const device::ErrorWord& word, const Record& want, const std::string& what) {
+  const std::string seen = what + ": " + describe(word);
+  EXPECT_EQ(word.code, want.code) << seen;
+  EXPECT_EQ(word.collective, want.collective) << seen;
+  EXPECT_EQ(word.site, want.site) << seen;
+  EXPECT_EQ(word.rank, want.rank) << seen;
+  EXPECT_EQ(word.peer, want.peer) << seen;
+  EXPECT_EQ(word.channel, want.channel) << seen;
+  EXPECT_EQ(word.value, want.value) << seen;
+  EXPECT_EQ(word.limit, want.limit) << seen;
+}
+
 std::vector<unsigned char> slice_bytes(uint64_t key, int rank, size_t bytes) {
   std::vector<unsigned char> out(bytes);
   const uint64_t rank_key = mix64(key ^ (0x5107ull + static_cast<uint64_t>(rank)));
@@ -268,6 +287,7 @@ TEST(UserSignalPad, AWaitTimesOutAndTheStoppedRankAnswersTheNextBarrier) {
     constexpr int kDataChannel = device::kBarrierChannels;
     constexpr uint64_t kPlan = 7;
     const int rank = comm.rank();
+    const Record timeout{device::kErrorTimeout, 1234, 5, 0, 1, kDataChannel, 0, 0};
     {
       UserPad user(comm, device::kBarrierChannels + 1, rank == 0 ? kShortTimeoutNs : timeout_ns_of(comm),
                    /*with_stopped=*/true);
@@ -283,15 +303,8 @@ TEST(UserSignalPad, AWaitTimesOutAndTheStoppedRankAnswersTheNextBarrier) {
         EXPECT_EQ(read_flag(passed), 0) << "a wait with no signal passed";
         EXPECT_LT(seconds, 10.0) << "the wait's bound is the pad's 50 ms";
         const device::ErrorWord word = user.fatal();
-        EXPECT_EQ(word.code, device::kErrorTimeout) << describe(word);
-        EXPECT_EQ(word.collective, 1234u) << describe(word);
-        EXPECT_EQ(word.site, 5u) << describe(word);
-        EXPECT_EQ(word.rank, 0) << describe(word);
-        EXPECT_EQ(word.peer, 1) << describe(word);
-        EXPECT_EQ(word.channel, kDataChannel) << describe(word);
+        expect_record(word, timeout, "the wait's timeout");
         EXPECT_GE(word.waited_ns, kShortTimeoutNs) << describe(word);
-        EXPECT_EQ(word.value, 0) << describe(word);
-        EXPECT_EQ(word.limit, 0) << describe(word);
         EXPECT_NE(user.stopped(), 0u) << "a wait that gave up did not mark its rank stopped";
       }
       comm.barrier();  // rank 0 has stopped before anyone reaches the barrier below
@@ -302,17 +315,11 @@ TEST(UserSignalPad, AWaitTimesOutAndTheStoppedRankAnswersTheNextBarrier) {
       EXPECT_EQ(read_flag(passed), 0) << "rank " << rank << ": a barrier with a stopped rank passed";
       const device::ErrorWord word = user.fatal();
       if (rank == 0) {
-        EXPECT_EQ(word.code, device::kErrorTimeout) << "the first failure stays recorded: " << describe(word);
-        EXPECT_EQ(word.collective, 1234u) << describe(word);
+        expect_record(word, timeout, "the first failure stays recorded");
       } else {
-        EXPECT_EQ(word.code, device::kErrorPlanMismatch) << "rank " << rank << ": " << describe(word);
-        EXPECT_EQ(word.collective, 4321u) << describe(word);
-        EXPECT_EQ(word.site, 9u) << describe(word);
-        EXPECT_EQ(word.rank, rank) << describe(word);
-        EXPECT_EQ(word.peer, 0) << describe(word);
-        EXPECT_EQ(word.channel, 0) << describe(word);
-        EXPECT_EQ(word.value, static_cast<long long>(kPlan)) << describe(word);
-        EXPECT_EQ(word.limit, static_cast<long long>(device::kStoppedPlan)) << describe(word);
+        expect_record(word, {device::kErrorPlanMismatch, 4321, 9, rank, 0, 0, static_cast<long long>(kPlan),
+                             static_cast<long long>(device::kStoppedPlan)},
+                      "rank " + std::to_string(rank) + ", the stopped rank's answer");
         EXPECT_NE(user.stopped(), 0u) << "rank " << rank << ": a mismatch did not mark the rank stopped";
       }
       EXPECT_EQ(user.data_error().code, 0u) << "rank " << rank;
@@ -345,14 +352,10 @@ TEST(UserSignalPad, BarriersWithAnotherPlanFailOnEveryRank) {
       cuda_check(cudaStreamSynchronize(stream.get()), "barrier");
       EXPECT_EQ(read_flag(passed), 0) << "rank " << rank << ": a barrier whose plans differ passed";
       const device::ErrorWord word = user.fatal();
-      EXPECT_EQ(word.code, device::kErrorPlanMismatch) << "rank " << rank << ": " << describe(word);
-      EXPECT_EQ(word.collective, 11u) << describe(word);
-      EXPECT_EQ(word.site, 3u) << describe(word);
-      EXPECT_EQ(word.rank, rank) << describe(word);
-      EXPECT_EQ(word.channel, 1) << describe(word);
-      EXPECT_EQ(word.value, static_cast<long long>(plan_of(rank))) << describe(word);
       ASSERT_TRUE(word.peer >= 0 && word.peer < comm.size() && word.peer != rank) << describe(word);
-      EXPECT_EQ(word.limit, static_cast<long long>(plan_of(word.peer))) << describe(word);
+      expect_record(word, {device::kErrorPlanMismatch, 11, 3, rank, word.peer, 1,
+                           static_cast<long long>(plan_of(rank)), static_cast<long long>(plan_of(word.peer))},
+                    "rank " + std::to_string(rank));
       EXPECT_NE(plan_of(word.peer), plan_of(rank)) << "named a peer of the same plan: " << describe(word);
       EXPECT_NE(user.stopped(), 0u) << "rank " << rank;
       device_synchronize();
@@ -391,21 +394,12 @@ TEST(UserSignalPad, AWaitWithAPlanCheckFailsWhenAPeerIsAtAnotherCallsBarrier) {
       EXPECT_EQ(read_flag(passed), 0) << "rank " << rank << " passed";
       EXPECT_LT(seconds, 0.5 * comm.timeout_s()) << "rank " << rank << " waited for the timeout";
       const device::ErrorWord word = user.fatal();
-      EXPECT_EQ(word.code, device::kErrorPlanMismatch) << "rank " << rank << ": " << describe(word);
-      EXPECT_EQ(word.rank, rank) << describe(word);
-      EXPECT_EQ(word.channel, kBarrierChannel) << describe(word);
       if (rank == 0) {
-        EXPECT_EQ(word.collective, 300u) << describe(word);
-        EXPECT_EQ(word.site, 2u) << describe(word);
-        EXPECT_EQ(word.peer, 1) << describe(word);
-        EXPECT_EQ(word.value, 5) << describe(word);
-        EXPECT_EQ(word.limit, 6) << describe(word);
+        expect_record(word, {device::kErrorPlanMismatch, 300, 2, 0, 1, kBarrierChannel, 5, 6}, "rank 0's wait");
       } else {
-        EXPECT_EQ(word.collective, 301u) << describe(word);
-        EXPECT_EQ(word.site, 4u) << describe(word);
-        EXPECT_EQ(word.peer, 0) << describe(word);
-        EXPECT_EQ(word.value, 6) << describe(word);
-        EXPECT_EQ(word.limit, static_cast<long long>(device::kStoppedPlan)) << describe(word);
+        expect_record(word, {device::kErrorPlanMismatch, 301, 4, rank, 0, kBarrierChannel, 6,
+                             static_cast<long long>(device::kStoppedPlan)},
+                      "rank " + std::to_string(rank) + "'s barrier");
       }
       EXPECT_NE(user.stopped(), 0u) << "rank " << rank;
       device_synchronize();
@@ -429,25 +423,15 @@ TEST(UserSignalPad, DataErrorsAreRecordedOnceUntilTheHostTakesThem) {
                  "launch record_data_error");
       cuda_check(cudaStreamSynchronize(stream.get()), "record_data_error");
       const device::ErrorWord first = user.take_data_error();
-      EXPECT_EQ(first.code, device::kErrorBadExpert) << "the first record stays: " << describe(first);
-      EXPECT_EQ(first.collective, 77u) << describe(first);
-      EXPECT_EQ(first.rank, rank) << describe(first);
-      EXPECT_EQ(first.peer, peer) << describe(first);
-      EXPECT_EQ(first.site, 0u) << describe(first);
-      EXPECT_EQ(first.channel, 0) << describe(first);
+      expect_record(first, {device::kErrorBadExpert, 77, 0, rank, peer, 0, 300, 256}, "the first record stays");
       EXPECT_EQ(first.waited_ns, 0u) << describe(first);
-      EXPECT_EQ(first.value, 300) << describe(first);
-      EXPECT_EQ(first.limit, 256) << describe(first);
       EXPECT_EQ(user.data_error().code, 0u) << "taken, yet still published";
 
       cuda_check(launch_record_data_error(user.pad(), device::kErrorTooManyTokens, 78, rank, 9, 8, stream.get()),
                  "launch record_data_error");
       cuda_check(cudaStreamSynchronize(stream.get()), "record_data_error");
       const device::ErrorWord second = user.take_data_error();
-      EXPECT_EQ(second.code, device::kErrorTooManyTokens) << "a record after the clearing: " << describe(second);
-      EXPECT_EQ(second.collective, 78u) << describe(second);
-      EXPECT_EQ(second.value, 9) << describe(second);
-      EXPECT_EQ(second.limit, 8) << describe(second);
+      expect_record(second, {device::kErrorTooManyTokens, 78, 0, rank, rank, 0, 9, 8}, "a record after the clearing");
       EXPECT_EQ(user.fatal().code, 0u) << describe(user.fatal());
       EXPECT_EQ(user.stopped(), 0u) << "a data error stopped the rank";
       device_synchronize();
