@@ -1,7 +1,8 @@
 // All-to-all(v) of the CUDA backend, host side. Paths: LL lines (blocks_ll.cu); FIFO pushes
 // (all_to_all_pipelined.cu), any buffer and counts; direct stores into the peers' outputs, or loads from their
 // inputs (all_to_all_direct.cu); copy engines into the peers' outputs (copy_engine.hpp) or pipeline areas
-// (copy_engine_pairs.hpp). In place, only LL and FIFO pushes serve (planner.cpp, usable_facts). All-to-all-v is
+// (copy_engine_pairs.hpp). In place, LL and FIFO pushes serve, and on 2 ranks whose buffers the peer maps the copy
+// engines' swap (planner.cpp, usable_facts). All-to-all-v is
 // always pipelined: no rank knows the peers' displacements, and the FIFO headers carry the counts.
 #include <cuda_runtime_api.h>
 
@@ -47,12 +48,13 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
 }
 
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
-                         bool zero_copy, uint64_t send, uint64_t recv, bool announced) {
+                         bool zero_copy, uint64_t send, uint64_t recv, bool announced, bool in_place) {
   PlanArguments plan{};
   plan.collective = collective;
   plan.algorithm = algorithm;
   plan.zero_copy = zero_copy;
   plan.announced = announced;
+  plan.in_place = in_place;
   plan.blocks = blocks;
   plan.count = count;
   plan.type = static_cast<uint64_t>(type);
@@ -77,7 +79,8 @@ uint64_t plan_word_of(const PlannedCall& planned) {
   const bool zero_copy = planned.plan.mode == BufferMode::kZeroCopy;
   return all_to_all_plan(Collective::kAllToAll, planned.plan.algorithm, planned.plan.blocks, planned.call.count,
                          planned.call.type, zero_copy, zero_copy ? planned.send->identity : 0,
-                         zero_copy ? planned.recv->identity : 0, planned.plan.mode == BufferMode::kAnnounced);
+                         zero_copy ? planned.recv->identity : 0, planned.plan.mode == BufferMode::kAnnounced,
+                         zero_copy && planned.call.send == planned.call.recv);
 }
 
 }  // namespace
@@ -95,6 +98,11 @@ void run_all_to_all_ll(CollectiveContext& state, const PlannedCall& planned, Str
 void run_all_to_all_copy_engine(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
   all_to_all_copy_engine(state, planned.call.send, planned.recv->buffers, block_bytes_of(planned.call),
                          plan_word_of(planned), stream);
+}
+
+void run_all_to_all_copy_engine_swap(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
+  all_to_all_in_place_copy_engine(state, planned.recv->buffers, block_bytes_of(planned.call), plan_word_of(planned),
+                                  stream);
 }
 
 void run_all_to_all_copy_engine_pairs(CollectiveContext& state, const PlannedCall& planned, Stream stream) {
@@ -149,7 +157,7 @@ void all_to_all(CollectiveContext& state, const CollectiveCall& call, Stream str
   std::optional<PeerRange> send_range, recv_range;
   BufferFacts facts{};
   if (!plans_ll(shape, capacities)) {
-    const bool in_place = call.send == call.recv;  // staged whatever the buffers (usable_facts, planner.cpp)
+    const bool in_place = call.send == call.recv;  // zero copy only by the engines' swap (usable_facts, planner.cpp)
     send_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kSend, call.send, bytes, in_place);
     recv_range = call_buffer_range(state, Collective::kAllToAll, ExchangedBuffer::kRecv, call.recv, bytes, in_place);
     facts.peers_map = send_range && recv_range;

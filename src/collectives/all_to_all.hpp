@@ -16,9 +16,11 @@ kernels::AllToAllLaunch pipelined_launch(const CollectiveContext& state, Collect
                                          void* recv, size_t element_bytes);
 
 // The plan word of an all-to-all or send/recv batch: `count` a block (0 where counts differ between ranks);
-// `send`, `recv`: identities of the peers' buffers the kernels use (0: none); `announced`: an announcing kernel.
+// `send`, `recv`: identities of the peers' buffers the kernels use (0: none); `announced`: an announcing kernel;
+// `in_place`: the engines' swap in place, whose schedule differs from the pushes out of place.
 uint64_t all_to_all_plan(Collective collective, Algorithm algorithm, int blocks, size_t count, DataType type,
-                         bool zero_copy, uint64_t send = 0, uint64_t recv = 0, bool announced = false);
+                         bool zero_copy, uint64_t send = 0, uint64_t recv = 0, bool announced = false,
+                         bool in_place = false);
 
 // All-to-all-v's or a send/recv batch's plan: FIFO pushes at the table's width whatever the sizes, so ranks
 // moving different amounts launch alike.

@@ -5,10 +5,12 @@
 #include <algorithm>
 
 #include "collectives/call_checks.hpp"
+#include "collectives/chunks.hpp"
 #include "collectives/collective_context.hpp"
 #include "kernels/kernels.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
+#include "core/error.hpp"
 #include "core/side_stream.hpp"
 #include "sync/device_sync.hpp"
 
@@ -79,6 +81,56 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
                        copy(output + q * block_bytes, send.at[q] + state.rank * block_bytes, block_bytes, stream);
                      }
                    });
+}
+
+// NOTE [all-to-all in place by the copy engines]
+// On 2 ranks in place, block `peer` of this rank's buffer (its input for the peer, and where the peer's block for
+// it goes) and block `rank` of the peer's swap places. Neither may be written before the other side has read it,
+// so each rank swaps one half of the pair (pair_halves: rank 0 the bytes before a 256-byte boundary, rank 1
+// the rest), chunk by chunk (tapered: the last chunk's copy out is overlapped by nothing) through two slots of
+// its own pipeline area:
+//   1. the engines pull the peer's chunk into the slot (caller's stream), once the slot's previous chunk is copied
+//      out;
+//   2. then push this rank's chunk into the peer's place, which the pull has read (side stream);
+//   3. then SMs copy the slot into this rank's place, which the push has read (second side stream).
+// A rank's pulls and its peer's pushes take one direction of the link, its pushes and the peer's pulls the other:
+// each carries one block, as out of place, and both are busy from the first pulls on. No rank touches the other's
+// half or pipeline area, so no signal passes between the barriers. The area is free: the entry barrier ends both
+// ranks' earlier calls, and the exit barrier, which this rank reaches once its pushes and copies have completed,
+// keeps the peer's next call out until then.
+void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes,
+                                     uint64_t plan, Stream stream) {
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "all_to_all: the copy engines in place serve 2 ranks, not {}", state.size);
+  }
+  const int rank = state.rank, peer = 1 - rank;
+  const size_t slot_bytes = state.pipeline.bytes() / 2 / Chunks::kAlignment * Chunks::kAlignment;
+  if (slot_bytes == 0) raise(ErrorCode::kInternal, "all_to_all: the pipeline area has no room for two slots");
+  const PairHalves halves = pair_halves(block_bytes, rank);
+  // No chunk larger than a slot: at most half a slot, plus a first chunk merged into it.
+  const Chunks chunks = Chunks::tapered(halves.own_bytes, SIZE_MAX, std::min(Chunks::kMaxTaperedBytes, slot_bytes / 2));
+  char* const mine = buffers.at[rank] + peer * block_bytes + halves.own_offset;
+  char* const theirs = buffers.at[peer] + rank * block_bytes + halves.own_offset;
+  char* const area = static_cast<char*>(state.pipeline.local());
+  const cudaStream_t pulls = stream, pushes = state.side->get(), copies_out = state.second_side->get();
+  SideStream& handover = *state.side;
+  const unsigned int id = static_cast<unsigned int>(Collective::kAllToAll);
+  const device::SignalPad pad = state.sync->pad();
+  kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);
+    char* const slot = area + (c % 2) * slot_bytes;
+    copy(slot, theirs + at, bytes, pulls);
+    handover.order(pulls, pushes);
+    copy(theirs + at, mine + at, bytes, pushes);
+    // The pull of chunk c + 1 waits for the copy out of chunk c - 1 (its slot), and for nothing later.
+    if (c >= 1) handover.order(copies_out, pulls);
+    handover.order(pushes, copies_out);
+    kernels::launch_copy_local(mine + at, slot, bytes, std::min(local_blocks(bytes), state.max_blocks), copies_out);
+  }
+  handover.order(pushes, stream);
+  handover.order(copies_out, stream);
+  kernels::launch_barrier(pad, id, kSiteExitBarrier, plan, stream);
 }
 
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,

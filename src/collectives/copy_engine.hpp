@@ -24,22 +24,26 @@ struct CollectiveContext;
 void copy_own_block(const CollectiveContext& state, void* destination, const void* source, size_t bytes,
                     cudaStream_t stream);
 
-// Block q of this rank's input lands in block `rank` of rank q's output; out of place only.
+// Block q of this rank's input lands in block `rank` of rank q's output; out of place.
 void all_to_all_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t block_bytes,
                             uint64_t plan, Stream stream);
 // The same by pulls, for the one-sided all-to-all, whose outputs no peer maps (pushes move more).
 void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& send, void* recv, size_t block_bytes,
                                  uint64_t plan, Stream stream);
+// Block q of each rank's buffer swaps places with block `rank` of rank q's; 2 ranks, in place (NOTE [all-to-all in
+// place by the copy engines], copy_engine.cpp).
+void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes,
+                                     uint64_t plan, Stream stream);
 // `bytes` of this rank's input land at rank × bytes of every rank's output (in place when send is there).
 void all_gather_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             uint64_t plan, Stream stream);
-// The halves of a 2-rank all-reduce's `bytes` by the copy engines: rank 0 owns the first, split at a 256-byte
-// boundary (no element straddles it), rank 1 the rest; the same on both ranks, in place or not.
-struct AllReduceHalves {
+// The halves of `bytes` that each of 2 ranks owns in the engines' all-reduce and all-to-all in place: rank 0 the
+// first, split at a 256-byte boundary (no element straddles it), rank 1 the rest; the same on both ranks.
+struct PairHalves {
   size_t own_offset, own_bytes, peer_offset, peer_bytes;
   size_t larger() const { return own_bytes > peer_bytes ? own_bytes : peer_bytes; }
 };
-AllReduceHalves all_reduce_halves(size_t bytes, int rank);
+PairHalves pair_halves(size_t bytes, int rank);
 
 // Both ranks' inputs, reduced, land in both outputs (copy_engine_push_reduce.cpp); 2 ranks, out of place.
 // In place instead: all_reduce_in_place_copy_engine.

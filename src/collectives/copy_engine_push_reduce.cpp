@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "collectives/chunks.hpp"
 #include "collectives/collective_context.hpp"
 #include "collectives/copy_engine.hpp"
 #include "collectives/copy_engine_pairs.hpp"
@@ -31,73 +32,8 @@
 namespace braid::collectives {
 namespace {
 
-// Every copy costs the engine a fixed time, so chunks are as large as the overlap allows (docs/dev/selection.md).
-// All-reduce: even chunks of at most 64 MiB, at least two a half, so one's reduction and push back overlap the
-// next's push. Reduce-scatter: nothing overlaps the last reduction, so chunks halve towards the end of the part,
-// from at most 128 MiB down to two of 8 MiB.
-constexpr size_t kMaxEvenChunkBytes = size_t(64) << 20;
-constexpr size_t kMaxTaperedChunkBytes = size_t(128) << 20;
-constexpr size_t kLastTaperedChunkBytes = size_t(8) << 20;
-constexpr size_t kChunkAlignment = 256;
-
-size_t round_up(size_t value, size_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// The chunks of a part, the same on both ranks: all but the last end on a 256-byte boundary (no element
-// straddles two); at most `max_chunks` (one header each).
-class Chunks {
- public:
-  static Chunks even(size_t bytes, size_t max_chunks) {
-    Chunks chunks;
-    if (bytes == 0) return chunks;
-    const size_t wanted = std::max<size_t>(2, (bytes + kMaxEvenChunkBytes - 1) / kMaxEvenChunkBytes);
-    size_t chunk_bytes = round_up((bytes + wanted - 1) / wanted, kChunkAlignment);
-    chunk_bytes = std::max(chunk_bytes, round_up((bytes + max_chunks - 1) / max_chunks, kChunkAlignment));
-    for (size_t end = chunk_bytes; ; end += chunk_bytes) {
-      chunks.ends_.push_back(std::min(end, bytes));
-      if (end >= bytes) break;
-    }
-    return chunks;
-  }
-
-  // From the end: two of kLastTaperedChunkBytes, then each twice the next, up to the largest (more than
-  // kMaxTaperedChunkBytes where the headers would not suffice); a first chunk smaller than the last joins the
-  // next. The bytes beyond the last 256-byte boundary go with the last chunk.
-  static Chunks tapered(size_t bytes, size_t max_chunks) {
-    const size_t aligned = bytes / kChunkAlignment * kChunkAlignment;
-    if (aligned == 0) return even(bytes, max_chunks);
-    for (size_t largest = kMaxTaperedChunkBytes;; largest *= 2) {
-      std::vector<size_t> from_end;
-      size_t next = kLastTaperedChunkBytes;
-      for (size_t left = aligned; left > 0;) {
-        const size_t chunk = std::min(next, left);
-        from_end.push_back(chunk);
-        left -= chunk;
-        if (from_end.size() >= 2) next = std::min(next * 2, largest);
-      }
-      if (from_end.size() >= 2 && from_end.back() < kLastTaperedChunkBytes) {
-        const size_t first = from_end.back();
-        from_end.pop_back();
-        from_end.back() += first;
-      }
-      if (from_end.size() <= max_chunks) {
-        Chunks chunks;
-        size_t end = 0;
-        for (auto chunk = from_end.rbegin(); chunk != from_end.rend(); ++chunk) chunks.ends_.push_back(end += *chunk);
-        chunks.ends_.back() = bytes;
-        return chunks;
-      }
-      if (largest >= aligned) return even(bytes, max_chunks);  // no larger chunk would cut the count
-    }
-  }
-
-  size_t count() const { return ends_.size(); }
-  size_t offset(size_t c) const { return c == 0 ? 0 : ends_[c - 1]; }
-  size_t bytes_of(size_t c) const { return ends_[c] - offset(c); }
-  size_t total() const { return ends_.empty() ? 0 : ends_.back(); }
-
- private:
-  std::vector<size_t> ends_;
-};
+// All-reduce: even chunks, so one's reduction and push back overlap the next's push. Reduce-scatter: nothing
+// overlaps the last reduction, so the chunks taper towards the end of the part (chunks.hpp).
 
 struct PushReduce {
   Collective collective;
@@ -169,7 +105,7 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
     kernels::launch_bulk_recv_step(recv_step, reduces);
     // The chunk as contiguous rows of a multiple of 256 bytes (no element straddles two).
     reduce.layout.row_bytes = round_up((chunk_bytes + kernels::kBulkRowsPerSlot - 1) / kernels::kBulkRowsPerSlot,
-                                       kChunkAlignment);
+                                       Chunks::kAlignment);
     reduce.layout.row_pitch = reduce.layout.row_bytes;
     reduce.layout.slot_payload = reduce.layout.row_bytes * kernels::kBulkRowsPerSlot;
     reduce.slot = call.result + at;
@@ -205,17 +141,17 @@ size_t max_chunks_of(const CollectiveContext& state, Collective collective) {
 
 }  // namespace
 
-AllReduceHalves all_reduce_halves(size_t bytes, int rank) {
-  const size_t boundary = std::min(bytes, round_up((bytes + 1) / 2, kChunkAlignment));
-  return rank == 0 ? AllReduceHalves{0, boundary, boundary, bytes - boundary}
-                   : AllReduceHalves{boundary, bytes - boundary, 0, boundary};
+PairHalves pair_halves(size_t bytes, int rank) {
+  const size_t boundary = std::min(bytes, round_up((bytes + 1) / 2, Chunks::kAlignment));
+  return rank == 0 ? PairHalves{0, boundary, boundary, bytes - boundary}
+                   : PairHalves{boundary, bytes - boundary, 0, boundary};
 }
 
 void all_reduce_copy_engine(CollectiveContext& state, const void* send, const PeerBuffers& recv, size_t bytes,
                             DataType type, ReduceOp op, uint64_t plan, Stream stream) {
   const size_t max_chunks = max_chunks_of(state, Collective::kAllReduce);
   const int rank = state.rank, peer = 1 - rank;
-  const AllReduceHalves halves = all_reduce_halves(bytes, rank);
+  const PairHalves halves = pair_halves(bytes, rank);
   const char* const input = static_cast<const char*>(send);
   PushReduce call{Collective::kAllReduce};
   call.push_source = input + halves.peer_offset;

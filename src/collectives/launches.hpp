@@ -69,6 +69,7 @@ void run_all_to_all_pipelined(CollectiveContext& context, const PlannedCall& pla
 void run_all_to_all_announced(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_to_all_direct(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_to_all_copy_engine(CollectiveContext& context, const PlannedCall& planned, Stream stream);
+void run_all_to_all_copy_engine_swap(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 void run_all_to_all_copy_engine_pairs(CollectiveContext& context, const PlannedCall& planned, Stream stream);
 
 }  // namespace braid::collectives

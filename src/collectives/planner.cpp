@@ -27,6 +27,7 @@ bool needs_met(Needs needs, const BufferFacts& facts) {
     case Needs::kNothing: return true;
     case Needs::kPeersMap: return facts.peers_map;
     case Needs::kPeersMapOutput: return facts.peers_map_output && !facts.same_process_peers && !facts.in_place;
+    case Needs::kPeersMapInPlace: return facts.peers_map && !facts.same_process_peers && facts.in_place;
     case Needs::kAnnouncedBuffers: return facts.announced;
   }
   return false;
@@ -118,11 +119,23 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
   return gates;
 }
 
-// An all-to-all in place runs staged whatever its buffers: its zero-copy kernels and copy engines would write a
-// peer's output while that peer still reads the same bytes as its input.
-BufferFacts usable_facts(Collective collective, BufferFacts facts) {
-  if (collective == Collective::kAllToAll && facts.in_place) facts.peers_map = facts.same_process_peers = false;
+// An all-to-all in place: its zero-copy kernels and the engines' pushes would write a peer's output while that
+// peer still reads the same bytes as its input. Only the engines' swap of 2 ranks serves it zero copy (NOTE
+// [all-to-all in place by the copy engines], copy_engine.cpp), on buffers the peer maps other than another GPU's
+// cudaMalloc memory of this process; every other plan runs as on buffers no peer maps (staged_in_place).
+bool swaps_in_place(const CallShape& shape, const BufferFacts& facts) {
+  return shape.collective == Collective::kAllToAll && facts.in_place && shape.world == 2 && facts.peers_map &&
+         !facts.same_process_peers;
+}
+
+BufferFacts staged_in_place(BufferFacts facts) {
+  facts.peers_map = facts.same_process_peers = false;
   return facts;
+}
+
+BufferFacts usable_facts(const CallShape& shape, const BufferFacts& facts) {
+  const bool staged = shape.collective == Collective::kAllToAll && facts.in_place && !swaps_in_place(shape, facts);
+  return staged ? staged_in_place(facts) : facts;
 }
 
 }  // namespace
@@ -144,8 +157,10 @@ bool plans_output_pushes(const CallShape& shape, const AreaCapacities& capacitie
   return false;
 }
 
-CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
-  BufferFacts facts = usable_facts(shape.collective, call_facts);
+namespace {
+
+// The plan of facts the call may use (usable_facts).
+CallPlan plan_from(const CallShape& shape, const AreaCapacities& capacities, BufferFacts facts) {
   facts.announced = facts.announced && announcing_pays(shape.collective, shape.bytes);  // else planned as staged
   const Gates gates = gates_of(shape, capacities, facts);
   const Protocol* announcing = facts.announced ? announced_row(shape.collective) : nullptr;
@@ -163,6 +178,17 @@ CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, con
     raise(ErrorCode::kInternal, "{}: the communicator's {} area holds less than one element of {}",
           collective_name(static_cast<unsigned int>(shape.collective)), algorithm_name(choice.algorithm),
           datatype_name(shape.type));
+  }
+  return plan;
+}
+
+}  // namespace
+
+CallPlan plan_call(const CallShape& shape, const AreaCapacities& capacities, const BufferFacts& call_facts) {
+  const BufferFacts facts = usable_facts(shape, call_facts);
+  const CallPlan plan = plan_from(shape, capacities, facts);
+  if (swaps_in_place(shape, facts) && plan.protocol->needs != Needs::kPeersMapInPlace) {
+    return plan_from(shape, capacities, staged_in_place(facts));  // the table chose no copy engines here
   }
   return plan;
 }

@@ -43,7 +43,7 @@ struct BufferFacts {
   bool peers_map = false;
   bool peers_map_output = false;    // reduce-scatter: the output too, for the copy engines' pushes
   bool same_process_peers = false;  // one the engines would use is another GPU's cudaMalloc memory of this process
-  bool in_place = false;            // an all-to-all in place runs staged, whatever the other facts say
+  bool in_place = false;            // an all-to-all in place: zero copy only by the engines' swap of 2 ranks
   bool one_sided = false;           // the global-memory all-to-all: loads or pulls from the peers, never LL
   // An eager call under BRAID_EAGER_ZERO_COPY whose buffers no peer maps otherwise: its kernel learns at its entry
   // barrier where every rank's lies (NOTE [announced calls], planner.cpp). The same on every rank: it depends on

@@ -16,8 +16,8 @@ constexpr Collective kAR = Collective::kAllReduce, kR = Collective::kReduce, kRS
                      kAG = Collective::kAllGather, kBC = Collective::kBroadcast, kA2A = Collective::kAllToAll,
                      kA2Av = Collective::kAllToAllv, kSR = Collective::kSendRecv;
 
-// THE registry. Of the rows of one (collective, protocol), the announced one comes first, then the zero-copy one
-// (NOTE [protocol registry]).
+// THE registry. Of the rows of one (collective, protocol), the announced one comes first, then the zero-copy ones
+// (the planner takes the first whose needs the buffers meet), then the staged one (NOTE [protocol registry]).
 constexpr Protocol kProtocols[] = {
     {kAR, kLL, kStagedCopy, Gate::kLLFits, kNothing, kLLPayload, run_all_reduce_ll},
     {kAR, kLL128, kStagedCopy, Gate::kLL128, kNothing, kLL128Payload, run_all_reduce_ll128},
@@ -68,6 +68,8 @@ constexpr Protocol kProtocols[] = {
     {kA2A, kPipelined, kAnnounced, Gate::kOpen, kAnnouncedBuffers, kWholeCall, run_all_to_all_announced},
     {kA2A, kPipelined, kZeroCopy, Gate::kOpen, kPeersMap, kWholeCall, run_all_to_all_direct},
     {kA2A, kPipelined, kStagedCopy, Gate::kOpen, kNothing, kWholeCall, run_all_to_all_pipelined},
+    {kA2A, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMapInPlace, kWholeCall, run_all_to_all_copy_engine_swap,
+     kTwo},
     {kA2A, kCopyEngine, kZeroCopy, Gate::kCopyEngines, kPeersMap, kWholeCall, run_all_to_all_copy_engine},
     {kA2A, kCopyEngine, kStagedCopy, Gate::kCopyEngines, kNothing, kWholeCall, run_all_to_all_copy_engine_pairs},
 

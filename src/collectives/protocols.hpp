@@ -12,7 +12,7 @@ namespace braid::collectives {
 
 // NOTE [protocol registry]
 // The selection table (selection.cpp) names a protocol per size; the planner (planner.cpp) takes that protocol's
-// row here, of those that serve the world (`worlds`) the zero-copy row where the buffers allow it (`needs`), else
+// row here, of those that serve the world (`worlds`) the first zero-copy row whose `needs` the buffers meet, else
 // the staged one, and fills the plan from it; launch() runs the row's function. Adding a protocol is one row and
 // one launch function; a protocol with no row cannot be chosen, BRAID_ALGO names only protocols with a row, and a
 // plan without a row is kInternal, never a silent fallback. tests/cpu/test_protocols.cpp walks every row against
@@ -38,6 +38,7 @@ enum class Needs {
   kNothing,
   kPeersMap,        // every peer maps the buffers the kernels use
   kPeersMapOutput,  // every peer maps its output to the copy engines (not same-process, not in place)
+  kPeersMapInPlace,  // an all-to-all in place whose buffer every peer maps to the copy engines (not same-process)
   kAnnouncedBuffers,  // the call announces its buffers (BufferFacts::announced): NOTE [announced calls] (planner.cpp)
 };
 

@@ -425,7 +425,7 @@ void all_reduce_copy_engine_pairs(CollectiveContext& state, const void* send, vo
 // On 2 ranks whose buffers the peer maps, in place, neither rank's buffer is free for the other's first push (its
 // own half is its input until reduced, the other half the input the peer needs). So the first pushes go as pairs
 // into the peer's pipeline area, the rest into the peer's buffer itself. Each rank owns a half (split at a
-// 256-byte boundary, all_reduce_halves, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
+// 256-byte boundary, pair_halves, as out of place). The engines push the other half of its buffer, chunk by chunk, into the
 // peer's slots, the area laid out as two contiguous ones (NOTE [contiguous window], send_recv_bulk_launch.hpp,
 // from the larger half, so alike on both ranks; nothing else uses the area then: the entry barrier ends this
 // rank's earlier calls, and the sender's drain the FIFO pieces it sent before); SMs reduce each received chunk in
@@ -441,7 +441,7 @@ void all_reduce_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
     raise(ErrorCode::kInternal, "all_reduce: the copy engines in place serve 2 ranks, not {}", state.size);
   }
   const int rank = state.rank, peer = 1 - rank;
-  const AllReduceHalves halves = all_reduce_halves(bytes, rank);
+  const PairHalves halves = pair_halves(bytes, rank);
   const kernels::BulkLayout layout = kernels::BulkLayout::window_of(state.pipeline.bytes(), halves.larger());
   if (layout.slot_payload == 0) {
     raise(ErrorCode::kInternal, "all_reduce: the pipeline area has no room for copy-engine slots");

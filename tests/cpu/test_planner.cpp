@@ -8,6 +8,7 @@
 
 #include "braid/types.hpp"
 #include "collectives/planner.hpp"
+#include "collectives/protocols.hpp"
 #include "collectives/selection.hpp"
 #include "core/error.hpp"
 
@@ -265,25 +266,54 @@ TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
   EXPECT_EQ(plan_call(small, kAreas, mapped(true, true)).algorithm, Algorithm::kLL128);
 }
 
-// In place, an all-to-all's zero-copy stores and copy engines would overwrite blocks peers still read: it runs
-// the FIFO pushes (or LL lines) whatever the buffers, forced protocols included.
-TEST(Planner, AnInPlaceAllToAllNeverRunsZeroCopy) {
-  for (size_t bytes : {size_t(16) << 20, size_t(512) << 20}) {
-    const CallShape call = shape(Collective::kAllToAll, bytes);
-    const CallPlan apart = plan_call(call, kAreas, mapped());
-    EXPECT_EQ(apart.mode, BufferMode::kZeroCopy) << bytes;
-    for (bool same_process : {false, true}) {
-      const CallPlan in_place = plan_call(call, kAreas, mapped(same_process, true));
-      EXPECT_EQ(in_place.algorithm, Algorithm::kPipelined) << bytes;
-      EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy) << bytes;
+// In place, an all-to-all's zero-copy stores and pushes would overwrite blocks peers still read. Where the table
+// (or BRAID_ALGO) names the copy engines on 2 ranks whose buffers the peer maps (not another GPU's cudaMalloc
+// memory of this process), the engines swap the blocks (its own row, a plan word of its own); every other call in
+// place plans exactly as on buffers no peer maps: FIFO pushes, or LL lines.
+TEST(Planner, AnInPlaceAllToAllRunsZeroCopyOnlyAsTheEnginesSwapOnTwoRanks) {
+  const BufferFacts unmapped_in_place{.in_place = true};
+  auto same_plan = [](const CallPlan& a, const CallPlan& b) {
+    return a.protocol == b.protocol && a.blocks == b.blocks && a.chunk == b.chunk;
+  };
+  for (size_t bytes : {size_t(16) << 20, size_t(32) << 20, (size_t(32) << 20) + 16, size_t(512) << 20}) {
+    for (int world : {2, 3, 4}) {
+      const CallShape call = shape(Collective::kAllToAll, bytes, world);
+      const CallPlan apart = plan_call(call, kAreas, mapped());
+      EXPECT_EQ(apart.mode, BufferMode::kZeroCopy) << bytes << " on " << world;
+      const CallPlan unmapped = plan_call(call, kAreas, unmapped_in_place);
+      for (bool same_process : {false, true}) {
+        const CallPlan in_place = plan_call(call, kAreas, mapped(same_process, true));
+        const bool swaps = world == 2 && !same_process && apart.algorithm == Algorithm::kCopyEngine;
+        if (swaps) {
+          EXPECT_EQ(in_place.algorithm, Algorithm::kCopyEngine) << bytes;
+          EXPECT_EQ(in_place.mode, BufferMode::kZeroCopy) << bytes;
+          EXPECT_EQ(in_place.protocol->needs, Needs::kPeersMapInPlace) << bytes;
+          EXPECT_NE(in_place.protocol, apart.protocol) << bytes;
+        } else {
+          EXPECT_TRUE(same_plan(in_place, unmapped)) << bytes << " on " << world << (same_process ? ", same process" : "");
+          EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy) << bytes << " on " << world;
+        }
+      }
     }
   }
+  // The table's cut on symmetric buffers: the pushes, and so the swap, beyond 32 MiB on 2 ranks.
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(32) << 20), kAreas, mapped(false, true)).algorithm,
+            Algorithm::kPipelined);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, (size_t(32) << 20) + 16), kAreas, mapped(false, true)).algorithm,
+            Algorithm::kCopyEngine);
   const std::string forced = "alltoall=copyengine";
-  const CallShape call = shape(Collective::kAllToAll, size_t(512) << 20, 2, DataType::kFloat32, &forced);
-  EXPECT_EQ(plan_call(call, kAreas, mapped()).algorithm, Algorithm::kCopyEngine);
-  const CallPlan in_place = plan_call(call, kAreas, mapped(false, true));
-  EXPECT_EQ(in_place.algorithm, Algorithm::kPipelined);
-  EXPECT_EQ(in_place.mode, BufferMode::kStagedCopy);
+  const CallShape call = shape(Collective::kAllToAll, size_t(4) << 20, 2, DataType::kFloat32, &forced);
+  const CallPlan swap = plan_call(call, kAreas, mapped(false, true));
+  EXPECT_EQ(swap.algorithm, Algorithm::kCopyEngine);
+  EXPECT_EQ(swap.protocol->needs, Needs::kPeersMapInPlace);
+  const CallPlan same_process = plan_call(call, kAreas, mapped(true, true));
+  EXPECT_EQ(same_process.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(same_process.mode, BufferMode::kStagedCopy);
+  const std::string pipelined = "alltoall=pipelined";
+  const CallPlan fifo = plan_call(shape(Collective::kAllToAll, size_t(512) << 20, 2, DataType::kFloat32, &pipelined),
+                                  kAreas, mapped(false, true));
+  EXPECT_EQ(fifo.algorithm, Algorithm::kPipelined);
+  EXPECT_EQ(fifo.mode, BufferMode::kStagedCopy);
   // Small sizes take LL lines either way (LL looks at no buffer).
   EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(64) << 10), kAreas, mapped(false, true)).algorithm,
             Algorithm::kLL);

@@ -149,14 +149,14 @@ TEST(Protocols, BraidAlgoNamesExactlyTheRows) {
 }
 
 // One gate per (collective, protocol); a staged row needs nothing of the buffers, a zero-copy row something, and
-// comes first; at most one row per mode; a null launch only where pairs run their own protocols.
+// comes first; at most one row per mode and needs; a null launch only where pairs run their own protocols.
 TEST(Protocols, RowsAreConsistent) {
   std::set<std::pair<Collective, Algorithm>> staged_seen;
-  std::map<std::pair<Collective, Algorithm>, std::set<BufferMode>> modes;
+  std::map<std::pair<Collective, Algorithm>, std::set<std::pair<BufferMode, Needs>>> modes;
   for (const Protocol& row : protocols()) {
     const auto key = std::make_pair(row.collective, row.algorithm);
     EXPECT_EQ(row.gate, gate_of(row.collective, row.algorithm)) << name_of(row);
-    EXPECT_TRUE(modes[key].insert(row.mode).second) << name_of(row) << ": a second row of the same mode";
+    EXPECT_TRUE(modes[key].insert({row.mode, row.needs}).second) << name_of(row) << ": a second row of the same mode and needs";
     if (row.mode == BufferMode::kStagedCopy) {
       EXPECT_EQ(row.needs, Needs::kNothing) << name_of(row);
       staged_seen.insert(key);
