@@ -152,8 +152,8 @@ class Communicator {
   //
   // Agreement: beyond the LL sizes the algorithm may depend on the buffers (symmetric memory and registered
   // buffers run zero copy). Ranks that choose different kernels for one call (buffers of different kinds,
-  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged there
-  // (except an eager one that announces its buffers, see register_buffer: it runs one kernel on every rank), an
+  // symmetric buffers at unequal offsets, an all-to-all in place on some ranks only, which runs staged or swaps
+  // there (except an eager one that announces its buffers, see register_buffer: it runs one kernel on every rank), an
   // all-reduce beyond 64 MiB on 2 ranks in place on one rank only, whose copy engines there first push as
   // chunk pairs into the peer's pipeline area where the other pushes into the peer's output, a reduce-scatter on
   // 2 ranks beyond 64 MiB, or beyond 128 MiB where every peer maps the
@@ -186,10 +186,12 @@ class Communicator {
   // all-to-all in place races); a recv that overlaps send without being it is kInvalidArgument. Out of place and
   // beyond the LL sizes, a call whose send and recv are each from comm.alloc() or a registered buffer
   // (register_buffer) takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric
-  // ones at the same offsets in the same allocations. In place the call runs the staged paths whatever the
-  // buffers, so a call in place on some ranks only fails with kMismatch where the others run zero copy, or, on
-  // buffers no peer maps, move their blocks through the copy engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond
-  // 32 MiB; see Agreement above).
+  // ones at the same offsets in the same allocations. In place the call runs the staged paths, except on 2 ranks
+  // where the copy engines are chosen (by the table beyond 32 MiB, or by BRAID_ALGO) on buffers every peer maps (comm.alloc(), or registered
+  // buffers other than cudaMalloc memory of ranks that are threads): there the engines swap the two blocks that
+  // change places, each rank half of them through its pipeline area. So a call in place on some ranks only fails
+  // with kMismatch where the others run zero copy, or, on buffers no peer maps, move their blocks through the copy
+  // engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond 32 MiB; see Agreement above).
   //
   // Data a kernel refuses (below) is not written, the call still completes on every rank, and the communicator
   // stays usable: check(), after the stream has reached the call, raises it once. Collectives do not raise it
@@ -291,8 +293,8 @@ class Communicator {
   // 256 MiB or more first gathers every rank's announcement of each such buffer on the host, through memory the
   // ranks' processes share (the calling thread waits until every peer's has reached the same call, within the
   // timeout; kMismatch where the ranks' calls differ), and takes the paths of buffers every peer maps (as for
-  // symmetric buffers: the copy engines where the table takes them, for an all_reduce of 2 ranks in place too; in
-  // place all_to_all's staged path) where every rank's buffer is exposed and every rank runs in place or none
+  // symmetric buffers: the copy engines where the table takes them, for an all_reduce or an all_to_all of 2 ranks
+  // in place too) where every rank's buffer is exposed and every rank runs in place or none
   // does, as above otherwise. No eager call then exchanges a registered buffer's mappings
   // (eager calls of the other collectives, and of these four at other sizes, stage registered buffers), so ranks
   // need not register alike and no eager call fails with kMismatch for it; captured calls are unchanged

@@ -355,9 +355,8 @@ bool announcing_pays(Collective collective, size_t bytes) {
 // all-reduce 375.3 / 379.2 (344 / 345), all-to-all 371.0 / 381.9 (each alone; 349 at 512 MiB staged). A
 // reduce-scatter's output of 128 MiB, exchanged with its 256 MiB input, made the engines' pushes no faster than the
 // loads of the staged path (428 and 459 us in two runs against 419), so outputs, like inputs, exchange from
-// 256 MiB. An all-to-all in place gains nothing (the engines serve it out of place only) and costs its exchange
-// alone; an all-reduce in place takes the engines too (NOTE [all-reduce in place by the copy engines],
-// send_recv.cpp). FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width
+// 256 MiB. In place, an all-reduce and an all-to-all take the engines too (NOTE [all-reduce in place by the copy
+// engines], send_recv.cpp; NOTE [all-to-all in place by the copy engines], copy_engine.cpp). FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width
 // 16384, batch 8, float32): 23.71 ms with the exchange against 25.87 announced (NCCL 28.94).
 bool exchanging_pays(Collective collective, size_t bytes) {
   constexpr size_t kLeast = size_t(256) << 20;
