@@ -128,8 +128,10 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
     handover.order(pushes, copies_out);
     kernels::launch_copy_local(mine + at, slot, bytes, std::min(local_blocks(bytes), state.max_blocks), copies_out);
   }
-  handover.order(pushes, stream);
-  handover.order(copies_out, stream);
+  if (chunks.count() > 0) {  // the side streams joined (a capture's too) only where they had work
+    handover.order(pushes, stream);
+    handover.order(copies_out, stream);
+  }
   kernels::launch_barrier(pad, id, kSiteExitBarrier, plan, stream);
 }
 
