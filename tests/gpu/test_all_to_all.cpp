@@ -1043,6 +1043,59 @@ TEST(AllToAll, InPlaceOnSymmetricBuffersSwapsInGraphReplaysAndOnTwoStreams) {
   });
 }
 
+// The copy engines forced in place on symmetric buffers at small sizes (2 ranks: the swap), captured and replayed:
+// blocks of 1 and 3 bytes leave rank 1's half empty (its side streams never join the capture), 100003 bytes split
+// the pair at 256 bytes; the graphs of every size replay in one stream, twice, so each block returns to its rank.
+TEST(AllToAll, InPlaceOnTheEnginesCapturedWhateverTheBlockSize) {
+  CommOptions options = test_options();
+  options.algorithms = "alltoall=copyengine";
+  with_communicator(
+      [&](Communicator& comm) {
+        const int rank = comm.rank(), world = comm.size();
+        const DataType type = DataType::kInt8;
+        const std::vector<size_t> counts{1, 3, 100003};
+        const uint64_t seed = mix64(shared_seed(comm) + 0xC0FFEEull);
+        StreamHandle stream;
+        std::vector<SymmetricMemory> buffers;
+        std::vector<std::vector<unsigned char>> originals, swapped;
+        std::vector<GraphHandles> graphs(counts.size());
+        for (size_t i = 0; i < counts.size(); ++i) {
+          const size_t count = counts[i], bytes = count * world;
+          originals.emplace_back(bytes);
+          swapped.emplace_back(bytes);
+          for (int q = 0; q < world; ++q) {
+            fill_inputs(type, input_key(seed + i, rank), q * count, count, originals.back().data() + q * count);
+            fill_inputs(type, input_key(seed + i, q), rank * count, count, swapped.back().data() + q * count);
+          }
+          buffers.push_back(comm.alloc(bytes));
+          cuda_check(cudaMemcpy(buffers.back().local(), originals.back().data(), bytes, cudaMemcpyHostToDevice),
+                     "cudaMemcpy");
+        }
+        comm.barrier();
+        for (size_t i = 0; i < counts.size(); ++i) {
+          void* const buffer = buffers[i].local();
+          cuda_check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+          comm.all_to_all(buffer, buffer, counts[i], type, stream.get());
+          cuda_check(cudaStreamEndCapture(stream.get(), &graphs[i].graph), "cudaStreamEndCapture");
+          cuda_check(cudaGraphInstantiate(&graphs[i].exec, graphs[i].graph, 0), "cudaGraphInstantiate");
+        }
+        for (int replay = 1; replay <= 2; ++replay) {
+          if (rank == 0) cuda_check(spin_on_stream(stream.get(), 100000), "spin_on_stream");
+          for (GraphHandles& graph : graphs) cuda_check(cudaGraphLaunch(graph.exec, stream.get()), "cudaGraphLaunch");
+          cuda_check(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+          comm.check();
+          for (size_t i = 0; i < counts.size(); ++i) {
+            std::vector<unsigned char> got(counts[i] * world);
+            cuda_check(cudaMemcpy(got.data(), buffers[i].local(), got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+            EXPECT_TRUE(got == (replay == 1 ? swapped[i] : originals[i]))
+                << "rank " << rank << ", " << counts[i] << " a block, replay " << replay;
+          }
+        }
+        comm.barrier();  // every rank done with the allocations before they are freed
+      },
+      options);
+}
+
 // ---- all_to_allv, host counts ----
 
 std::vector<Plan> host_v_plans(int world, uint64_t seed) {
