@@ -9,7 +9,8 @@ Chunks Chunks::even(size_t bytes, size_t max_chunks) {
   if (bytes == 0) return chunks;
   const size_t wanted = std::max<size_t>(2, (bytes + kMaxEvenBytes - 1) / kMaxEvenBytes);
   size_t chunk_bytes = round_up((bytes + wanted - 1) / wanted, kAlignment);
-  chunk_bytes = std::max(chunk_bytes, round_up((bytes + max_chunks - 1) / max_chunks, kAlignment));
+  const size_t least = max_chunks >= bytes ? 1 : (bytes + max_chunks - 1) / max_chunks;  // max_chunks may be SIZE_MAX
+  chunk_bytes = std::max(chunk_bytes, round_up(least, kAlignment));
   for (size_t end = chunk_bytes;; end += chunk_bytes) {
     chunks.ends_.push_back(std::min(end, bytes));
     if (end >= bytes) break;

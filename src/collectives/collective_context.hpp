@@ -62,9 +62,9 @@ struct CollectiveContext {
   SymmetricMemory ll;
   SymmetricMemory ll128;
   SymmetricMemory send_recv_lines;  // send/recv pairs in LL128 lines; made only where ll128_lines holds
-  // The own block (copy_engine.hpp), or send/recv's receives.
+  // The own block (copy_engine.hpp), send/recv's receives, or the in-place all-to-all's pushes.
   std::unique_ptr<SideStream> side;
-  // Copy-engine send/recv's sender kernels.
+  // Copy-engine send/recv's sender kernels, or the in-place all-to-all's copies out of its slots.
   std::unique_ptr<SideStream> second_side;
   // The own block beside copy-engine pairs (copy_engine_pairs.hpp).
   std::unique_ptr<SideStream> third_side;

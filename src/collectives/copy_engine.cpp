@@ -8,6 +8,7 @@
 #include "collectives/chunks.hpp"
 #include "collectives/collective_context.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/send_recv_bulk_launch.hpp"
 #include "collectives/selection.hpp"
 #include "core/cuda_check.hpp"
 #include "core/error.hpp"
@@ -96,8 +97,10 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
 // A rank's pulls and its peer's pushes take one direction of the link, its pushes and the peer's pulls the other:
 // each carries one block, as out of place, and both are busy from the first pulls on. No rank touches the other's
 // half or pipeline area, so no signal passes between the barriers. The area is free: the entry barrier ends both
-// ranks' earlier calls, and the exit barrier, which this rank reaches once its pushes and copies have completed,
-// keeps the peer's next call out until then.
+// ranks' earlier calls, and follows each rank's drain step, so the peer's FIFO pieces sent here before (a send
+// whose receive comes later here) have been received; a receive that never comes ends the peer's drain with
+// kTimeout rather than this rank's copies overwriting the pieces. The exit barrier, which this rank reaches once
+// its pushes and copies have completed, keeps the peer's next call out until then.
 void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes,
                                      uint64_t plan, Stream stream) {
   if (state.size != 2) {
@@ -105,7 +108,9 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   }
   const int rank = state.rank, peer = 1 - rank;
   const size_t slot_bytes = state.pipeline.bytes() / 2 / Chunks::kAlignment * Chunks::kAlignment;
-  if (slot_bytes == 0) raise(ErrorCode::kInternal, "all_to_all: the pipeline area has no room for two slots");
+  if (slot_bytes < 2 * Chunks::kAlignment) {  // a last chunk holds up to 511 bytes
+    raise(ErrorCode::kInternal, "all_to_all: the pipeline area has no room for two slots");
+  }
   const PairHalves halves = pair_halves(block_bytes, rank);
   // No chunk larger than a slot: at most half a slot, plus a first chunk merged into it.
   const Chunks chunks = Chunks::tapered(halves.own_bytes, SIZE_MAX, std::min(Chunks::kMaxTaperedBytes, slot_bytes / 2));
@@ -116,6 +121,15 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   SideStream& handover = *state.side;
   const unsigned int id = static_cast<unsigned int>(Collective::kAllToAll);
   const device::SignalPad pad = state.sync->pad();
+  kernels::BulkSendStep drain{};  // the peer's area holds no FIFO piece of this rank's
+  drain.pad = pad;
+  drain.collective = id;
+  drain.peer = peer;
+  drain.drain = true;
+  drain.post_chunk = -1;
+  drain.wait_slot = -1;
+  drain.plan = plan;
+  kernels::launch_bulk_send_step(drain, stream);
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
   for (size_t c = 0; c < chunks.count(); ++c) {
     const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);

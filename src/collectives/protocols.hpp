@@ -1,5 +1,5 @@
-// The protocol registry: one row per (collective, protocol, buffer mode), with the gate that must be open for the
-// row to run, the rule that sizes one launch, and the function that enqueues it. See NOTE [protocol registry].
+// The protocol registry: one row per (collective, protocol, buffer mode, what it needs of the buffers), with the
+// gate that must be open for the row to run, the rule that sizes one launch, and the function that enqueues it. See NOTE [protocol registry].
 #pragma once
 
 #include <cstddef>

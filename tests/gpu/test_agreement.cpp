@@ -110,8 +110,8 @@ const Scenario kScenarios[] = {
     {Call::kAllToAll, 8 * kMiB, Kind::kDevice, Kind::kRegistered, true},
     {Call::kAllGather, 256 * kKiB, Kind::kSymmetric, Kind::kRegistered, false},
     {Call::kAllToAll, 256 * kKiB, Kind::kRegistered, Kind::kDevice, false},
-    // An all-to-all in place runs staged whatever its buffers (its zero-copy kernels would overwrite blocks
-    // that peers still read): in place on some ranks only, symmetric buffers plan differently.
+    // An all-to-all in place at 8 MiB runs staged whatever its buffers (its zero-copy kernels would overwrite
+    // blocks that peers still read): in place on some ranks only, symmetric buffers plan differently.
     {Call::kAllToAll, 8 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true},
     {Call::kAllToAll, 8 * kMiB, Kind::kDevice, Kind::kDevice, false, true},
     // Copy-engine pairs through the pipeline areas (2 ranks, buffers no peer maps: an all-to-all input beyond
@@ -140,6 +140,11 @@ const Scenario kScenarios[] = {
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false, false, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kRegistered, Kind::kRegistered, false, false, true},
+    // The all-to-all in place by the copy engines (2 ranks, buffers the peer maps, beyond 32 MiB) swaps blocks
+    // between barriers that announce the plan: against the pushes into symmetric outputs out of place, and
+    // against copy-engine pairs of cudaMalloc buffers, a mismatch.
+    {Call::kAllToAll, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},
+    {Call::kAllToAll, 144 * kMiB, Kind::kDevice, Kind::kSymmetric, true, true, true},
 };
 
 int32_t input_value(uint64_t seed, int rank, size_t i) {
