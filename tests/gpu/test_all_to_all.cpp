@@ -15,7 +15,7 @@
 //     replays, outside the graph and by a copy captured inside it;
 //   - 10000 mixed calls back to back in batches without host synchronisation, with random per-rank delays;
 //   - all_to_all in place (recv == send) on cudaMalloc'd and symmetric buffers, every protocol forced, with a delay
-//     on rank 0; on symmetric buffers beyond 32 MiB captured and replayed, and on two streams;
+//     on rank 0; beyond 32 MiB on symmetric and cudaMalloc buffers captured and replayed, and on two streams;
 //   - argument errors raised before anything is enqueued, naming the argument.
 // Every call gets fresh inputs (never zero, never the poison), a poisoned receive buffer with guard bytes around
 // every buffer; afterwards every byte of the spans must be what the reference says: the data that arrives, and
@@ -975,71 +975,82 @@ TEST(AllToAll, InPlaceReplacesEveryBlockWithTheOneItsRankSent) {
   }
 }
 
-// In place on symmetric buffers beyond the table's 32 MiB (2 ranks: the copy engines' swap, each rank's half in
-// tapered chunks through its pipeline area's two slots), an odd count so the halves split inside an element's
-// neighbourhood: captured once and replayed, and eagerly on two streams in turn, rank 0 delayed before each. An
-// all-to-all in place is its own inverse, so after each call every block is the one its rank sent, or the original.
-TEST(AllToAll, InPlaceOnSymmetricBuffersSwapsInGraphReplaysAndOnTwoStreams) {
+// In place beyond the table's 32 MiB (2 ranks: the copy engines' swap, each rank's half in tapered chunks through
+// its pipeline area's two slots) on symmetric buffers, and on cudaMalloc buffers, which the capture registers (ranks
+// as processes: the swap in the graph; as threads: staged), an odd count so the halves split inside an element's
+// neighbourhood: captured once and replayed, and eagerly on two streams in turn (cudaMalloc: staged), rank 0
+// delayed before each. An all-to-all in place is its own inverse, so after each call every block is the one its
+// rank sent, or the original.
+TEST(AllToAll, InPlaceBeyond32MiBSwapsInGraphReplaysAndOnTwoStreams) {
   with_communicator([&](Communicator& comm) {
-    const int rank = comm.rank(), world = comm.size();
-    const DataType type = DataType::kFloat32;
-    const size_t element = datatype_size(type);
-    const size_t count = ((size_t(48) << 20) / element / static_cast<size_t>(world)) | 1;  // odd, > 32 MiB in all
-    const size_t bytes = count * element * world;
-    const uint64_t call_seed = mix64(shared_seed(comm) + 0x5A4Aull);
-    std::vector<unsigned char> original(bytes), swapped(bytes);
-    for (int q = 0; q < world; ++q) {
-      fill_inputs(type, input_key(call_seed, rank), q * count, count, original.data() + q * count * element);
-      fill_inputs(type, input_key(call_seed, q), rank * count, count, swapped.data() + q * count * element);
-    }
-    SymmetricMemory shared = comm.alloc(bytes + 2 * kGuardBytes);
-    unsigned char* const base = static_cast<unsigned char*>(shared.local());
-    unsigned char* const buffer = base + kGuardBytes;
-    cuda_check(cudaMemset(base, kPoison, bytes + 2 * kGuardBytes), "cudaMemset");
-    cuda_check(cudaMemcpy(buffer, original.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-    StreamHandle first, second;
-    std::vector<unsigned char> got(bytes + 2 * kGuardBytes);
-    auto expect_blocks = [&](const std::vector<unsigned char>& expected, const std::string& when) {
-      cuda_check(cudaMemcpy(got.data(), base, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-      size_t wrong = 0, first_wrong = SIZE_MAX;
-      for (size_t i = 0; i < bytes; ++i) {
-        if (got[kGuardBytes + i] != expected[i]) {
-          ++wrong;
-          first_wrong = std::min(first_wrong, i);
+    for (const bool symmetric : {true, false}) {
+      const int rank = comm.rank(), world = comm.size();
+      const DataType type = DataType::kFloat32;
+      const size_t element = datatype_size(type);
+      const size_t count = ((size_t(48) << 20) / element / static_cast<size_t>(world)) | 1;  // odd, > 32 MiB in all
+      const size_t bytes = count * element * world;
+      const uint64_t call_seed = mix64(shared_seed(comm) + 0x5A4Aull + symmetric);
+      std::vector<unsigned char> original(bytes), swapped(bytes);
+      for (int q = 0; q < world; ++q) {
+        fill_inputs(type, input_key(call_seed, rank), q * count, count, original.data() + q * count * element);
+        fill_inputs(type, input_key(call_seed, q), rank * count, count, swapped.data() + q * count * element);
+      }
+      SymmetricMemory shared;
+      std::optional<DeviceBuffer> plain;
+      if (symmetric) {
+        shared = comm.alloc(bytes + 2 * kGuardBytes);
+      } else {
+        plain.emplace(bytes + 2 * kGuardBytes);
+      }
+      unsigned char* const base = static_cast<unsigned char*>(symmetric ? shared.local() : plain->get());
+      const std::string kind = symmetric ? "symmetric, " : "cudaMalloc, ";
+      unsigned char* const buffer = base + kGuardBytes;
+      cuda_check(cudaMemset(base, kPoison, bytes + 2 * kGuardBytes), "cudaMemset");
+      cuda_check(cudaMemcpy(buffer, original.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+      StreamHandle first, second;
+      std::vector<unsigned char> got(bytes + 2 * kGuardBytes);
+      auto expect_blocks = [&](const std::vector<unsigned char>& expected, const std::string& when) {
+        cuda_check(cudaMemcpy(got.data(), base, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        size_t wrong = 0, first_wrong = SIZE_MAX;
+        for (size_t i = 0; i < bytes; ++i) {
+          if (got[kGuardBytes + i] != expected[i]) {
+            ++wrong;
+            first_wrong = std::min(first_wrong, i);
+          }
         }
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << rank << ", " << when << ": first wrong byte " << first_wrong;
-      for (size_t i = 0; i < kGuardBytes; ++i) {
-        ASSERT_EQ(got[i], kPoison) << when << ": guard byte " << i << " before the buffer";
-        ASSERT_EQ(got[kGuardBytes + bytes + i], kPoison) << when << ": guard byte " << i << " after the buffer";
-      }
-    };
+        EXPECT_EQ(wrong, 0u) << "rank " << rank << ", " << kind << when << ": first wrong byte " << first_wrong;
+        for (size_t i = 0; i < kGuardBytes; ++i) {
+          ASSERT_EQ(got[i], kPoison) << when << ": guard byte " << i << " before the buffer";
+          ASSERT_EQ(got[kGuardBytes + bytes + i], kPoison) << when << ": guard byte " << i << " after the buffer";
+        }
+      };
 
-    GraphHandles graph;
-    comm.barrier();
-    cuda_check(cudaStreamBeginCapture(first.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    comm.all_to_all(buffer, buffer, count, type, first.get());
-    cuda_check(cudaStreamEndCapture(first.get(), &graph.graph), "cudaStreamEndCapture");
-    cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
-    expect_blocks(original, "after the capture, before any replay");
-    for (int replay = 1; replay <= 3; ++replay) {
+      GraphHandles graph;
+      comm.barrier();
+      cuda_check(cudaStreamBeginCapture(first.get(), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+      comm.all_to_all(buffer, buffer, count, type, first.get());
+      cuda_check(cudaStreamEndCapture(first.get(), &graph.graph), "cudaStreamEndCapture");
+      cuda_check(cudaGraphInstantiate(&graph.exec, graph.graph, 0), "cudaGraphInstantiate");
+      expect_blocks(original, "after the capture, before any replay");
+      for (int replay = 1; replay <= 3; ++replay) {
+        comm.barrier();
+        if (rank == 0) cuda_check(spin_on_stream(first.get(), 200000), "spin_on_stream");
+        cuda_check(cudaGraphLaunch(graph.exec, first.get()), "cudaGraphLaunch");
+        cuda_check(cudaStreamSynchronize(first.get()), "cudaStreamSynchronize");
+        comm.check();
+        expect_blocks(replay % 2 == 1 ? swapped : original, "replay " + std::to_string(replay));
+      }
+      // Now swapped: two eager calls on two streams, the second after the first by the communicator's order alone.
       comm.barrier();
       if (rank == 0) cuda_check(spin_on_stream(first.get(), 200000), "spin_on_stream");
-      cuda_check(cudaGraphLaunch(graph.exec, first.get()), "cudaGraphLaunch");
+      comm.all_to_all(buffer, buffer, count, type, first.get());
+      comm.all_to_all(buffer, buffer, count, type, second.get());
+      cuda_check(cudaStreamSynchronize(second.get()), "cudaStreamSynchronize");
       cuda_check(cudaStreamSynchronize(first.get()), "cudaStreamSynchronize");
       comm.check();
-      expect_blocks(replay % 2 == 1 ? swapped : original, "replay " + std::to_string(replay));
+      expect_blocks(swapped, "two eager calls on two streams");
+      comm.barrier();  // every rank done with the allocation before it is freed
     }
-    // Now swapped: two eager calls on two streams, the second after the first by the communicator's order alone.
-    comm.barrier();
-    if (rank == 0) cuda_check(spin_on_stream(first.get(), 200000), "spin_on_stream");
-    comm.all_to_all(buffer, buffer, count, type, first.get());
-    comm.all_to_all(buffer, buffer, count, type, second.get());
-    cuda_check(cudaStreamSynchronize(second.get()), "cudaStreamSynchronize");
-    cuda_check(cudaStreamSynchronize(first.get()), "cudaStreamSynchronize");
-    comm.check();
-    expect_blocks(swapped, "two eager calls on two streams");
-    comm.barrier();  // every rank done with the allocation before it is freed
   });
 }
 
