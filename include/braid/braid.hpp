@@ -188,7 +188,7 @@ class Communicator {
   // (register_buffer) takes the zero-copy paths; every rank must then pass buffers of the same kinds, symmetric
   // ones at the same offsets in the same allocations. In place the call runs the staged paths (announcing kernels
   // under BRAID_EAGER_ZERO_COPY swap blocks in pairs, see register_buffer), except on 2 ranks where the copy
-  // engines are chosen (by the table beyond 32 MiB, or by BRAID_ALGO) on buffers every peer maps (see
+  // engines serve it (beyond 64 MiB, or at any size where BRAID_ALGO names them) on buffers every peer maps (see
   // register_buffer; not registered cudaMalloc memory of ranks that are threads): there the engines swap the two
   // blocks that change places, each rank half of them through its pipeline area. So a call in place on some ranks
   // only fails with kMismatch where the others run zero copy, or, on buffers no peer maps, move their blocks through the copy

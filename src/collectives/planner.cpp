@@ -122,10 +122,11 @@ Gates gates_of(const CallShape& shape, const AreaCapacities& capacities, const B
 // An all-to-all in place: its zero-copy kernels and the engines' pushes would write a peer's output while that
 // peer still reads the same bytes as its input. Only the engines' swap of 2 ranks serves it zero copy (NOTE
 // [all-to-all in place by the copy engines], copy_engine.cpp), on buffers the peer maps other than another GPU's
-// cudaMalloc memory of this process; every other plan runs as on buffers no peer maps (staged_in_place).
+// cudaMalloc memory of this process, at the sizes where it pays (NOTE [in-place swap sizes], selection.cpp); every
+// other plan runs as on buffers no peer maps (staged_in_place).
 bool swaps_in_place(const CallShape& shape, const BufferFacts& facts) {
   return shape.collective == Collective::kAllToAll && facts.in_place && shape.world == 2 && facts.peers_map &&
-         !facts.same_process_peers;
+         !facts.same_process_peers && in_place_swap_pays(shape.bytes, *shape.algorithm_override);
 }
 
 BufferFacts staged_in_place(BufferFacts facts) {

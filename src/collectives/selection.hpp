@@ -51,6 +51,10 @@ bool announcing_pays(Collective collective, size_t bytes);
 // Whether an eager call under BRAID_EAGER_ZERO_COPY gathers every rank's announcement of a buffer of `bytes` on the
 // host, so that the copy engines can serve it where every rank's buffer is exposed (NOTE [exchanged sizes]).
 bool exchanging_pays(Collective collective, size_t bytes);
+// Whether an all-to-all in place on 2 ranks whose buffers the peer maps takes the copy engines' swap where the
+// table names the copy engines: beyond 64 MiB of input, or at any size where `override_text` (BRAID_ALGO) names
+// them for all-to-all (NOTE [in-place swap sizes]).
+bool in_place_swap_pays(size_t bytes, const std::string& override_text);
 // Tests only (testing::announce_at_every_size): every size beyond LL announces, on every rank of the process.
 void set_announce_at_every_size(bool on);
 

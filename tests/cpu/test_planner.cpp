@@ -267,15 +267,16 @@ TEST(Planner, LargeAllReducesOnBuffersThePeerMapsTakeTheCopyEnginesOnTwoRanks) {
 }
 
 // In place, an all-to-all's zero-copy stores and pushes would overwrite blocks peers still read. Where the table
-// (or BRAID_ALGO) names the copy engines on 2 ranks whose buffers the peer maps (not another GPU's cudaMalloc
-// memory of this process), the engines swap the blocks (its own row, a plan word of its own); every other call in
-// place plans exactly as on buffers no peer maps: FIFO pushes, or LL lines.
+// names the copy engines beyond 64 MiB (or BRAID_ALGO names them at any size) on 2 ranks whose buffers the peer
+// maps (not another GPU's cudaMalloc memory of this process), the engines swap the blocks (its own row, a plan
+// word of its own); every other call in place plans exactly as on buffers no peer maps: FIFO pushes, or LL lines.
 TEST(Planner, AnInPlaceAllToAllRunsZeroCopyOnlyAsTheEnginesSwapOnTwoRanks) {
   const BufferFacts unmapped_in_place{.in_place = true};
   auto same_plan = [](const CallPlan& a, const CallPlan& b) {
     return a.protocol == b.protocol && a.blocks == b.blocks && a.chunk == b.chunk;
   };
-  for (size_t bytes : {size_t(16) << 20, size_t(32) << 20, (size_t(32) << 20) + 16, size_t(512) << 20}) {
+  for (size_t bytes : {size_t(16) << 20, size_t(32) << 20, (size_t(32) << 20) + 16, size_t(64) << 20,
+                       (size_t(64) << 20) + 16, size_t(512) << 20}) {
     for (int world : {2, 3, 4}) {
       const CallShape call = shape(Collective::kAllToAll, bytes, world);
       const CallPlan apart = plan_call(call, kAreas, mapped());
@@ -283,7 +284,8 @@ TEST(Planner, AnInPlaceAllToAllRunsZeroCopyOnlyAsTheEnginesSwapOnTwoRanks) {
       const CallPlan unmapped = plan_call(call, kAreas, unmapped_in_place);
       for (bool same_process : {false, true}) {
         const CallPlan in_place = plan_call(call, kAreas, mapped(same_process, true));
-        const bool swaps = world == 2 && !same_process && apart.algorithm == Algorithm::kCopyEngine;
+        const bool swaps = world == 2 && !same_process && apart.algorithm == Algorithm::kCopyEngine &&
+                           bytes > (size_t(64) << 20);
         if (swaps) {
           EXPECT_EQ(in_place.algorithm, Algorithm::kCopyEngine) << bytes;
           EXPECT_EQ(in_place.mode, BufferMode::kZeroCopy) << bytes;
@@ -296,10 +298,12 @@ TEST(Planner, AnInPlaceAllToAllRunsZeroCopyOnlyAsTheEnginesSwapOnTwoRanks) {
       }
     }
   }
-  // The table's cut on symmetric buffers: the pushes, and so the swap, beyond 32 MiB on 2 ranks.
-  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(32) << 20), kAreas, mapped(false, true)).algorithm,
+  // The cuts on symmetric buffers on 2 ranks: the pushes beyond 32 MiB out of place, the swap beyond 64 MiB.
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, (size_t(32) << 20) + 16), kAreas, mapped()).algorithm,
+            Algorithm::kCopyEngine);
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, size_t(64) << 20), kAreas, mapped(false, true)).algorithm,
             Algorithm::kPipelined);
-  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, (size_t(32) << 20) + 16), kAreas, mapped(false, true)).algorithm,
+  EXPECT_EQ(plan_call(shape(Collective::kAllToAll, (size_t(64) << 20) + 16), kAreas, mapped(false, true)).algorithm,
             Algorithm::kCopyEngine);
   const std::string forced = "alltoall=copyengine";
   const CallShape call = shape(Collective::kAllToAll, size_t(4) << 20, 2, DataType::kFloat32, &forced);

@@ -140,7 +140,7 @@ const Scenario kScenarios[] = {
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, false, false, true},
     {Call::kAllReduce, 144 * kMiB, Kind::kRegistered, Kind::kRegistered, false, false, true},
-    // The all-to-all in place by the copy engines (2 ranks, buffers the peer maps, beyond 32 MiB) swaps blocks
+    // The all-to-all in place by the copy engines (2 ranks, buffers the peer maps, beyond 64 MiB) swaps blocks
     // between barriers that announce the plan: against the pushes into symmetric outputs out of place, and
     // against copy-engine pairs of cudaMalloc buffers, a mismatch.
     {Call::kAllToAll, 144 * kMiB, Kind::kSymmetric, Kind::kSymmetric, true, true, true},

@@ -15,7 +15,7 @@
 //     replays, outside the graph and by a copy captured inside it;
 //   - 10000 mixed calls back to back in batches without host synchronisation, with random per-rank delays;
 //   - all_to_all in place (recv == send) on cudaMalloc'd and symmetric buffers, every protocol forced, with a delay
-//     on rank 0; beyond 32 MiB on symmetric and cudaMalloc buffers captured and replayed, and on two streams;
+//     on rank 0; beyond 64 MiB on symmetric and cudaMalloc buffers captured and replayed, and on two streams;
 //   - argument errors raised before anything is enqueued, naming the argument.
 // Every call gets fresh inputs (never zero, never the poison), a poisoned receive buffer with guard bytes around
 // every buffer; afterwards every byte of the spans must be what the reference says: the data that arrives, and
@@ -975,19 +975,19 @@ TEST(AllToAll, InPlaceReplacesEveryBlockWithTheOneItsRankSent) {
   }
 }
 
-// In place beyond the table's 32 MiB (2 ranks: the copy engines' swap, each rank's half in tapered chunks through
+// In place beyond 64 MiB (2 ranks: the copy engines' swap, each rank's half in tapered chunks through
 // its pipeline area's two slots) on symmetric buffers, and on cudaMalloc buffers, which the capture registers (ranks
 // as processes: the swap in the graph; as threads: staged), an odd count so the halves split inside an element's
 // neighbourhood: captured once and replayed, and eagerly on two streams in turn (cudaMalloc: staged), rank 0
 // delayed before each. An all-to-all in place is its own inverse, so after each call every block is the one its
 // rank sent, or the original.
-TEST(AllToAll, InPlaceBeyond32MiBSwapsInGraphReplaysAndOnTwoStreams) {
+TEST(AllToAll, InPlaceBeyond64MiBSwapsInGraphReplaysAndOnTwoStreams) {
   with_communicator([&](Communicator& comm) {
     for (const bool symmetric : {true, false}) {
       const int rank = comm.rank(), world = comm.size();
       const DataType type = DataType::kFloat32;
       const size_t element = datatype_size(type);
-      const size_t count = ((size_t(48) << 20) / element / static_cast<size_t>(world)) | 1;  // odd, > 32 MiB in all
+      const size_t count = ((size_t(80) << 20) / element / static_cast<size_t>(world)) | 1;  // odd, > 64 MiB in all
       const size_t bytes = count * element * world;
       const uint64_t call_seed = mix64(shared_seed(comm) + 0x5A4Aull + symmetric);
       std::vector<unsigned char> original(bytes), swapped(bytes);
