@@ -121,15 +121,7 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   SideStream& handover = *state.side;
   const unsigned int id = static_cast<unsigned int>(Collective::kAllToAll);
   const device::SignalPad pad = state.sync->pad();
-  kernels::BulkSendStep drain{};  // the peer's area holds no FIFO piece of this rank's
-  drain.pad = pad;
-  drain.collective = id;
-  drain.peer = peer;
-  drain.drain = true;
-  drain.post_chunk = -1;
-  drain.wait_slot = -1;
-  drain.plan = plan;
-  kernels::launch_bulk_send_step(drain, stream);
+  kernels::launch_fifo_drain(pad, id, peer, plan, stream);  // the peer's area holds no FIFO piece of this rank's
   kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
   for (size_t c = 0; c < chunks.count(); ++c) {
     const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);

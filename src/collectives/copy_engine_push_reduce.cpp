@@ -72,9 +72,7 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
   send_step.plan = call.plan;
   send_step.wait_slot = -1;
   if (call.push_chunks.count() > 0) {  // before the first header, not the first copy: the copies miss the area
-    send_step.drain = true;
-    kernels::launch_bulk_send_step(send_step, steps);
-    send_step.drain = false;
+    kernels::launch_fifo_drain(pad, id, peer, call.plan, steps);
   }
   for (size_t c = 0; c < call.push_chunks.count(); ++c) {
     const size_t at = call.push_chunks.offset(c);

@@ -143,9 +143,7 @@ void enqueue_bulk_send(CollectiveContext& state, Collective collective, const ke
   char* const area = static_cast<char*>(state.pipeline.peer(pair.peer));
   const uint64_t chunks = kernels::bulk_chunk_count(layout, pair.bytes);
   auto step = pair_step<kernels::BulkSendStep>(state, collective, pair, plan);
-  step.drain = true;
-  kernels::launch_bulk_send_step(step, copies);
-  step.drain = false;
+  kernels::launch_fifo_drain(step.pad, step.collective, pair.peer, plan, copies);
   auto post = [&](uint64_t c) {  // on `steps`, which waits for the copy of chunk c already
     const int slot_index = static_cast<int>(c % kernels::kBulkSlots);
     step.post_chunk = static_cast<int64_t>(c);

@@ -55,6 +55,9 @@ void launch_all_to_all_pipelined(const AllToAllLaunch& launch, int blocks, cudaS
 void launch_all_to_all_direct(const AllToAllDirectLaunch& launch, int blocks, cudaStream_t stream);
 // Copy-engine send/recv: the kernels between chunks, and the receiver's copy-out or reduction.
 void launch_bulk_send_step(const BulkSendStep& step, cudaStream_t stream);
+// Waits until `peer` has consumed every phase-1 FIFO piece this rank sent it, before anything is copied into its area.
+void launch_fifo_drain(const device::SignalPad& pad, unsigned int collective, int peer, uint64_t plan,
+                       cudaStream_t stream);
 void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream);
 void launch_bulk_copy_out(const BulkCopyOut& copy, int blocks, cudaStream_t stream);
 void launch_bulk_reduce_out(DataType type, ReduceOp op, const BulkReduceOut& reduce, int blocks, cudaStream_t stream);

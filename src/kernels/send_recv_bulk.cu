@@ -79,6 +79,19 @@ void launch_bulk_send_step(const BulkSendStep& step, cudaStream_t stream) {
   launch_dependent(bulk_send_step, 1, 2 * kPipelineChannels, stream, step);
 }
 
+void launch_fifo_drain(const device::SignalPad& pad, unsigned int collective, int peer, uint64_t plan,
+                       cudaStream_t stream) {
+  BulkSendStep drain{};
+  drain.pad = pad;
+  drain.collective = collective;
+  drain.peer = peer;
+  drain.drain = true;
+  drain.post_chunk = -1;
+  drain.wait_slot = -1;
+  drain.plan = plan;
+  launch_bulk_send_step(drain, stream);
+}
+
 void launch_bulk_recv_step(const BulkRecvStep& step, cudaStream_t stream) { launch_dependent(bulk_recv_step, 1, 1, stream, step); }
 
 void launch_bulk_copy_out(const BulkCopyOut& copy, int blocks, cudaStream_t stream) {
