@@ -983,6 +983,7 @@ TEST(AllToAll, InPlaceReplacesEveryBlockWithTheOneItsRankSent) {
 // rank sent, or the original.
 TEST(AllToAll, InPlaceBeyond64MiBSwapsInGraphReplaysAndOnTwoStreams) {
   with_communicator([&](Communicator& comm) {
+    StreamHandle first, second;  // made once (docs/shared-gpu.md: hardware queues)
     for (const bool symmetric : {true, false}) {
       const int rank = comm.rank(), world = comm.size();
       const DataType type = DataType::kFloat32;
@@ -1007,7 +1008,6 @@ TEST(AllToAll, InPlaceBeyond64MiBSwapsInGraphReplaysAndOnTwoStreams) {
       unsigned char* const buffer = base + kGuardBytes;
       cuda_check(cudaMemset(base, kPoison, bytes + 2 * kGuardBytes), "cudaMemset");
       cuda_check(cudaMemcpy(buffer, original.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
-      StreamHandle first, second;
       std::vector<unsigned char> got(bytes + 2 * kGuardBytes);
       auto expect_blocks = [&](const std::vector<unsigned char>& expected, const std::string& when) {
         cuda_check(cudaMemcpy(got.data(), base, got.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
