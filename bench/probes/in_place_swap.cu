@@ -10,7 +10,11 @@
 //                     waits);
 //   - area even N:    the same with N even chunks;
 //   - sm swap B:      one kernel of B blocks: each thread loads U vectors of the peer's half and of its own, then
-//                     stores each into the other's place (no staging, no copy engine).
+//                     stores each into the other's place (no staging, no copy engine);
+//   - push area L:    pushes only: each GPU pushes its whole block, in tapered chunks (the largest L), into the
+//                     peer's staging area, and copies chunk c of its area into its own block by SMs once its push
+//                     of chunk c has read it and the peer's push of chunk c has landed (an event of the other
+//                     GPU: what a flag per chunk would tell).
 // Each row: microseconds and bus bandwidth (a block / time: the all-to-all's on 2 ranks), the median of 11 after
 // 3 warm-ups; host-synchronised start, events on each GPU's first stream, the max over the two GPUs. After the
 // timed runs, one more swap is checked element by element on both GPUs.
@@ -87,7 +91,7 @@ Gpu gpu[2];
 int devices = 2;  // 1: both sides on GPU 0 (a dry run of the schedules and the check; its times mean nothing)
 int device_of(int g) { return g % devices; }
 
-enum class Kind { kPushBound, kSlots, kArea, kAreaEven, kSmSwap };
+enum class Kind { kPushBound, kSlots, kArea, kAreaEven, kSmSwap, kPushArea };
 struct Variant {
   Kind kind;
   size_t param;  // the largest chunk (slots, area), the chunk count (area even), the blocks (sm swap)
@@ -100,6 +104,7 @@ std::string name(const Variant& v) {
     case Kind::kArea: return "area " + std::to_string(v.param / kMiB) + "M";
     case Kind::kAreaEven: return "area even " + std::to_string(v.param);
     case Kind::kSmSwap: return "sm swap " + std::to_string(v.param);
+    case Kind::kPushArea: return "push area " + std::to_string(v.param / kMiB) + "M";
   }
   return "";
 }
@@ -190,6 +195,50 @@ void issue(int g, const Variant& v, size_t bytes) {
   CHECK(cudaEventRecord(G.stop, G.s0));
 }
 
+// Both GPUs' part of a push-area swap: every push first (so each GPU's copy out can wait for the peer's).
+void issue_push_area(const Variant& v, size_t bytes) {
+  const size_t block = bytes / 2;
+  const std::vector<size_t> ends = tapered(block, v.param);
+  for (int g = 0; g < 2; ++g) {
+    CHECK(cudaSetDevice(device_of(g)));
+    Gpu& G = gpu[g];
+    CHECK(cudaEventRecord(G.start, G.s0));
+    CHECK(cudaEventRecord(G.fork, G.s0));
+    CHECK(cudaStreamWaitEvent(G.s2, G.fork, 0));
+  }
+  for (size_t c = 0; c < ends.size(); ++c) {
+    const size_t at = c == 0 ? 0 : ends[c - 1], n = ends[c] - at;
+    for (int g = 0; g < 2; ++g) {
+      CHECK(cudaSetDevice(device_of(g)));
+      Gpu& G = gpu[g];
+      CHECK(cudaMemcpyAsync(gpu[1 - g].staging + at, G.buffer + (1 - g) * block + at, n, cudaMemcpyDefault, G.s0));
+      CHECK(cudaEventRecord(G.pushed[c], G.s0));
+    }
+  }
+  for (size_t c = 0; c < ends.size(); ++c) {
+    const size_t at = c == 0 ? 0 : ends[c - 1], n = ends[c] - at;
+    for (int g = 0; g < 2; ++g) {
+      CHECK(cudaSetDevice(device_of(g)));
+      Gpu& G = gpu[g];
+      CHECK(cudaStreamWaitEvent(G.s2, G.pushed[c], 0));
+      CHECK(cudaStreamWaitEvent(G.s2, gpu[1 - g].pushed[c], 0));
+      local_copy(G.buffer + (1 - g) * block + at, G.staging + at, n, G.s2);
+    }
+  }
+  for (int g = 0; g < 2; ++g) {
+    CHECK(cudaSetDevice(device_of(g)));
+    Gpu& G = gpu[g];
+    CHECK(cudaEventRecord(G.join, G.s2));
+    CHECK(cudaStreamWaitEvent(G.s0, G.join, 0));
+    CHECK(cudaEventRecord(G.stop, G.s0));
+  }
+}
+
+void issue_both(const Variant& v, size_t bytes) {
+  if (v.kind == Kind::kPushArea) return issue_push_area(v, bytes);
+  for (int g = 0; g < 2; ++g) issue(g, v, bytes);
+}
+
 void synchronize_both() {
   for (int g = 0; g < 2; ++g) {
     CHECK(cudaSetDevice(device_of(g)));
@@ -228,6 +277,7 @@ int main(int argc, char** argv) {
   for (size_t largest : {16, 32, 64}) variants.push_back({Kind::kArea, largest * kMiB});
   for (size_t count : {2, 4, 8}) variants.push_back({Kind::kAreaEven, count});
   for (size_t blocks : {132, 264, 528}) variants.push_back({Kind::kSmSwap, blocks});
+  for (size_t largest : {16, 64}) variants.push_back({Kind::kPushArea, largest * kMiB});
   CU_CHECK(cuInit(0));
   CHECK(cudaGetDeviceCount(&devices));
   devices = std::min(devices, 2);
@@ -239,7 +289,7 @@ int main(int argc, char** argv) {
       CHECK(cudaDeviceEnablePeerAccess(1 - g, 0));
       G.buffer = static_cast<char*>(vmm_alloc(g, bytes));
       G.other = static_cast<char*>(vmm_alloc(g, bytes));
-      G.staging = static_cast<char*>(vmm_alloc(g, bytes / 2));  // two slots of at most a half each
+      G.staging = static_cast<char*>(vmm_alloc(g, bytes / 2));  // a whole block (push area), or a half's chunks
     } else {
       CHECK(cudaMalloc(&G.buffer, bytes));
       CHECK(cudaMalloc(&G.other, bytes));
@@ -274,7 +324,7 @@ int main(int argc, char** argv) {
     int swaps = 0;
     for (int rep = 0; rep < 14; ++rep) {
       synchronize_both();
-      for (int g = 0; g < 2; ++g) issue(g, v, bytes);
+      issue_both(v, bytes);
       float ms = 0;
       for (int g = 0; g < 2; ++g) ms = std::max(ms, elapsed_ms(device_of(g), gpu[g].start, gpu[g].stop));
       if (rep >= 3) times.push_back(ms);
@@ -284,7 +334,7 @@ int main(int argc, char** argv) {
     std::sort(times.begin(), times.end());
     const double us = times[times.size() / 2] * 1e3;
     if (v.kind != Kind::kPushBound) {  // one more swap, checked
-      for (int g = 0; g < 2; ++g) issue(g, v, bytes);
+      issue_both(v, bytes);
       synchronize_both();
       ++swaps;
     }
