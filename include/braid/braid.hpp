@@ -190,7 +190,9 @@ class Communicator {
   // under BRAID_EAGER_ZERO_COPY swap blocks in pairs, see register_buffer), except on 2 ranks where the copy
   // engines serve it (beyond 64 MiB, or at any size where BRAID_ALGO names them) on buffers every peer maps (see
   // register_buffer; not registered cudaMalloc memory of ranks that are threads): there the engines swap the two
-  // blocks that change places, each rank half of them through its pipeline area. So a call in place on some ranks
+  // blocks that change places: where a block fits in the pipeline area (BRAID_PIPELINE_BYTES), each rank pushes its
+  // block into the peer's area and copies the peer's out of its own; otherwise each rank swaps half of them through
+  // its own area. So a call in place on some ranks
   // only fails with kMismatch where the others run zero copy, or, on buffers no peer maps, move their blocks through the copy
   // engines (2 ranks beyond 64 MiB, 3 or 4 ranks beyond 32 MiB; see Agreement above).
   //

@@ -84,28 +84,77 @@ void all_to_all_pull_copy_engine(CollectiveContext& state, const PeerBuffers& se
                    });
 }
 
+namespace {
+
 // NOTE [all-to-all in place by the copy engines]
 // On 2 ranks in place, block `peer` of this rank's buffer (its input for the peer, and where the peer's block for
-// it goes) and block `rank` of the peer's swap places. Neither may be written before the other side has read it,
-// so each rank swaps one half of the pair (pair_halves: rank 0 the bytes before a 256-byte boundary, rank 1
-// the rest), chunk by chunk (tapered: the last chunk's copy out is overlapped by nothing) through two slots of
-// its own pipeline area:
+// it goes) and block `rank` of the peer's swap places. Neither may be written before the other side has read it.
+// Where a block fits in the pipeline area, the engines swap them by pushes alone, as out of place (pushes moved
+// more than pulls with both directions busy: docs/dev/collectives.md), in tapered chunks (the last chunk's copy
+// out is overlapped by nothing):
+//   1. the engines push this rank's chunk into the same place of the peer's area (caller's stream, back to back);
+//   2. a step kernel posts the chunk to the peer once its push has completed (second side stream);
+//   3. once this rank's push of a chunk has read it and the peer's post of that chunk has come, SMs copy the
+//      chunk out of this rank's area into its place (side stream).
+// Each direction of the link carries one block of pushes, back to back from the entry barrier on.
+// Otherwise each rank swaps one half of the pair (pair_halves: rank 0 the bytes before a 256-byte boundary, rank 1
+// the rest), chunk by chunk through two slots of its own pipeline area:
 //   1. the engines pull the peer's chunk into the slot (caller's stream), once the slot's previous chunk is copied
 //      out;
 //   2. then push this rank's chunk into the peer's place, which the pull has read (side stream);
 //   3. then SMs copy the slot into this rank's place, which the push has read (second side stream).
 // A rank's pulls and its peer's pushes take one direction of the link, its pushes and the peer's pulls the other:
-// each carries one block, as out of place, and both are busy from the first pulls on. No rank touches the other's
-// half or pipeline area, so no signal passes between the barriers. The area is free: the entry barrier ends both
-// ranks' earlier calls, and follows each rank's drain step, so the peer's FIFO pieces sent here before (a send
-// whose receive comes later here) have been received; a receive that never comes ends the peer's drain with
-// kTimeout rather than this rank's copies overwriting the pieces. The exit barrier, which this rank reaches once
-// its pushes and copies have completed, keeps the peer's next call out until then.
-void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes,
-                                     uint64_t plan, Stream stream) {
-  if (state.size != 2) {
-    raise(ErrorCode::kInternal, "all_to_all: the copy engines in place serve 2 ranks, not {}", state.size);
+// each carries one block, as out of place. No rank touches the other's half or pipeline area, so no signal passes
+// between the barriers.
+// Either way the area is free: the entry barrier ends both ranks' earlier calls, and follows each rank's drain
+// step, so the peer's FIFO pieces sent here before (a send whose receive comes later here) have been received; a
+// receive that never comes ends the peer's drain with kTimeout rather than this rank's copies overwriting the
+// pieces. The exit barrier, which this rank reaches once its pushes and copies have completed, keeps the peer's
+// next call out until then. The posts count on the copy-engine pairs' data channels, one wait for each post, so
+// the pairs' counts stay in step.
+void swap_by_pushes(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes, uint64_t plan,
+                    Stream stream) {
+  const int rank = state.rank, peer = 1 - rank;
+  const Chunks chunks = Chunks::tapered(block_bytes, SIZE_MAX, Chunks::kMaxEvenBytes);
+  char* const mine = buffers.at[rank] + peer * block_bytes;
+  char* const area = static_cast<char*>(state.pipeline.local());
+  char* const peer_area = static_cast<char*>(state.pipeline.peer(peer));
+  const cudaStream_t pushes = stream, posts = state.second_side->get(), copies_out = state.side->get();
+  SideStream& handover = *state.side;
+  kernels::BulkSendStep post{};
+  post.pad = state.sync->pad();
+  post.collective = static_cast<unsigned int>(Collective::kAllToAll);
+  post.peer = peer;
+  post.wait_slot = -1;
+  post.total_bytes = block_bytes;
+  post.plan = plan;
+  kernels::BulkRecvStep arrival{};
+  arrival.pad = post.pad;
+  arrival.collective = post.collective;
+  arrival.peer = peer;
+  arrival.free_slot = -1;
+  arrival.total_bytes = block_bytes;
+  arrival.plan = plan;
+  for (size_t c = 0; c < chunks.count(); ++c) {
+    const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);
+    copy(peer_area + at, mine + at, bytes, pushes);
+    handover.order(pushes, posts);
+    post.post_chunk = static_cast<int64_t>(c);
+    post.post_slot = static_cast<int>(c % kernels::kBulkSlots);
+    kernels::launch_bulk_send_step(post, posts);
+    handover.order(pushes, copies_out);  // this rank's push of the chunk has read its place
+    arrival.wait_chunk = static_cast<int64_t>(c);
+    kernels::launch_bulk_recv_step(arrival, copies_out);
+    kernels::launch_copy_local(mine + at, area + at, bytes, std::min(local_blocks(bytes), state.max_blocks),
+                               copies_out);
   }
+  if (chunks.count() > 0) {
+    handover.order(posts, stream);
+    handover.order(copies_out, stream);
+  }
+}
+
+void swap_by_pulls(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes, Stream stream) {
   const int rank = state.rank, peer = 1 - rank;
   const size_t slot_bytes = state.pipeline.bytes() / 2 / Chunks::kAlignment * Chunks::kAlignment;
   if (slot_bytes < 2 * Chunks::kAlignment) {  // a last chunk holds up to 511 bytes
@@ -119,10 +168,6 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   char* const area = static_cast<char*>(state.pipeline.local());
   const cudaStream_t pulls = stream, pushes = state.side->get(), copies_out = state.second_side->get();
   SideStream& handover = *state.side;
-  const unsigned int id = static_cast<unsigned int>(Collective::kAllToAll);
-  const device::SignalPad pad = state.sync->pad();
-  kernels::launch_fifo_drain(pad, id, peer, plan, stream);  // the peer's area holds no FIFO piece of this rank's
-  kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
   for (size_t c = 0; c < chunks.count(); ++c) {
     const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);
     char* const slot = area + (c % 2) * slot_bytes;
@@ -137,6 +182,25 @@ void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers
   if (chunks.count() > 0) {  // the side streams joined (a capture's too) only where they had work
     handover.order(pushes, stream);
     handover.order(copies_out, stream);
+  }
+}
+
+}  // namespace
+
+void all_to_all_in_place_copy_engine(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes,
+                                     uint64_t plan, Stream stream) {
+  if (state.size != 2) {
+    raise(ErrorCode::kInternal, "all_to_all: the copy engines in place serve 2 ranks, not {}", state.size);
+  }
+  const int peer = 1 - state.rank;
+  const unsigned int id = static_cast<unsigned int>(Collective::kAllToAll);
+  const device::SignalPad pad = state.sync->pad();
+  kernels::launch_fifo_drain(pad, id, peer, plan, stream);  // the peer's area holds no FIFO piece of this rank's
+  kernels::launch_barrier(pad, id, kSiteEntryBarrier, plan, stream);
+  if (block_bytes <= state.pipeline.bytes()) {
+    swap_by_pushes(state, buffers, block_bytes, plan, stream);
+  } else {
+    swap_by_pulls(state, buffers, block_bytes, stream);
   }
   kernels::launch_barrier(pad, id, kSiteExitBarrier, plan, stream);
 }

@@ -28,7 +28,7 @@ __global__ void bulk_send_step(BulkSendStep step) {
   }
   if (threadIdx.x != 0) return;
   if (step.post_chunk >= 0) {
-    *step.header = BulkHeader{step.total_bytes, static_cast<uint64_t>(step.post_chunk)};
+    if (step.header != nullptr) *step.header = BulkHeader{step.total_bytes, static_cast<uint64_t>(step.post_chunk)};
     // Its release covers the header; the engine's copy ended before this kernel started.
     device::signal(step.pad, kBulkDataChannels + step.post_slot, step.peer);
   }
@@ -48,6 +48,7 @@ __global__ void bulk_recv_step(BulkRecvStep step) {  // one thread
                     device::PlanCheck{step.plan, 0})) {
     return;
   }
+  if (step.header == nullptr) return;  // the count alone
   const volatile BulkHeader* arrived = step.header;
   const BulkHeader header{arrived->total_bytes, arrived->chunk};
   if (header.total_bytes != step.total_bytes || header.chunk != static_cast<uint64_t>(step.wait_chunk)) {

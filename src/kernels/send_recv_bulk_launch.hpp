@@ -93,7 +93,7 @@ struct BulkSendStep {
   bool drain;
   int64_t post_chunk;    // -1: none
   int post_slot;
-  BulkHeader* header;    // peer memory
+  BulkHeader* header;    // peer memory; null: the post is its count alone
   int wait_slot;         // -1: none
   uint64_t total_bytes;
   uint64_t plan;
@@ -106,7 +106,7 @@ struct BulkRecvStep {
   int peer;
   int free_slot;             // -1: none
   int64_t wait_chunk;        // -1: none
-  const BulkHeader* header;
+  const BulkHeader* header;  // null: nothing to check beyond the count
   uint64_t total_bytes;
   uint64_t plan;
 };
