@@ -14,7 +14,8 @@
 //   - push area L:    pushes only: each GPU pushes its whole block, in tapered chunks (the largest L), into the
 //                     peer's staging area, and copies chunk c of its area into its own block by SMs once its push
 //                     of chunk c has read it and the peer's push of chunk c has landed (an event of the other
-//                     GPU: what a flag per chunk would tell).
+//                     GPU: what a flag per chunk would tell);
+//   - push ce out L:  the same, each chunk copied out of the area by the copy engine instead of SMs.
 // Each row: microseconds and bus bandwidth (a block / time: the all-to-all's on 2 ranks), the median of 11 after
 // 3 warm-ups; host-synchronised start, events on each GPU's first stream, the max over the two GPUs. After the
 // timed runs, one more swap is checked element by element on both GPUs.
@@ -91,7 +92,7 @@ Gpu gpu[2];
 int devices = 2;  // 1: both sides on GPU 0 (a dry run of the schedules and the check; its times mean nothing)
 int device_of(int g) { return g % devices; }
 
-enum class Kind { kPushBound, kSlots, kArea, kAreaEven, kSmSwap, kPushArea };
+enum class Kind { kPushBound, kSlots, kArea, kAreaEven, kSmSwap, kPushArea, kPushAreaEngineOut };
 struct Variant {
   Kind kind;
   size_t param;  // the largest chunk (slots, area), the chunk count (area even), the blocks (sm swap)
@@ -105,6 +106,7 @@ std::string name(const Variant& v) {
     case Kind::kAreaEven: return "area even " + std::to_string(v.param);
     case Kind::kSmSwap: return "sm swap " + std::to_string(v.param);
     case Kind::kPushArea: return "push area " + std::to_string(v.param / kMiB) + "M";
+    case Kind::kPushAreaEngineOut: return "push ce out " + std::to_string(v.param / kMiB) + "M";
   }
   return "";
 }
@@ -222,7 +224,11 @@ void issue_push_area(const Variant& v, size_t bytes) {
       Gpu& G = gpu[g];
       CHECK(cudaStreamWaitEvent(G.s2, G.pushed[c], 0));
       CHECK(cudaStreamWaitEvent(G.s2, gpu[1 - g].pushed[c], 0));
-      local_copy(G.buffer + (1 - g) * block + at, G.staging + at, n, G.s2);
+      if (v.kind == Kind::kPushAreaEngineOut) {
+        CHECK(cudaMemcpyAsync(G.buffer + (1 - g) * block + at, G.staging + at, n, cudaMemcpyDefault, G.s2));
+      } else {
+        local_copy(G.buffer + (1 - g) * block + at, G.staging + at, n, G.s2);
+      }
     }
   }
   for (int g = 0; g < 2; ++g) {
@@ -235,7 +241,7 @@ void issue_push_area(const Variant& v, size_t bytes) {
 }
 
 void issue_both(const Variant& v, size_t bytes) {
-  if (v.kind == Kind::kPushArea) return issue_push_area(v, bytes);
+  if (v.kind == Kind::kPushArea || v.kind == Kind::kPushAreaEngineOut) return issue_push_area(v, bytes);
   for (int g = 0; g < 2; ++g) issue(g, v, bytes);
 }
 
@@ -277,7 +283,8 @@ int main(int argc, char** argv) {
   for (size_t largest : {16, 32, 64}) variants.push_back({Kind::kArea, largest * kMiB});
   for (size_t count : {2, 4, 8}) variants.push_back({Kind::kAreaEven, count});
   for (size_t blocks : {132, 264, 528}) variants.push_back({Kind::kSmSwap, blocks});
-  for (size_t largest : {16, 64}) variants.push_back({Kind::kPushArea, largest * kMiB});
+  for (size_t largest : {16, 64, 128}) variants.push_back({Kind::kPushArea, largest * kMiB});
+  variants.push_back({Kind::kPushAreaEngineOut, 64 * kMiB});
   CU_CHECK(cuInit(0));
   CHECK(cudaGetDeviceCount(&devices));
   devices = std::min(devices, 2);
