@@ -106,10 +106,10 @@ namespace {
 // A rank's pulls and its peer's pushes take one direction of the link, its pushes and the peer's pulls the other:
 // each carries one block, as out of place. No rank touches the other's half or pipeline area, so no signal passes
 // between the barriers.
-// Either way the area is free: the entry barrier ends both ranks' earlier calls, and follows each rank's drain
-// step, so the peer's FIFO pieces sent here before (a send whose receive comes later here) have been received; a
-// receive that never comes ends the peer's drain with kTimeout rather than this rank's copies overwriting the
-// pieces. The exit barrier, which this rank reaches once its pushes and copies have completed, keeps the peer's
+// Either way the areas are free: the entry barrier ends both ranks' earlier calls, and follows each rank's drain
+// step, so the FIFO pieces either rank sent into the other's area before (a send whose receive comes later) have
+// been received; a receive that never comes ends the sender's drain with kTimeout rather than the copies
+// overwriting the pieces. The exit barrier, which this rank reaches once its pushes and copies have completed, keeps the peer's
 // next call out until then. The posts count on the copy-engine pairs' data channels, one wait for each post, so
 // the pairs' counts stay in step.
 void swap_by_pushes(CollectiveContext& state, const PeerBuffers& buffers, size_t block_bytes, uint64_t plan,
