@@ -357,8 +357,8 @@ bool announcing_pays(Collective collective, size_t bytes) {
 // loads of the staged path (428 and 459 us in two runs against 419), so outputs, like inputs, exchange from
 // 256 MiB. In place, an all-reduce and an all-to-all take the engines too (NOTE [all-reduce in place by the copy
 // engines], send_recv.cpp; NOTE [all-to-all in place by the copy engines], copy_engine.cpp): measured the same way,
-// in place, all-reduce 374.2 / 378.6 (the SMs' two shot 347.6 / 349.4), all-to-all 327.7 / 348.3 (staged 298.9 /
-// 305.0). FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width
+// in place, all-reduce 374.2 / 378.6 (the SMs' two shot 347.6 / 349.4), all-to-all 343.1 / 361.4 by the engines'
+// pushes (staged 298.9 / 305.0). FSDP2's steps with their collectives' buffers from the process group's allocator (2xH200, width
 // 16384, batch 8, float32): 23.71 ms with the exchange against 25.87 announced (NCCL 28.94).
 bool exchanging_pays(Collective collective, size_t bytes) {
   constexpr size_t kLeast = size_t(256) << 20;
@@ -368,12 +368,14 @@ bool exchanging_pays(Collective collective, size_t bytes) {
 
 // NOTE [in-place swap sizes]
 // The copy engines' swap of an all-to-all in place on 2 ranks (NOTE [all-to-all in place by the copy engines],
-// copy_engine.cpp) pays beyond 64 MiB: below, a rank's half is one or two chunks, and the copy out of the last,
-// which nothing overlaps, costs more than the staged path loses. 2xH200, bf16, eager, symmetric buffers, ranks as
-// threads, GB/s bus bandwidth, the swap against the staged path (BRAID_ALGO=alltoall=pipelined) in one run: 64 MiB
-// 275.4 / 281.4, 128 MiB 303.6 / 284.7, 256 MiB 334.7 / 296.7, 512 MiB 351.7 / 304.0. Ranks as processes on VMM
-// buffers exposed at first use (BRAID_EAGER_ZERO_COPY=1, exchanged on the host): 327.7 / 348.3 at 256 / 512 MiB,
-// where the staged path made 298.9 / 305.0. BRAID_ALGO=alltoall=copyengine takes the swap at every size.
+// copy_engine.cpp) pays beyond 64 MiB: below, a block is one or two chunks, and the copy out of the last, which
+// nothing overlaps, costs more than the staged path loses. The cut was measured on the swap by pulls (2xH200, bf16,
+// eager, symmetric buffers, ranks as threads, GB/s bus bandwidth, against the staged path,
+// BRAID_ALGO=alltoall=pipelined, in one run): 64 MiB 275.4 / 281.4, 128 MiB 303.6 / 284.7, 256 MiB 334.7 / 296.7,
+// 512 MiB 351.7 / 304.0. The swap by pushes, which blocks up to the pipeline area take, measured the same way
+// 306.3 / 342.1 / 360.9 at 128 / 256 / 512 MiB (64 MiB not measured), and as processes on VMM buffers exposed at
+// first use (BRAID_EAGER_ZERO_COPY=1) 343.1 / 361.4 at 256 / 512 MiB, where the staged path made 298.9 / 305.0.
+// BRAID_ALGO=alltoall=copyengine takes the swap at every size.
 bool in_place_swap_pays(size_t bytes, const std::string& override_text) {
   constexpr size_t kLeast = size_t(64) << 20;
   Algorithm forced = Algorithm::kPipelined;
