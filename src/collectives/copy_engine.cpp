@@ -121,20 +121,11 @@ void swap_by_pushes(CollectiveContext& state, const PeerBuffers& buffers, size_t
   char* const peer_area = static_cast<char*>(state.pipeline.peer(peer));
   const cudaStream_t pushes = stream, posts = state.second_side->get(), copies_out = state.side->get();
   SideStream& handover = *state.side;
-  kernels::BulkSendStep post{};
-  post.pad = state.sync->pad();
-  post.collective = static_cast<unsigned int>(Collective::kAllToAll);
-  post.peer = peer;
+  const auto id = static_cast<unsigned int>(Collective::kAllToAll);
+  auto post = kernels::bulk_step<kernels::BulkSendStep>(state.sync->pad(), id, peer, block_bytes, plan);
   post.wait_slot = -1;
-  post.total_bytes = block_bytes;
-  post.plan = plan;
-  kernels::BulkRecvStep arrival{};
-  arrival.pad = post.pad;
-  arrival.collective = post.collective;
-  arrival.peer = peer;
+  auto arrival = kernels::bulk_step<kernels::BulkRecvStep>(post.pad, id, peer, block_bytes, plan);
   arrival.free_slot = -1;
-  arrival.total_bytes = block_bytes;
-  arrival.plan = plan;
   for (size_t c = 0; c < chunks.count(); ++c) {
     const size_t at = chunks.offset(c), bytes = chunks.bytes_of(c);
     copy(peer_area + at, mine + at, bytes, pushes);

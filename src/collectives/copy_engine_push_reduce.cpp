@@ -64,12 +64,7 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
   state.side->order(stream, steps);
   if (call.push_back_destination != nullptr) state.side->order(stream, gathers);
 
-  kernels::BulkSendStep send_step{};
-  send_step.pad = pad;
-  send_step.collective = id;
-  send_step.peer = peer;
-  send_step.total_bytes = push_bytes;
-  send_step.plan = call.plan;
+  auto send_step = kernels::bulk_step<kernels::BulkSendStep>(pad, id, peer, push_bytes, call.plan);
   send_step.wait_slot = -1;
   if (call.push_chunks.count() > 0) {  // before the first header, not the first copy: the copies miss the area
     kernels::launch_fifo_drain(pad, id, peer, call.plan, steps);
@@ -85,13 +80,8 @@ void push_reduce(CollectiveContext& state, const PushReduce& call, Stream stream
     kernels::launch_bulk_send_step(send_step, steps);
   }
 
-  kernels::BulkRecvStep recv_step{};
-  recv_step.pad = pad;
-  recv_step.collective = id;
-  recv_step.peer = peer;
+  auto recv_step = kernels::bulk_step<kernels::BulkRecvStep>(pad, id, peer, own_bytes, call.plan);
   recv_step.free_slot = -1;
-  recv_step.total_bytes = own_bytes;
-  recv_step.plan = call.plan;
   kernels::BulkReduceOut reduce{};
   reduce.total_bytes = own_bytes;
   reduce.world = state.size;

@@ -124,13 +124,7 @@ void take_pairs(const CollectiveContext& state, kernels::AllToAllLaunch& launch,
 
 template <typename Step>
 Step pair_step(const CollectiveContext& state, Collective collective, const BulkPair& pair, uint64_t plan) {
-  Step step{};
-  step.pad = state.sync->pad();
-  step.collective = static_cast<unsigned int>(collective);
-  step.peer = pair.peer;
-  step.total_bytes = pair.bytes;
-  step.plan = plan;
-  return step;
+  return kernels::bulk_step<Step>(state.sync->pad(), static_cast<unsigned int>(collective), pair.peer, pair.bytes, plan);
 }
 
 // The sender's side: a drain step, then the copies back to back on `copies` (chunk c into the peer's slot c % 2:

@@ -111,6 +111,19 @@ struct BulkRecvStep {
   uint64_t plan;
 };
 
+// A step of one pair with the fields every step of that pair shares (a BulkSendStep or a BulkRecvStep); the
+// caller sets the rest (slots, chunks, header), which change from chunk to chunk.
+template <typename Step>
+Step bulk_step(const device::SignalPad& pad, unsigned int collective, int peer, uint64_t total_bytes, uint64_t plan) {
+  Step step{};
+  step.pad = pad;
+  step.collective = collective;
+  step.peer = peer;
+  step.total_bytes = total_bytes;
+  step.plan = plan;
+  return step;
+}
+
 struct BulkCopyOut {
   const char* slot;
   BulkLayout layout;
