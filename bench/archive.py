@@ -35,7 +35,7 @@ A fused-matmul row (bench/tp_overlap.py --archive FILE writes them): the identit
     braid_us (the fused call), gemm_us (the GEMM alone), comm_us (braid's collective alone), nccl_serial_us (NCCL's
     collective and cuBLAS one after the other; nccl_us repeats it), torch_us (torch's symm_mem fused op; null with
     torch_error where it failed), wrong (elements outside the tolerance of the serial result), algorithm (what the
-    timed calls ran: pieces, or in one launch epilogue for matmul_reduce_scatter, BRAID_MATMUL_REDUCE_SCATTER, and
+    timed calls ran: pieces, or in one launch epilogue or engines for matmul_reduce_scatter, BRAID_MATMUL_REDUCE_SCATTER, and
     loads for all_gather_matmul, BRAID_ALL_GATHER_MATMUL; rows without it ran the pieces)
 An MoE row:
     the same identity fields, kind="moe", collective (moe-dispatch | moe-combine | moe-layer), layout, tokens,

@@ -37,8 +37,8 @@ enum class Layout : int {
 
 // What a FusedMatmul holds, for every call: a cuBLASLt handle and its 32 MiB workspace, a side stream and events
 // of this rank's GPU, and a symmetric workspace (from comm.alloc) that grows to the largest call so far that uses it
-// (calls with k of 0 and calls in one launch use none); with BRAID_MATMUL_REDUCE_SCATTER=epilogue or
-// BRAID_ALL_GATHER_MATMUL=loads also an exchange area (from comm.alloc) that the calls in one launch grow likewise.
+// (calls with k of 0 and calls in one launch use none); with BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines, or
+// BRAID_ALL_GATHER_MATMUL=loads, also an exchange area (from comm.alloc) that the calls in one launch grow likewise.
 // Movable, not copyable; it holds a handle of its own on the communicator's state, so it may outlive comm. Its calls
 // are stream-ordered and CUDA-graph capturable, and their meetings are calls of the communicator, in its order
 // (braid.hpp, Ordering). Its calls run one after the other on the GPU in the order they were made: a call waits for
@@ -46,11 +46,12 @@ enum class Layout : int {
 // interfere; graphs of one FusedMatmul's calls must not run concurrently with its other calls (use a FusedMatmul
 // for each). Where any two of the communicator's ranks share a GPU (BRAID_ALLOW_SHARED_GPU=1), every rank's call
 // runs on the caller's stream alone, and an eager call meets its peers on the host (synchronising its stream, then
-// barrier()): the same results, nothing hidden. A call in one launch (BRAID_MATMUL_REDUCE_SCATTER=epilogue,
-// BRAID_ALL_GATHER_MATMUL=loads, below) is one launch there too, on an equal share of the GPU's multiprocessors for
-// each of its ranks, and its ranks wait for each other on the GPU. Where ranks share a GPU as threads of one process,
-// the legacy default stream is refused (kInvalidArgument naming `stream` and the call, whatever the call's sizes),
-// as by every call of the communicator.
+// barrier()): the same results, nothing hidden. A call in one launch (BRAID_MATMUL_REDUCE_SCATTER=epilogue or
+// engines, BRAID_ALL_GATHER_MATMUL=loads, below) is one launch there too, on an equal share of the GPU's
+// multiprocessors for each of its ranks (with engines, of all but 4, and its side stream and meeting on the GPU as
+// where ranks have a GPU each), and its ranks wait for each other on the GPU. Where ranks share a GPU as threads of
+// one process, the legacy default stream is refused (kInvalidArgument naming `stream` and the call, whatever the
+// call's sizes), as by every call of the communicator.
 //
 // Every call is collective: every rank makes it with the same shapes, layout, datatype and op (ranks that do not are
 // not detected: their results are undefined, as with NCCL's collectives). Datatypes: kBFloat16 and kFloat16 (A, B and
@@ -109,6 +110,15 @@ class FusedMatmul {
   // stream, raises kTimeout naming the wait and the peer, or the failure (the counters do not raise it, nor does a
   // reserve() that does not grow; one that grows meets the peers on the store, which raises as
   // Communicator::alloc does).
+  // BRAID_MATMUL_REDUCE_SCATTER=engines (set alike on every rank), under the same conditions: one launch of braid's
+  // Hopper GEMM on all multiprocessors but 4 that computes the peers' rows first and stores them, rounded to the
+  // datatype, in this rank's exchange area; a side stream forked from `stream` (joined back before the call ends) meets
+  // the peers (a single-element all-reduce of the communicator), then, for each peer and chunk of its block (1024 rows,
+  // the last fewer; more where a block would have more than 16), waits on the GPU until the GEMM has stored the chunk
+  // and has the copy engines copy it into its owner's exchange area, then raises a flag there. Each rank's own tiles
+  // wait for every peer's flag for their chunk and add what arrived to the product in float32, times 1 / size() for
+  // kAvg, rounded once. Its waits are bounded and end on a failure as the epilogue's do; a peer that never joins
+  // times out first at the meeting (kTimeout naming all_reduce).
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
@@ -124,8 +134,8 @@ class FusedMatmul {
   // The symmetric workspace's bytes on each rank now.
   size_t workspace_bytes() const;
   // The matmul_reduce_scatter calls this FusedMatmul has run as one launch of braid's Hopper GEMM with the
-  // reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue, where every rank can), captured ones
-  // counted once at capture.
+  // reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines, where every rank can), captured
+  // ones counted once at capture.
   unsigned long long epilogue_reduce_scatters() const;
   // The all_gather_matmul calls this FusedMatmul has run as one launch of braid's Hopper GEMM with the all-gather
   // under its loads (BRAID_ALL_GATHER_MATMUL=loads, where every rank can), captured ones counted once at capture.

@@ -83,10 +83,12 @@ constexpr ConfigVar kTable[] = {
      "them, where every rank runs it (compute capability 9.0, BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per "
      "rank a multiple of 128, k and n multiples of 8, 2 to 8 ranks; other calls take the pieces). Set it alike on "
      "every rank."},
-    {"BRAID_MATMUL_REDUCE_SCATTER", ConfigType::kEnum, "pieces", "pieces|epilogue",
+    {"BRAID_MATMUL_REDUCE_SCATTER", ConfigType::kEnum, "pieces", "pieces|epilogue|engines",
      "How FusedMatmul::matmul_reduce_scatter runs. pieces: GEMMs of chunks of rows, the copy engines moving each "
      "to its owner beside the next. epilogue: one launch of braid's Hopper GEMM whose epilogue stores the peers' rows "
-     "into their workspace and adds the rows received, where every rank runs it (compute capability 9.0, "
+     "into their workspace and adds the rows received. engines: one launch of braid's Hopper GEMM that computes the "
+     "peers' rows first, the copy engines carrying each chunk of them to its owner as soon as it is stored, and adds "
+     "the rows received. epilogue and engines run where every rank runs them (compute capability 9.0, "
      "BRAID_GEMM_TUNING on, B Layout::kTransposed, rows per rank a multiple of 128, k and n multiples of 8, 2 to 8 "
      "ranks; other calls take the pieces). Set it alike on every rank."},
     {"BRAID_AUTO_REGISTER", ConfigType::kEnum, "1", "0|1",

@@ -97,6 +97,27 @@ namespace {
 // only for the peers' previous launches; the waits are bounded and end on a failure as the reduce-scatter's do, and
 // a producer that gave up loads on without waiting, so its consumers finish (NOTE [stopped ranks]).
 // verify/models/loads_gather.pml checks the protocol.
+// NOTE [reduce-scatter by the copy engines]
+// With an exchange of kind kEngineReduceScatter, each rank computes every row of A x B^T in one launch of the plain
+// kernel's shape (4 stages, no staging buffers), while the copy engines carry the peers' rows, driven from a stream
+// of the caller's (kernels/matmul_sm90.hpp says what it enqueues):
+//   - Order: as the epilogue reduce-scatter's, the blocks the peers own first (rank + 1's first), this rank's last.
+//   - A peer's tile: the consumers store it as the plain GEMM does, unscaled and rounded, into this rank's products
+//     for that peer (an area block), then each warp adds one to the ready count of the tile's chunk of rows.
+//   - The gate (one thread on the caller's stream) waits until a chunk's count reaches one a warp and tile of the
+//     chunk, then resets it; the copy engine then copies the chunk into the peer's received block for this rank,
+//     and the post stores 1 into the peer's arrived flag for (this rank, chunk).
+//   - An own tile: lane 0 of each warp waits until every peer's arrived flag for the tile's chunk is set; the warp
+//     adds any further peers' rows (beyond 2 ranks) to its accumulators, then stores alpha x (product + the first
+//     peer's rows, read as C) as the plain GEMM stores with C.
+//   - The last block to finish resets this rank's arrived flags (every own tile has seen them) and advances the
+//     call count and the peers' freed words as the other kinds do, so an epilogue or all-gather call after this
+//     one waits for the peers to have read what this one sent.
+// The copies into a peer's received block start only after a meeting of the ranks that every peer's previous call
+// has ended (the caller's), so they never overwrite rows a previous call still reads; a chunk's count and flag
+// return to 0 within the call, so back-to-back calls and graph replays need no reset. The gate and the own tiles'
+// waits are bounded by the communicator's timeout and end on a failure (NOTE [stopped ranks]): a stopped rank posts
+// no flag, and its last block leaves the words as they were.
 constexpr int kTileRows = 128, kTileCols = 256, kTileK = 64;
 constexpr int kStages = 4;
 // With an exchange: one stage fewer, for a 64-row staging buffer per consumer warpgroup (NOTE [reduce-scatter in the
@@ -113,7 +134,11 @@ constexpr uint32_t kATileBytes = kTileRows * kTileK * 2, kBTileBytes = kTileCols
 constexpr uint32_t kStageBytes = kATileBytes + kBTileBytes;
 
 // The kernel's instances: the plain GEMM, and one for each kind of exchange.
-enum class Variant { kPlain, kReduceScatter, kAllGather };
+enum class Variant { kPlain, kReduceScatter, kAllGather, kEngineReduceScatter };
+// The instances whose exchange goes through tensor maps of the peers' areas (ExchangeMaps).
+__host__ __device__ constexpr bool maps_peers(Variant variant) {
+  return variant == Variant::kReduceScatter || variant == Variant::kAllGather;
+}
 __host__ __device__ constexpr int stages_of(Variant variant) {
   return variant == Variant::kReduceScatter ? kExchangeStages : kStages;
 }
@@ -135,17 +160,28 @@ struct Epilogue {
   int rows, n;
 };
 
-// The exchange area's control words (NOTE [reduce-scatter in the epilogue]).
+// The exchange area's control words (NOTE [reduce-scatter in the epilogue]), and kEngineReduceScatter's counts and
+// flags among them (NOTE [reduce-scatter by the copy engines]): a word each peer and chunk.
 constexpr size_t kCallsOffset = 0, kBlocksDoneOffset = 8, kFreedOffset = 64;
+constexpr size_t kEngineReadyOffset = 1024;
+constexpr size_t kEngineArrivedOffset =
+    kEngineReadyOffset + (kSm90ExchangeMaxWorld - 1) * kSm90EngineMaxChunks * sizeof(uint64_t);
+static_assert(kEngineArrivedOffset + (kSm90ExchangeMaxWorld - 1) * kSm90EngineMaxChunks * sizeof(uint64_t) <=
+                  kSm90ExchangeFlagsOffset,
+              "kEngineReduceScatter's words fit among the control words");
+static_assert(kFreedOffset + kSm90ExchangeMaxWorld * sizeof(uint64_t) <= kEngineReadyOffset,
+              "the freed words end before kEngineReduceScatter's");
+constexpr size_t kEngineChunkRows = 1024;
 
 struct Schedule {
   int m_units, n_blocks;  // units: pairs of 128-row blocks of D by 256-column blocks
+  int band_units = kBandUnits;  // rows of units a band (kEngineReduceScatter: a chunk's, so chunks end in order)
   // The first 128-row block and the column block of unit `u`.
   __device__ void unit(int u, int& m_block, int& n_block) const {
-    const int per_band = kBandUnits * n_blocks;
+    const int per_band = band_units * n_blocks;
     const int band = u / per_band, in_band = u % per_band;
-    const int first = band * kBandUnits;
-    const int height = min(kBandUnits, m_units - first);
+    const int first = band * band_units;
+    const int height = min(band_units, m_units - first);
     m_block = (first + in_band % height) * kCluster;
     n_block = in_band / height;
   }
@@ -444,6 +480,7 @@ struct ExchangeView {
   int n_blocks;     // 256-column blocks of D
   size_t flags_per_peer;  // a reduce-scatter's 64-row half-tiles of a block, an all-gather's pieces of a block
   int pieces;       // an all-gather's pieces of a 128-row block (kGatherPieceSteps steps of K each)
+  int chunk_rows;   // kEngineReduceScatter: the rows of a chunk (NOTE [reduce-scatter by the copy engines])
 
   // The 128-row block of A the schedule's block `logical` stands for.
   __device__ int rotate(int logical) const {
@@ -459,6 +496,15 @@ struct ExchangeView {
     return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * flags_per_peer + index;
   }
   __device__ int slot_of(int sender, int receiver) const { return (sender - receiver - 1 + x.world) % x.world; }
+  // kEngineReduceScatter's words in `area` (NOTE [reduce-scatter by the copy engines]): the ready count of this
+  // rank's products for the peer `destination` places after it, and the arrived flag of the peer `slot` places
+  // before it, for chunk `chunk`.
+  __device__ uint64_t* ready(uint8_t* area, int destination, int chunk) const {
+    return control(area, kEngineReadyOffset + (destination * kSm90EngineMaxChunks + chunk) * sizeof(uint64_t));
+  }
+  __device__ uint64_t* arrived(uint8_t* area, int slot, int chunk) const {
+    return control(area, kEngineArrivedOffset + (slot * kSm90EngineMaxChunks + chunk) * sizeof(uint64_t));
+  }
   // The flag of consumer 0's half of the tile at `local_row0` (of its owner's block) and column block `n_block`;
   // consumer 1's is the next.
   __device__ size_t half(int local_row0, int n_block) const {
@@ -556,6 +602,57 @@ __device__ __forceinline__ void store_own_rows(float (&acc)[128], const Exchange
   store_tile<T>(acc, out, local_row0, col0, tid);
 }
 
+// A consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256 with kEngineReduceScatter
+// (NOTE [reduce-scatter by the copy engines]). A peer's rows: stored, unscaled, into this rank's products for that
+// peer, then counted ready (a count a warp). This rank's own: once every peer's chunk has arrived, alpha x (product
+// + the peers' rows) into D, the first peer's rows read as C. `stopped`: this lane gave the call up, or the rank was
+// stopped when the launch started; it waits for nothing more.
+template <typename T>
+__device__ __forceinline__ void store_engine_rows(float (&acc)[128], const ExchangeView& v, const Epilogue& e,
+                                                  int row0, int n_block, bool& stopped, int tid) {
+  const Sm90Exchange& x = v.x;
+  const int lane = tid % 32, block_rows = static_cast<int>(x.block_rows);
+  const int owner = row0 / block_rows, local_row0 = row0 - owner * block_rows, col0 = n_block * kTileCols;
+  const int chunk = local_row0 / v.chunk_rows;
+  const size_t block_elements = x.block_rows * size_t(e.n);
+  const T* received = reinterpret_cast<const T*>(x.local + x.received_offset);
+  if (owner != x.rank) {
+    const int destination = (owner - x.rank - 1 + x.world) % x.world;
+    T* products = const_cast<T*>(received) + (size_t(x.world - 1) + destination) * block_elements;
+    store_tile<T>(acc, Epilogue{products, nullptr, 1.0f, 0.0f, block_rows, e.n}, local_row0, col0, tid);
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();  // the warp's stores before its count: the gate, then the copy engine, read them
+      atomicAdd(reinterpret_cast<unsigned long long*>(v.ready(x.local, destination, chunk)), 1ull);
+    }
+    return;
+  }
+  if (lane == 0) {
+    for (int slot = 0; slot < x.world - 1 && !stopped; ++slot) {
+      const int sender = (x.rank - 1 - slot + x.world) % x.world;
+      stopped = !wait_for_word(x.pad, v.arrived(x.local, slot, chunk), 1, Collective::kMatmulReduceScatter,
+                               kSiteExchangeRows, sender);
+    }
+  }
+  __syncwarp();
+  const int row = (tid / 32) * 16 + lane / 4;
+  for (int slot = 1; slot < x.world - 1; ++slot) {  // further peers' rows, beyond 2 ranks
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const T* source = received + slot * block_elements + size_t(local_row0 + row + 8 * half) * e.n;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j + 2 * (lane % 4);
+        if (col >= e.n) continue;
+        const float2 more = Pack<T>::from(*reinterpret_cast<const uint32_t*>(source + col));
+        acc[4 * j + 2 * half] += more.x;
+        acc[4 * j + 2 * half + 1] += more.y;
+      }
+    }
+  }
+  store_tile<T>(acc, Epilogue{e.d, received, e.alpha, e.alpha, block_rows, e.n}, local_row0, col0, tid);
+}
+
 // The store warp (NOTE [reduce-scatter in the epilogue]). It takes the block's tiles in the consumers' order; at each,
 // once both consumers have handed their staging buffers back:
 //   1. the previous tile's, if a peer's: copies both staged halves into the peer's received block for this rank,
@@ -647,6 +744,9 @@ __device__ __forceinline__ void exchange_tiles(const ExchangeView& v, const Exch
 
 // After every block's tiles: the last block to finish stores the stamp as the area's call count and into every
 // peer's freed word for this rank, unless the rank is stopped (NOTE [stopped ranks]: it posts nothing more).
+// ResetsArrived (kEngineReduceScatter): the last block first resets this rank's arrived flags (NOTE [reduce-scatter
+// by the copy engines]).
+template <bool ResetsArrived>
 __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t stamp) {
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -656,6 +756,12 @@ __device__ __forceinline__ void finish_exchange(const ExchangeView& v, uint64_t 
   if (atomicAdd(blocks_done, 1u) != gridDim.x - 1) return;
   *blocks_done = 0;
   if (device::rank_stopped(x.pad)) return;
+  if constexpr (ResetsArrived) {
+    const int chunks = static_cast<int>((x.block_rows + v.chunk_rows - 1) / v.chunk_rows);
+    for (int slot = 0; slot < x.world - 1; ++slot) {
+      for (int chunk = 0; chunk < chunks; ++chunk) *v.arrived(x.local, slot, chunk) = 0;
+    }
+  }
   *v.control(x.local, kCallsOffset) = stamp;
   __threadfence_system();
   for (int peer = 0; peer < x.world; ++peer) {
@@ -740,9 +846,10 @@ template <typename T, Variant V>
 __global__ void __launch_bounds__(kThreads, 1)
     matmul_sm90(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, Epilogue epilogue,
                 Schedule schedule, int k, ExchangeView exchange,
-                const __grid_constant__ std::conditional_t<V != Variant::kPlain, ExchangeMaps, NoExchangeMaps> maps) {
+                const __grid_constant__ std::conditional_t<maps_peers(V), ExchangeMaps, NoExchangeMaps> maps) {
   constexpr bool Exchanged = V != Variant::kPlain;
   constexpr bool ReduceScatter = V == Variant::kReduceScatter, AllGather = V == Variant::kAllGather;
+  constexpr bool EngineReduceScatter = V == Variant::kEngineReduceScatter;
   constexpr int Stages = stages_of(V);
   extern __shared__ uint8_t shared_raw[];
   uint8_t* shared = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(shared_raw) + 1023) & ~uintptr_t(1023));
@@ -851,6 +958,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const bool releases = tid % 32 == 0 && tid / 32 < kCluster;
     float acc[128];
     uint32_t handoffs = 0;  // ReduceScatter: the store warp's handoffs of this warpgroup's staging buffer
+    // EngineReduceScatter: this lane waits for nothing more (NOTE [stopped ranks]).
+    [[maybe_unused]] bool stopped = EngineReduceScatter && stopped_at_start != 0;
     int stage = 0;
     uint32_t phase = 0;
     for (int u = first_unit; u < units; u += unit_step) {
@@ -880,7 +989,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       if (releases) barrier_arrive_in(&empty[previous], tid / 32);
       const int row0 = m_block * kTileRows + consumer * 64;
-      if constexpr (!ReduceScatter) {
+      if constexpr (EngineReduceScatter) {
+        if (m_block < exchange.m_blocks) store_engine_rows<T>(acc, exchange, epilogue, row0, n_block, stopped, tid);
+      } else if constexpr (!ReduceScatter) {
         store_tile<T>(acc, epilogue, row0, n_block * kTileCols, tid);
       } else if (m_block >= exchange.m_blocks) {
         continue;  // the second block of a cluster past the last row
@@ -898,7 +1009,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   cluster_sync();  // no block leaves while the other may still multicast into it or release its stages
-  if constexpr (Exchanged) finish_exchange(exchange, stamp);
+  if constexpr (Exchanged) finish_exchange<EngineReduceScatter>(exchange, stamp);
 }
 
 cudaLaunchConfig_t launch_config(int blocks, Variant variant, cudaStream_t stream, cudaLaunchAttribute& cluster) {
@@ -923,6 +1034,8 @@ const void* kernel_of(Variant variant) {
     case Variant::kPlain: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kPlain>);
     case Variant::kReduceScatter: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kReduceScatter>);
     case Variant::kAllGather: return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kAllGather>);
+    case Variant::kEngineReduceScatter:
+      return reinterpret_cast<const void*>(&matmul_sm90<T, Variant::kEngineReduceScatter>);
   }
   return nullptr;
 }
@@ -931,10 +1044,16 @@ const void* kernel_of(DataType type, Variant variant) {
   return type == DataType::kBFloat16 ? kernel_of<__nv_bfloat16>(variant) : kernel_of<__half>(variant);
 }
 
-Variant variant_of(const Sm90Exchange& x) {
-  if (x.world == 0) return Variant::kPlain;
-  return x.kind == Sm90ExchangeKind::kAllGather ? Variant::kAllGather : Variant::kReduceScatter;
+Variant variant_of(Sm90ExchangeKind kind) {
+  switch (kind) {
+    case Sm90ExchangeKind::kAllGather: return Variant::kAllGather;
+    case Sm90ExchangeKind::kEngineReduceScatter: return Variant::kEngineReduceScatter;
+    case Sm90ExchangeKind::kReduceScatter: break;
+  }
+  return Variant::kReduceScatter;
 }
+
+Variant variant_of(const Sm90Exchange& x) { return x.world == 0 ? Variant::kPlain : variant_of(x.kind); }
 
 // The most blocks of the kernel's `variant` for `type` that run at once on `device` (whole clusters), its
 // shared-memory limit raised on first use; 0 where that fails.
@@ -975,6 +1094,21 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// kEngineReduceScatter's gate and post (NOTE [reduce-scatter by the copy engines]); one thread each.
+__global__ void engine_gate(device::SignalPad pad, uint64_t* ready, uint64_t target, int rank) {
+  if (device::rank_stopped(pad)) return;
+  const bool came = device::spin_until(
+      pad, [&] { return device::load_acquire_system(ready) >= target; },
+      static_cast<unsigned int>(Collective::kMatmulReduceScatter), kSiteProductRows, rank, 0);  // its own GEMM
+  if (came) *ready = 0;  // every count of this call is in: the next call counts from 0
+}
+
+__global__ void engine_post(device::SignalPad pad, uint64_t* arrived) {
+  if (device::rank_stopped(pad) || device::failure_recorded(pad)) return;
+  __threadfence_system();
+  store_release_system(arrived, 1);
+}
+
 }  // namespace
 
 bool sm90_matmul_available(int device) {
@@ -985,7 +1119,8 @@ bool sm90_matmul_available(int device) {
   }
   if (major != 9 || minor != 0 || driver().cuTensorMapEncodeTiled == nullptr) return false;
   for (const DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
-    for (const Variant variant : {Variant::kPlain, Variant::kReduceScatter, Variant::kAllGather}) {
+    for (const Variant variant :
+         {Variant::kPlain, Variant::kReduceScatter, Variant::kAllGather, Variant::kEngineReduceScatter}) {
       if (resident_blocks(device, type, variant) < kCluster) return false;
     }
   }
@@ -993,8 +1128,7 @@ bool sm90_matmul_available(int device) {
 }
 
 int sm90_exchange_resident_blocks(int device, DataType type, Sm90ExchangeKind kind) {
-  return resident_blocks(device, type, kind == Sm90ExchangeKind::kAllGather ? Variant::kAllGather
-                                                                             : Variant::kReduceScatter);
+  return resident_blocks(device, type, variant_of(kind));
 }
 
 bool sm90_matmul_supports(const Sm90Matmul& m) {
@@ -1010,7 +1144,9 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
   const Sm90Exchange& x = m.exchange;
   if (x.world == 0) return true;
   const bool all_gather = x.kind == Sm90ExchangeKind::kAllGather;
-  if (x.kind != Sm90ExchangeKind::kReduceScatter && !all_gather) return false;
+  const bool engines = x.kind == Sm90ExchangeKind::kEngineReduceScatter;
+  if (x.kind != Sm90ExchangeKind::kReduceScatter && !all_gather && !engines) return false;
+  if (engines && x.block_rows != 0 && sm90_engine_chunks(x.block_rows) > kSm90EngineMaxChunks) return false;
   const size_t columns = all_gather ? m.k : m.n;
   return x.world >= 2 && x.world <= kSm90ExchangeMaxWorld && x.rank >= 0 && x.rank < x.world && m.c == nullptr &&
          x.block_rows != 0 && x.block_rows % kTileRows == 0 && m.rows / x.world == x.block_rows &&
@@ -1022,6 +1158,7 @@ bool sm90_matmul_supports(const Sm90Matmul& m) {
 }
 
 size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns) {
+  if (kind == Sm90ExchangeKind::kEngineReduceScatter) return 0;  // its words are control words
   const size_t row_blocks = (block_rows + kTileRows - 1) / kTileRows;
   const size_t steps = (columns + kTileK - 1) / kTileK;
   const size_t per_block = kind == Sm90ExchangeKind::kAllGather
@@ -1030,9 +1167,56 @@ size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_r
   return size_t(std::max(world - 1, 0)) * row_blocks * per_block * sizeof(uint64_t);
 }
 
-size_t sm90_exchange_bytes(int world, size_t block_rows, size_t columns, DataType type, size_t flag_capacity) {
+size_t sm90_exchange_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns, DataType type,
+                           size_t flag_capacity) {
   const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
-  return kSm90ExchangeFlagsOffset + flag_capacity + size_t(std::max(world - 1, 0)) * block_rows * columns * element;
+  const size_t blocks = size_t(std::max(world - 1, 0)) * (kind == Sm90ExchangeKind::kEngineReduceScatter ? 2 : 1);
+  return kSm90ExchangeFlagsOffset + flag_capacity + blocks * block_rows * columns * element;
+}
+
+size_t sm90_engine_chunk_rows(size_t block_rows) {
+  // kEngineChunkRows, or more where a block would otherwise need more than kSm90EngineMaxChunks; whole 128-row blocks.
+  const size_t fewest = (block_rows + kSm90EngineMaxChunks - 1) / kSm90EngineMaxChunks;
+  const size_t rows = std::max(kEngineChunkRows, (fewest + kTileRows - 1) / kTileRows * kTileRows);
+  return std::min(rows, std::max(block_rows, size_t(1)));
+}
+
+size_t sm90_engine_chunks(size_t block_rows) {
+  if (block_rows == 0) return 0;
+  const size_t rows = sm90_engine_chunk_rows(block_rows);
+  return (block_rows + rows - 1) / rows;
+}
+
+size_t sm90_engine_ready_offset(int destination, size_t chunk) {
+  return kEngineReadyOffset + (size_t(destination) * kSm90EngineMaxChunks + chunk) * sizeof(uint64_t);
+}
+
+size_t sm90_engine_arrived_offset(int slot, size_t chunk) {
+  return kEngineArrivedOffset + (size_t(slot) * kSm90EngineMaxChunks + chunk) * sizeof(uint64_t);
+}
+
+size_t sm90_engine_partials_offset(const Sm90Exchange& x, size_t columns, DataType type, int destination) {
+  const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
+  const size_t block_bytes = x.block_rows * columns * element;
+  return x.received_offset + (size_t(x.world - 1) + size_t(destination)) * block_bytes;
+}
+
+cudaError_t launch_sm90_engine_gate(const Sm90Exchange& x, int destination, size_t chunk, uint32_t target,
+                                    cudaStream_t stream) {
+  auto* ready = reinterpret_cast<uint64_t*>(x.local + sm90_engine_ready_offset(destination, chunk));
+  engine_gate<<<1, 1, 0, stream>>>(x.pad, ready, target, x.rank);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_sm90_engine_post(const Sm90Exchange& x, int peer, int slot, size_t chunk, cudaStream_t stream) {
+  auto* arrived = reinterpret_cast<uint64_t*>(x.host_peers[peer] + sm90_engine_arrived_offset(slot, chunk));
+  engine_post<<<1, 1, 0, stream>>>(x.pad, arrived);
+  return cudaGetLastError();
+}
+
+uint32_t sm90_engine_ready_target(size_t chunk_rows, size_t columns) {
+  // Each 128-row tile of the chunk's rows by 256 columns: 2 consumer warpgroups of 4 warps.
+  return static_cast<uint32_t>((chunk_rows + kTileRows - 1) / kTileRows * ((columns + kTileCols - 1) / kTileCols) * 8);
 }
 
 cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
@@ -1052,17 +1236,19 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   const int m_blocks = static_cast<int>((m.rows + kTileRows - 1) / kTileRows);
-  const Schedule schedule{(m_blocks + kCluster - 1) / kCluster, static_cast<int>((m.n + kTileCols - 1) / kTileCols)};
+  Schedule schedule{(m_blocks + kCluster - 1) / kCluster, static_cast<int>((m.n + kTileCols - 1) / kTileCols)};
+  const size_t chunk_rows = variant == Variant::kEngineReduceScatter ? sm90_engine_chunk_rows(x.block_rows) : 0;
+  if (chunk_rows != 0) schedule.band_units = static_cast<int>(std::max<size_t>(1, chunk_rows / (kCluster * kTileRows)));
   const long long units = static_cast<long long>(schedule.m_units) * schedule.n_blocks;
   blocks = static_cast<int>(std::min<long long>(blocks, units * kCluster)) / kCluster * kCluster;
   // C is not read where beta is 0 (as in cuBLASLt): a NaN there does not reach D.
   const bool reads_c = m.c != nullptr && m.beta != 0.0f;
   const Epilogue epilogue{m.d, reads_c ? m.c : nullptr, m.alpha, reads_c ? m.beta : 0.0f, static_cast<int>(m.rows),
                           static_cast<int>(m.n)};
-  ExchangeView exchange{x, m_blocks, 0, schedule.n_blocks, 0, 0};
+  ExchangeView exchange{x, m_blocks, 0, schedule.n_blocks, 0, 0, static_cast<int>(chunk_rows)};
   const int k = static_cast<int>(m.k);
   const int per_rank = static_cast<int>(x.block_rows / kTileRows);
-  if (variant == Variant::kReduceScatter) {  // peers' blocks first, from rank + 1's
+  if (variant == Variant::kReduceScatter || variant == Variant::kEngineReduceScatter) {  // peers' first, rank + 1's
     exchange.shift = (x.rank + 1) % x.world * per_rank;
     exchange.flags_per_peer = size_t(per_rank) * schedule.n_blocks * 2;
   } else if (variant == Variant::kAllGather) {  // this rank's block first
@@ -1078,6 +1264,13 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& m, cudaStream_t stream) {
                                     schedule, k, exchange, NoExchangeMaps{})
                : cudaLaunchKernelEx(&config, matmul_sm90<__half, Variant::kPlain>, map_a, map_b, epilogue, schedule, k,
                                     exchange, NoExchangeMaps{});
+  }
+  if (variant == Variant::kEngineReduceScatter) {
+    return m.type == DataType::kBFloat16
+               ? cudaLaunchKernelEx(&config, matmul_sm90<__nv_bfloat16, Variant::kEngineReduceScatter>, map_a, map_b,
+                                    epilogue, schedule, k, exchange, NoExchangeMaps{})
+               : cudaLaunchKernelEx(&config, matmul_sm90<__half, Variant::kEngineReduceScatter>, map_a, map_b,
+                                    epilogue, schedule, k, exchange, NoExchangeMaps{});
   }
   ExchangeMaps maps{};
   bool mapped = true;

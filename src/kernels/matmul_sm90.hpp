@@ -15,9 +15,10 @@
 namespace braid::kernels {
 
 // What an exchange does with the kernel's rows: the reduce-scatter that its epilogue makes of its product (NOTE
-// [reduce-scatter in the epilogue]), or the all-gather of A that its loads wait for (NOTE [all-gather under the
+// [reduce-scatter in the epilogue]), the same reduce-scatter with the peers' rows carried by the copy engines (NOTE
+// [reduce-scatter by the copy engines]), or the all-gather of A that its loads wait for (NOTE [all-gather under the
 // loads]).
-enum class Sm90ExchangeKind { kReduceScatter, kAllGather };
+enum class Sm90ExchangeKind { kReduceScatter, kAllGather, kEngineReduceScatter };
 
 // An exchange with the kernel's peers: rows are `world` blocks of `block_rows`, block q rank q's. world 0: none.
 struct Sm90Exchange {
@@ -38,13 +39,32 @@ struct Sm90Exchange {
 };
 // An exchange area: control words, then flags (from kSm90ExchangeFlagsOffset), then world - 1 received blocks of
 // block_rows x `columns` elements (from received_offset), where columns is n for a reduce-scatter and k for an
-// all-gather.
+// all-gather; for kEngineReduceScatter then also world - 1 blocks of this rank's products for its peers (from
+// sm90_engine_partials_offset). kEngineReduceScatter's words lie among the control words (sm90_engine_ready_offset,
+// sm90_engine_arrived_offset), apart from the flags the other kinds stamp.
 constexpr size_t kSm90ExchangeFlagsOffset = 4096;
 // The flags a call needs; the area's flag capacity must hold them (flags never move while an area lives, so no
 // flag of one call lands where another call's rows were).
 size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns);
-// The area's bytes for a call, with `flag_capacity` bytes of flags.
-size_t sm90_exchange_bytes(int world, size_t block_rows, size_t columns, DataType type, size_t flag_capacity);
+// The area's bytes for a call of `kind`, with `flag_capacity` bytes of flags.
+size_t sm90_exchange_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns, DataType type,
+                           size_t flag_capacity);
+
+// kEngineReduceScatter (NOTE [reduce-scatter by the copy engines]): each peer's block of rows moves in chunks of
+// sm90_engine_chunk_rows rows (the last may be shorter), one copy each.
+size_t sm90_engine_chunk_rows(size_t block_rows);
+size_t sm90_engine_chunks(size_t block_rows);
+// The most chunks a block may have (the control words hold two words a chunk and peer).
+constexpr size_t kSm90EngineMaxChunks = 16;
+// Where, in an area, the ready count of this rank's products for the peer `destination` places after it (0: rank +
+// 1) and chunk `chunk` lies (written by the GEMM, read and reset by the gate), and the arrived flag of the peer
+// `slot` places before it (0: rank - 1) for chunk `chunk` (written by that peer's post, reset after the GEMM).
+size_t sm90_engine_ready_offset(int destination, size_t chunk);
+size_t sm90_engine_arrived_offset(int slot, size_t chunk);
+// Where this rank's products for the peer `destination` places after it start in an area.
+size_t sm90_engine_partials_offset(const Sm90Exchange& x, size_t columns, DataType type, int destination);
+// What the ready count of a chunk reaches once the GEMM has stored all of its rows (one count a warp and tile).
+uint32_t sm90_engine_ready_target(size_t chunk_rows, size_t columns);
 // The most ranks an exchange takes (the GPUs of one host; the kernel takes a tensor map of every peer's area).
 constexpr int kSm90ExchangeMaxWorld = 8;
 
@@ -63,6 +83,10 @@ struct Sm90Matmul {
   //     ranks of their products (each peer's rounded to the datatype, the sum in float32).
   //   - kAllGather: a is this rank's block of A, [block_rows, k]; d is [rows, n] and receives alpha x the gathered
   //     A (every rank's block, in rank order) x B^T.
+  //   - kEngineReduceScatter: as kReduceScatter, where the caller moves the peers' rows: on another stream, after
+  //     every peer's previous call has ended (a meeting of the ranks), for each peer in the kernel's order (rank + 1
+  //     first) and each chunk, a gate, a copy of the chunk's products into the peer's received block for this rank,
+  //     and a post (launch_sm90_engine_gate, launch_sm90_engine_post).
   Sm90Exchange exchange{};
 };
 
@@ -85,5 +109,14 @@ int sm90_exchange_resident_blocks(int device, DataType type, Sm90ExchangeKind ki
 // Enqueues the GEMM on the current device, which must be `sm90_matmul_available` and run `matmul` (supported).
 // Returns the launch's error (cudaSuccess where it was enqueued).
 cudaError_t launch_sm90_matmul(const Sm90Matmul& matmul, cudaStream_t stream);
+
+// kEngineReduceScatter's steps around a copy (one thread each; NOTE [reduce-scatter by the copy engines]):
+//   - the gate waits until the ready count of (destination, chunk) in x.local reaches `target`, then resets it to 0;
+//   - the post stores 1 into the arrived flag of (slot, chunk) in the peer `peer`'s area (x.host_peers), where the
+//     rank is not stopped and no failure is recorded (NOTE [stopped ranks]).
+// Both are bounded and end on a failure as the kernel's waits do. Returns the launch's error.
+cudaError_t launch_sm90_engine_gate(const Sm90Exchange& x, int destination, size_t chunk, uint32_t target,
+                                    cudaStream_t stream);
+cudaError_t launch_sm90_engine_post(const Sm90Exchange& x, int peer, int slot, size_t chunk, cudaStream_t stream);
 
 }  // namespace braid::kernels

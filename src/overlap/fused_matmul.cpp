@@ -62,11 +62,12 @@ struct FusedMatmulState {
   int32_t* meeting_word = nullptr;  // the all-reduced element of the meetings
   // The calls in one launch of braid's Hopper GEMM with an exchange (NOTE [one-launch choice]).
   const bool epilogue_wanted;       // BRAID_MATMUL_REDUCE_SCATTER=epilogue
+  const bool engines_wanted;        // BRAID_MATMUL_REDUCE_SCATTER=engines
   const bool loads_wanted;          // BRAID_ALL_GATHER_MATMUL=loads
   int hopper_agreed = -1;           // every rank runs the kernel: 1, not: 0, not asked yet: -1
   SymmetricMemory exchange;         // the kernel's exchange area (kernels/matmul_sm90.hpp), for both kinds
   size_t exchange_flags = 0;        // the flag capacity it was made with
-  unsigned long long epilogue_calls = 0, loads_calls = 0;
+  unsigned long long epilogue_calls = 0, loads_calls = 0;  // epilogue_calls: epilogue and engines alike
   std::vector<cudaEvent_t> events;  // made as needed; a call uses each at most once
   size_t events_used = 0;
   SymmetricMemory workspace;
@@ -109,6 +110,10 @@ struct FusedMatmulState {
   // reserved, an equal share of the GPU where ranks share it); false, with nothing enqueued, where not.
   bool run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout, size_t block_rows,
                      Stream stream);
+  // The side stream's part of a reduce-scatter by the copy engines, its GEMM launched (NOTE [reduce-scatter by the
+  // copy engines] in kernels/matmul_sm90.cu): the entry meeting, then for each peer and chunk a gate, the copy of
+  // the chunk into the peer's received block for this rank, and a post.
+  void copy_engine_rows(const kernels::Sm90Matmul& matmul);
   size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
   char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
   char* peer(int q, size_t offset) const { return static_cast<char*>(workspace.peer(q)) + offset; }
@@ -158,6 +163,7 @@ FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collecti
       overlapped_gemm_multiprocessors(shares_gpu ? 0 : std::max(1, multiprocessors_of(device) - kReservedMultiprocessors)),
       gemm(device),
       epilogue_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "epilogue"),
+      engines_wanted(Config::get().string("BRAID_MATMUL_REDUCE_SCATTER").value_or("pieces") == "engines"),
       loads_wanted(Config::get().string("BRAID_ALL_GATHER_MATMUL").value_or("pieces") == "loads") {
   DeviceGuard guard(device);
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
@@ -217,7 +223,7 @@ void FusedMatmulState::reserve_exchange(const char* function, kernels::Sm90Excha
                                         size_t columns, DataType type, Stream stream) {
   const size_t flags = kernels::sm90_exchange_flag_bytes(kind, size, block_rows, columns);
   const size_t capacity = std::max(exchange_flags, flags);
-  const size_t bytes = kernels::sm90_exchange_bytes(size, block_rows, columns, type, capacity);
+  const size_t bytes = kernels::sm90_exchange_bytes(kind, size, block_rows, columns, type, capacity);
   if (exchange && flags <= exchange_flags && bytes <= exchange.bytes()) return;
   if (capture_of(stream) != 0) {
     raise_invalid_argument(function, "stream",
@@ -244,7 +250,9 @@ void FusedMatmulState::regrow(SymmetricMemory& memory, bool& captured, size_t by
 bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout,
                                      size_t block_rows, Stream stream) {
   const kernels::Sm90ExchangeKind kind = matmul.exchange.kind;
-  const bool wanted = kind == kernels::Sm90ExchangeKind::kAllGather ? loads_wanted : epilogue_wanted;
+  const bool engines = kind == kernels::Sm90ExchangeKind::kEngineReduceScatter;
+  const bool wanted = kind == kernels::Sm90ExchangeKind::kAllGather ? loads_wanted : engines ? engines_wanted
+                                                                                             : epilogue_wanted;
   // What the call's arguments allow (the same on every rank), checked before the ranks agree or anything is
   // reserved: the kernel's limits on the shape, and those of its exchange.
   kernels::Sm90Matmul shape = matmul;
@@ -258,11 +266,13 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
   order(function, 0, stream);
   if (capture != 0) exchange_captured = true;
   // Where ranks share a GPU, an equal share of the blocks that fit at once for each of the most ranks on one GPU
-  // (NOTE [one-launch choice]); at least one cluster, which sm90_matmul_supports asks of any launch.
+  // (NOTE [one-launch choice]); at least one cluster, which sm90_matmul_supports asks of any launch. The copy
+  // engines' reduce-scatter leaves kReservedMultiprocessors to its side stream's kernels (the meeting, the gates and
+  // posts), which its GEMM waits for.
   const int sharing = context->ranks_per_gpu;
-  matmul.multiprocessors =
-      sharing == 1 ? 0
-                   : std::max(2, kernels::sm90_exchange_resident_blocks(device, matmul.type, kind) / sharing / 2 * 2);
+  const int resident = kernels::sm90_exchange_resident_blocks(device, matmul.type, kind);
+  const int shared = (engines ? resident - kReservedMultiprocessors : resident) / sharing / 2 * 2;
+  matmul.multiprocessors = sharing == 1 && !engines ? 0 : std::max(2, shared);
   kernels::Sm90Exchange& x = matmul.exchange;
   x.world = size;
   x.rank = rank;
@@ -275,14 +285,47 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
   if (!kernels::sm90_matmul_supports(matmul)) {  // the exchange as filled in here: always taken
     raise(ErrorCode::kInternal, "{}: braid's Hopper GEMM refused the exchange it was given", function);
   }
-  const cudaError_t status = kernels::launch_sm90_matmul(matmul, stream);
-  if (status != cudaSuccess) {
-    raise(ErrorCode::kCudaError, "{}: braid's Hopper GEMM with its exchange failed to launch: {}", function,
-          cudaGetErrorString(status));
+  auto launched = [&](cudaError_t status, const char* what) {
+    if (status != cudaSuccess) {
+      raise(ErrorCode::kCudaError, "{}: {} failed to launch: {}", function, what, cudaGetErrorString(status));
+    }
+  };
+  if (engines) {  // NOTE [reduce-scatter by the copy engines] in kernels/matmul_sm90.cu
+    side = own_side;  // its GEMM waits for the side's posts: never the caller's stream, even on a shared GPU
+    follow(side, stream);  // forked before the GEMM, which the side's work must not wait for
+    launched(kernels::launch_sm90_matmul(matmul, stream), "braid's Hopper GEMM with its exchange");
+    copy_engine_rows(matmul);
+    follow(stream, side);
+  } else {
+    launched(kernels::launch_sm90_matmul(matmul, stream), "braid's Hopper GEMM with its exchange");
   }
   ++(kind == kernels::Sm90ExchangeKind::kAllGather ? loads_calls : epilogue_calls);
   end(stream);
   return true;
+}
+
+void FusedMatmulState::copy_engine_rows(const kernels::Sm90Matmul& matmul) {
+  const kernels::Sm90Exchange& x = matmul.exchange;
+  const size_t row_bytes = matmul.n * datatype_size(matmul.type), block_bytes = x.block_rows * row_bytes;
+  const size_t chunk_rows = kernels::sm90_engine_chunk_rows(x.block_rows);
+  const size_t chunks = kernels::sm90_engine_chunks(x.block_rows);
+  // The entry meeting (every peer's previous call has ended: its received blocks are free), on the GPU even where
+  // ranks share one: this call's GEMM, already launched, waits for what follows it.
+  comm.all_reduce(meeting_word, meeting_word, 1, DataType::kInt32, ReduceOp::kMax, side);
+  for (int destination = 0; destination < size - 1; ++destination) {  // the kernel's order: rank + 1 first
+    const int peer = (rank + 1 + destination) % size, slot = (rank - peer - 1 + size) % size;
+    const char* products = static_cast<const char*>(exchange.local()) +
+                           kernels::sm90_engine_partials_offset(x, matmul.n, matmul.type, destination);
+    char* received = static_cast<char*>(exchange.peer(peer)) + x.received_offset + slot * block_bytes;
+    for (size_t chunk = 0; chunk < chunks; ++chunk) {
+      const size_t first = chunk * chunk_rows, rows = std::min(chunk_rows, x.block_rows - first);
+      const uint32_t target = kernels::sm90_engine_ready_target(rows, matmul.n);
+      BRAID_CUDA(kernels::launch_sm90_engine_gate(x, destination, chunk, target, side));
+      BRAID_CUDA(cudaMemcpyAsync(received + first * row_bytes, products + first * row_bytes, rows * row_bytes,
+                                 cudaMemcpyDeviceToDevice, side));
+      BRAID_CUDA(kernels::launch_sm90_engine_post(x, peer, slot, chunk, side));
+    }
+  }
 }
 
 unsigned long long FusedMatmulState::capture_of(Stream stream) {
@@ -537,7 +580,8 @@ void FusedMatmul::matmul_reduce_scatter(const void* a, size_t m, size_t k, const
   const float scale = op == ReduceOp::kAvg ? 1.0f / static_cast<float>(world) : 1.0f;
   {
     kernels::Sm90Matmul matmul{type, m, k, n, a, b, nullptr, out, scale};
-    matmul.exchange.kind = kernels::Sm90ExchangeKind::kReduceScatter;
+    matmul.exchange.kind = state.engines_wanted ? kernels::Sm90ExchangeKind::kEngineReduceScatter
+                                                : kernels::Sm90ExchangeKind::kReduceScatter;
     if (state.run_exchanged(kFunction, matmul, b_layout, rows, stream)) return;  // NOTE [one-launch choice]
   }
 

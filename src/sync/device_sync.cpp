@@ -30,6 +30,7 @@ const char* wait_site_name(unsigned int site) {
     case kSiteExchangeRows: return "wait for a peer's rows of the reduce-scatter in the GEMM's epilogue";
     case kSiteExchangeFreed: return "wait for a peer to have read the previous call's rows";
     case kSiteGatheredRows: return "wait for a peer's rows of A, gathered under the GEMM's loads";
+    case kSiteProductRows: return "wait for this rank's GEMM to store a chunk of a peer's rows";
   }
   return "wait";
 }

@@ -30,6 +30,7 @@ enum WaitSite : unsigned int {
   kSiteExchangeRows = 11,      // the epilogue reduce-scatter waiting for a peer's rows (its flag)
   kSiteExchangeFreed = 12,     // ... for a peer to have read what this rank sent in the previous call
   kSiteGatheredRows = 13,      // the all-gather under the GEMM's loads waiting for a peer's rows of A (a flag)
+  kSiteProductRows = 14,       // the reduce-scatter by the copy engines waiting for its GEMM's rows of a chunk
 };
 const char* wait_site_name(unsigned int site);
 

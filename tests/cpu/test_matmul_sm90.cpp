@@ -94,7 +94,7 @@ TEST(Sm90Matmul, ExchangeAreaHoldsAFlagPerHalfTileAndTheReceivedBlocks) {
   // 3 row tiles x 2 column tiles (264 columns), 2 halves each, from each of 2 peers.
   EXPECT_EQ(sm90_exchange_flag_bytes(kReduceScatter, 3, 384, 264), 2u * 3 * 2 * 2 * sizeof(uint64_t));
   EXPECT_EQ(sm90_exchange_flag_bytes(kReduceScatter, 2, 128, 8), 2u * sizeof(uint64_t));
-  EXPECT_EQ(sm90_exchange_bytes(3, 384, 264, DataType::kBFloat16, 4096),
+  EXPECT_EQ(sm90_exchange_bytes(Sm90ExchangeKind::kReduceScatter, 3, 384, 264, DataType::kBFloat16, 4096),
             kSm90ExchangeFlagsOffset + 4096 + 2u * 384 * 264 * 2);
 }
 
@@ -106,6 +106,37 @@ TEST(Sm90Matmul, AllGatherAreaHoldsAFlagPerPieceOfKAndTheReceivedRows) {
   EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 3, 384, 512), 2u * 3 * 1 * sizeof(uint64_t));
   EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 2, 128, 8), 1u * sizeof(uint64_t));
   EXPECT_EQ(sm90_exchange_flag_bytes(kAllGather, 8, 256, 4096), 7u * 2 * 8 * sizeof(uint64_t));
+}
+
+// The reduce-scatter by the copy engines: its words among the control words (no flags), the received blocks and
+// this rank's products for its peers, chunks of 1024 rows (more where a block would need more than the most
+// chunks), and a ready count of 8 warps a 128 x 256 tile.
+TEST(Sm90Matmul, EngineReduceScatterAreaHoldsTheReceivedAndSentBlocks) {
+  constexpr Sm90ExchangeKind kEngines = Sm90ExchangeKind::kEngineReduceScatter;
+  EXPECT_EQ(sm90_exchange_flag_bytes(kEngines, 3, 384, 264), 0u);
+  EXPECT_EQ(sm90_exchange_bytes(kEngines, 3, 384, 264, DataType::kBFloat16, 4096),
+            kSm90ExchangeFlagsOffset + 4096 + 2u * 2 * 384 * 264 * 2);
+  EXPECT_EQ(sm90_engine_chunk_rows(2048), 1024u);
+  EXPECT_EQ(sm90_engine_chunks(2048), 2u);
+  EXPECT_EQ(sm90_engine_chunk_rows(384), 384u);
+  EXPECT_EQ(sm90_engine_chunks(384), 1u);
+  EXPECT_EQ(sm90_engine_chunks(1536), 2u);  // 1024 rows, then 512
+  EXPECT_EQ(sm90_engine_chunk_rows(size_t(1) << 16), 4096u);
+  EXPECT_EQ(sm90_engine_chunks(size_t(1) << 16), kSm90EngineMaxChunks);
+  EXPECT_LE(sm90_engine_chunks((size_t(1) << 16) + 128), kSm90EngineMaxChunks);
+  EXPECT_EQ(sm90_engine_chunk_rows((size_t(1) << 16) + 128) % 128, 0u);
+  EXPECT_EQ(sm90_engine_ready_target(1024, 4096), 8u * 16 * 8);
+  EXPECT_EQ(sm90_engine_ready_target(128, 264), 8u * 1 * 2);
+  // The counts and flags of every peer and chunk lie among the control words, apart from each other.
+  const size_t last_ready = sm90_engine_ready_offset(kSm90ExchangeMaxWorld - 2, kSm90EngineMaxChunks - 1);
+  EXPECT_LT(last_ready, sm90_engine_arrived_offset(0, 0));
+  EXPECT_LE(sm90_engine_arrived_offset(kSm90ExchangeMaxWorld - 2, kSm90EngineMaxChunks - 1) + sizeof(uint64_t),
+            kSm90ExchangeFlagsOffset);
+  Sm90Matmul m = exchanged();
+  m.exchange.kind = kEngines;
+  EXPECT_TRUE(sm90_matmul_supports(m));
+  EXPECT_EQ(sm90_engine_partials_offset(m.exchange, m.n, m.type, 1),
+            m.exchange.received_offset + 3u * 384 * m.n * 2);
 }
 
 TEST(Sm90Matmul, TakesAnAllGatherWithItsOwnRowsAsA) {

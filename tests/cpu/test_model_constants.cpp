@@ -368,9 +368,10 @@ TEST(ModelConstants, HopperGemmExchanges) {
     EXPECT_GE(constant(model, "CALLS"), 3)
         << name << ": a block is rewritten by a later call while a slow peer may still read";
   }
-  EXPECT_EQ(kernels::sm90_exchange_bytes(3, 128, 256, DataType::kBFloat16, 0),
+  constexpr kernels::Sm90ExchangeKind kReduceScatter = kernels::Sm90ExchangeKind::kReduceScatter;
+  EXPECT_EQ(kernels::sm90_exchange_bytes(kReduceScatter, 3, 128, 256, DataType::kBFloat16, 0),
             kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 256 * 2);
-  EXPECT_EQ(kernels::sm90_exchange_bytes(3, 128, 512, DataType::kBFloat16, 0),
+  EXPECT_EQ(kernels::sm90_exchange_bytes(kReduceScatter, 3, 128, 512, DataType::kBFloat16, 0),
             kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 512 * 2);
 }
 

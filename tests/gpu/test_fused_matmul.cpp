@@ -420,9 +420,16 @@ struct OneLaunch {
   const char* value;
   const char* needs;  // why a test of it skips
 };
-constexpr OneLaunch kEpilogue{"BRAID_MATMUL_REDUCE_SCATTER", "epilogue",
-                              "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue, BRAID_GEMM_TUNING on and a GPU of compute "
-                              "capability 9.0"};
+constexpr OneLaunch kEpilogueOnly{"BRAID_MATMUL_REDUCE_SCATTER", "epilogue",
+                                  "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines, BRAID_GEMM_TUNING on and a "
+                                  "GPU of compute capability 9.0"};
+constexpr OneLaunch kEngines{"BRAID_MATMUL_REDUCE_SCATTER", "engines", kEpilogueOnly.needs};
+// The reduce-scatter in one launch of braid's Hopper GEMM that this process asks for: its epilogue's exchange, or
+// the copy engines' (both counted by epilogue_reduce_scatters; the tests take either).
+const OneLaunch& reduce_scatter_launch() {
+  const char* choice = std::getenv("BRAID_MATMUL_REDUCE_SCATTER");
+  return choice != nullptr && std::string(choice) == kEngines.value ? kEngines : kEpilogueOnly;
+}
 constexpr OneLaunch kLoads{"BRAID_ALL_GATHER_MATMUL", "loads",
                            "needs BRAID_ALL_GATHER_MATMUL=loads, BRAID_GEMM_TUNING on and a GPU of compute capability "
                            "9.0"};
@@ -443,12 +450,14 @@ bool one_launch_expected(const OneLaunch& launch, int device) {
 // timeout) and, on a communicator with a 2 s timeout, by the timeout: the kernel ends, and the next call raises
 // kRevoked or kTimeout naming the call (NOTE [stopped ranks]). Rank 1 waits; rank 0 made the first call with it
 // (`first`: the agreement and the exchange area), then stays out. `call` enqueues the call on zeroed a, b and out of
-// `bytes` each, `count` reads the FusedMatmul's count of calls in one launch, `name` is the call's name in a
-// timeout.
+// `bytes` each, `count` reads the FusedMatmul's count of calls in one launch, `name` is the call's name, and
+// `timeout_name` what a timeout names: the call, or, where the call meets its peers first (the copy engines'
+// reduce-scatter), the meeting's all_reduce.
 using FirstCall = std::function<void(FusedMatmul&, int rank, cudaStream_t)>;
 using ZerosCall = std::function<void(FusedMatmul&, void* a, void* b, void* out, cudaStream_t)>;
 using LaunchCount = std::function<unsigned long long(const FusedMatmul&)>;
 void check_one_launch_ends_on_a_revocation_and_on_the_timeout(const OneLaunch& launch, const char* name,
+                                                             const char* timeout_name,
                                                              const size_t (&bytes)[3], const FirstCall& first,
                                                              const ZerosCall& call, const LaunchCount& count) {
   if (in_process_mode()) GTEST_SKIP() << "ranks as threads only: rank 0 acts on rank 1's thread's progress";
@@ -494,7 +503,7 @@ void check_one_launch_ends_on_a_revocation_and_on_the_timeout(const OneLaunch& l
         ADD_FAILURE() << what << ": the next call raised nothing";
       } catch (const Error& error) {
         EXPECT_EQ(error.code(), revoke ? ErrorCode::kRevoked : ErrorCode::kTimeout) << what << ": " << error.what();
-        if (!revoke) EXPECT_NE(std::string(error.what()).find(name), std::string::npos) << error.what();
+        if (!revoke) EXPECT_NE(std::string(error.what()).find(timeout_name), std::string::npos) << error.what();
       }
     });
   }
@@ -507,8 +516,8 @@ void check_one_launch_ends_on_a_revocation_and_on_the_timeout(const OneLaunch& l
 TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!one_launch_expected(kEpilogue, comm.device())) {
-      GTEST_SKIP() << kEpilogue.needs;
+    if (!one_launch_expected(reduce_scatter_launch(), comm.device())) {
+      GTEST_SKIP() << reduce_scatter_launch().needs;
     }
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
     StreamHandle first, second;
@@ -544,8 +553,8 @@ TEST(FusedMatmul, EpilogueReduceScatterMatchesTheHostReference) {
 TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    if (!one_launch_expected(kEpilogue, comm.device())) {
-      GTEST_SKIP() << kEpilogue.needs;
+    if (!one_launch_expected(reduce_scatter_launch(), comm.device())) {
+      GTEST_SKIP() << reduce_scatter_launch().needs;
     }
     const int rank = comm.rank(), world = comm.size();
     FusedMatmul fused = reserved_fused(comm, size_t(4) << 20);
@@ -611,7 +620,9 @@ TEST(FusedMatmul, EpilogueReduceScatterGraphReplaysMatchTheReference) {
 TEST(FusedMatmul, EpilogueReduceScatterEndsOnARevocationAndOnTheTimeout) {
   const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
   check_one_launch_ends_on_a_revocation_and_on_the_timeout(
-      kEpilogue, "matmul_reduce_scatter", {c.rows * 2 * c.k * 2, c.n * c.k * 2, c.rows * c.n * 2},
+      reduce_scatter_launch(), "matmul_reduce_scatter",
+      &reduce_scatter_launch() == &kEngines ? "all_reduce" : "matmul_reduce_scatter",
+      {c.rows * 2 * c.k * 2, c.n * c.k * 2, c.rows * c.n * 2},
       [&](FusedMatmul& fused, int rank, cudaStream_t stream) {
         check_matmul_reduce_scatter(fused, rank, 2, c, ReduceOp::kSum, 1700, stream, -1, PeersSum::kFloat32);
       },
@@ -629,9 +640,9 @@ TEST(FusedMatmul, OneLaunchCallsWaitForAPeerLaterThanTheKernelsOwnWaitLimit) {
   if (world_size() != 2) GTEST_SKIP() << "2 ranks";
   with_communicator([](Communicator& comm) {
     make_current(comm);
-    const bool epilogue = one_launch_expected(kEpilogue, comm.device());
+    const bool epilogue = one_launch_expected(reduce_scatter_launch(), comm.device());
     const bool loads = one_launch_expected(kLoads, comm.device());
-    if (!epilogue && !loads) GTEST_SKIP() << kEpilogue.needs << "; or " << kLoads.needs;
+    if (!epilogue && !loads) GTEST_SKIP() << reduce_scatter_launch().needs << "; or " << kLoads.needs;
     ASSERT_GT(comm.timeout_s(), 20.0);
     constexpr std::chrono::milliseconds kLate(11000);
     FusedMatmul fused = reserved_fused(comm, size_t(8) << 20);
@@ -676,7 +687,7 @@ TEST(FusedMatmul, AllGatherUnderLoadsMatchesTheHostReference) {
         {DataType::kBFloat16, Layout::kTransposed, 128, 64, 256},
     };
     const int world = comm.size();
-    const bool epilogue = one_launch_expected(kEpilogue, comm.device());
+    const bool epilogue = one_launch_expected(reduce_scatter_launch(), comm.device());
     unsigned long long loads_calls = 0;
     for (size_t i = 0; i < cases.size(); ++i) {
       const Case& c = cases[i];
@@ -770,7 +781,7 @@ TEST(FusedMatmul, AllGatherUnderLoadsGraphReplaysMatchTheReference) {
 TEST(FusedMatmul, AllGatherUnderLoadsEndsOnARevocationAndOnTheTimeout) {
   const Case c{DataType::kBFloat16, Layout::kTransposed, 128, 64, 256};
   check_one_launch_ends_on_a_revocation_and_on_the_timeout(
-      kLoads, "all_gather_matmul", {c.rows * c.k * 2, c.n * c.k * 2, c.rows * 2 * c.n * 2},
+      kLoads, "all_gather_matmul", "all_gather_matmul", {c.rows * c.k * 2, c.n * c.k * 2, c.rows * 2 * c.n * 2},
       [&](FusedMatmul& fused, int rank, cudaStream_t stream) {
         check_all_gather_matmul(fused, rank, 2, c, 2300, stream, /*gather_a=*/true);
       },
