@@ -117,8 +117,8 @@ class FusedMatmul {
   // the last fewer; more where a block would have more than 16), waits on the GPU until the GEMM has stored the chunk
   // and has the copy engines copy it into its owner's exchange area, then raises a flag there. Each rank's own tiles
   // wait for every peer's flag for their chunk and add what arrived to the product in float32, times 1 / size() for
-  // kAvg, rounded once. Its waits are bounded and end on a failure as the epilogue's do; a peer that never joins
-  // times out first at the meeting (kTimeout naming all_reduce).
+  // kAvg, rounded once. Its waits are bounded and end on a failure as the epilogue's do; where a peer never joins,
+  // the meeting may give up first (kTimeout naming all_reduce).
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
