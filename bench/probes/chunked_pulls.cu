@@ -44,14 +44,12 @@ __global__ void __launch_bounds__(kThreads) add(float4* out, const float4* a, co
   }
 }
 
-struct Gpu {
+struct Gpu : ScheduleStreams {
   char* src;      // what the peer pulls
   char* own;      // this rank's block
   char* out;      // the reduction's output
   char* dst;      // one copy's destination
   char* staging;  // two halves of the largest chunk
-  cudaStream_t s0, s1, s2;
-  cudaEvent_t start, stop, fork, join;
   cudaEvent_t pulled[kMaxChunks], reduced[kMaxChunks];
 };
 Gpu gpu[2];
@@ -192,17 +190,9 @@ int main(int argc, char** argv) {
     G.staging = static_cast<char*>(vmm_alloc(g, staging));
     CHECK(cudaMemset(G.src, 1 + g, bytes));
     CHECK(cudaMemset(G.own, 3 + g, bytes));
-    CHECK(cudaStreamCreateWithFlags(&G.s0, cudaStreamNonBlocking));
-    CHECK(cudaStreamCreateWithFlags(&G.s1, cudaStreamNonBlocking));
-    CHECK(cudaStreamCreateWithFlags(&G.s2, cudaStreamNonBlocking));
-    CHECK(cudaEventCreate(&G.start));
-    CHECK(cudaEventCreate(&G.stop));
-    CHECK(cudaEventCreateWithFlags(&G.fork, cudaEventDisableTiming));
-    CHECK(cudaEventCreateWithFlags(&G.join, cudaEventDisableTiming));
-    for (int c = 0; c < kMaxChunks; ++c) {
-      CHECK(cudaEventCreateWithFlags(&G.pulled[c], cudaEventDisableTiming));
-      CHECK(cudaEventCreateWithFlags(&G.reduced[c], cudaEventDisableTiming));
-    }
+    G.make();
+    make_untimed_events(G.pulled, kMaxChunks);
+    make_untimed_events(G.reduced, kMaxChunks);
     CHECK(cudaDeviceSynchronize());
   }
   std::printf("# chunked_pulls: %zu bytes a direction; GB/s per direction, median of 11; /N = blocks of a reduction\n",

@@ -80,12 +80,10 @@ __global__ void count_wrong(const uint32_t* words, size_t n, uint32_t seed, unsi
   }
 }
 
-struct Gpu {
+struct Gpu : ScheduleStreams {
   char* buffer;   // blocks 0 and 1
   char* other;    // the push bound's destination
   char* staging;  // as large as a half
-  cudaStream_t s0, s1, s2;
-  cudaEvent_t start, stop, fork, join;
   cudaEvent_t pulled[kMaxChunks], pushed[kMaxChunks], copied[kMaxChunks];
 };
 Gpu gpu[2];
@@ -303,18 +301,10 @@ int main(int argc, char** argv) {
       CHECK(cudaMalloc(&G.staging, bytes / 2));
     }
     CHECK(cudaMalloc(&wrong[g], sizeof(unsigned long long)));
-    CHECK(cudaStreamCreateWithFlags(&G.s0, cudaStreamNonBlocking));
-    CHECK(cudaStreamCreateWithFlags(&G.s1, cudaStreamNonBlocking));
-    CHECK(cudaStreamCreateWithFlags(&G.s2, cudaStreamNonBlocking));
-    CHECK(cudaEventCreate(&G.start));
-    CHECK(cudaEventCreate(&G.stop));
-    CHECK(cudaEventCreateWithFlags(&G.fork, cudaEventDisableTiming));
-    CHECK(cudaEventCreateWithFlags(&G.join, cudaEventDisableTiming));
-    for (int c = 0; c < kMaxChunks; ++c) {
-      CHECK(cudaEventCreateWithFlags(&G.pulled[c], cudaEventDisableTiming));
-      CHECK(cudaEventCreateWithFlags(&G.pushed[c], cudaEventDisableTiming));
-      CHECK(cudaEventCreateWithFlags(&G.copied[c], cudaEventDisableTiming));
-    }
+    G.make();
+    make_untimed_events(G.pulled, kMaxChunks);
+    make_untimed_events(G.pushed, kMaxChunks);
+    make_untimed_events(G.copied, kMaxChunks);
   }
   std::printf("# in_place_swap: %zu bytes a rank (blocks of %zu); bus GB/s = a block / time, median of 11%s\n", bytes,
               bytes / 2, devices == 2 ? "" : "; ONE GPU: a dry run, times mean nothing");
