@@ -375,10 +375,36 @@ TEST(ModelConstants, HopperGemmExchanges) {
             kernels::kSm90ExchangeFlagsOffset + 2u * 128 * 512 * 2);
 }
 
+// The reduce-scatter by the copy engines' model: a world the kernel takes, a received block and a products block (with
+// their counts and flags) for each peer, chunks as many as the control words hold, calls enough for a rank a call
+// ahead of a peer that still reads, and a gate that waits for the counts of every warp of a chunk.
+TEST(ModelConstants, EngineExchange) {
+  const auto model = model_constants("engine_exchange");
+  EXPECT_GE(constant(model, "RANKS"), 3) << "a rank receives from two peers, one of which may be a call ahead";
+  EXPECT_LE(constant(model, "RANKS"), kernels::kSm90ExchangeMaxWorld);
+  EXPECT_EQ(constant(model, "SLOTS"), constant(model, "RANKS") - 1)
+      << "an area holds a received block and a products block for each peer (kernels::sm90_exchange_bytes)";
+  EXPECT_GE(constant(model, "CALLS"), 3) << "a block is rewritten by a later call while a slow peer may still read";
+  EXPECT_GE(constant(model, "CHUNKS"), 2) << "the gates, copies and posts take a block's chunks one after the other";
+  EXPECT_LE(constant(model, "CHUNKS"), static_cast<long long>(kernels::kSm90EngineMaxChunks));
+  EXPECT_GE(kernels::sm90_engine_chunks(2048), 2u) << "the code splits a block into several chunks, as the model";
+  EXPECT_EQ(constant(model, "TILES"), constant(model, "SLOTS") * constant(model, "CHUNKS") * constant(model, "WARPS"));
+  EXPECT_GE(constant(model, "WARPS"), 2) << "a chunk's rows are stored and counted by several warps";
+  EXPECT_GE(kernels::sm90_engine_ready_target(128, 8), 2u) << "even the smallest chunk counts several warps";
+  EXPECT_EQ(constant(model, "TARGET"), constant(model, "WARPS")) << "the gate waits for every count of the chunk";
+  const auto low = model_constants("engine_exchange", {"MUTANT_LOW_TARGET"});
+  EXPECT_LT(constant(low, "TARGET"), constant(low, "WARPS"));
+  EXPECT_EQ(kernels::sm90_exchange_bytes(kernels::Sm90ExchangeKind::kEngineReduceScatter, 3, 128, 256,
+                                         DataType::kBFloat16, 0),
+            kernels::kSm90ExchangeFlagsOffset + 2u * 2 * 128 * 256 * 2)
+      << "received blocks, then the products for each peer";
+}
+
 // Every model reads: its #if blocks close and its numeric constants evaluate.
 TEST(ModelConstants, EveryModelReads) {
   for (const char* model : {"signal_barrier", "pipeline_fifo", "ll_lines", "call_order", "agreement", "host_failure",
-                            "announced_gather", "automatic_exposure", "epilogue_exchange", "loads_gather"}) {
+                            "announced_gather", "automatic_exposure", "epilogue_exchange", "loads_gather",
+                            "engine_exchange"}) {
     EXPECT_NO_THROW(model_constants(model)) << model;
   }
 }
