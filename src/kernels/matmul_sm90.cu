@@ -491,14 +491,15 @@ struct ExchangeView {
   }
   // The freed word in `area` that rank q writes: the calls of q that have read what the area's rank sent it.
   __device__ uint64_t* freed(uint8_t* area, int q) const { return control(area, kFreedOffset + q * sizeof(uint64_t)); }
-  // The flag `index` (a half-tile, or a piece) that the peer `slot` places before this rank (slot 0: rank - 1) sends.
+  // The flag `index` (a half-tile, or a piece) that the peer slot + 1 places after this rank (slot 0: rank + 1)
+  // sends (slot_of).
   __device__ uint64_t* flag(uint8_t* area, int slot, size_t index) const {
     return reinterpret_cast<uint64_t*>(area + kSm90ExchangeFlagsOffset) + slot * flags_per_peer + index;
   }
   __device__ int slot_of(int sender, int receiver) const { return (sender - receiver - 1 + x.world) % x.world; }
   // kEngineReduceScatter's words in `area` (NOTE [reduce-scatter by the copy engines]): the ready count of this
-  // rank's products for the peer `destination` places after it, and the arrived flag of the peer `slot` places
-  // before it, for chunk `chunk`.
+  // rank's products for the peer destination + 1 places after it, and the arrived flag of the peer slot + 1 places
+  // after it (slot_of), for chunk `chunk`.
   __device__ uint64_t* ready(uint8_t* area, int destination, int chunk) const {
     return control(area, kEngineReadyOffset + (destination * kSm90EngineMaxChunks + chunk) * sizeof(uint64_t));
   }
@@ -629,7 +630,7 @@ __device__ __forceinline__ void store_engine_rows(float (&acc)[128], const Excha
   }
   if (lane == 0) {
     for (int slot = 0; slot < x.world - 1 && !stopped; ++slot) {
-      const int sender = (x.rank - 1 - slot + x.world) % x.world;
+      const int sender = (x.rank + 1 + slot) % x.world;  // slot_of(sender, rank) == slot
       stopped = !wait_for_word(x.pad, v.arrived(x.local, slot, chunk), 1, Collective::kMatmulReduceScatter,
                                kSiteExchangeRows, sender);
     }

@@ -56,12 +56,13 @@ size_t sm90_engine_chunk_rows(size_t block_rows);
 size_t sm90_engine_chunks(size_t block_rows);
 // The most chunks a block may have (the control words hold two words a chunk and peer).
 constexpr size_t kSm90EngineMaxChunks = 16;
-// Where, in an area, the ready count of this rank's products for the peer `destination` places after it (0: rank +
-// 1) and chunk `chunk` lies (written by the GEMM, read and reset by the gate), and the arrived flag of the peer
-// `slot` places before it (0: rank - 1) for chunk `chunk` (written by that peer's post, reset after the GEMM).
+// Where, in an area, the ready count of this rank's products for the peer destination + 1 places after it (0: rank
+// + 1) and chunk `chunk` lies (written by the GEMM, read and reset by the gate), and the arrived flag of the peer
+// slot + 1 places after it (0: rank + 1) for chunk `chunk` (written by that peer's post, reset by the GEMM's last
+// block).
 size_t sm90_engine_ready_offset(int destination, size_t chunk);
 size_t sm90_engine_arrived_offset(int slot, size_t chunk);
-// Where this rank's products for the peer `destination` places after it start in an area.
+// Where this rank's products for the peer destination + 1 places after it start in an area.
 size_t sm90_engine_partials_offset(const Sm90Exchange& x, size_t columns, DataType type, int destination);
 // What the ready count of a chunk reaches once the GEMM has stored all of its rows (one count a warp and tile).
 uint32_t sm90_engine_ready_target(size_t chunk_rows, size_t columns);

@@ -140,7 +140,9 @@ int multiprocessors_of(int device) {
 // Where any ranks share a GPU, every rank's call (their meetings must match) runs on the caller's stream alone, and
 // an eager call meets its peers on the host (its stream synchronised, then Communicator::barrier), so nothing of it
 // spins on the GPU: the same results, nothing overlapped (timings mean nothing in that mode anyway). A captured
-// call still meets on the GPU.
+// call still meets on the GPU. The copy engines' reduce-scatter cannot run so: its GEMM waits for its side stream's
+// posts, so it keeps its side stream and meets on the GPU there too, where ranks that are threads may meet the
+// hazard of NOTE [shared hardware queues] (a wait that ends at the timeout, as docs/shared-gpu.md says).
 // NOTE [one-launch choice]
 // BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter, and BRAID_ALL_GATHER_MATMUL=loads runs
 // all_gather_matmul, as one launch of braid's Hopper GEMM with an exchange (NOTE [reduce-scatter in the epilogue]
