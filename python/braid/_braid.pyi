@@ -713,7 +713,7 @@ class FusedMatmul:
     @property
     def epilogue_reduce_scatters(self) -> int:
         """
-        The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones counted once at capture.
+        The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines), captured ones counted once at capture.
         """
 
     @property

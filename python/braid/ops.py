@@ -10,8 +10,8 @@ Calls are collective (every rank, the same shapes), run on torch.cuda.current_st
 custom ops (torch.ops.braid.all_gather_matmul, .matmul_reduce_scatter): they trace under torch.compile without
 graph breaks, capture in torch.cuda.graph (after one eager call of the largest shape, or reserve(): the symmetric
 workspace grows outside captures only; reserve() does not cover the calls in one launch of
-BRAID_MATMUL_REDUCE_SCATTER=epilogue and BRAID_ALL_GATHER_MATMUL=loads, whose exchange area only an eager call of
-the largest shape grows), and carry autograd, each op the other's backward. Operands are bfloat16 or
+BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines and BRAID_ALL_GATHER_MATMUL=loads, whose exchange area only an eager
+call of the largest shape grows), and carry autograd, each op the other's backward. Operands are bfloat16 or
 float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linear weight's .t() needs no copy).
 Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
 from __future__ import annotations
@@ -82,8 +82,8 @@ def workspace_bytes(comm=None) -> int:
 
 def epilogue_reduce_scatters(comm=None) -> int:
     """The matmul_reduce_scatter calls of the communicator's braid.FusedMatmul that ran as one launch of braid's
-    Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones
-    counted once at capture."""
+    Hopper GEMM with the reduce-scatter in its epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines),
+    captured ones counted once at capture."""
     return fused_matmul(communicator(comm, "braid.ops.epilogue_reduce_scatters")).epilogue_reduce_scatters
 
 

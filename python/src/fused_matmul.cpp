@@ -91,7 +91,7 @@ void bind_fused_matmul(nb::module_& m) {
           "epilogue_reduce_scatters",
           [](PyFusedMatmul& f) { return f.get("epilogue_reduce_scatters").epilogue_reduce_scatters(); },
           "The matmul_reduce_scatter calls run as one launch of braid's Hopper GEMM with the reduce-scatter in its "
-          "epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue), captured ones counted once at capture.")
+          "epilogue (BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines), captured ones counted once at capture.")
       .def_prop_ro(
           "all_gathers_under_loads",
           [](PyFusedMatmul& f) { return f.get("all_gathers_under_loads").all_gathers_under_loads(); },
