@@ -84,10 +84,11 @@ struct Sm90Matmul {
   //     ranks of their products (each peer's rounded to the datatype, the sum in float32).
   //   - kAllGather: a is this rank's block of A, [block_rows, k]; d is [rows, n] and receives alpha x the gathered
   //     A (every rank's block, in rank order) x B^T.
-  //   - kEngineReduceScatter: as kReduceScatter, where the caller moves the peers' rows: on another stream, after
-  //     every peer's previous call has ended (a meeting of the ranks), for each peer in the kernel's order (rank + 1
-  //     first) and each chunk, a gate, a copy of the chunk's products into the peer's received block for this rank,
-  //     and a post (launch_sm90_engine_gate, launch_sm90_engine_post).
+  //   - kEngineReduceScatter: as kReduceScatter, where the caller moves the peers' rows: on another stream, forked
+  //     from the launch's before the launch (the launch waits for its posts), after every peer's previous call has
+  //     ended (a meeting of the ranks), for each peer in the kernel's order (rank + 1 first) and each chunk, a gate,
+  //     a copy of the chunk's products into the peer's received block for this rank, and a post
+  //     (launch_sm90_engine_gate, launch_sm90_engine_post).
   Sm90Exchange exchange{};
 };
 
@@ -115,7 +116,7 @@ cudaError_t launch_sm90_matmul(const Sm90Matmul& matmul, cudaStream_t stream);
 //   - the gate waits until the ready count of (destination, chunk) in x.local reaches `target`, then resets it to 0;
 //   - the post stores 1 into the arrived flag of (slot, chunk) in the peer `peer`'s area (x.host_peers), where the
 //     rank is not stopped and no failure is recorded (NOTE [stopped ranks]).
-// Both are bounded and end on a failure as the kernel's waits do. Returns the launch's error.
+// The gate's wait is bounded and ends on a failure as the kernel's waits do. Returns the launch's error.
 cudaError_t launch_sm90_engine_gate(const Sm90Exchange& x, int destination, size_t chunk, uint32_t target,
                                     cudaStream_t stream);
 cudaError_t launch_sm90_engine_post(const Sm90Exchange& x, int peer, int slot, size_t chunk, cudaStream_t stream);
