@@ -562,6 +562,31 @@ __device__ __forceinline__ void bulk_stores_complete() {
   asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group 0;" ::: "memory");
 }
 
+// Adds the rows received from the peers beyond the first (slots 1 to world - 2, beyond 2 ranks) to a consumer
+// warpgroup's accumulators of this rank's 64 rows from `local_row0` (of its block) and columns from `col0`, in the
+// accumulators' own layout, each lane's column pairs read from the exchange area.
+template <typename T>
+__device__ __forceinline__ void add_further_peers(float (&acc)[128], const Sm90Exchange& x, int n, int local_row0,
+                                                  int col0, int tid) {
+  const int lane = tid % 32, row = (tid / 32) * 16 + lane / 4;
+  const size_t block_elements = x.block_rows * size_t(n);
+  const T* received = reinterpret_cast<const T*>(x.local + x.received_offset);
+  for (int slot = 1; slot < x.world - 1; ++slot) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const T* source = received + slot * block_elements + size_t(local_row0 + row + 8 * half) * n;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int col = col0 + 8 * j + 2 * (lane % 4);
+        if (col >= n) continue;
+        const float2 more = Pack<T>::from(*reinterpret_cast<const uint32_t*>(source + col));
+        acc[4 * j + 2 * half] += more.x;
+        acc[4 * j + 2 * half + 1] += more.y;
+      }
+    }
+  }
+}
+
 // A consumer warpgroup's 64 rows from `row0` (of A's rows) and columns from n_block * 256 of a tile this rank owns:
 // alpha x (product + the received rows, added in float32) into D (NOTE [reduce-scatter in the epilogue]). The
 // received rows are added in the accumulators' own layout, each lane's column pairs read from the exchange area
@@ -573,22 +598,7 @@ __device__ __forceinline__ void store_own_rows(float (&acc)[128], const Exchange
   const Sm90Exchange& x = v.x;
   const int lane = tid % 32, row = (tid / 32) * 16 + lane / 4;
   const int local_row0 = row0 - x.rank * static_cast<int>(x.block_rows), col0 = n_block * kTileCols;
-  const size_t block_elements = x.block_rows * size_t(e.n);
-  const T* received = reinterpret_cast<const T*>(x.local + x.received_offset);
-  for (int slot = 1; slot < x.world - 1; ++slot) {  // further peers' rows, beyond 2 ranks
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const T* source = received + slot * block_elements + size_t(local_row0 + row + 8 * half) * e.n;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int col = col0 + 8 * j + 2 * (lane % 4);
-        if (col >= e.n) continue;
-        const float2 more = Pack<T>::from(*reinterpret_cast<const uint32_t*>(source + col));
-        acc[4 * j + 2 * half] += more.x;
-        acc[4 * j + 2 * half + 1] += more.y;
-      }
-    }
-  }
+  add_further_peers<T>(acc, x, e.n, local_row0, col0, tid);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
 #pragma unroll
@@ -636,21 +646,7 @@ __device__ __forceinline__ void store_engine_rows(float (&acc)[128], const Excha
     }
   }
   __syncwarp();
-  const int row = (tid / 32) * 16 + lane / 4;
-  for (int slot = 1; slot < x.world - 1; ++slot) {  // further peers' rows, beyond 2 ranks
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const T* source = received + slot * block_elements + size_t(local_row0 + row + 8 * half) * e.n;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int col = col0 + 8 * j + 2 * (lane % 4);
-        if (col >= e.n) continue;
-        const float2 more = Pack<T>::from(*reinterpret_cast<const uint32_t*>(source + col));
-        acc[4 * j + 2 * half] += more.x;
-        acc[4 * j + 2 * half + 1] += more.y;
-      }
-    }
-  }
+  add_further_peers<T>(acc, x, e.n, local_row0, col0, tid);
   store_tile<T>(acc, Epilogue{e.d, received, e.alpha, e.alpha, block_rows, e.n}, local_row0, col0, tid);
 }
 
@@ -1095,6 +1091,9 @@ bool tensor_map(CUtensorMap& map, DataType type, const void* base, size_t rows, 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The bytes of an element of the kernel's datatypes (bf16, fp16); 0 for any other.
+size_t element_bytes(DataType type) { return type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0; }
+
 // kEngineReduceScatter's gate and post (NOTE [reduce-scatter by the copy engines]); one thread each.
 __global__ void engine_gate(device::SignalPad pad, uint64_t* ready, uint64_t target, int rank) {
   if (device::rank_stopped(pad)) return;
@@ -1170,7 +1169,7 @@ size_t sm90_exchange_flag_bytes(Sm90ExchangeKind kind, int world, size_t block_r
 
 size_t sm90_exchange_bytes(Sm90ExchangeKind kind, int world, size_t block_rows, size_t columns, DataType type,
                            size_t flag_capacity) {
-  const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
+  const size_t element = element_bytes(type);
   const size_t blocks = size_t(std::max(world - 1, 0)) * (kind == Sm90ExchangeKind::kEngineReduceScatter ? 2 : 1);
   return kSm90ExchangeFlagsOffset + flag_capacity + blocks * block_rows * columns * element;
 }
@@ -1197,7 +1196,7 @@ size_t sm90_engine_arrived_offset(int slot, size_t chunk) {
 }
 
 size_t sm90_engine_partials_offset(const Sm90Exchange& x, size_t columns, DataType type, int destination) {
-  const size_t element = type == DataType::kFloat16 || type == DataType::kBFloat16 ? 2 : 0;
+  const size_t element = element_bytes(type);
   const size_t block_bytes = x.block_rows * columns * element;
   return x.received_offset + (size_t(x.world - 1) + size_t(destination)) * block_bytes;
 }

@@ -421,15 +421,15 @@ struct OneLaunch {
   const char* value;
   const char* needs;  // why a test of it skips
 };
-constexpr OneLaunch kEpilogueOnly{"BRAID_MATMUL_REDUCE_SCATTER", "epilogue",
+constexpr OneLaunch kEpilogue{"BRAID_MATMUL_REDUCE_SCATTER", "epilogue",
                                   "needs BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines, BRAID_GEMM_TUNING on and a "
                                   "GPU of compute capability 9.0"};
-constexpr OneLaunch kEngines{"BRAID_MATMUL_REDUCE_SCATTER", "engines", kEpilogueOnly.needs};
+constexpr OneLaunch kEngines{"BRAID_MATMUL_REDUCE_SCATTER", "engines", kEpilogue.needs};
 // The reduce-scatter in one launch of braid's Hopper GEMM that this process asks for: its epilogue's exchange, or
 // the copy engines' (both counted by epilogue_reduce_scatters; the tests take either).
 const OneLaunch& reduce_scatter_launch() {
   const char* choice = std::getenv("BRAID_MATMUL_REDUCE_SCATTER");
-  return choice != nullptr && std::string(choice) == kEngines.value ? kEngines : kEpilogueOnly;
+  return choice != nullptr && std::string(choice) == kEngines.value ? kEngines : kEpilogue;
 }
 constexpr OneLaunch kLoads{"BRAID_ALL_GATHER_MATMUL", "loads",
                            "needs BRAID_ALL_GATHER_MATMUL=loads, BRAID_GEMM_TUNING on and a GPU of compute capability "
