@@ -65,7 +65,7 @@ class StoreClient {
  public:
   // Connects to host:port, retrying until timeout_s passes (the server may start after the client), then, with
   // a job secret (`secret`; unset: BRAID_JOB_SECRET), proves it knows it and checks that the server does; every
-  // frame after that carries a MAC under a key of this connection (store.cpp), so nobody between the two ends
+  // frame after that carries a MAC under a key of this connection (store_wire.hpp), so nobody between the two ends
   // can alter, drop, replay or inject a request or a reply unnoticed.
   // Throws Error(kTimeout) naming the address when no server answers in time; kRemoteError when the server
   // refuses this client or does not know the secret (before any key is sent or read).

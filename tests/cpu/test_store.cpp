@@ -66,7 +66,7 @@ bool closed_by_server(int fd, double seconds) {
   }
 }
 
-// A hand-made GET request in the store's wire format (see store.cpp), for clients that misbehave.
+// A hand-made GET request in the store's wire format (see store_wire.hpp), for clients that misbehave.
 std::string raw_get_frame(const std::string& key, int64_t timeout_ms) {
   std::string body;
   body.push_back(2);  // GET
