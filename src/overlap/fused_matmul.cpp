@@ -111,8 +111,8 @@ struct FusedMatmulState {
   bool run_exchanged(const char* function, kernels::Sm90Matmul matmul, Layout b_layout, size_t block_rows,
                      Stream stream);
   // The side stream's part of a reduce-scatter by the copy engines, its GEMM launched (NOTE [reduce-scatter by the
-  // copy engines] in kernels/matmul_sm90.cu): the entry meeting, then for each peer and chunk a gate, the copy of
-  // the chunk into the peer's received block for this rank, and a post.
+  // copy engines] in kernels/matmul_sm90_engine_exchange.cuh): the entry meeting, then for each peer and chunk a
+  // gate, the copy of the chunk into the peer's received block for this rank, and a post.
   void copy_engine_rows(const kernels::Sm90Matmul& matmul);
   size_t workspace_bytes() const { return workspace ? workspace.bytes() : 0; }
   char* local(size_t offset) const { return static_cast<char*>(workspace.local()) + offset; }
@@ -146,7 +146,8 @@ int multiprocessors_of(int device) {
 // NOTE [one-launch choice]
 // BRAID_MATMUL_REDUCE_SCATTER=epilogue runs matmul_reduce_scatter, and BRAID_ALL_GATHER_MATMUL=loads runs
 // all_gather_matmul, as one launch of braid's Hopper GEMM with an exchange (NOTE [reduce-scatter in the epilogue]
-// and NOTE [all-gather under the loads] in kernels/matmul_sm90.cu) where every rank can: its GemmRunner offers the
+// in kernels/matmul_sm90_epilogue_exchange.cuh and NOTE [all-gather under the loads] in
+// kernels/matmul_sm90_loads_gather.cuh) where every rank can: its GemmRunner offers the
 // kernel (compute capability 9.0, BRAID_GEMM_TUNING on). The rest of the choice depends only on the call's
 // arguments, which every rank shares: B Layout::kTransposed, rows per rank a multiple of 128, and the kernel's own
 // limits (FusedMatmulState::run_exchanged checks them first). The ranks agree once, at the first eager call that asks
@@ -292,7 +293,7 @@ bool FusedMatmulState::run_exchanged(const char* function, kernels::Sm90Matmul m
       raise(ErrorCode::kCudaError, "{}: {} failed to launch: {}", function, what, cudaGetErrorString(status));
     }
   };
-  if (engines) {  // NOTE [reduce-scatter by the copy engines] in kernels/matmul_sm90.cu
+  if (engines) {  // NOTE [reduce-scatter by the copy engines] in kernels/matmul_sm90_engine_exchange.cuh
     side = own_side;  // its GEMM waits for the side's posts: never the caller's stream, even on a shared GPU
     follow(side, stream);  // forked before the GEMM, which the side's work must not wait for
     launched(kernels::launch_sm90_matmul(matmul, stream), "braid's Hopper GEMM with its exchange");

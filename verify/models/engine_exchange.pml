@@ -3,13 +3,15 @@
  * the entry meeting, across back-to-back calls.
  *
  * Models (file:function):
- *   src/kernels/matmul_sm90.cu: matmul_sm90<T, Variant::kEngineReduceScatter> (NOTE [reduce-scatter by the copy
- *     engines]), store_engine_rows (a peer's tile: stored into this rank's products for that peer, a fence, then
- *     a count a warp into the ready count of the tile's chunk; an own tile: wait until every peer's arrived flag
- *     for the tile's chunk is set (acquire), then read the received rows of every slot), finish_exchange (the last
- *     block resets this rank's arrived flags, then stores the stamp as the call count and into the peers' freed
- *     words), engine_gate (wait until the chunk's ready count reaches the target, then reset it to 0), engine_post
- *     (a system fence, then a release store of 1 into the peer's arrived flag)
+ *   src/kernels/matmul_sm90.cu: matmul_sm90<T, Variant::kEngineReduceScatter>, engine_gate (wait until the
+ *     chunk's ready count reaches the target, then reset it to 0), engine_post (a system fence, then a release
+ *     store of 1 into the peer's arrived flag)
+ *   src/kernels/matmul_sm90_engine_exchange.cuh: NOTE [reduce-scatter by the copy engines], store_engine_rows (a
+ *     peer's tile: stored into this rank's products for that peer, a fence, then a count a warp into the ready
+ *     count of the tile's chunk; an own tile: wait until every peer's arrived flag for the tile's chunk is set
+ *     (acquire), then read the received rows of every slot)
+ *   src/kernels/matmul_sm90_exchange.cuh: finish_exchange (the last block resets this rank's arrived flags, then
+ *     stores the stamp as the call count and into the peers' freed words)
  *   src/overlap/fused_matmul.cpp: FusedMatmulState::run_exchanged (the side stream forked from the caller's stream
  *     before the GEMM's launch; the caller's stream waits for the side's work after it), copy_engine_rows (on the
  *     side stream: the entry meeting, an all-reduce of every rank, then for each destination in order (rank + 1

@@ -3,12 +3,14 @@
  *
  * Models (file:function):
  *   src/kernels/matmul_sm90.cu: matmul_sm90<T, Variant::kReduceScatter> (the stamp: the area's call count + 1,
- *     read at the start; finish_exchange: the last block stores the stamp as the call count, then into every peer's freed word for
- *     this rank), exchange_tiles (send_previous: before its first store into a peer's area a lane waits for that
- *     peer's freed word to reach stamp - 1; the TMA stores of a half into the peer's received block for this rank,
- *     bulk_stores_complete (performed), fence, then a release store of the stamp into the peer's flag; an own tile:
- *     wait until every peer's flag holds the stamp, then the TMA loads of the received rows), store_own_rows (the
- *     further peers' rows read from the area)
+ *     read at the start)
+ *   src/kernels/matmul_sm90_exchange.cuh: finish_exchange (the last block stores the stamp as the call count, then
+ *     into every peer's freed word for this rank)
+ *   src/kernels/matmul_sm90_epilogue_exchange.cuh: exchange_tiles (send_previous: before its first store into a
+ *     peer's area a lane waits for that peer's freed word to reach stamp - 1; the TMA stores of a half into the
+ *     peer's received block for this rank, bulk_stores_complete (performed), fence, then a release store of the
+ *     stamp into the peer's flag; an own tile: wait until every peer's flag holds the stamp, then the TMA loads of
+ *     the received rows), store_own_rows (the further peers' rows read from the area)
  *   src/overlap/fused_matmul.cpp: FusedMatmulState::reserve_exchange (an area is zeroed when made, on every rank
  *     together, so the counts start equal)
  *

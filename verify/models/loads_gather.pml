@@ -3,13 +3,15 @@
  *
  * Models (file:function):
  *   src/kernels/matmul_sm90.cu: matmul_sm90<T, Variant::kAllGather> (the stamp: the area's call count + 1, read
- *     at the start; finish_exchange: the last block stores the stamp as the call count, then into every peer's
- *     freed word for this rank), gather_rows (a send: before its first store into a peer's area the gather warp
- *     waits for that peer's freed word to reach stamp - 1; the TMA stores of a piece into the peer's received
- *     block for this rank, bulk_stores_complete (performed), fence, then a release store of the stamp into the
- *     peer's flag for the piece; a copy into the gathered A: wait until the sender's flag holds the stamp, then
- *     the TMA loads of the received piece), the producer (before a step of a peer's piece: wait until its flag
- *     holds the stamp, then the TMA loads)
+ *     at the start; the producer: before a step of a peer's piece, wait until its flag holds the stamp, then the
+ *     TMA loads)
+ *   src/kernels/matmul_sm90_exchange.cuh: finish_exchange (the last block stores the stamp as the call count, then
+ *     into every peer's freed word for this rank)
+ *   src/kernels/matmul_sm90_loads_gather.cuh: gather_rows (a send: before its first store into a peer's area the
+ *     gather warp waits for that peer's freed word to reach stamp - 1; the TMA stores of a piece into the peer's
+ *     received block for this rank, bulk_stores_complete (performed), fence, then a release store of the stamp
+ *     into the peer's flag for the piece; a copy into the gathered A: wait until the sender's flag holds the
+ *     stamp, then the TMA loads of the received piece)
  *   src/overlap/fused_matmul.cpp: FusedMatmulState::reserve_exchange (an area is zeroed when made, on every rank
  *     together, so the counts start equal)
  *
