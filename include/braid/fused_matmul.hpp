@@ -67,7 +67,9 @@ class FusedMatmul {
  public:
   // Local (no peer takes part). comm must use the CUDA backend (kUnsupported otherwise). kUnsupported where
   // cuBLASLt cannot be loaded (naming the libraries tried), where the library loaded lacks a function braid calls
-  // (naming the library and the function), or where BRAID_CUBLASLT_LIBRARY is set but empty.
+  // (naming the library and the function), or where BRAID_CUBLASLT_LIBRARY is set but empty. kInvalidArgument naming
+  // the variable where BRAID_GEMM_TUNING, BRAID_MATMUL_REDUCE_SCATTER or BRAID_ALL_GATHER_MATMUL holds a value not
+  // among its choices (docs/config.md).
   static FusedMatmul create(Communicator& comm);
   FusedMatmul(FusedMatmul&&) noexcept;
   FusedMatmul& operator=(FusedMatmul&&) noexcept;
@@ -87,8 +89,9 @@ class FusedMatmul {
   // workspace) and into a_gathered, and each load of a peer's rows waits until they have arrived; each output
   // element is that kernel's (float32 accumulation rounded once). Its waits for the peers are bounded and end as
   // matmul_reduce_scatter's below do.
-  // rows or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
-  // after the wait for the previous call where one applies, above), and nothing else is enqueued.
+  // rows or n of 0: nothing is enqueued (after the checks), so a_gathered is not written either; k of 0: out is
+  // zeroed on `stream` (cudaMemsetAsync, after the wait for the previous call where one applies, above), and nothing
+  // else is enqueued.
   void all_gather_matmul(const void* a_shard, size_t rows, size_t k, const void* b, Layout b_layout, size_t n,
                          void* out, void* a_gathered, DataType type, Stream stream);
 
@@ -117,14 +120,16 @@ class FusedMatmul {
   // the last fewer; more where a block would have more than 16), waits on the GPU until the GEMM has stored the chunk
   // and has the copy engines copy it into its owner's exchange area, then raises a flag there. Each rank's own tiles
   // wait for every peer's flag for their chunk and add what arrived to the product in float32, times 1 / size() for
-  // kAvg, rounded once. Its waits are bounded and end on a failure as the epilogue's do; where a peer never joins,
-  // the meeting may give up first (kTimeout naming all_reduce).
+  // kAvg, rounded once. Its waits are bounded and end on a failure as the epilogue's do (the gate's wait, for this
+  // rank's own GEMM, names this rank); where a peer never joins, the meeting may give up first (kTimeout naming
+  // all_reduce).
   // m or n of 0: nothing is enqueued (after the checks); k of 0: out is zeroed on `stream` (cudaMemsetAsync,
   // after the wait for the previous call where one applies, above), and nothing else is enqueued.
   void matmul_reduce_scatter(const void* a, size_t m, size_t k, const void* b, Layout b_layout, size_t n, void* out,
                              DataType type, ReduceOp op, Stream stream);
 
-  // Grows the symmetric workspace to at least `bytes` now (collective: every rank calls it with the same value).
+  // Grows the symmetric workspace to exactly `bytes` now where it holds less (collective: every rank calls it with
+  // the same value; where it already holds `bytes` or more, returns at once and meets no peer).
   // all_gather_matmul needs M * K elements' bytes, matmul_reduce_scatter 2 * M * N (calls with k of 0 and calls in
   // one launch need none); a call that needs more grows it
   // (to a multiple of 2 MiB). Not inside a graph capture. The exchange area of the calls in one launch is not the

@@ -12,7 +12,9 @@ graph breaks, capture in torch.cuda.graph (after one eager call of the largest s
 workspace grows outside captures only; reserve() does not cover the calls in one launch of
 BRAID_MATMUL_REDUCE_SCATTER=epilogue or engines and BRAID_ALL_GATHER_MATMUL=loads, whose exchange area only an eager
 call of the largest shape grows), and carry autograd, each op the other's backward. Operands are bfloat16 or
-float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linear weight's .t() needs no copy).
+float16, A and every B of one dtype; B [K, N] is passed as it is stored (a Linear weight's .t() needs no copy). The
+calls in one launch, and braid's Hopper GEMM as a tuning candidate, need B as such a .t() (the transpose of a
+contiguous [N, K] tensor); a contiguous [K, N] B, or one that has to be copied, always runs as the pieces.
 Each communicator gets one braid.FusedMatmul, made on its first call; release() frees it."""
 from __future__ import annotations
 
