@@ -70,7 +70,7 @@ def _mix(z: int) -> int:
 
 
 def bench_routing(seed: int, rank: int, tokens: int, top_k: int, experts: int):
-    """braid-bench --moe --seed `seed`'s routing of `rank` at T = tokens (tools/braid-bench/moe.cpp,
+    """braid-bench --moe --seed `seed`'s routing of `rank` at T = tokens (tools/braid-bench/moe_data.cpp,
     make_routing): K distinct experts per token, uniform over E, weights (1 + u % 1024) / 1024. Lists of
     [tokens * top_k] ids and weights."""
     state = _mix(_mix((seed + tokens) & _MASK) ^ _mix(0xE0E0 + rank))

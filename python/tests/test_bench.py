@@ -1,5 +1,5 @@
 """python -m braid.bench draws the routing braid-bench --moe draws for the same seed, so the two time the same
-calls. The expected values are tools/braid-bench/moe.cpp's make_routing for seed 1 at T = 4, K = 3, E = 16."""
+calls. The expected values are tools/braid-bench/moe_data.cpp's make_routing for seed 1 at T = 4, K = 3, E = 16."""
 from braid.bench import bench_routing
 
 RANK_0_IDS = [1, 7, 0, 10, 1, 8, 3, 13, 9, 4, 9, 13]

@@ -1,10 +1,12 @@
-// Small owners of CUDA objects and helpers shared by braid-bench's runs (bench.cpp, moe.cpp): a checked CUDA
-// call, a stream, events, a captured graph of back-to-back calls, the median of timings, and the timing loop.
+// Small owners of CUDA objects and helpers shared by braid-bench's runs (bench.cpp, the moe_*.cpp files): a checked
+// CUDA call, a stream, events, a captured graph of back-to-back calls, device and pinned memory, the median of
+// timings, and the timing loop.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -88,6 +90,46 @@ class Graph {
  private:
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+};
+
+// Owners of device memory and pinned host memory, not freed while unwinding from a failure.
+class DeviceMemory {  // cudaMalloc'd
+ public:
+  explicit DeviceMemory(size_t bytes) : bytes_(std::max<size_t>(bytes, 256)) {
+    cuda(cudaMalloc(&data_, bytes_), "cudaMalloc");
+  }
+  ~DeviceMemory() {
+    // Unwinding from a failure: cudaFree would wait for kernels that may spin on a dead peer.
+    if (std::uncaught_exceptions() == 0) cudaFree(data_);
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class PinnedMemory {
+ public:
+  explicit PinnedMemory(size_t bytes) { cuda(cudaMallocHost(&data_, std::max<size_t>(bytes, 8)), "cudaMallocHost"); }
+  ~PinnedMemory() {
+    if (std::uncaught_exceptions() == 0) cudaFreeHost(data_);
+  }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  template <typename T>
+  T* get() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
 };
 
 inline double median(std::vector<double> values) {

@@ -1,6 +1,6 @@
 // braid-bench: braid's collectives timed and checked against a host reference, nccl-tests style, optionally
 // beside NCCL on the same GPUs (--compare nccl); --smoke runs the symmetric-memory smoke run instead, --moe the MoE
-// dispatch/combine benchmark (moe.cpp).
+// dispatch/combine benchmark (moe.cpp and the moe_*.cpp files).
 //   braid-bench [--coll allreduce|...|all] [-b 8] [-e 128M] [-f 2] [-d float32] [-o sum] [...]   ranks as threads
 //   braid-run -n N braid-bench [...]                                                         ranks as processes
 // This file starts the ranks and turns failures into messages and exit codes; options.cpp has the flags,
