@@ -115,8 +115,9 @@ std::optional<PeerRange> exchanged_exposure_range(CollectiveContext& state, Coll
 std::optional<PeerRange> call_buffer_range(CollectiveContext& state, Collective collective, ExchangedBuffer buffer,
                                            const void* pointer, size_t bytes, bool in_place) {
   // BRAID_EAGER_ZERO_COPY: registered buffers serve eager calls through their exposure (announcing kernels), never
-  // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever.
-  if (state.eager_zero_copy && state.order.call_graph() == nullptr) {
+  // through an exchange, so the ranks' registrations need not match; symmetric memory is found as ever. Exposures
+  // exist only beyond one rank: one rank finds its registrations as without the switch.
+  if (state.eager_zero_copy && state.exposures != nullptr && state.order.call_graph() == nullptr) {
     std::optional<PeerRange> symmetric = find_symmetric_range(state.memory, pointer, bytes);
     std::optional<PeerRange> exchanged;  // every rank joins, symmetric buffer or not (NOTE [exchanged exposures])
     if (state.exposure_exchange != nullptr && exchanging_pays(collective, bytes)) {

@@ -131,11 +131,27 @@ std::vector<std::pair<int, std::string>> ExposureService::ask_peers(const Reques
   return answers;
 }
 
+uint64_t ExposureIds::take() {
+  const uint64_t first = next_;
+  for (uint64_t id = first; id < first + slots_; ++id) {
+    if (held_.count(id % slots_) != 0) continue;
+    held_[id % slots_] = id;
+    next_ = id + 1;
+    return id;
+  }
+  return next_++;
+}
+
+void ExposureIds::release(uint64_t id) {
+  auto it = held_.find(id % slots_);
+  if (it != held_.end() && it->second == id) held_.erase(it);
+}
+
 ExposureService::Exposure ExposureService::expose(const std::string& descriptor,
                                                   const std::function<void(uint64_t id)>& before_post) {
   std::lock_guard<std::mutex> lock(caller_mutex_);
   Exposure exposure;
-  exposure.id = next_id_++;
+  exposure.id = ids_.take();
   if (before_post) before_post(exposure.id);
   std::vector<int> silent;
   for (const auto& [peer, answer] : ask_peers({Kind::kExpose, rank_, exposure.id, descriptor}, silent)) {
@@ -158,6 +174,7 @@ void ExposureService::withdraw(uint64_t id) {
   std::lock_guard<std::mutex> lock(caller_mutex_);
   std::vector<int> silent;
   ask_peers({Kind::kWithdraw, rank_, id, ""}, silent);
+  if (silent.empty()) ids_.release(id);  // NOTE [exposure ids]
   if (!silent.empty()) {
     std::sort(silent.begin(), silent.end());
     raise(ErrorCode::kTimeout, "exposure: rank {} withdrew range {}, and rank(s) {} did not answer within {} s",

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bootstrap/store.hpp"
+#include "memory/exposure_table.hpp"
 
 namespace braid::detail {
 
@@ -30,6 +31,29 @@ class ExposureImporter {
   virtual uintptr_t import(int owner, uint64_t id, const std::string& descriptor) = 0;
   // Releases what import(owner, id, ...) made.
   virtual void release(int owner, uint64_t id) noexcept = 0;
+};
+
+// NOTE [exposure ids]
+// An owner's ids are serial and never reused (NOTE [exposure mailboxes]), and range `id` lands in slot
+// id % kExposureSlots of the owner's row of every peer's table (memory/exposure_table.hpp), which refuses a range
+// whose slot another live range of the owner holds. So the owner skips the ids whose slot one of its ranges still
+// holds: while it has fewer than kExposureSlots ranges exposed, however long one of them lives, a new range never
+// meets a held slot. A range holds its slot from its exposure until a withdrawal every peer answered; one that a
+// peer did not answer in time keeps it (that peer may still hold the range).
+class ExposureIds {
+ public:
+  explicit ExposureIds(uint64_t slots = kExposureSlots) : slots_(slots) {}
+  // The next id whose slot no held range holds, now holding it; where every slot is held, the next id, holding
+  // nothing (the peers refuse it: the range stays staged).
+  uint64_t take();
+  // Range `id` was withdrawn everywhere: its slot is free (nothing where it holds none).
+  void release(uint64_t id);
+  size_t held() const { return held_.size(); }
+
+ private:
+  uint64_t slots_;
+  uint64_t next_ = 1;
+  std::map<uint64_t, uint64_t> held_;  // slot -> the id holding it
 };
 
 // NOTE [exposure mailboxes]
@@ -105,7 +129,7 @@ class ExposureService {
   std::unique_ptr<StoreClient> helper_store_;
   std::unique_ptr<StoreClient> caller_store_;
   std::mutex caller_mutex_;  // expose and withdraw, from any thread
-  uint64_t next_id_ = 1;     // under caller_mutex_
+  ExposureIds ids_;          // under caller_mutex_ (NOTE [exposure ids])
   mutable std::mutex imported_mutex_;
   std::map<std::pair<int, uint64_t>, uintptr_t> imported_;  // (owner, id) -> address here
   std::atomic<bool> stopping_{false};

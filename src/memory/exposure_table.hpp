@@ -20,8 +20,9 @@ struct ExposedRange {
   uint64_t bytes;  // its length
 };
 
-// Slots a row: an owner's exposure id lands in slot id % kExposureSlots. Ids are serial, so an owner with fewer
-// than kExposureSlots live ranges never collides with itself; a collision is refused (the range stays staged).
+// Slots a row: an owner's exposure id lands in slot id % kExposureSlots. An owner skips the ids whose slot one of
+// its live ranges holds (NOTE [exposure ids], memory/exposure.hpp), so one with fewer than kExposureSlots live
+// ranges never collides with itself; a collision is refused (the range stays staged).
 // A row of 8192 slots is 192 KiB of pinned host memory and as much device memory (1.5 MiB each for 8 ranks).
 constexpr uint64_t kExposureSlots = 8192;
 

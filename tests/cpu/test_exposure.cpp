@@ -228,5 +228,47 @@ TEST(Exposure, OneRankExposesToNobodyAndTheHelperStopsPromptly) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), 2.0);
 }
 
+// NOTE [exposure ids]: a long-lived range keeps its slot while the ranges after it come and go.
+TEST(ExposureIds, ALongLivedRangeKeepsItsSlotWhileLaterRangesComeAndGo) {
+  ExposureIds ids(8);
+  const uint64_t kept = ids.take();
+  uint64_t previous = kept;
+  for (int round = 0; round < 50; ++round) {  // more than 6 times around the slots
+    const uint64_t id = ids.take();
+    EXPECT_GT(id, previous) << "ids are serial, never reused";
+    EXPECT_NE(id % 8, kept % 8) << "round " << round << ": id " << id << " takes the slot of the live id " << kept;
+    ids.release(id);
+    previous = id;
+  }
+  EXPECT_EQ(ids.held(), 1u);
+}
+
+TEST(ExposureIds, EverySlotHeldGivesTheNextIdHoldingNothing) {
+  ExposureIds ids(4);
+  std::set<uint64_t> slots;
+  for (int i = 0; i < 4; ++i) slots.insert(ids.take() % 4);
+  EXPECT_EQ(slots.size(), 4u);
+  const uint64_t overflow = ids.take();
+  EXPECT_EQ(overflow, 5u);
+  EXPECT_EQ(ids.held(), 4u);
+  ids.release(overflow);  // it held nothing: the live range in its slot keeps it
+  EXPECT_EQ(ids.held(), 4u);
+  ids.release(2);
+  EXPECT_EQ(ids.held(), 3u);
+  EXPECT_EQ(ids.take(), 6u) << "the next id in the freed slot";
+  EXPECT_EQ(ids.held(), 4u);
+}
+
+TEST(ExposureIds, ReleasingAnUnknownOrAlreadyReleasedIdChangesNothing) {
+  ExposureIds ids(8);
+  const uint64_t a = ids.take(), b = ids.take();
+  ids.release(a);
+  ids.release(a);
+  ids.release(b + 8);  // b's slot, another id
+  EXPECT_EQ(ids.held(), 1u);
+  ids.release(b);
+  EXPECT_EQ(ids.held(), 0u);
+}
+
 }  // namespace
 }  // namespace braid::detail
