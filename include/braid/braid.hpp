@@ -266,8 +266,9 @@ class Communicator {
   // buffer's allocation (identified by its CUDA buffer id, so memory freed and allocated again at an address is
   // mapped anew); the replays then take the paths of registered buffers, with no host call. The graph holds the
   // peers' mappings until it (and every executable graph made from it) is destroyed. A rank whose memory cannot be
-  // shared (managed, a cudaMallocAsync pool without IPC handle types, a range across two VMM allocations; host
-  // memory where BRAID_CHECK_POINTERS=off, which otherwise refuses it) makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
+  // shared (neither cudaMalloc memory nor VMM memory with POSIX-fd handles: managed memory, a cudaMallocAsync
+  // pool's without IPC handle types; a range across two VMM allocations; host memory where
+  // BRAID_CHECK_POINTERS=off, which otherwise refuses it) makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
   // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
   // exchange nothing (but see BRAID_EAGER_ZERO_COPY below for buffers of VMM memory).
   //
@@ -275,11 +276,15 @@ class Communicator {
   // another process still has open undefined. So free a registered cudaMalloc buffer only after every rank has
   // deregistered it, and a cudaMalloc buffer of an automatically registered call only after every rank has
   // destroyed the graphs that use it (PyTorch keeps a captured graph's memory pool until then). VMM memory has no
-  // such rule: a peer's mapping keeps the allocation alive.
+  // such rule: a peer's mapping keeps the allocation alive. But deregister any buffer before other memory is
+  // mapped or allocated at its address: a registration does not notice that, and calls would move the bytes of
+  // the peers' old mappings.
   //
   // With BRAID_EAGER_ZERO_COPY=1 (every rank alike; the CUDA backend, more than one rank), registering also
   // exposes the range: each peer's helper thread maps it (VMM memory with POSIX-fd handles; cudaMalloc memory only
-  // where the ranks are threads of one process) and answers, and the call returns once every peer answered or
+  // where the ranks are threads of one process; where the ranks are processes, the peer takes the allocation's fd
+  // with pidfd_getfd, which needs ptrace permission over the owner: the same user, and Yama's ptrace_scope 0 or
+  // CAP_SYS_PTRACE; a peer without it does not map the range, which stays unexposed, logged at info) and answers, and the call returns once every peer answered or
   // the timeout passed (where a peer did not answer, the exposure is then withdrawn from every peer, which may
   // wait the timeout once more: up to twice the timeout in all; a range some peer did not map stays registered,
   // unexposed; after abort() it raises
@@ -312,9 +317,10 @@ class Communicator {
   // such buffers, exposed or remembered, live at once on a communicator; beyond that such buffers stay staged.
   RegisteredBuffer register_buffer(void* pointer, size_t bytes);
   // Deregisters `buffer`, which this communicator registered (kInvalidArgument naming buffer where it is empty or
-  // another communicator's; the last copy's destruction or reset() releases a registration too, also after the
-  // communicator is destroyed): forgets the cached mappings and unmaps the peers' memory no other registration uses, after
-  // this GPU's work completes. Enqueued collectives that use the buffer must have completed on every rank.
+  // another communicator's; kInvalidArgument too on a moved-from communicator: after the communicator is gone,
+  // the last copy's destruction or reset() releases a registration): forgets the cached mappings and unmaps the
+  // peers' memory no other registration uses; where it unmaps a peer's allocation it first waits for all of this
+  // GPU's work (cudaDeviceSynchronize), and otherwise waits for nothing on the GPU. Enqueued collectives that use the buffer must have completed on every rank.
   // An exposed range (BRAID_EAGER_ZERO_COPY=1) is first withdrawn: this waits until this rank's calls of the
   // communicator have ended on the GPU, then until every peer has unmapped it; kTimeout where either takes longer
   // than the timeout, kAborted after abort(), the fatal failure after a revocation or a peer's exit (the
