@@ -1,7 +1,11 @@
 /* braid — C API. Every call returns a braidResult_t; braidGetLastError() gives the message of this
  * thread's last failure (the same text braid::Error carries in C++). A braid::Error maps to its code, a failed
  * host allocation (std::bad_alloc) to braidSystemError, any other C++ exception to braidInternalError with its
- * message. */
+ * message. Refusals past the C layer's own NULL checks come from the C++ call it wraps and name that call and its
+ * arguments (Communicator::all_reduce, 'recv', 'send_count'; MoeBuffer::create, 'shape.type'): braid.hpp has them.
+ * No call changes the calling thread's current CUDA device: make the communicator's device (braidCommDevice)
+ * current before allocating its buffers or creating its streams; buffers must be memory of that GPU
+ * (braidInvalidArgument otherwise, unless BRAID_CHECK_POINTERS=off). */
 #ifndef BRAID_BRAID_H_
 #define BRAID_BRAID_H_
 
@@ -49,7 +53,9 @@ typedef enum {
   braidFloat8e5m2 = 11
 } braidDataType_t;
 
-/* Same values as braid::ReduceOp. braidAvg: the sum divided by the number of ranks, once, at the end. */
+/* Same values as braid::ReduceOp. braidAvg: the sum divided by the number of ranks, once, at the end (integers: the
+ * sum wraps in the type's width and the division truncates toward zero, as ncclAvg; on the NCCL backend, NCCL's
+ * own avg). */
 typedef enum { braidSum = 0, braidProd = 1, braidMax = 2, braidMin = 3, braidAvg = 4 } braidRedOp_t;
 
 /* A cudaStream_t (the CUDA runtime defines it as exactly this), without including CUDA headers. */
@@ -81,9 +87,11 @@ const char* braidGetLastError(void);
  * out-parameter to NULL when they fail; other calls leave their out-parameters unchanged when they fail. A NULL
  * handle is braidInvalidArgument naming it, except in the calls that destroy or free one (braidCommDestroy,
  * braidSymmetricFree, braidDeregisterBuffer, braidExportedHandleFree, braidImportedMemoryFree, braidGlobalMemoryFree,
- * braidMoeBufferFree, braidFusedMatmulFree), which return braidSuccess for NULL. The C calls refuse a NULL handle or
- * array argument (and braidMoeCombine's weighted) before anything else, ahead of a recorded fatal failure
- * (braidImportGlobal's mine aside: see there). On the
+ * braidMoeBufferFree, braidFusedMatmulFree), which return braidSuccess for NULL. The C calls refuse a NULL handle,
+ * out-parameter, or the host arrays the C layer reads (braidAllToAllv[Device]'s sendcounts and recvcounts,
+ * braidSendRecv's ops, braidCommShrink's excluded, braidImportHandle's blob, braidMoeCopyExpertCounts' host_counts;
+ * and braidMoeCombine's weighted) before anything else, ahead of a recorded fatal failure (braidImportGlobal's mine
+ * aside: see there); buffers and device arrays are the C++ call's to check, after a recorded fatal failure. On the
  * NCCL backend (BRAID_BACKEND=nccl, or ranks the CUDA backend cannot serve) braidSymmetricAlloc, braidAllToAllvDevice,
  * braidImportGlobal, braidAllToAllGlobal, braidMoeBufferCreate, braidFusedMatmulCreate and braidCommRevoke return
  * braidUnsupported (braidAllToAllvDevice and braidAllToAllGlobal after a recorded fatal failure and the shared-GPU
@@ -93,7 +101,11 @@ const char* braidGetLastError(void);
  * braidCommInitRank): BRAID_DEVICE where it is set, else the local rank (the rank where none is known; modulo the
  * GPUs this process sees with BRAID_ALLOW_SHARED_GPU=1). */
 braidResult_t braidCommInitFromEnv(braidComm_t* comm, int device);
-/* Explicit: every rank names the same store "host:port"; rank 0 serves it when rank0_serves_store. */
+/* Explicit: every rank names the same store "host:port" (port not 0: braidInvalidArgument naming store_address);
+ * rank 0 serves it when its rank0_serves_store is non-zero (the other ranks' flags are not read), and the port must
+ * then be free there; where rank 0's is 0, another process must serve that store (the C API starts none), else
+ * init fails after the timeout. size >= 1 and 0 <= rank < size (braidInvalidArgument); at most 16 ranks
+ * (braidUnsupported). */
 braidResult_t braidCommInitRank(braidComm_t* comm, const char* store_address, int rank, int size,
                                 int rank0_serves_store, int device);
 braidResult_t braidCommDestroy(braidComm_t comm);
@@ -102,8 +114,10 @@ braidResult_t braidCommSize(braidComm_t comm, int* size);
 braidResult_t braidCommDevice(braidComm_t comm, int* device);
 braidResult_t braidCommBarrier(braidComm_t comm);
 
-/* Collective symmetric allocation of bytes >= 1 (0: braidInvalidArgument); contiguous_view != 0 also maps a
- * [world x stride] view. */
+/* Collective symmetric allocation, zeroed: every rank calls it with the same bytes >= 1, which the ranks exchange
+ * first; then a rank that asked for 0 gets braidInvalidArgument and the others braidMismatch, as do ranks whose
+ * sizes differ. contiguous_view != 0 also maps a [world x stride] view. The memory stays valid after
+ * braidCommDestroy, and braidSymmetricFree may come after it. */
 braidResult_t braidSymmetricAlloc(braidComm_t comm, size_t bytes, int contiguous_view, braidSymmetricMemory_t* memory);
 braidResult_t braidSymmetricFree(braidSymmetricMemory_t memory);
 braidResult_t braidSymmetricLocal(braidSymmetricMemory_t memory, void** pointer);

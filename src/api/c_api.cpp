@@ -353,8 +353,8 @@ braidResult_t braidCommRevoke(braidComm_t comm) {
 braidResult_t braidCommShrink(braidComm_t comm, const int* excluded, size_t count, braidComm_t* newcomm) {
   return guarded([&] {
     clear_output(newcomm);
-    require(newcomm, "braidCommShrink", "newcomm");
     require(comm, "braidCommShrink", "comm");
+    require(newcomm, "braidCommShrink", "newcomm");
     if (excluded == nullptr && count > 0) {
       braid::raise_invalid_argument("braidCommShrink", "excluded", "is NULL with count {}", count);
     }
