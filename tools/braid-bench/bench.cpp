@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "collective.hpp"
+#include "rank_slots.hpp"
 #include "reference.hpp"
 #include "vmm_allocation.hpp"
 #include "report.hpp"
@@ -75,11 +76,6 @@ class Buffer {
 
 
 // One (placement, implementation) of a row on this rank, as shared with every rank at the end of the row.
-struct Slot {
-  double time_us = 0;
-  uint64_t wrong = 0;
-  int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
-};
 constexpr int kSlots = 4;  // [out-of-place braid, out-of-place NCCL, in-place braid, in-place NCCL]
 
 class RankBench {
@@ -246,21 +242,8 @@ class RankBench {
 
   // The ranks' times combined as -a asks (the max by default) and #wrong summed over ranks; rank 0 prints the row.
   void finish_row(Collective coll, const Shape& shape, int root, const Slot (&slots)[kSlots]) {
-    std::vector<std::string> all =
-        comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
     Slot total[kSlots];
-    std::vector<double> times[kSlots];  // every rank's, in rank order
-    for (const std::string& text : all) {
-      Slot theirs[kSlots];
-      if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
-      std::memcpy(theirs, text.data(), sizeof(theirs));
-      for (int i = 0; i < kSlots; ++i) {
-        times[i].push_back(theirs[i].time_us);
-        total[i].wrong += theirs[i].wrong;
-        total[i].state = theirs[i].state;
-      }
-    }
-    for (int i = 0; i < kSlots; ++i) total[i].time_us = combine_rank_times(times[i], options_.average);
+    gather_slots(comm_, slots, kSlots, options_.average, total);
     for (const Slot& slot : total) wrong_total_ += slot.wrong;
     if (!report_) return;
     auto timing = [&](const Slot& slot) {

@@ -18,17 +18,12 @@
 #include "moe_nccl.hpp"
 #include "nccl.hpp"
 #include "options.hpp"
+#include "rank_slots.hpp"
 
 namespace braid::bench::moe {
 
 constexpr unsigned char kRowPoison = 0xA5;   // dispatched rows and metadata before a checked dispatch
 
-// One phase of one implementation on this rank, shared with every rank at the end of a row.
-struct Slot {
-  double time_us = 0;
-  uint64_t wrong = 0;
-  int32_t state = 0;  // 0: not run, 1: run unchecked, 2: run and checked
-};
 // What one call of each phase moves, one way, per rank: over NVLink (the most any rank sends or receives) and
 // logically (T * K rows); a dispatched row may be fp8 with scales, a combined one is -d's type.
 struct Bytes {

@@ -70,21 +70,8 @@ void MoeBench::header() {
 }
 
 void MoeBench::finish_row(size_t tokens, const Bytes& bytes, const Slot (&slots)[kSlots]) {
-  std::vector<std::string> all =
-      comm_.host_allgather(std::string(reinterpret_cast<const char*>(slots), sizeof(Slot) * kSlots));
   Slot total[kSlots];
-  std::vector<double> times[kSlots];  // every rank's, in rank order
-  for (const std::string& text : all) {
-    Slot theirs[kSlots];
-    if (text.size() != sizeof(theirs)) throw std::runtime_error("a rank's results arrived truncated");
-    std::memcpy(theirs, text.data(), sizeof(theirs));
-    for (int i = 0; i < kSlots; ++i) {
-      times[i].push_back(theirs[i].time_us);
-      total[i].wrong += theirs[i].wrong;
-      total[i].state = theirs[i].state;
-    }
-  }
-  for (int i = 0; i < kSlots; ++i) total[i].time_us = combine_rank_times(times[i], options_.average);
+  gather_slots(comm_, slots, kSlots, options_.average, total);
   for (const Slot& slot : total) wrong_total_ += slot.wrong;
   if (rank_ != 0) return;
   auto gbs = [](double bytes, double us) { return us > 0 ? bytes / (us * 1e3) : 0.0; };
