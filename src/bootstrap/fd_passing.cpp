@@ -252,14 +252,16 @@ ReadResult read_message(int connection, net::Deadline deadline, Message* out) {
   return received == 0 ? ReadResult::kEmpty : ReadResult::kMalformed;
 }
 
-// Connects to the socket at `path`, retrying until the deadline; -1 when it passes, with *backlog_full telling
-// whether the last attempt found the listener's backlog full (rather than no listener).
-int connect_until(const std::string& path, net::Deadline deadline, bool* backlog_full) {
+// Connects to the socket at `path`, retrying until the deadline or until `interrupted` ends; -1 then, with
+// *backlog_full telling whether the last attempt found the listener's backlog full (rather than no listener).
+int connect_until(const std::string& path, net::Deadline deadline, const Interruption& interrupted,
+                  bool* backlog_full) {
   // The peer may not have bound its listener yet: retry with a short, growing pause.
   int pause_ms = 1;
   while (true) {
     int connection = try_connect(path, backlog_full);
     if (connection >= 0) return connection;
+    if (interrupted.ended()) return -1;  // abort, revocation, a peer's exit: not the timeout
     int left_ms = net::milliseconds_left(deadline);
     if (left_ms == 0) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(pause_ms, left_ms)));
@@ -380,10 +382,15 @@ void FdExchanger::send(int peer, int fd, uint64_t tag) {
   }
   if (fd < 0) raise_invalid_argument("FdExchanger::send", "fd", "must be an open file descriptor, got {}", fd);
 
+  const auto raise_if_interrupted = [&] {
+    if (interrupted_.ended()) interrupted_.raise(fmt::format("fd passing: sending rank {} an fd (tag {})", peer, tag));
+  };
+  raise_if_interrupted();
   const std::string path = socket_path(peer);
   const net::Deadline deadline = net::deadline_after(timeout_s_);
   bool backlog_full = false;
-  int connection = connect_until(path, deadline, &backlog_full);
+  int connection = connect_until(path, deadline, interrupted_, &backlog_full);
+  if (connection < 0) raise_if_interrupted();
   if (connection < 0 && backlog_full) {
     raise(ErrorCode::kTimeout,
           "fd passing: the backlog of socket {} (rank {}; up to {} connections) stayed full for {} s (a flood of "

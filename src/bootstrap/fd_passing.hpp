@@ -32,14 +32,17 @@ class FdExchanger {
   FdExchanger(const FdExchanger&) = delete;
   FdExchanger& operator=(const FdExchanger&) = delete;
 
-  // Sends a duplicate of `fd` to `peer`, tagged with `tag` (the caller still owns `fd`).
+  // Sends a duplicate of `fd` to `peer`, tagged with `tag` (the caller still owns `fd`), waiting at most timeout_s
+  // for the peer's listener. Throws Error(kTimeout) naming the peer, or the interruption's error once interrupt()
+  // was called.
   void send(int peer, int fd, uint64_t tag);
   // Returns the fd `peer` sent with `tag` (the caller owns it), waiting at most timeout_s.
   // Messages that arrive for other (peer, tag) pairs are kept for later calls.
   // Throws Error(kTimeout) naming the peer and the tag, or the interruption's error once interrupt() was called.
   int receive(int peer, uint64_t tag);
-  // Ends every receive() waiting now or later (from any thread) within 20 ms: they raise `code` with `reason`
-  // (NOTE [ended host waits]), or kAborted for interrupt().
+  // Ends every receive() and send() waiting now, and refuses every later one (from any thread), within 20 ms (a
+  // send: within its pause between attempts to connect, at most 50 ms): they raise `code` with `reason` (NOTE [ended host waits]),
+  // or kAborted for interrupt().
   void interrupt(ErrorCode code, std::string_view reason) noexcept { interrupted_.end(code, reason); }
   void interrupt() noexcept { interrupted_.abort(); }
   // The process id of every rank (0: not known, checked by uid alone), once the ranks have told each other:

@@ -298,6 +298,30 @@ TEST(FdPassing, InterruptWithAFailureEndsAWaitingReceiveWithIt) {
   EXPECT_EQ(expect_error([&] { rank0.receive(1, 8); }).code(), ErrorCode::kAborted);
 }
 
+// A send to a peer that never listens (its process died before it bound its socket) ends on interrupt() long
+// before its timeout, with the interruption's code, naming the peer; later sends end at once.
+TEST(FdPassing, InterruptEndsASendToAPeerThatNeverListens) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, 30.0);  // no rank 1
+  int fd = memfd_with("never delivered");
+  std::thread interrupter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    rank0.interrupt(ErrorCode::kRemoteError, "rank 1 exited");
+  });
+  auto start = std::chrono::steady_clock::now();
+  Error error = expect_error([&] { rank0.send(1, fd, 5); });
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  interrupter.join();
+  EXPECT_EQ(error.code(), ErrorCode::kRemoteError) << error.what();
+  EXPECT_TRUE(contains(error.what(), "rank 1")) << error.what();
+  EXPECT_TRUE(contains(error.what(), "rank 1 exited")) << error.what();
+  EXPECT_GE(elapsed, 0.09);
+  EXPECT_LT(elapsed, 5.0) << "the send outlived the interrupt";  // loose: a loaded CI machine
+  rank0.interrupt();
+  EXPECT_EQ(expect_error([&] { rank0.send(1, fd, 6); }).code(), ErrorCode::kAborted);
+  ::close(fd);
+}
+
 // No process has this id (pids stay below 2^22 on Linux).
 constexpr int kNoSuchPid = 0x7ffffff0;
 
