@@ -400,7 +400,8 @@ class Communicator {
   // Ranks keep their order (a survivor's new rank counts the survivors below it), their GPUs and this
   // communicator's options; it runs on a backend chosen as at init. Works on a failed, aborted or revoked
   // communicator (it uses only its store), so survivors revoke, then shrink. The store must still serve: where the
-  // rank that served it is excluded, init fails with the store's error after the timeout. This communicator, and
+  // process that served it has exited or destroyed every communicator that served it, init fails with the store's
+  // error after the timeout (an excluded rank that still serves it leaves the shrink working). This communicator, and
   // its symmetric memory, stay as they are until destroyed. kInvalidArgument naming `excluded` for a rank out of
   // range, a repeat, or this rank itself.
   Communicator shrink(const std::vector<int>& excluded) const;

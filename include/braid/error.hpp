@@ -15,7 +15,7 @@ enum class ErrorCode : int {
   kCudaError = 3,        // a CUDA runtime call failed (message: call, code name, rank)
   kDriverError = 4,      // a CUDA driver call failed (message: call, code name, rank)
   kSystemError = 5,      // an OS call failed (sockets, fds, processes)
-  kTimeout = 6,          // a bounded wait expired (message: what was awaited and which peers are missing)
+  kTimeout = 6,          // a bounded wait expired (message: what was awaited and the peer waited on)
   kPeerUnreachable = 7,  // ranks cannot reach each other's memory (no P2P/NVLink)
   kMismatch = 8,         // ranks disagree on a collective call (sizes, order)
   kUnsupported = 9,      // a valid request this build or device cannot serve
