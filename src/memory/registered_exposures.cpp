@@ -34,7 +34,9 @@ uint64_t RegisteredExposures::expose_blob(const std::string& blob, uint64_t addr
       service_.expose(blob, [&](uint64_t id) { offer_exposure(context_, id, blob); });
   withdraw_exposure_offer(context_, exposure.id);  // every peer that imports it has done so
   if (exposure.everywhere()) return exposure.id;
-  BRAID_INFO("range [{:#x}, +{}) is not exposed: not every peer could map it:\n{}", address, bytes, exposure.reasons);
+  const auto level = warned_.exchange(true) ? LogLevel::kInfo : LogLevel::kWarn;
+  BRAID_LOG(level, "range [{:#x}, +{}) is not exposed, so its eager calls stay staged: not every peer could map it:\n{}",
+            address, bytes, exposure.reasons);
   try {
     service_.withdraw(exposure.id);
   } catch (const Error& error) {

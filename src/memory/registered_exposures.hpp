@@ -5,6 +5,7 @@
 // long as the communicator.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -116,6 +117,7 @@ class RegisteredExposures {
   ExposureService service_;  // last: its helper stops before the importer and the table go
   mutable std::mutex mutex_;
   std::map<uint64_t, Exposed> exposed_;  // by registration id
+  std::atomic<bool> warned_{false};      // the first range some peer could not map is a warning, later ones info
 };
 
 }  // namespace braid::detail
