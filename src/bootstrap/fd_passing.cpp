@@ -468,6 +468,24 @@ int FdExchanger::receive(int peer, uint64_t tag) {
   }
 }
 
+void FdExchanger::discard(uint64_t tag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  discarded_.insert(tag);
+  try {
+    accept_pending_connections(net::deadline_after(0));  // what already came: closed now, not at the next receive
+  } catch (const Error&) {
+    // a broken listener: what is in pending_ below still closes, and later arrivals cannot come
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->first.second != tag) {
+      ++it;
+      continue;
+    }
+    close_quietly(it->second);
+    it = pending_.erase(it);
+  }
+}
+
 void FdExchanger::accept_pending_connections(net::Deadline deadline) {
   while (true) {
     int connection = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -511,6 +529,10 @@ void FdExchanger::stash_message(int connection, net::Deadline deadline) {
     warn(fmt::format("fd passing: rank {} dropped a message from process {} posing as rank {} (process {})", rank_,
                      sender_credentials.pid, sender, expected));
     ::close(message.fd);
+    return;
+  }
+  if (discarded_.count(message.header.tag) != 0) {
+    close_quietly(message.fd);
     return;
   }
   auto [it, inserted] = pending_.emplace(std::make_pair(sender, message.header.tag), message.fd);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,6 +41,9 @@ class FdExchanger {
   // Messages that arrive for other (peer, tag) pairs are kept for later calls.
   // Throws Error(kTimeout) naming the peer and the tag, or the interruption's error once interrupt() was called.
   int receive(int peer, uint64_t tag);
+  // Closes every fd received with `tag` and not taken, and every one that arrives with it later: for an exchange
+  // the caller gave up on (a failed import), whose peers' fds would otherwise keep their allocations alive.
+  void discard(uint64_t tag);
   // Ends every receive() and send() waiting now, and refuses every later one (from any thread), within 20 ms (a
   // send: within its pause between attempts to connect, at most 50 ms): they raise `code` with `reason` (NOTE [ended host waits]),
   // or kAborted for interrupt().
@@ -84,6 +88,7 @@ class FdExchanger {
   Interruption interrupted_;
   std::mutex mutex_;
   std::map<std::pair<int, uint64_t>, int> pending_;  // (peer, tag) -> fd received early
+  std::set<uint64_t> discarded_;                     // discard()'s tags: their fds are closed on arrival
   RateLimit warnings_{10, std::chrono::minutes(1)};  // under mutex_
   mutable std::mutex pids_mutex_;
   std::vector<int> pids_;  // admit(); empty: none known

@@ -243,6 +243,36 @@ size_t GlobalMemory::bytes(int rank) const {
   return bytes_[rank];
 }
 
+namespace detail {
+namespace {
+
+// Maps every peer's handle of an import whose blobs all name one (the peers' fds by `tag`).
+detail::ImportedPeers import_peers(detail::MemoryContext& context, const detail::ExportedRange& mine,
+                                   const std::vector<std::string>& blobs, const char* function, uint64_t tag) {
+  std::vector<MemoryDescriptor> theirs(context.size);
+  for (int q = 0; q < context.size; ++q) {  // this rank's own entry is its own export, never one from the store
+    theirs[q] = q == context.rank ? mine.descriptor
+                                  : unpack_for_import(blobs[q], function, "peer handle", BlobOrigin{&context, q});
+  }
+  ImportedPeers imported;
+  imported.peers.resize(context.size);
+  imported.bytes.resize(context.size);
+  for (int q = 0; q < context.size; ++q) {
+    imported.bytes[q] = theirs[q].bytes;
+    if (q == context.rank) {
+      imported.peers[q] = mine.descriptor.address == 0 ? nullptr : reinterpret_cast<void*>(mine.descriptor.address);
+      continue;
+    }
+    const int fd = theirs[q].kind == MemoryKind::kPosixFd ? context.fds->receive(q, tag) : -1;
+    imported.mappings.push_back(PeerMapping::open(function, "peer handle", theirs[q], fd, context.device));
+    imported.peers[q] = imported.mappings.back()->address();
+  }
+  return imported;
+}
+
+}  // namespace
+}  // namespace detail
+
 detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, const detail::ExportedRange* given,
                                                 const std::string& refusal, const char* function) {
   // What a refusing rank puts in the exchange: never a blob (those start with braid's magic bytes).
@@ -266,25 +296,12 @@ detail::ImportedPeers detail::import_every_rank(detail::MemoryContext& context, 
       if (q != context.rank) context.fds->send(q, mine.fd.fd, tag);
     }
   }
-  std::vector<MemoryDescriptor> theirs(context.size);
-  for (int q = 0; q < context.size; ++q) {  // this rank's own entry is its own export, never one from the store
-    theirs[q] = q == context.rank ? mine.descriptor
-                                  : unpack_for_import(blobs[q], function, "peer handle", BlobOrigin{&context, q});
+  try {
+    return import_peers(context, mine, blobs, function, tag);
+  } catch (...) {
+    if (context.fds) context.fds->discard(tag);  // the peers' fds not taken: closed, so they keep no allocation alive
+    throw;
   }
-  ImportedPeers imported;
-  imported.peers.resize(context.size);
-  imported.bytes.resize(context.size);
-  for (int q = 0; q < context.size; ++q) {
-    imported.bytes[q] = theirs[q].bytes;
-    if (q == context.rank) {
-      imported.peers[q] = mine.descriptor.address == 0 ? nullptr : reinterpret_cast<void*>(mine.descriptor.address);
-      continue;
-    }
-    const int fd = theirs[q].kind == MemoryKind::kPosixFd ? context.fds->receive(q, tag) : -1;
-    imported.mappings.push_back(PeerMapping::open(function, "peer handle", theirs[q], fd, context.device));
-    imported.peers[q] = imported.mappings.back()->address();
-  }
-  return imported;
 }
 
 }  // namespace braid

@@ -129,31 +129,16 @@ RegistrationStats RegistrationCache::stats() {
   return stats;
 }
 
-std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const MemoryDescriptor* mine, uintptr_t address,
-                                              const char* what, bool graph_held) {
+namespace {
+
+// Maps every peer's range of an exchange whose blobs all name one (the peers' fds by `tag`).
+ExchangedTable map_exchanged(MemoryContext& state, const MemoryDescriptor& own, const std::vector<std::string>& blobs,
+                             uintptr_t address, const char* what, bool graph_held, uint64_t tag) {
   RegistrationCache& cache = *state.registrations;
-  std::lock_guard<std::mutex> setup(state.setup_mutex);
-  FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
-  MemoryDescriptor own = mine ? *mine : MemoryDescriptor{};
-  if (mine && own.kind == MemoryKind::kPosixFd) own.fd = exported.fd = export_allocation_fd(own, state.device);
-  const std::string own_blob = mine ? pack(own, job_secret()) : std::string();
-  offer_to_thread_ranks(state, own_blob);  // NOTE [descriptors naming this process]
-  const std::vector<std::string> blobs = state.bootstrap->allgather(own_blob, what);
-  withdraw_earlier_offers(state, own_blob);
-  // Every rank reads the same blobs: either all map, or none does (an empty blob is a rank that cannot share).
-  for (const std::string& blob : blobs) {
-    if (blob.empty()) return std::nullopt;
-  }
-  const uint64_t tag = state.alloc_sequence++;
   std::vector<MemoryDescriptor> theirs(state.size);
   for (int q = 0; q < state.size; ++q) {
     if (q == state.rank) continue;  // this rank's own entry is `own`, never one from the store
     theirs[q] = unpack_for_import(blobs[q], what, "peer descriptor", BlobOrigin{&state, q});
-  }
-  if (exported.fd >= 0) {
-    for (int q = 0; q < state.size; ++q) {
-      if (q != state.rank) state.fds->send(q, exported.fd, tag);
-    }
   }
   ExchangedTable table;
   PeerRange& range = table.range;
@@ -182,6 +167,36 @@ std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const Memory
     table.peer_ids.push_back(d.id);
   }
   return table;
+}
+
+}  // namespace
+
+std::optional<ExchangedTable> exchange_tables(MemoryContext& state, const MemoryDescriptor* mine, uintptr_t address,
+                                              const char* what, bool graph_held) {
+  std::lock_guard<std::mutex> setup(state.setup_mutex);
+  FdOwner exported;  // VMM: a descriptor of the allocation for every peer (its number travels in the blob)
+  MemoryDescriptor own = mine ? *mine : MemoryDescriptor{};
+  if (mine && own.kind == MemoryKind::kPosixFd) own.fd = exported.fd = export_allocation_fd(own, state.device);
+  const std::string own_blob = mine ? pack(own, job_secret()) : std::string();
+  offer_to_thread_ranks(state, own_blob);  // NOTE [descriptors naming this process]
+  const std::vector<std::string> blobs = state.bootstrap->allgather(own_blob, what);
+  withdraw_earlier_offers(state, own_blob);
+  // Every rank reads the same blobs: either all map, or none does (an empty blob is a rank that cannot share).
+  for (const std::string& blob : blobs) {
+    if (blob.empty()) return std::nullopt;
+  }
+  const uint64_t tag = state.alloc_sequence++;
+  if (exported.fd >= 0) {  // first: a peer's blob this rank refuses below must not leave the peers waiting
+    for (int q = 0; q < state.size; ++q) {
+      if (q != state.rank) state.fds->send(q, exported.fd, tag);
+    }
+  }
+  try {
+    return map_exchanged(state, own, blobs, address, what, graph_held, tag);
+  } catch (...) {
+    if (state.fds) state.fds->discard(tag);  // the peers' fds not taken: closed, so they keep no allocation alive
+    throw;
+  }
 }
 
 std::optional<PeerRange> find_registered_range(MemoryContext& state, const void* pointer, size_t bytes,

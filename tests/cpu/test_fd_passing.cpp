@@ -243,6 +243,31 @@ TEST(FdPassing, TagsOutOfOrder) {
   for (int fd : {one, two, got_one, got_two}) ::close(fd);
 }
 
+// discard(tag) closes the fds that came with the tag and those that come later, and no other tag's.
+TEST(FdPassing, DiscardClosesATagsFdsNowAndOnArrival) {
+  const std::string scope = fresh_scope();
+  FdExchanger rank0(scope, 0, 2, kTimeoutS);
+  FdExchanger rank1(scope, 1, 2, 0.5);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
+  const int kept = memfd_with("kept");
+  rank0.send(1, pipe_fds[1], 3);  // in rank 1's backlog, not yet accepted
+  rank1.discard(3);
+  rank0.send(1, pipe_fds[1], 3);  // after the discard: closed once rank 1 accepts it
+  rank0.send(1, kept, 4);
+  ::close(pipe_fds[1]);
+  const int got = rank1.receive(0, 4);  // accepts both messages
+  EXPECT_EQ(read_content(got), "kept");
+  // Every copy of the write end is closed, so the read end sees its end at once.
+  pollfd read_end{pipe_fds[0], POLLIN, 0};
+  ASSERT_EQ(::poll(&read_end, 1, 5000), 1) << "a discarded fd is still open";
+  char byte;
+  EXPECT_EQ(::read(pipe_fds[0], &byte, 1), 0);
+  Error error = expect_error([&] { rank1.receive(0, 3); });
+  EXPECT_EQ(error.code(), ErrorCode::kTimeout) << error.what();
+  for (int fd : {pipe_fds[0], kept, got}) ::close(fd);
+}
+
 TEST(FdPassing, SilentPeerTimesOut) {
   const std::string scope = fresh_scope();
   FdExchanger rank0(scope, 0, 2, 0.5);
