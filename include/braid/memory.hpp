@@ -94,9 +94,10 @@ class RegisteredBuffer {
 // Device memory of this process described for other processes of this host: blob() is an opaque, versioned byte
 // string that import_handle() maps elsewhere. It stays importable while this handle (or a copy) lives: for VMM
 // memory the handle keeps the file descriptor importers take (with pidfd_getfd, which needs ptrace permission
-// over this process: same user, Yama ptrace_scope ≤ 1 with a parent/child relation, or 0). Import a blob only
-// while its handle lives: the blob names the fd by its number, which this process may give to another export (or
-// another file) once the handle is gone, so a stale blob may be refused or may map other memory of this process.
+// over this process: the same user and Yama's ptrace_scope 0, or 1 where the importer is an ancestor of this
+// process, or CAP_SYS_PTRACE). Import a blob only while its handle lives: the blob names the fd by its number,
+// which this process may give to another export (or another file) once the handle is gone, so a stale blob may be
+// refused or may map other memory of this process.
 class ExportedHandle {
  public:
   ExportedHandle() = default;

@@ -27,9 +27,11 @@ struct Rendezvous {
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 
-  // From the environment: the first convention, in this order, whose rank and size variables are both set:
-  // braid-run's BRAID_* variables; torchrun's RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT;
-  // Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*; Slurm's SLURM_* (docs/config.md has each one's variables).
+  // From the environment: braid-run's BRAID_* variables wherever BRAID_RANK is set (an empty one is refused as no
+  // integer; BRAID_WORLD_SIZE and BRAID_STORE_ADDR must be set too, else kInvalidArgument naming the missing one),
+  // otherwise the first convention, in this order, whose rank and size variables are both set: torchrun's
+  // RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT; Open MPI's OMPI_COMM_WORLD_*; MPICH's PMI_*;
+  // Slurm's SLURM_* (docs/config.md has each one's variables).
   // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the missing
   // or malformed variable (where no convention has both, one whose rank or size alone is set is named). Local
   // rank and size default to rank and size. Under torchrun, MASTER_PORT may be missing only where

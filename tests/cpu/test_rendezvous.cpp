@@ -147,6 +147,16 @@ TEST(Rendezvous, BraidRunBeatsTorchrun) {
   EXPECT_EQ(r.size, 7);
 }
 
+TEST(Rendezvous, ASetBraidRankSelectsBraidRunEvenBesideTorchrun) {
+  Environment env = torchrun_env();
+  env["BRAID_RANK"] = "6";
+  expect_invalid_env(env, {"BRAID_WORLD_SIZE"});
+  env["BRAID_RANK"] = "";
+  env["BRAID_WORLD_SIZE"] = "7";
+  env["BRAID_STORE_ADDR"] = "h:1";
+  expect_invalid_env(env, {"BRAID_RANK"});
+}
+
 TEST(Rendezvous, TorchrunBeatsMpiAndSlurm) {
   Environment env = torchrun_env();
   env.merge(open_mpi_single_host_env("1234"));
