@@ -257,7 +257,8 @@ class Communicator {
   // the communicator's earlier calls to finish on the GPU). A buffer inside a registered range hits it. cudaMalloc
   // memory (legacy CUDA IPC) and VMM memory made with POSIX-fd handles work, sub-ranges too. Refused naming the
   // argument: null, zero length, a range past its allocation's end, host or managed memory, another GPU's memory
-  // (kInvalidArgument); memory that cannot be shared (kUnsupported). Thread-safe.
+  // (kInvalidArgument); memory that cannot be shared, cudaMallocAsync memory of any pool among it (kUnsupported).
+  // Thread-safe.
   //
   // Automatic registration (on unless BRAID_AUTO_REGISTER=0): in a call captured into a CUDA graph, beyond the LL
   // sizes, a buffer the call's zero-copy paths would use (docs/registration.md lists them per collective; reduce
@@ -266,8 +267,8 @@ class Communicator {
   // buffer's allocation (identified by its CUDA buffer id, so memory freed and allocated again at an address is
   // mapped anew); the replays then take the paths of registered buffers, with no host call. The graph holds the
   // peers' mappings until it (and every executable graph made from it) is destroyed. A rank whose memory cannot be
-  // shared (neither cudaMalloc memory nor VMM memory with POSIX-fd handles: managed memory, a cudaMallocAsync
-  // pool's without IPC handle types; a range across two VMM allocations; host memory where
+  // shared (neither cudaMalloc memory nor VMM memory with POSIX-fd handles: managed memory, cudaMallocAsync
+  // memory of any pool, whatever its handle types; a range across two VMM allocations; host memory where
   // BRAID_CHECK_POINTERS=off, which otherwise refuses it) makes that call staged on every rank. A rank that passes a symmetric or registered buffer to that call, or runs
   // it eagerly, makes it fail on every rank with kMismatch. Eager calls of unregistered buffers are staged and
   // exchange nothing (but see BRAID_EAGER_ZERO_COPY below for buffers of VMM memory).

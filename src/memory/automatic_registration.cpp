@@ -17,7 +17,7 @@ namespace {
 constexpr uint64_t kAutomaticIdBit = uint64_t(1) << 63;
 
 // This rank's buffer described for the exchange, or nullopt when it cannot be shared (host, managed or another
-// GPU's memory, a cudaMallocAsync pool without IPC handle types): the call then runs staged on every rank.
+// GPU's memory, cudaMallocAsync memory of any pool): the call then runs staged on every rank.
 std::optional<MemoryDescriptor> describe_automatic(const void* pointer, size_t bytes, int device) {
   MemoryDescriptor mine;
   try {

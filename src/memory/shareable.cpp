@@ -97,7 +97,7 @@ MemoryDescriptor describe_shareable(const char* function, const char* argument, 
   }
   raise(ErrorCode::kUnsupported,
         "{}: argument '{}' ({}) is device memory that cannot be shared: neither cudaMalloc memory (legacy CUDA IPC) "
-        "nor VMM memory with POSIX-fd handles (a cudaMallocAsync pool without IPC handle types?)",
+        "nor VMM memory with POSIX-fd handles (cudaMallocAsync memory is such, whatever its pool's handle types)",
         function, argument, pointer);
 }
 

@@ -13,7 +13,7 @@ namespace braid::detail {
 // Refused with kInvalidArgument naming `argument`: null, zero length, a range that overflows the address
 // space or its allocation, host or managed memory, memory of another GPU than `device`. Refused with
 // kUnsupported: device memory that cannot be shared (neither cudaMalloc nor VMM made with POSIX-fd handles,
-// e.g. a cudaMallocAsync pool without IPC handle types). `device` is made current for the checks.
+// e.g. cudaMallocAsync memory of any pool, whatever its handle types). `device` is made current for the checks.
 MemoryDescriptor describe_shareable(const char* function, const char* argument, const void* pointer, size_t bytes,
                                     int device);
 

@@ -9,7 +9,7 @@
 //     same address) and captured again: every graph reads the memory its ranks passed;
 //   - VMM memory made with POSIX-fd handles is mapped too; a buffer across two VMM allocations mapped side by side
 //     (as PyTorch's expandable segments grow) is staged;
-//   - a rank whose memory cannot be shared (a cudaMallocAsync pool without IPC handle types) makes the call staged
+//   - a rank whose memory cannot be shared (cudaMallocAsync memory) makes the call staged
 //     on every rank, with the right result.
 // With BRAID_AUTO_REGISTER=0 in the environment the same tests expect no exchange and no mapping.
 #include <cuda_runtime_api.h>
@@ -330,7 +330,7 @@ TEST(AutomaticRegistration, BufferAcrossTwoVmmAllocationsIsStaged) {
 TEST(AutomaticRegistration, MemoryOneRankCannotShareIsStagedOnEveryRank) {
   on_every_rank([](Communicator& comm, uint32_t seed, StreamHandle& stream) {
     const RegistrationStats before = comm.registration_stats();
-    // Rank 0 passes memory of the default cudaMallocAsync pool, which has no IPC handle types.
+    // Rank 0 passes memory of the default cudaMallocAsync pool, which no peer can map.
     void* buffer = nullptr;
     if (comm.rank() == 0) {
       cuda(cudaMallocAsync(&buffer, kCount * 4, stream.stream), "cudaMallocAsync");

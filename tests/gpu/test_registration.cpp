@@ -431,6 +431,25 @@ TEST(Registration, BadArgumentsNameTheArgument) {
     cuda(cudaMallocHost(&pinned, 4096), "cudaMallocHost");
     refused([&] { comm.register_buffer(pinned, 4096); }, ErrorCode::kInvalidArgument, "host memory");
     cudaFreeHost(pinned);
+    // cudaMallocAsync memory cannot be shared, whatever its pool's handle types: the driver gives its allocations
+    // neither a legacy IPC handle nor an allocation handle.
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypePosixFileDescriptor;
+    props.location = {cudaMemLocationTypeDevice, comm.device()};
+    cudaMemPool_t fd_pool = nullptr;
+    cuda(cudaMemPoolCreate(&fd_pool, &props), "cudaMemPoolCreate");
+    cudaMemPool_t default_pool = nullptr;
+    cuda(cudaDeviceGetDefaultMemPool(&default_pool, comm.device()), "cudaDeviceGetDefaultMemPool");
+    for (cudaMemPool_t pool : {default_pool, fd_pool}) {
+      void* pooled = nullptr;
+      cuda(cudaMallocFromPoolAsync(&pooled, 1 << 20, pool, nullptr), "cudaMallocFromPoolAsync");
+      cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+      refused([&] { comm.register_buffer(pooled, 1 << 20); }, ErrorCode::kUnsupported, "cannot be shared");
+      cuda(cudaFreeAsync(pooled, nullptr), "cudaFreeAsync");
+    }
+    cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+    cuda(cudaMemPoolDestroy(fd_pool), "cudaMemPoolDestroy");
     int devices = 0;
     cudaGetDeviceCount(&devices);
     if (devices > 1) {
