@@ -12,6 +12,8 @@
 //   - push vmm / pull vmm: the same between VMM allocations (cuMemCreate, mapped once, both GPUs granted access);
 //   - push vmm xK:       K pieces, each on its own stream of GPU 0 (forked and joined with events);
 //   - two-way ...:       both directions at once.
+//   - one GPU both ways: GPU 0 issues both directions at once, a push to GPU 1 and a pull from it, each on its own
+//                        streams (xK: each direction in K pieces), as a rank that knows both ranks' buffers would.
 // Usage: copy_engines [bytes]
 //
 // Build: nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 bench/probes/copy_engines.cu -lcuda -o build/probes/copy_engines
@@ -65,10 +67,38 @@ void issue(int g, void* dst, const void* src, size_t bytes, int pieces, bool pee
 
 float elapsed(int g) { return elapsed_ms(g, gpu[g].start, gpu[g].stop); }
 
+// GPU 0 pushes `bytes` of its VMM source to GPU 1 and pulls as many of GPU 1's into its own, at once: each direction
+// in `pieces` pieces on streams of its own (push on the first half of the streams, pull on the second), between
+// GPU 0's start and stop events.
+void issue_both_ways_from_gpu0(size_t bytes, int pieces) {
+  CHECK(cudaSetDevice(0));
+  Gpu& G = gpu[0];
+  CHECK(cudaEventRecord(G.start, G.streams[0]));
+  CHECK(cudaEventRecord(G.fork, G.streams[0]));
+  const size_t piece = (bytes / pieces + 255) / 256 * 256;
+  for (int direction = 0; direction < 2; ++direction) {
+    char* dst = static_cast<char*>(direction == 0 ? gpu[1].vmm_dst : gpu[0].vmm_dst);
+    const char* src = static_cast<const char*>(direction == 0 ? gpu[0].vmm_src : gpu[1].vmm_src);
+    for (int p = 0; p < pieces; ++p) {
+      const int index = direction * pieces + p;
+      cudaStream_t s = G.streams[index];
+      if (index > 0) CHECK(cudaStreamWaitEvent(s, G.fork, 0));
+      const size_t begin = std::min(bytes, p * piece), n = std::min(bytes, begin + piece) - begin;
+      CHECK(cudaMemcpyAsync(dst + begin, src + begin, n, cudaMemcpyDefault, s));
+      if (index > 0) {
+        CHECK(cudaEventRecord(G.join[index], s));
+        CHECK(cudaStreamWaitEvent(G.streams[0], G.join[index], 0));
+      }
+    }
+  }
+  CHECK(cudaEventRecord(G.stop, G.streams[0]));
+}
+
 struct Variant {
   const char* name;
   bool vmm, pull, two_way, peer_api;
   int pieces;
+  bool one_gpu_both_ways = false;
 };
 
 int main(int argc, char** argv) {
@@ -101,6 +131,8 @@ int main(int argc, char** argv) {
       {"peer cudaMalloc x2", false, false, false, true, 2}, {"two-way peer cudaMalloc", false, false, true, true, 1},
       {"two-way push vmm", true, false, true, false, 1},   {"two-way pull vmm", true, true, true, false, 1},
       {"two-way push vmm x2", true, false, true, false, 2}, {"two-way push vmm x4", true, false, true, false, 4},
+      {"one GPU both ways vmm", true, false, true, false, 1, true},
+      {"one GPU both ways vmm x2", true, false, true, false, 2, true},
   };
   std::printf("# copy_engines: %zu bytes a direction; GB/s per direction, median of 11\n", bytes);
   std::printf("%-26s %10s %10s\n", "variant", "us", "GB/s");
@@ -111,6 +143,13 @@ int main(int argc, char** argv) {
         CHECK(cudaSetDevice(g));
         CHECK(cudaDeviceSynchronize());
       }
+      float ms = 0;
+      if (v.one_gpu_both_ways) {
+        issue_both_ways_from_gpu0(bytes, v.pieces);
+        ms = elapsed(0);
+        if (rep >= 3) times.push_back(ms);
+        continue;
+      }
       // Direction d: GPU d's data to GPU 1 - d. A push is issued by the source GPU, a pull by the destination.
       for (int d = 0; d < (v.two_way ? 2 : 1); ++d) {
         const int issuer = v.pull ? 1 - d : d;
@@ -118,7 +157,6 @@ int main(int argc, char** argv) {
         const void* src = v.vmm ? gpu[d].vmm_src : gpu[d].malloc_src;
         issue(issuer, dst, src, bytes, v.pieces, v.peer_api);
       }
-      float ms = 0;
       for (int d = 0; d < (v.two_way ? 2 : 1); ++d) ms = std::max(ms, elapsed(v.pull ? 1 - d : d));
       if (rep >= 3) times.push_back(ms);
     }
