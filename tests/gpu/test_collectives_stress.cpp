@@ -259,6 +259,13 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
     // while it is being made (ranks may reach this test seconds apart as processes).
     Communicator keeper = Communicator::init(context.rendezvous, test_options());
     make_current(keeper);
+    // Buffers and stream made once, before any rank's call: where ranks share a GPU as threads, an allocation, a
+    // synchronous memset or a new stream waits behind a peer's call in flight (docs/shared-gpu.md).
+    constexpr size_t n = 1 << 18;  // float32 elements
+    DeviceBuffer send(n * 4), recv(n * 4);
+    cuda_check(cudaMemset(send.get(), 0, n * 4), "cudaMemset");
+    StreamHandle stream_handle;
+    const cudaStream_t stream = stream_handle.get();
     // Every all-reduce algorithm waits in its own way (barriers, FIFO pieces, LL lines): each must give up.
     for (const char* algorithm : {"allreduce=ll", "allreduce=ll128", "allreduce=oneshot", "allreduce=twoshot"}) {
       keeper.barrier();  // the skipping rank is back in step: it skipped the previous call and came here
@@ -269,11 +276,9 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
       Communicator comm = Communicator::init(context.rendezvous, options);
       const int rank = comm.rank(), world = comm.size();
       const int skipper = world - 1;
-      constexpr size_t n = 1 << 18;  // float32 elements
-      DeviceBuffer send(n * 4), recv(n * 4);
-      cuda_check(cudaMemset(send.get(), 0, n * 4), "cudaMemset");
-      StreamHandle stream_handle;
-      const cudaStream_t stream = stream_handle.get();
+      // No rank's first call spins before every rank's init (its allocations and streams) is over: a rank held
+      // there past the 2 s would time its peers' first call out.
+      keeper.barrier();
       auto all_reduce = [&] { comm.all_reduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum, stream); };
 
       // Everyone makes the first call: the communicator works.
