@@ -39,52 +39,32 @@ struct Gpu {
 };
 Gpu gpu[2];
 
-// Copies `bytes` from `src` to `dst` in `pieces` pieces on GPU g's streams, between g's start and stop events.
-void issue(int g, void* dst, const void* src, size_t bytes, int pieces, bool peer_api) {
+struct Copy {
+  void* dst;
+  const void* src;
+};
+
+// Copies `bytes` for each of `copies` at once, each in `pieces` pieces on streams of GPU g's own (copy c's piece p on
+// stream c * pieces + p), between g's start and stop events.
+void issue(int g, const std::vector<Copy>& copies, size_t bytes, int pieces, bool peer_api) {
   CHECK(cudaSetDevice(g));
   Gpu& G = gpu[g];
   CHECK(cudaEventRecord(G.start, G.streams[0]));
   CHECK(cudaEventRecord(G.fork, G.streams[0]));
   const size_t piece = (bytes / pieces + 255) / 256 * 256;
-  for (int p = 0; p < pieces; ++p) {
-    cudaStream_t s = G.streams[p];
-    if (p > 0) CHECK(cudaStreamWaitEvent(s, G.fork, 0));
-    const size_t begin = std::min(bytes, p * piece), n = std::min(bytes, begin + piece) - begin;
-    char* d = static_cast<char*>(dst) + begin;
-    const char* from = static_cast<const char*>(src) + begin;
-    if (peer_api) {
-      CHECK(cudaMemcpyPeerAsync(d, 1 - g, from, g, n, s));
-    } else {
-      CHECK(cudaMemcpyAsync(d, from, n, cudaMemcpyDefault, s));
-    }
-    if (p > 0) {
-      CHECK(cudaEventRecord(G.join[p], s));
-      CHECK(cudaStreamWaitEvent(G.streams[0], G.join[p], 0));
-    }
-  }
-  CHECK(cudaEventRecord(G.stop, G.streams[0]));
-}
-
-float elapsed(int g) { return elapsed_ms(g, gpu[g].start, gpu[g].stop); }
-
-// GPU 0 pushes `bytes` of its VMM source to GPU 1 and pulls as many of GPU 1's into its own, at once: each direction
-// in `pieces` pieces on streams of its own (push on the first half of the streams, pull on the second), between
-// GPU 0's start and stop events.
-void issue_both_ways_from_gpu0(size_t bytes, int pieces) {
-  CHECK(cudaSetDevice(0));
-  Gpu& G = gpu[0];
-  CHECK(cudaEventRecord(G.start, G.streams[0]));
-  CHECK(cudaEventRecord(G.fork, G.streams[0]));
-  const size_t piece = (bytes / pieces + 255) / 256 * 256;
-  for (int direction = 0; direction < 2; ++direction) {
-    char* dst = static_cast<char*>(direction == 0 ? gpu[1].vmm_dst : gpu[0].vmm_dst);
-    const char* src = static_cast<const char*>(direction == 0 ? gpu[0].vmm_src : gpu[1].vmm_src);
+  for (size_t c = 0; c < copies.size(); ++c) {
     for (int p = 0; p < pieces; ++p) {
-      const int index = direction * pieces + p;
+      const int index = static_cast<int>(c) * pieces + p;
       cudaStream_t s = G.streams[index];
       if (index > 0) CHECK(cudaStreamWaitEvent(s, G.fork, 0));
       const size_t begin = std::min(bytes, p * piece), n = std::min(bytes, begin + piece) - begin;
-      CHECK(cudaMemcpyAsync(dst + begin, src + begin, n, cudaMemcpyDefault, s));
+      char* d = static_cast<char*>(copies[c].dst) + begin;
+      const char* from = static_cast<const char*>(copies[c].src) + begin;
+      if (peer_api) {
+        CHECK(cudaMemcpyPeerAsync(d, 1 - g, from, g, n, s));
+      } else {
+        CHECK(cudaMemcpyAsync(d, from, n, cudaMemcpyDefault, s));
+      }
       if (index > 0) {
         CHECK(cudaEventRecord(G.join[index], s));
         CHECK(cudaStreamWaitEvent(G.streams[0], G.join[index], 0));
@@ -93,6 +73,8 @@ void issue_both_ways_from_gpu0(size_t bytes, int pieces) {
   }
   CHECK(cudaEventRecord(G.stop, G.streams[0]));
 }
+
+float elapsed(int g) { return elapsed_ms(g, gpu[g].start, gpu[g].stop); }
 
 struct Variant {
   const char* name;
@@ -144,10 +126,9 @@ int main(int argc, char** argv) {
         CHECK(cudaDeviceSynchronize());
       }
       float ms = 0;
-      if (v.one_gpu_both_ways) {
-        issue_both_ways_from_gpu0(bytes, v.pieces);
-        ms = elapsed(0);
-        if (rep >= 3) times.push_back(ms);
+      if (v.one_gpu_both_ways) {  // GPU 0 pushes its source to GPU 1 and pulls GPU 1's into its own
+        issue(0, {{gpu[1].vmm_dst, gpu[0].vmm_src}, {gpu[0].vmm_dst, gpu[1].vmm_src}}, bytes, v.pieces, false);
+        if (rep >= 3) times.push_back(elapsed(0));
         continue;
       }
       // Direction d: GPU d's data to GPU 1 - d. A push is issued by the source GPU, a pull by the destination.
@@ -155,7 +136,7 @@ int main(int argc, char** argv) {
         const int issuer = v.pull ? 1 - d : d;
         void* dst = v.vmm ? gpu[1 - d].vmm_dst : gpu[1 - d].malloc_dst;
         const void* src = v.vmm ? gpu[d].vmm_src : gpu[d].malloc_src;
-        issue(issuer, dst, src, bytes, v.pieces, v.peer_api);
+        issue(issuer, {{dst, src}}, bytes, v.pieces, v.peer_api);
       }
       for (int d = 0; d < (v.two_way ? 2 : 1); ++d) ms = std::max(ms, elapsed(v.pull ? 1 - d : d));
       if (rep >= 3) times.push_back(ms);
