@@ -199,7 +199,7 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
       StreamHandle stream;
       cuda_check(cudaMemcpyAsync(send, input.data(), in_count * 4, cudaMemcpyHostToDevice, stream.get()), "upload");
       if (recv != send) cuda_check(cudaMemsetAsync(recv, kPoison, out_count * 4, stream.get()), "poison");
-      keeper.barrier();  // every rank made its buffers and stream before any rank calls (docs/shared-gpu.md)
+      host_barrier();  // every rank made its buffers and stream before any rank calls (NOTE [shared-GPU waits])
       std::string outcome = "ok", message;
       try {
         switch (s.call) {
@@ -366,7 +366,7 @@ TEST(Agreement, CallsEnqueuedBeforeAFailureLandedTouchNothing) {
       cuda_check(cudaMemset(first.send, 1, first_count * 4), "first input");
       cuda_check(cudaMemset(second_recv.get(), kPoison, out_count * 4), "poison");
       StreamHandle stream;
-      keeper.barrier();  // every rank made its buffers and stream before any rank calls (docs/shared-gpu.md)
+      host_barrier();  // every rank made its buffers and stream before any rank calls (NOTE [shared-GPU waits])
       *released = 0;
       cuda_check(hold_until_released(stream.get(), released, 5'000'000'000ull), "hold");
       std::string outcome = "ok";
@@ -423,7 +423,7 @@ TEST(Agreement, AnLLCallAgainstABarrierKernelIsAMismatchEverywhere) {
     const size_t count = ll ? ll_count : barrier_count;
     cuda_check(cudaMemset(send, 1, count * 4), "input");
     StreamHandle stream;
-    keeper.barrier();  // every rank made its buffers and stream before any rank calls (docs/shared-gpu.md)
+    host_barrier();  // every rank made its buffers and stream before any rank calls (NOTE [shared-GPU waits])
     const std::string outcome = outcome_of(comm, stream.get(), [&] {
       comm.all_gather(send, recv, count, DataType::kInt32, stream.get());
     });
@@ -464,7 +464,7 @@ TEST(Agreement, LLCallsOfAnotherCountAreAMismatchEverywhere) {
       DeviceBuffer send(count * 4), recv(count * 4 * world);
       cuda_check(cudaMemset(send.get(), 1, count * 4), "input");
       StreamHandle stream;
-      keeper.barrier();  // every rank made its buffers and stream before any rank calls (docs/shared-gpu.md)
+      host_barrier();  // every rank made its buffers and stream before any rank calls (NOTE [shared-GPU waits])
       const std::string outcome = outcome_of(comm, stream.get(), [&] {
         switch (c.call) {
           case Call::kAllReduce:

@@ -490,10 +490,9 @@ class TestBuffers {
       recv_ = recv_buffer_->get();
     }
     meta_buffer_ = std::make_unique<DeviceBuffer>(meta_count_ * sizeof(int64_t));
-    // Every rank has its buffers (and the stream its caller made before them) before any rank calls: where ranks
-    // share a GPU as threads, an allocation or a stream made while a peer's call spins can hold this rank until
-    // that call times out (docs/shared-gpu.md).
-    comm.barrier();
+    // Every rank has its buffers (and the stream its caller made before them) before any rank calls (NOTE
+    // [shared-GPU waits]).
+    host_barrier();
   }
   TestBuffers(const TestBuffers&) = delete;
   TestBuffers& operator=(const TestBuffers&) = delete;

@@ -277,8 +277,8 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
       const int rank = comm.rank(), world = comm.size();
       const int skipper = world - 1;
       // No rank's first call spins before every rank's init (its allocations and streams) is over: a rank held
-      // there past the 2 s would time its peers' first call out.
-      keeper.barrier();
+      // there past the 2 s would time its peers' first call out (NOTE [shared-GPU waits]).
+      host_barrier();
       auto all_reduce = [&] { comm.all_reduce(send.get(), recv.get(), n, DataType::kFloat32, ReduceOp::kSum, stream); };
 
       // Everyone makes the first call: the communicator works.

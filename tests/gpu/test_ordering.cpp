@@ -92,7 +92,7 @@ void collectives_on_streams(Communicator& comm, int stream_count, bool symmetric
     arenas.recv = device_recv->get();
   }
   Streams streams(stream_count);
-  comm.barrier();  // every rank made its arenas and streams before any rank calls (docs/shared-gpu.md)
+  host_barrier();  // every rank made its arenas and streams before any rank calls (NOTE [shared-GPU waits])
   std::vector<unsigned char> initial_send, initial_recv, got_send, got_recv;
   size_t next = 0, failed = 0;
   while (next < cases.size()) {
@@ -183,7 +183,7 @@ void all_to_all_and_send_recv_on_four_streams(int rounds, const CommOptions& opt
       slot.recv = std::make_unique<DeviceBuffer>(kMaxElements * world * 4);
       slot.counts = std::make_unique<DeviceBuffer>(2 * world * sizeof(int64_t));
     }
-    comm.barrier();  // every rank made its streams and buffers before any rank calls (docs/shared-gpu.md)
+    host_barrier();  // every rank made its streams and buffers before any rank calls (NOTE [shared-GPU waits])
     size_t wrong_rounds = 0;
     for (int round = 0; round < kRounds && wrong_rounds < 5; ++round) {
       struct Planned {

@@ -60,7 +60,7 @@ bool ranks_share_a_context();
 //   cudaGraphLaunch). A test that replays a graph again synchronises its stream first (replay_graph).
 // - A stream made, or memory allocated, while a peer's call spins can land behind that call (a hardware queue the
 //   peer's stream uses, or the device-wide wait above). A test makes its streams and buffers, then meets the other
-//   ranks at the communicator's host barrier (Communicator::barrier) before its first call.
+//   ranks at host_barrier() before its first call.
 //
 // Every rank of this test reaches this line before any goes on (a no-op under braid-run: each process has its own
 // context). Bounded: throws after 60 s.
