@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) blocks_ll(LLLaunch launch) {
       const char* wire = ll_slot(launch, call, rank, r) + i * kLLWireBytes;
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, call.flag, &line); }, launch.collective,
-                                   kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
+                                   kSiteLLData, r, blockIdx.x, ll_plan_check(launch), ll_progress(wire, call.flag));
       if (arrived) store_line(launch.recv + r * launch.recv_rank_stride + offset, line, left);
     }
   }

@@ -38,7 +38,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock) broadcast_ll(LLLaunch launch
       const char* wire = ll_slot(launch, call, rank, root) + i * kLLWireBytes;
       uint2 line;
       arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, call.flag, &line); }, launch.collective,
-                                   kSiteLLData, root, blockIdx.x, ll_plan_check(launch));
+                                   kSiteLLData, root, blockIdx.x, ll_plan_check(launch),
+                                   ll_progress(wire, call.flag));
       if (arrived) store_line(launch.recv + offset, line, bytes - offset);
     }
   }

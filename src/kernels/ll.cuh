@@ -69,6 +69,11 @@ __device__ __forceinline__ uint4 load_wire_bytes(const char* address) {
 }
 __device__ __forceinline__ bool wire_holds(const uint4& wire, uint32_t flag) { return wire.y == flag && wire.w == flag; }
 
+// What an LL poll of `wire` reports on its timeout: the call's flag, and the flag the line's first half holds then.
+__device__ __forceinline__ auto ll_progress(const char* wire, uint32_t flag) {
+  return device::wait_progress(static_cast<long long>(flag), [wire] { return static_cast<long long>(load_wire_bytes(wire).y); });
+}
+
 // Block 0's thread p polls p's plan line with its data lines, so it costs no round trip of its own.
 struct PlanLineHold {
   const char* wire = nullptr;  // null: this thread checks none
@@ -103,7 +108,8 @@ __device__ __forceinline__ PlanLineHold plan_line_hold(const LLLaunch& launch, s
 __device__ inline bool check_plan_line(const LLLaunch& launch, PlanLineHold& hold, uint32_t flag) {
   if (hold.wire == nullptr) return true;
   if (!hold.taken && !device::spin_until(launch.pad, [&] { return load_wire(hold.wire, flag, &hold.plan); },
-                                         launch.collective, kSiteLLData, hold.peer, 0, ll_plan_check(launch))) {
+                                         launch.collective, kSiteLLData, hold.peer, 0, ll_plan_check(launch),
+                                         ll_progress(hold.wire, flag))) {
     return false;
   }
   const uint64_t theirs = uint64_t(hold.plan.x) | uint64_t(hold.plan.y) << 32;

@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock) reduce_ll(LLLaunch launch) {
       } else {
         const char* wire = slot(rank, r) + i * kLLWireBytes;
         arrived = device::spin_until(launch.pad, [&] { return plan.poll(wire, flag, &line); }, launch.collective,
-                                     kSiteLLData, r, blockIdx.x, ll_plan_check(launch));
+                                     kSiteLLData, r, blockIdx.x, ll_plan_check(launch), ll_progress(wire, flag));
         if (!arrived) break;
       }
       const T* values = reinterpret_cast<const T*>(&line);

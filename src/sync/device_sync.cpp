@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/capture_mode.hpp"
@@ -50,6 +51,19 @@ device::ErrorWord fields_of(const device::ErrorWord& word, unsigned int code) {
   seen.value = word.value;
   seen.limit = word.limit;
   return seen;
+}
+
+// What a timed-out wait saw of its peer (device::WaitProgress), as a sentence; empty where it told nothing.
+std::string wait_progress_text(const device::ErrorWord& error) {
+  if (error.limit == 0) return "";
+  if (error.site == kSiteLLData) {
+    // Flags are the LL calls' numbers cut to 32 bits; 0: a line never written.
+    const auto held = static_cast<uint32_t>(error.value), needed = static_cast<uint32_t>(error.limit);
+    if (held == 0) return fmt::format(" The line had never been written; this call is the communicator's LL call {}.", needed);
+    return fmt::format(" The line held LL call {}'s flag; this call is the communicator's LL call {}.", held, needed);
+  }
+  return fmt::format(" Rank {}'s signal count on that channel was {}; the wait needed {}.", error.peer, error.value,
+                     error.limit);
 }
 
 }  // namespace
@@ -203,9 +217,9 @@ void DeviceSync::raise_recorded_error(const char* (*collective_name)(unsigned in
   if (error.code != 0) {
     raise(ErrorCode::kTimeout,
           "{}: rank {} waited {:.1f} s for rank {} at the {} (channel {}) and gave up: rank {} did not arrive within "
-          "the timeout. The communicator is unusable; destroy it.",
+          "the timeout.{} The communicator is unusable; destroy it.",
           collective_name(error.collective), error.rank, error.waited_ns * 1e-9, error.peer,
-          wait_site_name(error.site), error.channel, error.peer);
+          wait_site_name(error.site), error.channel, error.peer, wait_progress_text(error));
   }
 }
 

@@ -252,6 +252,25 @@ TEST(CollectivesStress, LargeAllReducesInPlaceAmongSmallCallsOnTwoStreams) {
 // which collective, which wait and which peer; the host raises it as kTimeout. A communicator is unusable
 // after a timeout: one is made per algorithm and destroyed, and only the keeper communicator's host barrier
 // lines the ranks up between them.
+// A timed-out wait tells how far the late rank got (device::WaitProgress): the LL poll, the LL call it is in
+// and an older one's flag on the line (or none); a barrier, the signal count it needed and the smaller one it saw.
+// LL128's per-warp polls tell nothing.
+void expect_progress_told(const std::string& algorithm, int rank, const std::string& message) {
+  std::smatch found;
+  if (algorithm == "allreduce=ll") {
+    const std::regex told("(never been written|held LL call ([0-9]+)'s flag); this call is the communicator's LL "
+                          "call ([0-9]+)\\.");
+    ASSERT_TRUE(std::regex_search(message, found, told)) << "rank " << rank << ": no LL progress: " << message;
+    if (found[2].matched) {
+      EXPECT_LT(std::stoull(found[2].str()), std::stoull(found[3].str())) << "rank " << rank << ": " << message;
+    }
+  } else if (algorithm != "allreduce=ll128") {
+    const std::regex told("signal count on that channel was (-?[0-9]+); the wait needed (-?[0-9]+)\\.");
+    ASSERT_TRUE(std::regex_search(message, found, told)) << "rank " << rank << ": no signal count: " << message;
+    EXPECT_LT(std::stoll(found[1].str()), std::stoll(found[2].str())) << "rank " << rank << ": " << message;
+  }
+}
+
 TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
   if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
   for_each_rank([](const RankContext& context) {
@@ -316,6 +335,8 @@ TEST(CollectivesStress, TimeoutNamesTheMissingRankAndCollective) {
           << "rank " << rank << ": the message does not name the all_reduce: " << message;
       EXPECT_GE(seconds, 0.5 * kTimeoutS) << "rank " << rank << ": gave up before the timeout: " << message;
       EXPECT_LE(seconds, kTimeoutS + kMarginS) << "rank " << rank << ": took " << seconds << " s to report: " << message;
+      expect_progress_told(algorithm, rank, message);
+      if (rank == 0) std::printf("[timeout] %s, rank 0: %s\n", algorithm, message.c_str());
       // comm is unusable now; it is destroyed here without any further collective call.
     }
   });

@@ -287,7 +287,8 @@ TEST(UserSignalPad, AWaitTimesOutAndTheStoppedRankAnswersTheNextBarrier) {
     constexpr int kDataChannel = device::kBarrierChannels;
     constexpr uint64_t kPlan = 7;
     const int rank = comm.rank();
-    const Record timeout{device::kErrorTimeout, 1234, 5, 0, 1, kDataChannel, 0, 0};
+    // value: the signal count the wait saw (rank 1 never signals), limit: the one it needed (its first).
+    const Record timeout{device::kErrorTimeout, 1234, 5, 0, 1, kDataChannel, 0, 1};
     {
       UserPad user(comm, device::kBarrierChannels + 1, rank == 0 ? kShortTimeoutNs : timeout_ns_of(comm),
                    /*with_stopped=*/true);

@@ -55,8 +55,10 @@ struct ErrorWord {
   int channel;              // timeouts; 0 for data errors; -1 for failures the host publishes (a peer's exit,
                             // an abort, a revocation: braid's own pad)
   unsigned long long waited_ns;  // timeouts; 0 for data errors
-  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch); 0 for timeouts
-  long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch)
+  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch); timeouts: the
+                            // peer's step the wait saw at the timeout (WaitProgress), 0 where it reports none
+  long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch);
+                            // timeouts: the peer's step the wait needed, 0 where it reports none
 };
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
@@ -328,14 +330,32 @@ struct MismatchWatch {
   }
 };
 
+// What a wait tells on its timeout, so the error says how far the peer got: `needed`, the step of the peer it
+// waits for (a signal count, an LL call's flag), and `seen()`, the step it finds there now (read once, at the
+// timeout). needed 0: nothing told (the record's value and limit stay 0).
+struct NoProgress {
+  __device__ long long operator()() const { return 0; }
+};
+template <typename Seen = NoProgress>
+struct WaitProgress {
+  long long needed = 0;
+  Seen seen{};
+};
+template <typename Seen>
+__device__ inline WaitProgress<Seen> wait_progress(long long needed, Seen seen) {
+  return WaitProgress<Seen>{needed, seen};
+}
+
 // Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records
-// (collective, site, peer, channel) and returns false; it also gives up when the fatal word holds a failure
-// (another wait's or the host's; looked at every 1024 polls), and when `check` finds that `peer` runs another
-// plan for the call (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound
-// of their own to the same effect).
-template <typename Ready>
+// (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value) and the one it needed
+// (limit), and returns false; it also gives up when the fatal word holds a failure (another wait's or the
+// host's; looked at every 1024 polls), and when `check` finds that `peer` runs another plan for the call
+// (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound of their own to
+// the same effect).
+template <typename Ready, typename Seen = NoProgress>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
-                                  int peer, int channel, const PlanCheck& check = PlanCheck{}) {
+                                  int peer, int channel, const PlanCheck& check = PlanCheck{},
+                                  const WaitProgress<Seen>& progress = WaitProgress<Seen>{}) {
   if (ready()) return true;
   const unsigned long long start = global_time_ns();
   MismatchWatch watch;
@@ -344,7 +364,8 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
     if ((spins & 1023u) == 0) {
       unsigned long long waited = global_time_ns() - start;
       if (waited > pad.timeout_ns) {
-        record_error(pad, kErrorTimeout, collective, site, peer, channel, waited);
+        const long long seen = progress.needed != 0 ? progress.seen() : 0;
+        record_error(pad, kErrorTimeout, collective, site, peer, channel, waited, seen, progress.needed);
         return false;
       }
       if (failure_recorded(pad)) return false;  // another wait failed, or the host published a failure
@@ -371,7 +392,8 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
   if (count_out != nullptr) *count_out = target;
   const uint64_t* slot = pad.local + channel * pad.world + peer;
   return spin_until(pad, [&] { return reached(load_acquire_system(slot), target); }, collective, site, peer, channel,
-                    check);
+                    check, wait_progress(static_cast<long long>(target),
+                                         [&] { return static_cast<long long>(load_acquire_system(slot)); }));
 }
 
 // barrier's step for one peer, by the thread of that peer: true when the peer reached the barrier with this plan.
@@ -400,7 +422,8 @@ __device__ inline bool barrier_with_peer(const SignalPad& pad, int channel, int 
   if (!spin_until(pad, [&] {
         theirs = load_relaxed_system(announced);
         return reached(load_acquire_system(slot), count) && theirs != 0;
-      }, collective, site, peer, channel)) {
+      }, collective, site, peer, channel, PlanCheck{},
+      wait_progress(static_cast<long long>(count), [&] { return static_cast<long long>(load_acquire_system(slot)); }))) {
     return false;
   }
   store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
