@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
 
 #include "bindings.hpp"
 #include "braid/device/sync_device.hpp"
@@ -88,8 +89,11 @@ class UserSignalPad {
                             : seen == device::kErrorPlanMismatch ? ErrorCode::kMismatch
                                                                  : ErrorCode::kInvalidArgument;
     const std::string what = seen == device::kErrorTimeout
-                                 ? fmt::format("a wait on rank {} for peer {} (channel {}, tag {}, site {}) gave up after {} ns",
-                                               copy.rank, copy.peer, copy.channel, copy.collective, copy.site, copy.waited_ns)
+                                 ? fmt::format("a wait on rank {} for peer {} (channel {}, tag {}, site {}) gave up after {} ns{}",
+                                               copy.rank, copy.peer, copy.channel, copy.collective, copy.site, copy.waited_ns,
+                                               copy.limit == 0 ? std::string()
+                                                               : fmt::format(" (peer's signal count {}, needed {})",
+                                                                             copy.value, copy.limit))
                                  : fmt::format("rank {} recorded code {} (tag {}, peer {}): value {}, limit {}", copy.rank,
                                                seen, copy.collective, copy.peer, copy.value, copy.limit);
     throw Error(error, "SignalPad.check: " + what);
