@@ -71,7 +71,8 @@ __device__ __forceinline__ bool wire_holds(const uint4& wire, uint32_t flag) { r
 
 // What an LL poll of `wire` reports on its timeout: the call's flag, and the flag the line's first half holds then.
 __device__ __forceinline__ auto ll_progress(const char* wire, uint32_t flag) {
-  return device::wait_progress(static_cast<long long>(flag), [wire] { return static_cast<long long>(load_wire_bytes(wire).y); });
+  return device::wait_progress(static_cast<long long>(flag),
+                               [wire] { return static_cast<long long>(load_wire_bytes(wire).y); });
 }
 
 // Block 0's thread p polls p's plan line with its data lines, so it costs no round trip of its own.

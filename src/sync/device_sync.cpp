@@ -59,7 +59,9 @@ std::string wait_progress_text(const device::ErrorWord& error) {
   if (error.site == kSiteLLData) {
     // Flags are the LL calls' numbers cut to 32 bits; 0: a line never written.
     const auto held = static_cast<uint32_t>(error.value), needed = static_cast<uint32_t>(error.limit);
-    if (held == 0) return fmt::format(" The line had never been written; this call is the communicator's LL call {}.", needed);
+    if (held == 0) {
+      return fmt::format(" The line had never been written; this call is the communicator's LL call {}.", needed);
+    }
     return fmt::format(" The line held LL call {}'s flag; this call is the communicator's LL call {}.", held, needed);
   }
   return fmt::format(" Rank {}'s signal count on that channel was {}; the wait needed {}.", error.peer, error.value,

@@ -381,9 +381,10 @@ __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned 
 // Waits for the next signal of `peer` on `channel`. Exactly one thread waits per (channel, peer) at a time.
 // Returns true as soon as the signal is there (looked at first, so a signal that already arrived wins over a
 // failure recorded meanwhile). While it is not, returns false on a timeout (kErrorTimeout recorded where the
-// fatal word was still free, value the peer's count then, limit the count waited for), once the fatal word holds a failure (another wait's or the host's: nothing recorded;
-// looked at every 1024 polls), or, with a PlanCheck, on a plan mismatch (kErrorPlanMismatch). `count_out`, when
-// given, receives the count this wait waits for, set also when it fails (FIFOs derive their slot from it).
+// fatal word was still free, value the peer's count then, limit the count waited for), once the fatal word holds
+// a failure (another wait's or the host's: nothing recorded; looked at every 1024 polls), or, with a PlanCheck, on
+// a plan mismatch (kErrorPlanMismatch). `count_out`, when given, receives the count this wait waits for, set also
+// when it fails (FIFOs derive their slot from it).
 __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigned int collective, unsigned int site,
                             uint64_t* count_out = nullptr, const PlanCheck& check = PlanCheck{}) {
   uint64_t* expected = pad.expected + channel * pad.world + peer;
@@ -423,7 +424,8 @@ __device__ inline bool barrier_with_peer(const SignalPad& pad, int channel, int 
         theirs = load_relaxed_system(announced);
         return reached(load_acquire_system(slot), count) && theirs != 0;
       }, collective, site, peer, channel, PlanCheck{},
-      wait_progress(static_cast<long long>(count), [&] { return static_cast<long long>(load_acquire_system(slot)); }))) {
+      wait_progress(static_cast<long long>(count),
+                    [&] { return static_cast<long long>(load_acquire_system(slot)); }))) {
     return false;
   }
   store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
