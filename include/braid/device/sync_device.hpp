@@ -345,6 +345,11 @@ template <typename Seen>
 __device__ inline WaitProgress<Seen> wait_progress(long long needed, Seen seen) {
   return WaitProgress<Seen>{needed, seen};
 }
+// What a wait for the signal counter at `slot` to reach `target` tells: the target, and the count there then.
+__device__ inline auto counter_progress(const uint64_t* slot, uint64_t target) {
+  return wait_progress(static_cast<long long>(target),
+                       [slot] { return static_cast<long long>(load_acquire_system(slot)); });
+}
 
 // Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records
 // (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value) and the one it needed
@@ -393,8 +398,7 @@ __device__ inline bool wait(const SignalPad& pad, int channel, int peer, unsigne
   if (count_out != nullptr) *count_out = target;
   const uint64_t* slot = pad.local + channel * pad.world + peer;
   return spin_until(pad, [&] { return reached(load_acquire_system(slot), target); }, collective, site, peer, channel,
-                    check, wait_progress(static_cast<long long>(target),
-                                         [&] { return static_cast<long long>(load_acquire_system(slot)); }));
+                    check, counter_progress(slot, target));
 }
 
 // barrier's step for one peer, by the thread of that peer: true when the peer reached the barrier with this plan.
@@ -423,9 +427,7 @@ __device__ inline bool barrier_with_peer(const SignalPad& pad, int channel, int 
   if (!spin_until(pad, [&] {
         theirs = load_relaxed_system(announced);
         return reached(load_acquire_system(slot), count) && theirs != 0;
-      }, collective, site, peer, channel, PlanCheck{},
-      wait_progress(static_cast<long long>(count),
-                    [&] { return static_cast<long long>(load_acquire_system(slot)); }))) {
+      }, collective, site, peer, channel, PlanCheck{}, counter_progress(slot, count))) {
     return false;
   }
   store_relaxed_system(announced, 0);  // read: what announced_plan finds there later is a new announcement
