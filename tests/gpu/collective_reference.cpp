@@ -2,14 +2,17 @@
 #include "world.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <cuda_fp8.h>
 #include <iterator>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <type_traits>
@@ -444,12 +447,31 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+namespace {
+
+// BRAID_TEST_SEED (decimal, or hex with 0x): the seed a failure printed, to replay its calls. Read by every rank,
+// so a malformed value fails them all alike.
+std::optional<uint64_t> replayed_seed() {
+  const char* text = std::getenv("BRAID_TEST_SEED");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(text, &end, 0);
+  if (errno != 0 || end == text || *end != '\0' || *text == '-') {
+    throw std::invalid_argument(std::string("BRAID_TEST_SEED must be a 64-bit number (decimal, or hex with 0x), got '") +
+                                text + "'");
+  }
+  return value;
+}
+
+}  // namespace
+
 uint64_t shared_seed(Communicator& comm) {
+  const std::optional<uint64_t> replayed = replayed_seed();
   std::string mine = "-";
   if (comm.rank() == 0) {
     std::random_device device;
-    const uint64_t seed = (static_cast<uint64_t>(device()) << 32) ^ device();
-    mine = std::to_string(seed);
+    mine = std::to_string(replayed ? *replayed : (static_cast<uint64_t>(device()) << 32) ^ device());
   }
   return std::stoull(comm.host_allgather(mine).at(0));
 }

@@ -65,7 +65,8 @@ size_t recv_elements(const Case& c, int world);
 
 // splitmix64's finaliser: a well-mixed 64-bit value of x.
 uint64_t mix64(uint64_t x);
-// A fresh seed drawn by rank 0 (std::random_device) and shared with every rank (host_allgather). Collective.
+// A fresh seed drawn by rank 0 (std::random_device), or BRAID_TEST_SEED where set (a failure's seed, to replay its
+// calls), shared with every rank (host_allgather). Collective.
 uint64_t shared_seed(Communicator& comm);
 
 // Element `first + i` (i < count) of `rank`'s input for case c, as raw bytes into out.
