@@ -2,10 +2,8 @@
 #include "world.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include <cuda_fp8.h>
@@ -448,30 +446,18 @@ uint64_t mix64(uint64_t x) {
 }
 
 namespace {
-
-// BRAID_TEST_SEED (decimal, or hex with 0x): the seed a failure printed, to replay its calls. Read by every rank,
-// so a malformed value fails them all alike.
-std::optional<uint64_t> replayed_seed() {
-  const char* text = std::getenv("BRAID_TEST_SEED");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long value = std::strtoull(text, &end, 0);
-  if (errno != 0 || end == text || *end != '\0' || *text == '-') {
-    throw std::invalid_argument(std::string("BRAID_TEST_SEED must be a 64-bit number (decimal, or hex with 0x), got '") +
-                                text + "'");
-  }
-  return value;
-}
-
+std::optional<uint64_t> g_replayed_seed;  // replay_seed()
 }  // namespace
 
+void replay_seed(uint64_t seed) { g_replayed_seed = seed; }
+
 uint64_t shared_seed(Communicator& comm) {
-  const std::optional<uint64_t> replayed = replayed_seed();
   std::string mine = "-";
-  if (comm.rank() == 0) {
+  if (comm.rank() == 0 && g_replayed_seed) {
+    mine = std::to_string(*g_replayed_seed);
+  } else if (comm.rank() == 0) {
     std::random_device device;
-    mine = std::to_string(replayed ? *replayed : (static_cast<uint64_t>(device()) << 32) ^ device());
+    mine = std::to_string((static_cast<uint64_t>(device()) << 32) ^ device());
   }
   return std::stoull(comm.host_allgather(mine).at(0));
 }

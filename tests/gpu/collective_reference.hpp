@@ -65,9 +65,11 @@ size_t recv_elements(const Case& c, int world);
 
 // splitmix64's finaliser: a well-mixed 64-bit value of x.
 uint64_t mix64(uint64_t x);
-// A fresh seed drawn by rank 0 (std::random_device), or BRAID_TEST_SEED where set (a failure's seed, to replay its
-// calls), shared with every rank (host_allgather). Collective.
+// A fresh seed drawn by rank 0 (std::random_device), or the one replay_seed() set, shared with every rank
+// (host_allgather). Collective.
 uint64_t shared_seed(Communicator& comm);
+// From now on shared_seed() gives `seed` (braid_gpu_tests --seed=): a failure's seed, to replay its cases.
+void replay_seed(uint64_t seed);
 
 // Element `first + i` (i < count) of `rank`'s input for case c, as raw bytes into out.
 void fill_input(const Case& c, int rank, size_t first, size_t count, void* out);

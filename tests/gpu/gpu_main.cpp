@@ -3,6 +3,8 @@
 //   --world=N         ranks as threads (default: every visible GPU)
 //   --print-gpu-count print the number of visible GPUs (exit 77 when none) and exit
 //   --crash-rank=R    launcher test: rank R aborts after init while the others wait in a barrier
+//   --seed=S          tests on random cases take seed S (decimal, or 0x hex) instead of a fresh one: a failure's,
+//                     to replay its cases
 //   --skip-if-gpus=N  exit 77 (skipped) when exactly N GPUs are visible: an entry for "every GPU" that another
 //                     entry for N ranks already covers
 //   --test-watchdog=S a test still running after S seconds is named on stderr and the process exits 124, so a
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include <thread>
 #include <unistd.h>
 
+#include "collective_reference.hpp"
 #include "world.hpp"
 
 namespace {
@@ -103,6 +107,16 @@ int main(int argc, char** argv) {
     else if (std::strncmp(argv[i], "--crash-rank=", 13) == 0) crash_rank = std::atoi(argv[i] + 13);
     else if (std::strncmp(argv[i], "--skip-if-gpus=", 15) == 0) skip_if_gpus = std::atoi(argv[i] + 15);
     else if (std::strncmp(argv[i], "--test-watchdog=", 16) == 0) watchdog_s = std::atoi(argv[i] + 16);
+    else if (std::strncmp(argv[i], "--seed=", 7) == 0) {
+      char* end = nullptr;
+      errno = 0;
+      const unsigned long long seed = std::strtoull(argv[i] + 7, &end, 0);
+      if (errno != 0 || end == argv[i] + 7 || *end != '\0' || argv[i][7] == '-') {
+        std::fprintf(stderr, "--seed= takes a 64-bit number (decimal, or hex with 0x), got '%s'\n", argv[i] + 7);
+        return 2;
+      }
+      braid::testing::replay_seed(seed);
+    }
     else if (std::strcmp(argv[i], "--print-gpu-count") == 0) print_count = true;
     else argv[kept++] = argv[i];
   }
