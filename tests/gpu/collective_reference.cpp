@@ -9,7 +9,6 @@
 #include <cuda_fp8.h>
 #include <iterator>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -776,55 +775,25 @@ StreamHandle::~StreamHandle() {
 
 namespace {
 
-// Pinned host memory the uploads and downloads copy through, kept for the life of the process: a copy from pageable
-// memory holds a lock of the context while it waits (NOTE [shared-GPU waits]), and cudaFreeHost waits for the
-// whole device. Buffers are lent one at a time and come back to the pool.
-class PinnedPool {
- public:
-  static PinnedPool& get() {
-    static PinnedPool* pool = new PinnedPool;  // never destroyed: freeing at exit could wait for the device
-    return *pool;
-  }
-  std::pair<void*, size_t> take(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].second >= bytes) {
-        const auto lent = free_[i];
-        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-        return lent;
-      }
-    }
-    size_t size = 1 << 20;
-    while (size < bytes) size *= 2;
-    void* pointer = nullptr;
-    cuda_check(cudaHostAlloc(&pointer, size, cudaHostAllocDefault), "cudaHostAlloc (upload and download staging)");
-    return {pointer, size};
-  }
-  void give(std::pair<void*, size_t> lent) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(lent);
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::pair<void*, size_t>> free_;
-};
-
-// `bytes` from `from_host` to `device`, or from `device` to `to_host` (the other one null), through pinned memory
-// on `stream`, which is synchronised before and after.
+// `bytes` from `from_host` to `device`, or from `device` to `to_host` (the other one null), through page-locked
+// staging on `stream`, which is synchronised before and after.
 void copy_through_pinned(void* device, const void* from_host, void* to_host, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");  // NOTE [shared-GPU waits]
-  const auto staging = PinnedPool::get().take(bytes);
-  if (from_host != nullptr) std::memcpy(staging.first, from_host, bytes);
-  const cudaError_t copied =
-      from_host != nullptr ? cudaMemcpyAsync(device, staging.first, bytes, cudaMemcpyHostToDevice, stream)
-                           : cudaMemcpyAsync(staging.first, device, bytes, cudaMemcpyDeviceToHost, stream);
-  const cudaError_t synced = cudaStreamSynchronize(stream);
-  if (copied == cudaSuccess && synced == cudaSuccess && to_host != nullptr) std::memcpy(to_host, staging.first, bytes);
-  PinnedPool::get().give(staging);
-  cuda_check(copied, "cudaMemcpyAsync");
-  cuda_check(synced, "cudaStreamSynchronize");
+  const PinnedStaging staging;
+  for (size_t offset = 0; offset < bytes; offset += PinnedStaging::kBytes) {
+    const size_t piece = std::min(PinnedStaging::kBytes, bytes - offset);
+    if (from_host != nullptr) {
+      std::memcpy(staging.get(), static_cast<const unsigned char*>(from_host) + offset, piece);
+      cuda_check(cudaMemcpyAsync(static_cast<unsigned char*>(device) + offset, staging.get(), piece,
+                                 cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync");
+    } else {
+      cuda_check(cudaMemcpyAsync(staging.get(), static_cast<const unsigned char*>(device) + offset, piece,
+                                 cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+    }
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+    if (to_host != nullptr) std::memcpy(static_cast<unsigned char*>(to_host) + offset, staging.get(), piece);
+  }
 }
 
 }  // namespace

@@ -56,6 +56,23 @@ void free_released() {
   g_released.clear();
 }
 
+// PinnedStaging's free buffers: never freed (cudaFreeHost at exit could wait for the device).
+std::mutex g_staging_mutex;
+std::vector<void*> g_staging;
+
+void* allocate_staging() {
+  void* pointer = nullptr;
+  const cudaError_t result = cudaHostAlloc(&pointer, PinnedStaging::kBytes, cudaHostAllocPortable);
+  if (result != cudaSuccess) throw std::runtime_error(std::string("cudaHostAlloc (staging): ") + cudaGetErrorString(result));
+  return pointer;
+}
+
+// At least `buffers` free staging buffers, before any rank starts.
+void fill_staging_pool(int buffers) {
+  std::lock_guard<std::mutex> lock(g_staging_mutex);
+  while (g_staging.size() < static_cast<size_t>(buffers)) g_staging.push_back(allocate_staging());
+}
+
 std::string current_test_name() {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return info == nullptr ? "none" : std::string(info->test_suite_name()) + "." + info->name();
@@ -69,6 +86,23 @@ void run_guarded(int rank, const std::function<void(const RankContext&)>& body, 
   }
 }
 }  // namespace
+
+PinnedStaging::PinnedStaging() {
+  {
+    std::lock_guard<std::mutex> lock(g_staging_mutex);
+    if (!g_staging.empty()) {
+      pointer_ = g_staging.back();
+      g_staging.pop_back();
+      return;
+    }
+  }
+  pointer_ = allocate_staging();
+}
+
+PinnedStaging::~PinnedStaging() {
+  std::lock_guard<std::mutex> lock(g_staging_mutex);
+  g_staging.push_back(pointer_);
+}
 
 void make_current(const Communicator& comm) {
   cudaError_t result = cudaSetDevice(comm.device());
@@ -95,6 +129,7 @@ CommOptions test_options(double timeout_s) {
 
 void for_each_rank(const std::function<void(const RankContext&)>& body) {
   const std::string test = current_test_name();
+  fill_staging_pool(in_process_mode() ? 1 : g_thread_world);
   if (in_process_mode()) {
     Rendezvous rendezvous = Rendezvous::from_env();
     rendezvous.job_id += "/" + test;  // each test's communicators in a namespace of their own

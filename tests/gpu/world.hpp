@@ -51,6 +51,8 @@ bool ranks_share_a_context();
 // - A call that waits for the whole device (cudaDeviceSynchronize, cudaMalloc, cudaFree, beginning or ending a
 //   graph's capture) waits for every kernel in the context, a peer's too. Where ranks share GPUs as threads, the
 //   helpers below let every rank reach the wait before any launches more, and leave it together.
+// - Allocating page-locked host memory (cudaHostAlloc, cudaMallocHost) is one of CUDA's implicit synchronisations
+//   between streams. The staging of uploads and downloads (PinnedStaging) is allocated before the ranks start.
 // - The legacy default stream waits for every thread's default stream: the tests are built with per-thread
 //   default streams (tests/gpu/CMakeLists.txt).
 // - A copy to or from pageable host memory waits for its stream while it holds a lock of the context that every
@@ -89,6 +91,22 @@ class LockstepBuffer {
   ~LockstepBuffer();
   LockstepBuffer(const LockstepBuffer&) = delete;
   LockstepBuffer& operator=(const LockstepBuffer&) = delete;
+  void* get() const { return pointer_; }
+
+ private:
+  void* pointer_ = nullptr;
+};
+
+// Page-locked host memory of kBytes for staging copies, taken from a pool while held and given back after.
+// for_each_rank fills the pool with a buffer for each rank before any rank starts (NOTE [shared-GPU waits]), so a
+// rank that holds one buffer at a time never allocates; more holders than that allocate.
+class PinnedStaging {
+ public:
+  static constexpr size_t kBytes = size_t(4) << 20;
+  PinnedStaging();
+  ~PinnedStaging();
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
   void* get() const { return pointer_; }
 
  private:
