@@ -98,11 +98,14 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   }
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
   if (c.size > 1 && c.eager_zero_copy) {  // the helper thread and its store clients only where something uses them
-    c.announcements = setup.allocate(kernels::announcement_words(c.size, device::kBarrierChannels) * sizeof(uint64_t));
     detail::CallOrder* order = &c.order;
     DeviceGuard guard(c.device);
+    // The exposure table allocates host and device memory, which can wait for the whole device: made before the
+    // announcement area's exchange, which no peer leaves before this rank joins it, no peer's call is in flight then
+    // (NOTE [no device-wide waits]).
     c.exposures = std::make_shared<detail::RegisteredExposures>(
         c.memory, setup.connect, setup.store_prefix, [order](double wait_s) { return order->wait_for_calls(wait_s); });
+    c.announcements = setup.allocate(kernels::announcement_words(c.size, device::kBarrierChannels) * sizeof(uint64_t));
     if (every_rank_its_own_process(c.memory)) {
       std::lock_guard<std::mutex> lock(c.memory.setup_mutex);
       c.exposure_exchange = std::make_unique<HostMailbox>(*c.memory.fds, c.rank, c.size, c.memory.alloc_sequence++,
