@@ -67,7 +67,8 @@ void* allocate_staging() {
   return pointer;
 }
 
-// At least `buffers` free staging buffers, before any rank starts.
+// At least `buffers` free staging buffers, before any rank thread starts. Not in a braid-run process: its one rank
+// has a context of its own, and an allocation before the rank chose its GPU would make a context on GPU 0.
 void fill_staging_pool(int buffers) {
   std::lock_guard<std::mutex> lock(g_staging_mutex);
   while (g_staging.size() < static_cast<size_t>(buffers)) g_staging.push_back(allocate_staging());
@@ -129,13 +130,13 @@ CommOptions test_options(double timeout_s) {
 
 void for_each_rank(const std::function<void(const RankContext&)>& body) {
   const std::string test = current_test_name();
-  fill_staging_pool(in_process_mode() ? 1 : g_thread_world);
   if (in_process_mode()) {
     Rendezvous rendezvous = Rendezvous::from_env();
     rendezvous.job_id += "/" + test;  // each test's communicators in a namespace of their own
     run_guarded(rendezvous.rank, body, RankContext{rendezvous.rank, rendezvous.size, rendezvous});
     return;
   }
+  fill_staging_pool(g_thread_world);  // the rank threads share their GPUs' contexts (NOTE [shared-GPU waits])
   StoreHost store;
   ThreadBarrier barrier(g_thread_world);
   std::vector<std::thread> threads;

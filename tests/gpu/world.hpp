@@ -52,7 +52,8 @@ bool ranks_share_a_context();
 //   graph's capture) waits for every kernel in the context, a peer's too. Where ranks share GPUs as threads, the
 //   helpers below let every rank reach the wait before any launches more, and leave it together.
 // - Allocating page-locked host memory (cudaHostAlloc, cudaMallocHost) is one of CUDA's implicit synchronisations
-//   between streams. The staging of uploads and downloads (PinnedStaging) is allocated before the ranks start.
+//   between streams. The staging of uploads and downloads (PinnedStaging) is allocated before the rank threads
+//   start.
 // - The legacy default stream waits for every thread's default stream: the tests are built with per-thread
 //   default streams (tests/gpu/CMakeLists.txt).
 // - A copy to or from pageable host memory waits for its stream while it holds a lock of the context that every
@@ -98,8 +99,9 @@ class LockstepBuffer {
 };
 
 // Page-locked host memory of kBytes for staging copies, taken from a pool while held and given back after.
-// for_each_rank fills the pool with a buffer for each rank before any rank starts (NOTE [shared-GPU waits]), so a
-// rank that holds one buffer at a time never allocates; more holders than that allocate.
+// Where ranks are threads of this process, for_each_rank fills the pool with a buffer for each rank before any rank
+// starts (NOTE [shared-GPU waits]), so a rank that holds one buffer at a time never allocates; more holders than
+// that allocate, as a braid-run process's rank does the first time.
 class PinnedStaging {
  public:
   static constexpr size_t kBytes = size_t(4) << 20;
