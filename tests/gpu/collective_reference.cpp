@@ -452,11 +452,9 @@ void replay_seed(uint64_t seed) { g_replayed_seed = seed; }
 
 uint64_t shared_seed(Communicator& comm) {
   std::string mine = "-";
-  if (comm.rank() == 0 && g_replayed_seed) {
-    mine = std::to_string(*g_replayed_seed);
-  } else if (comm.rank() == 0) {
+  if (comm.rank() == 0) {
     std::random_device device;
-    mine = std::to_string((static_cast<uint64_t>(device()) << 32) ^ device());
+    mine = std::to_string(g_replayed_seed ? *g_replayed_seed : (static_cast<uint64_t>(device()) << 32) ^ device());
   }
   return std::stoull(comm.host_allgather(mine).at(0));
 }
