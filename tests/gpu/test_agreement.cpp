@@ -219,6 +219,11 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
         message = error.what();
       }
       const std::vector<std::string> outcomes = keeper.host_allgather(outcome);
+      const std::vector<std::string> messages = keeper.host_allgather(message);
+      std::string every_message;  // each failure names every rank's error, the first failure's cause among them
+      for (int r = 0; r < world; ++r) {
+        if (!messages[r].empty()) every_message += "\n  rank " + std::to_string(r) + ": " + messages[r];
+      }
       // The scenarios' outcomes follow the table of the worlds it was swept on. Where this world's table takes LL
       // lines (the same kernels for every buffer kind), every rank must get the right answer; where it takes none
       // for mixed kinds that rely on lines elsewhere, the kinds may plan alike or not: every rank must end alike,
@@ -226,22 +231,28 @@ TEST(Agreement, MixedBufferKindsGiveTheRightAnswerOrMismatchEverywhere) {
       const size_t selection_bytes = 4 * (s.call == Call::kAllGather ? out_count : in_count);
       const bool ll_here = runs_ll(collective_id(s.call), selection_bytes, world, DataType::kInt32, "");
       if (ll_here) {
-        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", LL lines, " << describe(s);
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", LL lines, " << describe(s) << every_message;
+        }
         if (outcome != "ok") continue;
       } else if (!s.mismatch && s.even != s.odd) {
-        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], outcomes[0]) << "rank " << r << ", " << describe(s);
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(outcomes[r], outcomes[0]) << "rank " << r << ", " << describe(s) << every_message;
+        }
         EXPECT_TRUE(outcomes[0] == "ok" || outcomes[0] == "mismatch") << outcomes[0] << ", " << describe(s);
         if (outcome != "ok") continue;
       } else if (s.mismatch) {
         for (int r = 0; r < world; ++r) {
-          EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", " << describe(s);
+          EXPECT_EQ(outcomes[r], "mismatch") << "rank " << r << ", " << describe(s) << every_message;
         }
         if (outcome == "mismatch") {
           EXPECT_NE(message.find("different plans"), std::string::npos) << message;
         }
         continue;
       } else {
-        for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", " << describe(s);
+        for (int r = 0; r < world; ++r) {
+          EXPECT_EQ(outcomes[r], "ok") << "rank " << r << ", " << describe(s) << every_message;
+        }
         if (outcome != "ok") continue;
       }
       std::vector<int32_t> got(out_count);
