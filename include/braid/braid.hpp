@@ -160,7 +160,12 @@ class Communicator {
   // input (symmetric or registered, whole 16-byte rank blocks), in place on one rank only, which takes the copy-engine pairs where the other pushes into its peer's mapped output)
   // compare their plans at the call's first barrier, or while they wait for a peer that sits in one, and fail
   // on every rank with kMismatch naming both plans (raised by the next call or check(); the communicator is
-  // then unusable) instead of exchanging wrong data. Counts, datatypes, ops and roots are part of the plan where
+  // then unusable) instead of exchanging wrong data. The copy engines' copies of a plan that pushes into the peers'
+  // buffers (the copy-engine rows on buffers every peer maps: symmetric memory, or registered buffers of other
+  // processes) are enqueued behind that barrier and run even where it fails: a rank on such a plan writes its data
+  // into each peer's memory where its plan placed the peer's buffer (for symmetric memory, the peer's allocation at
+  // this rank's offset), whatever that peer passed. After such a kMismatch, treat the peers' symmetric memory and
+  // registered buffers as overwritten. Counts, datatypes, ops and roots are part of the plan where
   // a barrier kernel runs on either side. The first use of a registered buffer at an address is such a barrier
   // too (see register_buffer): a buffer registered on some ranks only fails the call with kMismatch on every
   // rank, raised by the call itself on the ranks that registered it. Calls of LL sizes (small ones: the
