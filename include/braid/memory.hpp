@@ -77,7 +77,7 @@ class SymmetricMemory {
 // A user buffer registered with one communicator (Communicator::register_buffer). Copies share the
 // registration; the last copy's destruction, reset() of it, or Communicator::deregister of any copy releases it.
 // deregister empties the copy it is given; the other copies stay non-empty but hold nothing (deregistering one of
-// them does nothing).
+// them releases nothing more and empties that copy).
 class RegisteredBuffer {
  public:
   RegisteredBuffer() = default;
