@@ -184,12 +184,14 @@ class MoeBuffer {
   // the int64 it points at (read on the device, <= max_tokens), so one captured graph serves every batch size;
   // num_tokens is not read when num_tokens_device is given. A host num_tokens above max_tokens (num_tokens_device
   // null) throws at the call. Expert ids outside [-1, E) and a token's repeated id (the pair is skipped), and a
-  // device T above max_tokens or negative (the rank's whole call is skipped), are refused on the device: combine
-  // then sums the valid pairs only, and comm.check() raises kInvalidArgument naming topk_idx or num_tokens_device.
+  // device T above max_tokens or negative (T is taken as 0 on that rank: it sends nothing, and still receives its
+  // peers' rows and writes its counts), are refused on the device: combine then sums the valid pairs only, and
+  // comm.check() raises kInvalidArgument naming topk_idx or num_tokens_device.
   // Expert-major: a rank whose rows, alignment padding included, would exceed capacity_rows receives none:
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
   // that rank's partials out, and comm.check() on that rank raises kInvalidArgument with the rows it needed and
-  // capacity_rows. Every rank must call it, even with T = 0.
+  // capacity_rows. check() raises the first refusal recorded since the last check() only (Communicator::check):
+  // an overflow in the same dispatch as a refused expert id is not raised. Every rank must call it, even with T = 0.
   // `hook` (rank-major only, else kInvalidArgument naming it): when given, only the sending half is enqueued and
   // hook->receive() enqueues the rest; the outputs hold this dispatch once that half has run. T (and
   // num_tokens_device) is read by the sending half.
