@@ -191,7 +191,8 @@ class MoeBuffer {
   // its counts and offsets are still written (offsets[local_experts] > capacity_rows tells it), combine leaves
   // that rank's partials out, and comm.check() on that rank raises kInvalidArgument with the rows it needed and
   // capacity_rows. check() raises the first refusal recorded since the last check() only (Communicator::check):
-  // an overflow in the same dispatch as a refused expert id is not raised. Every rank must call it, even with T = 0.
+  // a rank's overflow in a dispatch where that rank also refused an expert id is not raised. Every rank must call
+  // it, even with T = 0.
   // `hook` (rank-major only, else kInvalidArgument naming it): when given, only the sending half is enqueued and
   // hook->receive() enqueues the rest; the outputs hold this dispatch once that half has run. T (and
   // num_tokens_device) is read by the sending half.
