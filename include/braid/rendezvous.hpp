@@ -21,9 +21,10 @@ struct Rendezvous {
                              // unless store_host is a loopback address)
   std::string job_id;        // namespaces the job's keys in the store, so communicators of jobs that share a store
                              // never mix (it names no socket). from_env(): BRAID_JOB_ID where set, else derived
-                             // from the launcher's job variables (torchrun, Open MPI, MPICH, Slurm; braid-run sets
-                             // BRAID_JOB_ID, and its variables without it derive none). Empty (as at_store makes
-                             // it, or braid-run's variables without BRAID_JOB_ID): the fixed namespace "job"
+                             // from the launcher's job variables (torchrun, Open MPI, MPICH, Slurm), or, where they
+                             // name no job, from the store's address (braid-run sets BRAID_JOB_ID, and its
+                             // variables without it derive none). Empty (as at_store makes it, or braid-run's
+                             // variables without BRAID_JOB_ID): the fixed namespace "job"
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 
@@ -35,9 +36,9 @@ struct Rendezvous {
   // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the missing
   // or malformed variable (where no convention has both, one whose rank or size alone is set is named). Local
   // rank and size default to rank and size. Under torchrun, MASTER_PORT may be missing only where
-  // BRAID_STORE_ADDR is set, and MASTER_ADDR only where every rank is on this host (LOCAL_WORLD_SIZE equal to
-  // WORLD_SIZE; the store is then at 127.0.0.1). BRAID_JOB_ID names the job under any convention where it is set
-  // and not empty.
+  // BRAID_STORE_ADDR is set, and MASTER_ADDR only where BRAID_STORE_ADDR is set or every rank is on this host
+  // (LOCAL_WORLD_SIZE equal to WORLD_SIZE; without BRAID_STORE_ADDR the store is then at 127.0.0.1). BRAID_JOB_ID
+  // names the job under any convention where it is set and not empty.
   // Unknown BRAID_* names in the environment are reported once, as warnings on stderr.
   static Rendezvous from_env();
 
