@@ -78,14 +78,14 @@ def send_recv(sends: Sequence = (), send_peers: Sequence[int] = (), recv_like: S
 
 def send(tensor, dst: int, comm=None) -> None:
     """Sends `tensor` to rank dst (a send_recv of one send; a dst outside the world is refused as
-    send_peers[0])."""
+    send_peers[0], a tensor on another GPU than the communicator's as sends[0])."""
     function = "braid.functional.send"
     send_recv([_tensor(tensor, function, "tensor")], [int_argument(dst, function, "dst")], comm=comm)
 
 
 def recv(like, src: int, comm=None):
     """A new tensor shaped like `like`, received from rank src (a send_recv of one receive; a src outside the
-    world is refused as recv_peers[0])."""
+    world is refused as recv_peers[0], a `like` on another GPU than the communicator's as recv_like[0])."""
     function = "braid.functional.recv"
     return send_recv(recv_like=[_tensor(like, function, "like")], recv_peers=[int_argument(src, function, "src")],
                      comm=comm)[0]
