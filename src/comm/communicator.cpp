@@ -28,6 +28,7 @@
 #include "core/error.hpp"
 #include "core/kernel_modules.hpp"
 #include "core/log.hpp"
+#include "memory/multicast.hpp"
 #include "memory/symmetric_memory.hpp"
 
 namespace braid {
@@ -201,6 +202,10 @@ void agree_on_settings(detail::CommState& state) {
       {"BRAID_PIPELINE_BYTES", std::to_string(*config.integer("BRAID_PIPELINE_BYTES"))},
       {"BRAID_ALLOW_SHARED_GPU", shared_gpus_allowed() ? "1" : "0"},
       {"BRAID_EAGER_ZERO_COPY", state.settings.eager_zero_copy ? "1" : "0"},
+      // Multicast setup exchanges on the host only where it is on: ranks that differ would pair other exchanges.
+      {"BRAID_ENABLE_MULTICAST", detail::multicast_enabled(config) ? "1" : "0"},
+      {"BRAID_MULTICAST_BYTES (with BRAID_ENABLE_MULTICAST=1)",
+       detail::multicast_enabled(config) ? std::to_string(*config.integer("BRAID_MULTICAST_BYTES")) : "-"},
   };
   std::string mine;
   for (const auto& setting : settings) mine += setting.second + '\x1f';
