@@ -68,8 +68,8 @@ struct CollectiveContext {
   std::unique_ptr<SideStream> second_side;
   // The own block beside copy-engine pairs (copy_engine_pairs.hpp).
   std::unique_ptr<SideStream> third_side;
-  // The barrier that agrees on a buffer exchange (call_buffers.cpp), made once: a stream made per call would take
-  // the next hardware queue each time (NOTE [shared hardware queues]).
+  // The barrier that agrees on a buffer exchange (call_buffers.cpp), made once at init: a stream made per call
+  // could wait for the whole device (NOTE [streams made before the exchanges]).
   std::unique_ptr<detail::PrivateStream> exchange_stream;
   // Null unless BRAID_ENABLE_MULTICAST=1 and every rank could set it up.
   std::unique_ptr<detail::MulticastRegion> multicast;

@@ -280,6 +280,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
   DeviceGuard guard(state->device);
   BRAID_CUDA(cudaFree(nullptr));  // creates the primary context that driver calls below use
   load_kernels();
+  state->setup_stream = std::make_unique<detail::PrivateStream>();  // NOTE [streams made before the exchanges]
 
   if (rendezvous.serve_store) state->store_server = serve_store(rendezvous.store_host, rendezvous.store_port);
   state->store = std::make_shared<StoreClient>(rendezvous.store_host, rendezvous.store_port, state->timeout_s);
@@ -322,7 +323,7 @@ Communicator Communicator::init(const Rendezvous& rendezvous, const CommOptions&
     static std::once_flag warned;  // once a process: the variable is the process's
     if (!queues.empty()) std::call_once(warned, [&] { BRAID_WARN("{} (docs/config.md)", queues); });
   }
-  state->order = std::make_unique<detail::CallOrder>(state->device);
+  state->order = std::make_unique<detail::CallOrder>(state->device, state->setup());
   Communicator comm(state);
   if (use_nccl_backend(*state, topology, options)) {
     state->nccl = make_nccl_backend(*state, options);

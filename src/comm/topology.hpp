@@ -54,10 +54,13 @@ int most_threads_on_one_gpu(const std::vector<RankIdentity>& ranks);
 
 // NOTE [shared hardware queues]
 // A CUDA context feeds its GPU through CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 unless set; at most 32), and
-// its streams take them in turn. Work waiting in a queue holds back all work behind it, of any stream. Where ranks
-// share a context, one rank's stream can sit behind a peer's command that waits for that peer's spinning kernel,
-// which waits for this rank's launch: a hang until the timeout. 32 queues make two ranks' busy streams less likely
-// to meet, not impossible; braid warns at init where fewer are set.
+// its streams are spread over them. A stream's wait for another stream (an event wait) at the head of a queue holds
+// back the work behind it, of any stream (on H100 with driver R580, with 8 queues every stream sharing the waiting
+// streams' queues was held; 31 streams made one after another over 32 queues never shared one; a kernel waiting for
+// its own stream's previous kernel held nothing back). Where ranks share a context, one rank's launch can sit
+// behind a peer's event wait for that peer's spinning kernel, which waits for this rank's launch: a hang until the
+// timeout. 32 queues make two ranks' streams less likely to meet, not impossible; braid warns at init where fewer
+// are set.
 //
 // The warning, or "" where none is due. `connections`: the variable's value, null where unset. Pure, for cpu tests.
 std::string shared_queue_warning(int threads_per_gpu, const char* connections);

@@ -8,18 +8,16 @@ PrivateStream::PrivateStream() { BRAID_CUDA(cudaStreamCreateWithFlags(&stream_, 
 
 PrivateStream::~PrivateStream() { cudaStreamDestroy(stream_); }
 
-void fill_zeros_now(void* destination, size_t bytes) {
+void fill_zeros_now(void* destination, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
-  PrivateStream stream;
-  BRAID_CUDA(cudaMemsetAsync(destination, 0, bytes, stream.get()));
-  BRAID_CUDA(cudaStreamSynchronize(stream.get()));
+  BRAID_CUDA(cudaMemsetAsync(destination, 0, bytes, stream));
+  BRAID_CUDA(cudaStreamSynchronize(stream));
 }
 
-void copy_to_device_now(void* destination, const void* source, size_t bytes) {
+void copy_to_device_now(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
-  PrivateStream stream;
-  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream.get()));
-  BRAID_CUDA(cudaStreamSynchronize(stream.get()));
+  BRAID_CUDA(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream));
+  BRAID_CUDA(cudaStreamSynchronize(stream));
 }
 
 }  // namespace braid::detail

@@ -1,5 +1,15 @@
 // A private non-blocking stream, and fills and host-to-device copies that return when they have landed on one.
 //
+// NOTE [streams made before the exchanges]
+// Making a stream can wait for the whole device too: when the context's live streams reach certain counts (on
+// H100 with driver R580, making the 36th, the 79th and the 122nd waited until a kernel running on another stream
+// ended), the runtime grows its stream pool only once the GPU is idle. Where ranks share a GPU as threads, that
+// kernel may be a peer's, spinning until this rank launches its part of a call. So a communicator makes every
+// stream it keeps during init, before its last exchange with the peers, when no peer can yet be inside a call of
+// it; and braid's set-up work (symmetric memory, the sync pad, MoE buffers, exposure tables), which may come after
+// a peer's exchange has let it go on to its calls, runs on the one stream init made first for it
+// (MemoryContext::setup_stream), never on a stream made for the occasion.
+//
 // NOTE [no device-wide waits]
 // Ranks that share a GPU as threads of one process (BRAID_ALLOW_SHARED_GPU=1) share its CUDA context. There, a
 // call that waits for the whole device (cudaDeviceSynchronize, cudaMemset, cudaMemcpy on the legacy default stream,
@@ -29,9 +39,10 @@ class PrivateStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// bytes of zeros at device memory `destination` of the current device.
-void fill_zeros_now(void* destination, size_t bytes);
-// bytes from host memory `source` to device memory `destination` of the current device.
-void copy_to_device_now(void* destination, const void* source, size_t bytes);
+// bytes of zeros at device memory `destination` of the current device, on `stream` (a PrivateStream's).
+void fill_zeros_now(void* destination, size_t bytes, cudaStream_t stream);
+// bytes from host memory `source` to device memory `destination` of the current device, on `stream` (a
+// PrivateStream's).
+void copy_to_device_now(void* destination, const void* source, size_t bytes, cudaStream_t stream);
 
 }  // namespace braid::detail

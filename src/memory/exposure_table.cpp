@@ -11,7 +11,7 @@
 
 namespace braid::detail {
 
-ExposureTable::ExposureTable(int world, int device) : world_(world) {
+ExposureTable::ExposureTable(int world, int device, cudaStream_t setup) : world_(world) {
   const size_t bytes = static_cast<size_t>(world) * kExposureSlots * sizeof(ExposedRange);
   DeviceGuard guard(device);
   void* host = nullptr;
@@ -28,7 +28,7 @@ ExposureTable::ExposureTable(int world, int device) : world_(world) {
     BRAID_CUDA(error);
   }
   try {
-    fill_zeros_now(cache, bytes);  // NOTE [no device-wide waits]
+    fill_zeros_now(cache, bytes, setup);  // NOTE [no device-wide waits]
   } catch (...) {
     cudaFree(cache);
     cudaFreeHost(host);

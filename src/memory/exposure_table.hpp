@@ -5,6 +5,8 @@
 // exposure_slot(q, id) and checks the slot's id (docs/dev/registration.md, "Eager zero copy on registered memory").
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -50,8 +52,9 @@ namespace detail {
 // only marked free here (no kernel looks for a withdrawn id: its owner announces it no more).
 class ExposureTable {
  public:
-  // A zeroed table for `world` owners, in pinned host memory mapped for `device`, and its zeroed copy there.
-  ExposureTable(int world, int device);
+  // A zeroed table for `world` owners, in pinned host memory mapped for `device`, and its zeroed copy there (zeroed
+  // on `setup`, the communicator's set-up stream).
+  ExposureTable(int world, int device, cudaStream_t setup);
   ~ExposureTable();
   ExposureTable(const ExposureTable&) = delete;
   ExposureTable& operator=(const ExposureTable&) = delete;

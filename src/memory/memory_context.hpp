@@ -12,6 +12,8 @@
 
 #include "bootstrap/bootstrap.hpp"
 #include "bootstrap/fd_passing.hpp"
+#include "core/error.hpp"
+#include "core/private_copy.hpp"
 #include "memory/registration.hpp"
 
 namespace braid::detail {
@@ -26,6 +28,9 @@ struct MemoryContext {
   std::string uid;  // unique per communicator; names host-local sockets
   std::unique_ptr<Bootstrap> bootstrap;
   std::unique_ptr<FdExchanger> fds;
+  // The stream of this rank's set-up fills and uploads, made at the start of init (NOTE [streams made before the
+  // exchanges]); null only in a context no init made.
+  std::unique_ptr<PrivateStream> setup_stream;
 
   // Every symmetric allocation made from this communicator (its own buffers and users'), so a collective can
   // tell a buffer peers have mapped (zero copy) from one they have not (staging). Weak: an allocation lives
@@ -39,6 +44,12 @@ struct MemoryContext {
 
   std::mutex setup_mutex;       // serialises this rank's collective setup calls (alloc, barrier, exchanges)
   uint64_t alloc_sequence = 0;  // tags fd exchanges; collective calls keep it equal on every rank
+
+  // setup_stream's handle; kInternal where init made none.
+  cudaStream_t setup() const {
+    if (setup_stream == nullptr) raise(ErrorCode::kInternal, "rank {}: no set-up stream (a context no init made)", rank);
+    return setup_stream->get();
+  }
 };
 
 }  // namespace braid::detail

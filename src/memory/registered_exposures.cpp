@@ -23,7 +23,7 @@ RegisteredExposures::RegisteredExposures(const MemoryContext& context,
                                          const std::string& prefix, std::function<bool(double)> wait_for_calls)
     : context_(context),
       wait_for_calls_(std::move(wait_for_calls)),
-      table_(context.size, context.device),
+      table_(context.size, context.device, context.setup()),
       importer_(context, table_),
       service_(connect, prefix, context.rank, context.size, context.timeout_s, importer_) {}
 

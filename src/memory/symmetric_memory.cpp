@@ -87,7 +87,7 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   // Own memory: create, map, zero (before any peer can see it), export.
   BRAID_CU(cuMemCreate, &a.handles[a.rank], a.mapped_bytes, &prop, 0);
   a.mappings[a.rank] = detail::reserve_and_map(a.mapped_bytes, align, a.handles[a.rank], a.device);
-  detail::fill_zeros_now(reinterpret_cast<void*>(a.mappings[a.rank]), a.mapped_bytes);  // NOTE [no device-wide waits]
+  detail::fill_zeros_now(reinterpret_cast<void*>(a.mappings[a.rank]), a.mapped_bytes, comm->setup());  // NOTE [no device-wide waits]
   detail::FdOwner exported;
   BRAID_CU(cuMemExportToShareableHandle, &exported.fd, a.handles[a.rank], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 
@@ -110,7 +110,7 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   a.peer_pointers.resize(a.world);
   for (int r = 0; r < a.world; ++r) a.peer_pointers[r] = reinterpret_cast<void*>(a.mappings[r]);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&a.device_peer_pointers), sizeof(void*) * a.world));
-  detail::copy_to_device_now(a.device_peer_pointers, a.peer_pointers.data(), sizeof(void*) * a.world);
+  detail::copy_to_device_now(a.device_peer_pointers, a.peer_pointers.data(), sizeof(void*) * a.world, comm->setup());
   BRAID_DEBUG("symmetric alloc #{}: {} bytes ({} mapped) on {} ranks{}", tag, bytes, a.mapped_bytes, a.world,
               options.contiguous_view ? " with contiguous view" : "");
   {

@@ -401,7 +401,7 @@ MoeBuffer MoeBuffer::create_on(std::shared_ptr<collectives::CollectiveContext> c
   {
     DeviceGuard guard(comm_state.device);
     BRAID_CUDA(cudaMalloc(&state->local, carve.used));
-    detail::fill_zeros_now(state->local, carve.used);  // NOTE [no device-wide waits]
+    detail::fill_zeros_now(state->local, carve.used, comm_state.memory.setup());  // NOTE [no device-wide waits]
   }
   char* local = static_cast<char*>(state->local);
   kernels::moe::MoeLaunch& b = state->base;
@@ -655,7 +655,7 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
   }
   DeviceGuard guard(state.comm->device);
   const unsigned int offset = 1u << 31;  // the count never reaches the launch's blocks
-  detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset);  // NOTE [no device-wide waits]
+  detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset, state.comm->memory.setup());  // NOTE [no device-wide waits]
 }
 
 MoeDispatchOutput testing::moe_output_views(MoeBuffer& buffer) {

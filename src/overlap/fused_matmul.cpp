@@ -18,6 +18,7 @@
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
 #include "core/error.hpp"
+#include "core/private_copy.hpp"
 #include "kernels/matmul_sm90.hpp"
 #include "kernels/matrix_sum.hpp"
 #include "overlap/cublaslt.hpp"
@@ -172,7 +173,7 @@ FusedMatmulState::FusedMatmulState(Communicator handle, std::shared_ptr<collecti
   BRAID_CUDA(cudaStreamCreateWithFlags(&own_side, cudaStreamNonBlocking));
   BRAID_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&meeting_word), sizeof(int32_t)));
-  BRAID_CUDA(cudaMemset(meeting_word, 0, sizeof(int32_t)));
+  detail::fill_zeros_now(meeting_word, sizeof(int32_t), context->memory.setup());  // NOTE [no device-wide waits]
 }
 
 FusedMatmulState::~FusedMatmulState() {

@@ -7,7 +7,6 @@
 
 #include "core/cuda_check.hpp"
 #include "core/device_guard.hpp"
-#include "core/private_copy.hpp"
 
 namespace braid::detail {
 namespace {
@@ -17,15 +16,14 @@ bool same_stream(cudaStream_t a, cudaStream_t b) { return a == b && a != cudaStr
 
 }  // namespace
 
-CallOrder::CallOrder(int device) : device_(device) {
+CallOrder::CallOrder(int device, cudaStream_t setup) : device_(device) {
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaEventCreateWithFlags(&eager_done_, cudaEventDisableTiming));
-  // Recorded once, so the wait node of a graph captured before any eager call waits on a recorded event: on a
-  // stream of its own, never the legacy stream, which would make it wait for every blocking stream of the device,
-  // a peer rank's waiting kernel among them where ranks share a GPU (NOTE [no device-wide waits]).
+  // Recorded once, so the wait node of a graph captured before any eager call waits on a recorded event: on the
+  // set-up stream, never the legacy stream, which would make it wait for every blocking stream of the device, a
+  // peer rank's waiting kernel among them where ranks share a GPU (NOTE [no device-wide waits]).
   try {
-    const PrivateStream first;
-    BRAID_CUDA(cudaEventRecord(eager_done_, first.get()));
+    BRAID_CUDA(cudaEventRecord(eager_done_, setup));
   } catch (...) {
     cudaEventDestroy(eager_done_);
     throw;

@@ -41,7 +41,8 @@ namespace braid::detail {
 
 class CallOrder {
  public:
-  explicit CallOrder(int device);
+  // `setup` is the communicator's set-up stream (MemoryContext::setup_stream), which records the first event.
+  CallOrder(int device, cudaStream_t setup);
   ~CallOrder();
   CallOrder(const CallOrder&) = delete;
   CallOrder& operator=(const CallOrder&) = delete;

@@ -96,9 +96,9 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_memory_ = allocate_symmetric(memory, 3 * slots * sizeof(uint64_t), AllocOptions{});
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
-  detail::fill_zeros_now(expected_, slots * sizeof(uint64_t));  // NOTE [no device-wide waits]
+  detail::fill_zeros_now(expected_, slots * sizeof(uint64_t), memory->setup());  // NOTE [no device-wide waits]
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(Counters)));
-  detail::fill_zeros_now(counters_, sizeof(Counters));
+  detail::fill_zeros_now(counters_, sizeof(Counters), memory->setup());
   // Two words: [0] fatal failures, [1] refused data.
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), 2 * sizeof(device::ErrorWord), cudaHostAllocMapped));
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&stop_value_), sizeof(unsigned int), cudaHostAllocDefault));
@@ -118,7 +118,7 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
   pad_.stopped = &counters_->stopped;
-  BRAID_CUDA(cudaStreamCreateWithFlags(&stop_stream_, cudaStreamNonBlocking));
+  BRAID_CUDA(cudaStreamCreateWithFlags(&stop_stream_, cudaStreamNonBlocking));  // NOTE [streams made before the exchanges]
 }
 
 DeviceSync::~DeviceSync() {
@@ -133,14 +133,14 @@ DeviceSync::~DeviceSync() {
   cudaFreeHost(stop_value_);
 }
 
-void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
+void DeviceSync::grant_credits(int first, int count, uint64_t credits, cudaStream_t setup) {
   if (first < 0 || count < 0 || first + count > pad_.channels) {
     raise(ErrorCode::kInternal, "credit channels [{}, {}) outside the pad's {}", first, first + count, pad_.channels);
   }
   const std::vector<uint64_t> below_zero(static_cast<size_t>(count) * pad_.world, uint64_t(0) - credits);
   DeviceGuard guard(device_);
   detail::copy_to_device_now(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
-                             below_zero.size() * sizeof(uint64_t));
+                             below_zero.size() * sizeof(uint64_t), setup);
 }
 
 bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {

@@ -60,8 +60,9 @@ class DeviceSync {
   unsigned int* blocks_done() const { return &counters_->blocks_done; }  // the last block of a launch advances a counter
 
   // Lets the first `credits` waits on channels [first, first + count) pass before any signal: their expected
-  // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad.
-  void grant_credits(int first, int count, uint64_t credits);
+  // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad; the upload
+  // runs on `setup`, the communicator's set-up stream.
+  void grant_credits(int first, int count, uint64_t credits, cudaStream_t setup);
 
   // Tests only (comm/test_hooks.hpp): sets the LL call count, so a test reaches sequences (flag wrap, re-stamping)
   // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.

@@ -558,8 +558,8 @@ TEST(MemoryHandles, OneSidedAllToAllWithALateRank) {
     const size_t bytes = count * 4 * world;
     DeviceBuffer cuda_send(bytes), recv(bytes), expected(bytes);
     VmmBuffer vmm_send(bytes, comm.device());
-    // One stream for every round, made before any round: where ranks share a GPU, a stream made while a peer's
-    // call spins could take the hardware queue of that peer's stream (NOTE [shared hardware queues]).
+    // One stream for every round, made before any round: where ranks share a GPU, making a stream while a peer's
+    // call spins can wait until that call ends (NOTE [streams made before the exchanges]).
     StreamHandle stream_handle;
     const cudaStream_t stream = stream_handle.get();
     for (void* send : {cuda_send.pointer, vmm_send.pointer()}) {

@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-
+#include <memory>
 #include <vector>
 
 #include "braid/braid.hpp"
+#include "collective_reference.hpp"
 #include "peer_check.hpp"
 #include "process_resources.hpp"
+#include "spin_kernel.hpp"
 #include "world.hpp"
 
 namespace braid::testing {
@@ -208,6 +210,48 @@ TEST(SymmetricMemory, ZeroBytesIsRefusedNamingTheArgument) {
     SymmetricMemory ok = comm.alloc(4096);  // the ranks are still in step
     EXPECT_NE(ok.local(), nullptr);
     comm.barrier();
+  });
+}
+
+// A rank's set-up work makes no stream of its own (NOTE [streams made before the exchanges], src/core/private_copy.hpp),
+// so a symmetric allocation ends while a kernel holds the GPU the ranks share as threads, whatever the count of the
+// context's live streams (at some counts, making one more waits until the GPU is idle). Rank 0 holds the GPU with a
+// kernel it releases only once every rank's allocation has returned, and keeps 0, 1, ... kMostExtraStreams more
+// streams alive in turn, so that a stream made during the allocation would meet every count of a period.
+TEST(SymmetricMemory, AllocationEndsWhileAKernelHoldsTheSharedGpu) {
+  if (!ranks_share_a_context()) GTEST_SKIP() << "no ranks share a GPU as threads of this process in this run";
+  constexpr int kMostExtraStreams = 48;  // more than one period (43) of the counts at which making a stream waited
+  constexpr uint64_t kHoldNs = 4'000'000'000ull;
+  constexpr double kMostSeconds = 2.0;  // an allocation takes milliseconds; one that waited for the hold takes 4 s
+  with_communicator([&](Communicator& comm) {
+    const int rank = comm.rank();
+    int* host_flag = nullptr;
+    cuda_check(cudaHostAlloc(reinterpret_cast<void**>(&host_flag), sizeof(int), cudaHostAllocMapped), "cudaHostAlloc");
+    const std::unique_ptr<int, cudaError_t (*)(void*)> flag_owner(host_flag, cudaFreeHost);
+    volatile int* const released = host_flag;
+    const StreamHandle holder;
+    for (int extra = 0; extra <= kMostExtraStreams; ++extra) {
+      std::vector<std::unique_ptr<StreamHandle>> extras;
+      if (rank == 0) {
+        for (int i = 0; i < extra; ++i) extras.push_back(std::make_unique<StreamHandle>());
+      }
+      *released = 0;
+      host_barrier();  // every stream made before the GPU is held
+      if (rank == 0) cuda_check(hold_until_released(holder.get(), released, kHoldNs), "hold");
+      host_barrier();
+      const auto start = std::chrono::steady_clock::now();
+      SymmetricMemory memory = comm.alloc((size_t(1) << 20) + 3);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(seconds, kMostSeconds) << "rank " << rank << ": comm.alloc took " << seconds
+                                       << " s while rank 0's kernel held the GPU, with rank 0 keeping " << extra
+                                       << " more streams";
+      host_barrier();  // every allocation returned
+      if (rank == 0) {
+        *released = 1;
+        cuda_check(cudaStreamSynchronize(holder.get()), "cudaStreamSynchronize");
+      }
+      host_barrier();  // the GPU is free before any rank frees its memory and streams
+    }
   });
 }
 

@@ -61,9 +61,10 @@ bool ranks_share_a_context();
 // - cudaGraphLaunch of a graph whose previous launch still runs can wait for that launch inside the driver, holding
 //   a lock that every thread's CUDA calls take (seen with graphs of copy-engine calls: every rank's thread sat in
 //   cudaGraphLaunch). A test that replays a graph again synchronises its stream first (replay_graph).
-// - A stream made, or memory allocated, while a peer's call spins can land behind that call (a hardware queue the
-//   peer's stream uses, or the device-wide wait above). A test makes its streams and buffers, then meets the other
-//   ranks at host_barrier() before its first call.
+// - A stream made, or memory allocated, while a peer's call spins can wait until that call ends (making a stream
+//   at some counts of live streams waits for the whole device: NOTE [streams made before the exchanges],
+//   src/core/private_copy.hpp), and a stream's work can land behind the peer's in a hardware queue. A test makes
+//   its streams and buffers, then meets the other ranks at host_barrier() before its first call.
 //
 // Every rank of this test reaches this line before any goes on (a no-op under braid-run: each process has its own
 // context). Bounded: throws after 60 s.

@@ -70,10 +70,21 @@ bool every_rank_its_own_process(MemoryContext& memory) {
 
 CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory, *setup.order, setup.settings) {
   collectives::CollectiveContext& c = context_;
+  // The streams the backend keeps, before the exchanges below (NOTE [streams made before the exchanges]).
+  const bool side_streams_greatest_priority = c.ranks_per_gpu == 1;  // NOTE [side streams at the greatest priority]
+  c.side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
+  c.second_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
+  c.third_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
+  {
+    DeviceGuard guard(c.device);
+    c.exchange_stream = std::make_unique<detail::PrivateStream>();
+  }
   c.sync = std::make_unique<DeviceSync>(setup.memory, c.memory.timeout_s, kernels::kPadChannels);
   // Pipeline senders may fill every FIFO slot before the first credit comes back.
-  c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
-  c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
+  c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth,
+                        c.memory.setup());
+  c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth,
+                        c.memory.setup());
   const size_t staging_bytes = area_bytes_from("BRAID_STAGING_BYTES", int64_t(1) << 20);
   // The pipeline area holds at least one 256-byte piece per (phase, channel, sender, slot).
   const int64_t least_pipeline =
@@ -88,14 +99,6 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   c.ll = setup.allocate(kernels::ll_area_bytes(c.size));
   c.ll128 = setup.allocate(kernels::ll128_area_bytes(c.size));
   if (c.ll128_lines) c.send_recv_lines = setup.allocate(lines_bytes);
-  const bool side_streams_greatest_priority = c.ranks_per_gpu == 1;  // NOTE [side streams at the greatest priority]
-  c.side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
-  c.second_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
-  c.third_side = std::make_unique<SideStream>(c.device, side_streams_greatest_priority);
-  {
-    DeviceGuard guard(c.device);
-    c.exchange_stream = std::make_unique<detail::PrivateStream>();
-  }
   c.multicast = open_multicast(Config::get(), setup.multicast, area_bytes_from("BRAID_MULTICAST_BYTES", int64_t(1) << 20));
   if (c.size > 1 && c.eager_zero_copy) {  // the helper thread and its store clients only where something uses them
     detail::CallOrder* order = &c.order;
