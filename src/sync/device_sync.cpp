@@ -118,7 +118,7 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
   pad_.stopped = &counters_->stopped;
-  BRAID_CUDA(cudaStreamCreateWithFlags(&stop_stream_, cudaStreamNonBlocking));  // NOTE [streams made before the exchanges]
+  stop_stream_ = memory->setup();  // NOTE [streams made before the exchanges]
 }
 
 DeviceSync::~DeviceSync() {
@@ -126,7 +126,6 @@ DeviceSync::~DeviceSync() {
   // A stopped flag's copy still queued would land in counters_ after they are freed, perhaps in the next
   // communicator's, whose kernels would then act on nothing.
   if (stop_enqueued_.load()) cudaStreamSynchronize(stop_stream_);
-  cudaStreamDestroy(stop_stream_);
   cudaFree(expected_);
   cudaFree(counters_);
   cudaFreeHost(error_host_);

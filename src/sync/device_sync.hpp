@@ -102,7 +102,9 @@ class DeviceSync {
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;
   int device_ = -1;
-  cudaStream_t stop_stream_ = nullptr;  // non-blocking: the stopped flag's copy, enqueued once
+  // The stopped flag's copy, enqueued once, goes on the communicator's set-up stream (MemoryContext, which outlives
+  // this): non-blocking, and nothing on it waits for a kernel.
+  cudaStream_t stop_stream_ = nullptr;
   unsigned int* stop_value_ = nullptr;  // pinned host memory holding 1: the copy's source
   std::atomic<bool> stop_enqueued_{false};
 };
