@@ -9,7 +9,7 @@
 
 namespace braid {
 
-// How dispatch lays out the rows a rank receives (see above and MoeDispatchOutput).
+// How dispatch lays out the rows a rank receives (see MoeDispatchOutput in braid/moe.hpp).
 enum class MoeLayout {
   kExpertMajor,  // a row per (token, local expert) pair, grouped by expert
   kRankMajor,    // a row per (token, destination rank), grouped by source rank, in token order
@@ -49,7 +49,7 @@ struct MoeShape {
   int max_sms = 0;
   // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
   // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
-  // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput). Combine's result is
+  // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput in braid/moe.hpp). Combine's result is
   // the same as without it. With max_tokens <= 128 (and a token's slot of lines, its row and scales with a
   // metadata line, under 4 GiB) the buffer also holds a line area (docs/moe.md, "What a shape costs"), and where
   // every pair of GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row there with its

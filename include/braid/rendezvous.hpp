@@ -13,7 +13,8 @@ class StoreServer;
 struct Rendezvous {
   int rank = -1;
   int size = 0;
-  int local_rank = -1;  // rank among this host's ranks, the default device; negative: same as rank
+  int local_rank = -1;  // rank among this host's ranks; the device where neither CommOptions::device nor BRAID_DEVICE
+                        // names one (modulo the GPUs under BRAID_ALLOW_SHARED_GPU=1); negative: same as rank
   int local_size = 0;   // ranks on this host, as the launcher gave it (from_env checks it; init does not read it)
   std::string store_host = "127.0.0.1";
   int store_port = 0;
@@ -22,8 +23,10 @@ struct Rendezvous {
   std::string job_id;        // namespaces the job's keys in the store, so communicators of jobs that share a store
                              // never mix (it names no socket). from_env(): BRAID_JOB_ID where set, else derived
                              // from the launcher's job variables (torchrun, Open MPI, MPICH, Slurm), or, where they
-                             // name no job, from the store's address (braid-run sets BRAID_JOB_ID, and its
-                             // variables without it derive none). Empty (as at_store makes it, or braid-run's
+                             // name no job, from the job's address (torchrun: MASTER_ADDR, 127.0.0.1 where unset,
+                             // and MASTER_PORT, or BRAID_STORE_ADDR where MASTER_PORT is unset; Open MPI, MPICH,
+                             // Slurm: the store's host and port) (braid-run sets BRAID_JOB_ID, and its variables
+                             // without it derive none). Empty (as at_store makes it, or braid-run's
                              // variables without BRAID_JOB_ID): the fixed namespace "job"
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
@@ -36,10 +39,11 @@ struct Rendezvous {
   // BRAID_STORE_ADDR overrides the store address of any convention. Throws kInvalidArgument naming the missing
   // or malformed variable (where no convention has both, one whose rank or size alone is set is named). Local
   // rank and size default to rank and size. Under torchrun, MASTER_PORT may be missing only where
-  // BRAID_STORE_ADDR is set, and MASTER_ADDR only where BRAID_STORE_ADDR is set or every rank is on this host
-  // (LOCAL_WORLD_SIZE equal to WORLD_SIZE; without BRAID_STORE_ADDR the store is then at 127.0.0.1). BRAID_JOB_ID
-  // names the job under any convention where it is set and not empty.
-  // Unknown BRAID_* names in the environment are reported once, as warnings on stderr.
+  // BRAID_STORE_ADDR is set, and MASTER_ADDR only where BRAID_STORE_ADDR is set or every rank is taken to be on this
+  // host (LOCAL_WORLD_SIZE equal to WORLD_SIZE, or LOCAL_WORLD_SIZE unset; without BRAID_STORE_ADDR the store is
+  // then at 127.0.0.1). BRAID_JOB_ID names the job under any convention where it is set and not empty.
+  // Unknown BRAID_* names in the environment are reported once, as warnings on stderr (unless BRAID_LOG_LEVEL is
+  // error).
   static Rendezvous from_env();
 
   // Explicit: every rank (process or thread) names the same store "host:port"; rank 0 serves it when

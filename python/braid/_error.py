@@ -11,7 +11,7 @@ class ErrorCode(enum.IntEnum):
 
     SUCCESS = 0
     INVALID_ARGUMENT = 1  # a caller's argument is wrong; the message names it
-    NO_DEVICE = 2  # no CUDA driver or device on this machine
+    NO_DEVICE = 2  # no usable CUDA driver (none, or one older than the runtime) or no device
     CUDA_ERROR = 3  # a CUDA runtime call failed
     DRIVER_ERROR = 4  # a CUDA driver call failed
     SYSTEM_ERROR = 5  # an OS call failed (sockets, fds, processes)

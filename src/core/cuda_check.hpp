@@ -12,7 +12,8 @@ namespace braid {
 [[noreturn]] void raise_cuda(cudaError_t result, const char* call, const char* file, int line);
 [[noreturn]] void raise_driver(CUresult result, const char* call, const char* file, int line);
 
-// Throws kNoDevice when this machine has no CUDA driver or device; returns the device count.
+// Throws kNoDevice when this machine has no usable CUDA driver (none, or one older than the runtime) or no device;
+// returns the device count.
 int require_cuda_devices(const char* what);
 
 }  // namespace braid

@@ -51,13 +51,15 @@ struct ErrorWord {
   unsigned int collective;  // what the kernel was doing (braid's collective id, or a user's tag)
   unsigned int site;        // which wait inside it (timeouts; 0 for data errors)
   int rank;                 // who noticed
-  int peer;                 // for whom (timeouts), or whose data (data errors)
+  int peer;                 // for whom (timeouts), or whose data (data errors; -1 where no one peer's)
   int channel;              // timeouts; 0 for data errors; -1 for failures the host publishes (a peer's exit,
                             // an abort, a revocation: braid's own pad)
   unsigned long long waited_ns;  // timeouts; 0 for data errors
-  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch); timeouts: the
+  long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch), unless the
+                            // code's comment below says otherwise; timeouts: the
                             // peer's step the wait saw at the timeout (WaitProgress), 0 where it reports none
-  long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch);
+  long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch;
+                            // 0 for negative counts and displacements);
                             // timeouts: the peer's step the wait needed, 0 where it reports none
 };
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
@@ -68,7 +70,8 @@ constexpr unsigned int kErrorTimeout = 1;
 // a rank that threw at a call's entry would leave its peers waiting in that call).
 constexpr unsigned int kErrorOverflow = 2;       // more arrived than the receive capacity holds
 constexpr unsigned int kErrorCountMismatch = 3;  // a peer sent another count than this rank expected
-// A device-side send count below zero, or whose bytes 64 bits do not hold (all_to_allv_device).
+// A device-side send count below zero, or whose bytes 64 bits do not hold, alone or, where no displacements are
+// given, packed after the earlier peers' counts (all_to_allv_device).
 constexpr unsigned int kErrorNegativeCount = 4;
 // A device-side displacement below zero, or whose bytes (with its count's) 64 bits do not hold.
 constexpr unsigned int kErrorNegativeDisplacement = 5;
@@ -77,10 +80,12 @@ constexpr unsigned int kErrorTooManyTokens = 7;         // a token count above t
 constexpr unsigned int kErrorSizeMismatch = 8;          // a peer sent another byte size than this rank expected
 constexpr unsigned int kErrorRepeatedExpert = 10;       // a token naming one expert twice (value: the id, limit: the token)
 // Fatal: at a barrier, a peer announced another plan for the call than this rank's (another algorithm, buffer
-// kind or offset, size, datatype, op or root), or, in a wait with a PlanCheck, a peer kept another plan announced
-// for the grace period (the record's channel is then the check's barrier channel, its site the wait's): value is
-// this rank's plan word, limit the peer's. Nothing of the
-// peers' data was used; the communicator is unusable.
+// kind or offset, size, datatype, op or root), or an LL call's plan line from a peer differs (site kSiteLLData),
+// or, in a wait with a PlanCheck, a peer kept another plan announced for the grace period (the record's channel
+// is then the check's barrier channel, its site the wait's): value is this rank's plan word, limit the peer's. Also
+// where an entry barrier passed but a peer announced a registered buffer this rank holds no exposure of (value:
+// the call's first announcement word, limit 0). Nothing of the peers' data was used; the communicator is
+// unusable. The host raises it as kMismatch (braid::ErrorCode), as the notes below call it.
 constexpr unsigned int kErrorPlanMismatch = 9;
 // Fatal, published by the host, not by a kernel (the same claim and publish steps): `peer`'s process exited while
 // the communicator was in use (value: its pid).
@@ -273,7 +278,7 @@ __device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck&
   return load_acquire_system(plan_slot(pad, pad.local, check.barrier_channel, peer, count));
 }
 
-// After a mismatch found by announced_plan: records kErrorPlanMismatch here, and answers the next barrier of
+// After a mismatch found by announced_plan or in an LL plan line: records kErrorPlanMismatch here, and answers the next barrier of
 // every peer on every barrier channel with kStoppedPlan (a signal and the plan), so every peer fails with
 // kMismatch at its barrier, or in a FIFO wait on this rank (which sees the plan announced), instead of waiting
 // out the timeout. Every peer and channel, not only those that already announced: beyond two ranks a peer's
@@ -351,8 +356,8 @@ __device__ inline auto counter_progress(const uint64_t* slot, uint64_t target) {
                        [slot] { return static_cast<long long>(load_acquire_system(slot)); });
 }
 
-// Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records
-// (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value) and the one it needed
+// Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records,
+// where the fatal word is still free, (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value) and the one it needed
 // (limit), and returns false; it also gives up when the fatal word holds a failure (another wait's or the
 // host's; looked at every 1024 polls), and when `check` finds that `peer` runs another plan for the call
 // (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound of their own to
@@ -465,9 +470,9 @@ __device__ inline bool barrier(const SignalPad& pad, int channel, unsigned int c
   return failed == 0;
 }
 
-// Records the first refused-data failure of this communicator for the host (see kErrorOverflow); later ones are
-// dropped until the host takes it (Communicator::check() for braid's pad; for a pad of yours, your host code or
-// braid.SignalPad.check()). Waits go on.
+// Records the first refused-data failure of this pad for the host (see kErrorOverflow); later ones are dropped
+// until the host takes it (Communicator::check() for braid's pad; for a pad of yours, your host code, or
+// braid.SignalPad.check() for a pad made by braid.SignalPad). Waits go on.
 __device__ inline void record_data_error(const SignalPad& pad, unsigned int code, unsigned int collective, int peer,
                                          long long value, long long limit) {
   ErrorWord* word = pad.data_error;
