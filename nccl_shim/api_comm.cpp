@@ -41,6 +41,7 @@ int current_device(const char* function) {
 
 void check_init_arguments(const char* function, ncclComm_t* newcomm, int nranks, int rank) {
   require_pointer(newcomm, function, "newcomm");
+  *newcomm = nullptr;  // as NCCL: NULL on every failure after the pointer's own check
   if (nranks < 1) raise_invalid_argument(function, "nranks", "is {}; it must be at least 1", nranks);
   if (rank < 0 || rank >= nranks) raise_invalid_argument(function, "myrank", "is {}, outside [0, {})", rank, nranks);
 }
@@ -53,7 +54,6 @@ ncclResult_t init_rank(const char* function, ncclComm_t* newcomm, int nranks, co
   int device = -1;
   const ncclResult_t checked = guarded(function, [&] {
     check_init_arguments(function, newcomm, nranks, rank);
-    *newcomm = nullptr;  // as NCCL: NULL on every failure after the pointer's own check
     check_config(function, config);
     device = current_device(function);
     comm = new ncclComm();

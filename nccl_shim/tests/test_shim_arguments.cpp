@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <ostream>
@@ -37,6 +38,7 @@
 namespace {
 
 constexpr int kMissingSymbol = -1000;  // the library does not export a function the entry calls
+constexpr int kCommLeftSet = -1001;    // an init refused its arguments but left *comm as it was
 constexpr int kChildTimeoutS = 30;
 
 // One call: returns its ncclResult_t (or kMissingSymbol); may put a text (ncclGetErrorString's) into `text`.
@@ -65,6 +67,16 @@ int error_string(void* lib, char* text, size_t text_size) {
   return 0;
 }
 
+// ncclCommInitRank's code for (nranks, rank), or kCommLeftSet where it refused them but did not set *comm to NULL
+// (NCCL does on every failure after the pointer's own check). An answer of ncclUnhandledCudaError passes through:
+// the real NCCL stopped at its CUDA set-up (the entry is then skipped, as above).
+int init_rank_comm_after_refusal(void* lib, int nranks, int rank) {
+  SYM(ncclCommInitRank);
+  ncclComm_t c = reinterpret_cast<ncclComm_t>(uintptr_t{1});
+  const int code = static_cast<int>(ncclCommInitRank_(&c, nranks, zero_id(), rank));
+  return code == ncclSuccess || code == ncclUnhandledCudaError || c == nullptr ? code : kCommLeftSet;
+}
+
 struct Entry {
   const char* name;
   Call call;
@@ -80,6 +92,8 @@ const Entry kEntries[] = {
   {"CommInitRank_NegativeRanks", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, -1, zero_id(), 0); }},
   {"CommInitRank_RankNotBelowNranks", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, 2, zero_id(), 2); }},
   {"CommInitRank_NegativeRank", [](void* lib, char*, size_t) { SYM(ncclCommInitRank); ncclComm_t c = nullptr; return (int)ncclCommInitRank_(&c, 2, zero_id(), -1); }},
+  {"CommInitRank_ZeroRanksSetsCommNull", [](void* lib, char*, size_t) { return init_rank_comm_after_refusal(lib, 0, 0); }},
+  {"CommInitRank_RankNotBelowNranksSetsCommNull", [](void* lib, char*, size_t) { return init_rank_comm_after_refusal(lib, 2, 2); }},
   // Configs NCCL's parseCommConfig refuses (it runs after NCCL's CUDA set-up: compared on a GPU machine).
   {"CommInitRankConfig_ConfigNotInitialised", [](void* lib, char*, size_t) {
      SYM(ncclCommInitRankConfig); ncclComm_t c = nullptr; ncclConfig_t config;
@@ -279,6 +293,7 @@ std::string describe(const Outcome& o) {
   switch (o.kind) {
     case Outcome::kReturned:
       if (o.code == kMissingSymbol) return "function not exported";
+      if (o.code == kCommLeftSet) return "refused, *comm left as it was";
       return std::to_string(o.code) + (o.text.empty() ? "" : " \"" + o.text + "\"");
     case Outcome::kNoLibrary: return "cannot load: " + o.text;
     case Outcome::kCrashed: return "crashed: " + o.text;

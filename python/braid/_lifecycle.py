@@ -73,8 +73,8 @@ def init(group=None, *, device: Optional[int] = None, timeout_s: Optional[float]
     """Collective: every rank the launcher started (braid-run, torchrun, Open MPI, MPICH, Slurm: read from the
     environment) meets the others and gets the default communicator, which it returns. With `group` (a
     torch.distributed process group, e.g. dist.group.WORLD) the ranks are the group's and meet through its store
-    (rank 0 of the group serves braid's store and publishes the address there), so no launcher variables and no
-    second port are needed. Make its GPU current
+    (rank 0 of the group serves braid's store on a free port it picks and publishes the address there), so no
+    launcher variables and no port to configure are needed. Make its GPU current
     (torch.cuda.set_device(comm.device)) before making tensors for it. None leaves an option to braid's
     environment variables (BRAID_DEVICE or the local rank, BRAID_TIMEOUT_S, BRAID_BACKEND, BRAID_ALGO,
     BRAID_MAX_BLOCKS); with `group`, the local rank is the launcher's LOCAL_RANK where it is set (a subgroup's

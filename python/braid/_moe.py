@@ -2,7 +2,9 @@
 
 Dispatch returns a MoeDispatch whose tensors are views of the buffer's memory on this GPU: the same tensors for
 every dispatch of the buffer (braid writes its results at the same addresses each time), holding the last
-dispatch's results until the next one. Calls enqueue on torch.cuda.current_stream() and are graph-capturable;
+dispatch's results until the next one. With grad mode on (torch.is_grad_enabled()), a dispatch without hook=True
+on a buffer without dispatch_dtype returns x (and, where topk_weights requires grad, the dispatched weights) as
+new copies instead, with the rows outside the dispatch zeroed (docs/python.md, "Autograd through MoE"). Calls enqueue on torch.cuda.current_stream() and are graph-capturable;
 T comes from the host (an int, default x's rows) or from a device int64 tensor read on the GPU, so one captured
 graph serves every batch size. Under torch.compile the calls go through braid's custom ops (braid/_ops.py)."""
 from __future__ import annotations
@@ -27,8 +29,9 @@ _RANK_MAJOR_FIELDS = ("x", "scales", "expert_counts", "source_rank", "source_tok
 @dataclass
 class MoeDispatch:
     """What MoeBuffer.dispatch returns: views of the buffer's memory (None for another layout's fields, scales
-    without fp8 dispatch), as braid::MoeDispatchOutput describes them. Read them on the device, or after
-    synchronising; they hold this dispatch's results until the buffer's next dispatch."""
+    without fp8 dispatch), as braid::MoeDispatchOutput describes them, except the grad-mode copies the module's
+    docstring names. Read them on the device, or after synchronising; the views hold this dispatch's results until
+    the buffer's next dispatch."""
 
     x: Any  # [capacity_rows, hidden] of the dispatch dtype
     scales: Any = None  # fp8: [capacity_rows, hidden / 128] float32

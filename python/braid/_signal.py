@@ -40,8 +40,8 @@ class SignalPad:
 
     def expected(self):
         """This rank's expected counts, [channels, world] int64: [c, q] is the count its last wait on (c, q)
-        waited for; a wait adds 1 and spins until counters()[c, q] reaches it (after a wait that gave up, one
-        more than the counter)."""
+        waited for; a wait adds 1 and spins until counters()[c, q] reaches it (after a wait that gave up, above
+        the counter)."""
         return self._tensor(self.native.expected_array(), self.channels)
 
     def peers(self):
