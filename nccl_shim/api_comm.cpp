@@ -41,8 +41,8 @@ int current_device(const char* function) {
 
 void check_init_arguments(const char* function, ncclComm_t* newcomm, int nranks, int rank) {
   require_pointer(newcomm, function, "newcomm");
-  *newcomm = nullptr;  // as NCCL: NULL on every failure after the pointer's own check
   if (nranks < 1) raise_invalid_argument(function, "nranks", "is {}; it must be at least 1", nranks);
+  *newcomm = nullptr;  // as NCCL: NULL on every failure after the pointer's and nranks' checks
   if (rank < 0 || rank >= nranks) raise_invalid_argument(function, "myrank", "is {}, outside [0, {})", rank, nranks);
 }
 
