@@ -47,14 +47,14 @@ struct MoeShape {
   // (BRAID_ALLOW_SHARED_GPU=1) those kernels take at most 64 / (the most ranks on one GPU) blocks, as every
   // collective does.
   int max_sms = 0;
-  // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is
-  // row s * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the
-  // rows of s's tokens that have no expert on a rank are holes there (see MoeDispatchOutput in braid/moe.hpp). Combine's result is
-  // the same as without it. With max_tokens <= 128 (and a token's slot of lines, its row and scales with a
-  // metadata line, under 4 GiB) the buffer also holds a line area (docs/moe.md, "What a shape costs"), and where
-  // every pair of GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row there with its
-  // metadata in 128-byte lines that carry their own flags, and the receiver copies them out: no signal and no
-  // barrier. Otherwise it stores the rows into the peers' rows and signals, as without it.
+  // Rank-major only (kInvalidArgument naming it otherwise): fixed rows, for decode batches. Token t of rank s is row s
+  // * max_tokens + t on every rank it goes to, so a dispatch numbers nothing before its first store; the rows of s's
+  // tokens that have no expert on a rank are holes there (see MoeDispatchOutput in braid/moe.hpp). Combine's result is
+  // the same as without it. With max_tokens <= 128 (and a token's slot of lines, its row and scales with a metadata
+  // line, under 4 GiB) the buffer also holds a line area (docs/moe.md, "What a shape costs"), and where every pair of
+  // GPUs carries LL128 lines (NVLink, BRAID_LL128 on) dispatch sends each row there with its metadata in 128-byte lines
+  // that carry their own flags, and the receiver copies them out: no signal and no barrier. Otherwise it stores the
+  // rows into the peers' rows and signals, as without it.
   bool low_latency = false;
 };
 

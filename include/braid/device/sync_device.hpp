@@ -278,14 +278,14 @@ __device__ inline uint64_t announced_plan(const SignalPad& pad, const PlanCheck&
   return load_acquire_system(plan_slot(pad, pad.local, check.barrier_channel, peer, count));
 }
 
-// After a mismatch found by announced_plan or in an LL plan line: records kErrorPlanMismatch here, and answers the next barrier of
-// every peer on every barrier channel with kStoppedPlan (a signal and the plan), so every peer fails with
-// kMismatch at its barrier, or in a FIFO wait on this rank (which sees the plan announced), instead of waiting
-// out the timeout. Every peer and channel, not only those that already announced: beyond two ranks a peer's
-// barrier may wait on this rank while this rank waited on another one, and may reach its barrier only after
-// this rank has stopped; a peer of this rank's own plan must fail too, as this rank's data never comes. Only
-// the thread that records the error answers (one answer a barrier). A peer gets the answer at its next
-// barrier whichever call that is: this rank's communicator is unusable from now on.
+// After a mismatch found by announced_plan or in an LL plan line: records kErrorPlanMismatch here, and answers the next
+// barrier of every peer on every barrier channel with kStoppedPlan (a signal and the plan), so every peer fails with
+// kMismatch at its barrier, or in a FIFO wait on this rank (which sees the plan announced), instead of waiting out the
+// timeout. Every peer and channel, not only those that already announced: beyond two ranks a peer's barrier may wait on
+// this rank while this rank waited on another one, and may reach its barrier only after this rank has stopped; a peer
+// of this rank's own plan must fail too, as this rank's data never comes. Only the thread that records the error
+// answers (one answer a barrier). A peer gets the answer at its next barrier whichever call that is: this rank's
+// communicator is unusable from now on.
 __device__ inline void answer_mismatch(const SignalPad& pad, const PlanCheck& check, int peer, uint64_t theirs,
                                        unsigned int collective, unsigned int site) {
   if (!claim_fatal_word(pad)) return;  // another failure is recorded (and answered) already
@@ -356,12 +356,12 @@ __device__ inline auto counter_progress(const uint64_t* slot, uint64_t target) {
                        [slot] { return static_cast<long long>(load_acquire_system(slot)); });
 }
 
-// Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records,
-// where the fatal word is still free, (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value) and the one it needed
-// (limit), and returns false; it also gives up when the fatal word holds a failure (another wait's or the
-// host's; looked at every 1024 polls), and when `check` finds that `peer` runs another plan for the call
-// (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound of their own to
-// the same effect).
+// Bounded spin of one thread until `ready()` holds (true at once where it already does). On timeout it records, where
+// the fatal word is still free, (collective, site, peer, channel) and, from `progress`, the peer's step it saw (value)
+// and the one it needed (limit), and returns false; it also gives up when the fatal word holds a failure (another
+// wait's or the host's; looked at every 1024 polls), and when `check` finds that `peer` runs another plan for the call
+// (MismatchWatch). Every wait on a signal counter spins here (LL128's polls use a per-warp bound of their own to the
+// same effect).
 template <typename Ready, typename Seen = NoProgress>
 __device__ inline bool spin_until(const SignalPad& pad, Ready&& ready, unsigned int collective, unsigned int site,
                                   int peer, int channel, const PlanCheck& check = PlanCheck{},
