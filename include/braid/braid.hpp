@@ -394,8 +394,8 @@ class Communicator {
   // every rank (a rank where another fatal failure came first raises that one). In the same 10 ms every rank's
   // host waits end too, now and later, with the error its calls raise: waits on the store (barrier,
   // host_allgather, alloc, a buffer's first exchange, a registration's exposure or withdrawal) and on a peer's fd
-  // (within 20 ms more when receiving one, 50 ms when sending one). A peer's process exit ends them the same way (kRemoteError); abort() after either makes
-  // them raise kAborted.
+  // (within 20 ms more when receiving one, 50 ms when sending one). A peer's process exit ends them the same way
+  // (kRemoteError); abort() after either makes them raise kAborted.
   // For the survivors of a failure to agree that the communicator is over before they make a new one (shrink()
   // still works: it makes its own store connection). Works after a fatal failure too. CUDA backend only:
   // kUnsupported on the NCCL backend (abort every rank there).

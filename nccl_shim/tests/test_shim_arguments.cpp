@@ -68,8 +68,8 @@ int error_string(void* lib, char* text, size_t text_size) {
 }
 
 // ncclCommInitRank's code for (nranks, rank), or kCommLeftSet where it refused them but did not set *comm to NULL
-// (NCCL 2.28 sets it for a rank outside [0, nranks), not for nranks below 1). An answer of ncclUnhandledCudaError passes through:
-// the real NCCL stopped at its CUDA set-up (the entry is then skipped, as above).
+// (NCCL 2.28 sets it for a rank outside [0, nranks), not for nranks below 1). An answer of ncclUnhandledCudaError
+// passes through: the real NCCL stopped at its CUDA set-up (the entry is then skipped, as above).
 int init_rank_comm_after_refusal(void* lib, int nranks, int rank) {
   SYM(ncclCommInitRank);
   ncclComm_t c = reinterpret_cast<ncclComm_t>(uintptr_t{1});

@@ -1,8 +1,8 @@
-// braid::Communicator for Python. Buffers are device addresses (ints), counts are elements, streams are
-// cudaStream_t values as ints (torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream). Every
-// call that may wait releases the GIL: init, alloc and barrier wait for peers (bounded by the communicator's timeout), and a
-// collective may wait for the first use of a registered buffer. destroy() frees the communicator before the
-// object goes; symmetric memory made from it stays valid.
+// braid::Communicator for Python. Buffers are device addresses (ints), counts are elements, streams are cudaStream_t
+// values as ints (torch.cuda.current_stream().cuda_stream; 0 is the legacy default stream). Every call that may wait
+// releases the GIL: init, alloc and barrier wait for peers (bounded by the communicator's timeout), and a collective
+// may wait for the first use of a registered buffer. destroy() frees the communicator before the object goes; symmetric
+// memory made from it stays valid.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>

@@ -47,7 +47,9 @@ struct MemoryContext {
 
   // setup_stream's handle; kInternal where init made none.
   cudaStream_t setup() const {
-    if (setup_stream == nullptr) raise(ErrorCode::kInternal, "rank {}: no set-up stream (a context no init made)", rank);
+    if (setup_stream == nullptr) {
+      raise(ErrorCode::kInternal, "rank {}: no set-up stream (a context no init made)", rank);
+    }
     return setup_stream->get();
   }
 };

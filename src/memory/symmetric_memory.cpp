@@ -87,7 +87,8 @@ std::shared_ptr<detail::SymmetricAllocation> allocate_symmetric(const std::share
   // Own memory: create, map, zero (before any peer can see it), export.
   BRAID_CU(cuMemCreate, &a.handles[a.rank], a.mapped_bytes, &prop, 0);
   a.mappings[a.rank] = detail::reserve_and_map(a.mapped_bytes, align, a.handles[a.rank], a.device);
-  detail::fill_zeros_now(reinterpret_cast<void*>(a.mappings[a.rank]), a.mapped_bytes, comm->setup());  // NOTE [no device-wide waits]
+  // NOTE [no device-wide waits]
+  detail::fill_zeros_now(reinterpret_cast<void*>(a.mappings[a.rank]), a.mapped_bytes, comm->setup());
   detail::FdOwner exported;
   BRAID_CU(cuMemExportToShareableHandle, &exported.fd, a.handles[a.rank], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
 

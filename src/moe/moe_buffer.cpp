@@ -655,7 +655,8 @@ void testing::stall_next_moe_dispatch(MoeBuffer& buffer) {
   }
   DeviceGuard guard(state.comm->device);
   const unsigned int offset = 1u << 31;  // the count never reaches the launch's blocks
-  detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset, state.comm->memory.setup());  // NOTE [no device-wide waits]
+  // NOTE [no device-wide waits]
+  detail::copy_to_device_now(state.base.blocks_done, &offset, sizeof offset, state.comm->memory.setup());
 }
 
 MoeDispatchOutput testing::moe_output_views(MoeBuffer& buffer) {

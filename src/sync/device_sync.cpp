@@ -89,16 +89,16 @@ device::ErrorWord take_error_word(device::ErrorWord* word) {
 }
 
 DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, double timeout_s, int channels)
-    : device_(memory->device) {
+    : device_(memory->device), setup_stream_(memory->setup()) {
   const int world = memory->size;
   const size_t slots = static_cast<size_t>(channels) * world;
   // The counters, then two plan words per counter (device::plan_slot); zeroed, every peer's copy mapped.
   pad_memory_ = allocate_symmetric(memory, 3 * slots * sizeof(uint64_t), AllocOptions{});
   DeviceGuard guard(device_);
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&expected_), slots * sizeof(uint64_t)));
-  detail::fill_zeros_now(expected_, slots * sizeof(uint64_t), memory->setup());  // NOTE [no device-wide waits]
+  detail::fill_zeros_now(expected_, slots * sizeof(uint64_t), setup_stream_);  // NOTE [no device-wide waits]
   BRAID_CUDA(cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(Counters)));
-  detail::fill_zeros_now(counters_, sizeof(Counters), memory->setup());
+  detail::fill_zeros_now(counters_, sizeof(Counters), setup_stream_);
   // Two words: [0] fatal failures, [1] refused data.
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&error_host_), 2 * sizeof(device::ErrorWord), cudaHostAllocMapped));
   BRAID_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&stop_value_), sizeof(unsigned int), cudaHostAllocDefault));
@@ -118,28 +118,27 @@ DeviceSync::DeviceSync(const std::shared_ptr<detail::MemoryContext>& memory, dou
   pad_.channels = channels;
   pad_.timeout_ns = static_cast<unsigned long long>(std::llround(timeout_s * 1e9));
   pad_.stopped = &counters_->stopped;
-  stop_stream_ = memory->setup();  // NOTE [streams made before the exchanges]
 }
 
 DeviceSync::~DeviceSync() {
   DeviceGuard guard(device_);
   // A stopped flag's copy still queued would land in counters_ after they are freed, perhaps in the next
   // communicator's, whose kernels would then act on nothing.
-  if (stop_enqueued_.load()) cudaStreamSynchronize(stop_stream_);
+  if (stop_enqueued_.load()) cudaStreamSynchronize(setup_stream_);
   cudaFree(expected_);
   cudaFree(counters_);
   cudaFreeHost(error_host_);
   cudaFreeHost(stop_value_);
 }
 
-void DeviceSync::grant_credits(int first, int count, uint64_t credits, cudaStream_t setup) {
+void DeviceSync::grant_credits(int first, int count, uint64_t credits) {
   if (first < 0 || count < 0 || first + count > pad_.channels) {
     raise(ErrorCode::kInternal, "credit channels [{}, {}) outside the pad's {}", first, first + count, pad_.channels);
   }
   const std::vector<uint64_t> below_zero(static_cast<size_t>(count) * pad_.world, uint64_t(0) - credits);
   DeviceGuard guard(device_);
   detail::copy_to_device_now(expected_ + static_cast<size_t>(first) * pad_.world, below_zero.data(),
-                             below_zero.size() * sizeof(uint64_t), setup);
+                             below_zero.size() * sizeof(uint64_t), setup_stream_);
 }
 
 bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
@@ -167,7 +166,7 @@ bool DeviceSync::publish_failure(unsigned int code, int peer, long long value) {
     RelaxedCaptureMode relaxed;  // another thread of the process may be capturing
     DeviceGuard guard(device_);
     // Pinned source: the copy is asynchronous and enqueues without waiting for the stream.
-    cudaMemcpyAsync(&counters_->stopped, stop_value_, sizeof *stop_value_, cudaMemcpyHostToDevice, stop_stream_);
+    cudaMemcpyAsync(&counters_->stopped, stop_value_, sizeof *stop_value_, cudaMemcpyHostToDevice, setup_stream_);
   }
   return won;
 }

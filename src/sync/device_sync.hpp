@@ -61,8 +61,8 @@ class DeviceSync {
 
   // Lets the first `credits` waits on channels [first, first + count) pass before any signal: their expected
   // counts start `credits` below zero (waits compare differences). Call before any kernel uses the pad; the upload
-  // runs on `setup`, the communicator's set-up stream.
-  void grant_credits(int first, int count, uint64_t credits, cudaStream_t setup);
+  // runs on the communicator's set-up stream.
+  void grant_credits(int first, int count, uint64_t credits);
 
   // Tests only (comm/test_hooks.hpp): sets the LL call count, so a test reaches sequences (flag wrap, re-stamping)
   // that calls would take hours to reach. Synchronous; no LL call of this communicator may be in flight.
@@ -102,9 +102,9 @@ class DeviceSync {
   Counters* counters_ = nullptr;  // device memory
   uint64_t* expected_ = nullptr;
   int device_ = -1;
-  // The stopped flag's copy, enqueued once, goes on the communicator's set-up stream (MemoryContext, which outlives
-  // this): non-blocking, and nothing on it waits for a kernel.
-  cudaStream_t stop_stream_ = nullptr;
+  // The communicator's set-up stream (MemoryContext, which outlives this): the credits' upload and the stopped flag's
+  // copy go on it. Non-blocking, and nothing on it waits for a kernel (NOTE [streams made before the exchanges]).
+  cudaStream_t setup_stream_ = nullptr;
   unsigned int* stop_value_ = nullptr;  // pinned host memory holding 1: the copy's source
   std::atomic<bool> stop_enqueued_{false};
 };

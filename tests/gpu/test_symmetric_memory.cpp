@@ -213,11 +213,12 @@ TEST(SymmetricMemory, ZeroBytesIsRefusedNamingTheArgument) {
   });
 }
 
-// A rank's set-up work makes no stream of its own (NOTE [streams made before the exchanges], src/core/private_copy.hpp),
-// so a symmetric allocation ends while a kernel holds the GPU the ranks share as threads, whatever the count of the
-// context's live streams (at some counts, making one more waits until the GPU is idle). Rank 0 holds the GPU with a
-// kernel it releases only once every rank's allocation has returned, and keeps 0, 1, ... kMostExtraStreams more
-// streams alive in turn, so that a stream made during the allocation would meet every count of a period.
+// A rank's set-up work makes no stream of its own (NOTE [streams made before the exchanges],
+// src/core/private_copy.hpp), so a symmetric allocation ends while a kernel holds the GPU the ranks share as threads,
+// whatever the count of the context's live streams (at some counts, making one more waits until the GPU is idle).
+// Rank 0 holds the GPU with a kernel it releases only once every rank's allocation has returned, and keeps 0, 1, ...
+// kMostExtraStreams more streams alive in turn, so that a stream made during the allocation would meet every count of a
+// period.
 TEST(SymmetricMemory, AllocationEndsWhileAKernelHoldsTheSharedGpu) {
   if (!ranks_share_a_context()) GTEST_SKIP() << "no ranks share a GPU as threads of this process in this run";
   constexpr int kMostExtraStreams = 48;  // more than one period (43) of the counts at which making a stream waited

@@ -81,10 +81,8 @@ CudaBackend::CudaBackend(const CudaBackendSetup& setup) : context_(*setup.memory
   }
   c.sync = std::make_unique<DeviceSync>(setup.memory, c.memory.timeout_s, kernels::kPadChannels);
   // Pipeline senders may fill every FIFO slot before the first credit comes back.
-  c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth,
-                        c.memory.setup());
-  c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth,
-                        c.memory.setup());
+  c.sync->grant_credits(kernels::kFree1 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
+  c.sync->grant_credits(kernels::kFree2 * kernels::kPipelineChannels, kernels::kPipelineChannels, kernels::kFifoDepth);
   const size_t staging_bytes = area_bytes_from("BRAID_STAGING_BYTES", int64_t(1) << 20);
   // The pipeline area holds at least one 256-byte piece per (phase, channel, sender, slot).
   const int64_t least_pipeline =
