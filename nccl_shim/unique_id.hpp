@@ -20,9 +20,8 @@ struct StoreAddress {
 };
 
 // Starts a store (bound to every interface, or to 127.0.0.1 where the host has no non-loopback IPv4 address) and
-// describes it in an id: its port, the host's first non-loopback
-// IPv4 address (loopback where there is none) and boot id (ranks on the same boot dial loopback), and a nonce.
-// The store lives until the first communicator made from the id in this process takes it (claim_store), then as
+// describes it in an id: its port, the host's first non-loopback IPv4 address (loopback where there is none) and
+// boot id (ranks on the same boot dial loopback), and a nonce. The store lives until the first communicator made from the id in this process takes it (claim_store), then as
 // long as the communicators holding it.
 ncclUniqueId make_unique_id();
 

@@ -25,9 +25,9 @@ struct Rendezvous {
                              // from the launcher's job variables (torchrun, Open MPI, MPICH, Slurm), or, where they
                              // name no job, from the job's address (torchrun: MASTER_ADDR, 127.0.0.1 where unset,
                              // and MASTER_PORT, or BRAID_STORE_ADDR where MASTER_PORT is unset; Open MPI, MPICH,
-                             // Slurm: the store's host and port) (braid-run sets BRAID_JOB_ID, and its variables
-                             // without it derive none). Empty (as at_store makes it, or braid-run's
-                             // variables without BRAID_JOB_ID): the fixed namespace "job"
+                             // Slurm: the store's host and port). braid-run sets BRAID_JOB_ID, and its variables
+                             // without it derive none. Empty (as at_store makes it, or braid-run's variables
+                             // without BRAID_JOB_ID): the fixed namespace "job"
   std::string source = "explicit";  // convention that produced it: braid-run, torchrun, openmpi, mpich,
                                     // slurm, explicit
 

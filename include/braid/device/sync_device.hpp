@@ -56,11 +56,11 @@ struct ErrorWord {
                             // an abort, a revocation: braid's own pad)
   unsigned long long waited_ns;  // timeouts; 0 for data errors
   long long value;          // data errors: what arrived (elements; bytes for kErrorSizeMismatch), unless the
-                            // code's comment below says otherwise; timeouts: the
-                            // peer's step the wait saw at the timeout (WaitProgress), 0 where it reports none
+                            // code's comment below says otherwise; timeouts: the peer's step the wait saw at
+                            // the timeout (WaitProgress), 0 where it reports none
   long long limit;          // data errors: what was allowed or expected (elements; bytes for kErrorSizeMismatch;
-                            // 0 for negative counts and displacements);
-                            // timeouts: the peer's step the wait needed, 0 where it reports none
+                            // 0 for negative counts and displacements); timeouts: the peer's step the wait
+                            // needed, 0 where it reports none
 };
 // Fatal: a wait gave up; the signal counters are out of step and the communicator is unusable.
 constexpr unsigned int kErrorTimeout = 1;
